@@ -1,0 +1,85 @@
+/* kernels.h: the numeric kernels of the forward pass.
+ *
+ * Each kernel has a scalar reference (name_scalar) and, where it pays, SIMD twins (AVX2+FMA on
+ * x86-64, NEON on arm64) in the same source file, right below the reference. The plain name
+ * (matmul, rmsnorm, ...) is the fastest path compiled in; the forward pass only calls plain names
+ * and never sees an intrinsic. Build with -DKERNELS_SCALAR to force the references everywhere.
+ * tests/test_kernels.c checks every SIMD twin against its reference.
+ *
+ * All arithmetic accumulates in fp32. Activations are fp32; weights are fp32, bf16 or q8.
+ */
+#ifndef KERNELS_H
+#define KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { WEIGHT_F32 = 0, WEIGHT_BF16 = 1, WEIGHT_Q8 = 2 } WeightType;
+
+/* A weight matrix [rows = out_features, cols = in_features], row-major, pointing into the mapped
+ * checkpoint. For WEIGHT_Q8, data holds rows*cols int8 and scales holds rows*cols/group_size floats
+ * (group g of a row covers its columns g*group_size .. g*group_size+group_size-1). */
+typedef struct {
+    WeightType type;
+    int rows, cols;
+    int group_size;        /* WEIGHT_Q8 only */
+    const void* data;      /* float*, uint16_t* (bf16) or int8_t* */
+    const float* scales;   /* WEIGHT_Q8 only */
+} Matrix;
+
+/* Thread count and scratch space. kernels_init must be called once before any matmul:
+ * max_batch is the most rows (tokens) a matmul gets, max_cols the widest input. Returns 0 or -1. */
+int kernels_init(int n_threads, int max_batch, int max_cols);
+void kernels_free(void);
+int kernels_threads(void);
+const char* kernels_simd_name(void);  /* "avx2", "neon" or "scalar" */
+
+/* out[t*W->rows + r] = sum_c W[r][c] * x[t*W->cols + c]  for t < n, r < W->rows.
+ * (y = W x for each of n input rows: a matrix-vector product when n == 1, a matrix-matrix
+ * product when n > 1.) Threads split the rows of W. */
+void matmul(float* out, const float* x, const Matrix* W, int n);
+
+/* out[t] = row `row` of W as fp32 (dequantised): the embedding lookup. */
+void matrix_row(float* out, const Matrix* W, int row);
+
+/* RMSNorm (QWEN3.md 2.1): out[i] = w[i] * x[i] / sqrt(mean(x^2) + eps). out may equal x. */
+void rmsnorm(float* out, const float* x, const float* w, int n, float eps);
+
+/* RoPE with rotate-half pairing (QWEN3.md 2.4) on n_heads head vectors of head_dim values laid
+ * out one after another: for i < head_dim/2, (x[i], x[i+head_dim/2]) is rotated by the angle whose
+ * cos and sin are cos_t[i], sin_t[i] (the tables of one position). */
+void rope(float* x, int n_heads, int head_dim, const float* cos_t, const float* sin_t);
+
+/* In-place softmax, max-subtracted, fp32. */
+void softmax(float* x, int n);
+
+/* SwiGLU's gate (QWEN3.md 2.2 step 11): gate[i] = silu(gate[i]) * up[i], silu(z) = z / (1 + e^-z). */
+void swiglu(float* gate, const float* up, int n);
+
+/* Attention of one query head over n_pos cached positions (QWEN3.md 2.2 step 7):
+ * s[t] = (q . k_t) * scale, a = softmax(s), out = sum_t a[t] v_t. Key t is at keys + t*stride,
+ * value t at values + t*stride (stride in floats). att is scratch of n_pos floats. */
+void attention_head(float* out, const float* q, const float* keys, const float* values,
+                    int stride, int n_pos, int head_dim, float scale, float* att);
+
+/* Runs fn(ctx, i) for i in [0, n) on the kernel threads (the caller's thread included) and
+ * returns when all are done. Idle threads sleep (no spinning): see pool.c. */
+void parallel_for(int n, void (*fn)(void* ctx, int i), void* ctx);
+
+/* The reference twins, for the tests. */
+void matmul_scalar(float* out, const float* x, const Matrix* W, int n);
+void rmsnorm_scalar(float* out, const float* x, const float* w, int n, float eps);
+void rope_scalar(float* x, int n_heads, int head_dim, const float* cos_t, const float* sin_t);
+void softmax_scalar(float* x, int n);
+void swiglu_scalar(float* gate, const float* up, int n);
+void attention_head_scalar(float* out, const float* q, const float* keys, const float* values,
+                           int stride, int n_pos, int head_dim, float scale, float* att);
+
+/* bf16 <-> fp32: bf16 is the top half of an fp32 (QWEN3.md 2.6). */
+static inline float bf16_to_f32(uint16_t h) {
+    union { uint32_t u; float f; } v;
+    v.u = (uint32_t)h << 16;
+    return v.f;
+}
+
+#endif

@@ -1,0 +1,201 @@
+/* model.h: the Qwen3 model: its config, its weights, the checkpoint file that holds them, and the
+ * forward pass.
+ *
+ * ---------------------------------------------------------------------------------------------
+ * THE CHECKPOINT FILE (written by export.py, memory-mapped by model.c; all numbers little-endian)
+ * ---------------------------------------------------------------------------------------------
+ *
+ *   offset 0     FileHeader (256 bytes, struct below)
+ *   ...          tokenizer section  [header.tokenizer_offset, + header.tokenizer_bytes)
+ *   ...          tensors            [header.weights_offset,   + header.weights_bytes)
+ *
+ * Tensors follow one another in the fixed order below, and every tensor (and every part of a q8
+ * tensor) starts at a file offset that is a multiple of 64, so the engine can point into the mapped
+ * file without copying. The padding between them is zero bytes. To find a tensor by hand: start at
+ * weights_offset, walk the list, round each start up to 64.
+ *
+ *   embed_tokens                 [vocab_size, dim]            MATRIX
+ *   for each layer l = 0 .. n_layers-1:
+ *     input_layernorm            [dim]                        f32
+ *     q_proj                     [n_heads*head_dim, dim]      MATRIX
+ *     q_bias                     [n_heads*head_dim]           f32   (only with FLAG_QKV_BIAS)
+ *     k_proj                     [n_kv_heads*head_dim, dim]   MATRIX
+ *     k_bias                     [n_kv_heads*head_dim]        f32   (only with FLAG_QKV_BIAS)
+ *     v_proj                     [n_kv_heads*head_dim, dim]   MATRIX
+ *     v_bias                     [n_kv_heads*head_dim]        f32   (only with FLAG_QKV_BIAS)
+ *     q_norm                     [head_dim]                   f32   (only with FLAG_QK_NORM)
+ *     k_norm                     [head_dim]                   f32   (only with FLAG_QK_NORM)
+ *     o_proj                     [dim, n_heads*head_dim]      MATRIX
+ *     post_attention_layernorm   [dim]                        f32
+ *     gate_proj                  [hidden_dim, dim]            MATRIX
+ *     up_proj                    [hidden_dim, dim]            MATRIX
+ *     down_proj                  [dim, hidden_dim]            MATRIX
+ *   norm                         [dim]                        f32
+ *   lm_head                      [vocab_size, dim]            MATRIX (absent with FLAG_TIED_EMBED:
+ *                                                                      the head is embed_tokens)
+ *
+ * A MATRIX [rows, cols] is stored row-major ([out_features, in_features], as in PyTorch's
+ * nn.Linear) in the header's weight_type:
+ *   WEIGHT_F32   rows*cols float32
+ *   WEIGHT_BF16  rows*cols bfloat16 (the top 16 bits of a float32)
+ *   WEIGHT_Q8    rows*cols int8 q, then (at the next multiple of 64) rows*cols/group_size float32
+ *                scales s; group g covers the group_size consecutive values q[g*gs .. g*gs+gs-1] of
+ *                one row, and w = s[g] * q. export.py picks s[g] = max|w| / 127 over the group.
+ *                cols is a multiple of group_size.
+ * Norm weights and biases are always float32 (they are tiny, and bf16 -> f32 is exact).
+ *
+ * The tokenizer section (read by tokenizer.c, written by export.py):
+ *   char   magic[4] = "QTOK"
+ *   u32    n_vocab             BPE vocabulary: ids 0 .. n_vocab-1
+ *   u32    n_merges
+ *   u32    n_added             added tokens (<|im_start|>, <think>, ...)
+ *   u32    flags               TOK_FLAG_* below
+ *   u32    len, bytes          the pre-tokenizer's Split regex as written in tokenizer.json
+ *   n_vocab times:    u32 len, bytes          the token's raw bytes (byte-level map undone)
+ *   n_merges times:   u32 left, u32 right, u32 result   (token ids; listed in rank order, rank 0 first)
+ *   n_added times:    u32 id, u32 special (0/1), u32 len, bytes (the content, UTF-8)
+ *   u32    len, bytes          the chat template from tokenizer_config.json ("" if none)
+ *
+ * Validation (model.c): magic, version, every size, every offset and the end of every tensor
+ * against the file size, with 64-bit arithmetic that cannot overflow. A bad file is one error line
+ * that names the file and the problem, never a crash.
+ */
+#ifndef MODEL_H
+#define MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels.h"
+
+#define CHECKPOINT_MAGIC "QW3C"
+#define CHECKPOINT_VERSION 1
+#define CHECKPOINT_ALIGN 64
+#define MAX_EOS_IDS 8
+
+enum { ARCH_QWEN3 = 1, ARCH_QWEN2 = 2, ARCH_LLAMA = 3 };
+
+enum {
+    FLAG_QK_NORM = 1,     /* q_norm/k_norm present: RMSNorm of every q and k head (Qwen3) */
+    FLAG_QKV_BIAS = 2,    /* q/k/v projections have biases (Qwen2) */
+    FLAG_TIED_EMBED = 4,  /* lm_head is embed_tokens */
+};
+
+enum {
+    TOK_FLAG_NFC = 1,          /* normalizer is NFC */
+    TOK_FLAG_QWEN2_REGEX = 2,  /* the Split regex is exactly Qwen2/Qwen3's (tokenizer.c implements it) */
+    TOK_FLAG_BYTE_LEVEL = 4,   /* byte-level pre-tokenizer and decoder */
+};
+
+/* The first 256 bytes of the file. Every field is 4 or 8 bytes and placed so that the struct has
+ * no implicit padding; export.py writes it with the struct format
+ * '<4s13I f i d I 8i f f i 2I 4Q 96x'. */
+typedef struct {
+    char magic[4];            /* "QW3C" */
+    uint32_t version;         /* CHECKPOINT_VERSION */
+    uint32_t arch;            /* ARCH_*: which Hugging Face class it came from (informational) */
+    uint32_t flags;           /* FLAG_* */
+    uint32_t dim;             /* hidden_size D */
+    uint32_t hidden_dim;      /* intermediate_size F */
+    uint32_t n_layers;        /* num_hidden_layers L */
+    uint32_t n_heads;         /* num_attention_heads H */
+    uint32_t n_kv_heads;      /* num_key_value_heads K */
+    uint32_t head_dim;        /* head_dim d (NOT always dim / n_heads) */
+    uint32_t vocab_size;      /* rows of embed_tokens and lm_head */
+    uint32_t max_seq_len;     /* max_position_embeddings */
+    uint32_t weight_type;     /* WEIGHT_F32 / WEIGHT_BF16 / WEIGHT_Q8 */
+    uint32_t group_size;      /* q8 group size (0 otherwise) */
+    float rms_norm_eps;       /* epsilon inside the square root of every RMSNorm */
+    int32_t bos_id;           /* -1: none (Qwen3 adds no BOS) */
+    double rope_theta;        /* RoPE base */
+    uint32_t n_eos;           /* how many of eos_ids are used */
+    int32_t eos_ids[MAX_EOS_IDS];  /* generation stops at any of these */
+    float temperature;        /* generation_config defaults (0 when absent) */
+    float top_p;
+    int32_t top_k;
+    uint32_t reserved0;
+    uint32_t reserved1;
+    uint64_t tokenizer_offset;
+    uint64_t tokenizer_bytes;
+    uint64_t weights_offset;
+    uint64_t weights_bytes;
+    uint8_t reserved[256 - 160];  /* zero */
+} FileHeader;
+
+_Static_assert(sizeof(FileHeader) == 256, "FileHeader must be exactly 256 bytes");
+
+typedef struct {
+    int dim, hidden_dim, n_layers, n_heads, n_kv_heads, head_dim, vocab_size;
+    int max_seq_len;   /* the model's maximum context (max_position_embeddings) */
+    int seq_len;       /* the KV cache size actually allocated (-c/--ctx, at most max_seq_len) */
+    float rms_norm_eps;
+    double rope_theta;
+    int arch, flags;
+    WeightType weight_type;
+    int group_size;
+} Config;
+
+typedef struct {
+    const float* input_layernorm;           /* [dim]  RMSNorm before attention */
+    Matrix q_proj, k_proj, v_proj;          /* [H*d, dim], [K*d, dim], [K*d, dim] */
+    const float *q_bias, *k_bias, *v_bias;  /* NULL unless FLAG_QKV_BIAS */
+    const float *q_norm, *k_norm;           /* [head_dim], NULL unless FLAG_QK_NORM */
+    Matrix o_proj;                          /* [dim, H*d] */
+    const float* post_attention_layernorm;  /* [dim]  RMSNorm before the MLP */
+    Matrix gate_proj, up_proj, down_proj;   /* [F, dim], [F, dim], [dim, F] */
+} LayerWeights;
+
+/* Every weight is a pointer into the mapped file: nothing is copied at load. */
+typedef struct {
+    Matrix embed_tokens;   /* [vocab, dim] */
+    LayerWeights* layers;  /* [n_layers] (this small array of pointers is the only allocation) */
+    const float* norm;     /* [dim]  final RMSNorm */
+    Matrix lm_head;        /* [vocab, dim]; equals embed_tokens for tied models */
+} Weights;
+
+/* Activations for a batch of up to max_batch positions, and the KV cache. Allocated once at load;
+ * the token loop allocates nothing. Row t of a batch buffer is at buf + t * width. */
+typedef struct {
+    int max_batch;
+    float* x;        /* [B, dim]   the residual stream */
+    float* xb;       /* [B, dim]   normalised input of attention / MLP */
+    float* q;        /* [B, H*d] */
+    float* k;        /* [B, K*d] */
+    float* v;        /* [B, K*d] */
+    float* att_out;  /* [B, H*d]   attention output, before o_proj */
+    float* proj;     /* [B, dim]   o_proj / down_proj output, before the residual add */
+    float* gate;     /* [B, F] */
+    float* up;       /* [B, F] */
+    float* att;      /* [seq_len]  attention scores of one head (per thread: [n_threads, seq_len]) */
+    float* logits;   /* [vocab]    logits of the last position */
+    float* key_cache;    /* [L, seq_len, K*d]  keys after QK-Norm and RoPE */
+    float* value_cache;  /* [L, seq_len, K*d] */
+    float* rope_cos;     /* [seq_len, d/2]  cos(p * inv_freq[i]) */
+    float* rope_sin;     /* [seq_len, d/2] */
+} RunState;
+
+typedef struct {
+    Config config;
+    Weights weights;
+    RunState state;
+    FileHeader header;        /* a copy of the file's header */
+    const uint8_t* tokenizer_data;  /* the tokenizer section, inside the mapping */
+    size_t tokenizer_bytes;
+    int fd;
+    void* data;               /* the memory-mapped file */
+    size_t file_size;
+} Transformer;
+
+/* Maps and validates the checkpoint and allocates the run state with a KV cache of ctx positions
+ * (ctx <= 0: a default of min(4096, max_seq_len); larger than max_seq_len: clamped, with a note).
+ * Returns 0, or -1 after writing one line "PATH: problem" into err. */
+int transformer_load(Transformer* t, const char* path, int ctx, char* err, size_t errlen);
+void transformer_free(Transformer* t);
+
+/* Runs n tokens at positions pos .. pos+n-1 through the model (prefill when n > 1, decode when
+ * n == 1), appending their keys and values to the KV cache. pos + n must be <= config.seq_len.
+ * If all_logits is not NULL it receives n * vocab_size logits (every position); the last
+ * position's logits are always in state.logits, which is also returned. */
+float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_logits);
+
+#endif

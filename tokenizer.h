@@ -1,0 +1,49 @@
+/* tokenizer.h: Qwen3's byte-level BPE tokenizer (QWEN3.md section 4), read from the tokenizer
+ * section of the checkpoint file (layout in model.h). */
+#ifndef TOKENIZER_H
+#define TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct Tokenizer Tokenizer;
+
+/* Parses the tokenizer section (data points into the mapped checkpoint and must outlive the
+ * tokenizer). Returns NULL after writing one line describing the problem into err. */
+Tokenizer* tokenizer_new(const uint8_t* data, size_t n, char* err, size_t errlen);
+void tokenizer_free(Tokenizer* t);
+
+/* Number of ids the tokenizer knows (BPE vocabulary + added tokens); 0 for a checkpoint
+ * exported without a tokenizer. */
+int tokenizer_size(const Tokenizer* t);
+
+/* Encodes len bytes of UTF-8 text (added tokens such as <|im_start|> in the text become their
+ * ids; no BOS). Returns a malloc'ed array of *n_ids ids (free it), or NULL when out of memory.
+ * Invalid UTF-8 and NUL bytes are handled, never a crash. */
+int* tokenizer_encode(const Tokenizer* t, const char* text, size_t len, int* n_ids);
+
+/* The bytes of one token (an added token's content, or a vocabulary token's raw bytes); NULL with
+ * *len = 0 for ids the tokenizer does not know. */
+const char* tokenizer_token(const Tokenizer* t, int id, size_t* len);
+
+/* 1 if id is an added token marked special (<|im_end|>, ...), else 0. */
+int tokenizer_is_special(const Tokenizer* t, int id);
+
+/* The id of the added token or vocabulary token whose content is exactly s, or -1. */
+int tokenizer_find(const Tokenizer* t, const char* s);
+
+/* Streaming decoder: holds back the bytes of an incomplete UTF-8 character until it is complete,
+ * so the output never shows a partial character. */
+typedef struct {
+    unsigned char pending[8];
+    int n_pending;
+} Utf8Stream;
+
+/* Writes the bytes of token id to out through the stream (special tokens are written only when
+ * show_special is nonzero). Invalid sequences are written as U+FFFD. */
+void tokenizer_print(const Tokenizer* t, Utf8Stream* s, int id, int show_special, FILE* out);
+/* Writes out whatever is still held (as U+FFFD: an incomplete character at the end). */
+void utf8_stream_flush(Utf8Stream* s, FILE* out);
+
+#endif
