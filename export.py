@@ -1,0 +1,589 @@
+#!/usr/bin/env python3
+"""export.py: a Hugging Face Qwen3 folder in, one checkpoint file out.
+
+    python3 export.py path/to/Qwen3-0.6B qwen3-0.6b.bin [--dtype f32|bf16|q8]
+
+Reads config.json, generation_config.json, model.safetensors (or the shards listed in
+model.safetensors.index.json; BF16, F16 or F32), tokenizer.json and tokenizer_config.json, and
+writes the checkpoint format documented at the top of model.h: a 256-byte header, the tokenizer,
+then every tensor 64-byte aligned so the engine can memory-map the file.
+
+Python 3 standard library only. Tensors are streamed in blocks of rows, so memory stays far below
+the checkpoint size. The output is written under a temporary name and renamed at the end: a failed
+export leaves no file behind.
+"""
+import argparse
+import array
+import json
+import os
+import struct
+import sys
+import time
+
+MAGIC = b"QW3C"
+VERSION = 1
+ALIGN = 64
+HEADER_FORMAT = "<4s13I f i d I 8i f f i 2I 4Q 96x"  # the FileHeader struct of model.h
+MAX_EOS = 8
+
+ARCH_QWEN3, ARCH_QWEN2, ARCH_LLAMA = 1, 2, 3
+ARCHITECTURES = {"Qwen3ForCausalLM": ARCH_QWEN3, "Qwen2ForCausalLM": ARCH_QWEN2,
+                 "LlamaForCausalLM": ARCH_LLAMA}
+FLAG_QK_NORM, FLAG_QKV_BIAS, FLAG_TIED_EMBED = 1, 2, 4
+WEIGHT_F32, WEIGHT_BF16, WEIGHT_Q8 = 0, 1, 2
+DTYPES = {"f32": WEIGHT_F32, "bf16": WEIGHT_BF16, "q8": WEIGHT_Q8}
+TOK_FLAG_NFC, TOK_FLAG_QWEN2_REGEX, TOK_FLAG_BYTE_LEVEL = 1, 2, 4
+
+# The Split regex of Qwen2/Qwen3's tokenizer.json (QWEN3.md 4.3); tokenizer.c implements exactly this.
+QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+               r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+SAFETENSORS_DTYPES = {"BF16": 2, "F16": 2, "F32": 4}  # what we read; anything else is refused
+BLOCK_BYTES = 16 << 20  # rows are converted in blocks of about this many source bytes
+if sys.byteorder != "little":
+    sys.exit("export.py: error: this script assumes a little-endian machine")
+
+
+class ExportError(Exception):
+    """A problem with the input, reported as one line and exit status 1."""
+
+
+def read_json(path, what):
+    try:
+        with open(path, "r", encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise ExportError(f"{path}: not found ({what})")
+    except (OSError, ValueError) as e:
+        raise ExportError(f"{path}: cannot read {what}: {e}")
+
+
+# ---------------------------------------------------------------------------------------------
+# config.json -> the header's config values
+# ---------------------------------------------------------------------------------------------
+
+def parse_config(folder, cfg, gen):
+    path = os.path.join(folder, "config.json")
+
+    def need(key):
+        if key not in cfg:
+            raise ExportError(f"{path}: missing field '{key}'")
+        v = cfg[key]
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            raise ExportError(f"{path}: field '{key}' must be a positive integer, got {v!r}")
+        return v
+
+    archs = cfg.get("architectures") or []
+    if len(archs) != 1 or archs[0] not in ARCHITECTURES:
+        raise ExportError(f"{path}: field 'architectures' is {archs!r}; supported: "
+                          + ", ".join(ARCHITECTURES))
+    arch = ARCHITECTURES[archs[0]]
+    for key in ("num_experts", "num_local_experts", "moe_intermediate_size", "quantization_config"):
+        if cfg.get(key):
+            raise ExportError(f"{path}: field '{key}' = {cfg[key]!r} is not supported "
+                              "(mixture-of-experts and pre-quantized checkpoints are out of scope)")
+    if cfg.get("use_sliding_window"):
+        raise ExportError(f"{path}: field 'use_sliding_window' is true; sliding-window attention "
+                          "is not supported")
+    act = cfg.get("hidden_act", "silu")
+    if act != "silu":
+        raise ExportError(f"{path}: field 'hidden_act' is {act!r}; only 'silu' is supported")
+    if cfg.get("mlp_bias"):
+        raise ExportError(f"{path}: field 'mlp_bias' is true; MLP biases are not supported")
+    if cfg.get("attention_bias") and arch != ARCH_QWEN2:
+        raise ExportError(f"{path}: field 'attention_bias' is true; only Qwen2's q/k/v biases "
+                          "are supported")
+
+    # RoPE: theta at top level (transformers 4.x) or inside rope_parameters (v5); no scaling.
+    theta = cfg.get("rope_theta")
+    rope_params = cfg.get("rope_parameters")
+    if isinstance(rope_params, dict):
+        rtype = rope_params.get("rope_type", rope_params.get("type", "default"))
+        if rtype != "default":
+            raise ExportError(f"{path}: field 'rope_parameters.rope_type' is {rtype!r}; "
+                              "only the default RoPE is supported")
+        theta = rope_params.get("rope_theta", theta)
+    scaling = cfg.get("rope_scaling")
+    if scaling is not None:
+        rtype = scaling.get("rope_type", scaling.get("type")) if isinstance(scaling, dict) else scaling
+        if rtype != "default":
+            raise ExportError(f"{path}: field 'rope_scaling' has type {rtype!r}; RoPE scaling "
+                              "is not supported (remove it to run at the native context)")
+    if theta is None:
+        theta = 10000.0  # the transformers default for all three classes
+    if not isinstance(theta, (int, float)) or theta <= 0:
+        raise ExportError(f"{path}: field 'rope_theta' must be a positive number, got {theta!r}")
+
+    c = {
+        "arch": arch,
+        "dim": need("hidden_size"),
+        "hidden_dim": need("intermediate_size"),
+        "n_layers": need("num_hidden_layers"),
+        "n_heads": need("num_attention_heads"),
+        "vocab_size": need("vocab_size"),
+        "rope_theta": float(theta),
+    }
+    c["n_kv_heads"] = cfg.get("num_key_value_heads") or c["n_heads"]
+    c["head_dim"] = cfg.get("head_dim") or c["dim"] // c["n_heads"]
+    for key in ("n_kv_heads", "head_dim"):
+        if not isinstance(c[key], int) or c[key] <= 0:
+            raise ExportError(f"{path}: {key} must be a positive integer, got {c[key]!r}")
+    if c["n_heads"] % c["n_kv_heads"]:
+        raise ExportError(f"{path}: num_attention_heads {c['n_heads']} is not a multiple of "
+                          f"num_key_value_heads {c['n_kv_heads']}")
+    if c["head_dim"] % 2:
+        raise ExportError(f"{path}: head_dim {c['head_dim']} is odd; RoPE needs an even head_dim")
+    c["max_seq_len"] = cfg.get("max_position_embeddings") or 32768
+    eps = cfg.get("rms_norm_eps", 1e-6)
+    if not isinstance(eps, (int, float)) or not 0 < eps < 1:
+        raise ExportError(f"{path}: field 'rms_norm_eps' must be in (0, 1), got {eps!r}")
+    c["rms_norm_eps"] = float(eps)
+    # transformers' Qwen3/Qwen2/Llama configs all default tie_word_embeddings to False.
+    c["tied"] = bool(cfg.get("tie_word_embeddings", False))
+
+    # End-of-sequence ids: config's and generation_config's, in order, without repeats.
+    eos = []
+    for source in (gen.get("eos_token_id"), cfg.get("eos_token_id")):
+        for e in (source if isinstance(source, list) else [source]):
+            if isinstance(e, int) and e >= 0 and e not in eos:
+                eos.append(e)
+    c["eos_ids"] = eos[:MAX_EOS]
+    c["temperature"] = float(gen.get("temperature") or 0.0)
+    c["top_p"] = float(gen.get("top_p") or 0.0)
+    c["top_k"] = int(gen.get("top_k") or 0)
+    return c
+
+
+# ---------------------------------------------------------------------------------------------
+# safetensors: one name -> (file, offset, dtype, shape) table over every shard (QWEN3.md 3.1-3.2)
+# ---------------------------------------------------------------------------------------------
+
+class Tensor:
+    def __init__(self, path, offset, dtype, shape):
+        self.path, self.offset, self.dtype, self.shape = path, offset, dtype, shape
+
+
+def read_safetensors_header(path, table):
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            raw = f.read(8)
+            if len(raw) < 8:
+                raise ExportError(f"{path}: too short for a safetensors file")
+            (n,) = struct.unpack("<Q", raw)
+            if n > 100_000_000 or 8 + n > size:
+                raise ExportError(f"{path}: bad safetensors header length {n}")
+            header = json.loads(f.read(n).decode("utf-8"))
+    except FileNotFoundError:
+        raise ExportError(f"{path}: not found")
+    except (OSError, ValueError) as e:
+        raise ExportError(f"{path}: cannot read the safetensors header: {e}")
+    if not isinstance(header, dict):
+        raise ExportError(f"{path}: the safetensors header is not a JSON object")
+    base = 8 + n
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype, shape, (begin, end) = info["dtype"], info["shape"], info["data_offsets"]
+        except (KeyError, TypeError, ValueError):
+            raise ExportError(f"{path}: tensor '{name}' has a malformed header entry")
+        count = 1
+        for s in shape:
+            count *= s
+        width = SAFETENSORS_DTYPES.get(dtype)
+        if width is not None and (end - begin != count * width or base + end > size or begin < 0):
+            raise ExportError(f"{path}: tensor '{name}' has data_offsets [{begin}, {end}] that do "
+                              f"not fit its shape {shape} and dtype {dtype} or the file")
+        table[name] = Tensor(path, base + begin, dtype, list(shape))
+
+
+def load_tensor_table(folder):
+    index = os.path.join(folder, "model.safetensors.index.json")
+    single = os.path.join(folder, "model.safetensors")
+    table = {}
+    if os.path.exists(index):
+        weight_map = read_json(index, "the shard index").get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise ExportError(f"{index}: no 'weight_map' object")
+        for shard in sorted(set(weight_map.values())):
+            read_safetensors_header(os.path.join(folder, shard), table)
+        for name, shard in weight_map.items():
+            if name not in table:
+                raise ExportError(f"{index}: tensor '{name}' is listed in {shard} but not found there")
+    elif os.path.exists(single):
+        read_safetensors_header(single, table)
+    else:
+        raise ExportError(f"{folder}: no model.safetensors or model.safetensors.index.json")
+    return table
+
+
+# ---------------------------------------------------------------------------------------------
+# Conversion of row blocks to the stored format
+# ---------------------------------------------------------------------------------------------
+
+def to_f32_bytes(raw, dtype):
+    """Raw little-endian BF16/F16/F32 bytes -> float32 bytes."""
+    if dtype == "F32":
+        return raw
+    if dtype == "BF16":  # bf16 is the top half of a float32: put two zero bytes below each value
+        out = bytearray(2 * len(raw))
+        out[2::4] = raw[0::2]
+        out[3::4] = raw[1::2]
+        return bytes(out)
+    n = len(raw) // 2
+    return array.array("f", struct.unpack(f"<{n}e", raw)).tobytes()
+
+
+def f32_to_bf16_bytes(raw):
+    """float32 bytes -> bfloat16 bytes, round to nearest even (as torch's .to(bfloat16))."""
+    bits = array.array("I", raw)
+    out = array.array("H", bytes(2 * len(bits)))
+    for i, b in enumerate(bits):
+        if (b & 0x7F800000) == 0x7F800000 and (b & 0x7FFFFF):  # NaN stays a (quiet) NaN
+            out[i] = (b >> 16) | 0x40
+        else:
+            out[i] = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) & 0xFFFF
+    return out.tobytes()
+
+
+def quantize_q8(raw_f32, group_size):
+    """float32 bytes -> (int8 bytes, float32 scale bytes): per group s = max|w|/127, q = round(w/s)."""
+    vals = array.array("f", raw_f32)
+    q = array.array("b", bytes(len(vals)))
+    scales = array.array("f", bytes(4 * (len(vals) // group_size)))
+    for g in range(len(scales)):
+        lo = g * group_size
+        block = vals[lo:lo + group_size]
+        m = max(max(block), -min(block))
+        if m > 0:
+            scales[g] = m / 127.0
+            inv = 127.0 / m
+            q[lo:lo + group_size] = array.array("b", [round(v * inv) for v in block])
+    return q.tobytes(), scales.tobytes()
+
+
+# ---------------------------------------------------------------------------------------------
+# Tokenizer section (layout: model.h)
+# ---------------------------------------------------------------------------------------------
+
+def bytes_to_unicode():
+    """GPT-2's byte-level alphabet (QWEN3.md 4.4): byte -> code point."""
+    keep = list(range(0x21, 0x7F)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    table, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            table[b] = b
+        else:
+            table[b] = 256 + extra
+            extra += 1
+    return table
+
+
+def lp(data):
+    """A length-prefixed byte string: u32 length, then the bytes."""
+    return struct.pack("<I", len(data)) + data
+
+
+def tokenizer_section(tok_path, tok_config_path):
+    """Returns the tokenizer section bytes, or an empty tokenizer (with a warning) when there is no
+    byte-level BPE tokenizer.json."""
+    empty = b"QTOK" + struct.pack("<4I", 0, 0, 0, 0) + lp(b"") + lp(b"")
+    if not os.path.exists(tok_path):
+        warn(f"{tok_path} not found: the checkpoint gets no tokenizer (use --prompt-ids)")
+        return empty
+    tok = read_json(tok_path, "the tokenizer")
+    model = tok.get("model") or {}
+    if model.get("type") != "BPE":
+        raise ExportError(f"{tok_path}: model.type is {model.get('type')!r}; only BPE is supported")
+    byte_of = {cp: b for b, cp in bytes_to_unicode().items()}
+    vocab = model.get("vocab") or {}
+    n_vocab = len(vocab)
+    tokens = [None] * n_vocab
+    for s, i in vocab.items():
+        if not isinstance(i, int) or not 0 <= i < n_vocab or tokens[i] is not None:
+            raise ExportError(f"{tok_path}: vocabulary ids are not exactly 0..{n_vocab - 1} "
+                              f"(token {s!r} has id {i!r})")
+        try:
+            tokens[i] = bytes(byte_of[ord(ch)] for ch in s)
+        except KeyError:
+            warn(f"{tok_path}: token {s!r} is not byte-level BPE: the checkpoint gets no "
+                 "tokenizer (use --prompt-ids)")
+            return empty
+
+    merges = []
+    for rank, m in enumerate(model.get("merges") or []):
+        left, right = (m.split(" ", 1) if isinstance(m, str) else m)
+        a, b, ab = vocab.get(left), vocab.get(right), vocab.get(left + right)
+        if a is None or b is None or ab is None:
+            raise ExportError(f"{tok_path}: merge {rank} ({left!r}, {right!r}) uses or makes a token "
+                              "that is not in the vocabulary")
+        merges.append(struct.pack("<3I", a, b, ab))
+
+    added = []
+    for t in tok.get("added_tokens") or []:
+        added.append(struct.pack("<2I", t["id"], 1 if t.get("special") else 0)
+                     + lp(t["content"].encode("utf-8")))
+
+    flags, regex = 0, ""
+    norm = tok.get("normalizer") or {}
+    if norm.get("type") == "NFC":
+        flags |= TOK_FLAG_NFC
+    pre = tok.get("pre_tokenizer") or {}
+    parts = pre.get("pretokenizers", [pre]) if pre.get("type") == "Sequence" else [pre]
+    for p in parts:
+        if p.get("type") == "Split":
+            regex = (p.get("pattern") or {}).get("Regex", "")
+        if p.get("type") == "ByteLevel":
+            flags |= TOK_FLAG_BYTE_LEVEL
+    if regex == QWEN2_REGEX and flags & TOK_FLAG_BYTE_LEVEL:
+        flags |= TOK_FLAG_QWEN2_REGEX
+    else:
+        warn(f"{tok_path}: the pre-tokenizer is not Qwen2/Qwen3's; text encoding in the engine "
+             "may differ from the reference (--prompt-ids is exact)")
+
+    template = ""
+    if os.path.exists(tok_config_path):
+        t = read_json(tok_config_path, "the tokenizer config").get("chat_template") or ""
+        if isinstance(t, list):  # a list of named templates: take the default one
+            t = next((x.get("template", "") for x in t if x.get("name") == "default"), "")
+        template = t if isinstance(t, str) else ""
+
+    out = [b"QTOK", struct.pack("<4I", n_vocab, len(merges), len(added), flags),
+           lp(regex.encode("utf-8"))]
+    out += [lp(t) for t in tokens]
+    out += merges + added
+    out.append(lp(template.encode("utf-8")))
+    return b"".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# The export
+# ---------------------------------------------------------------------------------------------
+
+def warn(msg):
+    print(f"export.py: warning: {msg}", file=sys.stderr)
+
+
+def tensor_plan(c):
+    """(name in the HF folder, shape, is_matrix) in the order of model.h."""
+    D, F, H, K, d, V = (c["dim"], c["hidden_dim"], c["n_heads"], c["n_kv_heads"], c["head_dim"],
+                        c["vocab_size"])
+    plan = [("model.embed_tokens.weight", [V, D], True)]
+    for l in range(c["n_layers"]):
+        p = f"model.layers.{l}."
+        plan.append((p + "input_layernorm.weight", [D], False))
+        for proj, rows in (("q", H * d), ("k", K * d), ("v", K * d)):
+            plan.append((p + f"self_attn.{proj}_proj.weight", [rows, D], True))
+            if c["flags"] & FLAG_QKV_BIAS:
+                plan.append((p + f"self_attn.{proj}_proj.bias", [rows], False))
+        if c["flags"] & FLAG_QK_NORM:
+            plan.append((p + "self_attn.q_norm.weight", [d], False))
+            plan.append((p + "self_attn.k_norm.weight", [d], False))
+        plan.append((p + "self_attn.o_proj.weight", [D, H * d], True))
+        plan.append((p + "post_attention_layernorm.weight", [D], False))
+        plan.append((p + "mlp.gate_proj.weight", [F, D], True))
+        plan.append((p + "mlp.up_proj.weight", [F, D], True))
+        plan.append((p + "mlp.down_proj.weight", [D, F], True))
+    plan.append(("model.norm.weight", [D], False))
+    if not c["flags"] & FLAG_TIED_EMBED:
+        plan.append(("lm_head.weight", [V, D], True))
+    return plan
+
+
+def choose_group_size(c, requested):
+    """q8 groups: `requested` when it divides every input width, else the largest power of two
+    <= requested that does (at least 8)."""
+    widths = [c["dim"], c["hidden_dim"], c["n_heads"] * c["head_dim"]]
+    g = requested
+    while g >= 8:
+        if all(w % g == 0 for w in widths):
+            return g
+        g //= 2
+    raise ExportError(f"q8 needs every input width ({widths}) to be a multiple of 8")
+
+
+class Writer:
+    def __init__(self, f):
+        self.f = f
+
+    def pad(self):
+        pos = self.f.tell()
+        if pos % ALIGN:
+            self.f.write(bytes(ALIGN - pos % ALIGN))
+
+    def write(self, data):
+        self.f.write(data)
+
+
+def export(folder, out_path, dtype_name, group_size, tokenizer_dir):
+    cfg = read_json(os.path.join(folder, "config.json"), "the model config")
+    gen_path = os.path.join(folder, "generation_config.json")
+    gen = read_json(gen_path, "the generation config") if os.path.exists(gen_path) else {}
+    c = parse_config(folder, cfg, gen)
+    table = load_tensor_table(folder)
+
+    flags = 0
+    if c["arch"] == ARCH_QWEN3 or "model.layers.0.self_attn.q_norm.weight" in table:
+        flags |= FLAG_QK_NORM
+    if c["arch"] == ARCH_QWEN2:
+        flags |= FLAG_QKV_BIAS
+    if c["tied"]:
+        flags |= FLAG_TIED_EMBED
+    c["flags"] = flags
+    plan = tensor_plan(c)
+
+    # Check every tensor before writing anything.
+    for name, shape, _ in plan:
+        t = table.get(name)
+        if t is None:
+            raise ExportError(f"{folder}: tensor '{name}' is missing from the checkpoint")
+        if t.dtype not in SAFETENSORS_DTYPES:
+            raise ExportError(f"{t.path}: tensor '{name}' has dtype {t.dtype}; supported: "
+                              + ", ".join(SAFETENSORS_DTYPES))
+        if t.shape != shape:
+            raise ExportError(f"{t.path}: tensor '{name}' has shape {t.shape}, expected {shape} "
+                              "from config.json")
+    unused = set(table) - {name for name, _, _ in plan} - {"lm_head.weight"}
+    unused = {n for n in unused if not n.endswith("rotary_emb.inv_freq")}
+    if unused:
+        warn(f"{len(unused)} tensor(s) not used, e.g. '{sorted(unused)[0]}'")
+
+    # Default stored format: the source's (BF16 stays bf16, F32 stays f32, F16 becomes f32).
+    if dtype_name is None:
+        dtype_name = "bf16" if table["model.embed_tokens.weight"].dtype == "BF16" else "f32"
+    wtype = DTYPES[dtype_name]
+    gs = choose_group_size(c, group_size) if wtype == WEIGHT_Q8 else 0
+
+    tok_dir = tokenizer_dir or folder
+    tok = tokenizer_section(os.path.join(tok_dir, "tokenizer.json"),
+                            os.path.join(tok_dir, "tokenizer_config.json"))
+    bos = -1
+    if c["arch"] == ARCH_LLAMA:
+        tc_path = os.path.join(tok_dir, "tokenizer_config.json")
+        tc = read_json(tc_path, "the tokenizer config") if os.path.exists(tc_path) else {}
+        if tc.get("add_bos_token") and isinstance(cfg.get("bos_token_id"), int):
+            bos = cfg["bos_token_id"]
+
+    total = sum(table[name].shape[0] * (table[name].shape[1] if len(table[name].shape) > 1 else 1)
+                * SAFETENSORS_DTYPES[table[name].dtype] for name, _, _ in plan)
+    show_progress = total > (64 << 20)
+    done, t0 = 0, time.time()
+
+    out_dir = os.path.dirname(os.path.abspath(out_path))
+    tmp_path = os.path.join(out_dir, f".{os.path.basename(out_path)}.{os.getpid()}.tmp")
+    files = {}
+    try:
+        with open(tmp_path, "wb") as f:
+            w = Writer(f)
+            w.write(bytes(256))  # the header is written last, once the offsets are known
+            tok_offset = f.tell()
+            w.write(tok)
+            w.pad()
+            weights_offset = f.tell()
+            for name, shape, is_matrix in plan:
+                t = table[name]
+                if t.path not in files:
+                    files[t.path] = open(t.path, "rb")
+                src = files[t.path]
+                src.seek(t.offset)
+                width = SAFETENSORS_DTYPES[t.dtype]
+                rows = shape[0] if len(shape) == 2 else 1
+                cols = shape[-1]
+                w.pad()
+                if not is_matrix or wtype == WEIGHT_F32:
+                    rows_per_block = max(1, BLOCK_BYTES // (cols * width))
+                    for r in range(0, rows, rows_per_block):
+                        raw = src.read(min(rows_per_block, rows - r) * cols * width)
+                        w.write(to_f32_bytes(raw, t.dtype))
+                elif wtype == WEIGHT_BF16:
+                    rows_per_block = max(1, BLOCK_BYTES // (cols * width))
+                    for r in range(0, rows, rows_per_block):
+                        raw = src.read(min(rows_per_block, rows - r) * cols * width)
+                        w.write(raw if t.dtype == "BF16" else f32_to_bf16_bytes(to_f32_bytes(raw, t.dtype)))
+                else:  # q8: int8 values of every row, then (aligned) the scales of every row
+                    rows_per_block = max(1, (BLOCK_BYTES // 4) // (cols * width))
+                    scale_parts = []
+                    for r in range(0, rows, rows_per_block):
+                        raw = src.read(min(rows_per_block, rows - r) * cols * width)
+                        q, s = quantize_q8(to_f32_bytes(raw, t.dtype), gs)
+                        w.write(q)
+                        scale_parts.append(s)
+                        if show_progress:
+                            progress(done + (r + rows_per_block) * cols * width, total, t0, name)
+                    w.pad()
+                    w.write(b"".join(scale_parts))
+                done += rows * cols * width
+                if show_progress:
+                    progress(done, total, t0, name)
+            w.pad()
+            end = f.tell()
+            eos = c["eos_ids"] + [0] * (MAX_EOS - len(c["eos_ids"]))
+            header = struct.pack(
+                HEADER_FORMAT, MAGIC, VERSION, c["arch"], flags, c["dim"], c["hidden_dim"],
+                c["n_layers"], c["n_heads"], c["n_kv_heads"], c["head_dim"], c["vocab_size"],
+                c["max_seq_len"], wtype, gs, c["rms_norm_eps"], bos, c["rope_theta"],
+                len(c["eos_ids"]), *eos, c["temperature"], c["top_p"], c["top_k"], 0, 0,
+                tok_offset, len(tok), weights_offset, end - weights_offset)
+            assert len(header) == 256
+            f.seek(0)
+            f.write(header)
+        if show_progress:
+            print(file=sys.stderr)
+        os.replace(tmp_path, out_path)
+    except BaseException:
+        if os.path.exists(tmp_path):
+            os.unlink(tmp_path)
+        raise
+    finally:
+        for src in files.values():
+            src.close()
+    return end, dtype_name, gs
+
+
+def progress(done, total, t0, name):
+    done = min(done, total)
+    el = time.time() - t0
+    eta = el * (total - done) / done if done else 0
+    print(f"\rexport.py: {100 * done / total:5.1f}%  {done >> 20}/{total >> 20} MB  "
+          f"eta {eta:4.0f}s  {name[:48]:<48}", end="", file=sys.stderr, flush=True)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(
+        description="Convert a Hugging Face Qwen3 (or Qwen2 / Llama) folder into one checkpoint "
+                    "file for ./run (format: model.h).")
+    ap.add_argument("folder", help="Hugging Face model folder (config.json, *.safetensors, "
+                                   "tokenizer.json, ...)")
+    ap.add_argument("output", help="checkpoint file to write")
+    ap.add_argument("--dtype", choices=sorted(DTYPES),
+                    help="stored weight format (default: the source's; F16 sources become f32)")
+    ap.add_argument("--group-size", type=int, default=64,
+                    help="q8 group size (default 64; smaller when it does not divide the widths)")
+    ap.add_argument("--tokenizer", metavar="DIR",
+                    help="take tokenizer.json and tokenizer_config.json from DIR instead of the "
+                         "model folder")
+    args = ap.parse_args(argv)
+    if args.group_size < 8 or args.group_size & (args.group_size - 1):
+        ap.error("--group-size must be a power of two >= 8")
+    try:
+        t0 = time.time()
+        size, dtype_name, gs = export(args.folder, args.output, args.dtype, args.group_size,
+                                      args.tokenizer)
+        extra = f", group size {gs}" if gs else ""
+        print(f"export.py: wrote {args.output} ({size / 1e6:.1f} MB, {dtype_name}{extra}) in "
+              f"{time.time() - t0:.1f}s", file=sys.stderr)
+    except ExportError as e:
+        print(f"export.py: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("export.py: interrupted; no output written", file=sys.stderr)
+        return 130
+    except OSError as e:
+        print(f"export.py: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
