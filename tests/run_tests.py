@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Runs every test: the C test programs (tests/test_*.c, built by `make test`) and the Python
+tests (tests/test_*.py, unittest). Prints one closing line 'N passed, N failed, N skipped' and
+exits non-zero when anything failed. Python 3 standard library only.
+
+    python3 tests/run_tests.py [-v] [NAME_FILTER]
+"""
+import glob
+import os
+import subprocess
+import sys
+import time
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def c_test_case(binary):
+    """A unittest case that runs one C test program and passes when it exits 0."""
+    name = os.path.basename(binary)
+
+    class CTest(unittest.TestCase):
+        def runTest(self):
+            p = subprocess.run([binary], cwd=ROOT, capture_output=True, text=True, timeout=600)
+            if p.returncode != 0:
+                self.fail(f"{name} exited {p.returncode}\n{p.stdout[-4000:]}\n{p.stderr[-4000:]}")
+            last = (p.stdout.strip().splitlines() or [""])[-1]
+            sys.stderr.write(f"  [{name}] {last}\n")
+
+        def __str__(self):
+            return f"{name} (C test program)"
+
+    return CTest()
+
+
+def main():
+    verbose = "-v" in sys.argv[1:]
+    pattern = next((a for a in sys.argv[1:] if not a.startswith("-")), "")
+    os.chdir(ROOT)
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    suite = unittest.TestSuite()
+    for src in sorted(glob.glob(os.path.join(ROOT, "tests", "test_*.c"))):
+        binary = src[:-2]
+        if pattern in os.path.basename(binary):
+            if not os.path.exists(binary):
+                sys.exit(f"run_tests.py: {binary} is not built (run `make test`)")
+            suite.addTest(c_test_case(binary))
+    loader = unittest.TestLoader()
+    for path in sorted(glob.glob(os.path.join(ROOT, "tests", "test_*.py"))):
+        module = os.path.basename(path)[:-3]
+        if pattern and pattern not in module:
+            continue
+        suite.addTests(loader.loadTestsFromName(module))
+
+    t0 = time.time()
+    runner = unittest.TextTestRunner(verbosity=2 if verbose else 1, stream=sys.stderr)
+    result = runner.run(suite)
+    failed = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)
+    skipped = len(result.skipped)
+    passed = result.testsRun - failed - skipped
+    for test, reason in result.skipped:
+        print(f"skipped: {test}: {reason}")
+    print(f"({time.time() - t0:.1f}s)")
+    print(f"{passed} passed, {failed} failed, {skipped} skipped")
+    return 1 if failed or result.testsRun == 0 else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
