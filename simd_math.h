@@ -1,0 +1,70 @@
+/* simd_math.h: private helpers of the kernel files (not part of the kernels.h interface):
+ * horizontal sums and a vector exp for AVX2 and NEON. */
+#ifndef SIMD_MATH_H
+#define SIMD_MATH_H
+
+#include <stddef.h>
+
+/* matmul.c's scratch (activation quantisation), sized by kernels_init. */
+int matmul_scratch_init(int max_batch, int max_cols);
+void matmul_scratch_free(void);
+
+#if !defined(KERNELS_SCALAR) && defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define KERNELS_AVX2 1
+
+static inline float hsum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* e^x, relative error about 2e-7 on [-87, 88]; 0 below -87.3, +inf-ish clamp above 88.7. */
+static inline __m256 exp256(__m256 x) {
+    const __m256 hi = _mm256_set1_ps(88.3762626647949f);
+    const __m256 lo = _mm256_set1_ps(-87.3365478515625f);
+    __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500E-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507E-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073E-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894E-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    __m256 res = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+    return _mm256_andnot_ps(under, res);
+}
+
+#elif !defined(KERNELS_SCALAR) && defined(__ARM_NEON)
+#include <arm_neon.h>
+#define KERNELS_NEON 1
+
+static inline float32x4_t exp128(float32x4_t x) {
+    const float32x4_t hi = vdupq_n_f32(88.3762626647949f);
+    const float32x4_t lo = vdupq_n_f32(-87.3365478515625f);
+    uint32x4_t under = vcltq_f32(x, lo);
+    x = vminq_f32(vmaxq_f32(x, lo), hi);
+    float32x4_t n = vrndnq_f32(vmulq_n_f32(x, 1.44269504088896341f));
+    float32x4_t r = vfmsq_f32(x, n, vdupq_n_f32(0.693359375f));
+    r = vfmsq_f32(r, n, vdupq_n_f32(-2.12194440e-4f));
+    float32x4_t p = vdupq_n_f32(1.9875691500E-4f);
+    p = vfmaq_f32(vdupq_n_f32(1.3981999507E-3f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(8.3334519073E-3f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(4.1665795894E-2f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(1.6666665459E-1f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(5.0000001201E-1f), p, r);
+    p = vfmaq_f32(vaddq_f32(r, vdupq_n_f32(1.0f)), p, vmulq_f32(r, r));
+    int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23);
+    float32x4_t res = vmulq_f32(p, vreinterpretq_f32_s32(e));
+    return vreinterpretq_f32_u32(vbicq_u32(vreinterpretq_u32_f32(res), under));
+}
+#endif
+
+#endif
