@@ -1,0 +1,234 @@
+"""A plain-Python reference forward pass of Qwen3 / Qwen2 / Llama (QWEN3.md 2.1-2.5, 6).
+
+Independent of export.py and of the engine: it reads the Hugging Face folder itself (config.json and
+the safetensors, sharded or not) and computes in double precision with lists of floats and the math
+module, one token at a time with a KV cache (QWEN3.md 2.2; mathematically identical to a causal
+prefill, 2.3). forward() returns the logits of every position.
+
+Deliberate mistakes (to prove the end-to-end test would catch them), all off by default:
+  eps=1e-5            use this epsilon instead of config's rms_norm_eps (llama2.c hard-codes 1e-5)
+  rope='interleaved'  rotate pairs (2i, 2i+1) (llama2.c) instead of rotate-half (i, i+d/2)
+  skip_qk_norm=True   leave out Qwen3's per-head RMSNorm of q and k
+  gqa='mod'           query head j reads kv head j % K instead of j // G
+"""
+
+import json
+import math
+import os
+import struct
+import sys
+from operator import mul
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hf_model  # noqa: E402  (the safetensors reader and the number formats)
+
+
+def f32(x):
+    return struct.unpack('<f', struct.pack('<f', x))[0]
+
+
+MATRIX_SUFFIXES = ('embed_tokens.weight', 'q_proj.weight', 'k_proj.weight', 'v_proj.weight',
+                   'o_proj.weight', 'gate_proj.weight', 'up_proj.weight', 'down_proj.weight',
+                   'lm_head.weight')
+
+
+def is_matrix(name):
+    """The tensors export.py stores as MATRIX (model.h): these change with --dtype bf16 / q8;
+    norm weights and biases are always float32."""
+    return name.endswith(MATRIX_SUFFIXES)
+
+
+def as_bf16(values, cols):
+    """What export --dtype bf16 stores: round to nearest even bfloat16."""
+    return [hf_model.bf16_round(v) for v in values]
+
+
+def as_q8(values, cols, group_size):
+    """What export --dtype q8 stores, dequantised (model.h): per group of group_size consecutive
+    values of a row, m = max|w|, s = float32(m / 127), q = round(w * 127 / m) (an int8), w' = s * q."""
+    assert cols % group_size == 0
+    out = []
+    for g in range(0, len(values), group_size):
+        grp = values[g:g + group_size]
+        m = max(abs(v) for v in grp)
+        if m == 0.0:
+            out.extend(0.0 for _ in grp)
+            continue
+        s = f32(m / 127.0)
+        inv = 127.0 / m
+        out.extend(s * max(-127, min(127, round(v * inv))) for v in grp)
+    return out
+
+
+class Reference:
+    def __init__(self, folder, matrix_transform=None):
+        """matrix_transform(values, cols) -> values, applied to every MATRIX tensor (to model what
+        an export dtype stores, e.g. as_bf16); None keeps the source values."""
+        with open(os.path.join(folder, 'config.json')) as f:
+            cfg = json.load(f)
+        self.cfg = cfg
+        self.arch = cfg['architectures'][0]
+        assert self.arch in ('Qwen3ForCausalLM', 'Qwen2ForCausalLM', 'LlamaForCausalLM'), self.arch
+        self.D = cfg['hidden_size']
+        self.F = cfg['intermediate_size']
+        self.L = cfg['num_hidden_layers']
+        self.H = cfg['num_attention_heads']
+        self.K = cfg.get('num_key_value_heads', self.H)
+        self.d = cfg.get('head_dim') or self.D // self.H
+        self.V = cfg['vocab_size']
+        self.eps = cfg['rms_norm_eps']
+        self.theta = cfg.get('rope_theta', 10000.0)
+        self.tie = cfg.get('tie_word_embeddings', False)
+        assert cfg.get('rope_scaling') is None
+        self.qk_norm = self.arch == 'Qwen3ForCausalLM'
+        self.bias = self.arch == 'Qwen2ForCausalLM' or (self.arch == 'LlamaForCausalLM' and cfg.get('attention_bias', False))
+
+        raw = hf_model.read_hf_tensors(folder)
+
+        def get(name, shape):
+            dtype, sh, vals = raw[name]
+            assert list(sh) == list(shape), (name, sh, shape)
+            if matrix_transform is not None and is_matrix(name):
+                vals = matrix_transform(vals, shape[-1])
+            if len(shape) == 1:
+                return list(vals)
+            rows, cols = shape
+            return [vals[r * cols:(r + 1) * cols] for r in range(rows)]
+
+        D, F, H, K, d, V = self.D, self.F, self.H, self.K, self.d, self.V
+        self.embed = get('model.embed_tokens.weight', [V, D])
+        self.layers = []
+        for l in range(self.L):
+            p = 'model.layers.%d.' % l
+            w = {
+                'in_norm': get(p + 'input_layernorm.weight', [D]),
+                'wq': get(p + 'self_attn.q_proj.weight', [H * d, D]),
+                'wk': get(p + 'self_attn.k_proj.weight', [K * d, D]),
+                'wv': get(p + 'self_attn.v_proj.weight', [K * d, D]),
+                'wo': get(p + 'self_attn.o_proj.weight', [D, H * d]),
+                'post_norm': get(p + 'post_attention_layernorm.weight', [D]),
+                'gate': get(p + 'mlp.gate_proj.weight', [F, D]),
+                'up': get(p + 'mlp.up_proj.weight', [F, D]),
+                'down': get(p + 'mlp.down_proj.weight', [D, F]),
+            }
+            if self.bias:
+                w['bq'] = get(p + 'self_attn.q_proj.bias', [H * d])
+                w['bk'] = get(p + 'self_attn.k_proj.bias', [K * d])
+                w['bv'] = get(p + 'self_attn.v_proj.bias', [K * d])
+            if self.qk_norm:
+                w['q_norm'] = get(p + 'self_attn.q_norm.weight', [d])
+                w['k_norm'] = get(p + 'self_attn.k_norm.weight', [d])
+            self.layers.append(w)
+        self.norm = get('model.norm.weight', [D])
+        # Tied: the head IS embed_tokens; a stored lm_head.weight is ignored (QWEN3.md 3.3, 7.7).
+        self.lm_head = self.embed if self.tie else get('lm_head.weight', [V, D])
+
+        # inv_freq exactly as HF computes it (QWEN3.md 2.4): float32 exponent 2i/d, float32 power.
+        self.inv_freq = []
+        for i in range(d // 2):
+            e = f32(f32(2 * i) / d)
+            self.inv_freq.append(f32(1.0 / f32(self.theta ** e)))
+
+    # --------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def matvec(W, x):
+        return [sum(map(mul, row, x)) for row in W]
+
+    @staticmethod
+    def rmsnorm(x, w, eps):
+        ms = sum(v * v for v in x) / len(x)
+        r = 1.0 / math.sqrt(ms + eps)  # epsilon inside the square root (QWEN3.md 2.1)
+        return [wi * (xi * r) for xi, wi in zip(x, w)]
+
+    def rope(self, x, pos, interleaved):
+        """Rotates one head vector in place. Angles: float32 product pos * inv_freq (as HF)."""
+        d = self.d
+        half = d // 2
+        for i in range(half):
+            a = f32(pos * self.inv_freq[i])
+            c, s = math.cos(a), math.sin(a)
+            if interleaved:  # the mistake: llama2.c's pairing
+                j, k = 2 * i, 2 * i + 1
+            else:            # rotate_half: element i with element i + d/2
+                j, k = i, i + half
+            x0, x1 = x[j], x[k]
+            x[j] = x0 * c - x1 * s
+            x[k] = x1 * c + x0 * s
+
+    def forward(self, tokens, eps=None, rope='half', skip_qk_norm=False, gqa='div'):
+        """Logits (a list of V floats) for every position of tokens (positions 0..len-1)."""
+        assert rope in ('half', 'interleaved') and gqa in ('div', 'mod')
+        eps = self.eps if eps is None else eps
+        D, H, K, d = self.D, self.H, self.K, self.d
+        G = H // K
+        scale = 1.0 / math.sqrt(d)
+        kcache = [[] for _ in range(self.L)]  # per layer: list over positions of K lists of d
+        vcache = [[] for _ in range(self.L)]
+        out = []
+        for pos, tok in enumerate(tokens):
+            x = list(self.embed[tok])
+            for l, w in enumerate(self.layers):
+                h = self.rmsnorm(x, w['in_norm'], eps)
+                q = self.matvec(w['wq'], h)
+                k = self.matvec(w['wk'], h)
+                v = self.matvec(w['wv'], h)
+                if self.bias:
+                    q = [a + b for a, b in zip(q, w['bq'])]
+                    k = [a + b for a, b in zip(k, w['bk'])]
+                    v = [a + b for a, b in zip(v, w['bv'])]
+                qh = [q[j * d:(j + 1) * d] for j in range(H)]
+                kh = [k[g * d:(g + 1) * d] for g in range(K)]
+                vh = [v[g * d:(g + 1) * d] for g in range(K)]
+                if self.qk_norm and not skip_qk_norm:  # per head, before RoPE
+                    qh = [self.rmsnorm(t, w['q_norm'], eps) for t in qh]
+                    kh = [self.rmsnorm(t, w['k_norm'], eps) for t in kh]
+                for t in qh + kh:
+                    self.rope(t, pos, rope == 'interleaved')
+                kcache[l].append(kh)  # keys after QK-norm and RoPE
+                vcache[l].append(vh)
+                att = []
+                for j in range(H):
+                    g = j // G if gqa == 'div' else j % K
+                    s = [sum(map(mul, qh[j], kc[g])) * scale for kc in kcache[l]]
+                    m = max(s)
+                    e = [math.exp(z - m) for z in s]
+                    tot = sum(e)
+                    o = [0.0] * d
+                    for a, vc in zip(e, vcache[l]):
+                        a /= tot
+                        vg = vc[g]
+                        for i in range(d):
+                            o[i] += a * vg[i]
+                    att.extend(o)
+                x = [a + b for a, b in zip(x, self.matvec(w['wo'], att))]
+                h = self.rmsnorm(x, w['post_norm'], eps)
+                gt = self.matvec(w['gate'], h)
+                up = self.matvec(w['up'], h)
+                act = [(z / (1.0 + math.exp(-z)) if z > -700 else 0.0) * u for z, u in zip(gt, up)]
+                x = [a + b for a, b in zip(x, self.matvec(w['down'], act))]
+            h = self.rmsnorm(x, self.norm, eps)
+            out.append(self.matvec(self.lm_head, h))
+        return out
+
+
+def rel_error(engine_rows, ref_rows):
+    """max over positions of max_i |engine - ref| / max_i |ref| (relative to each row's largest
+    reference magnitude)."""
+    worst = 0.0
+    for e, r in zip(engine_rows, ref_rows):
+        scale = max(abs(v) for v in r)
+        worst = max(worst, max(abs(a - b) for a, b in zip(e, r)) / scale)
+    return worst
+
+
+def argmax(row):
+    return max(range(len(row)), key=row.__getitem__)
+
+
+if __name__ == '__main__':
+    # python3 tests/reference.py HF_DIR 1,2,3 : prints the argmax and max|logit| of each position.
+    ref = Reference(sys.argv[1])
+    ids = [int(t) for t in sys.argv[2].split(',')]
+    for p, row in enumerate(ref.forward(ids)):
+        print(p, argmax(row), max(abs(v) for v in row))
