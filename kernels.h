@@ -39,6 +39,11 @@ const char* kernels_simd_name(void);  /* "avx2", "neon" or "scalar" */
  * product when n > 1.) Threads split the rows of W. */
 void matmul(float* out, const float* x, const Matrix* W, int n);
 
+/* The matmuls of several matrices that read the same input x (q/k/v projections, gate/up), in
+ * one dispatch to the threads: outs[m] = Ws[m] x for m < n_mats. Every Ws[m] has the same cols
+ * and weight type. Same result as n_mats calls of matmul, fewer thread wake-ups. */
+void matmul_multi(float* const* outs, const float* x, const Matrix* const* Ws, int n_mats, int n);
+
 /* out[t] = row `row` of W as fp32 (dequantised): the embedding lookup. */
 void matrix_row(float* out, const Matrix* W, int row);
 

@@ -88,28 +88,408 @@ void matmul_scratch_free(void) {
 }
 
 /* ---------------------------------------------------------------------------------------------
- * Parallel driver
+ * SIMD twins. Each computes the rows [r0, r1) of out for all n tokens. The float path (f32, bf16,
+ * and q8 when its group size is not a multiple of 32) computes tiles of RT weight rows x TT tokens
+ * with RT*TT vector accumulators, so each weight vector loaded is used TT times and each
+ * activation vector RT times; bf16 and int8 weights are widened to fp32 in registers. The q8 path
+ * proper multiplies int8 weights by int8-quantised activations (see quantize_rows) and scales the
+ * int32 group sums by (weight scale * activation scale) into fp32 accumulators.
  * ------------------------------------------------------------------------------------------- */
 
+#define AI static inline __attribute__((always_inline))
+
+#if defined(KERNELS_AVX2)
+
+AI __m256 ldw(const void* w, size_t i, WeightType type) {
+    if (type == WEIGHT_F32) return _mm256_loadu_ps((const float*)w + i);
+    if (type == WEIGHT_BF16) {
+        __m128i h = _mm_loadu_si128((const __m128i*)((const uint16_t*)w + i));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    __m128i b = _mm_loadl_epi64((const __m128i*)((const int8_t*)w + i));
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+}
+
+AI float ldw1(const void* w, size_t i, WeightType type) {
+    if (type == WEIGHT_F32) return ((const float*)w)[i];
+    if (type == WEIGHT_BF16) return bf16_to_f32(((const uint16_t*)w)[i]);
+    return (float)((const int8_t*)w)[i];
+}
+
+/* Tile of RT rows x TT tokens over the columns [c0, c1) (c1 - c0 a multiple of 8), added into
+ * acc (not reduced). */
+AI void tile_float_acc(__m256 acc[4][4], const float* x, const void* wd, WeightType type, int C,
+                       int r, int t, int c0, int c1, int RT, int TT) {
+    for (int c = c0; c < c1; c += 8) {
+        __m256 wv[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < RT; i++) wv[i] = ldw(wd, (size_t)(r + i) * C + c, type);
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) {
+            __m256 xv = _mm256_loadu_ps(x + (size_t)(t + j) * C + c);
+#pragma GCC unroll 4
+            for (int i = 0; i < RT; i++) acc[i][j] = _mm256_fmadd_ps(wv[i], xv, acc[i][j]);
+        }
+    }
+}
+
+AI void tile_float(float* out, const float* x, const Matrix* W, WeightType type, int r, int t,
+                   int RT, int TT) {
+    const int C = W->cols, R = W->rows;
+    const int C8 = C & ~7;
+    __m256 acc[4][4];
+#pragma GCC unroll 4
+    for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) acc[i][j] = _mm256_setzero_ps();
+    if (type == WEIGHT_Q8) {
+        /* weights widened to fp32; the group scale is applied to each group's partial sums */
+        const int gs = W->group_size, G = C / gs;
+        __m256 tot[4][4];
+#pragma GCC unroll 4
+        for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
+            for (int j = 0; j < TT; j++) tot[i][j] = _mm256_setzero_ps();
+        for (int g = 0; g < G; g++) {
+            tile_float_acc(acc, x, W->data, type, C, r, t, g * gs, g * gs + (gs & ~7), RT, TT);
+#pragma GCC unroll 4
+            for (int i = 0; i < RT; i++) {
+                __m256 sv = _mm256_set1_ps(W->scales[(size_t)(r + i) * G + g]);
+#pragma GCC unroll 4
+                for (int j = 0; j < TT; j++) {
+                    tot[i][j] = _mm256_fmadd_ps(acc[i][j], sv, tot[i][j]);
+                    acc[i][j] = _mm256_setzero_ps();
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
+            for (int j = 0; j < TT; j++) out[(size_t)(t + j) * R + r + i] = hsum256(tot[i][j]);
+        return;
+    }
+    tile_float_acc(acc, x, W->data, type, C, r, t, 0, C8, RT, TT);
+#pragma GCC unroll 4
+    for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) {
+            float s = hsum256(acc[i][j]);
+            for (int c = C8; c < C; c++)
+                s += ldw1(W->data, (size_t)(r + i) * C + c, type) * x[(size_t)(t + j) * C + c];
+            out[(size_t)(t + j) * R + r + i] = s;
+        }
+}
+
+/* Matrix-vector (n == 1): 8 rows at a time, each with two accumulators so the FMA chains overlap;
+ * the weights are streamed once. */
+AI void rows_float_n1(float* out, const float* x, const Matrix* W, WeightType type, int r0, int r1) {
+    const int C = W->cols;
+    const int C16 = C & ~15;
+    int r = r0;
+    if (type != WEIGHT_Q8) {
+        for (; r + 4 <= r1; r += 4) {
+            __m256 a[4][2];
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) a[i][0] = a[i][1] = _mm256_setzero_ps();
+            for (int c = 0; c < C16; c += 16) {
+                __m256 x0 = _mm256_loadu_ps(x + c), x1 = _mm256_loadu_ps(x + c + 8);
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; i++) {
+                    a[i][0] = _mm256_fmadd_ps(ldw(W->data, (size_t)(r + i) * C + c, type), x0, a[i][0]);
+                    a[i][1] = _mm256_fmadd_ps(ldw(W->data, (size_t)(r + i) * C + c + 8, type), x1, a[i][1]);
+                }
+            }
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
+                int c = C16;
+                if (c + 8 <= C) {
+                    a[i][0] = _mm256_fmadd_ps(ldw(W->data, (size_t)(r + i) * C + c, type),
+                                              _mm256_loadu_ps(x + c), a[i][0]);
+                    c += 8;
+                }
+                float s = hsum256(_mm256_add_ps(a[i][0], a[i][1]));
+                for (; c < C; c++) s += ldw1(W->data, (size_t)(r + i) * C + c, type) * x[c];
+                out[r + i] = s;
+            }
+        }
+    } else {
+        for (; r + 4 <= r1; r += 4) tile_float(out, x, W, type, r, 0, 4, 1);
+    }
+    for (; r < r1; r++) tile_float(out, x, W, type, r, 0, 1, 1);
+}
+
+/* Token-blocked matrix-matrix product for rows [r0, r1): the activation block (tb tokens) stays in
+ * L2 while every weight tile of the chunk is used against it. */
+AI void rows_float_nn(float* out, const float* x, const Matrix* W, WeightType type, int n, int r0,
+                      int r1) {
+    const int C = W->cols;
+    int tb = (int)(((size_t)192 * 1024) / ((size_t)C * 4));
+    if (tb < 4) tb = 4;
+    tb &= ~3;
+    for (int t0 = 0; t0 < n; t0 += tb) {
+        int t1 = t0 + tb < n ? t0 + tb : n;
+        int r = r0;
+        for (; r + 4 <= r1; r += 4) {
+            int t = t0;
+            for (; t + 4 <= t1; t += 4) tile_float(out, x, W, type, r, t, 4, 4);
+            for (; t < t1; t++) tile_float(out, x, W, type, r, t, 4, 1);
+        }
+        for (; r < r1; r++) {
+            int t = t0;
+            for (; t + 4 <= t1; t += 4) tile_float(out, x, W, type, r, t, 1, 4);
+            for (; t < t1; t++) tile_float(out, x, W, type, r, t, 1, 1);
+        }
+    }
+}
+
+static void rows_f32(float* out, const float* x, const Matrix* W, int n, int r0, int r1) {
+    if (n == 1) rows_float_n1(out, x, W, WEIGHT_F32, r0, r1);
+    else rows_float_nn(out, x, W, WEIGHT_F32, n, r0, r1);
+}
+static void rows_bf16(float* out, const float* x, const Matrix* W, int n, int r0, int r1) {
+    if (n == 1) rows_float_n1(out, x, W, WEIGHT_BF16, r0, r1);
+    else rows_float_nn(out, x, W, WEIGHT_BF16, n, r0, r1);
+}
+static void rows_q8f(float* out, const float* x, const Matrix* W, int n, int r0, int r1) {
+    if (n == 1) rows_float_n1(out, x, W, WEIGHT_Q8, r0, r1);
+    else rows_float_nn(out, x, W, WEIGHT_Q8, n, r0, r1);
+}
+
+/* ---- q8 x int8 activations ---- */
+
+/* Quantises token rows [t0, t1) of x (width C) to int8 per group of gs: s = max|x| / 127,
+ * q = round(x / s). */
+static void quantize_rows(int8_t* xq, float* xs, const float* x, int C, int gs, int t0, int t1) {
+    const int G = C / gs;
+    const __m256 signbit = _mm256_set1_ps(-0.0f);
+    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int t = t0; t < t1; t++) {
+        for (int g = 0; g < G; g++) {
+            const float* v = x + (size_t)t * C + (size_t)g * gs;
+            __m256 m = _mm256_setzero_ps();
+            for (int c = 0; c < gs; c += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(signbit, _mm256_loadu_ps(v + c)));
+            __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+            m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+            m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+            float amax = _mm_cvtss_f32(m4);
+            float s = amax / 127.0f;
+            float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+            xs[(size_t)t * G + g] = s;
+            __m256 vi = _mm256_set1_ps(inv);
+            int8_t* q = xq + (size_t)t * C + (size_t)g * gs;
+            for (int c = 0; c < gs; c += 32) {
+                __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(v + c), vi));
+                __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(v + c + 8), vi));
+                __m256i d = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(v + c + 16), vi));
+                __m256i e = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(v + c + 24), vi));
+                __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(d, e));
+                _mm256_storeu_si256((__m256i*)(q + c), _mm256_permutevar8x32_epi32(p, perm));
+            }
+        }
+    }
+}
+
+/* acc += sum over groups of 4 int8 products (u8 |w| times x with w's sign). */
+AI __m256i dot32(__m256i acc, __m256i wabs, __m256i xs) {
+#if defined(__AVXVNNI__)
+    return _mm256_dpbusd_avx_epi32(acc, wabs, xs);
+#elif defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(acc, wabs, xs);
+#else
+    __m256i p = _mm256_maddubs_epi16(wabs, xs); /* |w|,|x| <= 127 (|w| <= 128): no saturation */
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+#endif
+}
+
+AI void tile_q8(float* out, const int8_t* xq, const float* xsc, const Matrix* W, int r, int t,
+                int RT, int TT) {
+    const int C = W->cols, R = W->rows, gs = W->group_size, G = C / gs;
+    const int8_t* wd = (const int8_t*)W->data;
+    __m256 tot[4][4];
+#pragma GCC unroll 4
+    for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) tot[i][j] = _mm256_setzero_ps();
+    for (int g = 0; g < G; g++) {
+        __m256i acc[4][4];
+#pragma GCC unroll 4
+        for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
+            for (int j = 0; j < TT; j++) acc[i][j] = _mm256_setzero_si256();
+        for (int c = g * gs; c < g * gs + gs; c += 32) {
+            __m256i wv[4], wa[4];
+#pragma GCC unroll 4
+            for (int i = 0; i < RT; i++) {
+                wv[i] = _mm256_loadu_si256((const __m256i*)(wd + (size_t)(r + i) * C + c));
+                wa[i] = _mm256_abs_epi8(wv[i]);
+            }
+#pragma GCC unroll 4
+            for (int j = 0; j < TT; j++) {
+                __m256i xv = _mm256_loadu_si256((const __m256i*)(xq + (size_t)(t + j) * C + c));
+#pragma GCC unroll 4
+                for (int i = 0; i < RT; i++) acc[i][j] = dot32(acc[i][j], wa[i], _mm256_sign_epi8(xv, wv[i]));
+            }
+        }
+        __m256 xsv[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) xsv[j] = _mm256_set1_ps(xsc[(size_t)(t + j) * G + g]);
+#pragma GCC unroll 4
+        for (int i = 0; i < RT; i++) {
+            __m256 wsv = _mm256_set1_ps(W->scales[(size_t)(r + i) * G + g]);
+#pragma GCC unroll 4
+            for (int j = 0; j < TT; j++)
+                tot[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i][j]), _mm256_mul_ps(wsv, xsv[j]), tot[i][j]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) out[(size_t)(t + j) * R + r + i] = hsum256(tot[i][j]);
+}
+
+static void rows_q8i(float* out, const int8_t* xq, const float* xsc, const Matrix* W, int n, int r0,
+                     int r1) {
+    const int C = W->cols;
+    int tb = (int)(((size_t)192 * 1024) / (size_t)C);
+    if (tb < 4) tb = 4;
+    tb &= ~3;
+    for (int t0 = 0; t0 < n; t0 += tb) {
+        int t1 = t0 + tb < n ? t0 + tb : n;
+        int r = r0;
+        for (; r + 4 <= r1; r += 4) {
+            int t = t0;
+            for (; t + 4 <= t1; t += 4) tile_q8(out, xq, xsc, W, r, t, 4, 4);
+            for (; t < t1; t++) tile_q8(out, xq, xsc, W, r, t, 4, 1);
+        }
+        for (; r < r1; r++) {
+            int t = t0;
+            for (; t + 4 <= t1; t += 4) tile_q8(out, xq, xsc, W, r, t, 1, 4);
+            for (; t < t1; t++) tile_q8(out, xq, xsc, W, r, t, 1, 1);
+        }
+    }
+}
+#define HAVE_Q8_INT8 1
+
+#endif /* KERNELS_AVX2 */
+
+/* ---------------------------------------------------------------------------------------------
+ * Parallel driver. matmul_multi runs several matrices that share the input x (q/k/v, gate/up) in
+ * one dispatch; the q8 activations are quantised once for all of them.
+ * ------------------------------------------------------------------------------------------- */
+
+#define MAX_MULTI 8
+
 typedef struct {
-    float* out;
+    float* out[MAX_MULTI];
+    const Matrix* W[MAX_MULTI];
+    int chunk[MAX_MULTI];
+    int first_item[MAX_MULTI + 1];
+    int n_mats;
     const float* x;
-    const Matrix* W;
-    int n, chunk, n_items;
+    int n;
+    int use_q8i;
+    int qgs;             /* group size of the quantised activations */
+    int qtb;             /* tokens per quantisation item */
 } MatmulJob;
+
+static void compute_rows(const MatmulJob* j, int m, int r0, int r1) {
+    const Matrix* W = j->W[m];
+#if defined(KERNELS_AVX2)
+    if (j->use_q8i) {
+        rows_q8i(j->out[m], xq_buf, xs_buf, W, j->n, r0, r1);
+        return;
+    }
+    if (W->type == WEIGHT_F32) rows_f32(j->out[m], j->x, W, j->n, r0, r1);
+    else if (W->type == WEIGHT_BF16) rows_bf16(j->out[m], j->x, W, j->n, r0, r1);
+    else rows_q8f(j->out[m], j->x, W, j->n, r0, r1);
+#else
+    matmul_rows_scalar(j->out[m], j->x, W, j->n, r0, r1);
+#endif
+}
 
 static void matmul_item(void* ctx, int i) {
     const MatmulJob* j = ctx;
-    int r0 = i * j->chunk, r1 = r0 + j->chunk;
-    if (r1 > j->W->rows) r1 = j->W->rows;
-    matmul_rows_scalar(j->out, j->x, j->W, j->n, r0, r1);
+    int m = 0;
+    while (i >= j->first_item[m + 1]) m++;
+    int r0 = (i - j->first_item[m]) * j->chunk[m];
+    int r1 = r0 + j->chunk[m];
+    if (r1 > j->W[m]->rows) r1 = j->W[m]->rows;
+    compute_rows(j, m, r0, r1);
+}
+
+#if defined(HAVE_Q8_INT8)
+static void quantize_item(void* ctx, int i) {
+    const MatmulJob* j = ctx;
+    int t0 = i * j->qtb, t1 = t0 + j->qtb < j->n ? t0 + j->qtb : j->n;
+    quantize_rows(xq_buf, xs_buf, j->x, j->W[0]->cols, j->qgs, t0, t1);
+}
+#endif
+
+static void run_job(MatmulJob* j) {
+    const int nt = kernels_threads();
+    j->use_q8i = 0;
+#if defined(HAVE_Q8_INT8)
+    const Matrix* W0 = j->W[0];
+    if (W0->type == WEIGHT_Q8 && W0->group_size % 32 == 0 &&
+        (size_t)j->n * (size_t)W0->cols <= xq_cap) {
+        int same = 1;
+        for (int m = 1; m < j->n_mats; m++)
+            if (j->W[m]->type != WEIGHT_Q8 || j->W[m]->group_size != W0->group_size ||
+                j->W[m]->cols != W0->cols) same = 0;
+        if (same) {
+            j->use_q8i = 1;
+            j->qgs = W0->group_size;
+            if (j->n < 16) {
+                quantize_rows(xq_buf, xs_buf, j->x, W0->cols, j->qgs, 0, j->n);
+            } else {
+                j->qtb = (j->n + nt * 4 - 1) / (nt * 4);
+                parallel_for((j->n + j->qtb - 1) / j->qtb, quantize_item, j);
+            }
+        }
+    }
+#endif
+    /* Row chunks: a multiple of 4 rows; about 8 items per thread for matrix-vector products (so a
+     * slow thread is covered by the others), and at most 64 rows when n > 1 so the chunk's weights
+     * stay in L2 while the token blocks go by. */
+    size_t total_rows = 0;
+    for (int m = 0; m < j->n_mats; m++) total_rows += (size_t)j->W[m]->rows;
+    int chunk = (int)((total_rows + (size_t)nt * 8 - 1) / ((size_t)nt * 8));
+    if (j->n > 1 && chunk > 64) chunk = 64;
+    chunk = (chunk + 3) & ~3;
+    if (chunk < 4) chunk = 4;
+    j->first_item[0] = 0;
+    for (int m = 0; m < j->n_mats; m++) {
+        j->chunk[m] = chunk;
+        j->first_item[m + 1] = j->first_item[m] + (j->W[m]->rows + chunk - 1) / chunk;
+    }
+    parallel_for(j->first_item[j->n_mats], matmul_item, j);
 }
 
 void matmul(float* out, const float* x, const Matrix* W, int n) {
-    int nt = kernels_threads();
-    int chunk = (W->rows + nt * 8 - 1) / (nt * 8);
-    chunk = (chunk + 7) & ~7;
-    if (chunk < 8) chunk = 8;
-    MatmulJob j = {out, x, W, n, chunk, (W->rows + chunk - 1) / chunk};
-    parallel_for(j.n_items, matmul_item, &j);
+    MatmulJob j;
+    j.out[0] = out;
+    j.W[0] = W;
+    j.n_mats = 1;
+    j.x = x;
+    j.n = n;
+    run_job(&j);
+}
+
+void matmul_multi(float* const* outs, const float* x, const Matrix* const* Ws, int n_mats, int n) {
+    MatmulJob j;
+    while (n_mats > MAX_MULTI) {
+        matmul_multi(outs, x, Ws, MAX_MULTI, n);
+        outs += MAX_MULTI;
+        Ws += MAX_MULTI;
+        n_mats -= MAX_MULTI;
+    }
+    if (n_mats <= 0) return;
+    for (int m = 0; m < n_mats; m++) {
+        j.out[m] = outs[m];
+        j.W[m] = Ws[m];
+    }
+    j.n_mats = n_mats;
+    j.x = x;
+    j.n = n;
+    run_job(&j);
 }

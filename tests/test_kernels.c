@@ -1,0 +1,394 @@
+/* tests/test_kernels.c: every SIMD kernel (the plain names) against its scalar reference, over
+ * awkward sizes, all three weight types, one and two threads. Tolerances are stated next to each
+ * check. Prints "N passed, M failed" and exits non-zero on any failure. */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+
+static int n_pass, n_fail;
+
+static void check(int ok, const char* what) {
+    if (ok) n_pass++;
+    else {
+        n_fail++;
+        printf("FAIL: %s\n", what);
+    }
+}
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static float frand(void) { /* uniform in [-1, 1) */
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 40) & 0xFFFFFF) / 8388608.0f - 1.0f;
+}
+
+static uint16_t f32_to_bf16(float f) {
+    union { float f; uint32_t u; } v = {f};
+    return (uint16_t)((v.u + 0x7FFF + ((v.u >> 16) & 1)) >> 16);
+}
+
+typedef struct {
+    Matrix M;
+    void* data;
+    float* scales;
+    float* deq; /* dequantised weights, row-major fp32 */
+} TestMatrix;
+
+static TestMatrix make_matrix(WeightType type, int rows, int cols, int gs) {
+    TestMatrix t;
+    memset(&t, 0, sizeof t);
+    size_t nel = (size_t)rows * cols;
+    t.deq = malloc(nel * sizeof(float));
+    t.M.type = type;
+    t.M.rows = rows;
+    t.M.cols = cols;
+    if (type == WEIGHT_F32) {
+        float* d = malloc(nel * sizeof(float));
+        for (size_t i = 0; i < nel; i++) d[i] = t.deq[i] = frand();
+        t.data = d;
+    } else if (type == WEIGHT_BF16) {
+        uint16_t* d = malloc(nel * sizeof(uint16_t));
+        for (size_t i = 0; i < nel; i++) {
+            d[i] = f32_to_bf16(frand());
+            t.deq[i] = bf16_to_f32(d[i]);
+        }
+        t.data = d;
+    } else {
+        int8_t* d = malloc(nel);
+        size_t ng = nel / gs;
+        t.scales = malloc(ng * sizeof(float));
+        for (size_t g = 0; g < ng; g++) {
+            float s = (0.5f + 0.5f * fabsf(frand())) / 127.0f;
+            t.scales[g] = s;
+            for (int c = 0; c < gs; c++) {
+                int q = (int)lrintf(frand() * 127.0f);
+                if (g == 0 && c == 0) q = -128; /* the one value outside [-127, 127] */
+                d[g * gs + c] = (int8_t)q;
+                t.deq[g * gs + c] = s * (float)q;
+            }
+        }
+        t.data = d;
+        t.M.group_size = gs;
+        t.M.scales = t.scales;
+    }
+    t.M.data = t.data;
+    return t;
+}
+
+static void free_matrix(TestMatrix* t) {
+    free(t->data);
+    free(t->scales);
+    free(t->deq);
+}
+
+static const char* tname(WeightType t) { return t == WEIGHT_F32 ? "f32" : t == WEIGHT_BF16 ? "bf16" : "q8"; }
+
+/* Tolerance of an output of a matmul against the reference:
+ *   f32/bf16: 2e-5 * sum|w x| (fp32 reassociation; a missing or doubled column is about
+ *             sum|w x| / cols >= 3e-4 of it at these sizes, so it is caught);
+ *   q8:       the same plus the exact bound of int8 activation quantisation: each activation is
+ *             off by at most half its group's step s_x = max|x| / 127, so the error is at most
+ *             sum_g s_w[g] * s_x[g] / 2 * sum_{c in g} |q_w[c]| (times 1.001 for fp32 rounding). */
+static int check_matmul(WeightType type, int rows, int cols, int gs, int n) {
+    TestMatrix t = make_matrix(type, rows, cols, gs);
+    float* x = malloc((size_t)n * cols * sizeof(float));
+    float* ref = malloc((size_t)n * rows * sizeof(float));
+    float* out = malloc((size_t)n * rows * sizeof(float));
+    float* out2 = malloc((size_t)n * rows * sizeof(float));
+    for (size_t i = 0; i < (size_t)n * cols; i++) x[i] = frand() * (1.0f + 3.0f * (i % 7 == 0));
+    matmul_scalar(ref, x, &t.M, n);
+    matmul(out, x, &t.M, n);
+    int ok = 1;
+    double worst = 0;
+    for (int tk = 0; tk < n && ok; tk++) {
+        const float* xt = x + (size_t)tk * cols;
+        for (int r = 0; r < rows; r++) {
+            double abssum = 0, exact = 0, qbound = 0;
+            for (int c = 0; c < cols; c++) {
+                double p = (double)t.deq[(size_t)r * cols + c] * xt[c];
+                abssum += fabs(p);
+                exact += p;
+            }
+            if (type == WEIGHT_Q8) {
+                const int8_t* q = (const int8_t*)t.data + (size_t)r * cols;
+                for (int g = 0; g < cols / gs; g++) {
+                    double amax = 0, qs = 0;
+                    for (int c = g * gs; c < g * gs + gs; c++) {
+                        if (fabs(xt[c]) > amax) amax = fabs(xt[c]);
+                        qs += abs(q[c]);
+                    }
+                    qbound += t.scales[(size_t)r * (cols / gs) + g] * (amax / 127.0) / 2.0 * qs;
+                }
+            }
+            double tol = 2e-5 * abssum + qbound * 1.001 + 1e-6;
+            double e = fabs((double)out[(size_t)tk * rows + r] - ref[(size_t)tk * rows + r]);
+            double e_ref = fabs((double)ref[(size_t)tk * rows + r] - exact); /* reference vs double */
+            if (e / tol > worst) worst = e / tol;
+            if (!(e <= tol) || !(e_ref <= 2e-5 * abssum + 1e-6)) {
+                printf("  %s %dx%d gs=%d n=%d: token %d row %d: simd %.8g ref %.8g exact %.8g tol %.3g\n",
+                       tname(type), rows, cols, gs, n, tk, r, out[(size_t)tk * rows + r],
+                       ref[(size_t)tk * rows + r], exact, tol);
+                ok = 0;
+                break;
+            }
+        }
+    }
+    char what[160];
+    snprintf(what, sizeof what, "matmul %s rows=%d cols=%d gs=%d n=%d (worst error/tol %.3f)", tname(type),
+             rows, cols, gs, n, worst);
+    check(ok, what);
+
+    /* matmul_multi on three matrices (this one twice and a slice of it) equals matmul */
+    Matrix half = t.M;
+    half.rows = rows / 2 > 0 ? rows / 2 : 1;
+    float* out3 = malloc((size_t)n * half.rows * sizeof(float));
+    float* outs[3] = {out2, out3, out2};
+    const Matrix* Ws[3] = {&t.M, &half, &t.M};
+    memset(out2, 0, (size_t)n * rows * sizeof(float));
+    matmul_multi(outs, x, Ws, 2, n);
+    int same = memcmp(out, out2, (size_t)n * rows * sizeof(float)) == 0;
+    float* out4 = malloc((size_t)n * half.rows * sizeof(float));
+    matmul(out4, x, &half, n);
+    same = same && memcmp(out3, out4, (size_t)n * half.rows * sizeof(float)) == 0;
+    snprintf(what, sizeof what, "matmul_multi %s rows=%d cols=%d n=%d equals matmul", tname(type), rows, cols, n);
+    check(same, what);
+    (void)Ws[2];
+    (void)outs[2];
+    free(out3);
+    free(out4);
+    free(x);
+    free(ref);
+    free(out);
+    free(out2);
+    free_matrix(&t);
+    return ok;
+}
+
+static void test_matrix_row(void) {
+    WeightType types[3] = {WEIGHT_F32, WEIGHT_BF16, WEIGHT_Q8};
+    for (int k = 0; k < 3; k++) {
+        TestMatrix t = make_matrix(types[k], 5, 96, 32);
+        float out[96];
+        int ok = 1;
+        for (int r = 0; r < 5; r++) {
+            matrix_row(out, &t.M, r);
+            for (int c = 0; c < 96; c++) ok &= out[c] == t.deq[(size_t)r * 96 + c];
+        }
+        char what[64];
+        snprintf(what, sizeof what, "matrix_row %s exact", tname(types[k]));
+        check(ok, what);
+        free_matrix(&t);
+    }
+}
+
+static void test_rmsnorm(void) {
+    int sizes[] = {1, 7, 8, 31, 128, 1024, 1027};
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        int n = sizes[k];
+        float *x = malloc(n * sizeof(float)), *w = malloc(n * sizeof(float));
+        float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
+        for (int i = 0; i < n; i++) {
+            x[i] = frand() * 10;
+            w[i] = frand();
+        }
+        rmsnorm_scalar(a, x, w, n, 1e-6f);
+        rmsnorm(b, x, w, n, 1e-6f);
+        /* tolerance 1e-5 relative to max|out| (sum of squares reassociated) */
+        double m = 0, e = 0, ss = 0;
+        for (int i = 0; i < n; i++) {
+            if (fabs(a[i]) > m) m = fabs(a[i]);
+            if (fabs(a[i] - b[i]) > e) e = fabs(a[i] - b[i]);
+            ss += (double)x[i] * x[i];
+        }
+        /* the reference against double precision, and out == x in place */
+        double inv = 1.0 / sqrt(ss / n + 1e-6), e2 = 0;
+        for (int i = 0; i < n; i++) e2 = fmax(e2, fabs(a[i] - w[i] * x[i] * inv));
+        memcpy(a, x, n * sizeof(float));
+        rmsnorm(a, a, w, n, 1e-6f);
+        char what[64];
+        snprintf(what, sizeof what, "rmsnorm n=%d", n);
+        check(e <= 1e-5 * m + 1e-12 && e2 <= 1e-5 * m + 1e-12 && memcmp(a, b, n * sizeof(float)) == 0, what);
+        free(x), free(w), free(a), free(b);
+    }
+}
+
+static void test_rope(void) {
+    int dims[] = {2, 16, 18, 64, 128};
+    for (size_t k = 0; k < sizeof dims / sizeof *dims; k++) {
+        int d = dims[k], H = 3, half = d / 2;
+        float *x = malloc(H * d * sizeof(float)), *a = malloc(H * d * sizeof(float)), *b = malloc(H * d * sizeof(float));
+        float *c = malloc(half * sizeof(float)), *s = malloc(half * sizeof(float));
+        for (int i = 0; i < H * d; i++) x[i] = frand();
+        for (int i = 0; i < half; i++) {
+            float ang = 7.0f * powf(10000.0f, -2.0f * i / d);
+            c[i] = cosf(ang);
+            s[i] = sinf(ang);
+        }
+        memcpy(a, x, H * d * sizeof(float));
+        memcpy(b, x, H * d * sizeof(float));
+        rope_scalar(a, H, d, c, s);
+        rope(b, H, d, c, s);
+        double e = 0, e_pair = 0;
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < half; i++) {
+                /* rotate-half pairing: (i, i + d/2) */
+                float xa = x[h * d + i], xb = x[h * d + i + half];
+                e_pair = fmax(e_pair, fabs(a[h * d + i] - (xa * c[i] - xb * s[i])));
+                e_pair = fmax(e_pair, fabs(a[h * d + i + half] - (xb * c[i] + xa * s[i])));
+            }
+        for (int i = 0; i < H * d; i++) e = fmax(e, fabs(a[i] - b[i]));
+        char what[64];
+        snprintf(what, sizeof what, "rope head_dim=%d (rotate-half pairs, tol 1e-6)", d);
+        check(e <= 1e-6 && e_pair <= 1e-6, what);
+        free(x), free(a), free(b), free(c), free(s);
+    }
+}
+
+static void test_softmax_swiglu(void) {
+    int sizes[] = {1, 5, 8, 9, 100, 1000, 4099};
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        int n = sizes[k];
+        float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
+        float *g = malloc(n * sizeof(float)), *g2 = malloc(n * sizeof(float)), *u = malloc(n * sizeof(float));
+        for (int i = 0; i < n; i++) {
+            a[i] = b[i] = frand() * 30.0f;
+            g[i] = g2[i] = frand() * 20.0f;
+            u[i] = frand() * 3.0f;
+        }
+        if (n > 3) a[3] = b[3] = -1e30f;  /* far below the max: exp underflows to 0 */
+        softmax_scalar(a, n);
+        softmax(b, n);
+        /* tolerance: 1e-6 absolute per probability (exp error ~2e-7 relative), and sums to 1 */
+        double e = 0, sum = 0;
+        for (int i = 0; i < n; i++) {
+            e = fmax(e, fabs(a[i] - b[i]));
+            sum += b[i];
+        }
+        char what[64];
+        snprintf(what, sizeof what, "softmax n=%d", n);
+        check(e <= 1e-6 && fabs(sum - 1.0) <= 1e-5, what);
+        swiglu_scalar(g, u, n);
+        swiglu(g2, u, n);
+        /* tolerance: 2e-6 relative + 1e-7 absolute */
+        e = 0;
+        int ok = 1;
+        for (int i = 0; i < n; i++) ok &= fabs(g[i] - g2[i]) <= 2e-6 * fabs(g[i]) + 1e-7;
+        snprintf(what, sizeof what, "swiglu n=%d", n);
+        check(ok, what);
+        free(a), free(b), free(g), free(g2), free(u);
+    }
+}
+
+static void test_attention(void) {
+    int dims[] = {128, 64, 40};
+    int npos[] = {1, 2, 7, 33, 300};
+    for (size_t a = 0; a < 3; a++)
+        for (size_t p = 0; p < 5; p++) {
+            int d = dims[a], n = npos[p], stride = d * 3 + 8;
+            float* kc = malloc((size_t)n * stride * sizeof(float));
+            float* vc = malloc((size_t)n * stride * sizeof(float));
+            float *q = malloc(d * sizeof(float)), *o1 = malloc(d * sizeof(float)), *o2 = malloc(d * sizeof(float));
+            float *att1 = malloc(n * sizeof(float)), *att2 = malloc(n * sizeof(float));
+            for (size_t i = 0; i < (size_t)n * stride; i++) {
+                kc[i] = frand() * 2;
+                vc[i] = frand();
+            }
+            for (int i = 0; i < d; i++) q[i] = frand() * 2;
+            float scale = 1.0f / sqrtf((float)d);
+            attention_head_scalar(o1, q, kc + d, vc + d, stride, n, d, scale, att1);
+            attention_head(o2, q, kc + d, vc + d, stride, n, d, scale, att2);
+            /* tolerance 1e-5 absolute (|v| <= 1, weights sum to 1) */
+            double e = 0;
+            for (int i = 0; i < d; i++) e = fmax(e, fabs(o1[i] - o2[i]));
+            char what[80];
+            snprintf(what, sizeof what, "attention_head head_dim=%d n_pos=%d", d, n);
+            check(e <= 1e-5, what);
+            free(kc), free(vc), free(q), free(o1), free(o2), free(att1), free(att2);
+        }
+}
+
+static atomic_long pf_sum;
+static atomic_int pf_hits[1000];
+static void pf_fn(void* ctx, int i) {
+    (void)ctx;
+    atomic_fetch_add(&pf_sum, i);
+    atomic_fetch_add(&pf_hits[i], 1);
+}
+static void pf_nested(void* ctx, int i) {
+    (void)i;
+    parallel_for(10, pf_fn, ctx);
+}
+
+static void test_parallel_for(void) {
+    int ns[] = {0, 1, 2, 3, 17, 1000};
+    for (int rep = 0; rep < 200; rep++)
+        for (size_t k = 0; k < 6; k++) {
+            int n = ns[k];
+            atomic_store(&pf_sum, 0);
+            for (int i = 0; i < n; i++) atomic_store(&pf_hits[i], 0);
+            parallel_for(n, pf_fn, NULL);
+            int ok = atomic_load(&pf_sum) == (long)n * (n - 1) / 2;
+            for (int i = 0; i < n; i++) ok &= atomic_load(&pf_hits[i]) == 1;
+            if (!ok || rep == 199) {
+                char what[64];
+                snprintf(what, sizeof what, "parallel_for n=%d each index once (rep %d)", n, rep);
+                check(ok, what);
+                if (!ok) break;
+            }
+        }
+    atomic_store(&pf_sum, 0);
+    parallel_for(4, pf_nested, NULL);
+    check(atomic_load(&pf_sum) == 4 * 45, "parallel_for nested call runs serially");
+}
+
+int main(void) {
+    printf("kernels: %s\n", kernels_simd_name());
+    int threads[2] = {1, 2};
+    for (int ti = 0; ti < 2; ti++) {
+        if (kernels_init(threads[ti], 40, 4096) != 0) {
+            printf("kernels_init failed\n");
+            return 1;
+        }
+        printf("threads: %d\n", kernels_threads());
+        struct { WeightType t; int rows, cols, gs; } cases[] = {
+            {WEIGHT_F32, 37, 1027, 0}, {WEIGHT_F32, 64, 1024, 0}, {WEIGHT_F32, 5, 3, 0},
+            {WEIGHT_F32, 130, 200, 0}, {WEIGHT_BF16, 37, 1027, 0}, {WEIGHT_BF16, 64, 1024, 0},
+            {WEIGHT_BF16, 9, 13, 0}, {WEIGHT_Q8, 37, 192, 64}, {WEIGHT_Q8, 67, 1024, 64},
+            {WEIGHT_Q8, 33, 96, 32}, {WEIGHT_Q8, 21, 48, 16}, {WEIGHT_Q8, 19, 40, 8},
+            {WEIGHT_Q8, 130, 3072, 64},
+        };
+        int ns[] = {1, 2, 3, 5, 17, 40};
+        for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
+            for (size_t k = 0; k < sizeof ns / sizeof *ns; k++)
+                check_matmul(cases[c].t, cases[c].rows, cases[c].cols, cases[c].gs, ns[k]);
+        /* more tokens than the scratch holds (n * cols > max_batch * max_cols): still correct */
+        check_matmul(WEIGHT_Q8, 10, 4096, 64, 41);
+        test_parallel_for();
+        kernels_free();
+    }
+    /* 1 and 2 threads give bit-identical matmuls (the split does not change any row's arithmetic) */
+    {
+        TestMatrix t = make_matrix(WEIGHT_Q8, 301, 512, 64);
+        float x[3 * 512], o1[3 * 301], o2[3 * 301];
+        for (int i = 0; i < 3 * 512; i++) x[i] = frand();
+        kernels_init(1, 8, 512);
+        matmul(o1, x, &t.M, 3);
+        kernels_init(2, 8, 512);
+        matmul(o2, x, &t.M, 3);
+        check(memcmp(o1, o2, sizeof o1) == 0, "matmul 1 thread == 2 threads bitwise");
+        free_matrix(&t);
+    }
+    test_matrix_row();
+    test_rmsnorm();
+    test_rope();
+    test_softmax_swiglu();
+    test_attention();
+    kernels_free();
+    printf("%d passed, %d failed\n", n_pass, n_fail);
+    return n_fail ? 1 : 0;
+}
