@@ -192,6 +192,10 @@ typedef struct {
 int transformer_load(Transformer* t, const char* path, int ctx, char* err, size_t errlen);
 void transformer_free(Transformer* t);
 
+/* The number of kernel threads transformer_load starts (call it before transformer_load;
+ * n_threads <= 0: one per online CPU, the default). */
+void transformer_set_threads(int n_threads);
+
 /* Runs n tokens at positions pos .. pos+n-1 through the model (prefill when n > 1, decode when
  * n == 1), appending their keys and values to the KV cache. pos + n must be <= config.seq_len.
  * If all_logits is not NULL it receives n * vocab_size logits (every position); the last

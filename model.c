@@ -1,0 +1,587 @@
+/* model.c: loading a Qwen3 checkpoint (memory-mapped, validated, never copied) and the forward pass.
+ *
+ * The file layout is documented at the top of model.h; the math follows QWEN3.md section 2. The
+ * forward pass is one function, forward(), written in the style of llama2.c: every weight is a named
+ * pointer, every step says which part of the spec it implements, and all arithmetic goes through the
+ * kernels of kernels.h (which pick SIMD or scalar code; nothing here knows which).
+ */
+#include "model.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* How many positions one batch (one matmul) holds: prompts longer than this are processed in
+ * chunks. 64 rows make the matmuls compute-bound instead of memory-bound while the activation
+ * buffers stay small (for Qwen3-0.6B: about 3 MB). */
+#define MAX_BATCH 64
+
+/* Default KV cache size when the caller gives no context length (QWEN3.md 1.1: the models allow
+ * 40,960 positions, but a cache that large costs 9 GB in fp32 for 0.6B). */
+#define DEFAULT_CTX 4096
+
+/* Sanity bounds for the header: far above every real model (QWEN3.md 1.1), low enough that no size
+ * computed from them can overflow. */
+#define MAX_DIM (1 << 16)
+#define MAX_HIDDEN (1 << 18)
+#define MAX_LAYERS 1024
+#define MAX_HEADS 1024
+#define MAX_HEAD_DIM 1024
+#define MAX_VOCAB (1 << 24)
+#define MAX_POSITIONS (1 << 24)
+
+static int n_threads_wanted = 0; /* transformer_set_threads(); 0 = every online CPU */
+
+void transformer_set_threads(int n_threads) { n_threads_wanted = n_threads > 0 ? n_threads : 0; }
+
+/* ---------------------------------------------------------------------------------------------
+ * Loading
+ * --------------------------------------------------------------------------------------------- */
+
+/* Writes "PATH: message" into err and returns -1. */
+static int fail(char* err, size_t errlen, const char* path, const char* fmt, ...) {
+    if (err == NULL || errlen == 0) return -1;
+    int n = snprintf(err, errlen, "%s: ", path);
+    if (n < 0 || (size_t)n >= errlen) return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* Walks the tensor list of model.h: each tensor starts at the next multiple of CHECKPOINT_ALIGN
+ * and must end inside the weights section. All offsets are uint64_t and every addition is checked,
+ * so a hostile header cannot wrap around. */
+typedef struct {
+    const uint8_t* base;  /* the mapped file */
+    uint64_t pos;         /* the end of the previous tensor (a file offset) */
+    uint64_t end;         /* the end of the weights section */
+    const char* path;
+    char* err;
+    size_t errlen;
+    int failed;
+} TensorWalk;
+
+static const void* take(TensorWalk* w, uint64_t bytes, const char* what, int layer) {
+    if (w->failed) return NULL;
+    char name[64];
+    if (layer >= 0) snprintf(name, sizeof name, "layer %d %s", layer, what);
+    else snprintf(name, sizeof name, "%s", what);
+    uint64_t start = w->pos + (CHECKPOINT_ALIGN - 1);
+    if (start < w->pos) goto overflow;
+    start -= start % CHECKPOINT_ALIGN;
+    uint64_t stop = start + bytes;
+    if (stop < start) goto overflow;
+    if (stop > w->end) {
+        w->failed = 1;
+        fail(w->err, w->errlen, w->path,
+             "tensor %s (%llu bytes at offset %llu) ends past the weights section (which ends at "
+             "%llu): the file is truncated or its header does not match its tensors",
+             name, (unsigned long long)bytes, (unsigned long long)start, (unsigned long long)w->end);
+        return NULL;
+    }
+    w->pos = stop;
+    return w->base + start;
+overflow:
+    w->failed = 1;
+    fail(w->err, w->errlen, w->path, "tensor %s: offset overflows", name);
+    return NULL;
+}
+
+/* A MATRIX of model.h: rows*cols values in the header's weight type (q8: int8 values, then the
+ * float32 scales of each group). */
+static Matrix take_matrix(TensorWalk* w, const Config* c, int rows, int cols, const char* what,
+                          int layer) {
+    Matrix m = {c->weight_type, rows, cols, c->group_size, NULL, NULL};
+    uint64_t count = (uint64_t)rows * (uint64_t)cols; /* < 2^31, checked by the caller */
+    if (c->weight_type == WEIGHT_F32) {
+        m.data = take(w, count * 4, what, layer);
+    } else if (c->weight_type == WEIGHT_BF16) {
+        m.data = take(w, count * 2, what, layer);
+    } else {
+        char scales[48];
+        snprintf(scales, sizeof scales, "%s scales", what);
+        m.data = take(w, count, what, layer);
+        m.scales = take(w, count / (uint64_t)c->group_size * 4, scales, layer);
+    }
+    return m;
+}
+
+static const float* take_vector(TensorWalk* w, int n, const char* what, int layer) {
+    return take(w, (uint64_t)n * 4, what, layer);
+}
+
+/* calloc(a * b) with the multiplication checked. */
+static void* alloc_array(size_t a, size_t b) {
+    if (b != 0 && a > SIZE_MAX / b) return NULL;
+    return calloc(a ? a : 1, b ? b : 1);
+}
+
+/* Checks every header field; fills the Config. Returns 0 or -1 with err set. */
+static int read_config(Transformer* t, const char* path, int ctx, char* err, size_t errlen) {
+    const FileHeader* h = &t->header;
+    Config* c = &t->config;
+    if (memcmp(h->magic, CHECKPOINT_MAGIC, 4) != 0)
+        return fail(err, errlen, path, "not a checkpoint of this engine (bad magic; convert the "
+                                       "model with export.py)");
+    if (h->version != CHECKPOINT_VERSION)
+        return fail(err, errlen, path, "checkpoint version %u, this engine reads version %d",
+                    h->version, CHECKPOINT_VERSION);
+    if (h->arch < ARCH_QWEN3 || h->arch > ARCH_LLAMA)
+        return fail(err, errlen, path, "unknown architecture %u", h->arch);
+    if (h->flags & ~(uint32_t)(FLAG_QK_NORM | FLAG_QKV_BIAS | FLAG_TIED_EMBED))
+        return fail(err, errlen, path, "unknown flags 0x%x", h->flags);
+
+    struct { const char* name; uint32_t value, max; } sizes[] = {
+        {"dim", h->dim, MAX_DIM},
+        {"hidden_dim", h->hidden_dim, MAX_HIDDEN},
+        {"n_layers", h->n_layers, MAX_LAYERS},
+        {"n_heads", h->n_heads, MAX_HEADS},
+        {"n_kv_heads", h->n_kv_heads, MAX_HEADS},
+        {"head_dim", h->head_dim, MAX_HEAD_DIM},
+        {"vocab_size", h->vocab_size, MAX_VOCAB},
+        {"max_seq_len", h->max_seq_len, MAX_POSITIONS},
+    };
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        if (sizes[i].value == 0 || sizes[i].value > sizes[i].max)
+            return fail(err, errlen, path, "%s = %u is out of range (1 .. %u)", sizes[i].name,
+                        sizes[i].value, sizes[i].max);
+    if (h->n_heads % h->n_kv_heads != 0)
+        return fail(err, errlen, path, "n_heads = %u is not a multiple of n_kv_heads = %u",
+                    h->n_heads, h->n_kv_heads);
+    if (h->head_dim % 2 != 0)
+        return fail(err, errlen, path, "head_dim = %u is odd (RoPE rotates pairs)", h->head_dim);
+    if ((uint64_t)h->n_heads * h->head_dim > MAX_HIDDEN)
+        return fail(err, errlen, path, "n_heads * head_dim = %llu is out of range",
+                    (unsigned long long)h->n_heads * h->head_dim);
+    /* The kernels index a matrix with int arithmetic: every matrix must have < 2^31 values. */
+    uint64_t q_dim = (uint64_t)h->n_heads * h->head_dim;
+    uint64_t widest = h->dim > h->hidden_dim ? h->dim : h->hidden_dim;
+    if (q_dim > widest) widest = q_dim;
+    uint64_t tallest = h->vocab_size > h->hidden_dim ? h->vocab_size : h->hidden_dim;
+    if (q_dim > tallest) tallest = q_dim;
+    if (widest * tallest > (uint64_t)INT_MAX)
+        return fail(err, errlen, path, "matrices with more than 2^31 values are not supported");
+
+    if (h->weight_type > WEIGHT_Q8)
+        return fail(err, errlen, path, "unknown weight type %u", h->weight_type);
+    if (h->weight_type == WEIGHT_Q8) {
+        if (h->group_size == 0 || h->dim % h->group_size || h->hidden_dim % h->group_size ||
+            q_dim % h->group_size)
+            return fail(err, errlen, path,
+                        "q8 group size %u must be nonzero and divide dim %u, hidden_dim %u and "
+                        "n_heads*head_dim %llu", h->group_size, h->dim, h->hidden_dim,
+                        (unsigned long long)q_dim);
+    } else if (h->group_size != 0) {
+        return fail(err, errlen, path, "group_size = %u for a non-q8 checkpoint (must be 0)",
+                    h->group_size);
+    }
+    if (!(h->rms_norm_eps > 0.0f && h->rms_norm_eps < 1.0f))
+        return fail(err, errlen, path, "rms_norm_eps = %g is not in (0, 1)", h->rms_norm_eps);
+    if (!(h->rope_theta > 0.0 && h->rope_theta < 1e30))
+        return fail(err, errlen, path, "rope_theta = %g is not a positive number", h->rope_theta);
+    if (h->bos_id < -1 || h->bos_id >= (int32_t)h->vocab_size)
+        return fail(err, errlen, path, "bos_id = %d is not -1 or a token id", h->bos_id);
+    if (h->n_eos > MAX_EOS_IDS)
+        return fail(err, errlen, path, "n_eos = %u is more than %d", h->n_eos, MAX_EOS_IDS);
+    for (uint32_t i = 0; i < h->n_eos; i++)
+        if (h->eos_ids[i] < 0)
+            return fail(err, errlen, path, "eos id %d is negative", h->eos_ids[i]);
+    if (!(h->temperature >= 0.0f && h->temperature <= 100.0f) ||
+        !(h->top_p >= 0.0f && h->top_p <= 1.0f) || h->top_k < 0)
+        return fail(err, errlen, path, "generation defaults out of range (temperature %g, top_p "
+                    "%g, top_k %d)", h->temperature, h->top_p, h->top_k);
+
+    c->dim = (int)h->dim;
+    c->hidden_dim = (int)h->hidden_dim;
+    c->n_layers = (int)h->n_layers;
+    c->n_heads = (int)h->n_heads;
+    c->n_kv_heads = (int)h->n_kv_heads;
+    c->head_dim = (int)h->head_dim;
+    c->vocab_size = (int)h->vocab_size;
+    c->max_seq_len = (int)h->max_seq_len;
+    c->rms_norm_eps = h->rms_norm_eps;
+    c->rope_theta = h->rope_theta;
+    c->arch = (int)h->arch;
+    c->flags = (int)h->flags;
+    c->weight_type = (WeightType)h->weight_type;
+    c->group_size = (int)h->group_size;
+
+    if (ctx <= 0) {
+        c->seq_len = c->max_seq_len < DEFAULT_CTX ? c->max_seq_len : DEFAULT_CTX;
+    } else if (ctx > c->max_seq_len) {
+        fprintf(stderr, "note: context %d is more than the model's maximum %d; using %d\n", ctx,
+                c->max_seq_len, c->max_seq_len);
+        c->seq_len = c->max_seq_len;
+    } else {
+        c->seq_len = ctx;
+    }
+    return 0;
+}
+
+/* Points every weight into the mapping, in the order of model.h. */
+static int map_weights(Transformer* t, const char* path, char* err, size_t errlen) {
+    const Config* c = &t->config;
+    const FileHeader* h = &t->header;
+    Weights* w = &t->weights;
+    int D = c->dim, F = c->hidden_dim, L = c->n_layers, V = c->vocab_size;
+    int q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim, d = c->head_dim;
+    TensorWalk walk = {t->data, h->weights_offset, h->weights_offset + h->weights_bytes, path, err,
+                       errlen, 0};
+
+    w->layers = alloc_array((size_t)L, sizeof(LayerWeights));
+    if (w->layers == NULL) return fail(err, errlen, path, "out of memory");
+    w->embed_tokens = take_matrix(&walk, c, V, D, "embed_tokens", -1);
+    for (int l = 0; l < L; l++) {
+        LayerWeights* lw = &w->layers[l];
+        lw->input_layernorm = take_vector(&walk, D, "input_layernorm", l);
+        lw->q_proj = take_matrix(&walk, c, q_dim, D, "q_proj", l);
+        if (c->flags & FLAG_QKV_BIAS) lw->q_bias = take_vector(&walk, q_dim, "q_bias", l);
+        lw->k_proj = take_matrix(&walk, c, kv_dim, D, "k_proj", l);
+        if (c->flags & FLAG_QKV_BIAS) lw->k_bias = take_vector(&walk, kv_dim, "k_bias", l);
+        lw->v_proj = take_matrix(&walk, c, kv_dim, D, "v_proj", l);
+        if (c->flags & FLAG_QKV_BIAS) lw->v_bias = take_vector(&walk, kv_dim, "v_bias", l);
+        if (c->flags & FLAG_QK_NORM) {
+            lw->q_norm = take_vector(&walk, d, "q_norm", l);
+            lw->k_norm = take_vector(&walk, d, "k_norm", l);
+        }
+        lw->o_proj = take_matrix(&walk, c, D, q_dim, "o_proj", l);
+        lw->post_attention_layernorm = take_vector(&walk, D, "post_attention_layernorm", l);
+        lw->gate_proj = take_matrix(&walk, c, F, D, "gate_proj", l);
+        lw->up_proj = take_matrix(&walk, c, F, D, "up_proj", l);
+        lw->down_proj = take_matrix(&walk, c, D, F, "down_proj", l);
+    }
+    w->norm = take_vector(&walk, D, "norm", -1);
+    /* QWEN3.md 2.2 step 4 and 7.7: a tied model's output projection is the embedding matrix. */
+    if (c->flags & FLAG_TIED_EMBED) w->lm_head = w->embed_tokens;
+    else w->lm_head = take_matrix(&walk, c, V, D, "lm_head", -1);
+    if (walk.failed) return -1;
+    /* export.py pads the section to a multiple of 64 after the last tensor; anything more means the
+     * header describes a different model than the one stored. */
+    if (walk.end - walk.pos >= CHECKPOINT_ALIGN)
+        return fail(err, errlen, path, "the weights section has %llu bytes after the last tensor: "
+                    "the header does not match the tensors",
+                    (unsigned long long)(walk.end - walk.pos));
+    return 0;
+}
+
+/* RoPE tables (QWEN3.md 2.4): inv_freq[i] = 1 / theta^(2i/d) in float32 with powf, and
+ * angle = p * inv_freq[i] as a float32 product, exactly as HF computes them in float32. */
+static void rope_tables(const Config* c, float* cos_t, float* sin_t) {
+    int half = c->head_dim / 2;
+    for (int p = 0; p < c->seq_len; p++) {
+        for (int i = 0; i < half; i++) {
+            float inv_freq = 1.0f / powf((float)c->rope_theta, (float)(2 * i) / (float)c->head_dim);
+            float angle = (float)p * inv_freq;
+            cos_t[(size_t)p * half + i] = cosf(angle);
+            sin_t[(size_t)p * half + i] = sinf(angle);
+        }
+    }
+}
+
+static int alloc_state(Transformer* t, int n_threads) {
+    const Config* c = &t->config;
+    RunState* s = &t->state;
+    size_t B = MAX_BATCH, D = (size_t)c->dim, F = (size_t)c->hidden_dim;
+    size_t q_dim = (size_t)c->n_heads * c->head_dim, kv_dim = (size_t)c->n_kv_heads * c->head_dim;
+    size_t seq = (size_t)c->seq_len, L = (size_t)c->n_layers;
+    s->max_batch = MAX_BATCH;
+    s->x = alloc_array(B * D, sizeof(float));
+    s->xb = alloc_array(B * D, sizeof(float));
+    s->q = alloc_array(B * q_dim, sizeof(float));
+    s->k = alloc_array(B * kv_dim, sizeof(float));
+    s->v = alloc_array(B * kv_dim, sizeof(float));
+    s->att_out = alloc_array(B * q_dim, sizeof(float));
+    s->proj = alloc_array(B * D, sizeof(float));
+    s->gate = alloc_array(B * F, sizeof(float));
+    s->up = alloc_array(B * F, sizeof(float));
+    s->att = alloc_array((size_t)n_threads * seq, sizeof(float));
+    s->logits = alloc_array((size_t)c->vocab_size, sizeof(float));
+    /* The cache is the one big allocation (L * seq * kv_dim floats, twice); calloc maps it lazily,
+     * so memory is only used for the positions actually reached. */
+    s->key_cache = alloc_array(L * seq, kv_dim * sizeof(float));
+    s->value_cache = alloc_array(L * seq, kv_dim * sizeof(float));
+    s->rope_cos = alloc_array(seq * (size_t)(c->head_dim / 2), sizeof(float));
+    s->rope_sin = alloc_array(seq * (size_t)(c->head_dim / 2), sizeof(float));
+    if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->att_out || !s->proj || !s->gate ||
+        !s->up || !s->att || !s->logits || !s->key_cache || !s->value_cache || !s->rope_cos ||
+        !s->rope_sin)
+        return -1;
+    rope_tables(c, s->rope_cos, s->rope_sin);
+    return 0;
+}
+
+static void free_state(RunState* s) {
+    free(s->x);
+    free(s->xb);
+    free(s->q);
+    free(s->k);
+    free(s->v);
+    free(s->att_out);
+    free(s->proj);
+    free(s->gate);
+    free(s->up);
+    free(s->att);
+    free(s->logits);
+    free(s->key_cache);
+    free(s->value_cache);
+    free(s->rope_cos);
+    free(s->rope_sin);
+    memset(s, 0, sizeof *s);
+}
+
+int transformer_load(Transformer* t, const char* path, int ctx, char* err, size_t errlen) {
+    memset(t, 0, sizeof *t);
+    t->fd = -1;
+    if (err && errlen) err[0] = '\0';
+    {
+        const uint32_t one = 1;
+        if (*(const uint8_t*)&one != 1)
+            return fail(err, errlen, path, "this engine needs a little-endian machine");
+    }
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return fail(err, errlen, path, "cannot open: %s", strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return fail(err, errlen, path, "cannot stat: %s", strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return fail(err, errlen, path, "not a regular file");
+    }
+    if ((uint64_t)st.st_size < sizeof(FileHeader)) {
+        close(fd);
+        return fail(err, errlen, path, "file is %lld bytes, too short for a checkpoint header",
+                    (long long)st.st_size);
+    }
+    if ((uint64_t)st.st_size > (uint64_t)SIZE_MAX) {
+        close(fd);
+        return fail(err, errlen, path, "file is too large to map on this machine");
+    }
+    void* data = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int map_errno = errno;
+    close(fd); /* the mapping keeps the file alive */
+    if (data == MAP_FAILED) return fail(err, errlen, path, "cannot mmap: %s", strerror(map_errno));
+    t->data = data;
+    t->file_size = (size_t)st.st_size;
+    memcpy(&t->header, data, sizeof(FileHeader));
+    const FileHeader* h = &t->header;
+    uint64_t size = (uint64_t)st.st_size;
+
+    if (read_config(t, path, ctx, err, errlen) != 0) goto fail_unmap;
+
+    /* The two sections: inside the file, after the header, not overlapping, no wrap-around. */
+    if (h->tokenizer_offset < sizeof(FileHeader) || h->tokenizer_offset > size ||
+        h->tokenizer_bytes > size - h->tokenizer_offset) {
+        fail(err, errlen, path, "tokenizer section [%llu, +%llu) is not inside the %llu-byte file",
+             (unsigned long long)h->tokenizer_offset, (unsigned long long)h->tokenizer_bytes,
+             (unsigned long long)size);
+        goto fail_unmap;
+    }
+    if (h->weights_offset < sizeof(FileHeader) || h->weights_offset > size ||
+        h->weights_bytes > size - h->weights_offset) {
+        fail(err, errlen, path, "weights section [%llu, +%llu) is not inside the %llu-byte file "
+             "(truncated?)", (unsigned long long)h->weights_offset,
+             (unsigned long long)h->weights_bytes, (unsigned long long)size);
+        goto fail_unmap;
+    }
+    if (h->tokenizer_offset < h->weights_offset + h->weights_bytes &&
+        h->weights_offset < h->tokenizer_offset + h->tokenizer_bytes) {
+        fail(err, errlen, path, "the tokenizer and weights sections overlap");
+        goto fail_unmap;
+    }
+    t->tokenizer_data = (const uint8_t*)data + h->tokenizer_offset;
+    t->tokenizer_bytes = (size_t)h->tokenizer_bytes;
+
+    if (map_weights(t, path, err, errlen) != 0) goto fail_unmap;
+
+    int n_threads = n_threads_wanted;
+    if (n_threads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = n > 0 ? (int)(n < 256 ? n : 256) : 1;
+    }
+    const Config* c = &t->config;
+    int max_cols = c->dim;
+    if (c->hidden_dim > max_cols) max_cols = c->hidden_dim;
+    if (c->n_heads * c->head_dim > max_cols) max_cols = c->n_heads * c->head_dim;
+    if (kernels_init(n_threads, MAX_BATCH, max_cols) != 0) {
+        fail(err, errlen, path, "cannot start %d kernel threads", n_threads);
+        goto fail_unmap;
+    }
+    if (alloc_state(t, kernels_threads()) != 0) {
+        fail(err, errlen, path, "out of memory for the run state (KV cache of %d positions: try a "
+             "smaller -c/--ctx)", c->seq_len);
+        goto fail_kernels;
+    }
+    return 0;
+
+fail_kernels:
+    kernels_free();
+fail_unmap:
+    free_state(&t->state);
+    free(t->weights.layers);
+    munmap(data, (size_t)st.st_size);
+    memset(t, 0, sizeof *t);
+    t->fd = -1;
+    return -1;
+}
+
+void transformer_free(Transformer* t) {
+    if (t->data == NULL) return;
+    kernels_free();
+    free_state(&t->state);
+    free(t->weights.layers);
+    munmap(t->data, t->file_size);
+    memset(t, 0, sizeof *t);
+    t->fd = -1;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The forward pass
+ * --------------------------------------------------------------------------------------------- */
+
+/* One attention job: every (row, query head) pair of a batch, split over the kernel threads.
+ * Task i takes pairs i, i + n_tasks, i + 2 n_tasks, ...: interleaving balances the work, because
+ * the causal mask makes later rows longer; each task has its own score scratch row in state.att. */
+typedef struct {
+    const Transformer* t;
+    const float* key_cache;   /* this layer's keys   [seq_len, K*d] */
+    const float* value_cache; /* this layer's values [seq_len, K*d] */
+    int n_rows, pos0, n_tasks;
+} AttentionJob;
+
+static void attention_task(void* ctx, int task) {
+    const AttentionJob* job = ctx;
+    const Config* c = &job->t->config;
+    const RunState* s = &job->t->state;
+    int H = c->n_heads, d = c->head_dim, kv_dim = c->n_kv_heads * d;
+    int group = c->n_heads / c->n_kv_heads;        /* GQA: query heads per kv head (QWEN3.md 2.5) */
+    float scale = 1.0f / sqrtf((float)d);          /* 1/sqrt(head_dim), not dim/heads (7.1) */
+    float* scratch = s->att + (size_t)task * c->seq_len;
+    for (int pair = task; pair < job->n_rows * H; pair += job->n_tasks) {
+        int r = pair / H, h = pair % H;
+        int kv = h / group;                         /* contiguous groups: floor(h / G), not h mod K */
+        int n_pos = job->pos0 + r + 1;              /* causal: positions 0 .. pos of this row */
+        attention_head(s->att_out + (size_t)r * H * d + (size_t)h * d,
+                       s->q + (size_t)r * H * d + (size_t)h * d,
+                       job->key_cache + (size_t)kv * d, job->value_cache + (size_t)kv * d,
+                       kv_dim, n_pos, d, scale, scratch);
+    }
+}
+
+/* Row r of a batch buffer whose rows are `width` floats wide. */
+#define ROW(buf, r, width) ((buf) + (size_t)(r) * (size_t)(width))
+
+float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_logits) {
+    const Config* c = &t->config;
+    const Weights* w = &t->weights;
+    RunState* s = &t->state;
+    const int D = c->dim, F = c->hidden_dim, L = c->n_layers, V = c->vocab_size;
+    const int H = c->n_heads, K = c->n_kv_heads, d = c->head_dim;
+    const int q_dim = H * d, kv_dim = K * d;  /* q is H*d wide, which is not D for 0.6B/4B/32B (7.1) */
+    const float eps = c->rms_norm_eps;        /* from the header: 1e-6 for Qwen3, not 1e-5 (7.4) */
+
+    /* Bad arguments return NULL instead of reading outside the cache or the embedding. */
+    if (t->data == NULL || tokens == NULL || n <= 0 || pos < 0 || pos > c->seq_len - n) return NULL;
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= V) return NULL;
+
+    /* Long inputs go through in chunks of max_batch rows. QWEN3.md 2.3: a batch is the decode step
+     * applied to all rows at once, with a causal mask. A chunk's keys and values are in the cache
+     * before its attention runs, so later chunks see earlier ones exactly as in one big batch. */
+    for (int c0 = 0; c0 < n; c0 += s->max_batch) {
+        const int nb = n - c0 < s->max_batch ? n - c0 : s->max_batch;  /* rows in this chunk */
+        const int p0 = pos + c0;                                         /* position of its row 0 */
+
+        /* QWEN3.md 2.2 step 1: the embedding row of each token; no scaling, no BOS. */
+        for (int r = 0; r < nb; r++) matrix_row(ROW(s->x, r, D), &w->embed_tokens, tokens[c0 + r]);
+
+        for (int l = 0; l < L; l++) {
+            const LayerWeights* lw = &w->layers[l];
+            float* key_cache = s->key_cache + (size_t)l * c->seq_len * kv_dim;
+            float* value_cache = s->value_cache + (size_t)l * c->seq_len * kv_dim;
+
+            /* 2.2 step 2.1: pre-norm residual block: attention reads a normalised copy of x. */
+            for (int r = 0; r < nb; r++)
+                rmsnorm(ROW(s->xb, r, D), ROW(s->x, r, D), lw->input_layernorm, D, eps);  /* RMSNorm use 1 of 4: pre-attention */
+
+            /* 2.2 step 2.2: the q, k, v projections (biases: Qwen2 only, QWEN3.md 6). */
+            matmul(s->q, s->xb, &lw->q_proj, nb);
+            matmul(s->k, s->xb, &lw->k_proj, nb);
+            matmul(s->v, s->xb, &lw->v_proj, nb);
+            if (lw->q_bias) {
+                for (int r = 0; r < nb; r++) {
+                    for (int i = 0; i < q_dim; i++) ROW(s->q, r, q_dim)[i] += lw->q_bias[i];
+                    for (int i = 0; i < kv_dim; i++) ROW(s->k, r, kv_dim)[i] += lw->k_bias[i];
+                    for (int i = 0; i < kv_dim; i++) ROW(s->v, r, kv_dim)[i] += lw->v_bias[i];
+                }
+            }
+
+            for (int r = 0; r < nb; r++) {
+                float* q = ROW(s->q, r, q_dim);  /* H heads of d values, head j at q + j*d */
+                float* k = ROW(s->k, r, kv_dim); /* K heads of d values */
+                /* 2.2 step 2.4: Qwen3's QK-Norm: one [d] weight per layer shared by all heads,
+                 * applied to every head separately, after the projection, before RoPE (7.2). */
+                if (lw->q_norm) {
+                    for (int h = 0; h < H; h++)
+                        rmsnorm(q + h * d, q + h * d, lw->q_norm, d, eps);  /* RMSNorm use 2 of 4: QK-Norm on every q head (before RoPE) */
+                    for (int h = 0; h < K; h++)
+                        rmsnorm(k + h * d, k + h * d, lw->k_norm, d, eps);  /* RMSNorm use 2 of 4: QK-Norm on every k head (before RoPE) */
+                }
+                /* 2.2 step 2.5 and 2.4: RoPE at this row's position, pairs (i, i + d/2) (7.3). */
+                const float* cos_p = ROW(s->rope_cos, p0 + r, d / 2);
+                const float* sin_p = ROW(s->rope_sin, p0 + r, d / 2);
+                rope(q, H, d, cos_p, sin_p);
+                rope(k, K, d, cos_p, sin_p);
+                /* 2.2 step 2.6: the cache stores keys after QK-Norm and RoPE (7.5). */
+                memcpy(ROW(key_cache, p0 + r, kv_dim), k, (size_t)kv_dim * sizeof(float));
+                memcpy(ROW(value_cache, p0 + r, kv_dim), ROW(s->v, r, kv_dim), (size_t)kv_dim * sizeof(float));
+            }
+
+            /* 2.2 step 2.7: causal attention of every row and query head, spread over the threads
+             * (attention_task above: GQA head mapping, 1/sqrt(d) scale, causal length). */
+            AttentionJob job = {t, key_cache, value_cache, nb, p0, kernels_threads()};
+            parallel_for(job.n_tasks, attention_task, &job);
+
+            /* 2.2 steps 2.8-2.9: output projection, residual add. */
+            matmul(s->proj, s->att_out, &lw->o_proj, nb);
+            for (size_t i = 0; i < (size_t)nb * D; i++) s->x[i] += s->proj[i];
+
+            /* 2.2 steps 2.10-2.12: SwiGLU MLP on a normalised copy of x, residual add. */
+            for (int r = 0; r < nb; r++)
+                rmsnorm(ROW(s->xb, r, D), ROW(s->x, r, D), lw->post_attention_layernorm, D, eps);  /* RMSNorm use 3 of 4: pre-MLP */
+            matmul(s->gate, s->xb, &lw->gate_proj, nb);
+            matmul(s->up, s->xb, &lw->up_proj, nb);
+            swiglu(s->gate, s->up, nb * F);  /* gate = silu(gate) * up */
+            matmul(s->proj, s->gate, &lw->down_proj, nb);
+            for (size_t i = 0; i < (size_t)nb * D; i++) s->x[i] += s->proj[i];
+        }
+
+        /* 2.2 steps 3-4: final norm and logits. Sampling needs only the last position (2.3), so
+         * without all_logits only the last row of the last chunk goes through the head, the
+         * biggest matmul of the model (V x D). */
+        const int last_chunk = c0 + nb == n;
+        const int first_row = all_logits ? 0 : (last_chunk ? nb - 1 : nb);
+        for (int r = first_row; r < nb; r++)
+            rmsnorm(ROW(s->xb, r, D), ROW(s->x, r, D), w->norm, D, eps);  /* RMSNorm use 4 of 4: final norm */
+        if (all_logits) {
+            float* out = ROW(all_logits, c0, V);
+            matmul(out, s->xb, &w->lm_head, nb);
+            if (last_chunk) memcpy(s->logits, ROW(out, nb - 1, V), (size_t)V * sizeof(float));
+        } else if (last_chunk) {
+            matmul(s->logits, ROW(s->xb, nb - 1, D), &w->lm_head, 1);
+        }
+    }
+    return s->logits;
+}

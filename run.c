@@ -1,0 +1,438 @@
+/* run.c: the command line of the engine (llama2.c's flags, plus a few).
+ *
+ *   ./run MODEL.bin [options]          (./run --help lists them)
+ *
+ * Modes: generate (default) continues a prompt; tokenize prints the ids of a text; chat and bench
+ * are in chat.c and bench.c. The test contract that other tools depend on:
+ *   --prompt-ids 9707,11,1879   the prompt as token ids (exactly these, no BOS added)
+ *   --dump-logits PATH          raw little-endian float32 logits, vocab_size per row: one row for
+ *                               every prompt position, then one for every generated token
+ *   -n 0                        process the prompt, generate nothing
+ */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "model.h"
+#include "sampler.h"
+#include "tokenizer.h"
+
+typedef struct {
+    const char* checkpoint;
+    const char* mode;          /* generate | chat | tokenize | bench */
+    const char* prompt;        /* -i */
+    const char* prompt_ids;    /* --prompt-ids */
+    const char* system_prompt; /* -y */
+    const char* dump_logits;   /* --dump-logits */
+    float temperature, top_p, min_p, repeat_penalty;
+    int top_k, steps, threads, ctx;
+    uint64_t seed;
+    int has_temperature, has_top_p, has_top_k, has_seed;
+} Options;
+
+static void usage(FILE* out) {
+    fprintf(out,
+            "Usage:   ./run MODEL.bin [options]\n"
+            "Example: ./run model.bin -n 256 -i \"Once upon a time\"\n"
+            "Options:\n"
+            "  -t, --temperature T    sampling temperature, >= 0; 0 = greedy (default: the model's\n"
+            "                         generation_config, else 1.0)\n"
+            "  -p, --top-p P          top-p (nucleus) sampling in [0,1]; 0 or 1 = off (default: the\n"
+            "                         model's, else 0.9)\n"
+            "  -k, --top-k K          keep the K most likely tokens; 0 = off (default: the model's)\n"
+            "      --min-p P          drop tokens below P * the top probability, [0,1]; 0 = off (default)\n"
+            "      --repeat-penalty R repetition penalty over every token seen, > 0; 1 = off (default)\n"
+            "  -s, --seed S           random seed, a non-negative integer (default: the time)\n"
+            "  -n, --steps N          tokens to generate, >= 0; 0 = only process the prompt (default 256)\n"
+            "  -i, --input TEXT       the prompt (tokenize mode: the text; default: standard input)\n"
+            "      --prompt-ids IDS   the prompt as comma-separated token ids, e.g. 9707,11,1879\n"
+            "  -m, --mode MODE        generate | chat | tokenize | bench (default generate)\n"
+            "  -y, --system TEXT      system prompt (chat mode)\n"
+            "  -c, --ctx N            context length (KV cache positions); 0 = min(4096, the model's)\n"
+            "      --threads N        worker threads (default: one per online CPU)\n"
+            "      --dump-logits PATH write the logits of every prompt position and every generated\n"
+            "                         token as raw little-endian float32 (vocab_size per row)\n"
+            "  -h, --help             this help\n");
+}
+
+/* One-line error and exit (status 2: bad command line; 1: anything else). */
+static void die(int status, const char* fmt, ...) __attribute__((noreturn, format(printf, 2, 3)));
+static void die(int status, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("run: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(status);
+}
+
+static float parse_float(const char* flag, const char* s, float lo, float hi) {
+    char* end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (end == s || *end != '\0' || errno == ERANGE || !isfinite(v))
+        die(2, "%s needs a number, got '%s'", flag, s);
+    if (v < lo || v > hi) die(2, "%s must be in [%g, %g], got %s", flag, lo, hi, s);
+    return v;
+}
+
+static long long parse_int(const char* flag, const char* s, long long lo, long long hi) {
+    char* end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end != '\0' || errno == ERANGE) die(2, "%s needs an integer, got '%s'", flag, s);
+    if (v < lo || v > hi) die(2, "%s must be in [%lld, %lld], got %s", flag, lo, hi, s);
+    return v;
+}
+
+static uint64_t parse_seed(const char* flag, const char* s) {
+    char* end;
+    errno = 0;
+    if (*s == '-' || *s == '+') die(2, "%s needs a non-negative integer, got '%s'", flag, s);
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s || *end != '\0' || errno == ERANGE)
+        die(2, "%s needs a non-negative integer, got '%s'", flag, s);
+    return (uint64_t)v;
+}
+
+static void parse_args(int argc, char** argv, Options* o) {
+    memset(o, 0, sizeof *o);
+    o->mode = "generate";
+    o->steps = 256;
+    o->repeat_penalty = 1.0f;
+    for (int i = 1; i < argc; i++) {
+        const char* arg = argv[i];
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+            usage(stdout);
+            exit(0);
+        }
+        if (arg[0] != '-' || arg[1] == '\0') { /* the checkpoint */
+            if (o->checkpoint) die(2, "unexpected argument '%s' (the checkpoint is '%s')", arg, o->checkpoint);
+            o->checkpoint = arg;
+            continue;
+        }
+        /* Every option takes a value: "-t 0.5", "--temperature 0.5" or "--temperature=0.5". */
+        char name[64];
+        const char* value = NULL;
+        const char* eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
+        size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+        if (len >= sizeof name) die(2, "unknown option '%s' (see --help)", arg);
+        memcpy(name, arg, len);
+        name[len] = '\0';
+        if (eq) value = eq + 1;
+        else if (i + 1 < argc) value = argv[i + 1];
+#define IS(short_name, long_name) \
+    ((short_name[0] && strcmp(name, short_name) == 0) || strcmp(name, long_name) == 0)
+        int known = IS("-t", "--temperature") || IS("-p", "--top-p") || IS("-k", "--top-k") ||
+                    IS("", "--min-p") || IS("", "--repeat-penalty") || IS("-s", "--seed") ||
+                    IS("-n", "--steps") || IS("-i", "--input") || IS("", "--prompt-ids") ||
+                    IS("-m", "--mode") || IS("-y", "--system") || IS("-c", "--ctx") ||
+                    IS("", "--threads") || IS("", "--dump-logits");
+        if (!known) die(2, "unknown option '%s' (see --help)", arg);
+        if (value == NULL) die(2, "option %s needs a value (see --help)", name);
+        if (!eq) i++;
+        if (IS("-t", "--temperature")) {
+            o->temperature = parse_float(name, value, 0.0f, 100.0f);
+            o->has_temperature = 1;
+        } else if (IS("-p", "--top-p")) {
+            o->top_p = parse_float(name, value, 0.0f, 1.0f);
+            o->has_top_p = 1;
+        } else if (IS("-k", "--top-k")) {
+            o->top_k = (int)parse_int(name, value, 0, INT_MAX);
+            o->has_top_k = 1;
+        } else if (IS("", "--min-p")) {
+            o->min_p = parse_float(name, value, 0.0f, 1.0f);
+        } else if (IS("", "--repeat-penalty")) {
+            o->repeat_penalty = parse_float(name, value, 0.0f, 100.0f);
+            if (o->repeat_penalty <= 0.0f) die(2, "%s must be > 0, got %s", name, value);
+        } else if (IS("-s", "--seed")) {
+            o->seed = parse_seed(name, value);
+            o->has_seed = 1;
+        } else if (IS("-n", "--steps")) {
+            o->steps = (int)parse_int(name, value, 0, INT_MAX);
+        } else if (IS("-i", "--input")) {
+            o->prompt = value;
+        } else if (IS("", "--prompt-ids")) {
+            o->prompt_ids = value;
+        } else if (IS("-m", "--mode")) {
+            if (strcmp(value, "generate") && strcmp(value, "chat") && strcmp(value, "tokenize") &&
+                strcmp(value, "bench"))
+                die(2, "%s must be generate, chat, tokenize or bench, got '%s'", name, value);
+            o->mode = value;
+        } else if (IS("-y", "--system")) {
+            o->system_prompt = value;
+        } else if (IS("-c", "--ctx")) {
+            o->ctx = (int)parse_int(name, value, 0, INT_MAX);
+        } else if (IS("", "--threads")) {
+            o->threads = (int)parse_int(name, value, 1, 1024);
+        } else if (IS("", "--dump-logits")) {
+            o->dump_logits = value;
+        }
+#undef IS
+    }
+    if (o->checkpoint == NULL) {
+        usage(stderr);
+        die(2, "no checkpoint given");
+    }
+    if (o->prompt && o->prompt_ids) die(2, "give either -i or --prompt-ids, not both");
+}
+
+/* "9707,11,1879" -> ids (malloc'ed). Every id must be a token of the model. */
+static int* parse_prompt_ids(const char* s, int vocab_size, int* n_out) {
+    int cap = 1;
+    for (const char* c = s; *c; c++) cap += *c == ',';
+    int* ids = malloc((size_t)cap * sizeof(int));
+    if (ids == NULL) die(1, "out of memory");
+    int n = 0;
+    const char* c = s;
+    for (;;) {
+        char* end;
+        errno = 0;
+        while (*c == ' ') c++;
+        long v = strtol(c, &end, 10);
+        if (end == c || errno == ERANGE) die(2, "--prompt-ids: '%s' is not a comma-separated list of ids", s);
+        if (v < 0 || v >= vocab_size)
+            die(2, "--prompt-ids: id %ld is outside the vocabulary (0 .. %d)", v, vocab_size - 1);
+        ids[n++] = (int)v;
+        c = end;
+        while (*c == ' ') c++;
+        if (*c == '\0') break;
+        if (*c != ',') die(2, "--prompt-ids: '%s' is not a comma-separated list of ids", s);
+        c++;
+    }
+    *n_out = n;
+    return ids;
+}
+
+static char* read_all(FILE* f, size_t* len) {
+    size_t cap = 1 << 16, n = 0;
+    char* buf = malloc(cap);
+    if (buf == NULL) die(1, "out of memory");
+    for (;;) {
+        if (n + 1 >= cap) {
+            cap *= 2;
+            char* bigger = realloc(buf, cap);
+            if (bigger == NULL) die(1, "out of memory");
+            buf = bigger;
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0) break;
+    }
+    if (ferror(f)) die(1, "cannot read standard input");
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void write_rows(FILE* f, const char* path, const float* rows, int n_rows, int vocab_size) {
+    size_t count = (size_t)n_rows * (size_t)vocab_size;
+    if (fwrite(rows, sizeof(float), count, f) != count) die(1, "%s: write failed", path);
+}
+
+static int is_eos(const FileHeader* h, int id) {
+    for (uint32_t i = 0; i < h->n_eos; i++)
+        if (h->eos_ids[i] == id) return 1;
+    return 0;
+}
+
+/* Prints one generated token: as text through the tokenizer, or as a number when the checkpoint
+ * has no tokenizer. */
+static void emit(const Tokenizer* tok, Utf8Stream* stream, int id, int* n_emitted) {
+    if (tok) tokenizer_print(tok, stream, id, 0, stdout);
+    else printf("%s%d", *n_emitted ? " " : "", id);
+    (*n_emitted)++;
+    fflush(stdout);
+}
+
+static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, const Options* o) {
+    const Config* c = &t->config;
+    const int V = c->vocab_size;
+
+    /* The prompt: ids given as such, or encoded text (plus BOS when the model has one; Qwen3
+     * has none, QWEN3.md 2.3). */
+    int n_prompt = 0;
+    int* prompt = NULL;
+    if (o->prompt_ids) {
+        prompt = parse_prompt_ids(o->prompt_ids, V, &n_prompt);
+    } else if (o->prompt) {
+        if (tok == NULL) die(1, "%s has no tokenizer: give the prompt with --prompt-ids", o->checkpoint);
+        int n_text = 0;
+        int* text = tokenizer_encode(tok, o->prompt, strlen(o->prompt), &n_text);
+        if (text == NULL) die(1, "out of memory");
+        int bos = t->header.bos_id >= 0;
+        prompt = malloc((size_t)(n_text + bos + 1) * sizeof(int));
+        if (prompt == NULL) die(1, "out of memory");
+        if (bos) prompt[0] = t->header.bos_id;
+        memcpy(prompt + bos, text, (size_t)n_text * sizeof(int));
+        n_prompt = n_text + bos;
+        free(text);
+        for (int i = 0; i < n_prompt; i++)
+            if (prompt[i] < 0 || prompt[i] >= V)
+                die(1, "the tokenizer gave id %d, outside the model's vocabulary of %d", prompt[i], V);
+    } else if (t->header.bos_id >= 0) {
+        prompt = malloc(sizeof(int));
+        if (prompt == NULL) die(1, "out of memory");
+        prompt[0] = t->header.bos_id;
+        n_prompt = 1;
+    }
+    if (n_prompt == 0) die(2, "no prompt: give -i TEXT or --prompt-ids IDS");
+    if (n_prompt > c->seq_len)
+        die(1, "the prompt has %d tokens, more than the context of %d (raise it with -c, at most %d)",
+            n_prompt, c->seq_len, c->max_seq_len);
+
+    /* Everything the token loop needs is allocated here, before it. */
+    /* The tokens seen, for the repetition penalty: at most the context plus one last token. */
+    int* history = malloc(((size_t)c->seq_len + 2) * sizeof(int));
+    if (history == NULL) die(1, "out of memory");
+    memcpy(history, prompt, (size_t)n_prompt * sizeof(int));
+    int n_history = n_prompt;
+    FILE* dump = NULL;
+    float* chunk_logits = NULL;
+    if (o->dump_logits) {
+        dump = fopen(o->dump_logits, "wb");
+        if (dump == NULL) die(1, "%s: cannot open for writing: %s", o->dump_logits, strerror(errno));
+        chunk_logits = malloc((size_t)t->state.max_batch * (size_t)V * sizeof(float));
+        if (chunk_logits == NULL) die(1, "out of memory");
+    }
+
+    if (o->prompt && tok) { /* show the prompt, then the continuation, as llama2.c does */
+        fputs(o->prompt, stdout);
+        fflush(stdout);
+    }
+
+    /* Prefill: the whole prompt as matrices (QWEN3.md 2.3). With --dump-logits, in chunks of
+     * max_batch rows so that every row's logits fit in one buffer. */
+    double t0 = now_seconds();
+    float* logits = NULL;
+    if (dump) {
+        for (int i = 0; i < n_prompt; i += t->state.max_batch) {
+            int nb = n_prompt - i < t->state.max_batch ? n_prompt - i : t->state.max_batch;
+            logits = forward(t, prompt + i, nb, i, chunk_logits);
+            if (logits == NULL) die(1, "forward pass failed");
+            write_rows(dump, o->dump_logits, chunk_logits, nb, V);
+        }
+    } else {
+        logits = forward(t, prompt, n_prompt, 0, NULL);
+        if (logits == NULL) die(1, "forward pass failed");
+    }
+    double t1 = now_seconds();
+
+    /* Decode: sample, print, feed the token back, until an end-of-sequence id, -n tokens or the
+     * end of the context. */
+    Utf8Stream stream = {{0}, 0};
+    int pos = n_prompt, n_generated = 0, n_decoded = 0, n_emitted = 0, context_full = 0;
+    while (n_generated < o->steps) {
+        int next = sampler_sample(sampler, logits, history, n_history);
+        if (is_eos(&t->header, next)) break;
+        emit(tok, &stream, next, &n_emitted);
+        history[n_history++] = next;
+        n_generated++;
+        /* The last token is only run through the model when its logits are wanted. */
+        if (n_generated == o->steps && dump == NULL) break;
+        if (pos >= c->seq_len) {
+            context_full = 1;
+            break;
+        }
+        logits = forward(t, &next, 1, pos, NULL);
+        if (logits == NULL) die(1, "forward pass failed");
+        pos++;
+        n_decoded++;
+        if (dump) write_rows(dump, o->dump_logits, logits, 1, V);
+    }
+    double t2 = now_seconds();
+    if (tok) utf8_stream_flush(&stream, stdout);
+    if (n_emitted > 0 || (o->prompt && tok)) fputc('\n', stdout);
+    fflush(stdout);
+
+    if (context_full)
+        fprintf(stderr, "run: the context is full (%d tokens): generation stopped; a larger -c/--ctx "
+                        "allows more (the model supports %d)\n", c->seq_len, c->max_seq_len);
+    if (dump && fclose(dump) != 0) die(1, "%s: write failed", o->dump_logits);
+    fprintf(stderr, "prompt tokens: %d, prefill: %.1f tok/s, generated tokens: %d, decode: ",
+            n_prompt, n_prompt / (t1 - t0 > 0 ? t1 - t0 : 1e-9), n_generated);
+    if (n_decoded > 0) fprintf(stderr, "%.1f tok/s\n", n_decoded / (t2 - t1 > 0 ? t2 - t1 : 1e-9));
+    else fprintf(stderr, "- tok/s\n");
+    free(chunk_logits);
+    free(history);
+    free(prompt);
+    return 0;
+}
+
+static int tokenize(const Tokenizer* tok, const Options* o) {
+    if (tok == NULL) die(1, "%s has no tokenizer", o->checkpoint);
+    size_t len;
+    char* text;
+    if (o->prompt) {
+        len = strlen(o->prompt);
+        text = malloc(len + 1);
+        if (text == NULL) die(1, "out of memory");
+        memcpy(text, o->prompt, len + 1);
+    } else {
+        text = read_all(stdin, &len);
+    }
+    int n = 0;
+    int* ids = tokenizer_encode(tok, text, len, &n);
+    if (ids == NULL) die(1, "out of memory");
+    for (int i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
+    putchar('\n');
+    free(ids);
+    free(text);
+    return 0;
+}
+
+int main(int argc, char** argv) {
+    Options o;
+    parse_args(argc, argv, &o);
+    if (strcmp(o.mode, "chat") == 0 || strcmp(o.mode, "bench") == 0) {
+        fprintf(stderr, "run: error: mode %s not built yet\n", o.mode);
+        return 1;
+    }
+
+    transformer_set_threads(o.threads);
+    Transformer t;
+    char err[512];
+    if (transformer_load(&t, o.checkpoint, o.ctx, err, sizeof err) != 0) die(1, "%s", err);
+
+    Tokenizer* tok = tokenizer_new(t.tokenizer_data, t.tokenizer_bytes, err, sizeof err);
+    if (tok == NULL) {
+        transformer_free(&t);
+        die(1, "%s: tokenizer: %s", o.checkpoint, err);
+    }
+    const Tokenizer* text_tok = tokenizer_size(tok) > 0 ? tok : NULL; /* NULL: ids only */
+
+    int status;
+    if (strcmp(o.mode, "tokenize") == 0) {
+        status = tokenize(text_tok, &o);
+    } else {
+        /* Sampling defaults: the model's generation_config (0 in the header means absent), else
+         * llama2.c's 1.0 / 0.9, and no top-k. */
+        const FileHeader* h = &t.header;
+        float temperature = o.has_temperature ? o.temperature : (h->temperature > 0 ? h->temperature : 1.0f);
+        float top_p = o.has_top_p ? o.top_p : (h->top_p > 0 ? h->top_p : 0.9f);
+        int top_k = o.has_top_k ? o.top_k : h->top_k;
+        uint64_t seed = o.has_seed ? o.seed : (uint64_t)time(NULL);
+        Sampler sampler;
+        if (sampler_init(&sampler, t.config.vocab_size, temperature, top_p, top_k, o.min_p,
+                         o.repeat_penalty, seed) != 0)
+            die(1, "out of memory");
+        status = generate(&t, text_tok, &sampler, &o);
+        sampler_free(&sampler);
+    }
+    tokenizer_free(tok);
+    transformer_free(&t);
+    return status;
+}
