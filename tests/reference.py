@@ -60,10 +60,29 @@ def as_q8(values, cols, group_size):
     return out
 
 
+def quantize_activations(x, group_size):
+    """int8 activations as llama2.c's runq.c (and our q8 matmul on SIMD builds) make them, returned
+    dequantised: per group, s = max|x| / 127, q = round-half-even(x / s), x' = s * q."""
+    out = []
+    for g in range(0, len(x), group_size):
+        grp = x[g:g + group_size]
+        m = max(abs(v) for v in grp)
+        if m == 0.0:
+            out.extend(0.0 for _ in grp)
+            continue
+        s = m / 127.0
+        inv = 127.0 / m
+        out.extend(s * round(v * inv) for v in grp)
+    return out
+
+
 class Reference:
-    def __init__(self, folder, matrix_transform=None):
+    def __init__(self, folder, matrix_transform=None, act_group=None):
         """matrix_transform(values, cols) -> values, applied to every MATRIX tensor (to model what
-        an export dtype stores, e.g. as_bf16); None keeps the source values."""
+        an export dtype stores, e.g. as_bf16); None keeps the source values. act_group: also
+        quantise the input of every matrix-vector product to int8 in groups of act_group (to
+        model a q8 matmul that multiplies int8 weights by int8 activations)."""
+        self.act_group = act_group
         with open(os.path.join(folder, 'config.json')) as f:
             cfg = json.load(f)
         self.cfg = cfg
@@ -131,8 +150,9 @@ class Reference:
 
     # --------------------------------------------------------------------------------------------
 
-    @staticmethod
-    def matvec(W, x):
+    def matvec(self, W, x):
+        if self.act_group:
+            x = quantize_activations(x, self.act_group)
         return [sum(map(mul, row, x)) for row in W]
 
     @staticmethod

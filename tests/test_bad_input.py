@@ -1,0 +1,267 @@
+"""Error handling: export.py on bad Hugging Face folders, ./run on bad checkpoint files and bad
+flags. Every case must end with a clear message and a non-zero exit status, never a crash (a
+negative return code in Python's subprocess means the process died of a signal), never a hang,
+and a failed export must leave no output file and no temporary file behind."""
+
+import os
+import shutil
+import struct
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hf_model  # noqa: E402
+from hf_model import Spec, DELETE  # noqa: E402
+
+HEADER_FMT = '<4s13I f i d I 8i f f i 2I 4Q 96x'  # model.h FileHeader
+# Byte offsets of FileHeader fields (model.h), for patching.
+OFF = {'magic': 0, 'version': 4, 'arch': 8, 'flags': 12, 'dim': 16, 'hidden_dim': 20,
+       'n_layers': 24, 'n_heads': 28, 'n_kv_heads': 32, 'head_dim': 36, 'vocab_size': 40,
+       'max_seq_len': 44, 'weight_type': 48, 'group_size': 52, 'rms_norm_eps': 56,
+       'tokenizer_offset': 128, 'tokenizer_bytes': 136, 'weights_offset': 144, 'weights_bytes': 152}
+
+
+class ExportErrors(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix='qwen3_badexp_')
+        cls.n = 0
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def setUp(self):
+        if not os.path.exists(hf_model.EXPORT):
+            self.skipTest('export.py is missing')
+
+    def export_fails(self, spec, must_mention, edit=None):
+        """Writes the folder, lets edit(folder) spoil it further, runs export.py into an empty
+        directory and checks the failure. must_mention: strings of which at least one must appear
+        in the message (case-insensitive)."""
+        type(self).n += 1
+        d = os.path.join(self.tmp, 'hf%d' % self.n)
+        hf_model.write_model(d, spec)
+        if edit:
+            edit(d)
+        out_dir = os.path.join(self.tmp, 'out%d' % self.n)
+        os.makedirs(out_dir)
+        out = os.path.join(out_dir, 'model.bin')
+        p = hf_model.run_export(d, out, 'f32')
+        msg = p.stderr.strip()
+        self.assertGreater(p.returncode, 0, 'export.py should fail, got rc %d: %s' % (p.returncode, msg))
+        self.assertNotIn('Traceback', msg, 'a crash instead of a message')
+        self.assertTrue(msg, 'no message')
+        self.assertTrue(any(m.lower() in msg.lower() for m in must_mention),
+                        'message %r names none of %r' % (msg, must_mention))
+        self.assertEqual(os.listdir(out_dir), [], 'a failed export left files behind')
+        return msg
+
+    def test_missing_tensor(self):
+        self.export_fails(Spec(omit=('model.layers.1.mlp.up_proj.weight',)),
+                          ['model.layers.1.mlp.up_proj.weight'])
+
+    def test_missing_tensor_in_shard(self):
+        self.export_fails(Spec(shards=3, omit=('model.layers.0.self_attn.k_norm.weight',)),
+                          ['model.layers.0.self_attn.k_norm.weight'])
+
+    def test_untied_without_lm_head(self):
+        self.export_fails(Spec(tie=False, omit=('lm_head.weight',)), ['lm_head.weight'])
+
+    def test_mixtral(self):
+        self.export_fails(Spec(config_overrides={'architectures': ['MixtralForCausalLM'],
+                                                 'model_type': 'mixtral', 'num_local_experts': 8}),
+                          ['MixtralForCausalLM'])
+
+    def test_qwen3_moe(self):
+        self.export_fails(Spec(config_overrides={'architectures': ['Qwen3MoeForCausalLM'],
+                                                 'model_type': 'qwen3_moe', 'num_experts': 8,
+                                                 'moe_intermediate_size': 32}),
+                          ['Qwen3MoeForCausalLM'])
+
+    def test_unsupported_dtype(self):
+        name = 'model.layers.0.self_attn.q_proj.weight'
+        self.export_fails(Spec(dtype_overrides={name: 'F8_E4M3'}), ['F8_E4M3'])
+
+    def test_rope_scaling(self):
+        self.export_fails(Spec(config_overrides={'rope_scaling': {
+            'rope_type': 'yarn', 'factor': 4.0, 'original_max_position_embeddings': 32768}}),
+            ['rope_scaling'])
+
+    def test_missing_config(self):
+        self.export_fails(Spec(), ['config.json'], edit=lambda d: os.remove(os.path.join(d, 'config.json')))
+
+    def test_missing_config_field(self):
+        self.export_fails(Spec(config_overrides={'hidden_size': DELETE}), ['hidden_size'])
+
+    def test_shape_disagrees_with_config(self):
+        self.export_fails(Spec(config_overrides={'intermediate_size': 256}),
+                          ['gate_proj', 'shape', 'intermediate_size'])
+
+    def test_missing_shard_file(self):
+        self.export_fails(Spec(shards=2), ['model-00002-of-00002.safetensors'],
+                          edit=lambda d: os.remove(os.path.join(d, 'model-00002-of-00002.safetensors')))
+
+    def test_truncated_safetensors(self):
+        def cut(d):
+            path = os.path.join(d, 'model.safetensors')
+            with open(path, 'r+b') as f:
+                f.truncate(os.path.getsize(path) - 1000)
+        self.export_fails(Spec(), ['model.safetensors'], edit=cut)
+
+    def test_output_directory_missing(self):
+        d = os.path.join(self.tmp, 'hf_ok')
+        hf_model.write_model(d, Spec())
+        out = os.path.join(self.tmp, 'no', 'such', 'dir', 'model.bin')
+        p = hf_model.run_export(d, out, 'f32')
+        self.assertGreater(p.returncode, 0)
+        self.assertNotIn('Traceback', p.stderr)
+        self.assertFalse(os.path.exists(out))
+
+
+class EngineErrors(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix='qwen3_badrun_')
+        cls.good = None
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def setUp(self):
+        why = hf_model.missing_tools()
+        if why:
+            self.skipTest(why)
+        if EngineErrors.good is None:
+            d = os.path.join(self.tmp, 'hf')
+            hf_model.write_model(d, Spec(dtype='F32'))
+            good = os.path.join(self.tmp, 'good.bin')
+            p = hf_model.run_export(d, good, 'f32')
+            self.assertEqual(p.returncode, 0, p.stderr)
+            with open(good, 'rb') as f:
+                EngineErrors.data = f.read()
+            EngineErrors.good = good
+            q8 = os.path.join(self.tmp, 'good_q8.bin')
+            p = hf_model.run_export(d, q8, 'q8')
+            self.assertEqual(p.returncode, 0, p.stderr)
+            with open(q8, 'rb') as f:
+                EngineErrors.data_q8 = f.read()
+        # The untouched file must work, or every failure below would prove nothing.
+        p = hf_model.run_engine([self.good, '--prompt-ids', '1,2,3', '-n', '2', '-t', '0'])
+        self.assertEqual(p.returncode, 0, 'the valid checkpoint does not run: ' + p.stderr)
+
+    def run_fails(self, args, path=None):
+        p = hf_model.run_engine(args, timeout=30)
+        msg = p.stderr.strip()
+        self.assertGreaterEqual(p.returncode, 0, 'killed by signal %d: %s' % (-p.returncode, msg))
+        self.assertNotEqual(p.returncode, 0, 'accepted %r: %s' % (args, msg))
+        self.assertTrue(msg, 'no message on stderr for %r' % (args,))
+        if path is not None:
+            self.assertIn(path, msg, 'the message does not name the file')
+            self.assertLessEqual(len(msg.splitlines()), 2, 'more than one clear line: %r' % msg)
+        return msg
+
+    def bad_file(self, name, data):
+        path = os.path.join(self.tmp, name)
+        with open(path, 'wb') as f:
+            f.write(data)
+        return self.run_fails([path, '--prompt-ids', '1,2,3', '-n', '2', '-t', '0'], path)
+
+    def patched(self, name, field, fmt, value, base=None):
+        data = bytearray(self.data if base is None else base)
+        struct.pack_into('<' + fmt, data, OFF[field], value)
+        return self.bad_file(name, bytes(data))
+
+    def test_nonexistent_file(self):
+        path = os.path.join(self.tmp, 'does_not_exist.bin')
+        self.run_fails([path, '--prompt-ids', '1', '-n', '1'], path)
+
+    def test_directory_instead_of_file(self):
+        self.run_fails([self.tmp, '--prompt-ids', '1', '-n', '1'], self.tmp)
+
+    def test_truncated(self):
+        h = hf_model.read_header(self.good)
+        size = len(self.data)
+        tok_off = struct.unpack_from('<Q', self.data, OFF['tokenizer_offset'])[0]
+        w_off = struct.unpack_from('<Q', self.data, OFF['weights_offset'])[0]
+        cuts = sorted({0, 1, 8, 100, 255, 256, tok_off + 10, w_off, w_off + 1000, (w_off + size) // 2,
+                       size - 4 * h['dim'], size - 1})
+        for cut in cuts:
+            with self.subTest(cut=cut):
+                self.bad_file('trunc_%d.bin' % cut, self.data[:cut])
+
+    def test_wrong_magic(self):
+        self.bad_file('magic.bin', b'GGUF' + self.data[4:])
+
+    def test_future_version(self):
+        self.patched('version.bin', 'version', 'I', 2)
+
+    def test_offsets_out_of_range(self):
+        size = len(self.data)
+        cases = [('tokenizer_offset', size + 64), ('tokenizer_bytes', size), ('weights_offset', size),
+                 ('weights_bytes', size), ('weights_offset', 1 << 40)]
+        for field, value in cases:
+            with self.subTest(field=field, value=value):
+                self.patched('off_%s_%d.bin' % (field, value), field, 'Q', value)
+
+    def test_offset_plus_size_overflows(self):
+        """weights_offset + weights_bytes wraps around 2^64 to a small number: only 64-bit checks
+        that cannot overflow (or checks of each term against the file size) reject it."""
+        w_off = struct.unpack_from('<Q', self.data, OFF['weights_offset'])[0]
+        data = bytearray(self.data)
+        struct.pack_into('<Q', data, OFF['weights_bytes'], (1 << 64) - w_off + 64)
+        self.bad_file('wrap_weights.bin', bytes(data))
+        data = bytearray(self.data)
+        struct.pack_into('<Q', data, OFF['tokenizer_offset'], (1 << 64) - 64)
+        struct.pack_into('<Q', data, OFF['tokenizer_bytes'], 128)
+        self.bad_file('wrap_tokenizer.bin', bytes(data))
+
+    def test_config_fields_that_overflow_sizes(self):
+        """Dimensions whose products overflow 32-bit (or 64-bit) size arithmetic, zeros that would
+        divide by zero, and values that make no sense."""
+        cases = [('dim', 1 << 16), ('vocab_size', 0xFFFFFFFF), ('dim', 0x80000000),
+                 ('hidden_dim', 0x7FFFFFFF), ('n_layers', 0xFFFFFFFF), ('n_heads', 0),
+                 ('n_kv_heads', 0), ('n_kv_heads', 3), ('head_dim', 0), ('head_dim', 0x40000000),
+                 ('vocab_size', 0), ('dim', 0), ('weight_type', 7), ('max_seq_len', 0)]
+        for field, value in cases:
+            with self.subTest(field=field, value=value):
+                self.patched('cfg_%s_%d.bin' % (field, value), field, 'I', value)
+
+    def test_q8_group_size(self):
+        for gs in (0, 3, 0x80000000):
+            with self.subTest(group_size=gs):
+                self.patched('q8_gs_%d.bin' % gs, 'group_size', 'I', gs, base=self.data_q8)
+
+    def test_bad_flags(self):
+        g = self.good
+        cases = [
+            [g, '--no-such-flag'],
+            [g, '-n', 'abc', '--prompt-ids', '1'],
+            [g, '-t', 'hot', '--prompt-ids', '1'],
+            [g, '--prompt-ids', '1,x,3', '-n', '1'],
+            [g, '--prompt-ids', '1', '-n'],               # missing value
+            [g, '--prompt-ids', '100000', '-n', '1'],     # id >= vocab_size (300)
+            [g, '--prompt-ids', '-5', '-n', '1'],
+            [],                                           # no checkpoint at all
+        ]
+        for args in cases:
+            with self.subTest(args=args[1:]):
+                self.run_fails(args)
+
+    def test_context_limits_never_crash(self):
+        """Generating past the context (max_position_embeddings = 128) or a prompt longer than
+        the cache: a clean stop or a clean error, never a crash."""
+        g = self.good
+        for args in ([g, '--prompt-ids', '1,2,3', '-n', '500', '-t', '0'],
+                     [g, '--prompt-ids', ','.join(['5'] * 200), '-n', '2', '-t', '0']):
+            with self.subTest(args=args[1:]):
+                p = hf_model.run_engine(args, timeout=60)
+                self.assertGreaterEqual(p.returncode, 0, 'killed by signal %d: %s' % (-p.returncode, p.stderr))
+                if p.returncode != 0:
+                    self.assertTrue(p.stderr.strip(), 'failed without a message')
+
+
+if __name__ == '__main__':
+    unittest.main()

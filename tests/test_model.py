@@ -1,0 +1,385 @@
+"""End-to-end correctness: tiny random Hugging Face checkpoints -> export.py -> ./run, whose logits
+are compared with the plain-Python reference (tests/reference.py) at every position.
+
+Error measure (one number per run): the maximum over positions of
+    max_i |engine_i - ref_i| / max_i |ref_i|
+i.e. the worst absolute logit error of a row, relative to that row's largest reference logit.
+
+Bounds (the argument is in docs/notes-tests.md):
+  * f32 and bf16 exports against the reference run on exactly the weights that export stores
+    (source values, rounded to bf16 the way export does): TIGHT_TOL = 1e-4. The engine computes
+    in fp32, the reference in double; nothing else differs.
+  * bf16 export of an F32/F16 source against the reference on the source weights: BF16_TOL.
+    (For a BF16 source the bf16 export is lossless, so TIGHT_TOL applies.)
+  * q8 export against the reference on the source weights: Q8_TOL; and, on most F32-source
+    variants, against the reference on the stored q8 weights: TIGHT_TOL (see
+    test_q8_tight_on_most_f32_sources for why not all).
+Mistake detection: the same comparison against a reference with a classic mistake switched on
+(wrong epsilon, interleaved RoPE, no QK-norm, GQA by j % K) must fail by at least MISTAKE_MIN.
+
+The prompt is fed with --prompt-ids, -n N greedy steps follow (-t 0), so prefill (the prompt's
+positions) and the KV-cache decode path (every generated position) are both checked.
+"""
+
+import os
+import shutil
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hf_model  # noqa: E402
+from hf_model import Spec, IM_START_ID, IM_END_ID, ENDOFTEXT_ID  # noqa: E402
+import reference  # noqa: E402
+from reference import Reference, rel_error, argmax  # noqa: E402
+
+TIGHT_TOL = 1e-4
+BF16_TOL = 3e-2   # bf16 export of an F32/F16 source; measured worst 1.3e-2 over 34 models
+Q8_TOL = 0.15     # q8 export (int8 weights and activations); measured worst 7.1e-2 over 34 models
+MISTAKE_MIN = 1e-2  # a mistake must show an error >= 100x TIGHT_TOL
+
+P8 = [IM_START_ID, 33, 256, 71, 259, 2, 100, 220]  # byte tokens, merged tokens, an added token
+
+# name -> (Spec fields, prompt ids, greedy steps -n, deliberate mistakes that must be visible)
+VARIANTS = {
+    # Qwen3 as shipped (0.6B/1.7B/4B style): BF16, tied, no lm_head stored, GQA 2.
+    'qwen3_bf16_tied_gqa2': (dict(), P8, 8, ('rope', 'qk_norm', 'gqa')),
+    # Qwen3 8B+ style: untied lm_head; F32 source in 3 shards split mid-layer; GQA 4 (K = 1);
+    # head_dim 32 != hidden/heads = 16 (q width 128 != 64).
+    'qwen3_f32_untied_sharded_gqa4_hd32': (
+        dict(dtype='F32', tie=False, shards=3, n_heads=4, n_kv_heads=1, head_dim=32),
+        [5, 6, 7, 8, 300 - 10, 9], 10, ('rope', 'qk_norm')),
+    # Qwen3-0.6B style: tied WITH a redundant stored lm_head.weight, 2 shards; GQA 1;
+    # head_dim 24 (q width 96: q8 groups fall back to 32).
+    'qwen3_bf16_tied_lmhead_gqa1_hd24': (
+        dict(store_lm_head=True, shards=2, n_heads=4, n_kv_heads=4, head_dim=24),
+        [IM_START_ID, 120, 121, 122, 123], 6, ('rope', 'qk_norm')),
+    # F16 source; a large config epsilon (1e-2) and theta 1e4: an engine that ignores the config's
+    # rms_norm_eps (or rope_theta) cannot pass.
+    'qwen3_f16_eps1e-2_theta1e4': (
+        dict(dtype='F16', rms_norm_eps=1e-2, rope_theta=10000.0),
+        [40, 41, 42, 43, 44, 45, 46], 5, ('rope', 'qk_norm', 'gqa', 'eps')),
+    # Qwen3 with small q/k projections (qk_gain 0.01): q and k have mean square ~1e-4 before
+    # QK-norm, so epsilon 1e-6 vs 1e-5 changes every q/k head by ~4% (see docs/notes-tests.md).
+    'qwen3_f32_small_qk': (
+        dict(dtype='F32', qk_gain=0.01, seed=7),
+        P8, 8, ('rope', 'qk_norm', 'gqa', 'eps')),
+    # Qwen2/2.5: q/k/v biases, no QK-norm, no head_dim key; tied; GQA 4.
+    'qwen2_bf16_tied_bias_gqa4': (
+        dict(arch='qwen2', head_dim=None, n_kv_heads=1, seed=3),
+        P8, 6, ('rope',)),
+    # Llama (HF layout, rotate-half RoPE): untied, eps 1e-5, theta 1e4, F32 in 2 shards, GQA 1.
+    'llama_f32_untied_sharded_gqa1': (
+        dict(arch='llama', dtype='F32', head_dim=None, n_kv_heads=4, tie=False, rms_norm_eps=1e-5,
+             rope_theta=10000.0, shards=2, seed=4),
+        [1, 2, 3, 4, 5, 6], 6, ('rope',)),
+    # Llama 3.2 style: explicit head_dim 32 != 64/4, GQA 2, tied, BF16.
+    'llama_bf16_tied_gqa2_hd32': (
+        dict(arch='llama', head_dim=32, n_kv_heads=2, rms_norm_eps=1e-5, seed=5),
+        [7, 8, 9, 10], 6, ('rope', 'gqa')),
+    # A 40-token prompt (a prefill larger than small batch buffers) then decode.
+    'qwen3_f32_long_prompt_3layers': (
+        dict(dtype='F32', n_layers=3, seed=6),
+        [(i * 37) % 256 for i in range(40)], 4, ('rope', 'qk_norm', 'gqa')),
+    # A 1-token prompt: everything after position 0 is the decode path.
+    'qwen3_bf16_decode_only': (dict(seed=8), [IM_START_ID], 12, ('rope', 'qk_norm', 'gqa')),
+}
+
+MISTAKES = {
+    'eps': dict(eps=1e-5),
+    'rope': dict(rope='interleaved'),
+    'qk_norm': dict(skip_qk_norm=True),
+    'gqa': dict(gqa='mod'),
+}
+
+RESULTS = []  # (variant, dtype, rows, err vs stored weights, err vs source, top-1 agreement)
+
+
+class TestReference(unittest.TestCase):
+    """Checks of hf_model.py and reference.py on their own (no engine needed)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix='qwen3_ref_')
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def write(self, name, **kw):
+        d = os.path.join(self.tmp, name)
+        stored = hf_model.write_model(d, Spec(**kw))
+        return d, stored
+
+    def test_tensors_read_back_exactly(self):
+        for dtype in ('BF16', 'F32', 'F16'):
+            for shards in (1, 3):
+                d, stored = self.write('rb_%s_%d' % (dtype, shards), dtype=dtype, shards=shards)
+                back = hf_model.read_hf_tensors(d)
+                self.assertEqual(set(back), set(stored))
+                for name, (dt, shape, vals) in stored.items():
+                    self.assertEqual(back[name][0], dtype)
+                    self.assertEqual(back[name][1], shape)
+                    self.assertEqual(back[name][2], vals, name)
+                if shards > 1:
+                    files = sorted(f for f in os.listdir(d) if f.endswith('.safetensors'))
+                    self.assertEqual(files, ['model-%05d-of-00003.safetensors' % k for k in (1, 2, 3)])
+
+    def test_safetensors_layout(self):
+        d, _ = self.write('layout', dtype='BF16')
+        with open(os.path.join(d, 'model.safetensors'), 'rb') as f:
+            data = f.read()
+        n = int.from_bytes(data[:8], 'little')
+        self.assertEqual((8 + n) % 8, 0)
+        import json
+        header = json.loads(data[8:8 + n])
+        ends = sorted(tuple(v['data_offsets']) for k, v in header.items() if k != '__metadata__')
+        self.assertEqual(ends[0][0], 0)
+        for (b0, e0), (b1, e1) in zip(ends, ends[1:]):
+            self.assertEqual(e0, b1)  # tensors tile the data area
+        self.assertEqual(ends[-1][1], len(data) - 8 - n)
+
+    def test_sharded_tied_and_stored_head_give_same_logits(self):
+        ids = [3, 50, 260, 7]
+        base = Reference(self.write('same_a', dtype='F32')[0]).forward(ids)
+        for kw in (dict(shards=2), dict(shards=4), dict(store_lm_head=True)):
+            other = Reference(self.write('same_%d' % len(kw), dtype='F32', **kw)[0]).forward(ids)
+            self.assertEqual(other, base, kw)
+
+    def test_inv_freq_like_hf(self):
+        ref = Reference(self.write('invf', dtype='F32')[0])  # theta 1e6, head_dim 16
+        self.assertEqual(ref.inv_freq[0], 1.0)
+        self.assertAlmostEqual(ref.inv_freq[1], 1e6 ** (-2 / 16), places=6)
+        self.assertAlmostEqual(ref.inv_freq[7], 1e6 ** (-14 / 16), places=10)
+
+    def test_rope_pairs_by_hand(self):
+        import math
+        ref = Reference(self.write('rope', dtype='F32')[0])
+        x = [0.0] * 16
+        x[0], x[8] = 1.0, 2.0        # rotate-half pairs element 0 with element 8
+        ref.rope(x, 3, interleaved=False)
+        c, s = math.cos(3.0), math.sin(3.0)
+        self.assertAlmostEqual(x[0], c - 2 * s, places=6)
+        self.assertAlmostEqual(x[8], 2 * c + s, places=6)
+        self.assertEqual(sum(abs(v) for i, v in enumerate(x) if i not in (0, 8)), 0.0)
+        y = [0.0] * 16
+        y[0], y[1] = 1.0, 2.0        # the interleaved mistake pairs element 0 with element 1
+        ref.rope(y, 3, interleaved=True)
+        self.assertAlmostEqual(y[0], c - 2 * s, places=6)
+        self.assertAlmostEqual(y[1], 2 * c + s, places=6)
+        z = [0.5] * 16
+        ref.rope(z, 0, interleaved=False)  # position 0 is the identity
+        self.assertEqual(z, [0.5] * 16)
+
+    def test_position0_by_hand(self):
+        """At position 0 attention over one key returns v itself, and RoPE is the identity, so the
+        logits of a 1-layer model follow from a few lines written out here independently."""
+        import math
+        for arch, kw in (('qwen3', {}), ('qwen2', dict(head_dim=None)), ('llama', dict(tie=False))):
+            d, st = self.write('p0_' + arch, arch=arch, dtype='F32', n_layers=1, n_kv_heads=1, **kw)
+            W = {k: v[2] for k, v in st.items()}
+            cfg = Spec(arch=arch, n_layers=1, n_kv_heads=1, **kw)
+            D, F, H, hd, V = cfg.dim, cfg.hidden_dim, cfg.n_heads, cfg.hd, cfg.vocab_size
+            tok, eps = 77, cfg.rms_norm_eps
+
+            def mv(name, x, rows, cols):
+                w = W[name]
+                return [sum(w[r * cols + c] * x[c] for c in range(cols)) for r in range(rows)]
+
+            def norm(x, w):
+                r = 1.0 / math.sqrt(sum(t * t for t in x) / len(x) + eps)
+                return [a * r * b for a, b in zip(x, w)]
+
+            p = 'model.layers.0.'
+            x = W['model.embed_tokens.weight'][tok * D:(tok + 1) * D]
+            h = norm(x, W[p + 'input_layernorm.weight'])
+            v = mv(p + 'self_attn.v_proj.weight', h, hd, D)
+            if arch == 'qwen2':
+                v = [a + b for a, b in zip(v, W[p + 'self_attn.v_proj.bias'])]
+            o = mv(p + 'self_attn.o_proj.weight', v * H, D, H * hd)  # every head reads kv head 0
+            x = [a + b for a, b in zip(x, o)]
+            h = norm(x, W[p + 'post_attention_layernorm.weight'])
+            g = mv(p + 'mlp.gate_proj.weight', h, F, D)
+            u = mv(p + 'mlp.up_proj.weight', h, F, D)
+            m = mv(p + 'mlp.down_proj.weight', [a / (1 + math.exp(-a)) * b for a, b in zip(g, u)], D, F)
+            x = [a + b for a, b in zip(x, m)]
+            h = norm(x, W['model.norm.weight'])
+            head = 'lm_head.weight' if 'lm_head.weight' in W and not cfg.tie else 'model.embed_tokens.weight'
+            expect = mv(head, h, V, D)
+            got = Reference(d).forward([tok])[0]
+            self.assertLess(rel_error([got], [expect]), 1e-12, arch)
+
+    def test_mistakes_change_the_reference(self):
+        d, _ = self.write('mis', dtype='F32', qk_gain=0.01, seed=7)
+        ref = Reference(d)
+        ids = P8
+        good = ref.forward(ids)
+        for name, kw in MISTAKES.items():
+            self.assertGreater(rel_error(ref.forward(ids, **kw), good), MISTAKE_MIN, name)
+
+    def test_q8_simulation(self):
+        vals = [0.5, -1.0, 0.25, 0.0, 2.0, -0.3, 0.7, 0.1]
+        out = reference.as_q8(vals, 8, 4)
+        s0 = reference.f32(1.0 / 127)
+        self.assertEqual(out[:4], [s0 * 64, s0 * -127, s0 * 32, 0.0])  # 63.5 rounds to even 64
+        self.assertEqual(out[4], reference.f32(2.0 / 127) * 127)
+        self.assertEqual(reference.as_q8([0.0] * 4, 4, 4), [0.0] * 4)
+
+
+class EndToEnd(unittest.TestCase):
+    """One test per (variant, export dtype), generated below; plus prompt-only and mistakes."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix='qwen3_e2e_')
+        cls.folders = {}
+        cls.runs = {}   # (variant, dtype, n) -> (sequence, engine rows, ckpt header)
+        cls.compared = {}  # (variant, dtype) -> measured errors
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+        if RESULTS:
+            sys.stderr.write('\n  %-36s %-5s %4s %10s %10s %6s\n' % (
+                'variant', 'dtype', 'rows', 'err/stored', 'err/source', 'top1'))
+            for r in RESULTS:
+                sys.stderr.write('  %-36s %-5s %4d %10.2e %10.2e %6.3f\n' % r)
+
+    def setUp(self):
+        why = hf_model.missing_tools()
+        if why:
+            self.skipTest(why + ': the end-to-end logits tests need export.py and ./run')
+
+    def folder(self, variant):
+        if variant not in self.folders:
+            d = os.path.join(self.tmp, variant)
+            hf_model.write_model(d, Spec(**VARIANTS[variant][0]))
+            self.folders[variant] = d
+        return self.folders[variant]
+
+    def engine_run(self, variant, dtype, n_gen=None):
+        key = (variant, dtype, n_gen)
+        if key in self.runs:
+            return self.runs[key]
+        spec_kw, prompt, n, _ = VARIANTS[variant]
+        n = n if n_gen is None else n_gen
+        d = self.folder(variant)
+        ckpt = os.path.join(self.tmp, '%s.%s.bin' % (variant, dtype))
+        if not os.path.exists(ckpt):
+            p = hf_model.run_export(d, ckpt, dtype)
+            self.assertEqual(p.returncode, 0, 'export.py failed:\n' + p.stderr)
+        header = hf_model.read_header(ckpt)
+        dump = os.path.join(self.tmp, '%s.%s.%s.logits' % (variant, dtype, n))
+        args = [ckpt, '--prompt-ids', ','.join(map(str, prompt)), '-n', str(n), '-t', '0',
+                '--dump-logits', dump]
+        p = hf_model.run_engine(args)
+        self.assertEqual(p.returncode, 0, './run %s failed (rc %d):\n%s' % (' '.join(args), p.returncode, p.stderr))
+        V = header['vocab_size']
+        rows = hf_model.read_logits(dump, V)
+        T = len(prompt)
+        # Rows: one per prompt position, then one per generated token that was fed back. The
+        # engine may or may not feed (and dump) the last generated token: N-1 or N more rows.
+        self.assertIn(len(rows), (T + n - 1, T + n) if n > 0 else (T,),
+                      'expected %d prompt rows + %d or %d generated, got %d rows' % (T, n - 1, n, len(rows)))
+        seq = list(prompt)
+        for i in range(len(rows) - T):
+            seq.append(argmax(rows[T - 1 + i]))  # greedy: the engine's own argmax is fed back
+        self.runs[key] = (seq, rows, header)
+        return self.runs[key]
+
+    def compare(self, variant, dtype):
+        """Runs (once) and measures: err_stored = error against the reference on exactly the
+        weights the export stored (q8: the smaller of fp32 and int8 activations, see
+        Reference(act_group=)), err_source = against the reference on the source weights,
+        top1 = fraction of positions whose argmax agrees with the source reference."""
+        key = (variant, dtype)
+        if key in self.compared:
+            return self.compared[key]
+        seq, rows, header = self.engine_run(variant, dtype)
+        d = self.folder(variant)
+        exact = Reference(d).forward(seq)
+        if dtype == 'f32':
+            err_stored = rel_error(rows, exact)
+        elif dtype == 'bf16':
+            err_stored = rel_error(rows, Reference(d, reference.as_bf16).forward(seq))
+        else:
+            gs = header['group_size']
+            self.assertGreater(gs, 0)
+            q8w = lambda v, cols: reference.as_q8(v, cols, gs)  # noqa: E731
+            err_stored = min(rel_error(rows, Reference(d, q8w).forward(seq)),
+                             rel_error(rows, Reference(d, q8w, act_group=gs).forward(seq)))
+        r = dict(rows=len(rows), err_stored=err_stored, err_source=rel_error(rows, exact),
+                 top1=sum(argmax(a) == argmax(b) for a, b in zip(rows, exact)) / len(rows))
+        self.compared[key] = r
+        RESULTS.append((variant, dtype, r['rows'], r['err_stored'], r['err_source'], r['top1']))
+        return r
+
+    def check(self, variant, dtype):
+        r = self.compare(variant, dtype)
+        source_dtype = VARIANTS[variant][0].get('dtype', 'BF16')
+        what = '%s exported as %s, %d positions' % (variant, dtype, r['rows'])
+        if dtype == 'q8':
+            # int8 activations make a tight comparison impossible run by run (see
+            # test_q8_tight_on_most_f32_sources); the bound is against the source weights.
+            self.assertLess(r['err_source'], Q8_TOL, what + ': engine vs reference on the source weights')
+            return
+        self.assertLess(r['err_stored'], TIGHT_TOL, what + ': engine vs reference on the stored weights')
+        bound = TIGHT_TOL if dtype == 'f32' or source_dtype == 'BF16' else BF16_TOL
+        self.assertLess(r['err_source'], bound, what + ': engine vs reference on the source weights')
+
+    def test_q8_tight_on_most_f32_sources(self):
+        """q8 against the reference on the stored q8 weights: with fp32 activations the match is
+        tight (TIGHT_TOL). The SIMD q8 matmul also rounds every activation to int8; an activation
+        whose scaled value lies within float32 noise of a rounding boundary (x * 127 / max = k + 0.5)
+        can round either way, and one such flip perturbs everything after it by the size of the
+        quantisation noise (measured 1e-2 .. 3e-2). Ties are structural in BF16 sources (few
+        mantissa bits: exact k + 0.5 ratios occur) and rare (~1e-5 per activation) in F32/F16
+        sources. So: on the F32/F16-source variants most runs (at least 3 of 5) must match the
+        stored-weights reference tightly, which a wrong q8 kernel or export cannot do."""
+        variants = [v for v, spec in VARIANTS.items() if spec[0].get('dtype') in ('F32', 'F16')]
+        self.assertGreaterEqual(len(variants), 5)
+        tight = [v for v in variants if self.compare(v, 'q8')['err_stored'] < TIGHT_TOL]
+        self.assertGreaterEqual(len(tight), 3, 'q8 runs matching the q8 reference within %g: %s of %s' % (
+            TIGHT_TOL, tight, variants))
+
+    def test_prompt_only(self):
+        """-n 0: only the prompt's logits, computed by the prefill path."""
+        seq, rows, _ = self.engine_run('qwen3_bf16_tied_gqa2', 'f32', n_gen=0)
+        self.assertEqual(len(rows), len(VARIANTS['qwen3_bf16_tied_gqa2'][1]))
+        ref = Reference(self.folder('qwen3_bf16_tied_gqa2')).forward(seq)
+        self.assertLess(rel_error(rows, ref), TIGHT_TOL)
+
+    def test_decode_steps_happened(self):
+        """Guards against a vacuous KV-cache test: greedy steps really produced rows."""
+        seq, rows, _ = self.engine_run('qwen3_bf16_decode_only', 'f32')
+        self.assertGreaterEqual(len(rows), 12)
+        self.assertGreater(len(set(seq[1:])), 1, 'greedy continuation is one repeated token')
+
+    def test_mistakes_are_caught(self):
+        """For every variant's f32 run: the correct reference is within TIGHT_TOL and each
+        applicable deliberate mistake is off by more than MISTAKE_MIN."""
+        checked = set()
+        for variant, (spec_kw, prompt, n, mistakes) in VARIANTS.items():
+            seq, rows, _ = self.engine_run(variant, 'f32')
+            ref = Reference(self.folder(variant))
+            self.assertLess(rel_error(rows, ref.forward(seq)), TIGHT_TOL, variant)
+            for m in mistakes:
+                err = rel_error(rows, ref.forward(seq, **MISTAKES[m]))
+                self.assertGreater(err, MISTAKE_MIN, '%s: mistake %s not detected (err %.2e)' % (variant, m, err))
+                checked.add(m)
+        self.assertEqual(checked, set(MISTAKES))
+
+
+def _make_test(variant, dtype):
+    def test(self):
+        self.check(variant, dtype)
+    test.__doc__ = '%s exported as %s: logits at every position vs the reference' % (variant, dtype)
+    return test
+
+
+for _v in VARIANTS:
+    for _dt in ('f32', 'bf16', 'q8'):
+        setattr(EndToEnd, 'test_%s_%s' % (_v, _dt), _make_test(_v, _dt))
+
+if __name__ == '__main__':
+    unittest.main()
