@@ -234,6 +234,33 @@ class EngineErrors(unittest.TestCase):
             with self.subTest(group_size=gs):
                 self.patched('q8_gs_%d.bin' % gs, 'group_size', 'I', gs, base=self.data_q8)
 
+    def test_corrupt_tokenizer_section(self):
+        """Impossible counts in the tokenizer section are refused with a message naming the file;
+        random byte damage inside it never crashes the engine (it may still run: a damaged token
+        string is not an error the engine can see)."""
+        tok_off = struct.unpack_from('<Q', self.data, OFF['tokenizer_offset'])[0]
+        for field_off in (0, 4, 8, 12):  # magic, n_vocab, n_merges, n_added
+            with self.subTest(field=field_off):
+                data = bytearray(self.data)
+                struct.pack_into('<I', data, tok_off + field_off, 0xFFFFFFFF)
+                self.bad_file('tok_%d.bin' % field_off, bytes(data))
+        import random
+        tok_len = struct.unpack_from('<Q', self.data, OFF['tokenizer_bytes'])[0]
+        rng = random.Random(5)
+        path = os.path.join(self.tmp, 'tok_fuzz.bin')
+        for k in range(12):
+            data = bytearray(self.data)
+            for _ in range(6):
+                data[tok_off + rng.randrange(tok_len)] = rng.randrange(256)
+            with open(path, 'wb') as f:
+                f.write(data)
+            for args in (['--prompt-ids', '1,2,3'], ['-i', 'the cat sat']):
+                with self.subTest(fuzz=k, args=args[0]):
+                    p = hf_model.run_engine([path] + args + ['-n', '3', '-t', '0'], timeout=30)
+                    self.assertGreaterEqual(p.returncode, 0, 'killed by signal %d' % -p.returncode)
+                    if p.returncode:
+                        self.assertIn(path, p.stderr)
+
     def test_bad_flags(self):
         g = self.good
         cases = [
