@@ -516,10 +516,11 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
             for (int r = 0; r < nb; r++)
                 rmsnorm(ROW(s->xb, r, D), ROW(s->x, r, D), lw->input_layernorm, D, eps);  /* RMSNorm use 1 of 4: pre-attention */
 
-            /* 2.2 step 2.2: the q, k, v projections (biases: Qwen2 only, QWEN3.md 6). */
-            matmul(s->q, s->xb, &lw->q_proj, nb);
-            matmul(s->k, s->xb, &lw->k_proj, nb);
-            matmul(s->v, s->xb, &lw->v_proj, nb);
+            /* 2.2 step 2.2: the q, k, v projections, in one dispatch to the threads since they
+             * read the same input (biases: Qwen2 only, QWEN3.md 6). */
+            float* const qkv[3] = {s->q, s->k, s->v};
+            const Matrix* const w_qkv[3] = {&lw->q_proj, &lw->k_proj, &lw->v_proj};
+            matmul_multi(qkv, s->xb, w_qkv, 3, nb);
             if (lw->q_bias) {
                 for (int r = 0; r < nb; r++) {
                     for (int i = 0; i < q_dim; i++) ROW(s->q, r, q_dim)[i] += lw->q_bias[i];
@@ -561,8 +562,9 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
             /* 2.2 steps 2.10-2.12: SwiGLU MLP on a normalised copy of x, residual add. */
             for (int r = 0; r < nb; r++)
                 rmsnorm(ROW(s->xb, r, D), ROW(s->x, r, D), lw->post_attention_layernorm, D, eps);  /* RMSNorm use 3 of 4: pre-MLP */
-            matmul(s->gate, s->xb, &lw->gate_proj, nb);
-            matmul(s->up, s->xb, &lw->up_proj, nb);
+            float* const gate_up[2] = {s->gate, s->up};
+            const Matrix* const w_gate_up[2] = {&lw->gate_proj, &lw->up_proj};
+            matmul_multi(gate_up, s->xb, w_gate_up, 2, nb);
             swiglu(s->gate, s->up, nb * F);  /* gate = silu(gate) * up */
             matmul(s->proj, s->gate, &lw->down_proj, nb);
             for (size_t i = 0; i < (size_t)nb * D; i++) s->x[i] += s->proj[i];

@@ -117,33 +117,36 @@ int sampler_sample(Sampler* s, float* logits, const int* history, int n_history)
     const int use_top_k = s->top_k > 0 && s->top_k < V;
     const int use_top_p = s->top_p > 0.0f && s->top_p < 1.0f;
     const int use_min_p = s->min_p > 0.0f;
+
+    /* Weights w = exp(logit - max): the softmax up to its normalisation `mass`; the most likely
+     * token has weight 1. The candidates end up in two groups: `sure` tokens, certainly inside the
+     * top-p nucleus, at cand[0 .. n_sure), and `band` tokens, sorted to decide which of them top-p
+     * keeps, at band[0 .. n_band). */
     ProbIndex* cand = s->candidates;
-    int n = 0;
-    double mass; /* the total that top-p's fractions refer to */
+    ProbIndex* band;
+    int n_sure = 0, n_band = 0;
+    double mass = 0.0, sure_mass = 0.0; /* sure_mass: the weight of the sure tokens */
 
     if (use_top_k) {
         /* 3. Top-k (HF TopKLogitsWarper): keep every logit >= the k-th largest (ties with the k-th
-         *    stay too). A survivor's weight is exp(logit - max): its softmax probability up to the
-         *    normalisation, which top-p takes from the survivors' sum (HF renormalises after top-k). */
+         *    stay too). HF renormalises afterwards: top-p's fractions refer to the survivors. */
         float threshold = kth_largest(logits, V, s->top_k, s->heap);
-        mass = 0.0;
         for (int i = 0; i < V; i++) {
             if (logits[i] >= threshold) {
-                cand[n].prob = expf(logits[i] - max_logit);
-                cand[n].index = i;
-                mass += cand[n].prob;
-                n++;
+                cand[n_band].prob = expf(logits[i] - max_logit);
+                cand[n_band].index = i;
+                mass += cand[n_band].prob;
+                n_band++;
             }
         }
+        band = cand;
     } else {
-        /* Softmax weights of the whole vocabulary (unnormalised: the sum is `mass`). */
-        mass = 0.0;
         for (int i = 0; i < V; i++) {
             logits[i] = expf(logits[i] - max_logit);
             mass += logits[i];
         }
         if (!use_top_p && !use_min_p) {
-            /* Plain multinomial draw over everything: no sorting needed. */
+            /* Plain multinomial draw over the whole vocabulary: nothing to sort. */
             double r = (double)sampler_random(s) * mass, cdf = 0.0;
             for (int i = 0; i < V; i++) {
                 cdf += logits[i];
@@ -151,55 +154,98 @@ int sampler_sample(Sampler* s, float* logits, const int* history, int n_history)
             }
             return argmax(logits, V); /* rounding left r >= the sum */
         }
-        /* Only tokens that can survive top-p and min-p need sorting (llama2.c's trick): a token
-         * with probability below (1 - top_p) / (V - 1) has more than top_p of the mass ranked
-         * above it, so top-p drops it; min-p drops whatever is below min_p * the top weight (1). */
-        double cutoff = 0.0;
-        if (use_top_p) cutoff = (1.0 - s->top_p) / (V - 1) * mass;
-        if (use_min_p && s->min_p > cutoff) cutoff = s->min_p;
+        /* Thresholds instead of a sort of 151,936 weights: tokens with w < lo are out, tokens with
+         * w >= hi are sure, only those in between (the band) are sorted. This is exact because:
+         *  - a token below (1 - top_p) / (V - 1) of the mass has more than top_p of the mass ranked
+         *    above it, so top-p drops it (llama2.c's cutoff); min-p drops every w < min_p;
+         *  - for any threshold t, the tokens with w >= t form a prefix of the sorted order, so if
+         *    they carry >= top_p of the mass the nucleus lies inside them (lo may rise to t), and
+         *    if they carry less they all lie inside the nucleus (hi may drop to t).
+         * Bisection (in log space: weights span many orders of magnitude) narrows the band, each
+         * step looking only at the band, until it is small enough to sort. */
+        float lo = 0.0f, hi = 2.0f; /* hi > every weight */
+        if (use_top_p) lo = (float)((1.0 - s->top_p) / (V - 1) * mass);
+        if (use_min_p && s->min_p > lo) lo = s->min_p;
         for (int i = 0; i < V; i++) {
-            if (logits[i] >= cutoff) {
-                cand[n].prob = logits[i];
-                cand[n].index = i;
-                n++;
+            if (logits[i] >= lo) {
+                cand[n_band].prob = logits[i];
+                cand[n_band].index = i;
+                n_band++;
+            }
+        }
+        band = cand; /* cand = [sure tokens | band tokens]; no sure tokens yet */
+        if (!use_top_p) { /* min-p alone: every candidate stays */
+            n_sure = n_band;
+            n_band = 0;
+        }
+        double target = (double)s->top_p * mass;
+        while (use_top_p && n_band > 256) {
+            float mid = expf(0.5f * (logf(lo > 1e-30f ? lo : 1e-30f) + logf(hi)));
+            if (!(mid > lo && mid < hi)) break; /* float resolution reached */
+            double above = sure_mass;
+            for (int j = 0; j < n_band; j++)
+                if (band[j].prob >= mid) above += band[j].prob;
+            int kept = 0;
+            if (above >= target) { /* the nucleus is inside w >= mid: drop the rest of the band */
+                lo = mid;
+                for (int j = 0; j < n_band; j++)
+                    if (band[j].prob >= mid) band[kept++] = band[j];
+                n_band = kept;
+            } else { /* every w >= mid is in the nucleus: move those to the sure tokens */
+                hi = mid;
+                for (int j = 0; j < n_band; j++) {
+                    if (band[j].prob >= mid) {
+                        ProbIndex tmp = band[kept];
+                        band[kept] = band[j];
+                        band[j] = tmp;
+                        sure_mass += band[kept].prob;
+                        kept++;
+                    }
+                }
+                n_sure += kept;
+                n_band -= kept;
+                band += kept;
             }
         }
     }
-    if (n == 0 || !(mass > 0.0)) return argmax(logits, V);
-    qsort(cand, (size_t)n, sizeof(ProbIndex), by_prob_desc);
+    if (n_sure + n_band == 0 || !(mass > 0.0)) return argmax(logits, V);
+    qsort(band, (size_t)n_band, sizeof(ProbIndex), by_prob_desc);
 
-    /* 4. Top-p (HF TopPLogitsWarper): keep a token when the probability ranked strictly above it
-     *    is below top_p, i.e. the smallest set whose mass reaches top_p; at least one token. */
-    int kept = n;
+    /* 4. Top-p (HF TopPLogitsWarper): a token stays when the mass ranked strictly above it is
+     *    below top_p: the smallest set that reaches top_p, and at least one token. */
     if (use_top_p) {
-        double above = 0.0, limit = (double)s->top_p * mass;
-        for (int i = 0; i < n; i++) {
-            if (i > 0 && above >= limit) {
-                kept = i;
+        double above = sure_mass, target = (double)s->top_p * mass;
+        for (int j = 0; j < n_band; j++) {
+            if ((j > 0 || n_sure > 0) && above >= target) {
+                n_band = j;
                 break;
             }
-            above += cand[i].prob;
-        }
-    }
-    /* 5. Min-p (HF MinPLogitsWarper): drop tokens less likely than min_p times the most likely
-     *    one. Ratios do not change with renormalisation, so the raw weights can be compared. */
-    if (use_min_p) {
-        float floor_p = s->min_p * cand[0].prob;
-        for (int i = 1; i < kept; i++) {
-            if (cand[i].prob < floor_p) {
-                kept = i;
-                break;
-            }
+            above += band[j].prob;
         }
     }
 
-    /* 6. Softmax over the survivors and one multinomial draw. */
+    /* 5. Min-p (HF MinPLogitsWarper): drop tokens less likely than min_p times the most likely
+     *    one, whose weight is 1; renormalisation does not change these ratios.
+     * 6. Softmax over the survivors and one multinomial draw. */
+    const float floor_w = use_min_p ? s->min_p : 0.0f;
     double total = 0.0;
-    for (int i = 0; i < kept; i++) total += cand[i].prob;
+    for (int j = 0; j < n_sure; j++)
+        if (cand[j].prob >= floor_w) total += cand[j].prob;
+    for (int j = 0; j < n_band; j++)
+        if (band[j].prob >= floor_w) total += band[j].prob;
     double r = (double)sampler_random(s) * total, cdf = 0.0;
-    for (int i = 0; i < kept; i++) {
-        cdf += cand[i].prob;
-        if (r < cdf) return cand[i].index;
+    int last = -1;
+    for (int j = 0; j < n_sure; j++) {
+        if (cand[j].prob < floor_w) continue;
+        cdf += cand[j].prob;
+        last = cand[j].index;
+        if (r < cdf) return last;
     }
-    return cand[kept - 1].index; /* rounding left r >= the sum */
+    for (int j = 0; j < n_band; j++) {
+        if (band[j].prob < floor_w) continue;
+        cdf += band[j].prob;
+        last = band[j].index;
+        if (r < cdf) return last;
+    }
+    return last >= 0 ? last : argmax(logits, V); /* rounding left r >= the sum */
 }
