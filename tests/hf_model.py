@@ -261,7 +261,8 @@ class Spec:
         self.rope_theta = 1000000.0
         self.max_position_embeddings = 128
         self.tie = True
-        self.store_lm_head = False    # tied only: also store a (redundant, identical) lm_head.weight
+        self.store_lm_head = False    # tied only: also store a (redundant, identical) lm_head.weight;
+                                      # 'different': store a different one (must be ignored)
         self.dtype = 'BF16'           # safetensors dtype of every tensor: BF16, F32 or F16
         self.shards = 1               # > 1: model-0000k-of-0000N.safetensors + index.json
         self.seed = 1
@@ -370,7 +371,10 @@ class Spec:
                 for e in (ENDOFTEXT_ID, IM_END_ID):
                     for i in range(e * D, (e + 1) * D):
                         values[i] *= self.eos_row_scale
-        if self.tie and self.store_lm_head:
+        if self.tie and self.store_lm_head == 'different':
+            # Not in real files: a stored head that differs, to show that tied means embed_tokens.
+            t.append(('lm_head.weight', [V, D], vec(V * D, self.emb_std)))
+        elif self.tie and self.store_lm_head:
             t.append(('lm_head.weight', [V, D], list(t[0][2])))  # the stored copy equals the embedding
         return t
 
@@ -440,7 +444,7 @@ def write_model(folder, spec):
 # running export.py and ./run (shared by test_model.py and test_bad_input.py)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RUN = os.path.join(ROOT, 'run')
+RUN = os.environ.get('QWEN3_RUN') or os.path.join(ROOT, 'run')  # QWEN3_RUN: test another build
 EXPORT = os.path.join(ROOT, 'export.py')
 
 

@@ -351,6 +351,21 @@ class EndToEnd(unittest.TestCase):
         ref = Reference(self.folder('qwen3_bf16_tied_gqa2')).forward(seq)
         self.assertLess(rel_error(rows, ref), TIGHT_TOL)
 
+    def test_tied_ignores_stored_lm_head(self):
+        """tie_word_embeddings true: the head is embed_tokens even when the folder stores an
+        lm_head.weight (QWEN3.md 3.3); here the stored one differs, so using it would show."""
+        spec = Spec(dtype='F32', store_lm_head='different', seed=10)
+        d = os.path.join(self.tmp, 'tied_different_head')
+        hf_model.write_model(d, spec)
+        ckpt = d + '.bin'
+        p = hf_model.run_export(d, ckpt, 'f32')
+        self.assertEqual(p.returncode, 0, p.stderr)
+        dump = d + '.logits'
+        p = hf_model.run_engine([ckpt, '--prompt-ids', '1,2,3,4', '-n', '0', '--dump-logits', dump])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        rows = hf_model.read_logits(dump, spec.vocab_size)
+        self.assertLess(rel_error(rows, Reference(d).forward([1, 2, 3, 4])), TIGHT_TOL)
+
     def test_full_context(self):
         """Generate until the context (max_position_embeddings = 128) is full: every one of the
         128 positions (RoPE angles up to 127 rad, a full KV cache) matches the reference."""
