@@ -1,6 +1,8 @@
 /* pool.c: the kernel threads. A small pthread pool behind parallel_for: n_threads - 1 workers plus
- * the calling thread. Items are handed out through one atomic counter, so a thread that is slow
- * (descheduled, sharing its core with another process) simply takes fewer items.
+ * the calling thread. Items are claimed one at a time, so a thread that is slow (descheduled,
+ * sharing its core with another process) simply takes fewer items.
+ *
+ * See the comment at P below for how a dispatch is handed out.
  *
  * Waiting: a worker that finds no work spins for a short, bounded time (KERNELS_SPIN_US, default
  * below) with a pause instruction, then sleeps on a condition variable; the dispatching thread does
@@ -28,18 +30,24 @@
 #define MAX_THREADS 256
 #define DEFAULT_SPIN_US 200
 
+typedef void (*ItemFn)(void*, int);
+
+/* The current dispatch: `word` packs its generation (high 32 bits) and the next unclaimed item
+ * (low 32 bits). A thread claims item i of generation g by a compare-and-swap (g, i) -> (g, i+1),
+ * so an item is only ever run for the dispatch it belongs to, and the dispatching thread waits for
+ * the items to be *done*, not for every worker to show up: a worker that is descheduled (its core
+ * busy with another process) when a dispatch starts does not hold it up; the others take its share. */
 static struct {
     int n_threads;
     int started;                /* workers running */
     pthread_t th[MAX_THREADS];
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_done;
-    void (*fn)(void*, int);
-    void* ctx;
-    int n;
-    atomic_int next;            /* next item to hand out */
-    atomic_int pending;         /* workers still inside the current dispatch */
-    atomic_uint gen;            /* dispatch generation */
+    _Atomic(ItemFn) fn;
+    _Atomic(void*) ctx;
+    atomic_int n;
+    _Atomic uint64_t word;
+    atomic_int done;            /* items of the current dispatch finished */
     atomic_int quit;
     atomic_int caller_waiting;
     int sleepers;               /* workers in cond_wait (under mu) */
@@ -55,94 +63,99 @@ static long now_ns(void) {
     return (long)ts.tv_sec * 1000000000L + ts.tv_nsec;
 }
 
-static void run_items(void) {
-    void (*fn)(void*, int) = P.fn;
-    void* ctx = P.ctx;
-    int n = P.n;
+static uint32_t gen_of(uint64_t w) { return (uint32_t)(w >> 32); }
+
+static void run_items(uint32_t g) {
     for (;;) {
-        int i = atomic_fetch_add_explicit(&P.next, 1, memory_order_relaxed);
-        if (i >= n) break;
+        uint64_t w = atomic_load(&P.word);
+        if (gen_of(w) != g) return;
+        int i = (int)(uint32_t)w;
+        int n = atomic_load_explicit(&P.n, memory_order_relaxed);
+        ItemFn fn = atomic_load_explicit(&P.fn, memory_order_relaxed);
+        void* ctx = atomic_load_explicit(&P.ctx, memory_order_relaxed);
+        if (i >= n) return;
+        /* Success means generation g was still current with item i unclaimed, so fn/ctx/n (read
+         * above, before the seq_cst CAS) are g's: they only change after all of g's items are done. */
+        if (!atomic_compare_exchange_weak(&P.word, &w, w + 1)) continue;
         fn(ctx, i);
+        if (atomic_fetch_add(&P.done, 1) + 1 == n && atomic_load(&P.caller_waiting)) {
+            pthread_mutex_lock(&P.mu);
+            pthread_cond_signal(&P.cv_done);
+            pthread_mutex_unlock(&P.mu);
+        }
     }
 }
 
 static void* worker_main(void* arg) {
     (void)arg;
     in_worker = 1;
-    unsigned seen = 0;
+    uint32_t seen = gen_of(atomic_load(&P.word));
     for (;;) {
-        unsigned g = atomic_load_explicit(&P.gen, memory_order_acquire);
+        uint32_t g = gen_of(atomic_load_explicit(&P.word, memory_order_acquire));
         if (g == seen && P.spin_ns > 0) {
             long t0 = now_ns();
             for (int k = 0; g == seen; k++) {
                 CPU_RELAX();
-                g = atomic_load_explicit(&P.gen, memory_order_acquire);
+                g = gen_of(atomic_load_explicit(&P.word, memory_order_acquire));
                 if ((k & 63) == 63 && now_ns() - t0 > P.spin_ns) break;
             }
         }
         if (g == seen) {
             pthread_mutex_lock(&P.mu);
             P.sleepers++;
-            while ((g = atomic_load(&P.gen)) == seen && !atomic_load(&P.quit))
+            while ((g = gen_of(atomic_load(&P.word))) == seen && !atomic_load(&P.quit))
                 pthread_cond_wait(&P.cv_work, &P.mu);
             P.sleepers--;
             pthread_mutex_unlock(&P.mu);
         }
         if (atomic_load(&P.quit)) break;
         seen = g;
-        run_items();
-        if (atomic_fetch_sub(&P.pending, 1) == 1 && atomic_load(&P.caller_waiting)) {
-            pthread_mutex_lock(&P.mu);
-            pthread_cond_signal(&P.cv_done);
-            pthread_mutex_unlock(&P.mu);
-        }
+        run_items(g);
     }
     return NULL;
 }
 
 void parallel_for(int n, void (*fn)(void* ctx, int i), void* ctx) {
     if (n <= 0) return;
-    int workers = P.started;
-    if (workers == 0 || n == 1 || in_worker) {
+    if (P.started == 0 || n == 1 || in_worker) {
         for (int i = 0; i < n; i++) fn(ctx, i);
         return;
     }
-    P.fn = fn;
-    P.ctx = ctx;
-    P.n = n;
-    atomic_store(&P.next, 0);
-    atomic_store(&P.pending, workers);
+    atomic_store_explicit(&P.fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&P.ctx, ctx, memory_order_relaxed);
+    atomic_store_explicit(&P.n, n, memory_order_relaxed);
+    atomic_store(&P.done, 0);
+    uint32_t g = gen_of(atomic_load(&P.word)) + 1;
     pthread_mutex_lock(&P.mu);
-    atomic_fetch_add_explicit(&P.gen, 1, memory_order_release);
+    atomic_store(&P.word, (uint64_t)g << 32);
     if (P.sleepers > 0) pthread_cond_broadcast(&P.cv_work);
     pthread_mutex_unlock(&P.mu);
 
     in_worker = 1;
-    run_items();
+    run_items(g);
     in_worker = 0;
 
-    if (atomic_load(&P.pending) > 0) {
+    if (atomic_load(&P.done) < n) {
         long t0 = now_ns();
-        for (int k = 0; atomic_load_explicit(&P.pending, memory_order_acquire) > 0; k++) {
+        for (int k = 0; atomic_load(&P.done) < n; k++) {
             CPU_RELAX();
             if ((k & 63) == 63 && now_ns() - t0 > P.spin_ns) {
                 pthread_mutex_lock(&P.mu);
                 atomic_store(&P.caller_waiting, 1);
-                while (atomic_load(&P.pending) > 0) pthread_cond_wait(&P.cv_done, &P.mu);
+                while (atomic_load(&P.done) < n) pthread_cond_wait(&P.cv_done, &P.mu);
                 atomic_store(&P.caller_waiting, 0);
                 pthread_mutex_unlock(&P.mu);
                 break;
             }
         }
     }
-    atomic_thread_fence(memory_order_acquire);
 }
 
 static void pool_stop(void) {
     if (P.started == 0) return;
     pthread_mutex_lock(&P.mu);
     atomic_store(&P.quit, 1);
-    atomic_fetch_add(&P.gen, 1);
+    atomic_store(&P.word, (uint64_t)(gen_of(atomic_load(&P.word)) + 1) << 32);
     pthread_cond_broadcast(&P.cv_work);
     pthread_mutex_unlock(&P.mu);
     for (int i = 0; i < P.started; i++) pthread_join(P.th[i], NULL);

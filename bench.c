@@ -1,0 +1,251 @@
+/* bench.c: `./run MODEL -m bench` (see bench.h): prefill and decode speed, achieved decode read
+ * bandwidth, and the machine's own read bandwidth measured in the same run as the roof. */
+#include "bench.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels.h"
+#include "simd_math.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- memory bandwidth ---- */
+
+typedef struct {
+    const uint8_t* buf;
+    size_t chunk, bytes;
+    double* sums;
+} ReadJob;
+
+static void read_item(void* ctx, int i) {
+    const ReadJob* j = ctx;
+    size_t a = (size_t)i * j->chunk, b = a + j->chunk < j->bytes ? a + j->chunk : j->bytes;
+#if defined(KERNELS_AVX2)
+    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+    for (size_t o = a; o + 128 <= b; o += 128) {
+        const __m256i* p = (const __m256i*)(j->buf + o);
+        s0 = _mm256_xor_si256(s0, _mm256_load_si256(p));
+        s1 = _mm256_xor_si256(s1, _mm256_load_si256(p + 1));
+        s2 = _mm256_xor_si256(s2, _mm256_load_si256(p + 2));
+        s3 = _mm256_xor_si256(s3, _mm256_load_si256(p + 3));
+    }
+    s0 = _mm256_xor_si256(_mm256_xor_si256(s0, s1), _mm256_xor_si256(s2, s3));
+    j->sums[i] = (double)(uint32_t)_mm256_extract_epi32(s0, 0);
+#else
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t o = a; o + 32 <= b; o += 32) {
+        const uint64_t* p = (const uint64_t*)(j->buf + o);
+        s0 ^= p[0];
+        s1 ^= p[1];
+        s2 ^= p[2];
+        s3 ^= p[3];
+    }
+    j->sums[i] = (double)((s0 ^ s1 ^ s2 ^ s3) & 0xFFFF);
+#endif
+}
+
+double bench_memory_bandwidth(size_t bytes, int reps) {
+    const size_t chunk = (size_t)1 << 20;
+    bytes = (bytes + chunk - 1) / chunk * chunk;
+    uint8_t* buf = aligned_alloc(64, bytes);
+    int n_items = (int)(bytes / chunk);
+    double* sums = calloc((size_t)n_items, sizeof(double));
+    if (!buf || !sums) {
+        free(buf);
+        free(sums);
+        return -1;
+    }
+    for (size_t i = 0; i < bytes; i += 4096) buf[i] = (uint8_t)i;  /* fault the pages in */
+    memset(buf, 1, bytes);
+    ReadJob j = {buf, chunk, bytes, sums};
+    parallel_for(n_items, read_item, &j);  /* warm-up pass */
+    double best = 0, check = 0;
+    for (int r = 0; r < reps; r++) {
+        double t0 = now_s();
+        parallel_for(n_items, read_item, &j);
+        double dt = now_s() - t0;
+        if (bytes / dt / 1e9 > best) best = bytes / dt / 1e9;
+        for (int i = 0; i < n_items; i++) check += sums[i];
+    }
+    if (check < 0) best = -1;  /* never: keeps the reads observable */
+    free(buf);
+    free(sums);
+    return best;
+}
+
+/* ---- bytes read per decode token ---- */
+
+static double matrix_bytes(const Matrix* m) {
+    double n = (double)m->rows * (double)m->cols;
+    if (m->type == WEIGHT_F32) return 4 * n;
+    if (m->type == WEIGHT_BF16) return 2 * n;
+    return n + 4 * n / m->group_size;
+}
+
+/* Weights read by one decode step (every matrix including the head, the embedding row, norms,
+ * biases), without the KV cache. */
+static double weight_bytes_per_token(const Transformer* t) {
+    const Config* c = &t->config;
+    const Weights* w = &t->weights;
+    double b = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        const LayerWeights* lw = &w->layers[l];
+        b += matrix_bytes(&lw->q_proj) + matrix_bytes(&lw->k_proj) + matrix_bytes(&lw->v_proj);
+        b += matrix_bytes(&lw->o_proj);
+        b += matrix_bytes(&lw->gate_proj) + matrix_bytes(&lw->up_proj) + matrix_bytes(&lw->down_proj);
+        b += 2.0 * 4 * c->dim;  /* the two RMSNorm weights */
+        if (lw->q_norm) b += 2.0 * 4 * c->head_dim;
+        if (lw->q_bias) b += 4.0 * (c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
+    }
+    b += 4.0 * c->dim;                                                  /* final norm */
+    b += matrix_bytes(&w->lm_head);                                     /* the head */
+    b += matrix_bytes(&w->embed_tokens) / (double)w->embed_tokens.rows; /* one embedding row */
+    return b;
+}
+
+/* KV cache bytes read by the decode step at position p (keys and values of positions 0 .. p). */
+static double kv_bytes_at(const Transformer* t, int p) {
+    const Config* c = &t->config;
+    return 2.0 * 4 * c->n_layers * (double)(p + 1) * c->n_kv_heads * c->head_dim;
+}
+
+/* ---- the tests ---- */
+
+static int cmp_double(const void* a, const void* b) {
+    double x = *(const double*)a, y = *(const double*)b;
+    return x < y ? -1 : x > y;
+}
+
+static const char* type_name(WeightType t) {
+    return t == WEIGHT_F32 ? "f32" : t == WEIGHT_BF16 ? "bf16" : "q8";
+}
+
+static int int_arg(int argc, char** argv, int i, const char* name, int* out) {
+    if (i + 1 >= argc) {
+        fprintf(stderr, "run: error: %s needs a value\n", name);
+        return -1;
+    }
+    char* end;
+    long v = strtol(argv[i + 1], &end, 10);
+    if (*argv[i + 1] == '\0' || *end != '\0' || v < 0 || v > 1000000) {
+        fprintf(stderr, "run: error: %s must be a whole number, got '%s'\n", name, argv[i + 1]);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+int bench_main(Transformer* t, int argc, char** argv) {
+    int n_prompt = 512, n_gen = 128, reps = 5, json = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--bench-prompt") == 0) {
+            if (int_arg(argc, argv, i++, "--bench-prompt", &n_prompt)) return 1;
+        } else if (strcmp(argv[i], "--bench-gen") == 0) {
+            if (int_arg(argc, argv, i++, "--bench-gen", &n_gen)) return 1;
+        } else if (strcmp(argv[i], "--bench-reps") == 0) {
+            if (int_arg(argc, argv, i++, "--bench-reps", &reps)) return 1;
+        } else if (strcmp(argv[i], "--json") == 0) {
+            json = 1;
+        }
+    }
+    if (reps < 1) reps = 1;
+    const Config* c = &t->config;
+    int need = n_prompt > n_gen ? n_prompt : n_gen;
+    if (need > c->seq_len) {
+        fprintf(stderr, "run: error: the bench needs a context of %d positions, the KV cache has %d "
+                "(use -c %d)\n", need, c->seq_len, need);
+        return 1;
+    }
+    int n_tok = need > 0 ? need : 1;
+    int* tokens = malloc((size_t)n_tok * sizeof(int));
+    double* pp = malloc((size_t)reps * sizeof(double));
+    double* tg = malloc((size_t)reps * sizeof(double));
+    if (!tokens || !pp || !tg) {
+        fprintf(stderr, "run: error: out of memory\n");
+        free(tokens), free(pp), free(tg);
+        return 1;
+    }
+    uint64_t s = 0x2545F4914F6CDD1Dull;
+    for (int i = 0; i < n_tok; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        tokens[i] = (int)((s >> 33) % (uint64_t)c->vocab_size);
+    }
+    const int threads = kernels_threads();
+
+    double roof = bench_memory_bandwidth((size_t)512 << 20, 5);
+
+    /* warm-up: one prefill and a few decode steps (page faults of the mapping, caches, clocks) */
+    if (n_prompt > 0 && !forward(t, tokens, n_prompt, 0, NULL)) goto fail;
+    for (int i = 0; i < (n_gen < 8 ? n_gen : 8); i++)
+        if (!forward(t, tokens + i, 1, i, NULL)) goto fail;
+
+    for (int r = 0; r < reps; r++) {
+        if (n_prompt > 0) {
+            double t0 = now_s();
+            if (!forward(t, tokens, n_prompt, 0, NULL)) goto fail;
+            pp[r] = n_prompt / (now_s() - t0);
+        }
+        if (n_gen > 0) {
+            double t0 = now_s();
+            for (int i = 0; i < n_gen; i++)
+                if (!forward(t, tokens + i, 1, i, NULL)) goto fail;
+            tg[r] = n_gen / (now_s() - t0);
+        }
+    }
+
+    double wbytes = weight_bytes_per_token(t), kv = 0;
+    for (int p = 0; p < n_gen; p++) kv += kv_bytes_at(t, p);
+    double bytes_per_tok = n_gen > 0 ? wbytes + kv / n_gen : wbytes;
+
+    if (!json) {
+        printf("bench: %d layers, dim %d, vocab %d, weights %s", c->n_layers, c->dim, c->vocab_size,
+               type_name(c->weight_type));
+        if (c->weight_type == WEIGHT_Q8) printf(" (groups of %d)", c->group_size);
+        printf(", %d thread%s, kernels %s\n", threads, threads == 1 ? "" : "s", kernels_simd_name());
+        printf("bench: bytes read per decode token: %.1f MB weights + %.2f MB KV cache (average over tg%d)\n",
+               wbytes / 1e6, (bytes_per_tok - wbytes) / 1e6, n_gen);
+        printf("bench: memory read bandwidth (512 MiB streaming read, %d thread%s, best of 5): %.1f GB/s\n",
+               threads, threads == 1 ? "" : "s", roof);
+        printf("| test   | threads | tok/s median |      min |      max |  GB/s | %% of roof |\n");
+        printf("|--------|---------|--------------|----------|----------|-------|-----------|\n");
+    }
+    for (int k = 0; k < 2; k++) {
+        int n = k == 0 ? n_prompt : n_gen;
+        if (n <= 0) continue;
+        double* v = k == 0 ? pp : tg;
+        qsort(v, (size_t)reps, sizeof(double), cmp_double);
+        double med = reps % 2 ? v[reps / 2] : 0.5 * (v[reps / 2 - 1] + v[reps / 2]);
+        char name[32];
+        snprintf(name, sizeof name, "%s%d", k == 0 ? "pp" : "tg", n);
+        if (json) {
+            printf("{\"test\": \"%s\", \"threads\": %d, \"tokens_per_s\": %.3f, \"min\": %.3f, \"max\": %.3f, ",
+                   name, threads, med, v[0], v[reps - 1]);
+            if (k == 1)
+                printf("\"gbps\": %.3f, \"roof_pct\": %.2f, ", bytes_per_tok * med / 1e9,
+                       100.0 * bytes_per_tok * med / 1e9 / roof);
+            else
+                printf("\"gbps\": null, \"roof_pct\": null, ");
+            printf("\"mem_gbps\": %.3f, \"weight_type\": \"%s\"}\n", roof, type_name(c->weight_type));
+        } else if (k == 1) {
+            printf("| %-6s | %7d | %12.2f | %8.2f | %8.2f | %5.1f | %8.1f%% |\n", name, threads, med, v[0],
+                   v[reps - 1], bytes_per_tok * med / 1e9, 100.0 * bytes_per_tok * med / 1e9 / roof);
+        } else {
+            printf("| %-6s | %7d | %12.2f | %8.2f | %8.2f |     - |         - |\n", name, threads, med, v[0],
+                   v[reps - 1]);
+        }
+    }
+    fflush(stdout);
+    free(tokens), free(pp), free(tg);
+    return 0;
+fail:
+    fprintf(stderr, "run: error: forward() failed in the bench\n");
+    free(tokens), free(pp), free(tg);
+    return 1;
+}
