@@ -21,7 +21,7 @@
 
 /* How many positions one batch (one matmul) holds: prompts longer than this are processed in
  * chunks. 64 rows make the matmuls compute-bound instead of memory-bound while the activation
- * buffers stay small (for Qwen3-0.6B: about 3 MB). */
+ * buffers stay small (for Qwen3-0.6B: about 4 MB). */
 #define MAX_BATCH 64
 
 /* Default KV cache size when the caller gives no context length (QWEN3.md 1.1: the models allow

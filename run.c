@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench.h"
 #include "model.h"
 #include "sampler.h"
 #include "tokenizer.h"
@@ -30,6 +31,8 @@ typedef struct {
     const char* prompt_ids;    /* --prompt-ids */
     const char* system_prompt; /* -y */
     const char* dump_logits;   /* --dump-logits */
+    const char* bench_args[8]; /* bench mode's options, normalised for bench_main (bench.h) */
+    int n_bench_args;
     float temperature, top_p, min_p, repeat_penalty;
     int top_k, steps, threads, ctx;
     uint64_t seed;
@@ -58,7 +61,9 @@ static void usage(FILE* out) {
             "      --threads N        worker threads (default: one per online CPU)\n"
             "      --dump-logits PATH write the logits of every prompt position and every generated\n"
             "                         token as raw little-endian float32 (vocab_size per row)\n"
-            "  -h, --help             this help\n");
+            "  -h, --help             this help\n"
+            "Bench mode (-m bench): --bench-prompt N (prefill tokens, default 512), --bench-gen N\n"
+            "  (decode tokens, default 128), --bench-reps N (default 5), --json (JSON lines)\n");
 }
 
 /* One-line error and exit (status 2: bad command line; 1: anything else). */
@@ -118,7 +123,13 @@ static void parse_args(int argc, char** argv, Options* o) {
             o->checkpoint = arg;
             continue;
         }
-        /* Every option takes a value: "-t 0.5", "--temperature 0.5" or "--temperature=0.5". */
+        if (strcmp(arg, "--json") == 0) { /* bench mode's only option without a value */
+            if (o->n_bench_args + 1 > (int)(sizeof o->bench_args / sizeof o->bench_args[0]))
+                die(2, "too many bench options");
+            o->bench_args[o->n_bench_args++] = arg;
+            continue;
+        }
+        /* Every other option takes a value: "-t 0.5", "--temperature 0.5" or "--temperature=0.5". */
         char name[64];
         const char* value = NULL;
         const char* eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
@@ -134,7 +145,8 @@ static void parse_args(int argc, char** argv, Options* o) {
                     IS("", "--min-p") || IS("", "--repeat-penalty") || IS("-s", "--seed") ||
                     IS("-n", "--steps") || IS("-i", "--input") || IS("", "--prompt-ids") ||
                     IS("-m", "--mode") || IS("-y", "--system") || IS("-c", "--ctx") ||
-                    IS("", "--threads") || IS("", "--dump-logits");
+                    IS("", "--threads") || IS("", "--dump-logits") || IS("", "--bench-prompt") ||
+                    IS("", "--bench-gen") || IS("", "--bench-reps");
         if (!known) die(2, "unknown option '%s' (see --help)", arg);
         if (value == NULL) die(2, "option %s needs a value (see --help)", name);
         if (!eq) i++;
@@ -174,6 +186,14 @@ static void parse_args(int argc, char** argv, Options* o) {
             o->threads = (int)parse_int(name, value, 1, 1024);
         } else if (IS("", "--dump-logits")) {
             o->dump_logits = value;
+        } else { /* --bench-prompt, --bench-gen, --bench-reps: checked here, used by bench.c */
+            parse_int(name, value, 0, 1000000);
+            if (o->n_bench_args + 2 > (int)(sizeof o->bench_args / sizeof o->bench_args[0]))
+                die(2, "too many bench options");
+            o->bench_args[o->n_bench_args++] = IS("", "--bench-prompt") ? "--bench-prompt"
+                                               : IS("", "--bench-gen")  ? "--bench-gen"
+                                                                        : "--bench-reps";
+            o->bench_args[o->n_bench_args++] = value;
         }
 #undef IS
     }
@@ -397,7 +417,7 @@ static int tokenize(const Tokenizer* tok, const Options* o) {
 int main(int argc, char** argv) {
     Options o;
     parse_args(argc, argv, &o);
-    if (strcmp(o.mode, "chat") == 0 || strcmp(o.mode, "bench") == 0) {
+    if (strcmp(o.mode, "chat") == 0) {
         fprintf(stderr, "run: error: mode %s not built yet\n", o.mode);
         return 1;
     }
@@ -417,6 +437,8 @@ int main(int argc, char** argv) {
     int status;
     if (strcmp(o.mode, "tokenize") == 0) {
         status = tokenize(text_tok, &o);
+    } else if (strcmp(o.mode, "bench") == 0) {
+        status = bench_main(&t, o.n_bench_args, (char**)o.bench_args);
     } else {
         /* Sampling defaults: the model's generation_config (0 in the header means absent), else
          * llama2.c's 1.0 / 0.9, and no top-k. */
