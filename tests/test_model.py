@@ -79,10 +79,11 @@ VARIANTS = {
     'llama_bf16_tied_gqa2_hd32': (
         dict(arch='llama', head_dim=32, n_kv_heads=2, rms_norm_eps=1e-5, seed=5),
         [7, 8, 9, 10], 6, ('rope', 'gqa')),
-    # A 40-token prompt (a prefill larger than small batch buffers) then decode.
+    # A 72-token prompt: the engine's prefill goes in chunks of 64 positions (model.c MAX_BATCH),
+    # so the second chunk must attend to the first one's cache; then decode.
     'qwen3_f32_long_prompt_3layers': (
         dict(dtype='F32', n_layers=3, seed=6),
-        [(i * 37) % 256 for i in range(40)], 4, ('rope', 'qk_norm', 'gqa')),
+        [(i * 37) % 256 for i in range(72)], 4, ('rope', 'qk_norm', 'gqa')),
     # A 1-token prompt: everything after position 0 is the decode path.
     'qwen3_bf16_decode_only': (dict(seed=8), [IM_START_ID], 12, ('rope', 'qk_norm', 'gqa')),
 }
@@ -387,6 +388,38 @@ class EndToEnd(unittest.TestCase):
         seq = prompt + [argmax(rows[len(prompt) - 1 + i]) for i in range(len(rows) - len(prompt))]
         err = rel_error(rows, Reference(d).forward(seq))
         RESULTS.append(('full_context_128', 'f32', len(rows), err, err, 1.0))
+        self.assertLess(err, TIGHT_TOL)
+
+    def run_and_compare(self, variant, extra_args, n, expect_rows=None):
+        """Runs the f32 export of variant with extra ./run flags; returns the error vs the
+        reference and the number of rows."""
+        spec_kw, prompt, _, _ = VARIANTS[variant]
+        self.engine_run(variant, 'f32')  # exports the checkpoint
+        ckpt = os.path.join(self.tmp, '%s.f32.bin' % variant)
+        dump = os.path.join(self.tmp, 'extra.logits')
+        args = [ckpt, '--prompt-ids', ','.join(map(str, prompt)), '-n', str(n), '-t', '0',
+                '--dump-logits', dump] + extra_args
+        p = hf_model.run_engine(args)
+        self.assertEqual(p.returncode, 0, './run %s failed:\n%s' % (' '.join(args), p.stderr))
+        rows = hf_model.read_logits(dump, Spec(**spec_kw).vocab_size)
+        if expect_rows is not None:
+            self.assertEqual(len(rows), expect_rows, extra_args)
+        T = len(prompt)
+        seq = prompt + [argmax(rows[T - 1 + i]) for i in range(len(rows) - T)]
+        return rel_error(rows, Reference(self.folder(variant)).forward(seq)), len(rows)
+
+    def test_thread_counts(self):
+        """1, 3 and 5 threads (rows of odd-sized matrices split unevenly) give the same
+        logits as the reference."""
+        for threads in ('1', '3', '5'):
+            with self.subTest(threads=threads):
+                err, _ = self.run_and_compare('qwen3_f32_untied_sharded_gqa4_hd32', ['--threads', threads], 6)
+                self.assertLess(err, TIGHT_TOL)
+
+    def test_small_context(self):
+        """-c 12 with an 8-token prompt: generation stops when the 12-position cache is full, and
+        every one of those positions is right."""
+        err, n_rows = self.run_and_compare('qwen3_bf16_tied_gqa2', ['-c', '12'], 20, expect_rows=12)
         self.assertLess(err, TIGHT_TOL)
 
     def test_decode_steps_happened(self):
