@@ -36,8 +36,8 @@ import reference  # noqa: E402
 from reference import Reference, rel_error, argmax  # noqa: E402
 
 TIGHT_TOL = 1e-4
-BF16_TOL = 3e-2   # bf16 export of an F32/F16 source; measured worst 1.3e-2 over 34 models
-Q8_TOL = 0.15     # q8 export (int8 weights and activations); measured worst 7.1e-2 over 34 models
+BF16_TOL = 4e-2   # bf16 export of an F32/F16 source; measured worst 1.7e-2 (docs/notes-tests.md)
+Q8_TOL = 0.15     # q8 export (int8 weights and activations); measured worst 7.1e-2
 MISTAKE_MIN = 1e-2  # a mistake must show an error >= 100x TIGHT_TOL
 
 P8 = [IM_START_ID, 33, 256, 71, 259, 2, 100, 220]  # byte tokens, merged tokens, an added token
