@@ -48,8 +48,7 @@ def f16_round(x):
     return struct.unpack('<e', struct.pack('<e', x))[0]
 
 
-DTYPE_SIZE = {'F32': 4, 'BF16': 2, 'F16': 2, 'F8_E4M3': 1, 'F8_E5M2': 1, 'I8': 1, 'U8': 1,
-              'F64': 8, 'I32': 4, 'I64': 8}
+DTYPE_SIZE = {'F32': 4, 'BF16': 2, 'F16': 2, 'F8_E4M3': 1, 'F8_E5M2': 1, 'I8': 1, 'U8': 1}
 
 
 def round_to_dtype(values, dtype):

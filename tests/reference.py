@@ -10,12 +10,15 @@ Deliberate mistakes (to prove the end-to-end test would catch them), all off by 
   rope='interleaved'  rotate pairs (2i, 2i+1) (llama2.c) instead of rotate-half (i, i+d/2)
   skip_qk_norm=True   leave out Qwen3's per-head RMSNorm of q and k
   gqa='mod'           query head j reads kv head j % K instead of j // G
+
+To model what an export dtype stores, Reference(folder, matrix_transform=as_bf16 or as_q8 ...)
+changes the weight matrices, and act_group= also rounds every matrix-vector input to int8 (the
+SIMD q8 matmul's activation quantisation).
 """
 
 import json
 import math
 import os
-import struct
 import sys
 from operator import mul
 
@@ -23,8 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_model  # noqa: E402  (the safetensors reader and the number formats)
 
 
-def f32(x):
-    return struct.unpack('<f', struct.pack('<f', x))[0]
+f32 = hf_model.f32_round  # rounds a Python float to the nearest float32
 
 
 MATRIX_SUFFIXES = ('embed_tokens.weight', 'q_proj.weight', 'k_proj.weight', 'v_proj.weight',

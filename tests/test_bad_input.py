@@ -14,8 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_model  # noqa: E402
 from hf_model import Spec, DELETE  # noqa: E402
 
-HEADER_FMT = '<4s13I f i d I 8i f f i 2I 4Q 96x'  # model.h FileHeader
-# Byte offsets of FileHeader fields (model.h), for patching.
+# Byte offsets of FileHeader fields (model.h, struct '<4s13I f i d I 8i f f i 2I 4Q 96x'), for patching.
 OFF = {'magic': 0, 'version': 4, 'arch': 8, 'flags': 12, 'dim': 16, 'hidden_dim': 20,
        'n_layers': 24, 'n_heads': 28, 'n_kv_heads': 32, 'head_dim': 36, 'vocab_size': 40,
        'max_seq_len': 44, 'weight_type': 48, 'group_size': 52, 'rms_norm_eps': 56,

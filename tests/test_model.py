@@ -31,7 +31,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_model  # noqa: E402
-from hf_model import Spec, IM_START_ID, IM_END_ID, ENDOFTEXT_ID  # noqa: E402
+from hf_model import Spec, IM_START_ID  # noqa: E402
 import reference  # noqa: E402
 from reference import Reference, rel_error, argmax  # noqa: E402
 
