@@ -540,7 +540,7 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
                     for (int h = 0; h < K; h++)
                         rmsnorm(k + h * d, k + h * d, lw->k_norm, d, eps);  /* RMSNorm use 2 of 4: QK-Norm on every k head (before RoPE) */
                 }
-                /* 2.2 step 2.5 and 2.4: RoPE at this row's position, pairs (i, i + d/2) (7.3). */
+                /* 2.2 step 2.5: RoPE (section 2.4) at this row's position, pairs (i, i + d/2) (7.3). */
                 const float* cos_p = ROW(s->rope_cos, p0 + r, d / 2);
                 const float* sin_p = ROW(s->rope_sin, p0 + r, d / 2);
                 rope(q, H, d, cos_p, sin_p);
