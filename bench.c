@@ -16,6 +16,12 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+static double cpu_s(void) {  /* CPU time of the whole process (all threads) */
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 /* ---- memory bandwidth ---- */
 
 typedef struct {
@@ -186,17 +192,26 @@ int bench_main(Transformer* t, int argc, char** argv) {
     for (int i = 0; i < (n_gen < 8 ? n_gen : 8); i++)
         if (!forward(t, tokens + i, 1, i, NULL)) goto fail;
 
+    /* cpu share: CPU seconds the process got / (wall seconds x threads). Below 1 means the
+     * threads waited (for memory, for each other) or, on a shared machine, were descheduled. */
+    double wall[2] = {0, 0}, cpu[2] = {0, 0};
     for (int r = 0; r < reps; r++) {
         if (n_prompt > 0) {
-            double t0 = now_s();
+            double t0 = now_s(), c0 = cpu_s();
             if (!forward(t, tokens, n_prompt, 0, NULL)) goto fail;
-            pp[r] = n_prompt / (now_s() - t0);
+            double dt = now_s() - t0;
+            pp[r] = n_prompt / dt;
+            wall[0] += dt;
+            cpu[0] += cpu_s() - c0;
         }
         if (n_gen > 0) {
-            double t0 = now_s();
+            double t0 = now_s(), c0 = cpu_s();
             for (int i = 0; i < n_gen; i++)
                 if (!forward(t, tokens + i, 1, i, NULL)) goto fail;
-            tg[r] = n_gen / (now_s() - t0);
+            double dt = now_s() - t0;
+            tg[r] = n_gen / dt;
+            wall[1] += dt;
+            cpu[1] += cpu_s() - c0;
         }
     }
 
@@ -213,8 +228,8 @@ int bench_main(Transformer* t, int argc, char** argv) {
                wbytes / 1e6, (bytes_per_tok - wbytes) / 1e6, n_gen);
         printf("bench: memory read bandwidth (512 MiB streaming read, %d thread%s, best of 5): %.1f GB/s\n",
                threads, threads == 1 ? "" : "s", roof);
-        printf("| test   | threads | tok/s median |      min |      max |  GB/s | %% of roof |\n");
-        printf("|--------|---------|--------------|----------|----------|-------|-----------|\n");
+        printf("| test   | threads | tok/s median |      min |      max |  GB/s | %% of roof | cpu share |\n");
+        printf("|--------|---------|--------------|----------|----------|-------|-----------|-----------|\n");
     }
     for (int k = 0; k < 2; k++) {
         int n = k == 0 ? n_prompt : n_gen;
@@ -224,6 +239,7 @@ int bench_main(Transformer* t, int argc, char** argv) {
         double med = reps % 2 ? v[reps / 2] : 0.5 * (v[reps / 2 - 1] + v[reps / 2]);
         char name[32];
         snprintf(name, sizeof name, "%s%d", k == 0 ? "pp" : "tg", n);
+        double share = wall[k] > 0 ? cpu[k] / (wall[k] * threads) : 0;
         if (json) {
             printf("{\"test\": \"%s\", \"threads\": %d, \"tokens_per_s\": %.3f, \"min\": %.3f, \"max\": %.3f, ",
                    name, threads, med, v[0], v[reps - 1]);
@@ -232,13 +248,15 @@ int bench_main(Transformer* t, int argc, char** argv) {
                        100.0 * bytes_per_tok * med / 1e9 / roof);
             else
                 printf("\"gbps\": null, \"roof_pct\": null, ");
-            printf("\"mem_gbps\": %.3f, \"weight_type\": \"%s\"}\n", roof, type_name(c->weight_type));
+            printf("\"mem_gbps\": %.3f, \"weight_type\": \"%s\", \"cpu_share\": %.3f}\n", roof,
+                   type_name(c->weight_type), share);
         } else if (k == 1) {
-            printf("| %-6s | %7d | %12.2f | %8.2f | %8.2f | %5.1f | %8.1f%% |\n", name, threads, med, v[0],
-                   v[reps - 1], bytes_per_tok * med / 1e9, 100.0 * bytes_per_tok * med / 1e9 / roof);
+            printf("| %-6s | %7d | %12.2f | %8.2f | %8.2f | %5.1f | %8.1f%% | %8.0f%% |\n", name, threads, med,
+                   v[0], v[reps - 1], bytes_per_tok * med / 1e9, 100.0 * bytes_per_tok * med / 1e9 / roof,
+                   100 * share);
         } else {
-            printf("| %-6s | %7d | %12.2f | %8.2f | %8.2f |     - |         - |\n", name, threads, med, v[0],
-                   v[reps - 1]);
+            printf("| %-6s | %7d | %12.2f | %8.2f | %8.2f |     - |         - | %8.0f%% |\n", name, threads, med,
+                   v[0], v[reps - 1], 100 * share);
         }
     }
     fflush(stdout);
