@@ -24,19 +24,45 @@ TEST_C := $(wildcard tests/*.c)
 TEST_BIN := $(TEST_C:.c=)
 
 SHIPPED_MODEL := models/tinystories.bin
+STORY_PROMPT ?= Once upon a time
+STORY_FLAGS ?= -n 256
 
 .PHONY: all run test bench clean
 
-all: run
+# The engine is built as build/run and linked to ./run, so that `make run` can be the command that
+# tells a story (llama2.c's habit) while `./run` stays the program's name.
+all: build/run
 
-run: run.c $(ENGINE_SRC) $(ENGINE_HDR)
+build/run: run.c $(ENGINE_SRC) $(ENGINE_HDR)
+	@mkdir -p build
 	$(CC) $(CFLAGS) -o $@ run.c $(ENGINE_SRC) $(LDLIBS)
+	@ln -f $@ run
+
+run: all
+	./run $(SHIPPED_MODEL) -i "$(STORY_PROMPT)" $(STORY_FLAGS)
 
 tests/%: tests/%.c $(ENGINE_SRC) $(ENGINE_HDR)
 	$(CC) $(CFLAGS) -I. -o $@ $< $(ENGINE_SRC) $(LDLIBS)
 
-test: run $(TEST_BIN)
+test: all $(TEST_BIN)
 	$(PYTHON) tests/run_tests.py
 
+# `make bench`: a random checkpoint with the real Qwen3-0.6B shape (written once, about 1.2 GB),
+# exported to each format, then `./run MODEL -m bench` for each format and thread count.
+BENCH_DIR ?= build/bench
+BENCH_DTYPES ?= q8 bf16 f32
+BENCH_THREADS ?= 1 2
+BENCH_ARGS ?=
+bench: all
+	@test -f $(BENCH_DIR)/hf/model.safetensors || $(PYTHON) tools/make_random_qwen3.py $(BENCH_DIR)/hf
+	@for dt in $(BENCH_DTYPES); do \
+	  test -f $(BENCH_DIR)/qwen3-0.6b-$$dt.bin || \
+	    $(PYTHON) export.py $(BENCH_DIR)/hf $(BENCH_DIR)/qwen3-0.6b-$$dt.bin --dtype $$dt || exit 1; \
+	  for th in $(BENCH_THREADS); do \
+	    echo "== $$dt, $$th thread(s)"; \
+	    ./run $(BENCH_DIR)/qwen3-0.6b-$$dt.bin -m bench --threads $$th $(BENCH_ARGS) || exit 1; \
+	  done; \
+	done
+
 clean:
-	rm -f run $(TEST_BIN)
+	rm -rf run build/run $(TEST_BIN)
