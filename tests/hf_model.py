@@ -269,9 +269,10 @@ class Spec:
         self.gain = 1.0               # projection matrices ~ N(0, (gain/sqrt(in))^2)
         self.qk_gain = 1.0            # extra factor on q_proj/k_proj (QK-norm divides it out)
         self.norm_noise = 0.2         # norm weights = 1 + N(0, norm_noise^2)
-        # Rows of the end-of-sequence ids (embedding and lm_head) scaled by this, so their logits
-        # stay near 0 and greedy generation never stops early: every -n step is really decoded.
-        self.eos_row_scale = 0.02
+        # Embedding and lm_head rows scaled by these factors: by default the end-of-sequence ids'
+        # rows are shrunk so their logits stay near 0 and greedy generation never stops early
+        # (every -n step is really decoded).
+        self.row_scales = {ENDOFTEXT_ID: 0.02, IM_END_ID: 0.02}
         # For the error tests: drop tensors, change a tensor's dtype, edit config.json.
         self.omit = ()
         self.dtype_overrides = {}
@@ -367,9 +368,9 @@ class Spec:
             t.append(('lm_head.weight', [V, D], mat(V, D, 1.0)))
         for name, shape, values in (t[0], t[-1]):
             if name in ('model.embed_tokens.weight', 'lm_head.weight'):
-                for e in (ENDOFTEXT_ID, IM_END_ID):
-                    for i in range(e * D, (e + 1) * D):
-                        values[i] *= self.eos_row_scale
+                for row, scale in self.row_scales.items():
+                    for i in range(row * D, (row + 1) * D):
+                        values[i] *= scale
         if self.tie and self.store_lm_head == 'different':
             # Not in real files: a stored head that differs, to show that tied means embed_tokens.
             t.append(('lm_head.weight', [V, D], vec(V * D, self.emb_std)))

@@ -31,7 +31,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_model  # noqa: E402
-from hf_model import Spec, IM_START_ID  # noqa: E402
+from hf_model import Spec, IM_START_ID, IM_END_ID, ENDOFTEXT_ID  # noqa: E402
 import reference  # noqa: E402
 from reference import Reference, rel_error, argmax  # noqa: E402
 
@@ -421,6 +421,36 @@ class EndToEnd(unittest.TestCase):
         every one of those positions is right."""
         err, n_rows = self.run_and_compare('qwen3_bf16_tied_gqa2', ['-c', '12'], 20, expect_rows=12)
         self.assertLess(err, TIGHT_TOL)
+
+    def test_stops_at_either_eos(self):
+        """Greedy generation stops at config.json's eos (<|im_end|>) and at generation_config's
+        other one (<|endoftext|>) (QWEN3.md 1.2, 7.8). The eos row of the head is scaled up (x3)
+        so that the reference predicts it after 6 generated tokens (seeds chosen for a clear top-1
+        margin, > 1.5); the engine must stop there: the eos is neither fed nor dumped."""
+        for eos, other, seed in ((ENDOFTEXT_ID, IM_END_ID, 24), (IM_END_ID, ENDOFTEXT_ID, 32)):
+            with self.subTest(eos=eos):
+                spec = Spec(dtype='F32', tie=False, seed=seed, row_scales={eos: 3.0, other: 0.02})
+                d = os.path.join(self.tmp, 'eos_%d' % eos)
+                hf_model.write_model(d, spec)
+                ckpt = d + '.bin'
+                p = hf_model.run_export(d, ckpt, 'f32')
+                self.assertEqual(p.returncode, 0, p.stderr)
+                prompt = [IM_START_ID, 33, 256, 71]
+                ref = Reference(d)
+                seq = list(prompt)
+                nxt = argmax(ref.forward(seq)[-1])
+                while nxt != eos:
+                    seq.append(nxt)
+                    self.assertLess(len(seq), len(prompt) + 12, 'the reference never predicts eos')
+                    nxt = argmax(ref.forward(seq)[-1])
+                dump = d + '.logits'
+                p = hf_model.run_engine([ckpt, '--prompt-ids', ','.join(map(str, prompt)), '-n', '20',
+                                         '-t', '0', '--dump-logits', dump])
+                self.assertEqual(p.returncode, 0, p.stderr)
+                rows = hf_model.read_logits(dump, spec.vocab_size)
+                self.assertEqual(len(rows), len(seq), 'generation did not stop at eos %d' % eos)
+                self.assertEqual(argmax(rows[-1]), eos)
+                self.assertLess(rel_error(rows, ref.forward(seq)), TIGHT_TOL)
 
     def test_decode_steps_happened(self):
         """Guards against a vacuous KV-cache test: greedy steps really produced rows."""
