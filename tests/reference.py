@@ -98,7 +98,10 @@ class Reference:
         self.d = cfg.get('head_dim') or self.D // self.H
         self.V = cfg['vocab_size']
         self.eps = cfg['rms_norm_eps']
-        self.theta = cfg.get('rope_theta', 10000.0)
+        # transformers 4.x: top-level rope_theta; v5: rope_parameters.rope_theta; absent: 10000.
+        rope_params = cfg.get('rope_parameters') or {}
+        self.theta = cfg.get('rope_theta') or rope_params.get('rope_theta') or 10000.0
+        assert rope_params.get('rope_type', 'default') == 'default'
         self.tie = cfg.get('tie_word_embeddings', False)
         assert cfg.get('rope_scaling') is None
         self.qk_norm = self.arch == 'Qwen3ForCausalLM'

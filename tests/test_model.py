@@ -31,7 +31,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_model  # noqa: E402
-from hf_model import Spec, IM_START_ID, IM_END_ID, ENDOFTEXT_ID  # noqa: E402
+from hf_model import Spec, DELETE, IM_START_ID, IM_END_ID, ENDOFTEXT_ID  # noqa: E402
 import reference  # noqa: E402
 from reference import Reference, rel_error, argmax  # noqa: E402
 
@@ -75,10 +75,21 @@ VARIANTS = {
         dict(arch='llama', dtype='F32', head_dim=None, n_kv_heads=4, tie=False, rms_norm_eps=1e-5,
              rope_theta=10000.0, shards=2, seed=4),
         [1, 2, 3, 4, 5, 6], 6, ('rope',)),
-    # Llama 3.2 style: explicit head_dim 32 != 64/4, GQA 2, tied, BF16.
+    # Llama 3.2 style: explicit head_dim 32 != 64/4, GQA 2, tied, BF16; no rope_theta key in
+    # config.json (transformers' default, 10000, applies).
     'llama_bf16_tied_gqa2_hd32': (
-        dict(arch='llama', head_dim=32, n_kv_heads=2, rms_norm_eps=1e-5, seed=5),
+        dict(arch='llama', head_dim=32, n_kv_heads=2, rms_norm_eps=1e-5, seed=5, rope_theta=10000.0,
+             config_overrides={'rope_theta': DELETE}),
         [7, 8, 9, 10], 6, ('rope', 'gqa')),
+    # A config.json as transformers v5 re-saves it (QWEN3.md 1.1): "dtype" instead of
+    # "torch_dtype", theta inside rope_parameters (500000, not a default), eos as a list,
+    # layer_types.
+    'qwen3_bf16_v5_config': (
+        dict(seed=11, rope_theta=500000.0, config_overrides={
+            'rope_theta': DELETE, 'torch_dtype': DELETE, 'dtype': 'bfloat16',
+            'rope_parameters': {'rope_type': 'default', 'rope_theta': 500000.0},
+            'eos_token_id': [IM_END_ID], 'layer_types': ['full_attention', 'full_attention']}),
+        P8, 6, ('rope', 'qk_norm', 'gqa')),
     # A 72-token prompt: the engine's prefill goes in chunks of 64 positions (model.c MAX_BATCH),
     # so the second chunk must attend to the first one's cache; then decode.
     'qwen3_f32_long_prompt_3layers': (
