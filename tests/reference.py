@@ -240,8 +240,10 @@ class Reference:
 def rel_error(engine_rows, ref_rows):
     """max over positions of max_i |engine - ref| / max_i |ref| (relative to each row's largest
     reference magnitude)."""
+    assert engine_rows and len(engine_rows) == len(ref_rows), 'no rows, or row counts differ'
     worst = 0.0
     for e, r in zip(engine_rows, ref_rows):
+        assert len(e) == len(r), 'row lengths differ'
         scale = max(abs(v) for v in r)
         worst = max(worst, max(abs(a - b) for a, b in zip(e, r)) / scale)
     return worst
