@@ -416,7 +416,7 @@ static void rows_q8i(float* out, const int8_t* xq, const float* xsc, const Matri
         }
     }
 }
-#define HAVE_Q8_INT8 1
+#define HAVE_Q8_INT8 1  /* build with -DKERNELS_Q8_F32ACT to keep fp32 activations instead */
 
 #endif /* KERNELS_AVX2 */
 
@@ -465,7 +465,7 @@ static void matmul_item(void* ctx, int i) {
     compute_rows(j, m, r0, r1);
 }
 
-#if defined(HAVE_Q8_INT8)
+#if defined(HAVE_Q8_INT8) && !defined(KERNELS_Q8_F32ACT)
 static void quantize_item(void* ctx, int i) {
     const MatmulJob* j = ctx;
     int t0 = i * j->qtb, t1 = t0 + j->qtb < j->n ? t0 + j->qtb : j->n;
@@ -476,7 +476,7 @@ static void quantize_item(void* ctx, int i) {
 static void run_job(MatmulJob* j) {
     const int nt = kernels_threads();
     j->use_q8i = 0;
-#if defined(HAVE_Q8_INT8)
+#if defined(HAVE_Q8_INT8) && !defined(KERNELS_Q8_F32ACT)
     const Matrix* W0 = j->W[0];
     if (W0->type == WEIGHT_Q8 && W0->group_size % 32 == 0 &&
         (size_t)j->n * (size_t)W0->cols <= xq_cap) {
