@@ -1,0 +1,59 @@
+/* chat.h: Qwen3's chat template (ChatML with thinking, QWEN3.md section 5) and the chat loop of
+ * `./run MODEL -m chat`.
+ *
+ * Two ways to use the template:
+ *   - chat_render: a whole conversation -> the exact string the Jinja template in
+ *     tokenizer_config.json gives (no tools), including its removal of the thinking of assistant
+ *     turns before the last user query. Used by tests, and by anyone who re-prefills from scratch.
+ *   - chat_first_turn / chat_next_turn: the pieces of text to APPEND to what is already in the KV
+ *     cache, so a multi-turn chat never re-processes earlier turns. Earlier assistant turns then keep
+ *     their thinking in the cache (the template would drop it): see docs/notes-tokenizer.md.
+ * Every function returns a malloc'ed NUL-terminated string (free it), or NULL when out of memory.
+ */
+#ifndef CHAT_H
+#define CHAT_H
+
+#include "model.h"
+#include "sampler.h"
+#include "tokenizer.h"
+
+typedef struct {
+    const char* role;               /* "system", "user", "assistant" or "tool" */
+    const char* content;            /* NULL is taken as "" */
+    const char* reasoning_content;  /* assistant only; NULL: taken from <think>...</think> in content */
+} ChatMessage;
+
+/* The template applied to n messages (tools are not supported). add_generation_prompt appends
+ * "<|im_start|>assistant\n", plus the empty think block "<think>\n\n</think>\n\n" when
+ * enable_thinking is 0. */
+char* chat_render(const ChatMessage* msgs, int n, int add_generation_prompt, int enable_thinking);
+
+/* The text of the first turn: [system turn] + user turn + "<|im_start|>assistant\n" [+ empty think
+ * block when enable_thinking is 0]. system NULL or "": no system turn (Qwen3 has no default). Equal
+ * to chat_render of [system,] user with add_generation_prompt. */
+char* chat_first_turn(const char* system, const char* user, int enable_thinking);
+
+/* The text of a following turn, to append after the model's answer:
+ *   [<|im_end|>] "\n<|im_start|>user\n" user "<|im_end|>\n<|im_start|>assistant\n" [empty think block]
+ * close_answer = 1 puts the <|im_end|> that closes the previous answer first: use it when that token
+ * is not in the KV cache (the usual loop samples <|im_end|> and stops without running it through
+ * the model, or the answer was cut by the length limit). close_answer = 0 when <|im_end|> was
+ * already processed. */
+char* chat_next_turn(const char* user, int enable_thinking, int close_answer);
+
+typedef struct {
+    const char* system_prompt; /* NULL or "": none */
+    const char* prompt;        /* -i TEXT: answer this one message and return; NULL: read the user's
+                                  messages from stdin, one per line, until EOF (or "/bye") */
+    int steps;                 /* at most this many tokens per answer; <= 0: until the context is full */
+    int thinking;              /* 1: thinking mode (Qwen3's default); 0: no-think (empty think block) */
+    int show_thinking;         /* 1: print the thinking (dim on a terminal); 0: hide it */
+} ChatOptions;
+
+/* The interactive chat: keeps the KV cache across turns (each turn's text is appended with
+ * chat_first_turn / chat_next_turn), streams the answer to stdout. A "> " prompt is printed (to
+ * stderr) only when stdin is a terminal. Stops on EOF, "/bye", or a full context. Returns 0, or 1
+ * after an error message on stderr. */
+int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOptions* o);
+
+#endif
