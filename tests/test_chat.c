@@ -1,6 +1,6 @@
 /* test_chat.c: the chat template (chat.c) against the exact strings of QWEN3.md section 5, which
  * were rendered there with jinja2 from tokenizer_config.json's template. Needs nothing outside the
-* repository. The cases beyond the spec's four (final assistant, reasoning_content, tool responses,
+ * repository. The cases beyond the spec's four (final assistant, reasoning_content, tool responses,
  * late system message) were checked against jinja2 3.1.6 rendering the real template (sandboxed,
  * trim_blocks, lstrip_blocks) when this test was written. */
 #include <stdio.h>

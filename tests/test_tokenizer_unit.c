@@ -7,6 +7,8 @@
  *       section (QTOK). Reads records "u32 length (little-endian), bytes" from stdin until EOF and
  *       prints, per record, one line: its ids separated by spaces, then a tab, then 1 or 0: whether
  *       decode(encode(text)) == NFC(text) byte for byte.
+ *   tests/test_tokenizer_unit --nfc                 reads the same records from stdin and writes,
+ *       per record, "u32 length, bytes" of its NFC (tokenizer_nfc) to stdout.
  *   tests/test_tokenizer_unit --bench FILE TEXT [REPS]   encode throughput of the file TEXT (MB/s)
  */
 #include <stdio.h>
@@ -106,6 +108,27 @@ static int mode_encode(const char* path) {
     }
     tokenizer_free(t);
     free(data);
+    return 0;
+}
+
+static int mode_nfc(void) {
+    for (;;) {
+        uint8_t hdr[4];
+        if (fread(hdr, 1, 4, stdin) != 4) break;
+        size_t len = (size_t)hdr[0] | (size_t)hdr[1] << 8 | (size_t)hdr[2] << 16 | (size_t)hdr[3] << 24;
+        char* text = malloc(len + 1);
+        if (fread(text, 1, len, stdin) != len) {
+            fprintf(stderr, "truncated input\n");
+            return 2;
+        }
+        size_t n;
+        char* out = tokenizer_nfc(text, len, &n);
+        uint8_t h[4] = {(uint8_t)n, (uint8_t)(n >> 8), (uint8_t)(n >> 16), (uint8_t)(n >> 24)};
+        fwrite(h, 1, 4, stdout);
+        fwrite(out, 1, n, stdout);
+        free(out);
+        free(text);
+    }
     return 0;
 }
 
@@ -641,9 +664,10 @@ static void test_tiny(void) {
 
 int main(int argc, char** argv) {
     if (argc >= 3 && strcmp(argv[1], "--encode") == 0) return mode_encode(argv[2]);
+    if (argc == 2 && strcmp(argv[1], "--nfc") == 0) return mode_nfc();
     if (argc >= 4 && strcmp(argv[1], "--bench") == 0) return mode_bench(argv[2], argv[3], argc >= 5 ? atoi(argv[4]) : 5);
     if (argc > 1) {
-        fprintf(stderr, "usage: %s [--encode FILE | --bench FILE TEXT [REPS]]\n", argv[0]);
+        fprintf(stderr, "usage: %s [--encode FILE | --nfc | --bench FILE TEXT [REPS]]\n", argv[0]);
         return 2;
     }
     test_pretokenizer();
