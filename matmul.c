@@ -61,6 +61,8 @@ void matrix_row(float* out, const Matrix* W, int row) {
  * Scratch
  * ------------------------------------------------------------------------------------------- */
 
+static float* xp_buf;      /* [max_cols] the activation row de-interleaved for bf16 (n == 1) */
+static int xp_cap;
 static int8_t* xq_buf;     /* [max_batch * max_cols] quantised activations */
 static float* xs_buf;      /* [max_batch * max_cols / 8] their scales */
 static size_t xq_cap;
@@ -72,7 +74,9 @@ int matmul_scratch_init(int max_batch, int max_cols) {
     xq_cap = (size_t)max_batch * (size_t)max_cols;
     xq_buf = aligned_alloc(64, (xq_cap + 63) / 64 * 64);
     xs_buf = aligned_alloc(64, ((xq_cap / 8 + 1) * sizeof(float) + 63) / 64 * 64);
-    if (!xq_buf || !xs_buf) {
+    xp_cap = max_cols;
+    xp_buf = aligned_alloc(64, ((size_t)max_cols * sizeof(float) + 63) / 64 * 64);
+    if (!xq_buf || !xs_buf || !xp_buf) {
         matmul_scratch_free();
         return -1;
     }
@@ -82,9 +86,12 @@ int matmul_scratch_init(int max_batch, int max_cols) {
 void matmul_scratch_free(void) {
     free(xq_buf);
     free(xs_buf);
+    free(xp_buf);
     xq_buf = NULL;
     xs_buf = NULL;
+    xp_buf = NULL;
     xq_cap = 0;
+    xp_cap = 0;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -99,6 +106,10 @@ void matmul_scratch_free(void) {
 #define AI static inline __attribute__((always_inline))
 
 #if defined(KERNELS_AVX2)
+
+#ifndef PF_AHEAD
+#define PF_AHEAD 512 /* bytes ahead: software prefetch of the matrix-vector weight streams */
+#endif
 
 AI __m256 ldw(const void* w, size_t i, WeightType type) {
     if (type == WEIGHT_F32) return _mm256_loadu_ps((const float*)w + i);
@@ -241,8 +252,12 @@ AI void rows_float_n1(float* out, const float* x, const Matrix* W, WeightType ty
             for (int i = 0; i < 4; i++) a[i][0] = a[i][1] = _mm256_setzero_ps();
             for (int c = 0; c < C16; c += 16) {
                 __m256 x0 = _mm256_loadu_ps(x + c), x1 = _mm256_loadu_ps(x + c + 8);
+                __asm__("" : "+v"(x0), "+v"(x1));
 #pragma GCC unroll 4
                 for (int i = 0; i < 4; i++) {
+                    if (type == WEIGHT_F32 || (c & 31) == 0)  /* one prefetch per 64-byte line */
+                        _mm_prefetch((const char*)W->data + ((size_t)(r + i) * C + c) * (type == WEIGHT_F32 ? 4 : 2) + PF_AHEAD,
+                                     _MM_HINT_T0);
                     a[i][0] = _mm256_fmadd_ps(ldw(W->data, (size_t)(r + i) * C + c, type), x0, a[i][0]);
                     a[i][1] = _mm256_fmadd_ps(ldw(W->data, (size_t)(r + i) * C + c + 8, type), x1, a[i][1]);
                 }
@@ -287,6 +302,67 @@ AI void rows_float_nn(float* out, const float* x, const Matrix* W, WeightType ty
             for (; t + 4 <= t1; t += 4) tile_float(out, x, W, type, r, t, 1, 4);
             for (; t < t1; t++) tile_float(out, x, W, type, r, t, 1, 1);
         }
+    }
+}
+
+/* bf16 matrix-vector product without widening instructions: a 32-byte load holds 16 bf16, and
+ * 32-bit lane k holds elements 2k (low half) and 2k+1 (high half), so `lane << 16` is element 2k
+ * as an fp32 and `lane & 0xFFFF0000` is element 2k+1. The activation row was de-interleaved once
+ * per call (deinterleave16: per 16 columns, the 8 even ones then the 8 odd ones), so each 16
+ * weights cost one load, a shift, an and and two FMAs. Needs cols % 16 == 0. */
+static void deinterleave16(float* xp, const float* x, int C) {
+    for (int c = 0; c < C; c += 16)
+        for (int k = 0; k < 8; k++) {
+            xp[c + k] = x[c + 2 * k];
+            xp[c + 8 + k] = x[c + 2 * k + 1];
+        }
+}
+
+static void rows_bf16_n1(float* out, const float* xp, const Matrix* W, int r0, int r1) {
+    const int C = W->cols;
+    const uint16_t* wd = (const uint16_t*)W->data;
+    const __m256i hi = _mm256_set1_epi32((int)0xFFFF0000u);
+    int r = r0;
+    for (; r + 4 <= r1; r += 4) {
+        const uint16_t* w0 = wd + (size_t)r * C;
+        const uint16_t* w1 = w0 + C;
+        const uint16_t* w2 = w1 + C;
+        const uint16_t* w3 = w2 + C;
+        __m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0, b3 = a0;
+        for (int c = 0; c < C; c += 16) {
+            __m256 xe = _mm256_load_ps(xp + c), xo = _mm256_load_ps(xp + c + 8);
+            __asm__("" : "+v"(xe), "+v"(xo));
+            _mm_prefetch((const char*)(w0 + c) + PF_AHEAD, _MM_HINT_T0);
+            _mm_prefetch((const char*)(w1 + c) + PF_AHEAD, _MM_HINT_T0);
+            _mm_prefetch((const char*)(w2 + c) + PF_AHEAD, _MM_HINT_T0);
+            _mm_prefetch((const char*)(w3 + c) + PF_AHEAD, _MM_HINT_T0);
+            __m256i v = _mm256_loadu_si256((const __m256i*)(w0 + c));
+            a0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), xe, a0);
+            b0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v, hi)), xo, b0);
+            v = _mm256_loadu_si256((const __m256i*)(w1 + c));
+            a1 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), xe, a1);
+            b1 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v, hi)), xo, b1);
+            v = _mm256_loadu_si256((const __m256i*)(w2 + c));
+            a2 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), xe, a2);
+            b2 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v, hi)), xo, b2);
+            v = _mm256_loadu_si256((const __m256i*)(w3 + c));
+            a3 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), xe, a3);
+            b3 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v, hi)), xo, b3);
+        }
+        out[r] = hsum256(_mm256_add_ps(a0, b0));
+        out[r + 1] = hsum256(_mm256_add_ps(a1, b1));
+        out[r + 2] = hsum256(_mm256_add_ps(a2, b2));
+        out[r + 3] = hsum256(_mm256_add_ps(a3, b3));
+    }
+    for (; r < r1; r++) {
+        const uint16_t* w0 = wd + (size_t)r * C;
+        __m256 a0 = _mm256_setzero_ps(), b0 = a0;
+        for (int c = 0; c < C; c += 16) {
+            __m256i v = _mm256_loadu_si256((const __m256i*)(w0 + c));
+            a0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), _mm256_load_ps(xp + c), a0);
+            b0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v, hi)), _mm256_load_ps(xp + c + 8), b0);
+        }
+        out[r] = hsum256(_mm256_add_ps(a0, b0));
     }
 }
 
@@ -368,6 +444,8 @@ AI void tile_q8(float* out, const int8_t* xq, const float* xsc, const Matrix* W,
             __m256i wv[4], wa[4];
 #pragma GCC unroll 4
             for (int i = 0; i < RT; i++) {
+                if (TT == 1 && (c & 63) == 0)
+                    _mm_prefetch((const char*)(wd + (size_t)(r + i) * C + c) + PF_AHEAD, _MM_HINT_T0);
                 wv[i] = _mm256_loadu_si256((const __m256i*)(wd + (size_t)(r + i) * C + c));
                 wa[i] = _mm256_abs_epi8(wv[i]);
             }
@@ -436,6 +514,7 @@ typedef struct {
     const float* x;
     int n;
     int use_q8i;
+    int use_xp;          /* bf16, n == 1: xp_buf holds x de-interleaved */
     int qgs;             /* group size of the quantised activations */
     int qtb;             /* tokens per quantisation item */
 } MatmulJob;
@@ -448,6 +527,7 @@ static void compute_rows(const MatmulJob* j, int m, int r0, int r1) {
         return;
     }
     if (W->type == WEIGHT_F32) rows_f32(j->out[m], j->x, W, j->n, r0, r1);
+    else if (W->type == WEIGHT_BF16 && j->use_xp) rows_bf16_n1(j->out[m], xp_buf, W, r0, r1);
     else if (W->type == WEIGHT_BF16) rows_bf16(j->out[m], j->x, W, j->n, r0, r1);
     else rows_q8f(j->out[m], j->x, W, j->n, r0, r1);
 #else
@@ -476,6 +556,20 @@ static void quantize_item(void* ctx, int i) {
 static void run_job(MatmulJob* j) {
     const int nt = kernels_threads();
     j->use_q8i = 0;
+    j->use_xp = 0;
+#if defined(KERNELS_AVX2)
+    if (j->n == 1 && j->W[0]->cols % 16 == 0 && j->W[0]->cols <= xp_cap) {
+        int any = 0, same = 1;
+        for (int m = 0; m < j->n_mats; m++) {
+            if (j->W[m]->type == WEIGHT_BF16) any = 1;
+            if (j->W[m]->cols != j->W[0]->cols) same = 0;
+        }
+        if (any && same) {
+            deinterleave16(xp_buf, j->x, j->W[0]->cols);
+            j->use_xp = 1;
+        }
+    }
+#endif
 #if defined(HAVE_Q8_INT8) && !defined(KERNELS_Q8_F32ACT)
     const Matrix* W0 = j->W[0];
     if (W0->type == WEIGHT_Q8 && W0->group_size % 32 == 0 &&
