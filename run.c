@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "bench.h"
+#include "chat.h"
 #include "model.h"
 #include "sampler.h"
 #include "tokenizer.h"
@@ -35,8 +36,9 @@ typedef struct {
     int n_bench_args;
     float temperature, top_p, min_p, repeat_penalty;
     int top_k, steps, threads, ctx;
+    int thinking, show_thinking; /* chat mode */
     uint64_t seed;
-    int has_temperature, has_top_p, has_top_k, has_seed;
+    int has_temperature, has_top_p, has_top_k, has_seed, has_steps;
 } Options;
 
 static void usage(FILE* out) {
@@ -52,11 +54,14 @@ static void usage(FILE* out) {
             "      --min-p P          drop tokens below P * the top probability, [0,1]; 0 = off (default)\n"
             "      --repeat-penalty R repetition penalty over every token seen, > 0; 1 = off (default)\n"
             "  -s, --seed S           random seed, a non-negative integer (default: the time)\n"
-            "  -n, --steps N          tokens to generate, >= 0; 0 = only process the prompt (default 256)\n"
+            "  -n, --steps N          tokens to generate, >= 0; 0 = only process the prompt (default 256;\n"
+            "                         chat mode: per answer, 0 or default = until the context is full)\n"
             "  -i, --input TEXT       the prompt (tokenize mode: the text; default: standard input)\n"
             "      --prompt-ids IDS   the prompt as comma-separated token ids, e.g. 9707,11,1879\n"
             "  -m, --mode MODE        generate | chat | tokenize | bench (default generate)\n"
             "  -y, --system TEXT      system prompt (chat mode)\n"
+            "      --thinking 0|1     chat mode: 1 = Qwen3's thinking mode (default), 0 = no-think\n"
+            "      --show-thinking 0|1  chat mode: print the thinking (default 1) or hide it\n"
             "  -c, --ctx N            context length (KV cache positions); 0 = min(4096, the model's)\n"
             "      --threads N        worker threads (default: one per online CPU)\n"
             "      --dump-logits PATH write the logits of every prompt position and every generated\n"
@@ -112,6 +117,8 @@ static void parse_args(int argc, char** argv, Options* o) {
     o->mode = "generate";
     o->steps = 256;
     o->repeat_penalty = 1.0f;
+    o->thinking = 1;
+    o->show_thinking = 1;
     for (int i = 1; i < argc; i++) {
         const char* arg = argv[i];
         if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
@@ -146,7 +153,8 @@ static void parse_args(int argc, char** argv, Options* o) {
                     IS("-n", "--steps") || IS("-i", "--input") || IS("", "--prompt-ids") ||
                     IS("-m", "--mode") || IS("-y", "--system") || IS("-c", "--ctx") ||
                     IS("", "--threads") || IS("", "--dump-logits") || IS("", "--bench-prompt") ||
-                    IS("", "--bench-gen") || IS("", "--bench-reps");
+                    IS("", "--bench-gen") || IS("", "--bench-reps") || IS("", "--thinking") ||
+                    IS("", "--show-thinking");
         if (!known) die(2, "unknown option '%s' (see --help)", arg);
         if (value == NULL) die(2, "option %s needs a value (see --help)", name);
         if (!eq) i++;
@@ -169,6 +177,7 @@ static void parse_args(int argc, char** argv, Options* o) {
             o->has_seed = 1;
         } else if (IS("-n", "--steps")) {
             o->steps = (int)parse_int(name, value, 0, INT_MAX);
+            o->has_steps = 1;
         } else if (IS("-i", "--input")) {
             o->prompt = value;
         } else if (IS("", "--prompt-ids")) {
@@ -184,6 +193,10 @@ static void parse_args(int argc, char** argv, Options* o) {
             o->ctx = (int)parse_int(name, value, 0, INT_MAX);
         } else if (IS("", "--threads")) {
             o->threads = (int)parse_int(name, value, 1, 1024);
+        } else if (IS("", "--thinking")) {
+            o->thinking = (int)parse_int(name, value, 0, 1);
+        } else if (IS("", "--show-thinking")) {
+            o->show_thinking = (int)parse_int(name, value, 0, 1);
         } else if (IS("", "--dump-logits")) {
             o->dump_logits = value;
         } else { /* --bench-prompt, --bench-gen, --bench-reps: checked here, used by bench.c */
@@ -417,11 +430,6 @@ static int tokenize(const Tokenizer* tok, const Options* o) {
 int main(int argc, char** argv) {
     Options o;
     parse_args(argc, argv, &o);
-    if (strcmp(o.mode, "chat") == 0) {
-        fprintf(stderr, "run: error: mode %s not built yet\n", o.mode);
-        return 1;
-    }
-
     transformer_set_threads(o.threads);
     Transformer t;
     char err[512];
@@ -451,7 +459,13 @@ int main(int argc, char** argv) {
         if (sampler_init(&sampler, t.config.vocab_size, temperature, top_p, top_k, o.min_p,
                          o.repeat_penalty, seed) != 0)
             die(1, "out of memory");
-        status = generate(&t, text_tok, &sampler, &o);
+        if (strcmp(o.mode, "chat") == 0) {
+            ChatOptions chat = {o.system_prompt, o.prompt, o.has_steps ? o.steps : 0, o.thinking,
+                                o.show_thinking};
+            status = chat_main(&t, text_tok, &sampler, &chat);
+        } else {
+            status = generate(&t, text_tok, &sampler, &o);
+        }
         sampler_free(&sampler);
     }
     tokenizer_free(tok);
