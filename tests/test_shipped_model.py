@@ -6,7 +6,7 @@
   Tolerance for an f32 checkpoint: at every position, max_i |c_i - r_i| <= 1e-4 * max_i |r_i| + 1e-5,
   and the same argmax. (bf16/q8 checkpoints get 5e-2 relative: rounding the weights moves logits.)
 * tokenizer: the engine's tokenization of the reference prompt equals the ids train.py used.
-* stories: 5 samples of 120 tokens must be at least 85% dictionary words (tools/sample_quality.py
+* stories: 5 samples of 120 tokens must be at least 95% dictionary words (the shipped model measures 99.3% on 20 samples) (tools/sample_quality.py
   counting; the full 20-sample measure is in docs/notes-model.md).
 
 Skips, with the reason, when ./run or the model files are missing. Standard library only.
@@ -104,7 +104,7 @@ class ShippedModel(unittest.TestCase):
             samples.append(p.stdout[len(prompt):] if p.stdout.startswith(prompt) else p.stdout)
         n_words, n_dict, _ = sample_quality.measure(samples, dictionary)
         self.assertGreater(n_words, 100, "too few words generated: %r" % samples[:1])
-        self.assertGreaterEqual(n_dict / n_words, 0.85, "dictionary-word share %.3f; sample: %r"
+        self.assertGreaterEqual(n_dict / n_words, 0.95, "dictionary-word share %.3f; sample: %r"
                                 % (n_dict / n_words, samples[0][:300]))
 
 
