@@ -25,7 +25,7 @@ TEST_BIN := $(TEST_C:.c=)
 
 SHIPPED_MODEL := models/tinystories.bin
 STORY_PROMPT ?= Once upon a time
-STORY_FLAGS ?= -n 256
+STORY_FLAGS ?= -n 250
 
 .PHONY: all run test bench clean
 
