@@ -262,14 +262,19 @@ static const char QWEN_REGEX[] =
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 /* Reference BPE: the textbook O(n^3) procedure on strings of ids. */
+static int merge_left[N_MERGES], merge_right[N_MERGES];
 static int naive_bpe(const uint8_t* s, int n, int* out) {
     int m = n;
+    for (int k = 0; k < N_MERGES; k++) {
+        merge_left[k] = vocab_id(MERGES[k][0]);
+        merge_right[k] = vocab_id(MERGES[k][1]);
+    }
     for (int i = 0; i < n; i++) out[i] = s[i];
     for (;;) {
         int best = -1, best_rank = 1 << 30;
         for (int i = 0; i + 1 < m; i++)
             for (int k = 0; k < N_MERGES && k < best_rank; k++)
-                if (vocab_id(MERGES[k][0]) == out[i] && vocab_id(MERGES[k][1]) == out[i + 1]) {
+                if (merge_left[k] == out[i] && merge_right[k] == out[i + 1]) {
                     best = i;
                     best_rank = k;
                     break;
