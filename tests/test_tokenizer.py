@@ -157,6 +157,32 @@ class TestTokenizerReference(unittest.TestCase):
         texts = [bytes(rng.randrange(256) for _ in range(rng.randrange(200))) for _ in range(300)]
         self.assertEqual(len(self.encode(texts)), 300)
 
+    def test_run_tokenize_mode(self):
+        """The contract `./run MODEL -m tokenize` (stdin or -i) on a checkpoint that carries the real
+        tokenizer (a tiny random model from tests/hf_model.py, exported with --tokenizer)."""
+        run = os.path.join(ROOT, "run")
+        if not os.path.exists(run):
+            self.skipTest("./run is not built (make)")
+        sys.path.insert(0, os.path.join(ROOT, "tests"))
+        import hf_model
+        spec = hf_model.Spec()  # 300 embedding rows: tokenize mode never looks at the weights
+        hf = os.path.join(self.tmp.name, "hf")
+        hf_model.write_model(hf, spec)
+        ck = os.path.join(self.tmp.name, "tiny.bin")
+        p = subprocess.run([sys.executable, os.path.join(ROOT, "export.py"), hf, ck, "--tokenizer", TOK_DIR],
+                           capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        with open(os.path.join(TOK_DIR, "cases.jsonl"), encoding="utf-8") as f:
+            cases = [json.loads(line) for line in f if line.strip()][:30]
+        for c in cases:
+            p = subprocess.run([run, ck, "-m", "tokenize"], input=c["text"].encode("utf-8"),
+                               capture_output=True, timeout=60)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual([int(x) for x in p.stdout.split()], c["ids"], repr(c["text"]))
+        p = subprocess.run([run, ck, "-m", "tokenize", "-i", "Hello, world!"], capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(p.stdout.strip(), "9707 11 1879 0")
+
 
 if __name__ == "__main__":
     unittest.main()
