@@ -50,6 +50,7 @@ struct Tokenizer {
     uint32_t flags;
     int max_digits;    /* 1 (Qwen2 regex) or 3 (Llama 3 regex) */
     int ignore_merges; /* a piece that is a vocabulary token is taken whole (Llama 3) */
+    int monotone;      /* every token is made by one merge, and a merge's inputs by earlier ones */
     const uint8_t** tok;  /* [size] bytes of each id (NULL: unknown id) */
     uint32_t* tok_len;    /* [size] */
     uint8_t* special;     /* [size] */
@@ -262,6 +263,25 @@ Tokenizer* tokenizer_new(const uint8_t* data, size_t n, char* err, size_t errlen
             }
             if (m->left == a && m->right == b) break; /* a repeated pair keeps its lowest rank */
         }
+    }
+    /* Monotone merges (true for Qwen's: token 256 + k is made by merge k): then a pair that a merge
+     * creates always has a higher rank than that merge, which the bucket method for very long
+     * pieces relies on. */
+    {
+        int32_t* made_by = malloc((size_t)(n_vocab ? n_vocab : 1) * sizeof *made_by);
+        if (!made_by) TOK_FAIL("tokenizer: out of memory");
+        memset(made_by, 0xff, (size_t)n_vocab * sizeof *made_by);
+        t->monotone = 1;
+        for (uint32_t i = 0; i < n_merges && t->monotone; i++) {
+            uint32_t c = rd32(mstart + 12 * (size_t)i + 8);
+            if (made_by[c] >= 0) t->monotone = 0;
+            made_by[c] = (int32_t)i;
+        }
+        for (uint32_t i = 0; i < n_merges && t->monotone; i++) {
+            uint32_t a = rd32(mstart + 12 * (size_t)i), b = rd32(mstart + 12 * (size_t)i + 4);
+            if (made_by[a] >= (int32_t)i || made_by[b] >= (int32_t)i) t->monotone = 0;
+        }
+        free(made_by);
     }
     p = data + apos;
     for (uint32_t i = 0; i < n_added; i++) {
@@ -682,6 +702,14 @@ typedef struct {
     uint32_t* res;
     HeapItem* heap;
     size_t cap;
+    /* bucket method (very long pieces, monotone merges): per rank a list of positions */
+    uint32_t* bucket_head;  /* [n_merges]: 1 + index of the first entry, 0 = empty */
+    struct BucketEntry { int pos; uint32_t next; }* bentries;
+    size_t n_bentries, cap_bentries;
+    uint32_t* rank_heap;
+    size_t n_rank_heap, cap_rank_heap;
+    int* sorted;
+    size_t cap_sorted;
     /* cache of short pieces: bytes -> ids */
     uint32_t* cache_slots; /* index into cache entries + 1, 0 = empty */
     uint32_t cache_mask;
@@ -743,6 +771,121 @@ static HeapItem heap_pop(HeapItem* h, size_t* n) {
 #define NO_RANK UINT32_MAX
 #define ARRAY_BPE_MAX 48 /* pieces up to this many bytes use the simple array method */
 
+
+#define BUCKET_BPE_MIN 1024 /* pieces of at least this many bytes use the bucket method */
+
+static int int_cmp(const void* a, const void* b) {
+    int x = *(const int*)a, y = *(const int*)b;
+    return (x > y) - (x < y);
+}
+
+static int bucket_push(Work* w, uint32_t rank, int pos) {
+    if (w->n_bentries == w->cap_bentries) {
+        size_t cap = w->cap_bentries ? w->cap_bentries * 2 : 4096;
+        void* p = realloc(w->bentries, cap * sizeof *w->bentries);
+        if (!p) return 0;
+        w->bentries = p;
+        w->cap_bentries = cap;
+    }
+    if (w->bucket_head[rank] == 0) { /* a new rank: into the min-heap of ranks */
+        if (w->n_rank_heap == w->cap_rank_heap) {
+            size_t cap = w->cap_rank_heap ? w->cap_rank_heap * 2 : 1024;
+            void* p = realloc(w->rank_heap, cap * sizeof *w->rank_heap);
+            if (!p) return 0;
+            w->rank_heap = p;
+            w->cap_rank_heap = cap;
+        }
+        uint32_t* h = w->rank_heap;
+        size_t i = w->n_rank_heap++;
+        while (i > 0 && h[(i - 1) / 2] > rank) {
+            h[i] = h[(i - 1) / 2];
+            i = (i - 1) / 2;
+        }
+        h[i] = rank;
+    }
+    w->bentries[w->n_bentries] = (struct BucketEntry){pos, w->bucket_head[rank]};
+    w->bucket_head[rank] = (uint32_t)++w->n_bentries;
+    return 1;
+}
+
+static uint32_t rank_pop(Work* w) {
+    uint32_t* h = w->rank_heap;
+    uint32_t top = h[0], x = h[--w->n_rank_heap];
+    size_t n = w->n_rank_heap, i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && h[c + 1] < h[c]) c++;
+        if (h[c] >= x) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (n) h[i] = x;
+    return top;
+}
+
+/* BPE for very long pieces when the merges are monotone: a merge of rank r only creates pairs of
+ * rank > r, so the ranks are processed in increasing order (a heap of the distinct ranks present),
+ * each rank's positions left to right. Same result as the heap method; about linear time.
+ * Returns 0 when out of memory (then nothing was appended). */
+static int bpe_buckets(const Tokenizer* t, Work* w, int m, Ids* out) {
+    int* id = w->id;
+    int* next = w->next;
+    int* prev = w->prev;
+    if (!w->bucket_head) {
+        w->bucket_head = calloc((size_t)t->n_merges + 1, sizeof *w->bucket_head);
+        if (!w->bucket_head) return 0;
+    }
+    w->n_bentries = 0;
+    w->n_rank_heap = 0;
+    int ok = 1;
+    for (int i = 0; i < m; i++) {
+        next[i] = i + 1 < m ? i + 1 : -1;
+        prev[i] = i - 1;
+    }
+    for (int i = 0; i + 1 < m && ok; i++) {
+        uint32_t rk, rs;
+        if (merge_lookup(t, (uint32_t)id[i], (uint32_t)id[i + 1], &rk, &rs)) ok = bucket_push(w, rk, i);
+    }
+    while (ok && w->n_rank_heap > 0) {
+        uint32_t r = rank_pop(w);
+        size_t k = 0;
+        for (uint32_t e = w->bucket_head[r]; e; e = w->bentries[e - 1].next) k++;
+        if (k > w->cap_sorted) {
+            int* p = realloc(w->sorted, k * 2 * sizeof *p);
+            if (!p) {
+                ok = 0;
+                break;
+            }
+            w->sorted = p;
+            w->cap_sorted = k * 2;
+        }
+        k = 0;
+        for (uint32_t e = w->bucket_head[r]; e; e = w->bentries[e - 1].next) w->sorted[k++] = w->bentries[e - 1].pos;
+        w->bucket_head[r] = 0;
+        qsort(w->sorted, k, sizeof *w->sorted, int_cmp);
+        for (size_t j = 0; j < k && ok; j++) {
+            int a = w->sorted[j];
+            if (id[a] < 0) continue;
+            int b = next[a];
+            if (b < 0) continue;
+            uint32_t rk, rs;
+            if (!merge_lookup(t, (uint32_t)id[a], (uint32_t)id[b], &rk, &rs) || rk != r) continue; /* stale */
+            id[a] = (int)rs;
+            id[b] = -1;
+            next[a] = next[b];
+            if (next[b] >= 0) prev[next[b]] = a;
+            if (prev[a] >= 0 && merge_lookup(t, (uint32_t)id[prev[a]], (uint32_t)id[a], &rk, &rs)) ok = bucket_push(w, rk, prev[a]);
+            if (ok && next[a] >= 0 && merge_lookup(t, (uint32_t)id[a], (uint32_t)id[next[a]], &rk, &rs)) ok = bucket_push(w, rk, a);
+        }
+    }
+    /* leave the bucket heads empty for the next piece */
+    while (w->n_rank_heap > 0) w->bucket_head[rank_pop(w)] = 0;
+    if (!ok) return 0;
+    for (int i = 0; i >= 0; i = next[i]) ids_add(out, id[i]);
+    return 1;
+}
+
 /* BPE on the m symbols w->id[0..m) (one per byte); appends the resulting ids to out. */
 static void bpe(const Tokenizer* t, Work* w, int m, Ids* out) {
     int* id = w->id;
@@ -775,6 +918,10 @@ static void bpe(const Tokenizer* t, Work* w, int m, Ids* out) {
         if (!ids_reserve(out, (size_t)m)) return;
         memcpy(out->p + out->n, id, (size_t)m * sizeof *id);
         out->n += (size_t)m;
+        return;
+    }
+    if (m >= BUCKET_BPE_MIN && t->monotone) {
+        if (!bpe_buckets(t, w, m, out)) out->oom = 1;
         return;
     }
     /* linked list of symbols + binary heap of candidate merges ordered by (rank, position) */
@@ -949,6 +1096,10 @@ int* tokenizer_encode(const Tokenizer* t, const char* text, size_t len, int* n_i
     free(w.rank);
     free(w.res);
     free(w.heap);
+    free(w.bucket_head);
+    free(w.bentries);
+    free(w.rank_heap);
+    free(w.sorted);
     free(w.cache_slots);
     free(w.cache_keys.p);
     free(w.cache_ids.p);

@@ -507,13 +507,13 @@ static void test_tiny(void) {
         free(dec);
     }
 
-    /* BPE against the naive procedure, short (array) and long (heap) pieces */
+    /* BPE against the naive procedure: short (array), long (heap) and very long (bucket) pieces */
     {
         const char alpha[] = "helo";
-        uint8_t s[400];
-        int want[400];
-        for (int iter = 0; iter < 3000; iter++) {
-            int n = 1 + (int)(rnd() % (iter < 2000 ? 60 : 400));
+        static uint8_t s[1600];
+        static int want[1600];
+        for (int iter = 0; iter < 3020; iter++) {
+            int n = iter < 3000 ? 1 + (int)(rnd() % (iter < 2000 ? 60 : 400)) : 1024 + (int)(rnd() % 500);
             for (int i = 0; i < n; i++) s[i] = (uint8_t)alpha[rnd() % 4];
             int nw = naive_bpe(s, n, want);
             int ng;
