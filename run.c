@@ -60,6 +60,9 @@ static void usage(FILE* out) {
             "      --prompt-ids IDS   the prompt as comma-separated token ids, e.g. 9707,11,1879\n"
             "  -m, --mode MODE        generate | chat | tokenize | bench (default generate)\n"
             "  -y, --system TEXT      system prompt (chat mode)\n"
+            "      --no-think         chat mode: switch thinking off (the template's empty think\n"
+            "                         block; same as --thinking 0)\n"
+            "      --hide-think       chat mode: do not print the thinking (same as --show-thinking 0)\n"
             "      --thinking 0|1     chat mode: 1 = Qwen3's thinking mode (default), 0 = no-think\n"
             "      --show-thinking 0|1  chat mode: print the thinking (default 1) or hide it\n"
             "  -c, --ctx N            context length (KV cache positions); 0 = min(4096, the model's)\n"
@@ -128,6 +131,14 @@ static void parse_args(int argc, char** argv, Options* o) {
         if (arg[0] != '-' || arg[1] == '\0') { /* the checkpoint */
             if (o->checkpoint) die(2, "unexpected argument '%s' (the checkpoint is '%s')", arg, o->checkpoint);
             o->checkpoint = arg;
+            continue;
+        }
+        if (strcmp(arg, "--no-think") == 0) { /* chat: the official template's switch-off */
+            o->thinking = 0;
+            continue;
+        }
+        if (strcmp(arg, "--hide-think") == 0) {
+            o->show_thinking = 0;
             continue;
         }
         if (strcmp(arg, "--json") == 0) { /* bench mode's only option without a value */
@@ -449,11 +460,21 @@ int main(int argc, char** argv) {
         status = bench_main(&t, o.n_bench_args, (char**)o.bench_args);
     } else {
         /* Sampling defaults: the model's generation_config (0 in the header means absent), else
-         * llama2.c's 1.0 / 0.9, and no top-k. */
+         * llama2.c's 1.0 / 0.9, and no top-k. A no-think chat follows Qwen's advice for that mode
+         * instead (QWEN3.md 1.2: temperature 0.7, top-p 0.8, top-k 20); the thinking mode's advice
+         * (0.6, 0.95, 20) is what Qwen3's generation_config holds. */
         const FileHeader* h = &t.header;
-        float temperature = o.has_temperature ? o.temperature : (h->temperature > 0 ? h->temperature : 1.0f);
-        float top_p = o.has_top_p ? o.top_p : (h->top_p > 0 ? h->top_p : 0.9f);
-        int top_k = o.has_top_k ? o.top_k : h->top_k;
+        float def_temperature = h->temperature > 0 ? h->temperature : 1.0f;
+        float def_top_p = h->top_p > 0 ? h->top_p : 0.9f;
+        int def_top_k = h->top_k;
+        if (strcmp(o.mode, "chat") == 0 && !o.thinking) {
+            def_temperature = 0.7f;
+            def_top_p = 0.8f;
+            def_top_k = 20;
+        }
+        float temperature = o.has_temperature ? o.temperature : def_temperature;
+        float top_p = o.has_top_p ? o.top_p : def_top_p;
+        int top_k = o.has_top_k ? o.top_k : def_top_k;
         uint64_t seed = o.has_seed ? o.seed : (uint64_t)time(NULL);
         Sampler sampler;
         if (sampler_init(&sampler, t.config.vocab_size, temperature, top_p, top_k, o.min_p,
