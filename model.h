@@ -182,7 +182,8 @@ typedef struct {
     const uint8_t* tokenizer_data;  /* the tokenizer section, inside the mapping */
     size_t tokenizer_bytes;
     int fd;
-    void* data;               /* the memory-mapped file */
+    void* data;               /* the memory-mapped file (or its copy with --no-mmap) */
+    int weights_copied;       /* 1: data is a heap copy (transformer_set_no_mmap), not a mapping */
     size_t file_size;
 } Transformer;
 
@@ -195,6 +196,9 @@ void transformer_free(Transformer* t);
 /* The number of kernel threads transformer_load starts (call it before transformer_load;
  * n_threads <= 0: one per online CPU, the default). */
 void transformer_set_threads(int n_threads);
+/* on != 0: the next transformer_load reads the file into (huge-page) anonymous memory instead of
+ * mapping it, like llama.cpp's --no-mmap. Off by default. */
+void transformer_set_no_mmap(int on);
 
 /* Runs n tokens at positions pos .. pos+n-1 through the model (prefill when n > 1, decode when
  * n == 1), appending their keys and values to the KV cache. pos + n must be <= config.seq_len.
