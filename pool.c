@@ -65,17 +65,29 @@ static long now_ns(void) {
 
 static uint32_t gen_of(uint64_t w) { return (uint32_t)(w >> 32); }
 
+/* The item number of a dispatch that is being set up: no item can be claimed. parallel_for closes
+ * the previous dispatch with it before it changes fn/ctx/n, so a worker that read the old word and
+ * then the new parameters can never claim an item with them: its compare-and-swap expects the old
+ * word. (Without this, a worker could claim item n_old of the finished dispatch while the new
+ * parameters were being written, run the new fn on it and count it as done: tests/test_kernels.c
+ * caught that, once in a few runs, as an index run twice.) */
+#define CLOSED 0x7FFFFFFFu
+
 static void run_items(uint32_t g) {
     for (;;) {
         uint64_t w = atomic_load(&P.word);
         if (gen_of(w) != g) return;
+        if ((uint32_t)w == CLOSED) { /* being set up: opened a few stores from now */
+            CPU_RELAX();
+            continue;
+        }
         int i = (int)(uint32_t)w;
-        int n = atomic_load_explicit(&P.n, memory_order_relaxed);
-        ItemFn fn = atomic_load_explicit(&P.fn, memory_order_relaxed);
-        void* ctx = atomic_load_explicit(&P.ctx, memory_order_relaxed);
+        int n = atomic_load(&P.n);
+        ItemFn fn = atomic_load(&P.fn);
+        void* ctx = atomic_load(&P.ctx);
         if (i >= n) return;
-        /* Success means generation g was still current with item i unclaimed, so fn/ctx/n (read
-         * above, before the seq_cst CAS) are g's: they only change after all of g's items are done. */
+        /* Success means generation g was still open with item i unclaimed, so fn/ctx/n (read above,
+         * all seq_cst) are g's: they are only written while the word says CLOSED. */
         if (!atomic_compare_exchange_weak(&P.word, &w, w + 1)) continue;
         fn(ctx, i);
         if (atomic_fetch_add(&P.done, 1) + 1 == n && atomic_load(&P.caller_waiting)) {
@@ -121,11 +133,12 @@ void parallel_for(int n, void (*fn)(void* ctx, int i), void* ctx) {
         for (int i = 0; i < n; i++) fn(ctx, i);
         return;
     }
-    atomic_store_explicit(&P.fn, fn, memory_order_relaxed);
-    atomic_store_explicit(&P.ctx, ctx, memory_order_relaxed);
-    atomic_store_explicit(&P.n, n, memory_order_relaxed);
-    atomic_store(&P.done, 0);
     uint32_t g = gen_of(atomic_load(&P.word)) + 1;
+    atomic_store(&P.word, ((uint64_t)g << 32) | CLOSED);
+    atomic_store(&P.fn, fn);
+    atomic_store(&P.ctx, ctx);
+    atomic_store(&P.n, n);
+    atomic_store(&P.done, 0);
     pthread_mutex_lock(&P.mu);
     atomic_store(&P.word, (uint64_t)g << 32);
     if (P.sleepers > 0) pthread_cond_broadcast(&P.cv_work);
@@ -155,7 +168,7 @@ static void pool_stop(void) {
     if (P.started == 0) return;
     pthread_mutex_lock(&P.mu);
     atomic_store(&P.quit, 1);
-    atomic_store(&P.word, (uint64_t)(gen_of(atomic_load(&P.word)) + 1) << 32);
+    atomic_store(&P.word, ((uint64_t)(gen_of(atomic_load(&P.word)) + 1) << 32) | CLOSED);
     pthread_cond_broadcast(&P.cv_work);
     pthread_mutex_unlock(&P.mu);
     for (int i = 0; i < P.started; i++) pthread_join(P.th[i], NULL);
