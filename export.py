@@ -528,7 +528,7 @@ def export(folder, out_path, dtype_name, group_size, tokenizer_dir):
             assert len(header) == 256
             f.seek(0)
             f.write(header)
-        if show_progress:
+        if show_progress and sys.stderr.isatty():
             print(file=sys.stderr)
         os.replace(tmp_path, out_path)
     except BaseException:
@@ -541,12 +541,21 @@ def export(folder, out_path, dtype_name, group_size, tokenizer_dir):
     return end, dtype_name, gs
 
 
+_last_logged = [-1]
+
+
 def progress(done, total, t0, name):
+    """One updating line on a terminal; on a pipe or log file, a plain line every 10%."""
     done = min(done, total)
     el = time.time() - t0
     eta = el * (total - done) / done if done else 0
-    print(f"\rexport.py: {100 * done / total:5.1f}%  {done >> 20}/{total >> 20} MB  "
-          f"eta {eta:4.0f}s  {name[:48]:<48}", end="", file=sys.stderr, flush=True)
+    line = (f"export.py: {100 * done / total:5.1f}%  {done >> 20}/{total >> 20} MB  "
+            f"eta {eta:4.0f}s  {name[:48]:<48}")
+    if sys.stderr.isatty():
+        print("\r" + line, end="", file=sys.stderr, flush=True)
+    elif 10 * done // total > _last_logged[0]:
+        _last_logged[0] = 10 * done // total
+        print(line.rstrip(), file=sys.stderr, flush=True)
 
 
 def main(argv=None):
