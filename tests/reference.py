@@ -45,10 +45,9 @@ def as_bf16(values, cols):
     return [hf_model.bf16_round(v) for v in values]
 
 
-def as_q8(values, cols, group_size):
-    """What export --dtype q8 stores, dequantised (model.h): per group of group_size consecutive
-    values of a row, m = max|w|, s = float32(m / 127), q = round(w * 127 / m) (an int8), w' = s * q."""
-    assert cols % group_size == 0
+def _quantize_groups(values, group_size, scale):
+    """Per group of group_size consecutive values: m = max|v|, q = round(v * 127 / m) clamped to
+    [-127, 127], returned dequantised as scale(m) * q (0 for an all-zero group)."""
     out = []
     for g in range(0, len(values), group_size):
         grp = values[g:g + group_size]
@@ -56,26 +55,23 @@ def as_q8(values, cols, group_size):
         if m == 0.0:
             out.extend(0.0 for _ in grp)
             continue
-        s = f32(m / 127.0)
+        s = scale(m)
         inv = 127.0 / m
         out.extend(s * max(-127, min(127, round(v * inv))) for v in grp)
     return out
 
 
+def as_q8(values, cols, group_size):
+    """What export --dtype q8 stores, dequantised (model.h): per group of group_size consecutive
+    values of a row, m = max|w|, s = float32(m / 127), q = round(w * 127 / m) (an int8), w' = s * q."""
+    assert cols % group_size == 0
+    return _quantize_groups(values, group_size, lambda m: f32(m / 127.0))
+
+
 def quantize_activations(x, group_size):
     """int8 activations as llama2.c's runq.c (and our q8 matmul on SIMD builds) make them, returned
     dequantised: per group, s = max|x| / 127, q = round-half-even(x / s), x' = s * q."""
-    out = []
-    for g in range(0, len(x), group_size):
-        grp = x[g:g + group_size]
-        m = max(abs(v) for v in grp)
-        if m == 0.0:
-            out.extend(0.0 for _ in grp)
-            continue
-        s = m / 127.0
-        inv = 127.0 / m
-        out.extend(s * round(v * inv) for v in grp)
-    return out
+    return _quantize_groups(x, group_size, lambda m: m / 127.0)
 
 
 class Reference:

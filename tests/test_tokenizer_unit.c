@@ -82,17 +82,33 @@ static Tokenizer* load_tokenizer(const char* path, uint8_t** keep) {
     return t;
 }
 
+/* One length-prefixed record from stdin (u32 little-endian length, then the bytes). NULL at the
+ * end of input (*status 0) or on a truncated record (*status 2, after a message). */
+static char* read_record(size_t* len, int* status) {
+    uint8_t hdr[4];
+    *status = 0;
+    if (fread(hdr, 1, 4, stdin) != 4) return NULL;
+    *len = (size_t)hdr[0] | (size_t)hdr[1] << 8 | (size_t)hdr[2] << 16 | (size_t)hdr[3] << 24;
+    char* text = malloc(*len + 1);
+    if (text == NULL || fread(text, 1, *len, stdin) != *len) {
+        fprintf(stderr, "truncated input\n");
+        free(text);
+        *status = 2;
+        return NULL;
+    }
+    return text;
+}
+
 static int mode_encode(const char* path) {
     uint8_t* data;
     Tokenizer* t = load_tokenizer(path, &data);
     for (;;) {
-        uint8_t hdr[4];
-        if (fread(hdr, 1, 4, stdin) != 4) break;
-        size_t len = (size_t)hdr[0] | (size_t)hdr[1] << 8 | (size_t)hdr[2] << 16 | (size_t)hdr[3] << 24;
-        char* text = malloc(len + 1);
-        if (fread(text, 1, len, stdin) != len) {
-            fprintf(stderr, "truncated input\n");
-            return 2;
+        size_t len;
+        int status;
+        char* text = read_record(&len, &status);
+        if (text == NULL) {
+            if (status != 0) return status;
+            break;
         }
         int n;
         int* ids = tokenizer_encode(t, text, len, &n);
@@ -113,13 +129,12 @@ static int mode_encode(const char* path) {
 
 static int mode_nfc(void) {
     for (;;) {
-        uint8_t hdr[4];
-        if (fread(hdr, 1, 4, stdin) != 4) break;
-        size_t len = (size_t)hdr[0] | (size_t)hdr[1] << 8 | (size_t)hdr[2] << 16 | (size_t)hdr[3] << 24;
-        char* text = malloc(len + 1);
-        if (fread(text, 1, len, stdin) != len) {
-            fprintf(stderr, "truncated input\n");
-            return 2;
+        size_t len;
+        int status;
+        char* text = read_record(&len, &status);
+        if (text == NULL) {
+            if (status != 0) return status;
+            break;
         }
         size_t n;
         char* out = tokenizer_nfc(text, len, &n);
