@@ -108,12 +108,13 @@ void matmul_scratch_free(void) {
 #if defined(KERNELS_AVX2)
 
 #ifndef PF_AHEAD
-#define PF_AHEAD 512 /* bytes ahead: software prefetch of the matrix-vector weight streams */
+#define PF_AHEAD 512 /* bytes ahead: software prefetch of rows_float_n1's weight streams */
 #endif
 /* bf16 and q8 matrix-vector products prefetch the same column of the next block of 4 rows
  * (4 * C elements ahead) instead: each block starts on fresh pages that the hardware prefetcher
  * has not seen, and asking for them a whole block early made decode 25% (bf16) and 35% (q8)
- * faster on the 0.6B shape (1 thread; README, Speed). For f32 (4 KB rows) it measured no better. */
+ * faster on the 0.6B shape (1 thread; README, Speed). f32 reads one row after another instead
+ * (rows_f32_n1). */
 #ifndef BLOCK_AHEAD
 #define BLOCK_AHEAD(C, elem_bytes) ((size_t)4 * (size_t)(C) * (elem_bytes))
 #endif
@@ -246,7 +247,8 @@ AI void tile_float(float* out, const float* x, const Matrix* W, WeightType type,
         }
 }
 
-/* Matrix-vector (n == 1): 8 rows at a time, each with two accumulators so the FMA chains overlap;
+/* Matrix-vector (n == 1) for the cases without a special kernel (bf16 with cols % 16 != 0, q8
+ * with fp32 activations): 4 rows at a time, each with two accumulators so the FMA chains overlap;
  * the weights are streamed once. */
 AI void rows_float_n1(float* out, const float* x, const Matrix* W, WeightType type, int r0, int r1) {
     const int C = W->cols;
@@ -373,8 +375,34 @@ static void rows_bf16_n1(float* out, const float* xp, const Matrix* W, int r0, i
     }
 }
 
+/* f32 matrix-vector product, one row at a time with four accumulators. An f32 row of the 0.6B
+ * shape is 4 KB, a page: reading four rows side by side (as bf16 and q8 do, to share the
+ * activation loads) makes four streams that each start on a page the hardware prefetcher has not
+ * seen, while one row after the other is a single sequential stream. Measured on the 0.6B shape,
+ * decode with --no-mmap, alternating runs on the 2-core VM: 1 thread 11.9 vs 9.4 tok/s (median of
+ * 4), 2 threads 20.9 vs 18.5 (docs/notes-kernels.md). For bf16 (2 KB rows) and q8 (1 KB) the
+ * four-row kernels measured as fast or faster, so they stay. */
+static void rows_f32_n1(float* out, const float* x, const Matrix* W, int r0, int r1) {
+    const int C = W->cols;
+    const float* wd = (const float*)W->data;
+    for (int r = r0; r < r1; r++) {
+        const float* w = wd + (size_t)r * C;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        int c = 0;
+        for (; c + 32 <= C; c += 32) {
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + c), _mm256_loadu_ps(x + c), a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + c + 8), _mm256_loadu_ps(x + c + 8), a1);
+            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + c + 16), _mm256_loadu_ps(x + c + 16), a2);
+            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + c + 24), _mm256_loadu_ps(x + c + 24), a3);
+        }
+        float s = hsum256(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+        for (; c < C; c++) s += w[c] * x[c];
+        out[r] = s;
+    }
+}
+
 static void rows_f32(float* out, const float* x, const Matrix* W, int n, int r0, int r1) {
-    if (n == 1) rows_float_n1(out, x, W, WEIGHT_F32, r0, r1);
+    if (n == 1) rows_f32_n1(out, x, W, r0, r1);
     else rows_float_nn(out, x, W, WEIGHT_F32, n, r0, r1);
 }
 static void rows_bf16(float* out, const float* x, const Matrix* W, int n, int r0, int r1) {

@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,6 +30,9 @@
 
 #define MAX_THREADS 256
 #define DEFAULT_SPIN_US 200
+#define CONTENTION_CHECK_NS 10000000L  /* each thread looks at its preemption count every 10 ms */
+#define CONTENTION_HOLD_NS 250000000L  /* and, if it was preempted, stops spinning for 250 ms */
+#define PREEMPTIONS_PER_S 100
 
 typedef void (*ItemFn)(void*, int);
 
@@ -64,6 +68,36 @@ static long now_ns(void) {
 }
 
 static uint32_t gen_of(uint64_t w) { return (uint32_t)(w >> 32); }
+
+/* How long to spin before sleeping. Spinning pays only while every kernel thread has a core of
+ * its own: on a quiet 2-core machine it made q8 decode 20% faster than sleeping at once (53-57 vs
+ * 44-47 tok/s). When another process wants a core, a spinning thread burns the share of CPU that
+ * the thread it waits for needs, and two threads became slower than one (24 vs 27-33 tok/s,
+ * docs/notes-kernels.md). The sign of that is involuntary context switches: the scheduler taking
+ * the core away. A quiet machine showed 26 per second for the whole process, one busy neighbour
+ * 860. So each thread reads its own count (getrusage, a cheap system call) at most every 10 ms,
+ * and two or more preemptions in that time turn spinning off for every thread for a while. */
+static atomic_long contended_until;
+static _Thread_local long last_check_ns;
+static _Thread_local long last_preemptions;
+
+static long spin_limit_ns(void) {
+    if (P.spin_ns == 0) return 0;
+    long t = now_ns();
+#if defined(RUSAGE_THREAD)
+    if (t - last_check_ns > CONTENTION_CHECK_NS) {
+        struct rusage ru;
+        if (getrusage(RUSAGE_THREAD, &ru) == 0) {
+            long d = ru.ru_nivcsw - last_preemptions;
+            if (last_check_ns != 0 && d >= 2 && d * 1000000000L / (t - last_check_ns) >= PREEMPTIONS_PER_S)
+                atomic_store(&contended_until, t + CONTENTION_HOLD_NS);
+            last_preemptions = ru.ru_nivcsw;
+        }
+        last_check_ns = t;
+    }
+#endif
+    return t < atomic_load(&contended_until) ? 0 : P.spin_ns;
+}
 
 /* The item number of a dispatch that is being set up: no item can be claimed. parallel_for closes
  * the previous dispatch with it before it changes fn/ctx/n, so a worker that read the old word and
@@ -104,12 +138,13 @@ static void* worker_main(void* arg) {
     uint32_t seen = gen_of(atomic_load(&P.word));
     for (;;) {
         uint32_t g = gen_of(atomic_load_explicit(&P.word, memory_order_acquire));
-        if (g == seen && P.spin_ns > 0) {
+        long spin = g == seen ? spin_limit_ns() : 0;
+        if (spin > 0) {
             long t0 = now_ns();
             for (int k = 0; g == seen; k++) {
                 CPU_RELAX();
                 g = gen_of(atomic_load_explicit(&P.word, memory_order_acquire));
-                if ((k & 63) == 63 && now_ns() - t0 > P.spin_ns) break;
+                if ((k & 63) == 63 && now_ns() - t0 > spin) break;
             }
         }
         if (g == seen) {
@@ -149,10 +184,11 @@ void parallel_for(int n, void (*fn)(void* ctx, int i), void* ctx) {
     in_worker = 0;
 
     if (atomic_load(&P.done) < n) {
+        long spin = spin_limit_ns();
         long t0 = now_ns();
         for (int k = 0; atomic_load(&P.done) < n; k++) {
-            CPU_RELAX();
-            if ((k & 63) == 63 && now_ns() - t0 > P.spin_ns) {
+            if (k > 0) CPU_RELAX();
+            if (spin == 0 || ((k & 63) == 63 && now_ns() - t0 > spin)) {
                 pthread_mutex_lock(&P.mu);
                 atomic_store(&P.caller_waiting, 1);
                 while (atomic_load(&P.done) < n) pthread_cond_wait(&P.cv_done, &P.mu);
