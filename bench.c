@@ -187,10 +187,27 @@ int bench_main(Transformer* t, int argc, char** argv) {
 
     double roof = bench_memory_bandwidth((size_t)512 << 20, 5);
 
-    /* warm-up: one prefill and a few decode steps (page faults of the mapping, caches, clocks) */
+    /* Warm-up: one prefill, then decode steps in windows of 8 until a window is no faster than
+     * the best before it (at most 20 s). The first passes over a mapped file can be much slower
+     * than the rest: page faults, and on some machines pages that must come back from disk (the
+     * 2-core VM this was written on reads a freshly mapped 2.4 GB f32 file at 2-5 GB/s for the
+     * first two or three passes, then at 35; docs/notes-kernels.md). The figures below are meant
+     * to be the steady state, as llama-bench's are. */
     if (n_prompt > 0 && !forward(t, tokens, n_prompt, 0, NULL)) goto fail;
-    for (int i = 0; i < (n_gen < 8 ? n_gen : 8); i++)
-        if (!forward(t, tokens + i, 1, i, NULL)) goto fail;
+    int warm_steps = 0;
+    if (n_gen > 0) {
+        const int win = n_gen < 8 ? n_gen : 8;
+        double best = 1e30, t_start = now_s();
+        for (;;) {
+            double t0 = now_s();
+            for (int i = 0; i < win; i++)
+                if (!forward(t, tokens + i, 1, i, NULL)) goto fail;
+            double dt = now_s() - t0;
+            warm_steps += win;
+            if (dt > 0.95 * best || now_s() - t_start > 20.0) break;
+            if (dt < best) best = dt;
+        }
+    }
 
     /* cpu share: CPU seconds the process got / (wall seconds x threads). Below 1 means the
      * threads waited (for memory, for each other) or, on a shared machine, were descheduled. */
@@ -224,6 +241,7 @@ int bench_main(Transformer* t, int argc, char** argv) {
                type_name(c->weight_type));
         if (c->weight_type == WEIGHT_Q8) printf(" (groups of %d)", c->group_size);
         printf(", %d thread%s, kernels %s\n", threads, threads == 1 ? "" : "s", kernels_simd_name());
+        printf("bench: warm-up: one prefill and %d decode steps\n", warm_steps);
         printf("bench: bytes read per decode token: %.1f MB weights + %.2f MB KV cache (average over tg%d)\n",
                wbytes / 1e6, (bytes_per_tok - wbytes) / 1e6, n_gen);
         printf("bench: memory read bandwidth (512 MiB streaming read, %d thread%s, best of 5): %.1f GB/s\n",
