@@ -20,12 +20,13 @@
 #include <unistd.h>
 
 /* How many positions one batch (one matmul) holds: prompts longer than this are processed in
- * chunks. Each chunk reads every weight once, so 128 rows make the matmuls compute-bound instead of
- * memory-bound while the activation buffers stay small (for Qwen3-0.6B: about 8 MB, touched only
- * as far as a prompt reaches). 128 instead of 64 made 0.6B prefill (pp256, 1 thread, --no-mmap)
- * 3-10% faster for f32 and 1-4% for q8; 256 gained little more (docs/notes-kernels.md). */
+ * chunks. Each chunk reads every weight once: with 256 rows the matmuls are compute-bound, and
+ * the activation buffers stay modest (for Qwen3-0.6B about 16 MB, touched only as far as a prompt
+ * reaches). Measured on the 0.6B shape, f32, pp512, 1 thread, mapped weights: 64 rows 48 tok/s
+ * (earlier session), 128 59-61, 256 68, 512 73; on this VM reads from a mapped file are slow, so
+ * every pass saved counts (docs/notes-kernels.md). */
 #ifndef MAX_BATCH
-#define MAX_BATCH 128
+#define MAX_BATCH 256
 #endif
 
 /* Default KV cache size when the caller gives no context length (QWEN3.md 1.1: the models allow

@@ -90,11 +90,11 @@ VARIANTS = {
             'rope_parameters': {'rope_type': 'default', 'rope_theta': 500000.0},
             'eos_token_id': [IM_END_ID], 'layer_types': ['full_attention', 'full_attention']}),
         P8, 6, ('rope', 'qk_norm', 'gqa')),
-    # A 136-token prompt: the engine's prefill goes in chunks of 128 positions (model.c MAX_BATCH),
+    # A 264-token prompt: the engine's prefill goes in chunks of 256 positions (model.c MAX_BATCH),
     # so the second chunk must attend to the first one's cache; then decode.
     'qwen3_f32_long_prompt_3layers': (
-        dict(dtype='F32', n_layers=3, seed=6, max_position_embeddings=256),
-        [(i * 37) % 256 for i in range(136)], 4, ('rope', 'qk_norm', 'gqa')),
+        dict(dtype='F32', n_layers=3, seed=6, max_position_embeddings=512),
+        [(i * 37) % 256 for i in range(264)], 4, ('rope', 'qk_norm', 'gqa')),
     # A 1-token prompt: everything after position 0 is the decode path.
     'qwen3_bf16_decode_only': (dict(seed=8), [IM_START_ID], 12, ('rope', 'qk_norm', 'gqa')),
 }
