@@ -27,7 +27,7 @@ SHIPPED_MODEL := models/tinystories.bin
 STORY_PROMPT ?= Once upon a time
 STORY_FLAGS ?= -n 250
 
-.PHONY: all run test bench clean
+.PHONY: all run test bench clean test-arm
 
 # The engine is built as build/run and linked to ./run, so that `make run` can be the command that
 # tells a story (llama2.c's habit) while `./run` stays the program's name.
@@ -65,4 +65,23 @@ bench: all
 	done
 
 clean:
-	rm -rf run build/run $(TEST_BIN)
+	rm -rf run build/run build/arm $(TEST_BIN)
+
+# `make test-arm`: the kernel tests cross-compiled for arm64 and run under qemu-aarch64 (user mode),
+# once with SDOT (armv8.2-a+dotprod) and once without (armv8-a), so both q8 dot paths of the NEON
+# twins run. A correctness check only: qemu says nothing about arm64 speed. Not part of `make test`
+# (CI machines have no cross tools); it skips with one line when they are missing.
+ARM_CC ?= aarch64-linux-gnu-gcc
+ARM_QEMU ?= qemu-aarch64
+ARM_MARCHES ?= armv8.2-a+dotprod armv8-a
+ARM_CFLAGS ?= -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -O2 -static
+test-arm:
+	@if ! command -v $(ARM_CC) >/dev/null 2>&1; then echo "test-arm: skipped ($(ARM_CC) not found)"; exit 0; fi; \
+	if ! command -v $(ARM_QEMU) >/dev/null 2>&1; then echo "test-arm: skipped ($(ARM_QEMU) not found)"; exit 0; fi; \
+	mkdir -p build/arm || exit 1; \
+	for m in $(ARM_MARCHES); do \
+	  echo "== test_kernels, arm64 -march=$$m, under $(ARM_QEMU)"; \
+	  $(ARM_CC) $(ARM_CFLAGS) -march=$$m -I. -o build/arm/test_kernels-$$m tests/test_kernels.c \
+	    $(ENGINE_SRC) $(LDLIBS) || exit 1; \
+	  $(ARM_QEMU) build/arm/test_kernels-$$m || exit 1; \
+	done

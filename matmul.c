@@ -531,7 +531,325 @@ static void rows_q8i(float* out, const int8_t* xq, const float* xsc, const Matri
 }
 #define HAVE_Q8_INT8 1  /* build with -DKERNELS_Q8_F32ACT to keep fp32 activations instead */
 
-#endif /* KERNELS_AVX2 */
+#elif defined(KERNELS_NEON)
+
+/* The arm64 twins follow the AVX2 ones in shape (same tiles, same token blocking, same q8
+ * scheme) at half the vector width. They were checked for correctness under qemu-aarch64 only:
+ * no tuning or prefetch distances were chosen here, because none could be measured (no arm64
+ * hardware; docs/notes-kernels.md). */
+
+/* Eight weights of one row as two fp32 vectors. bf16 is the top half of an fp32 (QWEN3.md 2.6),
+ * so widening each u16 with a shift by 16 is the exact conversion, done in registers. */
+AI void ldw8(const void* w, size_t i, WeightType type, float32x4_t* lo, float32x4_t* hi) {
+    if (type == WEIGHT_F32) {
+        *lo = vld1q_f32((const float*)w + i);
+        *hi = vld1q_f32((const float*)w + i + 4);
+    } else if (type == WEIGHT_BF16) {
+        uint16x8_t h = vld1q_u16((const uint16_t*)w + i);
+        *lo = vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h), 16));
+        *hi = vreinterpretq_f32_u32(vshll_high_n_u16(h, 16));
+    } else {
+        int16x8_t s = vmovl_s8(vld1_s8((const int8_t*)w + i));
+        *lo = vcvtq_f32_s32(vmovl_s16(vget_low_s16(s)));
+        *hi = vcvtq_f32_s32(vmovl_high_s16(s));
+    }
+}
+
+AI float ldw1(const void* w, size_t i, WeightType type) {
+    if (type == WEIGHT_F32) return ((const float*)w)[i];
+    if (type == WEIGHT_BF16) return bf16_to_f32(((const uint16_t*)w)[i]);
+    return (float)((const int8_t*)w)[i];
+}
+
+/* Tile of RT rows x TT tokens over the columns [c0, c1) (c1 - c0 a multiple of 8), added into
+ * acc (not reduced). Both halves of each 8-column step go into the same accumulator so that a
+ * 4 x 4 tile needs 16 accumulators + 8 weight + 2 activation registers: it fits in the 32 NEON
+ * registers without spilling. */
+AI void tile_float_acc(float32x4_t acc[4][4], const float* x, const void* wd, WeightType type,
+                       int C, int r, int t, int c0, int c1, int RT, int TT) {
+    for (int c = c0; c < c1; c += 8) {
+        float32x4_t wl[4], wh[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < RT; i++) ldw8(wd, (size_t)(r + i) * C + c, type, &wl[i], &wh[i]);
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) {
+            const float* xj = x + (size_t)(t + j) * C + c;
+            float32x4_t xl = vld1q_f32(xj), xh = vld1q_f32(xj + 4);
+#pragma GCC unroll 4
+            for (int i = 0; i < RT; i++) {
+                acc[i][j] = vfmaq_f32(acc[i][j], wl[i], xl);
+                acc[i][j] = vfmaq_f32(acc[i][j], wh[i], xh);
+            }
+        }
+    }
+}
+
+AI void tile_float(float* out, const float* x, const Matrix* W, WeightType type, int r, int t,
+                   int RT, int TT) {
+    const int C = W->cols, R = W->rows;
+    float32x4_t acc[4][4];
+#pragma GCC unroll 4
+    for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) acc[i][j] = vdupq_n_f32(0.0f);
+    if (type == WEIGHT_Q8) {
+        /* weights widened to fp32; the group scale is applied to each group's partial sums. A
+         * group size that is not a multiple of 8 (model.c accepts any divisor of the widths)
+         * leaves a few columns per group to the scalar loop. */
+        const int gs = W->group_size, G = C / gs, gv = gs & ~7;
+        const int8_t* wq = (const int8_t*)W->data;
+        float32x4_t tot[4][4];
+        float tail[4][4];
+#pragma GCC unroll 4
+        for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
+            for (int j = 0; j < TT; j++) {
+                tot[i][j] = vdupq_n_f32(0.0f);
+                tail[i][j] = 0.0f;
+            }
+        for (int g = 0; g < G; g++) {
+            tile_float_acc(acc, x, W->data, type, C, r, t, g * gs, g * gs + gv, RT, TT);
+#pragma GCC unroll 4
+            for (int i = 0; i < RT; i++) {
+                const float sc = W->scales[(size_t)(r + i) * G + g];
+#pragma GCC unroll 4
+                for (int j = 0; j < TT; j++) {
+                    tot[i][j] = vfmaq_n_f32(tot[i][j], acc[i][j], sc);
+                    acc[i][j] = vdupq_n_f32(0.0f);
+                    if (gv < gs) {
+                        float sg = 0.0f;
+                        for (int c = g * gs + gv; c < g * gs + gs; c++)
+                            sg += (float)wq[(size_t)(r + i) * C + c] * x[(size_t)(t + j) * C + c];
+                        tail[i][j] += sg * sc;
+                    }
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
+            for (int j = 0; j < TT; j++)
+                out[(size_t)(t + j) * R + r + i] = vaddvq_f32(tot[i][j]) + tail[i][j];
+        return;
+    }
+    const int C8 = C & ~7;
+    tile_float_acc(acc, x, W->data, type, C, r, t, 0, C8, RT, TT);
+#pragma GCC unroll 4
+    for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) {
+            float s = vaddvq_f32(acc[i][j]);
+            for (int c = C8; c < C; c++)
+                s += ldw1(W->data, (size_t)(r + i) * C + c, type) * x[(size_t)(t + j) * C + c];
+            out[(size_t)(t + j) * R + r + i] = s;
+        }
+}
+
+/* Matrix-vector (n == 1): 4 rows at a time, each with two accumulators (one per half of the
+ * 8-column step) so consecutive FMAs of a row do not wait on each other; the weights are
+ * streamed once and the activation vectors are shared by the 4 rows. */
+AI void rows_float_n1(float* out, const float* x, const Matrix* W, WeightType type, int r0, int r1) {
+    const int C = W->cols;
+    const int C8 = C & ~7;
+    int r = r0;
+    if (type != WEIGHT_Q8) {
+        for (; r + 4 <= r1; r += 4) {
+            float32x4_t a[4][2];
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) a[i][0] = a[i][1] = vdupq_n_f32(0.0f);
+            for (int c = 0; c < C8; c += 8) {
+                float32x4_t x0 = vld1q_f32(x + c), x1 = vld1q_f32(x + c + 4);
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; i++) {
+                    float32x4_t lo, hi;
+                    ldw8(W->data, (size_t)(r + i) * C + c, type, &lo, &hi);
+                    a[i][0] = vfmaq_f32(a[i][0], lo, x0);
+                    a[i][1] = vfmaq_f32(a[i][1], hi, x1);
+                }
+            }
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
+                float s = vaddvq_f32(vaddq_f32(a[i][0], a[i][1]));
+                for (int c = C8; c < C; c++) s += ldw1(W->data, (size_t)(r + i) * C + c, type) * x[c];
+                out[r + i] = s;
+            }
+        }
+    } else {
+        for (; r + 4 <= r1; r += 4) tile_float(out, x, W, type, r, 0, 4, 1);
+    }
+    for (; r < r1; r++) tile_float(out, x, W, type, r, 0, 1, 1);
+}
+
+/* Token-blocked matrix-matrix product for rows [r0, r1): the activation block (tb tokens) stays in
+ * L2 while every weight tile of the chunk is used against it (the AVX2 twin's blocking). */
+AI void rows_float_nn(float* out, const float* x, const Matrix* W, WeightType type, int n, int r0,
+                      int r1) {
+    const int C = W->cols;
+    int tb = (int)(((size_t)192 * 1024) / ((size_t)C * 4));
+    if (tb < 4) tb = 4;
+    tb &= ~3;
+    for (int t0 = 0; t0 < n; t0 += tb) {
+        int t1 = t0 + tb < n ? t0 + tb : n;
+        int r = r0;
+        for (; r + 4 <= r1; r += 4) {
+            int t = t0;
+            for (; t + 4 <= t1; t += 4) tile_float(out, x, W, type, r, t, 4, 4);
+            for (; t < t1; t++) tile_float(out, x, W, type, r, t, 4, 1);
+        }
+        for (; r < r1; r++) {
+            int t = t0;
+            for (; t + 4 <= t1; t += 4) tile_float(out, x, W, type, r, t, 1, 4);
+            for (; t < t1; t++) tile_float(out, x, W, type, r, t, 1, 1);
+        }
+    }
+}
+
+static void rows_f32(float* out, const float* x, const Matrix* W, int n, int r0, int r1) {
+    if (n == 1) rows_float_n1(out, x, W, WEIGHT_F32, r0, r1);
+    else rows_float_nn(out, x, W, WEIGHT_F32, n, r0, r1);
+}
+static void rows_bf16(float* out, const float* x, const Matrix* W, int n, int r0, int r1) {
+    if (n == 1) rows_float_n1(out, x, W, WEIGHT_BF16, r0, r1);
+    else rows_float_nn(out, x, W, WEIGHT_BF16, n, r0, r1);
+}
+static void rows_q8f(float* out, const float* x, const Matrix* W, int n, int r0, int r1) {
+    if (n == 1) rows_float_n1(out, x, W, WEIGHT_Q8, r0, r1);
+    else rows_float_nn(out, x, W, WEIGHT_Q8, n, r0, r1);
+}
+
+/* ---- q8 x int8 activations ---- */
+
+/* Quantises token rows [t0, t1) of x (width C) to int8 per group of gs (a multiple of 16; run_job
+ * only comes here for multiples of 32): s = max|x| / 127, q = round(x / s). The scheme of the
+ * AVX2 twin, rounded the same way: x * (127 / max) and round to nearest even (vcvtnq_s32_f32,
+ * as _mm256_cvtps_epi32 does under the default MXCSR), so both targets quantise alike. */
+static void quantize_rows(int8_t* xq, float* xs, const float* x, int C, int gs, int t0, int t1) {
+    const int G = C / gs;
+    for (int t = t0; t < t1; t++) {
+        for (int g = 0; g < G; g++) {
+            const float* v = x + (size_t)t * C + (size_t)g * gs;
+            float32x4_t m = vdupq_n_f32(0.0f);
+            for (int c = 0; c < gs; c += 4) m = vmaxq_f32(m, vabsq_f32(vld1q_f32(v + c)));
+            float amax = vmaxvq_f32(m);
+            float s = amax / 127.0f;
+            float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+            xs[(size_t)t * G + g] = s;
+            int8_t* q = xq + (size_t)t * C + (size_t)g * gs;
+            for (int c = 0; c < gs; c += 16) {
+                int32x4_t a = vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(v + c), inv));
+                int32x4_t b = vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(v + c + 4), inv));
+                int32x4_t d = vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(v + c + 8), inv));
+                int32x4_t e = vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(v + c + 12), inv));
+                /* saturating narrows, like the AVX2 packs: |x * inv| can round a hair above 127 */
+                int16x8_t lo = vcombine_s16(vqmovn_s32(a), vqmovn_s32(b));
+                int16x8_t hi = vcombine_s16(vqmovn_s32(d), vqmovn_s32(e));
+                vst1q_s8(q + c, vcombine_s8(vqmovn_s16(lo), vqmovn_s16(hi)));
+            }
+        }
+    }
+}
+
+/* acc[k] += sum of the 4 int8 products of lanes 4k..4k+3. */
+AI int32x4_t dot16(int32x4_t acc, int8x16_t w, int8x16_t x) {
+#if defined(__ARM_FEATURE_DOTPROD)
+    return vdotq_s32(acc, w, x);
+#else
+    /* Without SDOT (plain armv8-a): widen to int16 products and pairwise-add them into int32.
+     * Two products of |w| <= 128 and |x| <= 127 sum to at most 32512: no int16 overflow. */
+    int16x8_t p = vmull_s8(vget_low_s8(w), vget_low_s8(x));
+    p = vmlal_high_s8(p, w, x);
+    return vpadalq_s16(acc, p);
+#endif
+}
+
+/* The int32 partial sums of a group are reduced across lanes with pairwise adds into one vector
+ * per row (lanes = tokens), or for a single token into one vector whose lanes are the rows: then
+ * 16 group accumulators + 4 weights + 1 activation + 4 totals fit in the 32 registers, where
+ * keeping 16 fp32 totals as well would spill. Each output's arithmetic is the same whatever the
+ * tile shape (fma of float(isum) by ws * xs in its own lane), so the thread split cannot change
+ * a result (tests/test_kernels.c checks 1 thread == 2 threads bitwise). */
+AI void tile_q8(float* out, const int8_t* xq, const float* xsc, const Matrix* W, int r, int t,
+                int RT, int TT) {
+    const int C = W->cols, R = W->rows, gs = W->group_size, G = C / gs;
+    const int8_t* wd = (const int8_t*)W->data;
+    float32x4_t tot[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) tot[i] = vdupq_n_f32(0.0f);
+    for (int g = 0; g < G; g++) {
+        int32x4_t acc[4][4];
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++)
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) acc[i][j] = vdupq_n_s32(0);
+        for (int c = g * gs; c < g * gs + gs; c += 16) {
+            int8x16_t wv[4];
+#pragma GCC unroll 4
+            for (int i = 0; i < RT; i++) wv[i] = vld1q_s8(wd + (size_t)(r + i) * C + c);
+#pragma GCC unroll 4
+            for (int j = 0; j < TT; j++) {
+                int8x16_t xv = vld1q_s8(xq + (size_t)(t + j) * C + c);
+#pragma GCC unroll 4
+                for (int i = 0; i < RT; i++) acc[i][j] = dot16(acc[i][j], wv[i], xv);
+            }
+        }
+        if (TT == 1) {
+            float ws[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma GCC unroll 4
+            for (int i = 0; i < RT; i++) ws[i] = W->scales[(size_t)(r + i) * G + g];
+            int32x4_t s = vpaddq_s32(vpaddq_s32(acc[0][0], acc[1][0]), vpaddq_s32(acc[2][0], acc[3][0]));
+            tot[0] = vfmaq_f32(tot[0], vcvtq_f32_s32(s), vmulq_n_f32(vld1q_f32(ws), xsc[(size_t)t * G + g]));
+        } else {
+            float xa[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma GCC unroll 4
+            for (int j = 0; j < TT; j++) xa[j] = xsc[(size_t)(t + j) * G + g];
+            float32x4_t xsv = vld1q_f32(xa);
+#pragma GCC unroll 4
+            for (int i = 0; i < RT; i++) {
+                int32x4_t s = vpaddq_s32(vpaddq_s32(acc[i][0], acc[i][1]), vpaddq_s32(acc[i][2], acc[i][3]));
+                tot[i] = vfmaq_f32(tot[i], vcvtq_f32_s32(s),
+                                   vmulq_n_f32(xsv, W->scales[(size_t)(r + i) * G + g]));
+            }
+        }
+    }
+    float o[4];
+    if (TT == 1) {
+        vst1q_f32(o, tot[0]);
+#pragma GCC unroll 4
+        for (int i = 0; i < RT; i++) out[(size_t)t * R + r + i] = o[i];
+    } else {
+#pragma GCC unroll 4
+        for (int i = 0; i < RT; i++) {
+            vst1q_f32(o, tot[i]);
+#pragma GCC unroll 4
+            for (int j = 0; j < TT; j++) out[(size_t)(t + j) * R + r + i] = o[j];
+        }
+    }
+}
+
+static void rows_q8i(float* out, const int8_t* xq, const float* xsc, const Matrix* W, int n, int r0,
+                     int r1) {
+    const int C = W->cols;
+    int tb = (int)(((size_t)192 * 1024) / (size_t)C);
+    if (tb < 4) tb = 4;
+    tb &= ~3;
+    for (int t0 = 0; t0 < n; t0 += tb) {
+        int t1 = t0 + tb < n ? t0 + tb : n;
+        int r = r0;
+        for (; r + 4 <= r1; r += 4) {
+            int t = t0;
+            for (; t + 4 <= t1; t += 4) tile_q8(out, xq, xsc, W, r, t, 4, 4);
+            for (; t < t1; t++) tile_q8(out, xq, xsc, W, r, t, 4, 1);
+        }
+        for (; r < r1; r++) {
+            int t = t0;
+            for (; t + 4 <= t1; t += 4) tile_q8(out, xq, xsc, W, r, t, 1, 4);
+            for (; t < t1; t++) tile_q8(out, xq, xsc, W, r, t, 1, 1);
+        }
+    }
+}
+#define HAVE_Q8_INT8 1  /* build with -DKERNELS_Q8_F32ACT to keep fp32 activations instead */
+
+#endif /* KERNELS_AVX2 / KERNELS_NEON */
 
 /* ---------------------------------------------------------------------------------------------
  * Parallel driver. matmul_multi runs several matrices that share the input x (q/k/v, gate/up) in
@@ -556,13 +874,15 @@ typedef struct {
 
 static void compute_rows(const MatmulJob* j, int m, int r0, int r1) {
     const Matrix* W = j->W[m];
-#if defined(KERNELS_AVX2)
+#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
     if (j->use_q8i) {
         rows_q8i(j->out[m], xq_buf, xs_buf, W, j->n, r0, r1);
         return;
     }
     if (W->type == WEIGHT_F32) rows_f32(j->out[m], j->x, W, j->n, r0, r1);
+#if defined(KERNELS_AVX2) /* the de-interleaved bf16 path (use_xp) is AVX2-only */
     else if (W->type == WEIGHT_BF16 && j->use_xp) rows_bf16_n1(j->out[m], xp_buf, W, r0, r1);
+#endif
     else if (W->type == WEIGHT_BF16) rows_bf16(j->out[m], j->x, W, j->n, r0, r1);
     else rows_q8f(j->out[m], j->x, W, j->n, r0, r1);
 #else
