@@ -217,22 +217,29 @@ AI void tile_float(float* out, const float* x, const Matrix* W, WeightType type,
         for (int i = 0; i < RT; i++)
 #pragma GCC unroll 4
             for (int j = 0; j < TT; j++) tot[i][j] = _mm256_setzero_ps();
+        float tail[4][4] = {{0}};  /* the last gs % 8 columns of each group, scalar */
         for (int g = 0; g < G; g++) {
-            tile_float_acc(acc, x, W->data, type, C, r, t, g * gs, g * gs + (gs & ~7), RT, TT);
+            const int c8 = g * gs + (gs & ~7), c1 = g * gs + gs;
+            tile_float_acc(acc, x, W->data, type, C, r, t, g * gs, c8, RT, TT);
 #pragma GCC unroll 4
             for (int i = 0; i < RT; i++) {
-                __m256 sv = _mm256_set1_ps(W->scales[(size_t)(r + i) * G + g]);
+                const float sc = W->scales[(size_t)(r + i) * G + g];
+                __m256 sv = _mm256_set1_ps(sc);
 #pragma GCC unroll 4
                 for (int j = 0; j < TT; j++) {
                     tot[i][j] = _mm256_fmadd_ps(acc[i][j], sv, tot[i][j]);
                     acc[i][j] = _mm256_setzero_ps();
+                    float s = 0.0f;
+                    for (int c = c8; c < c1; c++)
+                        s += ldw1(W->data, (size_t)(r + i) * C + c, type) * x[(size_t)(t + j) * C + c];
+                    tail[i][j] += s * sc;
                 }
             }
         }
 #pragma GCC unroll 4
         for (int i = 0; i < RT; i++)
 #pragma GCC unroll 4
-            for (int j = 0; j < TT; j++) out[(size_t)(t + j) * R + r + i] = hsum256(tot[i][j]);
+            for (int j = 0; j < TT; j++) out[(size_t)(t + j) * R + r + i] = hsum256(tot[i][j]) + tail[i][j];
         return;
     }
     tile_float_acc(acc, x, W->data, type, C, r, t, 0, C8, RT, TT);
