@@ -5,8 +5,9 @@
  * See the comment at P below for how a dispatch is handed out.
  *
  * Waiting: a worker that finds no work spins for a short, bounded time (KERNELS_SPIN_US, default
- * below) with a pause instruction, then sleeps on a condition variable; the dispatching thread does
- * the same while it waits for the last worker. Decode issues a few hundred dispatches per token,
+ * below; none while the threads are being preempted, see spin_limit_ns) with a pause instruction,
+ * then sleeps on a condition variable; the dispatching thread does the same while it waits for the
+ * last worker. Decode issues a few hundred dispatches per token,
  * microseconds apart, so the spin saves a futex wake-up per dispatch; between tokens and when idle
  * every thread sleeps. */
 #include <pthread.h>
@@ -72,11 +73,12 @@ static uint32_t gen_of(uint64_t w) { return (uint32_t)(w >> 32); }
 /* How long to spin before sleeping. Spinning pays only while every kernel thread has a core of
  * its own: on a quiet 2-core machine it made q8 decode 20% faster than sleeping at once (53-57 vs
  * 44-47 tok/s). When another process wants a core, a spinning thread burns the share of CPU that
- * the thread it waits for needs, and two threads became slower than one (24 vs 27-33 tok/s,
- * docs/notes-kernels.md). The sign of that is involuntary context switches: the scheduler taking
+ * the thread it waits for needs, and two threads became slower than one (q8 decode 24-29 vs 27-36
+ * tok/s; README, Speed). The sign of that is involuntary context switches: the scheduler taking
  * the core away. A quiet machine showed 26 per second for the whole process, one busy neighbour
  * 860. So each thread reads its own count (getrusage, a cheap system call) at most every 10 ms,
- * and two or more preemptions in that time turn spinning off for every thread for a while. */
+ * and two or more preemptions at a rate over PREEMPTIONS_PER_S turn spinning off for every thread
+ * for CONTENTION_HOLD_NS. */
 static atomic_long contended_until;
 static _Thread_local long last_check_ns;
 static _Thread_local long last_preemptions;
