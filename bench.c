@@ -191,7 +191,7 @@ int bench_main(Transformer* t, int argc, char** argv) {
      * the best before it (at most 20 s). The first passes over a mapped file can be much slower
      * than the rest: page faults, and on some machines pages that must come back from disk (the
      * 2-core VM this was written on reads a freshly mapped 2.4 GB f32 file at 2-5 GB/s for the
-     * first two or three passes, then at 35; docs/notes-kernels.md). The figures below are meant
+     * first two or three passes, then at 9-39; docs/notes-kernels.md). The figures below are meant
      * to be the steady state, as llama-bench's are. */
     if (n_prompt > 0 && !forward(t, tokens, n_prompt, 0, NULL)) goto fail;
     int warm_steps = 0;

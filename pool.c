@@ -5,15 +5,15 @@
  * See the comment at P below for how a dispatch is handed out.
  *
  * Waiting: a worker that finds no work spins for a short, bounded time (KERNELS_SPIN_US, default
- * below; none while the threads are being preempted, see spin_limit_ns) with a pause instruction,
- * then sleeps on a condition variable; the dispatching thread does the same while it waits for the
- * last worker. Decode issues a few hundred dispatches per token,
- * microseconds apart, so the spin saves a futex wake-up per dispatch; between tokens and when idle
- * every thread sleeps. */
+ * below; not at all while the threads wait for a core that another process holds, see
+ * spin_limit_ns) with a pause instruction, then sleeps on a condition variable; the dispatching
+ * thread does the same while it waits for the last worker. Decode issues a few hundred dispatches
+ * per token, microseconds apart, so the spin saves a futex wake-up per dispatch; between tokens and
+ * when idle every thread sleeps. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <sys/resource.h>
+#include <fcntl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -31,9 +31,9 @@
 
 #define MAX_THREADS 256
 #define DEFAULT_SPIN_US 200
-#define CONTENTION_CHECK_NS 10000000L  /* each thread looks at its preemption count every 10 ms */
-#define CONTENTION_HOLD_NS 250000000L  /* and, if it was preempted, stops spinning for 250 ms */
-#define PREEMPTIONS_PER_S 100
+#define CONTENTION_CHECK_NS 50000000L  /* each thread looks at its run delay at most every 50 ms */
+#define CONTENTION_DELAY_PCT 20        /* runnable but not running for over 20% of that time: */
+#define CONTENTION_HOLD_NS 250000000L  /* stop spinning for 250 ms */
 
 typedef void (*ItemFn)(void*, int);
 
@@ -74,30 +74,49 @@ static uint32_t gen_of(uint64_t w) { return (uint32_t)(w >> 32); }
  * its own: on a quiet 2-core machine it made q8 decode 20% faster than sleeping at once (53-57 vs
  * 44-47 tok/s). When another process wants a core, a spinning thread burns the share of CPU that
  * the thread it waits for needs, and two threads became slower than one (q8 decode 24-29 vs 27-36
- * tok/s; README, Speed). The sign of that is involuntary context switches: the scheduler taking
- * the core away. A quiet machine showed 26 per second for the whole process, one busy neighbour
- * 860. So each thread reads its own count (getrusage, a cheap system call) at most every 10 ms,
- * and two or more preemptions at a rate over PREEMPTIONS_PER_S turn spinning off for every thread
- * for CONTENTION_HOLD_NS. */
+ * tok/s; README, Speed). The sign of that is time spent runnable but not running, which Linux
+ * counts per thread (the second field of /proc/thread-self/schedstat, the run delay). Counting
+ * preemptions does not work on the VM this was measured on: about one per 10 ms per thread both
+ * quiet and beside a busy process. Run delay does: over 50 ms windows it stayed under 20% on the
+ * quiet machine and measured 35-50% beside a busy loop. So each thread reads its run delay at most
+ * every CONTENTION_CHECK_NS, and growth above CONTENTION_DELAY_PCT of the wall time since the last
+ * look stops spinning for every thread for CONTENTION_HOLD_NS. Where the file does not exist (not
+ * Linux), the threads always spin. */
 static atomic_long contended_until;
 static _Thread_local long last_check_ns;
-static _Thread_local long last_preemptions;
+static _Thread_local long long last_delay_ns;
+static _Thread_local int schedstat_fd = -2;  /* -2: not opened yet, -1: not available */
+
+static long long run_delay_ns(void) {
+    if (schedstat_fd == -2) schedstat_fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+    if (schedstat_fd < 0) return -1;
+    char buf[96];
+    ssize_t k = pread(schedstat_fd, buf, sizeof buf - 1, 0);
+    if (k <= 0) return -1;
+    buf[k] = '\0';
+    char* p = buf;
+    strtoull(p, &p, 10);              /* time on the CPU */
+    return (long long)strtoull(p, NULL, 10); /* time waiting on a run queue */
+}
+
+static void close_schedstat(void) {
+    if (schedstat_fd >= 0) close(schedstat_fd);
+    schedstat_fd = -2;
+}
 
 static long spin_limit_ns(void) {
     if (P.spin_ns == 0) return 0;
     long t = now_ns();
-#if defined(RUSAGE_THREAD)
     if (t - last_check_ns > CONTENTION_CHECK_NS) {
-        struct rusage ru;
-        if (getrusage(RUSAGE_THREAD, &ru) == 0) {
-            long d = ru.ru_nivcsw - last_preemptions;
-            if (last_check_ns != 0 && d >= 2 && d * 1000000000L / (t - last_check_ns) >= PREEMPTIONS_PER_S)
+        long long d = run_delay_ns();
+        if (d >= 0) {
+            if (last_check_ns != 0 &&
+                (d - last_delay_ns) * 100 > (long long)(t - last_check_ns) * CONTENTION_DELAY_PCT)
                 atomic_store(&contended_until, t + CONTENTION_HOLD_NS);
-            last_preemptions = ru.ru_nivcsw;
+            last_delay_ns = d;
         }
         last_check_ns = t;
     }
-#endif
     return t < atomic_load(&contended_until) ? 0 : P.spin_ns;
 }
 
@@ -161,6 +180,7 @@ static void* worker_main(void* arg) {
         seen = g;
         run_items(g);
     }
+    close_schedstat();
     return NULL;
 }
 
@@ -236,6 +256,7 @@ int kernels_init(int n_threads, int max_batch, int max_cols) {
 
 void kernels_free(void) {
     pool_stop();
+    close_schedstat();
     matmul_scratch_free();
     P.n_threads = 1;
 }
