@@ -15,13 +15,15 @@ import unittest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def c_test_case(binary):
-    """A unittest case that runs one C test program and passes when it exits 0."""
-    name = os.path.basename(binary)
+def c_test_case(binary, env=None):
+    """A unittest case that runs one C test program (with extra environment variables env) and
+    passes when it exits 0."""
+    name = os.path.basename(binary) + "".join(f" {k}={v}" for k, v in (env or {}).items())
 
     class CTest(unittest.TestCase):
         def runTest(self):
-            p = subprocess.run([binary], cwd=ROOT, capture_output=True, text=True, timeout=600)
+            p = subprocess.run([binary], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                               env=dict(os.environ, **(env or {})))
             if p.returncode != 0:
                 self.fail(f"{name} exited {p.returncode}\n{p.stdout[-4000:]}\n{p.stderr[-4000:]}")
             last = (p.stdout.strip().splitlines() or [""])[-1]
@@ -45,6 +47,10 @@ def main():
             if not os.path.exists(binary):
                 sys.exit(f"run_tests.py: {binary} is not built (run `make test`)")
             suite.addTest(c_test_case(binary))
+            if os.path.basename(binary) == "test_kernels":
+                # the thread pool's other waiting mode: sleep at once, never spin (what pool.c
+                # switches to while another process holds a core)
+                suite.addTest(c_test_case(binary, {"KERNELS_SPIN_US": "0"}))
     loader = unittest.TestLoader()
     for path in sorted(glob.glob(os.path.join(ROOT, "tests", "test_*.py"))):
         module = os.path.basename(path)[:-3]
