@@ -297,30 +297,6 @@ AI void rows_float_n1(float* out, const float* x, const Matrix* W, WeightType ty
     for (; r < r1; r++) tile_float(out, x, W, type, r, 0, 1, 1);
 }
 
-/* Token-blocked matrix-matrix product for rows [r0, r1): the activation block (tb tokens) stays in
- * L2 while every weight tile of the chunk is used against it. */
-AI void rows_float_nn(float* out, const float* x, const Matrix* W, WeightType type, int n, int r0,
-                      int r1) {
-    const int C = W->cols;
-    int tb = (int)(((size_t)192 * 1024) / ((size_t)C * 4));
-    if (tb < 4) tb = 4;
-    tb &= ~3;
-    for (int t0 = 0; t0 < n; t0 += tb) {
-        int t1 = t0 + tb < n ? t0 + tb : n;
-        int r = r0;
-        for (; r + 4 <= r1; r += 4) {
-            int t = t0;
-            for (; t + 4 <= t1; t += 4) tile_float(out, x, W, type, r, t, 4, 4);
-            for (; t < t1; t++) tile_float(out, x, W, type, r, t, 4, 1);
-        }
-        for (; r < r1; r++) {
-            int t = t0;
-            for (; t + 4 <= t1; t += 4) tile_float(out, x, W, type, r, t, 1, 4);
-            for (; t < t1; t++) tile_float(out, x, W, type, r, t, 1, 1);
-        }
-    }
-}
-
 /* bf16 matrix-vector product without widening instructions: a 32-byte load holds 16 bf16, and
  * 32-bit lane k holds elements 2k (low half) and 2k+1 (high half), so `lane << 16` is element 2k
  * as an fp32 and `lane & 0xFFFF0000` is element 2k+1. The activation row was de-interleaved once
@@ -406,19 +382,6 @@ static void rows_f32_n1(float* out, const float* x, const Matrix* W, int r0, int
         for (; c < C; c++) s += w[c] * x[c];
         out[r] = s;
     }
-}
-
-static void rows_f32(float* out, const float* x, const Matrix* W, int n, int r0, int r1) {
-    if (n == 1) rows_f32_n1(out, x, W, r0, r1);
-    else rows_float_nn(out, x, W, WEIGHT_F32, n, r0, r1);
-}
-static void rows_bf16(float* out, const float* x, const Matrix* W, int n, int r0, int r1) {
-    if (n == 1) rows_float_n1(out, x, W, WEIGHT_BF16, r0, r1);
-    else rows_float_nn(out, x, W, WEIGHT_BF16, n, r0, r1);
-}
-static void rows_q8f(float* out, const float* x, const Matrix* W, int n, int r0, int r1) {
-    if (n == 1) rows_float_n1(out, x, W, WEIGHT_Q8, r0, r1);
-    else rows_float_nn(out, x, W, WEIGHT_Q8, n, r0, r1);
 }
 
 /* ---- q8 x int8 activations ---- */
@@ -514,29 +477,6 @@ AI void tile_q8(float* out, const int8_t* xq, const float* xsc, const Matrix* W,
 #pragma GCC unroll 4
         for (int j = 0; j < TT; j++) out[(size_t)(t + j) * R + r + i] = hsum256(tot[i][j]);
 }
-
-static void rows_q8i(float* out, const int8_t* xq, const float* xsc, const Matrix* W, int n, int r0,
-                     int r1) {
-    const int C = W->cols;
-    int tb = (int)(((size_t)192 * 1024) / (size_t)C);
-    if (tb < 4) tb = 4;
-    tb &= ~3;
-    for (int t0 = 0; t0 < n; t0 += tb) {
-        int t1 = t0 + tb < n ? t0 + tb : n;
-        int r = r0;
-        for (; r + 4 <= r1; r += 4) {
-            int t = t0;
-            for (; t + 4 <= t1; t += 4) tile_q8(out, xq, xsc, W, r, t, 4, 4);
-            for (; t < t1; t++) tile_q8(out, xq, xsc, W, r, t, 4, 1);
-        }
-        for (; r < r1; r++) {
-            int t = t0;
-            for (; t + 4 <= t1; t += 4) tile_q8(out, xq, xsc, W, r, t, 1, 4);
-            for (; t < t1; t++) tile_q8(out, xq, xsc, W, r, t, 1, 1);
-        }
-    }
-}
-#define HAVE_Q8_INT8 1  /* build with -DKERNELS_Q8_F32ACT to keep fp32 activations instead */
 
 #elif defined(KERNELS_NEON)
 
@@ -687,43 +627,6 @@ AI void rows_float_n1(float* out, const float* x, const Matrix* W, WeightType ty
     for (; r < r1; r++) tile_float(out, x, W, type, r, 0, 1, 1);
 }
 
-/* Token-blocked matrix-matrix product for rows [r0, r1): the activation block (tb tokens) stays in
- * L2 while every weight tile of the chunk is used against it (the AVX2 twin's blocking). */
-AI void rows_float_nn(float* out, const float* x, const Matrix* W, WeightType type, int n, int r0,
-                      int r1) {
-    const int C = W->cols;
-    int tb = (int)(((size_t)192 * 1024) / ((size_t)C * 4));
-    if (tb < 4) tb = 4;
-    tb &= ~3;
-    for (int t0 = 0; t0 < n; t0 += tb) {
-        int t1 = t0 + tb < n ? t0 + tb : n;
-        int r = r0;
-        for (; r + 4 <= r1; r += 4) {
-            int t = t0;
-            for (; t + 4 <= t1; t += 4) tile_float(out, x, W, type, r, t, 4, 4);
-            for (; t < t1; t++) tile_float(out, x, W, type, r, t, 4, 1);
-        }
-        for (; r < r1; r++) {
-            int t = t0;
-            for (; t + 4 <= t1; t += 4) tile_float(out, x, W, type, r, t, 1, 4);
-            for (; t < t1; t++) tile_float(out, x, W, type, r, t, 1, 1);
-        }
-    }
-}
-
-static void rows_f32(float* out, const float* x, const Matrix* W, int n, int r0, int r1) {
-    if (n == 1) rows_float_n1(out, x, W, WEIGHT_F32, r0, r1);
-    else rows_float_nn(out, x, W, WEIGHT_F32, n, r0, r1);
-}
-static void rows_bf16(float* out, const float* x, const Matrix* W, int n, int r0, int r1) {
-    if (n == 1) rows_float_n1(out, x, W, WEIGHT_BF16, r0, r1);
-    else rows_float_nn(out, x, W, WEIGHT_BF16, n, r0, r1);
-}
-static void rows_q8f(float* out, const float* x, const Matrix* W, int n, int r0, int r1) {
-    if (n == 1) rows_float_n1(out, x, W, WEIGHT_Q8, r0, r1);
-    else rows_float_nn(out, x, W, WEIGHT_Q8, n, r0, r1);
-}
-
 /* ---- q8 x int8 activations ---- */
 
 /* Quantises token rows [t0, t1) of x (width C) to int8 per group of gs (a multiple of 16; run_job
@@ -833,6 +736,56 @@ AI void tile_q8(float* out, const int8_t* xq, const float* xsc, const Matrix* W,
     }
 }
 
+/* The f32 matrix-vector product: the generic four-row kernel (the one-row-at-a-time variant of
+ * the AVX2 twin was measured on x86 only). */
+static void rows_f32_n1(float* out, const float* x, const Matrix* W, int r0, int r1) {
+    rows_float_n1(out, x, W, WEIGHT_F32, r0, r1);
+}
+
+#endif /* KERNELS_AVX2 / KERNELS_NEON */
+
+#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
+/* ---- Blocking shared by both twins: the loops over row and token tiles call the tile functions
+ * (tile_float, tile_q8) and matrix-vector kernels (rows_f32_n1, rows_float_n1) of the SIMD
+ * block above, which have the same names and shapes on each target. ---- */
+
+/* Token-blocked matrix-matrix product for rows [r0, r1): the activation block (tb tokens) stays in
+ * L2 while every weight tile of the chunk is used against it. */
+AI void rows_float_nn(float* out, const float* x, const Matrix* W, WeightType type, int n, int r0,
+                      int r1) {
+    const int C = W->cols;
+    int tb = (int)(((size_t)192 * 1024) / ((size_t)C * 4));
+    if (tb < 4) tb = 4;
+    tb &= ~3;
+    for (int t0 = 0; t0 < n; t0 += tb) {
+        int t1 = t0 + tb < n ? t0 + tb : n;
+        int r = r0;
+        for (; r + 4 <= r1; r += 4) {
+            int t = t0;
+            for (; t + 4 <= t1; t += 4) tile_float(out, x, W, type, r, t, 4, 4);
+            for (; t < t1; t++) tile_float(out, x, W, type, r, t, 4, 1);
+        }
+        for (; r < r1; r++) {
+            int t = t0;
+            for (; t + 4 <= t1; t += 4) tile_float(out, x, W, type, r, t, 1, 4);
+            for (; t < t1; t++) tile_float(out, x, W, type, r, t, 1, 1);
+        }
+    }
+}
+
+static void rows_f32(float* out, const float* x, const Matrix* W, int n, int r0, int r1) {
+    if (n == 1) rows_f32_n1(out, x, W, r0, r1);
+    else rows_float_nn(out, x, W, WEIGHT_F32, n, r0, r1);
+}
+static void rows_bf16(float* out, const float* x, const Matrix* W, int n, int r0, int r1) {
+    if (n == 1) rows_float_n1(out, x, W, WEIGHT_BF16, r0, r1);
+    else rows_float_nn(out, x, W, WEIGHT_BF16, n, r0, r1);
+}
+static void rows_q8f(float* out, const float* x, const Matrix* W, int n, int r0, int r1) {
+    if (n == 1) rows_float_n1(out, x, W, WEIGHT_Q8, r0, r1);
+    else rows_float_nn(out, x, W, WEIGHT_Q8, n, r0, r1);
+}
+
 static void rows_q8i(float* out, const int8_t* xq, const float* xsc, const Matrix* W, int n, int r0,
                      int r1) {
     const int C = W->cols;
@@ -855,8 +808,7 @@ static void rows_q8i(float* out, const int8_t* xq, const float* xsc, const Matri
     }
 }
 #define HAVE_Q8_INT8 1  /* build with -DKERNELS_Q8_F32ACT to keep fp32 activations instead */
-
-#endif /* KERNELS_AVX2 / KERNELS_NEON */
+#endif
 
 /* ---------------------------------------------------------------------------------------------
  * Parallel driver. matmul_multi runs several matrices that share the input x (q/k/v, gate/up) in
