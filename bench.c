@@ -241,6 +241,13 @@ int bench_main(Transformer* t, int argc, char** argv) {
                type_name(c->weight_type));
         if (c->weight_type == WEIGHT_Q8) printf(" (groups of %d)", c->group_size);
         printf(", %d thread%s, kernels %s\n", threads, threads == 1 ? "" : "s", kernels_simd_name());
+        if (t->map.copied)
+            printf("bench: weights read into memory (--no-mmap)\n");
+        else if (t->map.huge_bytes < 0)
+            printf("bench: weights mapped (page size unknown: no /proc/self/smaps)\n");
+        else
+            printf("bench: weights mapped, %.0f of %.0f MB in 2 MB pages%s\n", t->map.huge_bytes / 1e6,
+                   t->map.size / 1e6, t->map.recached ? " (the page cache held small pages: refilled)" : "");
         printf("bench: warm-up: one prefill and %d decode steps\n", warm_steps);
         printf("bench: bytes read per decode token: %.1f MB weights + %.2f MB KV cache (average over tg%d)\n",
                wbytes / 1e6, (bytes_per_tok - wbytes) / 1e6, n_gen);
@@ -266,8 +273,12 @@ int bench_main(Transformer* t, int argc, char** argv) {
                        100.0 * bytes_per_tok * med / 1e9 / roof);
             else
                 printf("\"gbps\": null, \"roof_pct\": null, ");
-            printf("\"mem_gbps\": %.3f, \"weight_type\": \"%s\", \"cpu_share\": %.3f}\n", roof,
+            printf("\"mem_gbps\": %.3f, \"weight_type\": \"%s\", \"cpu_share\": %.3f, ", roof,
                    type_name(c->weight_type), share);
+            if (t->map.copied || t->map.huge_bytes < 0)
+                printf("\"weights\": \"%s\", \"huge_pct\": null}\n", t->map.copied ? "copied" : "mapped");
+            else
+                printf("\"weights\": \"mapped\", \"huge_pct\": %.1f}\n", 100.0 * t->map.huge_bytes / t->map.size);
         } else if (k == 1) {
             printf("| %-6s | %7d | %12.2f | %8.2f | %8.2f | %5.1f | %8.1f%% | %8.0f%% |\n", name, threads, med,
                    v[0], v[reps - 1], bytes_per_tok * med / 1e9, 100.0 * bytes_per_tok * med / 1e9 / roof,

@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -51,35 +50,6 @@ static int no_mmap_wanted = 0; /* transformer_set_no_mmap() */
 
 void transformer_set_no_mmap(int on) { no_mmap_wanted = on != 0; }
 
-/* --no-mmap: the file read into anonymous memory, 2 MB aligned and marked for transparent huge
- * pages. Opt-in only: by default the weights are mapped, never copied. It exists because reading
- * file-backed (page cache) pages can be much slower than anonymous memory on some virtual machines:
- * on the 2-core development VM, f32 decode of the 0.6B shape ran 2.8x faster from a copy (see
- * README, Speed). Returns NULL with errno set on failure. */
-static void* read_whole_file(int fd, size_t size) {
-    const size_t huge = (size_t)2 << 20;
-    size_t alloc = (size + huge - 1) / huge * huge;
-    void* buf = NULL;
-    if (posix_memalign(&buf, huge, alloc) != 0) {
-        errno = ENOMEM;
-        return NULL;
-    }
-#ifdef MADV_HUGEPAGE
-    madvise(buf, alloc, MADV_HUGEPAGE); /* a hint; without THP the copy still works */
-#endif
-    for (size_t done = 0; done < size;) {
-        size_t chunk = size - done < ((size_t)64 << 20) ? size - done : ((size_t)64 << 20);
-        ssize_t got = pread(fd, (char*)buf + done, chunk, (off_t)done);
-        if (got <= 0) {
-            int e = got < 0 ? errno : EIO;
-            free(buf);
-            errno = e;
-            return NULL;
-        }
-        done += (size_t)got;
-    }
-    return buf;
-}
 
 /* ---------------------------------------------------------------------------------------------
  * Loading
@@ -274,7 +244,7 @@ static int map_weights(Transformer* t, const char* path, char* err, size_t errle
     Weights* w = &t->weights;
     int D = c->dim, F = c->hidden_dim, L = c->n_layers, V = c->vocab_size;
     int q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim, d = c->head_dim;
-    TensorWalk walk = {t->data, h->weights_offset, h->weights_offset + h->weights_bytes, path, err,
+    TensorWalk walk = {t->map.data, h->weights_offset, h->weights_offset + h->weights_bytes, path, err,
                        errlen, 0};
 
     w->layers = alloc_array((size_t)L, sizeof(LayerWeights));
@@ -408,21 +378,12 @@ int transformer_load(Transformer* t, const char* path, int ctx, char* err, size_
         close(fd);
         return fail(err, errlen, path, "file is too large to map on this machine");
     }
-    void* data;
-    if (no_mmap_wanted) {
-        data = read_whole_file(fd, (size_t)st.st_size);
-        int read_errno = errno;
-        close(fd);
-        if (data == NULL) return fail(err, errlen, path, "cannot read: %s", strerror(read_errno));
-        t->weights_copied = 1;
-    } else {
-        data = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-        int map_errno = errno;
-        close(fd); /* the mapping keeps the file alive */
-        if (data == MAP_FAILED) return fail(err, errlen, path, "cannot mmap: %s", strerror(map_errno));
-    }
-    t->data = data;
-    t->file_size = (size_t)st.st_size;
+    int map_errno = checkpoint_map(&t->map, fd, (size_t)st.st_size, no_mmap_wanted);
+    close(fd); /* a mapping keeps the file alive */
+    if (map_errno != 0)
+        return fail(err, errlen, path, "cannot %s: %s", no_mmap_wanted ? "read" : "mmap",
+                    strerror(map_errno));
+    const void* data = t->map.data;
     memcpy(&t->header, data, sizeof(FileHeader));
     const FileHeader* h = &t->header;
     uint64_t size = (uint64_t)st.st_size;
@@ -479,20 +440,18 @@ fail_kernels:
 fail_unmap:
     free_state(&t->state);
     free(t->weights.layers);
-    if (t->weights_copied) free(data);
-    else munmap(data, (size_t)st.st_size);
+    checkpoint_unmap(&t->map);
     memset(t, 0, sizeof *t);
     t->fd = -1;
     return -1;
 }
 
 void transformer_free(Transformer* t) {
-    if (t->data == NULL) return;
+    if (t->map.data == NULL) return;
     kernels_free();
     free_state(&t->state);
     free(t->weights.layers);
-    if (t->weights_copied) free(t->data);
-    else munmap(t->data, t->file_size);
+    checkpoint_unmap(&t->map);
     memset(t, 0, sizeof *t);
     t->fd = -1;
 }
@@ -543,7 +502,7 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
     const float eps = c->rms_norm_eps;        /* from the header: 1e-6 for Qwen3, not 1e-5 (7.4) */
 
     /* Bad arguments return NULL instead of reading outside the cache or the embedding. */
-    if (t->data == NULL || tokens == NULL || n <= 0 || pos < 0 || pos > c->seq_len - n) return NULL;
+    if (t->map.data == NULL || tokens == NULL || n <= 0 || pos < 0 || pos > c->seq_len - n) return NULL;
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= V) return NULL;
 

@@ -66,6 +66,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "checkpoint_map.h"
 #include "kernels.h"
 
 #define CHECKPOINT_MAGIC "QW3C"
@@ -182,9 +183,7 @@ typedef struct {
     const uint8_t* tokenizer_data;  /* the tokenizer section, inside the mapping */
     size_t tokenizer_bytes;
     int fd;
-    void* data;               /* the memory-mapped file (or its copy with --no-mmap) */
-    int weights_copied;       /* 1: data is a heap copy (transformer_set_no_mmap), not a mapping */
-    size_t file_size;
+    CheckpointMap map;        /* the file: mapped (in 2 MB pages where possible) or copied */
 } Transformer;
 
 /* Maps and validates the checkpoint and allocates the run state with a KV cache of ctx positions
