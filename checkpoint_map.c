@@ -24,9 +24,9 @@
 
 #define HUGE_PAGE ((size_t)2 << 20)
 
-/* --no-mmap: the file read into anonymous memory, 2 MB aligned and marked for transparent huge
+/* --no-mmap keeps the file in anonymous memory, 2 MB aligned and marked for transparent huge
  * pages, like llama.cpp's flag of the same name. Returns NULL with errno set on failure. */
-static void* read_whole_file(int fd, size_t size) {
+static void* alloc_huge_anonymous(size_t size) {
     size_t alloc = (size + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
     void* buf = NULL;
     if (posix_memalign(&buf, HUGE_PAGE, alloc) != 0) {
@@ -36,6 +36,18 @@ static void* read_whole_file(int fd, size_t size) {
 #ifdef MADV_HUGEPAGE
     madvise(buf, alloc, MADV_HUGEPAGE); /* a hint; without THP the copy still works */
 #endif
+    return buf;
+}
+
+static void* copy_to_huge_anonymous(const void* src, size_t size) {
+    void* buf = alloc_huge_anonymous(size);
+    if (buf != NULL) memcpy(buf, src, size);
+    return buf;
+}
+
+static void* read_whole_file(int fd, size_t size) {
+    void* buf = alloc_huge_anonymous(size);
+    if (buf == NULL) return NULL;
     for (size_t done = 0; done < size;) {
         size_t chunk = size - done < ((size_t)64 << 20) ? size - done : ((size_t)64 << 20);
         ssize_t got = pread(fd, (char*)buf + done, chunk, (off_t)done);
@@ -117,45 +129,63 @@ static void* map_huge(int fd, size_t size) {
     return p;
 }
 
-int checkpoint_map(CheckpointMap* m, int fd, size_t size, int copy) {
-    memset(m, 0, sizeof *m);
-    m->size = size;
-    m->huge_bytes = -1;
-    if (copy) {
-        m->data = read_whole_file(fd, size);
-        if (m->data == NULL) return errno;
-        m->copied = 1;
-        return 0;
-    }
+/* The mapping, in 2 MB pages where possible; MAP_FAILED with errno set on failure. */
+static char* map_populated(int fd, size_t size, long long* huge_out, int* recached_out) {
+    *huge_out = -1;
     char* p = map_huge(fd, size);
-    if (p == MAP_FAILED) return errno;
+    if (p == MAP_FAILED) return p;
     populate(p, size);
     long long huge = file_pmd_bytes(p);
 #if defined(MADV_HUGEPAGE) && defined(POSIX_FADV_DONTNEED)
-    /* More than 5% of the whole 2 MB stretches in small pages (a fifth in small pages halved f32
-     * decode on the development VM): the cache held the file in small folios. First a probe, so that a system that cannot give file mappings 2 MB pages
-     * (a filesystem without large folios, an older kernel) pays one 2 MB re-read per load and not
-     * the whole file: drop [2 MB, 4 MB) of the cache, map again, and see whether it came back as
+    /* More than 1% of the whole 2 MB stretches in small pages: the cache held the file, or parts
+     * of it, in small folios (on the development VM, f32 decode with 19% of the file in small pages
+     * ran at 6.4 tok/s, with none at 10.0). First a probe, so that a system that cannot give file
+     * mappings 2 MB pages (a filesystem without large folios, an older kernel) pays one 2 MB
+     * re-read per load and not the whole file: drop [2 MB, 4 MB) of the cache, map again, and see whether it came back as
      * one 2 MB page. If so, drop the rest too (fdatasync first: dirty pages cannot be dropped). */
     const size_t whole = size / HUGE_PAGE * HUGE_PAGE; /* the most 2 MB pages can cover */
-    if (huge >= 0 && (size_t)huge < whole - whole / 20 && size >= 2 * HUGE_PAGE) {
+    if (huge >= 0 && (size_t)huge < whole - whole / 100 && size >= 2 * HUGE_PAGE) {
         munmap(p, size);
         fdatasync(fd);
         posix_fadvise(fd, (off_t)HUGE_PAGE, (off_t)HUGE_PAGE, POSIX_FADV_DONTNEED);
         p = map_huge(fd, size);
-        if (p == MAP_FAILED) return errno;
+        if (p == MAP_FAILED) return p;
         populate(p + HUGE_PAGE, HUGE_PAGE);
         if (file_pmd_bytes(p) >= (long long)HUGE_PAGE) {
             /* Pages we have mapped stay; the rest of the file is not mapped by us yet. */
             posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-            m->recached = 1;
+            *recached_out = 1;
         }
         populate(p, size);
         huge = file_pmd_bytes(p);
     }
 #endif
-    m->data = p;
-    m->huge_bytes = huge;
+    *huge_out = huge;
+    return p;
+}
+
+int checkpoint_map(CheckpointMap* m, int fd, size_t size, int copy) {
+    memset(m, 0, sizeof *m);
+    m->size = size;
+    char* p = map_populated(fd, size, &m->huge_bytes, &m->recached);
+    if (!copy) {
+        if (p == MAP_FAILED) return errno;
+        m->data = p;
+        return 0;
+    }
+    /* --no-mmap copies from the mapping when there is one: a read() would fill any part of the
+     * page cache that is missing with small folios, which the next mapped load must drop again. */
+    if (p == MAP_FAILED) {
+        m->data = read_whole_file(fd, size);
+        if (m->data == NULL) return errno;
+    } else {
+        m->data = copy_to_huge_anonymous(p, size);
+        int e = errno;
+        munmap(p, size);
+        if (m->data == NULL) return e;
+    }
+    m->copied = 1;
+    m->huge_bytes = -1;
     return 0;
 }
 

@@ -15,16 +15,19 @@ typedef struct {
     size_t size;         /* the file's size in bytes */
     int copied;          /* 1: read into 2 MB-aligned anonymous memory (--no-mmap), not mapped */
     long long huge_bytes;  /* bytes of the mapping in 2 MB pages after loading, from
-                            * /proc/self/smaps (FilePmdMapped); -1 where that cannot be read */
+                            * /proc/self/smaps (FilePmdMapped); -1 where that cannot be read
+                            * and for a copy */
     int recached;        /* 1: the page cache held the file in small pages, so it was written back,
                           * dropped and read again in 2 MB pages */
 } CheckpointMap;
 
-/* Maps the open file fd of size bytes (copy != 0: reads it into memory instead). Linux: the mapping
- * starts on a 2 MB boundary, is marked MADV_HUGEPAGE (page cache misses are read in as 2 MB
- * folios) and populated now, so the first forward pass does not fault page by page; when the
- * cache already held the file in small pages (it was just written, copied or read), those are
- * dropped once and read again. Other systems: a plain mmap. Returns 0, or an errno value. */
+/* Maps the open file fd of size bytes. Linux: the mapping starts on a 2 MB boundary, is marked
+ * MADV_HUGEPAGE (page cache misses are read in as 2 MB folios) and populated now, so the first
+ * forward pass does not fault page by page; when the cache already held more than 1% of the file
+ * in small pages (it was just written, copied or read with read()), those are dropped once and
+ * read again. Other systems: a plain mmap. copy != 0 (--no-mmap): the same, then copied into
+ * anonymous memory and unmapped (read with pread where the file cannot be mapped).
+ * Returns 0, or an errno value. */
 int checkpoint_map(CheckpointMap* m, int fd, size_t size, int copy);
 void checkpoint_unmap(CheckpointMap* m);
 
