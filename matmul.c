@@ -420,10 +420,14 @@ static void quantize_rows(int8_t* xq, float* xs, const float* x, int C, int gs, 
 
 /* acc += sum over groups of 4 int8 products (u8 |w| times x with w's sign). */
 AI __m256i dot32(__m256i acc, __m256i wabs, __m256i xs) {
-#if defined(__AVXVNNI__)
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__GNUC__)
+    /* Where both encodings exist, gcc 12 emits the VEX one ({vex} vpdpbusd, ymm0-15 only) for
+     * either intrinsic and then shuffles values between ymm0-15, ymm16-31 and the stack. As inline
+     * asm with "v" operands the register allocator may use all 32 registers. */
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(wabs), "v"(xs));
+    return acc;
+#elif defined(__AVXVNNI__)
     return _mm256_dpbusd_avx_epi32(acc, wabs, xs);
-#elif defined(__AVX512VNNI__) && defined(__AVX512VL__)
-    return _mm256_dpbusd_epi32(acc, wabs, xs);
 #else
     __m256i p = _mm256_maddubs_epi16(wabs, xs); /* |w|,|x| <= 127 (|w| <= 128): no saturation */
     return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
@@ -476,6 +480,59 @@ AI void tile_q8(float* out, const int8_t* xq, const float* xsc, const Matrix* W,
     for (int i = 0; i < RT; i++)
 #pragma GCC unroll 4
         for (int j = 0; j < TT; j++) out[(size_t)(t + j) * R + r + i] = hsum256(tot[i][j]);
+}
+
+/* One 32-column step of rows_q8i_n1: the activation load shared by four rows, and per row a
+ * load, vpabsb, vpsignb and one dot32. */
+AI void q8_step4(__m256i a[4], const int8_t* w0, size_t C, const int8_t* xq, int c) {
+    __m256i xv = _mm256_loadu_si256((const __m256i*)(xq + c));
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        __m256i v = _mm256_loadu_si256((const __m256i*)(w0 + (size_t)i * C + c));
+        a[i] = dot32(a[i], _mm256_abs_epi8(v), _mm256_sign_epi8(xv, v));
+    }
+}
+
+/* q8 matrix-vector product (decode), four rows at a time, 64 columns (a cache line of each row)
+ * per loop step with the prefetch of the next block of four rows at its top. tile_q8 with TT = 1
+ * does the same work, but gcc 12 kept its accumulators and loaded weights partly on the stack
+ * (a 4 x 4 tile's arrays, and a prefetch test inside the 32-column loop): on a 512-row matrix that
+ * stays in L2 it ran at 27 GB/s of weights, below DRAM bandwidth, and this kernel at 50 GB/s
+ * (docs/notes-kernels.md). Per group of gs columns and row, the int32 sums are scaled by (weight
+ * scale x activation scale) into fp32. */
+static void rows_q8i_n1(float* out, const int8_t* xq, const float* xsc, const Matrix* W, int r0,
+                        int r1) {
+    const int C = W->cols, gs = W->group_size, G = C / gs;
+    int r = r0;
+    for (; r + 4 <= r1; r += 4) {
+        const int8_t* w0 = (const int8_t*)W->data + (size_t)r * C;
+        const float* s0 = W->scales + (size_t)r * G;
+        __m256 t0 = _mm256_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;
+        for (int g = 0; g < G; g++) {
+            __m256i a[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                            _mm256_setzero_si256()};
+            int c = g * gs;
+            const int end = c + gs;
+            for (; c + 64 <= end; c += 64) {
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; i++)
+                    _mm_prefetch((const char*)(w0 + (size_t)i * C + c) + BLOCK_AHEAD(C, 1), _MM_HINT_T0);
+                q8_step4(a, w0, (size_t)C, xq, c);
+                q8_step4(a, w0, (size_t)C, xq, c + 32);
+            }
+            if (c < end) q8_step4(a, w0, (size_t)C, xq, c); /* gs an odd multiple of 32 */
+            const float xs = xsc[g];
+            t0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[0]), _mm256_set1_ps(s0[g] * xs), t0);
+            t1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[1]), _mm256_set1_ps(s0[G + g] * xs), t1);
+            t2 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[2]), _mm256_set1_ps(s0[2 * G + g] * xs), t2);
+            t3 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[3]), _mm256_set1_ps(s0[3 * G + g] * xs), t3);
+        }
+        out[r] = hsum256(t0);
+        out[r + 1] = hsum256(t1);
+        out[r + 2] = hsum256(t2);
+        out[r + 3] = hsum256(t3);
+    }
+    for (; r < r1; r++) tile_q8(out, xq, xsc, W, r, 0, 1, 1);
 }
 
 #elif defined(KERNELS_NEON)
@@ -736,6 +793,15 @@ AI void tile_q8(float* out, const int8_t* xq, const float* xsc, const Matrix* W,
     }
 }
 
+/* The q8 matrix-vector product: tile_q8's own TT == 1 path (the written-out four-row kernel of the
+ * AVX2 twin answers a gcc code-generation problem measured on x86 only). */
+static void rows_q8i_n1(float* out, const int8_t* xq, const float* xsc, const Matrix* W, int r0,
+                        int r1) {
+    int r = r0;
+    for (; r + 4 <= r1; r += 4) tile_q8(out, xq, xsc, W, r, 0, 4, 1);
+    for (; r < r1; r++) tile_q8(out, xq, xsc, W, r, 0, 1, 1);
+}
+
 /* The f32 matrix-vector product: the generic four-row kernel (the one-row-at-a-time variant of
  * the AVX2 twin was measured on x86 only). */
 static void rows_f32_n1(float* out, const float* x, const Matrix* W, int r0, int r1) {
@@ -788,6 +854,10 @@ static void rows_q8f(float* out, const float* x, const Matrix* W, int n, int r0,
 
 static void rows_q8i(float* out, const int8_t* xq, const float* xsc, const Matrix* W, int n, int r0,
                      int r1) {
+    if (n == 1) {
+        rows_q8i_n1(out, xq, xsc, W, r0, r1);
+        return;
+    }
     const int C = W->cols;
     int tb = (int)(((size_t)192 * 1024) / (size_t)C);
     if (tb < 4) tb = 4;

@@ -361,6 +361,7 @@ int main(void) {
             {WEIGHT_BF16, 9, 13, 0}, {WEIGHT_Q8, 37, 192, 64}, {WEIGHT_Q8, 67, 1024, 64},
             {WEIGHT_Q8, 33, 96, 32}, {WEIGHT_Q8, 21, 48, 16}, {WEIGHT_Q8, 19, 40, 8},
             {WEIGHT_Q8, 130, 3072, 64}, {WEIGHT_Q8, 37, 384, 128}, {WEIGHT_Q8, 11, 36, 12},
+            {WEIGHT_Q8, 13, 192, 96}, /* 96: one 64-column step and one 32-column step per group */
         };
         int ns[] = {1, 2, 3, 5, 17, 40};
         for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
