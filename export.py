@@ -528,6 +528,14 @@ def export(folder, out_path, dtype_name, group_size, tokenizer_dir):
             assert len(header) == 256
             f.seek(0)
             f.write(header)
+            # On disk before the rename, so a crash cannot leave a partial file under the final
+            # name. Then the cached copy is dropped: written pages sit in the page cache in small
+            # pages, and the engine maps weights in 2 MB pages only from a cache it fills itself
+            # (checkpoint_map.c; it would otherwise drop and refill it on the first load).
+            f.flush()
+            os.fsync(f.fileno())
+            if hasattr(os, "posix_fadvise"):
+                os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
         if show_progress and sys.stderr.isatty():
             print(file=sys.stderr)
         os.replace(tmp_path, out_path)
