@@ -79,12 +79,9 @@ static void* map_aligned(int fd, size_t size) {
     }
     /* Both lengths round up to whole pages, and HUGE_PAGE is a whole number of pages, so the
      * reservation's tail past the mapping is HUGE_PAGE - (start - area) long. */
-    size_t head = (size_t)(start - area);
+    size_t head = (size_t)(start - area), page = (size_t)sysconf(_SC_PAGESIZE);
     if (head > 0) munmap(area, head);
-    if (HUGE_PAGE - head > 0) {
-        size_t page = (size_t)sysconf(_SC_PAGESIZE);
-        munmap(start + (size + page - 1) / page * page, HUGE_PAGE - head);
-    }
+    munmap(start + (size + page - 1) / page * page, HUGE_PAGE - head); /* never empty: head < 2 MB */
     return p;
 }
 
@@ -141,8 +138,9 @@ static char* map_populated(int fd, size_t size, long long* huge_out, int* recach
      * of it, in small folios (on the development VM, f32 decode with 19% of the file in small pages
      * ran at 6.4 tok/s, with none at 10.0). First a probe, so that a system that cannot give file
      * mappings 2 MB pages (a filesystem without large folios, an older kernel) pays one 2 MB
-     * re-read per load and not the whole file: drop [2 MB, 4 MB) of the cache, map again, and see whether it came back as
-     * one 2 MB page. If so, drop the rest too (fdatasync first: dirty pages cannot be dropped). */
+     * re-read per load and not the whole file: drop [2 MB, 4 MB) of the cache, map again, and see
+     * whether it came back as one 2 MB page. If so, drop the rest too (fdatasync first: dirty
+     * pages cannot be dropped). */
     const size_t whole = size / HUGE_PAGE * HUGE_PAGE; /* the most 2 MB pages can cover */
     if (huge >= 0 && (size_t)huge < whole - whole / 100 && size >= 2 * HUGE_PAGE) {
         munmap(p, size);

@@ -453,8 +453,6 @@ AI void tile_q8(float* out, const int8_t* xq, const float* xsc, const Matrix* W,
             __m256i wv[4], wa[4];
 #pragma GCC unroll 4
             for (int i = 0; i < RT; i++) {
-                if (TT == 1 && (c & 63) == 0)
-                    _mm_prefetch((const char*)(wd + (size_t)(r + i) * C + c) + BLOCK_AHEAD(C, 1), _MM_HINT_T0);
                 wv[i] = _mm256_loadu_si256((const __m256i*)(wd + (size_t)(r + i) * C + c));
                 wa[i] = _mm256_abs_epi8(wv[i]);
             }
@@ -495,10 +493,10 @@ AI void q8_step4(__m256i a[4], const int8_t* w0, size_t C, const int8_t* xq, int
 
 /* q8 matrix-vector product (decode), four rows at a time, 64 columns (a cache line of each row)
  * per loop step with the prefetch of the next block of four rows at its top. tile_q8 with TT = 1
- * does the same work, but gcc 12 kept its accumulators and loaded weights partly on the stack
- * (a 4 x 4 tile's arrays, and a prefetch test inside the 32-column loop): on a 512-row matrix that
- * stays in L2 it ran at 27 GB/s of weights, below DRAM bandwidth, and this kernel at 50 GB/s
- * (docs/notes-kernels.md). Per group of gs columns and row, the int32 sums are scaled by (weight
+ * did the same work (with a prefetch test inside its 32-column loop, since removed), but gcc 12
+ * kept its accumulators and loaded weights partly on the stack (a 4 x 4 tile's arrays): on a
+ * 512-row matrix that stays in L2 it ran at 27 GB/s of weights, below DRAM bandwidth, and this
+ * kernel at 50 GB/s (docs/notes-kernels.md). Per group of gs columns and row, the int32 sums are scaled by (weight
  * scale x activation scale) into fp32. */
 static void rows_q8i_n1(float* out, const int8_t* xq, const float* xsc, const Matrix* W, int r0,
                         int r1) {
