@@ -21,7 +21,7 @@ import sys
 import time
 
 MAGIC = b"QW3C"
-VERSION = 1
+VERSION = 2
 ALIGN = 64
 HEADER_FORMAT = "<4s13I f i d I 8i f f i 2I 4Q 96x"  # the FileHeader struct of model.h
 MAX_EOS = 8
@@ -263,6 +263,27 @@ def quantize_q8(raw_f32, group_size):
     return q.tobytes(), scales.tobytes()
 
 
+Q8_BLOCK_ROWS = 4
+
+
+def q8_row_blocks(raw_f32, cols, group_size):
+    """float32 bytes of whole rows -> the q8 row blocks of model.h: per 4 rows (the last block
+    padded with zero rows), their scales s[4][G], then their int8 values q[G][4][gs]."""
+    rows = len(raw_f32) // (4 * cols)
+    pad = -rows % Q8_BLOCK_ROWS
+    q, s = quantize_q8(raw_f32 + bytes(4 * cols * pad), group_size)
+    G = cols // group_size
+    out = []
+    for b in range(0, rows + pad, Q8_BLOCK_ROWS):
+        out.append(s[4 * b * G:4 * (b + Q8_BLOCK_ROWS) * G])
+        first = b * cols
+        for g in range(0, cols, group_size):
+            for i in range(Q8_BLOCK_ROWS):
+                at = first + i * cols + g
+                out.append(q[at:at + group_size])
+    return b"".join(out)
+
+
 # ---------------------------------------------------------------------------------------------
 # Tokenizer section (layout: model.h)
 # ---------------------------------------------------------------------------------------------
@@ -501,18 +522,14 @@ def export(folder, out_path, dtype_name, group_size, tokenizer_dir):
                     for r in range(0, rows, rows_per_block):
                         raw = src.read(min(rows_per_block, rows - r) * cols * width)
                         w.write(raw if t.dtype == "BF16" else f32_to_bf16_bytes(to_f32_bytes(raw, t.dtype)))
-                else:  # q8: int8 values of every row, then (aligned) the scales of every row
+                else:  # q8: row blocks of 4 rows (model.h)
                     rows_per_block = max(1, (BLOCK_BYTES // 4) // (cols * width))
-                    scale_parts = []
+                    rows_per_block += -rows_per_block % Q8_BLOCK_ROWS
                     for r in range(0, rows, rows_per_block):
                         raw = src.read(min(rows_per_block, rows - r) * cols * width)
-                        q, s = quantize_q8(to_f32_bytes(raw, t.dtype), gs)
-                        w.write(q)
-                        scale_parts.append(s)
+                        w.write(q8_row_blocks(to_f32_bytes(raw, t.dtype), cols, gs))
                         if show_progress:
                             progress(done + (r + rows_per_block) * cols * width, total, t0, name)
-                    w.pad()
-                    w.write(b"".join(scale_parts))
                 done += rows * cols * width
                 if show_progress:
                     progress(done, total, t0, name)

@@ -16,16 +16,41 @@
 
 typedef enum { WEIGHT_F32 = 0, WEIGHT_BF16 = 1, WEIGHT_Q8 = 2 } WeightType;
 
-/* A weight matrix [rows = out_features, cols = in_features], row-major, pointing into the mapped
- * checkpoint. For WEIGHT_Q8, data holds rows*cols int8 and scales holds rows*cols/group_size floats
- * (group g of a row covers its columns g*group_size .. g*group_size+group_size-1). */
+/* A weight matrix [rows = out_features, cols = in_features], pointing into the mapped checkpoint.
+ * f32 and bf16 are row-major. WEIGHT_Q8 is int8 in groups of group_size columns with one float32
+ * scale per group (w = scale * q), stored in blocks of Q8_BLOCK_ROWS rows (model.h): block b holds
+ * rows 4b .. 4b+3, first their scales (4 rows x G = cols / group_size floats, row by row), then
+ * for each group g the group_size int8 values of each of the four rows. The q8 matrix-vector
+ * kernel walks a block front to back, so it reads one sequential stream; q8_scales and q8_group
+ * give any row's place in it. */
 typedef struct {
     WeightType type;
     int rows, cols;
     int group_size;        /* WEIGHT_Q8 only */
-    const void* data;      /* float*, uint16_t* (bf16) or int8_t* */
-    const float* scales;   /* WEIGHT_Q8 only */
+    const void* data;      /* float*, uint16_t* (bf16), or the first q8 row block */
 } Matrix;
+
+#define Q8_BLOCK_ROWS 4
+
+/* Bytes of one q8 row block: 4 x G scales and 4 x cols int8 values. */
+static inline size_t q8_block_bytes(int cols, int group_size) {
+    return (size_t)Q8_BLOCK_ROWS * ((size_t)cols + sizeof(float) * (size_t)(cols / group_size));
+}
+
+/* The G scales of row r of a q8 matrix. */
+static inline const float* q8_scales(const Matrix* W, int r) {
+    const char* block = (const char*)W->data + (size_t)(r / Q8_BLOCK_ROWS) * q8_block_bytes(W->cols, W->group_size);
+    return (const float*)block + (size_t)(r % Q8_BLOCK_ROWS) * (size_t)(W->cols / W->group_size);
+}
+
+/* The group_size int8 values of row r, group g; the next row of the same block follows
+ * group_size bytes later. */
+static inline const int8_t* q8_group(const Matrix* W, int r, int g) {
+    const int gs = W->group_size, G = W->cols / gs;
+    const char* block = (const char*)W->data + (size_t)(r / Q8_BLOCK_ROWS) * q8_block_bytes(W->cols, gs);
+    return (const int8_t*)(block + sizeof(float) * Q8_BLOCK_ROWS * (size_t)G) +
+           ((size_t)g * Q8_BLOCK_ROWS + (size_t)(r % Q8_BLOCK_ROWS)) * (size_t)gs;
+}
 
 /* Thread count and scratch space. kernels_init must be called once before any matmul:
  * max_batch is the most rows (tokens) a matmul gets, max_cols the widest input. Returns 0 or -1. */

@@ -24,12 +24,12 @@ static void matmul_rows_scalar(float* out, const float* x, const Matrix* W, int 
                 const uint16_t* w = (const uint16_t*)W->data + (size_t)r * C;
                 for (int c = 0; c < C; c++) s += bf16_to_f32(w[c]) * xt[c];
             } else {
-                const int8_t* w = (const int8_t*)W->data + (size_t)r * C;
                 const int gs = W->group_size;
-                const float* sc = W->scales + (size_t)r * (C / gs);
+                const float* sc = q8_scales(W, r);
                 for (int g = 0; g < C / gs; g++) {
+                    const int8_t* w = q8_group(W, r, g);
                     float sg = 0.0f;
-                    for (int c = g * gs; c < g * gs + gs; c++) sg += (float)w[c] * xt[c];
+                    for (int c = 0; c < gs; c++) sg += (float)w[c] * xt[g * gs + c];
                     s += sg * sc[g];
                 }
             }
@@ -50,10 +50,12 @@ void matrix_row(float* out, const Matrix* W, int row) {
         const uint16_t* w = (const uint16_t*)W->data + (size_t)row * C;
         for (int c = 0; c < C; c++) out[c] = bf16_to_f32(w[c]);
     } else {
-        const int8_t* w = (const int8_t*)W->data + (size_t)row * C;
         const int gs = W->group_size;
-        const float* sc = W->scales + (size_t)row * (C / gs);
-        for (int c = 0; c < C; c++) out[c] = sc[c / gs] * (float)w[c];
+        const float* sc = q8_scales(W, row);
+        for (int g = 0; g < C / gs; g++) {
+            const int8_t* w = q8_group(W, row, g);
+            for (int c = 0; c < gs; c++) out[g * gs + c] = sc[g] * (float)w[c];
+        }
     }
 }
 
@@ -65,6 +67,7 @@ static float* xp_buf;      /* [max_cols] the activation row de-interleaved for b
 static int xp_cap;
 static int8_t* xq_buf;     /* [max_batch * max_cols] quantised activations */
 static float* xs_buf;      /* [max_batch * max_cols / 8] their scales */
+static int32_t* xsum_buf;  /* [max_batch * max_cols / 8] their sums per group (AVX2 twin) */
 static size_t xq_cap;
 
 int matmul_scratch_init(int max_batch, int max_cols) {
@@ -74,9 +77,10 @@ int matmul_scratch_init(int max_batch, int max_cols) {
     xq_cap = (size_t)max_batch * (size_t)max_cols;
     xq_buf = aligned_alloc(64, (xq_cap + 63) / 64 * 64);
     xs_buf = aligned_alloc(64, ((xq_cap / 8 + 1) * sizeof(float) + 63) / 64 * 64);
+    xsum_buf = aligned_alloc(64, ((xq_cap / 8 + 1) * sizeof(int32_t) + 63) / 64 * 64);
     xp_cap = max_cols;
     xp_buf = aligned_alloc(64, ((size_t)max_cols * sizeof(float) + 63) / 64 * 64);
-    if (!xq_buf || !xs_buf || !xp_buf) {
+    if (!xq_buf || !xs_buf || !xsum_buf || !xp_buf) {
         matmul_scratch_free();
         return -1;
     }
@@ -86,9 +90,11 @@ int matmul_scratch_init(int max_batch, int max_cols) {
 void matmul_scratch_free(void) {
     free(xq_buf);
     free(xs_buf);
+    free(xsum_buf);
     free(xp_buf);
     xq_buf = NULL;
     xs_buf = NULL;
+    xsum_buf = NULL;
     xp_buf = NULL;
     xq_cap = 0;
     xp_cap = 0;
@@ -104,6 +110,11 @@ void matmul_scratch_free(void) {
  * ------------------------------------------------------------------------------------------- */
 
 #define AI static inline __attribute__((always_inline))
+
+/* Row r of an f32 or bf16 matrix. */
+AI const void* row_ptr(const Matrix* W, int r) {
+    return (const char*)W->data + (size_t)r * (size_t)W->cols * (W->type == WEIGHT_F32 ? 4 : 2);
+}
 
 #if defined(KERNELS_AVX2)
 
@@ -136,45 +147,46 @@ AI float ldw1(const void* w, size_t i, WeightType type) {
 }
 
 /* Tile of RT rows x TT tokens over the columns [c0, c1) (c1 - c0 a multiple of 8), added into
- * acc (not reduced). The 4 x 4 case is spelled out with named registers: gcc otherwise reloads
- * the operands from L1 on every FMA and runs at half the speed clang gets from the generic loop. */
-AI void tile_float_acc(__m256 acc[4][4], const float* x, const void* wd, WeightType type, int C,
-                       int r, int t, int c0, int c1, int RT, int TT) {
+ * acc (not reduced). Weight (row i of the tile, column c) is element i * rs + (c - c0) of wb. The
+ * 4 x 4 case is spelled out with named registers: gcc otherwise reloads the operands from L1 on
+ * every FMA and runs at half the speed clang gets from the generic loop. */
+AI void tile_float_acc(__m256 acc[4][4], const float* x, const void* wb, size_t rs, WeightType type,
+                       int C, int t, int c0, int c1, int RT, int TT) {
     if (RT == 4 && TT == 4) {
         __m256 a00 = acc[0][0], a01 = acc[0][1], a02 = acc[0][2], a03 = acc[0][3];
         __m256 a10 = acc[1][0], a11 = acc[1][1], a12 = acc[1][2], a13 = acc[1][3];
         __m256 a20 = acc[2][0], a21 = acc[2][1], a22 = acc[2][2], a23 = acc[2][3];
         __m256 a30 = acc[3][0], a31 = acc[3][1], a32 = acc[3][2], a33 = acc[3][3];
-        const size_t w0 = (size_t)r * C, w1 = w0 + C, w2 = w1 + C, w3 = w2 + C;
         const float* x0 = x + (size_t)t * C;
         const float* x1 = x0 + C;
         const float* x2 = x1 + C;
         const float* x3 = x2 + C;
         for (int c = c0; c < c1; c += 8) {
+            const size_t w0 = (size_t)(c - c0), w1 = w0 + rs, w2 = w1 + rs, w3 = w2 + rs;
             __m256 v0 = _mm256_loadu_ps(x0 + c), v1 = _mm256_loadu_ps(x1 + c);
             __m256 v2 = _mm256_loadu_ps(x2 + c), v3 = _mm256_loadu_ps(x3 + c);
             /* keep the four activation vectors in registers (gcc would fold each load into
              * every FMA that uses it: 16 loads instead of 4) */
             __asm__("" : "+v"(v0), "+v"(v1), "+v"(v2), "+v"(v3));
-            __m256 w = ldw(wd, w0 + c, type);
+            __m256 w = ldw(wb, w0, type);
             __asm__("" : "+v"(w));
             a00 = _mm256_fmadd_ps(w, v0, a00);
             a01 = _mm256_fmadd_ps(w, v1, a01);
             a02 = _mm256_fmadd_ps(w, v2, a02);
             a03 = _mm256_fmadd_ps(w, v3, a03);
-            w = ldw(wd, w1 + c, type);
+            w = ldw(wb, w1, type);
             __asm__("" : "+v"(w));
             a10 = _mm256_fmadd_ps(w, v0, a10);
             a11 = _mm256_fmadd_ps(w, v1, a11);
             a12 = _mm256_fmadd_ps(w, v2, a12);
             a13 = _mm256_fmadd_ps(w, v3, a13);
-            w = ldw(wd, w2 + c, type);
+            w = ldw(wb, w2, type);
             __asm__("" : "+v"(w));
             a20 = _mm256_fmadd_ps(w, v0, a20);
             a21 = _mm256_fmadd_ps(w, v1, a21);
             a22 = _mm256_fmadd_ps(w, v2, a22);
             a23 = _mm256_fmadd_ps(w, v3, a23);
-            w = ldw(wd, w3 + c, type);
+            w = ldw(wb, w3, type);
             __asm__("" : "+v"(w));
             a30 = _mm256_fmadd_ps(w, v0, a30);
             a31 = _mm256_fmadd_ps(w, v1, a31);
@@ -190,7 +202,7 @@ AI void tile_float_acc(__m256 acc[4][4], const float* x, const void* wd, WeightT
     for (int c = c0; c < c1; c += 8) {
         __m256 wv[4];
 #pragma GCC unroll 4
-        for (int i = 0; i < RT; i++) wv[i] = ldw(wd, (size_t)(r + i) * C + c, type);
+        for (int i = 0; i < RT; i++) wv[i] = ldw(wb, (size_t)i * rs + (size_t)(c - c0), type);
 #pragma GCC unroll 4
         for (int j = 0; j < TT; j++) {
             __m256 xv = _mm256_loadu_ps(x + (size_t)(t + j) * C + c);
@@ -200,6 +212,8 @@ AI void tile_float_acc(__m256 acc[4][4], const float* x, const void* wd, WeightT
     }
 }
 
+/* Rows r .. r+RT-1 of tile_float; for q8, RT > 1 only from the first row of a row block (the
+ * row loops step by 4 from a multiple of 4), so the tile's rows lie in one block. */
 AI void tile_float(float* out, const float* x, const Matrix* W, WeightType type, int r, int t,
                    int RT, int TT) {
     const int C = W->cols, R = W->rows;
@@ -220,10 +234,11 @@ AI void tile_float(float* out, const float* x, const Matrix* W, WeightType type,
         float tail[4][4] = {{0}};  /* the last gs % 8 columns of each group, scalar */
         for (int g = 0; g < G; g++) {
             const int c8 = g * gs + (gs & ~7), c1 = g * gs + gs;
-            tile_float_acc(acc, x, W->data, type, C, r, t, g * gs, c8, RT, TT);
+            const int8_t* wg = q8_group(W, r, g); /* row r + i's values at wg + i * gs */
+            tile_float_acc(acc, x, wg, (size_t)gs, type, C, t, g * gs, c8, RT, TT);
 #pragma GCC unroll 4
             for (int i = 0; i < RT; i++) {
-                const float sc = W->scales[(size_t)(r + i) * G + g];
+                const float sc = q8_scales(W, r + i)[g];
                 __m256 sv = _mm256_set1_ps(sc);
 #pragma GCC unroll 4
                 for (int j = 0; j < TT; j++) {
@@ -231,7 +246,7 @@ AI void tile_float(float* out, const float* x, const Matrix* W, WeightType type,
                     acc[i][j] = _mm256_setzero_ps();
                     float s = 0.0f;
                     for (int c = c8; c < c1; c++)
-                        s += ldw1(W->data, (size_t)(r + i) * C + c, type) * x[(size_t)(t + j) * C + c];
+                        s += (float)wg[i * gs + c - g * gs] * x[(size_t)(t + j) * C + c];
                     tail[i][j] += s * sc;
                 }
             }
@@ -242,14 +257,15 @@ AI void tile_float(float* out, const float* x, const Matrix* W, WeightType type,
             for (int j = 0; j < TT; j++) out[(size_t)(t + j) * R + r + i] = hsum256(tot[i][j]) + tail[i][j];
         return;
     }
-    tile_float_acc(acc, x, W->data, type, C, r, t, 0, C8, RT, TT);
+    const void* wr = row_ptr(W, r);
+    tile_float_acc(acc, x, wr, (size_t)C, type, C, t, 0, C8, RT, TT);
 #pragma GCC unroll 4
     for (int i = 0; i < RT; i++)
 #pragma GCC unroll 4
         for (int j = 0; j < TT; j++) {
             float s = hsum256(acc[i][j]);
             for (int c = C8; c < C; c++)
-                s += ldw1(W->data, (size_t)(r + i) * C + c, type) * x[(size_t)(t + j) * C + c];
+                s += ldw1(wr, (size_t)i * C + c, type) * x[(size_t)(t + j) * C + c];
             out[(size_t)(t + j) * R + r + i] = s;
         }
 }
@@ -387,11 +403,14 @@ static void rows_f32_n1(float* out, const float* x, const Matrix* W, int r0, int
 /* ---- q8 x int8 activations ---- */
 
 /* Quantises token rows [t0, t1) of x (width C) to int8 per group of gs: s = max|x| / 127,
- * q = round(x / s). */
-static void quantize_rows(int8_t* xq, float* xs, const float* x, int C, int gs, int t0, int t1) {
+ * q = round(x / s). Also stores each group's sum of q (xsum), which the VNNI dot product needs
+ * (q8_dot below). */
+static void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, const float* x, int C, int gs,
+                          int t0, int t1) {
     const int G = C / gs;
     const __m256 signbit = _mm256_set1_ps(-0.0f);
     const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
     for (int t = t0; t < t1; t++) {
         for (int g = 0; g < G; g++) {
             const float* v = x + (size_t)t * C + (size_t)g * gs;
@@ -406,61 +425,108 @@ static void quantize_rows(int8_t* xq, float* xs, const float* x, int C, int gs, 
             xs[(size_t)t * G + g] = s;
             __m256 vi = _mm256_set1_ps(inv);
             int8_t* q = xq + (size_t)t * C + (size_t)g * gs;
+            __m256i sum = _mm256_setzero_si256();
             for (int c = 0; c < gs; c += 32) {
                 __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(v + c), vi));
                 __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(v + c + 8), vi));
                 __m256i d = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(v + c + 16), vi));
                 __m256i e = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(v + c + 24), vi));
                 __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(d, e));
-                _mm256_storeu_si256((__m256i*)(q + c), _mm256_permutevar8x32_epi32(p, perm));
+                p = _mm256_permutevar8x32_epi32(p, perm);
+                _mm256_storeu_si256((__m256i*)(q + c), p);
+                sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, p), ones16));
             }
+            __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+            xsum[(size_t)t * G + g] = _mm_cvtsi128_si32(s4);
         }
     }
 }
 
-/* acc += sum over groups of 4 int8 products (u8 |w| times x with w's sign). */
-AI __m256i dot32(__m256i acc, __m256i wabs, __m256i xs) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__GNUC__)
-    /* Where both encodings exist, gcc 12 emits the VEX one ({vex} vpdpbusd, ymm0-15 only) for
-     * either intrinsic and then shuffles values between ymm0-15, ymm16-31 and the stack. As inline
-     * asm with "v" operands the register allocator may use all 32 registers. */
-    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(wabs), "v"(xs));
-    return acc;
-#elif defined(__AVXVNNI__)
-    return _mm256_dpbusd_avx_epi32(acc, wabs, xs);
+/* The int8 dot product of 32 weights and 32 activations, in three parts: q8_prep once per loaded
+ * weight vector, q8_acc0 once per group and token (the accumulator's start), q8_dot per weight
+ * vector and token. Each 32-bit lane adds the products of 4 neighbouring columns; the lanes are
+ * summed at the group's end. The two x86 instructions multiply an unsigned byte by a signed one:
+ *  - VNNI (vpdpbusd): the weight as w + 128 (w XOR 0x80, an unsigned byte), so the sum is
+ *    sum (w + 128) x = sum w x + 128 sum x, and the accumulator starts at -128 * (sum of the
+ *    group's x) in one lane. One instruction per vector and token, and exact: the same int32 as
+ *    the product sum (|terms| <= 255 * 127 * 4, no overflow).
+ *  - plain AVX2 (vpmaddubsw, which saturates pairs at int16): |w| times x with w's sign, pairs of
+ *    at most 2 * 128 * 127 < 32768, then vpmaddwd by 1 into int32. */
+#if (defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__GNUC__)) || defined(__AVXVNNI__)
+#define Q8_VNNI 1
+#endif
+
+typedef struct {
+    __m256i a, w; /* VNNI: a = w + 128 (w unused); else a = |w| and w itself (for its sign) */
+} Q8W;
+
+AI Q8W q8_prep(__m256i w) {
+    Q8W p;
+#if defined(Q8_VNNI)
+    p.a = _mm256_xor_si256(w, _mm256_set1_epi8((char)0x80));
 #else
-    __m256i p = _mm256_maddubs_epi16(wabs, xs); /* |w|,|x| <= 127 (|w| <= 128): no saturation */
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+    p.a = _mm256_abs_epi8(w);
+#endif
+    p.w = w;
+    return p;
+}
+
+AI __m256i q8_acc0(int32_t xsum) {
+#if defined(Q8_VNNI)
+    return _mm256_setr_epi32(-128 * xsum, 0, 0, 0, 0, 0, 0, 0);
+#else
+    (void)xsum;
+    return _mm256_setzero_si256();
 #endif
 }
 
-AI void tile_q8(float* out, const int8_t* xq, const float* xsc, const Matrix* W, int r, int t,
-                int RT, int TT) {
+AI __m256i q8_dot(__m256i acc, Q8W p, __m256i x) {
+#if defined(Q8_VNNI) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    /* Where both encodings exist, gcc 12 emits the VEX one ({vex} vpdpbusd, ymm0-15 only) for
+     * either intrinsic and then shuffles values between ymm0-15, ymm16-31 and the stack. As inline
+     * asm with "v" operands the register allocator may use all 32 registers. */
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(p.a), "v"(x));
+    return acc;
+#elif defined(Q8_VNNI)
+    return _mm256_dpbusd_avx_epi32(acc, p.a, x);
+#else
+    __m256i s = _mm256_maddubs_epi16(p.a, _mm256_sign_epi8(x, p.w));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(s, _mm256_set1_epi16(1)));
+#endif
+}
+
+/* Rows r .. r+RT-1 (in one row block: RT > 1 only from a block's first row) x tokens t .. t+TT-1,
+ * 32 columns per step. Per group and (row, token), the int32 sum is scaled by (weight scale x
+ * activation scale) into an fp32 accumulator. */
+AI void tile_q8(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const Matrix* W,
+                int r, int t, int RT, int TT) {
     const int C = W->cols, R = W->rows, gs = W->group_size, G = C / gs;
-    const int8_t* wd = (const int8_t*)W->data;
+    const float* sc = q8_scales(W, r); /* row r + i's scales at sc + i * G */
     __m256 tot[4][4];
 #pragma GCC unroll 4
     for (int i = 0; i < RT; i++)
 #pragma GCC unroll 4
         for (int j = 0; j < TT; j++) tot[i][j] = _mm256_setzero_ps();
     for (int g = 0; g < G; g++) {
+        const int8_t* wg = q8_group(W, r, g); /* row r + i at wg + i * gs */
         __m256i acc[4][4];
 #pragma GCC unroll 4
-        for (int i = 0; i < RT; i++)
+        for (int j = 0; j < TT; j++) {
+            __m256i a0 = q8_acc0(xsum[(size_t)(t + j) * G + g]);
 #pragma GCC unroll 4
-            for (int j = 0; j < TT; j++) acc[i][j] = _mm256_setzero_si256();
-        for (int c = g * gs; c < g * gs + gs; c += 32) {
-            __m256i wv[4], wa[4];
+            for (int i = 0; i < RT; i++) acc[i][j] = a0;
+        }
+        for (int c = 0; c < gs; c += 32) {
+            Q8W wv[4];
 #pragma GCC unroll 4
-            for (int i = 0; i < RT; i++) {
-                wv[i] = _mm256_loadu_si256((const __m256i*)(wd + (size_t)(r + i) * C + c));
-                wa[i] = _mm256_abs_epi8(wv[i]);
-            }
+            for (int i = 0; i < RT; i++) wv[i] = q8_prep(_mm256_loadu_si256((const __m256i*)(wg + (size_t)i * gs + c)));
 #pragma GCC unroll 4
             for (int j = 0; j < TT; j++) {
-                __m256i xv = _mm256_loadu_si256((const __m256i*)(xq + (size_t)(t + j) * C + c));
+                __m256i xv = _mm256_loadu_si256((const __m256i*)(xq + (size_t)(t + j) * C + (size_t)g * gs + c));
 #pragma GCC unroll 4
-                for (int i = 0; i < RT; i++) acc[i][j] = dot32(acc[i][j], wa[i], _mm256_sign_epi8(xv, wv[i]));
+                for (int i = 0; i < RT; i++) acc[i][j] = q8_dot(acc[i][j], wv[i], xv);
             }
         }
         __m256 xsv[4];
@@ -468,7 +534,7 @@ AI void tile_q8(float* out, const int8_t* xq, const float* xsc, const Matrix* W,
         for (int j = 0; j < TT; j++) xsv[j] = _mm256_set1_ps(xsc[(size_t)(t + j) * G + g]);
 #pragma GCC unroll 4
         for (int i = 0; i < RT; i++) {
-            __m256 wsv = _mm256_set1_ps(W->scales[(size_t)(r + i) * G + g]);
+            __m256 wsv = _mm256_set1_ps(sc[(size_t)i * G + g]);
 #pragma GCC unroll 4
             for (int j = 0; j < TT; j++)
                 tot[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i][j]), _mm256_mul_ps(wsv, xsv[j]), tot[i][j]);
@@ -480,45 +546,37 @@ AI void tile_q8(float* out, const int8_t* xq, const float* xsc, const Matrix* W,
         for (int j = 0; j < TT; j++) out[(size_t)(t + j) * R + r + i] = hsum256(tot[i][j]);
 }
 
-/* One 32-column step of rows_q8i_n1: the activation load shared by four rows, and per row a
- * load, vpabsb, vpsignb and one dot32. */
-AI void q8_step4(__m256i a[4], const int8_t* w0, size_t C, const int8_t* xq, int c) {
-    __m256i xv = _mm256_loadu_si256((const __m256i*)(xq + c));
+/* One 32-column step of rows_q8i_n1: the activation vector shared by the four rows of a block,
+ * row i's weights at wg + i * gs. */
+AI void q8_step4(__m256i a[4], const int8_t* wg, int gs, __m256i xv) {
 #pragma GCC unroll 4
-    for (int i = 0; i < 4; i++) {
-        __m256i v = _mm256_loadu_si256((const __m256i*)(w0 + (size_t)i * C + c));
-        a[i] = dot32(a[i], _mm256_abs_epi8(v), _mm256_sign_epi8(xv, v));
-    }
+    for (int i = 0; i < 4; i++)
+        a[i] = q8_dot(a[i], q8_prep(_mm256_loadu_si256((const __m256i*)(wg + (size_t)i * gs))), xv);
 }
 
-/* q8 matrix-vector product (decode), four rows at a time, 64 columns (a cache line of each row)
- * per loop step with the prefetch of the next block of four rows at its top. tile_q8 with TT = 1
- * did the same work (with a prefetch test inside its 32-column loop, since removed), but gcc 12
- * kept its accumulators and loaded weights partly on the stack (a 4 x 4 tile's arrays): on a
- * 512-row matrix that stays in L2 it ran at 27 GB/s of weights, below DRAM bandwidth, and this
- * kernel at 50 GB/s (docs/notes-kernels.md). Per group of gs columns and row, the int32 sums are scaled by (weight
- * scale x activation scale) into fp32. */
-static void rows_q8i_n1(float* out, const int8_t* xq, const float* xsc, const Matrix* W, int r0,
-                        int r1) {
+/* q8 matrix-vector product (decode): one row block at a time, front to back (its scales, then per
+ * group the four rows' values), so the weights are one sequential stream; each group step asks
+ * for the same bytes of the next block (q8_block_bytes ahead). Against the layout before (all
+ * int8 rows, then all scales: two streams), with this kernel's shape, one thread on a 264 MB
+ * matrix: 17.2 -> 33.0 GB/s, where a plain streaming read gave 31.6 (docs/notes-kernels.md). */
+static void rows_q8i_n1(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
+                        const Matrix* W, int r0, int r1) {
     const int C = W->cols, gs = W->group_size, G = C / gs;
-    int r = r0;
+    const size_t bb = q8_block_bytes(C, gs);
+    int r = r0; /* a multiple of 4: run_job's chunks are */
     for (; r + 4 <= r1; r += 4) {
-        const int8_t* w0 = (const int8_t*)W->data + (size_t)r * C;
-        const float* s0 = W->scales + (size_t)r * G;
+        const float* s0 = q8_scales(W, r);
+        const int8_t* wg = q8_group(W, r, 0);
+        for (int o = 0; o < (int)(4 * sizeof(float)) * G; o += 64)
+            _mm_prefetch((const char*)s0 + bb + o, _MM_HINT_T0);
         __m256 t0 = _mm256_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;
-        for (int g = 0; g < G; g++) {
-            __m256i a[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
-                            _mm256_setzero_si256()};
-            int c = g * gs;
-            const int end = c + gs;
-            for (; c + 64 <= end; c += 64) {
-#pragma GCC unroll 4
-                for (int i = 0; i < 4; i++)
-                    _mm_prefetch((const char*)(w0 + (size_t)i * C + c) + BLOCK_AHEAD(C, 1), _MM_HINT_T0);
-                q8_step4(a, w0, (size_t)C, xq, c);
-                q8_step4(a, w0, (size_t)C, xq, c + 32);
-            }
-            if (c < end) q8_step4(a, w0, (size_t)C, xq, c); /* gs an odd multiple of 32 */
+        for (int g = 0; g < G; g++, wg += 4 * gs) {
+            for (int o = 0; o < 4 * gs; o += 64) _mm_prefetch((const char*)wg + bb + o, _MM_HINT_T0);
+            __m256i a[4];
+            a[0] = a[1] = a[2] = a[3] = q8_acc0(xsum[g]);
+            const int8_t* xg = xq + (size_t)g * gs;
+            for (int c = 0; c < gs; c += 32)
+                q8_step4(a, wg + c, gs, _mm256_loadu_si256((const __m256i*)(xg + c)));
             const float xs = xsc[g];
             t0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[0]), _mm256_set1_ps(s0[g] * xs), t0);
             t1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[1]), _mm256_set1_ps(s0[G + g] * xs), t1);
@@ -530,7 +588,7 @@ static void rows_q8i_n1(float* out, const int8_t* xq, const float* xsc, const Ma
         out[r + 2] = hsum256(t2);
         out[r + 3] = hsum256(t3);
     }
-    for (; r < r1; r++) tile_q8(out, xq, xsc, W, r, 0, 1, 1);
+    for (; r < r1; r++) tile_q8(out, xq, xsc, xsum, W, r, 0, 1, 1);
 }
 
 #elif defined(KERNELS_NEON)
@@ -564,15 +622,15 @@ AI float ldw1(const void* w, size_t i, WeightType type) {
 }
 
 /* Tile of RT rows x TT tokens over the columns [c0, c1) (c1 - c0 a multiple of 8), added into
- * acc (not reduced). Both halves of each 8-column step go into the same accumulator so that a
+ * acc (not reduced); weight (row i of the tile, column c) is element i * rs + (c - c0) of wb. Both halves of each 8-column step go into the same accumulator so that a
  * 4 x 4 tile needs 16 accumulators + 8 weight + 2 activation registers: it fits in the 32 NEON
  * registers without spilling. */
-AI void tile_float_acc(float32x4_t acc[4][4], const float* x, const void* wd, WeightType type,
-                       int C, int r, int t, int c0, int c1, int RT, int TT) {
+AI void tile_float_acc(float32x4_t acc[4][4], const float* x, const void* wb, size_t rs,
+                       WeightType type, int C, int t, int c0, int c1, int RT, int TT) {
     for (int c = c0; c < c1; c += 8) {
         float32x4_t wl[4], wh[4];
 #pragma GCC unroll 4
-        for (int i = 0; i < RT; i++) ldw8(wd, (size_t)(r + i) * C + c, type, &wl[i], &wh[i]);
+        for (int i = 0; i < RT; i++) ldw8(wb, (size_t)i * rs + (size_t)(c - c0), type, &wl[i], &wh[i]);
 #pragma GCC unroll 4
         for (int j = 0; j < TT; j++) {
             const float* xj = x + (size_t)(t + j) * C + c;
@@ -599,7 +657,6 @@ AI void tile_float(float* out, const float* x, const Matrix* W, WeightType type,
          * group size that is not a multiple of 8 (model.c accepts any divisor of the widths)
          * leaves a few columns per group to the scalar loop. */
         const int gs = W->group_size, G = C / gs, gv = gs & ~7;
-        const int8_t* wq = (const int8_t*)W->data;
         float32x4_t tot[4][4];
         float tail[4][4];
 #pragma GCC unroll 4
@@ -610,18 +667,19 @@ AI void tile_float(float* out, const float* x, const Matrix* W, WeightType type,
                 tail[i][j] = 0.0f;
             }
         for (int g = 0; g < G; g++) {
-            tile_float_acc(acc, x, W->data, type, C, r, t, g * gs, g * gs + gv, RT, TT);
+            const int8_t* wg = q8_group(W, r, g); /* rows in one block (RT > 1 only from its first row) */
+            tile_float_acc(acc, x, wg, (size_t)gs, type, C, t, g * gs, g * gs + gv, RT, TT);
 #pragma GCC unroll 4
             for (int i = 0; i < RT; i++) {
-                const float sc = W->scales[(size_t)(r + i) * G + g];
+                const float sc = q8_scales(W, r + i)[g];
 #pragma GCC unroll 4
                 for (int j = 0; j < TT; j++) {
                     tot[i][j] = vfmaq_n_f32(tot[i][j], acc[i][j], sc);
                     acc[i][j] = vdupq_n_f32(0.0f);
                     if (gv < gs) {
                         float sg = 0.0f;
-                        for (int c = g * gs + gv; c < g * gs + gs; c++)
-                            sg += (float)wq[(size_t)(r + i) * C + c] * x[(size_t)(t + j) * C + c];
+                        for (int c = gv; c < gs; c++)
+                            sg += (float)wg[i * gs + c] * x[(size_t)(t + j) * C + g * gs + c];
                         tail[i][j] += sg * sc;
                     }
                 }
@@ -635,14 +693,15 @@ AI void tile_float(float* out, const float* x, const Matrix* W, WeightType type,
         return;
     }
     const int C8 = C & ~7;
-    tile_float_acc(acc, x, W->data, type, C, r, t, 0, C8, RT, TT);
+    const void* wr = row_ptr(W, r);
+    tile_float_acc(acc, x, wr, (size_t)C, type, C, t, 0, C8, RT, TT);
 #pragma GCC unroll 4
     for (int i = 0; i < RT; i++)
 #pragma GCC unroll 4
         for (int j = 0; j < TT; j++) {
             float s = vaddvq_f32(acc[i][j]);
             for (int c = C8; c < C; c++)
-                s += ldw1(W->data, (size_t)(r + i) * C + c, type) * x[(size_t)(t + j) * C + c];
+                s += ldw1(wr, (size_t)i * C + c, type) * x[(size_t)(t + j) * C + c];
             out[(size_t)(t + j) * R + r + i] = s;
         }
 }
@@ -685,11 +744,14 @@ AI void rows_float_n1(float* out, const float* x, const Matrix* W, WeightType ty
 /* ---- q8 x int8 activations ---- */
 
 /* Quantises token rows [t0, t1) of x (width C) to int8 per group of gs (a multiple of 16; run_job
- * only comes here for multiples of 32): s = max|x| / 127, q = round(x / s). The scheme of the
+ * only comes here for multiples of 32): s = max|x| / 127, q = round(x / s). (xsum: for the AVX2
+ * twin's VNNI dot product; SDOT multiplies signed by signed and needs no such term.) The scheme of the
  * AVX2 twin, rounded the same way: x * (127 / max) and round to nearest even (vcvtnq_s32_f32,
  * as _mm256_cvtps_epi32 does under the default MXCSR), so both targets quantise alike. */
-static void quantize_rows(int8_t* xq, float* xs, const float* x, int C, int gs, int t0, int t1) {
+static void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, const float* x, int C, int gs,
+                          int t0, int t1) {
     const int G = C / gs;
+    (void)xsum;
     for (int t = t0; t < t1; t++) {
         for (int g = 0; g < G; g++) {
             const float* v = x + (size_t)t * C + (size_t)g * gs;
@@ -733,10 +795,11 @@ AI int32x4_t dot16(int32x4_t acc, int8x16_t w, int8x16_t x) {
  * keeping 16 fp32 totals as well would spill. Each output's arithmetic is the same whatever the
  * tile shape (fma of float(isum) by ws * xs in its own lane), so the thread split cannot change
  * a result (tests/test_kernels.c checks 1 thread == 2 threads bitwise). */
-AI void tile_q8(float* out, const int8_t* xq, const float* xsc, const Matrix* W, int r, int t,
-                int RT, int TT) {
+AI void tile_q8(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const Matrix* W,
+                int r, int t, int RT, int TT) {
     const int C = W->cols, R = W->rows, gs = W->group_size, G = C / gs;
-    const int8_t* wd = (const int8_t*)W->data;
+    const float* sc = q8_scales(W, r); /* rows in one block (RT > 1 only from its first row) */
+    (void)xsum;
     float32x4_t tot[4];
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++) tot[i] = vdupq_n_f32(0.0f);
@@ -746,10 +809,11 @@ AI void tile_q8(float* out, const int8_t* xq, const float* xsc, const Matrix* W,
         for (int i = 0; i < 4; i++)
 #pragma GCC unroll 4
             for (int j = 0; j < 4; j++) acc[i][j] = vdupq_n_s32(0);
+        const int8_t* wg = q8_group(W, r, g); /* row r + i at wg + i * gs */
         for (int c = g * gs; c < g * gs + gs; c += 16) {
             int8x16_t wv[4];
 #pragma GCC unroll 4
-            for (int i = 0; i < RT; i++) wv[i] = vld1q_s8(wd + (size_t)(r + i) * C + c);
+            for (int i = 0; i < RT; i++) wv[i] = vld1q_s8(wg + (size_t)i * gs + (c - g * gs));
 #pragma GCC unroll 4
             for (int j = 0; j < TT; j++) {
                 int8x16_t xv = vld1q_s8(xq + (size_t)(t + j) * C + c);
@@ -760,7 +824,7 @@ AI void tile_q8(float* out, const int8_t* xq, const float* xsc, const Matrix* W,
         if (TT == 1) {
             float ws[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma GCC unroll 4
-            for (int i = 0; i < RT; i++) ws[i] = W->scales[(size_t)(r + i) * G + g];
+            for (int i = 0; i < RT; i++) ws[i] = sc[(size_t)i * G + g];
             int32x4_t s = vpaddq_s32(vpaddq_s32(acc[0][0], acc[1][0]), vpaddq_s32(acc[2][0], acc[3][0]));
             tot[0] = vfmaq_f32(tot[0], vcvtq_f32_s32(s), vmulq_n_f32(vld1q_f32(ws), xsc[(size_t)t * G + g]));
         } else {
@@ -772,7 +836,7 @@ AI void tile_q8(float* out, const int8_t* xq, const float* xsc, const Matrix* W,
             for (int i = 0; i < RT; i++) {
                 int32x4_t s = vpaddq_s32(vpaddq_s32(acc[i][0], acc[i][1]), vpaddq_s32(acc[i][2], acc[i][3]));
                 tot[i] = vfmaq_f32(tot[i], vcvtq_f32_s32(s),
-                                   vmulq_n_f32(xsv, W->scales[(size_t)(r + i) * G + g]));
+                                   vmulq_n_f32(xsv, sc[(size_t)i * G + g]));
             }
         }
     }
@@ -793,11 +857,11 @@ AI void tile_q8(float* out, const int8_t* xq, const float* xsc, const Matrix* W,
 
 /* The q8 matrix-vector product: tile_q8's own TT == 1 path (the written-out four-row kernel of the
  * AVX2 twin answers a gcc code-generation problem measured on x86 only). */
-static void rows_q8i_n1(float* out, const int8_t* xq, const float* xsc, const Matrix* W, int r0,
-                        int r1) {
+static void rows_q8i_n1(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
+                        const Matrix* W, int r0, int r1) {
     int r = r0;
-    for (; r + 4 <= r1; r += 4) tile_q8(out, xq, xsc, W, r, 0, 4, 1);
-    for (; r < r1; r++) tile_q8(out, xq, xsc, W, r, 0, 1, 1);
+    for (; r + 4 <= r1; r += 4) tile_q8(out, xq, xsc, xsum, W, r, 0, 4, 1);
+    for (; r < r1; r++) tile_q8(out, xq, xsc, xsum, W, r, 0, 1, 1);
 }
 
 /* The f32 matrix-vector product: the generic four-row kernel (the one-row-at-a-time variant of
@@ -850,10 +914,10 @@ static void rows_q8f(float* out, const float* x, const Matrix* W, int n, int r0,
     else rows_float_nn(out, x, W, WEIGHT_Q8, n, r0, r1);
 }
 
-static void rows_q8i(float* out, const int8_t* xq, const float* xsc, const Matrix* W, int n, int r0,
-                     int r1) {
+static void rows_q8i(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
+                     const Matrix* W, int n, int r0, int r1) {
     if (n == 1) {
-        rows_q8i_n1(out, xq, xsc, W, r0, r1);
+        rows_q8i_n1(out, xq, xsc, xsum, W, r0, r1);
         return;
     }
     const int C = W->cols;
@@ -865,13 +929,13 @@ static void rows_q8i(float* out, const int8_t* xq, const float* xsc, const Matri
         int r = r0;
         for (; r + 4 <= r1; r += 4) {
             int t = t0;
-            for (; t + 4 <= t1; t += 4) tile_q8(out, xq, xsc, W, r, t, 4, 4);
-            for (; t < t1; t++) tile_q8(out, xq, xsc, W, r, t, 4, 1);
+            for (; t + 4 <= t1; t += 4) tile_q8(out, xq, xsc, xsum, W, r, t, 4, 4);
+            for (; t < t1; t++) tile_q8(out, xq, xsc, xsum, W, r, t, 4, 1);
         }
         for (; r < r1; r++) {
             int t = t0;
-            for (; t + 4 <= t1; t += 4) tile_q8(out, xq, xsc, W, r, t, 1, 4);
-            for (; t < t1; t++) tile_q8(out, xq, xsc, W, r, t, 1, 1);
+            for (; t + 4 <= t1; t += 4) tile_q8(out, xq, xsc, xsum, W, r, t, 1, 4);
+            for (; t < t1; t++) tile_q8(out, xq, xsc, xsum, W, r, t, 1, 1);
         }
     }
 }
@@ -903,7 +967,7 @@ static void compute_rows(const MatmulJob* j, int m, int r0, int r1) {
     const Matrix* W = j->W[m];
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
     if (j->use_q8i) {
-        rows_q8i(j->out[m], xq_buf, xs_buf, W, j->n, r0, r1);
+        rows_q8i(j->out[m], xq_buf, xs_buf, xsum_buf, W, j->n, r0, r1);
         return;
     }
     if (W->type == WEIGHT_F32) rows_f32(j->out[m], j->x, W, j->n, r0, r1);
@@ -931,7 +995,7 @@ static void matmul_item(void* ctx, int i) {
 static void quantize_item(void* ctx, int i) {
     const MatmulJob* j = ctx;
     int t0 = i * j->qtb, t1 = t0 + j->qtb < j->n ? t0 + j->qtb : j->n;
-    quantize_rows(xq_buf, xs_buf, j->x, j->W[0]->cols, j->qgs, t0, t1);
+    quantize_rows(xq_buf, xs_buf, xsum_buf, j->x, j->W[0]->cols, j->qgs, t0, t1);
 }
 #endif
 
@@ -964,7 +1028,7 @@ static void run_job(MatmulJob* j) {
             j->use_q8i = 1;
             j->qgs = W0->group_size;
             if (j->n < 16) {
-                quantize_rows(xq_buf, xs_buf, j->x, W0->cols, j->qgs, 0, j->n);
+                quantize_rows(xq_buf, xs_buf, xsum_buf, j->x, W0->cols, j->qgs, 0, j->n);
             } else {
                 j->qtb = (j->n + nt * 4 - 1) / (nt * 4);
                 parallel_for((j->n + j->qtb - 1) / j->qtb, quantize_item, j);

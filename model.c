@@ -105,21 +105,19 @@ overflow:
     return NULL;
 }
 
-/* A MATRIX of model.h: rows*cols values in the header's weight type (q8: int8 values, then the
- * float32 scales of each group). */
+/* A MATRIX of model.h: rows*cols values in the header's weight type (q8: row blocks of 4 rows,
+ * each its scales and then its int8 values, the last block padded with zero rows). */
 static Matrix take_matrix(TensorWalk* w, const Config* c, int rows, int cols, const char* what,
                           int layer) {
-    Matrix m = {c->weight_type, rows, cols, c->group_size, NULL, NULL};
+    Matrix m = {c->weight_type, rows, cols, c->group_size, NULL};
     uint64_t count = (uint64_t)rows * (uint64_t)cols; /* < 2^31, checked by the caller */
     if (c->weight_type == WEIGHT_F32) {
         m.data = take(w, count * 4, what, layer);
     } else if (c->weight_type == WEIGHT_BF16) {
         m.data = take(w, count * 2, what, layer);
     } else {
-        char scales[48];
-        snprintf(scales, sizeof scales, "%s scales", what);
-        m.data = take(w, count, what, layer);
-        m.scales = take(w, count / (uint64_t)c->group_size * 4, scales, layer);
+        uint64_t blocks = ((uint64_t)rows + Q8_BLOCK_ROWS - 1) / Q8_BLOCK_ROWS;
+        m.data = take(w, blocks * q8_block_bytes(cols, c->group_size), what, layer);
     }
     return m;
 }
@@ -141,8 +139,13 @@ static int read_config(Transformer* t, const char* path, int ctx, char* err, siz
     if (memcmp(h->magic, CHECKPOINT_MAGIC, 4) != 0)
         return fail(err, errlen, path, "not a checkpoint of this engine (bad magic; convert the "
                                        "model with export.py)");
-    if (h->version != CHECKPOINT_VERSION)
-        return fail(err, errlen, path, "checkpoint version %u, this engine reads version %d",
+    /* Version 1 differs from 2 only in how q8 matrices are laid out (all int8 rows, then all
+     * scales), so its f32 and bf16 files read as they are. */
+    if (h->version == 1 && h->weight_type == WEIGHT_Q8)
+        return fail(err, errlen, path, "a q8 checkpoint of version 1, whose q8 layout this engine "
+                                       "no longer reads: export it again with export.py");
+    if (h->version != CHECKPOINT_VERSION && h->version != 1)
+        return fail(err, errlen, path, "checkpoint version %u, this engine reads versions 1 and %d",
                     h->version, CHECKPOINT_VERSION);
     if (h->arch < ARCH_QWEN3 || h->arch > ARCH_LLAMA)
         return fail(err, errlen, path, "unknown architecture %u", h->arch);

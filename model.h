@@ -9,10 +9,10 @@
  *   ...          tokenizer section  [header.tokenizer_offset, + header.tokenizer_bytes)
  *   ...          tensors            [header.weights_offset,   + header.weights_bytes)
  *
- * Tensors follow one another in the fixed order below, and every tensor (and every part of a q8
- * tensor) starts at a file offset that is a multiple of 64, so the engine can point into the mapped
- * file without copying. The padding between them is zero bytes. To find a tensor by hand: start at
- * weights_offset, walk the list, round each start up to 64.
+ * Tensors follow one another in the fixed order below, and every tensor starts at a file offset
+ * that is a multiple of 64, so the engine can point into the mapped file without copying. The
+ * padding between them is zero bytes. To find a tensor by hand: start at weights_offset, walk the
+ * list, round each start up to 64.
  *
  *   embed_tokens                 [vocab_size, dim]            MATRIX
  *   for each layer l = 0 .. n_layers-1:
@@ -38,10 +38,15 @@
  * nn.Linear) in the header's weight_type:
  *   WEIGHT_F32   rows*cols float32
  *   WEIGHT_BF16  rows*cols bfloat16 (the top 16 bits of a float32)
- *   WEIGHT_Q8    rows*cols int8 q, then (at the next multiple of 64) rows*cols/group_size float32
- *                scales s; group g covers the group_size consecutive values q[g*gs .. g*gs+gs-1] of
- *                one row, and w = s[g] * q. export.py picks s[g] = max|w| / 127 over the group.
- *                cols is a multiple of group_size.
+ *   WEIGHT_Q8    int8 q in groups of gs = group_size consecutive columns of a row, one float32
+ *                scale s per group: w = s * q (export.py picks s = max|w| / 127 over the group).
+ *                cols is a multiple of gs; G = cols / gs. Stored in blocks of 4 rows (the last
+ *                block padded with zero rows), one after another; block b holds rows 4b .. 4b+3:
+ *                  float32 s[4][G]          the scales of row 4b+i, group g at s[i][g]
+ *                  int8    q[G][4][gs]      group g of row 4b+i at q[g][i]
+ *                so a block is 4*cols + 16*G bytes, read front to back by the matrix-vector
+ *                kernel as one stream (kernels.h: q8_scales, q8_group). Version 1 files stored
+ *                all int8 rows, then all scales; the engine refuses them (export again).
  * Norm weights and biases are always float32 (they are tiny, and bf16 -> f32 is exact).
  *
  * The tokenizer section (read by tokenizer.c, written by export.py):
@@ -70,7 +75,7 @@
 #include "kernels.h"
 
 #define CHECKPOINT_MAGIC "QW3C"
-#define CHECKPOINT_VERSION 1
+#define CHECKPOINT_VERSION 2
 #define CHECKPOINT_ALIGN 64
 #define MAX_EOS_IDS 8
 

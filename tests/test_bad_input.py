@@ -195,7 +195,20 @@ class EngineErrors(unittest.TestCase):
         self.bad_file('magic.bin', b'GGUF' + self.data[4:])
 
     def test_future_version(self):
-        self.patched('version.bin', 'version', 'I', 2)
+        self.patched('version.bin', 'version', 'I', 3)
+
+    def test_version_1(self):
+        """Version 1 laid q8 out differently (model.h): a version-1 q8 file is refused with a
+        message that says to export again; version-1 f32 files are the same bytes and still run."""
+        msg = self.patched('v1_q8.bin', 'version', 'I', 1, base=self.data_q8)
+        self.assertIn('export it again', msg)
+        data = bytearray(self.data)
+        struct.pack_into('<I', data, OFF['version'], 1)
+        path = os.path.join(self.tmp, 'v1_f32.bin')
+        with open(path, 'wb') as f:
+            f.write(data)
+        p = hf_model.run_engine([path, '--prompt-ids', '1,2,3', '-n', '2', '-t', '0'])
+        self.assertEqual(p.returncode, 0, 'a version-1 f32 file does not run: ' + p.stderr)
 
     def test_offsets_out_of_range(self):
         size = len(self.data)

@@ -35,8 +35,9 @@ static uint16_t f32_to_bf16(float f) {
 typedef struct {
     Matrix M;
     void* data;
-    float* scales;
-    float* deq; /* dequantised weights, row-major fp32 */
+    int8_t* q;     /* q8: the int8 values, row-major (data holds them in row blocks) */
+    float* scales; /* q8: the scales, row-major [rows][cols / gs] */
+    float* deq;    /* dequantised weights, row-major fp32 */
 } TestMatrix;
 
 static TestMatrix make_matrix(WeightType type, int rows, int cols, int gs) {
@@ -72,9 +73,20 @@ static TestMatrix make_matrix(WeightType type, int rows, int cols, int gs) {
                 t.deq[g * gs + c] = s * (float)q;
             }
         }
-        t.data = d;
+        t.q = d;
+        /* the row blocks of model.h, written from the layout's description (not with the
+         * kernels.h helpers the kernels use, so a wrong helper shows up as wrong results) */
+        const int G = cols / gs, blocks = (rows + 3) / 4;
+        const size_t bb = (size_t)4 * cols + (size_t)16 * G;
+        char* b = calloc((size_t)blocks, bb);
+        for (int r = 0; r < rows; r++) {
+            char* blk = b + (size_t)(r / 4) * bb;
+            memcpy(blk + (size_t)(r % 4) * G * sizeof(float), t.scales + (size_t)r * G, G * sizeof(float));
+            for (int g = 0; g < G; g++)
+                memcpy(blk + (size_t)16 * G + ((size_t)g * 4 + r % 4) * gs, d + (size_t)r * cols + (size_t)g * gs, gs);
+        }
+        t.data = b;
         t.M.group_size = gs;
-        t.M.scales = t.scales;
     }
     t.M.data = t.data;
     return t;
@@ -82,6 +94,7 @@ static TestMatrix make_matrix(WeightType type, int rows, int cols, int gs) {
 
 static void free_matrix(TestMatrix* t) {
     free(t->data);
+    free(t->q);
     free(t->scales);
     free(t->deq);
 }
@@ -115,7 +128,7 @@ static int check_matmul(WeightType type, int rows, int cols, int gs, int n) {
                 exact += p;
             }
             if (type == WEIGHT_Q8) {
-                const int8_t* q = (const int8_t*)t.data + (size_t)r * cols;
+                const int8_t* q = t.q + (size_t)r * cols;
                 for (int g = 0; g < cols / gs; g++) {
                     double amax = 0, qs = 0;
                     for (int c = g * gs; c < g * gs + gs; c++) {

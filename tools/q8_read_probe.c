@@ -1,19 +1,23 @@
-/* Why q8 decode reads memory slower than a plain streaming read: one thread, a q8 matrix far larger
- * than the caches (258,048 x 1024, groups of 64: 264 MB of weights + 16.5 MB of scales), and
- * loops that add one piece of the q8 matrix-vector work at a time. Rounds alternate between the
- * loops and the medians are printed, so a machine that changes speed moves all of them alike.
- * x86-64 with AVX2 only (the probe loops use intrinsics; the engine's kernel is called through its
- * API). Build and run from the repository root:
+/* Why q8 decode read memory slower than a plain streaming read, and what the row-block layout
+ * changed: one thread, a q8 matrix far larger than the caches (258,048 x 1024, groups of 64:
+ * 264 MB of weights + 16.5 MB of scales), and loops that add one piece of the q8 matrix-vector
+ * work at a time over the version-1 layout (all int8 rows, then all scales: two streams), then the
+ * engine's kernel over the same matrix in row blocks (model.h: one stream). Rounds alternate
+ * between the loops and the medians are printed, so a machine that changes speed moves all of
+ * them alike. x86-64 with AVX2 only (the probe loops use intrinsics; the engine's kernel is called
+ * through its API). Build and run from the repository root:
  *
  *   gcc -std=c11 -D_GNU_SOURCE -O2 -march=native -I. -o build/q8_read_probe tools/q8_read_probe.c \
  *       $(ls *.c | grep -v '^run.c$') -lm -lpthread && build/q8_read_probe [rounds]
  *
- * Findings on the 2-core development VM: docs/notes-kernels.md, "Fourth session". */
+ * Findings on the 2-core development VM: docs/notes-kernels.md, "Fourth session" and "Fifth
+ * session". */
 #include "kernels.h"
 #include <immintrin.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <time.h>
 
@@ -34,7 +38,7 @@ static const char* const loop_name[N_LOOPS] = {
     "rows: weight and activation loads",
     "+ fp32 convert, fma by x_scale[g]",
     "+ fma by w_scale[row][g] x x_scale[g]",
-    "the engine's q8 matmul (decode)",
+    "the engine's q8 matmul (row blocks)",
 };
 
 /* One pass of loop `kind` over the weights; returns something derived from every load so that
@@ -94,8 +98,23 @@ int main(int argc, char** argv) {
     for (int i = 0; i < COLS; i++) xq[i] = (int8_t)(i % 13 - 6), x[i] = (float)(i % 7) * 0.1f - 0.3f;
     for (int g = 0; g < GROUPS; g++) x_scale[g] = 0.02f;
 
+    /* the same matrix in the row blocks of model.h, for the engine's kernel */
+    const size_t bb = q8_block_bytes(COLS, GS), blocked_bytes = (size_t)ROWS / 4 * bb;
+    char* blocks = aligned_alloc(huge, (blocked_bytes + huge - 1) / huge * huge);
+    if (!blocks) {
+        fprintf(stderr, "q8_read_probe: out of memory\n");
+        return 1;
+    }
+    madvise(blocks, (blocked_bytes + huge - 1) / huge * huge, MADV_HUGEPAGE);
+    for (int r = 0; r < ROWS; r++) {
+        char* b = blocks + (size_t)(r / 4) * bb;
+        memcpy(b + (size_t)(r % 4) * GROUPS * sizeof(float), w_scale + (size_t)r * GROUPS, GROUPS * sizeof(float));
+        for (int g = 0; g < GROUPS; g++)
+            memcpy(b + (size_t)16 * GROUPS + ((size_t)g * 4 + r % 4) * GS, w + (size_t)r * COLS + (size_t)g * GS, GS);
+    }
+
     kernels_init(1, 1, COLS);
-    const Matrix m = {WEIGHT_Q8, ROWS, COLS, GS, w, w_scale};
+    const Matrix m = {WEIGHT_Q8, ROWS, COLS, GS, blocks};
     volatile float sink = 0;
     for (int r = -1; r < rounds; r++) {  /* round -1 warms up */
         for (int k = 0; k < N_LOOPS; k++) {
@@ -117,6 +136,6 @@ int main(int argc, char** argv) {
         printf("  %-40s %5.1f  [%.1f..%.1f]\n", loop_name[k], g[rounds / 2], g[0], g[rounds - 1]);
     }
     kernels_free();
-    free(w), free(w_scale), free(out), free(gbps);
+    free(w), free(w_scale), free(blocks), free(out), free(gbps);
     return sink == 12345.f;
 }
