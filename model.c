@@ -463,8 +463,11 @@ void transformer_free(Transformer* t) {
  * --------------------------------------------------------------------------------------------- */
 
 /* One attention job: every (row, query head) pair of a batch, split over the kernel threads.
- * Task i takes pairs i, i + n_tasks, i + 2 n_tasks, ...: interleaving balances the work, because
- * the causal mask makes later rows longer; each task has its own score scratch row in state.att. */
+ * Prefill: task i takes pairs i, i + n_tasks, i + 2 n_tasks, ...: interleaving balances the
+ * work, because the causal mask makes later rows longer. Decode (one row): task i takes a
+ * contiguous range of heads, so the query heads that share a kv head (GQA) run one after the other
+ * on one thread and all but the first read that head's keys and values from the cache, not from
+ * memory. Each task has its own score scratch row in state.att. */
 typedef struct {
     const Transformer* t;
     const float* key_cache;   /* this layer's keys   [seq_len, K*d] */
@@ -472,23 +475,29 @@ typedef struct {
     int n_rows, pos0, n_tasks;
 } AttentionJob;
 
-static void attention_task(void* ctx, int task) {
-    const AttentionJob* job = ctx;
+/* Query head h of batch row r against the cached positions 0 .. pos0 + r. */
+static void attend(const AttentionJob* job, int r, int h, float* scratch) {
     const Config* c = &job->t->config;
     const RunState* s = &job->t->state;
     int H = c->n_heads, d = c->head_dim, kv_dim = c->n_kv_heads * d;
     int group = c->n_heads / c->n_kv_heads;        /* GQA: query heads per kv head (QWEN3.md 2.5) */
     float scale = 1.0f / sqrtf((float)d);          /* 1/sqrt(head_dim), not dim/heads (7.1) */
-    float* scratch = s->att + (size_t)task * c->seq_len;
-    for (int pair = task; pair < job->n_rows * H; pair += job->n_tasks) {
-        int r = pair / H, h = pair % H;
-        int kv = h / group;                         /* contiguous groups: floor(h / G), not h mod K */
-        int n_pos = job->pos0 + r + 1;              /* causal: positions 0 .. pos of this row */
-        attention_head(s->att_out + (size_t)r * H * d + (size_t)h * d,
-                       s->q + (size_t)r * H * d + (size_t)h * d,
-                       job->key_cache + (size_t)kv * d, job->value_cache + (size_t)kv * d,
-                       kv_dim, n_pos, d, scale, scratch);
+    int kv = h / group;                            /* contiguous groups: floor(h / G), not h mod K */
+    int n_pos = job->pos0 + r + 1;                 /* causal: positions 0 .. pos of this row */
+    attention_head(s->att_out + (size_t)r * H * d + (size_t)h * d, s->q + (size_t)r * H * d + (size_t)h * d,
+                   job->key_cache + (size_t)kv * d, job->value_cache + (size_t)kv * d, kv_dim, n_pos, d,
+                   scale, scratch);
+}
+
+static void attention_task(void* ctx, int task) {
+    const AttentionJob* job = ctx;
+    const int H = job->t->config.n_heads;
+    float* scratch = job->t->state.att + (size_t)task * job->t->config.seq_len;
+    if (job->n_rows == 1) {
+        for (int h = task * H / job->n_tasks; h < (task + 1) * H / job->n_tasks; h++) attend(job, 0, h, scratch);
+        return;
     }
+    for (int pair = task; pair < job->n_rows * H; pair += job->n_tasks) attend(job, pair / H, pair % H, scratch);
 }
 
 /* Row r of a batch buffer whose rows are `width` floats wide. */
