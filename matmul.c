@@ -121,14 +121,6 @@ AI const void* row_ptr(const Matrix* W, int r) {
 #ifndef PF_AHEAD
 #define PF_AHEAD 512 /* bytes ahead: software prefetch of rows_float_n1's weight streams */
 #endif
-/* bf16 and q8 matrix-vector products prefetch the same column of the next block of 4 rows
- * (4 * C elements ahead) instead: each block starts on fresh pages that the hardware prefetcher
- * has not seen, and asking for them a whole block early made decode 25% (bf16) and 35% (q8)
- * faster on the 0.6B shape (1 thread; README, Speed). f32 reads one row after another instead
- * (rows_f32_n1). */
-#ifndef BLOCK_AHEAD
-#define BLOCK_AHEAD(C, elem_bytes) ((size_t)4 * (size_t)(C) * (elem_bytes))
-#endif
 
 AI __m256 ldw(const void* w, size_t i, WeightType type) {
     if (type == WEIGHT_F32) return _mm256_loadu_ps((const float*)w + i);
@@ -317,7 +309,11 @@ AI void rows_float_n1(float* out, const float* x, const Matrix* W, WeightType ty
  * 32-bit lane k holds elements 2k (low half) and 2k+1 (high half), so `lane << 16` is element 2k
  * as an fp32 and `lane & 0xFFFF0000` is element 2k+1. The activation row was de-interleaved once
  * per call (deinterleave16: per 16 columns, the 8 even ones then the 8 odd ones), so each 16
- * weights cost one load, a shift, an and and two FMAs. Needs cols % 16 == 0. */
+ * weights cost one load, a shift, an and and two FMAs. Needs cols % 16 == 0. One row at a time,
+ * as rows_f32_n1, so the weights are one sequential stream that the hardware prefetcher follows
+ * on its own: one thread on a 352 MB matrix read 26.7 GB/s, against 17.1 for four rows side by
+ * side with the next block prefetched (four streams), where a streaming read gave 27.5
+ * (docs/notes-kernels.md, "Fifth session"). */
 static void deinterleave16(float* xp, const float* x, int C) {
     for (int c = 0; c < C; c += 16)
         for (int k = 0; k < 8; k++) {
@@ -326,51 +322,25 @@ static void deinterleave16(float* xp, const float* x, int C) {
         }
 }
 
+AI void bf16_step16(__m256* a, __m256* b, const uint16_t* w, const float* xp) {
+    const __m256i hi = _mm256_set1_epi32((int)0xFFFF0000u);
+    __m256i v = _mm256_loadu_si256((const __m256i*)w);
+    *a = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), _mm256_load_ps(xp), *a);
+    *b = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v, hi)), _mm256_load_ps(xp + 8), *b);
+}
+
 static void rows_bf16_n1(float* out, const float* xp, const Matrix* W, int r0, int r1) {
     const int C = W->cols;
-    const uint16_t* wd = (const uint16_t*)W->data;
-    const __m256i hi = _mm256_set1_epi32((int)0xFFFF0000u);
-    int r = r0;
-    for (; r + 4 <= r1; r += 4) {
-        const uint16_t* w0 = wd + (size_t)r * C;
-        const uint16_t* w1 = w0 + C;
-        const uint16_t* w2 = w1 + C;
-        const uint16_t* w3 = w2 + C;
-        __m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0, b3 = a0;
-        for (int c = 0; c < C; c += 16) {
-            __m256 xe = _mm256_load_ps(xp + c), xo = _mm256_load_ps(xp + c + 8);
-            __asm__("" : "+v"(xe), "+v"(xo));
-            _mm_prefetch((const char*)(w0 + c) + BLOCK_AHEAD(C, 2), _MM_HINT_T0);
-            _mm_prefetch((const char*)(w1 + c) + BLOCK_AHEAD(C, 2), _MM_HINT_T0);
-            _mm_prefetch((const char*)(w2 + c) + BLOCK_AHEAD(C, 2), _MM_HINT_T0);
-            _mm_prefetch((const char*)(w3 + c) + BLOCK_AHEAD(C, 2), _MM_HINT_T0);
-            __m256i v = _mm256_loadu_si256((const __m256i*)(w0 + c));
-            a0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), xe, a0);
-            b0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v, hi)), xo, b0);
-            v = _mm256_loadu_si256((const __m256i*)(w1 + c));
-            a1 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), xe, a1);
-            b1 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v, hi)), xo, b1);
-            v = _mm256_loadu_si256((const __m256i*)(w2 + c));
-            a2 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), xe, a2);
-            b2 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v, hi)), xo, b2);
-            v = _mm256_loadu_si256((const __m256i*)(w3 + c));
-            a3 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), xe, a3);
-            b3 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v, hi)), xo, b3);
+    for (int r = r0; r < r1; r++) {
+        const uint16_t* w = (const uint16_t*)W->data + (size_t)r * C;
+        __m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0;
+        int c = 0;
+        for (; c + 32 <= C; c += 32) {
+            bf16_step16(&a0, &b0, w + c, xp + c);
+            bf16_step16(&a1, &b1, w + c + 16, xp + c + 16);
         }
-        out[r] = hsum256(_mm256_add_ps(a0, b0));
-        out[r + 1] = hsum256(_mm256_add_ps(a1, b1));
-        out[r + 2] = hsum256(_mm256_add_ps(a2, b2));
-        out[r + 3] = hsum256(_mm256_add_ps(a3, b3));
-    }
-    for (; r < r1; r++) {
-        const uint16_t* w0 = wd + (size_t)r * C;
-        __m256 a0 = _mm256_setzero_ps(), b0 = a0;
-        for (int c = 0; c < C; c += 16) {
-            __m256i v = _mm256_loadu_si256((const __m256i*)(w0 + c));
-            a0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), _mm256_load_ps(xp + c), a0);
-            b0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v, hi)), _mm256_load_ps(xp + c + 8), b0);
-        }
-        out[r] = hsum256(_mm256_add_ps(a0, b0));
+        if (c < C) bf16_step16(&a0, &b0, w + c, xp + c);
+        out[r] = hsum256(_mm256_add_ps(_mm256_add_ps(a0, b0), _mm256_add_ps(a1, b1)));
     }
 }
 
@@ -379,8 +349,8 @@ static void rows_bf16_n1(float* out, const float* xp, const Matrix* W, int r0, i
  * activation loads) makes four streams that each start on a page the hardware prefetcher has not
  * seen, while one row after the other is a single sequential stream. Measured on the 0.6B shape,
  * decode with --no-mmap, alternating runs on the 2-core VM: 1 thread 11.9 vs 9.4 tok/s (median of
- * 4), 2 threads 20.9 vs 18.5 (docs/notes-kernels.md). For bf16 (2 KB rows) and q8 (1 KB) the
- * four-row kernels measured as fast or faster, so they stay. */
+ * 4), 2 threads 20.9 vs 18.5 (docs/notes-kernels.md). bf16 does the same (rows_bf16_n1); q8
+ * reads row blocks (rows_q8i_n1). */
 static void rows_f32_n1(float* out, const float* x, const Matrix* W, int r0, int r1) {
     const int C = W->cols;
     const float* wd = (const float*)W->data;
