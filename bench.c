@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "kernels.h"
@@ -57,32 +58,64 @@ static void read_item(void* ctx, int i) {
 #endif
 }
 
-double bench_memory_bandwidth(size_t bytes, int reps) {
-    const size_t chunk = (size_t)1 << 20;
-    bytes = (bytes + chunk - 1) / chunk * chunk;
-    uint8_t* buf = aligned_alloc(64, bytes);
-    int n_items = (int)(bytes / chunk);
-    double* sums = calloc((size_t)n_items, sizeof(double));
-    if (!buf || !sums) {
-        free(buf);
-        free(sums);
+/* The buffer of the streaming read: 2 MB-aligned and asking for huge pages, as the mapped
+ * weights do (checkpoint_map.c), so the roof and the decode are read under the same paging. */
+typedef struct {
+    uint8_t* buf;
+    size_t bytes, alloc;
+    double* sums;
+    int n_items;
+} ReadBuffer;
+
+#define READ_CHUNK ((size_t)1 << 20)
+
+static int read_buffer_init(ReadBuffer* rb, size_t bytes) {
+    const size_t huge = (size_t)2 << 20;
+    memset(rb, 0, sizeof *rb);
+    rb->bytes = (bytes + READ_CHUNK - 1) / READ_CHUNK * READ_CHUNK;
+    rb->alloc = (rb->bytes + huge - 1) / huge * huge;
+    rb->n_items = (int)(rb->bytes / READ_CHUNK);
+    rb->buf = aligned_alloc(huge, rb->alloc);
+    rb->sums = calloc((size_t)rb->n_items, sizeof(double));
+    if (!rb->buf || !rb->sums) {
+        free(rb->buf);
+        free(rb->sums);
         return -1;
     }
-    for (size_t i = 0; i < bytes; i += 4096) buf[i] = (uint8_t)i;  /* fault the pages in */
-    memset(buf, 1, bytes);
-    ReadJob j = {buf, chunk, bytes, sums};
-    parallel_for(n_items, read_item, &j);  /* warm-up pass */
+#ifdef MADV_HUGEPAGE
+    madvise(rb->buf, rb->alloc, MADV_HUGEPAGE);
+#endif
+    memset(rb->buf, 1, rb->bytes); /* fault the pages in */
+    ReadJob j = {rb->buf, READ_CHUNK, rb->bytes, rb->sums};
+    parallel_for(rb->n_items, read_item, &j); /* warm-up pass */
+    return 0;
+}
+
+/* GB/s of the best of `reps` passes. */
+static double read_buffer_best(ReadBuffer* rb, int reps) {
+    ReadJob j = {rb->buf, READ_CHUNK, rb->bytes, rb->sums};
     double best = 0, check = 0;
     for (int r = 0; r < reps; r++) {
         double t0 = now_s();
-        parallel_for(n_items, read_item, &j);
+        parallel_for(rb->n_items, read_item, &j);
         double dt = now_s() - t0;
-        if (bytes / dt / 1e9 > best) best = bytes / dt / 1e9;
-        for (int i = 0; i < n_items; i++) check += sums[i];
+        if (rb->bytes / dt / 1e9 > best) best = rb->bytes / dt / 1e9;
+        for (int i = 0; i < rb->n_items; i++) check += rb->sums[i];
     }
-    if (check < 0) best = -1;  /* never: keeps the reads observable */
-    free(buf);
-    free(sums);
+    return check < 0 ? -1 : best; /* never -1: keeps the reads observable */
+}
+
+static void read_buffer_free(ReadBuffer* rb) {
+    free(rb->buf);
+    free(rb->sums);
+    memset(rb, 0, sizeof *rb);
+}
+
+double bench_memory_bandwidth(size_t bytes, int reps) {
+    ReadBuffer rb;
+    if (read_buffer_init(&rb, bytes) != 0) return -1;
+    double best = read_buffer_best(&rb, reps);
+    read_buffer_free(&rb);
     return best;
 }
 
@@ -185,7 +218,16 @@ int bench_main(Transformer* t, int argc, char** argv) {
     }
     const int threads = kernels_threads();
 
-    double roof = bench_memory_bandwidth((size_t)512 << 20, 5);
+    /* The roof: the best streaming read of the run, 5 passes now and 2 before each decode test,
+     * so that one slow moment of a shared machine does not set it (and push roof_pct past 100%). */
+    ReadBuffer rb;
+    if (read_buffer_init(&rb, (size_t)512 << 20) != 0) {
+        fprintf(stderr, "run: error: out of memory for the bench's 512 MiB read buffer\n");
+        free(tokens), free(pp), free(tg);
+        return 1;
+    }
+    double roof = read_buffer_best(&rb, 5);
+    int roof_reads = 5;
 
     /* Warm-up: one prefill, then decode steps in windows of 8 until a window is no faster than
      * the best before it (at most 20 s). The first passes over a mapped file can be much slower
@@ -222,6 +264,9 @@ int bench_main(Transformer* t, int argc, char** argv) {
             cpu[0] += cpu_s() - c0;
         }
         if (n_gen > 0) {
+            double b = read_buffer_best(&rb, 2);
+            if (b > roof) roof = b;
+            roof_reads += 2;
             double t0 = now_s(), c0 = cpu_s();
             for (int i = 0; i < n_gen; i++)
                 if (!forward(t, tokens + i, 1, i, NULL)) goto fail;
@@ -251,8 +296,8 @@ int bench_main(Transformer* t, int argc, char** argv) {
         printf("bench: warm-up: one prefill and %d decode steps\n", warm_steps);
         printf("bench: bytes read per decode token: %.1f MB weights + %.2f MB KV cache (average over tg%d)\n",
                wbytes / 1e6, (bytes_per_tok - wbytes) / 1e6, n_gen);
-        printf("bench: memory read bandwidth (512 MiB streaming read, %d thread%s, best of 5): %.1f GB/s\n",
-               threads, threads == 1 ? "" : "s", roof);
+        printf("bench: memory read bandwidth (512 MiB streaming read, %d thread%s, best of %d spread over "
+               "the run): %.1f GB/s\n", threads, threads == 1 ? "" : "s", roof_reads, roof);
         printf("| test   | threads | tok/s median |      min |      max |  GB/s | %% of roof | cpu share |\n");
         printf("|--------|---------|--------------|----------|----------|-------|-----------|-----------|\n");
     }
@@ -289,10 +334,12 @@ int bench_main(Transformer* t, int argc, char** argv) {
         }
     }
     fflush(stdout);
+    read_buffer_free(&rb);
     free(tokens), free(pp), free(tg);
     return 0;
 fail:
     fprintf(stderr, "run: error: forward() failed in the bench\n");
+    read_buffer_free(&rb);
     free(tokens), free(pp), free(tg);
     return 1;
 }
