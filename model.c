@@ -470,8 +470,8 @@ void transformer_free(Transformer* t) {
  * memory. Each task has its own score scratch row in state.att. */
 typedef struct {
     const Transformer* t;
-    const float* key_cache;   /* this layer's keys   [seq_len, K*d] */
-    const float* value_cache; /* this layer's values [seq_len, K*d] */
+    const float* key_cache;   /* this layer's keys   [K, seq_len, d] */
+    const float* value_cache; /* this layer's values [K, seq_len, d] */
     int n_rows, pos0, n_tasks;
 } AttentionJob;
 
@@ -479,14 +479,14 @@ typedef struct {
 static void attend(const AttentionJob* job, int r, int h, float* scratch) {
     const Config* c = &job->t->config;
     const RunState* s = &job->t->state;
-    int H = c->n_heads, d = c->head_dim, kv_dim = c->n_kv_heads * d;
+    int H = c->n_heads, d = c->head_dim;
     int group = c->n_heads / c->n_kv_heads;        /* GQA: query heads per kv head (QWEN3.md 2.5) */
     float scale = 1.0f / sqrtf((float)d);          /* 1/sqrt(head_dim), not dim/heads (7.1) */
     int kv = h / group;                            /* contiguous groups: floor(h / G), not h mod K */
     int n_pos = job->pos0 + r + 1;                 /* causal: positions 0 .. pos of this row */
     attention_head(s->att_out + (size_t)r * H * d + (size_t)h * d, s->q + (size_t)r * H * d + (size_t)h * d,
-                   job->key_cache + (size_t)kv * d, job->value_cache + (size_t)kv * d, kv_dim, n_pos, d,
-                   scale, scratch);
+                   job->key_cache + (size_t)kv * c->seq_len * d, job->value_cache + (size_t)kv * c->seq_len * d,
+                   d, n_pos, d, scale, scratch);
 }
 
 static void attention_task(void* ctx, int task) {
@@ -565,9 +565,14 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
                 const float* sin_p = ROW(s->rope_sin, p0 + r, d / 2);
                 rope(q, H, d, cos_p, sin_p);
                 rope(k, K, d, cos_p, sin_p);
-                /* 2.2 step 2.6: the cache stores keys after QK-Norm and RoPE (7.5). */
-                memcpy(ROW(key_cache, p0 + r, kv_dim), k, (size_t)kv_dim * sizeof(float));
-                memcpy(ROW(value_cache, p0 + r, kv_dim), ROW(s->v, r, kv_dim), (size_t)kv_dim * sizeof(float));
+                /* 2.2 step 2.6: the cache stores keys after QK-Norm and RoPE (7.5), each kv head's
+                 * positions one after another, so attention reads a head's keys (and values) as
+                 * one sequential stream. */
+                for (int h = 0; h < K; h++) {
+                    memcpy(ROW(key_cache, (size_t)h * c->seq_len + p0 + r, d), k + h * d, (size_t)d * sizeof(float));
+                    memcpy(ROW(value_cache, (size_t)h * c->seq_len + p0 + r, d), ROW(s->v, r, kv_dim) + h * d,
+                           (size_t)d * sizeof(float));
+                }
             }
 
             /* 2.2 step 2.7: causal attention of every row and query head, spread over the threads

@@ -174,8 +174,8 @@ typedef struct {
     float* up;       /* [B, F] */
     float* att;      /* [seq_len]  attention scores of one head (per thread: [n_threads, seq_len]) */
     float* logits;   /* [vocab]    logits of the last position */
-    float* key_cache;    /* [L, seq_len, K*d]  keys after QK-Norm and RoPE */
-    float* value_cache;  /* [L, seq_len, K*d] */
+    float* key_cache;    /* [L, K, seq_len, d]  keys after QK-Norm and RoPE */
+    float* value_cache;  /* [L, K, seq_len, d] */
     float* rope_cos;     /* [seq_len, d/2]  cos(p * inv_freq[i]) */
     float* rope_sin;     /* [seq_len, d/2] */
 } RunState;
