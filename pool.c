@@ -9,7 +9,8 @@
  * spin_limit_ns) with a pause instruction, then sleeps on a condition variable; the dispatching
  * thread does the same while it waits for the last worker. Decode issues a few hundred dispatches
  * per token, microseconds apart, so the spin saves a futex wake-up per dispatch; between tokens and
- * when idle every thread sleeps. */
+ * when idle every thread sleeps. While another process competes for the cores (the same run-delay
+ * test), parallel_for does not dispatch at all: the calling thread runs every item itself. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -33,7 +34,7 @@
 #define DEFAULT_SPIN_US 200
 #define CONTENTION_CHECK_NS 50000000L  /* each thread looks at its run delay at most every 50 ms */
 #define CONTENTION_DELAY_PCT 20        /* runnable but not running for over 20% of that time: */
-#define CONTENTION_HOLD_NS 250000000L  /* stop spinning for 250 ms */
+#define CONTENTION_HOLD_NS 1000000000L /* stop spinning (and dispatching) for 1 s */
 
 typedef void (*ItemFn)(void*, int);
 
@@ -80,8 +81,9 @@ static uint32_t gen_of(uint64_t w) { return (uint32_t)(w >> 32); }
  * quiet and beside a busy process. Run delay does: over 50 ms windows it stayed under 20% on the
  * quiet machine and measured 35-50% beside a busy loop. So each thread reads its run delay at most
  * every CONTENTION_CHECK_NS, and growth above CONTENTION_DELAY_PCT of the wall time since the last
- * look stops spinning for every thread for CONTENTION_HOLD_NS. Where the file does not exist (not
- * Linux), the threads always spin. */
+ * look stops spinning (and dispatching, see parallel_for) for every thread for CONTENTION_HOLD_NS;
+ * when that has passed, the next dispatches run on all threads again and measure anew. Where the
+ * file does not exist (not Linux), the threads always spin and dispatch. */
 static atomic_long contended_until;
 static _Thread_local long last_check_ns;
 static _Thread_local long long last_delay_ns;
@@ -104,8 +106,8 @@ static void close_schedstat(void) {
     schedstat_fd = -2;
 }
 
-static long spin_limit_ns(void) {
-    if (P.spin_ns == 0) return 0;
+/* 1 while another process competes for the cores (see above). */
+static int contended(void) {
     long t = now_ns();
     if (t - last_check_ns > CONTENTION_CHECK_NS) {
         long long d = run_delay_ns();
@@ -117,7 +119,12 @@ static long spin_limit_ns(void) {
         }
         last_check_ns = t;
     }
-    return t < atomic_load(&contended_until) ? 0 : P.spin_ns;
+    return t < atomic_load(&contended_until);
+}
+
+static long spin_limit_ns(void) {
+    if (P.spin_ns == 0) return 0;
+    return contended() ? 0 : P.spin_ns;
 }
 
 /* The item number of a dispatch that is being set up: no item can be claimed. parallel_for closes
@@ -186,7 +193,12 @@ static void* worker_main(void* arg) {
 
 void parallel_for(int n, void (*fn)(void* ctx, int i), void* ctx) {
     if (n <= 0) return;
-    if (P.started == 0 || n == 1 || in_worker) {
+    /* Serially in the calling thread: no workers, a single item, a nested call, or another
+     * process competing for the cores. In the last case a worker that the scheduler takes off its
+     * core in the middle of an item holds up the whole dispatch until it runs again, and with a
+     * few hundred dispatches per decoded token two threads became slower than one (q8 decode
+     * beside a busy loop, median of 5 rounds: 42.9 vs 48.1 tok/s; README, Speed). */
+    if (P.started == 0 || n == 1 || in_worker || contended()) {
         for (int i = 0; i < n; i++) fn(ctx, i);
         return;
     }
