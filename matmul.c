@@ -67,7 +67,7 @@ static float* xp_buf;      /* [max_cols] the activation row de-interleaved for b
 static int xp_cap;
 static int8_t* xq_buf;     /* [max_batch * max_cols] quantised activations */
 static float* xs_buf;      /* [max_batch * max_cols / 8] their scales */
-static int32_t* xsum_buf;  /* [max_batch * max_cols / 8] their sums per group (AVX2 twin) */
+static int32_t* xsum_buf;  /* [max_batch * max_cols / 4] 8 partial sums per group (AVX2 twin) */
 static size_t xq_cap;
 
 int matmul_scratch_init(int max_batch, int max_cols) {
@@ -77,7 +77,7 @@ int matmul_scratch_init(int max_batch, int max_cols) {
     xq_cap = (size_t)max_batch * (size_t)max_cols;
     xq_buf = aligned_alloc(64, (xq_cap + 63) / 64 * 64);
     xs_buf = aligned_alloc(64, ((xq_cap / 8 + 1) * sizeof(float) + 63) / 64 * 64);
-    xsum_buf = aligned_alloc(64, ((xq_cap / 8 + 1) * sizeof(int32_t) + 63) / 64 * 64);
+    xsum_buf = aligned_alloc(64, ((xq_cap / 4 + 8) * sizeof(int32_t) + 63) / 64 * 64);
     xp_cap = max_cols;
     xp_buf = aligned_alloc(64, ((size_t)max_cols * sizeof(float) + 63) / 64 * 64);
     if (!xq_buf || !xs_buf || !xsum_buf || !xp_buf) {
@@ -372,9 +372,10 @@ static void rows_f32_n1(float* out, const float* x, const Matrix* W, int r0, int
 
 /* ---- q8 x int8 activations ---- */
 
-/* Quantises token rows [t0, t1) of x (width C) to int8 per group of gs: s = max|x| / 127,
- * q = round(x / s). Also stores each group's sum of q (xsum), which the VNNI dot product needs
- * (q8_dot below). */
+/* Quantises token rows [t0, t1) of x (width C) to int8 per group of gs (a multiple of 32):
+ * s = max|x| / 127, q = round(x / s). Also stores, per group, -128 times the sums of q that land
+ * in each of the 8 int32 lanes of the dot product (lane k: the columns c with c % 32 in
+ * 4k .. 4k+3), the start of the VNNI accumulator (q8_acc0 below). */
 static void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, const float* x, int C, int gs,
                           int t0, int t1) {
     const int G = C / gs;
@@ -406,10 +407,8 @@ static void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, const float* x, 
                 _mm256_storeu_si256((__m256i*)(q + c), p);
                 sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, p), ones16));
             }
-            __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
-            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
-            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
-            xsum[(size_t)t * G + g] = _mm_cvtsi128_si32(s4);
+            _mm256_storeu_si256((__m256i*)(xsum + ((size_t)t * G + g) * 8),
+                                _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sum, 7)));
         }
     }
 }
@@ -418,10 +417,12 @@ static void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, const float* x, 
  * weight vector, q8_acc0 once per group and token (the accumulator's start), q8_dot per weight
  * vector and token. Each 32-bit lane adds the products of 4 neighbouring columns; the lanes are
  * summed at the group's end. The two x86 instructions multiply an unsigned byte by a signed one:
- *  - VNNI (vpdpbusd): the weight as w + 128 (w XOR 0x80, an unsigned byte), so the sum is
- *    sum (w + 128) x = sum w x + 128 sum x, and the accumulator starts at -128 * (sum of the
- *    group's x) in one lane. One instruction per vector and token, and exact: the same int32 as
- *    the product sum (|terms| <= 255 * 127 * 4, no overflow).
+ *  - VNNI (vpdpbusd): the weight as w + 128 (w XOR 0x80, an unsigned byte), so a lane sums
+ *    (w + 128) x = w x + 128 x over its columns, and it starts at -128 times the sum of those
+ *    columns' x (quantize_rows). One instruction per vector and token, and each lane ends with
+ *    exactly the int32 of the plain AVX2 path, so both give the same bits after the fp32 steps.
+ *    (One correction for the whole group in one lane gave the same total but lanes 100x larger,
+ *    which cancel only in the final sum: the fp32 accumulation then rounded differently.)
  *  - plain AVX2 (vpmaddubsw, which saturates pairs at int16): |w| times x with w's sign, pairs of
  *    at most 2 * 128 * 127 < 32768, then vpmaddwd by 1 into int32. */
 #if (defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__GNUC__)) || defined(__AVXVNNI__)
@@ -443,11 +444,12 @@ AI Q8W q8_prep(__m256i w) {
     return p;
 }
 
-AI __m256i q8_acc0(int32_t xsum) {
+/* xsum8: the group's 8 lane corrections from quantize_rows. */
+AI __m256i q8_acc0(const int32_t* xsum8) {
 #if defined(Q8_VNNI)
-    return _mm256_setr_epi32(-128 * xsum, 0, 0, 0, 0, 0, 0, 0);
+    return _mm256_loadu_si256((const __m256i*)xsum8);
 #else
-    (void)xsum;
+    (void)xsum8;
     return _mm256_setzero_si256();
 #endif
 }
@@ -484,7 +486,7 @@ AI void tile_q8(float* out, const int8_t* xq, const float* xsc, const int32_t* x
         __m256i acc[4][4];
 #pragma GCC unroll 4
         for (int j = 0; j < TT; j++) {
-            __m256i a0 = q8_acc0(xsum[(size_t)(t + j) * G + g]);
+            __m256i a0 = q8_acc0(xsum + ((size_t)(t + j) * G + g) * 8);
 #pragma GCC unroll 4
             for (int i = 0; i < RT; i++) acc[i][j] = a0;
         }
@@ -543,7 +545,7 @@ static void rows_q8i_n1(float* out, const int8_t* xq, const float* xsc, const in
         for (int g = 0; g < G; g++, wg += 4 * gs) {
             for (int o = 0; o < 4 * gs; o += 64) _mm_prefetch((const char*)wg + bb + o, _MM_HINT_T0);
             __m256i a[4];
-            a[0] = a[1] = a[2] = a[3] = q8_acc0(xsum[g]);
+            a[0] = a[1] = a[2] = a[3] = q8_acc0(xsum + (size_t)g * 8);
             const int8_t* xg = xq + (size_t)g * gs;
             for (int c = 0; c < gs; c += 32)
                 q8_step4(a, wg + c, gs, _mm256_loadu_si256((const __m256i*)(xg + c)));
