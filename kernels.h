@@ -39,7 +39,8 @@ static inline size_t q8_block_bytes(int cols, int group_size) {
 
 /* The G scales of row r of a q8 matrix. */
 static inline const float* q8_scales(const Matrix* W, int r) {
-    const char* block = (const char*)W->data + (size_t)(r / Q8_BLOCK_ROWS) * q8_block_bytes(W->cols, W->group_size);
+    const char* block =
+        (const char*)W->data + (size_t)(r / Q8_BLOCK_ROWS) * q8_block_bytes(W->cols, W->group_size);
     return (const float*)block + (size_t)(r % Q8_BLOCK_ROWS) * (size_t)(W->cols / W->group_size);
 }
 
@@ -47,7 +48,8 @@ static inline const float* q8_scales(const Matrix* W, int r) {
  * group_size bytes later. */
 static inline const int8_t* q8_group(const Matrix* W, int r, int g) {
     const int gs = W->group_size, G = W->cols / gs;
-    const char* block = (const char*)W->data + (size_t)(r / Q8_BLOCK_ROWS) * q8_block_bytes(W->cols, gs);
+    const char* block =
+        (const char*)W->data + (size_t)(r / Q8_BLOCK_ROWS) * q8_block_bytes(W->cols, gs);
     return (const int8_t*)(block + sizeof(float) * Q8_BLOCK_ROWS * (size_t)G) +
            ((size_t)g * Q8_BLOCK_ROWS + (size_t)(r % Q8_BLOCK_ROWS)) * (size_t)gs;
 }

@@ -421,8 +421,9 @@ static void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, const float* x, 
  *    (w + 128) x = w x + 128 x over its columns, and it starts at -128 times the sum of those
  *    columns' x (quantize_rows). One instruction per vector and token, and each lane ends with
  *    exactly the int32 of the plain AVX2 path, so both give the same bits after the fp32 steps.
- *    (One correction for the whole group in one lane gave the same total but lanes 100x larger,
- *    which cancel only in the final sum: the fp32 accumulation then rounded differently.)
+ *    (One correction for the whole group in lane 0 gave the same total, but with lanes that are
+ *    larger and cancel only in the final sum, so the fp32 steps rounded differently: logits
+ *    moved by up to 3e-6 against the plain AVX2 build.)
  *  - plain AVX2 (vpmaddubsw, which saturates pairs at int16): |w| times x with w's sign, pairs of
  *    at most 2 * 128 * 127 < 32768, then vpmaddwd by 1 into int32. */
 #if (defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__GNUC__)) || defined(__AVXVNNI__)
@@ -455,7 +456,7 @@ AI __m256i q8_acc0(const int32_t* xsum8) {
 }
 
 AI __m256i q8_dot(__m256i acc, Q8W p, __m256i x) {
-#if defined(Q8_VNNI) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#if defined(Q8_VNNI) && defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__GNUC__)
     /* Where both encodings exist, gcc 12 emits the VEX one ({vex} vpdpbusd, ymm0-15 only) for
      * either intrinsic and then shuffles values between ymm0-15, ymm16-31 and the stack. As inline
      * asm with "v" operands the register allocator may use all 32 registers. */
@@ -493,10 +494,12 @@ AI void tile_q8(float* out, const int8_t* xq, const float* xsc, const int32_t* x
         for (int c = 0; c < gs; c += 32) {
             Q8W wv[4];
 #pragma GCC unroll 4
-            for (int i = 0; i < RT; i++) wv[i] = q8_prep(_mm256_loadu_si256((const __m256i*)(wg + (size_t)i * gs + c)));
+            for (int i = 0; i < RT; i++)
+                wv[i] = q8_prep(_mm256_loadu_si256((const __m256i*)(wg + (size_t)i * gs + c)));
 #pragma GCC unroll 4
             for (int j = 0; j < TT; j++) {
-                __m256i xv = _mm256_loadu_si256((const __m256i*)(xq + (size_t)(t + j) * C + (size_t)g * gs + c));
+                const int8_t* xj = xq + (size_t)(t + j) * C + (size_t)g * gs;
+                __m256i xv = _mm256_loadu_si256((const __m256i*)(xj + c));
 #pragma GCC unroll 4
                 for (int i = 0; i < RT; i++) acc[i][j] = q8_dot(acc[i][j], wv[i], xv);
             }
@@ -530,7 +533,7 @@ AI void q8_step4(__m256i a[4], const int8_t* wg, int gs, __m256i xv) {
  * group the four rows' values), so the weights are one sequential stream; each group step asks
  * for the same bytes of the next block (q8_block_bytes ahead). Against the layout before (all
  * int8 rows, then all scales: two streams), with this kernel's shape, one thread on a 264 MB
- * matrix: 17.2 -> 33.0 GB/s, where a plain streaming read gave 31.6 (docs/notes-kernels.md). */
+ * matrix: 20.7 -> 34.5 GB/s, where a plain streaming read gave 31.6 (docs/notes-kernels.md). */
 static void rows_q8i_n1(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
                         const Matrix* W, int r0, int r1) {
     const int C = W->cols, gs = W->group_size, G = C / gs;
@@ -594,9 +597,10 @@ AI float ldw1(const void* w, size_t i, WeightType type) {
 }
 
 /* Tile of RT rows x TT tokens over the columns [c0, c1) (c1 - c0 a multiple of 8), added into
- * acc (not reduced); weight (row i of the tile, column c) is element i * rs + (c - c0) of wb. Both halves of each 8-column step go into the same accumulator so that a
- * 4 x 4 tile needs 16 accumulators + 8 weight + 2 activation registers: it fits in the 32 NEON
- * registers without spilling. */
+ * acc (not reduced); weight (row i of the tile, column c) is element i * rs + (c - c0) of wb.
+ * Both halves of each 8-column step go into the same accumulator so that a 4 x 4 tile needs 16
+ * accumulators + 8 weight + 2 activation registers: it fits in the 32 NEON registers without
+ * spilling. */
 AI void tile_float_acc(float32x4_t acc[4][4], const float* x, const void* wb, size_t rs,
                        WeightType type, int C, int t, int c0, int c1, int RT, int TT) {
     for (int c = c0; c < c1; c += 8) {
@@ -716,10 +720,10 @@ AI void rows_float_n1(float* out, const float* x, const Matrix* W, WeightType ty
 /* ---- q8 x int8 activations ---- */
 
 /* Quantises token rows [t0, t1) of x (width C) to int8 per group of gs (a multiple of 16; run_job
- * only comes here for multiples of 32): s = max|x| / 127, q = round(x / s). (xsum: for the AVX2
- * twin's VNNI dot product; SDOT multiplies signed by signed and needs no such term.) The scheme of the
+ * only comes here for multiples of 32): s = max|x| / 127, q = round(x / s). The scheme of the
  * AVX2 twin, rounded the same way: x * (127 / max) and round to nearest even (vcvtnq_s32_f32,
- * as _mm256_cvtps_epi32 does under the default MXCSR), so both targets quantise alike. */
+ * as _mm256_cvtps_epi32 does under the default MXCSR), so both targets quantise alike. xsum is
+ * not written: it serves the AVX2 twin's VNNI dot product, and SDOT multiplies signed by signed. */
 static void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, const float* x, int C, int gs,
                           int t0, int t1) {
     const int G = C / gs;
@@ -827,8 +831,8 @@ AI void tile_q8(float* out, const int8_t* xq, const float* xsc, const int32_t* x
     }
 }
 
-/* The q8 matrix-vector product: tile_q8's own TT == 1 path (the written-out four-row kernel of the
- * AVX2 twin answers a gcc code-generation problem measured on x86 only). */
+/* The q8 matrix-vector product: tile_q8's own TT == 1 path, which also reads a row block front to
+ * back (the AVX2 twin's written-out kernel and its prefetch distance were measured on x86 only). */
 static void rows_q8i_n1(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
                         const Matrix* W, int r0, int r1) {
     int r = r0;

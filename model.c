@@ -484,9 +484,9 @@ static void attend(const AttentionJob* job, int r, int h, float* scratch) {
     float scale = 1.0f / sqrtf((float)d);          /* 1/sqrt(head_dim), not dim/heads (7.1) */
     int kv = h / group;                            /* contiguous groups: floor(h / G), not h mod K */
     int n_pos = job->pos0 + r + 1;                 /* causal: positions 0 .. pos of this row */
+    size_t head = (size_t)kv * c->seq_len * d;     /* kv head kv's positions in the layer's cache */
     attention_head(s->att_out + (size_t)r * H * d + (size_t)h * d, s->q + (size_t)r * H * d + (size_t)h * d,
-                   job->key_cache + (size_t)kv * c->seq_len * d, job->value_cache + (size_t)kv * c->seq_len * d,
-                   d, n_pos, d, scale, scratch);
+                   job->key_cache + head, job->value_cache + head, d, n_pos, d, scale, scratch);
 }
 
 static void attention_task(void* ctx, int task) {
@@ -494,10 +494,12 @@ static void attention_task(void* ctx, int task) {
     const int H = job->t->config.n_heads;
     float* scratch = job->t->state.att + (size_t)task * job->t->config.seq_len;
     if (job->n_rows == 1) {
-        for (int h = task * H / job->n_tasks; h < (task + 1) * H / job->n_tasks; h++) attend(job, 0, h, scratch);
+        for (int h = task * H / job->n_tasks; h < (task + 1) * H / job->n_tasks; h++)
+            attend(job, 0, h, scratch);
         return;
     }
-    for (int pair = task; pair < job->n_rows * H; pair += job->n_tasks) attend(job, pair / H, pair % H, scratch);
+    for (int pair = task; pair < job->n_rows * H; pair += job->n_tasks)
+        attend(job, pair / H, pair % H, scratch);
 }
 
 /* Row r of a batch buffer whose rows are `width` floats wide. */
