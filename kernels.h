@@ -59,6 +59,7 @@ static inline const int8_t* q8_group(const Matrix* W, int r, int g) {
 int kernels_init(int n_threads, int max_batch, int max_cols);
 void kernels_free(void);
 int kernels_threads(void);
+int kernels_thread_index(void);       /* the calling thread: 0, the workers: 1 .. threads - 1 */
 const char* kernels_simd_name(void);  /* "avx2", "neon" or "scalar" */
 
 /* out[t*W->rows + r] = sum_c W[r][c] * x[t*W->cols + c]  for t < n, r < W->rows.

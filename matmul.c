@@ -1,5 +1,6 @@
 /* matmul.c: y = W x for f32, bf16 and q8 weights, the embedding-row lookup, and the parallel
  * driver. The scalar reference comes first; the SIMD twins follow. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -924,6 +925,7 @@ static void rows_q8i(float* out, const int8_t* xq, const float* xsc, const int32
  * ------------------------------------------------------------------------------------------- */
 
 #define MAX_MULTI 8
+#define MAX_RANGES 64  /* threads beyond this share ranges */
 
 typedef struct {
     float* out[MAX_MULTI];
@@ -937,7 +939,26 @@ typedef struct {
     int use_xp;          /* bf16, n == 1: xp_buf holds x de-interleaved */
     int qgs;             /* group size of the quantised activations */
     int qtb;             /* tokens per quantisation item */
+    int n_ranges;        /* claim_chunk: one range of chunks per thread */
+    atomic_int next[MAX_RANGES];
+    int end[MAX_RANGES];
 } MatmulJob;
+
+/* The row chunk that a matmul item computes. Thread k starts on the k-th of n_ranges contiguous
+ * ranges of chunks and takes them in order, so its weight reads stay one sequential stream from
+ * chunk to chunk (each block's prefetch runs into the next chunk); when its range is done it
+ * takes the next chunk of another range. Each call takes exactly one chunk, and there are as many
+ * items as chunks. Against chunks taken in turn by whichever thread came first: q8 decode tg128,
+ * 2 threads, four alternating rounds, 73.5/66.5/78.7/74.3 -> 78.9/79.4/84.7/81.5 tok/s. */
+static int claim_chunk(MatmulJob* j) {
+    const int me = kernels_thread_index() % j->n_ranges;
+    for (int k = 0; k < j->n_ranges; k++) {
+        const int r = (me + k) % j->n_ranges;
+        const int c = atomic_fetch_add(&j->next[r], 1);
+        if (c < j->end[r]) return c;
+    }
+    return -1; /* not reached */
+}
 
 static void compute_rows(const MatmulJob* j, int m, int r0, int r1) {
     const Matrix* W = j->W[m];
@@ -957,8 +978,11 @@ static void compute_rows(const MatmulJob* j, int m, int r0, int r1) {
 #endif
 }
 
-static void matmul_item(void* ctx, int i) {
-    const MatmulJob* j = ctx;
+static void matmul_item(void* ctx, int item) {
+    MatmulJob* j = ctx;
+    (void)item; /* which chunk is claim_chunk's choice */
+    const int i = claim_chunk(j);
+    if (i < 0) return;
     int m = 0;
     while (i >= j->first_item[m + 1]) m++;
     int r0 = (i - j->first_item[m]) * j->chunk[m];
@@ -1026,7 +1050,13 @@ static void run_job(MatmulJob* j) {
         j->chunk[m] = chunk;
         j->first_item[m + 1] = j->first_item[m] + (j->W[m]->rows + chunk - 1) / chunk;
     }
-    parallel_for(j->first_item[j->n_mats], matmul_item, j);
+    const int n_items = j->first_item[j->n_mats];
+    j->n_ranges = nt < MAX_RANGES ? nt : MAX_RANGES;
+    for (int k = 0; k < j->n_ranges; k++) {
+        atomic_init(&j->next[k], (int)((long long)n_items * k / j->n_ranges));
+        j->end[k] = (int)((long long)n_items * (k + 1) / j->n_ranges);
+    }
+    parallel_for(n_items, matmul_item, j);
 }
 
 void matmul(float* out, const float* x, const Matrix* W, int n) {

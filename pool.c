@@ -13,6 +13,7 @@
  * test), parallel_for does not dispatch at all: the calling thread runs every item itself. */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <fcntl.h>
 #include <time.h>
@@ -62,6 +63,9 @@ static struct {
        .cv_done = PTHREAD_COND_INITIALIZER};
 
 static _Thread_local int in_worker;  /* nested parallel_for runs serially */
+static _Thread_local int thread_index; /* 0: the calling thread; worker i: i + 1 */
+
+int kernels_thread_index(void) { return thread_index; }
 
 static long now_ns(void) {
     struct timespec ts;
@@ -161,7 +165,7 @@ static void run_items(uint32_t g) {
 }
 
 static void* worker_main(void* arg) {
-    (void)arg;
+    thread_index = (int)(intptr_t)arg;
     in_worker = 1;
     uint32_t seen = gen_of(atomic_load(&P.word));
     for (;;) {
@@ -259,7 +263,7 @@ int kernels_init(int n_threads, int max_batch, int max_cols) {
     if (matmul_scratch_init(max_batch, max_cols) != 0) return -1;
     P.n_threads = n_threads;
     for (int i = 0; i < n_threads - 1; i++) {
-        if (pthread_create(&P.th[i], NULL, worker_main, NULL) != 0) break;
+        if (pthread_create(&P.th[i], NULL, worker_main, (void*)(intptr_t)(i + 1)) != 0) break;
         P.started++;
     }
     P.n_threads = P.started + 1;
