@@ -5,9 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 
+#include "checkpoint_map.h"
 #include "kernels.h"
 #include "simd_math.h"
 
@@ -58,11 +58,10 @@ static void read_item(void* ctx, int i) {
 #endif
 }
 
-/* The buffer of the streaming read: 2 MB-aligned and asking for huge pages, as the mapped
- * weights do (checkpoint_map.c), so the roof and the decode are read under the same paging. */
+/* The buffer of the streaming read, in 2 MB pages like the weights (alloc_huge_anonymous). */
 typedef struct {
     uint8_t* buf;
-    size_t bytes, alloc;
+    size_t bytes;
     double* sums;
     int n_items;
 } ReadBuffer;
@@ -70,21 +69,16 @@ typedef struct {
 #define READ_CHUNK ((size_t)1 << 20)
 
 static int read_buffer_init(ReadBuffer* rb, size_t bytes) {
-    const size_t huge = (size_t)2 << 20;
     memset(rb, 0, sizeof *rb);
     rb->bytes = (bytes + READ_CHUNK - 1) / READ_CHUNK * READ_CHUNK;
-    rb->alloc = (rb->bytes + huge - 1) / huge * huge;
     rb->n_items = (int)(rb->bytes / READ_CHUNK);
-    rb->buf = aligned_alloc(huge, rb->alloc);
+    rb->buf = alloc_huge_anonymous(rb->bytes);
     rb->sums = calloc((size_t)rb->n_items, sizeof(double));
     if (!rb->buf || !rb->sums) {
         free(rb->buf);
         free(rb->sums);
         return -1;
     }
-#ifdef MADV_HUGEPAGE
-    madvise(rb->buf, rb->alloc, MADV_HUGEPAGE);
-#endif
     memset(rb->buf, 1, rb->bytes); /* fault the pages in */
     ReadJob j = {rb->buf, READ_CHUNK, rb->bytes, rb->sums};
     parallel_for(rb->n_items, read_item, &j); /* warm-up pass */
@@ -109,14 +103,6 @@ static void read_buffer_free(ReadBuffer* rb) {
     free(rb->buf);
     free(rb->sums);
     memset(rb, 0, sizeof *rb);
-}
-
-double bench_memory_bandwidth(size_t bytes, int reps) {
-    ReadBuffer rb;
-    if (read_buffer_init(&rb, bytes) != 0) return -1;
-    double best = read_buffer_best(&rb, reps);
-    read_buffer_free(&rb);
-    return best;
 }
 
 /* ---- bytes read per decode token ---- */

@@ -24,8 +24,4 @@
  * error line on stderr. */
 int bench_main(Transformer* t, int argc, char** argv);
 
-/* The machine's memory read bandwidth in GB/s: the best of `reps` passes of a streaming read over
- * a buffer of `bytes` (far larger than the caches), on the kernel threads. -1 if out of memory. */
-double bench_memory_bandwidth(size_t bytes, int reps);
-
 #endif

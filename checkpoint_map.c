@@ -24,9 +24,7 @@
 
 #define HUGE_PAGE ((size_t)2 << 20)
 
-/* --no-mmap keeps the file in anonymous memory, 2 MB aligned and marked for transparent huge
- * pages, like llama.cpp's flag of the same name. Returns NULL with errno set on failure. */
-static void* alloc_huge_anonymous(size_t size) {
+void* alloc_huge_anonymous(size_t size) {
     size_t alloc = (size + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
     void* buf = NULL;
     if (posix_memalign(&buf, HUGE_PAGE, alloc) != 0) {
@@ -34,11 +32,12 @@ static void* alloc_huge_anonymous(size_t size) {
         return NULL;
     }
 #ifdef MADV_HUGEPAGE
-    madvise(buf, alloc, MADV_HUGEPAGE); /* a hint; without THP the copy still works */
+    madvise(buf, alloc, MADV_HUGEPAGE); /* a hint; without THP the memory still works */
 #endif
     return buf;
 }
 
+/* --no-mmap keeps the file in such memory, like llama.cpp's flag of the same name. */
 static void* copy_to_huge_anonymous(const void* src, size_t size) {
     void* buf = alloc_huge_anonymous(size);
     if (buf != NULL) memcpy(buf, src, size);

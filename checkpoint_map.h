@@ -31,4 +31,9 @@ typedef struct {
 int checkpoint_map(CheckpointMap* m, int fd, size_t size, int copy);
 void checkpoint_unmap(CheckpointMap* m);
 
+/* size bytes of anonymous memory, 2 MB aligned and marked for transparent huge pages (free with
+ * free()): where --no-mmap copies the file, and the bench's read buffer, so that the roof is read
+ * under the same paging as the weights. NULL with errno set on failure. */
+void* alloc_huge_anonymous(size_t size);
+
 #endif

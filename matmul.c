@@ -219,6 +219,7 @@ AI void tile_float(float* out, const float* x, const Matrix* W, WeightType type,
     if (type == WEIGHT_Q8) {
         /* weights widened to fp32; the group scale is applied to each group's partial sums */
         const int gs = W->group_size, G = C / gs;
+        const float* sc = q8_scales(W, r); /* row r + i's scales at sc + i * G */
         __m256 tot[4][4];
 #pragma GCC unroll 4
         for (int i = 0; i < RT; i++)
@@ -231,8 +232,8 @@ AI void tile_float(float* out, const float* x, const Matrix* W, WeightType type,
             tile_float_acc(acc, x, wg, (size_t)gs, type, C, t, g * gs, c8, RT, TT);
 #pragma GCC unroll 4
             for (int i = 0; i < RT; i++) {
-                const float sc = q8_scales(W, r + i)[g];
-                __m256 sv = _mm256_set1_ps(sc);
+                const float sg = sc[(size_t)i * G + g];
+                __m256 sv = _mm256_set1_ps(sg);
 #pragma GCC unroll 4
                 for (int j = 0; j < TT; j++) {
                     tot[i][j] = _mm256_fmadd_ps(acc[i][j], sv, tot[i][j]);
@@ -240,7 +241,7 @@ AI void tile_float(float* out, const float* x, const Matrix* W, WeightType type,
                     float s = 0.0f;
                     for (int c = c8; c < c1; c++)
                         s += (float)wg[i * gs + c - g * gs] * x[(size_t)(t + j) * C + c];
-                    tail[i][j] += s * sc;
+                    tail[i][j] += s * sg;
                 }
             }
         }
@@ -634,6 +635,7 @@ AI void tile_float(float* out, const float* x, const Matrix* W, WeightType type,
          * group size that is not a multiple of 8 (model.c accepts any divisor of the widths)
          * leaves a few columns per group to the scalar loop. */
         const int gs = W->group_size, G = C / gs, gv = gs & ~7;
+        const float* sc = q8_scales(W, r); /* row r + i's scales at sc + i * G */
         float32x4_t tot[4][4];
         float tail[4][4];
 #pragma GCC unroll 4
@@ -648,16 +650,16 @@ AI void tile_float(float* out, const float* x, const Matrix* W, WeightType type,
             tile_float_acc(acc, x, wg, (size_t)gs, type, C, t, g * gs, g * gs + gv, RT, TT);
 #pragma GCC unroll 4
             for (int i = 0; i < RT; i++) {
-                const float sc = q8_scales(W, r + i)[g];
+                const float sg = sc[(size_t)i * G + g];
 #pragma GCC unroll 4
                 for (int j = 0; j < TT; j++) {
-                    tot[i][j] = vfmaq_n_f32(tot[i][j], acc[i][j], sc);
+                    tot[i][j] = vfmaq_n_f32(tot[i][j], acc[i][j], sg);
                     acc[i][j] = vdupq_n_f32(0.0f);
                     if (gv < gs) {
-                        float sg = 0.0f;
+                        float s = 0.0f;
                         for (int c = gv; c < gs; c++)
-                            sg += (float)wg[i * gs + c] * x[(size_t)(t + j) * C + g * gs + c];
-                        tail[i][j] += sg * sc;
+                            s += (float)wg[i * gs + c] * x[(size_t)(t + j) * C + g * gs + c];
+                        tail[i][j] += s * sg;
                     }
                 }
             }
