@@ -371,7 +371,8 @@ int main(void) {
         struct { WeightType t; int rows, cols, gs; } cases[] = {
             {WEIGHT_F32, 37, 1027, 0}, {WEIGHT_F32, 64, 1024, 0}, {WEIGHT_F32, 5, 3, 0},
             {WEIGHT_F32, 130, 200, 0}, {WEIGHT_BF16, 37, 1027, 0}, {WEIGHT_BF16, 64, 1024, 0},
-            {WEIGHT_BF16, 9, 13, 0}, {WEIGHT_Q8, 37, 192, 64}, {WEIGHT_Q8, 67, 1024, 64},
+            {WEIGHT_BF16, 9, 13, 0}, {WEIGHT_BF16, 11, 80, 0}, {WEIGHT_BF16, 7, 48, 0}, /* 64-col steps + 16-col tail */
+            {WEIGHT_Q8, 37, 192, 64}, {WEIGHT_Q8, 67, 1024, 64},
             {WEIGHT_Q8, 33, 96, 32}, {WEIGHT_Q8, 21, 48, 16}, {WEIGHT_Q8, 19, 40, 8},
             {WEIGHT_Q8, 130, 3072, 64}, {WEIGHT_Q8, 37, 384, 128}, {WEIGHT_Q8, 11, 36, 12},
             {WEIGHT_Q8, 13, 192, 96}, /* 96: one 64-column step and one 32-column step per group */
