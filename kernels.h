@@ -89,11 +89,12 @@ void softmax(float* x, int n);
 /* SwiGLU's gate (QWEN3.md 2.2 step 11): gate[i] = silu(gate[i]) * up[i], silu(z) = z / (1 + e^-z). */
 void swiglu(float* gate, const float* up, int n);
 
-/* Attention of one query head over n_pos cached positions (QWEN3.md 2.2 step 7):
- * s[t] = (q . k_t) * scale, a = softmax(s), out = sum_t a[t] v_t. Key t is at keys + t*stride,
- * value t at values + t*stride (stride in floats). att is scratch of n_pos floats. */
-void attention_head(float* out, const float* q, const float* keys, const float* values,
-                    int stride, int n_pos, int head_dim, float scale, float* att);
+/* Attention of the n_q query heads of one GQA group over their kv head's n_pos cached positions
+ * (QWEN3.md 2.2 step 7, 2.5): for each query j (q + j * head_dim, its output at out + j * head_dim)
+ * s[t] = (q_j . k_t) * scale, a = softmax(s), out_j = sum_t a[t] v_t. Key t is at keys + t*stride,
+ * value t at values + t*stride (stride in floats). att is scratch of n_q * n_pos floats. */
+void attention_group(float* out, const float* q, int n_q, const float* keys, const float* values,
+                     int stride, int n_pos, int head_dim, float scale, float* att);
 
 /* Runs fn(ctx, i) for i in [0, n) on the kernel threads (the caller's thread included) and
  * returns when all are done. Idle threads sleep (no spinning): see pool.c. */
@@ -105,8 +106,8 @@ void rmsnorm_scalar(float* out, const float* x, const float* w, int n, float eps
 void rope_scalar(float* x, int n_heads, int head_dim, const float* cos_t, const float* sin_t);
 void softmax_scalar(float* x, int n);
 void swiglu_scalar(float* gate, const float* up, int n);
-void attention_head_scalar(float* out, const float* q, const float* keys, const float* values,
-                           int stride, int n_pos, int head_dim, float scale, float* att);
+void attention_group_scalar(float* out, const float* q, int n_q, const float* keys, const float* values,
+                            int stride, int n_pos, int head_dim, float scale, float* att);
 
 /* bf16 <-> fp32: bf16 is the top half of an fp32 (QWEN3.md 2.6). */
 static inline float bf16_to_f32(uint16_t h) {

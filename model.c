@@ -315,7 +315,7 @@ static int alloc_state(Transformer* t, int n_threads) {
     s->proj = alloc_array(B * D, sizeof(float));
     s->gate = alloc_array(B * F, sizeof(float));
     s->up = alloc_array(B * F, sizeof(float));
-    s->att = alloc_array((size_t)n_threads * seq, sizeof(float));
+    s->att = alloc_array((size_t)n_threads * (c->n_heads / c->n_kv_heads) * seq, sizeof(float));
     s->logits = alloc_array((size_t)c->vocab_size, sizeof(float));
     /* The cache is the one big allocation (L * seq * kv_dim floats, twice); calloc maps it lazily,
      * so memory is only used for the positions actually reached. */
@@ -462,12 +462,12 @@ void transformer_free(Transformer* t) {
  * The forward pass
  * --------------------------------------------------------------------------------------------- */
 
-/* One attention job: every (row, query head) pair of a batch, split over the kernel threads.
- * Prefill: task i takes pairs i, i + n_tasks, i + 2 n_tasks, ...: interleaving balances the
- * work, because the causal mask makes later rows longer. Decode (one row): task i takes a
- * contiguous range of heads, so the query heads that share a kv head (GQA) run one after the other
- * on one thread and all but the first read that head's keys and values from the cache, not from
- * memory. Each task has its own score scratch row in state.att. */
+/* One attention job: every (row, kv head) pair of a batch, split over the kernel threads; a pair is
+ * the GQA group of query heads that share the kv head (attention_group loads each key and value
+ * once for the whole group). Prefill: task i takes pairs i, i + n_tasks, i + 2 n_tasks, ...:
+ * interleaving balances the work, because the causal mask makes later rows longer. Decode (one
+ * row): task i takes a contiguous range of kv heads. Each task has its own score scratch in
+ * state.att (group * seq_len floats). */
 typedef struct {
     const Transformer* t;
     const float* key_cache;   /* this layer's keys   [K, seq_len, d] */
@@ -475,31 +475,32 @@ typedef struct {
     int n_rows, pos0, n_tasks;
 } AttentionJob;
 
-/* Query head h of batch row r against the cached positions 0 .. pos0 + r. */
-static void attend(const AttentionJob* job, int r, int h, float* scratch) {
+/* The query heads of kv head kv, batch row r, against the cached positions 0 .. pos0 + r. */
+static void attend(const AttentionJob* job, int r, int kv, float* scratch) {
     const Config* c = &job->t->config;
     const RunState* s = &job->t->state;
     int H = c->n_heads, d = c->head_dim;
     int group = c->n_heads / c->n_kv_heads;        /* GQA: query heads per kv head (QWEN3.md 2.5) */
     float scale = 1.0f / sqrtf((float)d);          /* 1/sqrt(head_dim), not dim/heads (7.1) */
-    int kv = h / group;                            /* contiguous groups: floor(h / G), not h mod K */
+    int h0 = kv * group;                           /* contiguous groups: heads kv*G .. kv*G+G-1, not h mod K */
     int n_pos = job->pos0 + r + 1;                 /* causal: positions 0 .. pos of this row */
     size_t head = (size_t)kv * c->seq_len * d;     /* kv head kv's positions in the layer's cache */
-    attention_head(s->att_out + (size_t)r * H * d + (size_t)h * d, s->q + (size_t)r * H * d + (size_t)h * d,
-                   job->key_cache + head, job->value_cache + head, d, n_pos, d, scale, scratch);
+    attention_group(s->att_out + (size_t)r * H * d + (size_t)h0 * d, s->q + (size_t)r * H * d + (size_t)h0 * d,
+                    group, job->key_cache + head, job->value_cache + head, d, n_pos, d, scale, scratch);
 }
 
 static void attention_task(void* ctx, int task) {
     const AttentionJob* job = ctx;
-    const int H = job->t->config.n_heads;
-    float* scratch = job->t->state.att + (size_t)task * job->t->config.seq_len;
+    const Config* c = &job->t->config;
+    const int K = c->n_kv_heads;
+    float* scratch = job->t->state.att + (size_t)task * (c->n_heads / K) * c->seq_len;
     if (job->n_rows == 1) {
-        for (int h = task * H / job->n_tasks; h < (task + 1) * H / job->n_tasks; h++)
-            attend(job, 0, h, scratch);
+        for (int kv = task * K / job->n_tasks; kv < (task + 1) * K / job->n_tasks; kv++)
+            attend(job, 0, kv, scratch);
         return;
     }
-    for (int pair = task; pair < job->n_rows * H; pair += job->n_tasks)
-        attend(job, pair / H, pair % H, scratch);
+    for (int pair = task; pair < job->n_rows * K; pair += job->n_tasks)
+        attend(job, pair / K, pair % K, scratch);
 }
 
 /* Row r of a batch buffer whose rows are `width` floats wide. */

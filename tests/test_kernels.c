@@ -300,29 +300,41 @@ static void test_softmax_swiglu(void) {
 static void test_attention(void) {
     int dims[] = {128, 64, 40};
     int npos[] = {1, 2, 7, 33, 300};
+    int nqs[] = {1, 2, 3};
     for (size_t a = 0; a < 3; a++)
-        for (size_t p = 0; p < 5; p++) {
-            int d = dims[a], n = npos[p], stride = d * 3 + 8;
-            float* kc = malloc((size_t)n * stride * sizeof(float));
-            float* vc = malloc((size_t)n * stride * sizeof(float));
-            float *q = malloc(d * sizeof(float)), *o1 = malloc(d * sizeof(float)), *o2 = malloc(d * sizeof(float));
-            float *att1 = malloc(n * sizeof(float)), *att2 = malloc(n * sizeof(float));
-            for (size_t i = 0; i < (size_t)n * stride; i++) {
-                kc[i] = frand() * 2;
-                vc[i] = frand();
+        for (size_t p = 0; p < 5; p++)
+            for (size_t g = 0; g < 3; g++) {
+                int d = dims[a], n = npos[p], nq = nqs[g], stride = d * 3 + 8;
+                float* kc = malloc((size_t)n * stride * sizeof(float));
+                float* vc = malloc((size_t)n * stride * sizeof(float));
+                float* q = malloc((size_t)nq * d * sizeof(float));
+                float *o1 = malloc((size_t)nq * d * sizeof(float)), *o2 = malloc((size_t)nq * d * sizeof(float));
+                float* o3 = malloc((size_t)nq * d * sizeof(float));
+                float *att1 = malloc((size_t)nq * n * sizeof(float)), *att2 = malloc((size_t)nq * n * sizeof(float));
+                for (size_t i = 0; i < (size_t)n * stride; i++) {
+                    kc[i] = frand() * 2;
+                    vc[i] = frand();
+                }
+                for (int i = 0; i < nq * d; i++) q[i] = frand() * 2;
+                float scale = 1.0f / sqrtf((float)d);
+                attention_group_scalar(o1, q, nq, kc + d, vc + d, stride, n, d, scale, att1);
+                attention_group(o2, q, nq, kc + d, vc + d, stride, n, d, scale, att2);
+                /* tolerance 1e-5 absolute (|v| <= 1, weights sum to 1) */
+                double e = 0;
+                for (int i = 0; i < nq * d; i++) e = fmax(e, fabs(o1[i] - o2[i]));
+                /* each query alone: the same bits as in its group (the kernel pairs queries) */
+                int same = 1;
+                for (int j = 0; j < nq; j++) {
+                    attention_group(o3 + (size_t)j * d, q + (size_t)j * d, 1, kc + d, vc + d, stride, n, d, scale, att2);
+                    for (int i = 0; i < d; i++) same &= o3[(size_t)j * d + i] == o2[(size_t)j * d + i];
+                }
+                char what[96];
+                snprintf(what, sizeof what, "attention_group head_dim=%d n_pos=%d n_q=%d", d, n, nq);
+                check(e <= 1e-5, what);
+                snprintf(what, sizeof what, "attention_group n_q=%d: each query as alone (head_dim=%d n_pos=%d)", nq, d, n);
+                check(same, what);
+                free(kc), free(vc), free(q), free(o1), free(o2), free(o3), free(att1), free(att2);
             }
-            for (int i = 0; i < d; i++) q[i] = frand() * 2;
-            float scale = 1.0f / sqrtf((float)d);
-            attention_head_scalar(o1, q, kc + d, vc + d, stride, n, d, scale, att1);
-            attention_head(o2, q, kc + d, vc + d, stride, n, d, scale, att2);
-            /* tolerance 1e-5 absolute (|v| <= 1, weights sum to 1) */
-            double e = 0;
-            for (int i = 0; i < d; i++) e = fmax(e, fabs(o1[i] - o2[i]));
-            char what[80];
-            snprintf(what, sizeof what, "attention_head head_dim=%d n_pos=%d", d, n);
-            check(e <= 1e-5, what);
-            free(kc), free(vc), free(q), free(o1), free(o2), free(att1), free(att2);
-        }
 }
 
 static atomic_long pf_sum;
