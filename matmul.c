@@ -1044,12 +1044,16 @@ static void run_job(MatmulJob* j) {
         }
     }
 #endif
-    /* Row chunks: a multiple of 4 rows; about 8 items per thread for matrix-vector products (so a
-     * slow thread is covered by the others), and at most 64 rows when n > 1 so the chunk's weights
-     * stay in L2 while the token blocks go by. */
+    /* Row chunks: a multiple of 4 rows; about 32 items per thread for matrix-vector products, and
+     * at most 64 rows when n > 1 so the chunk's weights stay in L2 while the token blocks go by.
+     * Each thread walks its own range of chunks (claim_chunk), so small chunks keep its reads one
+     * stream, and the last chunk, which the other threads may wait for, is short: with 8 per
+     * thread the calling thread waited 1.4-1.5 ms per decoded token for the other (bf16, 2
+     * threads), with 32 0.5-0.6 ms (q8 0.42-0.63 -> 0.25-0.32, f32 1.8-2.0 -> 0.7-0.8). */
     size_t total_rows = 0;
     for (int m = 0; m < j->n_mats; m++) total_rows += (size_t)j->W[m]->rows;
-    int chunk = (int)((total_rows + (size_t)nt * 8 - 1) / ((size_t)nt * 8));
+    const int per_thread = j->n == 1 ? 32 : 8;
+    int chunk = (int)((total_rows + (size_t)nt * per_thread - 1) / ((size_t)nt * per_thread));
     if (j->n > 1 && chunk > 64) chunk = 64;
     chunk = (chunk + 3) & ~3;
     if (chunk < 4) chunk = 4;
