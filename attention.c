@@ -78,17 +78,19 @@ void softmax(float* x, int n) {
     for (; i < n; i++) x[i] *= inv;
 }
 
+#define DIM_STEP 32 /* head_dim a multiple of this takes the SIMD path */
+
 /* att[j][t] = (q_j . k_t) * scale for NQ (1 or 2) queries; head_dim a multiple of 32, four
  * accumulators per query. With prefetch_values set, value row t is prefetched while key row t is
  * read, so the values stream in beside the keys and the weighted sum finds them in cache
  * (decode, 28 layers x 8 kv heads of 2 queries, head_dim 128, 1 thread: 1.89 -> 1.31 ms per
  * token at 128 positions, 9.9 -> 7.0 at 512; docs/notes-kernels.md, "Sixth session"). */
-AI void scores_avx2(float* att, const float* q, int NQ, const float* keys, const float* prefetch_values,
-                    int stride, int n_pos, int d, float scale) {
+AI void scores(float* att, const float* q, int NQ, const float* keys, const float* prefetch_values, int stride,
+               int n_pos, int d, float scale) {
     for (int t = 0; t < n_pos; t++) {
         const float* k = keys + (size_t)t * stride;
-        if (prefetch_values)
-            for (int i = 0; i < d; i += 16) _mm_prefetch((const char*)(prefetch_values + (size_t)t * stride + i), _MM_HINT_T0);
+        const float* v = prefetch_values ? prefetch_values + (size_t)t * stride : NULL;
+        for (int i = 0; v && i < d; i += 16) _mm_prefetch((const char*)(v + i), _MM_HINT_T0);
         __m256 a[2][4];
 #pragma GCC unroll 2
         for (int j = 0; j < NQ; j++)
@@ -110,8 +112,7 @@ AI void scores_avx2(float* att, const float* q, int NQ, const float* keys, const
 }
 
 /* out_j = sum_t att[j][t] v_t for NQ (1 or 2) queries, 32 outputs per query in registers per pass. */
-AI void weighted_sum_avx2(float* out, const float* att, int NQ, const float* values,
-                          int stride, int n_pos, int d) {
+AI void weighted_sum(float* out, const float* att, int NQ, const float* values, int stride, int n_pos, int d) {
     for (int i = 0; i < d; i += 32) {
         __m256 o[2][4];
 #pragma GCC unroll 2
@@ -137,21 +138,6 @@ AI void weighted_sum_avx2(float* out, const float* att, int NQ, const float* val
     }
 }
 
-void attention_group(float* out, const float* q, int n_q, const float* keys, const float* values,
-                     int stride, int n_pos, int head_dim, float scale, float* att) {
-    if ((head_dim & 31) != 0) {
-        attention_group_scalar(out, q, n_q, keys, values, stride, n_pos, head_dim, scale, att);
-        return;
-    }
-    const int d = head_dim;
-    int j = 0;
-    for (; j + 2 <= n_q; j += 2)
-        scores_avx2(att + (size_t)j * n_pos, q + (size_t)j * d, 2, keys, j == 0 ? values : NULL, stride, n_pos, d, scale);
-    if (j < n_q) scores_avx2(att + (size_t)j * n_pos, q + (size_t)j * d, 1, keys, j == 0 ? values : NULL, stride, n_pos, d, scale);
-    for (j = 0; j < n_q; j++) softmax(att + (size_t)j * n_pos, n_pos);
-    for (j = 0; j + 2 <= n_q; j += 2) weighted_sum_avx2(out + (size_t)j * d, att + (size_t)j * n_pos, 2, values, stride, n_pos, d);
-    if (j < n_q) weighted_sum_avx2(out + (size_t)j * d, att + (size_t)j * n_pos, 1, values, stride, n_pos, d);
-}
 #elif defined(KERNELS_NEON)
 void softmax(float* x, int n) {
     if (n <= 0) return;
@@ -177,21 +163,24 @@ void softmax(float* x, int n) {
     for (; i < n; i++) x[i] *= inv;
 }
 
-/* As scores_avx2, 16 dimensions per step (four 4-lane accumulators per query); the value
+#define DIM_STEP 16
+
+/* As the AVX2 scores, 16 dimensions per step (four 4-lane accumulators per query); the value
  * prefetch is kept for the same reason, unmeasured on arm64. */
-AI void scores_neon(float* att, const float* q, int NQ, const float* keys, const float* prefetch_values,
-                    int stride, int n_pos, int d, float scale) {
+AI void scores(float* att, const float* q, int NQ, const float* keys, const float* prefetch_values, int stride,
+               int n_pos, int d, float scale) {
     for (int t = 0; t < n_pos; t++) {
         const float* k = keys + (size_t)t * stride;
-        if (prefetch_values)
-            for (int i = 0; i < d; i += 16) __builtin_prefetch(prefetch_values + (size_t)t * stride + i, 0, 3);
+        const float* v = prefetch_values ? prefetch_values + (size_t)t * stride : NULL;
+        for (int i = 0; v && i < d; i += 16) __builtin_prefetch(v + i, 0, 3);
         float32x4_t a[2][4];
         for (int j = 0; j < NQ; j++)
             for (int u = 0; u < 4; u++) a[j][u] = vdupq_n_f32(0.0f);
         for (int i = 0; i < d; i += 16)
             for (int u = 0; u < 4; u++) {
                 float32x4_t kv = vld1q_f32(k + i + 4 * u);
-                for (int j = 0; j < NQ; j++) a[j][u] = vfmaq_f32(a[j][u], vld1q_f32(q + (size_t)j * d + i + 4 * u), kv);
+                for (int j = 0; j < NQ; j++)
+                    a[j][u] = vfmaq_f32(a[j][u], vld1q_f32(q + (size_t)j * d + i + 4 * u), kv);
             }
         for (int j = 0; j < NQ; j++)
             att[(size_t)j * n_pos + t] =
@@ -199,9 +188,8 @@ AI void scores_neon(float* att, const float* q, int NQ, const float* keys, const
     }
 }
 
-/* As weighted_sum_avx2, 16 outputs per query per pass. */
-AI void weighted_sum_neon(float* out, const float* att, int NQ, const float* values, int stride, int n_pos,
-                          int d) {
+/* As the AVX2 weighted_sum, 16 outputs per query per pass. */
+AI void weighted_sum(float* out, const float* att, int NQ, const float* values, int stride, int n_pos, int d) {
     for (int i = 0; i < d; i += 16) {
         float32x4_t o[2][4];
         for (int j = 0; j < NQ; j++)
@@ -220,25 +208,27 @@ AI void weighted_sum_neon(float* out, const float* att, int NQ, const float* val
     }
 }
 
-void attention_group(float* out, const float* q, int n_q, const float* keys, const float* values,
-                     int stride, int n_pos, int head_dim, float scale, float* att) {
-    if ((head_dim & 15) != 0) {
-        attention_group_scalar(out, q, n_q, keys, values, stride, n_pos, head_dim, scale, att);
-        return;
-    }
-    const int d = head_dim;
-    int j = 0;
-    for (; j + 2 <= n_q; j += 2)
-        scores_neon(att + (size_t)j * n_pos, q + (size_t)j * d, 2, keys, j == 0 ? values : NULL, stride, n_pos, d, scale);
-    if (j < n_q) scores_neon(att + (size_t)j * n_pos, q + (size_t)j * d, 1, keys, j == 0 ? values : NULL, stride, n_pos, d, scale);
-    for (j = 0; j < n_q; j++) softmax(att + (size_t)j * n_pos, n_pos);
-    for (j = 0; j + 2 <= n_q; j += 2) weighted_sum_neon(out + (size_t)j * d, att + (size_t)j * n_pos, 2, values, stride, n_pos, d);
-    if (j < n_q) weighted_sum_neon(out + (size_t)j * d, att + (size_t)j * n_pos, 1, values, stride, n_pos, d);
-}
 #else
 void softmax(float* x, int n) { softmax_scalar(x, n); }
+#endif
+
 void attention_group(float* out, const float* q, int n_q, const float* keys, const float* values,
                      int stride, int n_pos, int head_dim, float scale, float* att) {
+#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
+    if (head_dim % DIM_STEP == 0) {
+        const int d = head_dim;
+        int j = 0; /* pairs, then a last single query (NQ a constant, so the accumulators stay in
+                    * registers); the first call prefetches the values */
+        for (; j + 2 <= n_q; j += 2)
+            scores(att + (size_t)j * n_pos, q + (size_t)j * d, 2, keys, j == 0 ? values : NULL, stride, n_pos, d, scale);
+        if (j < n_q)
+            scores(att + (size_t)j * n_pos, q + (size_t)j * d, 1, keys, j == 0 ? values : NULL, stride, n_pos, d, scale);
+        for (j = 0; j < n_q; j++) softmax(att + (size_t)j * n_pos, n_pos);
+        for (j = 0; j + 2 <= n_q; j += 2)
+            weighted_sum(out + (size_t)j * d, att + (size_t)j * n_pos, 2, values, stride, n_pos, d);
+        if (j < n_q) weighted_sum(out + (size_t)j * d, att + (size_t)j * n_pos, 1, values, stride, n_pos, d);
+        return;
+    }
+#endif
     attention_group_scalar(out, q, n_q, keys, values, stride, n_pos, head_dim, scale, att);
 }
-#endif
