@@ -172,7 +172,7 @@ typedef struct {
     float* proj;     /* [B, dim]   o_proj / down_proj output, before the residual add */
     float* gate;     /* [B, F] */
     float* up;       /* [B, F] */
-    float* att;      /* [seq_len]  attention scores of one head (per thread: [n_threads, seq_len]) */
+    float* att;      /* [n_threads, H/K, seq_len]  attention scores of one GQA group per thread */
     float* logits;   /* [vocab]    logits of the last position */
     float* key_cache;    /* [L, K, seq_len, d]  keys after QK-Norm and RoPE */
     float* value_cache;  /* [L, K, seq_len, d] */
