@@ -111,7 +111,7 @@ static double matrix_bytes(const Matrix* m) {
     double n = (double)m->rows * (double)m->cols;
     if (m->type == WEIGHT_F32) return 4 * n;
     if (m->type == WEIGHT_BF16) return 2 * n;
-    return n + 4 * n / m->group_size;
+    return (double)quant_bytes(m->type, (size_t)n) + 4 * n / m->group_size; /* values + scales */
 }
 
 /* Weights read by one decode step (every matrix including the head, the embedding row, norms,
@@ -149,7 +149,7 @@ static int cmp_double(const void* a, const void* b) {
 }
 
 static const char* type_name(WeightType t) {
-    return t == WEIGHT_F32 ? "f32" : t == WEIGHT_BF16 ? "bf16" : "q8";
+    return t == WEIGHT_F32 ? "f32" : t == WEIGHT_BF16 ? "bf16" : t == WEIGHT_Q8 ? "q8" : "q4";
 }
 
 static int int_arg(int argc, char** argv, int i, const char* name, int* out) {
@@ -270,7 +270,7 @@ int bench_main(Transformer* t, int argc, char** argv) {
     if (!json) {
         printf("bench: %d layers, dim %d, vocab %d, weights %s", c->n_layers, c->dim, c->vocab_size,
                type_name(c->weight_type));
-        if (c->weight_type == WEIGHT_Q8) printf(" (groups of %d)", c->group_size);
+        if (c->group_size) printf(" (groups of %d)", c->group_size);
         printf(", %d thread%s, kernels %s\n", threads, threads == 1 ? "" : "s", kernels_simd_name());
         if (t->map.copied)
             printf("bench: weights read into memory (--no-mmap)\n");

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """export.py: a Hugging Face Qwen3 folder in, one checkpoint file out.
 
-    python3 export.py path/to/Qwen3-0.6B qwen3-0.6b.bin [--dtype f32|bf16|q8]
+    python3 export.py path/to/Qwen3-0.6B qwen3-0.6b.bin [--dtype f32|bf16|q8|q4]
 
 Reads config.json, generation_config.json, model.safetensors (or the shards listed in
 model.safetensors.index.json; BF16, F16 or F32), tokenizer.json and tokenizer_config.json, and
@@ -30,8 +30,9 @@ ARCH_QWEN3, ARCH_QWEN2, ARCH_LLAMA = 1, 2, 3
 ARCHITECTURES = {"Qwen3ForCausalLM": ARCH_QWEN3, "Qwen2ForCausalLM": ARCH_QWEN2,
                  "LlamaForCausalLM": ARCH_LLAMA}
 FLAG_QK_NORM, FLAG_QKV_BIAS, FLAG_TIED_EMBED = 1, 2, 4
-WEIGHT_F32, WEIGHT_BF16, WEIGHT_Q8 = 0, 1, 2
-DTYPES = {"f32": WEIGHT_F32, "bf16": WEIGHT_BF16, "q8": WEIGHT_Q8}
+WEIGHT_F32, WEIGHT_BF16, WEIGHT_Q8, WEIGHT_Q4 = 0, 1, 2, 3
+DTYPES = {"f32": WEIGHT_F32, "bf16": WEIGHT_BF16, "q8": WEIGHT_Q8, "q4": WEIGHT_Q4}
+DEFAULT_GROUP = {WEIGHT_Q8: 64, WEIGHT_Q4: 32}  # q4: llama.cpp's q4_0 groups, the same error
 TOK_FLAG_NFC, TOK_FLAG_QWEN2_REGEX, TOK_FLAG_BYTE_LEVEL = 1, 2, 4
 
 # The Split regex of Qwen2/Qwen3's tokenizer.json (QWEN3.md 4.3); tokenizer.c implements exactly this.
@@ -263,24 +264,52 @@ def quantize_q8(raw_f32, group_size):
     return q.tobytes(), scales.tobytes()
 
 
-Q8_BLOCK_ROWS = 4
+def quantize_q4(raw_f32, group_size):
+    """float32 bytes -> (packed 4-bit bytes, float32 scale bytes). Per group, m is the value of
+    largest magnitude, s = m / -8 and q = round(w / s) clamped to [-8, 7] (m itself becomes -8, so
+    the whole range is used, as in llama.cpp's q4_0); stored as q + 8, and per 32 columns byte k
+    holds column k in its low nibble and column k + 16 in its high nibble (model.h)."""
+    vals = array.array("f", raw_f32)
+    packed = bytearray(len(vals) // 2)
+    scales = array.array("f", bytes(4 * (len(vals) // group_size)))
+    for g in range(len(scales)):
+        lo = g * group_size
+        block = vals[lo:lo + group_size]
+        hi, low = max(block), min(block)
+        m = hi if hi > -low else low
+        if m == 0:
+            nib = [8] * group_size
+        else:
+            scales[g] = m / -8.0
+            inv = -8.0 / m
+            nib = [min(15, round(v * inv) + 8) for v in block]
+        out = lo // 2
+        for c in range(0, group_size, 32):
+            packed[out + c // 2:out + c // 2 + 16] = bytes(
+                a | b << 4 for a, b in zip(nib[c:c + 16], nib[c + 16:c + 32]))
+    return bytes(packed), scales.tobytes()
 
 
-def q8_row_blocks(raw_f32, cols, group_size):
-    """float32 bytes of whole rows -> the q8 row blocks of model.h: per 4 rows (the last block
-    padded with zero rows), their scales s[4][G], then their int8 values q[G][4][gs]."""
+QUANT_BLOCK_ROWS = 4
+
+
+def quant_row_blocks(raw_f32, cols, group_size, wtype):
+    """float32 bytes of whole rows -> the q8 or q4 row blocks of model.h: per 4 rows (the last
+    block padded with zero rows), their scales s[4][G], then per group the four rows' values."""
     rows = len(raw_f32) // (4 * cols)
-    pad = -rows % Q8_BLOCK_ROWS
-    q, s = quantize_q8(raw_f32 + bytes(4 * cols * pad), group_size)
+    pad = -rows % QUANT_BLOCK_ROWS
+    quantize = quantize_q4 if wtype == WEIGHT_Q4 else quantize_q8
+    q, s = quantize(raw_f32 + bytes(4 * cols * pad), group_size)
+    per = 2 if wtype == WEIGHT_Q4 else 1  # values per byte
     G = cols // group_size
     out = []
-    for b in range(0, rows + pad, Q8_BLOCK_ROWS):
-        out.append(s[4 * b * G:4 * (b + Q8_BLOCK_ROWS) * G])
+    for b in range(0, rows + pad, QUANT_BLOCK_ROWS):
+        out.append(s[4 * b * G:4 * (b + QUANT_BLOCK_ROWS) * G])
         first = b * cols
         for g in range(0, cols, group_size):
-            for i in range(Q8_BLOCK_ROWS):
-                at = first + i * cols + g
-                out.append(q[at:at + group_size])
+            for i in range(QUANT_BLOCK_ROWS):
+                at = (first + i * cols + g) // per
+                out.append(q[at:at + group_size // per])
     return b"".join(out)
 
 
@@ -412,16 +441,20 @@ def tensor_plan(c):
     return plan
 
 
-def choose_group_size(c, requested):
-    """q8 groups: `requested` when it divides every input width, else the largest power of two
-    <= requested that does (at least 8)."""
+def choose_group_size(c, requested, wtype):
+    """q8 / q4 groups: `requested` when it divides every input width, else the largest power of
+    two <= requested that does (at least 8 for q8, 32 for q4, whose kernels take 32 at a time)."""
     widths = [c["dim"], c["hidden_dim"], c["n_heads"] * c["head_dim"]]
+    smallest = 32 if wtype == WEIGHT_Q4 else 8
+    name = "q4" if wtype == WEIGHT_Q4 else "q8"
+    if requested < smallest:
+        raise ExportError(f"{name} needs a group size of at least {smallest} (got {requested})")
     g = requested
-    while g >= 8:
+    while g >= smallest:
         if all(w % g == 0 for w in widths):
             return g
         g //= 2
-    raise ExportError(f"q8 needs every input width ({widths}) to be a multiple of 8")
+    raise ExportError(f"{name} needs every input width ({widths}) to be a multiple of {smallest}")
 
 
 class Writer:
@@ -474,7 +507,9 @@ def export(folder, out_path, dtype_name, group_size, tokenizer_dir):
     if dtype_name is None:
         dtype_name = "bf16" if table["model.embed_tokens.weight"].dtype == "BF16" else "f32"
     wtype = DTYPES[dtype_name]
-    gs = choose_group_size(c, group_size) if wtype == WEIGHT_Q8 else 0
+    gs = 0
+    if wtype in DEFAULT_GROUP:
+        gs = choose_group_size(c, group_size or DEFAULT_GROUP[wtype], wtype)
 
     tok_dir = tokenizer_dir or folder
     tok = tokenizer_section(os.path.join(tok_dir, "tokenizer.json"),
@@ -522,12 +557,12 @@ def export(folder, out_path, dtype_name, group_size, tokenizer_dir):
                     for r in range(0, rows, rows_per_block):
                         raw = src.read(min(rows_per_block, rows - r) * cols * width)
                         w.write(raw if t.dtype == "BF16" else f32_to_bf16_bytes(to_f32_bytes(raw, t.dtype)))
-                else:  # q8: row blocks of 4 rows (model.h)
+                else:  # q8, q4: row blocks of 4 rows (model.h)
                     rows_per_block = max(1, (BLOCK_BYTES // 4) // (cols * width))
-                    rows_per_block += -rows_per_block % Q8_BLOCK_ROWS
+                    rows_per_block += -rows_per_block % QUANT_BLOCK_ROWS
                     for r in range(0, rows, rows_per_block):
                         raw = src.read(min(rows_per_block, rows - r) * cols * width)
-                        w.write(q8_row_blocks(to_f32_bytes(raw, t.dtype), cols, gs))
+                        w.write(quant_row_blocks(to_f32_bytes(raw, t.dtype), cols, gs, wtype))
                         if show_progress:
                             progress(done + (r + rows_per_block) * cols * width, total, t0, name)
                 done += rows * cols * width
@@ -592,13 +627,14 @@ def main(argv=None):
     ap.add_argument("output", help="checkpoint file to write")
     ap.add_argument("--dtype", choices=sorted(DTYPES),
                     help="stored weight format (default: the source's; F16 sources become f32)")
-    ap.add_argument("--group-size", type=int, default=64,
-                    help="q8 group size (default 64; smaller when it does not divide the widths)")
+    ap.add_argument("--group-size", type=int,
+                    help="q8 / q4 group size (default 64 for q8, 32 for q4; smaller when it does "
+                         "not divide the widths)")
     ap.add_argument("--tokenizer", metavar="DIR",
                     help="take tokenizer.json and tokenizer_config.json from DIR instead of the "
                          "model folder")
     args = ap.parse_args(argv)
-    if args.group_size < 8 or args.group_size & (args.group_size - 1):
+    if args.group_size is not None and (args.group_size < 8 or args.group_size & (args.group_size - 1)):
         ap.error("--group-size must be a power of two >= 8")
     try:
         t0 = time.time()

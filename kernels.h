@@ -6,7 +6,7 @@
  * and never sees an intrinsic. Build with -DKERNELS_SCALAR to force the references everywhere.
  * tests/test_kernels.c checks every SIMD twin against its reference.
  *
- * All arithmetic accumulates in fp32. Activations are fp32; weights are fp32, bf16 or q8.
+ * All arithmetic accumulates in fp32. Activations are fp32; weights are fp32, bf16, q8 or q4.
  */
 #ifndef KERNELS_H
 #define KERNELS_H
@@ -14,44 +14,59 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { WEIGHT_F32 = 0, WEIGHT_BF16 = 1, WEIGHT_Q8 = 2 } WeightType;
+typedef enum { WEIGHT_F32 = 0, WEIGHT_BF16 = 1, WEIGHT_Q8 = 2, WEIGHT_Q4 = 3 } WeightType;
 
 /* A weight matrix [rows = out_features, cols = in_features], pointing into the mapped checkpoint.
- * f32 and bf16 are row-major. WEIGHT_Q8 is int8 in groups of group_size columns with one float32
- * scale per group (w = scale * q), stored in blocks of Q8_BLOCK_ROWS rows (model.h): block b holds
- * rows 4b .. 4b+3, first their scales (4 rows x G = cols / group_size floats, row by row), then
- * for each group g the group_size int8 values of each of the four rows. The q8 matrix-vector
- * kernel walks a block front to back, so it reads one sequential stream; q8_scales and q8_group
- * give any row's place in it. */
+ * f32 and bf16 are row-major. The quantised types (model.h) hold integers q in groups of
+ * group_size columns with one float32 scale per group (w = scale * q): WEIGHT_Q8 int8, WEIGHT_Q4
+ * 4-bit (q in -8 .. 7, stored as q + 8, two per byte). Both are stored in blocks of
+ * QUANT_BLOCK_ROWS rows: block b holds rows 4b .. 4b+3, first their scales (4 rows x
+ * G = cols / group_size floats, row by row), then for each group g the values of each of the
+ * four rows. The matrix-vector kernels walk a block front to back, so they read one sequential
+ * stream; quant_scales and quant_group give any row's place in it. */
 typedef struct {
     WeightType type;
     int rows, cols;
-    int group_size;        /* WEIGHT_Q8 only */
-    const void* data;      /* float*, uint16_t* (bf16), or the first q8 row block */
+    int group_size;        /* WEIGHT_Q8 and WEIGHT_Q4 only */
+    const void* data;      /* float*, uint16_t* (bf16), or the first row block (q8, q4) */
 } Matrix;
 
-#define Q8_BLOCK_ROWS 4
+#define QUANT_BLOCK_ROWS 4
 
-/* Bytes of one q8 row block: 4 x G scales and 4 x cols int8 values. */
-static inline size_t q8_block_bytes(int cols, int group_size) {
-    return (size_t)Q8_BLOCK_ROWS * ((size_t)cols + sizeof(float) * (size_t)(cols / group_size));
+/* Bytes that n values of a quantised row take: one each (q8), half a byte each (q4). */
+static inline size_t quant_bytes(WeightType type, size_t n) {
+    return type == WEIGHT_Q4 ? n / 2 : n;
 }
 
-/* The G scales of row r of a q8 matrix. */
-static inline const float* q8_scales(const Matrix* W, int r) {
-    const char* block =
-        (const char*)W->data + (size_t)(r / Q8_BLOCK_ROWS) * q8_block_bytes(W->cols, W->group_size);
-    return (const float*)block + (size_t)(r % Q8_BLOCK_ROWS) * (size_t)(W->cols / W->group_size);
+/* Bytes of one row block: 4 x G scales and 4 rows of values. */
+static inline size_t quant_block_bytes(WeightType type, int cols, int group_size) {
+    return (size_t)QUANT_BLOCK_ROWS * (quant_bytes(type, (size_t)cols) + sizeof(float) * (size_t)(cols / group_size));
 }
 
-/* The group_size int8 values of row r, group g; the next row of the same block follows
- * group_size bytes later. */
-static inline const int8_t* q8_group(const Matrix* W, int r, int g) {
+/* The G scales of row r of a quantised matrix. */
+static inline const float* quant_scales(const Matrix* W, int r) {
+    const char* block = (const char*)W->data +
+                        (size_t)(r / QUANT_BLOCK_ROWS) * quant_block_bytes(W->type, W->cols, W->group_size);
+    return (const float*)block + (size_t)(r % QUANT_BLOCK_ROWS) * (size_t)(W->cols / W->group_size);
+}
+
+/* The values of row r, group g (group_size int8 for q8, group_size / 2 bytes for q4); the next
+ * row of the same block follows quant_bytes(type, group_size) bytes later. */
+static inline const uint8_t* quant_group(const Matrix* W, int r, int g) {
     const int gs = W->group_size, G = W->cols / gs;
+    const size_t gb = quant_bytes(W->type, (size_t)gs);
     const char* block =
-        (const char*)W->data + (size_t)(r / Q8_BLOCK_ROWS) * q8_block_bytes(W->cols, gs);
-    return (const int8_t*)(block + sizeof(float) * Q8_BLOCK_ROWS * (size_t)G) +
-           ((size_t)g * Q8_BLOCK_ROWS + (size_t)(r % Q8_BLOCK_ROWS)) * (size_t)gs;
+        (const char*)W->data + (size_t)(r / QUANT_BLOCK_ROWS) * quant_block_bytes(W->type, W->cols, gs);
+    return (const uint8_t*)(block + sizeof(float) * QUANT_BLOCK_ROWS * (size_t)G) +
+           ((size_t)g * QUANT_BLOCK_ROWS + (size_t)(r % QUANT_BLOCK_ROWS)) * gb;
+}
+
+/* Value c (0 <= c < group_size) of a q4 group: every 32 columns take 16 bytes, byte k holding
+ * column k in its low nibble and column k + 16 in its high nibble (so one 16-byte load, split
+ * into nibbles, gives 32 columns in order). Stored as q + 8. */
+static inline int q4_value(const uint8_t* group, int c) {
+    const uint8_t b = group[(c / 32) * 16 + c % 16];
+    return (c % 32 < 16 ? b & 15 : b >> 4) - 8;
 }
 
 /* Thread count and scratch space. kernels_init must be called once before any matmul:

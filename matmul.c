@@ -1,4 +1,4 @@
-/* matmul.c: y = W x for f32, bf16 and q8 weights, the embedding-row lookup, and the parallel
+/* matmul.c: y = W x for f32, bf16, q8 and q4 weights, the embedding-row lookup, and the parallel
  * driver. The scalar reference comes first; the SIMD twins follow. */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -10,6 +10,11 @@
 /* ---------------------------------------------------------------------------------------------
  * Scalar reference
  * ------------------------------------------------------------------------------------------- */
+
+/* Value c of a quantised row group as an integer (kernels.h). */
+static inline int quant_value(WeightType type, const uint8_t* group, int c) {
+    return type == WEIGHT_Q4 ? q4_value(group, c) : (int)(int8_t)group[c];
+}
 
 static void matmul_rows_scalar(float* out, const float* x, const Matrix* W, int n, int r0, int r1) {
     const int C = W->cols, R = W->rows;
@@ -26,11 +31,11 @@ static void matmul_rows_scalar(float* out, const float* x, const Matrix* W, int 
                 for (int c = 0; c < C; c++) s += bf16_to_f32(w[c]) * xt[c];
             } else {
                 const int gs = W->group_size;
-                const float* sc = q8_scales(W, r);
+                const float* sc = quant_scales(W, r);
                 for (int g = 0; g < C / gs; g++) {
-                    const int8_t* w = q8_group(W, r, g);
+                    const uint8_t* w = quant_group(W, r, g);
                     float sg = 0.0f;
-                    for (int c = 0; c < gs; c++) sg += (float)w[c] * xt[g * gs + c];
+                    for (int c = 0; c < gs; c++) sg += (float)quant_value(W->type, w, c) * xt[g * gs + c];
                     s += sg * sc[g];
                 }
             }
@@ -52,10 +57,10 @@ void matrix_row(float* out, const Matrix* W, int row) {
         for (int c = 0; c < C; c++) out[c] = bf16_to_f32(w[c]);
     } else {
         const int gs = W->group_size;
-        const float* sc = q8_scales(W, row);
+        const float* sc = quant_scales(W, row);
         for (int g = 0; g < C / gs; g++) {
-            const int8_t* w = q8_group(W, row, g);
-            for (int c = 0; c < gs; c++) out[g * gs + c] = sc[g] * (float)w[c];
+            const uint8_t* w = quant_group(W, row, g);
+            for (int c = 0; c < gs; c++) out[g * gs + c] = sc[g] * (float)quant_value(W->type, w, c);
         }
     }
 }
@@ -69,6 +74,7 @@ static int xp_cap;
 static int8_t* xq_buf;     /* [max_batch * max_cols] quantised activations */
 static float* xs_buf;      /* [max_batch * max_cols / 8] their scales */
 static int32_t* xsum_buf;  /* [max_batch * max_cols / 4] 8 partial sums per group (AVX2 twin) */
+static int32_t* xgsum_buf; /* [max_batch * max_cols / 32] one sum per group (AVX2 twin, rows_q4_n1) */
 static size_t xq_cap;
 
 int matmul_scratch_init(int max_batch, int max_cols) {
@@ -79,9 +85,10 @@ int matmul_scratch_init(int max_batch, int max_cols) {
     xq_buf = aligned_alloc(64, (xq_cap + 63) / 64 * 64);
     xs_buf = aligned_alloc(64, ((xq_cap / 8 + 1) * sizeof(float) + 63) / 64 * 64);
     xsum_buf = aligned_alloc(64, ((xq_cap / 4 + 8) * sizeof(int32_t) + 63) / 64 * 64);
+    xgsum_buf = aligned_alloc(64, ((xq_cap / 32 + 8) * sizeof(int32_t) + 63) / 64 * 64);
     xp_cap = max_cols;
     xp_buf = aligned_alloc(64, ((size_t)max_cols * sizeof(float) + 63) / 64 * 64);
-    if (!xq_buf || !xs_buf || !xsum_buf || !xp_buf) {
+    if (!xq_buf || !xs_buf || !xsum_buf || !xgsum_buf || !xp_buf) {
         matmul_scratch_free();
         return -1;
     }
@@ -92,10 +99,12 @@ void matmul_scratch_free(void) {
     free(xq_buf);
     free(xs_buf);
     free(xsum_buf);
+    free(xgsum_buf);
     free(xp_buf);
     xq_buf = NULL;
     xs_buf = NULL;
     xsum_buf = NULL;
+    xgsum_buf = NULL;
     xp_buf = NULL;
     xq_cap = 0;
     xp_cap = 0;
@@ -219,7 +228,7 @@ AI void tile_float(float* out, const float* x, const Matrix* W, WeightType type,
     if (type == WEIGHT_Q8) {
         /* weights widened to fp32; the group scale is applied to each group's partial sums */
         const int gs = W->group_size, G = C / gs;
-        const float* sc = q8_scales(W, r); /* row r + i's scales at sc + i * G */
+        const float* sc = quant_scales(W, r); /* row r + i's scales at sc + i * G */
         __m256 tot[4][4];
 #pragma GCC unroll 4
         for (int i = 0; i < RT; i++)
@@ -228,7 +237,7 @@ AI void tile_float(float* out, const float* x, const Matrix* W, WeightType type,
         float tail[4][4] = {{0}};  /* the last gs % 8 columns of each group, scalar */
         for (int g = 0; g < G; g++) {
             const int c8 = g * gs + (gs & ~7), c1 = g * gs + gs;
-            const int8_t* wg = q8_group(W, r, g); /* row r + i's values at wg + i * gs */
+            const int8_t* wg = (const int8_t*)quant_group(W, r, g); /* row r + i's values at wg + i * gs */
             tile_float_acc(acc, x, wg, (size_t)gs, type, C, t, g * gs, c8, RT, TT);
 #pragma GCC unroll 4
             for (int i = 0; i < RT; i++) {
@@ -358,7 +367,7 @@ static void rows_bf16_n1(float* out, const float* xp, const Matrix* W, int r0, i
  * seen, while one row after the other is a single sequential stream. Measured on the 0.6B shape,
  * decode with --no-mmap, alternating runs on the 2-core VM: 1 thread 11.9 vs 9.4 tok/s (median of
  * 4), 2 threads 20.9 vs 18.5 (docs/notes-kernels.md). bf16 does the same (rows_bf16_n1); q8
- * reads row blocks (rows_q8i_n1). */
+ * reads row blocks (rows_qi_n1). */
 static void rows_f32_n1(float* out, const float* x, const Matrix* W, int r0, int r1) {
     const int C = W->cols;
     const float* wd = (const float*)W->data;
@@ -378,13 +387,14 @@ static void rows_f32_n1(float* out, const float* x, const Matrix* W, int r0, int
     }
 }
 
-/* ---- q8 x int8 activations ---- */
+/* ---- q8 and q4 x int8 activations ---- */
 
 /* Quantises token rows [t0, t1) of x (width C) to int8 per group of gs (a multiple of 32):
  * s = max|x| / 127, q = round(x / s). Also stores, per group, -128 times the sums of q that land
  * in each of the 8 int32 lanes of the dot product (lane k: the columns c with c % 32 in
- * 4k .. 4k+3), the start of the VNNI accumulator (q8_acc0 below). */
-static void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, const float* x, int C, int gs,
+ * 4k .. 4k+3), the start of the accumulator (qi_acc0 below), and in xgsum -8 times the sum of
+ * all the group's q (rows_q4_n1). */
+static void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, int32_t* xgsum, const float* x, int C, int gs,
                           int t0, int t1) {
     const int G = C / gs;
     const __m256 signbit = _mm256_set1_ps(-0.0f);
@@ -417,15 +427,19 @@ static void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, const float* x, 
             }
             _mm256_storeu_si256((__m256i*)(xsum + ((size_t)t * G + g) * 8),
                                 _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sum, 7)));
+            __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+            xgsum[(size_t)t * G + g] = -8 * _mm_cvtsi128_si32(s4);
         }
     }
 }
 
-/* The int8 dot product of 32 weights and 32 activations, in three parts: q8_prep once per loaded
- * weight vector, q8_acc0 once per group and token (the accumulator's start), q8_dot per weight
- * vector and token. Each 32-bit lane adds the products of 4 neighbouring columns; the lanes are
- * summed at the group's end. The two x86 instructions multiply an unsigned byte by a signed one:
- *  - VNNI (vpdpbusd): the weight as w + 128 (w XOR 0x80, an unsigned byte), so a lane sums
+/* The int8 dot product of 32 weights and 32 activations, in three parts: qi_load once per weight
+ * vector, qi_acc0 once per group and token (the accumulator's start), qi_dot per weight vector
+ * and token. Each 32-bit lane adds the products of 4 neighbouring columns; the lanes are summed
+ * at the group's end. The two x86 instructions multiply an unsigned byte by a signed one:
+ *  - VNNI (vpdpbusd): the q8 weight as w + 128 (w XOR 0x80, an unsigned byte), so a lane sums
  *    (w + 128) x = w x + 128 x over its columns, and it starts at -128 times the sum of those
  *    columns' x (quantize_rows). One instruction per vector and token, and each lane ends with
  *    exactly the int32 of the plain AVX2 path, so both give the same bits after the fp32 steps.
@@ -433,17 +447,29 @@ static void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, const float* x, 
  *    larger and cancel only in the final sum, so the fp32 steps rounded differently: logits
  *    moved by up to 3e-6 against the plain AVX2 build.)
  *  - plain AVX2 (vpmaddubsw, which saturates pairs at int16): |w| times x with w's sign, pairs of
- *    at most 2 * 128 * 127 < 32768, then vpmaddwd by 1 into int32. */
+ *    at most 2 * 128 * 127 < 32768, then vpmaddwd by 1 into int32.
+ * q4 values are stored as q + 8 (kernels.h), already an unsigned byte once split from their
+ * nibbles: both paths multiply q + 8 by x as it is (pairs of at most 2 * 15 * 128), and the lanes
+ * start at -8 times the sums instead (-128 times them, shifted right by 4: exact). */
 #if (defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__GNUC__)) || defined(__AVXVNNI__)
 #define Q8_VNNI 1
 #endif
 
 typedef struct {
-    __m256i a, w; /* VNNI: a = w + 128 (w unused); else a = |w| and w itself (for its sign) */
-} Q8W;
+    __m256i a, w; /* q8, VNNI: a = w + 128 (w unused); q8, plain: a = |w|, w for its sign; q4: a = q + 8 */
+} QW;
 
-AI Q8W q8_prep(__m256i w) {
-    Q8W p;
+/* The 32 weights of a row group from column c (a multiple of 32) on; wrow is the row's group. */
+AI QW qi_load(const uint8_t* wrow, int c, WeightType type) {
+    QW p;
+    if (type == WEIGHT_Q4) {
+        const __m128i b = _mm_loadu_si128((const __m128i*)(wrow + c / 2));
+        const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(b), _mm_srli_epi16(b, 4), 1);
+        p.a = _mm256_and_si256(both, _mm256_set1_epi8(15)); /* columns c .. c+15, then c+16 .. c+31 */
+        p.w = p.a;
+        return p;
+    }
+    const __m256i w = _mm256_loadu_si256((const __m256i*)(wrow + c));
 #if defined(Q8_VNNI)
     p.a = _mm256_xor_si256(w, _mm256_set1_epi8((char)0x80));
 #else
@@ -453,27 +479,31 @@ AI Q8W q8_prep(__m256i w) {
     return p;
 }
 
-/* xsum8: the group's 8 lane corrections from quantize_rows. */
-AI __m256i q8_acc0(const int32_t* xsum8) {
+/* xsum8: the group's 8 lane corrections from quantize_rows (-128 x each lane's sum of q_x). */
+AI __m256i qi_acc0(const int32_t* xsum8, WeightType type) {
+    const __m256i s = _mm256_loadu_si256((const __m256i*)xsum8);
+    if (type == WEIGHT_Q4) return _mm256_srai_epi32(s, 4);
 #if defined(Q8_VNNI)
-    return _mm256_loadu_si256((const __m256i*)xsum8);
+    return s;
 #else
-    (void)xsum8;
+    (void)s;
     return _mm256_setzero_si256();
 #endif
 }
 
-AI __m256i q8_dot(__m256i acc, Q8W p, __m256i x) {
+AI __m256i qi_dot(__m256i acc, QW p, __m256i x, WeightType type) {
 #if defined(Q8_VNNI) && defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__GNUC__)
     /* Where both encodings exist, gcc 12 emits the VEX one ({vex} vpdpbusd, ymm0-15 only) for
      * either intrinsic and then shuffles values between ymm0-15, ymm16-31 and the stack. As inline
      * asm with "v" operands the register allocator may use all 32 registers. */
+    (void)type;
     __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(p.a), "v"(x));
     return acc;
 #elif defined(Q8_VNNI)
+    (void)type;
     return _mm256_dpbusd_avx_epi32(acc, p.a, x);
 #else
-    __m256i s = _mm256_maddubs_epi16(p.a, _mm256_sign_epi8(x, p.w));
+    __m256i s = _mm256_maddubs_epi16(p.a, type == WEIGHT_Q4 ? x : _mm256_sign_epi8(x, p.w));
     return _mm256_add_epi32(acc, _mm256_madd_epi16(s, _mm256_set1_epi16(1)));
 #endif
 }
@@ -481,35 +511,35 @@ AI __m256i q8_dot(__m256i acc, Q8W p, __m256i x) {
 /* Rows r .. r+RT-1 (in one row block: RT > 1 only from a block's first row) x tokens t .. t+TT-1,
  * 32 columns per step. Per group and (row, token), the int32 sum is scaled by (weight scale x
  * activation scale) into an fp32 accumulator. */
-AI void tile_q8(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const Matrix* W,
-                int r, int t, int RT, int TT) {
+AI void tile_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const Matrix* W,
+                int r, int t, int RT, int TT, WeightType type) {
     const int C = W->cols, R = W->rows, gs = W->group_size, G = C / gs;
-    const float* sc = q8_scales(W, r); /* row r + i's scales at sc + i * G */
+    const size_t gb = quant_bytes(type, (size_t)gs);
+    const float* sc = quant_scales(W, r); /* row r + i's scales at sc + i * G */
     __m256 tot[4][4];
 #pragma GCC unroll 4
     for (int i = 0; i < RT; i++)
 #pragma GCC unroll 4
         for (int j = 0; j < TT; j++) tot[i][j] = _mm256_setzero_ps();
     for (int g = 0; g < G; g++) {
-        const int8_t* wg = q8_group(W, r, g); /* row r + i at wg + i * gs */
+        const uint8_t* wg = quant_group(W, r, g); /* row r + i at wg + i * gb */
         __m256i acc[4][4];
 #pragma GCC unroll 4
         for (int j = 0; j < TT; j++) {
-            __m256i a0 = q8_acc0(xsum + ((size_t)(t + j) * G + g) * 8);
+            __m256i a0 = qi_acc0(xsum + ((size_t)(t + j) * G + g) * 8, type);
 #pragma GCC unroll 4
             for (int i = 0; i < RT; i++) acc[i][j] = a0;
         }
         for (int c = 0; c < gs; c += 32) {
-            Q8W wv[4];
+            QW wv[4];
 #pragma GCC unroll 4
-            for (int i = 0; i < RT; i++)
-                wv[i] = q8_prep(_mm256_loadu_si256((const __m256i*)(wg + (size_t)i * gs + c)));
+            for (int i = 0; i < RT; i++) wv[i] = qi_load(wg + (size_t)i * gb, c, type);
 #pragma GCC unroll 4
             for (int j = 0; j < TT; j++) {
                 const int8_t* xj = xq + (size_t)(t + j) * C + (size_t)g * gs;
                 __m256i xv = _mm256_loadu_si256((const __m256i*)(xj + c));
 #pragma GCC unroll 4
-                for (int i = 0; i < RT; i++) acc[i][j] = q8_dot(acc[i][j], wv[i], xv);
+                for (int i = 0; i < RT; i++) acc[i][j] = qi_dot(acc[i][j], wv[i], xv, type);
             }
         }
         __m256 xsv[4];
@@ -529,37 +559,37 @@ AI void tile_q8(float* out, const int8_t* xq, const float* xsc, const int32_t* x
         for (int j = 0; j < TT; j++) out[(size_t)(t + j) * R + r + i] = hsum256(tot[i][j]);
 }
 
-/* One 32-column step of rows_q8i_n1: the activation vector shared by the four rows of a block,
- * row i's weights at wg + i * gs. */
-AI void q8_step4(__m256i a[4], const int8_t* wg, int gs, __m256i xv) {
+/* One 32-column step of rows_qi_n1: the activation vector shared by the four rows of a block,
+ * row i's group at wg + i * gb. */
+AI void qi_step4(__m256i a[4], const uint8_t* wg, size_t gb, int c, __m256i xv, WeightType type) {
 #pragma GCC unroll 4
-    for (int i = 0; i < 4; i++)
-        a[i] = q8_dot(a[i], q8_prep(_mm256_loadu_si256((const __m256i*)(wg + (size_t)i * gs))), xv);
+    for (int i = 0; i < 4; i++) a[i] = qi_dot(a[i], qi_load(wg + (size_t)i * gb, c, type), xv, type);
 }
 
-/* q8 matrix-vector product (decode): one row block at a time, front to back (its scales, then per
- * group the four rows' values), so the weights are one sequential stream; each group step asks
- * for the same bytes of the next block (q8_block_bytes ahead). Against the layout before (all
- * int8 rows, then all scales: two streams), with this kernel's shape, one thread on a 264 MB
- * matrix: 20.7 -> 34.5 GB/s, where a plain streaming read gave 31.6 (docs/notes-kernels.md). */
-static void rows_q8i_n1(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
-                        const Matrix* W, int r0, int r1) {
+/* q8 / q4 matrix-vector product (decode): one row block at a time, front to back (its scales,
+ * then per group the four rows' values), so the weights are one sequential stream; each group
+ * step asks for the same bytes of the next block (quant_block_bytes ahead). Against the q8 layout
+ * before (all int8 rows, then all scales: two streams), with this kernel's shape, one thread on
+ * a 264 MB matrix: 20.7 -> 34.5 GB/s, where a plain streaming read gave 31.6
+ * (docs/notes-kernels.md). */
+AI void rows_qi_n1(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
+                   const Matrix* W, int r0, int r1, WeightType type) {
     const int C = W->cols, gs = W->group_size, G = C / gs;
-    const size_t bb = q8_block_bytes(C, gs);
+    const size_t bb = quant_block_bytes(type, C, gs), gb = quant_bytes(type, (size_t)gs);
     int r = r0; /* a multiple of 4: run_job's chunks are */
     for (; r + 4 <= r1; r += 4) {
-        const float* s0 = q8_scales(W, r);
-        const int8_t* wg = q8_group(W, r, 0);
+        const float* s0 = quant_scales(W, r);
+        const uint8_t* wg = quant_group(W, r, 0);
         for (int o = 0; o < (int)(4 * sizeof(float)) * G; o += 64)
             _mm_prefetch((const char*)s0 + bb + o, _MM_HINT_T0);
         __m256 t0 = _mm256_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;
-        for (int g = 0; g < G; g++, wg += 4 * gs) {
-            for (int o = 0; o < 4 * gs; o += 64) _mm_prefetch((const char*)wg + bb + o, _MM_HINT_T0);
+        for (int g = 0; g < G; g++, wg += 4 * gb) {
+            for (int o = 0; o < (int)(4 * gb); o += 64) _mm_prefetch((const char*)wg + bb + o, _MM_HINT_T0);
             __m256i a[4];
-            a[0] = a[1] = a[2] = a[3] = q8_acc0(xsum + (size_t)g * 8);
+            a[0] = a[1] = a[2] = a[3] = qi_acc0(xsum + (size_t)g * 8, type);
             const int8_t* xg = xq + (size_t)g * gs;
             for (int c = 0; c < gs; c += 32)
-                q8_step4(a, wg + c, gs, _mm256_loadu_si256((const __m256i*)(xg + c)));
+                qi_step4(a, wg, gb, c, _mm256_loadu_si256((const __m256i*)(xg + c)), type);
             const float xs = xsc[g];
             t0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[0]), _mm256_set1_ps(s0[g] * xs), t0);
             t1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[1]), _mm256_set1_ps(s0[G + g] * xs), t1);
@@ -571,7 +601,80 @@ static void rows_q8i_n1(float* out, const int8_t* xq, const float* xsc, const in
         out[r + 2] = hsum256(t2);
         out[r + 3] = hsum256(t3);
     }
-    for (; r < r1; r++) tile_q8(out, xq, xsc, xsum, W, r, 0, 1, 1);
+    for (; r < r1; r++) tile_qi(out, xq, xsc, xsum, W, r, 0, 1, 1, type);
+}
+
+/* The q4 matrix-vector product for groups of 32 (export.py's q4 default), G a multiple of 4. For
+ * q4 the generic kernel above spends more on each group's bookkeeping (its accumulator start,
+ * int -> float, the scale, one FMA per row) than on the group's 32 products, and ran at half the
+ * read speed of q8 (scratch: 41 against 50 tok/s decode, one thread). Here a group's 64 bytes (the
+ * block's four rows, 16 bytes each: kernels.h) are two 32-byte loads of two rows each; masking
+ * gives both rows' columns 0-15, shifting by 4 and masking their columns 16-31, and those meet
+ * the activation's columns 0-15 (16-31) loaded into both halves of a vector. So a dot product
+ * lane holds one row's products (lanes 0-3 the first row, 4-7 the second), and four groups' sums
+ * reduce with horizontal adds to one vector of (row, group) sums, corrected from (q + 8) x to q x
+ * with xgsum (quantize_rows), converted, and scaled in one FMA. The block's scales are read as
+ * two rows' four groups at a time. Each group step prefetches the bytes Q4_PF_AHEAD further on
+ * (the row blocks follow one another): one thread on a 194 MB matrix 1024 wide (a 2560-byte
+ * block) read 23.2-23.7 GB/s with one block ahead, 28.7-31.6 with 5120 bytes, 23.9-30.3 with
+ * 8192 (scratch, alternating builds). */
+#define Q4_PF_AHEAD 5120
+AI __m256i q4_dot64(__m256i w, __m256i xlo, __m256i xhi) {
+    const __m256i m = _mm256_set1_epi8(15);
+    const __m256i lo = _mm256_and_si256(w, m), hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), m);
+#if defined(Q8_VNNI)
+    __m256i acc = _mm256_setzero_si256();
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__GNUC__)
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(lo), "v"(xlo));
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(hi), "v"(xhi));
+#else
+    acc = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(acc, lo, xlo), hi, xhi);
+#endif
+    return acc;
+#else
+    /* pairs of at most 2 * 15 * 128, two of them summed: no int16 overflow */
+    const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xlo), _mm256_maddubs_epi16(hi, xhi));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+#endif
+}
+
+static void rows_q4_n1(float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum,
+                       const Matrix* W, int r0, int r1) {
+    const int C = W->cols, G = C / 32;
+    for (int r = r0; r < r1; r += 4) { /* r0 is a multiple of 4: run_job's chunks are */
+        const float* s = quant_scales(W, r); /* row r + i's scales at s + i * G */
+        const uint8_t* wb = quant_group(W, r, 0); /* group g of row r + i at wb + 64 g + 16 i */
+        for (int o = 0; o < (int)(4 * sizeof(float)) * G; o += 64)
+            _mm_prefetch((const char*)s + Q4_PF_AHEAD + o, _MM_HINT_T0);
+        __m256 t01 = _mm256_setzero_ps(), t23 = t01; /* lanes 0-3: rows 0 and 2; 4-7: rows 1, 3 */
+        for (int g = 0; g < G; g += 4) {
+            __m256i a01[4], a23[4];
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                const uint8_t* w = wb + (size_t)(g + k) * 64;
+                _mm_prefetch((const char*)w + Q4_PF_AHEAD, _MM_HINT_T0);
+                const int8_t* x = xq + (size_t)(g + k) * 32;
+                const __m256i xlo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)x));
+                const __m256i xhi = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(x + 16)));
+                a01[k] = q4_dot64(_mm256_loadu_si256((const __m256i*)w), xlo, xhi);
+                a23[k] = q4_dot64(_mm256_loadu_si256((const __m256i*)(w + 32)), xlo, xhi);
+            }
+            /* lane k: group g + k of the first row of the pair, lane 4 + k: of the second */
+            const __m256i s01 = _mm256_hadd_epi32(_mm256_hadd_epi32(a01[0], a01[1]), _mm256_hadd_epi32(a01[2], a01[3]));
+            const __m256i s23 = _mm256_hadd_epi32(_mm256_hadd_epi32(a23[0], a23[1]), _mm256_hadd_epi32(a23[2], a23[3]));
+            const __m256i corr = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(xgsum + g)));
+            const __m256 xs = _mm256_broadcast_ps((const __m128*)(xsc + g));
+            const __m256 w01 = _mm256_loadu2_m128(s + G + g, s + g);
+            const __m256 w23 = _mm256_loadu2_m128(s + 3 * G + g, s + 2 * G + g);
+            t01 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s01, corr)), _mm256_mul_ps(w01, xs), t01);
+            t23 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s23, corr)), _mm256_mul_ps(w23, xs), t23);
+        }
+        float o[8];
+        const __m256 h01 = _mm256_hadd_ps(t01, t23); /* [r0 r0 r2 r2 | r1 r1 r3 r3] */
+        _mm256_storeu_ps(o, _mm256_hadd_ps(h01, h01));
+        const float row[4] = {o[0], o[4], o[1], o[5]};
+        for (int i = 0; i < 4 && r + i < r1; i++) out[r + i] = row[i];
+    }
 }
 
 #elif defined(KERNELS_NEON)
@@ -641,7 +744,7 @@ AI void tile_float(float* out, const float* x, const Matrix* W, WeightType type,
          * group size that is not a multiple of 8 (model.c accepts any divisor of the widths)
          * leaves a few columns per group to the scalar loop. */
         const int gs = W->group_size, G = C / gs, gv = gs & ~7;
-        const float* sc = q8_scales(W, r); /* row r + i's scales at sc + i * G */
+        const float* sc = quant_scales(W, r); /* row r + i's scales at sc + i * G */
         float32x4_t tot[4][4];
         float tail[4][4];
 #pragma GCC unroll 4
@@ -652,7 +755,7 @@ AI void tile_float(float* out, const float* x, const Matrix* W, WeightType type,
                 tail[i][j] = 0.0f;
             }
         for (int g = 0; g < G; g++) {
-            const int8_t* wg = q8_group(W, r, g); /* rows in one block (RT > 1 only from its first row) */
+            const int8_t* wg = (const int8_t*)quant_group(W, r, g); /* rows in one block (RT > 1 only from its first row) */
             tile_float_acc(acc, x, wg, (size_t)gs, type, C, t, g * gs, g * gs + gv, RT, TT);
 #pragma GCC unroll 4
             for (int i = 0; i < RT; i++) {
@@ -731,12 +834,14 @@ AI void rows_float_n1(float* out, const float* x, const Matrix* W, WeightType ty
 /* Quantises token rows [t0, t1) of x (width C) to int8 per group of gs (a multiple of 16; run_job
  * only comes here for multiples of 32): s = max|x| / 127, q = round(x / s). The scheme of the
  * AVX2 twin, rounded the same way: x * (127 / max) and round to nearest even (vcvtnq_s32_f32,
- * as _mm256_cvtps_epi32 does under the default MXCSR), so both targets quantise alike. xsum is
- * not written: it serves the AVX2 twin's VNNI dot product, and SDOT multiplies signed by signed. */
-static void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, const float* x, int C, int gs,
+ * as _mm256_cvtps_epi32 does under the default MXCSR), so both targets quantise alike. xsum and
+ * xgsum are not written: they serve the AVX2 twin's unsigned x signed products, and SDOT
+ * multiplies signed by signed. */
+static void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, int32_t* xgsum, const float* x, int C, int gs,
                           int t0, int t1) {
     const int G = C / gs;
     (void)xsum;
+    (void)xgsum;
     for (int t = t0; t < t1; t++) {
         for (int g = 0; g < G; g++) {
             const float* v = x + (size_t)t * C + (size_t)g * gs;
@@ -761,6 +866,18 @@ static void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, const float* x, 
     }
 }
 
+/* The 16 weights of a row group from column c (a multiple of 16) on, as int8; wrow is the row's
+ * group. q4 (kernels.h): columns c .. c+15 are the low nibbles of a 16-byte run when c % 32 == 0,
+ * the high nibbles when c % 32 == 16; stored as q + 8. */
+AI int8x16_t qi_load(const uint8_t* wrow, int c, WeightType type) {
+    if (type == WEIGHT_Q4) {
+        const uint8x16_t b = vld1q_u8(wrow + (c / 32) * 16);
+        const uint8x16_t nib = (c & 16) ? vshrq_n_u8(b, 4) : vandq_u8(b, vdupq_n_u8(15));
+        return vsubq_s8(vreinterpretq_s8_u8(nib), vdupq_n_s8(8));
+    }
+    return vld1q_s8((const int8_t*)wrow + c);
+}
+
 /* acc[k] += sum of the 4 int8 products of lanes 4k..4k+3. */
 AI int32x4_t dot16(int32x4_t acc, int8x16_t w, int8x16_t x) {
 #if defined(__ARM_FEATURE_DOTPROD)
@@ -780,10 +897,11 @@ AI int32x4_t dot16(int32x4_t acc, int8x16_t w, int8x16_t x) {
  * keeping 16 fp32 totals as well would spill. Each output's arithmetic is the same whatever the
  * tile shape (fma of float(isum) by ws * xs in its own lane), so the thread split cannot change
  * a result (tests/test_kernels.c checks 1 thread == 2 threads bitwise). */
-AI void tile_q8(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const Matrix* W,
-                int r, int t, int RT, int TT) {
+AI void tile_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const Matrix* W,
+                int r, int t, int RT, int TT, WeightType type) {
     const int C = W->cols, R = W->rows, gs = W->group_size, G = C / gs;
-    const float* sc = q8_scales(W, r); /* rows in one block (RT > 1 only from its first row) */
+    const size_t gb = quant_bytes(type, (size_t)gs);
+    const float* sc = quant_scales(W, r); /* rows in one block (RT > 1 only from its first row) */
     (void)xsum;
     float32x4_t tot[4];
 #pragma GCC unroll 4
@@ -794,11 +912,11 @@ AI void tile_q8(float* out, const int8_t* xq, const float* xsc, const int32_t* x
         for (int i = 0; i < 4; i++)
 #pragma GCC unroll 4
             for (int j = 0; j < 4; j++) acc[i][j] = vdupq_n_s32(0);
-        const int8_t* wg = q8_group(W, r, g); /* row r + i at wg + i * gs */
+        const uint8_t* wg = quant_group(W, r, g); /* row r + i at wg + i * gb */
         for (int c = g * gs; c < g * gs + gs; c += 16) {
             int8x16_t wv[4];
 #pragma GCC unroll 4
-            for (int i = 0; i < RT; i++) wv[i] = vld1q_s8(wg + (size_t)i * gs + (c - g * gs));
+            for (int i = 0; i < RT; i++) wv[i] = qi_load(wg + (size_t)i * gb, c - g * gs, type);
 #pragma GCC unroll 4
             for (int j = 0; j < TT; j++) {
                 int8x16_t xv = vld1q_s8(xq + (size_t)(t + j) * C + c);
@@ -840,13 +958,21 @@ AI void tile_q8(float* out, const int8_t* xq, const float* xsc, const int32_t* x
     }
 }
 
-/* The q8 matrix-vector product: tile_q8's own TT == 1 path, which also reads a row block front to
- * back (the AVX2 twin's written-out kernel and its prefetch distance were measured on x86 only). */
-static void rows_q8i_n1(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
-                        const Matrix* W, int r0, int r1) {
+/* The q8 / q4 matrix-vector product: tile_qi's own TT == 1 path, which also reads a row block
+ * front to back (the AVX2 twin's written-out kernel and its prefetch distance were measured on
+ * x86 only). */
+AI void rows_qi_n1(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
+                   const Matrix* W, int r0, int r1, WeightType type) {
     int r = r0;
-    for (; r + 4 <= r1; r += 4) tile_q8(out, xq, xsc, xsum, W, r, 0, 4, 1);
-    for (; r < r1; r++) tile_q8(out, xq, xsc, xsum, W, r, 0, 1, 1);
+    for (; r + 4 <= r1; r += 4) tile_qi(out, xq, xsc, xsum, W, r, 0, 4, 1, type);
+    for (; r < r1; r++) tile_qi(out, xq, xsc, xsum, W, r, 0, 1, 1, type);
+}
+
+/* The q4 matrix-vector product for groups of 32: the generic one (the AVX2 twin's kernel was
+ * written for x86's instructions and measured on x86 only). */
+static void rows_q4_n1(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
+                       const Matrix* W, int r0, int r1) {
+    rows_qi_n1(out, xq, xsc, xsum, W, r0, r1, WEIGHT_Q4);
 }
 
 /* The f32 matrix-vector product: the generic four-row kernel (the one-row-at-a-time variant of
@@ -859,7 +985,7 @@ static void rows_f32_n1(float* out, const float* x, const Matrix* W, int r0, int
 
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
 /* ---- Blocking shared by both twins: the loops over row and token tiles call the tile functions
- * (tile_float, tile_q8) and matrix-vector kernels (rows_f32_n1, rows_float_n1) of the SIMD
+ * (tile_float, tile_qi) and matrix-vector kernels (rows_f32_n1, rows_float_n1, rows_qi_n1) of the SIMD
  * block above, which have the same names and shapes on each target. ---- */
 
 /* Token-blocked matrix-matrix product for rows [r0, r1): the activation block (tb tokens) stays in
@@ -899,10 +1025,10 @@ static void rows_q8f(float* out, const float* x, const Matrix* W, int n, int r0,
     else rows_float_nn(out, x, W, WEIGHT_Q8, n, r0, r1);
 }
 
-static void rows_q8i(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
-                     const Matrix* W, int n, int r0, int r1) {
+AI void rows_qi_t(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
+                  const Matrix* W, int n, int r0, int r1, WeightType type) {
     if (n == 1) {
-        rows_q8i_n1(out, xq, xsc, xsum, W, r0, r1);
+        rows_qi_n1(out, xq, xsc, xsum, W, r0, r1, type);
         return;
     }
     const int C = W->cols;
@@ -914,15 +1040,29 @@ static void rows_q8i(float* out, const int8_t* xq, const float* xsc, const int32
         int r = r0;
         for (; r + 4 <= r1; r += 4) {
             int t = t0;
-            for (; t + 4 <= t1; t += 4) tile_q8(out, xq, xsc, xsum, W, r, t, 4, 4);
-            for (; t < t1; t++) tile_q8(out, xq, xsc, xsum, W, r, t, 4, 1);
+            for (; t + 4 <= t1; t += 4) tile_qi(out, xq, xsc, xsum, W, r, t, 4, 4, type);
+            for (; t < t1; t++) tile_qi(out, xq, xsc, xsum, W, r, t, 4, 1, type);
         }
         for (; r < r1; r++) {
             int t = t0;
-            for (; t + 4 <= t1; t += 4) tile_q8(out, xq, xsc, xsum, W, r, t, 1, 4);
-            for (; t < t1; t++) tile_q8(out, xq, xsc, xsum, W, r, t, 1, 1);
+            for (; t + 4 <= t1; t += 4) tile_qi(out, xq, xsc, xsum, W, r, t, 1, 4, type);
+            for (; t < t1; t++) tile_qi(out, xq, xsc, xsum, W, r, t, 1, 1, type);
         }
     }
+}
+
+/* q8 or q4 weights x int8 activations, one kernel per weight type (the type is a constant inside). */
+static void rows_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
+                    const int32_t* xgsum, const Matrix* W, int n, int r0, int r1) {
+#if defined(KERNELS_AVX2)
+    const int32_t* q4_sums = xgsum; /* rows_q4_n1's correction: one sum per group */
+#else
+    const int32_t* q4_sums = xsum;
+#endif
+    if (W->type == WEIGHT_Q4 && n == 1 && W->group_size == 32 && W->cols % 128 == 0)
+        rows_q4_n1(out, xq, xsc, q4_sums, W, r0, r1);
+    else if (W->type == WEIGHT_Q4) rows_qi_t(out, xq, xsc, xsum, W, n, r0, r1, WEIGHT_Q4);
+    else rows_qi_t(out, xq, xsc, xsum, W, n, r0, r1, WEIGHT_Q8);
 }
 #define HAVE_Q8_INT8 1  /* build with -DKERNELS_Q8_F32ACT to keep fp32 activations instead */
 #endif
@@ -943,7 +1083,7 @@ typedef struct {
     int n_mats;
     const float* x;
     int n;
-    int use_q8i;
+    int use_qi;          /* q8 / q4 weights x int8 activations (quantize_rows) */
     int use_xp;          /* bf16, n == 1: xp_buf holds x de-interleaved */
     int qgs;             /* group size of the quantised activations */
     int qtb;             /* tokens per quantisation item */
@@ -971,8 +1111,12 @@ static int claim_chunk(MatmulJob* j) {
 static void compute_rows(const MatmulJob* j, int m, int r0, int r1) {
     const Matrix* W = j->W[m];
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
-    if (j->use_q8i) {
-        rows_q8i(j->out[m], xq_buf, xs_buf, xsum_buf, W, j->n, r0, r1);
+    if (j->use_qi) {
+        rows_qi(j->out[m], xq_buf, xs_buf, xsum_buf, xgsum_buf, W, j->n, r0, r1);
+        return;
+    }
+    if (W->type == WEIGHT_Q4) { /* only with -DKERNELS_Q8_F32ACT: q4 has no fp32-activation twin */
+        matmul_rows_scalar(j->out[m], j->x, W, j->n, r0, r1);
         return;
     }
     if (W->type == WEIGHT_F32) rows_f32(j->out[m], j->x, W, j->n, r0, r1);
@@ -1003,13 +1147,13 @@ static void matmul_item(void* ctx, int item) {
 static void quantize_item(void* ctx, int i) {
     const MatmulJob* j = ctx;
     int t0 = i * j->qtb, t1 = t0 + j->qtb < j->n ? t0 + j->qtb : j->n;
-    quantize_rows(xq_buf, xs_buf, xsum_buf, j->x, j->W[0]->cols, j->qgs, t0, t1);
+    quantize_rows(xq_buf, xs_buf, xsum_buf, xgsum_buf, j->x, j->W[0]->cols, j->qgs, t0, t1);
 }
 #endif
 
 static void run_job(MatmulJob* j) {
     const int nt = kernels_threads();
-    j->use_q8i = 0;
+    j->use_qi = 0;
     j->use_xp = 0;
 #if defined(KERNELS_AVX2)
     if (j->n == 1 && j->W[0]->cols % 16 == 0 && j->W[0]->cols <= xp_cap) {
@@ -1026,17 +1170,17 @@ static void run_job(MatmulJob* j) {
 #endif
 #if defined(HAVE_Q8_INT8) && !defined(KERNELS_Q8_F32ACT)
     const Matrix* W0 = j->W[0];
-    if (W0->type == WEIGHT_Q8 && W0->group_size % 32 == 0 &&
+    if ((W0->type == WEIGHT_Q8 || W0->type == WEIGHT_Q4) && W0->group_size % 32 == 0 &&
         (size_t)j->n * (size_t)W0->cols <= xq_cap) {
         int same = 1;
         for (int m = 1; m < j->n_mats; m++)
-            if (j->W[m]->type != WEIGHT_Q8 || j->W[m]->group_size != W0->group_size ||
+            if (j->W[m]->type != W0->type || j->W[m]->group_size != W0->group_size ||
                 j->W[m]->cols != W0->cols) same = 0;
         if (same) {
-            j->use_q8i = 1;
+            j->use_qi = 1;
             j->qgs = W0->group_size;
             if (j->n < 16) {
-                quantize_rows(xq_buf, xs_buf, xsum_buf, j->x, W0->cols, j->qgs, 0, j->n);
+                quantize_rows(xq_buf, xs_buf, xsum_buf, xgsum_buf, j->x, W0->cols, j->qgs, 0, j->n);
             } else {
                 j->qtb = (j->n + nt * 4 - 1) / (nt * 4);
                 parallel_for((j->n + j->qtb - 1) / j->qtb, quantize_item, j);

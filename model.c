@@ -105,8 +105,8 @@ overflow:
     return NULL;
 }
 
-/* A MATRIX of model.h: rows*cols values in the header's weight type (q8: row blocks of 4 rows,
- * each its scales and then its int8 values, the last block padded with zero rows). */
+/* A MATRIX of model.h: rows*cols values in the header's weight type (q8, q4: row blocks of 4
+ * rows, each its scales and then its values, the last block padded with zero rows). */
 static Matrix take_matrix(TensorWalk* w, const Config* c, int rows, int cols, const char* what,
                           int layer) {
     Matrix m = {c->weight_type, rows, cols, c->group_size, NULL};
@@ -116,8 +116,8 @@ static Matrix take_matrix(TensorWalk* w, const Config* c, int rows, int cols, co
     } else if (c->weight_type == WEIGHT_BF16) {
         m.data = take(w, count * 2, what, layer);
     } else {
-        uint64_t blocks = ((uint64_t)rows + Q8_BLOCK_ROWS - 1) / Q8_BLOCK_ROWS;
-        m.data = take(w, blocks * q8_block_bytes(cols, c->group_size), what, layer);
+        uint64_t blocks = ((uint64_t)rows + QUANT_BLOCK_ROWS - 1) / QUANT_BLOCK_ROWS;
+        m.data = take(w, blocks * quant_block_bytes(c->weight_type, cols, c->group_size), what, layer);
     }
     return m;
 }
@@ -183,17 +183,21 @@ static int read_config(Transformer* t, const char* path, int ctx, char* err, siz
     if (widest * tallest > (uint64_t)INT_MAX)
         return fail(err, errlen, path, "matrices with more than 2^31 values are not supported");
 
-    if (h->weight_type > WEIGHT_Q8)
+    if (h->weight_type > WEIGHT_Q4)
         return fail(err, errlen, path, "unknown weight type %u", h->weight_type);
-    if (h->weight_type == WEIGHT_Q8) {
+    if (h->weight_type == WEIGHT_Q4 && (h->group_size == 0 || h->group_size % 32))
+        return fail(err, errlen, path, "q4 group size %u must be a nonzero multiple of 32",
+                    h->group_size);
+    if (h->weight_type == WEIGHT_Q8 || h->weight_type == WEIGHT_Q4) {
         if (h->group_size == 0 || h->dim % h->group_size || h->hidden_dim % h->group_size ||
             q_dim % h->group_size)
             return fail(err, errlen, path,
-                        "q8 group size %u must be nonzero and divide dim %u, hidden_dim %u and "
-                        "n_heads*head_dim %llu", h->group_size, h->dim, h->hidden_dim,
+                        "%s group size %u must be nonzero and divide dim %u, hidden_dim %u and "
+                        "n_heads*head_dim %llu", h->weight_type == WEIGHT_Q4 ? "q4" : "q8",
+                        h->group_size, h->dim, h->hidden_dim,
                         (unsigned long long)q_dim);
     } else if (h->group_size != 0) {
-        return fail(err, errlen, path, "group_size = %u for a non-q8 checkpoint (must be 0)",
+        return fail(err, errlen, path, "group_size = %u for an unquantised checkpoint (must be 0)",
                     h->group_size);
     }
     if (!(h->rms_norm_eps > 0.0f && h->rms_norm_eps < 1.0f))

@@ -11,7 +11,7 @@ Deliberate mistakes (to prove the end-to-end test would catch them), all off by 
   skip_qk_norm=True   leave out Qwen3's per-head RMSNorm of q and k
   gqa='mod'           query head j reads kv head j % K instead of j // G
 
-To model what an export dtype stores, Reference(folder, matrix_transform=as_bf16 or as_q8 ...)
+To model what an export dtype stores, Reference(folder, matrix_transform=as_bf16, as_q8, as_q4 ...)
 changes the weight matrices, and act_group= also rounds every matrix-vector input to int8 (the
 SIMD q8 matmul's activation quantisation).
 """
@@ -66,6 +66,23 @@ def as_q8(values, cols, group_size):
     values of a row, m = max|w|, s = float32(m / 127), q = round(w * 127 / m) (an int8), w' = s * q."""
     assert cols % group_size == 0
     return _quantize_groups(values, group_size, lambda m: f32(m / 127.0))
+
+
+def as_q4(values, cols, group_size):
+    """What export --dtype q4 stores, dequantised (model.h): per group of group_size consecutive
+    values of a row, m = the value of largest magnitude (the negative one if two tie),
+    s = float32(m / -8), q = round(w * -8 / m) clipped to [-8, 7], w' = s * q."""
+    assert cols % group_size == 0
+    out = []
+    for g in range(0, len(values), group_size):
+        grp = values[g:g + group_size]
+        m = max(grp, key=lambda v: (abs(v), v < 0))
+        if m == 0.0:
+            out.extend(0.0 for _ in grp)
+            continue
+        s = f32(m / -8.0)
+        out.extend(s * max(-8, min(7, round(v * (-8.0 / m)))) for v in grp)
+    return out
 
 
 def quantize_activations(x, group_size):

@@ -35,7 +35,7 @@ class ExportErrors(unittest.TestCase):
         if not os.path.exists(hf_model.EXPORT):
             self.skipTest('export.py is missing')
 
-    def export_fails(self, spec, must_mention, edit=None):
+    def export_fails(self, spec, must_mention, edit=None, dtype='f32'):
         """Writes the folder, lets edit(folder) spoil it further, runs export.py into an empty
         directory and checks the failure. must_mention: strings of which at least one must appear
         in the message (case-insensitive)."""
@@ -47,7 +47,7 @@ class ExportErrors(unittest.TestCase):
         out_dir = os.path.join(self.tmp, 'out%d' % self.n)
         os.makedirs(out_dir)
         out = os.path.join(out_dir, 'model.bin')
-        p = hf_model.run_export(d, out, 'f32')
+        p = hf_model.run_export(d, out, dtype)
         msg = p.stderr.strip()
         self.assertGreater(p.returncode, 0, 'export.py should fail, got rc %d: %s' % (p.returncode, msg))
         self.assertNotIn('Traceback', msg, 'a crash instead of a message')
@@ -109,6 +109,11 @@ class ExportErrors(unittest.TestCase):
                 f.truncate(os.path.getsize(path) - 1000)
         self.export_fails(Spec(), ['model.safetensors'], edit=cut)
 
+    def test_q4_width_not_a_multiple_of_32(self):
+        """q4 groups are multiples of 32 columns (the kernels take 32 at a time): a q width of
+        2 x 24 = 48 cannot be grouped, and export says so before writing anything."""
+        self.export_fails(Spec(n_heads=2, head_dim=24), ['multiple of 32'], dtype='q4')
+
     def test_output_directory_missing(self):
         d = os.path.join(self.tmp, 'hf_ok')
         hf_model.write_model(d, Spec())
@@ -147,6 +152,11 @@ class EngineErrors(unittest.TestCase):
             self.assertEqual(p.returncode, 0, p.stderr)
             with open(q8, 'rb') as f:
                 EngineErrors.data_q8 = f.read()
+            q4 = os.path.join(self.tmp, 'good_q4.bin')
+            p = hf_model.run_export(d, q4, 'q4')
+            self.assertEqual(p.returncode, 0, p.stderr)
+            with open(q4, 'rb') as f:
+                EngineErrors.data_q4 = f.read()
         # The untouched file must work, or every failure below would prove nothing.
         p = hf_model.run_engine([self.good, '--prompt-ids', '1,2,3', '-n', '2', '-t', '0'])
         self.assertEqual(p.returncode, 0, 'the valid checkpoint does not run: ' + p.stderr)
@@ -245,6 +255,12 @@ class EngineErrors(unittest.TestCase):
         for gs in (0, 3, 0x80000000):
             with self.subTest(group_size=gs):
                 self.patched('q8_gs_%d.bin' % gs, 'group_size', 'I', gs, base=self.data_q8)
+
+    def test_q4_group_size(self):
+        """16 divides every width but is not a multiple of 32, which q4 needs."""
+        for gs in (0, 16, 3, 0x80000000):
+            with self.subTest(group_size=gs):
+                self.patched('q4_gs_%d.bin' % gs, 'group_size', 'I', gs, base=self.data_q4)
 
     def test_corrupt_tokenizer_section(self):
         """Impossible counts in the tokenizer section are refused with a message naming the file;

@@ -35,8 +35,8 @@ static uint16_t f32_to_bf16(float f) {
 typedef struct {
     Matrix M;
     void* data;
-    int8_t* q;     /* q8: the int8 values, row-major (data holds them in row blocks) */
-    float* scales; /* q8: the scales, row-major [rows][cols / gs] */
+    int8_t* q;     /* q8, q4: the integer values, row-major (data holds them in row blocks) */
+    float* scales; /* q8, q4: the scales, row-major [rows][cols / gs] */
     float* deq;    /* dequantised weights, row-major fp32 */
 } TestMatrix;
 
@@ -60,30 +60,42 @@ static TestMatrix make_matrix(WeightType type, int rows, int cols, int gs) {
         }
         t.data = d;
     } else {
+        const int qmax = type == WEIGHT_Q4 ? 7 : 127; /* q8: -128 .. 127, q4: -8 .. 7 */
         int8_t* d = malloc(nel);
         size_t ng = nel / gs;
         t.scales = malloc(ng * sizeof(float));
         for (size_t g = 0; g < ng; g++) {
-            float s = (0.5f + 0.5f * fabsf(frand())) / 127.0f;
+            float s = (0.5f + 0.5f * fabsf(frand())) / (float)qmax;
             t.scales[g] = s;
             for (int c = 0; c < gs; c++) {
-                int q = (int)lrintf(frand() * 127.0f);
-                if (g == 0 && c == 0) q = -128; /* the one value outside [-127, 127] */
+                int q = (int)lrintf(frand() * (float)qmax);
+                if (c == 0 && g % 3 == 0) q = -qmax - 1; /* the value outside [-qmax, qmax] */
                 d[g * gs + c] = (int8_t)q;
                 t.deq[g * gs + c] = s * (float)q;
             }
         }
         t.q = d;
         /* the row blocks of model.h, written from the layout's description (not with the
-         * kernels.h helpers the kernels use, so a wrong helper shows up as wrong results) */
+         * kernels.h helpers the kernels use, so a wrong helper shows up as wrong results); q4:
+         * per 32 columns 16 bytes, byte k = (q[k] + 8) | (q[k + 16] + 8) << 4 */
         const int G = cols / gs, blocks = (rows + 3) / 4;
-        const size_t bb = (size_t)4 * cols + (size_t)16 * G;
-        char* b = calloc((size_t)blocks, bb);
+        const size_t vb = type == WEIGHT_Q4 ? (size_t)gs / 2 : (size_t)gs; /* bytes per row group */
+        const size_t bb = 4 * vb * G + (size_t)16 * G;
+        uint8_t* b = calloc((size_t)blocks, bb);
         for (int r = 0; r < rows; r++) {
-            char* blk = b + (size_t)(r / 4) * bb;
+            uint8_t* blk = b + (size_t)(r / 4) * bb;
             memcpy(blk + (size_t)(r % 4) * G * sizeof(float), t.scales + (size_t)r * G, G * sizeof(float));
-            for (int g = 0; g < G; g++)
-                memcpy(blk + (size_t)16 * G + ((size_t)g * 4 + r % 4) * gs, d + (size_t)r * cols + (size_t)g * gs, gs);
+            for (int g = 0; g < G; g++) {
+                uint8_t* dst = blk + (size_t)16 * G + ((size_t)g * 4 + r % 4) * vb;
+                const int8_t* src = d + (size_t)r * cols + (size_t)g * gs;
+                if (type == WEIGHT_Q8) {
+                    memcpy(dst, src, gs);
+                    continue;
+                }
+                for (int c = 0; c < gs; c += 32)
+                    for (int k = 0; k < 16; k++)
+                        dst[c / 2 + k] = (uint8_t)((src[c + k] + 8) | (src[c + k + 16] + 8) << 4);
+            }
         }
         t.data = b;
         t.M.group_size = gs;
@@ -99,12 +111,14 @@ static void free_matrix(TestMatrix* t) {
     free(t->deq);
 }
 
-static const char* tname(WeightType t) { return t == WEIGHT_F32 ? "f32" : t == WEIGHT_BF16 ? "bf16" : "q8"; }
+static const char* tname(WeightType t) {
+    return t == WEIGHT_F32 ? "f32" : t == WEIGHT_BF16 ? "bf16" : t == WEIGHT_Q8 ? "q8" : "q4";
+}
 
 /* Tolerance of an output of a matmul against the reference:
  *   f32/bf16: 2e-5 * sum|w x| (fp32 reassociation; a missing or doubled column is about
  *             sum|w x| / cols >= 3e-4 of it at these sizes, so it is caught);
- *   q8:       the same plus the exact bound of int8 activation quantisation: each activation is
+ *   q8, q4:   the same plus the exact bound of int8 activation quantisation: each activation is
  *             off by at most half its group's step s_x = max|x| / 127, so the error is at most
  *             sum_g s_w[g] * s_x[g] / 2 * sum_{c in g} |q_w[c]| (times 1.001 for fp32 rounding). */
 static int check_matmul(WeightType type, int rows, int cols, int gs, int n) {
@@ -127,7 +141,7 @@ static int check_matmul(WeightType type, int rows, int cols, int gs, int n) {
                 abssum += fabs(p);
                 exact += p;
             }
-            if (type == WEIGHT_Q8) {
+            if (type == WEIGHT_Q8 || type == WEIGHT_Q4) {
                 const int8_t* q = t.q + (size_t)r * cols;
                 for (int g = 0; g < cols / gs; g++) {
                     double amax = 0, qs = 0;
@@ -183,8 +197,8 @@ static int check_matmul(WeightType type, int rows, int cols, int gs, int n) {
 }
 
 static void test_matrix_row(void) {
-    WeightType types[3] = {WEIGHT_F32, WEIGHT_BF16, WEIGHT_Q8};
-    for (int k = 0; k < 3; k++) {
+    WeightType types[4] = {WEIGHT_F32, WEIGHT_BF16, WEIGHT_Q8, WEIGHT_Q4};
+    for (int k = 0; k < 4; k++) {
         TestMatrix t = make_matrix(types[k], 5, 96, 32);
         float out[96];
         int ok = 1;
@@ -388,6 +402,9 @@ int main(void) {
             {WEIGHT_Q8, 33, 96, 32}, {WEIGHT_Q8, 21, 48, 16}, {WEIGHT_Q8, 19, 40, 8},
             {WEIGHT_Q8, 130, 3072, 64}, {WEIGHT_Q8, 37, 384, 128}, {WEIGHT_Q8, 11, 36, 12},
             {WEIGHT_Q8, 13, 192, 96}, /* 96: one 64-column step and one 32-column step per group */
+            {WEIGHT_Q4, 37, 192, 32}, {WEIGHT_Q4, 67, 1024, 32}, {WEIGHT_Q4, 33, 96, 32},
+            {WEIGHT_Q4, 130, 3072, 32}, {WEIGHT_Q4, 37, 384, 128}, {WEIGHT_Q4, 13, 192, 64},
+            {WEIGHT_Q4, 6, 192, 96}, /* 96: three 32-column steps per group */
         };
         int ns[] = {1, 2, 3, 5, 17, 40};
         for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
@@ -395,20 +412,25 @@ int main(void) {
                 check_matmul(cases[c].t, cases[c].rows, cases[c].cols, cases[c].gs, ns[k]);
         /* more tokens than the scratch holds (n * cols > max_batch * max_cols): still correct */
         check_matmul(WEIGHT_Q8, 10, 4096, 64, 41);
+        check_matmul(WEIGHT_Q4, 10, 4096, 32, 41);
         test_parallel_for();
         kernels_free();
     }
     /* 1 and 2 threads give bit-identical matmuls (the split does not change any row's arithmetic) */
     {
-        TestMatrix t = make_matrix(WEIGHT_Q8, 301, 512, 64);
-        float x[3 * 512], o1[3 * 301], o2[3 * 301];
-        for (int i = 0; i < 3 * 512; i++) x[i] = frand();
-        kernels_init(1, 8, 512);
-        matmul(o1, x, &t.M, 3);
-        kernels_init(2, 8, 512);
-        matmul(o2, x, &t.M, 3);
-        check(memcmp(o1, o2, sizeof o1) == 0, "matmul 1 thread == 2 threads bitwise");
-        free_matrix(&t);
+        for (int k = 0; k < 2; k++) {
+            TestMatrix t = make_matrix(k ? WEIGHT_Q4 : WEIGHT_Q8, 301, 512, 64);
+            float x[3 * 512], o1[3 * 301], o2[3 * 301];
+            for (int i = 0; i < 3 * 512; i++) x[i] = frand();
+            kernels_init(1, 8, 512);
+            matmul(o1, x, &t.M, 3);
+            kernels_init(2, 8, 512);
+            matmul(o2, x, &t.M, 3);
+            char what[64];
+            snprintf(what, sizeof what, "matmul %s 1 thread == 2 threads bitwise", tname(t.M.type));
+            check(memcmp(o1, o2, sizeof o1) == 0, what);
+            free_matrix(&t);
+        }
     }
     test_matrix_row();
     test_rmsnorm();

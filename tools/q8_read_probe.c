@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
     for (int g = 0; g < GROUPS; g++) x_scale[g] = 0.02f;
 
     /* the same matrix in the row blocks of model.h, for the engine's kernel */
-    const size_t bb = q8_block_bytes(COLS, GS), blocked_bytes = (size_t)ROWS / 4 * bb;
+    const size_t bb = quant_block_bytes(WEIGHT_Q8, COLS, GS), blocked_bytes = (size_t)ROWS / 4 * bb;
     char* blocks = aligned_alloc(huge, (blocked_bytes + huge - 1) / huge * huge);
     if (!blocks) {
         fprintf(stderr, "q8_read_probe: out of memory\n");
