@@ -51,7 +51,7 @@ test: all $(TEST_BIN)
 # exported to each format (again when this engine cannot read the file there, e.g. an older q8
 # layout), then `./run MODEL -m bench` for each format and thread count.
 BENCH_DIR ?= build/bench
-BENCH_DTYPES ?= q8 bf16 f32
+BENCH_DTYPES ?= q8 q4 bf16 f32
 BENCH_THREADS ?= 1 2
 BENCH_ARGS ?=
 bench: all

@@ -45,8 +45,17 @@
  *                  float32 s[4][G]          the scales of row 4b+i, group g at s[i][g]
  *                  int8    q[G][4][gs]      group g of row 4b+i at q[g][i]
  *                so a block is 4*cols + 16*G bytes, read front to back by the matrix-vector
- *                kernel as one stream (kernels.h: q8_scales, q8_group). Version 1 files stored
- *                all int8 rows, then all scales; the engine refuses them (export again).
+ *                kernel as one stream (kernels.h: quant_scales, quant_group). Version 1 files
+ *                stored all int8 rows, then all scales; the engine refuses them (export again).
+ *   WEIGHT_Q4    4-bit q in [-8, 7] in groups of gs columns (a multiple of 32; export.py uses 32),
+ *                one float32 scale s per group: w = s * q (export.py: m = the group's value of
+ *                largest magnitude, s = m / -8, q = round(w / s) clipped to 7, as llama.cpp's
+ *                q4_0). The same row blocks as q8, with gs / 2 bytes per row and group:
+ *                  float32 s[4][G]
+ *                  uint8   q[G][4][gs / 2]
+ *                where every 32 columns of a row take 16 bytes, byte k holding column k in its
+ *                low nibble and column k + 16 in its high nibble, each as q + 8. A block is
+ *                2*cols + 16*G bytes.
  * Norm weights and biases are always float32 (they are tiny, and bf16 -> f32 is exact).
  *
  * The tokenizer section (read by tokenizer.c, written by export.py):
@@ -109,8 +118,8 @@ typedef struct {
     uint32_t head_dim;        /* head_dim d (NOT always dim / n_heads) */
     uint32_t vocab_size;      /* rows of embed_tokens and lm_head */
     uint32_t max_seq_len;     /* max_position_embeddings */
-    uint32_t weight_type;     /* WEIGHT_F32 / WEIGHT_BF16 / WEIGHT_Q8 */
-    uint32_t group_size;      /* q8 group size (0 otherwise) */
+    uint32_t weight_type;     /* WEIGHT_F32 / WEIGHT_BF16 / WEIGHT_Q8 / WEIGHT_Q4 */
+    uint32_t group_size;      /* q8 / q4 group size (0 otherwise) */
     float rms_norm_eps;       /* epsilon inside the square root of every RMSNorm */
     int32_t bos_id;           /* -1: none (Qwen3 adds no BOS) */
     double rope_theta;        /* RoPE base */
