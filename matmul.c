@@ -604,76 +604,116 @@ AI void rows_qi_n1(float* out, const int8_t* xq, const float* xsc, const int32_t
     for (; r < r1; r++) tile_qi(out, xq, xsc, xsum, W, r, 0, 1, 1, type);
 }
 
-/* The q4 matrix-vector product for groups of 32 (export.py's q4 default), G a multiple of 4. For
- * q4 the generic kernel above spends more on each group's bookkeeping (its accumulator start,
- * int -> float, the scale, one FMA per row) than on the group's 32 products, and ran at half the
- * read speed of q8 (scratch: 41 against 50 tok/s decode, one thread). Here a group's 64 bytes (the
- * block's four rows, 16 bytes each: kernels.h) are two 32-byte loads of two rows each; masking
- * gives both rows' columns 0-15, shifting by 4 and masking their columns 16-31, and those meet
- * the activation's columns 0-15 (16-31) loaded into both halves of a vector. So a dot product
- * lane holds one row's products (lanes 0-3 the first row, 4-7 the second), and four groups' sums
- * reduce with horizontal adds to one vector of (row, group) sums, corrected from (q + 8) x to q x
- * with xgsum (quantize_rows), converted, and scaled in one FMA. The block's scales are read as
- * two rows' four groups at a time. Each group step prefetches the bytes Q4_PF_AHEAD further on
- * (the row blocks follow one another): one thread on a 194 MB matrix 1024 wide (a 2560-byte
- * block) read 23.2-23.7 GB/s with one block ahead, 28.7-31.6 with 5120 bytes, 23.9-30.3 with
- * 8192 (scratch, alternating builds). */
+/* q4 with groups of 32 (export.py's q4 default), widths a multiple of 128: a kernel of its own for
+ * decode and prefill. The generic one above spends more on each group's bookkeeping (its
+ * accumulator start, int -> float, the scale, an FMA, per row and token) than on the group's 32
+ * products, and read at half q8's speed in decode (scratch: 41 against 50 tok/s, one thread).
+ * Here a group's 64 bytes (the block's four rows, 16 bytes each: kernels.h) are two 32-byte loads
+ * of two rows each; masking gives both rows' columns 0-15, shifting by 4 and masking their
+ * columns 16-31, and those meet the token's columns 0-15 (16-31) loaded into both halves of a
+ * vector. So a product lane holds one row's products (the low half the first row of the pair,
+ * the high half the second), and four groups are summed at once into one vector of (row, group)
+ * lanes, corrected from (q + 8) x to q x with xgsum (quantize_rows), converted, and scaled in one
+ * FMA: per (row, token, group) about 2.5 instructions instead of 7. */
 #define Q4_PF_AHEAD 5120
-AI __m256i q4_dot64(__m256i w, __m256i xlo, __m256i xhi) {
-    const __m256i m = _mm256_set1_epi8(15);
-    const __m256i lo = _mm256_and_si256(w, m), hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), m);
+
+/* Lane k: the first row's sum over group g + k of (q + 8) x; lane 4 + k: the second row's.
+ * lo[k], hi[k]: the pair's nibbles of group g + k (columns 0-15, 16-31 of each row); x: the
+ * token's group g. Without VNNI the pairs stay int16 through the reductions: a lane of
+ * vpmaddubsw is at most 2 * 15 * 127 = 3810, low + high 7620, and the two horizontal adds sum
+ * 4 of those, 30480 < 32768. Both paths give the same int32. */
+AI __m256i q4_sums4(const __m256i lo[4], const __m256i hi[4], const int8_t* x) {
+    __m256i p[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        const __m256i xlo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(x + 32 * k)));
+        const __m256i xhi = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(x + 32 * k + 16)));
 #if defined(Q8_VNNI)
-    __m256i acc = _mm256_setzero_si256();
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__GNUC__)
-    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(lo), "v"(xlo));
-    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(hi), "v"(xhi));
+        const QW l = {lo[k], lo[k]}, h = {hi[k], hi[k]};
+        p[k] = qi_dot(qi_dot(_mm256_setzero_si256(), l, xlo, WEIGHT_Q4), h, xhi, WEIGHT_Q4);
 #else
-    acc = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(acc, lo, xlo), hi, xhi);
+        p[k] = _mm256_add_epi16(_mm256_maddubs_epi16(lo[k], xlo), _mm256_maddubs_epi16(hi[k], xhi));
 #endif
-    return acc;
+    }
+#if defined(Q8_VNNI)
+    return _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
 #else
-    /* pairs of at most 2 * 15 * 128, two of them summed: no int16 overflow */
-    const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xlo), _mm256_maddubs_epi16(hi, xhi));
-    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+    const __m256i s16 = _mm256_hadd_epi16(_mm256_hadd_epi16(p[0], p[1]), _mm256_hadd_epi16(p[2], p[3]));
+    return _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
 #endif
 }
 
-static void rows_q4_n1(float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum,
-                       const Matrix* W, int r0, int r1) {
-    const int C = W->cols, G = C / 32;
-    for (int r = r0; r < r1; r += 4) { /* r0 is a multiple of 4: run_job's chunks are */
-        const float* s = quant_scales(W, r); /* row r + i's scales at s + i * G */
-        const uint8_t* wb = quant_group(W, r, 0); /* group g of row r + i at wb + 64 g + 16 i */
+/* The block of rows r .. r+3 (computed whole: the last block is padded with zero rows; rows past
+ * R are not stored) x tokens t .. t+TT-1. prefetch: ask for the bytes Q4_PF_AHEAD further on as
+ * the block is read (decode: the row blocks follow one another; one thread on a 194 MB matrix 1024
+ * wide, a 2560-byte block, read 23.2-23.7 GB/s with one block ahead, 28.7-31.6 with 5120 bytes,
+ * 23.9-30.3 with 8192; scratch, alternating builds). */
+AI void tile_q4(float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum, const Matrix* W,
+                int r, int t, int TT, int prefetch) {
+    const int C = W->cols, R = W->rows, G = C / 32;
+    const float* s = quant_scales(W, r);      /* row r + i's scales at s + i * G */
+    const uint8_t* wb = quant_group(W, r, 0); /* group g of row r + i at wb + 64 g + 16 i */
+    const __m256i m = _mm256_set1_epi8(15);
+    if (prefetch)
         for (int o = 0; o < (int)(4 * sizeof(float)) * G; o += 64)
             _mm_prefetch((const char*)s + Q4_PF_AHEAD + o, _MM_HINT_T0);
-        __m256 t01 = _mm256_setzero_ps(), t23 = t01; /* lanes 0-3: rows 0 and 2; 4-7: rows 1, 3 */
-        for (int g = 0; g < G; g += 4) {
-            __m256i a01[4], a23[4];
+    __m256 tot[2][4]; /* [row pair][token]: lanes 0-3 rows 0 / 2, lanes 4-7 rows 1 / 3 */
+#pragma GCC unroll 4
+    for (int j = 0; j < TT; j++) tot[0][j] = tot[1][j] = _mm256_setzero_ps();
+    for (int g = 0; g < G; g += 4) {
+        if (prefetch)
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) _mm_prefetch((const char*)wb + (size_t)(g + k) * 64 + Q4_PF_AHEAD, _MM_HINT_T0);
+#pragma GCC unroll 2
+        for (int p = 0; p < 2; p++) {
+            __m256i lo[4], hi[4];
 #pragma GCC unroll 4
             for (int k = 0; k < 4; k++) {
-                const uint8_t* w = wb + (size_t)(g + k) * 64;
-                _mm_prefetch((const char*)w + Q4_PF_AHEAD, _MM_HINT_T0);
-                const int8_t* x = xq + (size_t)(g + k) * 32;
-                const __m256i xlo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)x));
-                const __m256i xhi = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(x + 16)));
-                a01[k] = q4_dot64(_mm256_loadu_si256((const __m256i*)w), xlo, xhi);
-                a23[k] = q4_dot64(_mm256_loadu_si256((const __m256i*)(w + 32)), xlo, xhi);
+                const __m256i v = _mm256_loadu_si256((const __m256i*)(wb + (size_t)(g + k) * 64 + 32 * p));
+                lo[k] = _mm256_and_si256(v, m);
+                hi[k] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
             }
-            /* lane k: group g + k of the first row of the pair, lane 4 + k: of the second */
-            const __m256i s01 = _mm256_hadd_epi32(_mm256_hadd_epi32(a01[0], a01[1]), _mm256_hadd_epi32(a01[2], a01[3]));
-            const __m256i s23 = _mm256_hadd_epi32(_mm256_hadd_epi32(a23[0], a23[1]), _mm256_hadd_epi32(a23[2], a23[3]));
-            const __m256i corr = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(xgsum + g)));
-            const __m256 xs = _mm256_broadcast_ps((const __m128*)(xsc + g));
-            const __m256 w01 = _mm256_loadu2_m128(s + G + g, s + g);
-            const __m256 w23 = _mm256_loadu2_m128(s + 3 * G + g, s + 2 * G + g);
-            t01 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s01, corr)), _mm256_mul_ps(w01, xs), t01);
-            t23 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s23, corr)), _mm256_mul_ps(w23, xs), t23);
+            const __m256 ws = _mm256_loadu2_m128(s + (size_t)(2 * p + 1) * G + g, s + (size_t)(2 * p) * G + g);
+#pragma GCC unroll 4
+            for (int j = 0; j < TT; j++) {
+                const size_t tg = (size_t)(t + j) * G + g;
+                const __m256i sum = _mm256_add_epi32(q4_sums4(lo, hi, xq + tg * 32),
+                                                     _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(xgsum + tg))));
+                const __m256 scale = _mm256_mul_ps(ws, _mm256_broadcast_ps((const __m128*)(xsc + tg)));
+                tot[p][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scale, tot[p][j]);
+            }
         }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < TT; j++) {
         float o[8];
-        const __m256 h01 = _mm256_hadd_ps(t01, t23); /* [r0 r0 r2 r2 | r1 r1 r3 r3] */
-        _mm256_storeu_ps(o, _mm256_hadd_ps(h01, h01));
+        const __m256 h = _mm256_hadd_ps(tot[0][j], tot[1][j]); /* [r0 r0 r2 r2 | r1 r1 r3 r3] */
+        _mm256_storeu_ps(o, _mm256_hadd_ps(h, h));
         const float row[4] = {o[0], o[4], o[1], o[5]};
-        for (int i = 0; i < 4 && r + i < r1; i++) out[r + i] = row[i];
+        for (int i = 0; i < 4 && r + i < R; i++) out[(size_t)(t + j) * R + r + i] = row[i];
+    }
+}
+
+/* Rows [r0, r1) (r0 a multiple of 4: run_job's chunks are) for n tokens: decode walks the row
+ * blocks with the prefetch; prefill keeps a block of tokens in L2 (as rows_qi_t) while each row
+ * block of the chunk meets them 4 at a time. */
+static void rows_q4(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
+                    const int32_t* xgsum, const Matrix* W, int n, int r0, int r1) {
+    (void)xsum;
+    if (n == 1) {
+        for (int r = r0; r < r1; r += 4) tile_q4(out, xq, xsc, xgsum, W, r, 0, 1, 1);
+        return;
+    }
+    int tb = (int)(((size_t)192 * 1024) / (size_t)W->cols);
+    if (tb < 4) tb = 4;
+    tb &= ~3;
+    for (int t0 = 0; t0 < n; t0 += tb) {
+        const int t1 = t0 + tb < n ? t0 + tb : n;
+        for (int r = r0; r < r1; r += 4) {
+            int t = t0;
+            for (; t + 4 <= t1; t += 4) tile_q4(out, xq, xsc, xgsum, W, r, t, 4, 0);
+            for (; t < t1; t++) tile_q4(out, xq, xsc, xgsum, W, r, t, 1, 0);
+        }
     }
 }
 
@@ -968,12 +1008,6 @@ AI void rows_qi_n1(float* out, const int8_t* xq, const float* xsc, const int32_t
     for (; r < r1; r++) tile_qi(out, xq, xsc, xsum, W, r, 0, 1, 1, type);
 }
 
-/* The q4 matrix-vector product for groups of 32: the generic one (the AVX2 twin's kernel was
- * written for x86's instructions and measured on x86 only). */
-static void rows_q4_n1(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
-                       const Matrix* W, int r0, int r1) {
-    rows_qi_n1(out, xq, xsc, xsum, W, r0, r1, WEIGHT_Q4);
-}
 
 /* The f32 matrix-vector product: the generic four-row kernel (the one-row-at-a-time variant of
  * the AVX2 twin was measured on x86 only). */
@@ -1051,16 +1085,21 @@ AI void rows_qi_t(float* out, const int8_t* xq, const float* xsc, const int32_t*
     }
 }
 
+#if defined(KERNELS_NEON)
+/* q4 with groups of 32: the generic kernels (the AVX2 twin's own kernel was written for x86's
+ * instructions and measured on x86 only). */
+static void rows_q4(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
+                    const int32_t* xgsum, const Matrix* W, int n, int r0, int r1) {
+    (void)xgsum;
+    rows_qi_t(out, xq, xsc, xsum, W, n, r0, r1, WEIGHT_Q4);
+}
+#endif
+
 /* q8 or q4 weights x int8 activations, one kernel per weight type (the type is a constant inside). */
 static void rows_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
                     const int32_t* xgsum, const Matrix* W, int n, int r0, int r1) {
-#if defined(KERNELS_AVX2)
-    const int32_t* q4_sums = xgsum; /* rows_q4_n1's correction: one sum per group */
-#else
-    const int32_t* q4_sums = xsum;
-#endif
-    if (W->type == WEIGHT_Q4 && n == 1 && W->group_size == 32 && W->cols % 128 == 0)
-        rows_q4_n1(out, xq, xsc, q4_sums, W, r0, r1);
+    if (W->type == WEIGHT_Q4 && W->group_size == 32 && W->cols % 128 == 0)
+        rows_q4(out, xq, xsc, xsum, xgsum, W, n, r0, r1);
     else if (W->type == WEIGHT_Q4) rows_qi_t(out, xq, xsc, xsum, W, n, r0, r1, WEIGHT_Q4);
     else rows_qi_t(out, xq, xsc, xsum, W, n, r0, r1, WEIGHT_Q8);
 }
