@@ -74,7 +74,7 @@ static int xp_cap;
 static int8_t* xq_buf;     /* [max_batch * max_cols] quantised activations */
 static float* xs_buf;      /* [max_batch * max_cols / 8] their scales */
 static int32_t* xsum_buf;  /* [max_batch * max_cols / 4] 8 partial sums per group (AVX2 twin) */
-static int32_t* xgsum_buf; /* [max_batch * max_cols / 32] one sum per group (AVX2 twin, rows_q4_n1) */
+static int32_t* xgsum_buf; /* [max_batch * max_cols / 32] one sum per group (AVX2 twin, tile_q4) */
 static size_t xq_cap;
 
 int matmul_scratch_init(int max_batch, int max_cols) {
@@ -393,7 +393,7 @@ static void rows_f32_n1(float* out, const float* x, const Matrix* W, int r0, int
  * s = max|x| / 127, q = round(x / s). Also stores, per group, -128 times the sums of q that land
  * in each of the 8 int32 lanes of the dot product (lane k: the columns c with c % 32 in
  * 4k .. 4k+3), the start of the accumulator (qi_acc0 below), and in xgsum -8 times the sum of
- * all the group's q (rows_q4_n1). */
+ * all the group's q (tile_q4). */
 static void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, int32_t* xgsum, const float* x, int C, int gs,
                           int t0, int t1) {
     const int G = C / gs;
@@ -614,7 +614,9 @@ AI void rows_qi_n1(float* out, const int8_t* xq, const float* xsc, const int32_t
  * vector. So a product lane holds one row's products (the low half the first row of the pair,
  * the high half the second), and four groups are summed at once into one vector of (row, group)
  * lanes, corrected from (q + 8) x to q x with xgsum (quantize_rows), converted, and scaled in one
- * FMA: per (row, token, group) about 2.5 instructions instead of 7. */
+ * FMA (counted from the code: about 2.5 instructions per (row, token, group) in prefill, against
+ * about 7 in the generic tile). Decode tg128, one thread: 41 -> 64-69 tok/s; prefill pp512 90-95
+ * -> 120-126, built without VNNI 44-47 -> 98-100 (docs/notes-kernels.md, "Seventh session"). */
 #define Q4_PF_AHEAD 5120
 
 /* Lane k: the first row's sum over group g + k of (q + 8) x; lane 4 + k: the second row's.
