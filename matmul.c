@@ -132,6 +132,18 @@ AI const void* row_ptr(const Matrix* W, int r) {
 #define PF_AHEAD 512 /* bytes ahead: software prefetch of rows_float_n1's weight streams */
 #endif
 
+/* Tokens per prefill tile (rows_float_nn, rows_qi_t): a 4 x 4 f32 tile needs 16 accumulators + 4
+ * activations + 1 weight, which fits in the 32 vector registers of an AVX-512 build (also for
+ * ymm code) but not in AVX2's 16, where gcc spills in the inner loop; there 4 x 3 fits. Built with
+ * -march=x86-64-v3 (AVX2 + FMA only) on the development VM, pp512 with one thread, alternating:
+ * f32 62-65 -> 84-88 tok/s, bf16 63-65 -> 83-88, q8 (whose int8 tile keeps 12 int32 and 12 fp32
+ * sums, still more than 16) 76-81 -> 86-90; the -march=native build (AVX-512) keeps 4 x 4. */
+#if defined(__AVX512F__)
+#define TILE_TOKENS 4
+#else
+#define TILE_TOKENS 3
+#endif
+
 AI __m256 ldw(const void* w, size_t i, WeightType type) {
     if (type == WEIGHT_F32) return _mm256_loadu_ps((const float*)w + i);
     if (type == WEIGHT_BF16) {
@@ -199,6 +211,45 @@ AI void tile_float_acc(__m256 acc[4][4], const float* x, const void* wb, size_t 
         acc[1][0] = a10, acc[1][1] = a11, acc[1][2] = a12, acc[1][3] = a13;
         acc[2][0] = a20, acc[2][1] = a21, acc[2][2] = a22, acc[2][3] = a23;
         acc[3][0] = a30, acc[3][1] = a31, acc[3][2] = a32, acc[3][3] = a33;
+        return;
+    }
+    if (RT == 4 && TT == 3) { /* the same for 16 registers: 12 accumulators, 3 activations, 1 weight */
+        __m256 a00 = acc[0][0], a01 = acc[0][1], a02 = acc[0][2];
+        __m256 a10 = acc[1][0], a11 = acc[1][1], a12 = acc[1][2];
+        __m256 a20 = acc[2][0], a21 = acc[2][1], a22 = acc[2][2];
+        __m256 a30 = acc[3][0], a31 = acc[3][1], a32 = acc[3][2];
+        const float* x0 = x + (size_t)t * C;
+        const float* x1 = x0 + C;
+        const float* x2 = x1 + C;
+        for (int c = c0; c < c1; c += 8) {
+            const size_t w0 = (size_t)(c - c0), w1 = w0 + rs, w2 = w1 + rs, w3 = w2 + rs;
+            __m256 v0 = _mm256_loadu_ps(x0 + c), v1 = _mm256_loadu_ps(x1 + c), v2 = _mm256_loadu_ps(x2 + c);
+            __asm__("" : "+v"(v0), "+v"(v1), "+v"(v2));
+            __m256 w = ldw(wb, w0, type);
+            __asm__("" : "+v"(w));
+            a00 = _mm256_fmadd_ps(w, v0, a00);
+            a01 = _mm256_fmadd_ps(w, v1, a01);
+            a02 = _mm256_fmadd_ps(w, v2, a02);
+            w = ldw(wb, w1, type);
+            __asm__("" : "+v"(w));
+            a10 = _mm256_fmadd_ps(w, v0, a10);
+            a11 = _mm256_fmadd_ps(w, v1, a11);
+            a12 = _mm256_fmadd_ps(w, v2, a12);
+            w = ldw(wb, w2, type);
+            __asm__("" : "+v"(w));
+            a20 = _mm256_fmadd_ps(w, v0, a20);
+            a21 = _mm256_fmadd_ps(w, v1, a21);
+            a22 = _mm256_fmadd_ps(w, v2, a22);
+            w = ldw(wb, w3, type);
+            __asm__("" : "+v"(w));
+            a30 = _mm256_fmadd_ps(w, v0, a30);
+            a31 = _mm256_fmadd_ps(w, v1, a31);
+            a32 = _mm256_fmadd_ps(w, v2, a32);
+        }
+        acc[0][0] = a00, acc[0][1] = a01, acc[0][2] = a02;
+        acc[1][0] = a10, acc[1][1] = a11, acc[1][2] = a12;
+        acc[2][0] = a20, acc[2][1] = a21, acc[2][2] = a22;
+        acc[3][0] = a30, acc[3][1] = a31, acc[3][2] = a32;
         return;
     }
     for (int c = c0; c < c1; c += 8) {
@@ -721,6 +772,8 @@ static void rows_q4(float* out, const int8_t* xq, const float* xsc, const int32_
 
 #elif defined(KERNELS_NEON)
 
+#define TILE_TOKENS 4 /* 32 NEON registers: 16 accumulators + 8 weights + 2 activations */
+
 /* The arm64 twins follow the AVX2 ones in shape (same tiles, same token blocking, same q8
  * scheme) at half the vector width. They were checked for correctness under qemu-aarch64 only:
  * no tuning or prefetch distances were chosen here, because none could be measured (no arm64
@@ -1037,7 +1090,7 @@ AI void rows_float_nn(float* out, const float* x, const Matrix* W, WeightType ty
         int r = r0;
         for (; r + 4 <= r1; r += 4) {
             int t = t0;
-            for (; t + 4 <= t1; t += 4) tile_float(out, x, W, type, r, t, 4, 4);
+            for (; t + TILE_TOKENS <= t1; t += TILE_TOKENS) tile_float(out, x, W, type, r, t, 4, TILE_TOKENS);
             for (; t < t1; t++) tile_float(out, x, W, type, r, t, 4, 1);
         }
         for (; r < r1; r++) {
@@ -1076,7 +1129,7 @@ AI void rows_qi_t(float* out, const int8_t* xq, const float* xsc, const int32_t*
         int r = r0;
         for (; r + 4 <= r1; r += 4) {
             int t = t0;
-            for (; t + 4 <= t1; t += 4) tile_qi(out, xq, xsc, xsum, W, r, t, 4, 4, type);
+            for (; t + TILE_TOKENS <= t1; t += TILE_TOKENS) tile_qi(out, xq, xsc, xsum, W, r, t, 4, TILE_TOKENS, type);
             for (; t < t1; t++) tile_qi(out, xq, xsc, xsum, W, r, t, 4, 1, type);
         }
         for (; r < r1; r++) {
