@@ -32,7 +32,7 @@ ARCHITECTURES = {"Qwen3ForCausalLM": ARCH_QWEN3, "Qwen2ForCausalLM": ARCH_QWEN2,
 FLAG_QK_NORM, FLAG_QKV_BIAS, FLAG_TIED_EMBED = 1, 2, 4
 WEIGHT_F32, WEIGHT_BF16, WEIGHT_Q8, WEIGHT_Q4 = 0, 1, 2, 3
 DTYPES = {"f32": WEIGHT_F32, "bf16": WEIGHT_BF16, "q8": WEIGHT_Q8, "q4": WEIGHT_Q4}
-DEFAULT_GROUP = {WEIGHT_Q8: 64, WEIGHT_Q4: 32}  # q4: llama.cpp's q4_0 groups, the same error
+DEFAULT_GROUP = {WEIGHT_Q8: 64, WEIGHT_Q4: 32}  # q4: the groups of llama.cpp's q4_0
 TOK_FLAG_NFC, TOK_FLAG_QWEN2_REGEX, TOK_FLAG_BYTE_LEVEL = 1, 2, 4
 
 # The Split regex of Qwen2/Qwen3's tokenizer.json (QWEN3.md 4.3); tokenizer.c implements exactly this.
