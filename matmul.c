@@ -408,8 +408,8 @@ static void rows_f32_n1(float* out, const float* x, const Matrix* W, int r0, int
 /* Quantises token rows [t0, t1) of x (width C) to int8 per group of gs (a multiple of 32):
  * s = max|x| / 127, q = round(x / s). Also stores, per group, -128 times the sums of q that land
  * in each of the 8 int32 lanes of the dot product (lane k: the columns c with c % 32 in
- * 4k .. 4k+3), the start of the accumulator (qi_acc0 below), and in xgsum -8 times the sum of
- * all the group's q (tile_q4). */
+ * 4k .. 4k+3), the start of the accumulator (qi_acc0 below), and, when xgsum is not NULL (q4
+ * weights), -8 times the sum of all the group's q there (tile_q4). */
 static void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, int32_t* xgsum, const float* x, int C, int gs,
                           int t0, int t1) {
     const int G = C / gs;
@@ -443,10 +443,12 @@ static void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, int32_t* xgsum, 
             }
             _mm256_storeu_si256((__m256i*)(xsum + ((size_t)t * G + g) * 8),
                                 _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sum, 7)));
-            __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
-            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
-            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
-            xgsum[(size_t)t * G + g] = -8 * _mm_cvtsi128_si32(s4);
+            if (xgsum) {
+                __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+                s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+                s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+                xgsum[(size_t)t * G + g] = -8 * _mm_cvtsi128_si32(s4);
+            }
         }
     }
 }
@@ -1143,6 +1145,7 @@ typedef struct {
     const float* x;
     int n;
     int use_qi;          /* q8 / q4 weights x int8 activations (quantize_rows) */
+    int32_t* xgsum;      /* xgsum_buf for q4 weights, NULL for q8 (quantize_rows skips it) */
     int use_xp;          /* bf16, n == 1: xp_buf holds x de-interleaved */
     int qgs;             /* group size of the quantised activations */
     int qtb;             /* tokens per quantisation item */
@@ -1206,7 +1209,7 @@ static void matmul_item(void* ctx, int item) {
 static void quantize_item(void* ctx, int i) {
     const MatmulJob* j = ctx;
     int t0 = i * j->qtb, t1 = t0 + j->qtb < j->n ? t0 + j->qtb : j->n;
-    quantize_rows(xq_buf, xs_buf, xsum_buf, xgsum_buf, j->x, j->W[0]->cols, j->qgs, t0, t1);
+    quantize_rows(xq_buf, xs_buf, xsum_buf, j->xgsum, j->x, j->W[0]->cols, j->qgs, t0, t1);
 }
 #endif
 
@@ -1238,8 +1241,9 @@ static void run_job(MatmulJob* j) {
         if (same) {
             j->use_qi = 1;
             j->qgs = W0->group_size;
+            j->xgsum = W0->type == WEIGHT_Q4 ? xgsum_buf : NULL;
             if (j->n < 16) {
-                quantize_rows(xq_buf, xs_buf, xsum_buf, xgsum_buf, j->x, W0->cols, j->qgs, 0, j->n);
+                quantize_rows(xq_buf, xs_buf, xsum_buf, j->xgsum, j->x, W0->cols, j->qgs, 0, j->n);
             } else {
                 j->qtb = (j->n + nt * 4 - 1) / (nt * 4);
                 parallel_for((j->n + j->qtb - 1) / j->qtb, quantize_item, j);
