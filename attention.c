@@ -139,6 +139,76 @@ AI void weighted_sum(float* out, const float* att, int NQ, const float* values, 
     }
 }
 
+/* Prefill (attention_rows): a tile of NQ (<= 4) queries x NT (<= 3) keys, one accumulator per
+ * pair: per 8 dimensions NQ + NT loads for NQ * NT FMAs, where scores above do NQ + 1 loads for
+ * NQ FMAs and a horizontal sum per key. S[j * s_stride + t] = (q_j . k_t) * scale. The sum for a
+ * (query, key) pair runs in the same order whatever the other queries and keys of the tile. */
+AI void score_tile(float* S, size_t s_stride, const float* const* qp, int NQ, const float* k, int stride, int NT,
+                   int d, float scale) {
+    __m256 a[4][3];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++)
+#pragma GCC unroll 3
+        for (int t = 0; t < 3; t++) a[j][t] = _mm256_setzero_ps();
+    for (int i = 0; i < d; i += 8) {
+        __m256 kv[3];
+#pragma GCC unroll 3
+        for (int t = 0; t < 3; t++)
+            if (t < NT) {
+                kv[t] = _mm256_loadu_ps(k + (size_t)t * stride + i);
+                __asm__("" : "+v"(kv[t])); /* in a register: gcc would fold the load into each FMA */
+            }
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+            if (j < NQ) {
+                __m256 qv = _mm256_loadu_ps(qp[j] + i);
+                __asm__("" : "+v"(qv));
+#pragma GCC unroll 3
+                for (int t = 0; t < 3; t++)
+                    if (t < NT) a[j][t] = _mm256_fmadd_ps(qv, kv[t], a[j][t]);
+            }
+    }
+    const __m128 vs = _mm_set1_ps(scale);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++)
+        if (j < NQ) { /* lanes 0..2 of s: the three keys' sums */
+            __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[j][0], a[j][1]), _mm256_hadd_ps(a[j][2], a[j][2]));
+            __m128 s = _mm_mul_ps(_mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)), vs);
+            float sums[4];
+            _mm_storeu_ps(sums, s);
+            for (int t = 0; t < NT; t++) S[(size_t)j * s_stride + t] = sums[t];
+        }
+}
+
+/* out_j = sum_{t < n_pos} P[j * p_stride + t] v_t for NQ (<= 4) queries, 16 outputs per query in
+ * registers per pass: per position 2 loads of v and NQ broadcasts for 2 NQ FMAs. */
+AI void weighted_sum_tile(float* const* op, const float* P, size_t p_stride, int NQ, const float* values, int stride,
+                          int n_pos, int d) {
+    for (int i = 0; i < d; i += 16) {
+        __m256 o[4][2];
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) o[j][0] = o[j][1] = _mm256_setzero_ps();
+        for (int t = 0; t < n_pos; t++) {
+            const float* v = values + (size_t)t * stride + i;
+            __m256 v0 = _mm256_loadu_ps(v), v1 = _mm256_loadu_ps(v + 8);
+            __asm__("" : "+v"(v0), "+v"(v1));
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++)
+                if (j < NQ) {
+                    __m256 a = _mm256_broadcast_ss(P + (size_t)j * p_stride + t);
+                    o[j][0] = _mm256_fmadd_ps(a, v0, o[j][0]);
+                    o[j][1] = _mm256_fmadd_ps(a, v1, o[j][1]);
+                }
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+            if (j < NQ) {
+                _mm256_storeu_ps(op[j] + i, o[j][0]);
+                _mm256_storeu_ps(op[j] + i + 8, o[j][1]);
+            }
+    }
+}
+
 #elif defined(KERNELS_NEON)
 void softmax(float* x, int n) {
     if (n <= 0) return;
@@ -209,6 +279,55 @@ AI void weighted_sum(float* out, const float* att, int NQ, const float* values, 
     }
 }
 
+/* As the AVX2 score_tile, 4 dimensions per step. */
+AI void score_tile(float* S, size_t s_stride, const float* const* qp, int NQ, const float* k, int stride, int NT,
+                   int d, float scale) {
+    float32x4_t a[4][3];
+    for (int j = 0; j < 4; j++)
+        for (int t = 0; t < 3; t++) a[j][t] = vdupq_n_f32(0.0f);
+    for (int i = 0; i < d; i += 4) {
+        float32x4_t kv[3];
+        for (int t = 0; t < 3; t++)
+            if (t < NT) kv[t] = vld1q_f32(k + (size_t)t * stride + i);
+        for (int j = 0; j < 4; j++)
+            if (j < NQ) {
+                float32x4_t qv = vld1q_f32(qp[j] + i);
+                for (int t = 0; t < 3; t++)
+                    if (t < NT) a[j][t] = vfmaq_f32(a[j][t], qv, kv[t]);
+            }
+    }
+    for (int j = 0; j < 4; j++)
+        if (j < NQ) { /* lanes 0..2: the three keys' sums */
+            float32x4_t s = vpaddq_f32(vpaddq_f32(a[j][0], a[j][1]), vpaddq_f32(a[j][2], a[j][2]));
+            float sums[4];
+            vst1q_f32(sums, vmulq_n_f32(s, scale));
+            for (int t = 0; t < NT; t++) S[(size_t)j * s_stride + t] = sums[t];
+        }
+}
+
+/* As the AVX2 weighted_sum_tile, 16 outputs per query per pass. */
+AI void weighted_sum_tile(float* const* op, const float* P, size_t p_stride, int NQ, const float* values, int stride,
+                          int n_pos, int d) {
+    for (int i = 0; i < d; i += 16) {
+        float32x4_t o[4][4];
+        for (int j = 0; j < 4; j++)
+            for (int u = 0; u < 4; u++) o[j][u] = vdupq_n_f32(0.0f);
+        for (int t = 0; t < n_pos; t++) {
+            const float* v = values + (size_t)t * stride + i;
+            float32x4_t vv[4];
+            for (int u = 0; u < 4; u++) vv[u] = vld1q_f32(v + 4 * u);
+            for (int j = 0; j < 4; j++)
+                if (j < NQ) {
+                    float a = P[(size_t)j * p_stride + t];
+                    for (int u = 0; u < 4; u++) o[j][u] = vfmaq_n_f32(o[j][u], vv[u], a);
+                }
+        }
+        for (int j = 0; j < 4; j++)
+            if (j < NQ)
+                for (int u = 0; u < 4; u++) vst1q_f32(op[j] + i + 4 * u, o[j][u]);
+    }
+}
+
 #else
 void softmax(float* x, int n) { softmax_scalar(x, n); }
 #endif
@@ -232,4 +351,59 @@ void attention_group(float* out, const float* q, int n_q, const float* keys, con
     }
 #endif
     attention_group_scalar(out, q, n_q, keys, values, stride, n_pos, head_dim, scale, att);
+}
+
+void attention_rows_scalar(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const float* keys,
+                           const float* values, int stride, int first_n_pos, int head_dim, float scale, float* att) {
+    for (int r = 0; r < n_rows; r++)
+        attention_group_scalar(out + (size_t)r * row_stride, q + (size_t)r * row_stride, n_q, keys, values, stride,
+                               first_n_pos + r, head_dim, scale, att);
+}
+
+#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
+/* One tile of NQ queries (query j of the block is head j % n_q of row j / n_q): scores against
+ * every key the tile's last row sees, softmax of each query over its own causal length, zeros
+ * after it (so the weighted sum can run to the same length for all), the weighted sum. */
+AI void attend_query_tile(float* out, const float* q, size_t row_stride, int n_q, int j0, int NQ, const float* keys,
+                          const float* values, int stride, int first_n_pos, int d, float scale, float* S) {
+    const float* qp[ATTENTION_QUERY_TILE];
+    float* op[ATTENTION_QUERY_TILE];
+    for (int j = 0; j < NQ; j++) {
+        size_t at = (size_t)((j0 + j) / n_q) * row_stride + (size_t)((j0 + j) % n_q) * d;
+        qp[j] = q + at;
+        op[j] = out + at;
+    }
+    const int n_max = first_n_pos + (j0 + NQ - 1) / n_q; /* the tile's last row sees the most */
+    int t = 0;
+    for (; t + 3 <= n_max; t += 3) score_tile(S + t, n_max, qp, NQ, keys + (size_t)t * stride, stride, 3, d, scale);
+    if (t < n_max) score_tile(S + t, n_max, qp, NQ, keys + (size_t)t * stride, stride, n_max - t, d, scale);
+    for (int j = 0; j < NQ; j++) {
+        const int n_pos = first_n_pos + (j0 + j) / n_q; /* causal: this query's row sees this many */
+        float* s = S + (size_t)j * n_max;
+        softmax(s, n_pos);
+        for (int u = n_pos; u < n_max; u++) s[u] = 0.0f;
+    }
+    weighted_sum_tile(op, S, n_max, NQ, values, stride, n_max, d);
+}
+#endif
+
+/* Prefill attention: the block's n_rows * n_q queries in tiles of ATTENTION_QUERY_TILE, so each
+ * key and value loaded serves 4 queries (two rows of Qwen3-0.6B's groups of 2). The per-query
+ * scratch is one tile's scores. Against one attention_group call per row (head_dim 128, 512
+ * rows, 8 kv heads, one thread, docs/notes-kernels.md "Eighth session"): 31 -> 14 ms per layer. */
+void attention_rows(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const float* keys,
+                    const float* values, int stride, int first_n_pos, int head_dim, float scale, float* att) {
+#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
+    if (head_dim % DIM_STEP == 0) {
+        const int n = n_rows * n_q, T = ATTENTION_QUERY_TILE;
+        int j0 = 0;
+        for (; j0 + T <= n; j0 += T) /* NQ a constant: the tile's branches fold away */
+            attend_query_tile(out, q, row_stride, n_q, j0, T, keys, values, stride, first_n_pos, head_dim, scale, att);
+        if (j0 < n)
+            attend_query_tile(out, q, row_stride, n_q, j0, n - j0, keys, values, stride, first_n_pos, head_dim, scale,
+                              att);
+        return;
+    }
+#endif
+    attention_rows_scalar(out, q, row_stride, n_q, n_rows, keys, values, stride, first_n_pos, head_dim, scale, att);
 }

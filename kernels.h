@@ -111,6 +111,16 @@ void swiglu(float* gate, const float* up, int n);
 void attention_group(float* out, const float* q, int n_q, const float* keys, const float* values,
                      int stride, int n_pos, int head_dim, float scale, float* att);
 
+/* Causal attention of n_rows consecutive batch rows for one GQA group (prefill): row r's n_q query
+ * heads are at q + r * row_stride (head j at + j * head_dim), its outputs at out + r * row_stride,
+ * and it sees positions 0 .. first_n_pos + r - 1 of the kv head (keys and values as in
+ * attention_group). Each query gets attention_group's result up to float rounding (its sums run
+ * in another order), and the same bits whichever rows share its block. att is scratch of
+ * max(n_q, ATTENTION_QUERY_TILE) * (first_n_pos + n_rows - 1) floats. */
+#define ATTENTION_QUERY_TILE 4
+void attention_rows(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const float* keys,
+                    const float* values, int stride, int first_n_pos, int head_dim, float scale, float* att);
+
 /* Runs fn(ctx, i) for i in [0, n) on the kernel threads (the caller's thread included) and
  * returns when all are done. Idle threads sleep (no spinning): see pool.c. */
 void parallel_for(int n, void (*fn)(void* ctx, int i), void* ctx);
@@ -123,6 +133,8 @@ void softmax_scalar(float* x, int n);
 void swiglu_scalar(float* gate, const float* up, int n);
 void attention_group_scalar(float* out, const float* q, int n_q, const float* keys, const float* values,
                             int stride, int n_pos, int head_dim, float scale, float* att);
+void attention_rows_scalar(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const float* keys,
+                           const float* values, int stride, int first_n_pos, int head_dim, float scale, float* att);
 
 /* bf16 <-> fp32: bf16 is the top half of an fp32 (QWEN3.md 2.6). */
 static inline float bf16_to_f32(uint16_t h) {

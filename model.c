@@ -303,6 +303,12 @@ static void rope_tables(const Config* c, float* cos_t, float* sin_t) {
     }
 }
 
+/* Score rows of one thread's attention scratch: a GQA group's (decode) or a query tile's (prefill). */
+static size_t attention_scratch_rows(const Config* c) {
+    int group = c->n_heads / c->n_kv_heads;
+    return (size_t)(group > ATTENTION_QUERY_TILE ? group : ATTENTION_QUERY_TILE);
+}
+
 static int alloc_state(Transformer* t, int n_threads) {
     const Config* c = &t->config;
     RunState* s = &t->state;
@@ -319,7 +325,7 @@ static int alloc_state(Transformer* t, int n_threads) {
     s->proj = alloc_array(B * D, sizeof(float));
     s->gate = alloc_array(B * F, sizeof(float));
     s->up = alloc_array(B * F, sizeof(float));
-    s->att = alloc_array((size_t)n_threads * (c->n_heads / c->n_kv_heads) * seq, sizeof(float));
+    s->att = alloc_array((size_t)n_threads * attention_scratch_rows(c) * seq, sizeof(float));
     s->logits = alloc_array((size_t)c->vocab_size, sizeof(float));
     /* The cache is the one big allocation (L * seq * kv_dim floats, twice); calloc maps it lazily,
      * so memory is only used for the positions actually reached. */
@@ -466,12 +472,13 @@ void transformer_free(Transformer* t) {
  * The forward pass
  * --------------------------------------------------------------------------------------------- */
 
-/* One attention job: every (row, kv head) pair of a batch, split over the kernel threads; a pair is
- * the GQA group of query heads that share the kv head (attention_group loads each key and value
- * once for the whole group). Prefill: task i takes pairs i, i + n_tasks, i + 2 n_tasks, ...:
- * interleaving balances the work, because the causal mask makes later rows longer. Decode (one
- * row): task i takes a contiguous range of kv heads. Each task has its own score scratch in
- * state.att (group * seq_len floats). */
+/* One attention job: the kv heads of a batch, split over the kernel threads. Decode (one row): task
+ * i takes a contiguous range of kv heads, each its GQA group of query heads (attention_group loads
+ * each key and value once for the group). Prefill: the work is (block of ATTENTION_BLOCK_ROWS
+ * rows, kv head) pairs, and task i takes pairs i, i + n_tasks, i + 2 n_tasks, ...: interleaving
+ * balances the work, because the causal mask makes later rows longer. Each task has its own score
+ * scratch in state.att (attention_scratch_rows * seq_len floats). */
+#define ATTENTION_BLOCK_ROWS 8
 typedef struct {
     const Transformer* t;
     const float* key_cache;   /* this layer's keys   [K, seq_len, d] */
@@ -479,32 +486,42 @@ typedef struct {
     int n_rows, pos0, n_tasks;
 } AttentionJob;
 
-/* The query heads of kv head kv, batch row r, against the cached positions 0 .. pos0 + r. */
-static void attend(const AttentionJob* job, int r, int kv, float* scratch) {
+/* The query heads of kv head kv in batch rows r .. r + n - 1, row r + i against the cached
+ * positions 0 .. pos0 + r + i. */
+static void attend(const AttentionJob* job, int r, int n, int kv, float* scratch) {
     const Config* c = &job->t->config;
     const RunState* s = &job->t->state;
     int H = c->n_heads, d = c->head_dim;
     int group = c->n_heads / c->n_kv_heads;        /* GQA: query heads per kv head (QWEN3.md 2.5) */
     float scale = 1.0f / sqrtf((float)d);          /* 1/sqrt(head_dim), not dim/heads (7.1) */
     int h0 = kv * group;                           /* contiguous groups: heads kv*G .. kv*G+G-1, not h mod K */
-    int n_pos = job->pos0 + r + 1;                 /* causal: positions 0 .. pos of this row */
+    int n_pos = job->pos0 + r + 1;                 /* causal: positions 0 .. pos of row r */
     size_t head = (size_t)kv * c->seq_len * d;     /* kv head kv's positions in the layer's cache */
-    attention_group(s->att_out + (size_t)r * H * d + (size_t)h0 * d, s->q + (size_t)r * H * d + (size_t)h0 * d,
-                    group, job->key_cache + head, job->value_cache + head, d, n_pos, d, scale, scratch);
+    size_t at = (size_t)r * H * d + (size_t)h0 * d; /* row r's first query head of the group */
+    if (n == 1)
+        attention_group(s->att_out + at, s->q + at, group, job->key_cache + head, job->value_cache + head, d, n_pos,
+                        d, scale, scratch);
+    else
+        attention_rows(s->att_out + at, s->q + at, (size_t)H * d, group, n, job->key_cache + head,
+                       job->value_cache + head, d, n_pos, d, scale, scratch);
 }
 
 static void attention_task(void* ctx, int task) {
     const AttentionJob* job = ctx;
     const Config* c = &job->t->config;
     const int K = c->n_kv_heads;
-    float* scratch = job->t->state.att + (size_t)task * (c->n_heads / K) * c->seq_len;
+    float* scratch = job->t->state.att + (size_t)task * attention_scratch_rows(c) * c->seq_len;
     if (job->n_rows == 1) {
         for (int kv = task * K / job->n_tasks; kv < (task + 1) * K / job->n_tasks; kv++)
-            attend(job, 0, kv, scratch);
+            attend(job, 0, 1, kv, scratch);
         return;
     }
-    for (int pair = task; pair < job->n_rows * K; pair += job->n_tasks)
-        attend(job, pair / K, pair % K, scratch);
+    const int n_blocks = (job->n_rows + ATTENTION_BLOCK_ROWS - 1) / ATTENTION_BLOCK_ROWS;
+    for (int pair = task; pair < n_blocks * K; pair += job->n_tasks) {
+        int r = pair / K * ATTENTION_BLOCK_ROWS;
+        int n = job->n_rows - r < ATTENTION_BLOCK_ROWS ? job->n_rows - r : ATTENTION_BLOCK_ROWS;
+        attend(job, r, n, pair % K, scratch);
+    }
 }
 
 /* Row r of a batch buffer whose rows are `width` floats wide. */

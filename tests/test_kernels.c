@@ -351,6 +351,57 @@ static void test_attention(void) {
             }
 }
 
+/* attention_rows (prefill) against the scalar reference, and each row alone against the block:
+ * the tile's masking (scores past a query's causal length zeroed before the weighted sum) must not
+ * change a query's result, whichever rows share its tile. */
+static void test_attention_rows(void) {
+    int dims[] = {128, 64, 40};
+    int groups[] = {1, 2, 3, 5};
+    int nrows[] = {1, 2, 3, 7, 8};
+    int firsts[] = {1, 5, 70};
+    for (size_t a = 0; a < 3; a++)
+        for (size_t g = 0; g < 4; g++)
+            for (size_t rr = 0; rr < 5; rr++)
+                for (size_t f = 0; f < 3; f++) {
+                    int d = dims[a], nq = groups[g], R = nrows[rr], n0 = firsts[f];
+                    int stride = d * 2 + 8, n_pos = n0 + R - 1, row = nq * d + 16; /* rows apart, with a gap */
+                    size_t scratch = (size_t)(nq > ATTENTION_QUERY_TILE ? nq : ATTENTION_QUERY_TILE) * n_pos;
+                    float* kc = malloc((size_t)n_pos * stride * sizeof(float));
+                    float* vc = malloc((size_t)n_pos * stride * sizeof(float));
+                    float* q = malloc((size_t)R * row * sizeof(float));
+                    float* o1 = calloc((size_t)R * row, sizeof(float));
+                    float* o2 = calloc((size_t)R * row, sizeof(float));
+                    float* o3 = calloc((size_t)R * row, sizeof(float));
+                    float* att = malloc(scratch * sizeof(float));
+                    for (size_t i = 0; i < (size_t)n_pos * stride; i++) {
+                        kc[i] = frand() * 2;
+                        vc[i] = frand();
+                    }
+                    for (int i = 0; i < R * row; i++) q[i] = frand() * 2;
+                    float scale = 1.0f / sqrtf((float)d);
+                    attention_rows_scalar(o1, q, row, nq, R, kc, vc, stride, n0, d, scale, att);
+                    attention_rows(o2, q, row, nq, R, kc, vc, stride, n0, d, scale, att);
+                    for (int r = 0; r < R; r++)
+                        attention_rows(o3 + (size_t)r * row, q + (size_t)r * row, row, nq, 1, kc, vc, stride, n0 + r, d,
+                                       scale, att);
+                    double e = 0; /* 1e-5 absolute, as attention_group */
+                    int same = 1;
+                    for (int r = 0; r < R; r++)
+                        for (int i = 0; i < nq * d; i++) {
+                            size_t at = (size_t)r * row + i;
+                            e = fmax(e, fabs(o1[at] - o2[at]));
+                            same &= o2[at] == o3[at];
+                        }
+                    char what[112];
+                    snprintf(what, sizeof what, "attention_rows head_dim=%d n_q=%d rows=%d first_n_pos=%d", d, nq, R, n0);
+                    check(e <= 1e-5, what);
+                    snprintf(what, sizeof what, "attention_rows: each row as alone (head_dim=%d n_q=%d rows=%d first=%d)",
+                             d, nq, R, n0);
+                    check(same, what);
+                    free(kc), free(vc), free(q), free(o1), free(o2), free(o3), free(att);
+                }
+}
+
 static atomic_long pf_sum;
 static atomic_int pf_hits[1000];
 static void pf_fn(void* ctx, int i) {
@@ -437,6 +488,7 @@ int main(void) {
     test_rope();
     test_softmax_swiglu();
     test_attention();
+    test_attention_rows();
     kernels_free();
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
