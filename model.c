@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -524,6 +525,45 @@ static void attention_task(void* ctx, int task) {
     }
 }
 
+#if defined(__linux__) && !defined(MADV_POPULATE_WRITE)
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+
+/* The KV cache is calloc'ed: its pages are mapped at the first write, one page fault per 4 KB, and
+ * a position of Qwen3-0.6B writes 56 pages (28 layers x 8 kv heads x keys and values, 512 bytes
+ * each, in regions seq_len positions apart). On the VM this was measured on a write fault costs
+ * about 10.7 us a page and MADV_POPULATE_WRITE, which maps a whole range in one call, 0.5 us
+ * (docs/notes-kernels.md, "Eighth session"). So before a chunk writes its positions, the pages up
+ * to its end, rounded up to KV_POPULATE_STEP positions, are populated with one call per region;
+ * memory stays what the positions reached use (tests/test_kv_cache.c). Where the call does not
+ * exist or fails, the writes fault the pages in as before. */
+#define KV_POPULATE_STEP 32
+static void populate_kv_cache(Transformer* t, int end) {
+#ifdef MADV_POPULATE_WRITE
+    const Config* c = &t->config;
+    RunState* s = &t->state;
+    if (end <= s->kv_populated) return;
+    int to = (end + KV_POPULATE_STEP - 1) / KV_POPULATE_STEP * KV_POPULATE_STEP;
+    if (to > c->seq_len) to = c->seq_len;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const size_t d = (size_t)c->head_dim, n_regions = (size_t)c->n_layers * c->n_kv_heads;
+    float* const caches[2] = {s->key_cache, s->value_cache};
+    for (int which = 0; which < 2; which++)
+        for (size_t i = 0; i < n_regions; i++) {
+            const float* region = caches[which] + i * c->seq_len * d; /* one kv head of one layer */
+            uintptr_t a = (uintptr_t)(region + (size_t)s->kv_populated * d) & ~(page - 1);
+            uintptr_t b = (uintptr_t)(region + (size_t)to * d);
+            if (madvise((void*)a, b - a, MADV_POPULATE_WRITE) != 0) {
+                s->kv_populated = c->seq_len; /* not supported here: leave it to the page faults */
+                return;
+            }
+        }
+    s->kv_populated = to;
+#else
+    (void)t, (void)end;
+#endif
+}
+
 /* Row r of a batch buffer whose rows are `width` floats wide. */
 #define ROW(buf, r, width) ((buf) + (size_t)(r) * (size_t)(width))
 
@@ -547,6 +587,7 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
     for (int c0 = 0; c0 < n; c0 += s->max_batch) {
         const int nb = n - c0 < s->max_batch ? n - c0 : s->max_batch;  /* rows in this chunk */
         const int p0 = pos + c0;                                         /* position of its row 0 */
+        populate_kv_cache(t, p0 + nb); /* map the cache pages this chunk writes in one call, not by faults */
 
         /* QWEN3.md 2.2 step 1: the embedding row of each token; no scaling, no BOS. */
         for (int r = 0; r < nb; r++) matrix_row(ROW(s->x, r, D), &w->embed_tokens, tokens[c0 + r]);

@@ -181,10 +181,12 @@ typedef struct {
     float* proj;     /* [B, dim]   o_proj / down_proj output, before the residual add */
     float* gate;     /* [B, F] */
     float* up;       /* [B, F] */
-    float* att;      /* [n_threads, H/K, seq_len]  attention scores of one GQA group per thread */
+    float* att;      /* [n_threads, max(H/K, 4), seq_len]  scores of one GQA group (decode) or one
+                      * query tile (prefill) per thread */
     float* logits;   /* [vocab]    logits of the last position */
     float* key_cache;    /* [L, K, seq_len, d]  keys after QK-Norm and RoPE */
     float* value_cache;  /* [L, K, seq_len, d] */
+    int kv_populated;    /* cache pages of positions below this are mapped (populate_kv_cache) */
     float* rope_cos;     /* [seq_len, d/2]  cos(p * inv_freq[i]) */
     float* rope_sin;     /* [seq_len, d/2] */
 } RunState;
