@@ -14,8 +14,11 @@ export leaves no file behind.
 """
 import argparse
 import array
+import collections
 import json
+import multiprocessing
 import os
+import signal
 import struct
 import sys
 import time
@@ -457,6 +460,85 @@ def choose_group_size(c, requested, wtype):
     raise ExportError(f"{name} needs every input width ({widths}) to be a multiple of {smallest}")
 
 
+MAX_JOBS = 16  # default worker processes at most
+
+
+def available_cpus():
+    """CPUs this process may run on (the affinity mask where there is one, e.g. in a container)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
+PAD = "pad"  # in the stream of blocks: align the file before the next tensor
+
+
+def plan_blocks(plan, table, files, wtype, gs):
+    """The export as a stream: PAD before each tensor, then its rows in blocks, each as
+    (raw source bytes, source dtype, columns, stored type, group size, tensor name)."""
+    for name, shape, is_matrix in plan:
+        t = table[name]
+        if t.path not in files:
+            files[t.path] = open(t.path, "rb")
+        src = files[t.path]
+        src.seek(t.offset)
+        width = SAFETENSORS_DTYPES[t.dtype]
+        rows = shape[0] if len(shape) == 2 else 1
+        cols = shape[-1]
+        stored = wtype if is_matrix else WEIGHT_F32  # norms and biases stay f32
+        if stored in (WEIGHT_Q8, WEIGHT_Q4):  # whole row blocks of 4 rows (model.h)
+            rows_per_block = max(1, (BLOCK_BYTES // 4) // (cols * width))
+            rows_per_block += -rows_per_block % QUANT_BLOCK_ROWS
+        else:
+            rows_per_block = max(1, BLOCK_BYTES // (cols * width))
+        yield PAD
+        for r in range(0, rows, rows_per_block):
+            raw = src.read(min(rows_per_block, rows - r) * cols * width)
+            yield raw, t.dtype, cols, stored, gs, name
+
+
+def convert_block(block):
+    """One block of plan_blocks -> (stored bytes, source bytes, tensor name)."""
+    raw, dtype, cols, stored, gs, name = block
+    if stored == WEIGHT_F32:
+        data = to_f32_bytes(raw, dtype)
+    elif stored == WEIGHT_BF16:
+        data = raw if dtype == "BF16" else f32_to_bf16_bytes(to_f32_bytes(raw, dtype))
+    else:
+        data = quant_row_blocks(to_f32_bytes(raw, dtype), cols, gs, stored)
+    return data, len(raw), name
+
+
+def worker_signals():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # Pool.terminate() ends a worker with SIGTERM
+
+
+def converted_blocks(blocks, workers):
+    """convert_block over the stream, in order, on `workers` processes (in this one if 1), with at
+    most 2 blocks per worker in flight, so memory stays bounded whatever the checkpoint size."""
+    if workers <= 1:
+        for block in blocks:
+            yield block if block is PAD else convert_block(block)
+        return
+    ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods()
+                                      else None)
+    pool = ctx.Pool(workers, initializer=worker_signals)
+    try:
+        pending = collections.deque()
+        for block in blocks:
+            pending.append(block if block is PAD else pool.apply_async(convert_block, (block,)))
+            while len(pending) > 2 * workers:
+                item = pending.popleft()
+                yield item if item is PAD else item.get()
+        while pending:
+            item = pending.popleft()
+            yield item if item is PAD else item.get()
+    finally:
+        pool.terminate()
+        pool.join()
+
+
 class Writer:
     def __init__(self, f):
         self.f = f
@@ -470,7 +552,7 @@ class Writer:
         self.f.write(data)
 
 
-def export(folder, out_path, dtype_name, group_size, tokenizer_dir):
+def export(folder, out_path, dtype_name, group_size, tokenizer_dir, jobs=None):
     cfg = read_json(os.path.join(folder, "config.json"), "the model config")
     gen_path = os.path.join(folder, "generation_config.json")
     gen = read_json(gen_path, "the generation config") if os.path.exists(gen_path) else {}
@@ -524,6 +606,13 @@ def export(folder, out_path, dtype_name, group_size, tokenizer_dir):
     total = sum(table[name].shape[0] * (table[name].shape[1] if len(table[name].shape) > 1 else 1)
                 * SAFETENSORS_DTYPES[table[name].dtype] for name, _, _ in plan)
     show_progress = total > (64 << 20)
+    # Worker processes for the conversions that run a Python loop per value (quantizing, rounding
+    # to bf16); plain copies and widening stay in this process. Output is the same either way.
+    if jobs is None:
+        slow = wtype in (WEIGHT_Q8, WEIGHT_Q4) or (
+            wtype == WEIGHT_BF16 and table["model.embed_tokens.weight"].dtype != "BF16")
+        jobs = min(MAX_JOBS, available_cpus()) if slow and show_progress else 1
+    workers = max(1, jobs)
     done, t0 = 0, time.time()
 
     out_dir = os.path.dirname(os.path.abspath(out_path))
@@ -537,35 +626,13 @@ def export(folder, out_path, dtype_name, group_size, tokenizer_dir):
             w.write(tok)
             w.pad()
             weights_offset = f.tell()
-            for name, shape, is_matrix in plan:
-                t = table[name]
-                if t.path not in files:
-                    files[t.path] = open(t.path, "rb")
-                src = files[t.path]
-                src.seek(t.offset)
-                width = SAFETENSORS_DTYPES[t.dtype]
-                rows = shape[0] if len(shape) == 2 else 1
-                cols = shape[-1]
-                w.pad()
-                if not is_matrix or wtype == WEIGHT_F32:
-                    rows_per_block = max(1, BLOCK_BYTES // (cols * width))
-                    for r in range(0, rows, rows_per_block):
-                        raw = src.read(min(rows_per_block, rows - r) * cols * width)
-                        w.write(to_f32_bytes(raw, t.dtype))
-                elif wtype == WEIGHT_BF16:
-                    rows_per_block = max(1, BLOCK_BYTES // (cols * width))
-                    for r in range(0, rows, rows_per_block):
-                        raw = src.read(min(rows_per_block, rows - r) * cols * width)
-                        w.write(raw if t.dtype == "BF16" else f32_to_bf16_bytes(to_f32_bytes(raw, t.dtype)))
-                else:  # q8, q4: row blocks of 4 rows (model.h)
-                    rows_per_block = max(1, (BLOCK_BYTES // 4) // (cols * width))
-                    rows_per_block += -rows_per_block % QUANT_BLOCK_ROWS
-                    for r in range(0, rows, rows_per_block):
-                        raw = src.read(min(rows_per_block, rows - r) * cols * width)
-                        w.write(quant_row_blocks(to_f32_bytes(raw, t.dtype), cols, gs, wtype))
-                        if show_progress:
-                            progress(done + (r + rows_per_block) * cols * width, total, t0, name)
-                done += rows * cols * width
+            for item in converted_blocks(plan_blocks(plan, table, files, wtype, gs), workers):
+                if item is PAD:  # each tensor starts 64-byte aligned
+                    w.pad()
+                    continue
+                data, src_bytes, name = item
+                w.write(data)
+                done += src_bytes
                 if show_progress:
                     progress(done, total, t0, name)
             w.pad()
@@ -630,16 +697,24 @@ def main(argv=None):
     ap.add_argument("--group-size", type=int,
                     help="q8 / q4 group size (default 64 for q8, 32 for q4; smaller when it does "
                          "not divide the widths)")
+    ap.add_argument("--jobs", type=int, metavar="N",
+                    help="processes that convert blocks of rows (default: one per CPU, up to "
+                         f"{MAX_JOBS}, for q8 / q4 and bf16 from other formats above 64 MB; else 1)")
     ap.add_argument("--tokenizer", metavar="DIR",
                     help="take tokenizer.json and tokenizer_config.json from DIR instead of the "
                          "model folder")
     args = ap.parse_args(argv)
     if args.group_size is not None and (args.group_size < 8 or args.group_size & (args.group_size - 1)):
         ap.error("--group-size must be a power of two >= 8")
+    if args.jobs is not None and args.jobs < 1:
+        ap.error("--jobs must be at least 1")
+    # `kill` (SIGTERM) ends the export like Ctrl-C: through the cleanup that removes the unfinished
+    # temporary file.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         t0 = time.time()
         size, dtype_name, gs = export(args.folder, args.output, args.dtype, args.group_size,
-                                      args.tokenizer)
+                                      args.tokenizer, args.jobs)
         extra = f", group size {gs}" if gs else ""
         print(f"export.py: wrote {args.output} ({size / 1e6:.1f} MB, {dtype_name}{extra}) in "
               f"{time.time() - t0:.1f}s", file=sys.stderr)

@@ -457,9 +457,9 @@ def missing_tools():
     return None
 
 
-def run_export(hf_dir, out_path, dtype=None, timeout=120):
+def run_export(hf_dir, out_path, dtype=None, timeout=120, extra=()):
     import subprocess
-    cmd = [sys.executable, EXPORT, hf_dir, out_path] + (['--dtype', dtype] if dtype else [])
+    cmd = [sys.executable, EXPORT, hf_dir, out_path] + (['--dtype', dtype] if dtype else []) + list(extra)
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 

@@ -379,6 +379,22 @@ class EndToEnd(unittest.TestCase):
             self.assertGreaterEqual(len(tight), 1, 'no %s run matches the %s-weights reference within %g: %s' % (
                 dtype, dtype, TIGHT_TOL, errs))
 
+    def test_export_jobs_same_file(self):
+        """export.py's worker processes (--jobs) change nothing in the file: q8, q4 and bf16 (from
+        an F32 source, rounded by a Python loop per value like the quantisers) with 1 and 3
+        workers, byte for byte. The source is sharded and every tensor is a block of its own, so
+        the blocks of several files and tensors are in flight at once and must come back in order."""
+        d = self.folder('qwen3_f32_untied_sharded_gqa4_hd32')
+        for dtype in ('q8', 'q4', 'bf16'):
+            files = []
+            for jobs in (1, 3):
+                out = os.path.join(self.tmp, 'jobs%d.%s.bin' % (jobs, dtype))
+                p = hf_model.run_export(d, out, dtype, extra=['--jobs', str(jobs)])
+                self.assertEqual(p.returncode, 0, 'export.py --jobs %d failed:\n%s' % (jobs, p.stderr))
+                with open(out, 'rb') as f:
+                    files.append(f.read())
+            self.assertEqual(files[0], files[1], '%s: --jobs 1 and --jobs 3 wrote different files' % dtype)
+
     def test_prompt_only(self):
         """-n 0: only the prompt's logits, computed by the prefill path."""
         seq, rows, _ = self.engine_run('qwen3_bf16_tied_gqa2', 'f32', n_gen=0)
