@@ -122,7 +122,8 @@ void attention_rows(float* out, const float* q, size_t row_stride, int n_q, int 
                     const float* values, int stride, int first_n_pos, int head_dim, float scale, float* att);
 
 /* Runs fn(ctx, i) for i in [0, n) on the kernel threads (the caller's thread included) and
- * returns when all are done. Idle threads sleep (no spinning): see pool.c. */
+ * returns when all are done. Idle threads spin for at most 200 us (not at all while another
+ * process competes for the cores), then sleep: see pool.c. */
 void parallel_for(int n, void (*fn)(void* ctx, int i), void* ctx);
 
 /* The reference twins, for the tests. */
