@@ -1195,20 +1195,22 @@ static void compute_rows(const MatmulJob* j, int m, int r0, int r1) {
 #endif
 }
 
-/* One task per range: the thread that runs it computes chunks until none is left, so a dispatch
- * costs the pool one claim per thread, not one per chunk (those claims, the count of finished
- * items and the ranges' counters each moved a cache line between the cores per chunk). */
-static void matmul_task(void* ctx, int task) {
+/* One pool item per chunk, claimed one at a time: a thread that the scheduler takes off its core
+ * between two chunks holds nothing up. (One task per thread that loops over chunks until none is
+ * left was tried: fewer claims, but the dispatch then waits for a worker preempted anywhere in its
+ * task, not only inside a chunk; speed within the noise both quiet and beside a busy core, so the
+ * finer items stayed; docs/notes-kernels.md, "Eighth session".) */
+static void matmul_item(void* ctx, int item) {
     MatmulJob* j = ctx;
-    (void)task; /* which chunks is claim_chunk's choice */
-    for (int i; (i = claim_chunk(j)) >= 0;) {
-        int m = 0;
-        while (i >= j->first_item[m + 1]) m++;
-        int r0 = (i - j->first_item[m]) * j->chunk[m];
-        int r1 = r0 + j->chunk[m];
-        if (r1 > j->W[m]->rows) r1 = j->W[m]->rows;
-        compute_rows(j, m, r0, r1);
-    }
+    (void)item; /* which chunk is claim_chunk's choice */
+    const int i = claim_chunk(j);
+    if (i < 0) return; /* not reached: there are as many items as chunks */
+    int m = 0;
+    while (i >= j->first_item[m + 1]) m++;
+    int r0 = (i - j->first_item[m]) * j->chunk[m];
+    int r1 = r0 + j->chunk[m];
+    if (r1 > j->W[m]->rows) r1 = j->W[m]->rows;
+    compute_rows(j, m, r0, r1);
 }
 
 #if defined(HAVE_Q8_INT8) && !defined(KERNELS_Q8_F32ACT)
@@ -1281,7 +1283,7 @@ static void run_job(MatmulJob* j) {
         atomic_init(&j->range[k].next, (int)((long long)n_items * k / j->n_ranges));
         j->range[k].end = (int)((long long)n_items * (k + 1) / j->n_ranges);
     }
-    parallel_for(j->n_ranges, matmul_task, j);
+    parallel_for(n_items, matmul_item, j);
 }
 
 void matmul(float* out, const float* x, const Matrix* W, int n) {
