@@ -524,16 +524,19 @@ def converted_blocks(blocks, workers):
     ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods()
                                       else None)
     pool = ctx.Pool(workers, initializer=worker_signals)
+    pending = collections.deque()
+
+    def oldest():
+        item = pending.popleft()
+        return item if item is PAD else item.get()
+
     try:
-        pending = collections.deque()
         for block in blocks:
             pending.append(block if block is PAD else pool.apply_async(convert_block, (block,)))
-            while len(pending) > 2 * workers:
-                item = pending.popleft()
-                yield item if item is PAD else item.get()
+            if len(pending) > 2 * workers:
+                yield oldest()
         while pending:
-            item = pending.popleft()
-            yield item if item is PAD else item.get()
+            yield oldest()
     finally:
         pool.terminate()
         pool.join()
