@@ -68,6 +68,12 @@ typedef struct {
 
 #define READ_CHUNK ((size_t)1 << 20)
 
+static void read_buffer_free(ReadBuffer* rb) {
+    free(rb->buf);
+    free(rb->sums);
+    memset(rb, 0, sizeof *rb);
+}
+
 static int read_buffer_init(ReadBuffer* rb, size_t bytes) {
     memset(rb, 0, sizeof *rb);
     rb->bytes = (bytes + READ_CHUNK - 1) / READ_CHUNK * READ_CHUNK;
@@ -75,8 +81,7 @@ static int read_buffer_init(ReadBuffer* rb, size_t bytes) {
     rb->buf = alloc_huge_anonymous(rb->bytes);
     rb->sums = calloc((size_t)rb->n_items, sizeof(double));
     if (!rb->buf || !rb->sums) {
-        free(rb->buf);
-        free(rb->sums);
+        read_buffer_free(rb);
         return -1;
     }
     memset(rb->buf, 1, rb->bytes); /* fault the pages in */
@@ -97,12 +102,6 @@ static double read_buffer_best(ReadBuffer* rb, int reps) {
         for (int i = 0; i < rb->n_items; i++) check += rb->sums[i];
     }
     return check < 0 ? -1 : best; /* never -1: keeps the reads observable */
-}
-
-static void read_buffer_free(ReadBuffer* rb) {
-    free(rb->buf);
-    free(rb->sums);
-    memset(rb, 0, sizeof *rb);
 }
 
 /* ---- bytes read per decode token ---- */
@@ -167,8 +166,176 @@ static int int_arg(int argc, char** argv, int i, const char* name, int* out) {
     return 0;
 }
 
+int bench_parse_threads(const char* s, int* counts, int max_counts) {
+    int n = 0;
+    for (const char* p = s;; p++) {
+        if (*p < '0' || *p > '9' || n == max_counts) return -1;
+        char* end;
+        long v = strtol(p, &end, 10);
+        if (v < 1 || v > 1024) return -1;
+        counts[n++] = (int)v;
+        if (*end == '\0') return n;
+        if (*end != ',') return -1;
+        p = end;
+    }
+}
+
+/* One thread count's results. */
+typedef struct {
+    int threads;       /* what the pool runs: kernels_set_threads may give fewer than asked */
+    double roof;       /* best streaming read, GB/s */
+    int roof_reads, warm_steps;
+    double *pp, *tg;   /* tok/s of each rep, in the order measured */
+    double wall[2], cpu[2]; /* summed over the reps: [0] prefill, [1] decode */
+} ThreadRun;
+
+/* Warm-up: one prefill, then decode steps in windows of 8 until a window is no faster than the
+ * best before it (at most 20 s). The first passes over a mapped file can be much slower than the
+ * rest: page faults, and on some machines pages that must come back from disk (the 2-core VM this
+ * was written on reads a freshly mapped 2.4 GB f32 file at 2-5 GB/s for the first two or three
+ * passes, then at 9-39; docs/notes-kernels.md). The figures are meant to be the steady state, as
+ * llama-bench's are. Returns the decode steps taken, or -1 if forward() failed. */
+static int warm_up(Transformer* t, const int* tokens, int n_prompt, int n_gen) {
+    if (n_prompt > 0 && !forward(t, tokens, n_prompt, 0, NULL)) return -1;
+    int steps = 0;
+    if (n_gen > 0) {
+        const int win = n_gen < 8 ? n_gen : 8;
+        double best = 1e30, t_start = now_s();
+        for (;;) {
+            double t0 = now_s();
+            for (int i = 0; i < win; i++)
+                if (!forward(t, tokens + i, 1, i, NULL)) return -1;
+            double dt = now_s() - t0;
+            steps += win;
+            if (dt > 0.95 * best || now_s() - t_start > 20.0) break;
+            if (dt < best) best = dt;
+        }
+    }
+    return steps;
+}
+
+/* One rep of each test with tr->threads: prefill of n_prompt tokens, two streaming reads for the
+ * roof, decode of n_gen tokens. Returns 0, or -1 if forward() failed. */
+static int measure_rep(Transformer* t, const int* tokens, int n_prompt, int n_gen, ReadBuffer* rb,
+                       ThreadRun* tr, int r) {
+    if (n_prompt > 0) {
+        double t0 = now_s(), c0 = cpu_s();
+        if (!forward(t, tokens, n_prompt, 0, NULL)) return -1;
+        double dt = now_s() - t0;
+        tr->pp[r] = n_prompt / dt;
+        tr->wall[0] += dt;
+        tr->cpu[0] += cpu_s() - c0;
+    }
+    if (n_gen > 0) {
+        double b = read_buffer_best(rb, 2);
+        if (b > tr->roof) tr->roof = b;
+        tr->roof_reads += 2;
+        double t0 = now_s(), c0 = cpu_s();
+        for (int i = 0; i < n_gen; i++)
+            if (!forward(t, tokens + i, 1, i, NULL)) return -1;
+        double dt = now_s() - t0;
+        tr->tg[r] = n_gen / dt;
+        tr->wall[1] += dt;
+        tr->cpu[1] += cpu_s() - c0;
+    }
+    return 0;
+}
+
+static double median(double* v, int n) { /* sorts v */
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* The median over the reps of a[r] / b[r]: rep r of two thread counts ran one after the other, so
+ * their ratio is steadier on a shared machine than the ratio of the two medians. */
+static double median_ratio(const double* a, const double* b, int reps, double* scratch) {
+    for (int r = 0; r < reps; r++) scratch[r] = a[r] / b[r];
+    return median(scratch, reps);
+}
+
+static void print_results(const Transformer* t, const ThreadRun* runs, int n_runs, int n_prompt,
+                          int n_gen, int reps, int json, double* scratch) {
+    const Config* c = &t->config;
+    double wbytes = weight_bytes_per_token(t), kv = 0;
+    for (int p = 0; p < n_gen; p++) kv += kv_bytes_at(t, p);
+    double bytes_per_tok = n_gen > 0 ? wbytes + kv / n_gen : wbytes;
+
+    if (!json) {
+        printf("bench: %d layers, dim %d, vocab %d, weights %s", c->n_layers, c->dim, c->vocab_size,
+               type_name(c->weight_type));
+        if (c->group_size) printf(" (groups of %d)", c->group_size);
+        printf(", kernels %s\n", kernels_simd_name());
+        if (t->map.copied)
+            printf("bench: weights read into memory (--no-mmap)\n");
+        else if (t->map.huge_bytes < 0)
+            printf("bench: weights mapped (page size unknown: no /proc/self/smaps)\n");
+        else
+            printf("bench: weights mapped, %.0f of %.0f MB in 2 MB pages%s\n", t->map.huge_bytes / 1e6,
+                   t->map.size / 1e6, t->map.recached ? " (the page cache held small pages: refilled)" : "");
+        printf("bench: bytes read per decode token: %.1f MB weights + %.2f MB KV cache (average over tg%d)\n",
+               wbytes / 1e6, (bytes_per_tok - wbytes) / 1e6, n_gen);
+        for (int k = 0; k < n_runs; k++)
+            printf("bench: %d thread%s: warm-up of one prefill and %d decode steps; memory read bandwidth "
+                   "(512 MiB streaming read, best of %d spread over the run) %.1f GB/s\n", runs[k].threads,
+                   runs[k].threads == 1 ? "" : "s", runs[k].warm_steps, runs[k].roof_reads, runs[k].roof);
+        if (n_runs > 1)
+            printf("bench: the thread counts take turns, one rep of each after the other\n");
+        printf("| test   | threads | tok/s median |      min |      max |  GB/s | %% of roof | cpu share |\n");
+        printf("|--------|---------|--------------|----------|----------|-------|-----------|-----------|\n");
+    }
+    for (int k = 0; k < n_runs; k++) {
+        const ThreadRun* tr = &runs[k];
+        for (int test = 0; test < 2; test++) {
+            int n = test == 0 ? n_prompt : n_gen;
+            if (n <= 0) continue;
+            memcpy(scratch, test == 0 ? tr->pp : tr->tg, (size_t)reps * sizeof(double));
+            double med = median(scratch, reps), lo = scratch[0], hi = scratch[reps - 1];
+            char name[32];
+            snprintf(name, sizeof name, "%s%d", test == 0 ? "pp" : "tg", n);
+            /* CPU seconds the process got / (wall seconds x threads): below 1 means the threads
+             * waited (for memory, for each other) or, on a shared machine, were descheduled */
+            double share = tr->wall[test] > 0 ? tr->cpu[test] / (tr->wall[test] * tr->threads) : 0;
+            double gbps = bytes_per_tok * med / 1e9;
+            if (json) {
+                printf("{\"test\": \"%s\", \"threads\": %d, \"tokens_per_s\": %.3f, \"min\": %.3f, \"max\": %.3f, ",
+                       name, tr->threads, med, lo, hi);
+                if (test == 1)
+                    printf("\"gbps\": %.3f, \"roof_pct\": %.2f, ", gbps, 100.0 * gbps / tr->roof);
+                else
+                    printf("\"gbps\": null, \"roof_pct\": null, ");
+                printf("\"mem_gbps\": %.3f, \"weight_type\": \"%s\", \"cpu_share\": %.3f, ", tr->roof,
+                       type_name(c->weight_type), share);
+                if (t->map.copied || t->map.huge_bytes < 0)
+                    printf("\"weights\": \"%s\", \"huge_pct\": null}\n", t->map.copied ? "copied" : "mapped");
+                else
+                    printf("\"weights\": \"mapped\", \"huge_pct\": %.1f}\n", 100.0 * t->map.huge_bytes / t->map.size);
+            } else if (test == 1) {
+                printf("| %-6s | %7d | %12.2f | %8.2f | %8.2f | %5.1f | %8.1f%% | %8.0f%% |\n", name,
+                       tr->threads, med, lo, hi, gbps, 100.0 * gbps / tr->roof, 100 * share);
+            } else {
+                printf("| %-6s | %7d | %12.2f | %8.2f | %8.2f |     - |         - | %8.0f%% |\n", name,
+                       tr->threads, med, lo, hi, 100 * share);
+            }
+        }
+    }
+    if (!json)
+        for (int k = 1; k < n_runs; k++)
+            for (int test = 0; test < 2; test++) {
+                int n = test == 0 ? n_prompt : n_gen;
+                if (n <= 0) continue;
+                const double *a = test == 0 ? runs[k].pp : runs[k].tg, *b = test == 0 ? runs[0].pp : runs[0].tg;
+                printf("bench: %s%d, %d threads / %d: %.2f (median of the reps' ratios)\n", test == 0 ? "pp" : "tg",
+                       n, runs[k].threads, runs[0].threads, median_ratio(a, b, reps, scratch));
+            }
+    fflush(stdout);
+}
+
+#define MAX_THREAD_COUNTS 16
+
 int bench_main(Transformer* t, int argc, char** argv) {
     int n_prompt = 512, n_gen = 128, reps = 5, json = 0;
+    int counts[MAX_THREAD_COUNTS], n_runs = 1;
+    counts[0] = kernels_threads();
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--bench-prompt") == 0) {
             if (int_arg(argc, argv, i++, "--bench-prompt", &n_prompt)) return 1;
@@ -176,6 +343,13 @@ int bench_main(Transformer* t, int argc, char** argv) {
             if (int_arg(argc, argv, i++, "--bench-gen", &n_gen)) return 1;
         } else if (strcmp(argv[i], "--bench-reps") == 0) {
             if (int_arg(argc, argv, i++, "--bench-reps", &reps)) return 1;
+        } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
+            n_runs = bench_parse_threads(argv[++i], counts, MAX_THREAD_COUNTS);
+            if (n_runs < 1) {
+                fprintf(stderr, "run: error: --threads must be a number or a comma-separated list of up "
+                        "to %d numbers in 1..1024, got '%s'\n", MAX_THREAD_COUNTS, argv[i]);
+                return 1;
+            }
         } else if (strcmp(argv[i], "--json") == 0) {
             json = 1;
         }
@@ -188,144 +362,54 @@ int bench_main(Transformer* t, int argc, char** argv) {
                 "(use -c %d)\n", need, c->seq_len, need);
         return 1;
     }
-    int n_tok = need > 0 ? need : 1;
+    int n_tok = need > 0 ? need : 1, status = 1;
     int* tokens = malloc((size_t)n_tok * sizeof(int));
-    double* pp = malloc((size_t)reps * sizeof(double));
-    double* tg = malloc((size_t)reps * sizeof(double));
-    if (!tokens || !pp || !tg) {
+    double* results = calloc((size_t)(2 * n_runs + 1) * (size_t)reps, sizeof(double));
+    ThreadRun runs[MAX_THREAD_COUNTS];
+    ReadBuffer rb = {0};
+    if (!tokens || !results) {
         fprintf(stderr, "run: error: out of memory\n");
-        free(tokens), free(pp), free(tg);
-        return 1;
+        goto done;
     }
     uint64_t s = 0x2545F4914F6CDD1Dull;
     for (int i = 0; i < n_tok; i++) {
         s = s * 6364136223846793005ull + 1442695040888963407ull;
         tokens[i] = (int)((s >> 33) % (uint64_t)c->vocab_size);
     }
-    const int threads = kernels_threads();
-
-    /* The roof: the best streaming read of the run, 5 passes now and 2 before each decode test,
-     * so that one slow moment of a shared machine does not set it (and push roof_pct past 100%). */
-    ReadBuffer rb;
     if (read_buffer_init(&rb, (size_t)512 << 20) != 0) {
         fprintf(stderr, "run: error: out of memory for the bench's 512 MiB read buffer\n");
-        free(tokens), free(pp), free(tg);
-        return 1;
-    }
-    double roof = read_buffer_best(&rb, 5);
-    int roof_reads = 5;
-
-    /* Warm-up: one prefill, then decode steps in windows of 8 until a window is no faster than
-     * the best before it (at most 20 s). The first passes over a mapped file can be much slower
-     * than the rest: page faults, and on some machines pages that must come back from disk (the
-     * 2-core VM this was written on reads a freshly mapped 2.4 GB f32 file at 2-5 GB/s for the
-     * first two or three passes, then at 9-39; docs/notes-kernels.md). The figures below are meant
-     * to be the steady state, as llama-bench's are. */
-    if (n_prompt > 0 && !forward(t, tokens, n_prompt, 0, NULL)) goto fail;
-    int warm_steps = 0;
-    if (n_gen > 0) {
-        const int win = n_gen < 8 ? n_gen : 8;
-        double best = 1e30, t_start = now_s();
-        for (;;) {
-            double t0 = now_s();
-            for (int i = 0; i < win; i++)
-                if (!forward(t, tokens + i, 1, i, NULL)) goto fail;
-            double dt = now_s() - t0;
-            warm_steps += win;
-            if (dt > 0.95 * best || now_s() - t_start > 20.0) break;
-            if (dt < best) best = dt;
-        }
+        goto done;
     }
 
-    /* cpu share: CPU seconds the process got / (wall seconds x threads). Below 1 means the
-     * threads waited (for memory, for each other) or, on a shared machine, were descheduled. */
-    double wall[2] = {0, 0}, cpu[2] = {0, 0};
-    for (int r = 0; r < reps; r++) {
-        if (n_prompt > 0) {
-            double t0 = now_s(), c0 = cpu_s();
-            if (!forward(t, tokens, n_prompt, 0, NULL)) goto fail;
-            double dt = now_s() - t0;
-            pp[r] = n_prompt / dt;
-            wall[0] += dt;
-            cpu[0] += cpu_s() - c0;
-        }
-        if (n_gen > 0) {
-            double b = read_buffer_best(&rb, 2);
-            if (b > roof) roof = b;
-            roof_reads += 2;
-            double t0 = now_s(), c0 = cpu_s();
-            for (int i = 0; i < n_gen; i++)
-                if (!forward(t, tokens + i, 1, i, NULL)) goto fail;
-            double dt = now_s() - t0;
-            tg[r] = n_gen / dt;
-            wall[1] += dt;
-            cpu[1] += cpu_s() - c0;
-        }
+    /* The roof of each thread count: the best streaming read of the run, 5 passes now and 2
+     * before each decode test, so that one slow moment of a shared machine does not set it (and
+     * push roof_pct past 100%). */
+    for (int k = 0; k < n_runs; k++) {
+        ThreadRun* tr = &runs[k];
+        memset(tr, 0, sizeof *tr);
+        tr->threads = kernels_set_threads(counts[k]);
+        tr->pp = results + (size_t)(2 * k) * reps;
+        tr->tg = results + (size_t)(2 * k + 1) * reps;
+        tr->roof = read_buffer_best(&rb, 5);
+        tr->roof_reads = 5;
+        if ((tr->warm_steps = warm_up(t, tokens, n_prompt, n_gen)) < 0) goto fail;
     }
-
-    double wbytes = weight_bytes_per_token(t), kv = 0;
-    for (int p = 0; p < n_gen; p++) kv += kv_bytes_at(t, p);
-    double bytes_per_tok = n_gen > 0 ? wbytes + kv / n_gen : wbytes;
-
-    if (!json) {
-        printf("bench: %d layers, dim %d, vocab %d, weights %s", c->n_layers, c->dim, c->vocab_size,
-               type_name(c->weight_type));
-        if (c->group_size) printf(" (groups of %d)", c->group_size);
-        printf(", %d thread%s, kernels %s\n", threads, threads == 1 ? "" : "s", kernels_simd_name());
-        if (t->map.copied)
-            printf("bench: weights read into memory (--no-mmap)\n");
-        else if (t->map.huge_bytes < 0)
-            printf("bench: weights mapped (page size unknown: no /proc/self/smaps)\n");
-        else
-            printf("bench: weights mapped, %.0f of %.0f MB in 2 MB pages%s\n", t->map.huge_bytes / 1e6,
-                   t->map.size / 1e6, t->map.recached ? " (the page cache held small pages: refilled)" : "");
-        printf("bench: warm-up: one prefill and %d decode steps\n", warm_steps);
-        printf("bench: bytes read per decode token: %.1f MB weights + %.2f MB KV cache (average over tg%d)\n",
-               wbytes / 1e6, (bytes_per_tok - wbytes) / 1e6, n_gen);
-        printf("bench: memory read bandwidth (512 MiB streaming read, %d thread%s, best of %d spread over "
-               "the run): %.1f GB/s\n", threads, threads == 1 ? "" : "s", roof_reads, roof);
-        printf("| test   | threads | tok/s median |      min |      max |  GB/s | %% of roof | cpu share |\n");
-        printf("|--------|---------|--------------|----------|----------|-------|-----------|-----------|\n");
-    }
-    for (int k = 0; k < 2; k++) {
-        int n = k == 0 ? n_prompt : n_gen;
-        if (n <= 0) continue;
-        double* v = k == 0 ? pp : tg;
-        qsort(v, (size_t)reps, sizeof(double), cmp_double);
-        double med = reps % 2 ? v[reps / 2] : 0.5 * (v[reps / 2 - 1] + v[reps / 2]);
-        char name[32];
-        snprintf(name, sizeof name, "%s%d", k == 0 ? "pp" : "tg", n);
-        double share = wall[k] > 0 ? cpu[k] / (wall[k] * threads) : 0;
-        if (json) {
-            printf("{\"test\": \"%s\", \"threads\": %d, \"tokens_per_s\": %.3f, \"min\": %.3f, \"max\": %.3f, ",
-                   name, threads, med, v[0], v[reps - 1]);
-            if (k == 1)
-                printf("\"gbps\": %.3f, \"roof_pct\": %.2f, ", bytes_per_tok * med / 1e9,
-                       100.0 * bytes_per_tok * med / 1e9 / roof);
-            else
-                printf("\"gbps\": null, \"roof_pct\": null, ");
-            printf("\"mem_gbps\": %.3f, \"weight_type\": \"%s\", \"cpu_share\": %.3f, ", roof,
-                   type_name(c->weight_type), share);
-            if (t->map.copied || t->map.huge_bytes < 0)
-                printf("\"weights\": \"%s\", \"huge_pct\": null}\n", t->map.copied ? "copied" : "mapped");
-            else
-                printf("\"weights\": \"mapped\", \"huge_pct\": %.1f}\n", 100.0 * t->map.huge_bytes / t->map.size);
-        } else if (k == 1) {
-            printf("| %-6s | %7d | %12.2f | %8.2f | %8.2f | %5.1f | %8.1f%% | %8.0f%% |\n", name, threads, med,
-                   v[0], v[reps - 1], bytes_per_tok * med / 1e9, 100.0 * bytes_per_tok * med / 1e9 / roof,
-                   100 * share);
-        } else {
-            printf("| %-6s | %7d | %12.2f | %8.2f | %8.2f |     - |         - | %8.0f%% |\n", name, threads, med,
-                   v[0], v[reps - 1], 100 * share);
+    /* Several thread counts take turns rep by rep (in the opposite order every other rep), so that
+     * a slow phase of a shared machine falls on all of them alike. */
+    for (int r = 0; r < reps; r++)
+        for (int i = 0; i < n_runs; i++) {
+            ThreadRun* tr = &runs[r % 2 ? n_runs - 1 - i : i];
+            kernels_set_threads(tr->threads);
+            if (measure_rep(t, tokens, n_prompt, n_gen, &rb, tr, r) != 0) goto fail;
         }
-    }
-    fflush(stdout);
-    read_buffer_free(&rb);
-    free(tokens), free(pp), free(tg);
-    return 0;
+    print_results(t, runs, n_runs, n_prompt, n_gen, reps, json, results + (size_t)2 * n_runs * reps);
+    status = 0;
+    goto done;
 fail:
     fprintf(stderr, "run: error: forward() failed in the bench\n");
+done:
     read_buffer_free(&rb);
-    free(tokens), free(pp), free(tg);
-    return 1;
+    free(tokens);
+    free(results);
+    return status;
 }

@@ -4,16 +4,20 @@
  *                      (default 512)
  *   --bench-gen N      decode test tgN: N tokens one at a time from position 0 (default 128)
  *   --bench-reps N     timed repetitions of each test after one warm-up (default 5)
+ *   --threads N,M,...  the thread counts to measure (default: the kernels' count, set when the
+ *                      model was loaded, which must be the largest in the list): each count gets
+ *                      its own warm-up and roof, then the counts take turns rep by rep
  *   --json             one JSON object per test and line instead of the table:
  *       {"test": "pp512", "threads": 2, "tokens_per_s": <median>, "min": .., "max": ..,
- *        "gbps": .., "roof_pct": .., "mem_gbps": .., "weight_type": "q8", "cpu_share": 0.97}
+ *        "gbps": .., "roof_pct": .., "mem_gbps": .., "weight_type": "q8", "cpu_share": 0.97,
+ *        "weights": "mapped" or "copied" (--no-mmap), "huge_pct": % of the mapping in 2 MB pages}
  *     gbps is the decode's achieved read bandwidth (bytes of weights and KV cache read per token /
  *     seconds per token, at the median) and roof_pct its percentage of mem_gbps, the machine's
  *     read bandwidth measured in the same run with the same threads; both are null for pp.
  *     cpu_share is the CPU time the process got / (wall time x threads) during the test: well
  *     below 1 on a shared machine means other processes took the cores (numbers not comparable).
- * Token ids are fixed pseudo-random ids; EOS is ignored. The thread count is the kernels' (set
- * when the model was loaded). */
+ *     One line per test and thread count.
+ * Token ids are fixed pseudo-random ids; EOS is ignored. */
 #ifndef BENCH_H
 #define BENCH_H
 
@@ -23,5 +27,9 @@
  * argv through), runs the tests on t and prints the results on stdout. Returns 0, or 1 after an
  * error line on stderr. */
 int bench_main(Transformer* t, int argc, char** argv);
+
+/* "1,2,4" -> counts[0..n-1]; each in 1..1024. Returns n, or -1 if s is not such a list of at most
+ * max_counts numbers. */
+int bench_parse_threads(const char* s, int* counts, int max_counts);
 
 #endif

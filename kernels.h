@@ -74,6 +74,9 @@ static inline int q4_value(const uint8_t* group, int c) {
 int kernels_init(int n_threads, int max_batch, int max_cols);
 void kernels_free(void);
 int kernels_threads(void);
+/* Runs the kernels on n_threads from now on (1 .. the count kernels_init started, which sized the
+ * callers' per-thread scratch): the bench compares thread counts in one process. Returns the count. */
+int kernels_set_threads(int n_threads);
 int kernels_thread_index(void);       /* the calling thread: 0, the workers: 1 .. threads - 1 */
 const char* kernels_simd_name(void);  /* "avx2", "neon" or "scalar" */
 

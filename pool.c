@@ -46,6 +46,7 @@ typedef void (*ItemFn)(void*, int);
  * busy with another process) when a dispatch starts does not hold it up; the others take its share. */
 static struct {
     int n_threads;
+    int max_threads;            /* kernels_init's count: the callers' per-thread scratch is sized for it */
     int started;                /* workers running */
     pthread_t th[MAX_THREADS];
     pthread_mutex_t mu;
@@ -59,7 +60,7 @@ static struct {
     atomic_int caller_waiting;
     int sleepers;               /* workers in cond_wait (under mu) */
     long spin_ns;
-} P = {.n_threads = 1, .mu = PTHREAD_MUTEX_INITIALIZER, .cv_work = PTHREAD_COND_INITIALIZER,
+} P = {.n_threads = 1, .max_threads = 1, .mu = PTHREAD_MUTEX_INITIALIZER, .cv_work = PTHREAD_COND_INITIALIZER,
        .cv_done = PTHREAD_COND_INITIALIZER};
 
 static _Thread_local int in_worker;  /* nested parallel_for runs serially */
@@ -250,6 +251,15 @@ static void pool_stop(void) {
     atomic_store(&P.quit, 0);
 }
 
+/* n_threads - 1 workers (fewer if the system refuses a thread). */
+static void pool_start(int n_threads) {
+    for (int i = 0; i < n_threads - 1; i++) {
+        if (pthread_create(&P.th[i], NULL, worker_main, (void*)(intptr_t)(i + 1)) != 0) break;
+        P.started++;
+    }
+    P.n_threads = P.started + 1;
+}
+
 int kernels_init(int n_threads, int max_batch, int max_cols) {
     kernels_free();
     if (n_threads <= 0) {
@@ -261,13 +271,19 @@ int kernels_init(int n_threads, int max_batch, int max_cols) {
     P.spin_ns = (s ? atol(s) : DEFAULT_SPIN_US) * 1000L;
     if (P.spin_ns < 0) P.spin_ns = 0;
     if (matmul_scratch_init(max_batch, max_cols) != 0) return -1;
-    P.n_threads = n_threads;
-    for (int i = 0; i < n_threads - 1; i++) {
-        if (pthread_create(&P.th[i], NULL, worker_main, (void*)(intptr_t)(i + 1)) != 0) break;
-        P.started++;
-    }
-    P.n_threads = P.started + 1;
+    pool_start(n_threads);
+    P.max_threads = P.n_threads;
     return 0;
+}
+
+int kernels_set_threads(int n_threads) {
+    if (n_threads < 1) n_threads = 1;
+    if (n_threads > P.max_threads) n_threads = P.max_threads;
+    if (n_threads != P.n_threads) {
+        pool_stop();
+        pool_start(n_threads);
+    }
+    return P.n_threads;
 }
 
 void kernels_free(void) {
@@ -275,6 +291,7 @@ void kernels_free(void) {
     close_schedstat();
     matmul_scratch_free();
     P.n_threads = 1;
+    P.max_threads = 1;
 }
 
 int kernels_threads(void) { return P.n_threads; }

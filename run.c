@@ -32,10 +32,12 @@ typedef struct {
     const char* prompt_ids;    /* --prompt-ids */
     const char* system_prompt; /* -y */
     const char* dump_logits;   /* --dump-logits */
-    const char* bench_args[8]; /* bench mode's options, normalised for bench_main (bench.h) */
+    const char* bench_args[10]; /* bench mode's options, normalised for bench_main (bench.h) */
     int n_bench_args;
     float temperature, top_p, min_p, repeat_penalty;
     int top_k, steps, threads, ctx;
+    const char* thread_counts;   /* --threads as given: a list of counts in bench mode */
+    int n_thread_counts;
     int thinking, show_thinking; /* chat mode */
     int no_mmap;                 /* read the weights into memory instead of mapping them */
     uint64_t seed;
@@ -69,7 +71,8 @@ static void usage(FILE* out) {
             "  -c, --ctx N            context length (KV cache positions); 0 = min(4096, the model's)\n"
             "      --no-mmap          read the weights into memory (huge pages) instead of mapping\n"
             "                         the file: faster decode where page-cache reads are slow\n"
-            "      --threads N        worker threads (default: one per online CPU)\n"
+            "      --threads N        worker threads (default: one per online CPU); bench mode takes\n"
+            "                         a list, e.g. 1,2: the counts take turns rep by rep\n"
             "      --dump-logits PATH write the logits of every prompt position and every generated\n"
             "                         token as raw little-endian float32 (vocab_size per row)\n"
             "  -h, --help             this help\n"
@@ -210,7 +213,15 @@ static void parse_args(int argc, char** argv, Options* o) {
         } else if (IS("-c", "--ctx")) {
             o->ctx = (int)parse_int(name, value, 0, INT_MAX);
         } else if (IS("", "--threads")) {
-            o->threads = (int)parse_int(name, value, 1, 1024);
+            int counts[16];
+            o->n_thread_counts = bench_parse_threads(value, counts, 16);
+            if (o->n_thread_counts < 1)
+                die(2, "%s must be a number in 1..1024 (bench mode: or a list of up to 16, e.g. 1,2), got '%s'",
+                    name, value);
+            o->threads = 0;
+            for (int k = 0; k < o->n_thread_counts; k++)
+                if (counts[k] > o->threads) o->threads = counts[k];
+            o->thread_counts = value;
         } else if (IS("", "--thinking")) {
             o->thinking = (int)parse_int(name, value, 0, 1);
         } else if (IS("", "--show-thinking")) {
@@ -233,6 +244,14 @@ static void parse_args(int argc, char** argv, Options* o) {
         die(2, "no checkpoint given");
     }
     if (o->prompt && o->prompt_ids) die(2, "give either -i or --prompt-ids, not both");
+    if (strcmp(o->mode, "bench") == 0 && o->thread_counts) { /* the kernels start the largest */
+        if (o->n_bench_args + 2 > (int)(sizeof o->bench_args / sizeof o->bench_args[0]))
+            die(2, "too many bench options");
+        o->bench_args[o->n_bench_args++] = "--threads";
+        o->bench_args[o->n_bench_args++] = o->thread_counts;
+    } else if (o->n_thread_counts > 1) {
+        die(2, "--threads takes a list of counts only in bench mode (-m bench), got '%s'", o->thread_counts);
+    }
 }
 
 /* "9707,11,1879" -> ids (malloc'ed). Every id must be a token of the model. */

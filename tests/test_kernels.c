@@ -436,8 +436,36 @@ static void test_parallel_for(void) {
     check(atomic_load(&pf_sum) == 4 * 45, "parallel_for nested call runs serially");
 }
 
+static atomic_int pf_worker_items; /* items run by a thread other than the caller */
+static void pf_where(void* ctx, int i) {
+    (void)ctx;
+    (void)i;
+    if (kernels_thread_index() != 0) atomic_fetch_add(&pf_worker_items, 1);
+}
+
+/* kernels_set_threads: the bench switches between thread counts in one process. One thread means
+ * the caller runs every item; the pool can grow back up to kernels_init's count and no further,
+ * and parallel_for stays correct across the switches (workers stopped and started each time). */
+static void test_set_threads(void) {
+    kernels_init(2, 8, 512);
+    int ok = 1;
+    for (int rep = 0; rep < 20; rep++) {
+        ok &= kernels_set_threads(1) == 1 && kernels_threads() == 1;
+        atomic_store(&pf_worker_items, 0);
+        parallel_for(64, pf_where, NULL);
+        ok &= atomic_load(&pf_worker_items) == 0;
+        ok &= kernels_set_threads(rep % 2 ? 2 : 7) == 2 && kernels_threads() == 2;
+        atomic_store(&pf_sum, 0);
+        parallel_for(1000, pf_fn, NULL);
+        ok &= atomic_load(&pf_sum) == 1000L * 999 / 2;
+    }
+    check(ok, "kernels_set_threads: 1 thread runs every item in the caller, 2 (or more asked) gives 2, sums right");
+    kernels_free();
+}
+
 int main(void) {
     printf("kernels: %s\n", kernels_simd_name());
+    test_set_threads();
     int threads[2] = {1, 2};
     for (int ti = 0; ti < 2; ti++) {
         if (kernels_init(threads[ti], 40, 4096) != 0) {

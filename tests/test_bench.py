@@ -1,0 +1,123 @@
+"""Bench mode (`./run MODEL -m bench`, bench.h) on the shipped model: the output other tools parse.
+
+Speed is never asserted (benchmarks are programs, not tests); what is checked is the contract:
+* --json: one JSON object per test and thread count, with exactly the documented keys and types,
+  min <= median <= max, null bandwidth for prefill;
+* the decode's gbps is tokens/s x the bytes a decode step reads, counted here independently from
+  the checkpoint's header (every matrix, norm, one embedding row, the KV cache averaged over tgN),
+  and roof_pct is gbps / mem_gbps;
+* --threads 1,2 measures both counts in one process, in the order given; a list is refused
+  outside bench mode, and a malformed list or a context too short for the test ends with a
+  message and a non-zero exit.
+
+Skips, with the reason, when ./run or models/tinystories.bin is missing. Standard library only.
+"""
+import json
+import os
+import struct
+import subprocess
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUN = os.path.join(ROOT, "run")
+MODEL = os.path.join(ROOT, "models", "tinystories.bin")
+KEYS = ["test", "threads", "tokens_per_s", "min", "max", "gbps", "roof_pct", "mem_gbps",
+        "weight_type", "cpu_share", "weights", "huge_pct"]
+FLAG_QK_NORM, FLAG_QKV_BIAS, FLAG_TIED_EMBED = 1, 2, 4
+
+
+def missing():
+    if not os.path.exists(RUN):
+        return "./run is not built (run `make`)"
+    if not os.path.exists(MODEL):
+        return "models/tinystories.bin is missing"
+    return None
+
+
+def run(*args):
+    return subprocess.run([RUN, MODEL] + list(args), capture_output=True, text=True, timeout=300)
+
+
+def decode_bytes_per_token(path, n_gen):
+    """Bytes one decode step reads from an f32 checkpoint (model.h FileHeader), averaged over
+    positions 0 .. n_gen-1 for the KV cache."""
+    with open(path, "rb") as f:
+        head = f.read(64)
+    (flags, dim, hidden, n_layers, n_heads, n_kv, hd, vocab, _, wtype) = struct.unpack_from("<10I", head, 12)
+    assert wtype == 0, "this count is for f32 checkpoints"
+    per_layer = (n_heads * hd * dim + 2 * n_kv * hd * dim + dim * n_heads * hd + 3 * hidden * dim) * 4
+    per_layer += 2 * dim * 4                                  # input and post-attention RMSNorm
+    if flags & FLAG_QK_NORM:
+        per_layer += 2 * hd * 4
+    if flags & FLAG_QKV_BIAS:
+        per_layer += (n_heads + 2 * n_kv) * hd * 4
+    total = n_layers * per_layer + dim * 4                    # + final norm
+    total += vocab * dim * 4 + dim * 4                        # head (tied or not) + one embedding row
+    kv = sum(2 * 4 * n_layers * (p + 1) * n_kv * hd for p in range(n_gen)) / n_gen
+    return total + kv
+
+
+@unittest.skipIf(missing() is not None, missing() or "")
+class BenchMode(unittest.TestCase):
+    def json_lines(self, *args):
+        p = run("-m", "bench", "--json", *args)
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        return [json.loads(line) for line in p.stdout.splitlines()]
+
+    def test_json_contract_two_thread_counts(self):
+        recs = self.json_lines("--threads", "2,1", "--bench-prompt", "8", "--bench-gen", "16",
+                               "--bench-reps", "3")
+        self.assertEqual([(r["test"], r["threads"]) for r in recs],
+                         [("pp8", 2), ("tg16", 2), ("pp8", 1), ("tg16", 1)])
+        for r in recs:
+            self.assertEqual(list(r), KEYS, "keys and their order")
+            self.assertEqual(r["weight_type"], "f32")
+            self.assertEqual(r["weights"], "mapped")
+            self.assertTrue(r["huge_pct"] is None or 0 <= r["huge_pct"] <= 100, r)
+            self.assertTrue(0 < r["min"] <= r["tokens_per_s"] <= r["max"], r)
+            self.assertGreater(r["mem_gbps"], 0)
+            self.assertGreater(r["cpu_share"], 0)
+            if r["test"].startswith("pp"):
+                self.assertIsNone(r["gbps"])
+                self.assertIsNone(r["roof_pct"])
+            else:
+                # both printed with 3 decimals: ~2e-5 relative at most; one KV position more or
+                # less per step would be 5e-4 here
+                want = r["tokens_per_s"] * decode_bytes_per_token(MODEL, 16) / 1e9
+                self.assertAlmostEqual(r["gbps"] / want, 1.0, delta=1e-4,
+                                       msg="gbps %.3f, tok/s x bytes per token %.3f" % (r["gbps"], want))
+                self.assertAlmostEqual(r["roof_pct"], 100 * r["gbps"] / r["mem_gbps"], delta=0.02)
+
+    def test_default_is_the_kernels_thread_count(self):
+        recs = self.json_lines("--threads", "1", "--bench-prompt", "0", "--bench-gen", "2",
+                               "--bench-reps", "1")
+        self.assertEqual([(r["test"], r["threads"]) for r in recs], [("tg2", 1)])
+
+    def test_table_shows_both_counts_and_their_ratio(self):
+        p = run("-m", "bench", "--threads", "1,2", "--bench-prompt", "8", "--bench-gen", "4",
+                "--bench-reps", "2")
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        rows = [line.split("|")[1:3] for line in p.stdout.splitlines() if line.startswith("| pp8") or
+                line.startswith("| tg4")]
+        self.assertEqual([(a.strip(), int(b)) for a, b in rows], [("pp8", 1), ("tg4", 1), ("pp8", 2), ("tg4", 2)])
+        self.assertIn("tg4, 2 threads / 1:", p.stdout)
+        self.assertIn("pp8, 2 threads / 1:", p.stdout)
+
+    def test_bad_thread_lists(self):
+        for value in ("1,,2", "0", "1,2,", "-1", "a", "2000", ",".join(["1"] * 17)):
+            p = run("-m", "bench", "--threads", value, "--bench-gen", "1", "--bench-prompt", "1")
+            self.assertEqual(p.returncode, 2, "--threads %s: %s" % (value, p.stderr))
+            self.assertIn("--threads", p.stderr)
+        p = run("--threads", "1,2", "-n", "1")
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("only in bench mode", p.stderr)
+
+    def test_context_too_short(self):
+        p = run("-m", "bench", "-c", "16", "--bench-prompt", "32", "--bench-gen", "4")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("context of 32 positions", p.stderr)
+        self.assertEqual(p.stdout, "")
+
+
+if __name__ == "__main__":
+    unittest.main()
