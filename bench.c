@@ -330,11 +330,9 @@ static void print_results(const Transformer* t, const ThreadRun* runs, int n_run
     fflush(stdout);
 }
 
-#define MAX_THREAD_COUNTS 16
-
 int bench_main(Transformer* t, int argc, char** argv) {
     int n_prompt = 512, n_gen = 128, reps = 5, json = 0;
-    int counts[MAX_THREAD_COUNTS], n_runs = 1;
+    int counts[BENCH_MAX_THREAD_COUNTS], n_runs = 1;
     counts[0] = kernels_threads();
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--bench-prompt") == 0) {
@@ -344,10 +342,10 @@ int bench_main(Transformer* t, int argc, char** argv) {
         } else if (strcmp(argv[i], "--bench-reps") == 0) {
             if (int_arg(argc, argv, i++, "--bench-reps", &reps)) return 1;
         } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
-            n_runs = bench_parse_threads(argv[++i], counts, MAX_THREAD_COUNTS);
+            n_runs = bench_parse_threads(argv[++i], counts, BENCH_MAX_THREAD_COUNTS);
             if (n_runs < 1) {
                 fprintf(stderr, "run: error: --threads must be a number or a comma-separated list of up "
-                        "to %d numbers in 1..1024, got '%s'\n", MAX_THREAD_COUNTS, argv[i]);
+                        "to %d numbers in 1..1024, got '%s'\n", BENCH_MAX_THREAD_COUNTS, argv[i]);
                 return 1;
             }
         } else if (strcmp(argv[i], "--json") == 0) {
@@ -365,7 +363,7 @@ int bench_main(Transformer* t, int argc, char** argv) {
     int n_tok = need > 0 ? need : 1, status = 1;
     int* tokens = malloc((size_t)n_tok * sizeof(int));
     double* results = calloc((size_t)(2 * n_runs + 1) * (size_t)reps, sizeof(double));
-    ThreadRun runs[MAX_THREAD_COUNTS];
+    ThreadRun runs[BENCH_MAX_THREAD_COUNTS];
     ReadBuffer rb = {0};
     if (!tokens || !results) {
         fprintf(stderr, "run: error: out of memory\n");

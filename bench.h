@@ -29,7 +29,8 @@
 int bench_main(Transformer* t, int argc, char** argv);
 
 /* "1,2,4" -> counts[0..n-1]; each in 1..1024. Returns n, or -1 if s is not such a list of at most
- * max_counts numbers. */
+ * max_counts numbers. BENCH_MAX_THREAD_COUNTS is the most the bench takes. */
+#define BENCH_MAX_THREAD_COUNTS 16
 int bench_parse_threads(const char* s, int* counts, int max_counts);
 
 #endif

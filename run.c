@@ -213,11 +213,11 @@ static void parse_args(int argc, char** argv, Options* o) {
         } else if (IS("-c", "--ctx")) {
             o->ctx = (int)parse_int(name, value, 0, INT_MAX);
         } else if (IS("", "--threads")) {
-            int counts[16];
-            o->n_thread_counts = bench_parse_threads(value, counts, 16);
+            int counts[BENCH_MAX_THREAD_COUNTS];
+            o->n_thread_counts = bench_parse_threads(value, counts, BENCH_MAX_THREAD_COUNTS);
             if (o->n_thread_counts < 1)
-                die(2, "%s must be a number in 1..1024 (bench mode: or a list of up to 16, e.g. 1,2), got '%s'",
-                    name, value);
+                die(2, "%s must be a number in 1..1024 (bench mode: or a list of up to %d, e.g. 1,2), got '%s'",
+                    name, BENCH_MAX_THREAD_COUNTS, value);
             o->threads = 0;
             for (int k = 0; k < o->n_thread_counts; k++)
                 if (counts[k] > o->threads) o->threads = counts[k];

@@ -6,6 +6,7 @@ so this checks the format as written down in ggml's gguf.h, not llama.cpp's acce
 files were loaded and benchmarked with llama.cpp by hand: README, Speed). Standard library only."""
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -69,7 +70,7 @@ def parse_gguf(path):
 class MakeRandomGGUF(unittest.TestCase):
     def write(self, typ, tokenizer):
         tmp = tempfile.mkdtemp(prefix="qwen3_gguf_")
-        self.addCleanup(lambda: subprocess.run(["rm", "-rf", tmp]))
+        self.addCleanup(shutil.rmtree, tmp, True)
         with open(os.path.join(tmp, "config.json"), "w") as f:
             json.dump(CFG, f)
         if tokenizer:

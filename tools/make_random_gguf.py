@@ -183,7 +183,7 @@ def main():
         size = n // weights_per_block * per_block
         infos.append(gguf_string(name) + struct.pack("<I", len(dims)) +
                      b"".join(struct.pack("<Q", d) for d in dims) + struct.pack("<IQ", GGML_TYPES[typ], offset))
-        plan.append((typ, is_matrix, size))
+        plan.append((is_matrix, size))
         offset += (size + ALIGN - 1) // ALIGN * ALIGN
 
     tmp = a.out + ".tmp"
@@ -194,7 +194,7 @@ def main():
                 f.write(item)
             f.write(b"\0" * (-f.tell() % ALIGN))
             pattern = random_blocks(a.type, rng)
-            for typ, is_matrix, size in plan:
+            for is_matrix, size in plan:
                 write_repeated(f, pattern if is_matrix else struct.pack("<f", 1.0), size)  # norms: 1
                 f.write(b"\0" * (-size % ALIGN))
         os.replace(tmp, a.out)
