@@ -230,10 +230,62 @@ AI void tile_float_acc(__m256 acc[4][4], const float* x, const void* wb, size_t 
     }
 }
 
+#if defined(KERNELS_AVX512)
+/* tile_float for f32 and bf16 on 512-bit vectors: twice the products per FMA of the ymm tile, with
+ * the 32 registers holding a 4 x 4 tile (16 accumulators, 4 activations, 1 weight). Only the lanes
+ * in mask k are loaded (the rest are zero): the last step of a row whose width is not a multiple
+ * of 16 needs no scalar tail. */
+AI __m512 ldw_zmm(const void* w, size_t i, WeightType type, __mmask16 k) {
+    if (type == WEIGHT_F32) return _mm512_maskz_loadu_ps(k, (const float*)w + i);
+    const __m256i h = _mm256_maskz_loadu_epi16(k, (const uint16_t*)w + i);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+AI void tile_float_zmm_step(__m512 acc[4][4], const float* x, const void* wr, WeightType type, int C,
+                            int t, int c, __mmask16 k, int RT, int TT) {
+    __m512 xv[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < TT; j++) {
+        xv[j] = _mm512_maskz_loadu_ps(k, x + (size_t)(t + j) * C + c);
+        __asm__("" : "+v"(xv[j])); /* in a register, not folded into each FMA (see tile_float_acc) */
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < RT; i++) {
+        __m512 w = ldw_zmm(wr, (size_t)i * C + c, type, k);
+        __asm__("" : "+v"(w));
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) acc[i][j] = _mm512_fmadd_ps(w, xv[j], acc[i][j]);
+    }
+}
+
+AI void tile_float_zmm(float* out, const float* x, const Matrix* W, WeightType type, int r, int t,
+                       int RT, int TT) {
+    const int C = W->cols, R = W->rows, C16 = C & ~15;
+    const void* wr = row_ptr(W, r);
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) acc[i][j] = _mm512_setzero_ps();
+    for (int c = 0; c < C16; c += 16) tile_float_zmm_step(acc, x, wr, type, C, t, c, (__mmask16)0xFFFF, RT, TT);
+    if (C16 < C) tile_float_zmm_step(acc, x, wr, type, C, t, C16, (__mmask16)((1u << (C - C16)) - 1), RT, TT);
+#pragma GCC unroll 4
+    for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) out[(size_t)(t + j) * R + r + i] = _mm512_reduce_add_ps(acc[i][j]);
+}
+#endif
+
 /* Rows r .. r+RT-1 of tile_float; for q8, RT > 1 only from the first row of a row block (the
  * row loops step by 4 from a multiple of 4), so the tile's rows lie in one block. */
 AI void tile_float(float* out, const float* x, const Matrix* W, WeightType type, int r, int t,
                    int RT, int TT) {
+#if defined(KERNELS_AVX512)
+    if (type != WEIGHT_Q8) {
+        tile_float_zmm(out, x, W, type, r, t, RT, TT);
+        return;
+    }
+#endif
     const int C = W->cols, R = W->rows;
     const int C8 = C & ~7;
     __m256 acc[4][4];
@@ -714,6 +766,70 @@ AI void tile_q4(float* out, const int8_t* xq, const float* xsc, const int32_t* x
     }
 }
 
+#if defined(KERNELS_AVX512) && defined(__AVX512VNNI__)
+#define Q4_ZMM 1
+/* tile_q4 for prefill on 512-bit vectors (AVX-512 BW + VNNI; llama.cpp's native build prefills q4
+ * on these). A group's 64 bytes (the block's four rows, 16 bytes each) are one load: masking gives
+ * the four rows' columns 0-15 in the four 128-bit lanes, shifting and masking their columns 16-31,
+ * and the token's columns 0-15 (16-31), broadcast to the four lanes, meet them in one vpdpbusd.
+ * So 128-bit lane i of a product holds row i's four partial sums of one group; four groups'
+ * products are reduced (two rounds of unpack and add) to one vector of 16 (row, group) lanes,
+ * lane 4i + k = row i, group g + k, then corrected, converted and scaled as in tile_q4. Same
+ * integer sums as tile_q4; the fp32 sums are added in another order. */
+AI __m512i q4_sums4_zmm(const __m512i lo[4], const __m512i hi[4], const int8_t* x) {
+    __m512i p[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        const __m512i xlo = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)(x + 32 * k)));
+        const __m512i xhi = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)(x + 32 * k + 16)));
+        p[k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[k], xlo), hi[k], xhi);
+    }
+    /* per 128-bit lane: [p0 p1 p0 p1] and [p2 p3 p2 p3] partial pairs, then [p0 p1 p2 p3] */
+    const __m512i a = _mm512_add_epi32(_mm512_unpacklo_epi32(p[0], p[1]), _mm512_unpackhi_epi32(p[0], p[1]));
+    const __m512i b = _mm512_add_epi32(_mm512_unpacklo_epi32(p[2], p[3]), _mm512_unpackhi_epi32(p[2], p[3]));
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
+}
+
+AI void tile_q4_zmm(float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum, const Matrix* W,
+                    int r, int t, int TT) {
+    const int C = W->cols, R = W->rows, G = C / 32;
+    const float* s = quant_scales(W, r);      /* row r + i's scales at s + i * G */
+    const uint8_t* wb = quant_group(W, r, 0); /* group g of rows r .. r+3 at wb + 64 g */
+    const __m512i m = _mm512_set1_epi8(15);
+    __m512 tot[4]; /* [token]: lane 4i + k row i, groups g + k (mod 4) */
+#pragma GCC unroll 4
+    for (int j = 0; j < TT; j++) tot[j] = _mm512_setzero_ps();
+    for (int g = 0; g < G; g += 4) {
+        __m512i lo[4], hi[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            const __m512i v = _mm512_loadu_si512((const void*)(wb + (size_t)(g + k) * 64));
+            lo[k] = _mm512_and_si512(v, m);
+            hi[k] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
+        }
+        __m512 ws = _mm512_castps128_ps512(_mm_loadu_ps(s + g));
+        ws = _mm512_insertf32x4(ws, _mm_loadu_ps(s + (size_t)G + g), 1);
+        ws = _mm512_insertf32x4(ws, _mm_loadu_ps(s + (size_t)2 * G + g), 2);
+        ws = _mm512_insertf32x4(ws, _mm_loadu_ps(s + (size_t)3 * G + g), 3);
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) {
+            const size_t tg = (size_t)(t + j) * G + g;
+            const __m512i sum = _mm512_add_epi32(q4_sums4_zmm(lo, hi, xq + tg * 32),
+                                                 _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)(xgsum + tg))));
+            const __m512 scale = _mm512_mul_ps(ws, _mm512_broadcast_f32x4(_mm_loadu_ps(xsc + tg)));
+            tot[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale, tot[j]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < TT; j++) {
+        float o[16];
+        _mm512_storeu_ps(o, tot[j]);
+        for (int i = 0; i < 4 && r + i < R; i++)
+            out[(size_t)(t + j) * R + r + i] = (o[4 * i] + o[4 * i + 1]) + (o[4 * i + 2] + o[4 * i + 3]);
+    }
+}
+#endif
+
 /* Rows [r0, r1) (r0 a multiple of 4: run_job's chunks are) for n tokens: decode walks the row
  * blocks with the prefetch; prefill keeps a block of tokens in L2 (as rows_qi_t) while each row
  * block of the chunk meets them 4 at a time. */
@@ -731,8 +847,13 @@ static void rows_q4(float* out, const int8_t* xq, const float* xsc, const int32_
         const int t1 = t0 + tb < n ? t0 + tb : n;
         for (int r = r0; r < r1; r += 4) {
             int t = t0;
+#if defined(Q4_ZMM)
+            for (; t + 4 <= t1; t += 4) tile_q4_zmm(out, xq, xsc, xgsum, W, r, t, 4);
+            for (; t < t1; t++) tile_q4_zmm(out, xq, xsc, xgsum, W, r, t, 1);
+#else
             for (; t + 4 <= t1; t += 4) tile_q4(out, xq, xsc, xgsum, W, r, t, 4, 0);
             for (; t < t1; t++) tile_q4(out, xq, xsc, xgsum, W, r, t, 1, 0);
+#endif
         }
     }
 }

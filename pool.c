@@ -314,7 +314,9 @@ void kernels_free(void) {
 int kernels_threads(void) { return P.n_threads; }
 
 const char* kernels_simd_name(void) {
-#if defined(KERNELS_AVX2)
+#if defined(KERNELS_AVX2) && defined(KERNELS_AVX512)
+    return "avx2+avx512"; /* matmul.c's 512-bit prefill tiles */
+#elif defined(KERNELS_AVX2)
     return "avx2";
 #elif defined(KERNELS_NEON)
     return "neon";

@@ -12,6 +12,11 @@ void matmul_scratch_free(void);
 #if !defined(KERNELS_SCALAR) && defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define KERNELS_AVX2 1
+/* With AVX-512 (F, BW, VL) matmul.c adds 512-bit prefill tiles (f32, bf16; q4 also needs VNNI);
+ * everything else stays on the AVX2 twins. */
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define KERNELS_AVX512 1
+#endif
 
 static inline float hsum256(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

@@ -7,6 +7,7 @@ exits non-zero when anything failed. Python 3 standard library only.
 """
 import glob
 import os
+import platform
 import subprocess
 import sys
 import time
@@ -15,13 +16,15 @@ import unittest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def c_test_case(binary, env=None):
+def c_test_case(binary, env=None, skip=None):
     """A unittest case that runs one C test program (with extra environment variables env) and
-    passes when it exits 0."""
+    passes when it exits 0; skipped with the reason skip when that is given."""
     name = os.path.basename(binary) + "".join(f" {k}={v}" for k, v in (env or {}).items())
 
     class CTest(unittest.TestCase):
         def runTest(self):
+            if skip:
+                self.skipTest(skip)
             p = subprocess.run([binary], cwd=ROOT, capture_output=True, text=True, timeout=600,
                                env=dict(os.environ, **(env or {})))
             if p.returncode != 0:
@@ -33,6 +36,23 @@ def c_test_case(binary, env=None):
             return f"{name} (C test program)"
 
     return CTest()
+
+
+def avx2_kernels_case(binary):
+    """The kernel tests built for -march=x86-64-v3 (the Makefile builds them on x86-64): the AVX2
+    twins without the AVX-512 tiles and VNNI that a native build on a newer CPU takes instead."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return c_test_case(binary, skip=f"{os.path.basename(binary)}: x86-64 only (this is {platform.machine()})")
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        flags = []
+    if not {"avx2", "fma"} <= set(flags):
+        return c_test_case(binary, skip=f"{os.path.basename(binary)}: no AVX2 + FMA in /proc/cpuinfo")
+    if not os.path.exists(binary):
+        sys.exit(f"run_tests.py: {binary} is not built (run `make test`)")
+    return c_test_case(binary)
 
 
 def main():
@@ -51,6 +71,7 @@ def main():
                 # the thread pool's other waiting mode: sleep at once, never spin (what pool.c
                 # switches to while another process holds a core)
                 suite.addTest(c_test_case(binary, {"KERNELS_SPIN_US": "0"}))
+                suite.addTest(avx2_kernels_case(binary + "_x86-64-v3"))
     loader = unittest.TestLoader()
     for path in sorted(glob.glob(os.path.join(ROOT, "tests", "test_*.py"))):
         module = os.path.basename(path)[:-3]
