@@ -45,13 +45,13 @@ tests/%: tests/%.c $(ENGINE_SRC) $(ENGINE_HDR)
 	$(CC) $(CFLAGS) -I. -o $@ $< $(ENGINE_SRC) $(LDLIBS)
 
 # On x86-64 the kernel tests are built once more for the issue's instruction set, AVX2 + FMA
-# without AVX-512 or VNNI (-march=x86-64-v3), so that the AVX2 twins stay tested on machines whose
+# without AVX-512 or VNNI (-march=x86-64 -mavx2 -mfma), so that the AVX2 twins stay tested on machines whose
 # native build takes the AVX-512 tiles or VNNI (run_tests.py skips it on a CPU without AVX2).
 ifeq ($(UNAME_M),x86_64)
-TEST_VARIANTS := tests/test_kernels_x86-64-v3
+TEST_VARIANTS := tests/test_kernels_avx2
 endif
-tests/test_kernels_x86-64-v3: tests/test_kernels.c $(ENGINE_SRC) $(ENGINE_HDR)
-	$(CC) $(filter-out $(NATIVE),$(CFLAGS)) -march=x86-64-v3 -I. -o $@ $< $(ENGINE_SRC) $(LDLIBS)
+tests/test_kernels_avx2: tests/test_kernels.c $(ENGINE_SRC) $(ENGINE_HDR)
+	$(CC) $(filter-out $(NATIVE),$(CFLAGS)) -march=x86-64 -mavx2 -mfma -I. -o $@ $< $(ENGINE_SRC) $(LDLIBS)
 
 test: all $(TEST_BIN) $(TEST_VARIANTS)
 	$(PYTHON) tests/run_tests.py
@@ -75,7 +75,7 @@ bench: all
 	done
 
 clean:
-	rm -rf run build/run build/arm $(TEST_BIN) tests/test_kernels_x86-64-v3
+	rm -rf run build/run build/arm $(TEST_BIN) tests/test_kernels_avx2
 
 # `make test-arm`: the kernel tests cross-compiled for arm64 and run under qemu-aarch64 (user mode),
 # once with SDOT (armv8.2-a+dotprod) and once without (armv8-a), so both q8 dot paths of the NEON

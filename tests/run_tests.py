@@ -39,7 +39,7 @@ def c_test_case(binary, env=None, skip=None):
 
 
 def avx2_kernels_case(binary):
-    """The kernel tests built for -march=x86-64-v3 (the Makefile builds them on x86-64): the AVX2
+    """The kernel tests built for AVX2 + FMA only (the Makefile builds them on x86-64): the AVX2
     twins without the AVX-512 tiles and VNNI that a native build on a newer CPU takes instead."""
     if platform.machine() not in ("x86_64", "AMD64"):
         return c_test_case(binary, skip=f"{os.path.basename(binary)}: x86-64 only (this is {platform.machine()})")
@@ -71,7 +71,7 @@ def main():
                 # the thread pool's other waiting mode: sleep at once, never spin (what pool.c
                 # switches to while another process holds a core)
                 suite.addTest(c_test_case(binary, {"KERNELS_SPIN_US": "0"}))
-                suite.addTest(avx2_kernels_case(binary + "_x86-64-v3"))
+                suite.addTest(avx2_kernels_case(binary + "_avx2"))
     loader = unittest.TestLoader()
     for path in sorted(glob.glob(os.path.join(ROOT, "tests", "test_*.py"))):
         module = os.path.basename(path)[:-3]
