@@ -1316,22 +1316,55 @@ static void compute_rows(const MatmulJob* j, int m, int r0, int r1) {
 #endif
 }
 
-/* One pool item per chunk, claimed one at a time: a thread that the scheduler takes off its core
- * between two chunks holds nothing up. (One task per thread that loops over chunks until none is
- * left was tried: fewer claims, but the dispatch then waits for a worker preempted anywhere in its
- * task, not only inside a chunk; speed within the noise both quiet and beside a busy core, so the
- * finer items stayed; docs/notes-kernels.md, "Eighth session".) */
+static void run_chunk(const MatmulJob* j, int i) {
+    int m = 0;
+    while (i >= j->first_item[m + 1]) m++;
+    const int r0 = (i - j->first_item[m]) * j->chunk[m];
+    int r1 = r0 + j->chunk[m];
+    if (r1 > j->W[m]->rows) r1 = j->W[m]->rows;
+    compute_rows(j, m, r0, r1);
+}
+
+/* Prefill: one pool item per chunk, claimed one at a time, so a thread that the scheduler takes
+ * off its core between two chunks holds nothing up. */
 static void matmul_item(void* ctx, int item) {
     MatmulJob* j = ctx;
     (void)item; /* which chunk is claim_chunk's choice */
     const int i = claim_chunk(j);
-    if (i < 0) return; /* not reached: there are as many items as chunks */
-    int m = 0;
-    while (i >= j->first_item[m + 1]) m++;
-    int r0 = (i - j->first_item[m]) * j->chunk[m];
-    int r1 = r0 + j->chunk[m];
-    if (r1 > j->W[m]->rows) r1 = j->W[m]->rows;
-    compute_rows(j, m, r0, r1);
+    if (i >= 0) run_chunk(j, i); /* always: there are as many items as chunks */
+}
+
+/* Decode: one pool task per thread, which takes the chunks of its own range CLAIM_BATCH per atomic
+ * and then helps the other ranges one chunk at a time. A decoded token has ~9,000 chunks (32 per
+ * thread in each of ~140 matmuls) and every claim is a locked instruction, which waits for the
+ * weight loads in flight; per chunk, two more (the pool's item counter and its done count, shared
+ * by both cores) came on top. q4 tg64 with two threads, alternating with one item per chunk:
+ * 130.6 / 132.2 / 132.7 against 121.1 / 125.9 / 127.8 tok/s (84-86% of the roof against 79-82%),
+ * bf16 level (40.9 / 40.1 / 40.2 against 40.9 / 39.5 / 39.1); beside a busy core, 2 threads / 1
+ * unchanged (0.99 against 0.98, tools/bench_busy.py). The eighth session's one task per thread
+ * with single claims had shown nothing: the pool's counters alone were not the cost. A worker
+ * taken off its core between two chunks now holds the dispatch up until it runs again, but
+ * pool.c runs everything in the caller once it sees another process on the cores. */
+#define CLAIM_BATCH 4
+
+static void matmul_task(void* ctx, int task) {
+    MatmulJob* j = ctx;
+    (void)task; /* the range is the calling thread's */
+    const int me = kernels_thread_index() % j->n_ranges;
+    for (;;) {
+        int c = j->range[me].end, end = c;
+        if (atomic_load_explicit(&j->range[me].next, memory_order_relaxed) < end) {
+            c = atomic_fetch_add(&j->range[me].next, CLAIM_BATCH);
+            if (c + CLAIM_BATCH < end) end = c + CLAIM_BATCH;
+        }
+        if (c < end) {
+            for (; c < end; c++) run_chunk(j, c);
+            continue;
+        }
+        const int i = claim_chunk(j); /* the own range is done: the others', one at a time */
+        if (i < 0) return;
+        run_chunk(j, i);
+    }
 }
 
 #if defined(HAVE_Q8_INT8) && !defined(KERNELS_Q8_F32ACT)
@@ -1404,7 +1437,8 @@ static void run_job(MatmulJob* j) {
         atomic_init(&j->range[k].next, (int)((long long)n_items * k / j->n_ranges));
         j->range[k].end = (int)((long long)n_items * (k + 1) / j->n_ranges);
     }
-    parallel_for(n_items, matmul_item, j);
+    if (j->n == 1) parallel_for(nt, matmul_task, j);
+    else parallel_for(n_items, matmul_item, j);
 }
 
 void matmul(float* out, const float* x, const Matrix* W, int n) {
