@@ -45,8 +45,9 @@ tests/%: tests/%.c $(ENGINE_SRC) $(ENGINE_HDR)
 	$(CC) $(CFLAGS) -I. -o $@ $< $(ENGINE_SRC) $(LDLIBS)
 
 # On x86-64 the kernel tests are built once more for the issue's instruction set, AVX2 + FMA
-# without AVX-512 or VNNI (-march=x86-64 -mavx2 -mfma), so that the AVX2 twins stay tested on machines whose
-# native build takes the AVX-512 tiles or VNNI (run_tests.py skips it on a CPU without AVX2).
+# without AVX-512 or VNNI (-march=x86-64 -mavx2 -mfma), so that the AVX2 twins stay tested on
+# machines whose native build takes the AVX-512 tiles or VNNI (run_tests.py skips it on a CPU
+# without AVX2).
 ifeq ($(UNAME_M),x86_64)
 TEST_VARIANTS := tests/test_kernels_avx2
 endif
