@@ -77,8 +77,15 @@ static int32_t* xsum_buf;  /* [max_batch * max_cols / 4] 8 partial sums per grou
 static int32_t* xgsum_buf; /* [max_batch * max_cols / 32] one sum per group (AVX2 twin, tile_q4) */
 static size_t xq_cap;
 
+#if defined(KERNELS_AVX2)
+static void choose_q4_prefetch(void);
+#endif
+
 int matmul_scratch_init(int max_batch, int max_cols) {
     matmul_scratch_free();
+#if defined(KERNELS_AVX2)
+    choose_q4_prefetch();
+#endif
     if (max_batch < 1) max_batch = 1;
     if (max_cols < 1) max_cols = 1;
     xq_cap = (size_t)max_batch * (size_t)max_cols;
@@ -687,7 +694,30 @@ AI void rows_qi_n1(float* out, const int8_t* xq, const float* xsc, const int32_t
  * FMA (counted from the code: about 2.5 instructions per (row, token, group) in prefill, against
  * about 7 in the generic tile). Decode tg128, one thread: 41 -> 64-69 tok/s; prefill pp512 90-95
  * -> 120-126, built without VNNI 44-47 -> 98-100 (docs/notes-kernels.md, "Seventh session"). */
-#define Q4_PF_AHEAD 5120
+
+/* How far ahead (bytes) q4 decode asks for its weights (tile_q4's prefetch), chosen once per
+ * process by choose_q4_prefetch: the best distance depends on the core, and the two this engine
+ * was measured on disagree. Zen 5 (family 1Ah; seventh session, one thread on a 194 MB q4 matrix)
+ * read 23.2-23.7 GB/s one 2560-byte row block ahead, 28.7-31.6 at 5120 bytes, 23.9-30.3 at 8192.
+ * Zen 4 (family 19h; eleventh session, decode tg64 on the 0.6B shape, one thread, alternating
+ * with KERNELS_Q4_PREFETCH=5120) 65-68 tok/s at 256 bytes against 41-43 at 5120 (and 61-62 at 0,
+ * 63-67 at 128, 54-59 at 512): there each prefetch far ahead holds one of the core's few
+ * outstanding L1 misses for longer (presumably), while near ones meet lines the hardware
+ * prefetcher already brought in. Zen 3 shares family 19h and gets the near distance unmeasured.
+ * KERNELS_Q4_PREFETCH=N (bytes) overrides the choice. */
+#define Q4_PF_FAR 5120
+#define Q4_PF_NEAR 256
+static int q4_pf_ahead = Q4_PF_FAR;
+
+static void choose_q4_prefetch(void) {
+    q4_pf_ahead = Q4_PF_FAR;
+#if defined(__GNUC__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_is("amdfam19h")) q4_pf_ahead = Q4_PF_NEAR;
+#endif
+    const char* s = getenv("KERNELS_Q4_PREFETCH");
+    if (s && *s) q4_pf_ahead = atoi(s) < 0 ? 0 : atoi(s);
+}
 
 /* Lane k: the first row's sum over group g + k of (q + 8) x; lane 4 + k: the second row's.
  * lo[k], hi[k]: the pair's nibbles of group g + k (columns 0-15, 16-31 of each row); x: the
@@ -716,26 +746,23 @@ AI __m256i q4_sums4(const __m256i lo[4], const __m256i hi[4], const int8_t* x) {
 }
 
 /* The block of rows r .. r+3 (computed whole: the last block is padded with zero rows; rows past
- * R are not stored) x tokens t .. t+TT-1. prefetch: ask for the bytes Q4_PF_AHEAD further on as
- * the block is read (decode: the row blocks follow one another; one thread on a 194 MB matrix 1024
- * wide, a 2560-byte block, read 23.2-23.7 GB/s with one block ahead, 28.7-31.6 with 5120 bytes,
- * 23.9-30.3 with 8192; scratch, alternating builds). */
+ * R are not stored) x tokens t .. t+TT-1. pf >= 0: ask for the bytes pf further on as the block
+ * is read (decode, where the row blocks follow one another: q4_pf_ahead); pf < 0: no prefetch. */
 AI void tile_q4(float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum, const Matrix* W,
-                int r, int t, int TT, int prefetch) {
+                int r, int t, int TT, int pf) {
     const int C = W->cols, R = W->rows, G = C / 32;
     const float* s = quant_scales(W, r);      /* row r + i's scales at s + i * G */
     const uint8_t* wb = quant_group(W, r, 0); /* group g of row r + i at wb + 64 g + 16 i */
     const __m256i m = _mm256_set1_epi8(15);
-    if (prefetch)
-        for (int o = 0; o < (int)(4 * sizeof(float)) * G; o += 64)
-            _mm_prefetch((const char*)s + Q4_PF_AHEAD + o, _MM_HINT_T0);
+    if (pf >= 0)
+        for (int o = 0; o < (int)(4 * sizeof(float)) * G; o += 64) _mm_prefetch((const char*)s + pf + o, _MM_HINT_T0);
     __m256 tot[2][4]; /* [row pair][token]: lanes 0-3 rows 0 / 2, lanes 4-7 rows 1 / 3 */
 #pragma GCC unroll 4
     for (int j = 0; j < TT; j++) tot[0][j] = tot[1][j] = _mm256_setzero_ps();
     for (int g = 0; g < G; g += 4) {
-        if (prefetch)
+        if (pf >= 0)
 #pragma GCC unroll 4
-            for (int k = 0; k < 4; k++) _mm_prefetch((const char*)wb + (size_t)(g + k) * 64 + Q4_PF_AHEAD, _MM_HINT_T0);
+            for (int k = 0; k < 4; k++) _mm_prefetch((const char*)wb + (size_t)(g + k) * 64 + pf, _MM_HINT_T0);
 #pragma GCC unroll 2
         for (int p = 0; p < 2; p++) {
             __m256i lo[4], hi[4];
@@ -837,7 +864,8 @@ static void rows_q4(float* out, const int8_t* xq, const float* xsc, const int32_
                     const int32_t* xgsum, const Matrix* W, int n, int r0, int r1) {
     (void)xsum;
     if (n == 1) {
-        for (int r = r0; r < r1; r += 4) tile_q4(out, xq, xsc, xgsum, W, r, 0, 1, 1);
+        const int pf = q4_pf_ahead;
+        for (int r = r0; r < r1; r += 4) tile_q4(out, xq, xsc, xgsum, W, r, 0, 1, pf);
         return;
     }
     int tb = (int)(((size_t)192 * 1024) / (size_t)W->cols);
@@ -851,8 +879,8 @@ static void rows_q4(float* out, const int8_t* xq, const float* xsc, const int32_
             for (; t + 4 <= t1; t += 4) tile_q4_zmm(out, xq, xsc, xgsum, W, r, t, 4);
             for (; t < t1; t++) tile_q4_zmm(out, xq, xsc, xgsum, W, r, t, 1);
 #else
-            for (; t + 4 <= t1; t += 4) tile_q4(out, xq, xsc, xgsum, W, r, t, 4, 0);
-            for (; t < t1; t++) tile_q4(out, xq, xsc, xgsum, W, r, t, 1, 0);
+            for (; t + 4 <= t1; t += 4) tile_q4(out, xq, xsc, xgsum, W, r, t, 4, -1);
+            for (; t < t1; t++) tile_q4(out, xq, xsc, xgsum, W, r, t, 1, -1);
 #endif
         }
     }

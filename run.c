@@ -77,7 +77,9 @@ static void usage(FILE* out) {
             "                         token as raw little-endian float32 (vocab_size per row)\n"
             "  -h, --help             this help\n"
             "Bench mode (-m bench): --bench-prompt N (prefill tokens, default 512), --bench-gen N\n"
-            "  (decode tokens, default 128), --bench-reps N (default 5), --json (JSON lines)\n");
+            "  (decode tokens, default 128), --bench-reps N (default 5), --json (JSON lines)\n"
+            "Environment: KERNELS_SPIN_US (idle threads' spin before sleeping, default 200),\n"
+            "  KERNELS_Q4_PREFETCH (bytes q4 decode prefetches ahead, default from the CPU)\n");
 }
 
 /* One-line error and exit (status 2: bad command line; 1: anything else). */
