@@ -78,13 +78,13 @@ static int32_t* xgsum_buf; /* [max_batch * max_cols / 32] one sum per group (AVX
 static size_t xq_cap;
 
 #if defined(KERNELS_AVX2)
-static void choose_q4_prefetch(void);
+static void choose_prefetch(void);
 #endif
 
 int matmul_scratch_init(int max_batch, int max_cols) {
     matmul_scratch_free();
 #if defined(KERNELS_AVX2)
-    choose_q4_prefetch();
+    choose_prefetch();
 #endif
     if (max_batch < 1) max_batch = 1;
     if (max_cols < 1) max_cols = 1;
@@ -138,6 +138,33 @@ AI const void* row_ptr(const Matrix* W, int r) {
 #ifndef PF_AHEAD
 #define PF_AHEAD 512 /* bytes ahead: software prefetch of rows_float_n1's weight streams */
 #endif
+
+/* How far ahead the quantised matrix-vector products (decode) ask for their weights. The best
+ * distance depends on the core, and the two this engine was measured on disagree. Zen 5 (AMD
+ * family 1Ah; seventh session, one thread on a 194 MB q4 matrix): 23.2-23.7 GB/s one 2560-byte
+ * row block ahead, 28.7-31.6 at 5120 bytes, 23.9-30.3 at 8192. Zen 4 (family 19h; eleventh
+ * session, decode on the 0.6B shape, one thread, alternating): q4 65-68 tok/s at 256 bytes
+ * against 41-43 at 5120 (61-62 at 0, 63-67 at 128, 54-59 at 512); q8 (rows_qi_n1) 41-44 at 128
+ * bytes against 36-42 one block (4352 bytes) ahead with the kernel before and 37-38 with this
+ * one, 38-47 at 256, 29-36 at 512. There a prefetch far ahead seems to hold one of the core's few
+ * outstanding L1 misses for longer, while near ones meet lines the hardware prefetcher is already
+ * bringing in. So: near on family 19h (Zen 4; Zen 3 shares the family, unmeasured), far
+ * elsewhere; KERNELS_PREFETCH=near or far overrides the choice (choose_prefetch). */
+#define Q4_PF_FAR 5120 /* bytes */
+#define Q4_PF_NEAR 256
+#define Q8_PF_NEAR 128 /* far: one row block ahead */
+static int prefetch_near;
+
+static void choose_prefetch(void) {
+    prefetch_near = 0;
+#if defined(__GNUC__)
+    __builtin_cpu_init();
+    prefetch_near = __builtin_cpu_is("amdfam19h") != 0;
+#endif
+    const char* s = getenv("KERNELS_PREFETCH");
+    if (s && strcmp(s, "near") == 0) prefetch_near = 1;
+    if (s && strcmp(s, "far") == 0) prefetch_near = 0;
+}
 
 /* Tokens per prefill tile (rows_float_nn, rows_qi_t): a 4 x 4 f32 tile needs 16 accumulators + 4
  * activations + 1 weight, which fits in the 32 vector registers of an AVX-512 build (also for
@@ -645,33 +672,50 @@ AI void qi_step4(__m256i a[4], const uint8_t* wg, size_t gb, int c, __m256i xv, 
 
 /* q8 / q4 matrix-vector product (decode): one row block at a time, front to back (its scales,
  * then per group the four rows' values), so the weights are one sequential stream; each group
- * step asks for the same bytes of the next block (quant_block_bytes ahead). Against the q8 layout
- * before (all int8 rows, then all scales: two streams), with this kernel's shape, one thread on
- * a 264 MB matrix: 20.7 -> 34.5 GB/s, where a plain streaming read gave 31.6
- * (docs/notes-kernels.md). */
-AI void rows_qi_n1(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
-                   const Matrix* W, int r0, int r1, WeightType type) {
-    const int C = W->cols, gs = W->group_size, G = C / gs;
+ * step asks for the bytes pf ahead (choose_prefetch). Against the q8 layout before (all int8
+ * rows, then all scales: two streams), with this kernel's shape, one thread on a 264 MB matrix:
+ * 20.7 -> 34.5 GB/s, where a plain streaming read gave 31.6 (docs/notes-kernels.md). Each group's
+ * four scales are (weight scale x activation scale), multiplied 8 groups at a time into sx, and
+ * gs is a constant where rows_qi_n1 knows it, so the rows' addresses are one pointer plus fixed
+ * offsets: on Zen 4 that took the q8 kernel from 37 to 58 GB/s on a matrix in L2 (eleventh
+ * session), more room for the loads to run ahead of the arithmetic. */
+AI void rows_qi_n1_gs(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
+                      const Matrix* W, int r0, int r1, WeightType type, const int gs) {
+    const int C = W->cols, G = C / gs;
     const size_t bb = quant_block_bytes(type, C, gs), gb = quant_bytes(type, (size_t)gs);
+    const size_t pf = prefetch_near ? Q8_PF_NEAR : bb;
     int r = r0; /* a multiple of 4: run_job's chunks are */
     for (; r + 4 <= r1; r += 4) {
         const float* s0 = quant_scales(W, r);
         const uint8_t* wg = quant_group(W, r, 0);
-        for (int o = 0; o < (int)(4 * sizeof(float)) * G; o += 64)
-            _mm_prefetch((const char*)s0 + bb + o, _MM_HINT_T0);
+        for (int o = 0; o < (int)(4 * sizeof(float)) * G; o += 64) _mm_prefetch((const char*)s0 + pf + o, _MM_HINT_T0);
         __m256 t0 = _mm256_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;
-        for (int g = 0; g < G; g++, wg += 4 * gb) {
-            for (int o = 0; o < (int)(4 * gb); o += 64) _mm_prefetch((const char*)wg + bb + o, _MM_HINT_T0);
-            __m256i a[4];
-            a[0] = a[1] = a[2] = a[3] = qi_acc0(xsum + (size_t)g * 8, type);
-            const int8_t* xg = xq + (size_t)g * gs;
-            for (int c = 0; c < gs; c += 32)
-                qi_step4(a, wg, gb, c, _mm256_loadu_si256((const __m256i*)(xg + c)), type);
-            const float xs = xsc[g];
-            t0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[0]), _mm256_set1_ps(s0[g] * xs), t0);
-            t1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[1]), _mm256_set1_ps(s0[G + g] * xs), t1);
-            t2 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[2]), _mm256_set1_ps(s0[2 * G + g] * xs), t2);
-            t3 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[3]), _mm256_set1_ps(s0[3 * G + g] * xs), t3);
+        for (int g0 = 0; g0 < G; g0 += 8) {
+            const int ng = G - g0 < 8 ? G - g0 : 8;
+            float sx[4][8]; /* [row][group g0 + k]: weight scale x activation scale */
+            if (ng == 8) {
+                const __m256 xs8 = _mm256_loadu_ps(xsc + g0);
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; i++)
+                    _mm256_storeu_ps(sx[i], _mm256_mul_ps(_mm256_loadu_ps(s0 + (size_t)i * G + g0), xs8));
+            } else {
+                for (int i = 0; i < 4; i++)
+                    for (int k = 0; k < ng; k++) sx[i][k] = s0[(size_t)i * G + g0 + k] * xsc[g0 + k];
+            }
+            for (int k = 0; k < ng; k++, wg += 4 * gb) {
+                const int g = g0 + k;
+                for (int o = 0; o < (int)(4 * gb); o += 64) _mm_prefetch((const char*)wg + pf + o, _MM_HINT_T0);
+                __m256i a[4];
+                a[0] = a[1] = a[2] = a[3] = qi_acc0(xsum + (size_t)g * 8, type);
+                const int8_t* xg = xq + (size_t)g * gs;
+#pragma GCC unroll 4
+                for (int c = 0; c < gs; c += 32)
+                    qi_step4(a, wg, gb, c, _mm256_loadu_si256((const __m256i*)(xg + c)), type);
+                t0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[0]), _mm256_set1_ps(sx[0][k]), t0);
+                t1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[1]), _mm256_set1_ps(sx[1][k]), t1);
+                t2 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[2]), _mm256_set1_ps(sx[2][k]), t2);
+                t3 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[3]), _mm256_set1_ps(sx[3][k]), t3);
+            }
         }
         out[r] = hsum256(t0);
         out[r + 1] = hsum256(t1);
@@ -679,6 +723,13 @@ AI void rows_qi_n1(float* out, const int8_t* xq, const float* xsc, const int32_t
         out[r + 3] = hsum256(t3);
     }
     for (; r < r1; r++) tile_qi(out, xq, xsc, xsum, W, r, 0, 1, 1, type);
+}
+
+/* export.py's q8 default, 64, as a constant; any other group size as it comes. */
+AI void rows_qi_n1(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
+                   const Matrix* W, int r0, int r1, WeightType type) {
+    if (W->group_size == 64) rows_qi_n1_gs(out, xq, xsc, xsum, W, r0, r1, type, 64);
+    else rows_qi_n1_gs(out, xq, xsc, xsum, W, r0, r1, type, W->group_size);
 }
 
 /* q4 with groups of 32 (export.py's q4 default), widths a multiple of 128: a kernel of its own for
@@ -694,30 +745,6 @@ AI void rows_qi_n1(float* out, const int8_t* xq, const float* xsc, const int32_t
  * FMA (counted from the code: about 2.5 instructions per (row, token, group) in prefill, against
  * about 7 in the generic tile). Decode tg128, one thread: 41 -> 64-69 tok/s; prefill pp512 90-95
  * -> 120-126, built without VNNI 44-47 -> 98-100 (docs/notes-kernels.md, "Seventh session"). */
-
-/* How far ahead (bytes) q4 decode asks for its weights (tile_q4's prefetch), chosen once per
- * process by choose_q4_prefetch: the best distance depends on the core, and the two this engine
- * was measured on disagree. Zen 5 (family 1Ah; seventh session, one thread on a 194 MB q4 matrix)
- * read 23.2-23.7 GB/s one 2560-byte row block ahead, 28.7-31.6 at 5120 bytes, 23.9-30.3 at 8192.
- * Zen 4 (family 19h; eleventh session, decode tg64 on the 0.6B shape, one thread, alternating
- * with KERNELS_Q4_PREFETCH=5120) 65-68 tok/s at 256 bytes against 41-43 at 5120 (and 61-62 at 0,
- * 63-67 at 128, 54-59 at 512): there each prefetch far ahead holds one of the core's few
- * outstanding L1 misses for longer (presumably), while near ones meet lines the hardware
- * prefetcher already brought in. Zen 3 shares family 19h and gets the near distance unmeasured.
- * KERNELS_Q4_PREFETCH=N (bytes) overrides the choice. */
-#define Q4_PF_FAR 5120
-#define Q4_PF_NEAR 256
-static int q4_pf_ahead = Q4_PF_FAR;
-
-static void choose_q4_prefetch(void) {
-    q4_pf_ahead = Q4_PF_FAR;
-#if defined(__GNUC__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_is("amdfam19h")) q4_pf_ahead = Q4_PF_NEAR;
-#endif
-    const char* s = getenv("KERNELS_Q4_PREFETCH");
-    if (s && *s) q4_pf_ahead = atoi(s) < 0 ? 0 : atoi(s);
-}
 
 /* Lane k: the first row's sum over group g + k of (q + 8) x; lane 4 + k: the second row's.
  * lo[k], hi[k]: the pair's nibbles of group g + k (columns 0-15, 16-31 of each row); x: the
@@ -747,7 +774,7 @@ AI __m256i q4_sums4(const __m256i lo[4], const __m256i hi[4], const int8_t* x) {
 
 /* The block of rows r .. r+3 (computed whole: the last block is padded with zero rows; rows past
  * R are not stored) x tokens t .. t+TT-1. pf >= 0: ask for the bytes pf further on as the block
- * is read (decode, where the row blocks follow one another: q4_pf_ahead); pf < 0: no prefetch. */
+ * is read (decode, where the row blocks follow one another); pf < 0: no prefetch. */
 AI void tile_q4(float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum, const Matrix* W,
                 int r, int t, int TT, int pf) {
     const int C = W->cols, R = W->rows, G = C / 32;
@@ -864,7 +891,7 @@ static void rows_q4(float* out, const int8_t* xq, const float* xsc, const int32_
                     const int32_t* xgsum, const Matrix* W, int n, int r0, int r1) {
     (void)xsum;
     if (n == 1) {
-        const int pf = q4_pf_ahead;
+        const int pf = prefetch_near ? Q4_PF_NEAR : Q4_PF_FAR;
         for (int r = r0; r < r1; r += 4) tile_q4(out, xq, xsc, xgsum, W, r, 0, 1, pf);
         return;
     }
