@@ -264,7 +264,8 @@ static void print_results(const Transformer* t, const ThreadRun* runs, int n_run
         printf("bench: %d layers, dim %d, vocab %d, weights %s", c->n_layers, c->dim, c->vocab_size,
                type_name(c->weight_type));
         if (c->group_size) printf(" (groups of %d)", c->group_size);
-        printf(", kernels %s\n", kernels_simd_name());
+        printf(", kernels %s%s\n", kernels_simd_name(),
+               kernels_bf16_activations() && c->weight_type == WEIGHT_BF16 ? ", bf16 activations in prefill" : "");
         if (t->map.copied)
             printf("bench: weights read into memory (--no-mmap)\n");
         else if (t->map.huge_bytes < 0)

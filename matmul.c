@@ -76,6 +76,8 @@ static float* xs_buf;      /* [max_batch * max_cols / 8] their scales */
 static int32_t* xsum_buf;  /* [max_batch * max_cols / 4] 8 partial sums per group (AVX2 twin) */
 static int32_t* xgsum_buf; /* [max_batch * max_cols / 32] one sum per group (AVX2 twin, tile_q4) */
 static size_t xq_cap;
+static uint16_t* xb16_buf; /* [max_batch * max_cols] activations rounded to bf16 (--bf16-activations) */
+static int bf16_activations;
 
 #if defined(KERNELS_AVX2)
 static void choose_prefetch(void);
@@ -95,7 +97,12 @@ int matmul_scratch_init(int max_batch, int max_cols) {
     xgsum_buf = aligned_alloc(64, ((xq_cap / 32 + 8) * sizeof(int32_t) + 63) / 64 * 64);
     xp_cap = max_cols;
     xp_buf = aligned_alloc(64, ((size_t)max_cols * sizeof(float) + 63) / 64 * 64);
-    if (!xq_buf || !xs_buf || !xsum_buf || !xgsum_buf || !xp_buf) {
+    int ok = xq_buf && xs_buf && xsum_buf && xgsum_buf && xp_buf;
+#if defined(KERNELS_BF16_DOT)
+    xb16_buf = aligned_alloc(64, (xq_cap * sizeof(uint16_t) + 63) / 64 * 64);
+    ok = ok && xb16_buf;
+#endif
+    if (!ok) {
         matmul_scratch_free();
         return -1;
     }
@@ -108,13 +115,27 @@ void matmul_scratch_free(void) {
     free(xsum_buf);
     free(xgsum_buf);
     free(xp_buf);
+    free(xb16_buf);
     xq_buf = NULL;
     xs_buf = NULL;
     xsum_buf = NULL;
     xgsum_buf = NULL;
     xp_buf = NULL;
+    xb16_buf = NULL;
     xq_cap = 0;
     xp_cap = 0;
+}
+
+int kernels_bf16_activations(void) { return bf16_activations; }
+
+int kernels_set_bf16_activations(int on) {
+#if defined(KERNELS_BF16_DOT)
+    bf16_activations = on != 0;
+#else
+    bf16_activations = 0;
+    (void)on;
+#endif
+    return bf16_activations;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -1244,6 +1265,74 @@ AI void rows_float_nn(float* out, const float* x, const Matrix* W, WeightType ty
     }
 }
 
+#if defined(KERNELS_BF16_DOT)
+/* Prefill with bf16 weights and bf16 activations (kernels_set_bf16_activations): vdpbf16ps
+ * multiplies 32 pairs of bf16 and adds them into 16 fp32 lanes, twice the products per
+ * instruction of widening the weights to fp32 for FMAs. The activations are rounded to bf16
+ * (nearest even) once per matmul (bf16_round_rows), which is what llama.cpp does with bf16
+ * weights and what a Hugging Face model run in bfloat16 does between its layers; the products
+ * of two bf16 are exact in fp32, the sums are fp32. A tile: rows r .. r+RT-1 x tokens
+ * t .. t+TT-1, the last columns loaded under a mask (zeros beyond C). */
+AI void tile_bf16_dot(float* out, const uint16_t* xb, const Matrix* W, int r, int t, int RT, int TT) {
+    const int C = W->cols, R = W->rows;
+    const uint16_t* w = (const uint16_t*)W->data + (size_t)r * C;
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) acc[i][j] = _mm512_setzero_ps();
+    for (int c = 0; c < C; c += 32) {
+        const __mmask32 m = C - c >= 32 ? 0xFFFFFFFFu : (1u << (C - c)) - 1;
+        __m512i wv[4], xv[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < RT; i++) wv[i] = _mm512_maskz_loadu_epi16(m, w + (size_t)i * C + c);
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) xv[j] = _mm512_maskz_loadu_epi16(m, xb + (size_t)(t + j) * C + c);
+#pragma GCC unroll 4
+        for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
+            for (int j = 0; j < TT; j++) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], (__m512bh)wv[i], (__m512bh)xv[j]);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) out[(size_t)(t + j) * R + r + i] = _mm512_reduce_add_ps(acc[i][j]);
+}
+
+/* Rows [r0, r1) x n tokens, blocked as rows_float_nn (a block of tokens stays in L2). */
+static void rows_bf16_dot(float* out, const uint16_t* xb, const Matrix* W, int n, int r0, int r1) {
+    int tb = (int)(((size_t)192 * 1024) / ((size_t)W->cols * sizeof(uint16_t)));
+    if (tb < 4) tb = 4;
+    tb &= ~3;
+    for (int t0 = 0; t0 < n; t0 += tb) {
+        const int t1 = t0 + tb < n ? t0 + tb : n;
+        int r = r0;
+        for (; r + 4 <= r1; r += 4) {
+            int t = t0;
+            for (; t + 4 <= t1; t += 4) tile_bf16_dot(out, xb, W, r, t, 4, 4);
+            for (; t < t1; t++) tile_bf16_dot(out, xb, W, r, t, 4, 1);
+        }
+        for (; r < r1; r++) {
+            int t = t0;
+            for (; t + 4 <= t1; t += 4) tile_bf16_dot(out, xb, W, r, t, 1, 4);
+            for (; t < t1; t++) tile_bf16_dot(out, xb, W, r, t, 1, 1);
+        }
+    }
+}
+
+/* xb[i] = x[i] rounded to bf16, nearest even (vcvtne2ps2bf16; the scalar tail does the same). */
+static void bf16_round_rows(uint16_t* xb, const float* x, size_t count) {
+    size_t i = 0;
+    for (; i + 32 <= count; i += 32)
+        _mm512_storeu_si512(xb + i, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i)));
+    for (; i < count; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], sizeof u);
+        xb[i] = (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+    }
+}
+#endif
+
 static void rows_f32(float* out, const float* x, const Matrix* W, int n, int r0, int r1) {
     if (n == 1) rows_f32_n1(out, x, W, r0, r1);
     else rows_float_nn(out, x, W, WEIGHT_F32, n, r0, r1);
@@ -1323,6 +1412,7 @@ typedef struct {
     int use_qi;          /* q8 / q4 weights x int8 activations (quantize_rows) */
     int32_t* xgsum;      /* xgsum_buf for q4 weights, NULL for q8 (quantize_rows skips it) */
     int use_xp;          /* bf16, n == 1: xp_buf holds x de-interleaved */
+    int use_xb16;        /* bf16, n > 1, --bf16-activations: xb16_buf holds x rounded to bf16 */
     int qgs;             /* group size of the quantised activations */
     int qtb;             /* tokens per quantisation item */
     int n_ranges;        /* claim_chunks: one range of chunks per thread */
@@ -1364,6 +1454,12 @@ static void compute_rows(const MatmulJob* j, int m, int r0, int r1) {
         matmul_rows_scalar(j->out[m], j->x, W, j->n, r0, r1);
         return;
     }
+#if defined(KERNELS_BF16_DOT)
+    if (j->use_xb16) {
+        rows_bf16_dot(j->out[m], xb16_buf, W, j->n, r0, r1);
+        return;
+    }
+#endif
     if (W->type == WEIGHT_F32) rows_f32(j->out[m], j->x, W, j->n, r0, r1);
 #if defined(KERNELS_AVX2) /* the de-interleaved bf16 path (use_xp) is AVX2-only */
     else if (W->type == WEIGHT_BF16 && j->use_xp) rows_bf16_n1(j->out[m], xp_buf, W, r0, r1);
@@ -1427,6 +1523,18 @@ static void run_job(MatmulJob* j) {
     const int nt = kernels_threads();
     j->use_qi = 0;
     j->use_xp = 0;
+    j->use_xb16 = 0;
+#if defined(KERNELS_BF16_DOT)
+    if (bf16_activations && j->n > 1 && (size_t)j->n * (size_t)j->W[0]->cols <= xq_cap) {
+        int all = 1;
+        for (int m = 0; m < j->n_mats; m++)
+            if (j->W[m]->type != WEIGHT_BF16 || j->W[m]->cols != j->W[0]->cols) all = 0;
+        if (all) {
+            bf16_round_rows(xb16_buf, j->x, (size_t)j->n * (size_t)j->W[0]->cols);
+            j->use_xb16 = 1;
+        }
+    }
+#endif
 #if defined(KERNELS_AVX2)
     if (j->n == 1 && j->W[0]->cols % 16 == 0 && j->W[0]->cols <= xp_cap) {
         int any = 0, same = 1;

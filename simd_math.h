@@ -17,6 +17,11 @@ void matmul_scratch_free(void);
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #define KERNELS_AVX512 1
 #endif
+/* With AVX-512 BF16 as well, prefill can multiply bf16 weights by bf16-rounded activations
+ * (vdpbf16ps) when asked to: kernels_set_bf16_activations. */
+#if defined(KERNELS_AVX512) && defined(__AVX512BF16__)
+#define KERNELS_BF16_DOT 1
+#endif
 
 static inline float hsum256(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

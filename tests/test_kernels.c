@@ -463,6 +463,54 @@ static void test_set_threads(void) {
     kernels_free();
 }
 
+/* --bf16-activations (kernels_set_bf16_activations): prefill with bf16 weights multiplies them by
+ * the activations rounded to bf16. Checked against the exact sum over (weight x rounded
+ * activation) in double with the fp32 tolerance of check_matmul; at 1024 columns a kernel that
+ * skipped the rounding would be off by about 6e-5 of sum|w x|, three times that tolerance.
+ * Decode (n == 1) keeps fp32 activations: bitwise the result without the option. */
+static void test_bf16_activations(void) {
+    if (!kernels_set_bf16_activations(1)) {
+        printf("bf16 activations: skipped, this build has no bf16 dot product (AVX-512 BF16)\n");
+        return;
+    }
+    struct { int rows, cols, n; } cases[] = {{37, 1027, 5}, {64, 1024, 17}, {9, 13, 2}, {130, 200, 40}, {11, 80, 3}};
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        const int rows = cases[k].rows, cols = cases[k].cols, n = cases[k].n;
+        TestMatrix t = make_matrix(WEIGHT_BF16, rows, cols, 0);
+        float* x = malloc((size_t)n * cols * sizeof(float));
+        float* out = malloc((size_t)n * rows * sizeof(float));
+        for (size_t i = 0; i < (size_t)n * cols; i++) x[i] = frand() * (1.0f + 3.0f * (i % 7 == 0));
+        matmul(out, x, &t.M, n);
+        double worst = 0;
+        for (int tk = 0; tk < n; tk++)
+            for (int r = 0; r < rows; r++) {
+                double abssum = 0, exact = 0;
+                for (int c = 0; c < cols; c++) {
+                    double p = (double)t.deq[(size_t)r * cols + c] * bf16_to_f32(f32_to_bf16(x[(size_t)tk * cols + c]));
+                    abssum += fabs(p);
+                    exact += p;
+                }
+                const double e = fabs(out[(size_t)tk * rows + r] - exact) / (2e-5 * abssum + 1e-6);
+                if (!(e <= worst)) worst = e;
+            }
+        char what[128];
+        snprintf(what, sizeof what, "bf16 activations %dx%d n=%d (worst error/tol %.3f)", rows, cols, n, worst);
+        check(worst <= 1.0, what);
+        /* decode keeps fp32 activations */
+        float o1[130], o2[130];
+        matmul(o1, x, &t.M, 1);
+        kernels_set_bf16_activations(0);
+        matmul(o2, x, &t.M, 1);
+        kernels_set_bf16_activations(1);
+        snprintf(what, sizeof what, "bf16 activations %dx%d: n=1 unchanged", rows, cols);
+        check(memcmp(o1, o2, (size_t)rows * sizeof(float)) == 0, what);
+        free(x);
+        free(out);
+        free_matrix(&t);
+    }
+    kernels_set_bf16_activations(0);
+}
+
 int main(void) {
     printf("kernels: %s\n", kernels_simd_name());
     test_set_threads();
@@ -493,6 +541,7 @@ int main(void) {
         check_matmul(WEIGHT_Q8, 10, 4096, 64, 41);
         check_matmul(WEIGHT_Q4, 10, 4096, 32, 41);
         test_parallel_for();
+        test_bf16_activations();
         kernels_free();
     }
     /* 1 and 2 threads give bit-identical matmuls (the split does not change any row's arithmetic) */
