@@ -80,12 +80,13 @@ int kernels_set_threads(int n_threads);
 int kernels_thread_index(void);       /* the calling thread: 0, the workers: 1 .. threads - 1 */
 const char* kernels_simd_name(void);  /* "avx2", "neon" or "scalar" */
 
-/* Prefill (n > 1) with bf16 weights multiplies them by the activations rounded to bf16, with the
- * CPU's bf16 dot product, where the build has one (AVX-512 BF16): faster, and the precision
- * llama.cpp uses for bf16 weights, at the price of ~1e-3 relative error in the products' inputs.
- * Off by default (fp32 activations). Returns 1 if now on, 0 if off or not available. */
+/* --bf16-activations: prefill (n > 1) with bf16 weights multiplies them by the activations
+ * rounded to bf16 (up to 2^-8 relative error each), with the CPU's bf16 dot product, where the
+ * build has one (AVX-512 BF16): faster, and the precision llama.cpp uses for bf16 weights. Off
+ * by default (fp32 activations). Returns 1 if now on, 0 if off or not available. */
 int kernels_set_bf16_activations(int on);
-int kernels_bf16_activations(void);
+int kernels_bf16_activations(void); /* 1 while on */
+
 /* out[t*W->rows + r] = sum_c W[r][c] * x[t*W->cols + c]  for t < n, r < W->rows.
  * (y = W x for each of n input rows: a matrix-vector product when n == 1, a matrix-matrix
  * product when n > 1.) Threads split the rows of W. */
