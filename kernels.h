@@ -78,12 +78,14 @@ int kernels_threads(void);
  * callers' per-thread scratch): the bench compares thread counts in one process. Returns the count. */
 int kernels_set_threads(int n_threads);
 int kernels_thread_index(void);       /* the calling thread: 0, the workers: 1 .. threads - 1 */
-const char* kernels_simd_name(void);  /* "avx2", "neon" or "scalar" */
+const char* kernels_simd_name(void);  /* "avx2", "avx2+avx512", "neon" or "scalar" */
 
 /* --bf16-activations: prefill (n > 1) with bf16 weights multiplies them by the activations
  * rounded to bf16 (up to 2^-8 relative error each), with the CPU's bf16 dot product, where the
  * build has one (AVX-512 BF16): faster, and the precision llama.cpp uses for bf16 weights. Off
- * by default (fp32 activations). Returns 1 if now on, 0 if off or not available. */
+ * by default (fp32 activations). Returns 1 if now on, 0 if off or not available. No scalar
+ * twin: builds without the instruction ignore the option, and tests/test_kernels.c checks the
+ * kernel against the exact sum over the rounded activations. */
 int kernels_set_bf16_activations(int on);
 int kernels_bf16_activations(void); /* 1 while on */
 
