@@ -287,7 +287,7 @@ int kernels_init(int n_threads, int max_batch, int max_cols) {
     const char* s = getenv("KERNELS_SPIN_US");
     P.spin_ns = (s ? atol(s) : DEFAULT_SPIN_US) * 1000L;
     if (P.spin_ns < 0) P.spin_ns = 0;
-    if (matmul_scratch_init(max_batch, max_cols) != 0) return -1;
+    if (matmul_scratch_init(n_threads, max_batch, max_cols) != 0) return -1;
     pool_start(n_threads);
     P.max_threads = P.n_threads;
     return 0;

@@ -6,7 +6,7 @@
 #include <stddef.h>
 
 /* matmul.c's scratch (activation quantisation), sized by kernels_init. */
-int matmul_scratch_init(int max_batch, int max_cols);
+int matmul_scratch_init(int max_threads, int max_batch, int max_cols);
 void matmul_scratch_free(void);
 
 #if !defined(KERNELS_SCALAR) && defined(__AVX2__) && defined(__FMA__)
