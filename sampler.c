@@ -45,11 +45,22 @@ static uint32_t random_u32(uint64_t* state) {
 
 float sampler_random(Sampler* s) { return (float)(random_u32(&s->rng_state) >> 8) / 16777216.0f; }
 
+/* The first index of the largest logit, NaN skipped (0 when every logit is NaN). Two passes: the
+ * maximum, then its first position. In one pass, each comparison waits for the previous one's
+ * `best`, and the head's 151,936 logits took ~144 us per decoded token, the other thread idle
+ * (q4 decode, 2 threads: ~2% of a token); eight independent maxima let the compares overlap. */
 static int argmax(const float* x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best] || (x[best] != x[best] && x[i] == x[i])) best = i; /* skips NaN */
-    return best;
+    float m[8];
+    for (int k = 0; k < 8; k++) m[k] = -INFINITY;
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) m[k] = x[i + k] > m[k] ? x[i + k] : m[k]; /* a NaN never wins */
+    for (; i < n; i++) m[0] = x[i] > m[0] ? x[i] : m[0];
+    float top = m[0];
+    for (int k = 1; k < 8; k++) top = m[k] > top ? m[k] : top;
+    for (i = 0; i < n; i++)
+        if (x[i] == top) return i;
+    return 0; /* every logit NaN */
 }
 
 /* Descending probability; ties by ascending id, so the order never depends on qsort. */

@@ -161,6 +161,37 @@ int main(void) {
         fails += a != 7;
         sampler_free(&s);
     }
+    /* greedy = the first index of the largest logit, NaN skipped, 0 if all are NaN: against the
+     * one-pass definition, on lengths around sampler.c's 8-wide blocks, with ties, NaNs and
+     * infinities at the ends and in the middle. */
+    {
+        int bad = 0, checked = 0;
+        unsigned long long g = 99;
+        float x[37], y[37];
+        for (int trial = 0; trial < 4000; trial++) {
+            int n = 1 + trial % 37;
+            for (int i = 0; i < n; i++) {
+                g = g * 6364136223846793005ull + 1442695040888963407ull;
+                int u = (int)(g >> 58); /* 0 .. 63 */
+                x[i] = u < 6 ? NAN : u < 8 ? -INFINITY : u < 9 ? INFINITY : (float)(u % 5); /* ties */
+            }
+            if (trial % 10 == 0)
+                for (int i = 0; i < n; i++) x[i] = trial % 20 ? NAN : -INFINITY;
+            int want = 0;
+            for (int i = 1; i < n; i++)
+                if (x[i] > x[want] || (x[want] != x[want] && x[i] == x[i])) want = i;
+            Sampler s;
+            sampler_init(&s, n, 0, 0, 0, 0, 1, 1);
+            memcpy(y, x, (size_t)n * sizeof(float));
+            int a = sampler_sample(&s, y, hist, 0);
+            sampler_free(&s);
+            bad += a != want;
+            checked++;
+        }
+        printf("greedy edge cases (NaN, ties, +-inf, n = 1 .. 37): %d of %d differ -> %s\n", bad, checked,
+               bad ? "FAIL" : "ok");
+        fails += bad != 0;
+    }
     /* same seed, same tokens */
     {
         Sampler s1, s2;
