@@ -182,7 +182,12 @@ AI const void* row_ptr(const Matrix* W, int r) {
  * one, 38-47 at 256, 29-36 at 512. There a prefetch far ahead seems to hold one of the core's few
  * outstanding L1 misses for longer, while near ones meet lines the hardware prefetcher is already
  * bringing in. So: near on family 19h (Zen 4; Zen 3 shares the family, unmeasured), far
- * elsewhere; KERNELS_PREFETCH=near or far overrides the choice (choose_prefetch). */
+ * elsewhere; KERNELS_PREFETCH=near or far overrides the choice (choose_prefetch). Near q4 weights
+ * are prefetched into L2 only (prefetcht1): q4 tg128, one thread, six alternating pairs, 62.6-70.7
+ * tok/s (median ~65) against 61.2-62.9 (~61.7) into L1, every pair ahead, and in tile_q4's final
+ * form 67.9-74.2 against 64.6-66.1 in six more (twelfth session); q8's weights and both scale
+ * streams stayed at prefetcht0 (q8 44.5-46.5 against 45.2-47.1 with t1, and 42 with its scales at
+ * t1 too). The far distance keeps prefetcht0, as measured on Zen 5. */
 #define Q4_PF_FAR 5120 /* bytes */
 #define Q4_PF_NEAR 256
 #define Q8_PF_NEAR 128 /* far: one row block ahead */
@@ -805,22 +810,33 @@ AI __m256i q4_sums4(const __m256i lo[4], const __m256i hi[4], const int8_t* x) {
 #endif
 }
 
+/* tile_q4's software prefetch, a constant at each call so that each inlined copy has its one
+ * instruction: none (prefill), or as the block is read (decode, where the row blocks follow one
+ * another) the bytes Q4_PF_NEAR further on into L2 or Q4_PF_FAR further on into L1
+ * (choose_prefetch). The distance itself is read at run time: folded into the addresses as a
+ * constant (the prefetch then shares the loads' base register), the near loop ran ~12% slower on
+ * Zen 4 (57-61 against 67-69 tok/s, one thread; cause not found). */
+enum { Q4_PREFETCH_NONE, Q4_PREFETCH_NEAR, Q4_PREFETCH_FAR };
+
 /* The block of rows r .. r+3 (computed whole: the last block is padded with zero rows; rows past
- * R are not stored) x tokens t .. t+TT-1. pf >= 0: ask for the bytes pf further on as the block
- * is read (decode, where the row blocks follow one another); pf < 0: no prefetch. */
+ * R are not stored) x tokens t .. t+TT-1. */
 AI void tile_q4(float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum, const Matrix* W,
-                int r, int t, int TT, int pf) {
+                int r, int t, int TT, int prefetch) {
     const int C = W->cols, R = W->rows, G = C / 32;
     const float* s = quant_scales(W, r);      /* row r + i's scales at s + i * G */
     const uint8_t* wb = quant_group(W, r, 0); /* group g of row r + i at wb + 64 g + 16 i */
     const __m256i m = _mm256_set1_epi8(15);
-    if (pf >= 0)
+    const int pf = prefetch_near ? Q4_PF_NEAR : Q4_PF_FAR;
+    if (prefetch != Q4_PREFETCH_NONE)
         for (int o = 0; o < (int)(4 * sizeof(float)) * G; o += 64) _mm_prefetch((const char*)s + pf + o, _MM_HINT_T0);
     __m256 tot[2][4]; /* [row pair][token]: lanes 0-3 rows 0 / 2, lanes 4-7 rows 1 / 3 */
 #pragma GCC unroll 4
     for (int j = 0; j < TT; j++) tot[0][j] = tot[1][j] = _mm256_setzero_ps();
     for (int g = 0; g < G; g += 4) {
-        if (pf >= 0)
+        if (prefetch == Q4_PREFETCH_NEAR)
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) _mm_prefetch((const char*)wb + (size_t)(g + k) * 64 + pf, _MM_HINT_T1);
+        if (prefetch == Q4_PREFETCH_FAR)
 #pragma GCC unroll 4
             for (int k = 0; k < 4; k++) _mm_prefetch((const char*)wb + (size_t)(g + k) * 64 + pf, _MM_HINT_T0);
 #pragma GCC unroll 2
@@ -924,8 +940,10 @@ static void rows_q4(float* out, const int8_t* xq, const float* xsc, const int32_
                     const int32_t* xgsum, const Matrix* W, int n, int r0, int r1) {
     (void)xsum;
     if (n == 1) {
-        const int pf = prefetch_near ? Q4_PF_NEAR : Q4_PF_FAR;
-        for (int r = r0; r < r1; r += 4) tile_q4(out, xq, xsc, xgsum, W, r, 0, 1, pf);
+        if (prefetch_near)
+            for (int r = r0; r < r1; r += 4) tile_q4(out, xq, xsc, xgsum, W, r, 0, 1, Q4_PREFETCH_NEAR);
+        else
+            for (int r = r0; r < r1; r += 4) tile_q4(out, xq, xsc, xgsum, W, r, 0, 1, Q4_PREFETCH_FAR);
         return;
     }
     int tb = (int)(((size_t)192 * 1024) / (size_t)W->cols);
@@ -939,8 +957,8 @@ static void rows_q4(float* out, const int8_t* xq, const float* xsc, const int32_
             for (; t + 4 <= t1; t += 4) tile_q4_zmm(out, xq, xsc, xgsum, W, r, t, 4);
             for (; t < t1; t++) tile_q4_zmm(out, xq, xsc, xgsum, W, r, t, 1);
 #else
-            for (; t + 4 <= t1; t += 4) tile_q4(out, xq, xsc, xgsum, W, r, t, 4, -1);
-            for (; t < t1; t++) tile_q4(out, xq, xsc, xgsum, W, r, t, 1, -1);
+            for (; t + 4 <= t1; t += 4) tile_q4(out, xq, xsc, xgsum, W, r, t, 4, Q4_PREFETCH_NONE);
+            for (; t < t1; t++) tile_q4(out, xq, xsc, xgsum, W, r, t, 1, Q4_PREFETCH_NONE);
 #endif
         }
     }
