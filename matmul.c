@@ -185,9 +185,9 @@ AI const void* row_ptr(const Matrix* W, int r) {
  * elsewhere; KERNELS_PREFETCH=near or far overrides the choice (choose_prefetch). Near q4 weights
  * are prefetched into L2 only (prefetcht1): q4 tg128, one thread, six alternating pairs, 62.6-70.7
  * tok/s (median ~65) against 61.2-62.9 (~61.7) into L1, every pair ahead, and in tile_q4's final
- * form 67.9-74.2 against 64.6-66.1 in six more (twelfth session); q8's weights and both scale
- * streams stayed at prefetcht0 (q8 44.5-46.5 against 45.2-47.1 with t1, and 42 with its scales at
- * t1 too). The far distance keeps prefetcht0, as measured on Zen 5. */
+ * form 67.9-74.2 against 64.6-66.1 in six more (twelfth session). The rest stayed at prefetcht0:
+ * q8's weights (with t1 44.5-46.5 tok/s against 45.2-47.1; weights and scales with t1 42), q4's
+ * scales (not tried), and the far distance, as measured on Zen 5. */
 #define Q4_PF_FAR 5120 /* bytes */
 #define Q4_PF_NEAR 256
 #define Q8_PF_NEAR 128 /* far: one row block ahead */
