@@ -161,6 +161,15 @@ int kernels_set_bf16_activations(int on) {
 
 #define AI static inline __attribute__((always_inline))
 
+/* Tokens per block of prefill (a multiple of 4, at least 4): as many activation rows of
+ * row_bytes each as fit in 192 KB, so the block stays in L2 while the weight tiles of a chunk meet
+ * it (rows_float_nn, rows_bf16_dot, rows_qi_t, rows_q4). */
+static inline int token_block(size_t row_bytes) {
+    int tb = (int)(((size_t)192 * 1024) / row_bytes);
+    if (tb < 4) tb = 4;
+    return tb & ~3;
+}
+
 /* Row r of an f32 or bf16 matrix. */
 AI const void* row_ptr(const Matrix* W, int r) {
     return (const char*)W->data + (size_t)r * (size_t)W->cols * (W->type == WEIGHT_F32 ? 4 : 2);
@@ -946,9 +955,7 @@ static void rows_q4(float* out, const int8_t* xq, const float* xsc, const int32_
             for (int r = r0; r < r1; r += 4) tile_q4(out, xq, xsc, xgsum, W, r, 0, 1, Q4_PREFETCH_FAR);
         return;
     }
-    int tb = (int)(((size_t)192 * 1024) / (size_t)W->cols);
-    if (tb < 4) tb = 4;
-    tb &= ~3;
+    const int tb = token_block((size_t)W->cols);
     for (int t0 = 0; t0 < n; t0 += tb) {
         const int t1 = t0 + tb < n ? t0 + tb : n;
         for (int r = r0; r < r1; r += 4) {
@@ -1276,9 +1283,7 @@ static void rows_f32_n1(float* out, const float* x, const Matrix* W, int r0, int
 AI void rows_float_nn(float* out, const float* x, const Matrix* W, WeightType type, int n, int r0,
                       int r1) {
     const int C = W->cols;
-    int tb = (int)(((size_t)192 * 1024) / ((size_t)C * 4));
-    if (tb < 4) tb = 4;
-    tb &= ~3;
+    const int tb = token_block((size_t)C * sizeof(float));
     for (int t0 = 0; t0 < n; t0 += tb) {
         int t1 = t0 + tb < n ? t0 + tb : n;
         int r = r0;
@@ -1331,9 +1336,7 @@ AI void tile_bf16_dot(float* out, const uint16_t* xb, const Matrix* W, int r, in
 
 /* Rows [r0, r1) x n tokens, blocked as rows_float_nn (a block of tokens stays in L2). */
 static void rows_bf16_dot(float* out, const uint16_t* xb, const Matrix* W, int n, int r0, int r1) {
-    int tb = (int)(((size_t)192 * 1024) / ((size_t)W->cols * sizeof(uint16_t)));
-    if (tb < 4) tb = 4;
-    tb &= ~3;
+    const int tb = token_block((size_t)W->cols * sizeof(uint16_t));
     for (int t0 = 0; t0 < n; t0 += tb) {
         const int t1 = t0 + tb < n ? t0 + tb : n;
         int r = r0;
@@ -1383,9 +1386,7 @@ AI void rows_qi_t(float* out, const int8_t* xq, const float* xsc, const int32_t*
         return;
     }
     const int C = W->cols;
-    int tb = (int)(((size_t)192 * 1024) / (size_t)C);
-    if (tb < 4) tb = 4;
-    tb &= ~3;
+    const int tb = token_block((size_t)C);
     for (int t0 = 0; t0 < n; t0 += tb) {
         int t1 = t0 + tb < n ? t0 + tb : n;
         int r = r0;
@@ -1536,7 +1537,7 @@ static void matmul_item(void* ctx, int item) {
 static void matmul_task(void* ctx, int task) {
     MatmulJob* j = ctx;
     (void)task; /* the range is the calling thread's */
-#if defined(KERNELS_AVX2)
+#if defined(KERNELS_AVX2) /* a thread that runs two tasks (pool.c's serial fallback) writes its copy twice */
     if (j->use_xp) deinterleave16(thread_xp(), j->x, j->W[0]->cols);
 #endif
     int c, end;

@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-/* matmul.c's scratch (activation quantisation), sized by kernels_init. */
+/* matmul.c's scratch (activation quantisation, each thread's decode row), sized by kernels_init. */
 int matmul_scratch_init(int max_threads, int max_batch, int max_cols);
 void matmul_scratch_free(void);
 
