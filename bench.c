@@ -183,9 +183,11 @@ int bench_parse_threads(const char* s, int* counts, int max_counts) {
 /* One thread count's results. */
 typedef struct {
     int threads;       /* what the pool runs: kernels_set_threads may give fewer than asked */
-    double roof;       /* best streaming read, GB/s */
-    int roof_reads, warm_steps;
+    double best;       /* best streaming read of the run, GB/s */
+    int n_reads, warm_steps;
     double *pp, *tg;   /* tok/s of each rep, in the order measured */
+    double *rd;        /* the roof of each rep: best streaming read just before and just after its
+                        * decode, GB/s */
     double wall[2], cpu[2]; /* summed over the reps: [0] prefill, [1] decode */
 } ThreadRun;
 
@@ -214,8 +216,9 @@ static int warm_up(Transformer* t, const int* tokens, int n_prompt, int n_gen) {
     return steps;
 }
 
-/* One rep of each test with tr->threads: prefill of n_prompt tokens, two streaming reads for the
- * roof, decode of n_gen tokens. Returns 0, or -1 if forward() failed. */
+/* One rep of each test with tr->threads: prefill of n_prompt tokens, two streaming reads, decode
+ * of n_gen tokens, one more read; the best of the three is this rep's roof. Returns 0, or -1 if
+ * forward() failed. */
 static int measure_rep(Transformer* t, const int* tokens, int n_prompt, int n_gen, ReadBuffer* rb,
                        ThreadRun* tr, int r) {
     if (n_prompt > 0) {
@@ -227,9 +230,7 @@ static int measure_rep(Transformer* t, const int* tokens, int n_prompt, int n_ge
         tr->cpu[0] += cpu_s() - c0;
     }
     if (n_gen > 0) {
-        double b = read_buffer_best(rb, 2);
-        if (b > tr->roof) tr->roof = b;
-        tr->roof_reads += 2;
+        double before = read_buffer_best(rb, 2);
         double t0 = now_s(), c0 = cpu_s();
         for (int i = 0; i < n_gen; i++)
             if (!forward(t, tokens + i, 1, i, NULL)) return -1;
@@ -237,6 +238,10 @@ static int measure_rep(Transformer* t, const int* tokens, int n_prompt, int n_ge
         tr->tg[r] = n_gen / dt;
         tr->wall[1] += dt;
         tr->cpu[1] += cpu_s() - c0;
+        double after = read_buffer_best(rb, 1);
+        tr->rd[r] = before > after ? before : after;
+        if (tr->rd[r] > tr->best) tr->best = tr->rd[r];
+        tr->n_reads += 3;
     }
     return 0;
 }
@@ -251,6 +256,31 @@ static double median(double* v, int n) { /* sorts v */
 static double median_ratio(const double* a, const double* b, int reps, double* scratch) {
     for (int r = 0; r < reps; r++) scratch[r] = a[r] / b[r];
     return median(scratch, reps);
+}
+
+/* The median of n values, left in order (scratch: n doubles). */
+static double median_of(const double* v, int n, double* scratch) {
+    memcpy(scratch, v, (size_t)n * sizeof(double));
+    return median(scratch, n);
+}
+
+/* Decode as a percentage of the roof: the median over the reps of each rep's GB/s over the read
+ * bandwidth measured around that rep. This VM's memory speed moves by up to 1.8x within seconds
+ * (two threads: ~36 or ~65 GB/s), so a decode rep is compared with the machine of its own moment;
+ * the best read of the whole run, the roof until the thirteenth session, also printed as
+ * "% of best", sits above the typical read by the run's noise (a few percent with one thread). */
+static double paired_roof_pct(const ThreadRun* tr, double bytes_per_tok, int reps, double* scratch) {
+    for (int r = 0; r < reps; r++) scratch[r] = 100.0 * bytes_per_tok * tr->tg[r] / 1e9 / tr->rd[r];
+    return median(scratch, reps);
+}
+
+static void print_json_list(const char* key, const double* v, int n, const char* fmt) {
+    printf("\"%s\": [", key);
+    for (int i = 0; i < n; i++) {
+        printf(i ? ", " : "");
+        printf(fmt, v[i]);
+    }
+    printf("]");
 }
 
 static void print_results(const Transformer* t, const ThreadRun* runs, int n_runs, int n_prompt,
@@ -275,14 +305,19 @@ static void print_results(const Transformer* t, const ThreadRun* runs, int n_run
                    t->map.size / 1e6, t->map.recached ? " (the page cache held small pages: refilled)" : "");
         printf("bench: bytes read per decode token: %.1f MB weights + %.2f MB KV cache (average over tg%d)\n",
                wbytes / 1e6, (bytes_per_tok - wbytes) / 1e6, n_gen);
-        for (int k = 0; k < n_runs; k++)
+        for (int k = 0; k < n_runs; k++) {
             printf("bench: %d thread%s: warm-up of one prefill and %d decode steps; memory read bandwidth "
-                   "(512 MiB streaming read, best of %d spread over the run) %.1f GB/s\n", runs[k].threads,
-                   runs[k].threads == 1 ? "" : "s", runs[k].warm_steps, runs[k].roof_reads, runs[k].roof);
+                   "(512 MiB streaming reads, same threads): ", runs[k].threads, runs[k].threads == 1 ? "" : "s",
+                   runs[k].warm_steps);
+            if (n_gen > 0)
+                printf("around each decode rep %.1f GB/s (median, the roof), ",
+                       median_of(runs[k].rd, reps, scratch));
+            printf("best of %d %.1f GB/s\n", runs[k].n_reads, runs[k].best);
+        }
         if (n_runs > 1)
             printf("bench: the thread counts take turns, one rep of each after the other\n");
-        printf("| test   | threads | tok/s median |      min |      max |  GB/s | %% of roof | cpu share |\n");
-        printf("|--------|---------|--------------|----------|----------|-------|-----------|-----------|\n");
+        printf("| test   | threads | tok/s median |      min |      max |  GB/s | %% of roof | %% of best | cpu share |\n");
+        printf("|--------|---------|--------------|----------|----------|-------|-----------|-----------|-----------|\n");
     }
     for (int k = 0; k < n_runs; k++) {
         const ThreadRun* tr = &runs[k];
@@ -297,24 +332,36 @@ static void print_results(const Transformer* t, const ThreadRun* runs, int n_run
              * waited (for memory, for each other) or, on a shared machine, were descheduled */
             double share = tr->wall[test] > 0 ? tr->cpu[test] / (tr->wall[test] * tr->threads) : 0;
             double gbps = bytes_per_tok * med / 1e9;
+            double roof = n_gen > 0 ? median_of(tr->rd, reps, scratch) : tr->best;
+            double pct = test == 1 ? paired_roof_pct(tr, bytes_per_tok, reps, scratch) : 0;
             if (json) {
                 printf("{\"test\": \"%s\", \"threads\": %d, \"tokens_per_s\": %.3f, \"min\": %.3f, \"max\": %.3f, ",
                        name, tr->threads, med, lo, hi);
                 if (test == 1)
-                    printf("\"gbps\": %.3f, \"roof_pct\": %.2f, ", gbps, 100.0 * gbps / tr->roof);
+                    printf("\"gbps\": %.3f, \"roof_pct\": %.2f, ", gbps, pct);
                 else
                     printf("\"gbps\": null, \"roof_pct\": null, ");
-                printf("\"mem_gbps\": %.3f, \"weight_type\": \"%s\", \"cpu_share\": %.3f, ", tr->roof,
+                printf("\"mem_gbps\": %.3f, ", roof);
+                if (test == 1)
+                    printf("\"roof_pct_best\": %.2f, ", 100.0 * gbps / tr->best);
+                else
+                    printf("\"roof_pct_best\": null, ");
+                printf("\"mem_gbps_best\": %.3f, \"weight_type\": \"%s\", \"cpu_share\": %.3f, ", tr->best,
                        type_name(c->weight_type), share);
                 if (t->map.copied || t->map.huge_bytes < 0)
-                    printf("\"weights\": \"%s\", \"huge_pct\": null}\n", t->map.copied ? "copied" : "mapped");
+                    printf("\"weights\": \"%s\", \"huge_pct\": null, ", t->map.copied ? "copied" : "mapped");
                 else
-                    printf("\"weights\": \"mapped\", \"huge_pct\": %.1f}\n", 100.0 * t->map.huge_bytes / t->map.size);
+                    printf("\"weights\": \"mapped\", \"huge_pct\": %.1f, ", 100.0 * t->map.huge_bytes / t->map.size);
+                print_json_list("reps_tokens_per_s", test == 0 ? tr->pp : tr->tg, reps, "%.3f");
+                printf(", ");
+                if (test == 1) print_json_list("reps_mem_gbps", tr->rd, reps, "%.3f");
+                else printf("\"reps_mem_gbps\": null");
+                printf("}\n");
             } else if (test == 1) {
-                printf("| %-6s | %7d | %12.2f | %8.2f | %8.2f | %5.1f | %8.1f%% | %8.0f%% |\n", name,
-                       tr->threads, med, lo, hi, gbps, 100.0 * gbps / tr->roof, 100 * share);
+                printf("| %-6s | %7d | %12.2f | %8.2f | %8.2f | %5.1f | %8.1f%% | %8.1f%% | %8.0f%% |\n", name,
+                       tr->threads, med, lo, hi, gbps, pct, 100.0 * gbps / tr->best, 100 * share);
             } else {
-                printf("| %-6s | %7d | %12.2f | %8.2f | %8.2f |     - |         - | %8.0f%% |\n", name,
+                printf("| %-6s | %7d | %12.2f | %8.2f | %8.2f |     - |         - |         - | %8.0f%% |\n", name,
                        tr->threads, med, lo, hi, 100 * share);
             }
         }
@@ -363,7 +410,8 @@ int bench_main(Transformer* t, int argc, char** argv) {
     }
     int n_tok = need > 0 ? need : 1, status = 1;
     int* tokens = malloc((size_t)n_tok * sizeof(int));
-    double* results = calloc((size_t)(2 * n_runs + 1) * (size_t)reps, sizeof(double));
+    /* per thread count: pp, tg and rd of each rep; then the scratch of print_results */
+    double* results = calloc((size_t)(3 * n_runs + 1) * (size_t)reps, sizeof(double));
     ThreadRun runs[BENCH_MAX_THREAD_COUNTS];
     ReadBuffer rb = {0};
     if (!tokens || !results) {
@@ -380,17 +428,17 @@ int bench_main(Transformer* t, int argc, char** argv) {
         goto done;
     }
 
-    /* The roof of each thread count: the best streaming read of the run, 5 passes now and 2
-     * before each decode test, so that one slow moment of a shared machine does not set it (and
-     * push roof_pct past 100%). */
+    /* Each thread count's first reads: 5 passes now, towards the run's best read (the decode reps
+     * add their own, measure_rep). */
     for (int k = 0; k < n_runs; k++) {
         ThreadRun* tr = &runs[k];
         memset(tr, 0, sizeof *tr);
         tr->threads = kernels_set_threads(counts[k]);
         tr->pp = results + (size_t)(2 * k) * reps;
         tr->tg = results + (size_t)(2 * k + 1) * reps;
-        tr->roof = read_buffer_best(&rb, 5);
-        tr->roof_reads = 5;
+        tr->rd = results + (size_t)(2 * n_runs + k) * reps;
+        tr->best = read_buffer_best(&rb, 5);
+        tr->n_reads = 5;
         if ((tr->warm_steps = warm_up(t, tokens, n_prompt, n_gen)) < 0) goto fail;
     }
     /* Several thread counts take turns rep by rep (in the opposite order every other rep), so that
@@ -401,7 +449,7 @@ int bench_main(Transformer* t, int argc, char** argv) {
             kernels_set_threads(tr->threads);
             if (measure_rep(t, tokens, n_prompt, n_gen, &rb, tr, r) != 0) goto fail;
         }
-    print_results(t, runs, n_runs, n_prompt, n_gen, reps, json, results + (size_t)2 * n_runs * reps);
+    print_results(t, runs, n_runs, n_prompt, n_gen, reps, json, results + (size_t)3 * n_runs * reps);
     status = 0;
     goto done;
 fail:

@@ -9,11 +9,17 @@
  *                      its own warm-up and roof, then the counts take turns rep by rep
  *   --json             one JSON object per test and line instead of the table:
  *       {"test": "pp512", "threads": 2, "tokens_per_s": <median>, "min": .., "max": ..,
- *        "gbps": .., "roof_pct": .., "mem_gbps": .., "weight_type": "q8", "cpu_share": 0.97,
- *        "weights": "mapped" or "copied" (--no-mmap), "huge_pct": % of the mapping in 2 MB pages}
+ *        "gbps": .., "roof_pct": .., "mem_gbps": .., "roof_pct_best": .., "mem_gbps_best": ..,
+ *        "weight_type": "q8", "cpu_share": 0.97, "weights": "mapped" or "copied" (--no-mmap),
+ *        "huge_pct": % of the mapping in 2 MB pages, "reps_tokens_per_s": [each rep's tok/s],
+ *        "reps_mem_gbps": [each decode rep's roof]}
  *     gbps is the decode's achieved read bandwidth (bytes of weights and KV cache read per token /
- *     seconds per token, at the median) and roof_pct its percentage of mem_gbps, the machine's
- *     read bandwidth measured in the same run with the same threads; both are null for pp.
+ *     seconds per token, at the median). The machine's read bandwidth is measured in the same run
+ *     with the same threads: each decode rep's roof is the best of two streaming reads just before
+ *     it and one just after; mem_gbps is their median, roof_pct the median over the reps of the
+ *     rep's GB/s as a percentage of its own roof. mem_gbps_best is the best read of the run and
+ *     roof_pct_best gbps as a percentage of it. gbps, the roof_pcts and reps_mem_gbps are null for
+ *     pp.
  *     cpu_share is the CPU time the process got / (wall time x threads) during the test: well
  *     below 1 on a shared machine means other processes took the cores (numbers not comparable).
  *     One line per test and thread count.

@@ -5,7 +5,8 @@ Speed is never asserted (benchmarks are programs, not tests); what is checked is
   min <= median <= max, null bandwidth for prefill;
 * the decode's gbps is tokens/s x the bytes a decode step reads, counted here independently from
   the checkpoint's header (every matrix, norm, one embedding row, the KV cache averaged over tgN),
-  and roof_pct is gbps / mem_gbps;
+  roof_pct is the median over the reps of each rep's GB/s / the read bandwidth measured around
+  that rep (recomputed here from the per-rep lists), roof_pct_best is gbps / the run's best read;
 * --threads 1,2 measures both counts in one process, in the order given; a list is refused
   outside bench mode, and a malformed list or a context too short for the test ends with a
   message and a non-zero exit.
@@ -22,7 +23,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN = os.path.join(ROOT, "run")
 MODEL = os.path.join(ROOT, "models", "tinystories.bin")
 KEYS = ["test", "threads", "tokens_per_s", "min", "max", "gbps", "roof_pct", "mem_gbps",
-        "weight_type", "cpu_share", "weights", "huge_pct"]
+        "roof_pct_best", "mem_gbps_best", "weight_type", "cpu_share", "weights", "huge_pct",
+        "reps_tokens_per_s", "reps_mem_gbps"]
 FLAG_QK_NORM, FLAG_QKV_BIAS, FLAG_TIED_EMBED = 1, 2, 4
 
 
@@ -36,6 +38,12 @@ def missing():
 
 def run(*args):
     return subprocess.run([RUN, MODEL] + list(args), capture_output=True, text=True, timeout=300)
+
+
+def median(v):
+    v = sorted(v)
+    n = len(v)
+    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
 
 
 def decode_bytes_per_token(path, n_gen):
@@ -77,16 +85,30 @@ class BenchMode(unittest.TestCase):
             self.assertTrue(0 < r["min"] <= r["tokens_per_s"] <= r["max"], r)
             self.assertGreater(r["mem_gbps"], 0)
             self.assertGreater(r["cpu_share"], 0)
+            reps = r["reps_tokens_per_s"]
+            self.assertEqual(len(reps), 3)
+            self.assertEqual((min(reps), max(reps)), (r["min"], r["max"]))
+            self.assertEqual(median(reps), r["tokens_per_s"])
             if r["test"].startswith("pp"):
                 self.assertIsNone(r["gbps"])
                 self.assertIsNone(r["roof_pct"])
+                self.assertIsNone(r["roof_pct_best"])
+                self.assertIsNone(r["reps_mem_gbps"])
             else:
                 # both printed with 3 decimals: ~2e-5 relative at most; one KV position more or
                 # less per step would be 5e-4 here
-                want = r["tokens_per_s"] * decode_bytes_per_token(MODEL, 16) / 1e9
+                bytes_per_token = decode_bytes_per_token(MODEL, 16)
+                want = r["tokens_per_s"] * bytes_per_token / 1e9
                 self.assertAlmostEqual(r["gbps"] / want, 1.0, delta=1e-4,
                                        msg="gbps %.3f, tok/s x bytes per token %.3f" % (r["gbps"], want))
-                self.assertAlmostEqual(r["roof_pct"], 100 * r["gbps"] / r["mem_gbps"], delta=0.02)
+                reads = r["reps_mem_gbps"]
+                self.assertEqual(len(reads), 3)
+                self.assertEqual(median(reads), r["mem_gbps"])
+                self.assertGreaterEqual(r["mem_gbps_best"], max(reads))
+                # each rep against the read of its own moment, then the median
+                paired = median([100 * tok * bytes_per_token / 1e9 / rd for tok, rd in zip(reps, reads)])
+                self.assertAlmostEqual(r["roof_pct"] / paired, 1.0, delta=2e-4, msg=(r["roof_pct"], paired))
+                self.assertAlmostEqual(r["roof_pct_best"], 100 * r["gbps"] / r["mem_gbps_best"], delta=0.02)
 
     def test_default_is_the_kernels_thread_count(self):
         recs = self.json_lines("--threads", "1", "--bench-prompt", "0", "--bench-gen", "2",
