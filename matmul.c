@@ -538,6 +538,7 @@ static void rows_f32_n1(float* out, const float* x, const Matrix* W, int r0, int
 
 /* ---- q8 and q4 x int8 activations ---- */
 
+#if !defined(KERNELS_Q8_F32ACT) /* that build multiplies fp32 activations only */
 /* Quantises token rows [t0, t1) of x (width C) to int8 per group of gs (a multiple of 32):
  * s = max|x| / 127, q = round(x / s). Also stores, per group, -128 times the sums of q that land
  * in each of the 8 int32 lanes of the dot product (lane k: the columns c with c % 32 in
@@ -585,6 +586,7 @@ static void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, int32_t* xgsum, 
         }
     }
 }
+#endif
 
 /* The int8 dot product of 32 weights and 32 activations, in three parts: qi_load once per weight
  * vector, qi_acc0 once per group and token (the accumulator's start), qi_dot per weight vector
@@ -1127,6 +1129,7 @@ AI void rows_float_n1(float* out, const float* x, const Matrix* W, WeightType ty
 
 /* ---- q8 x int8 activations ---- */
 
+#if !defined(KERNELS_Q8_F32ACT)
 /* Quantises token rows [t0, t1) of x (width C) to int8 per group of gs (a multiple of 16; run_job
  * only comes here for multiples of 32): s = max|x| / 127, q = round(x / s). The scheme of the
  * AVX2 twin, rounded the same way: x * (127 / max) and round to nearest even (vcvtnq_s32_f32,
@@ -1161,6 +1164,7 @@ static void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, int32_t* xgsum, 
         }
     }
 }
+#endif
 
 /* The 16 weights of a row group from column c (a multiple of 16) on, as int8; wrow is the row's
  * group. q4 (kernels.h): columns c .. c+15 are the low nibbles of a 16-byte run when c % 32 == 0,
@@ -1545,11 +1549,36 @@ static void matmul_task(void* ctx, int task) {
         for (; c < end; c++) run_chunk(j, c);
 }
 
+/* The activations' per-token preparation (quantize_item, round_item) before the products: items
+ * of qtb tokens, about 4 per thread; below 16 tokens one item in the calling thread, where a
+ * dispatch would cost more than it saves. Per token, so the split does not change the result. */
+#if (defined(HAVE_Q8_INT8) && !defined(KERNELS_Q8_F32ACT)) || defined(KERNELS_BF16_DOT)
+static void prepare_tokens(MatmulJob* j, void (*item)(void*, int)) {
+    const int nt = kernels_threads();
+    if (j->n < 16) {
+        j->qtb = j->n;
+        item(j, 0);
+        return;
+    }
+    j->qtb = (j->n + nt * 4 - 1) / (nt * 4);
+    parallel_for((j->n + j->qtb - 1) / j->qtb, item, j);
+}
+#endif
+
 #if defined(HAVE_Q8_INT8) && !defined(KERNELS_Q8_F32ACT)
 static void quantize_item(void* ctx, int i) {
     const MatmulJob* j = ctx;
     int t0 = i * j->qtb, t1 = t0 + j->qtb < j->n ? t0 + j->qtb : j->n;
     quantize_rows(xq_buf, xs_buf, xsum_buf, j->xgsum, j->x, j->W[0]->cols, j->qgs, t0, t1);
+}
+#endif
+
+#if defined(KERNELS_BF16_DOT)
+static void round_item(void* ctx, int i) {
+    const MatmulJob* j = ctx;
+    const size_t C = (size_t)j->W[0]->cols;
+    int t0 = i * j->qtb, t1 = t0 + j->qtb < j->n ? t0 + j->qtb : j->n;
+    bf16_round_rows(xb16_buf + (size_t)t0 * C, j->x + (size_t)t0 * C, (size_t)(t1 - t0) * C);
 }
 #endif
 
@@ -1564,7 +1593,7 @@ static void run_job(MatmulJob* j) {
         for (int m = 0; m < j->n_mats; m++)
             if (j->W[m]->type != WEIGHT_BF16 || j->W[m]->cols != j->W[0]->cols) all = 0;
         if (all) {
-            bf16_round_rows(xb16_buf, j->x, (size_t)j->n * (size_t)j->W[0]->cols);
+            prepare_tokens(j, round_item);
             j->use_xb16 = 1;
         }
     }
@@ -1591,12 +1620,7 @@ static void run_job(MatmulJob* j) {
             j->use_qi = 1;
             j->qgs = W0->group_size;
             j->xgsum = W0->type == WEIGHT_Q4 ? xgsum_buf : NULL;
-            if (j->n < 16) {
-                quantize_rows(xq_buf, xs_buf, xsum_buf, j->xgsum, j->x, W0->cols, j->qgs, 0, j->n);
-            } else {
-                j->qtb = (j->n + nt * 4 - 1) / (nt * 4);
-                parallel_for((j->n + j->qtb - 1) / j->qtb, quantize_item, j);
-            }
+            prepare_tokens(j, quantize_item);
         }
     }
 #endif
