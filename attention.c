@@ -22,14 +22,14 @@ void softmax_scalar(float* x, int n) {
     for (int i = 0; i < n; i++) x[i] *= inv;
 }
 
-void attention_group_scalar(float* out, const float* q, int n_q, const float* keys, const float* values,
-                            int stride, int n_pos, int head_dim, float scale, float* att) {
+void attention_group_scalar(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int head_dim,
+                            float scale, float* att) {
     for (int j = 0; j < n_q; j++) {
         const float* qj = q + (size_t)j * head_dim;
         float* oj = out + (size_t)j * head_dim;
         float* aj = att + (size_t)j * n_pos;
         for (int t = 0; t < n_pos; t++) {
-            const float* k = keys + (size_t)t * stride;
+            const float* k = kv->keys + kv_row_offset(kv, t);
             float s = 0.0f;
             for (int i = 0; i < head_dim; i++) s += qj[i] * k[i];
             aj[t] = s * scale;
@@ -37,7 +37,7 @@ void attention_group_scalar(float* out, const float* q, int n_q, const float* ke
         softmax_scalar(aj, n_pos);
         for (int i = 0; i < head_dim; i++) oj[i] = 0.0f;
         for (int t = 0; t < n_pos; t++) {
-            const float* v = values + (size_t)t * stride;
+            const float* v = kv->values + kv_row_offset(kv, t);
             float a = aj[t];
             for (int i = 0; i < head_dim; i++) oj[i] += a * v[i];
         }
@@ -86,9 +86,9 @@ void softmax(float* x, int n) {
  * read, so the values stream in beside the keys and the weighted sum finds them in cache
  * (decode, 28 layers x 8 kv heads of 2 queries, head_dim 128, 1 thread: 1.89 -> 1.31 ms per
  * token at 128 positions, 9.9 -> 7.0 at 512; docs/notes-kernels.md, "Sixth session"). */
-AI void scores(float* att, const float* q, int NQ, const float* keys, const float* prefetch_values, int stride,
-               int n_pos, int d, float scale) {
-    for (int t = 0; t < n_pos; t++) {
+AI void scores(float* att, int att_stride, const float* q, int NQ, const float* keys, const float* prefetch_values,
+               int stride, int n, int d, float scale) {
+    for (int t = 0; t < n; t++) {
         const float* k = keys + (size_t)t * stride;
         const float* v = prefetch_values ? prefetch_values + (size_t)t * stride : NULL;
         for (int i = 0; v && i < d; i += 16) _mm_prefetch((const char*)(v + i), _MM_HINT_T0);
@@ -107,27 +107,31 @@ AI void scores(float* att, const float* q, int NQ, const float* keys, const floa
             }
 #pragma GCC unroll 2
         for (int j = 0; j < NQ; j++)
-            att[(size_t)j * n_pos + t] =
+            att[(size_t)j * att_stride + t] =
                 hsum256(_mm256_add_ps(_mm256_add_ps(a[j][0], a[j][1]), _mm256_add_ps(a[j][2], a[j][3]))) * scale;
     }
 }
 
-/* out_j = sum_t att[j][t] v_t for NQ (1 or 2) queries, 32 outputs per query in registers per pass. */
-AI void weighted_sum(float* out, const float* att, int NQ, const float* values, int stride, int n_pos, int d) {
+/* out_j (+)= sum_{t < n} att[j * att_stride + t] v_t for NQ (1 or 2) queries, 32 outputs per query
+ * in registers per pass; with add, the sums continue from what out holds (the blocks of the
+ * cache after the first: the additions run in the same order as over one array). */
+AI void weighted_sum(float* out, const float* att, int att_stride, int NQ, const float* values, int stride, int n,
+                     int d, int add) {
     for (int i = 0; i < d; i += 32) {
         __m256 o[2][4];
 #pragma GCC unroll 2
         for (int j = 0; j < NQ; j++)
 #pragma GCC unroll 4
-            for (int u = 0; u < 4; u++) o[j][u] = _mm256_setzero_ps();
-        for (int t = 0; t < n_pos; t++) {
+            for (int u = 0; u < 4; u++)
+                o[j][u] = add ? _mm256_loadu_ps(out + (size_t)j * d + i + 8 * u) : _mm256_setzero_ps();
+        for (int t = 0; t < n; t++) {
             const float* v = values + (size_t)t * stride + i;
             __m256 vv[4];
 #pragma GCC unroll 4
             for (int u = 0; u < 4; u++) vv[u] = _mm256_loadu_ps(v + 8 * u);
 #pragma GCC unroll 2
             for (int j = 0; j < NQ; j++) {
-                __m256 a = _mm256_broadcast_ss(att + (size_t)j * n_pos + t);
+                __m256 a = _mm256_broadcast_ss(att + (size_t)j * att_stride + t);
 #pragma GCC unroll 4
                 for (int u = 0; u < 4; u++) o[j][u] = _mm256_fmadd_ps(a, vv[u], o[j][u]);
             }
@@ -180,15 +184,22 @@ AI void score_tile(float* S, size_t s_stride, const float* const* qp, int NQ, co
         }
 }
 
-/* out_j = sum_{t < n_pos} P[j * p_stride + t] v_t for NQ (<= 4) queries, 16 outputs per query in
- * registers per pass: per position 2 loads of v and NQ broadcasts for 2 NQ FMAs. */
+/* out_j (+)= sum_{t < n} P[j * p_stride + t] v_t for NQ (<= 4) queries, 16 outputs per query in
+ * registers per pass: per position 2 loads of v and NQ broadcasts for 2 NQ FMAs. add: as in
+ * weighted_sum. */
 AI void weighted_sum_tile(float* const* op, const float* P, size_t p_stride, int NQ, const float* values, int stride,
-                          int n_pos, int d) {
+                          int n, int d, int add) {
     for (int i = 0; i < d; i += 16) {
         __m256 o[4][2];
 #pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) o[j][0] = o[j][1] = _mm256_setzero_ps();
-        for (int t = 0; t < n_pos; t++) {
+        for (int j = 0; j < 4; j++) {
+            o[j][0] = o[j][1] = _mm256_setzero_ps();
+            if (add && j < NQ) {
+                o[j][0] = _mm256_loadu_ps(op[j] + i);
+                o[j][1] = _mm256_loadu_ps(op[j] + i + 8);
+            }
+        }
+        for (int t = 0; t < n; t++) {
             const float* v = values + (size_t)t * stride + i;
             __m256 v0 = _mm256_loadu_ps(v), v1 = _mm256_loadu_ps(v + 8);
             __asm__("" : "+v"(v0), "+v"(v1));
@@ -238,9 +249,9 @@ void softmax(float* x, int n) {
 
 /* As the AVX2 scores, 16 dimensions per step (four 4-lane accumulators per query); the value
  * prefetch is kept for the same reason, unmeasured on arm64. */
-AI void scores(float* att, const float* q, int NQ, const float* keys, const float* prefetch_values, int stride,
-               int n_pos, int d, float scale) {
-    for (int t = 0; t < n_pos; t++) {
+AI void scores(float* att, int att_stride, const float* q, int NQ, const float* keys, const float* prefetch_values,
+               int stride, int n, int d, float scale) {
+    for (int t = 0; t < n; t++) {
         const float* k = keys + (size_t)t * stride;
         const float* v = prefetch_values ? prefetch_values + (size_t)t * stride : NULL;
         for (int i = 0; v && i < d; i += 16) __builtin_prefetch(v + i, 0, 3);
@@ -254,23 +265,24 @@ AI void scores(float* att, const float* q, int NQ, const float* keys, const floa
                     a[j][u] = vfmaq_f32(a[j][u], vld1q_f32(q + (size_t)j * d + i + 4 * u), kv);
             }
         for (int j = 0; j < NQ; j++)
-            att[(size_t)j * n_pos + t] =
+            att[(size_t)j * att_stride + t] =
                 vaddvq_f32(vaddq_f32(vaddq_f32(a[j][0], a[j][1]), vaddq_f32(a[j][2], a[j][3]))) * scale;
     }
 }
 
 /* As the AVX2 weighted_sum, 16 outputs per query per pass. */
-AI void weighted_sum(float* out, const float* att, int NQ, const float* values, int stride, int n_pos, int d) {
+AI void weighted_sum(float* out, const float* att, int att_stride, int NQ, const float* values, int stride, int n,
+                     int d, int add) {
     for (int i = 0; i < d; i += 16) {
         float32x4_t o[2][4];
         for (int j = 0; j < NQ; j++)
-            for (int u = 0; u < 4; u++) o[j][u] = vdupq_n_f32(0.0f);
-        for (int t = 0; t < n_pos; t++) {
+            for (int u = 0; u < 4; u++) o[j][u] = add ? vld1q_f32(out + (size_t)j * d + i + 4 * u) : vdupq_n_f32(0.0f);
+        for (int t = 0; t < n; t++) {
             const float* v = values + (size_t)t * stride + i;
             float32x4_t vv[4];
             for (int u = 0; u < 4; u++) vv[u] = vld1q_f32(v + 4 * u);
             for (int j = 0; j < NQ; j++) {
-                float a = att[(size_t)j * n_pos + t];
+                float a = att[(size_t)j * att_stride + t];
                 for (int u = 0; u < 4; u++) o[j][u] = vfmaq_n_f32(o[j][u], vv[u], a);
             }
         }
@@ -307,12 +319,12 @@ AI void score_tile(float* S, size_t s_stride, const float* const* qp, int NQ, co
 
 /* As the AVX2 weighted_sum_tile, 16 outputs per query per pass. */
 AI void weighted_sum_tile(float* const* op, const float* P, size_t p_stride, int NQ, const float* values, int stride,
-                          int n_pos, int d) {
+                          int n, int d, int add) {
     for (int i = 0; i < d; i += 16) {
         float32x4_t o[4][4];
         for (int j = 0; j < 4; j++)
-            for (int u = 0; u < 4; u++) o[j][u] = vdupq_n_f32(0.0f);
-        for (int t = 0; t < n_pos; t++) {
+            for (int u = 0; u < 4; u++) o[j][u] = add && j < NQ ? vld1q_f32(op[j] + i + 4 * u) : vdupq_n_f32(0.0f);
+        for (int t = 0; t < n; t++) {
             const float* v = values + (size_t)t * stride + i;
             float32x4_t vv[4];
             for (int u = 0; u < 4; u++) vv[u] = vld1q_f32(v + 4 * u);
@@ -332,40 +344,61 @@ AI void weighted_sum_tile(float* const* op, const float* P, size_t p_stride, int
 void softmax(float* x, int n) { softmax_scalar(x, n); }
 #endif
 
-void attention_group(float* out, const float* q, int n_q, const float* keys, const float* values,
-                     int stride, int n_pos, int head_dim, float scale, float* att) {
+#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
+/* The kernels above read rows at a fixed stride, and the cache keeps its positions in blocks
+ * (KVRows), so the loops below call them block by block: this one is positions [b0, b0 + its
+ * length) of n, at *off in the cache. */
+static inline int kv_block(const KVRows* kv, int b0, int n, size_t* off) {
+    *off = (size_t)(b0 / kv->block_len) * kv->block_stride;
+    return n - b0 < kv->block_len ? n - b0 : kv->block_len;
+}
+
+/* Scores, softmax and weighted sum of NQ (1 or 2, a constant) queries; with prefetch, the scores
+ * bring the values into cache as they go (see scores). */
+AI void attend_queries(float* out, const float* q, int NQ, const KVRows* kv, int n_pos, int d, float scale,
+                       float* att, int prefetch) {
+    size_t off;
+    for (int b0 = 0; b0 < n_pos; b0 += kv->block_len) {
+        const int nb = kv_block(kv, b0, n_pos, &off);
+        scores(att + b0, n_pos, q, NQ, kv->keys + off, prefetch ? kv->values + off : NULL, kv->stride, nb, d, scale);
+    }
+    for (int j = 0; j < NQ; j++) softmax(att + (size_t)j * n_pos, n_pos);
+    for (int b0 = 0; b0 < n_pos; b0 += kv->block_len) {
+        const int nb = kv_block(kv, b0, n_pos, &off);
+        weighted_sum(out, att + b0, n_pos, NQ, kv->values + off, kv->stride, nb, d, b0 > 0);
+    }
+}
+#endif
+
+void attention_group(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int head_dim, float scale,
+                     float* att) {
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
     if (head_dim % DIM_STEP == 0) {
         const int d = head_dim;
-        int j = 0; /* pairs, then a last single query (NQ a constant, so the accumulators stay in
-                    * registers); the first call prefetches the values */
+        int j = 0; /* pairs, then a last single query */
         for (; j + 2 <= n_q; j += 2)
-            scores(att + (size_t)j * n_pos, q + (size_t)j * d, 2, keys, j == 0 ? values : NULL, stride, n_pos, d, scale);
+            attend_queries(out + (size_t)j * d, q + (size_t)j * d, 2, kv, n_pos, d, scale, att + (size_t)j * n_pos, j == 0);
         if (j < n_q)
-            scores(att + (size_t)j * n_pos, q + (size_t)j * d, 1, keys, j == 0 ? values : NULL, stride, n_pos, d, scale);
-        for (j = 0; j < n_q; j++) softmax(att + (size_t)j * n_pos, n_pos);
-        for (j = 0; j + 2 <= n_q; j += 2)
-            weighted_sum(out + (size_t)j * d, att + (size_t)j * n_pos, 2, values, stride, n_pos, d);
-        if (j < n_q) weighted_sum(out + (size_t)j * d, att + (size_t)j * n_pos, 1, values, stride, n_pos, d);
+            attend_queries(out + (size_t)j * d, q + (size_t)j * d, 1, kv, n_pos, d, scale, att + (size_t)j * n_pos, j == 0);
         return;
     }
 #endif
-    attention_group_scalar(out, q, n_q, keys, values, stride, n_pos, head_dim, scale, att);
+    attention_group_scalar(out, q, n_q, kv, n_pos, head_dim, scale, att);
 }
 
-void attention_rows_scalar(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const float* keys,
-                           const float* values, int stride, int first_n_pos, int head_dim, float scale, float* att) {
+void attention_rows_scalar(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const KVRows* kv,
+                           int first_n_pos, int head_dim, float scale, float* att) {
     for (int r = 0; r < n_rows; r++)
-        attention_group_scalar(out + (size_t)r * row_stride, q + (size_t)r * row_stride, n_q, keys, values, stride,
-                               first_n_pos + r, head_dim, scale, att);
+        attention_group_scalar(out + (size_t)r * row_stride, q + (size_t)r * row_stride, n_q, kv, first_n_pos + r,
+                               head_dim, scale, att);
 }
 
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
 /* One tile of NQ queries (query j of the block is head j % n_q of row j / n_q): scores against
  * every key the tile's last row sees, softmax of each query over its own causal length, zeros
  * after it (so the weighted sum can run to the same length for all), the weighted sum. */
-AI void attend_query_tile(float* out, const float* q, size_t row_stride, int n_q, int j0, int NQ, const float* keys,
-                          const float* values, int stride, int first_n_pos, int d, float scale, float* S) {
+AI void attend_query_tile(float* out, const float* q, size_t row_stride, int n_q, int j0, int NQ, const KVRows* kv,
+                          int first_n_pos, int d, float scale, float* S) {
     const float* qp[ATTENTION_QUERY_TILE];
     float* op[ATTENTION_QUERY_TILE];
     for (int j = 0; j < NQ; j++) {
@@ -374,16 +407,25 @@ AI void attend_query_tile(float* out, const float* q, size_t row_stride, int n_q
         op[j] = out + at;
     }
     const int n_max = first_n_pos + (j0 + NQ - 1) / n_q; /* the tile's last row sees the most */
-    int t = 0;
-    for (; t + 3 <= n_max; t += 3) score_tile(S + t, n_max, qp, NQ, keys + (size_t)t * stride, stride, 3, d, scale);
-    if (t < n_max) score_tile(S + t, n_max, qp, NQ, keys + (size_t)t * stride, stride, n_max - t, d, scale);
+    size_t off;
+    for (int b0 = 0; b0 < n_max; b0 += kv->block_len) {
+        const int nb = kv_block(kv, b0, n_max, &off);
+        const float* keys = kv->keys + off;
+        int t = 0;
+        for (; t + 3 <= nb; t += 3)
+            score_tile(S + b0 + t, n_max, qp, NQ, keys + (size_t)t * kv->stride, kv->stride, 3, d, scale);
+        if (t < nb) score_tile(S + b0 + t, n_max, qp, NQ, keys + (size_t)t * kv->stride, kv->stride, nb - t, d, scale);
+    }
     for (int j = 0; j < NQ; j++) {
         const int n_pos = first_n_pos + (j0 + j) / n_q; /* causal: this query's row sees this many */
         float* s = S + (size_t)j * n_max;
         softmax(s, n_pos);
         for (int u = n_pos; u < n_max; u++) s[u] = 0.0f;
     }
-    weighted_sum_tile(op, S, n_max, NQ, values, stride, n_max, d);
+    for (int b0 = 0; b0 < n_max; b0 += kv->block_len) {
+        const int nb = kv_block(kv, b0, n_max, &off);
+        weighted_sum_tile(op, S + b0, n_max, NQ, kv->values + off, kv->stride, nb, d, b0 > 0);
+    }
 }
 #endif
 
@@ -391,19 +433,17 @@ AI void attend_query_tile(float* out, const float* q, size_t row_stride, int n_q
  * key and value loaded serves 4 queries (two rows of Qwen3-0.6B's groups of 2). The scratch
  * holds one tile's scores. Against one attention_group call per row (head_dim 128, 512
  * rows, 8 kv heads, one thread, docs/notes-kernels.md "Eighth session"): 31 -> 14 ms per layer. */
-void attention_rows(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const float* keys,
-                    const float* values, int stride, int first_n_pos, int head_dim, float scale, float* att) {
+void attention_rows(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const KVRows* kv,
+                    int first_n_pos, int head_dim, float scale, float* att) {
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
     if (head_dim % DIM_STEP == 0) {
         const int n = n_rows * n_q, T = ATTENTION_QUERY_TILE;
         int j0 = 0;
         for (; j0 + T <= n; j0 += T) /* NQ a constant: the tile's branches fold away */
-            attend_query_tile(out, q, row_stride, n_q, j0, T, keys, values, stride, first_n_pos, head_dim, scale, att);
-        if (j0 < n)
-            attend_query_tile(out, q, row_stride, n_q, j0, n - j0, keys, values, stride, first_n_pos, head_dim, scale,
-                              att);
+            attend_query_tile(out, q, row_stride, n_q, j0, T, kv, first_n_pos, head_dim, scale, att);
+        if (j0 < n) attend_query_tile(out, q, row_stride, n_q, j0, n - j0, kv, first_n_pos, head_dim, scale, att);
         return;
     }
 #endif
-    attention_rows_scalar(out, q, row_stride, n_q, n_rows, keys, values, stride, first_n_pos, head_dim, scale, att);
+    attention_rows_scalar(out, q, row_stride, n_q, n_rows, kv, first_n_pos, head_dim, scale, att);
 }

@@ -116,22 +116,38 @@ void softmax(float* x, int n);
 /* SwiGLU's gate (QWEN3.md 2.2 step 11): gate[i] = silu(gate[i]) * up[i], silu(z) = z / (1 + e^-z). */
 void swiglu(float* gate, const float* up, int n);
 
+/* One kv head's cached keys and values. The cache holds positions in blocks (model.c, the KV
+ * cache): position t's key is at keys + (t / block_len) * block_stride + (t % block_len) * stride,
+ * its value at the same offset from values (all in floats). One block as long as the context
+ * (block_len >= n_pos) is a plain array of rows. */
+typedef struct {
+    const float* keys;
+    const float* values;
+    int stride;          /* from one position to the next within a block */
+    int block_len;       /* positions per block */
+    size_t block_stride; /* from one block to the next */
+} KVRows;
+
+static inline size_t kv_row_offset(const KVRows* kv, int t) {
+    return (size_t)(t / kv->block_len) * kv->block_stride + (size_t)(t % kv->block_len) * (size_t)kv->stride;
+}
+
 /* Attention of the n_q query heads of one GQA group over their kv head's n_pos cached positions
  * (QWEN3.md 2.2 step 7, 2.5): for each query j (q + j * head_dim, its output at out + j * head_dim)
- * s[t] = (q_j . k_t) * scale, a = softmax(s), out_j = sum_t a[t] v_t. Key t is at keys + t*stride,
- * value t at values + t*stride (stride in floats). att is scratch of n_q * n_pos floats. */
-void attention_group(float* out, const float* q, int n_q, const float* keys, const float* values,
-                     int stride, int n_pos, int head_dim, float scale, float* att);
+ * s[t] = (q_j . k_t) * scale, a = softmax(s), out_j = sum_t a[t] v_t. att is scratch of
+ * n_q * n_pos floats. */
+void attention_group(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int head_dim, float scale,
+                     float* att);
 
 /* Causal attention of n_rows consecutive batch rows for one GQA group (prefill): row r's n_q query
  * heads are at q + r * row_stride (head j at + j * head_dim), its outputs at out + r * row_stride,
- * and it sees positions 0 .. first_n_pos + r - 1 of the kv head (keys and values as in
- * attention_group). Each query gets attention_group's result up to float rounding (its sums run
- * in another order), and the same bits whichever rows share its block. att is scratch of
- * max(n_q, ATTENTION_QUERY_TILE) * (first_n_pos + n_rows - 1) floats. */
+ * and it sees positions 0 .. first_n_pos + r - 1 of the kv head. Each query gets attention_group's
+ * result up to float rounding (its sums run in another order), and the same bits whichever rows
+ * share its block. att is scratch of max(n_q, ATTENTION_QUERY_TILE) * (first_n_pos + n_rows - 1)
+ * floats. */
 #define ATTENTION_QUERY_TILE 4
-void attention_rows(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const float* keys,
-                    const float* values, int stride, int first_n_pos, int head_dim, float scale, float* att);
+void attention_rows(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const KVRows* kv,
+                    int first_n_pos, int head_dim, float scale, float* att);
 
 /* Runs fn(ctx, i) for i in [0, n) on the kernel threads (the caller's thread included) and
  * returns when all are done. Idle threads spin for at most 200 us (not at all while another
@@ -144,10 +160,10 @@ void rmsnorm_scalar(float* out, const float* x, const float* w, int n, float eps
 void rope_scalar(float* x, int n_heads, int head_dim, const float* cos_t, const float* sin_t);
 void softmax_scalar(float* x, int n);
 void swiglu_scalar(float* gate, const float* up, int n);
-void attention_group_scalar(float* out, const float* q, int n_q, const float* keys, const float* values,
-                            int stride, int n_pos, int head_dim, float scale, float* att);
-void attention_rows_scalar(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const float* keys,
-                           const float* values, int stride, int first_n_pos, int head_dim, float scale, float* att);
+void attention_group_scalar(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int head_dim,
+                            float scale, float* att);
+void attention_rows_scalar(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const KVRows* kv,
+                           int first_n_pos, int head_dim, float scale, float* att);
 
 /* bf16 <-> fp32: bf16 is the top half of an fp32 (QWEN3.md 2.6). */
 static inline float bf16_to_f32(uint16_t h) {

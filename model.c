@@ -310,12 +310,36 @@ static size_t attention_scratch_rows(const Config* c) {
     return (size_t)(group > ATTENTION_QUERY_TILE ? group : ATTENTION_QUERY_TILE);
 }
 
+/* The KV cache (keys and values alike) in blocks of KV_BLOCK_LEN positions; a block holds every
+ * layer's and kv head's rows of its positions, [block][layer][kv head][position in block][d], so
+ * the cache grows in position order and can sit in 2 MB pages without mapping more than the
+ * positions reached (plus the rest of a block and of its last 2 MB page); within a block each kv
+ * head's rows are one run of 128 x 512 bytes (Qwen3's head_dim) that attention reads as a stream.
+ * The earlier layout ([layer][kv head][seq_len][d], each region lazily mapped in 4 KB pages) read
+ * slower: decode attention of 224 kv heads of 2 queries (a scratch microbenchmark, caches flushed
+ * before each pass, one thread) took 1.22 / 3.88 / 15.3 ms at 64 / 256 / 1024 positions in 4 KB
+ * pages, against 0.86 / 2.90 / 11.5 ms in these blocks in 2 MB pages (docs/notes-kernels.md,
+ * "Thirteenth session"). */
+static size_t kv_block_floats(const Config* c) {
+    return (size_t)c->n_layers * c->n_kv_heads * KV_BLOCK_LEN * c->head_dim;
+}
+
+static size_t kv_cache_floats(const Config* c) {
+    return (size_t)((c->seq_len + KV_BLOCK_LEN - 1) / KV_BLOCK_LEN) * kv_block_floats(c);
+}
+
+/* Where layer l, kv head h, position p sits in either cache, in floats. */
+static size_t kv_offset(const Config* c, int l, int h, int p) {
+    size_t row = ((size_t)l * c->n_kv_heads + (size_t)h) * KV_BLOCK_LEN + (size_t)(p % KV_BLOCK_LEN);
+    return (size_t)(p / KV_BLOCK_LEN) * kv_block_floats(c) + row * c->head_dim;
+}
+
 static int alloc_state(Transformer* t, int n_threads) {
     const Config* c = &t->config;
     RunState* s = &t->state;
     size_t B = MAX_BATCH, D = (size_t)c->dim, F = (size_t)c->hidden_dim;
     size_t q_dim = (size_t)c->n_heads * c->head_dim, kv_dim = (size_t)c->n_kv_heads * c->head_dim;
-    size_t seq = (size_t)c->seq_len, L = (size_t)c->n_layers;
+    size_t seq = (size_t)c->seq_len;
     s->max_batch = MAX_BATCH;
     s->x = alloc_array(B * D, sizeof(float));
     s->xb = alloc_array(B * D, sizeof(float));
@@ -328,10 +352,11 @@ static int alloc_state(Transformer* t, int n_threads) {
     s->up = alloc_array(B * F, sizeof(float));
     s->att = alloc_array((size_t)n_threads * attention_scratch_rows(c) * seq, sizeof(float));
     s->logits = alloc_array((size_t)c->vocab_size, sizeof(float));
-    /* The cache is the one big allocation (L * seq * kv_dim floats, twice); calloc maps it lazily,
-     * so memory is only used for the positions actually reached. */
-    s->key_cache = alloc_array(L * seq, kv_dim * sizeof(float));
-    s->value_cache = alloc_array(L * seq, kv_dim * sizeof(float));
+    /* The cache is the one big allocation (whole blocks of positions, twice), mapped lazily: memory
+     * is only used for the blocks reached (populate_kv_cache). */
+    size_t kv_bytes = kv_cache_floats(c) * sizeof(float);
+    s->key_cache = alloc_huge_anonymous(kv_bytes);
+    s->value_cache = alloc_huge_anonymous(kv_bytes);
     s->rope_cos = alloc_array(seq * (size_t)(c->head_dim / 2), sizeof(float));
     s->rope_sin = alloc_array(seq * (size_t)(c->head_dim / 2), sizeof(float));
     if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->att_out || !s->proj || !s->gate ||
@@ -482,9 +507,7 @@ void transformer_free(Transformer* t) {
 #define ATTENTION_BLOCK_ROWS 8
 typedef struct {
     const Transformer* t;
-    const float* key_cache;   /* this layer's keys   [K, seq_len, d] */
-    const float* value_cache; /* this layer's values [K, seq_len, d] */
-    int n_rows, pos0, n_tasks;
+    int layer, n_rows, pos0, n_tasks;
 } AttentionJob;
 
 /* The query heads of kv head kv in batch rows r .. r + n - 1, row r + i against the cached
@@ -497,14 +520,13 @@ static void attend(const AttentionJob* job, int r, int n, int kv, float* scratch
     float scale = 1.0f / sqrtf((float)d);          /* 1/sqrt(head_dim), not dim/heads (7.1) */
     int h0 = kv * group;                           /* contiguous groups: heads kv*G .. kv*G+G-1, not h mod K */
     int n_pos = job->pos0 + r + 1;                 /* causal: positions 0 .. pos of row r */
-    size_t head = (size_t)kv * c->seq_len * d;     /* kv head kv's positions in the layer's cache */
     size_t at = (size_t)r * H * d + (size_t)h0 * d; /* row r's first query head of the group */
+    size_t head = kv_offset(c, job->layer, kv, 0);  /* kv head kv's rows in the cache's first block */
+    KVRows rows = {s->key_cache + head, s->value_cache + head, d, KV_BLOCK_LEN, kv_block_floats(c)};
     if (n == 1)
-        attention_group(s->att_out + at, s->q + at, group, job->key_cache + head, job->value_cache + head, d, n_pos,
-                        d, scale, scratch);
+        attention_group(s->att_out + at, s->q + at, group, &rows, n_pos, d, scale, scratch);
     else
-        attention_rows(s->att_out + at, s->q + at, (size_t)H * d, group, n, job->key_cache + head,
-                       job->value_cache + head, d, n_pos, d, scale, scratch);
+        attention_rows(s->att_out + at, s->q + at, (size_t)H * d, group, n, &rows, n_pos, d, scale, scratch);
 }
 
 static void attention_task(void* ctx, int task) {
@@ -529,36 +551,30 @@ static void attention_task(void* ctx, int task) {
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
 #endif
 
-/* The KV cache is calloc'ed: its pages are mapped at the first write, one page fault per 4 KB, and
- * a position of Qwen3-0.6B writes 56 pages (28 layers x 8 kv heads x keys and values, 512 bytes
- * each, in regions seq_len positions apart). On the VM this was measured on a write fault costs
- * about 10.7 us a page and MADV_POPULATE_WRITE, which maps a whole range in one call, 0.5 us
- * (docs/notes-kernels.md, "Eighth session"). So before a chunk writes its positions, the pages up
- * to its end, rounded up to KV_POPULATE_STEP positions, are populated with one call per region;
- * memory stays what the positions reached use (tests/test_kv_cache.c). Where the call does not
- * exist or fails, the writes fault the pages in as before. */
-#define KV_POPULATE_STEP 32
+/* The KV cache's pages are mapped before a chunk writes its positions: on the VM this was
+ * measured on, a write fault cost about 10.7 us per 4 KB page and MADV_POPULATE_WRITE, which maps
+ * a whole range in one call, 0.5 us (docs/notes-kernels.md, "Eighth session"). Whole blocks
+ * (kv_offset) are populated, in 2 MB pages where the system gives them (alloc_huge_anonymous):
+ * memory stays what the blocks reached use, plus the rest of their last 2 MB page
+ * (tests/test_kv_cache.c). Where the call does not exist or fails, the writes fault the pages in. */
 static void populate_kv_cache(Transformer* t, int end) {
 #ifdef MADV_POPULATE_WRITE
     const Config* c = &t->config;
     RunState* s = &t->state;
     if (end <= s->kv_populated) return;
-    int to = (end + KV_POPULATE_STEP - 1) / KV_POPULATE_STEP * KV_POPULATE_STEP;
-    if (to > c->seq_len) to = c->seq_len;
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    const size_t d = (size_t)c->head_dim, n_regions = (size_t)c->n_layers * c->n_kv_heads;
-    float* const caches[2] = {s->key_cache, s->value_cache};
-    for (int which = 0; which < 2; which++)
-        for (size_t i = 0; i < n_regions; i++) {
-            const float* region = caches[which] + i * c->seq_len * d; /* one kv head of one layer */
-            uintptr_t a = (uintptr_t)(region + (size_t)s->kv_populated * d) & ~(page - 1);
-            uintptr_t b = (uintptr_t)(region + (size_t)to * d);
-            if (madvise((void*)a, b - a, MADV_POPULATE_WRITE) != 0) {
-                s->kv_populated = c->seq_len; /* not supported here: leave it to the page faults */
-                return;
-            }
+    const size_t block = kv_block_floats(c) * sizeof(float);
+    const int blocks = (end + KV_BLOCK_LEN - 1) / KV_BLOCK_LEN;
+    char* const caches[2] = {(char*)s->key_cache, (char*)s->value_cache};
+    for (int which = 0; which < 2; which++) {
+        uintptr_t a = (uintptr_t)(caches[which] + (size_t)(s->kv_populated / KV_BLOCK_LEN) * block) & ~(page - 1);
+        uintptr_t b = (uintptr_t)(caches[which] + (size_t)blocks * block);
+        if (madvise((void*)a, b - a, MADV_POPULATE_WRITE) != 0) {
+            s->kv_populated = c->seq_len; /* not supported here: leave it to the page faults */
+            return;
         }
-    s->kv_populated = to;
+    }
+    s->kv_populated = blocks * KV_BLOCK_LEN < c->seq_len ? blocks * KV_BLOCK_LEN : c->seq_len;
 #else
     (void)t, (void)end;
 #endif
@@ -594,8 +610,6 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
 
         for (int l = 0; l < L; l++) {
             const LayerWeights* lw = &w->layers[l];
-            float* key_cache = s->key_cache + (size_t)l * c->seq_len * kv_dim;
-            float* value_cache = s->value_cache + (size_t)l * c->seq_len * kv_dim;
 
             /* 2.2 step 2.1: pre-norm residual block: attention reads a normalised copy of x. */
             for (int r = 0; r < nb; r++)
@@ -630,19 +644,19 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
                 const float* sin_p = ROW(s->rope_sin, p0 + r, d / 2);
                 rope(q, H, d, cos_p, sin_p);
                 rope(k, K, d, cos_p, sin_p);
-                /* 2.2 step 2.6: the cache stores keys after QK-Norm and RoPE (7.5), each kv head's
-                 * positions one after another, so attention reads a head's keys (and values) as
-                 * one sequential stream. */
+                /* 2.2 step 2.6: the cache stores keys after QK-Norm and RoPE (7.5); each kv head's
+                 * positions one after another within a block (kv_offset), so attention reads a
+                 * head's keys (and values) as a few long streams. */
                 for (int h = 0; h < K; h++) {
-                    memcpy(ROW(key_cache, (size_t)h * c->seq_len + p0 + r, d), k + h * d, (size_t)d * sizeof(float));
-                    memcpy(ROW(value_cache, (size_t)h * c->seq_len + p0 + r, d), ROW(s->v, r, kv_dim) + h * d,
-                           (size_t)d * sizeof(float));
+                    size_t at = kv_offset(c, l, h, p0 + r);
+                    memcpy(s->key_cache + at, k + h * d, (size_t)d * sizeof(float));
+                    memcpy(s->value_cache + at, ROW(s->v, r, kv_dim) + h * d, (size_t)d * sizeof(float));
                 }
             }
 
             /* 2.2 step 2.7: causal attention of every row and query head, spread over the threads
              * (attention_task above: GQA head mapping, 1/sqrt(d) scale, causal length). */
-            AttentionJob job = {t, key_cache, value_cache, nb, p0, kernels_threads()};
+            AttentionJob job = {t, l, nb, p0, kernels_threads()};
             parallel_for(job.n_tasks, attention_task, &job);
 
             /* 2.2 steps 2.8-2.9: output projection, residual add. */

@@ -184,12 +184,16 @@ typedef struct {
     float* att;      /* [n_threads, max(H/K, 4), seq_len]  scores of one GQA group (decode) or one
                       * query tile (prefill) per thread */
     float* logits;   /* [vocab]    logits of the last position */
-    float* key_cache;    /* [L, K, seq_len, d]  keys after QK-Norm and RoPE */
-    float* value_cache;  /* [L, K, seq_len, d] */
+    float* key_cache;    /* [seq_len / KV_BLOCK_LEN (rounded up), L, K, KV_BLOCK_LEN, d]  keys after
+                          * QK-Norm and RoPE, in blocks of positions (model.c, kv_offset) */
+    float* value_cache;  /* the same for the values */
     int kv_populated;    /* cache pages of positions below this are mapped (populate_kv_cache) */
     float* rope_cos;     /* [seq_len, d/2]  cos(p * inv_freq[i]) */
     float* rope_sin;     /* [seq_len, d/2] */
 } RunState;
+
+/* Positions per block of the KV cache (model.c, "The KV cache"). */
+#define KV_BLOCK_LEN 128
 
 typedef struct {
     Config config;

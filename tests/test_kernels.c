@@ -311,6 +311,42 @@ static void test_softmax_swiglu(void) {
     }
 }
 
+/* n cached rows of keys and values (row stride `stride`, the head's d values at offset d in it),
+ * twice: as one array, and in blocks of TEST_BLOCK_LEN rows with a gap after each block, as the
+ * engine's KV cache keeps them (KVRows). */
+#define TEST_BLOCK_LEN 5
+typedef struct {
+    float *kc, *vc, *kb, *vb;
+    KVRows flat, blocked;
+} TestKV;
+
+static TestKV make_kv(int n, int d, int stride) {
+    TestKV t;
+    const size_t n_blocks = (size_t)(n + TEST_BLOCK_LEN - 1) / TEST_BLOCK_LEN;
+    const size_t block_stride = (size_t)TEST_BLOCK_LEN * stride + 24;
+    t.kc = malloc((size_t)n * stride * sizeof(float));
+    t.vc = malloc((size_t)n * stride * sizeof(float));
+    t.kb = calloc(n_blocks * block_stride, sizeof(float));
+    t.vb = calloc(n_blocks * block_stride, sizeof(float));
+    for (size_t i = 0; i < (size_t)n * stride; i++) {
+        t.kc[i] = frand() * 2;
+        t.vc[i] = frand();
+    }
+    for (int r = 0; r < n; r++) {
+        size_t at = (size_t)(r / TEST_BLOCK_LEN) * block_stride + (size_t)(r % TEST_BLOCK_LEN) * stride;
+        memcpy(t.kb + at, t.kc + (size_t)r * stride, (size_t)stride * sizeof(float));
+        memcpy(t.vb + at, t.vc + (size_t)r * stride, (size_t)stride * sizeof(float));
+    }
+    t.flat = (KVRows){t.kc + d, t.vc + d, stride, n, 0};
+    t.blocked = (KVRows){t.kb + d, t.vb + d, stride, TEST_BLOCK_LEN, block_stride};
+    return t;
+}
+
+static void free_kv(TestKV* t) { free(t->kc), free(t->vc), free(t->kb), free(t->vb); }
+
+/* attention_group against the scalar reference; each query alone against its group; and the
+ * blocked layout against one array: the same bits, in the SIMD kernels (which continue each sum
+ * from block to block in the same order) and in the reference. */
 static void test_attention(void) {
     int dims[] = {128, 64, 40};
     int npos[] = {1, 2, 7, 33, 300};
@@ -319,35 +355,39 @@ static void test_attention(void) {
         for (size_t p = 0; p < 5; p++)
             for (size_t g = 0; g < 3; g++) {
                 int d = dims[a], n = npos[p], nq = nqs[g], stride = d * 3 + 8;
-                float* kc = malloc((size_t)n * stride * sizeof(float));
-                float* vc = malloc((size_t)n * stride * sizeof(float));
+                TestKV kv = make_kv(n, d, stride);
                 float* q = malloc((size_t)nq * d * sizeof(float));
                 float *o1 = malloc((size_t)nq * d * sizeof(float)), *o2 = malloc((size_t)nq * d * sizeof(float));
-                float* o3 = malloc((size_t)nq * d * sizeof(float));
+                float *o3 = malloc((size_t)nq * d * sizeof(float)), *o4 = malloc((size_t)nq * d * sizeof(float));
+                float* o5 = malloc((size_t)nq * d * sizeof(float));
                 float *att1 = malloc((size_t)nq * n * sizeof(float)), *att2 = malloc((size_t)nq * n * sizeof(float));
-                for (size_t i = 0; i < (size_t)n * stride; i++) {
-                    kc[i] = frand() * 2;
-                    vc[i] = frand();
-                }
                 for (int i = 0; i < nq * d; i++) q[i] = frand() * 2;
                 float scale = 1.0f / sqrtf((float)d);
-                attention_group_scalar(o1, q, nq, kc + d, vc + d, stride, n, d, scale, att1);
-                attention_group(o2, q, nq, kc + d, vc + d, stride, n, d, scale, att2);
+                attention_group_scalar(o1, q, nq, &kv.flat, n, d, scale, att1);
+                attention_group(o2, q, nq, &kv.flat, n, d, scale, att2);
+                attention_group_scalar(o4, q, nq, &kv.blocked, n, d, scale, att1);
+                attention_group(o5, q, nq, &kv.blocked, n, d, scale, att2);
                 /* tolerance 1e-5 absolute (|v| <= 1, weights sum to 1) */
                 double e = 0;
                 for (int i = 0; i < nq * d; i++) e = fmax(e, fabs(o1[i] - o2[i]));
                 /* each query alone: the same bits as in its group (the kernel pairs queries) */
                 int same = 1;
                 for (int j = 0; j < nq; j++) {
-                    attention_group(o3 + (size_t)j * d, q + (size_t)j * d, 1, kc + d, vc + d, stride, n, d, scale, att2);
+                    attention_group(o3 + (size_t)j * d, q + (size_t)j * d, 1, &kv.flat, n, d, scale, att2);
                     for (int i = 0; i < d; i++) same &= o3[(size_t)j * d + i] == o2[(size_t)j * d + i];
                 }
+                int blocks_same = 1;
+                for (int i = 0; i < nq * d; i++) blocks_same &= o4[i] == o1[i] && o5[i] == o2[i];
                 char what[96];
                 snprintf(what, sizeof what, "attention_group head_dim=%d n_pos=%d n_q=%d", d, n, nq);
                 check(e <= 1e-5, what);
                 snprintf(what, sizeof what, "attention_group n_q=%d: each query as alone (head_dim=%d n_pos=%d)", nq, d, n);
                 check(same, what);
-                free(kc), free(vc), free(q), free(o1), free(o2), free(o3), free(att1), free(att2);
+                snprintf(what, sizeof what, "attention_group n_q=%d: blocks of %d rows as one array (head_dim=%d n_pos=%d)",
+                         nq, TEST_BLOCK_LEN, d, n);
+                check(blocks_same, what);
+                free_kv(&kv);
+                free(q), free(o1), free(o2), free(o3), free(o4), free(o5), free(att1), free(att2);
             }
 }
 
@@ -366,31 +406,31 @@ static void test_attention_rows(void) {
                     int d = dims[a], nq = groups[g], R = nrows[rr], n0 = firsts[f];
                     int stride = d * 2 + 8, n_pos = n0 + R - 1, row = nq * d + 16; /* rows apart, with a gap */
                     size_t scratch = (size_t)(nq > ATTENTION_QUERY_TILE ? nq : ATTENTION_QUERY_TILE) * n_pos;
-                    float* kc = malloc((size_t)n_pos * stride * sizeof(float));
-                    float* vc = malloc((size_t)n_pos * stride * sizeof(float));
+                    TestKV kv = make_kv(n_pos, d, stride);
                     float* q = malloc((size_t)R * row * sizeof(float));
                     float* o1 = calloc((size_t)R * row, sizeof(float));
                     float* o2 = calloc((size_t)R * row, sizeof(float));
                     float* o3 = calloc((size_t)R * row, sizeof(float));
+                    float* o4 = calloc((size_t)R * row, sizeof(float));
+                    float* o5 = calloc((size_t)R * row, sizeof(float));
                     float* att = malloc(scratch * sizeof(float));
-                    for (size_t i = 0; i < (size_t)n_pos * stride; i++) {
-                        kc[i] = frand() * 2;
-                        vc[i] = frand();
-                    }
                     for (int i = 0; i < R * row; i++) q[i] = frand() * 2;
                     float scale = 1.0f / sqrtf((float)d);
-                    attention_rows_scalar(o1, q, row, nq, R, kc, vc, stride, n0, d, scale, att);
-                    attention_rows(o2, q, row, nq, R, kc, vc, stride, n0, d, scale, att);
+                    attention_rows_scalar(o1, q, row, nq, R, &kv.flat, n0, d, scale, att);
+                    attention_rows(o2, q, row, nq, R, &kv.flat, n0, d, scale, att);
                     for (int r = 0; r < R; r++)
-                        attention_rows(o3 + (size_t)r * row, q + (size_t)r * row, row, nq, 1, kc, vc, stride, n0 + r, d,
-                                       scale, att);
+                        attention_rows(o3 + (size_t)r * row, q + (size_t)r * row, row, nq, 1, &kv.flat, n0 + r, d, scale,
+                                       att);
+                    attention_rows_scalar(o4, q, row, nq, R, &kv.blocked, n0, d, scale, att);
+                    attention_rows(o5, q, row, nq, R, &kv.blocked, n0, d, scale, att);
                     double e = 0; /* 1e-5 absolute, as attention_group */
-                    int same = 1;
+                    int same = 1, blocks_same = 1;
                     for (int r = 0; r < R; r++)
                         for (int i = 0; i < nq * d; i++) {
                             size_t at = (size_t)r * row + i;
                             e = fmax(e, fabs(o1[at] - o2[at]));
                             same &= o2[at] == o3[at];
+                            blocks_same &= o4[at] == o1[at] && o5[at] == o2[at];
                         }
                     char what[112];
                     snprintf(what, sizeof what, "attention_rows head_dim=%d n_q=%d rows=%d first_n_pos=%d", d, nq, R, n0);
@@ -398,7 +438,11 @@ static void test_attention_rows(void) {
                     snprintf(what, sizeof what, "attention_rows: each row as alone (head_dim=%d n_q=%d rows=%d first=%d)",
                              d, nq, R, n0);
                     check(same, what);
-                    free(kc), free(vc), free(q), free(o1), free(o2), free(o3), free(att);
+                    snprintf(what, sizeof what, "attention_rows: blocks of %d rows as one array (head_dim=%d n_q=%d rows=%d "
+                             "first=%d)", TEST_BLOCK_LEN, d, nq, R, n0);
+                    check(blocks_same, what);
+                    free_kv(&kv);
+                    free(q), free(o1), free(o2), free(o3), free(o4), free(o5), free(att);
                 }
 }
 
