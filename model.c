@@ -315,11 +315,12 @@ static size_t attention_scratch_rows(const Config* c) {
  * the cache grows in position order and can sit in 2 MB pages without mapping more than the
  * positions reached (plus the rest of a block and of its last 2 MB page); within a block each kv
  * head's rows are one run of 128 x 512 bytes (Qwen3's head_dim) that attention reads as a stream.
- * The earlier layout ([layer][kv head][seq_len][d], each region lazily mapped in 4 KB pages) read
- * slower: decode attention of 224 kv heads of 2 queries (a scratch microbenchmark, caches flushed
- * before each pass, one thread) took 1.22 / 3.88 / 15.3 ms at 64 / 256 / 1024 positions in 4 KB
- * pages, against 0.86 / 2.90 / 11.5 ms in these blocks in 2 MB pages (docs/notes-kernels.md,
- * "Thirteenth session"). */
+ * The earlier layout ([layer][kv head][seq_len][d], each region mapped in 4 KB pages as positions
+ * came) read slower: decode attention of the 0.6B shape (tools/attention_probe.c, one thread,
+ * caches flushed before each pass, two runs) 1.12-1.24 / 3.14-3.49 / 12.2-12.8 ms per token at
+ * 64 / 256 / 1024 positions, in these blocks 0.97-1.24 / 2.90-3.20 / 11.3-11.5; q4 decode with one
+ * thread, alternating: tg512 56.7-58.2 -> 60.5-61.5 tok/s, tg1024 49.3-49.8 -> 51.6-53.8
+ * (docs/notes-kernels.md, "Thirteenth session"). */
 static size_t kv_block_floats(const Config* c) {
     return (size_t)c->n_layers * c->n_kv_heads * KV_BLOCK_LEN * c->head_dim;
 }
