@@ -375,11 +375,14 @@ void attention_group(float* out, const float* q, int n_q, const KVRows* kv, int 
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
     if (head_dim % DIM_STEP == 0) {
         const int d = head_dim;
-        int j = 0; /* pairs, then a last single query */
+        int j = 0; /* pairs, then a last single query (NQ a constant in each call, so the accumulators
+                    * stay in registers); the first pair prefetches the values */
         for (; j + 2 <= n_q; j += 2)
-            attend_queries(out + (size_t)j * d, q + (size_t)j * d, 2, kv, n_pos, d, scale, att + (size_t)j * n_pos, j == 0);
+            attend_queries(out + (size_t)j * d, q + (size_t)j * d, 2, kv, n_pos, d, scale, att + (size_t)j * n_pos,
+                           j == 0);
         if (j < n_q)
-            attend_queries(out + (size_t)j * d, q + (size_t)j * d, 1, kv, n_pos, d, scale, att + (size_t)j * n_pos, j == 0);
+            attend_queries(out + (size_t)j * d, q + (size_t)j * d, 1, kv, n_pos, d, scale, att + (size_t)j * n_pos,
+                           j == 0);
         return;
     }
 #endif
