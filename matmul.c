@@ -1436,7 +1436,7 @@ static void rows_qi(float* out, const int8_t* xq, const float* xsc, const int32_
 #define MAX_MULTI 8
 #define MAX_RANGES 64  /* threads beyond this share ranges */
 
-typedef struct {
+typedef struct MatmulJob {
     float* out[MAX_MULTI];
     const Matrix* W[MAX_MULTI];
     int chunk[MAX_MULTI];
@@ -1449,7 +1449,8 @@ typedef struct {
     int use_xp;          /* bf16, n == 1: each thread de-interleaves x into its own part of xp_buf */
     int use_xb16;        /* bf16, n > 1, --bf16-activations: xb16_buf holds x rounded to bf16 */
     int qgs;             /* group size of the quantised activations */
-    int qtb;             /* tokens per quantisation item */
+    void (*prepare)(const struct MatmulJob*, int t0, int t1); /* prepare_tokens: one range of tokens */
+    int qtb;             /* tokens per prepare item */
     int n_ranges;        /* claim_chunks: one range of chunks per thread */
     struct {
         _Alignas(64) atomic_int next; /* a cache line each, so that claims in different ranges */
@@ -1549,35 +1550,37 @@ static void matmul_task(void* ctx, int task) {
         for (; c < end; c++) run_chunk(j, c);
 }
 
-/* The activations' per-token preparation (quantize_item, round_item) before the products: items
- * of qtb tokens, about 4 per thread; below 16 tokens one item in the calling thread, where a
- * dispatch would cost more than it saves. Per token, so the split does not change the result. */
+/* The activations' per-token preparation before the products (quantize_tokens, round_tokens):
+ * items of qtb tokens, about 4 per thread; below 16 tokens one range in the calling thread, where
+ * a dispatch would cost more than it saves. Per token, so the split does not change the result. */
 #if (defined(HAVE_Q8_INT8) && !defined(KERNELS_Q8_F32ACT)) || defined(KERNELS_BF16_DOT)
-static void prepare_tokens(MatmulJob* j, void (*item)(void*, int)) {
+static void prepare_item(void* ctx, int i) {
+    const MatmulJob* j = ctx;
+    int t0 = i * j->qtb, t1 = t0 + j->qtb < j->n ? t0 + j->qtb : j->n;
+    j->prepare(j, t0, t1);
+}
+
+static void prepare_tokens(MatmulJob* j, void (*prepare)(const MatmulJob*, int, int)) {
     const int nt = kernels_threads();
+    j->prepare = prepare;
     if (j->n < 16) {
-        j->qtb = j->n;
-        item(j, 0);
+        prepare(j, 0, j->n);
         return;
     }
     j->qtb = (j->n + nt * 4 - 1) / (nt * 4);
-    parallel_for((j->n + j->qtb - 1) / j->qtb, item, j);
+    parallel_for((j->n + j->qtb - 1) / j->qtb, prepare_item, j);
 }
 #endif
 
 #if defined(HAVE_Q8_INT8) && !defined(KERNELS_Q8_F32ACT)
-static void quantize_item(void* ctx, int i) {
-    const MatmulJob* j = ctx;
-    int t0 = i * j->qtb, t1 = t0 + j->qtb < j->n ? t0 + j->qtb : j->n;
+static void quantize_tokens(const MatmulJob* j, int t0, int t1) {
     quantize_rows(xq_buf, xs_buf, xsum_buf, j->xgsum, j->x, j->W[0]->cols, j->qgs, t0, t1);
 }
 #endif
 
 #if defined(KERNELS_BF16_DOT)
-static void round_item(void* ctx, int i) {
-    const MatmulJob* j = ctx;
+static void round_tokens(const MatmulJob* j, int t0, int t1) {
     const size_t C = (size_t)j->W[0]->cols;
-    int t0 = i * j->qtb, t1 = t0 + j->qtb < j->n ? t0 + j->qtb : j->n;
     bf16_round_rows(xb16_buf + (size_t)t0 * C, j->x + (size_t)t0 * C, (size_t)(t1 - t0) * C);
 }
 #endif
@@ -1593,7 +1596,7 @@ static void run_job(MatmulJob* j) {
         for (int m = 0; m < j->n_mats; m++)
             if (j->W[m]->type != WEIGHT_BF16 || j->W[m]->cols != j->W[0]->cols) all = 0;
         if (all) {
-            prepare_tokens(j, round_item);
+            prepare_tokens(j, round_tokens);
             j->use_xb16 = 1;
         }
     }
@@ -1620,7 +1623,7 @@ static void run_job(MatmulJob* j) {
             j->use_qi = 1;
             j->qgs = W0->group_size;
             j->xgsum = W0->type == WEIGHT_Q4 ? xgsum_buf : NULL;
-            prepare_tokens(j, quantize_item);
+            prepare_tokens(j, quantize_tokens);
         }
     }
 #endif
