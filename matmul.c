@@ -181,36 +181,51 @@ AI const void* row_ptr(const Matrix* W, int r) {
 #define PF_AHEAD 512 /* bytes ahead: software prefetch of rows_float_n1's weight streams */
 #endif
 
-/* How far ahead the quantised matrix-vector products (decode) ask for their weights. The best
- * distance depends on the core, and the two this engine was measured on disagree. Zen 5 (AMD
- * family 1Ah; seventh session, one thread on a 194 MB q4 matrix): 23.2-23.7 GB/s one 2560-byte
- * row block ahead, 28.7-31.6 at 5120 bytes, 23.9-30.3 at 8192. Zen 4 (family 19h; eleventh
- * session, decode on the 0.6B shape, one thread, alternating): q4 65-68 tok/s at 256 bytes
- * against 41-43 at 5120 (61-62 at 0, 63-67 at 128, 54-59 at 512); q8 (rows_qi_n1) 41-44 at 128
- * bytes against 36-42 one block (4352 bytes) ahead with the kernel before and 37-38 with this
- * one, 38-47 at 256, 29-36 at 512. There a prefetch far ahead seems to hold one of the core's few
- * outstanding L1 misses for longer, while near ones meet lines the hardware prefetcher is already
- * bringing in. So: near on family 19h (Zen 4; Zen 3 shares the family, unmeasured), far
- * elsewhere; KERNELS_PREFETCH=near or far overrides the choice (choose_prefetch). Near q4 weights
- * are prefetched into L2 only (prefetcht1): q4 tg128, one thread, six alternating pairs, 62.6-70.7
- * tok/s (median ~65) against 61.2-62.9 (~61.7) into L1, every pair ahead, and in tile_q4's final
- * form 67.9-74.2 against 64.6-66.1 in six more (twelfth session). The rest stayed at prefetcht0:
- * q8's weights (with t1 44.5-46.5 tok/s against 45.2-47.1; weights and scales with t1 42), q4's
- * scales (not tried), and the far distance, as measured on Zen 5. */
+/* How far ahead the matrix-vector products (decode) ask for their weights. The best distance
+ * depends on the core, and the three this engine was measured on disagree:
+ *  - Zen 5 (AMD family 1Ah; seventh session, one thread on a 194 MB q4 matrix): 23.2-23.7 GB/s one
+ *    2560-byte row block ahead, 28.7-31.6 at 5120 bytes, 23.9-30.3 at 8192. "far".
+ *  - Zen 4 (family 19h; eleventh session, decode on the 0.6B shape, one thread, alternating): q4
+ *    65-68 tok/s at 256 bytes against 41-43 at 5120 (61-62 at 0, 63-67 at 128, 54-59 at 512); q8
+ *    (rows_qi_n1) 41-44 at 128 bytes against 36-42 one block (4352 bytes) ahead with the kernel
+ *    before and 37-38 with this one, 38-47 at 256, 29-36 at 512. There a prefetch far ahead seems
+ *    to hold one of the core's few outstanding L1 misses for longer, while near ones meet lines
+ *    the hardware prefetcher is already bringing in. "near".
+ *  - Zen 3 (family 19h too, the issue's AVX2 machine; fourteenth session): the other way for q8.
+ *    tools/q8_read_probe.c's engine loop, one thread, 264 MB, as a share of its streaming read
+ *    in the same rounds: 0.76-0.77 at 128 bytes, 0.82 at 768, 0.88 at 1024, 0.90 at 1536, 0.88
+ *    at 2048 and 3072, 0.59-0.84 one block ahead. Decode q8 tg128, one thread, three alternating
+ *    rounds: 18.1-19.4 tok/s at 128 against 20.6-22.9 at 1536 (70-73% -> 82-86% of the roof).
+ *    q4 moved no more than the noise between 256 (t1) and 5120 (t0) (29-35 tok/s either way),
+ *    so it keeps Zen 4's. bf16, which relies on the hardware prefetcher elsewhere
+ *    (rows_bf16_n1), gained from 1024 bytes ahead: 10.2-10.6 -> 10.6-11.4 tok/s, 71% -> 77-81%
+ *    of the roof. "mid".
+ * Near q4 weights are prefetched into L2 only (prefetcht1): q4 tg128, one thread on Zen 4, six
+ * alternating pairs, 62.6-70.7 tok/s (median ~65) against 61.2-62.9 (~61.7) into L1, every pair
+ * ahead, and in tile_q4's final form 67.9-74.2 against 64.6-66.1 in six more (twelfth session).
+ * The rest stays at prefetcht0: q8's weights (with t1 44.5-46.5 tok/s against 45.2-47.1 on Zen 4;
+ * weights and scales with t1 42), q4's scales (not tried), and the far distance, as measured on
+ * Zen 5. KERNELS_PREFETCH=near, mid or far overrides the choice from the CPU (choose_prefetch). */
 #define Q4_PF_FAR 5120 /* bytes */
 #define Q4_PF_NEAR 256
-#define Q8_PF_NEAR 128 /* far: one row block ahead */
-static int prefetch_near;
+typedef struct {
+    int q8;      /* bytes ahead in rows_qi_n1; 0: one row block ahead */
+    int q4_near; /* tile_q4: Q4_PF_NEAR into L2, else Q4_PF_FAR into L1 */
+    int bf16;    /* bytes ahead in rows_bf16_n1; 0: none */
+} PrefetchPlan;
+static const PrefetchPlan prefetch_near = {128, 1, 0}, prefetch_mid = {1536, 1, 1024}, prefetch_far = {0, 0, 0};
+static PrefetchPlan decode_prefetch;
 
 static void choose_prefetch(void) {
-    prefetch_near = 0;
+    decode_prefetch = prefetch_far;
 #if defined(__GNUC__)
     __builtin_cpu_init();
-    prefetch_near = __builtin_cpu_is("amdfam19h") != 0;
+    if (__builtin_cpu_is("amdfam19h")) decode_prefetch = __builtin_cpu_is("znver3") ? prefetch_mid : prefetch_near;
 #endif
     const char* s = getenv("KERNELS_PREFETCH");
-    if (s && strcmp(s, "near") == 0) prefetch_near = 1;
-    if (s && strcmp(s, "far") == 0) prefetch_near = 0;
+    if (s && strcmp(s, "near") == 0) decode_prefetch = prefetch_near;
+    if (s && strcmp(s, "mid") == 0) decode_prefetch = prefetch_mid;
+    if (s && strcmp(s, "far") == 0) decode_prefetch = prefetch_far;
 }
 
 /* Tokens per prefill tile (rows_float_nn, rows_qi_t): a 4 x 4 f32 tile needs 16 accumulators + 4
@@ -491,13 +506,19 @@ AI void bf16_step16(__m256* a, __m256* b, const uint16_t* w, const float* xp) {
     *b = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v, hi)), _mm256_load_ps(xp + 8), *b);
 }
 
-static void rows_bf16_n1(float* out, const float* xp, const Matrix* W, int r0, int r1) {
+/* With prefetch (a constant at each call), each 128 bytes of a row ask for the two lines pf bytes
+ * ahead (Zen 3: choose_prefetch). */
+AI void rows_bf16_n1_pf(float* out, const float* xp, const Matrix* W, int r0, int r1, const int prefetch, int pf) {
     const int C = W->cols;
     for (int r = r0; r < r1; r++) {
         const uint16_t* w = (const uint16_t*)W->data + (size_t)r * C;
         __m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0, b3 = a0;
         int c = 0;
         for (; c + 64 <= C; c += 64) {
+            if (prefetch) {
+                _mm_prefetch((const char*)(w + c) + pf, _MM_HINT_T0);
+                _mm_prefetch((const char*)(w + c) + pf + 64, _MM_HINT_T0);
+            }
             bf16_step16(&a0, &b0, w + c, xp + c);
             bf16_step16(&a1, &b1, w + c + 16, xp + c + 16);
             bf16_step16(&a2, &b2, w + c + 32, xp + c + 32);
@@ -508,6 +529,11 @@ static void rows_bf16_n1(float* out, const float* xp, const Matrix* W, int r0, i
         __m256 s23 = _mm256_add_ps(_mm256_add_ps(a2, b2), _mm256_add_ps(a3, b3));
         out[r] = hsum256(_mm256_add_ps(s01, s23));
     }
+}
+
+static void rows_bf16_n1(float* out, const float* xp, const Matrix* W, int r0, int r1) {
+    if (decode_prefetch.bf16) rows_bf16_n1_pf(out, xp, W, r0, r1, 1, decode_prefetch.bf16);
+    else rows_bf16_n1_pf(out, xp, W, r0, r1, 0, 0);
 }
 
 /* f32 matrix-vector product, one row at a time with four accumulators. An f32 row of the 0.6B
@@ -732,7 +758,7 @@ AI void rows_qi_n1_gs(float* out, const int8_t* xq, const float* xsc, const int3
                       const Matrix* W, int r0, int r1, WeightType type, const int gs) {
     const int C = W->cols, G = C / gs;
     const size_t bb = quant_block_bytes(type, C, gs), gb = quant_bytes(type, (size_t)gs);
-    const size_t pf = prefetch_near ? Q8_PF_NEAR : bb;
+    const size_t pf = decode_prefetch.q8 ? (size_t)decode_prefetch.q8 : bb;
     int r = r0; /* a multiple of 4: run_job's chunks are */
     for (; r + 4 <= r1; r += 4) {
         const float* s0 = quant_scales(W, r);
@@ -837,7 +863,7 @@ AI void tile_q4(float* out, const int8_t* xq, const float* xsc, const int32_t* x
     const float* s = quant_scales(W, r);      /* row r + i's scales at s + i * G */
     const uint8_t* wb = quant_group(W, r, 0); /* group g of row r + i at wb + 64 g + 16 i */
     const __m256i m = _mm256_set1_epi8(15);
-    const int pf = prefetch_near ? Q4_PF_NEAR : Q4_PF_FAR;
+    const int pf = decode_prefetch.q4_near ? Q4_PF_NEAR : Q4_PF_FAR;
     if (prefetch != Q4_PREFETCH_NONE)
         for (int o = 0; o < (int)(4 * sizeof(float)) * G; o += 64) _mm_prefetch((const char*)s + pf + o, _MM_HINT_T0);
     __m256 tot[2][4]; /* [row pair][token]: lanes 0-3 rows 0 / 2, lanes 4-7 rows 1 / 3 */
@@ -951,7 +977,7 @@ static void rows_q4(float* out, const int8_t* xq, const float* xsc, const int32_
                     const int32_t* xgsum, const Matrix* W, int n, int r0, int r1) {
     (void)xsum;
     if (n == 1) {
-        if (prefetch_near)
+        if (decode_prefetch.q4_near)
             for (int r = r0; r < r1; r += 4) tile_q4(out, xq, xsc, xgsum, W, r, 0, 1, Q4_PREFETCH_NEAR);
         else
             for (int r = r0; r < r1; r += 4) tile_q4(out, xq, xsc, xgsum, W, r, 0, 1, Q4_PREFETCH_FAR);

@@ -83,7 +83,7 @@ static void usage(FILE* out) {
             "Bench mode (-m bench): --bench-prompt N (prefill tokens, default 512), --bench-gen N\n"
             "  (decode tokens, default 128), --bench-reps N (default 5), --json (JSON lines)\n"
             "Environment: KERNELS_SPIN_US (idle threads' spin before sleeping, default 200),\n"
-            "  KERNELS_PREFETCH (near|far: q4 and q8 decode's weight prefetch, default from the CPU)\n");
+            "  KERNELS_PREFETCH (near|mid|far: decode's weight prefetch, default from the CPU)\n");
 }
 
 /* One-line error and exit (status 2: bad command line; 1: anything else). */
