@@ -194,11 +194,11 @@ AI const void* row_ptr(const Matrix* W, int r) {
  *  - Zen 3 (family 19h too, the issue's AVX2 machine; fourteenth session): the other way for q8.
  *    tools/q8_read_probe.c's engine loop, one thread, 264 MB, as a share of its streaming read
  *    in the same rounds: 0.76-0.77 at 128 bytes, 0.82 at 768, 0.88 at 1024, 0.90 at 1536, 0.88
- *    at 2048 and 3072, 0.59-0.84 one block ahead. Decode q8 tg128, one thread, three alternating
+ *    at 2048 and 3072, 0.84 one block ahead. Decode q8 tg128, one thread, three alternating
  *    rounds: 18.1-19.4 tok/s at 128 against 20.6-22.9 at 1536 (70-73% -> 82-86% of the roof).
  *    q4 moved no more than the noise between 256 (t1) and 5120 (t0) (29-35 tok/s either way),
  *    so it keeps Zen 4's. bf16, which relies on the hardware prefetcher elsewhere
- *    (rows_bf16_n1), gained from 1024 bytes ahead: 10.2-10.6 -> 10.6-11.4 tok/s, 71% -> 77-81%
+ *    (rows_bf16_n1), gained from 1024 bytes ahead: 10.2-10.6 -> 10.6-11.3 tok/s, 71% -> 77-81%
  *    of the roof. "mid".
  * Near q4 weights are prefetched into L2 only (prefetcht1): q4 tg128, one thread on Zen 4, six
  * alternating pairs, 62.6-70.7 tok/s (median ~65) against 61.2-62.9 (~61.7) into L1, every pair
