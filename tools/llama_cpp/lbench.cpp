@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -77,22 +78,16 @@ int main(int argc, char ** argv) {
     if (np > 0) decode_prompt(np);
     decode_gen(1);
 
-    if (np > 0) {
+    auto time_reps = [&](const char * name, int n, const std::function<void(int)> & run) {
         std::vector<double> ts;
         for (int r = 0; r < reps; r++) {
             llama_memory_clear(mem, true);
-            double t0 = now_s(); decode_prompt(np); ts.push_back(np / (now_s() - t0));
+            double t0 = now_s(); run(n); ts.push_back(n / (now_s() - t0));
         }
-        report("pp", np, ts);
-    }
-    if (ng > 0) {
-        std::vector<double> ts;
-        for (int r = 0; r < reps; r++) {
-            llama_memory_clear(mem, true);
-            double t0 = now_s(); decode_gen(ng); ts.push_back(ng / (now_s() - t0));
-        }
-        report("tg", ng, ts);
-    }
+        report(name, n, ts);
+    };
+    if (np > 0) time_reps("pp", np, decode_prompt);
+    if (ng > 0) time_reps("tg", ng, decode_gen);
     llama_free(ctx);
     llama_model_free(model);
     llama_backend_free();
