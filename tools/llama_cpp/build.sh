@@ -17,7 +17,7 @@ out="$(mkdir -p "${2:-build/llama_cpp}" && cd "${2:-build/llama_cpp}" && pwd)"
 
 if [ ! -f "$out/src/.complete" ]; then
     echo "llama_cpp: fetching llama.rn@0.12.9 and @fugood/llama.node@1.7.15 from npm" >&2
-    rm -rf "$out/src" "$out/pkg"
+    rm -rf "$out/src" "$out/src.partial" "$out/pkg"  # a fetch cut short starts over
     mkdir -p "$out/pkg/rn" "$out/pkg/node"
     (cd "$out/pkg" && npm pack --silent llama.rn@0.12.9 @fugood/llama.node@1.7.15 >/dev/null)
     tar -xzf "$out/pkg/llama.rn-0.12.9.tgz" -C "$out/pkg/rn"

@@ -12,7 +12,6 @@
 #include <cstdlib>
 #include <functional>
 #include <random>
-#include <string>
 #include <vector>
 
 static void log_cb(enum lm_ggml_log_level level, const char * text, void *) {
