@@ -1,0 +1,117 @@
+"""tools/llama_cpp/compare.py (this engine beside llama.cpp, README, Speed): the rounds it runs and
+the table it makes from their output. llama.cpp is not built in a test (npm and minutes of
+compiling), so a stand-in `lbench` prints llama-bench-style lines with known figures and records
+its arguments; the engine is the real ./run on the shipped model. Checked: each round runs lbench
+per thread count with the model, prompt, gen and reps asked for, then ./run's bench with the same;
+the table's ratio is this engine's median tok/s (read here from the logged JSON) / lbench's
+figure, per round; --table reads a log again; a missing lbench or an unknown format ends with a
+message and a non-zero exit. Speed is not asserted. Skips, with the reason, when ./run or
+models/tinystories.bin is missing. Standard library only."""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOOL = os.path.join(ROOT, "tools", "llama_cpp", "compare.py")
+RUN = os.path.join(ROOT, "run")
+MODEL = os.path.join(ROOT, "models", "tinystories.bin")
+
+# lbench stand-in: prefill 100 x threads, decode 10 x threads tok/s; appends its argv to CALLS.
+FAKE_LBENCH = """#!{python}
+import sys
+model, t, npr, ng, reps = sys.argv[1:6]
+with open({calls!r}, "a") as f:
+    f.write(" ".join(sys.argv[1:]) + "\\n")
+t = int(t)
+print(f"pp{{npr}} {{t}} t: {{100.0 * t:8.2f}} ± {{1.0:6.2f}} tok/s  [{{100.0 * t:.2f}}]")
+print(f"tg{{ng}} {{t}} t: {{10.0 * t:8.2f}} ± {{0.5:6.2f}} tok/s  [{{10.0 * t:.2f}}]")
+"""
+
+
+class CompareTool(unittest.TestCase):
+    def setUp(self):
+        if not os.path.exists(RUN):
+            self.skipTest("./run is not built (run `make`)")
+        if not os.path.exists(MODEL):
+            self.skipTest("models/tinystories.bin is missing")
+        self.dir = tempfile.mkdtemp(prefix="compare_")
+        self.addCleanup(shutil.rmtree, self.dir)
+        # The files compare.py would otherwise write (1.2 GB): present, so it writes none.
+        os.makedirs(os.path.join(self.dir, "hf"))
+        open(os.path.join(self.dir, "hf", "model.safetensors"), "wb").close()
+        os.symlink(MODEL, os.path.join(self.dir, "qwen3-0.6b-q8.bin"))
+        open(os.path.join(self.dir, "qwen3-0.6b-q8_0.gguf"), "wb").close()
+        self.calls = os.path.join(self.dir, "calls.txt")
+        self.lbench = os.path.join(self.dir, "lbench")
+        with open(self.lbench, "w") as f:
+            f.write(FAKE_LBENCH.format(python=sys.executable, calls=self.calls))
+        os.chmod(self.lbench, 0o755)
+
+    def tool(self, *args):
+        return subprocess.run([sys.executable, TOOL] + list(args), cwd=ROOT, capture_output=True,
+                              text=True, timeout=600)
+
+    def test_rounds_and_table(self):
+        log = os.path.join(self.dir, "log.txt")
+        p = self.tool("--lbench", self.lbench, "--dir", self.dir, "--formats", "q8", "--threads", "1,2",
+                      "--rounds", "2", "--prompt", "8", "--gen", "4", "--reps", "1", "--log", log)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        gguf = os.path.join(self.dir, "qwen3-0.6b-q8_0.gguf")
+        with open(self.calls) as f:
+            self.assertEqual(f.read().splitlines(), [f"{gguf} {t} 8 4 1" for t in (1, 2, 1, 2)])
+
+        # The engine's medians, per round, straight from the log's JSON lines.
+        engine, r = {}, 0
+        with open(log) as f:
+            for line in f:
+                m = re.match(r"== round (\d+) q8 engine", line)
+                if m:
+                    r = int(m[1])
+                elif line.startswith("{") and r:
+                    j = json.loads(line)
+                    engine[(r, j["test"], j["threads"])] = j["tokens_per_s"]
+        self.assertEqual(len(engine), 8, engine)  # 2 rounds x pp8, tg4 x 1, 2 threads
+
+        rows = {}
+        for line in p.stdout.splitlines():
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if len(cells) == 7 and cells[0] == "q8":
+                rows[(cells[2], int(cells[1]))] = cells
+        self.assertEqual(sorted(rows), [("pp8", 1), ("pp8", 2), ("tg4", 1), ("tg4", 2)])
+        lowest = {}
+        for (test, t), cells in rows.items():
+            llama = (100.0 if test == "pp8" else 10.0) * t
+            self.assertEqual(cells[3], f"{llama:.1f} / {llama:.1f}")
+            want = [engine[(k, test, t)] / llama for k in (1, 2)]
+            self.assertEqual(cells[5], " / ".join(f"{x:.2f}" for x in want), cells)
+            self.assertEqual(cells[4], " / ".join(f"{engine[(k, test, t)]:.1f}" for k in (1, 2)))
+            lowest[test[:2]] = min(lowest.get(test[:2], 1e30), *want)
+            self.assertEqual(cells[6].count("%") if test == "tg4" else cells[6], 2 if test == "tg4" else "- / -")
+        self.assertIn(f"lowest prefill ratio (this engine / llama.cpp): {lowest['pp']:.2f}", p.stdout)
+        self.assertIn(f"lowest decode ratio (this engine / llama.cpp): {lowest['tg']:.2f}", p.stdout)
+
+        again = self.tool("--table", log, "--formats", "q8")
+        self.assertEqual(again.returncode, 0, again.stderr)
+        self.assertEqual(again.stdout.strip(), p.stdout.strip())
+
+    def test_refusals(self):
+        p = self.tool("--lbench", os.path.join(self.dir, "nothing"), "--dir", self.dir, "--formats", "q8")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("nothing: no llama.cpp bench harness there", p.stderr)
+        self.assertIn("tools/llama_cpp/build.sh", p.stderr)
+        p = self.tool("--lbench", self.lbench, "--dir", self.dir, "--formats", "q8,q5")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("unknown format 'q5'", p.stderr)
+        p = self.tool("--table", os.path.join(self.dir, "no.log"))
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("no.log: no such log", p.stderr)
+        self.assertFalse(os.path.exists(self.calls))
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""compare.py: this engine beside llama.cpp on the same machine, in alternating rounds, and the
+side-by-side table of prefill and decode tok/s (README, Speed, "Against llama.cpp on the same
+machine").
+
+    tools/llama_cpp/build.sh native                # llama.cpp and lbench, once
+    python3 tools/llama_cpp/compare.py             # 2 rounds of q8 q4 bf16 f32, 1 and 2 threads
+    python3 tools/llama_cpp/compare.py --table build/bench/compare.log   # the table again
+
+Per round and format: llama.cpp's `lbench GGUF T PROMPT GEN REPS` for each thread count T, then
+`./run MODEL -m bench --threads 1,2 ... --json`, one after the other, so both meet the machine of
+the same minutes; a shared machine changes speed from minute to minute, so the table keeps each
+round's figures apart instead of pooling them. llama.cpp's figure is its mean over the reps (what
+llama-bench prints), this engine's its median; the ratio is this engine / llama.cpp in that round;
+the roof is this engine's paired memory read (bench.c).
+
+The models are the random Qwen3-0.6B shape under --dir (default build/bench, shared with `make
+bench`): the Hugging Face folder from tools/make_random_qwen3.py, this engine's checkpoints from
+export.py and llama.cpp's GGUF files from tools/make_random_gguf.py, each written only when
+missing. Everything the two programs print goes to the log (--log, default DIR/compare.log) as
+it comes, between '== round R FORMAT llama T' and '== round R FORMAT engine' lines; the table is
+made from the log, so a run cut short still leaves what it measured. Python 3 standard library.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GGUF_TYPE = {"q8": "q8_0", "q4": "q4_0", "bf16": "bf16", "f32": "f32"}
+LBENCH_LINE = re.compile(r"^(pp|tg)(\d+) (\d+) t:\s+([\d.]+) ±\s+([\d.]+)")
+MARK = re.compile(r"^== round (\d+) (\S+) (llama|engine)")
+
+
+def fail(msg):
+    sys.exit(f"compare.py: {msg}")
+
+
+def step(cmd, what):
+    """Runs a preparation command (output passed through); stops the comparison if it fails."""
+    print(f"compare.py: {what}", file=sys.stderr, flush=True)
+    if subprocess.run(cmd, cwd=ROOT).returncode != 0:
+        fail(f"{what} failed: {' '.join(cmd)}")
+
+
+def prepare(a, formats):
+    """The files the rounds read, written where missing; returns {format: (checkpoint, gguf)}."""
+    hf = os.path.join(a.dir, "hf")
+    if not os.path.exists(os.path.join(hf, "model.safetensors")):
+        step([sys.executable, "tools/make_random_qwen3.py", hf], f"writing the random model in {hf}")
+    files = {}
+    for f in formats:
+        ckpt = os.path.join(a.dir, f"qwen3-0.6b-{f}.bin")
+        gguf = os.path.join(a.dir, f"qwen3-0.6b-{GGUF_TYPE[f]}.gguf")
+        if not os.path.exists(ckpt):
+            step([sys.executable, "export.py", hf, ckpt, "--dtype", f], f"exporting {ckpt}")
+        if not os.path.exists(gguf):
+            step([sys.executable, "tools/make_random_gguf.py", hf, gguf, "--type", GGUF_TYPE[f]],
+                 f"writing {gguf}")
+        files[f] = (ckpt, gguf)
+    return files
+
+
+def measure(a, formats, threads, log):
+    files = prepare(a, formats)
+    with open(log, "w") as out:
+        for r in range(1, a.rounds + 1):
+            for f in formats:
+                ckpt, gguf = files[f]
+                runs = [(f"llama {t}", [a.lbench, gguf, str(t), str(a.prompt), str(a.gen), str(a.reps)])
+                        for t in threads]
+                runs.append(("engine", [a.run, ckpt, "-m", "bench", "--threads", ",".join(map(str, threads)),
+                                        "--bench-prompt", str(a.prompt), "--bench-gen", str(a.gen),
+                                        "--bench-reps", str(a.reps), "--json"]))
+                for who, cmd in runs:
+                    print(f"compare.py: round {r}/{a.rounds}, {f}, {who} ({time.strftime('%H:%M:%S')})",
+                          file=sys.stderr, flush=True)
+                    out.write(f"== round {r} {f} {who} {time.strftime('%H:%M:%S')}\n")
+                    out.flush()
+                    p = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                    out.write(p.stdout)
+                    out.flush()
+                    if p.returncode != 0:
+                        fail(f"{' '.join(cmd)} exited {p.returncode}:\n{p.stderr[-2000:]}")
+        out.write(f"== end {time.strftime('%H:%M:%S')}\n")
+
+
+def read_log(path):
+    """{(format, test, threads): {round: {"llama": tok/s, "engine": tok/s, "roof": % or None}}}"""
+    rows, cur = {}, None
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            m = MARK.match(line)
+            if m:
+                cur = (int(m[1]), m[2], m[3])
+                continue
+            if cur is None:
+                continue
+            r, fmt, who = cur
+            m = LBENCH_LINE.match(line)
+            if m and who == "llama":
+                cell = rows.setdefault((fmt, m[1] + m[2], int(m[3])), {}).setdefault(r, {})
+                cell["llama"] = float(m[4])
+            elif line.startswith("{") and who == "engine":
+                j = json.loads(line)
+                cell = rows.setdefault((fmt, j["test"], j["threads"]), {}).setdefault(r, {})
+                cell["engine"] = j["tokens_per_s"]
+                cell["roof"] = j.get("roof_pct")
+    return rows
+
+
+def table(rows, formats=None):
+    """The markdown table: a row per format, thread count and test, each cell its rounds'
+    figures joined by ' / '; then the lowest ratio of each test."""
+    order = {f: i for i, f in enumerate(formats or ["q8", "q4", "bf16", "f32"])}
+    lines = ["| weights | threads | test | llama.cpp tok/s | this engine tok/s | ratio | % of roof |",
+             "|---|---|---|---|---|---|---|"]
+    lowest = {}
+    for key in sorted(rows, key=lambda k: (order.get(k[0], len(order)), k[0], k[2], k[1])):
+        fmt, test, t = key
+        rounds = [rows[key][r] for r in sorted(rows[key]) if {"llama", "engine"} <= set(rows[key][r])]
+        if not rounds:
+            continue
+        ratios = [c["engine"] / c["llama"] for c in rounds]
+        kind = test[:2]
+        lowest[kind] = min(lowest.get(kind, ratios[0]), *ratios)
+        roof = " / ".join("-" if c.get("roof") is None else f"{c['roof']:.0f}%" for c in rounds)
+        llama = " / ".join(f"{c['llama']:.1f}" for c in rounds)
+        engine = " / ".join(f"{c['engine']:.1f}" for c in rounds)
+        ratio = " / ".join(f"{x:.2f}" for x in ratios)
+        lines.append(f"| {fmt} | {t} | {test} | {llama} | {engine} | {ratio} | {roof} |")
+    if lowest:
+        lines.append("")
+    for kind, name in (("pp", "prefill"), ("tg", "decode")):
+        if kind in lowest:
+            lines.append(f"lowest {name} ratio (this engine / llama.cpp): {lowest[kind]:.2f}")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lbench", default=os.path.join(ROOT, "build", "llama_cpp", "native", "lbench"),
+                    help="llama.cpp's bench harness (tools/llama_cpp/build.sh); default %(default)s")
+    ap.add_argument("--run", default=os.path.join(ROOT, "run"), help="this engine; default ./run")
+    ap.add_argument("--dir", default=os.path.join(ROOT, "build", "bench"),
+                    help="where the models are (written when missing); default build/bench")
+    ap.add_argument("--formats", default="q8,q4,bf16,f32", help="default %(default)s")
+    ap.add_argument("--threads", default="1,2", help="default %(default)s")
+    ap.add_argument("--rounds", type=int, default=2, help="default %(default)s")
+    ap.add_argument("--prompt", type=int, default=512, help="prefill tokens; default %(default)s")
+    ap.add_argument("--gen", type=int, default=128, help="decode tokens; default %(default)s")
+    ap.add_argument("--reps", type=int, default=3, help="reps per test; default %(default)s")
+    ap.add_argument("--log", help="the raw output; default DIR/compare.log")
+    ap.add_argument("--table", metavar="LOG", help="only print the table of an earlier run's log")
+    a = ap.parse_args()
+
+    formats = [f for f in a.formats.split(",") if f]
+    bad = [f for f in formats if f not in GGUF_TYPE]
+    if bad:
+        fail(f"unknown format {bad[0]!r} (the formats are {', '.join(GGUF_TYPE)})")
+    if a.table:
+        if not os.path.exists(a.table):
+            fail(f"{a.table}: no such log")
+        print(table(read_log(a.table), formats))
+        return
+    try:
+        threads = [int(t) for t in a.threads.split(",")]
+    except ValueError:
+        fail(f"--threads {a.threads!r}: a list of thread counts such as 1,2")
+    if a.rounds < 1 or a.prompt < 1 or a.gen < 1 or a.reps < 1 or min(threads) < 1:
+        fail("--rounds, --prompt, --gen, --reps and --threads must be positive")
+    if not os.access(a.lbench, os.X_OK):
+        fail(f"{a.lbench}: no llama.cpp bench harness there; build it with "
+             "tools/llama_cpp/build.sh (or give --lbench)")
+    if not os.access(a.run, os.X_OK):
+        fail(f"{a.run}: no engine there; build it with make (or give --run)")
+    log = a.log or os.path.join(a.dir, "compare.log")
+    os.makedirs(a.dir, exist_ok=True)
+    measure(a, formats, threads, log)
+    print(f"compare.py: raw output in {log}", file=sys.stderr)
+    print(table(read_log(log), formats))
+
+
+if __name__ == "__main__":
+    main()
