@@ -84,7 +84,8 @@ def measure(a, formats, threads, log):
                     out.write(p.stdout)
                     out.flush()
                     if p.returncode != 0:
-                        fail(f"{' '.join(cmd)} exited {p.returncode}:\n{p.stderr[-2000:]}")
+                        fail(f"{' '.join(cmd)} exited {p.returncode} (what was measured before: {log}):\n"
+                             f"{p.stderr[-2000:]}")
         out.write(f"== end {time.strftime('%H:%M:%S')}\n")
 
 
@@ -180,7 +181,13 @@ def main():
         fail(f"{a.run}: no engine there; build it with make (or give --run)")
     log = a.log or os.path.join(a.dir, "compare.log")
     os.makedirs(a.dir, exist_ok=True)
-    measure(a, formats, threads, log)
+    os.makedirs(os.path.dirname(os.path.abspath(log)), exist_ok=True)
+    try:
+        measure(a, formats, threads, log)
+    except KeyboardInterrupt:
+        if os.path.exists(log):
+            print(table(read_log(log), formats))
+        fail(f"interrupted; the table above has what was measured (raw output in {log})")
     print(f"compare.py: raw output in {log}", file=sys.stderr)
     print(table(read_log(log), formats))
 
