@@ -4,8 +4,8 @@ compiling), so a stand-in `lbench` prints llama-bench-style lines with known fig
 its arguments; the engine is the real ./run on the shipped model. Checked: each round runs lbench
 per thread count with the model, prompt, gen and reps asked for, then ./run's bench with the same;
 the table's ratio is this engine's median tok/s (read here from the logged JSON) / lbench's
-figure, per round; --table reads a log again; a missing lbench or an unknown format ends with a
-message and a non-zero exit. Speed is not asserted. Skips, with the reason, when ./run or
+figure, per round; --table reads a log again; a checkpoint the engine cannot read is exported
+again; a missing lbench or an unknown format ends with a message and a non-zero exit. Speed is not asserted. Skips, with the reason, when ./run or
 models/tinystories.bin is missing. Standard library only."""
 import json
 import os
@@ -107,6 +107,14 @@ class CompareTool(unittest.TestCase):
         p = self.tool("--lbench", self.lbench, "--dir", self.dir, "--formats", "q8,q5")
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("unknown format 'q5'", p.stderr)
+        # A checkpoint this engine cannot read is exported again, from hf/ (empty here, so the
+        # export fails, and the comparison stops before any round).
+        os.remove(os.path.join(self.dir, "qwen3-0.6b-q8.bin"))
+        with open(os.path.join(self.dir, "qwen3-0.6b-q8.bin"), "wb") as f:
+            f.write(b"not a checkpoint")
+        p = self.tool("--lbench", self.lbench, "--dir", self.dir, "--formats", "q8")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("exporting " + os.path.join(self.dir, "qwen3-0.6b-q8.bin") + " failed", p.stderr)
         p = self.tool("--table", os.path.join(self.dir, "no.log"))
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("no.log: no such log", p.stderr)

@@ -17,7 +17,7 @@ the roof is this engine's paired memory read (bench.c).
 The models are the random Qwen3-0.6B shape under --dir (default build/bench, shared with `make
 bench`): the Hugging Face folder from tools/make_random_qwen3.py, this engine's checkpoints from
 export.py and llama.cpp's GGUF files from tools/make_random_gguf.py, each written only when
-missing. Everything the two programs print goes to the log (--log, default DIR/compare.log) as
+missing (a checkpoint also when this engine cannot read it, e.g. an older layout). Everything the two programs print goes to the log (--log, default DIR/compare.log) as
 it comes, between '== round R FORMAT llama T' and '== round R FORMAT engine' lines; the table is
 made from the log, so a run cut short still leaves what it measured. Python 3 standard library.
 """
@@ -46,6 +46,15 @@ def step(cmd, what):
         fail(f"{what} failed: {' '.join(cmd)}")
 
 
+def readable(run, ckpt):
+    """Whether the engine reads the checkpoint (as `make bench` checks: a file of an older layout
+    is exported again)."""
+    if not os.path.exists(ckpt):
+        return False
+    return subprocess.run([run, ckpt, "--prompt-ids", "1", "-n", "0"], cwd=ROOT, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL).returncode == 0
+
+
 def prepare(a, formats):
     """The files the rounds read, written where missing; returns {format: (checkpoint, gguf)}."""
     hf = os.path.join(a.dir, "hf")
@@ -55,7 +64,7 @@ def prepare(a, formats):
     for f in formats:
         ckpt = os.path.join(a.dir, f"qwen3-0.6b-{f}.bin")
         gguf = os.path.join(a.dir, f"qwen3-0.6b-{GGUF_TYPE[f]}.gguf")
-        if not os.path.exists(ckpt):
+        if not readable(a.run, ckpt):
             step([sys.executable, "export.py", hf, ckpt, "--dtype", f], f"exporting {ckpt}")
         if not os.path.exists(gguf):
             step([sys.executable, "tools/make_random_gguf.py", hf, gguf, "--type", GGUF_TYPE[f]],
