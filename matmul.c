@@ -1,6 +1,7 @@
 /* matmul.c: y = W x for f32, bf16, q8 and q4 weights, the embedding-row lookup, and the parallel
  * driver. The scalar reference comes first; the SIMD twins follow. */
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,6 +80,19 @@ static size_t xq_cap;
 static uint16_t* xb16_buf; /* [max_batch * max_cols] activations rounded to bf16 (--bf16-activations) */
 static int bf16_activations;
 
+/* KERNELS_PREFETCH: the decode prefetch plan asked for (used by the AVX2 kernels only, checked in
+ * every build so that a mistyped value is reported wherever it is set). */
+enum { PREFETCH_FROM_CPU = -1, PREFETCH_NEAR, PREFETCH_MID, PREFETCH_FAR };
+static int prefetch_from_env(void) {
+    const char* s = getenv("KERNELS_PREFETCH");
+    if (!s || !*s) return PREFETCH_FROM_CPU;
+    if (strcmp(s, "near") == 0) return PREFETCH_NEAR;
+    if (strcmp(s, "mid") == 0) return PREFETCH_MID;
+    if (strcmp(s, "far") == 0) return PREFETCH_FAR;
+    fprintf(stderr, "warning: KERNELS_PREFETCH=%s is not near, mid or far; using the CPU's default\n", s);
+    return PREFETCH_FROM_CPU;
+}
+
 #if defined(KERNELS_AVX2)
 static void choose_prefetch(void);
 #endif
@@ -96,6 +110,8 @@ int matmul_scratch_init(int max_threads, int max_batch, int max_cols) {
     matmul_scratch_free();
 #if defined(KERNELS_AVX2)
     choose_prefetch();
+#else
+    (void)prefetch_from_env();
 #endif
     if (max_batch < 1) max_batch = 1;
     if (max_cols < 1) max_cols = 1;
@@ -222,10 +238,12 @@ static void choose_prefetch(void) {
     __builtin_cpu_init();
     if (__builtin_cpu_is("amdfam19h")) decode_prefetch = __builtin_cpu_is("znver3") ? prefetch_mid : prefetch_near;
 #endif
-    const char* s = getenv("KERNELS_PREFETCH");
-    if (s && strcmp(s, "near") == 0) decode_prefetch = prefetch_near;
-    if (s && strcmp(s, "mid") == 0) decode_prefetch = prefetch_mid;
-    if (s && strcmp(s, "far") == 0) decode_prefetch = prefetch_far;
+    switch (prefetch_from_env()) {
+    case PREFETCH_NEAR: decode_prefetch = prefetch_near; break;
+    case PREFETCH_MID: decode_prefetch = prefetch_mid; break;
+    case PREFETCH_FAR: decode_prefetch = prefetch_far; break;
+    default: break;
+    }
 }
 
 /* Tokens per prefill tile (rows_float_nn, rows_qi_t): a 4 x 4 f32 tile needs 16 accumulators + 4

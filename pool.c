@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <fcntl.h>
 #include <time.h>
@@ -277,6 +278,21 @@ static void pool_start(int n_threads) {
     P.n_threads = P.started + 1;
 }
 
+/* KERNELS_SPIN_US: microseconds a waiting thread spins before it sleeps; a value that is not a
+ * whole number >= 0 is reported and the default kept. */
+static long spin_us_from_env(void) {
+    const char* s = getenv("KERNELS_SPIN_US");
+    if (!s || !*s) return DEFAULT_SPIN_US;
+    char* end;
+    const long us = strtol(s, &end, 10);
+    if (*end != '\0' || us < 0 || us > 1000000) {
+        fprintf(stderr, "warning: KERNELS_SPIN_US=%s is not a whole number of microseconds (0 to 1000000); using %d\n",
+                s, DEFAULT_SPIN_US);
+        return DEFAULT_SPIN_US;
+    }
+    return us;
+}
+
 int kernels_init(int n_threads, int max_batch, int max_cols) {
     kernels_free();
     if (n_threads <= 0) {
@@ -284,9 +300,7 @@ int kernels_init(int n_threads, int max_batch, int max_cols) {
         n_threads = c > 0 ? (int)c : 1;
     }
     if (n_threads > MAX_THREADS) n_threads = MAX_THREADS;
-    const char* s = getenv("KERNELS_SPIN_US");
-    P.spin_ns = (s ? atol(s) : DEFAULT_SPIN_US) * 1000L;
-    if (P.spin_ns < 0) P.spin_ns = 0;
+    P.spin_ns = spin_us_from_env() * 1000L;
     if (matmul_scratch_init(n_threads, max_batch, max_cols) != 0) return -1;
     pool_start(n_threads);
     P.max_threads = P.n_threads;

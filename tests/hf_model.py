@@ -463,10 +463,11 @@ def run_export(hf_dir, out_path, dtype=None, timeout=120, extra=()):
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
-def run_engine(args, timeout=60):
+def run_engine(args, timeout=60, env=None):
+    """./run with args; env: variables to set on top of this process's environment."""
     import subprocess
     return subprocess.run([RUN] + list(args), cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, errors='replace')
+                          timeout=timeout, errors='replace', env=dict(os.environ, **(env or {})))
 
 
 def read_logits(path, vocab_size):

@@ -305,6 +305,20 @@ class EngineErrors(unittest.TestCase):
             with self.subTest(args=args[1:]):
                 self.run_fails(args)
 
+    def test_bad_tuning_variables(self):
+        """KERNELS_PREFETCH and KERNELS_SPIN_US are tuning knobs: a value the engine cannot use is
+        named in a warning and the default kept (the run goes on); a good value warns of nothing."""
+        args = [self.good, '--prompt-ids', '1,2,3', '-n', '2', '-t', '0']
+        for name, bad, good in (('KERNELS_PREFETCH', 'nearest', 'mid'), ('KERNELS_SPIN_US', '20us', '50'),
+                                ('KERNELS_SPIN_US', '-1', '0')):
+            with self.subTest(name=name, value=bad):
+                p = hf_model.run_engine(args, env={name: bad})
+                self.assertEqual(p.returncode, 0, p.stderr)
+                self.assertIn('warning: %s=%s' % (name, bad), p.stderr)
+                p = hf_model.run_engine(args, env={name: good})
+                self.assertEqual(p.returncode, 0, p.stderr)
+                self.assertNotIn('warning', p.stderr)
+
     def test_context_limits_never_crash(self):
         """Generating past the context (max_position_embeddings = 128) or a prompt longer than
         the cache: a clean stop or a clean error, never a crash."""
