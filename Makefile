@@ -66,11 +66,8 @@ BENCH_DTYPES ?= q8 q4 bf16 f32
 BENCH_THREADS ?= 1,2
 BENCH_ARGS ?=
 bench: all
-	@test -f $(BENCH_DIR)/hf/model.safetensors || $(PYTHON) tools/make_random_qwen3.py $(BENCH_DIR)/hf
+	@$(PYTHON) tools/bench_models.py $(BENCH_DIR) $(BENCH_DTYPES)
 	@for dt in $(BENCH_DTYPES); do \
-	  { test -f $(BENCH_DIR)/qwen3-0.6b-$$dt.bin && \
-	    ./run $(BENCH_DIR)/qwen3-0.6b-$$dt.bin --prompt-ids 1 -n 0 >/dev/null 2>&1; } || \
-	    $(PYTHON) export.py $(BENCH_DIR)/hf $(BENCH_DIR)/qwen3-0.6b-$$dt.bin --dtype $$dt || exit 1; \
 	  echo "== $$dt"; \
 	  ./run $(BENCH_DIR)/qwen3-0.6b-$$dt.bin -m bench --threads $(BENCH_THREADS) $(BENCH_ARGS) || exit 1; \
 	done

@@ -15,11 +15,12 @@ llama-bench prints), this engine's its median; the ratio is this engine / llama.
 the roof is this engine's paired memory read (bench.c).
 
 The models are the random Qwen3-0.6B shape under --dir (default build/bench, shared with `make
-bench`): the Hugging Face folder from tools/make_random_qwen3.py, this engine's checkpoints from
-export.py and llama.cpp's GGUF files from tools/make_random_gguf.py, each written only when
-missing (a checkpoint also when this engine cannot read it, e.g. an older layout). Everything the two programs print goes to the log (--log, default DIR/compare.log) as
-it comes, between '== round R FORMAT llama T' and '== round R FORMAT engine' lines; the table is
-made from the log, so a run cut short still leaves what it measured. Python 3 standard library.
+bench`): the Hugging Face folder and this engine's checkpoints from tools/bench_models.py (as
+`make bench` writes them), llama.cpp's GGUF files from tools/make_random_gguf.py, each written
+only when missing (a checkpoint also when this engine cannot read it, e.g. an older layout).
+Everything the two programs print goes to the log (--log, default DIR/compare.log) as it comes,
+between '== round R FORMAT llama T' and '== round R FORMAT engine' lines; the table is made from
+the log, so a run cut short still leaves what it measured. Python 3 standard library.
 """
 import argparse
 import json
@@ -30,6 +31,8 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import bench_models  # noqa: E402  (the checkpoints, as `make bench` writes them)
 GGUF_TYPE = {"q8": "q8_0", "q4": "q4_0", "bf16": "bf16", "f32": "f32"}
 LBENCH_LINE = re.compile(r"^(pp|tg)(\d+) (\d+) t:\s+([\d.]+) ±\s+([\d.]+)")
 MARK = re.compile(r"^== round (\d+) (\S+) (llama|engine)")
@@ -39,37 +42,17 @@ def fail(msg):
     sys.exit(f"compare.py: {msg}")
 
 
-def step(cmd, what):
-    """Runs a preparation command (output passed through); stops the comparison if it fails."""
-    print(f"compare.py: {what}", file=sys.stderr, flush=True)
-    if subprocess.run(cmd, cwd=ROOT).returncode != 0:
-        fail(f"{what} failed: {' '.join(cmd)}")
-
-
-def readable(run, ckpt):
-    """Whether the engine reads the checkpoint (as `make bench` checks: a file of an older layout
-    is exported again)."""
-    if not os.path.exists(ckpt):
-        return False
-    return subprocess.run([run, ckpt, "--prompt-ids", "1", "-n", "0"], cwd=ROOT, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL).returncode == 0
-
-
 def prepare(a, formats):
     """The files the rounds read, written where missing; returns {format: (checkpoint, gguf)}."""
+    ckpts = bench_models.ensure(a.dir, formats, a.run, "compare.py")
     hf = os.path.join(a.dir, "hf")
-    if not os.path.exists(os.path.join(hf, "model.safetensors")):
-        step([sys.executable, "tools/make_random_qwen3.py", hf], f"writing the random model in {hf}")
     files = {}
     for f in formats:
-        ckpt = os.path.join(a.dir, f"qwen3-0.6b-{f}.bin")
         gguf = os.path.join(a.dir, f"qwen3-0.6b-{GGUF_TYPE[f]}.gguf")
-        if not readable(a.run, ckpt):
-            step([sys.executable, "export.py", hf, ckpt, "--dtype", f], f"exporting {ckpt}")
         if not os.path.exists(gguf):
-            step([sys.executable, "tools/make_random_gguf.py", hf, gguf, "--type", GGUF_TYPE[f]],
-                 f"writing {gguf}")
-        files[f] = (ckpt, gguf)
+            bench_models.step([sys.executable, "tools/make_random_gguf.py", hf, gguf, "--type", GGUF_TYPE[f]],
+                              f"writing {gguf}", "compare.py")
+        files[f] = (ckpts[f], gguf)
     return files
 
 
