@@ -24,7 +24,7 @@ import sys
 import time
 
 MAGIC = b"QW3C"
-VERSION = 2
+VERSION = 3
 ALIGN = 64
 HEADER_FORMAT = "<4s13I f i d I 8i f f i 2I 4Q 96x"  # the FileHeader struct of model.h
 MAX_EOS = 8
@@ -268,12 +268,11 @@ def quantize_q8(raw_f32, group_size):
 
 
 def quantize_q4(raw_f32, group_size):
-    """float32 bytes -> (packed 4-bit bytes, float32 scale bytes). Per group, m is the value of
-    largest magnitude, s = m / -8 and q = round(w / s) clamped to [-8, 7] (m itself becomes -8, so
-    the whole range is used, as in llama.cpp's q4_0); stored as q + 8, and per 32 columns byte k
-    holds column k in its low nibble and column k + 16 in its high nibble (model.h)."""
+    """float32 bytes -> (q + 8 per value as bytes, float32 scale bytes). Per group, m is the value
+    of largest magnitude, s = m / -8 and q = round(w / s) clamped to [-8, 7] (m itself becomes -8,
+    so the whole range is used, as in llama.cpp's q4_0)."""
     vals = array.array("f", raw_f32)
-    packed = bytearray(len(vals) // 2)
+    nib = bytearray(len(vals))
     scales = array.array("f", bytes(4 * (len(vals) // group_size)))
     for g in range(len(scales)):
         lo = g * group_size
@@ -281,38 +280,53 @@ def quantize_q4(raw_f32, group_size):
         hi, low = max(block), min(block)
         m = hi if hi > -low else low
         if m == 0:
-            nib = [8] * group_size
+            nib[lo:lo + group_size] = bytes([8] * group_size)
         else:
             scales[g] = m / -8.0
             inv = -8.0 / m
-            nib = [min(15, round(v * inv) + 8) for v in block]
-        out = lo // 2
-        for c in range(0, group_size, 32):
-            packed[out + c // 2:out + c // 2 + 16] = bytes(
-                a | b << 4 for a, b in zip(nib[c:c + 16], nib[c + 16:c + 32]))
-    return bytes(packed), scales.tobytes()
+            nib[lo:lo + group_size] = bytes(min(15, round(v * inv) + 8) for v in block)
+    return bytes(nib), scales.tobytes()
 
 
-QUANT_BLOCK_ROWS = 4
+QUANT_BLOCK_ROWS = {WEIGHT_Q8: 4, WEIGHT_Q4: 8}  # rows per block (model.h)
 
 
 def quant_row_blocks(raw_f32, cols, group_size, wtype):
-    """float32 bytes of whole rows -> the q8 or q4 row blocks of model.h: per 4 rows (the last
-    block padded with zero rows), their scales s[4][G], then per group the four rows' values."""
+    """float32 bytes of whole rows -> the q8 or q4 row blocks of model.h (the last block padded
+    with zero rows). q8, blocks of 4 rows: their scales s[4][G], then per group the four rows'
+    values. q4, blocks of 8 rows: per group the 8 scales, then per quarter v and row i the 4 bytes
+    holding columns 4v + k (low nibble) and 16 + 4v + k (high nibble), k = 0 .. 3."""
     rows = len(raw_f32) // (4 * cols)
-    pad = -rows % QUANT_BLOCK_ROWS
-    quantize = quantize_q4 if wtype == WEIGHT_Q4 else quantize_q8
-    q, s = quantize(raw_f32 + bytes(4 * cols * pad), group_size)
-    per = 2 if wtype == WEIGHT_Q4 else 1  # values per byte
+    br = QUANT_BLOCK_ROWS[wtype]
+    pad = -rows % br
     G = cols // group_size
     out = []
-    for b in range(0, rows + pad, QUANT_BLOCK_ROWS):
-        out.append(s[4 * b * G:4 * (b + QUANT_BLOCK_ROWS) * G])
-        first = b * cols
-        for g in range(0, cols, group_size):
-            for i in range(QUANT_BLOCK_ROWS):
-                at = (first + i * cols + g) // per
-                out.append(q[at:at + group_size // per])
+    if wtype == WEIGHT_Q8:
+        q, s = quantize_q8(raw_f32 + bytes(4 * cols * pad), group_size)
+        for b in range(0, rows + pad, br):
+            out.append(s[4 * b * G:4 * (b + br) * G])
+            for g in range(0, cols, group_size):
+                for i in range(br):
+                    at = (b + i) * cols + g
+                    out.append(q[at:at + group_size])
+        return b"".join(out)
+    # q4, in 32-bit words: a group is 40 (8 scales, then word 8 + 8v + i = row i's columns
+    # 4v .. 4v+3); row i's columns 32g + 4v .. are its word 8g + v (low nibbles) and 8g + 4 + v
+    # (high). Each nibble is < 16, so shifting the high plane left by 4 bits as one integer moves
+    # every byte's nibble up within its byte, and OR merges the two planes.
+    nib, s = quantize_q4(raw_f32 + bytes(4 * cols * pad), group_size)
+    nw, sw = memoryview(nib).cast("I"), memoryview(s).cast("I")
+    row_words = cols // 4
+    for b in range(0, rows + pad, br):
+        low, high = array.array("I", bytes(160 * G)), array.array("I", bytes(160 * G))
+        for i in range(br):
+            low[i::40] = array.array("I", sw[(b + i) * G:(b + i + 1) * G])
+            row = nw[(b + i) * row_words:(b + i + 1) * row_words]
+            for v in range(4):
+                low[8 + 8 * v + i::40] = array.array("I", row[v::8])
+                high[8 + 8 * v + i::40] = array.array("I", row[4 + v::8])
+        merged = int.from_bytes(low.tobytes(), "little") | int.from_bytes(high.tobytes(), "little") << 4
+        out.append(merged.to_bytes(160 * G, "little"))
     return b"".join(out)
 
 
@@ -445,19 +459,23 @@ def tensor_plan(c):
 
 
 def choose_group_size(c, requested, wtype):
-    """q8 / q4 groups: `requested` when it divides every input width, else the largest power of
-    two <= requested that does (at least 8 for q8, 32 for q4, whose kernels take 32 at a time)."""
+    """q8 groups: `requested` when it divides every input width, else the largest power of two
+    <= requested (at least 8) that does. q4 groups are always 32 columns (model.h)."""
     widths = [c["dim"], c["hidden_dim"], c["n_heads"] * c["head_dim"]]
-    smallest = 32 if wtype == WEIGHT_Q4 else 8
-    name = "q4" if wtype == WEIGHT_Q4 else "q8"
-    if requested < smallest:
-        raise ExportError(f"{name} needs a group size of at least {smallest} (got {requested})")
+    if wtype == WEIGHT_Q4:
+        if requested != 32:
+            raise ExportError(f"q4 groups are 32 columns (got --group-size {requested})")
+        if any(w % 32 for w in widths):
+            raise ExportError(f"q4 needs every input width ({widths}) to be a multiple of 32")
+        return 32
+    if requested < 8:
+        raise ExportError(f"q8 needs a group size of at least 8 (got {requested})")
     g = requested
-    while g >= smallest:
+    while g >= 8:
         if all(w % g == 0 for w in widths):
             return g
         g //= 2
-    raise ExportError(f"{name} needs every input width ({widths}) to be a multiple of {smallest}")
+    raise ExportError(f"q8 needs every input width ({widths}) to be a multiple of 8")
 
 
 MAX_JOBS = 16  # default worker processes at most
@@ -486,9 +504,9 @@ def plan_blocks(plan, table, files, wtype, gs):
         rows = shape[0] if len(shape) == 2 else 1
         cols = shape[-1]
         stored = wtype if is_matrix else WEIGHT_F32  # norms and biases stay f32
-        if stored in (WEIGHT_Q8, WEIGHT_Q4):  # whole row blocks of 4 rows (model.h)
+        if stored in (WEIGHT_Q8, WEIGHT_Q4):  # whole row blocks of 4 or 8 rows (model.h)
             rows_per_block = max(1, (BLOCK_BYTES // 4) // (cols * width))
-            rows_per_block += -rows_per_block % QUANT_BLOCK_ROWS
+            rows_per_block += -rows_per_block % QUANT_BLOCK_ROWS[stored]
         else:
             rows_per_block = max(1, BLOCK_BYTES // (cols * width))
         yield PAD
@@ -698,8 +716,8 @@ def main(argv=None):
     ap.add_argument("--dtype", choices=sorted(DTYPES),
                     help="stored weight format (default: the source's; F16 sources become f32)")
     ap.add_argument("--group-size", type=int,
-                    help="q8 / q4 group size (default 64 for q8, 32 for q4; smaller when it does "
-                         "not divide the widths)")
+                    help="q8 group size (default 64; smaller when it does not divide the widths); "
+                         "q4's groups are always 32")
     ap.add_argument("--jobs", type=int, metavar="N",
                     help="processes that convert blocks of rows (default: one per CPU, up to "
                          f"{MAX_JOBS}, for q8 / q4 and bf16 from other formats above 64 MB; else 1)")

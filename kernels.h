@@ -13,17 +13,21 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef enum { WEIGHT_F32 = 0, WEIGHT_BF16 = 1, WEIGHT_Q8 = 2, WEIGHT_Q4 = 3 } WeightType;
 
 /* A weight matrix [rows = out_features, cols = in_features], pointing into the mapped checkpoint.
  * f32 and bf16 are row-major. The quantised types (model.h) hold integers q in groups of
  * group_size columns with one float32 scale per group (w = scale * q): WEIGHT_Q8 int8, WEIGHT_Q4
- * 4-bit (q in -8 .. 7, stored as q + 8, two per byte). Both are stored in blocks of
- * QUANT_BLOCK_ROWS rows: block b holds rows 4b .. 4b+3, first their scales (4 rows x
- * G = cols / group_size floats, row by row), then for each group g the values of each of the
- * four rows. The matrix-vector kernels walk a block front to back, so they read one sequential
- * stream; quant_scales and quant_group give any row's place in it. */
+ * 4-bit (q in -8 .. 7, stored as q + 8, two per byte, groups of 32). Both are stored in blocks of
+ * rows (quant_block_rows) that the matrix-vector kernels walk front to back, one sequential stream:
+ *  - q8, blocks of 4 rows: first their scales (4 rows x G = cols / group_size floats, row by
+ *    row), then for each group g the values of each of the four rows (quant_scales, quant_group);
+ *  - q4, blocks of 8 rows ("row lanes"): for each group g the 8 rows' scales, then 128 bytes in
+ *    which 32-bit lane i of each 32-byte quarter v is row i's columns 4v .. 4v+3 (low nibbles)
+ *    and 16+4v .. 16+4v+3 (high nibbles), so one vector of products has one row per lane
+ *    (q4_group, q4_scale, q4_value). */
 typedef struct {
     WeightType type;
     int rows, cols;
@@ -31,42 +35,62 @@ typedef struct {
     const void* data;      /* float*, uint16_t* (bf16), or the first row block (q8, q4) */
 } Matrix;
 
-#define QUANT_BLOCK_ROWS 4
+#define QUANT_BLOCK_ROWS 4 /* q8 */
+#define Q4_BLOCK_ROWS 8
+#define Q4_GROUP 32        /* q4's only group size */
+#define Q4_GROUP_BYTES (Q4_BLOCK_ROWS * (sizeof(float) + Q4_GROUP / 2)) /* one group of a q4 block: 160 */
+
+static inline int quant_block_rows(WeightType type) {
+    return type == WEIGHT_Q4 ? Q4_BLOCK_ROWS : QUANT_BLOCK_ROWS;
+}
 
 /* Bytes that n values of a quantised row take: one each (q8), half a byte each (q4). */
 static inline size_t quant_bytes(WeightType type, size_t n) {
     return type == WEIGHT_Q4 ? n / 2 : n;
 }
 
-/* Bytes of one row block: 4 x G scales and 4 rows of values. */
+/* Bytes of one row block: its rows' G scales each and their values. */
 static inline size_t quant_block_bytes(WeightType type, int cols, int group_size) {
-    return (size_t)QUANT_BLOCK_ROWS * (quant_bytes(type, (size_t)cols) + sizeof(float) * (size_t)(cols / group_size));
+    return (size_t)quant_block_rows(type) *
+           (quant_bytes(type, (size_t)cols) + sizeof(float) * (size_t)(cols / group_size));
 }
 
-/* The G scales of row r of a quantised matrix. */
+/* q8: the G scales of row r. */
 static inline const float* quant_scales(const Matrix* W, int r) {
     const char* block = (const char*)W->data +
                         (size_t)(r / QUANT_BLOCK_ROWS) * quant_block_bytes(W->type, W->cols, W->group_size);
     return (const float*)block + (size_t)(r % QUANT_BLOCK_ROWS) * (size_t)(W->cols / W->group_size);
 }
 
-/* The values of row r, group g (group_size int8 for q8, group_size / 2 bytes for q4); the next
- * row of the same block follows quant_bytes(type, group_size) bytes later. */
+/* q8: the group_size values of row r, group g; the next row of the same block follows
+ * group_size bytes later. */
 static inline const uint8_t* quant_group(const Matrix* W, int r, int g) {
     const int gs = W->group_size, G = W->cols / gs;
-    const size_t gb = quant_bytes(W->type, (size_t)gs);
     const char* block =
         (const char*)W->data + (size_t)(r / QUANT_BLOCK_ROWS) * quant_block_bytes(W->type, W->cols, gs);
     return (const uint8_t*)(block + sizeof(float) * QUANT_BLOCK_ROWS * (size_t)G) +
-           ((size_t)g * QUANT_BLOCK_ROWS + (size_t)(r % QUANT_BLOCK_ROWS)) * gb;
+           ((size_t)g * QUANT_BLOCK_ROWS + (size_t)(r % QUANT_BLOCK_ROWS)) * (size_t)gs;
 }
 
-/* Value c (0 <= c < group_size) of a q4 group: every 32 columns take 16 bytes, byte k holding
- * column k in its low nibble and column k + 16 in its high nibble (so one 16-byte load, split
- * into nibbles, gives 32 columns in order). Stored as q + 8. */
-static inline int q4_value(const uint8_t* group, int c) {
-    const uint8_t b = group[(c / 32) * 16 + c % 16];
-    return (c % 32 < 16 ? b & 15 : b >> 4) - 8;
+/* q4: group g of the block that holds row r: 8 float scales (row r's at lane r % 8), then the
+ * 128 bytes of values. */
+static inline const uint8_t* q4_group(const Matrix* W, int r, int g) {
+    return (const uint8_t*)W->data + ((size_t)(r / Q4_BLOCK_ROWS) * (size_t)(W->cols / Q4_GROUP) + (size_t)g) *
+                                         Q4_GROUP_BYTES;
+}
+
+static inline float q4_scale(const Matrix* W, int r, int g) {
+    float s;
+    memcpy(&s, q4_group(W, r, g) + sizeof(float) * (size_t)(r % Q4_BLOCK_ROWS), sizeof s);
+    return s;
+}
+
+/* q of row r, column c (-8 .. 7). */
+static inline int q4_value(const Matrix* W, int r, int c) {
+    const int k = c % Q4_GROUP;
+    const uint8_t b = q4_group(W, r, c / Q4_GROUP)[Q4_BLOCK_ROWS * sizeof(float) + 32 * ((k % 16) / 4) +
+                                                   4 * (r % Q4_BLOCK_ROWS) + k % 4];
+    return (k < 16 ? b & 15 : b >> 4) - 8;
 }
 
 /* Thread count and scratch space. kernels_init must be called once before any matmul:

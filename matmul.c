@@ -12,9 +12,14 @@
  * Scalar reference
  * ------------------------------------------------------------------------------------------- */
 
-/* Value c of a quantised row group as an integer (kernels.h). */
-static inline int quant_value(WeightType type, const uint8_t* group, int c) {
-    return type == WEIGHT_Q4 ? q4_value(group, c) : (int)(int8_t)group[c];
+/* q and scale of a quantised weight (kernels.h's layouts). */
+static inline int quant_q(const Matrix* W, int r, int c) {
+    return W->type == WEIGHT_Q4 ? q4_value(W, r, c)
+                                : (int)(int8_t)quant_group(W, r, c / W->group_size)[c % W->group_size];
+}
+
+static inline float quant_scale(const Matrix* W, int r, int g) {
+    return W->type == WEIGHT_Q4 ? q4_scale(W, r, g) : quant_scales(W, r)[g];
 }
 
 static void matmul_rows_scalar(float* out, const float* x, const Matrix* W, int n, int r0, int r1) {
@@ -32,12 +37,10 @@ static void matmul_rows_scalar(float* out, const float* x, const Matrix* W, int 
                 for (int c = 0; c < C; c++) s += bf16_to_f32(w[c]) * xt[c];
             } else {
                 const int gs = W->group_size;
-                const float* sc = quant_scales(W, r);
                 for (int g = 0; g < C / gs; g++) {
-                    const uint8_t* w = quant_group(W, r, g);
                     float sg = 0.0f;
-                    for (int c = 0; c < gs; c++) sg += (float)quant_value(W->type, w, c) * xt[g * gs + c];
-                    s += sg * sc[g];
+                    for (int c = g * gs; c < g * gs + gs; c++) sg += (float)quant_q(W, r, c) * xt[c];
+                    s += sg * quant_scale(W, r, g);
                 }
             }
             ot[r] = s;
@@ -57,12 +60,7 @@ void matrix_row(float* out, const Matrix* W, int row) {
         const uint16_t* w = (const uint16_t*)W->data + (size_t)row * C;
         for (int c = 0; c < C; c++) out[c] = bf16_to_f32(w[c]);
     } else {
-        const int gs = W->group_size;
-        const float* sc = quant_scales(W, row);
-        for (int g = 0; g < C / gs; g++) {
-            const uint8_t* w = quant_group(W, row, g);
-            for (int c = 0; c < gs; c++) out[g * gs + c] = sc[g] * (float)quant_value(W->type, w, c);
-        }
+        for (int c = 0; c < C; c++) out[c] = quant_scale(W, row, c / W->group_size) * (float)quant_q(W, row, c);
     }
 }
 
@@ -216,20 +214,16 @@ AI const void* row_ptr(const Matrix* W, int r) {
  *    so it keeps Zen 4's. bf16, which relies on the hardware prefetcher elsewhere
  *    (rows_bf16_n1), gained from 1024 bytes ahead: 10.2-10.6 -> 10.6-11.3 tok/s, 71% -> 77-81%
  *    of the roof. "mid".
- * Near q4 weights are prefetched into L2 only (prefetcht1): q4 tg128, one thread on Zen 4, six
- * alternating pairs, 62.6-70.7 tok/s (median ~65) against 61.2-62.9 (~61.7) into L1, every pair
- * ahead, and in tile_q4's final form 67.9-74.2 against 64.6-66.1 in six more (twelfth session).
+ * q4 (tile_q4 in the 8-row layout, sixteenth session; measured on Zen 3 only): TODO.
  * The rest stays at prefetcht0: q8's weights (with t1 44.5-46.5 tok/s against 45.2-47.1 on Zen 4;
- * weights and scales with t1 42), q4's scales (not tried), and the far distance, as measured on
- * Zen 5. KERNELS_PREFETCH=near, mid or far overrides the choice from the CPU (choose_prefetch). */
-#define Q4_PF_FAR 5120 /* bytes */
-#define Q4_PF_NEAR 256
+ * weights and scales with t1 42) and the far distance, as measured on Zen 5.
+ * KERNELS_PREFETCH=near, mid or far overrides the choice from the CPU (choose_prefetch). */
 typedef struct {
-    int q8;      /* bytes ahead in rows_qi_n1; 0: one row block ahead */
-    int q4_near; /* tile_q4: Q4_PF_NEAR into L2, else Q4_PF_FAR into L1 */
-    int bf16;    /* bytes ahead in rows_bf16_n1; 0: none */
+    int q8;   /* bytes ahead in rows_qi_n1; 0: one row block ahead */
+    int q4;   /* bytes ahead in tile_q4 */
+    int bf16; /* bytes ahead in rows_bf16_n1; 0: none */
 } PrefetchPlan;
-static const PrefetchPlan prefetch_near = {128, 1, 0}, prefetch_mid = {1536, 1, 1024}, prefetch_far = {0, 0, 0};
+static const PrefetchPlan prefetch_near = {128, 2048, 0}, prefetch_mid = {1536, 2048, 1024}, prefetch_far = {0, 2048, 0};
 static PrefetchPlan decode_prefetch;
 
 static void choose_prefetch(void) {
@@ -825,194 +819,108 @@ AI void rows_qi_n1(float* out, const int8_t* xq, const float* xsc, const int32_t
     else rows_qi_n1_gs(out, xq, xsc, xsum, W, r0, r1, type, W->group_size);
 }
 
-/* q4 with groups of 32 (export.py's q4 default), widths a multiple of 128: a kernel of its own for
- * decode and prefill. The generic one above spends more on each group's bookkeeping (its
- * accumulator start, int -> float, the scale, an FMA, per row and token) than on the group's 32
- * products, and read at half q8's speed in decode (scratch: 41 against 50 tok/s, one thread).
- * Here a group's 64 bytes (the block's four rows, 16 bytes each: kernels.h) are two 32-byte loads
- * of two rows each; masking gives both rows' columns 0-15, shifting by 4 and masking their
- * columns 16-31, and those meet the token's columns 0-15 (16-31) loaded into both halves of a
- * vector. So a product lane holds one row's products (the low half the first row of the pair,
- * the high half the second), and four groups are summed at once into one vector of (row, group)
- * lanes, corrected from (q + 8) x to q x with xgsum (quantize_rows), converted, and scaled in one
- * FMA (counted from the code: about 2.5 instructions per (row, token, group) in prefill, against
- * about 7 in the generic tile). Decode tg128, one thread: 41 -> 64-69 tok/s; prefill pp512 90-95
- * -> 120-126, built without VNNI 44-47 -> 98-100 (docs/notes-kernels.md, "Seventh session"). */
+/* q4 (kernels.h's row lanes, groups of 32): a kernel of its own for decode and prefill. A block
+ * of 8 rows stores each group as 8 scales and four 32-byte quarters; in quarter v the 32-bit
+ * lane i holds row i's columns 4v .. 4v+3 in its low nibbles and 16+4v .. 16+4v+3 in its high
+ * ones. So masking (low) or shifting and masking (high) gives 8 rows x 4 columns, and the
+ * token's 4 activations of those columns, broadcast to every lane, meet them in one vpmaddubsw
+ * (or vpdpbusd): the products of a group end with one row per lane, and no horizontal step is
+ * left (the 4-row layout before needed three per 4 groups and spilled registers in gcc's build).
+ * In L2 (1024 columns, one thread, Zen 3): 24.4 GB/s in the 4-row layout, 36.0 in this one;
+ * from memory (a 252 MB matrix) 14.2-14.7 against 18.5-19.1 GB/s, where a streaming read of the
+ * same buffer gave 18.3-18.9 (docs/notes-kernels.md, "Sixteenth session"). */
 
-/* Lane k: the first row's sum over group g + k of (q + 8) x; lane 4 + k: the second row's.
- * lo[k], hi[k]: the pair's nibbles of group g + k (columns 0-15, 16-31 of each row); x: the
- * token's group g. Without VNNI the pairs stay int16 through the reductions: a lane of
- * vpmaddubsw is at most 2 * 15 * 127 = 3810, low + high 7620, and the two horizontal adds sum
- * 4 of those, 30480 < 32768. Both paths give the same int32. */
-AI __m256i q4_sums4(const __m256i lo[4], const __m256i hi[4], const int8_t* x) {
-    __m256i p[4];
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; k++) {
-        const __m256i xlo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(x + 32 * k)));
-        const __m256i xhi = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(x + 32 * k + 16)));
-#if defined(Q8_VNNI)
-        const QW l = {lo[k], lo[k]}, h = {hi[k], hi[k]};
-        p[k] = qi_dot(qi_dot(_mm256_setzero_si256(), l, xlo, WEIGHT_Q4), h, xhi, WEIGHT_Q4);
-#else
-        p[k] = _mm256_add_epi16(_mm256_maddubs_epi16(lo[k], xlo), _mm256_maddubs_epi16(hi[k], xhi));
-#endif
-    }
-#if defined(Q8_VNNI)
-    return _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
-#else
-    const __m256i s16 = _mm256_hadd_epi16(_mm256_hadd_epi16(p[0], p[1]), _mm256_hadd_epi16(p[2], p[3]));
-    return _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
-#endif
-}
-
-/* tile_q4's software prefetch, a constant at each call so that each inlined copy has its one
- * instruction: none (prefill), or as the block is read (decode, where the row blocks follow one
- * another) the bytes Q4_PF_NEAR further on into L2 or Q4_PF_FAR further on into L1
- * (choose_prefetch). The distance itself is read at run time: folded into the addresses as a
- * constant (the prefetch then shares the loads' base register), the near loop ran ~12% slower on
- * Zen 4 (57-61 against 67-69 tok/s, one thread; cause not found). */
-enum { Q4_PREFETCH_NONE, Q4_PREFETCH_NEAR, Q4_PREFETCH_FAR };
-
-/* The block of rows r .. r+3 (computed whole: the last block is padded with zero rows; rows past
- * R are not stored) x tokens t .. t+TT-1. */
-AI void tile_q4(float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum, const Matrix* W,
-                int r, int t, int TT, int prefetch) {
-    const int C = W->cols, R = W->rows, G = C / 32;
-    const float* s = quant_scales(W, r);      /* row r + i's scales at s + i * G */
-    const uint8_t* wb = quant_group(W, r, 0); /* group g of row r + i at wb + 64 g + 16 i */
+/* s[j] += the 8 rows' sums over one group of (q + 8) x for tokens j < TT, lane i = row i.
+ * w: the group's 128 bytes of values; x + j * C: token j's 32 activations of the group. Without
+ * VNNI the sums stay int16 until the group's end: a lane of vpmaddubsw is at most
+ * 2 * 15 * 128 = 3840 in magnitude, the 8 of a group 30720 < 32768. Both paths give the same
+ * int32. */
+AI void q4_group_sums(__m256i s[], const uint8_t* w, const int8_t* x, size_t C, int TT) {
     const __m256i m = _mm256_set1_epi8(15);
-    const int pf = decode_prefetch.q4_near ? Q4_PF_NEAR : Q4_PF_FAR;
-    if (prefetch != Q4_PREFETCH_NONE)
-        for (int o = 0; o < (int)(4 * sizeof(float)) * G; o += 64) _mm_prefetch((const char*)s + pf + o, _MM_HINT_T0);
-    __m256 tot[2][4]; /* [row pair][token]: lanes 0-3 rows 0 / 2, lanes 4-7 rows 1 / 3 */
+#if !defined(Q8_VNNI)
+    __m256i s16[4];
 #pragma GCC unroll 4
-    for (int j = 0; j < TT; j++) tot[0][j] = tot[1][j] = _mm256_setzero_ps();
-    for (int g = 0; g < G; g += 4) {
-        if (prefetch == Q4_PREFETCH_NEAR)
+    for (int j = 0; j < TT; j++) s16[j] = _mm256_setzero_si256();
+#endif
 #pragma GCC unroll 4
-            for (int k = 0; k < 4; k++) _mm_prefetch((const char*)wb + (size_t)(g + k) * 64 + pf, _MM_HINT_T1);
-        if (prefetch == Q4_PREFETCH_FAR)
-#pragma GCC unroll 4
-            for (int k = 0; k < 4; k++) _mm_prefetch((const char*)wb + (size_t)(g + k) * 64 + pf, _MM_HINT_T0);
-#pragma GCC unroll 2
-        for (int p = 0; p < 2; p++) {
-            __m256i lo[4], hi[4];
-#pragma GCC unroll 4
-            for (int k = 0; k < 4; k++) {
-                const __m256i v = _mm256_loadu_si256((const __m256i*)(wb + (size_t)(g + k) * 64 + 32 * p));
-                lo[k] = _mm256_and_si256(v, m);
-                hi[k] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
-            }
-            const __m256 ws = _mm256_loadu2_m128(s + (size_t)(2 * p + 1) * G + g, s + (size_t)(2 * p) * G + g);
-#pragma GCC unroll 4
-            for (int j = 0; j < TT; j++) {
-                const size_t tg = (size_t)(t + j) * G + g;
-                const __m256i sum = _mm256_add_epi32(q4_sums4(lo, hi, xq + tg * 32),
-                                                     _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(xgsum + tg))));
-                const __m256 scale = _mm256_mul_ps(ws, _mm256_broadcast_ps((const __m128*)(xsc + tg)));
-                tot[p][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scale, tot[p][j]);
-            }
-        }
-    }
-#pragma GCC unroll 4
-    for (int j = 0; j < TT; j++) {
-        float o[8];
-        const __m256 h = _mm256_hadd_ps(tot[0][j], tot[1][j]); /* [r0 r0 r2 r2 | r1 r1 r3 r3] */
-        _mm256_storeu_ps(o, _mm256_hadd_ps(h, h));
-        const float row[4] = {o[0], o[4], o[1], o[5]};
-        for (int i = 0; i < 4 && r + i < R; i++) out[(size_t)(t + j) * R + r + i] = row[i];
-    }
-}
-
-#if defined(KERNELS_AVX512) && defined(__AVX512VNNI__)
-#define Q4_ZMM 1
-/* tile_q4 for prefill on 512-bit vectors (AVX-512 BW + VNNI; llama.cpp's native build prefills q4
- * on these). A group's 64 bytes (the block's four rows, 16 bytes each) are one load: masking gives
- * the four rows' columns 0-15 in the four 128-bit lanes, shifting and masking their columns 16-31,
- * and the token's columns 0-15 (16-31), broadcast to the four lanes, meet them in one vpdpbusd.
- * So 128-bit lane i of a product holds row i's four partial sums of one group; four groups'
- * products are reduced (two rounds of unpack and add) to one vector of 16 (row, group) lanes,
- * lane 4i + k = row i, group g + k, then corrected, converted and scaled as in tile_q4. Same
- * integer sums as tile_q4; the fp32 sums are added in another order. */
-AI __m512i q4_sums4_zmm(const __m512i lo[4], const __m512i hi[4], const int8_t* x) {
-    __m512i p[4];
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; k++) {
-        const __m512i xlo = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)(x + 32 * k)));
-        const __m512i xhi = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)(x + 32 * k + 16)));
-        p[k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[k], xlo), hi[k], xhi);
-    }
-    /* per 128-bit lane: [p0 p1 p0 p1] and [p2 p3 p2 p3] partial pairs, then [p0 p1 p2 p3] */
-    const __m512i a = _mm512_add_epi32(_mm512_unpacklo_epi32(p[0], p[1]), _mm512_unpackhi_epi32(p[0], p[1]));
-    const __m512i b = _mm512_add_epi32(_mm512_unpacklo_epi32(p[2], p[3]), _mm512_unpackhi_epi32(p[2], p[3]));
-    return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
-}
-
-AI void tile_q4_zmm(float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum, const Matrix* W,
-                    int r, int t, int TT) {
-    const int C = W->cols, R = W->rows, G = C / 32;
-    const float* s = quant_scales(W, r);      /* row r + i's scales at s + i * G */
-    const uint8_t* wb = quant_group(W, r, 0); /* group g of rows r .. r+3 at wb + 64 g */
-    const __m512i m = _mm512_set1_epi8(15);
-    __m512 tot[4]; /* [token]: lane 4i + k row i, groups g + k (mod 4) */
-#pragma GCC unroll 4
-    for (int j = 0; j < TT; j++) tot[j] = _mm512_setzero_ps();
-    for (int g = 0; g < G; g += 4) {
-        __m512i lo[4], hi[4];
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) {
-            const __m512i v = _mm512_loadu_si512((const void*)(wb + (size_t)(g + k) * 64));
-            lo[k] = _mm512_and_si512(v, m);
-            hi[k] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
-        }
-        __m512 ws = _mm512_castps128_ps512(_mm_loadu_ps(s + g));
-        ws = _mm512_insertf32x4(ws, _mm_loadu_ps(s + (size_t)G + g), 1);
-        ws = _mm512_insertf32x4(ws, _mm_loadu_ps(s + (size_t)2 * G + g), 2);
-        ws = _mm512_insertf32x4(ws, _mm_loadu_ps(s + (size_t)3 * G + g), 3);
+    for (int v = 0; v < 4; v++) {
+        const __m256i b = _mm256_loadu_si256((const __m256i*)(w + 32 * v));
+        const __m256i lo = _mm256_and_si256(b, m), hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), m);
 #pragma GCC unroll 4
         for (int j = 0; j < TT; j++) {
-            const size_t tg = (size_t)(t + j) * G + g;
-            const __m512i sum = _mm512_add_epi32(q4_sums4_zmm(lo, hi, xq + tg * 32),
-                                                 _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)(xgsum + tg))));
-            const __m512 scale = _mm512_mul_ps(ws, _mm512_broadcast_f32x4(_mm_loadu_ps(xsc + tg)));
-            tot[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale, tot[j]);
+            int32_t xl, xh; /* columns 4v .. 4v+3 and 16+4v .. 16+4v+3 */
+            memcpy(&xl, x + j * C + 4 * v, 4);
+            memcpy(&xh, x + j * C + 16 + 4 * v, 4);
+#if defined(Q8_VNNI)
+            const QW l = {lo, lo}, h = {hi, hi};
+            s[j] = qi_dot(qi_dot(s[j], l, _mm256_set1_epi32(xl), WEIGHT_Q4), h, _mm256_set1_epi32(xh), WEIGHT_Q4);
+#else
+            s16[j] = _mm256_add_epi16(s16[j], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(xl)));
+            s16[j] = _mm256_add_epi16(s16[j], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(xh)));
+#endif
         }
+    }
+#if !defined(Q8_VNNI)
+#pragma GCC unroll 4
+    for (int j = 0; j < TT; j++) s[j] = _mm256_add_epi32(s[j], _mm256_madd_epi16(s16[j], _mm256_set1_epi16(1)));
+#endif
+}
+
+/* The block of rows r .. r+7 (computed whole: the last block is padded with zero rows; rows past
+ * R are not stored) x tokens t .. t+TT-1 (TT <= 4). Per group and token: the sums of (q + 8) x,
+ * corrected to q x with xgsum (-8 times the group's sum of x, quantize_rows), converted, and
+ * scaled by (the 8 rows' weight scales x the activation scale) into fp32 totals, one row per
+ * lane. pf: bytes ahead to prefetch into L1 as the block is read (decode), 0 for none. */
+AI void tile_q4(float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum, const Matrix* W,
+                int r, int t, int TT, int pf) {
+    const int C = W->cols, R = W->rows, G = C / Q4_GROUP;
+    const uint8_t* b = q4_group(W, r, 0);
+    __m256 tot[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < TT; j++) tot[j] = _mm256_setzero_ps();
+    for (int g = 0; g < G; g++, b += Q4_GROUP_BYTES) {
+        if (pf && !(g & 1)) /* two groups: 320 bytes, 5 lines */
+            for (int o = 0; o < 2 * (int)Q4_GROUP_BYTES; o += 64) _mm_prefetch((const char*)b + pf + o, _MM_HINT_T0);
+        __m256i s[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) s[j] = _mm256_set1_epi32(xgsum[(size_t)(t + j) * G + g]);
+        q4_group_sums(s, b + Q4_BLOCK_ROWS * sizeof(float), xq + ((size_t)t * G + g) * Q4_GROUP, (size_t)C, TT);
+        const __m256 ws = _mm256_loadu_ps((const float*)b);
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++)
+            tot[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[j]),
+                                     _mm256_mul_ps(ws, _mm256_set1_ps(xsc[(size_t)(t + j) * G + g])), tot[j]);
     }
 #pragma GCC unroll 4
     for (int j = 0; j < TT; j++) {
-        float o[16];
-        _mm512_storeu_ps(o, tot[j]);
-        for (int i = 0; i < 4 && r + i < R; i++)
-            out[(size_t)(t + j) * R + r + i] = (o[4 * i] + o[4 * i + 1]) + (o[4 * i + 2] + o[4 * i + 3]);
+        if (r + Q4_BLOCK_ROWS <= R) {
+            _mm256_storeu_ps(out + (size_t)(t + j) * R + r, tot[j]);
+        } else {
+            float o[8];
+            _mm256_storeu_ps(o, tot[j]);
+            for (int i = 0; r + i < R; i++) out[(size_t)(t + j) * R + r + i] = o[i];
+        }
     }
 }
-#endif
 
-/* Rows [r0, r1) (r0 a multiple of 4: run_job's chunks are) for n tokens: decode walks the row
+/* Rows [r0, r1) (r0 a multiple of 8: run_job's chunks are) for n tokens: decode walks the row
  * blocks with the prefetch; prefill keeps a block of tokens in L2 (as rows_qi_t) while each row
  * block of the chunk meets them 4 at a time. */
 static void rows_q4(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
                     const int32_t* xgsum, const Matrix* W, int n, int r0, int r1) {
     (void)xsum;
     if (n == 1) {
-        if (decode_prefetch.q4_near)
-            for (int r = r0; r < r1; r += 4) tile_q4(out, xq, xsc, xgsum, W, r, 0, 1, Q4_PREFETCH_NEAR);
-        else
-            for (int r = r0; r < r1; r += 4) tile_q4(out, xq, xsc, xgsum, W, r, 0, 1, Q4_PREFETCH_FAR);
+        const int pf = decode_prefetch.q4;
+        for (int r = r0; r < r1; r += Q4_BLOCK_ROWS) tile_q4(out, xq, xsc, xgsum, W, r, 0, 1, pf);
         return;
     }
     const int tb = token_block((size_t)W->cols);
     for (int t0 = 0; t0 < n; t0 += tb) {
         const int t1 = t0 + tb < n ? t0 + tb : n;
-        for (int r = r0; r < r1; r += 4) {
+        for (int r = r0; r < r1; r += Q4_BLOCK_ROWS) {
             int t = t0;
-#if defined(Q4_ZMM)
-            for (; t + 4 <= t1; t += 4) tile_q4_zmm(out, xq, xsc, xgsum, W, r, t, 4);
-            for (; t < t1; t++) tile_q4_zmm(out, xq, xsc, xgsum, W, r, t, 1);
-#else
-            for (; t + 4 <= t1; t += 4) tile_q4(out, xq, xsc, xgsum, W, r, t, 4, Q4_PREFETCH_NONE);
-            for (; t < t1; t++) tile_q4(out, xq, xsc, xgsum, W, r, t, 1, Q4_PREFETCH_NONE);
-#endif
+            for (; t + 4 <= t1; t += 4) tile_q4(out, xq, xsc, xgsum, W, r, t, 4, 0);
+            for (; t < t1; t++) tile_q4(out, xq, xsc, xgsum, W, r, t, 1, 0);
         }
     }
 }
@@ -1227,11 +1135,11 @@ AI int32x4_t dot16(int32x4_t acc, int8x16_t w, int8x16_t x) {
 #if defined(__ARM_FEATURE_DOTPROD)
     return vdotq_s32(acc, w, x);
 #else
-    /* Without SDOT (plain armv8-a): widen to int16 products and pairwise-add them into int32.
-     * Two products of |w| <= 128 and |x| <= 127 sum to at most 32512: no int16 overflow. */
-    int16x8_t p = vmull_s8(vget_low_s8(w), vget_low_s8(x));
-    p = vmlal_high_s8(p, w, x);
-    return vpadalq_s16(acc, p);
+    /* Without SDOT (plain armv8-a): int16 products, added in adjacent pairs (two products of
+     * |w| <= 128 and |x| <= 127 sum to at most 32512: no int16 overflow), then pairs of pairs
+     * into int32, so each lane holds its own 4 bytes as with SDOT (tile_q4's lanes are rows). */
+    const int16x8_t pairs = vpaddq_s16(vmull_s8(vget_low_s8(w), vget_low_s8(x)), vmull_high_s8(w, x));
+    return vpadalq_s16(acc, pairs);
 #endif
 }
 
@@ -1452,21 +1360,61 @@ AI void rows_qi_t(float* out, const int8_t* xq, const float* xsc, const int32_t*
 }
 
 #if defined(KERNELS_NEON)
-/* q4 with groups of 32: the generic kernels (the AVX2 twin's own kernel was written for x86's
- * instructions and measured on x86 only). */
+/* q4 (kernels.h's row lanes): the AVX2 twin's scheme at half the width. Each 16-byte half of a
+ * quarter holds 4 rows, one per 32-bit lane, so a block's 8 rows take two accumulators; the
+ * nibbles minus 8 are q itself, which dot16 (SDOT, or its widening fallback) multiplies by the
+ * token's 4 activations of those columns in every lane. The same int32 per (row, group) as the
+ * AVX2 twin, and the same fp32 steps after it. One token at a time (correctness only: no arm64
+ * hardware to tune a token tile on). */
+static void tile_q4(float* out, const int8_t* xq, const float* xsc, const Matrix* W, int r, int t) {
+    const int C = W->cols, R = W->rows, G = C / Q4_GROUP;
+    const uint8_t* b = q4_group(W, r, 0);
+    const int8_t* x = xq + (size_t)t * C;
+    float32x4_t tot[2] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)}; /* rows 0-3, 4-7 */
+    for (int g = 0; g < G; g++, b += Q4_GROUP_BYTES, x += Q4_GROUP) {
+        const uint8_t* w = b + Q4_BLOCK_ROWS * sizeof(float);
+        int32x4_t a[2] = {vdupq_n_s32(0), vdupq_n_s32(0)};
+        for (int v = 0; v < 4; v++) {
+            int32_t xl, xh; /* columns 4v .. 4v+3 and 16+4v .. 16+4v+3 */
+            memcpy(&xl, x + 4 * v, 4);
+            memcpy(&xh, x + 16 + 4 * v, 4);
+            const int8x16_t xlv = vreinterpretq_s8_s32(vdupq_n_s32(xl)), xhv = vreinterpretq_s8_s32(vdupq_n_s32(xh));
+            for (int h = 0; h < 2; h++) {
+                const uint8x16_t q = vld1q_u8(w + 32 * v + 16 * h);
+                const int8x16_t lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(q, vdupq_n_u8(15))), vdupq_n_s8(8));
+                const int8x16_t hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(q, 4)), vdupq_n_s8(8));
+                a[h] = dot16(dot16(a[h], lo, xlv), hi, xhv);
+            }
+        }
+        const float xs = xsc[(size_t)t * G + g];
+        for (int h = 0; h < 2; h++)
+            tot[h] = vfmaq_f32(tot[h], vcvtq_f32_s32(a[h]), vmulq_n_f32(vld1q_f32((const float*)b + 4 * h), xs));
+    }
+    float o[8];
+    vst1q_f32(o, tot[0]);
+    vst1q_f32(o + 4, tot[1]);
+    for (int i = 0; i < Q4_BLOCK_ROWS && r + i < R; i++) out[(size_t)t * R + r + i] = o[i];
+}
+
+/* Rows [r0, r1) (r0 a multiple of 8: run_job's chunks are) for n tokens, a block of tokens at a
+ * time as rows_qi_t. */
 static void rows_q4(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
                     const int32_t* xgsum, const Matrix* W, int n, int r0, int r1) {
+    (void)xsum;
     (void)xgsum;
-    rows_qi_t(out, xq, xsc, xsum, W, n, r0, r1, WEIGHT_Q4);
+    const int tb = token_block((size_t)W->cols);
+    for (int t0 = 0; t0 < n; t0 += tb) {
+        const int t1 = t0 + tb < n ? t0 + tb : n;
+        for (int r = r0; r < r1; r += Q4_BLOCK_ROWS)
+            for (int t = t0; t < t1; t++) tile_q4(out, xq, xsc, W, r, t);
+    }
 }
 #endif
 
-/* q8 or q4 weights x int8 activations, one kernel per weight type (the type is a constant inside). */
+/* q8 or q4 weights x int8 activations, each with its own kernel. */
 static void rows_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
                     const int32_t* xgsum, const Matrix* W, int n, int r0, int r1) {
-    if (W->type == WEIGHT_Q4 && W->group_size == 32 && W->cols % 128 == 0)
-        rows_q4(out, xq, xsc, xsum, xgsum, W, n, r0, r1);
-    else if (W->type == WEIGHT_Q4) rows_qi_t(out, xq, xsc, xsum, W, n, r0, r1, WEIGHT_Q4);
+    if (W->type == WEIGHT_Q4) rows_q4(out, xq, xsc, xsum, xgsum, W, n, r0, r1);
     else rows_qi_t(out, xq, xsc, xsum, W, n, r0, r1, WEIGHT_Q8);
 }
 #define HAVE_Q8_INT8 1  /* build with -DKERNELS_Q8_F32ACT to keep fp32 activations instead */
@@ -1671,7 +1619,7 @@ static void run_job(MatmulJob* j) {
         }
     }
 #endif
-    /* Row chunks: a multiple of 4 rows; about 32 items per thread for matrix-vector products, and
+    /* Row chunks: a multiple of 4 rows (8 for q4: whole row blocks); about 32 items per thread for matrix-vector products, and
      * at most 64 rows when n > 1 so the chunk's weights stay in L2 while the token blocks go by.
      * Each thread walks its own range of chunks (claim_chunks), so small chunks keep its reads one
      * stream, and the last chunk, which the other threads may wait for, is short: with 8 per
@@ -1682,8 +1630,11 @@ static void run_job(MatmulJob* j) {
     const int per_thread = j->n == 1 ? 32 : 8;
     int chunk = (int)((total_rows + (size_t)nt * per_thread - 1) / ((size_t)nt * per_thread));
     if (j->n > 1 && chunk > 64) chunk = 64;
-    chunk = (chunk + 3) & ~3;
-    if (chunk < 4) chunk = 4;
+    int align = 4;
+    for (int m = 0; m < j->n_mats; m++)
+        if (quant_block_rows(j->W[m]->type) > align) align = quant_block_rows(j->W[m]->type);
+    chunk = (chunk + align - 1) / align * align;
+    if (chunk < align) chunk = align;
     j->first_item[0] = 0;
     for (int m = 0; m < j->n_mats; m++) {
         j->chunk[m] = chunk;

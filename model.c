@@ -106,8 +106,8 @@ overflow:
     return NULL;
 }
 
-/* A MATRIX of model.h: rows*cols values in the header's weight type (q8, q4: row blocks of 4
- * rows, each its scales and then its values, the last block padded with zero rows). */
+/* A MATRIX of model.h: rows*cols values in the header's weight type (q8, q4: blocks of 4 or 8
+ * rows with their scales, the last block padded with zero rows). */
 static Matrix take_matrix(TensorWalk* w, const Config* c, int rows, int cols, const char* what,
                           int layer) {
     Matrix m = {c->weight_type, rows, cols, c->group_size, NULL};
@@ -117,7 +117,8 @@ static Matrix take_matrix(TensorWalk* w, const Config* c, int rows, int cols, co
     } else if (c->weight_type == WEIGHT_BF16) {
         m.data = take(w, count * 2, what, layer);
     } else {
-        uint64_t blocks = ((uint64_t)rows + QUANT_BLOCK_ROWS - 1) / QUANT_BLOCK_ROWS;
+        const int br = quant_block_rows(c->weight_type);
+        uint64_t blocks = ((uint64_t)rows + br - 1) / br;
         m.data = take(w, blocks * quant_block_bytes(c->weight_type, cols, c->group_size), what, layer);
     }
     return m;
@@ -140,14 +141,17 @@ static int read_config(Transformer* t, const char* path, int ctx, char* err, siz
     if (memcmp(h->magic, CHECKPOINT_MAGIC, 4) != 0)
         return fail(err, errlen, path, "not a checkpoint of this engine (bad magic; convert the "
                                        "model with export.py)");
-    /* Version 1 differs from 2 only in how q8 matrices are laid out (all int8 rows, then all
-     * scales), so its f32 and bf16 files read as they are. */
-    if (h->version == 1 && h->weight_type == WEIGHT_Q8)
-        return fail(err, errlen, path, "a q8 checkpoint of version 1, whose q8 layout this engine "
-                                       "no longer reads: export it again with export.py");
-    if (h->version != CHECKPOINT_VERSION && h->version != 1)
-        return fail(err, errlen, path, "checkpoint version %u, this engine reads versions 1 and %d",
+    /* Version 1 differs from 3 only in how q8 matrices are laid out (all int8 rows, then all
+     * scales), version 2 only in q4's (blocks of 4 rows, each row's values in column order), so
+     * their f32 and bf16 files read as they are, and version 2's q8 files too. */
+    if (h->version < 1 || h->version > CHECKPOINT_VERSION)
+        return fail(err, errlen, path, "checkpoint version %u, this engine reads versions 1 to %d",
                     h->version, CHECKPOINT_VERSION);
+    if ((h->version == 1 && h->weight_type == WEIGHT_Q8) || (h->version < 3 && h->weight_type == WEIGHT_Q4))
+        return fail(err, errlen, path, "a %s checkpoint of version %u, whose %s layout this engine "
+                                       "no longer reads: export it again with export.py",
+                    h->weight_type == WEIGHT_Q4 ? "q4" : "q8", h->version,
+                    h->weight_type == WEIGHT_Q4 ? "q4" : "q8");
     if (h->arch < ARCH_QWEN3 || h->arch > ARCH_LLAMA)
         return fail(err, errlen, path, "unknown architecture %u", h->arch);
     if (h->flags & ~(uint32_t)(FLAG_QK_NORM | FLAG_QKV_BIAS | FLAG_TIED_EMBED))
@@ -186,9 +190,9 @@ static int read_config(Transformer* t, const char* path, int ctx, char* err, siz
 
     if (h->weight_type > WEIGHT_Q4)
         return fail(err, errlen, path, "unknown weight type %u", h->weight_type);
-    if (h->weight_type == WEIGHT_Q4 && (h->group_size == 0 || h->group_size % 32))
-        return fail(err, errlen, path, "q4 group size %u must be a nonzero multiple of 32",
-                    h->group_size);
+    if (h->weight_type == WEIGHT_Q4 && h->group_size != Q4_GROUP)
+        return fail(err, errlen, path, "q4 group size %u: this engine's q4 has groups of %d",
+                    h->group_size, Q4_GROUP);
     if (h->weight_type == WEIGHT_Q8 || h->weight_type == WEIGHT_Q4) {
         if (h->group_size == 0 || h->dim % h->group_size || h->hidden_dim % h->group_size ||
             q_dim % h->group_size)

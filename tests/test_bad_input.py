@@ -110,9 +110,20 @@ class ExportErrors(unittest.TestCase):
         self.export_fails(Spec(), ['model.safetensors'], edit=cut)
 
     def test_q4_width_not_a_multiple_of_32(self):
-        """q4 groups are multiples of 32 columns (the kernels take 32 at a time): a q width of
-        2 x 24 = 48 cannot be grouped, and export says so before writing anything."""
+        """q4 groups are 32 columns (model.h): a q width of 2 x 24 = 48 cannot be grouped, and
+        export says so before writing anything."""
         self.export_fails(Spec(n_heads=2, head_dim=24), ['multiple of 32'], dtype='q4')
+
+    def test_q4_group_size_other_than_32(self):
+        self.n += 1
+        d = os.path.join(self.tmp, 'hf_gs%d' % self.n)
+        hf_model.write_model(d, Spec())
+        out = os.path.join(self.tmp, 'gs%d.bin' % self.n)
+        p = hf_model.run_export(d, out, 'q4', extra=['--group-size', '64'])
+        self.assertGreater(p.returncode, 0)
+        self.assertIn('q4 groups are 32 columns', p.stderr)
+        self.assertNotIn('Traceback', p.stderr)
+        self.assertFalse(os.path.exists(out))
 
     def test_output_directory_missing(self):
         d = os.path.join(self.tmp, 'hf_ok')
@@ -205,7 +216,8 @@ class EngineErrors(unittest.TestCase):
         self.bad_file('magic.bin', b'GGUF' + self.data[4:])
 
     def test_future_version(self):
-        self.patched('version.bin', 'version', 'I', 3)
+        self.patched('version.bin', 'version', 'I', 4)
+        self.patched('version0.bin', 'version', 'I', 0)
 
     def test_version_1(self):
         """Version 1 laid q8 out differently (model.h): a version-1 q8 file is refused with a
@@ -219,6 +231,19 @@ class EngineErrors(unittest.TestCase):
             f.write(data)
         p = hf_model.run_engine([path, '--prompt-ids', '1,2,3', '-n', '2', '-t', '0'])
         self.assertEqual(p.returncode, 0, 'a version-1 f32 file does not run: ' + p.stderr)
+
+    def test_version_2(self):
+        """Version 2 laid q4 out differently (model.h): a version-2 q4 file is refused with a
+        message that says to export again; version-2 q8 files are the same bytes and still run."""
+        msg = self.patched('v2_q4.bin', 'version', 'I', 2, base=self.data_q4)
+        self.assertIn('export it again', msg)
+        data = bytearray(self.data_q8)
+        struct.pack_into('<I', data, OFF['version'], 2)
+        path = os.path.join(self.tmp, 'v2_q8.bin')
+        with open(path, 'wb') as f:
+            f.write(data)
+        p = hf_model.run_engine([path, '--prompt-ids', '1,2,3', '-n', '2', '-t', '0'])
+        self.assertEqual(p.returncode, 0, 'a version-2 q8 file does not run: ' + p.stderr)
 
     def test_offsets_out_of_range(self):
         size = len(self.data)
@@ -257,8 +282,8 @@ class EngineErrors(unittest.TestCase):
                 self.patched('q8_gs_%d.bin' % gs, 'group_size', 'I', gs, base=self.data_q8)
 
     def test_q4_group_size(self):
-        """16 divides every width but is not a multiple of 32, which q4 needs."""
-        for gs in (0, 16, 3, 0x80000000):
+        """q4's groups are 32 columns: 16 and 64 divide every width and are refused all the same."""
+        for gs in (0, 16, 64, 3, 0x80000000):
             with self.subTest(group_size=gs):
                 self.patched('q4_gs_%d.bin' % gs, 'group_size', 'I', gs, base=self.data_q4)
 
