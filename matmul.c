@@ -626,10 +626,10 @@ static void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, int32_t* xgsum, 
 }
 #endif
 
-/* The int8 dot product of 32 weights and 32 activations, in three parts: qi_load once per weight
- * vector, qi_acc0 once per group and token (the accumulator's start), qi_dot per weight vector
- * and token. Each 32-bit lane adds the products of 4 neighbouring columns; the lanes are summed
- * at the group's end. The two x86 instructions multiply an unsigned byte by a signed one:
+/* The q8 dot product of 32 weights and 32 int8 activations, in three parts: qi_load once per
+ * weight vector, qi_acc0 once per group and token (the accumulator's start), qi_dot per weight
+ * vector and token. Each 32-bit lane adds the products of 4 neighbouring columns; the lanes are
+ * summed at the group's end. The two x86 instructions multiply an unsigned byte by a signed one:
  *  - VNNI (vpdpbusd): the q8 weight as w + 128 (w XOR 0x80, an unsigned byte), so a lane sums
  *    (w + 128) x = w x + 128 x over its columns, and it starts at -128 times the sum of those
  *    columns' x (quantize_rows). One instruction per vector and token, and each lane ends with
@@ -639,27 +639,33 @@ static void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, int32_t* xgsum, 
  *    moved by up to 3e-6 against the plain AVX2 build.)
  *  - plain AVX2 (vpmaddubsw, which saturates pairs at int16): |w| times x with w's sign, pairs of
  *    at most 2 * 128 * 127 < 32768, then vpmaddwd by 1 into int32.
- * q4 values are stored as q + 8 (kernels.h), already an unsigned byte once split from their
- * nibbles: both paths multiply q + 8 by x as it is (pairs of at most 2 * 15 * 128), and the lanes
- * start at -8 times the sums instead (-128 times them, shifted right by 4: exact). */
+ * (q4 has its own kernel below, tile_q4; it uses dpbusd too.) */
 #if (defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__GNUC__)) || defined(__AVXVNNI__)
 #define Q8_VNNI 1
 #endif
 
+#if defined(Q8_VNNI)
+/* acc + per 32-bit lane the sum of its 4 products of an unsigned byte of a by a signed byte of x. */
+AI __m256i dpbusd(__m256i acc, __m256i a, __m256i x) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__GNUC__)
+    /* Where both encodings exist, gcc 12 emits the VEX one ({vex} vpdpbusd, ymm0-15 only) for
+     * either intrinsic and then shuffles values between ymm0-15, ymm16-31 and the stack. As inline
+     * asm with "v" operands the register allocator may use all 32 registers. */
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(x));
+    return acc;
+#else
+    return _mm256_dpbusd_avx_epi32(acc, a, x);
+#endif
+}
+#endif
+
 typedef struct {
-    __m256i a, w; /* q8, VNNI: a = w + 128 (w unused); q8, plain: a = |w|, w for its sign; q4: a = q + 8 */
+    __m256i a, w; /* VNNI: a = w + 128 (w unused); plain: a = |w|, w for its sign */
 } QW;
 
 /* The 32 weights of a row group from column c (a multiple of 32) on; wrow is the row's group. */
-AI QW qi_load(const uint8_t* wrow, int c, WeightType type) {
+AI QW qi_load(const uint8_t* wrow, int c) {
     QW p;
-    if (type == WEIGHT_Q4) {
-        const __m128i b = _mm_loadu_si128((const __m128i*)(wrow + c / 2));
-        const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(b), _mm_srli_epi16(b, 4), 1);
-        p.a = _mm256_and_si256(both, _mm256_set1_epi8(15)); /* columns c .. c+15, then c+16 .. c+31 */
-        p.w = p.a;
-        return p;
-    }
     const __m256i w = _mm256_loadu_si256((const __m256i*)(wrow + c));
 #if defined(Q8_VNNI)
     p.a = _mm256_xor_si256(w, _mm256_set1_epi8((char)0x80));
@@ -671,30 +677,20 @@ AI QW qi_load(const uint8_t* wrow, int c, WeightType type) {
 }
 
 /* xsum8: the group's 8 lane corrections from quantize_rows (-128 x each lane's sum of q_x). */
-AI __m256i qi_acc0(const int32_t* xsum8, WeightType type) {
-    const __m256i s = _mm256_loadu_si256((const __m256i*)xsum8);
-    if (type == WEIGHT_Q4) return _mm256_srai_epi32(s, 4);
+AI __m256i qi_acc0(const int32_t* xsum8) {
 #if defined(Q8_VNNI)
-    return s;
+    return _mm256_loadu_si256((const __m256i*)xsum8);
 #else
-    (void)s;
+    (void)xsum8;
     return _mm256_setzero_si256();
 #endif
 }
 
-AI __m256i qi_dot(__m256i acc, QW p, __m256i x, WeightType type) {
-#if defined(Q8_VNNI) && defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__GNUC__)
-    /* Where both encodings exist, gcc 12 emits the VEX one ({vex} vpdpbusd, ymm0-15 only) for
-     * either intrinsic and then shuffles values between ymm0-15, ymm16-31 and the stack. As inline
-     * asm with "v" operands the register allocator may use all 32 registers. */
-    (void)type;
-    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(p.a), "v"(x));
-    return acc;
-#elif defined(Q8_VNNI)
-    (void)type;
-    return _mm256_dpbusd_avx_epi32(acc, p.a, x);
+AI __m256i qi_dot(__m256i acc, QW p, __m256i x) {
+#if defined(Q8_VNNI)
+    return dpbusd(acc, p.a, x);
 #else
-    __m256i s = _mm256_maddubs_epi16(p.a, type == WEIGHT_Q4 ? x : _mm256_sign_epi8(x, p.w));
+    __m256i s = _mm256_maddubs_epi16(p.a, _mm256_sign_epi8(x, p.w));
     return _mm256_add_epi32(acc, _mm256_madd_epi16(s, _mm256_set1_epi16(1)));
 #endif
 }
@@ -703,9 +699,9 @@ AI __m256i qi_dot(__m256i acc, QW p, __m256i x, WeightType type) {
  * 32 columns per step. Per group and (row, token), the int32 sum is scaled by (weight scale x
  * activation scale) into an fp32 accumulator. */
 AI void tile_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const Matrix* W,
-                int r, int t, int RT, int TT, WeightType type) {
+                int r, int t, int RT, int TT) {
     const int C = W->cols, R = W->rows, gs = W->group_size, G = C / gs;
-    const size_t gb = quant_bytes(type, (size_t)gs);
+    const size_t gb = (size_t)gs;
     const float* sc = quant_scales(W, r); /* row r + i's scales at sc + i * G */
     __m256 tot[4][4];
 #pragma GCC unroll 4
@@ -717,20 +713,20 @@ AI void tile_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* x
         __m256i acc[4][4];
 #pragma GCC unroll 4
         for (int j = 0; j < TT; j++) {
-            __m256i a0 = qi_acc0(xsum + ((size_t)(t + j) * G + g) * 8, type);
+            __m256i a0 = qi_acc0(xsum + ((size_t)(t + j) * G + g) * 8);
 #pragma GCC unroll 4
             for (int i = 0; i < RT; i++) acc[i][j] = a0;
         }
         for (int c = 0; c < gs; c += 32) {
             QW wv[4];
 #pragma GCC unroll 4
-            for (int i = 0; i < RT; i++) wv[i] = qi_load(wg + (size_t)i * gb, c, type);
+            for (int i = 0; i < RT; i++) wv[i] = qi_load(wg + (size_t)i * gb, c);
 #pragma GCC unroll 4
             for (int j = 0; j < TT; j++) {
                 const int8_t* xj = xq + (size_t)(t + j) * C + (size_t)g * gs;
                 __m256i xv = _mm256_loadu_si256((const __m256i*)(xj + c));
 #pragma GCC unroll 4
-                for (int i = 0; i < RT; i++) acc[i][j] = qi_dot(acc[i][j], wv[i], xv, type);
+                for (int i = 0; i < RT; i++) acc[i][j] = qi_dot(acc[i][j], wv[i], xv);
             }
         }
         __m256 xsv[4];
@@ -752,12 +748,12 @@ AI void tile_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* x
 
 /* One 32-column step of rows_qi_n1: the activation vector shared by the four rows of a block,
  * row i's group at wg + i * gb. */
-AI void qi_step4(__m256i a[4], const uint8_t* wg, size_t gb, int c, __m256i xv, WeightType type) {
+AI void qi_step4(__m256i a[4], const uint8_t* wg, size_t gb, int c, __m256i xv) {
 #pragma GCC unroll 4
-    for (int i = 0; i < 4; i++) a[i] = qi_dot(a[i], qi_load(wg + (size_t)i * gb, c, type), xv, type);
+    for (int i = 0; i < 4; i++) a[i] = qi_dot(a[i], qi_load(wg + (size_t)i * gb, c), xv);
 }
 
-/* q8 / q4 matrix-vector product (decode): one row block at a time, front to back (its scales,
+/* q8 matrix-vector product (decode): one row block at a time, front to back (its scales,
  * then per group the four rows' values), so the weights are one sequential stream; each group
  * step asks for the bytes pf ahead (choose_prefetch). Against the q8 layout before (all int8
  * rows, then all scales: two streams), with this kernel's shape, one thread on a 264 MB matrix:
@@ -767,9 +763,9 @@ AI void qi_step4(__m256i a[4], const uint8_t* wg, size_t gb, int c, __m256i xv, 
  * offsets: on Zen 4 that took the q8 kernel from 37 to 58 GB/s on a matrix in L2 (eleventh
  * session), more room for the loads to run ahead of the arithmetic. */
 AI void rows_qi_n1_gs(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
-                      const Matrix* W, int r0, int r1, WeightType type, const int gs) {
+                      const Matrix* W, int r0, int r1, const int gs) {
     const int C = W->cols, G = C / gs;
-    const size_t bb = quant_block_bytes(type, C, gs), gb = quant_bytes(type, (size_t)gs);
+    const size_t bb = quant_block_bytes(WEIGHT_Q8, C, gs), gb = (size_t)gs;
     const size_t pf = decode_prefetch.q8 ? (size_t)decode_prefetch.q8 : bb;
     int r = r0; /* a multiple of 4: run_job's chunks are */
     for (; r + 4 <= r1; r += 4) {
@@ -793,11 +789,11 @@ AI void rows_qi_n1_gs(float* out, const int8_t* xq, const float* xsc, const int3
                 const int g = g0 + k;
                 for (int o = 0; o < (int)(4 * gb); o += 64) _mm_prefetch((const char*)wg + pf + o, _MM_HINT_T0);
                 __m256i a[4];
-                a[0] = a[1] = a[2] = a[3] = qi_acc0(xsum + (size_t)g * 8, type);
+                a[0] = a[1] = a[2] = a[3] = qi_acc0(xsum + (size_t)g * 8);
                 const int8_t* xg = xq + (size_t)g * gs;
 #pragma GCC unroll 4
                 for (int c = 0; c < gs; c += 32)
-                    qi_step4(a, wg, gb, c, _mm256_loadu_si256((const __m256i*)(xg + c)), type);
+                    qi_step4(a, wg, gb, c, _mm256_loadu_si256((const __m256i*)(xg + c)));
                 t0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[0]), _mm256_set1_ps(sx[0][k]), t0);
                 t1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[1]), _mm256_set1_ps(sx[1][k]), t1);
                 t2 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[2]), _mm256_set1_ps(sx[2][k]), t2);
@@ -809,14 +805,14 @@ AI void rows_qi_n1_gs(float* out, const int8_t* xq, const float* xsc, const int3
         out[r + 2] = hsum256(t2);
         out[r + 3] = hsum256(t3);
     }
-    for (; r < r1; r++) tile_qi(out, xq, xsc, xsum, W, r, 0, 1, 1, type);
+    for (; r < r1; r++) tile_qi(out, xq, xsc, xsum, W, r, 0, 1, 1);
 }
 
 /* export.py's q8 default, 64, as a constant; any other group size as it comes. */
 AI void rows_qi_n1(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
-                   const Matrix* W, int r0, int r1, WeightType type) {
-    if (W->group_size == 64) rows_qi_n1_gs(out, xq, xsc, xsum, W, r0, r1, type, 64);
-    else rows_qi_n1_gs(out, xq, xsc, xsum, W, r0, r1, type, W->group_size);
+                   const Matrix* W, int r0, int r1) {
+    if (W->group_size == 64) rows_qi_n1_gs(out, xq, xsc, xsum, W, r0, r1, 64);
+    else rows_qi_n1_gs(out, xq, xsc, xsum, W, r0, r1, W->group_size);
 }
 
 /* q4 (kernels.h's row lanes, groups of 32): a kernel of its own for decode and prefill. A block
@@ -852,8 +848,7 @@ AI void q4_group_sums(__m256i s[], const uint8_t* w, const int8_t* x, size_t C, 
             memcpy(&xl, x + j * C + 4 * v, 4);
             memcpy(&xh, x + j * C + 16 + 4 * v, 4);
 #if defined(Q8_VNNI)
-            const QW l = {lo, lo}, h = {hi, hi};
-            s[j] = qi_dot(qi_dot(s[j], l, _mm256_set1_epi32(xl), WEIGHT_Q4), h, _mm256_set1_epi32(xh), WEIGHT_Q4);
+            s[j] = dpbusd(dpbusd(s[j], lo, _mm256_set1_epi32(xl)), hi, _mm256_set1_epi32(xh));
 #else
             s16[j] = _mm256_add_epi16(s16[j], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(xl)));
             s16[j] = _mm256_add_epi16(s16[j], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(xh)));
@@ -1118,15 +1113,8 @@ static void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, int32_t* xgsum, 
 }
 #endif
 
-/* The 16 weights of a row group from column c (a multiple of 16) on, as int8; wrow is the row's
- * group. q4 (kernels.h): columns c .. c+15 are the low nibbles of a 16-byte run when c % 32 == 0,
- * the high nibbles when c % 32 == 16; stored as q + 8. */
-AI int8x16_t qi_load(const uint8_t* wrow, int c, WeightType type) {
-    if (type == WEIGHT_Q4) {
-        const uint8x16_t b = vld1q_u8(wrow + (c / 32) * 16);
-        const uint8x16_t nib = (c & 16) ? vshrq_n_u8(b, 4) : vandq_u8(b, vdupq_n_u8(15));
-        return vsubq_s8(vreinterpretq_s8_u8(nib), vdupq_n_s8(8));
-    }
+/* The 16 q8 weights of a row group from column c (a multiple of 16) on; wrow is the row's group. */
+AI int8x16_t qi_load(const uint8_t* wrow, int c) {
     return vld1q_s8((const int8_t*)wrow + c);
 }
 
@@ -1150,9 +1138,9 @@ AI int32x4_t dot16(int32x4_t acc, int8x16_t w, int8x16_t x) {
  * tile shape (fma of float(isum) by ws * xs in its own lane), so the thread split cannot change
  * a result (tests/test_kernels.c checks 1 thread == 2 threads bitwise). */
 AI void tile_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const Matrix* W,
-                int r, int t, int RT, int TT, WeightType type) {
+                int r, int t, int RT, int TT) {
     const int C = W->cols, R = W->rows, gs = W->group_size, G = C / gs;
-    const size_t gb = quant_bytes(type, (size_t)gs);
+    const size_t gb = (size_t)gs;
     const float* sc = quant_scales(W, r); /* rows in one block (RT > 1 only from its first row) */
     (void)xsum;
     float32x4_t tot[4];
@@ -1168,7 +1156,7 @@ AI void tile_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* x
         for (int c = g * gs; c < g * gs + gs; c += 16) {
             int8x16_t wv[4];
 #pragma GCC unroll 4
-            for (int i = 0; i < RT; i++) wv[i] = qi_load(wg + (size_t)i * gb, c - g * gs, type);
+            for (int i = 0; i < RT; i++) wv[i] = qi_load(wg + (size_t)i * gb, c - g * gs);
 #pragma GCC unroll 4
             for (int j = 0; j < TT; j++) {
                 int8x16_t xv = vld1q_s8(xq + (size_t)(t + j) * C + c);
@@ -1210,14 +1198,14 @@ AI void tile_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* x
     }
 }
 
-/* The q8 / q4 matrix-vector product: tile_qi's own TT == 1 path, which also reads a row block
+/* The q8 matrix-vector product: tile_qi's own TT == 1 path, which also reads a row block
  * front to back (the AVX2 twin's written-out kernel and its prefetch distance were measured on
  * x86 only). */
 AI void rows_qi_n1(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
-                   const Matrix* W, int r0, int r1, WeightType type) {
+                   const Matrix* W, int r0, int r1) {
     int r = r0;
-    for (; r + 4 <= r1; r += 4) tile_qi(out, xq, xsc, xsum, W, r, 0, 4, 1, type);
-    for (; r < r1; r++) tile_qi(out, xq, xsc, xsum, W, r, 0, 1, 1, type);
+    for (; r + 4 <= r1; r += 4) tile_qi(out, xq, xsc, xsum, W, r, 0, 4, 1);
+    for (; r < r1; r++) tile_qi(out, xq, xsc, xsum, W, r, 0, 1, 1);
 }
 
 
@@ -1336,9 +1324,9 @@ static void rows_q8f(float* out, const float* x, const Matrix* W, int n, int r0,
 }
 
 AI void rows_qi_t(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
-                  const Matrix* W, int n, int r0, int r1, WeightType type) {
+                  const Matrix* W, int n, int r0, int r1) {
     if (n == 1) {
-        rows_qi_n1(out, xq, xsc, xsum, W, r0, r1, type);
+        rows_qi_n1(out, xq, xsc, xsum, W, r0, r1);
         return;
     }
     const int C = W->cols;
@@ -1348,13 +1336,13 @@ AI void rows_qi_t(float* out, const int8_t* xq, const float* xsc, const int32_t*
         int r = r0;
         for (; r + 4 <= r1; r += 4) {
             int t = t0;
-            for (; t + TILE_TOKENS <= t1; t += TILE_TOKENS) tile_qi(out, xq, xsc, xsum, W, r, t, 4, TILE_TOKENS, type);
-            for (; t < t1; t++) tile_qi(out, xq, xsc, xsum, W, r, t, 4, 1, type);
+            for (; t + TILE_TOKENS <= t1; t += TILE_TOKENS) tile_qi(out, xq, xsc, xsum, W, r, t, 4, TILE_TOKENS);
+            for (; t < t1; t++) tile_qi(out, xq, xsc, xsum, W, r, t, 4, 1);
         }
         for (; r < r1; r++) {
             int t = t0;
-            for (; t + 4 <= t1; t += 4) tile_qi(out, xq, xsc, xsum, W, r, t, 1, 4, type);
-            for (; t < t1; t++) tile_qi(out, xq, xsc, xsum, W, r, t, 1, 1, type);
+            for (; t + 4 <= t1; t += 4) tile_qi(out, xq, xsc, xsum, W, r, t, 1, 4);
+            for (; t < t1; t++) tile_qi(out, xq, xsc, xsum, W, r, t, 1, 1);
         }
     }
 }
@@ -1415,7 +1403,7 @@ static void rows_q4(float* out, const int8_t* xq, const float* xsc, const int32_
 static void rows_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
                     const int32_t* xgsum, const Matrix* W, int n, int r0, int r1) {
     if (W->type == WEIGHT_Q4) rows_q4(out, xq, xsc, xsum, xgsum, W, n, r0, r1);
-    else rows_qi_t(out, xq, xsc, xsum, W, n, r0, r1, WEIGHT_Q8);
+    else rows_qi_t(out, xq, xsc, xsum, W, n, r0, r1);
 }
 #define HAVE_Q8_INT8 1  /* build with -DKERNELS_Q8_F32ACT to keep fp32 activations instead */
 #endif
@@ -1619,8 +1607,9 @@ static void run_job(MatmulJob* j) {
         }
     }
 #endif
-    /* Row chunks: a multiple of 4 rows (8 for q4: whole row blocks); about 32 items per thread for matrix-vector products, and
-     * at most 64 rows when n > 1 so the chunk's weights stay in L2 while the token blocks go by.
+    /* Row chunks: a multiple of 4 rows (8 with q4: whole row blocks); about 32 items per thread
+     * for matrix-vector products, and at most 64 rows when n > 1 so the chunk's weights stay in
+     * L2 while the token blocks go by.
      * Each thread walks its own range of chunks (claim_chunks), so small chunks keep its reads one
      * stream, and the last chunk, which the other threads may wait for, is short: with 8 per
      * thread the calling thread waited 1.4-1.5 ms per decoded token for the other (bf16, 2
