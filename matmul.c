@@ -214,7 +214,12 @@ AI const void* row_ptr(const Matrix* W, int r) {
  *    so it keeps Zen 4's. bf16, which relies on the hardware prefetcher elsewhere
  *    (rows_bf16_n1), gained from 1024 bytes ahead: 10.2-10.6 -> 10.6-11.3 tok/s, 71% -> 77-81%
  *    of the roof. "mid".
- * q4 (tile_q4 in the 8-row layout, sixteenth session; measured on Zen 3 only): TODO.
+ * q4 (tile_q4 in the 8-row layout, sixteenth session; measured on Zen 3 only): 2048 bytes ahead
+ * into L1 in every plan. Decode tg128, three rounds of five distances in turn, one / two threads:
+ * none 41.1-42.5 / 70.7-77.2 tok/s, 1024 47.2-48.2 / 72.1-78.6, 2048 51.7-53.1 / 77.6-84.9
+ * (88-94% of the roof), 3072 48.3-49.5 / 73.3-75.4, 4096 46.6-48.3 / 71.0-73.0. Before this
+ * layout q4 went near (256 bytes into L2) on Zen 3 and 4, where its arithmetic, not memory, was
+ * the limit; Zen 4 and 5 were not measured with this kernel.
  * The rest stays at prefetcht0: q8's weights (with t1 44.5-46.5 tok/s against 45.2-47.1 on Zen 4;
  * weights and scales with t1 42) and the far distance, as measured on Zen 5.
  * KERNELS_PREFETCH=near, mid or far overrides the choice from the CPU (choose_prefetch). */
