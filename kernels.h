@@ -35,13 +35,13 @@ typedef struct {
     const void* data;      /* float*, uint16_t* (bf16), or the first row block (q8, q4) */
 } Matrix;
 
-#define QUANT_BLOCK_ROWS 4 /* q8 */
+#define Q8_BLOCK_ROWS 4
 #define Q4_BLOCK_ROWS 8
 #define Q4_GROUP 32        /* q4's only group size */
 #define Q4_GROUP_BYTES (Q4_BLOCK_ROWS * (sizeof(float) + Q4_GROUP / 2)) /* one group of a q4 block: 160 */
 
 static inline int quant_block_rows(WeightType type) {
-    return type == WEIGHT_Q4 ? Q4_BLOCK_ROWS : QUANT_BLOCK_ROWS;
+    return type == WEIGHT_Q4 ? Q4_BLOCK_ROWS : Q8_BLOCK_ROWS;
 }
 
 /* Bytes that n values of a quantised row take: one each (q8), half a byte each (q4). */
@@ -58,8 +58,8 @@ static inline size_t quant_block_bytes(WeightType type, int cols, int group_size
 /* q8: the G scales of row r. */
 static inline const float* quant_scales(const Matrix* W, int r) {
     const char* block = (const char*)W->data +
-                        (size_t)(r / QUANT_BLOCK_ROWS) * quant_block_bytes(W->type, W->cols, W->group_size);
-    return (const float*)block + (size_t)(r % QUANT_BLOCK_ROWS) * (size_t)(W->cols / W->group_size);
+                        (size_t)(r / Q8_BLOCK_ROWS) * quant_block_bytes(W->type, W->cols, W->group_size);
+    return (const float*)block + (size_t)(r % Q8_BLOCK_ROWS) * (size_t)(W->cols / W->group_size);
 }
 
 /* q8: the group_size values of row r, group g; the next row of the same block follows
@@ -67,9 +67,9 @@ static inline const float* quant_scales(const Matrix* W, int r) {
 static inline const uint8_t* quant_group(const Matrix* W, int r, int g) {
     const int gs = W->group_size, G = W->cols / gs;
     const char* block =
-        (const char*)W->data + (size_t)(r / QUANT_BLOCK_ROWS) * quant_block_bytes(W->type, W->cols, gs);
-    return (const uint8_t*)(block + sizeof(float) * QUANT_BLOCK_ROWS * (size_t)G) +
-           ((size_t)g * QUANT_BLOCK_ROWS + (size_t)(r % QUANT_BLOCK_ROWS)) * (size_t)gs;
+        (const char*)W->data + (size_t)(r / Q8_BLOCK_ROWS) * quant_block_bytes(W->type, W->cols, gs);
+    return (const uint8_t*)(block + sizeof(float) * Q8_BLOCK_ROWS * (size_t)G) +
+           ((size_t)g * Q8_BLOCK_ROWS + (size_t)(r % Q8_BLOCK_ROWS)) * (size_t)gs;
 }
 
 /* q4: group g of the block that holds row r: 8 float scales (row r's at lane r % 8), then the

@@ -141,8 +141,8 @@ static int read_config(Transformer* t, const char* path, int ctx, char* err, siz
     if (memcmp(h->magic, CHECKPOINT_MAGIC, 4) != 0)
         return fail(err, errlen, path, "not a checkpoint of this engine (bad magic; convert the "
                                        "model with export.py)");
-    /* Version 1 differs from 3 only in how q8 matrices are laid out (all int8 rows, then all
-     * scales), version 2 only in q4's (blocks of 4 rows, each row's values in column order), so
+    /* Version 1 laid q8 matrices out differently (all int8 rows, then all scales), version 2 q4
+     * matrices (blocks of 4 rows, each row's values in column order); the rest is the same, so
      * their f32 and bf16 files read as they are, and version 2's q8 files too. */
     if (h->version < 1 || h->version > CHECKPOINT_VERSION)
         return fail(err, errlen, path, "checkpoint version %u, this engine reads versions 1 to %d",
