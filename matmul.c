@@ -219,7 +219,9 @@ AI const void* row_ptr(const Matrix* W, int r) {
  * none 41.1-42.5 / 70.7-77.2 tok/s, 1024 47.2-48.2 / 72.1-78.6, 2048 51.7-53.1 / 77.6-84.9
  * (88-94% of the roof), 3072 48.3-49.5 / 73.3-75.4, 4096 46.6-48.3 / 71.0-73.0. Before this
  * layout q4 went near (256 bytes into L2) on Zen 3 and 4, where its arithmetic, not memory, was
- * the limit; Zen 4 and 5 were not measured with this kernel.
+ * the limit. On Zen 4 (seventeenth session, two rounds, one / two threads) no distance stood out:
+ * 0 59.4-60.6 / 76.7-80.3, 1024 52.4-68.3 / 76.2-90.6, 2048 59.8-67.6 / 79.2-87.2, 3072
+ * 60.8-60.9 / 71.8-77.3, 4096 61.4-64.7 / 78.3-82.4. Zen 5 was not measured with this kernel.
  * The rest stays at prefetcht0: q8's weights (with t1 44.5-46.5 tok/s against 45.2-47.1 on Zen 4;
  * weights and scales with t1 42) and the far distance, as measured on Zen 5.
  * KERNELS_PREFETCH=near, mid or far overrides the choice from the CPU (choose_prefetch). */
@@ -500,7 +502,7 @@ AI void rows_float_n1(float* out, const float* x, const Matrix* W, WeightType ty
 /* bf16 matrix-vector product without widening instructions: a 32-byte load holds 16 bf16, and
  * 32-bit lane k holds elements 2k (low half) and 2k+1 (high half), so `lane << 16` is element 2k
  * as an fp32 and `lane & 0xFFFF0000` is element 2k+1. The activation row was de-interleaved once
- * per call (deinterleave16: per 16 columns, the 8 even ones then the 8 odd ones), so each 16
+ * per call (deinterleave with a span of 16: per 16 columns, the 8 even ones then the 8 odd ones), so each 16
  * weights cost one load, a shift, an and and two FMAs. Needs cols % 16 == 0. One row at a time,
  * as rows_f32_n1, so the weights are one sequential stream that the hardware prefetcher follows
  * on its own: one thread on a 352 MB matrix read 26.7 GB/s, against 17.1 for four rows side by
@@ -508,11 +510,12 @@ AI void rows_float_n1(float* out, const float* x, const Matrix* W, WeightType ty
  * (docs/notes-kernels.md, "Fifth session"). 64 columns per step into 8 accumulators, not 32 into
  * 4: fewer loop instructions per byte let the core keep more loads in flight (scratch, 1 thread,
  * 352 MB: 29.0 -> 30.2 GB/s against a streaming read of 33.5; sixth session). */
-static void deinterleave16(float* xp, const float* x, int C) {
-    for (int c = 0; c < C; c += 16)
-        for (int k = 0; k < 8; k++) {
+static void deinterleave(float* xp, const float* x, int C, int span) {
+    const int h = span / 2;
+    for (int c = 0; c < C; c += span)
+        for (int k = 0; k < h; k++) {
             xp[c + k] = x[c + 2 * k];
-            xp[c + 8 + k] = x[c + 2 * k + 1];
+            xp[c + h + k] = x[c + 2 * k + 1];
         }
 }
 
@@ -548,7 +551,57 @@ AI void rows_bf16_n1_pf(float* out, const float* xp, const Matrix* W, int r0, in
     }
 }
 
+#if defined(KERNELS_AVX512)
+/* rows_bf16_n1 on 512-bit vectors: a 64-byte load is 32 bf16, the activation row de-interleaved
+ * per 32 columns (16 even, then 16 odd), and 128 columns per step into 8 accumulators: half the
+ * instructions per weight byte of the ymm kernel, so the core keeps more loads in flight. On Zen 4
+ * (AVX-512 on 256-bit units), decode tg128 of the 0.6B shape with one thread, three alternating
+ * rounds: 20.5-20.7 -> 23.2-25.2 tok/s, 75-76% -> 86-87% of the roof (seventeenth session). No
+ * software prefetch: the plans that have AVX-512 CPUs (choose_prefetch) give bf16 none. Needs
+ * cols % 32 == 0. */
+AI void bf16_step32(__m512* a, __m512* b, const uint16_t* w, const float* xp) {
+    const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
+    __m512i v = _mm512_loadu_si512((const void*)w);
+    *a = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), _mm512_load_ps(xp), *a);
+    *b = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, hi)), _mm512_load_ps(xp + 16), *b);
+}
+
+static void rows_bf16_n1_zmm(float* out, const float* xp, const Matrix* W, int r0, int r1) {
+    const int C = W->cols;
+    for (int r = r0; r < r1; r++) {
+        const uint16_t* w = (const uint16_t*)W->data + (size_t)r * C;
+        __m512 a0 = _mm512_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0, b3 = a0;
+        int c = 0;
+        for (; c + 128 <= C; c += 128) {
+            bf16_step32(&a0, &b0, w + c, xp + c);
+            bf16_step32(&a1, &b1, w + c + 32, xp + c + 32);
+            bf16_step32(&a2, &b2, w + c + 64, xp + c + 64);
+            bf16_step32(&a3, &b3, w + c + 96, xp + c + 96);
+        }
+        for (; c < C; c += 32) bf16_step32(&a0, &b0, w + c, xp + c);
+        __m512 s01 = _mm512_add_ps(_mm512_add_ps(a0, b0), _mm512_add_ps(a1, b1));
+        __m512 s23 = _mm512_add_ps(_mm512_add_ps(a2, b2), _mm512_add_ps(a3, b3));
+        out[r] = _mm512_reduce_add_ps(_mm512_add_ps(s01, s23));
+    }
+}
+#endif
+
+/* The activation span of rows_bf16_n1's de-interleaved row: 32 columns for the zmm kernel. */
+static int bf16_span(int cols) {
+#if defined(KERNELS_AVX512)
+    if (cols % 32 == 0) return 32;
+#endif
+    (void)cols;
+    return 16;
+}
+
 static void rows_bf16_n1(float* out, const float* xp, const Matrix* W, int r0, int r1) {
+#if defined(KERNELS_AVX512)
+    if (bf16_span(W->cols) == 32) {
+        rows_bf16_n1_zmm(out, xp, W, r0, r1);
+        return;
+    }
+#endif
     if (decode_prefetch.bf16) rows_bf16_n1_pf(out, xp, W, r0, r1, 1, decode_prefetch.bf16);
     else rows_bf16_n1_pf(out, xp, W, r0, r1, 0, 0);
 }
@@ -1528,7 +1581,7 @@ static void matmul_task(void* ctx, int task) {
     MatmulJob* j = ctx;
     (void)task; /* the range is the calling thread's */
 #if defined(KERNELS_AVX2) /* a thread that runs two tasks (pool.c's serial fallback) writes its copy twice */
-    if (j->use_xp) deinterleave16(thread_xp(), j->x, j->W[0]->cols);
+    if (j->use_xp) deinterleave(thread_xp(), j->x, j->W[0]->cols, bf16_span(j->W[0]->cols));
 #endif
     int c, end;
     while ((c = claim_chunks(j, CLAIM_BATCH, &end)) >= 0)

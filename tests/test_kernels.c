@@ -576,6 +576,7 @@ int main(void) {
             {WEIGHT_F32, 37, 1027, 0}, {WEIGHT_F32, 64, 1024, 0}, {WEIGHT_F32, 5, 3, 0},
             {WEIGHT_F32, 130, 200, 0}, {WEIGHT_BF16, 37, 1027, 0}, {WEIGHT_BF16, 64, 1024, 0},
             {WEIGHT_BF16, 9, 13, 0}, {WEIGHT_BF16, 11, 80, 0}, {WEIGHT_BF16, 7, 48, 0}, /* 64-col steps + 16-col tail */
+            {WEIGHT_BF16, 11, 96, 0}, {WEIGHT_BF16, 5, 160, 0}, /* AVX-512 decode: 32-col steps, 128 + 32 */
             {WEIGHT_Q8, 37, 192, 64}, {WEIGHT_Q8, 67, 1024, 64},
             {WEIGHT_Q8, 33, 96, 32}, {WEIGHT_Q8, 21, 48, 16}, {WEIGHT_Q8, 19, 40, 8},
             {WEIGHT_Q8, 130, 3072, 64}, {WEIGHT_Q8, 37, 384, 128}, {WEIGHT_Q8, 11, 36, 12},
