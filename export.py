@@ -24,7 +24,7 @@ import sys
 import time
 
 MAGIC = b"QW3C"
-VERSION = 3
+VERSION = 4
 ALIGN = 64
 HEADER_FORMAT = "<4s13I f i d I 8i f f i 2I 4Q 96x"  # the FileHeader struct of model.h
 MAX_EOS = 8
@@ -268,9 +268,9 @@ def quantize_q8(raw_f32, group_size):
 
 
 def quantize_q4(raw_f32, group_size):
-    """float32 bytes -> (q + 8 per value as bytes, float32 scale bytes). Per group, m is the value
-    of largest magnitude, s = m / -8 and q = round(w / s) clamped to [-8, 7] (m itself becomes -8,
-    so the whole range is used, as in llama.cpp's q4_0)."""
+    """float32 bytes -> (q + 8 per value as bytes, float16 scale bytes). Per group, m is the value
+    of largest magnitude, q = round(w * -8 / m) clamped to [-8, 7] (m itself becomes -8, so the
+    whole range is used) and s = m / -8 rounded to float16, as in llama.cpp's q4_0."""
     vals = array.array("f", raw_f32)
     nib = bytearray(len(vals))
     scales = array.array("f", bytes(4 * (len(vals) // group_size)))
@@ -285,7 +285,11 @@ def quantize_q4(raw_f32, group_size):
             scales[g] = m / -8.0
             inv = -8.0 / m
             nib[lo:lo + group_size] = bytes(min(15, round(v * inv) + 8) for v in block)
-    return bytes(nib), scales.tobytes()
+    try:
+        halves = struct.pack(f"<{len(scales)}e", *scales)
+    except OverflowError:
+        raise ExportError("a weight too large for q4's float16 scales (|w| above 524,000)") from None
+    return bytes(nib), halves
 
 
 QUANT_BLOCK_ROWS = {WEIGHT_Q8: 4, WEIGHT_Q4: 8}  # rows per block (model.h)
@@ -294,8 +298,8 @@ QUANT_BLOCK_ROWS = {WEIGHT_Q8: 4, WEIGHT_Q4: 8}  # rows per block (model.h)
 def quant_row_blocks(raw_f32, cols, group_size, wtype):
     """float32 bytes of whole rows -> the q8 or q4 row blocks of model.h (the last block padded
     with zero rows). q8, blocks of 4 rows: their scales s[4][G], then per group the four rows'
-    values. q4, blocks of 8 rows: per group the 8 scales, then per quarter v and row i the 4 bytes
-    holding columns 4v + k (low nibble) and 16 + 4v + k (high nibble), k = 0 .. 3."""
+    values. q4, blocks of 8 rows: per group the 8 float16 scales, then per quarter v and row i the
+    4 bytes holding columns 4v + k (low nibble) and 16 + 4v + k (high nibble), k = 0 .. 3."""
     rows = len(raw_f32) // (4 * cols)
     br = QUANT_BLOCK_ROWS[wtype]
     pad = -rows % br
@@ -310,23 +314,27 @@ def quant_row_blocks(raw_f32, cols, group_size, wtype):
                     at = (b + i) * cols + g
                     out.append(q[at:at + group_size])
         return b"".join(out)
-    # q4, in 32-bit words: a group is 40 (8 scales, then word 8 + 8v + i = row i's columns
-    # 4v .. 4v+3); row i's columns 32g + 4v .. are its word 8g + v (low nibbles) and 8g + 4 + v
-    # (high). Each nibble is < 16, so shifting the high plane left by 4 bits as one integer moves
-    # every byte's nibble up within its byte, and OR merges the two planes.
+    # q4, in 32-bit words: a group is 36 (4 words of 8 scales, then word 4 + 8v + i = row i's
+    # columns 4v .. 4v+3); row i's columns 32g + 4v .. are its word 8g + v (low nibbles) and
+    # 8g + 4 + v (high). Each nibble is < 16, so shifting the high plane left by 4 bits as one
+    # integer moves every byte's nibble up within its byte, and OR merges the two planes (the
+    # high plane is zero where the scales are).
     nib, s = quantize_q4(raw_f32 + bytes(4 * cols * pad), group_size)
-    nw, sw = memoryview(nib).cast("I"), memoryview(s).cast("I")
+    nw, sh = memoryview(nib).cast("I"), memoryview(s).cast("H")
     row_words = cols // 4
     for b in range(0, rows + pad, br):
-        low, high = array.array("I", bytes(160 * G)), array.array("I", bytes(160 * G))
+        low, high = array.array("I", bytes(144 * G)), array.array("I", bytes(144 * G))
+        low_halves = array.array("H", low.tobytes())  # the scales, as 16-bit halves of the words
         for i in range(br):
-            low[i::40] = array.array("I", sw[(b + i) * G:(b + i + 1) * G])
+            low_halves[i::72] = array.array("H", sh[(b + i) * G:(b + i + 1) * G])
+        low = array.array("I", low_halves.tobytes())
+        for i in range(br):
             row = nw[(b + i) * row_words:(b + i + 1) * row_words]
             for v in range(4):
-                low[8 + 8 * v + i::40] = array.array("I", row[v::8])
-                high[8 + 8 * v + i::40] = array.array("I", row[4 + v::8])
+                low[4 + 8 * v + i::36] = array.array("I", row[v::8])
+                high[4 + 8 * v + i::36] = array.array("I", row[4 + v::8])
         merged = int.from_bytes(low.tobytes(), "little") | int.from_bytes(high.tobytes(), "little") << 4
-        out.append(merged.to_bytes(160 * G, "little"))
+        out.append(merged.to_bytes(144 * G, "little"))
     return b"".join(out)
 
 

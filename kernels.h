@@ -38,7 +38,7 @@ typedef struct {
 #define Q8_BLOCK_ROWS 4
 #define Q4_BLOCK_ROWS 8
 #define Q4_GROUP 32        /* q4's only group size */
-#define Q4_GROUP_BYTES (Q4_BLOCK_ROWS * (sizeof(float) + Q4_GROUP / 2)) /* one group of a q4 block: 160 */
+#define Q4_GROUP_BYTES (Q4_BLOCK_ROWS * (sizeof(uint16_t) + Q4_GROUP / 2)) /* one group of a q4 block: 144 */
 
 static inline int quant_block_rows(WeightType type) {
     return type == WEIGHT_Q4 ? Q4_BLOCK_ROWS : Q8_BLOCK_ROWS;
@@ -49,10 +49,15 @@ static inline size_t quant_bytes(WeightType type, size_t n) {
     return type == WEIGHT_Q4 ? n / 2 : n;
 }
 
+/* Bytes of one group's scale: float32 (q8), float16 (q4). */
+static inline size_t quant_scale_bytes(WeightType type) {
+    return type == WEIGHT_Q4 ? sizeof(uint16_t) : sizeof(float);
+}
+
 /* Bytes of one row block: its rows' G scales each and their values. */
 static inline size_t quant_block_bytes(WeightType type, int cols, int group_size) {
     return (size_t)quant_block_rows(type) *
-           (quant_bytes(type, (size_t)cols) + sizeof(float) * (size_t)(cols / group_size));
+           (quant_bytes(type, (size_t)cols) + quant_scale_bytes(type) * (size_t)(cols / group_size));
 }
 
 /* q8: the G scales of row r. */
@@ -72,23 +77,48 @@ static inline const uint8_t* quant_group(const Matrix* W, int r, int g) {
            ((size_t)g * Q8_BLOCK_ROWS + (size_t)(r % Q8_BLOCK_ROWS)) * (size_t)gs;
 }
 
-/* q4: group g of the block that holds row r: 8 float scales (row r's at lane r % 8), then the
+/* q4: group g of the block that holds row r: 8 float16 scales (row r's at lane r % 8), then the
  * 128 bytes of values. */
 static inline const uint8_t* q4_group(const Matrix* W, int r, int g) {
     return (const uint8_t*)W->data + ((size_t)(r / Q4_BLOCK_ROWS) * (size_t)(W->cols / Q4_GROUP) + (size_t)g) *
                                          Q4_GROUP_BYTES;
 }
 
+/* IEEE 754 binary16 -> float (exact: every half is a float). q4's scales are stored so, as
+ * llama.cpp's q4_0 stores its own; export.py never writes an infinity or a NaN. */
+static inline float half_to_float(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 31, man = h & 0x3FFu;
+    uint32_t bits;
+    if (exp == 0 && man == 0) {
+        bits = sign;
+    } else if (exp == 0) { /* subnormal: man * 2^-24, normalised into a float */
+        int e = -1;
+        uint32_t m = man;
+        do {
+            m <<= 1;
+            e++;
+        } while (!(m & 0x400u));
+        bits = sign | (uint32_t)(127 - 15 - e) << 23 | (m & 0x3FFu) << 13;
+    } else if (exp == 31) {
+        bits = sign | 0x7F800000u | man << 13;
+    } else {
+        bits = sign | (exp + 127 - 15) << 23 | man << 13;
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
 static inline float q4_scale(const Matrix* W, int r, int g) {
-    float s;
-    memcpy(&s, q4_group(W, r, g) + sizeof(float) * (size_t)(r % Q4_BLOCK_ROWS), sizeof s);
-    return s;
+    uint16_t h;
+    memcpy(&h, q4_group(W, r, g) + sizeof(uint16_t) * (size_t)(r % Q4_BLOCK_ROWS), sizeof h);
+    return half_to_float(h);
 }
 
 /* q of row r, column c (-8 .. 7). */
 static inline int q4_value(const Matrix* W, int r, int c) {
     const int k = c % Q4_GROUP;
-    const uint8_t b = q4_group(W, r, c / Q4_GROUP)[Q4_BLOCK_ROWS * sizeof(float) + 32 * ((k % 16) / 4) +
+    const uint8_t b = q4_group(W, r, c / Q4_GROUP)[Q4_BLOCK_ROWS * sizeof(uint16_t) + 32 * ((k % 16) / 4) +
                                                    4 * (r % Q4_BLOCK_ROWS) + k % 4];
     return (k < 16 ? b & 15 : b >> 4) - 8;
 }

@@ -947,6 +947,22 @@ AI void q4_group_sums(__m256i s[], const uint8_t* w, const int8_t* x, size_t C, 
 #endif
 }
 
+/* The 8 float16 scales at the start of a q4 group, as floats (F16C: every AVX2 CPU has it, but a
+ * build for -mavx2 -mfma alone does not say so). */
+AI __m256 q4_scales8(const uint8_t* b) {
+#if defined(__F16C__)
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)b));
+#else
+    float f[8];
+    for (int i = 0; i < 8; i++) {
+        uint16_t h;
+        memcpy(&h, b + 2 * i, 2);
+        f[i] = half_to_float(h);
+    }
+    return _mm256_loadu_ps(f);
+#endif
+}
+
 /* The block of rows r .. r+7 (computed whole: the last block is padded with zero rows; rows past
  * R are not stored) x tokens t .. t+TT-1 (TT <= 4). Per group and token: the sums of (q + 8) x,
  * corrected to q x with xgsum (-8 times the group's sum of x, quantize_rows), converted, and
@@ -960,13 +976,13 @@ AI void tile_q4(float* out, const int8_t* xq, const float* xsc, const int32_t* x
 #pragma GCC unroll 4
     for (int j = 0; j < TT; j++) tot[j] = _mm256_setzero_ps();
     for (int g = 0; g < G; g++, b += Q4_GROUP_BYTES) {
-        if (pf && !(g & 1)) /* two groups: 320 bytes, 5 lines */
+        if (pf && !(g & 1)) /* two groups: 288 bytes, 4.5 lines */
             for (int o = 0; o < 2 * (int)Q4_GROUP_BYTES; o += 64) _mm_prefetch((const char*)b + pf + o, _MM_HINT_T0);
         __m256i s[4];
 #pragma GCC unroll 4
         for (int j = 0; j < TT; j++) s[j] = _mm256_set1_epi32(xgsum[(size_t)(t + j) * G + g]);
-        q4_group_sums(s, b + Q4_BLOCK_ROWS * sizeof(float), xq + ((size_t)t * G + g) * Q4_GROUP, (size_t)C, TT);
-        const __m256 ws = _mm256_loadu_ps((const float*)b);
+        q4_group_sums(s, b + Q4_BLOCK_ROWS * sizeof(uint16_t), xq + ((size_t)t * G + g) * Q4_GROUP, (size_t)C, TT);
+        const __m256 ws = q4_scales8(b);
 #pragma GCC unroll 4
         for (int j = 0; j < TT; j++)
             tot[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[j]),
@@ -1446,7 +1462,7 @@ static void tile_q4(float* out, const int8_t* xq, const float* xsc, const Matrix
     const int8_t* x = xq + (size_t)t * C;
     float32x4_t tot[2] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)}; /* rows 0-3, 4-7 */
     for (int g = 0; g < G; g++, b += Q4_GROUP_BYTES, x += Q4_GROUP) {
-        const uint8_t* w = b + Q4_BLOCK_ROWS * sizeof(float);
+        const uint8_t* w = b + Q4_BLOCK_ROWS * sizeof(uint16_t);
         int32x4_t a[2] = {vdupq_n_s32(0), vdupq_n_s32(0)};
         for (int v = 0; v < 4; v++) {
             int32_t xl, xh; /* columns 4v .. 4v+3 and 16+4v .. 16+4v+3 */
@@ -1462,7 +1478,8 @@ static void tile_q4(float* out, const int8_t* xq, const float* xsc, const Matrix
         }
         const float xs = xsc[(size_t)t * G + g];
         for (int h = 0; h < 2; h++)
-            tot[h] = vfmaq_f32(tot[h], vcvtq_f32_s32(a[h]), vmulq_n_f32(vld1q_f32((const float*)b + 4 * h), xs));
+            tot[h] = vfmaq_f32(tot[h], vcvtq_f32_s32(a[h]),
+                               vmulq_n_f32(vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t*)b + 4 * h))), xs));
     }
     float o[8];
     vst1q_f32(o, tot[0]);

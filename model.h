@@ -47,17 +47,18 @@
  *                so a block is 4*cols + 16*G bytes, read front to back by the matrix-vector
  *                kernel as one stream (kernels.h: quant_scales, quant_group). Version 1 files
  *                stored all int8 rows, then all scales; the engine refuses them (export again).
- *   WEIGHT_Q4    4-bit q in [-8, 7] in groups of gs = 32 columns, one float32 scale s per group:
- *                w = s * q (export.py: m = the group's value of largest magnitude, s = m / -8,
- *                q = round(w / s) clipped to 7, as llama.cpp's q4_0), stored as q + 8. In blocks
- *                of 8 rows (the last padded with zero rows); block b holds rows 8b .. 8b+7 as G
- *                groups of 160 bytes, group g:
- *                  float32 s[8]             the scales of row 8b+i, group g at s[i]
+ *   WEIGHT_Q4    4-bit q in [-8, 7] in groups of gs = 32 columns, one float16 (IEEE binary16)
+ *                scale s per group: w = s * q (export.py: m = the group's value of largest
+ *                magnitude, q = round(w * -8 / m) clipped to 7, s = m / -8 rounded to float16, as
+ *                llama.cpp's q4_0), stored as q + 8. In blocks of 8 rows (the last padded with
+ *                zero rows); block b holds rows 8b .. 8b+7 as G groups of 144 bytes, group g:
+ *                  float16 s[8]             the scales of row 8b+i, group g at s[i]
  *                  uint8   q[4][8][4]       q[v][i][k]: row 8b+i, column 32g + 4v + k in the low
  *                                           nibble, column 32g + 16 + 4v + k in the high nibble
  *                so the 32-bit lane i of each 32-byte quarter v is one row (kernels.h: q4_group).
- *                A block is 4*cols + 32*G bytes. Version 2 files stored q4 in the blocks of 4 rows
- *                of q8, each row's group as 16 bytes in column order; the engine refuses them.
+ *                A block is 4*cols + 16*G bytes (4.5 bits per weight). Version 3 files had
+ *                float32 scales (160-byte groups), version 2 files q4 in the blocks of 4 rows of
+ *                q8, each row's group as 16 bytes in column order; the engine refuses both.
  * Norm weights and biases are always float32 (they are tiny, and bf16 -> f32 is exact).
  *
  * The tokenizer section (read by tokenizer.c, written by export.py):
@@ -86,7 +87,7 @@
 #include "kernels.h"
 
 #define CHECKPOINT_MAGIC "QW3C"
-#define CHECKPOINT_VERSION 3
+#define CHECKPOINT_VERSION 4
 #define CHECKPOINT_ALIGN 64
 #define MAX_EOS_IDS 8
 

@@ -71,7 +71,7 @@ def as_q8(values, cols, group_size):
 def as_q4(values, cols, group_size):
     """What export --dtype q4 stores, dequantised (model.h): per group of group_size consecutive
     values of a row, m = the value of largest magnitude (the negative one if two tie),
-    s = float32(m / -8), q = round(w * -8 / m) clipped to [-8, 7], w' = s * q."""
+    s = float16(m / -8), q = round(w * -8 / m) clipped to [-8, 7], w' = s * q."""
     assert cols % group_size == 0
     out = []
     for g in range(0, len(values), group_size):
@@ -80,7 +80,7 @@ def as_q4(values, cols, group_size):
         if m == 0.0:
             out.extend(0.0 for _ in grp)
             continue
-        s = f32(m / -8.0)
+        s = hf_model.f16_round(m / -8.0)
         out.extend(s * max(-8, min(7, round(v * (-8.0 / m)))) for v in grp)
     return out
 

@@ -216,7 +216,7 @@ class EngineErrors(unittest.TestCase):
         self.bad_file('magic.bin', b'GGUF' + self.data[4:])
 
     def test_future_version(self):
-        self.patched('version.bin', 'version', 'I', 4)
+        self.patched('version.bin', 'version', 'I', 5)
         self.patched('version0.bin', 'version', 'I', 0)
 
     def test_version_1(self):
@@ -244,6 +244,21 @@ class EngineErrors(unittest.TestCase):
             f.write(data)
         p = hf_model.run_engine([path, '--prompt-ids', '1,2,3', '-n', '2', '-t', '0'])
         self.assertEqual(p.returncode, 0, 'a version-2 q8 file does not run: ' + p.stderr)
+
+    def test_version_3(self):
+        """Version 3 stored q4's scales as float32 (model.h): a version-3 q4 file is refused with a
+        message that says to export again; version-3 q8 and f32 files are the same bytes and still
+        run."""
+        msg = self.patched('v3_q4.bin', 'version', 'I', 3, base=self.data_q4)
+        self.assertIn('export it again', msg)
+        for name, base in (('q8', self.data_q8), ('f32', self.data)):
+            data = bytearray(base)
+            struct.pack_into('<I', data, OFF['version'], 3)
+            path = os.path.join(self.tmp, 'v3_%s.bin' % name)
+            with open(path, 'wb') as f:
+                f.write(data)
+            p = hf_model.run_engine([path, '--prompt-ids', '1,2,3', '-n', '2', '-t', '0'])
+            self.assertEqual(p.returncode, 0, 'a version-3 %s file does not run: %s' % (name, p.stderr))
 
     def test_offsets_out_of_range(self):
         size = len(self.data)

@@ -40,6 +40,22 @@ typedef struct {
     float* deq;    /* dequantised weights, row-major fp32 */
 } TestMatrix;
 
+/* A float in float16's normal range, its mantissa cut to float16's 10 bits (so exactly a half). */
+static float f16_exact(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u &= ~(uint32_t)0x1FFF;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* The float16 bits of such a float. */
+static uint16_t f16_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)((u >> 16 & 0x8000u) | (((u >> 23 & 255) - 127 + 15) << 10) | (u >> 13 & 0x3FFu));
+}
+
 static TestMatrix make_matrix(WeightType type, int rows, int cols, int gs) {
     TestMatrix t;
     memset(&t, 0, sizeof t);
@@ -66,6 +82,7 @@ static TestMatrix make_matrix(WeightType type, int rows, int cols, int gs) {
         t.scales = malloc(ng * sizeof(float));
         for (size_t g = 0; g < ng; g++) {
             float s = (0.5f + 0.5f * fabsf(frand())) / (float)qmax;
+            if (type == WEIGHT_Q4) s = f16_exact(s); /* q4 stores float16 scales */
             t.scales[g] = s;
             for (int c = 0; c < gs; c++) {
                 int q = (int)lrintf(frand() * (float)qmax);
@@ -92,15 +109,16 @@ static TestMatrix make_matrix(WeightType type, int rows, int cols, int gs) {
         } else { /* q4: blocks of 8 rows; per group 8 scales, then byte 32v + 4i + k holds row i's
                   * columns 4v + k (low nibble) and 16 + 4v + k (high), each as q + 8 */
             const int blocks = (rows + 7) / 8; /* the padding rows are computed, never stored */
-            b = calloc((size_t)blocks * G, 160);
+            b = calloc((size_t)blocks * G, 144);
             for (int r = 0; r < rows; r++)
                 for (int g = 0; g < G; g++) {
-                    uint8_t* grp = b + ((size_t)(r / 8) * G + g) * 160;
+                    uint8_t* grp = b + ((size_t)(r / 8) * G + g) * 144;
                     const int8_t* src = d + (size_t)r * cols + (size_t)g * 32;
-                    memcpy(grp + (r % 8) * sizeof(float), t.scales + (size_t)r * G + g, sizeof(float));
+                    const uint16_t h = f16_bits(t.scales[(size_t)r * G + g]);
+                    memcpy(grp + (r % 8) * sizeof h, &h, sizeof h);
                     for (int v = 0; v < 4; v++)
                         for (int k = 0; k < 4; k++)
-                            grp[32 + 32 * v + 4 * (r % 8) + k] =
+                            grp[16 + 32 * v + 4 * (r % 8) + k] =
                                 (uint8_t)((src[4 * v + k] + 8) | (src[16 + 4 * v + k] + 8) << 4);
                 }
         }
@@ -201,6 +219,21 @@ static int check_matmul(WeightType type, int rows, int cols, int gs, int n) {
     free(out2);
     free_matrix(&t);
     return ok;
+}
+
+/* kernels.h's half_to_float (q4's scales) against the definition of binary16, for every finite
+ * half: (-1)^s 2^(e-15) (1 + m/1024), and m 2^-24 where e = 0. */
+static void test_half_to_float(void) {
+    int ok = 1;
+    for (uint32_t h = 0; h < 65536; h++) {
+        const int e = (h >> 10) & 31, m = h & 1023;
+        if (e == 31) continue;
+        double v = e ? ldexp(1024 + m, e - 25) : ldexp(m, -24);
+        if (h & 0x8000) v = -v;
+        const float f = half_to_float((uint16_t)h);
+        ok &= (double)f == v && !!signbit(f) == !!(h & 0x8000);
+    }
+    check(ok, "half_to_float exact for every finite float16");
 }
 
 static void test_matrix_row(void) {
@@ -611,6 +644,7 @@ int main(void) {
             free_matrix(&t);
         }
     }
+    test_half_to_float();
     test_matrix_row();
     test_rmsnorm();
     test_rope();

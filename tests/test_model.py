@@ -253,6 +253,10 @@ class TestReference(unittest.TestCase):
         self.assertEqual(out[4:6], [s1 * -8, s1 * 7])
         self.assertEqual(out[7], s1 * 0)  # 0.1 * 4 = 0.4 rounds to 0
         self.assertEqual(reference.as_q4([0.0] * 4, 4, 4), [0.0] * 4)
+        s2 = -0.0375  # m = 0.3: the scale is stored as float16, which 0.0375 is not
+        out = reference.as_q4([0.3, 0.0, 0.0, 0.0], 4, 4)
+        self.assertEqual(out[0], hf_model.f16_round(s2) * -8)
+        self.assertNotEqual(out[0], reference.f32(s2) * -8)
 
 
 class EndToEnd(unittest.TestCase):
