@@ -219,46 +219,33 @@ class EngineErrors(unittest.TestCase):
         self.patched('version.bin', 'version', 'I', 5)
         self.patched('version0.bin', 'version', 'I', 0)
 
-    def test_version_1(self):
-        """Version 1 laid q8 out differently (model.h): a version-1 q8 file is refused with a
-        message that says to export again; version-1 f32 files are the same bytes and still run."""
-        msg = self.patched('v1_q8.bin', 'version', 'I', 1, base=self.data_q8)
+    def old_version(self, version, refused, still_run):
+        """A file of an older version whose layout of `refused` (a dtype) changed is refused with a
+        message that says to export again; files of the dtypes in still_run are the same bytes as
+        today's and still run."""
+        bases = {'f32': self.data, 'q8': self.data_q8, 'q4': self.data_q4}
+        msg = self.patched('v%d_%s.bin' % (version, refused), 'version', 'I', version, base=bases[refused])
         self.assertIn('export it again', msg)
-        data = bytearray(self.data)
-        struct.pack_into('<I', data, OFF['version'], 1)
-        path = os.path.join(self.tmp, 'v1_f32.bin')
-        with open(path, 'wb') as f:
-            f.write(data)
-        p = hf_model.run_engine([path, '--prompt-ids', '1,2,3', '-n', '2', '-t', '0'])
-        self.assertEqual(p.returncode, 0, 'a version-1 f32 file does not run: ' + p.stderr)
-
-    def test_version_2(self):
-        """Version 2 laid q4 out differently (model.h): a version-2 q4 file is refused with a
-        message that says to export again; version-2 q8 files are the same bytes and still run."""
-        msg = self.patched('v2_q4.bin', 'version', 'I', 2, base=self.data_q4)
-        self.assertIn('export it again', msg)
-        data = bytearray(self.data_q8)
-        struct.pack_into('<I', data, OFF['version'], 2)
-        path = os.path.join(self.tmp, 'v2_q8.bin')
-        with open(path, 'wb') as f:
-            f.write(data)
-        p = hf_model.run_engine([path, '--prompt-ids', '1,2,3', '-n', '2', '-t', '0'])
-        self.assertEqual(p.returncode, 0, 'a version-2 q8 file does not run: ' + p.stderr)
-
-    def test_version_3(self):
-        """Version 3 stored q4's scales as float32 (model.h): a version-3 q4 file is refused with a
-        message that says to export again; version-3 q8 and f32 files are the same bytes and still
-        run."""
-        msg = self.patched('v3_q4.bin', 'version', 'I', 3, base=self.data_q4)
-        self.assertIn('export it again', msg)
-        for name, base in (('q8', self.data_q8), ('f32', self.data)):
-            data = bytearray(base)
-            struct.pack_into('<I', data, OFF['version'], 3)
-            path = os.path.join(self.tmp, 'v3_%s.bin' % name)
+        for name in still_run:
+            data = bytearray(bases[name])
+            struct.pack_into('<I', data, OFF['version'], version)
+            path = os.path.join(self.tmp, 'v%d_%s.bin' % (version, name))
             with open(path, 'wb') as f:
                 f.write(data)
             p = hf_model.run_engine([path, '--prompt-ids', '1,2,3', '-n', '2', '-t', '0'])
-            self.assertEqual(p.returncode, 0, 'a version-3 %s file does not run: %s' % (name, p.stderr))
+            self.assertEqual(p.returncode, 0, 'a version-%d %s file does not run: %s' % (version, name, p.stderr))
+
+    def test_version_1(self):
+        """Version 1 laid q8 out differently (model.h)."""
+        self.old_version(1, 'q8', ['f32'])
+
+    def test_version_2(self):
+        """Version 2 laid q4 out differently (model.h)."""
+        self.old_version(2, 'q4', ['q8'])
+
+    def test_version_3(self):
+        """Version 3 stored q4's scales as float32 (model.h)."""
+        self.old_version(3, 'q4', ['q8', 'f32'])
 
     def test_offsets_out_of_range(self):
         size = len(self.data)
