@@ -294,8 +294,9 @@ static void print_results(const Transformer* t, const ThreadRun* runs, int n_run
         printf("bench: %d layers, dim %d, vocab %d, weights %s", c->n_layers, c->dim, c->vocab_size,
                type_name(c->weight_type));
         if (c->group_size) printf(" (groups of %d)", c->group_size);
-        printf(", kernels %s%s\n", kernels_simd_name(),
-               kernels_bf16_activations() && c->weight_type == WEIGHT_BF16 ? ", bf16 activations in prefill" : "");
+        printf(", kernels %s%s, decode prefetch %s\n", kernels_simd_name(),
+               kernels_bf16_activations() && c->weight_type == WEIGHT_BF16 ? ", bf16 activations in prefill" : "",
+               kernels_prefetch_plan());
         if (t->map.copied)
             printf("bench: weights read into memory (--no-mmap)\n");
         else if (t->map.huge_bytes < 0)
@@ -348,6 +349,7 @@ static void print_results(const Transformer* t, const ThreadRun* runs, int n_run
                     printf("\"roof_pct_best\": null, ");
                 printf("\"mem_gbps_best\": %.3f, \"weight_type\": \"%s\", \"cpu_share\": %.3f, ", tr->best,
                        type_name(c->weight_type), share);
+                printf("\"prefetch\": \"%s\", ", kernels_prefetch_plan());
                 if (t->map.copied || t->map.huge_bytes < 0)
                     printf("\"weights\": \"%s\", \"huge_pct\": null, ", t->map.copied ? "copied" : "mapped");
                 else

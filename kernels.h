@@ -134,6 +134,9 @@ int kernels_threads(void);
 int kernels_set_threads(int n_threads);
 int kernels_thread_index(void);       /* the calling thread: 0, the workers: 1 .. threads - 1 */
 const char* kernels_simd_name(void);  /* "avx2", "avx2+avx512", "neon" or "scalar" */
+/* Decode's software prefetch plan (matmul.c, PrefetchPlan): "near", "mid" or "far" as chosen from
+ * the CPU or KERNELS_PREFETCH in an x86 build, "none" in the others. Valid after kernels_init. */
+const char* kernels_prefetch_plan(void);
 
 /* --bf16-activations: prefill (n > 1) with bf16 weights multiplies them by the activations
  * rounded to bf16 (up to 2^-8 relative error each), with the CPU's bf16 dot product, where the

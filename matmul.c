@@ -205,7 +205,7 @@ AI const void* row_ptr(const Matrix* W, int r) {
  *    before and 37-38 with this one, 38-47 at 256, 29-36 at 512. There a prefetch far ahead seems
  *    to hold one of the core's few outstanding L1 misses for longer, while near ones meet lines
  *    the hardware prefetcher is already bringing in. "near".
- *  - Zen 3 (family 19h too, the issue's AVX2 machine; fourteenth session): the other way for q8.
+ *  - Zen 3 (family 19h too, no AVX-512, the issue's machine; fourteenth session): the other way for q8.
  *    tools/q8_read_probe.c's engine loop, one thread, 264 MB, as a share of its streaming read
  *    in the same rounds: 0.76-0.77 at 128 bytes, 0.82 at 768, 0.88 at 1024, 0.90 at 1536, 0.88
  *    at 2048 and 3072, 0.84 one block ahead. Decode q8 tg128, one thread, three alternating
@@ -226,18 +226,25 @@ AI const void* row_ptr(const Matrix* W, int r) {
  * weights and scales with t1 42) and the far distance, as measured on Zen 5.
  * KERNELS_PREFETCH=near, mid or far overrides the choice from the CPU (choose_prefetch). */
 typedef struct {
+    const char* name;
     int q8;   /* bytes ahead in rows_qi_n1; 0: one row block ahead */
     int q4;   /* bytes ahead in tile_q4 */
     int bf16; /* bytes ahead in rows_bf16_n1; 0: none */
 } PrefetchPlan;
-static const PrefetchPlan prefetch_near = {128, 2048, 0}, prefetch_mid = {1536, 2048, 1024}, prefetch_far = {0, 2048, 0};
+static const PrefetchPlan prefetch_near = {"near", 128, 2048, 0}, prefetch_mid = {"mid", 1536, 2048, 1024},
+                          prefetch_far = {"far", 0, 2048, 0};
 static PrefetchPlan decode_prefetch;
 
+/* Zen 3 and Zen 4 are both AMD family 19h. gcc 12.2's __builtin_cpu_is("znver3") cannot tell
+ * them apart: it predates znver4, and its libgcc calls every family-19h model with VAES a
+ * znver3, Zen 4 included. So from the fourteenth session on, Zen 4 ran Zen 3's plan, unseen
+ * until the eighteenth (q8 decode with one thread 7-15% slower than with near). AVX-512 is a
+ * difference every compiler can see: Zen 4 has it, Zen 3 does not. */
 static void choose_prefetch(void) {
     decode_prefetch = prefetch_far;
 #if defined(__GNUC__)
     __builtin_cpu_init();
-    if (__builtin_cpu_is("amdfam19h")) decode_prefetch = __builtin_cpu_is("znver3") ? prefetch_mid : prefetch_near;
+    if (__builtin_cpu_is("amdfam19h")) decode_prefetch = __builtin_cpu_supports("avx512f") ? prefetch_near : prefetch_mid;
 #endif
     switch (prefetch_from_env()) {
     case PREFETCH_NEAR: decode_prefetch = prefetch_near; break;
@@ -245,6 +252,10 @@ static void choose_prefetch(void) {
     case PREFETCH_FAR: decode_prefetch = prefetch_far; break;
     default: break;
     }
+}
+
+const char* kernels_prefetch_plan(void) {
+    return decode_prefetch.name ? decode_prefetch.name : "none";
 }
 
 /* Tokens per prefill tile (rows_float_nn, rows_qi_t): a 4 x 4 f32 tile needs 16 accumulators + 4
@@ -1770,3 +1781,7 @@ void matmul_multi(float* const* outs, const float* x, const Matrix* const* Ws, i
     j.n = n;
     run_job(&j);
 }
+
+#if !defined(KERNELS_AVX2)
+const char* kernels_prefetch_plan(void) { return "none"; }
+#endif

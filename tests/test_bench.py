@@ -23,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN = os.path.join(ROOT, "run")
 MODEL = os.path.join(ROOT, "models", "tinystories.bin")
 KEYS = ["test", "threads", "tokens_per_s", "min", "max", "gbps", "roof_pct", "mem_gbps",
-        "roof_pct_best", "mem_gbps_best", "weight_type", "cpu_share", "weights", "huge_pct",
+        "roof_pct_best", "mem_gbps_best", "weight_type", "cpu_share", "prefetch", "weights", "huge_pct",
         "reps_tokens_per_s", "reps_mem_gbps"]
 FLAG_QK_NORM, FLAG_QKV_BIAS, FLAG_TIED_EMBED = 1, 2, 4
 
@@ -65,6 +65,22 @@ def decode_bytes_per_token(path, n_gen):
     return total + kv
 
 
+def expected_plan():
+    """The decode prefetch plan for this CPU as matmul.c documents it, from /proc/cpuinfo: AMD
+    family 19h is Zen 3 ("mid") without AVX-512 and Zen 4 ("near") with it; None where the file
+    is missing or the CPU is not family 19h (the plan is "far" there unless KERNELS_PREFETCH is set,
+    but a test run may set it)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = f.read().split("\n\n")[0]
+    except OSError:
+        return None
+    fields = dict((k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in info.splitlines()))
+    if fields.get("vendor_id") != "AuthenticAMD" or fields.get("cpu family") != "25":
+        return None
+    return "near" if "avx512f" in fields.get("flags", "").split() else "mid"
+
+
 @unittest.skipIf(missing() is not None, missing() or "")
 class BenchMode(unittest.TestCase):
     def json_lines(self, *args):
@@ -85,6 +101,7 @@ class BenchMode(unittest.TestCase):
             self.assertTrue(0 < r["min"] <= r["tokens_per_s"] <= r["max"], r)
             self.assertGreater(r["mem_gbps"], 0)
             self.assertGreater(r["cpu_share"], 0)
+            self.assertIn(r["prefetch"], ("near", "mid", "far", "none"))
             reps = r["reps_tokens_per_s"]
             self.assertEqual(len(reps), 3)
             self.assertEqual((min(reps), max(reps)), (r["min"], r["max"]))
@@ -114,6 +131,24 @@ class BenchMode(unittest.TestCase):
         recs = self.json_lines("--threads", "1", "--bench-prompt", "0", "--bench-gen", "2",
                                "--bench-reps", "1")
         self.assertEqual([(r["test"], r["threads"]) for r in recs], [("tg2", 1)])
+
+    def test_prefetch_plan_is_reported(self):
+        """The plan decode ran with is in the output, and KERNELS_PREFETCH picks it: the CPU's
+        choice went wrong unseen once (Zen 4 ran Zen 3's plan for four sessions)."""
+        def plan(env):
+            p = subprocess.run([RUN, MODEL, "-m", "bench", "--json", "--threads", "1", "--bench-prompt", "0",
+                                "--bench-gen", "2", "--bench-reps", "1"], capture_output=True, text=True,
+                               timeout=300, env=dict(os.environ, **env))
+            self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+            return json.loads(p.stdout.splitlines()[0])["prefetch"]
+        default = plan({})
+        if default == "none":
+            self.skipTest("this build has no software prefetch plans (not x86-64 with AVX2)")
+        self.assertEqual(default, expected_plan() or default, "the plan matmul.c's choose_prefetch gives this CPU")
+        for name in ("near", "mid", "far"):
+            self.assertEqual(plan({"KERNELS_PREFETCH": name}), name)
+        p = run("-m", "bench", "--threads", "1", "--bench-prompt", "0", "--bench-gen", "2", "--bench-reps", "1")
+        self.assertRegex(p.stdout, r"decode prefetch (near|mid|far)\n")
 
     def test_table_shows_both_counts_and_their_ratio(self):
         p = run("-m", "bench", "--threads", "1,2", "--bench-prompt", "8", "--bench-gen", "4",
