@@ -214,14 +214,17 @@ AI const void* row_ptr(const Matrix* W, int r) {
  *    so it keeps Zen 4's. bf16, which relies on the hardware prefetcher elsewhere
  *    (rows_bf16_n1), gained from 1024 bytes ahead: 10.2-10.6 -> 10.6-11.3 tok/s, 71% -> 77-81%
  *    of the roof. "mid".
- * q4 (tile_q4 in the 8-row layout, sixteenth session; measured on Zen 3 only): 2048 bytes ahead
- * into L1 in every plan. Decode tg128, three rounds of five distances in turn, one / two threads:
+ * q4 (tile_q4 in the 8-row layout, sixteenth session): 2048 bytes ahead into L1 in the mid and far
+ * plans, none in near. On Zen 3, decode tg128, three rounds of five distances in turn, one / two threads:
  * none 41.1-42.5 / 70.7-77.2 tok/s, 1024 47.2-48.2 / 72.1-78.6, 2048 51.7-53.1 / 77.6-84.9
  * (88-94% of the roof), 3072 48.3-49.5 / 73.3-75.4, 4096 46.6-48.3 / 71.0-73.0. Before this
  * layout q4 went near (256 bytes into L2) on Zen 3 and 4, where its arithmetic, not memory, was
  * the limit. On Zen 4 (seventeenth session, two rounds, one / two threads) no distance stood out:
  * 0 59.4-60.6 / 76.7-80.3, 1024 52.4-68.3 / 76.2-90.6, 2048 59.8-67.6 / 79.2-87.2, 3072
- * 60.8-60.9 / 71.8-77.3, 4096 61.4-64.7 / 78.3-82.4. Zen 5 was not measured with this kernel.
+ * 60.8-60.9 / 71.8-77.3, 4096 61.4-64.7 / 78.3-82.4; with float16 scales (eighteenth session,
+ * seven alternating rounds, one thread) none read 83-87 tok/s in six rounds and 73 in one (79-92%
+ * of the roof) against 74-80 (79-83%) at 2048; two threads level or better. Zen 5 was not
+ * measured with this kernel.
  * The rest stays at prefetcht0: q8's weights (with t1 44.5-46.5 tok/s against 45.2-47.1 on Zen 4;
  * weights and scales with t1 42) and the far distance, as measured on Zen 5.
  * KERNELS_PREFETCH=near, mid or far overrides the choice from the CPU (choose_prefetch). */
@@ -231,7 +234,7 @@ typedef struct {
     int q4;   /* bytes ahead in tile_q4 */
     int bf16; /* bytes ahead in rows_bf16_n1; 0: none */
 } PrefetchPlan;
-static const PrefetchPlan prefetch_near = {"near", 128, 2048, 0}, prefetch_mid = {"mid", 1536, 2048, 1024},
+static const PrefetchPlan prefetch_near = {"near", 128, 0, 0}, prefetch_mid = {"mid", 1536, 2048, 1024},
                           prefetch_far = {"far", 0, 2048, 0};
 static PrefetchPlan decode_prefetch;
 
@@ -987,7 +990,8 @@ AI void tile_q4(float* out, const int8_t* xq, const float* xsc, const int32_t* x
 #pragma GCC unroll 4
     for (int j = 0; j < TT; j++) tot[j] = _mm256_setzero_ps();
     for (int g = 0; g < G; g++, b += Q4_GROUP_BYTES) {
-        if (pf && !(g & 1)) /* two groups: 288 bytes, 4.5 lines */
+        if (pf && !(g & 1)) /* two groups: 288 bytes, 4.5 lines (unrolled: gcc kept a loop) */
+#pragma GCC unroll 5
             for (int o = 0; o < 2 * (int)Q4_GROUP_BYTES; o += 64) _mm_prefetch((const char*)b + pf + o, _MM_HINT_T0);
         __m256i s[4];
 #pragma GCC unroll 4
