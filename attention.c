@@ -112,12 +112,49 @@ AI void scores(float* att, int att_stride, const float* q, int NQ, const float* 
     }
 }
 
+#if defined(KERNELS_AVX512)
+/* weighted_sum's 128 outputs per query from dimension i on, in one pass over the value rows: with
+ * 32 vector registers, 2 queries x 128 sums (16 zmm) stay in registers beside a row's 8 value
+ * vectors, so each row is read once, not once per 32 dimensions. Each sum runs over t in the same
+ * order as in the 32-wide passes, so the result is the same bits. */
+AI void weighted_sum_128(float* out, const float* att, int att_stride, int NQ, const float* values, int stride,
+                         int n, int d, int i, int add) {
+    __m512 o[2][8];
+#pragma GCC unroll 2
+    for (int j = 0; j < NQ; j++)
+#pragma GCC unroll 8
+        for (int u = 0; u < 8; u++)
+            o[j][u] = add ? _mm512_loadu_ps(out + (size_t)j * d + i + 16 * u) : _mm512_setzero_ps();
+    for (int t = 0; t < n; t++) {
+        const float* v = values + (size_t)t * stride + i;
+        __m512 vv[8];
+#pragma GCC unroll 8
+        for (int u = 0; u < 8; u++) vv[u] = _mm512_loadu_ps(v + 16 * u);
+#pragma GCC unroll 2
+        for (int j = 0; j < NQ; j++) {
+            const __m512 a = _mm512_set1_ps(att[(size_t)j * att_stride + t]);
+#pragma GCC unroll 8
+            for (int u = 0; u < 8; u++) o[j][u] = _mm512_fmadd_ps(a, vv[u], o[j][u]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int j = 0; j < NQ; j++)
+#pragma GCC unroll 8
+        for (int u = 0; u < 8; u++) _mm512_storeu_ps(out + (size_t)j * d + i + 16 * u, o[j][u]);
+}
+#endif
+
 /* out_j (+)= sum_{t < n} att[j * att_stride + t] v_t for NQ (1 or 2) queries, 32 outputs per query
- * in registers per pass; with add, the sums continue from what out holds (the blocks of the
- * cache after the first: the additions run in the same order as over one array). */
+ * in registers per pass (128 in one pass with AVX-512); with add, the sums continue from what out
+ * holds (the blocks of the cache after the first: the additions run in the same order as over one
+ * array). */
 AI void weighted_sum(float* out, const float* att, int att_stride, int NQ, const float* values, int stride, int n,
                      int d, int add) {
-    for (int i = 0; i < d; i += 32) {
+    int i0 = 0;
+#if defined(KERNELS_AVX512)
+    for (; i0 + 128 <= d; i0 += 128) weighted_sum_128(out, att, att_stride, NQ, values, stride, n, d, i0, add);
+#endif
+    for (int i = i0; i < d; i += 32) {
         __m256 o[2][4];
 #pragma GCC unroll 2
         for (int j = 0; j < NQ; j++)

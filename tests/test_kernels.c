@@ -388,10 +388,10 @@ static void free_kv(TestKV* t) { free(t->kc), free(t->vc), free(t->kb), free(t->
  * blocked layout against one array: the same bits, in the SIMD kernels (which continue each sum
  * from block to block in the same order) and in the reference. */
 static void test_attention(void) {
-    int dims[] = {128, 64, 40};
+    int dims[] = {128, 64, 40, 160}; /* 160: AVX-512's 128-wide weighted sum and a 32-wide pass after it */
     int npos[] = {1, 2, 7, 33, 300};
     int nqs[] = {1, 2, 3};
-    for (size_t a = 0; a < 3; a++)
+    for (size_t a = 0; a < 4; a++)
         for (size_t p = 0; p < 5; p++)
             for (size_t g = 0; g < 3; g++) {
                 int d = dims[a], n = npos[p], nq = nqs[g], stride = d * 3 + 8;
