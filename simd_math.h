@@ -12,8 +12,9 @@ void matmul_scratch_free(void);
 #if !defined(KERNELS_SCALAR) && defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define KERNELS_AVX2 1
-/* With AVX-512 (F, BW, VL) matmul.c adds 512-bit prefill tiles (f32, bf16) and a 512-bit bf16
- * decode kernel; everything else stays on the AVX2 twins. */
+/* With AVX-512 (F, BW, VL) matmul.c adds 512-bit prefill tiles (f32, bf16) and 512-bit decode
+ * kernels (bf16; q8 with VNNI), and attention.c a 512-bit weighted sum for decode; everything
+ * else stays on the AVX2 twins. */
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #define KERNELS_AVX512 1
 #endif
