@@ -571,11 +571,16 @@ AI void rows_bf16_n1_pf(float* out, const float* xp, const Matrix* W, int r0, in
  * instructions per weight byte of the ymm kernel, so the core keeps more loads in flight. On Zen 4
  * (AVX-512 on 256-bit units), decode tg128 of the 0.6B shape with one thread, three alternating
  * rounds: 20.5-20.7 -> 23.2-25.2 tok/s, 75-76% -> 86-87% of the roof (seventeenth session). No
- * software prefetch: the plans that have AVX-512 CPUs (choose_prefetch) give bf16 none. Needs
+ * software prefetch: the plans that have AVX-512 CPUs (choose_prefetch) give bf16 none. The 64
+ * bytes come in as two 32-byte loads joined by vinserti64x4: Zen 4 splits a 512-bit load in two
+ * anyway, and with 256-bit loads the same kernel read 50-53 -> 69-71 GB/s in L2 (one thread,
+ * 256 KB matrix) and 30.2-30.8 -> 30.5-31.2 from memory (345 MB), a plain streaming read 6%
+ * faster with ymm loads than with zmm loads there too (nineteenth session). Needs
  * cols % 32 == 0. */
 AI void bf16_step32(__m512* a, __m512* b, const uint16_t* w, const float* xp) {
     const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
-    __m512i v = _mm512_loadu_si512((const void*)w);
+    __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)w)),
+                                   _mm256_loadu_si256((const __m256i*)(w + 16)), 1);
     *a = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), _mm512_load_ps(xp), *a);
     *b = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, hi)), _mm512_load_ps(xp + 16), *b);
 }
