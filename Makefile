@@ -45,14 +45,14 @@ tests/%: tests/%.c $(ENGINE_SRC) $(ENGINE_HDR)
 	$(CC) $(CFLAGS) -I. -o $@ $< $(ENGINE_SRC) $(LDLIBS)
 
 # On x86-64 the kernel tests are built once more for the issue's instruction set, AVX2 + FMA
-# without AVX-512 or VNNI (-march=x86-64 -mavx2 -mfma), so that the AVX2 twins stay tested on
-# machines whose native build takes the AVX-512 tiles or VNNI (run_tests.py skips it on a CPU
-# without AVX2).
+# (+ F16C, which every AVX2 CPU has, for the fp16 KV cache) without AVX-512 or VNNI
+# (-march=x86-64 -mavx2 -mfma -mf16c), so that the AVX2 twins stay tested on machines whose native
+# build takes the AVX-512 tiles or VNNI (run_tests.py skips it on a CPU without AVX2).
 ifeq ($(UNAME_M),x86_64)
 TEST_VARIANTS := tests/test_kernels_avx2
 endif
 tests/test_kernels_avx2: tests/test_kernels.c $(ENGINE_SRC) $(ENGINE_HDR)
-	$(CC) $(filter-out $(NATIVE),$(CFLAGS)) -march=x86-64 -mavx2 -mfma -I. -o $@ $< $(ENGINE_SRC) $(LDLIBS)
+	$(CC) $(filter-out $(NATIVE),$(CFLAGS)) -march=x86-64 -mavx2 -mfma -mf16c -I. -o $@ $< $(ENGINE_SRC) $(LDLIBS)
 
 test: all $(TEST_BIN) $(TEST_VARIANTS)
 	$(PYTHON) tests/run_tests.py

@@ -6,8 +6,6 @@
 #include "kernels.h"
 #include "simd_math.h"
 
-#define AI static inline __attribute__((always_inline))
-
 void softmax_scalar(float* x, int n) {
     if (n <= 0) return;
     float m = x[0];
@@ -22,6 +20,11 @@ void softmax_scalar(float* x, int n) {
     for (int i = 0; i < n; i++) x[i] *= inv;
 }
 
+/* Element i of a cache array as fp32: a float, or a half widened exactly (KVRows.f16). */
+static inline float kv_elem(const void* base, size_t i, int f16) {
+    return f16 ? half_to_float(((const uint16_t*)base)[i]) : ((const float*)base)[i];
+}
+
 void attention_group_scalar(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int head_dim,
                             float scale, float* att) {
     for (int j = 0; j < n_q; j++) {
@@ -29,20 +32,30 @@ void attention_group_scalar(float* out, const float* q, int n_q, const KVRows* k
         float* oj = out + (size_t)j * head_dim;
         float* aj = att + (size_t)j * n_pos;
         for (int t = 0; t < n_pos; t++) {
-            const float* k = kv->keys + kv_row_offset(kv, t);
+            const size_t k = kv_row_offset(kv, t);
             float s = 0.0f;
-            for (int i = 0; i < head_dim; i++) s += qj[i] * k[i];
+            for (int i = 0; i < head_dim; i++) s += qj[i] * kv_elem(kv->keys, k + i, kv->f16);
             aj[t] = s * scale;
         }
         softmax_scalar(aj, n_pos);
         for (int i = 0; i < head_dim; i++) oj[i] = 0.0f;
         for (int t = 0; t < n_pos; t++) {
-            const float* v = kv->values + kv_row_offset(kv, t);
+            const size_t v = kv_row_offset(kv, t);
             float a = aj[t];
-            for (int i = 0; i < head_dim; i++) oj[i] += a * v[i];
+            for (int i = 0; i < head_dim; i++) oj[i] += a * kv_elem(kv->values, v + i, kv->f16);
         }
     }
 }
+
+void float_to_half_row_scalar(uint16_t* out, const float* x, int n) {
+    for (int i = 0; i < n; i++) out[i] = float_to_half(x[i]);
+}
+
+/* The cache arrays hold fp32 or halves (KVRows.f16); the SIMD kernels below take that as F16, a
+ * constant in each inlined copy, so the fp32 copies are the code they were. kv_at: element i's
+ * address. */
+#define AI static inline __attribute__((always_inline))
+AI const void* kv_at(const void* base, size_t i, int F16) { return (const char*)base + i * (F16 ? 2 : 4); }
 
 /* The SIMD twins take the group's queries two at a time: every key and value vector is loaded once
  * for both (2 query heads per kv head in Qwen3-0.6B). On its own that was not measurably faster;
@@ -50,6 +63,24 @@ void attention_group_scalar(float* out, const float* q, int n_q, const KVRows* k
  * sums run in the same order as for a query alone, so the result does not depend on how queries
  * are paired. */
 #if defined(KERNELS_AVX2)
+/* 8 elements of a cache row from element i on, as fp32 (halves widened by F16C's vcvtph2ps). */
+AI __m256 kv_load8(const void* row, size_t i, int F16) {
+#if defined(KERNELS_KV_F16)
+    if (F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)((const uint16_t*)row + i)));
+#endif
+    return _mm256_loadu_ps((const float*)row + i);
+}
+
+void float_to_half_row(uint16_t* out, const float* x, int n) {
+    int i = 0;
+#if defined(KERNELS_KV_F16)
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i*)(out + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#endif
+    float_to_half_row_scalar(out + i, x + i, n - i);
+}
+
 void softmax(float* x, int n) {
     if (n <= 0) return;
     int i = 0;
@@ -86,12 +117,12 @@ void softmax(float* x, int n) {
  * read, so the values stream in beside the keys and the weighted sum finds them in cache
  * (decode, 28 layers x 8 kv heads of 2 queries, head_dim 128, 1 thread: 1.89 -> 1.31 ms per
  * token at 128 positions, 9.9 -> 7.0 at 512; docs/notes-kernels.md, "Sixth session"). */
-AI void scores(float* att, int att_stride, const float* q, int NQ, const float* keys, const float* prefetch_values,
-               int stride, int n, int d, float scale) {
+AI void scores(float* att, int att_stride, const float* q, int NQ, const void* keys, const void* prefetch_values,
+               int stride, int n, int d, float scale, int F16) {
     for (int t = 0; t < n; t++) {
-        const float* k = keys + (size_t)t * stride;
-        const float* v = prefetch_values ? prefetch_values + (size_t)t * stride : NULL;
-        for (int i = 0; v && i < d; i += 16) _mm_prefetch((const char*)(v + i), _MM_HINT_T0);
+        const void* k = kv_at(keys, (size_t)t * stride, F16);
+        const char* v = prefetch_values ? kv_at(prefetch_values, (size_t)t * stride, F16) : NULL;
+        for (int i = 0; v && i < d * (F16 ? 2 : 4); i += 64) _mm_prefetch(v + i, _MM_HINT_T0);
         __m256 a[2][4];
 #pragma GCC unroll 2
         for (int j = 0; j < NQ; j++)
@@ -100,7 +131,7 @@ AI void scores(float* att, int att_stride, const float* q, int NQ, const float* 
         for (int i = 0; i < d; i += 32)
 #pragma GCC unroll 4
             for (int u = 0; u < 4; u++) {
-                __m256 kv = _mm256_loadu_ps(k + i + 8 * u);
+                __m256 kv = kv_load8(k, i + 8 * u, F16);
 #pragma GCC unroll 2
                 for (int j = 0; j < NQ; j++)
                     a[j][u] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)j * d + i + 8 * u), kv, a[j][u]);
@@ -117,8 +148,15 @@ AI void scores(float* att, int att_stride, const float* q, int NQ, const float* 
  * 32 vector registers, 2 queries x 128 sums (16 zmm) stay in registers beside a row's 8 value
  * vectors, so each row is read once, not once per 32 dimensions. Each sum runs over t in the same
  * order as in the 32-wide passes, so the result is the same bits. */
-AI void weighted_sum_128(float* out, const float* att, int att_stride, int NQ, const float* values, int stride,
-                         int n, int d, int i, int add) {
+AI __m512 kv_load16(const void* row, size_t i, int F16) {
+#if defined(KERNELS_KV_F16)
+    if (F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)((const uint16_t*)row + i)));
+#endif
+    return _mm512_loadu_ps((const float*)row + i);
+}
+
+AI void weighted_sum_128(float* out, const float* att, int att_stride, int NQ, const void* values, int stride,
+                         int n, int d, int i, int add, int F16) {
     __m512 o[2][8];
 #pragma GCC unroll 2
     for (int j = 0; j < NQ; j++)
@@ -126,10 +164,10 @@ AI void weighted_sum_128(float* out, const float* att, int att_stride, int NQ, c
         for (int u = 0; u < 8; u++)
             o[j][u] = add ? _mm512_loadu_ps(out + (size_t)j * d + i + 16 * u) : _mm512_setzero_ps();
     for (int t = 0; t < n; t++) {
-        const float* v = values + (size_t)t * stride + i;
+        const void* v = kv_at(values, (size_t)t * stride, F16);
         __m512 vv[8];
 #pragma GCC unroll 8
-        for (int u = 0; u < 8; u++) vv[u] = _mm512_loadu_ps(v + 16 * u);
+        for (int u = 0; u < 8; u++) vv[u] = kv_load16(v, i + 16 * u, F16);
 #pragma GCC unroll 2
         for (int j = 0; j < NQ; j++) {
             const __m512 a = _mm512_set1_ps(att[(size_t)j * att_stride + t]);
@@ -148,11 +186,11 @@ AI void weighted_sum_128(float* out, const float* att, int att_stride, int NQ, c
  * in registers per pass (128 in one pass with AVX-512); with add, the sums continue from what out
  * holds (the blocks of the cache after the first: the additions run in the same order as over one
  * array). */
-AI void weighted_sum(float* out, const float* att, int att_stride, int NQ, const float* values, int stride, int n,
-                     int d, int add) {
+AI void weighted_sum(float* out, const float* att, int att_stride, int NQ, const void* values, int stride, int n,
+                     int d, int add, int F16) {
     int i0 = 0;
 #if defined(KERNELS_AVX512)
-    for (; i0 + 128 <= d; i0 += 128) weighted_sum_128(out, att, att_stride, NQ, values, stride, n, d, i0, add);
+    for (; i0 + 128 <= d; i0 += 128) weighted_sum_128(out, att, att_stride, NQ, values, stride, n, d, i0, add, F16);
 #endif
     for (int i = i0; i < d; i += 32) {
         __m256 o[2][4];
@@ -162,10 +200,10 @@ AI void weighted_sum(float* out, const float* att, int att_stride, int NQ, const
             for (int u = 0; u < 4; u++)
                 o[j][u] = add ? _mm256_loadu_ps(out + (size_t)j * d + i + 8 * u) : _mm256_setzero_ps();
         for (int t = 0; t < n; t++) {
-            const float* v = values + (size_t)t * stride + i;
+            const void* v = kv_at(values, (size_t)t * stride, F16);
             __m256 vv[4];
 #pragma GCC unroll 4
-            for (int u = 0; u < 4; u++) vv[u] = _mm256_loadu_ps(v + 8 * u);
+            for (int u = 0; u < 4; u++) vv[u] = kv_load8(v, i + 8 * u, F16);
 #pragma GCC unroll 2
             for (int j = 0; j < NQ; j++) {
                 __m256 a = _mm256_broadcast_ss(att + (size_t)j * att_stride + t);
@@ -184,8 +222,8 @@ AI void weighted_sum(float* out, const float* att, int att_stride, int NQ, const
  * pair: per 8 dimensions NQ + NT loads for NQ * NT FMAs, where scores above do NQ + 1 loads for
  * NQ FMAs and a horizontal sum per key. S[j * s_stride + t] = (q_j . k_t) * scale. The sum for a
  * (query, key) pair runs in the same order whatever the other queries and keys of the tile. */
-AI void score_tile(float* S, size_t s_stride, const float* const* qp, int NQ, const float* k, int stride, int NT,
-                   int d, float scale) {
+AI void score_tile(float* S, size_t s_stride, const float* const* qp, int NQ, const void* k, int stride, int NT,
+                   int d, float scale, int F16) {
     __m256 a[4][3];
 #pragma GCC unroll 4
     for (int j = 0; j < 4; j++)
@@ -196,7 +234,7 @@ AI void score_tile(float* S, size_t s_stride, const float* const* qp, int NQ, co
 #pragma GCC unroll 3
         for (int t = 0; t < 3; t++)
             if (t < NT) {
-                kv[t] = _mm256_loadu_ps(k + (size_t)t * stride + i);
+                kv[t] = kv_load8(k, (size_t)t * stride + i, F16);
                 __asm__("" : "+v"(kv[t])); /* in a register: gcc would fold the load into each FMA */
             }
 #pragma GCC unroll 4
@@ -224,8 +262,8 @@ AI void score_tile(float* S, size_t s_stride, const float* const* qp, int NQ, co
 /* out_j (+)= sum_{t < n} P[j * p_stride + t] v_t for NQ (<= 4) queries, 16 outputs per query in
  * registers per pass: per position 2 loads of v and NQ broadcasts for 2 NQ FMAs. add: as in
  * weighted_sum. */
-AI void weighted_sum_tile(float* const* op, const float* P, size_t p_stride, int NQ, const float* values, int stride,
-                          int n, int d, int add) {
+AI void weighted_sum_tile(float* const* op, const float* P, size_t p_stride, int NQ, const void* values, int stride,
+                          int n, int d, int add, int F16) {
     for (int i = 0; i < d; i += 16) {
         __m256 o[4][2];
 #pragma GCC unroll 4
@@ -237,8 +275,8 @@ AI void weighted_sum_tile(float* const* op, const float* P, size_t p_stride, int
             }
         }
         for (int t = 0; t < n; t++) {
-            const float* v = values + (size_t)t * stride + i;
-            __m256 v0 = _mm256_loadu_ps(v), v1 = _mm256_loadu_ps(v + 8);
+            const void* v = kv_at(values, (size_t)t * stride, F16);
+            __m256 v0 = kv_load8(v, i, F16), v1 = kv_load8(v, i + 8, F16);
             __asm__("" : "+v"(v0), "+v"(v1));
 #pragma GCC unroll 4
             for (int j = 0; j < 4; j++)
@@ -258,6 +296,18 @@ AI void weighted_sum_tile(float* const* op, const float* P, size_t p_stride, int
 }
 
 #elif defined(KERNELS_NEON)
+/* 4 elements of a cache row from element i on, as fp32 (halves widened by fcvtl). */
+AI float32x4_t kv_load4(const void* row, size_t i, int F16) {
+    if (F16) return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t*)row + i)));
+    return vld1q_f32((const float*)row + i);
+}
+
+void float_to_half_row(uint16_t* out, const float* x, int n) {
+    int i = 0;
+    for (; i + 4 <= n; i += 4) vst1_u16(out + i, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(x + i))));
+    float_to_half_row_scalar(out + i, x + i, n - i);
+}
+
 void softmax(float* x, int n) {
     if (n <= 0) return;
     int i = 0;
@@ -286,18 +336,18 @@ void softmax(float* x, int n) {
 
 /* As the AVX2 scores, 16 dimensions per step (four 4-lane accumulators per query); the value
  * prefetch is kept for the same reason, unmeasured on arm64. */
-AI void scores(float* att, int att_stride, const float* q, int NQ, const float* keys, const float* prefetch_values,
-               int stride, int n, int d, float scale) {
+AI void scores(float* att, int att_stride, const float* q, int NQ, const void* keys, const void* prefetch_values,
+               int stride, int n, int d, float scale, int F16) {
     for (int t = 0; t < n; t++) {
-        const float* k = keys + (size_t)t * stride;
-        const float* v = prefetch_values ? prefetch_values + (size_t)t * stride : NULL;
-        for (int i = 0; v && i < d; i += 16) __builtin_prefetch(v + i, 0, 3);
+        const void* k = kv_at(keys, (size_t)t * stride, F16);
+        const char* v = prefetch_values ? kv_at(prefetch_values, (size_t)t * stride, F16) : NULL;
+        for (int i = 0; v && i < d * (F16 ? 2 : 4); i += 64) __builtin_prefetch(v + i, 0, 3);
         float32x4_t a[2][4];
         for (int j = 0; j < NQ; j++)
             for (int u = 0; u < 4; u++) a[j][u] = vdupq_n_f32(0.0f);
         for (int i = 0; i < d; i += 16)
             for (int u = 0; u < 4; u++) {
-                float32x4_t kv = vld1q_f32(k + i + 4 * u);
+                float32x4_t kv = kv_load4(k, i + 4 * u, F16);
                 for (int j = 0; j < NQ; j++)
                     a[j][u] = vfmaq_f32(a[j][u], vld1q_f32(q + (size_t)j * d + i + 4 * u), kv);
             }
@@ -308,16 +358,16 @@ AI void scores(float* att, int att_stride, const float* q, int NQ, const float* 
 }
 
 /* As the AVX2 weighted_sum, 16 outputs per query per pass. */
-AI void weighted_sum(float* out, const float* att, int att_stride, int NQ, const float* values, int stride, int n,
-                     int d, int add) {
+AI void weighted_sum(float* out, const float* att, int att_stride, int NQ, const void* values, int stride, int n,
+                     int d, int add, int F16) {
     for (int i = 0; i < d; i += 16) {
         float32x4_t o[2][4];
         for (int j = 0; j < NQ; j++)
             for (int u = 0; u < 4; u++) o[j][u] = add ? vld1q_f32(out + (size_t)j * d + i + 4 * u) : vdupq_n_f32(0.0f);
         for (int t = 0; t < n; t++) {
-            const float* v = values + (size_t)t * stride + i;
+            const void* v = kv_at(values, (size_t)t * stride, F16);
             float32x4_t vv[4];
-            for (int u = 0; u < 4; u++) vv[u] = vld1q_f32(v + 4 * u);
+            for (int u = 0; u < 4; u++) vv[u] = kv_load4(v, i + 4 * u, F16);
             for (int j = 0; j < NQ; j++) {
                 float a = att[(size_t)j * att_stride + t];
                 for (int u = 0; u < 4; u++) o[j][u] = vfmaq_n_f32(o[j][u], vv[u], a);
@@ -329,15 +379,15 @@ AI void weighted_sum(float* out, const float* att, int att_stride, int NQ, const
 }
 
 /* As the AVX2 score_tile, 4 dimensions per step. */
-AI void score_tile(float* S, size_t s_stride, const float* const* qp, int NQ, const float* k, int stride, int NT,
-                   int d, float scale) {
+AI void score_tile(float* S, size_t s_stride, const float* const* qp, int NQ, const void* k, int stride, int NT,
+                   int d, float scale, int F16) {
     float32x4_t a[4][3];
     for (int j = 0; j < 4; j++)
         for (int t = 0; t < 3; t++) a[j][t] = vdupq_n_f32(0.0f);
     for (int i = 0; i < d; i += 4) {
         float32x4_t kv[3];
         for (int t = 0; t < 3; t++)
-            if (t < NT) kv[t] = vld1q_f32(k + (size_t)t * stride + i);
+            if (t < NT) kv[t] = kv_load4(k, (size_t)t * stride + i, F16);
         for (int j = 0; j < 4; j++)
             if (j < NQ) {
                 float32x4_t qv = vld1q_f32(qp[j] + i);
@@ -355,16 +405,16 @@ AI void score_tile(float* S, size_t s_stride, const float* const* qp, int NQ, co
 }
 
 /* As the AVX2 weighted_sum_tile, 16 outputs per query per pass. */
-AI void weighted_sum_tile(float* const* op, const float* P, size_t p_stride, int NQ, const float* values, int stride,
-                          int n, int d, int add) {
+AI void weighted_sum_tile(float* const* op, const float* P, size_t p_stride, int NQ, const void* values, int stride,
+                          int n, int d, int add, int F16) {
     for (int i = 0; i < d; i += 16) {
         float32x4_t o[4][4];
         for (int j = 0; j < 4; j++)
             for (int u = 0; u < 4; u++) o[j][u] = add && j < NQ ? vld1q_f32(op[j] + i + 4 * u) : vdupq_n_f32(0.0f);
         for (int t = 0; t < n; t++) {
-            const float* v = values + (size_t)t * stride + i;
+            const void* v = kv_at(values, (size_t)t * stride, F16);
             float32x4_t vv[4];
-            for (int u = 0; u < 4; u++) vv[u] = vld1q_f32(v + 4 * u);
+            for (int u = 0; u < 4; u++) vv[u] = kv_load4(v, i + 4 * u, F16);
             for (int j = 0; j < 4; j++)
                 if (j < NQ) {
                     float a = P[(size_t)j * p_stride + t];
@@ -379,6 +429,7 @@ AI void weighted_sum_tile(float* const* op, const float* P, size_t p_stride, int
 
 #else
 void softmax(float* x, int n) { softmax_scalar(x, n); }
+void float_to_half_row(uint16_t* out, const float* x, int n) { float_to_half_row_scalar(out, x, n); }
 #endif
 
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
@@ -393,35 +444,47 @@ static inline int kv_block(const KVRows* kv, int b0, int n, size_t* off) {
 /* Scores, softmax and weighted sum of NQ (1 or 2, a constant) queries; with prefetch, the scores
  * bring the values into cache as they go (see scores). */
 AI void attend_queries(float* out, const float* q, int NQ, const KVRows* kv, int n_pos, int d, float scale,
-                       float* att, int prefetch) {
+                       float* att, int prefetch, int F16) {
     size_t off;
     for (int b0 = 0; b0 < n_pos; b0 += kv->block_len) {
         const int nb = kv_block(kv, b0, n_pos, &off);
-        scores(att + b0, n_pos, q, NQ, kv->keys + off, prefetch ? kv->values + off : NULL, kv->stride, nb, d, scale);
+        scores(att + b0, n_pos, q, NQ, kv_at(kv->keys, off, F16), prefetch ? kv_at(kv->values, off, F16) : NULL,
+               kv->stride, nb, d, scale, F16);
     }
     for (int j = 0; j < NQ; j++) softmax(att + (size_t)j * n_pos, n_pos);
     for (int b0 = 0; b0 < n_pos; b0 += kv->block_len) {
         const int nb = kv_block(kv, b0, n_pos, &off);
-        weighted_sum(out, att + b0, n_pos, NQ, kv->values + off, kv->stride, nb, d, b0 > 0);
+        weighted_sum(out, att + b0, n_pos, NQ, kv_at(kv->values, off, F16), kv->stride, nb, d, b0 > 0, F16);
     }
+}
+
+/* Pairs, then a last single query (NQ a constant in each call, so the accumulators stay in
+ * registers); the first pair prefetches the values. */
+AI void attend_group(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int d, float scale,
+                     float* att, int F16) {
+    int j = 0;
+    for (; j + 2 <= n_q; j += 2)
+        attend_queries(out + (size_t)j * d, q + (size_t)j * d, 2, kv, n_pos, d, scale, att + (size_t)j * n_pos,
+                       j == 0, F16);
+    if (j < n_q)
+        attend_queries(out + (size_t)j * d, q + (size_t)j * d, 1, kv, n_pos, d, scale, att + (size_t)j * n_pos,
+                       j == 0, F16);
 }
 #endif
 
 void attention_group(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int head_dim, float scale,
                      float* att) {
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
-    if (head_dim % DIM_STEP == 0) {
-        const int d = head_dim;
-        int j = 0; /* pairs, then a last single query (NQ a constant in each call, so the accumulators
-                    * stay in registers); the first pair prefetches the values */
-        for (; j + 2 <= n_q; j += 2)
-            attend_queries(out + (size_t)j * d, q + (size_t)j * d, 2, kv, n_pos, d, scale, att + (size_t)j * n_pos,
-                           j == 0);
-        if (j < n_q)
-            attend_queries(out + (size_t)j * d, q + (size_t)j * d, 1, kv, n_pos, d, scale, att + (size_t)j * n_pos,
-                           j == 0);
+    if (head_dim % DIM_STEP == 0 && !kv->f16) {
+        attend_group(out, q, n_q, kv, n_pos, head_dim, scale, att, 0);
         return;
     }
+#if defined(KERNELS_KV_F16)
+    if (head_dim % DIM_STEP == 0 && kv->f16) {
+        attend_group(out, q, n_q, kv, n_pos, head_dim, scale, att, 1);
+        return;
+    }
+#endif
 #endif
     attention_group_scalar(out, q, n_q, kv, n_pos, head_dim, scale, att);
 }
@@ -438,7 +501,7 @@ void attention_rows_scalar(float* out, const float* q, size_t row_stride, int n_
  * every key the tile's last row sees, softmax of each query over its own causal length, zeros
  * after it (so the weighted sum can run to the same length for all), the weighted sum. */
 AI void attend_query_tile(float* out, const float* q, size_t row_stride, int n_q, int j0, int NQ, const KVRows* kv,
-                          int first_n_pos, int d, float scale, float* S) {
+                          int first_n_pos, int d, float scale, float* S, int F16) {
     const float* qp[ATTENTION_QUERY_TILE];
     float* op[ATTENTION_QUERY_TILE];
     for (int j = 0; j < NQ; j++) {
@@ -450,11 +513,14 @@ AI void attend_query_tile(float* out, const float* q, size_t row_stride, int n_q
     size_t off;
     for (int b0 = 0; b0 < n_max; b0 += kv->block_len) {
         const int nb = kv_block(kv, b0, n_max, &off);
-        const float* keys = kv->keys + off;
+        const void* keys = kv_at(kv->keys, off, F16);
         int t = 0;
         for (; t + 3 <= nb; t += 3)
-            score_tile(S + b0 + t, n_max, qp, NQ, keys + (size_t)t * kv->stride, kv->stride, 3, d, scale);
-        if (t < nb) score_tile(S + b0 + t, n_max, qp, NQ, keys + (size_t)t * kv->stride, kv->stride, nb - t, d, scale);
+            score_tile(S + b0 + t, n_max, qp, NQ, kv_at(keys, (size_t)t * kv->stride, F16), kv->stride, 3, d, scale,
+                       F16);
+        if (t < nb)
+            score_tile(S + b0 + t, n_max, qp, NQ, kv_at(keys, (size_t)t * kv->stride, F16), kv->stride, nb - t, d,
+                       scale, F16);
     }
     for (int j = 0; j < NQ; j++) {
         const int n_pos = first_n_pos + (j0 + j) / n_q; /* causal: this query's row sees this many */
@@ -464,8 +530,17 @@ AI void attend_query_tile(float* out, const float* q, size_t row_stride, int n_q
     }
     for (int b0 = 0; b0 < n_max; b0 += kv->block_len) {
         const int nb = kv_block(kv, b0, n_max, &off);
-        weighted_sum_tile(op, S + b0, n_max, NQ, kv->values + off, kv->stride, nb, d, b0 > 0);
+        weighted_sum_tile(op, S + b0, n_max, NQ, kv_at(kv->values, off, F16), kv->stride, nb, d, b0 > 0, F16);
     }
+}
+
+AI void attend_query_tiles(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const KVRows* kv,
+                           int first_n_pos, int head_dim, float scale, float* att, int F16) {
+    const int n = n_rows * n_q, T = ATTENTION_QUERY_TILE;
+    int j0 = 0;
+    for (; j0 + T <= n; j0 += T) /* NQ a constant: the tile's branches fold away */
+        attend_query_tile(out, q, row_stride, n_q, j0, T, kv, first_n_pos, head_dim, scale, att, F16);
+    if (j0 < n) attend_query_tile(out, q, row_stride, n_q, j0, n - j0, kv, first_n_pos, head_dim, scale, att, F16);
 }
 #endif
 
@@ -476,14 +551,16 @@ AI void attend_query_tile(float* out, const float* q, size_t row_stride, int n_q
 void attention_rows(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const KVRows* kv,
                     int first_n_pos, int head_dim, float scale, float* att) {
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
-    if (head_dim % DIM_STEP == 0) {
-        const int n = n_rows * n_q, T = ATTENTION_QUERY_TILE;
-        int j0 = 0;
-        for (; j0 + T <= n; j0 += T) /* NQ a constant: the tile's branches fold away */
-            attend_query_tile(out, q, row_stride, n_q, j0, T, kv, first_n_pos, head_dim, scale, att);
-        if (j0 < n) attend_query_tile(out, q, row_stride, n_q, j0, n - j0, kv, first_n_pos, head_dim, scale, att);
+    if (head_dim % DIM_STEP == 0 && !kv->f16) {
+        attend_query_tiles(out, q, row_stride, n_q, n_rows, kv, first_n_pos, head_dim, scale, att, 0);
         return;
     }
+#if defined(KERNELS_KV_F16)
+    if (head_dim % DIM_STEP == 0 && kv->f16) {
+        attend_query_tiles(out, q, row_stride, n_q, n_rows, kv, first_n_pos, head_dim, scale, att, 1);
+        return;
+    }
+#endif
 #endif
     attention_rows_scalar(out, q, row_stride, n_q, n_rows, kv, first_n_pos, head_dim, scale, att);
 }

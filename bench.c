@@ -137,7 +137,8 @@ static double weight_bytes_per_token(const Transformer* t) {
 /* KV cache bytes read by the decode step at position p (keys and values of positions 0 .. p). */
 static double kv_bytes_at(const Transformer* t, int p) {
     const Config* c = &t->config;
-    return 2.0 * 4 * c->n_layers * (double)(p + 1) * c->n_kv_heads * c->head_dim;
+    const double elem = t->state.kv_f16 ? 2 : 4; /* --kv-cache f16 or f32 */
+    return 2.0 * elem * c->n_layers * (double)(p + 1) * c->n_kv_heads * c->head_dim;
 }
 
 /* ---- the tests ---- */
@@ -304,8 +305,8 @@ static void print_results(const Transformer* t, const ThreadRun* runs, int n_run
         else
             printf("bench: weights mapped, %.0f of %.0f MB in 2 MB pages%s\n", t->map.huge_bytes / 1e6,
                    t->map.size / 1e6, t->map.recached ? " (the page cache held small pages: refilled)" : "");
-        printf("bench: bytes read per decode token: %.1f MB weights + %.2f MB KV cache (average over tg%d)\n",
-               wbytes / 1e6, (bytes_per_tok - wbytes) / 1e6, n_gen);
+        printf("bench: bytes read per decode token: %.1f MB weights + %.2f MB KV cache (%s, average over tg%d)\n",
+               wbytes / 1e6, (bytes_per_tok - wbytes) / 1e6, t->state.kv_f16 ? "fp16" : "fp32", n_gen);
         for (int k = 0; k < n_runs; k++) {
             printf("bench: %d thread%s: warm-up of one prefill and %d decode steps; memory read bandwidth "
                    "(512 MiB streaming reads, same threads): ", runs[k].threads, runs[k].threads == 1 ? "" : "s",
@@ -354,6 +355,7 @@ static void print_results(const Transformer* t, const ThreadRun* runs, int n_run
                     printf("\"weights\": \"%s\", \"huge_pct\": null, ", t->map.copied ? "copied" : "mapped");
                 else
                     printf("\"weights\": \"mapped\", \"huge_pct\": %.1f, ", 100.0 * t->map.huge_bytes / t->map.size);
+                printf("\"kv_cache\": \"%s\", ", t->state.kv_f16 ? "f16" : "f32");
                 print_json_list("reps_tokens_per_s", test == 0 ? tr->pp : tr->tg, reps, "%.3f");
                 printf(", ");
                 if (test == 1) print_json_list("reps_mem_gbps", tr->rd, reps, "%.3f");

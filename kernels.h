@@ -86,7 +86,8 @@ static inline const uint8_t* q4_group(const Matrix* W, int r, int g) {
 }
 
 /* IEEE 754 binary16 -> float (exact: every half is a float). q4's scales are stored so, as
- * llama.cpp's q4_0 stores its own; export.py never writes an infinity or a NaN. */
+ * llama.cpp's q4_0 stores its own (export.py never writes an infinity or a NaN), and so is the KV
+ * cache with `--kv-cache f16` (float_to_half below). */
 static inline float half_to_float(uint16_t h) {
     const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 31, man = h & 0x3FFu;
     uint32_t bits;
@@ -176,14 +177,17 @@ void swiglu(float* gate, const float* up, int n);
 
 /* One kv head's cached keys and values. The cache holds positions in blocks (model.c, the KV
  * cache): position t's key is at keys + (t / block_len) * block_stride + (t % block_len) * stride,
- * its value at the same offset from values (all in floats). One block as long as the context
- * (block_len >= n_pos) is a plain array of rows. */
+ * its value at the same offset from values (all in elements). One block as long as the context
+ * (block_len >= n_pos) is a plain array of rows. The elements are fp32, or with f16 set IEEE half
+ * floats (`--kv-cache f16`: half the bytes that decode attention reads; each element widened to
+ * fp32 exactly when loaded, every sum in fp32). */
 typedef struct {
-    const float* keys;
-    const float* values;
+    const void* keys;
+    const void* values;
     int stride;          /* from one position to the next within a block */
     int block_len;       /* positions per block */
     size_t block_stride; /* from one block to the next */
+    int f16;             /* 0: float elements, 1: uint16_t halves */
 } KVRows;
 
 static inline size_t kv_row_offset(const KVRows* kv, int t) {
@@ -222,6 +226,28 @@ void attention_group_scalar(float* out, const float* q, int n_q, const KVRows* k
                             float scale, float* att);
 void attention_rows_scalar(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const KVRows* kv,
                            int first_n_pos, int head_dim, float scale, float* att);
+void float_to_half_row_scalar(uint16_t* out, const float* x, int n);
+
+/* float -> IEEE 754 binary16, rounded to nearest, ties to even, as F16C's vcvtps2ph and NEON's
+ * fcvtn do (tests/test_kernels.c checks it against them and against the definition): the KV
+ * cache's fp16 elements (`--kv-cache f16`), read back with half_to_float above. */
+static inline uint16_t float_to_half(float f) {
+    union { float f; uint32_t u; } v = {f};
+    const uint32_t sign = (v.u >> 16) & 0x8000, a = v.u & 0x7fffffff;
+    if (a > 0x7f800000) return (uint16_t)(sign | 0x7e00 | ((a >> 13) & 0x3ff)); /* NaN, quiet */
+    if (a >= 0x477ff000) return (uint16_t)(sign | 0x7c00); /* >= 65520 (and inf): rounds to inf */
+    if (a < 0x38800000) { /* below 2^-14: a subnormal half or zero, round(|f| * 2^24) */
+        v.u = a;
+        v.f = v.f * 0x1p24f + 0x1p23f; /* the sum rounds to an integer, ties to even */
+        return (uint16_t)(sign | (v.u - 0x4b000000));
+    }
+    uint32_t r = a - 0x38000000;       /* rebias the exponent from 127 to 15 */
+    r += 0xfff + ((r >> 13) & 1);      /* round the 13 dropped bits, ties to even */
+    return (uint16_t)(sign | (r >> 13)); /* a carry into the exponent is the right result */
+}
+
+/* The fp16 KV cache's store: out[i] = float_to_half(x[i]) (F16C or NEON where present, the same bits). */
+void float_to_half_row(uint16_t* out, const float* x, int n);
 
 /* bf16 <-> fp32: bf16 is the top half of an fp32 (QWEN3.md 2.6). */
 static inline float bf16_to_f32(uint16_t h) {

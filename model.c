@@ -51,6 +51,10 @@ static int no_mmap_wanted = 0; /* transformer_set_no_mmap() */
 
 void transformer_set_no_mmap(int on) { no_mmap_wanted = on != 0; }
 
+static int kv_f16_wanted = 0; /* transformer_set_kv_f16() */
+
+void transformer_set_kv_f16(int on) { kv_f16_wanted = on != 0; }
+
 /* ---------------------------------------------------------------------------------------------
  * Loading
  * --------------------------------------------------------------------------------------------- */
@@ -326,18 +330,29 @@ static size_t attention_scratch_rows(const Config* c) {
  * 64 / 256 / 1024 positions, in these blocks 0.97-1.24 / 2.90-3.20 / 11.3-11.5; q4 decode with one
  * thread, alternating: tg512 56.7-58.2 -> 60.5-61.5 tok/s, tg1024 49.3-49.8 -> 51.6-53.8
  * (docs/notes-kernels.md, "Thirteenth session"). */
-static size_t kv_block_floats(const Config* c) {
+static size_t kv_block_elems(const Config* c) {
     return (size_t)c->n_layers * c->n_kv_heads * KV_BLOCK_LEN * c->head_dim;
 }
 
-static size_t kv_cache_floats(const Config* c) {
-    return (size_t)((c->seq_len + KV_BLOCK_LEN - 1) / KV_BLOCK_LEN) * kv_block_floats(c);
+static size_t kv_cache_elems(const Config* c) {
+    return (size_t)((c->seq_len + KV_BLOCK_LEN - 1) / KV_BLOCK_LEN) * kv_block_elems(c);
 }
 
-/* Where layer l, kv head h, position p sits in either cache, in floats. */
+/* Where layer l, kv head h, position p sits in either cache, in elements (floats, or halves with
+ * state.kv_f16). */
 static size_t kv_offset(const Config* c, int l, int h, int p) {
     size_t row = ((size_t)l * c->n_kv_heads + (size_t)h) * KV_BLOCK_LEN + (size_t)(p % KV_BLOCK_LEN);
-    return (size_t)(p / KV_BLOCK_LEN) * kv_block_floats(c) + row * c->head_dim;
+    return (size_t)(p / KV_BLOCK_LEN) * kv_block_elems(c) + row * c->head_dim;
+}
+
+static size_t kv_elem_bytes(const RunState* s) { return s->kv_f16 ? sizeof(uint16_t) : sizeof(float); }
+
+/* Stores n values at element `at` of a cache: as they are, or rounded to halves. */
+static void kv_store(const RunState* s, void* cache, size_t at, const float* x, int n) {
+    if (s->kv_f16)
+        float_to_half_row((uint16_t*)cache + at, x, n);
+    else
+        memcpy((float*)cache + at, x, (size_t)n * sizeof(float));
 }
 
 static int alloc_state(Transformer* t, int n_threads) {
@@ -360,7 +375,8 @@ static int alloc_state(Transformer* t, int n_threads) {
     s->logits = alloc_array((size_t)c->vocab_size, sizeof(float));
     /* The cache is the one big allocation (whole blocks of positions, twice), mapped lazily: memory
      * is only used for the blocks reached (populate_kv_cache). */
-    size_t kv_bytes = kv_cache_floats(c) * sizeof(float);
+    s->kv_f16 = kv_f16_wanted;
+    size_t kv_bytes = kv_cache_elems(c) * kv_elem_bytes(s);
     s->key_cache = alloc_huge_anonymous(kv_bytes);
     s->value_cache = alloc_huge_anonymous(kv_bytes);
     s->rope_cos = alloc_array(seq * (size_t)(c->head_dim / 2), sizeof(float));
@@ -528,7 +544,9 @@ static void attend(const AttentionJob* job, int r, int n, int kv, float* scratch
     int n_pos = job->pos0 + r + 1;                 /* causal: positions 0 .. pos of row r */
     size_t at = (size_t)r * H * d + (size_t)h0 * d; /* row r's first query head of the group */
     size_t head = kv_offset(c, job->layer, kv, 0);  /* kv head kv's rows in the cache's first block */
-    KVRows rows = {s->key_cache + head, s->value_cache + head, d, KV_BLOCK_LEN, kv_block_floats(c)};
+    const size_t at_head = head * kv_elem_bytes(s);
+    KVRows rows = {(const char*)s->key_cache + at_head, (const char*)s->value_cache + at_head, d, KV_BLOCK_LEN,
+                   kv_block_elems(c), s->kv_f16};
     if (n == 1)
         attention_group(s->att_out + at, s->q + at, group, &rows, n_pos, d, scale, scratch);
     else
@@ -569,7 +587,7 @@ static void populate_kv_cache(Transformer* t, int end) {
     RunState* s = &t->state;
     if (end <= s->kv_populated) return;
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    const size_t block = kv_block_floats(c) * sizeof(float);
+    const size_t block = kv_block_elems(c) * kv_elem_bytes(s);
     const int blocks = (end + KV_BLOCK_LEN - 1) / KV_BLOCK_LEN;
     char* const caches[2] = {(char*)s->key_cache, (char*)s->value_cache};
     for (int which = 0; which < 2; which++) {
@@ -655,8 +673,8 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
                  * head's keys (and values) as a few long streams. */
                 for (int h = 0; h < K; h++) {
                     size_t at = kv_offset(c, l, h, p0 + r);
-                    memcpy(s->key_cache + at, k + h * d, (size_t)d * sizeof(float));
-                    memcpy(s->value_cache + at, ROW(s->v, r, kv_dim) + h * d, (size_t)d * sizeof(float));
+                    kv_store(s, s->key_cache, at, k + h * d, d);
+                    kv_store(s, s->value_cache, at, ROW(s->v, r, kv_dim) + h * d, d);
                 }
             }
 

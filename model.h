@@ -187,9 +187,10 @@ typedef struct {
     float* att;      /* [n_threads, max(H/K, 4), seq_len]  scores of one GQA group (decode) or one
                       * query tile (prefill) per thread */
     float* logits;   /* [vocab]    logits of the last position */
-    float* key_cache;    /* [seq_len / KV_BLOCK_LEN (rounded up), L, K, KV_BLOCK_LEN, d]  keys after
+    void* key_cache;     /* [seq_len / KV_BLOCK_LEN (rounded up), L, K, KV_BLOCK_LEN, d]  keys after
                           * QK-Norm and RoPE, in blocks of positions (model.c, kv_offset) */
-    float* value_cache;  /* the same for the values */
+    void* value_cache;   /* the same for the values */
+    int kv_f16;          /* the caches' elements: 0 float, 1 IEEE half (uint16_t) */
     int kv_populated;    /* cache pages of positions below this are mapped (populate_kv_cache) */
     float* rope_cos;     /* [seq_len, d/2]  cos(p * inv_freq[i]) */
     float* rope_sin;     /* [seq_len, d/2] */
@@ -221,6 +222,11 @@ void transformer_set_threads(int n_threads);
 /* on != 0: the next transformer_load reads the file into (huge-page) anonymous memory instead of
  * mapping it, like llama.cpp's --no-mmap. Off by default. */
 void transformer_set_no_mmap(int on);
+/* on != 0: the next transformer_load keeps the KV cache in fp16 (IEEE half) instead of fp32, like
+ * llama.cpp's default: half the cache's memory and half the bytes decode attention reads, for
+ * keys and values rounded to 11 significant bits (every sum stays fp32). Off by default: fp32
+ * is what the reference computes. */
+void transformer_set_kv_f16(int on);
 
 /* Runs n tokens at positions pos .. pos+n-1 through the model (prefill when n > 1, decode when
  * n == 1), appending their keys and values to the KV cache. pos + n must be <= config.seq_len.

@@ -40,6 +40,7 @@ typedef struct {
     int n_thread_counts;
     int thinking, show_thinking; /* chat mode */
     int no_mmap;                 /* read the weights into memory instead of mapping them */
+    int kv_f16;                  /* --kv-cache f16: keys and values cached as IEEE halves */
     int bf16_activations;        /* prefill: bf16 weights x bf16-rounded activations */
     uint64_t seed;
     int has_temperature, has_top_p, has_top_k, has_seed, has_steps;
@@ -72,6 +73,9 @@ static void usage(FILE* out) {
             "  -c, --ctx N            context length (KV cache positions); 0 = min(4096, the model's)\n"
             "      --no-mmap          read the weights into memory (huge pages) instead of mapping\n"
             "                         the file: faster decode where page-cache reads are slow\n"
+            "      --kv-cache f32|f16 the KV cache's element type (default f32, the reference's);\n"
+            "                         f16 halves its memory and decode attention's reads (llama.cpp's\n"
+            "                         default), keys and values rounded to 11 significant bits\n"
             "      --bf16-activations prefill of a bf16 model rounds the activations to bf16 and uses\n"
             "                         the CPU's bf16 dot product (AVX-512 BF16): llama.cpp's precision,\n"
             "                         faster; ignored with a note where the build has none\n"
@@ -185,7 +189,7 @@ static void parse_args(int argc, char** argv, Options* o) {
                     IS("-m", "--mode") || IS("-y", "--system") || IS("-c", "--ctx") ||
                     IS("", "--threads") || IS("", "--dump-logits") || IS("", "--bench-prompt") ||
                     IS("", "--bench-gen") || IS("", "--bench-reps") || IS("", "--thinking") ||
-                    IS("", "--show-thinking");
+                    IS("", "--show-thinking") || IS("", "--kv-cache");
         if (!known) die(2, "unknown option '%s' (see --help)", arg);
         if (value == NULL) die(2, "option %s needs a value (see --help)", name);
         if (!eq) i++;
@@ -236,6 +240,9 @@ static void parse_args(int argc, char** argv, Options* o) {
             o->thinking = (int)parse_int(name, value, 0, 1);
         } else if (IS("", "--show-thinking")) {
             o->show_thinking = (int)parse_int(name, value, 0, 1);
+        } else if (IS("", "--kv-cache")) {
+            if (strcmp(value, "f32") && strcmp(value, "f16")) die(2, "%s must be f32 or f16, got '%s'", name, value);
+            o->kv_f16 = strcmp(value, "f16") == 0;
         } else if (IS("", "--dump-logits")) {
             o->dump_logits = value;
         } else { /* --bench-prompt, --bench-gen, --bench-reps: checked here, used by bench.c */
@@ -479,6 +486,7 @@ int main(int argc, char** argv) {
     parse_args(argc, argv, &o);
     transformer_set_threads(o.threads);
     transformer_set_no_mmap(o.no_mmap);
+    transformer_set_kv_f16(o.kv_f16);
     Transformer t;
     char err[512];
     if (transformer_load(&t, o.checkpoint, o.ctx, err, sizeof err) != 0) die(1, "%s", err);

@@ -23,6 +23,12 @@ void matmul_scratch_free(void);
 #if defined(KERNELS_AVX512) && defined(__AVX512BF16__)
 #define KERNELS_BF16_DOT 1
 #endif
+/* The fp16 KV cache (`--kv-cache f16`) is widened in registers with F16C's vcvtph2ps, which every
+ * AVX2 CPU we know of has but -mavx2 does not imply; without it, fp16 attention takes the scalar
+ * reference. */
+#if defined(__F16C__)
+#define KERNELS_KV_F16 1
+#endif
 
 static inline float hsum256(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -56,6 +62,7 @@ static inline __m256 exp256(__m256 x) {
 #elif !defined(KERNELS_SCALAR) && defined(__ARM_NEON)
 #include <arm_neon.h>
 #define KERNELS_NEON 1
+#define KERNELS_KV_F16 1 /* fcvtl: half -> fp32 in every arm64 NEON */
 
 static inline float32x4_t exp128(float32x4_t x) {
     const float32x4_t hi = vdupq_n_f32(88.3762626647949f);

@@ -13,12 +13,15 @@ Deliberate mistakes (to prove the end-to-end test would catch them), all off by 
 
 To model what an export dtype stores, Reference(folder, matrix_transform=as_bf16, as_q8, as_q4 ...)
 changes the weight matrices, and act_group= also rounds every matrix-vector input to int8 (the
-SIMD q8 matmul's activation quantisation).
+SIMD q8 matmul's activation quantisation). forward(kv_f16=True) rounds every cached key and value
+to IEEE half precision (struct's 'e' format: round to nearest, ties to even), as `./run --kv-cache
+f16` stores them.
 """
 
 import json
 import math
 import os
+import struct
 import sys
 from operator import mul
 
@@ -194,7 +197,12 @@ class Reference:
             x[j] = x0 * c - x1 * s
             x[k] = x1 * c + x0 * s
 
-    def forward(self, tokens, eps=None, rope='half', skip_qk_norm=False, gqa='div'):
+    @staticmethod
+    def f16(x):
+        """x rounded to IEEE half precision (nearest, ties to even), as Python floats."""
+        return list(struct.unpack('<%de' % len(x), struct.pack('<%de' % len(x), *x)))
+
+    def forward(self, tokens, eps=None, rope='half', skip_qk_norm=False, gqa='div', kv_f16=False):
         """Logits (a list of V floats) for every position of tokens (positions 0..len-1)."""
         assert rope in ('half', 'interleaved') and gqa in ('div', 'mod')
         eps = self.eps if eps is None else eps
@@ -223,6 +231,9 @@ class Reference:
                     kh = [self.rmsnorm(t, w['k_norm'], eps) for t in kh]
                 for t in qh + kh:
                     self.rope(t, pos, rope == 'interleaved')
+                if kv_f16:
+                    kh = [self.f16(t) for t in kh]
+                    vh = [self.f16(t) for t in vh]
                 kcache[l].append(kh)  # keys after QK-norm and RoPE
                 vcache[l].append(vh)
                 att = []

@@ -24,7 +24,7 @@ RUN = os.path.join(ROOT, "run")
 MODEL = os.path.join(ROOT, "models", "tinystories.bin")
 KEYS = ["test", "threads", "tokens_per_s", "min", "max", "gbps", "roof_pct", "mem_gbps",
         "roof_pct_best", "mem_gbps_best", "weight_type", "cpu_share", "prefetch", "weights", "huge_pct",
-        "reps_tokens_per_s", "reps_mem_gbps"]
+        "kv_cache", "reps_tokens_per_s", "reps_mem_gbps"]
 FLAG_QK_NORM, FLAG_QKV_BIAS, FLAG_TIED_EMBED = 1, 2, 4
 
 
@@ -46,9 +46,10 @@ def median(v):
     return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
 
 
-def decode_bytes_per_token(path, n_gen):
+def decode_bytes_per_token(path, n_gen, kv_elem=4):
     """Bytes one decode step reads from an f32 checkpoint (model.h FileHeader), averaged over
-    positions 0 .. n_gen-1 for the KV cache."""
+    positions 0 .. n_gen-1 for the KV cache (kv_elem bytes per cached value: 4, or 2 with
+    --kv-cache f16)."""
     with open(path, "rb") as f:
         head = f.read(64)
     (flags, dim, hidden, n_layers, n_heads, n_kv, hd, vocab, _, wtype) = struct.unpack_from("<10I", head, 12)
@@ -61,7 +62,7 @@ def decode_bytes_per_token(path, n_gen):
         per_layer += (n_heads + 2 * n_kv) * hd * 4
     total = n_layers * per_layer + dim * 4                    # + final norm
     total += vocab * dim * 4 + dim * 4                        # head (tied or not) + one embedding row
-    kv = sum(2 * 4 * n_layers * (p + 1) * n_kv * hd for p in range(n_gen)) / n_gen
+    kv = sum(2 * kv_elem * n_layers * (p + 1) * n_kv * hd for p in range(n_gen)) / n_gen
     return total + kv
 
 
@@ -96,6 +97,7 @@ class BenchMode(unittest.TestCase):
             self.assertEqual(list(r), KEYS, "keys and their order")
             self.assertEqual(r["weight_type"], "f32")
             self.assertEqual(r["weights"], "mapped")
+            self.assertEqual(r["kv_cache"], "f32")
             self.assertTrue(r["huge_pct"] is None or 0 <= r["huge_pct"] <= 100, r)
             self.assertTrue(0 < r["min"] <= r["tokens_per_s"] <= r["max"], r)
             self.assertGreater(r["mem_gbps"], 0)
@@ -125,6 +127,17 @@ class BenchMode(unittest.TestCase):
                 paired = median([100 * tok * bytes_per_token / 1e9 / rd for tok, rd in zip(reps, reads)])
                 self.assertAlmostEqual(r["roof_pct"] / paired, 1.0, delta=2e-4, msg=(r["roof_pct"], paired))
                 self.assertAlmostEqual(r["roof_pct_best"], 100 * r["gbps"] / r["mem_gbps_best"], delta=0.02)
+
+    def test_kv_cache_f16_bytes(self):
+        """--kv-cache f16: reported in the JSON, and decode's bytes per token count 2 bytes per
+        cached value (gbps = tokens/s x that count)."""
+        recs = self.json_lines("--threads", "1", "--bench-prompt", "0", "--bench-gen", "16",
+                               "--bench-reps", "1", "--kv-cache", "f16")
+        self.assertEqual(len(recs), 1)
+        r = recs[0]
+        self.assertEqual(r["kv_cache"], "f16")
+        want = r["tokens_per_s"] * decode_bytes_per_token(MODEL, 16, kv_elem=2) / 1e9
+        self.assertAlmostEqual(r["gbps"] / want, 1.0, delta=1e-4, msg=(r["gbps"], want))
 
     def test_default_is_the_kernels_thread_count(self):
         recs = self.json_lines("--threads", "1", "--bench-prompt", "0", "--bench-gen", "2",

@@ -236,6 +236,68 @@ static void test_half_to_float(void) {
     check(ok, "half_to_float exact for every finite float16");
 }
 
+/* The value of IEEE binary16 nearest to x (ties to even), from the definition with libm in double:
+ * the half's spacing at x's exponent (2^-24 below 2^-14), nearbyint (ties to even); +-inf from
+ * 65520 on. The definition float_to_half must meet. */
+static double nearest_half(float x) {
+    double a = fabs((double)x), ulp;
+    if (a >= 65520.0) return copysign(INFINITY, x);
+    if (a < 0x1p-14) ulp = 0x1p-24;
+    else {
+        int e;
+        frexp(a, &e); /* a = m 2^e, m in [0.5, 1) */
+        ulp = ldexp(1.0, e - 11);
+    }
+    return copysign(nearbyint(a / ulp) * ulp, x);
+}
+
+/* float_to_half: every finite half back to itself; against the definition on floats that matter
+ * (each half, the midpoints to the next half and the floats just beside them, random bit
+ * patterns, the overflow edge); float_to_half_row (F16C or NEON in SIMD builds) the same bits. */
+static void test_float_to_half(void) {
+    int round_trip = 1, nearest = 1, even = 1;
+    size_t cap = 4 * 65536 + 40000, n = 0;
+    float* xs = malloc(cap * sizeof(float));
+    for (uint32_t h = 0; h < 0x7c00; h++) { /* the positive finite halves; signs below */
+        const float v = half_to_float((uint16_t)h);
+        round_trip &= float_to_half(v) == h && float_to_half(-v) == (h | 0x8000);
+        xs[n++] = v;
+        if (h + 1 < 0x7c00) { /* halfway to the next half: exact in float (12 significant bits) */
+            const float mid = (float)(0.5 * ((double)v + half_to_float((uint16_t)(h + 1))));
+            const uint16_t r = float_to_half(mid);
+            even &= (r & 1) == 0 && (r == h || r == h + 1);
+            xs[n++] = mid;
+            xs[n++] = nextafterf(mid, 0.0f);
+            xs[n++] = nextafterf(mid, INFINITY);
+        }
+    }
+    for (int i = 0; i < 40000 - 8; i++) { /* random floats over the exponents near half's range */
+        union { uint32_t u; float f; } v;
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        v.u = (uint32_t)(rng >> 32);
+        v.u = (v.u & 0x807fffffu) | ((uint32_t)(96 + (rng & 63)) << 23); /* 2^-31 .. 2^32 */
+        xs[n++] = v.f;
+    }
+    const float edges[8] = {65504.0f, 65519.996f, 65520.0f, 1e30f, 0x1p-25f, 0x1.000002p-25f, 0x1p-26f, -0.0f};
+    for (int i = 0; i < 8; i++) xs[n++] = edges[i];
+    for (size_t i = 0; i < n; i++)
+        for (int s = 0; s < 2; s++) {
+            const float x = s ? -xs[i] : xs[i];
+            nearest &= (double)half_to_float(float_to_half(x)) == nearest_half(x);
+        }
+    check(round_trip, "float_to_half: every finite half (and its negative) back to its bits");
+    check(nearest, "float_to_half: the nearest half (libm's nearbyint on the half's spacing), inf from 65520");
+    check(even, "float_to_half: halfway between two halves rounds to the even one");
+    /* the row kernel against the scalar one, tails included (n not a multiple of 8); infinities
+     * and a NaN too */
+    xs[n++] = INFINITY, xs[n++] = -INFINITY, xs[n++] = NAN;
+    uint16_t *a = malloc(n * sizeof(uint16_t)), *b = malloc(n * sizeof(uint16_t));
+    float_to_half_row_scalar(a, xs, (int)n);
+    float_to_half_row(b, xs, (int)n);
+    check(memcmp(a, b, n * sizeof(uint16_t)) == 0, "float_to_half_row == float_to_half_row_scalar bitwise");
+    free(xs), free(a), free(b);
+}
+
 static void test_matrix_row(void) {
     WeightType types[4] = {WEIGHT_F32, WEIGHT_BF16, WEIGHT_Q8, WEIGHT_Q4};
     for (int k = 0; k < 4; k++) {
@@ -353,11 +415,21 @@ static void test_softmax_swiglu(void) {
 
 /* n cached rows of keys and values (row stride `stride`, the head's d values at offset d in it),
  * twice: as one array, and in blocks of TEST_BLOCK_LEN rows with a gap after each block, as the
- * engine's KV cache keeps them (KVRows). */
+ * engine's KV cache keeps them (KVRows); each both as floats and as halves (`--kv-cache f16`),
+ * the values chosen exactly representable as halves, so that the fp16 cache holds the same
+ * numbers as the fp32 one and attention over either must give the same bits. */
 #define TEST_BLOCK_LEN 5
+/* An AVX2 build without F16C (-mavx2 alone) runs fp16 attention on the scalar reference, so
+ * there its results are the reference's bits. */
+#if !defined(KERNELS_SCALAR) && defined(__AVX2__) && !defined(__F16C__)
+#define KV_F16_SIMD 0
+#else
+#define KV_F16_SIMD 1
+#endif
 typedef struct {
     float *kc, *vc, *kb, *vb;
-    KVRows flat, blocked;
+    uint16_t *kc16, *vc16, *kb16, *vb16;
+    KVRows flat, blocked, flat16, blocked16;
 } TestKV;
 
 static TestKV make_kv(int n, int d, int stride) {
@@ -368,21 +440,34 @@ static TestKV make_kv(int n, int d, int stride) {
     t.vc = malloc((size_t)n * stride * sizeof(float));
     t.kb = calloc(n_blocks * block_stride, sizeof(float));
     t.vb = calloc(n_blocks * block_stride, sizeof(float));
+    t.kc16 = malloc((size_t)n * stride * sizeof(uint16_t));
+    t.vc16 = malloc((size_t)n * stride * sizeof(uint16_t));
+    t.kb16 = calloc(n_blocks * block_stride, sizeof(uint16_t));
+    t.vb16 = calloc(n_blocks * block_stride, sizeof(uint16_t));
     for (size_t i = 0; i < (size_t)n * stride; i++) {
-        t.kc[i] = frand() * 2;
-        t.vc[i] = frand();
+        t.kc16[i] = float_to_half(frand() * 2);
+        t.vc16[i] = float_to_half(frand());
+        t.kc[i] = half_to_float(t.kc16[i]);
+        t.vc[i] = half_to_float(t.vc16[i]);
     }
     for (int r = 0; r < n; r++) {
         size_t at = (size_t)(r / TEST_BLOCK_LEN) * block_stride + (size_t)(r % TEST_BLOCK_LEN) * stride;
         memcpy(t.kb + at, t.kc + (size_t)r * stride, (size_t)stride * sizeof(float));
         memcpy(t.vb + at, t.vc + (size_t)r * stride, (size_t)stride * sizeof(float));
+        memcpy(t.kb16 + at, t.kc16 + (size_t)r * stride, (size_t)stride * sizeof(uint16_t));
+        memcpy(t.vb16 + at, t.vc16 + (size_t)r * stride, (size_t)stride * sizeof(uint16_t));
     }
-    t.flat = (KVRows){t.kc + d, t.vc + d, stride, n, 0};
-    t.blocked = (KVRows){t.kb + d, t.vb + d, stride, TEST_BLOCK_LEN, block_stride};
+    t.flat = (KVRows){t.kc + d, t.vc + d, stride, n, 0, 0};
+    t.blocked = (KVRows){t.kb + d, t.vb + d, stride, TEST_BLOCK_LEN, block_stride, 0};
+    t.flat16 = (KVRows){t.kc16 + d, t.vc16 + d, stride, n, 0, 1};
+    t.blocked16 = (KVRows){t.kb16 + d, t.vb16 + d, stride, TEST_BLOCK_LEN, block_stride, 1};
     return t;
 }
 
-static void free_kv(TestKV* t) { free(t->kc), free(t->vc), free(t->kb), free(t->vb); }
+static void free_kv(TestKV* t) {
+    free(t->kc), free(t->vc), free(t->kb), free(t->vb);
+    free(t->kc16), free(t->vc16), free(t->kb16), free(t->vb16);
+}
 
 /* attention_group against the scalar reference; each query alone against its group; and the
  * blocked layout against one array: the same bits, in the SIMD kernels (which continue each sum
@@ -418,6 +503,14 @@ static void test_attention(void) {
                 }
                 int blocks_same = 1;
                 for (int i = 0; i < nq * d; i++) blocks_same &= o4[i] == o1[i] && o5[i] == o2[i];
+                /* the fp16 cache, flat and blocked, reference and SIMD: the fp32 results' bits */
+                int f16_same = 1;
+                const KVRows* kv16[2] = {&kv.flat16, &kv.blocked16};
+                for (int b = 0; b < 2; b++) {
+                    attention_group_scalar(o4, q, nq, kv16[b], n, d, scale, att1);
+                    attention_group(o5, q, nq, kv16[b], n, d, scale, att2);
+                    for (int i = 0; i < nq * d; i++) f16_same &= o4[i] == o1[i] && o5[i] == (KV_F16_SIMD ? o2 : o1)[i];
+                }
                 char what[96];
                 snprintf(what, sizeof what, "attention_group head_dim=%d n_pos=%d n_q=%d", d, n, nq);
                 check(e <= 1e-5, what);
@@ -426,6 +519,8 @@ static void test_attention(void) {
                 snprintf(what, sizeof what, "attention_group n_q=%d: blocks of %d rows as one array (head_dim=%d n_pos=%d)",
                          nq, TEST_BLOCK_LEN, d, n);
                 check(blocks_same, what);
+                snprintf(what, sizeof what, "attention_group n_q=%d: fp16 cache as fp32 (head_dim=%d n_pos=%d)", nq, d, n);
+                check(f16_same, what);
                 free_kv(&kv);
                 free(q), free(o1), free(o2), free(o3), free(o4), free(o5), free(att1), free(att2);
             }
@@ -464,7 +559,7 @@ static void test_attention_rows(void) {
                     attention_rows_scalar(o4, q, row, nq, R, &kv.blocked, n0, d, scale, att);
                     attention_rows(o5, q, row, nq, R, &kv.blocked, n0, d, scale, att);
                     double e = 0; /* 1e-5 absolute, as attention_group */
-                    int same = 1, blocks_same = 1;
+                    int same = 1, blocks_same = 1, f16_same = 1;
                     for (int r = 0; r < R; r++)
                         for (int i = 0; i < nq * d; i++) {
                             size_t at = (size_t)r * row + i;
@@ -472,6 +567,16 @@ static void test_attention_rows(void) {
                             same &= o2[at] == o3[at];
                             blocks_same &= o4[at] == o1[at] && o5[at] == o2[at];
                         }
+                    const KVRows* kv16[2] = {&kv.flat16, &kv.blocked16}; /* as in test_attention */
+                    for (int b = 0; b < 2; b++) {
+                        attention_rows_scalar(o4, q, row, nq, R, kv16[b], n0, d, scale, att);
+                        attention_rows(o5, q, row, nq, R, kv16[b], n0, d, scale, att);
+                        for (int r = 0; r < R; r++)
+                            for (int i = 0; i < nq * d; i++) {
+                                size_t at = (size_t)r * row + i;
+                                f16_same &= o4[at] == o1[at] && o5[at] == (KV_F16_SIMD ? o2 : o1)[at];
+                            }
+                    }
                     char what[112];
                     snprintf(what, sizeof what, "attention_rows head_dim=%d n_q=%d rows=%d first_n_pos=%d", d, nq, R, n0);
                     check(e <= 1e-5, what);
@@ -481,6 +586,9 @@ static void test_attention_rows(void) {
                     snprintf(what, sizeof what, "attention_rows: blocks of %d rows as one array (head_dim=%d n_q=%d rows=%d "
                              "first=%d)", TEST_BLOCK_LEN, d, nq, R, n0);
                     check(blocks_same, what);
+                    snprintf(what, sizeof what, "attention_rows: fp16 cache as fp32 (head_dim=%d n_q=%d rows=%d first=%d)",
+                             d, nq, R, n0);
+                    check(f16_same, what);
                     free_kv(&kv);
                     free(q), free(o1), free(o2), free(o3), free(o4), free(o5), free(att);
                 }
@@ -645,6 +753,7 @@ int main(void) {
         }
     }
     test_half_to_float();
+    test_float_to_half();
     test_matrix_row();
     test_rmsnorm();
     test_rope();

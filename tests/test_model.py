@@ -443,9 +443,10 @@ class EndToEnd(unittest.TestCase):
         RESULTS.append(('full_context_128', 'f32', len(rows), err, err, 1.0))
         self.assertLess(err, TIGHT_TOL)
 
-    def run_and_compare(self, variant, extra_args, n, expect_rows=None, dtype='f32', stderr=None):
+    def run_and_compare(self, variant, extra_args, n, expect_rows=None, dtype='f32', stderr=None, ref_kw=None):
         """Runs the f32 (or dtype) export of variant with extra ./run flags; returns the error vs
-        the reference and the number of rows (and appends the run's stderr to the list stderr)."""
+        the reference (forward(**ref_kw)) and the number of rows (and appends the run's stderr to
+        the list stderr)."""
         spec_kw, prompt, _, _ = VARIANTS[variant]
         self.engine_run(variant, dtype)  # exports the checkpoint
         ckpt = os.path.join(self.tmp, '%s.%s.bin' % (variant, dtype))
@@ -460,7 +461,7 @@ class EndToEnd(unittest.TestCase):
         self.assertIn(len(rows), (expect_rows,) if expect_rows else (len(prompt) + n - 1, len(prompt) + n))
         T = len(prompt)
         seq = prompt + [argmax(rows[T - 1 + i]) for i in range(len(rows) - T)]
-        return rel_error(rows, Reference(self.folder(variant)).forward(seq)), len(rows)
+        return rel_error(rows, Reference(self.folder(variant)).forward(seq, **(ref_kw or {}))), len(rows)
 
     def test_thread_counts(self):
         """1, 3 and 5 threads (rows of odd-sized matrices split unevenly) give the same
@@ -483,6 +484,21 @@ class EndToEnd(unittest.TestCase):
             return
         self.assertLess(err, BF16_ACT_TOL)
         self.assertGreater(err, 1e-5, '--bf16-activations changed nothing')
+
+    def test_kv_cache_f16(self):
+        """--kv-cache f16 stores keys and values as IEEE halves: against the reference that rounds
+        its cached keys and values the same way (Reference.forward(kv_f16=True)) the logits agree
+        within TIGHT_TOL, in prefill and decode, GQA 4 and 2, head_dim 32 (the SIMD attention) and
+        16 (the scalar one on x86-64), two threads. The plain reference must be farther off than
+        that (the option took effect, and the test can tell the two apart)."""
+        for variant in ('qwen3_f32_untied_sharded_gqa4_hd32', 'llama_bf16_tied_gqa2_hd32', 'qwen3_bf16_decode_only'):
+            with self.subTest(variant=variant):
+                args = ['--kv-cache', 'f16', '--threads', '2']
+                err, _ = self.run_and_compare(variant, args, 6, ref_kw=dict(kv_f16=True))
+                err_plain, _ = self.run_and_compare(variant, args, 6)
+                self.assertLess(err, TIGHT_TOL, 'against the fp16-cache reference (plain: %.2e)' % err_plain)
+                self.assertGreater(err_plain, TIGHT_TOL,
+                                   'the fp16 cache looks like the fp32 one (%.2e, %.2e)' % (err, err_plain))
 
     def test_small_context(self):
         """-c 12 with an 8-token prompt: generation stops when the 12-position cache is full, and
