@@ -198,8 +198,8 @@ typedef struct {
  * was written on reads a freshly mapped 2.4 GB f32 file at 2-5 GB/s for the first two or three
  * passes, then at 9-39; docs/notes-kernels.md). The figures are meant to be the steady state, as
  * llama-bench's are. Returns the decode steps taken, or -1 if forward() failed. */
-static int warm_up(Transformer* t, const int* tokens, int n_prompt, int n_gen) {
-    if (n_prompt > 0 && !forward(t, tokens, n_prompt, 0, NULL)) return -1;
+static int warm_up(Transformer* t, const int* tokens, int depth, int n_prompt, int n_gen) {
+    if (n_prompt > 0 && !forward(t, tokens, n_prompt, depth, NULL)) return -1;
     int steps = 0;
     if (n_gen > 0) {
         const int win = n_gen < 8 ? n_gen : 8;
@@ -207,7 +207,7 @@ static int warm_up(Transformer* t, const int* tokens, int n_prompt, int n_gen) {
         for (;;) {
             double t0 = now_s();
             for (int i = 0; i < win; i++)
-                if (!forward(t, tokens + i, 1, i, NULL)) return -1;
+                if (!forward(t, tokens + i, 1, depth + i, NULL)) return -1;
             double dt = now_s() - t0;
             steps += win;
             if (dt > 0.95 * best || now_s() - t_start > 20.0) break;
@@ -218,13 +218,14 @@ static int warm_up(Transformer* t, const int* tokens, int n_prompt, int n_gen) {
 }
 
 /* One rep of each test with tr->threads: prefill of n_prompt tokens, two streaming reads, decode
- * of n_gen tokens, one more read; the best of the three is this rep's roof. Returns 0, or -1 if
- * forward() failed. */
-static int measure_rep(Transformer* t, const int* tokens, int n_prompt, int n_gen, ReadBuffer* rb,
+ * of n_gen tokens, one more read; the best of the three is this rep's roof. Both tests start at
+ * position depth (the cache's positions below it were filled once, bench_main). Returns 0, or -1
+ * if forward() failed. */
+static int measure_rep(Transformer* t, const int* tokens, int depth, int n_prompt, int n_gen, ReadBuffer* rb,
                        ThreadRun* tr, int r) {
     if (n_prompt > 0) {
         double t0 = now_s(), c0 = cpu_s();
-        if (!forward(t, tokens, n_prompt, 0, NULL)) return -1;
+        if (!forward(t, tokens, n_prompt, depth, NULL)) return -1;
         double dt = now_s() - t0;
         tr->pp[r] = n_prompt / dt;
         tr->wall[0] += dt;
@@ -234,7 +235,7 @@ static int measure_rep(Transformer* t, const int* tokens, int n_prompt, int n_ge
         double before = read_buffer_best(rb, 2);
         double t0 = now_s(), c0 = cpu_s();
         for (int i = 0; i < n_gen; i++)
-            if (!forward(t, tokens + i, 1, i, NULL)) return -1;
+            if (!forward(t, tokens + i, 1, depth + i, NULL)) return -1;
         double dt = now_s() - t0;
         tr->tg[r] = n_gen / dt;
         tr->wall[1] += dt;
@@ -284,11 +285,11 @@ static void print_json_list(const char* key, const double* v, int n, const char*
     printf("]");
 }
 
-static void print_results(const Transformer* t, const ThreadRun* runs, int n_runs, int n_prompt,
+static void print_results(const Transformer* t, const ThreadRun* runs, int n_runs, int depth, int n_prompt,
                           int n_gen, int reps, int json, double* scratch) {
     const Config* c = &t->config;
     double wbytes = weight_bytes_per_token(t), kv = 0;
-    for (int p = 0; p < n_gen; p++) kv += kv_bytes_at(t, p);
+    for (int p = 0; p < n_gen; p++) kv += kv_bytes_at(t, depth + p);
     double bytes_per_tok = n_gen > 0 ? wbytes + kv / n_gen : wbytes;
 
     if (!json) {
@@ -305,6 +306,9 @@ static void print_results(const Transformer* t, const ThreadRun* runs, int n_run
         else
             printf("bench: weights mapped, %.0f of %.0f MB in 2 MB pages%s\n", t->map.huge_bytes / 1e6,
                    t->map.size / 1e6, t->map.recached ? " (the page cache held small pages: refilled)" : "");
+        if (depth > 0)
+            printf("bench: depth %d: both tests start with %d positions in the KV cache (llama-bench -d)\n", depth,
+                   depth);
         printf("bench: bytes read per decode token: %.1f MB weights + %.2f MB KV cache (%s, average over tg%d)\n",
                wbytes / 1e6, (bytes_per_tok - wbytes) / 1e6, t->state.kv_f16 ? "fp16" : "fp32", n_gen);
         for (int k = 0; k < n_runs; k++) {
@@ -318,8 +322,10 @@ static void print_results(const Transformer* t, const ThreadRun* runs, int n_run
         }
         if (n_runs > 1)
             printf("bench: the thread counts take turns, one rep of each after the other\n");
-        printf("| test   | threads | tok/s median |      min |      max |  GB/s | %% of roof | %% of best | cpu share |\n");
-        printf("|--------|---------|--------------|----------|----------|-------|-----------|-----------|-----------|\n");
+        printf("| test   %*s| threads | tok/s median |      min |      max |  GB/s | %% of roof | %% of best | cpu share |\n",
+               depth > 0 ? 9 : 0, "");
+        printf("|--------%.*s|---------|--------------|----------|----------|-------|-----------|-----------|-----------|\n",
+               depth > 0 ? 9 : 0, "---------");
     }
     for (int k = 0; k < n_runs; k++) {
         const ThreadRun* tr = &runs[k];
@@ -328,8 +334,11 @@ static void print_results(const Transformer* t, const ThreadRun* runs, int n_run
             if (n <= 0) continue;
             memcpy(scratch, test == 0 ? tr->pp : tr->tg, (size_t)reps * sizeof(double));
             double med = median(scratch, reps), lo = scratch[0], hi = scratch[reps - 1];
-            char name[32];
+            char name[32], label[48];
             snprintf(name, sizeof name, "%s%d", test == 0 ? "pp" : "tg", n);
+            if (depth > 0) snprintf(label, sizeof label, "%s @ d%d", name, depth);
+            else snprintf(label, sizeof label, "%s", name);
+            const int width = depth > 0 ? 15 : 6;
             /* CPU seconds the process got / (wall seconds x threads): below 1 means the threads
              * waited (for memory, for each other) or, on a shared machine, were descheduled */
             double share = tr->wall[test] > 0 ? tr->cpu[test] / (tr->wall[test] * tr->threads) : 0;
@@ -337,8 +346,8 @@ static void print_results(const Transformer* t, const ThreadRun* runs, int n_run
             double roof = n_gen > 0 ? median_of(tr->rd, reps, scratch) : tr->best;
             double pct = test == 1 ? paired_roof_pct(tr, bytes_per_tok, reps, scratch) : 0;
             if (json) {
-                printf("{\"test\": \"%s\", \"threads\": %d, \"tokens_per_s\": %.3f, \"min\": %.3f, \"max\": %.3f, ",
-                       name, tr->threads, med, lo, hi);
+                printf("{\"test\": \"%s\", \"threads\": %d, \"depth\": %d, \"tokens_per_s\": %.3f, \"min\": %.3f, "
+                       "\"max\": %.3f, ", name, tr->threads, depth, med, lo, hi);
                 if (test == 1)
                     printf("\"gbps\": %.3f, \"roof_pct\": %.2f, ", gbps, pct);
                 else
@@ -362,10 +371,10 @@ static void print_results(const Transformer* t, const ThreadRun* runs, int n_run
                 else printf("\"reps_mem_gbps\": null");
                 printf("}\n");
             } else if (test == 1) {
-                printf("| %-6s | %7d | %12.2f | %8.2f | %8.2f | %5.1f | %8.1f%% | %8.1f%% | %8.0f%% |\n", name,
+                printf("| %-*s | %7d | %12.2f | %8.2f | %8.2f | %5.1f | %8.1f%% | %8.1f%% | %8.0f%% |\n", width, label,
                        tr->threads, med, lo, hi, gbps, pct, 100.0 * gbps / tr->best, 100 * share);
             } else {
-                printf("| %-6s | %7d | %12.2f | %8.2f | %8.2f |     - |         - |         - | %8.0f%% |\n", name,
+                printf("| %-*s | %7d | %12.2f | %8.2f | %8.2f |     - |         - |         - | %8.0f%% |\n", width, label,
                        tr->threads, med, lo, hi, 100 * share);
             }
         }
@@ -383,7 +392,7 @@ static void print_results(const Transformer* t, const ThreadRun* runs, int n_run
 }
 
 int bench_main(Transformer* t, int argc, char** argv) {
-    int n_prompt = 512, n_gen = 128, reps = 5, json = 0;
+    int n_prompt = 512, n_gen = 128, reps = 5, depth = 0, json = 0;
     int counts[BENCH_MAX_THREAD_COUNTS], n_runs = 1;
     counts[0] = kernels_threads();
     for (int i = 0; i < argc; i++) {
@@ -393,6 +402,8 @@ int bench_main(Transformer* t, int argc, char** argv) {
             if (int_arg(argc, argv, i++, "--bench-gen", &n_gen)) return 1;
         } else if (strcmp(argv[i], "--bench-reps") == 0) {
             if (int_arg(argc, argv, i++, "--bench-reps", &reps)) return 1;
+        } else if (strcmp(argv[i], "--bench-depth") == 0) {
+            if (int_arg(argc, argv, i++, "--bench-depth", &depth)) return 1;
         } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
             n_runs = bench_parse_threads(argv[++i], counts, BENCH_MAX_THREAD_COUNTS);
             if (n_runs < 1) {
@@ -406,7 +417,7 @@ int bench_main(Transformer* t, int argc, char** argv) {
     }
     if (reps < 1) reps = 1;
     const Config* c = &t->config;
-    int need = n_prompt > n_gen ? n_prompt : n_gen;
+    int need = depth + (n_prompt > n_gen ? n_prompt : n_gen);
     if (need > c->seq_len) {
         fprintf(stderr, "run: error: the bench needs a context of %d positions, the KV cache has %d "
                 "(use -c %d)\n", need, c->seq_len, need);
@@ -432,6 +443,10 @@ int bench_main(Transformer* t, int argc, char** argv) {
         goto done;
     }
 
+    /* --bench-depth: the cache's first positions, filled once; the tests (and warm-ups) only write
+     * positions from depth on, so every rep starts from the same depth tokens. */
+    if (depth > 0 && !forward(t, tokens, depth, 0, NULL)) goto fail;
+    const int* test_tokens = tokens + depth;
     /* Each thread count's first reads: 5 passes now, towards the run's best read (the decode reps
      * add their own, measure_rep). */
     for (int k = 0; k < n_runs; k++) {
@@ -443,7 +458,7 @@ int bench_main(Transformer* t, int argc, char** argv) {
         tr->rd = results + (size_t)(2 * n_runs + k) * reps;
         tr->best = read_buffer_best(&rb, 5);
         tr->n_reads = 5;
-        if ((tr->warm_steps = warm_up(t, tokens, n_prompt, n_gen)) < 0) goto fail;
+        if ((tr->warm_steps = warm_up(t, test_tokens, depth, n_prompt, n_gen)) < 0) goto fail;
     }
     /* Several thread counts take turns rep by rep (in the opposite order every other rep), so that
      * a slow phase of a shared machine falls on all of them alike. */
@@ -451,9 +466,9 @@ int bench_main(Transformer* t, int argc, char** argv) {
         for (int i = 0; i < n_runs; i++) {
             ThreadRun* tr = &runs[r % 2 ? n_runs - 1 - i : i];
             kernels_set_threads(tr->threads);
-            if (measure_rep(t, tokens, n_prompt, n_gen, &rb, tr, r) != 0) goto fail;
+            if (measure_rep(t, test_tokens, depth, n_prompt, n_gen, &rb, tr, r) != 0) goto fail;
         }
-    print_results(t, runs, n_runs, n_prompt, n_gen, reps, json, results + (size_t)3 * n_runs * reps);
+    print_results(t, runs, n_runs, depth, n_prompt, n_gen, reps, json, results + (size_t)3 * n_runs * reps);
     status = 0;
     goto done;
 fail:

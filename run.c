@@ -32,7 +32,7 @@ typedef struct {
     const char* prompt_ids;    /* --prompt-ids */
     const char* system_prompt; /* -y */
     const char* dump_logits;   /* --dump-logits */
-    const char* bench_args[10]; /* bench mode's options, normalised for bench_main (bench.h) */
+    const char* bench_args[12]; /* bench mode's options, normalised for bench_main (bench.h) */
     int n_bench_args;
     float temperature, top_p, min_p, repeat_penalty;
     int top_k, steps, threads, ctx;
@@ -85,7 +85,9 @@ static void usage(FILE* out) {
             "                         token as raw little-endian float32 (vocab_size per row)\n"
             "  -h, --help             this help\n"
             "Bench mode (-m bench): --bench-prompt N (prefill tokens, default 512), --bench-gen N\n"
-            "  (decode tokens, default 128), --bench-reps N (default 5), --json (JSON lines)\n"
+            "  (decode tokens, default 128), --bench-reps N (default 5), --bench-depth N (positions\n"
+            "  already in the KV cache when each test starts, as llama-bench -d; default 0),\n"
+            "  --json (JSON lines)\n"
             "Environment: KERNELS_SPIN_US (idle threads' spin before sleeping, default 200),\n"
             "  KERNELS_PREFETCH (near|mid|far: decode's weight prefetch, default from the CPU)\n");
 }
@@ -188,7 +190,7 @@ static void parse_args(int argc, char** argv, Options* o) {
                     IS("-n", "--steps") || IS("-i", "--input") || IS("", "--prompt-ids") ||
                     IS("-m", "--mode") || IS("-y", "--system") || IS("-c", "--ctx") ||
                     IS("", "--threads") || IS("", "--dump-logits") || IS("", "--bench-prompt") ||
-                    IS("", "--bench-gen") || IS("", "--bench-reps") || IS("", "--thinking") ||
+                    IS("", "--bench-gen") || IS("", "--bench-reps") || IS("", "--bench-depth") || IS("", "--thinking") ||
                     IS("", "--show-thinking") || IS("", "--kv-cache");
         if (!known) die(2, "unknown option '%s' (see --help)", arg);
         if (value == NULL) die(2, "option %s needs a value (see --help)", name);
@@ -245,13 +247,14 @@ static void parse_args(int argc, char** argv, Options* o) {
             o->kv_f16 = strcmp(value, "f16") == 0;
         } else if (IS("", "--dump-logits")) {
             o->dump_logits = value;
-        } else { /* --bench-prompt, --bench-gen, --bench-reps: checked here, used by bench.c */
+        } else { /* --bench-prompt, --bench-gen, --bench-reps, --bench-depth: checked here, used by bench.c */
             parse_int(name, value, 0, 1000000);
             if (o->n_bench_args + 2 > (int)(sizeof o->bench_args / sizeof o->bench_args[0]))
                 die(2, "too many bench options");
             o->bench_args[o->n_bench_args++] = IS("", "--bench-prompt") ? "--bench-prompt"
                                                : IS("", "--bench-gen")  ? "--bench-gen"
-                                                                        : "--bench-reps";
+                                               : IS("", "--bench-reps") ? "--bench-reps"
+                                                                        : "--bench-depth";
             o->bench_args[o->n_bench_args++] = value;
         }
 #undef IS

@@ -22,7 +22,7 @@ import unittest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN = os.path.join(ROOT, "run")
 MODEL = os.path.join(ROOT, "models", "tinystories.bin")
-KEYS = ["test", "threads", "tokens_per_s", "min", "max", "gbps", "roof_pct", "mem_gbps",
+KEYS = ["test", "threads", "depth", "tokens_per_s", "min", "max", "gbps", "roof_pct", "mem_gbps",
         "roof_pct_best", "mem_gbps_best", "weight_type", "cpu_share", "prefetch", "weights", "huge_pct",
         "kv_cache", "reps_tokens_per_s", "reps_mem_gbps"]
 FLAG_QK_NORM, FLAG_QKV_BIAS, FLAG_TIED_EMBED = 1, 2, 4
@@ -46,10 +46,10 @@ def median(v):
     return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
 
 
-def decode_bytes_per_token(path, n_gen, kv_elem=4):
+def decode_bytes_per_token(path, n_gen, kv_elem=4, depth=0):
     """Bytes one decode step reads from an f32 checkpoint (model.h FileHeader), averaged over
-    positions 0 .. n_gen-1 for the KV cache (kv_elem bytes per cached value: 4, or 2 with
-    --kv-cache f16)."""
+    positions depth .. depth+n_gen-1 for the KV cache (kv_elem bytes per cached value: 4, or 2
+    with --kv-cache f16)."""
     with open(path, "rb") as f:
         head = f.read(64)
     (flags, dim, hidden, n_layers, n_heads, n_kv, hd, vocab, _, wtype) = struct.unpack_from("<10I", head, 12)
@@ -62,7 +62,7 @@ def decode_bytes_per_token(path, n_gen, kv_elem=4):
         per_layer += (n_heads + 2 * n_kv) * hd * 4
     total = n_layers * per_layer + dim * 4                    # + final norm
     total += vocab * dim * 4 + dim * 4                        # head (tied or not) + one embedding row
-    kv = sum(2 * kv_elem * n_layers * (p + 1) * n_kv * hd for p in range(n_gen)) / n_gen
+    kv = sum(2 * kv_elem * n_layers * (p + 1) * n_kv * hd for p in range(depth, depth + n_gen)) / n_gen
     return total + kv
 
 
@@ -98,6 +98,7 @@ class BenchMode(unittest.TestCase):
             self.assertEqual(r["weight_type"], "f32")
             self.assertEqual(r["weights"], "mapped")
             self.assertEqual(r["kv_cache"], "f32")
+            self.assertEqual(r["depth"], 0)
             self.assertTrue(r["huge_pct"] is None or 0 <= r["huge_pct"] <= 100, r)
             self.assertTrue(0 < r["min"] <= r["tokens_per_s"] <= r["max"], r)
             self.assertGreater(r["mem_gbps"], 0)
@@ -138,6 +139,20 @@ class BenchMode(unittest.TestCase):
         self.assertEqual(r["kv_cache"], "f16")
         want = r["tokens_per_s"] * decode_bytes_per_token(MODEL, 16, kv_elem=2) / 1e9
         self.assertAlmostEqual(r["gbps"] / want, 1.0, delta=1e-4, msg=(r["gbps"], want))
+
+    def test_depth(self):
+        """--bench-depth N: both tests start with N positions in the cache, the JSON says so, and
+        decode's bytes per token count the cache from position N on; a context too small for depth
+        plus the longer test is an error naming the -c it needs."""
+        recs = self.json_lines("--threads", "1", "--bench-prompt", "8", "--bench-gen", "16",
+                               "--bench-reps", "1", "--bench-depth", "200")
+        self.assertEqual([(r["test"], r["depth"]) for r in recs], [("pp8", 200), ("tg16", 200)])
+        r = recs[1]
+        want = r["tokens_per_s"] * decode_bytes_per_token(MODEL, 16, depth=200) / 1e9
+        self.assertAlmostEqual(r["gbps"] / want, 1.0, delta=1e-4, msg=(r["gbps"], want))
+        p = run("-m", "bench", "--bench-prompt", "8", "--bench-gen", "16", "--bench-depth", "250")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("needs a context of 266 positions", p.stderr)
 
     def test_default_is_the_kernels_thread_count(self):
         recs = self.json_lines("--threads", "1", "--bench-prompt", "0", "--bench-gen", "2",

@@ -21,15 +21,17 @@ TOOL = os.path.join(ROOT, "tools", "llama_cpp", "compare.py")
 RUN = os.path.join(ROOT, "run")
 MODEL = os.path.join(ROOT, "models", "tinystories.bin")
 
-# lbench stand-in: prefill 100 x threads, decode 10 x threads tok/s; appends its argv to CALLS.
+# lbench stand-in: prefill 100 x threads, decode 10 x threads tok/s (" @ dDEPTH" after the test's
+# name with a sixth argument, as lbench prints); appends its argv to CALLS.
 FAKE_LBENCH = """#!{python}
 import sys
 model, t, npr, ng, reps = sys.argv[1:6]
+at = f" @ d{{sys.argv[6]}}" if len(sys.argv) > 6 else ""
 with open({calls!r}, "a") as f:
     f.write(" ".join(sys.argv[1:]) + "\\n")
 t = int(t)
-print(f"pp{{npr}} {{t}} t: {{100.0 * t:8.2f}} ± {{1.0:6.2f}} tok/s  [{{100.0 * t:.2f}}]")
-print(f"tg{{ng}} {{t}} t: {{10.0 * t:8.2f}} ± {{0.5:6.2f}} tok/s  [{{10.0 * t:.2f}}]")
+print(f"pp{{npr}}{{at}} {{t}} t: {{100.0 * t:8.2f}} ± {{1.0:6.2f}} tok/s  [{{100.0 * t:.2f}}]")
+print(f"tg{{ng}}{{at}} {{t}} t: {{10.0 * t:8.2f}} ± {{0.5:6.2f}} tok/s  [{{10.0 * t:.2f}}]")
 """
 
 
@@ -101,6 +103,25 @@ class CompareTool(unittest.TestCase):
         again = self.tool("--table", log, "--formats", "q8")
         self.assertEqual(again.returncode, 0, again.stderr)
         self.assertEqual(again.stdout.strip(), p.stdout.strip())
+
+    def test_depth_and_engine_args(self):
+        """--depth N goes to lbench as its sixth argument and to the engine as --bench-depth (with
+        a context that holds it); --engine-args reach the engine; the table's tests say the depth."""
+        log = os.path.join(self.dir, "log.txt")
+        p = self.tool("--lbench", self.lbench, "--dir", self.dir, "--formats", "q8", "--threads", "1",
+                      "--rounds", "1", "--prompt", "8", "--gen", "4", "--reps", "1", "--depth", "100",
+                      "--engine-args=--kv-cache f16", "--log", log)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        gguf = os.path.join(self.dir, "qwen3-0.6b-q8_0.gguf")
+        with open(self.calls) as f:
+            self.assertEqual(f.read().splitlines(), [f"{gguf} 1 8 4 1 100"])
+        with open(log) as f:
+            recs = [json.loads(line) for line in f if line.startswith("{")]
+        self.assertEqual([(r["test"], r["depth"], r["kv_cache"]) for r in recs],
+                         [("pp8", 100, "f16"), ("tg4", 100, "f16")])
+        tests = [c.strip() for line in p.stdout.splitlines() for c in line.strip("|").split("|")[2:3]
+                 if line.startswith("| q8")]
+        self.assertEqual(tests, ["pp8 @ d100", "tg4 @ d100"])
 
     def test_refusals(self):
         p = self.tool("--lbench", os.path.join(self.dir, "nothing"), "--dir", self.dir, "--formats", "q8")

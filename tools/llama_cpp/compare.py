@@ -6,6 +6,8 @@ machine").
     tools/llama_cpp/build.sh native                # llama.cpp and lbench, once
     python3 tools/llama_cpp/compare.py             # 2 rounds of q8 q4 bf16 f32, 1 and 2 threads
     python3 tools/llama_cpp/compare.py --table build/bench/compare.log   # the table again
+    python3 tools/llama_cpp/compare.py --depth 2048 --engine-args="--kv-cache f16"
+                                                   # both start with 2048 positions cached
 
 Per round and format: llama.cpp's `lbench GGUF T PROMPT GEN REPS` for each thread count T, then
 `./run MODEL -m bench --threads 1,2 ... --json`, one after the other, so both meet the machine of
@@ -34,7 +36,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import bench_models  # noqa: E402  (the checkpoints, as `make bench` writes them)
 GGUF_TYPE = {"q8": "q8_0", "q4": "q4_0", "bf16": "bf16", "f32": "f32"}
-LBENCH_LINE = re.compile(r"^(pp|tg)(\d+) (\d+) t:\s+([\d.]+) ±\s+([\d.]+)")
+LBENCH_LINE = re.compile(r"^(pp|tg)(\d+)( @ d\d+)? (\d+) t:\s+([\d.]+) ±\s+([\d.]+)")
 MARK = re.compile(r"^== round (\d+) (\S+) (llama|engine)")
 
 
@@ -62,11 +64,14 @@ def measure(a, formats, threads, log):
         for r in range(1, a.rounds + 1):
             for f in formats:
                 ckpt, gguf = files[f]
-                runs = [(f"llama {t}", [a.lbench, gguf, str(t), str(a.prompt), str(a.gen), str(a.reps)])
-                        for t in threads]
+                runs = [(f"llama {t}", [a.lbench, gguf, str(t), str(a.prompt), str(a.gen), str(a.reps)]
+                         + ([str(a.depth)] if a.depth else [])) for t in threads]
                 runs.append(("engine", [a.run, ckpt, "-m", "bench", "--threads", ",".join(map(str, threads)),
                                         "--bench-prompt", str(a.prompt), "--bench-gen", str(a.gen),
-                                        "--bench-reps", str(a.reps), "--json"]))
+                                        "--bench-reps", str(a.reps), "--json"]
+                             + (["--bench-depth", str(a.depth), "-c", str(a.depth + max(a.prompt, a.gen))]
+                                if a.depth else [])
+                             + a.engine_args.split()))
                 for who, cmd in runs:
                     print(f"compare.py: round {r}/{a.rounds}, {f}, {who} ({time.strftime('%H:%M:%S')})",
                           file=sys.stderr, flush=True)
@@ -95,11 +100,12 @@ def read_log(path):
             r, fmt, who = cur
             m = LBENCH_LINE.match(line)
             if m and who == "llama":
-                cell = rows.setdefault((fmt, m[1] + m[2], int(m[3])), {}).setdefault(r, {})
-                cell["llama"] = float(m[4])
+                cell = rows.setdefault((fmt, m[1] + m[2] + (m[3] or ""), int(m[4])), {}).setdefault(r, {})
+                cell["llama"] = float(m[5])
             elif line.startswith("{") and who == "engine":
                 j = json.loads(line)
-                cell = rows.setdefault((fmt, j["test"], j["threads"]), {}).setdefault(r, {})
+                test = j["test"] + (f" @ d{j['depth']}" if j.get("depth") else "")
+                cell = rows.setdefault((fmt, test, j["threads"]), {}).setdefault(r, {})
                 cell["engine"] = j["tokens_per_s"]
                 cell["roof"] = j.get("roof_pct")
     return rows
@@ -147,6 +153,11 @@ def main():
     ap.add_argument("--prompt", type=int, default=512, help="prefill tokens; default %(default)s")
     ap.add_argument("--gen", type=int, default=128, help="decode tokens; default %(default)s")
     ap.add_argument("--reps", type=int, default=3, help="reps per test; default %(default)s")
+    ap.add_argument("--depth", type=int, default=0,
+                    help="positions in the KV cache before each test (llama-bench -d); default 0")
+    ap.add_argument("--engine-args", default="",
+                    help="more options for this engine's bench, e.g. --engine-args='--kv-cache f16' "
+                         "(llama.cpp's cache is f16 by default)")
     ap.add_argument("--log", help="the raw output; default DIR/compare.log")
     ap.add_argument("--table", metavar="LOG", help="only print the table of an earlier run's log")
     a = ap.parse_args()
@@ -164,8 +175,8 @@ def main():
         threads = [int(t) for t in a.threads.split(",")]
     except ValueError:
         fail(f"--threads {a.threads!r}: a list of thread counts such as 1,2")
-    if a.rounds < 1 or a.prompt < 1 or a.gen < 1 or a.reps < 1 or min(threads) < 1:
-        fail("--rounds, --prompt, --gen, --reps and --threads must be positive")
+    if a.rounds < 1 or a.prompt < 1 or a.gen < 1 or a.reps < 1 or min(threads) < 1 or a.depth < 0:
+        fail("--rounds, --prompt, --gen, --reps and --threads must be positive, --depth not negative")
     if not os.access(a.lbench, os.X_OK):
         fail(f"{a.lbench}: no llama.cpp bench harness there; build it with "
              "tools/llama_cpp/build.sh (or give --lbench)")

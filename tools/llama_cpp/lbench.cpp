@@ -1,10 +1,12 @@
-// lbench: what `llama-bench -p NP -n NG -r REPS -t THREADS` measures, on llama.h's public API
-// (the npm-carried sources have no llama-bench; build.sh builds this instead).
-//   lbench MODEL.gguf THREADS NP NG REPS
+// lbench: what `llama-bench -p NP -n NG -r REPS -t THREADS [-d DEPTH]` measures, on llama.h's
+// public API (the npm-carried sources have no llama-bench; build.sh builds this instead).
+//   lbench MODEL.gguf THREADS NP NG REPS [DEPTH]
 // A warm-up (one NP-token decode and one single-token decode), then REPS timed reps of one
-// NP-token llama_decode of random ids from position 0, and REPS of NG single-token decodes, the
-// memory cleared before each rep; n_batch 2048, n_ubatch 512, other context settings default.
-// Prints `ppNP THREADS t: mean ± sd tok/s [each rep]` and the same for tgNG.
+// NP-token llama_decode of random ids, and REPS of NG single-token decodes, the memory cleared
+// before each rep and then, with DEPTH, filled with DEPTH random tokens (untimed, as llama-bench's
+// -d), so that each test starts at position DEPTH; n_batch 2048, n_ubatch 512, other context
+// settings default (an f16 KV cache). Prints `ppNP THREADS t: mean ± sd tok/s [each rep]` and the
+// same for tgNG, with ` @ dDEPTH` after the name when DEPTH > 0.
 #include "llama.h"
 #include <chrono>
 #include <cmath>
@@ -22,9 +24,10 @@ static double now_s() {
 }
 
 int main(int argc, char ** argv) {
-    if (argc < 6) { fprintf(stderr, "usage: %s MODEL.gguf THREADS NP NG REPS\n", argv[0]); return 1; }
+    if (argc < 6) { fprintf(stderr, "usage: %s MODEL.gguf THREADS NP NG REPS [DEPTH]\n", argv[0]); return 1; }
     const char * path = argv[1];
     const int nt = atoi(argv[2]), np = atoi(argv[3]), ng = atoi(argv[4]), reps = atoi(argv[5]);
+    const int depth = argc > 6 ? atoi(argv[6]) : 0;
     llama_log_set(log_cb, nullptr);
     llama_backend_init();
 
@@ -33,7 +36,7 @@ int main(int argc, char ** argv) {
     if (!model) { fprintf(stderr, "failed to load %s\n", path); return 1; }
 
     llama_context_params cp = llama_context_default_params();
-    cp.n_ctx = np + ng + 16 > 4096 ? np + ng + 16 : 4096;
+    cp.n_ctx = depth + np + ng + 16 > 4096 ? depth + np + ng + 16 : 4096;
     cp.n_batch = 2048; cp.n_ubatch = 512;
     cp.n_threads = nt; cp.n_threads_batch = nt;
     llama_context * ctx = llama_init_from_model(model, cp);
@@ -44,7 +47,7 @@ int main(int argc, char ** argv) {
     auto rnd = [&]() { return (llama_token)(rng() % n_vocab); };
     llama_memory_t mem = llama_get_memory(ctx);
 
-    auto decode_prompt = [&](int n) {   // n random tokens from pos 0, split by n_batch like llama-bench
+    auto decode_prompt = [&](int n) {   // n random tokens after what the memory holds, split by n_batch like llama-bench
         std::vector<llama_token> toks(n);
         for (auto & t : toks) t = rnd();
         for (int i = 0; i < n; i += (int)cp.n_batch) {
@@ -66,7 +69,8 @@ int main(int argc, char ** argv) {
         m /= ts.size();
         for (double x : ts) s += (x - m) * (x - m);
         s = ts.size() > 1 ? std::sqrt(s / (ts.size() - 1)) : 0.0;
-        printf("%s%d %d t: %8.2f ± %6.2f tok/s  [", name, n, nt, m, s);
+        if (depth > 0) printf("%s%d @ d%d %d t: %8.2f ± %6.2f tok/s  [", name, n, depth, nt, m, s);
+        else printf("%s%d %d t: %8.2f ± %6.2f tok/s  [", name, n, nt, m, s);
         for (size_t i = 0; i < ts.size(); i++) printf("%s%.2f", i ? ", " : "", ts[i]);
         printf("]\n");
         fflush(stdout);
@@ -81,6 +85,7 @@ int main(int argc, char ** argv) {
         std::vector<double> ts;
         for (int r = 0; r < reps; r++) {
             llama_memory_clear(mem, true);
+            if (depth > 0) decode_prompt(depth);
             double t0 = now_s(); run(n); ts.push_back(n / (now_s() - t0));
         }
         report(name, n, ts);
