@@ -63,7 +63,9 @@ AI const void* kv_at(const void* base, size_t i, int F16) { return (const char*)
  * sums run in the same order as for a query alone, so the result does not depend on how queries
  * are paired. */
 #if defined(KERNELS_AVX2)
-/* 8 elements of a cache row from element i on, as fp32 (halves widened by F16C's vcvtph2ps). */
+/* 8 elements of a cache row from element i on, as fp32 (halves widened by F16C's vcvtph2ps).
+ * Without F16C the F16 copies are never called (attention_group and attention_rows take the
+ * scalar reference for an fp16 cache then). */
 AI __m256 kv_load8(const void* row, size_t i, int F16) {
 #if defined(KERNELS_KV_F16)
     if (F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)((const uint16_t*)row + i)));
@@ -144,10 +146,7 @@ AI void scores(float* att, int att_stride, const float* q, int NQ, const void* k
 }
 
 #if defined(KERNELS_AVX512)
-/* weighted_sum's 128 outputs per query from dimension i on, in one pass over the value rows: with
- * 32 vector registers, 2 queries x 128 sums (16 zmm) stay in registers beside a row's 8 value
- * vectors, so each row is read once, not once per 32 dimensions. Each sum runs over t in the same
- * order as in the 32-wide passes, so the result is the same bits. */
+/* 16 elements of a cache row from element i on, as fp32 (kv_load8's 512-bit twin). */
 AI __m512 kv_load16(const void* row, size_t i, int F16) {
 #if defined(KERNELS_KV_F16)
     if (F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)((const uint16_t*)row + i)));
@@ -155,6 +154,10 @@ AI __m512 kv_load16(const void* row, size_t i, int F16) {
     return _mm512_loadu_ps((const float*)row + i);
 }
 
+/* weighted_sum's 128 outputs per query from dimension i on, in one pass over the value rows: with
+ * 32 vector registers, 2 queries x 128 sums (16 zmm) stay in registers beside a row's 8 value
+ * vectors, so each row is read once, not once per 32 dimensions. Each sum runs over t in the same
+ * order as in the 32-wide passes, so the result is the same bits. */
 AI void weighted_sum_128(float* out, const float* att, int att_stride, int NQ, const void* values, int stride,
                          int n, int d, int i, int add, int F16) {
     __m512 o[2][8];
