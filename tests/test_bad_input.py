@@ -326,6 +326,8 @@ class EngineErrors(unittest.TestCase):
             [g, '--prompt-ids', '1', '-n'],               # missing value
             [g, '--prompt-ids', '100000', '-n', '1'],     # id >= vocab_size (300)
             [g, '--prompt-ids', '-5', '-n', '1'],
+            [g, '--prompt-ids', '1', '--kv-cache', 'f8'],  # only f32 and f16
+            [g, '-m', 'bench', '--bench-depth', '-1'],
             [],                                           # no checkpoint at all
         ]
         for args in cases:
