@@ -319,7 +319,8 @@ static size_t attention_scratch_rows(const Config* c) {
     return (size_t)(group > ATTENTION_QUERY_TILE ? group : ATTENTION_QUERY_TILE);
 }
 
-/* The KV cache (keys and values alike) in blocks of KV_BLOCK_LEN positions; a block holds every
+/* The KV cache (keys and values alike) in blocks of state.kv_block_len positions (KV_BLOCK_LEN for
+ * fp32 elements, twice that for halves: the same bytes); a block holds every
  * layer's and kv head's rows of its positions, [block][layer][kv head][position in block][d], so
  * the cache grows in position order and can sit in 2 MB pages without mapping more than the
  * positions reached (plus the rest of a block and of its last 2 MB page); within a block each kv
@@ -329,20 +330,25 @@ static size_t attention_scratch_rows(const Config* c) {
  * caches flushed before each pass, two runs) 1.12-1.24 / 3.14-3.49 / 12.2-12.8 ms per token at
  * 64 / 256 / 1024 positions, in these blocks 0.97-1.24 / 2.90-3.20 / 11.3-11.5; q4 decode with one
  * thread, alternating: tg512 56.7-58.2 -> 60.5-61.5 tok/s, tg1024 49.3-49.8 -> 51.6-53.8
- * (docs/notes-kernels.md, "Thirteenth session"). */
-static size_t kv_block_elems(const Config* c) {
-    return (size_t)c->n_layers * c->n_kv_heads * KV_BLOCK_LEN * c->head_dim;
+ * (docs/notes-kernels.md, "Thirteenth session"). The fp16 cache's runs are as long in bytes (256
+ * positions x 256 bytes): with 128-position blocks of halves (32 KB runs) its decode attention ran
+ * 6-10% slower (tools/attention_probe.c, two runs, 256 / 1024 / 4096 positions 1.85-1.93 /
+ * 7.66-8.05 / 27.9-28.1 ms against 1.72-1.78 / 7.21-7.26 / 25.6-26.0; the engine's q4 tg1024 with
+ * one thread was level, 67.5-67.6 against 67.6-68.4 tok/s; docs/notes-kernels.md "Twentieth
+ * session"). */
+static size_t kv_block_elems(const Config* c, int block_len) {
+    return (size_t)c->n_layers * c->n_kv_heads * (size_t)block_len * c->head_dim;
 }
 
-static size_t kv_cache_elems(const Config* c) {
-    return (size_t)((c->seq_len + KV_BLOCK_LEN - 1) / KV_BLOCK_LEN) * kv_block_elems(c);
+static size_t kv_cache_elems(const Config* c, int block_len) {
+    return (size_t)((c->seq_len + block_len - 1) / block_len) * kv_block_elems(c, block_len);
 }
 
 /* Where layer l, kv head h, position p sits in either cache, in elements (floats, or halves with
  * state.kv_f16). */
-static size_t kv_offset(const Config* c, int l, int h, int p) {
-    size_t row = ((size_t)l * c->n_kv_heads + (size_t)h) * KV_BLOCK_LEN + (size_t)(p % KV_BLOCK_LEN);
-    return (size_t)(p / KV_BLOCK_LEN) * kv_block_elems(c) + row * c->head_dim;
+static size_t kv_offset(const Config* c, int block_len, int l, int h, int p) {
+    size_t row = ((size_t)l * c->n_kv_heads + (size_t)h) * (size_t)block_len + (size_t)(p % block_len);
+    return (size_t)(p / block_len) * kv_block_elems(c, block_len) + row * c->head_dim;
 }
 
 static size_t kv_elem_bytes(const RunState* s) { return s->kv_f16 ? sizeof(uint16_t) : sizeof(float); }
@@ -376,7 +382,8 @@ static int alloc_state(Transformer* t, int n_threads) {
     /* The cache is the one big allocation (whole blocks of positions, twice), mapped lazily: memory
      * is only used for the blocks reached (populate_kv_cache). */
     s->kv_f16 = kv_f16_wanted;
-    size_t kv_bytes = kv_cache_elems(c) * kv_elem_bytes(s);
+    s->kv_block_len = s->kv_f16 ? 2 * KV_BLOCK_LEN : KV_BLOCK_LEN;
+    size_t kv_bytes = kv_cache_elems(c, s->kv_block_len) * kv_elem_bytes(s);
     s->key_cache = alloc_huge_anonymous(kv_bytes);
     s->value_cache = alloc_huge_anonymous(kv_bytes);
     s->rope_cos = alloc_array(seq * (size_t)(c->head_dim / 2), sizeof(float));
@@ -543,10 +550,10 @@ static void attend(const AttentionJob* job, int r, int n, int kv, float* scratch
     int h0 = kv * group;                           /* contiguous groups: heads kv*G .. kv*G+G-1, not h mod K */
     int n_pos = job->pos0 + r + 1;                 /* causal: positions 0 .. pos of row r */
     size_t at = (size_t)r * H * d + (size_t)h0 * d; /* row r's first query head of the group */
-    size_t head = kv_offset(c, job->layer, kv, 0);  /* kv head kv's rows in the cache's first block */
+    size_t head = kv_offset(c, s->kv_block_len, job->layer, kv, 0);  /* kv head kv's rows in the cache's first block */
     const size_t at_head = head * kv_elem_bytes(s);
-    KVRows rows = {(const char*)s->key_cache + at_head, (const char*)s->value_cache + at_head, d, KV_BLOCK_LEN,
-                   kv_block_elems(c), s->kv_f16};
+    KVRows rows = {(const char*)s->key_cache + at_head, (const char*)s->value_cache + at_head, d, s->kv_block_len,
+                   kv_block_elems(c, s->kv_block_len), s->kv_f16};
     if (n == 1)
         attention_group(s->att_out + at, s->q + at, group, &rows, n_pos, d, scale, scratch);
     else
@@ -587,18 +594,19 @@ static void populate_kv_cache(Transformer* t, int end) {
     RunState* s = &t->state;
     if (end <= s->kv_populated) return;
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    const size_t block = kv_block_elems(c) * kv_elem_bytes(s);
-    const int blocks = (end + KV_BLOCK_LEN - 1) / KV_BLOCK_LEN;
+    const int bl = s->kv_block_len;
+    const size_t block = kv_block_elems(c, bl) * kv_elem_bytes(s);
+    const int blocks = (end + bl - 1) / bl;
     char* const caches[2] = {(char*)s->key_cache, (char*)s->value_cache};
     for (int which = 0; which < 2; which++) {
-        uintptr_t a = (uintptr_t)(caches[which] + (size_t)(s->kv_populated / KV_BLOCK_LEN) * block) & ~(page - 1);
+        uintptr_t a = (uintptr_t)(caches[which] + (size_t)(s->kv_populated / bl) * block) & ~(page - 1);
         uintptr_t b = (uintptr_t)(caches[which] + (size_t)blocks * block);
         if (madvise((void*)a, b - a, MADV_POPULATE_WRITE) != 0) {
             s->kv_populated = c->seq_len; /* not supported here: leave it to the page faults */
             return;
         }
     }
-    s->kv_populated = blocks * KV_BLOCK_LEN < c->seq_len ? blocks * KV_BLOCK_LEN : c->seq_len;
+    s->kv_populated = blocks * bl < c->seq_len ? blocks * bl : c->seq_len;
 #else
     (void)t, (void)end;
 #endif
@@ -672,7 +680,7 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
                  * positions one after another within a block (kv_offset), so attention reads a
                  * head's keys (and values) as a few long streams. */
                 for (int h = 0; h < K; h++) {
-                    size_t at = kv_offset(c, l, h, p0 + r);
+                    size_t at = kv_offset(c, s->kv_block_len, l, h, p0 + r);
                     kv_store(s, s->key_cache, at, k + h * d, d);
                     kv_store(s, s->value_cache, at, ROW(s->v, r, kv_dim) + h * d, d);
                 }

@@ -488,16 +488,24 @@ class EndToEnd(unittest.TestCase):
     def test_kv_cache_f16(self):
         """--kv-cache f16 stores keys and values as IEEE halves: against the reference that rounds
         its cached keys and values the same way (Reference.forward(kv_f16=True)) the logits agree
-        within TIGHT_TOL, in prefill and decode, GQA 4 and 2, head_dim 32 (the SIMD attention) and
-        16 (the scalar one on x86-64), two threads. The plain reference must be farther off than
-        that (the option took effect, and the test can tell the two apart)."""
-        for variant in ('qwen3_f32_untied_sharded_gqa4_hd32', 'llama_bf16_tied_gqa2_hd32', 'qwen3_bf16_decode_only'):
+        within TIGHT_TOL (3x on the long prompt, see below), in prefill and decode, GQA 4 and 2, head_dim 32 (the SIMD attention) and
+        16 (the scalar one on x86-64), two threads, and a 264-token prompt (chunks of 256 rows; the
+        fp16 cache's blocks are 256 positions, so prefill and decode cross a block). The plain
+        reference must be farther off than that (the option took effect, and the test can tell
+        the two apart)."""
+        for variant in ('qwen3_f32_untied_sharded_gqa4_hd32', 'llama_bf16_tied_gqa2_hd32', 'qwen3_bf16_decode_only',
+                        'qwen3_f32_long_prompt_3layers'):
             with self.subTest(variant=variant):
                 args = ['--kv-cache', 'f16', '--threads', '2']
                 err, _ = self.run_and_compare(variant, args, 6, ref_kw=dict(kv_f16=True))
                 err_plain, _ = self.run_and_compare(variant, args, 6)
-                self.assertLess(err, TIGHT_TOL, 'against the fp16-cache reference (plain: %.2e)' % err_plain)
-                self.assertGreater(err_plain, TIGHT_TOL,
+                # A key or value whose fp32 value lies within float noise of the midpoint between
+                # two halves can round the other way in the engine than in the reference; over the
+                # long prompt's 270 positions that happens (measured 3.7e-5, short prompts 2e-7 to
+                # 4e-7), so it gets 3x the bound.
+                bound = TIGHT_TOL if len(VARIANTS[variant][1]) < 100 else 3 * TIGHT_TOL
+                self.assertLess(err, bound, 'against the fp16-cache reference (plain: %.2e)' % err_plain)
+                self.assertGreater(err_plain, max(TIGHT_TOL, 5 * err),
                                    'the fp16 cache looks like the fp32 one (%.2e, %.2e)' % (err, err_plain))
 
     def test_small_context(self):

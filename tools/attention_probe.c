@@ -1,7 +1,8 @@
 /* Decode attention of the Qwen3-0.6B shape (28 layers x 8 kv heads = 224 groups of 2 queries,
- * head_dim 128) over the engine's KV cache layout (blocks of KV_BLOCK_LEN positions in 2 MB pages,
- * model.c "The KV cache") with fp32 elements and with fp16 ones (`--kv-cache f16`), the same numbers
- * in both (values exactly representable as halves), with the caches flushed before each pass as
+ * head_dim 128) over the engine's KV cache layout (model.c "The KV cache": blocks of KV_BLOCK_LEN
+ * positions of fp32 elements, or of twice as many fp16 ones with `--kv-cache f16`, in 2 MB pages;
+ * PROBE_F16_BLOCK=N at compile time gives the fp16 cache blocks of N positions instead), the same
+ * numbers in both (values exactly representable as halves), with the caches flushed before each pass as
  * the matmuls between two layers flush them in decode. Both go through the engine's
  * attention_group. Rounds alternate between the two; medians are printed. One thread. Build and run
  * from the repository root:
@@ -24,6 +25,9 @@
 #define D 128
 #define NQ 2
 #define CTX 4096
+#ifndef PROBE_F16_BLOCK
+#define PROBE_F16_BLOCK (2 * KV_BLOCK_LEN)
+#endif
 
 static double now_s(void) {
     struct timespec ts;
@@ -51,12 +55,19 @@ int main(int argc, char** argv) {
         fprintf(stderr, "attention_probe: out of memory (or rounds not in 1..99)\n");
         return 1;
     }
-    for (size_t i = 0; i < n_elems; i++) {
-        k16[i] = float_to_half((float)((i * 2654435761u) % 2001) * 1e-3f - 1.0f);
-        v16[i] = float_to_half((float)((i * 40503u) % 2001) * 1e-3f - 1.0f);
-        k32[i] = half_to_float(k16[i]);
-        v32[i] = half_to_float(v16[i]);
-    }
+    /* [CTX / B][group][B][D] with B = KV_BLOCK_LEN (fp32) or PROBE_F16_BLOCK (fp16), position p of
+     * group g filled with the same number in both */
+    for (size_t g = 0; g < GROUPS; g++)
+        for (size_t p = 0; p < CTX; p++)
+            for (size_t i = 0; i < D; i++) {
+                const size_t src = (g * CTX + p) * D + i;
+                const size_t a32 = ((p / KV_BLOCK_LEN * GROUPS + g) * KV_BLOCK_LEN + p % KV_BLOCK_LEN) * D + i;
+                const size_t a16 = ((p / PROBE_F16_BLOCK * GROUPS + g) * PROBE_F16_BLOCK + p % PROBE_F16_BLOCK) * D + i;
+                k16[a16] = float_to_half((float)((src * 2654435761u) % 2001) * 1e-3f - 1.0f);
+                v16[a16] = float_to_half((float)((src * 40503u) % 2001) * 1e-3f - 1.0f);
+                k32[a32] = half_to_float(k16[a16]);
+                v32[a32] = half_to_float(v16[a16]);
+            }
     memset(flush, 1, flush_bytes);
     for (int i = 0; i < GROUPS * NQ * D; i++) q[i] = (float)(i % 17) * 0.1f - 0.8f;
     const int npos[] = {64, 256, 1024, 4096};
@@ -74,9 +85,10 @@ int main(int argc, char** argv) {
                 sink += s;
                 double t0 = now_s();
                 for (int g = 0; g < GROUPS; g++) {
-                    const size_t at = (size_t)g * KV_BLOCK_LEN * D, block = (size_t)GROUPS * KV_BLOCK_LEN * D;
-                    KVRows rows = layout == 0 ? (KVRows){k32 + at, v32 + at, D, KV_BLOCK_LEN, block, 0}
-                                              : (KVRows){k16 + at, v16 + at, D, KV_BLOCK_LEN, block, 1};
+                    const int bl = layout == 0 ? KV_BLOCK_LEN : PROBE_F16_BLOCK;
+                    const size_t at = (size_t)g * bl * D, block = (size_t)GROUPS * bl * D;
+                    KVRows rows = layout == 0 ? (KVRows){k32 + at, v32 + at, D, bl, block, 0}
+                                              : (KVRows){k16 + at, v16 + at, D, bl, block, 1};
                     attention_group(out + (size_t)g * NQ * D, q + (size_t)g * NQ * D, NQ, &rows, n, D, 0.0884f, att);
                 }
                 t[layout][r] = (now_s() - t0) * 1e3;
