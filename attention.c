@@ -118,13 +118,22 @@ void softmax(float* x, int n) {
  * accumulators per query. With prefetch_values set, value row t is prefetched while key row t is
  * read, so the values stream in beside the keys and the weighted sum finds them in cache
  * (decode, 28 layers x 8 kv heads of 2 queries, head_dim 128, 1 thread: 1.89 -> 1.31 ms per
- * token at 128 positions, 9.9 -> 7.0 at 512; docs/notes-kernels.md, "Sixth session"). */
+ * token at 128 positions, 9.9 -> 7.0 at 512; docs/notes-kernels.md, "Sixth session"). An fp16
+ * cache's values go into L2 instead (prefetcht1): tools/attention_probe.c, two runs, 64 / 256 /
+ * 1024 / 4096 positions 0.57-0.74 / 1.73-1.97 / 7.1-8.8 / 25.2-25.9 ms with T0, 0.52-0.57 /
+ * 1.37-1.55 / 5.8-6.0 / 21.7-22.1 with T1; for fp32 values T1 was level or slower ("Twentieth
+ * session"). */
 AI void scores(float* att, int att_stride, const float* q, int NQ, const void* keys, const void* prefetch_values,
                int stride, int n, int d, float scale, int F16) {
     for (int t = 0; t < n; t++) {
         const void* k = kv_at(keys, (size_t)t * stride, F16);
         const char* v = prefetch_values ? kv_at(prefetch_values, (size_t)t * stride, F16) : NULL;
-        for (int i = 0; v && i < d * (F16 ? 2 : 4); i += 64) _mm_prefetch(v + i, _MM_HINT_T0);
+        for (int i = 0; v && i < d * (F16 ? 2 : 4); i += 64) {
+            if (F16)
+                _mm_prefetch(v + i, _MM_HINT_T1); /* halves: into L2 (see above) */
+            else
+                _mm_prefetch(v + i, _MM_HINT_T0);
+        }
         __m256 a[2][4];
 #pragma GCC unroll 2
         for (int j = 0; j < NQ; j++)
