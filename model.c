@@ -676,7 +676,8 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
                 const float* sin_p = ROW(s->rope_sin, p0 + r, d / 2);
                 rope(q, H, d, cos_p, sin_p);
                 rope(k, K, d, cos_p, sin_p);
-                /* 2.2 step 2.6: the cache stores keys after QK-Norm and RoPE (7.5); each kv head's
+                /* 2.2 step 2.6: the cache stores keys after QK-Norm and RoPE (7.5), rounded to
+                 * halves with --kv-cache f16 (kv_store); each kv head's
                  * positions one after another within a block (kv_offset), so attention reads a
                  * head's keys (and values) as a few long streams. */
                 for (int h = 0; h < K; h++) {

@@ -190,8 +190,8 @@ static void parse_args(int argc, char** argv, Options* o) {
                     IS("-n", "--steps") || IS("-i", "--input") || IS("", "--prompt-ids") ||
                     IS("-m", "--mode") || IS("-y", "--system") || IS("-c", "--ctx") ||
                     IS("", "--threads") || IS("", "--dump-logits") || IS("", "--bench-prompt") ||
-                    IS("", "--bench-gen") || IS("", "--bench-reps") || IS("", "--bench-depth") || IS("", "--thinking") ||
-                    IS("", "--show-thinking") || IS("", "--kv-cache");
+                    IS("", "--bench-gen") || IS("", "--bench-reps") || IS("", "--bench-depth") ||
+                    IS("", "--thinking") || IS("", "--show-thinking") || IS("", "--kv-cache");
         if (!known) die(2, "unknown option '%s' (see --help)", arg);
         if (value == NULL) die(2, "option %s needs a value (see --help)", name);
         if (!eq) i++;
@@ -243,7 +243,8 @@ static void parse_args(int argc, char** argv, Options* o) {
         } else if (IS("", "--show-thinking")) {
             o->show_thinking = (int)parse_int(name, value, 0, 1);
         } else if (IS("", "--kv-cache")) {
-            if (strcmp(value, "f32") && strcmp(value, "f16")) die(2, "%s must be f32 or f16, got '%s'", name, value);
+            if (strcmp(value, "f32") && strcmp(value, "f16"))
+                die(2, "%s must be f32 or f16, got '%s'", name, value);
             o->kv_f16 = strcmp(value, "f16") == 0;
         } else if (IS("", "--dump-logits")) {
             o->dump_logits = value;
