@@ -6,6 +6,8 @@
 #include "kernels.h"
 #include "simd_math.h"
 
+#define AI static inline __attribute__((always_inline))
+
 void softmax_scalar(float* x, int n) {
     if (n <= 0) return;
     float m = x[0];
@@ -21,12 +23,15 @@ void softmax_scalar(float* x, int n) {
 }
 
 /* Element i of a cache array as fp32: a float, or a half widened exactly (KVRows.f16). */
-static inline float kv_elem(const void* base, size_t i, int f16) {
+AI float kv_elem(const void* base, size_t i, int f16) {
     return f16 ? half_to_float(((const uint16_t*)base)[i]) : ((const float*)base)[i];
 }
 
-void attention_group_scalar(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int head_dim,
-                            float scale, float* att) {
+/* The reference, with the element type f16 a constant in each inlined copy (a test per element
+ * made the fp32 reference, which models whose head_dim the SIMD kernels do not take run on,
+ * measurably slower). */
+AI void attention_group_ref(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int head_dim,
+                            float scale, float* att, int f16) {
     for (int j = 0; j < n_q; j++) {
         const float* qj = q + (size_t)j * head_dim;
         float* oj = out + (size_t)j * head_dim;
@@ -34,7 +39,7 @@ void attention_group_scalar(float* out, const float* q, int n_q, const KVRows* k
         for (int t = 0; t < n_pos; t++) {
             const size_t k = kv_row_offset(kv, t);
             float s = 0.0f;
-            for (int i = 0; i < head_dim; i++) s += qj[i] * kv_elem(kv->keys, k + i, kv->f16);
+            for (int i = 0; i < head_dim; i++) s += qj[i] * kv_elem(kv->keys, k + i, f16);
             aj[t] = s * scale;
         }
         softmax_scalar(aj, n_pos);
@@ -42,9 +47,17 @@ void attention_group_scalar(float* out, const float* q, int n_q, const KVRows* k
         for (int t = 0; t < n_pos; t++) {
             const size_t v = kv_row_offset(kv, t);
             float a = aj[t];
-            for (int i = 0; i < head_dim; i++) oj[i] += a * kv_elem(kv->values, v + i, kv->f16);
+            for (int i = 0; i < head_dim; i++) oj[i] += a * kv_elem(kv->values, v + i, f16);
         }
     }
+}
+
+void attention_group_scalar(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int head_dim,
+                            float scale, float* att) {
+    if (kv->f16)
+        attention_group_ref(out, q, n_q, kv, n_pos, head_dim, scale, att, 1);
+    else
+        attention_group_ref(out, q, n_q, kv, n_pos, head_dim, scale, att, 0);
 }
 
 void float_to_half_row_scalar(uint16_t* out, const float* x, int n) {
@@ -54,7 +67,6 @@ void float_to_half_row_scalar(uint16_t* out, const float* x, int n) {
 /* The cache arrays hold fp32 or halves (KVRows.f16); the SIMD kernels below take that as F16, a
  * constant in each inlined copy, so the fp32 copies are the code they were. kv_at: element i's
  * address. */
-#define AI static inline __attribute__((always_inline))
 AI const void* kv_at(const void* base, size_t i, int F16) { return (const char*)base + i * (F16 ? 2 : 4); }
 
 /* The SIMD twins take the group's queries two at a time: every key and value vector is loaded once
