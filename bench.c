@@ -137,8 +137,7 @@ static double weight_bytes_per_token(const Transformer* t) {
 /* KV cache bytes read by the decode step at position p (keys and values of positions 0 .. p). */
 static double kv_bytes_at(const Transformer* t, int p) {
     const Config* c = &t->config;
-    const double elem = t->state.kv_f16 ? 2 : 4; /* --kv-cache f16 or f32 */
-    return 2.0 * elem * c->n_layers * (double)(p + 1) * c->n_kv_heads * c->head_dim;
+    return 2.0 * (double)kv_elem_bytes(&t->state) * c->n_layers * (double)(p + 1) * c->n_kv_heads * c->head_dim;
 }
 
 /* ---- the tests ---- */

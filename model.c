@@ -319,7 +319,7 @@ static size_t attention_scratch_rows(const Config* c) {
     return (size_t)(group > ATTENTION_QUERY_TILE ? group : ATTENTION_QUERY_TILE);
 }
 
-/* The KV cache (keys and values alike) in blocks of state.kv_block_len positions (KV_BLOCK_LEN for
+/* The KV cache (keys and values alike) in blocks of kv_block_len() positions (KV_BLOCK_LEN for
  * fp32 elements, twice that for halves: the same bytes); a block holds every
  * layer's and kv head's rows of its positions, [block][layer][kv head][position in block][d], so
  * the cache grows in position order and can sit in 2 MB pages without mapping more than the
@@ -351,8 +351,6 @@ static size_t kv_offset(const Config* c, int block_len, int l, int h, int p) {
     return (size_t)(p / block_len) * kv_block_elems(c, block_len) + row * c->head_dim;
 }
 
-static size_t kv_elem_bytes(const RunState* s) { return s->kv_f16 ? sizeof(uint16_t) : sizeof(float); }
-
 /* Stores n values at element `at` of a cache: as they are, or rounded to halves. */
 static void kv_store(const RunState* s, void* cache, size_t at, const float* x, int n) {
     if (s->kv_f16)
@@ -382,8 +380,7 @@ static int alloc_state(Transformer* t, int n_threads) {
     /* The cache is the one big allocation (whole blocks of positions, twice), mapped lazily: memory
      * is only used for the blocks reached (populate_kv_cache). */
     s->kv_f16 = kv_f16_wanted;
-    s->kv_block_len = s->kv_f16 ? 2 * KV_BLOCK_LEN : KV_BLOCK_LEN;
-    size_t kv_bytes = kv_cache_elems(c, s->kv_block_len) * kv_elem_bytes(s);
+    size_t kv_bytes = kv_cache_elems(c, kv_block_len(s)) * kv_elem_bytes(s);
     s->key_cache = alloc_huge_anonymous(kv_bytes);
     s->value_cache = alloc_huge_anonymous(kv_bytes);
     s->rope_cos = alloc_array(seq * (size_t)(c->head_dim / 2), sizeof(float));
@@ -550,10 +547,10 @@ static void attend(const AttentionJob* job, int r, int n, int kv, float* scratch
     int h0 = kv * group;                           /* contiguous groups: heads kv*G .. kv*G+G-1, not h mod K */
     int n_pos = job->pos0 + r + 1;                 /* causal: positions 0 .. pos of row r */
     size_t at = (size_t)r * H * d + (size_t)h0 * d; /* row r's first query head of the group */
-    size_t head = kv_offset(c, s->kv_block_len, job->layer, kv, 0);  /* kv head kv's rows in the cache's first block */
-    const size_t at_head = head * kv_elem_bytes(s);
-    KVRows rows = {(const char*)s->key_cache + at_head, (const char*)s->value_cache + at_head, d, s->kv_block_len,
-                   kv_block_elems(c, s->kv_block_len), s->kv_f16};
+    const int bl = kv_block_len(s);
+    size_t head = kv_offset(c, bl, job->layer, kv, 0) * kv_elem_bytes(s); /* kv head kv's rows in the first block, bytes */
+    KVRows rows = {(const char*)s->key_cache + head, (const char*)s->value_cache + head, d, bl, kv_block_elems(c, bl),
+                   s->kv_f16};
     if (n == 1)
         attention_group(s->att_out + at, s->q + at, group, &rows, n_pos, d, scale, scratch);
     else
@@ -594,7 +591,7 @@ static void populate_kv_cache(Transformer* t, int end) {
     RunState* s = &t->state;
     if (end <= s->kv_populated) return;
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    const int bl = s->kv_block_len;
+    const int bl = kv_block_len(s);
     const size_t block = kv_block_elems(c, bl) * kv_elem_bytes(s);
     const int blocks = (end + bl - 1) / bl;
     char* const caches[2] = {(char*)s->key_cache, (char*)s->value_cache};
@@ -681,7 +678,7 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
                  * positions one after another within a block (kv_offset), so attention reads a
                  * head's keys (and values) as a few long streams. */
                 for (int h = 0; h < K; h++) {
-                    size_t at = kv_offset(c, s->kv_block_len, l, h, p0 + r);
+                    size_t at = kv_offset(c, kv_block_len(s), l, h, p0 + r);
                     kv_store(s, s->key_cache, at, k + h * d, d);
                     kv_store(s, s->value_cache, at, ROW(s->v, r, kv_dim) + h * d, d);
                 }

@@ -187,18 +187,21 @@ typedef struct {
     float* att;      /* [n_threads, max(H/K, 4), seq_len]  scores of one GQA group (decode) or one
                       * query tile (prefill) per thread */
     float* logits;   /* [vocab]    logits of the last position */
-    void* key_cache;     /* [seq_len / kv_block_len (rounded up), L, K, kv_block_len, d]  keys after
+    void* key_cache;     /* [seq_len / kv_block_len() (rounded up), L, K, kv_block_len(), d]  keys after
                           * QK-Norm and RoPE, in blocks of positions (model.c, kv_offset) */
     void* value_cache;   /* the same for the values */
     int kv_f16;          /* the caches' elements: 0 float, 1 IEEE half (uint16_t) */
-    int kv_block_len;    /* positions per block: KV_BLOCK_LEN, twice that with halves (same bytes) */
     int kv_populated;    /* cache pages of positions below this are mapped (populate_kv_cache) */
     float* rope_cos;     /* [seq_len, d/2]  cos(p * inv_freq[i]) */
     float* rope_sin;     /* [seq_len, d/2] */
 } RunState;
 
-/* Positions per block of an fp32 KV cache; an fp16 one has twice as many (model.c, "The KV cache"). */
+/* Positions per block of an fp32 KV cache; an fp16 one has twice as many, the same bytes (model.c,
+ * "The KV cache"). */
 #define KV_BLOCK_LEN 128
+
+static inline int kv_block_len(const RunState* s) { return s->kv_f16 ? 2 * KV_BLOCK_LEN : KV_BLOCK_LEN; }
+static inline size_t kv_elem_bytes(const RunState* s) { return s->kv_f16 ? sizeof(uint16_t) : sizeof(float); }
 
 typedef struct {
     Config config;

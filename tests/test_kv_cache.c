@@ -44,9 +44,8 @@ static int resident(const void* a, const void* b) {
 /* Block b of both caches: resident (want 1) or not (want 0), every page of it. */
 static void check_block(const Transformer* t, int b, int want, const char* when) {
     const Config* c = &t->config;
-    const int bl = t->state.kv_block_len;
-    const size_t block = (size_t)c->n_layers * c->n_kv_heads * (size_t)bl * c->head_dim *
-                         (t->state.kv_f16 ? sizeof(uint16_t) : sizeof(float)); /* bytes */
+    const int bl = kv_block_len(&t->state);
+    const size_t block = (size_t)c->n_layers * c->n_kv_heads * (size_t)bl * c->head_dim * kv_elem_bytes(&t->state);
     const char *k = t->state.key_cache, *v = t->state.value_cache;
     int ok = resident(k + b * block, k + (b + 1) * block) == want && resident(v + b * block, v + (b + 1) * block) == want;
     char what[160];
@@ -66,7 +65,7 @@ static int run_case(int kv_f16) {
     }
     int supported = 1;
     check(t.state.kv_f16 == kv_f16, kv_f16 ? "the cache is fp16 as asked" : "the cache is fp32 by default");
-    check(t.state.kv_block_len == (kv_f16 ? 2 : 1) * KV_BLOCK_LEN, "blocks of 128 positions, 256 with halves");
+    check(kv_block_len(&t.state) == (kv_f16 ? 2 : 1) * KV_BLOCK_LEN, "blocks of 128 positions, 256 with halves");
     check(t.config.seq_len == 2 * KV_BLOCK_LEN, "the shipped model's context is 256 positions");
     int tokens[40];
     for (int i = 0; i < 40; i++) tokens[i] = 100 + i;
