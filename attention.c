@@ -124,10 +124,22 @@ void softmax(float* x, int n) {
     for (; i < n; i++) x[i] *= inv;
 }
 
-#define DIM_STEP 32 /* head_dim a multiple of this takes the SIMD path */
+#define DIM_STEP 16 /* head_dim a multiple of this takes the SIMD path */
 
-/* att[j][t] = (q_j . k_t) * scale for NQ (1 or 2) queries; head_dim a multiple of 32, four
- * accumulators per query. With prefetch_values set, value row t is prefetched while key row t is
+/* a[j][u] += q_j * k over the 8 dimensions from i + 8u on, for u < NU (4, or 2 for a last 16). */
+AI void scores_step(__m256 a[2][4], const float* q, int NQ, const void* k, int d, int i, int NU, int F16) {
+#pragma GCC unroll 4
+    for (int u = 0; u < NU; u++) {
+        __m256 kv = kv_load8(k, i + 8 * u, F16);
+#pragma GCC unroll 2
+        for (int j = 0; j < NQ; j++)
+            a[j][u] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)j * d + i + 8 * u), kv, a[j][u]);
+    }
+}
+
+/* att[j][t] = (q_j . k_t) * scale for NQ (1 or 2) queries; head_dim a multiple of 16: four
+ * accumulators per query over each 32 dimensions, the first two over a last 16 (head_dim 48 of the
+ * shipped model, 2 x 16 + 16). With prefetch_values set, value row t is prefetched while key row t is
  * read, so the values stream in beside the keys and the weighted sum finds them in cache
  * (decode, 28 layers x 8 kv heads of 2 queries, head_dim 128, 1 thread: 1.89 -> 1.31 ms per
  * token at 128 positions, 9.9 -> 7.0 at 512; docs/notes-kernels.md, "Sixth session"). An fp16
@@ -151,14 +163,9 @@ AI void scores(float* att, int att_stride, const float* q, int NQ, const void* k
         for (int j = 0; j < NQ; j++)
 #pragma GCC unroll 4
             for (int u = 0; u < 4; u++) a[j][u] = _mm256_setzero_ps();
-        for (int i = 0; i < d; i += 32)
-#pragma GCC unroll 4
-            for (int u = 0; u < 4; u++) {
-                __m256 kv = kv_load8(k, i + 8 * u, F16);
-#pragma GCC unroll 2
-                for (int j = 0; j < NQ; j++)
-                    a[j][u] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)j * d + i + 8 * u), kv, a[j][u]);
-            }
+        int i = 0;
+        for (; i + 32 <= d; i += 32) scores_step(a, q, NQ, k, d, i, 4, F16);
+        if (i < d) scores_step(a, q, NQ, k, d, i, 2, F16); /* the last 16 */
 #pragma GCC unroll 2
         for (int j = 0; j < NQ; j++)
             att[(size_t)j * att_stride + t] =
@@ -206,40 +213,46 @@ AI void weighted_sum_128(float* out, const float* att, int att_stride, int NQ, c
 }
 #endif
 
+/* weighted_sum's 8 * NU outputs per query from dimension i on (NU 4, or 2 for a head_dim's last
+ * 16), in registers for one pass over the value rows. */
+AI void weighted_sum_pass(float* out, const float* att, int att_stride, int NQ, const void* values, int stride,
+                          int n, int d, int i, int add, int NU, int F16) {
+    __m256 o[2][4];
+#pragma GCC unroll 2
+    for (int j = 0; j < NQ; j++)
+#pragma GCC unroll 4
+        for (int u = 0; u < NU; u++)
+            o[j][u] = add ? _mm256_loadu_ps(out + (size_t)j * d + i + 8 * u) : _mm256_setzero_ps();
+    for (int t = 0; t < n; t++) {
+        const void* v = kv_at(values, (size_t)t * stride, F16);
+        __m256 vv[4];
+#pragma GCC unroll 4
+        for (int u = 0; u < NU; u++) vv[u] = kv_load8(v, i + 8 * u, F16);
+#pragma GCC unroll 2
+        for (int j = 0; j < NQ; j++) {
+            __m256 a = _mm256_broadcast_ss(att + (size_t)j * att_stride + t);
+#pragma GCC unroll 4
+            for (int u = 0; u < NU; u++) o[j][u] = _mm256_fmadd_ps(a, vv[u], o[j][u]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int j = 0; j < NQ; j++)
+#pragma GCC unroll 4
+        for (int u = 0; u < NU; u++) _mm256_storeu_ps(out + (size_t)j * d + i + 8 * u, o[j][u]);
+}
+
 /* out_j (+)= sum_{t < n} att[j * att_stride + t] v_t for NQ (1 or 2) queries, 32 outputs per query
- * in registers per pass (128 in one pass with AVX-512); with add, the sums continue from what out
- * holds (the blocks of the cache after the first: the additions run in the same order as over one
- * array). */
+ * in registers per pass (128 in one pass with AVX-512, 16 in a last pass where head_dim % 32 is
+ * 16); with add, the sums continue from what out holds (the blocks of the cache after the first:
+ * the additions run in the same order as over one array). */
 AI void weighted_sum(float* out, const float* att, int att_stride, int NQ, const void* values, int stride, int n,
                      int d, int add, int F16) {
-    int i0 = 0;
+    int i = 0;
 #if defined(KERNELS_AVX512)
-    for (; i0 + 128 <= d; i0 += 128) weighted_sum_128(out, att, att_stride, NQ, values, stride, n, d, i0, add, F16);
+    for (; i + 128 <= d; i += 128) weighted_sum_128(out, att, att_stride, NQ, values, stride, n, d, i, add, F16);
 #endif
-    for (int i = i0; i < d; i += 32) {
-        __m256 o[2][4];
-#pragma GCC unroll 2
-        for (int j = 0; j < NQ; j++)
-#pragma GCC unroll 4
-            for (int u = 0; u < 4; u++)
-                o[j][u] = add ? _mm256_loadu_ps(out + (size_t)j * d + i + 8 * u) : _mm256_setzero_ps();
-        for (int t = 0; t < n; t++) {
-            const void* v = kv_at(values, (size_t)t * stride, F16);
-            __m256 vv[4];
-#pragma GCC unroll 4
-            for (int u = 0; u < 4; u++) vv[u] = kv_load8(v, i + 8 * u, F16);
-#pragma GCC unroll 2
-            for (int j = 0; j < NQ; j++) {
-                __m256 a = _mm256_broadcast_ss(att + (size_t)j * att_stride + t);
-#pragma GCC unroll 4
-                for (int u = 0; u < 4; u++) o[j][u] = _mm256_fmadd_ps(a, vv[u], o[j][u]);
-            }
-        }
-#pragma GCC unroll 2
-        for (int j = 0; j < NQ; j++)
-#pragma GCC unroll 4
-            for (int u = 0; u < 4; u++) _mm256_storeu_ps(out + (size_t)j * d + i + 8 * u, o[j][u]);
-    }
+    for (; i + 32 <= d; i += 32) weighted_sum_pass(out, att, att_stride, NQ, values, stride, n, d, i, add, 4, F16);
+    if (i < d) weighted_sum_pass(out, att, att_stride, NQ, values, stride, n, d, i, add, 2, F16);
 }
 
 /* Prefill (attention_rows): a tile of NQ (<= 4) queries x NT (<= 3) keys, one accumulator per
@@ -504,6 +517,16 @@ AI void attend_group(float* out, const float* q, int n_q, const KVRows* kv, int 
                        j == 0, F16);
 }
 #endif
+
+int attention_simd(int head_dim, int f16) {
+#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
+    const KVRows kv = {NULL, NULL, 0, 0, 0, f16};
+    return simd_takes(&kv, head_dim);
+#else
+    (void)head_dim, (void)f16;
+    return 0;
+#endif
+}
 
 void attention_group(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int head_dim, float scale,
                      float* att) {

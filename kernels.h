@@ -201,6 +201,11 @@ static inline size_t kv_row_offset(const KVRows* kv, int t) {
 void attention_group(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int head_dim, float scale,
                      float* att);
 
+/* Whether attention_group and attention_rows run SIMD kernels for this head_dim and cache element
+ * type (f16: halves) or the scalar reference: in SIMD builds head_dim a multiple of 16 (every
+ * Qwen3's 128, the shipped model's 48), and halves where the build widens them in registers. */
+int attention_simd(int head_dim, int f16);
+
 /* Causal attention of n_rows consecutive batch rows for one GQA group (prefill): row r's n_q query
  * heads are at q + r * row_stride (head j at + j * head_dim), its outputs at out + r * row_stride,
  * and it sees positions 0 .. first_n_pos + r - 1 of the kv head. Each query gets attention_group's

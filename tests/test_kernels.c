@@ -473,10 +473,17 @@ static void free_kv(TestKV* t) {
  * blocked layout against one array: the same bits, in the SIMD kernels (which continue each sum
  * from block to block in the same order) and in the reference. */
 static void test_attention(void) {
-    int dims[] = {128, 64, 40, 160}; /* 160: AVX-512's 128-wide weighted sum and a 32-wide pass after it */
+    /* which head_dims and caches take the SIMD kernels, the ones the comparisons below test */
+    const int simd = strcmp(kernels_simd_name(), "scalar") != 0;
+    check(attention_simd(128, 0) == simd && attention_simd(48, 0) == simd && attention_simd(80, 0) == simd &&
+              !attention_simd(40, 0) && attention_simd(128, 1) == (simd && KV_F16_SIMD) && !attention_simd(40, 1),
+          "attention_simd: head_dim 128, 48, 80 on the SIMD kernels (fp16 where widened in registers), 40 not");
+    /* 160: AVX-512's 128-wide weighted sum and a 32-wide pass after it; 48 and 80: a last 16 (the
+     * shipped model's 48); 40: the scalar reference in every build */
+    int dims[] = {128, 64, 40, 160, 48, 80};
     int npos[] = {1, 2, 7, 33, 300};
     int nqs[] = {1, 2, 3};
-    for (size_t a = 0; a < 4; a++)
+    for (size_t a = 0; a < 6; a++)
         for (size_t p = 0; p < 5; p++)
             for (size_t g = 0; g < 3; g++) {
                 int d = dims[a], n = npos[p], nq = nqs[g], stride = d * 3 + 8;
@@ -530,11 +537,11 @@ static void test_attention(void) {
  * the tile's masking (scores past a query's causal length zeroed before the weighted sum) must not
  * change a query's result, whichever rows share its tile. */
 static void test_attention_rows(void) {
-    int dims[] = {128, 64, 40};
+    int dims[] = {128, 64, 40, 48};
     int groups[] = {1, 2, 3, 5};
     int nrows[] = {1, 2, 3, 7, 8};
     int firsts[] = {1, 5, 70};
-    for (size_t a = 0; a < 3; a++)
+    for (size_t a = 0; a < 4; a++)
         for (size_t g = 0; g < 4; g++)
             for (size_t rr = 0; rr < 5; rr++)
                 for (size_t f = 0; f < 3; f++) {

@@ -488,8 +488,8 @@ class EndToEnd(unittest.TestCase):
     def test_kv_cache_f16(self):
         """--kv-cache f16 stores keys and values as IEEE halves: against the reference that rounds
         its cached keys and values the same way (Reference.forward(kv_f16=True)) the logits agree
-        within TIGHT_TOL (3x on the long prompt, see below), in prefill and decode, GQA 4 and 2, head_dim 32 (the SIMD attention) and
-        16 (the scalar one on x86-64), two threads, and a 264-token prompt (chunks of 256 rows; the
+        within TIGHT_TOL (3x on the long prompt, see below), in prefill and decode, GQA 4 and 2, head_dim 32 and 16
+        (both on the SIMD attention, which takes multiples of 16), two threads, and a 264-token prompt (chunks of 256 rows; the
         fp16 cache's blocks are 256 positions, so prefill and decode cross a block). The plain
         reference must be farther off than that (the option took effect, and the test can tell
         the two apart)."""
