@@ -1,6 +1,7 @@
 /* chat.c: Qwen3's chat template (QWEN3.md section 5) rendered natively, and the chat loop. */
 #include "chat.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -197,6 +198,58 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The conversation as the template takes it, each message's text owned here. */
+typedef struct {
+    ChatMessage* m;
+    int n, cap;
+} Conversation;
+
+/* Appends a message whose content (malloc'ed, NULL = out of memory) the conversation then owns;
+ * 0, or -1 when out of memory. */
+static int conversation_add(Conversation* c, const char* role, char* content) {
+    if (!content) return -1;
+    if (c->n == c->cap) {
+        int cap = c->cap ? 2 * c->cap : 16;
+        ChatMessage* m = realloc(c->m, (size_t)cap * sizeof *m);
+        if (!m) {
+            free(content);
+            return -1;
+        }
+        c->m = m;
+        c->cap = cap;
+    }
+    c->m[c->n++] = (ChatMessage){role, content, NULL};
+    return 0;
+}
+
+static void conversation_free(Conversation* c) {
+    for (int i = 0; i < c->n; i++) free((char*)c->m[i].content);
+    free(c->m);
+}
+
+/* forward() of n tokens from position pos; with dump, in chunks of max_batch rows whose logits all
+ * go to the file (rows: scratch for max_batch of them). The last position's logits, or NULL after
+ * an error message. */
+static float* run_tokens(Transformer* t, const int* ids, int n, int pos, FILE* dump, const char* dump_path,
+                         float* rows) {
+    const int V = t->config.vocab_size, max_batch = t->state.max_batch;
+    float* logits = NULL;
+    for (int i = 0; i < n;) {
+        const int nb = dump && n - i > max_batch ? max_batch : n - i;
+        logits = forward(t, ids + i, nb, pos + i, dump ? rows : NULL);
+        if (!logits) {
+            fprintf(stderr, "chat: forward pass failed\n");
+            return NULL;
+        }
+        if (dump && fwrite(rows, sizeof(float), (size_t)nb * V, dump) != (size_t)nb * V) {
+            fprintf(stderr, "chat: %s: write failed\n", dump_path);
+            return NULL;
+        }
+        i += nb;
+    }
+    return logits;
+}
+
 int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOptions* o) {
     if (!tok || tokenizer_size(tok) == 0) {
         fprintf(stderr, "chat: the checkpoint has no tokenizer\n");
@@ -213,7 +266,28 @@ int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOption
         fprintf(stderr, "chat: out of memory\n");
         return 1;
     }
+    FILE* dump = NULL;
+    float* dump_rows = NULL;
+    if (o->dump_logits) {
+        dump = fopen(o->dump_logits, "wb");
+        const int open_errno = errno;
+        dump_rows = malloc((size_t)t->state.max_batch * V * sizeof(float));
+        if (!dump || !dump_rows) {
+            if (dump) fprintf(stderr, "chat: out of memory\n");
+            else fprintf(stderr, "chat: %s: cannot open for writing: %s\n", o->dump_logits, strerror(open_errno));
+            if (dump) fclose(dump);
+            free(dump_rows);
+            free(history);
+            return 1;
+        }
+    }
+    Conversation conv = {0};
     int pos = 0, status = 0, turn = 0;
+    if (o->system_prompt && o->system_prompt[0] && conversation_add(&conv, "system", strdup(o->system_prompt)) != 0) {
+        fprintf(stderr, "chat: out of memory\n");
+        status = 1;
+        goto done;
+    }
     for (;;) {
         char* user;
         if (o->prompt) {
@@ -240,10 +314,14 @@ int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOption
             status = 1;
             break;
         }
-        /* the previous answer's <|im_end|> was sampled but not run through the model: close_answer */
-        char* text = turn == 0 ? chat_first_turn(o->system_prompt, user, o->thinking)
-                               : chat_next_turn(user, o->thinking, 1);
-        free(user);
+        char* text;
+        if (o->keep_thinking) { /* the previous answer's <|im_end|> was sampled, not run: close_answer */
+            text = turn == 0 ? chat_first_turn(o->system_prompt, user, o->thinking)
+                             : chat_next_turn(user, o->thinking, 1);
+            free(user);
+        } else {
+            text = conversation_add(&conv, "user", user) == 0 ? chat_render(conv.m, conv.n, 1, o->thinking) : NULL;
+        }
         int n = 0;
         int* ids = text ? tokenizer_encode(tok, text, strlen(text), &n) : NULL;
         free(text);
@@ -256,26 +334,43 @@ int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOption
             if (ids[i] < 0 || ids[i] >= V) {
                 fprintf(stderr, "chat: the tokenizer gave id %d, outside the model's vocabulary of %d\n", ids[i], V);
                 free(ids);
-                free(history);
-                return 1;
+                status = 1;
+                goto done;
             }
-        if (pos + n >= seq_len) {
+        /* Where the new tokens go: after the cache (keep_thinking), or after the longest prefix the
+         * cache shares with this prompt (the previous turn's prompt, then the previous answer up to
+         * where the template drops its thinking or tokenizes its text otherwise). At least the
+         * prompt's last token is run: its logits give the answer's first token. */
+        int start = pos;
+        if (!o->keep_thinking) {
+            start = 0;
+            while (start < pos && start < n && history[start] == ids[start]) start++;
+            if (start == n) start = n - 1;
+        }
+        const int* run_ids = o->keep_thinking ? ids : ids + start;
+        const int n_run = o->keep_thinking ? n : n - start;
+        if (start + n_run >= seq_len) {
             fprintf(stderr, "chat: the context is full (%d of %d tokens); a larger -c/--ctx allows more\n",
-                    pos, seq_len);
+                    start + n_run, seq_len);
             free(ids);
             status = 1;
             break;
         }
-        float* logits = forward(t, ids, n, pos, NULL);
+        float* logits = run_tokens(t, run_ids, n_run, start, dump, o->dump_logits, dump_rows);
         if (!logits) {
-            fprintf(stderr, "chat: forward pass failed\n");
             free(ids);
             status = 1;
             break;
         }
-        memcpy(history + pos, ids, (size_t)n * sizeof(int));
-        pos += n;
+        memcpy(history + start, run_ids, (size_t)n_run * sizeof(int));
+        pos = start + n_run;
         free(ids);
+        if (o->verbose_prompt) {
+            fprintf(stderr, "chat: prompt of %d tokens, %d of them already in the KV cache:", pos, start);
+            for (int i = 0; i < pos; i++) fprintf(stderr, "%s%d", i ? "," : " ", history[i]);
+            fputc('\n', stderr);
+        }
+        const int answer_start = pos;
 
         /* the answer */
         Utf8Stream st = {{0}, 0};
@@ -317,9 +412,8 @@ int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOption
                 break;
             }
             history[pos] = next;
-            logits = forward(t, &next, 1, pos, NULL);
+            logits = run_tokens(t, &next, 1, pos, dump, o->dump_logits, dump_rows);
             if (!logits) {
-                fprintf(stderr, "chat: forward pass failed\n");
                 status = 1;
                 break;
             }
@@ -333,6 +427,11 @@ int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOption
         if (color && in_think && o->show_thinking) fputs("\033[0m", stdout);
         fputc('\n', stdout);
         fflush(stdout);
+        if (o->verbose_prompt) {
+            fprintf(stderr, "chat: answer of %d tokens run through the model:", pos - answer_start);
+            for (int i = answer_start; i < pos; i++) fprintf(stderr, "%s%d", i > answer_start ? "," : " ", history[i]);
+            fputc('\n', stderr);
+        }
         double dt = now_s() - t0;
         if (interactive_in && generated > 1)
             fprintf(stderr, "[%d tokens, %.1f tok/s, context %d/%d]\n", generated, generated / (dt > 0 ? dt : 1e-9),
@@ -340,7 +439,22 @@ int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOption
         turn++;
         if (status) break;
         if (pos >= seq_len) break;
+        /* the answer as text, as the template will take it next turn (its thinking dropped there) */
+        if (!o->keep_thinking &&
+            conversation_add(&conv, "assistant", tokenizer_decode(tok, history + answer_start, pos - answer_start, 0,
+                                                                  NULL)) != 0) {
+            fprintf(stderr, "chat: out of memory\n");
+            status = 1;
+            break;
+        }
     }
+done:
+    if (dump && fclose(dump) != 0 && !status) {
+        fprintf(stderr, "chat: %s: write failed\n", o->dump_logits);
+        status = 1;
+    }
+    free(dump_rows);
+    conversation_free(&conv);
     free(history);
     return status;
 }

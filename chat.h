@@ -5,9 +5,11 @@
  *   - chat_render: a whole conversation -> the exact string the Jinja template in
  *     tokenizer_config.json gives (no tools), including its removal of the thinking of assistant
  *     turns before the last user query. Used by tests, and by anyone who re-prefills from scratch.
+ *     The chat loop renders every turn's prompt with it and runs only the tokens after the part
+ *     the KV cache already holds (docs/notes-tokenizer.md).
  *   - chat_first_turn / chat_next_turn: the pieces of text to APPEND to what is already in the KV
- *     cache, so a multi-turn chat never re-processes earlier turns. Earlier assistant turns then keep
- *     their thinking in the cache (the template would drop it): see docs/notes-tokenizer.md.
+ *     cache (`--keep-thinking`): a multi-turn chat never re-processes anything, and earlier
+ *     assistant turns keep their thinking in the cache (the template would drop it).
  * Every function returns a malloc'ed NUL-terminated string (free it), or NULL when out of memory.
  */
 #ifndef CHAT_H
@@ -48,10 +50,20 @@ typedef struct {
     int steps;                 /* at most this many tokens per answer; <= 0: until the context is full */
     int thinking;              /* 1: thinking mode (Qwen3's default); 0: no-think (empty think block) */
     int show_thinking;         /* 1: print the thinking (dim on a terminal); 0: hide it */
+    int keep_thinking;         /* 1: append each turn to the cache (chat_next_turn), earlier
+                                  thinking kept; 0: each turn's prompt is the template's */
+    int verbose_prompt;        /* 1: print each turn's prompt ids and answer ids to stderr */
+    const char* dump_logits;   /* NULL, or a file for the logits of every position run through the
+                                  model, in order: per turn the prompt's new tokens, then the
+                                  answer's (raw float32, vocab_size per row) */
 } ChatOptions;
 
-/* The interactive chat: keeps the KV cache across turns (each turn's text is appended with
- * chat_first_turn / chat_next_turn), streams the answer to stdout. A "> " prompt is printed (to
+/* The interactive chat. Each turn's prompt is chat_render of the conversation so far (the
+ * template's exact prompt: earlier answers without their thinking), tokenized whole; the KV cache
+ * keeps the longest prefix it shares with the previous turn's tokens and only the rest is run (the
+ * previous answer from where the template changed it, and the new message). With keep_thinking
+ * each turn's text is appended instead (chat_first_turn / chat_next_turn). Streams the answer to
+ * stdout. A "> " prompt is printed (to
  * stderr) only when stdin is a terminal. Stops on EOF, "/bye", or a full context. Returns 0, or 1
  * after an error message on stderr. */
 int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOptions* o);

@@ -38,7 +38,7 @@ typedef struct {
     int top_k, steps, threads, ctx;
     const char* thread_counts;   /* --threads as given: a list of counts in bench mode */
     int n_thread_counts;
-    int thinking, show_thinking; /* chat mode */
+    int thinking, show_thinking, keep_thinking, verbose_prompt; /* chat mode */
     int no_mmap;                 /* read the weights into memory instead of mapping them */
     int kv_f16;                  /* --kv-cache f16: keys and values cached as IEEE halves */
     int bf16_activations;        /* prefill: bf16 weights x bf16-rounded activations */
@@ -70,6 +70,11 @@ static void usage(FILE* out) {
             "      --hide-think       chat mode: do not print the thinking (same as --show-thinking 0)\n"
             "      --thinking 0|1     chat mode: 1 = Qwen3's thinking mode (default), 0 = no-think\n"
             "      --show-thinking 0|1  chat mode: print the thinking (default 1) or hide it\n"
+            "      --keep-thinking    chat mode: keep earlier answers' thinking in the context and\n"
+            "                         run only each turn's new text (default: each turn's prompt is\n"
+            "                         the template's, which drops it; the cache is reused up to\n"
+            "                         where the two differ)\n"
+            "      --verbose-prompt   chat mode: print each turn's prompt ids to stderr\n"
             "  -c, --ctx N            context length (KV cache positions); 0 = min(4096, the model's)\n"
             "      --no-mmap          read the weights into memory (huge pages) instead of mapping\n"
             "                         the file: faster decode where page-cache reads are slow\n"
@@ -149,6 +154,14 @@ static void parse_args(int argc, char** argv, Options* o) {
         if (arg[0] != '-' || arg[1] == '\0') { /* the checkpoint */
             if (o->checkpoint) die(2, "unexpected argument '%s' (the checkpoint is '%s')", arg, o->checkpoint);
             o->checkpoint = arg;
+            continue;
+        }
+        if (strcmp(arg, "--keep-thinking") == 0) {
+            o->keep_thinking = 1;
+            continue;
+        }
+        if (strcmp(arg, "--verbose-prompt") == 0) {
+            o->verbose_prompt = 1;
             continue;
         }
         if (strcmp(arg, "--no-think") == 0) { /* chat: the official template's switch-off */
@@ -533,7 +546,7 @@ int main(int argc, char** argv) {
             die(1, "out of memory");
         if (strcmp(o.mode, "chat") == 0) {
             ChatOptions chat = {o.system_prompt, o.prompt, o.has_steps ? o.steps : 0, o.thinking,
-                                o.show_thinking};
+                                o.show_thinking, o.keep_thinking, o.verbose_prompt, o.dump_logits};
             status = chat_main(&t, text_tok, &sampler, &chat);
         } else {
             status = generate(&t, text_tok, &sampler, &o);

@@ -1,0 +1,164 @@
+"""Multi-turn chat (chat.c, chat_main): each turn's prompt is the chat template's rendering of the
+whole conversation (earlier answers without their thinking, as Qwen3's template renders them), and
+the KV cache is kept only up to where it agrees with that prompt.
+
+A random tiny Qwen3 (hf_model.py's model, whose tokenizer has the chat tokens) chats for three
+turns with greedy sampling, printing each turn's prompt ids and answer ids (--verbose-prompt) and
+writing the logits of every position it runs (--dump-logits). Then:
+
+- logits: the positions run in each turn, after the cache was cut back to the shared prefix, give
+  the logits (within 1e-4 of the row's largest) of the same ids run from position 0 in generate
+  mode. A cache kept past the cut, or rows written at the wrong positions, would not: the control
+  runs the stale prompt (the previous turn's prompt and answer as they were cached) and must be
+  farther off than that;
+- ids: every prompt after the first ends with the template's next user turn and generation prompt;
+  with --no-think the cache is cut right after the previous "<|im_start|>assistant\\n" (the
+  template drops the empty think block of earlier answers); with --keep-thinking nothing is cut,
+  each prompt being the previous prompt, the answer and chat_next_turn's text.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hf_model  # noqa: E402
+
+MESSAGES = ['hello there', 'and again', 'a third one']
+STEPS = 6
+TOL = 1e-4
+
+
+def rel_err(rows_a, rows_b):
+    """max over rows of max |a - b| / max |b|."""
+    err = 0.0
+    for a, b in zip(rows_a, rows_b):
+        scale = max(abs(x) for x in b) or 1.0
+        err = max(err, max(abs(x - y) for x, y in zip(a, b)) / scale)
+    return err
+
+
+class ChatTurns(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix='qwen3_chat_')
+        cls.ckpt = None
+        if hf_model.missing_tools():
+            return
+        d = os.path.join(cls.tmp, 'hf')
+        hf_model.write_model(d, hf_model.Spec(max_position_embeddings=256, seed=11))
+        cls.ckpt = os.path.join(cls.tmp, 'model.bin')
+        p = hf_model.run_export(d, cls.ckpt, dtype='f32')
+        assert p.returncode == 0, p.stderr
+        cls.vocab = hf_model.read_header(cls.ckpt)['vocab_size']
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def setUp(self):
+        why = hf_model.missing_tools()
+        if why:
+            self.skipTest(why + ': the chat tests need export.py and ./run')
+
+    def tokenize(self, text):
+        p = hf_model.run_engine([self.ckpt, '-m', 'tokenize', '-i', text])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return [int(x) for x in p.stdout.split()]
+
+    def chat(self, *args):
+        """Three turns; returns [(prompt ids, ids already cached, answer ids)] and the dumped rows."""
+        dump = os.path.join(self.tmp, 'chat.f32')
+        p = subprocess.run([hf_model.RUN, self.ckpt, '-m', 'chat', '-t', '0', '-n', str(STEPS), '--verbose-prompt',
+                            '--dump-logits', dump] + list(args), input=''.join(m + '\n' for m in MESSAGES),
+                           cwd=hf_model.ROOT, capture_output=True, text=True, errors='replace', timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return self.parse(p.stderr), hf_model.read_logits(dump, self.vocab)
+
+    def parse(self, stderr):
+        prompts = re.findall(r'^chat: prompt of (\d+) tokens, (\d+) of them already in the KV cache: ([\d,]+)$',
+                             stderr, re.M)
+        answers = re.findall(r'^chat: answer of (\d+) tokens run through the model:(.*)$', stderr, re.M)
+        self.assertEqual((len(prompts), len(answers)), (len(MESSAGES), len(MESSAGES)), stderr)
+        turns = []
+        for (n, cached, ids), (m, ans) in zip(prompts, answers):
+            ids = [int(x) for x in ids.split(',')]
+            ans = [int(x) for x in ans.replace(' ', '').split(',') if x]
+            self.assertEqual((len(ids), len(ans)), (int(n), int(m)))
+            turns.append((ids, int(cached), ans))
+        return turns
+
+    def generate_rows(self, ids):
+        """The logits of ids run from position 0 in generate mode (prompt only)."""
+        dump = os.path.join(self.tmp, 'gen.f32')
+        p = hf_model.run_engine([self.ckpt, '--prompt-ids', ','.join(map(str, ids)), '-n', '0',
+                                 '--dump-logits', dump])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return hf_model.read_logits(dump, self.vocab)
+
+    def check_logits(self, turns, rows, control=False):
+        """Each turn's rows against generate mode over that turn's prompt + answer. control: also
+        against the same new tokens run after the previous turn's cache uncut (its prompt and
+        answer as they were cached), which must be farther off."""
+        at = 0
+        for k, (ids, cached, ans) in enumerate(turns):
+            n_rows = len(ids) - cached + len(ans)
+            mine = rows[at:at + n_rows]
+            at += n_rows
+            err = rel_err(mine, self.generate_rows(ids + ans)[cached:])
+            self.assertLess(err, TOL, 'turn %d: logits of the positions run after the cut' % (k + 1))
+            if control and k > 0:
+                prev_ids, _, prev_ans = turns[k - 1]
+                uncut = self.generate_rows(prev_ids + prev_ans + ids[cached:] + ans)[-n_rows:]
+                self.assertGreater(rel_err(mine, uncut), max(10 * err, 1e-3),
+                                   'turn %d: an uncut cache is not told apart' % (k + 1))
+        self.assertEqual(at, len(rows), 'rows in the dump')
+
+    def user_turn(self, message, no_think):
+        text = '<|im_end|>\n<|im_start|>user\n' + message + '<|im_end|>\n<|im_start|>assistant\n'
+        return self.tokenize(text + ('<think>\n\n</think>\n\n' if no_think else ''))
+
+    def test_template_prompt_no_think(self):
+        turns, rows = self.chat('--no-think')
+        first = self.tokenize('<|im_start|>user\n' + MESSAGES[0] + '<|im_end|>\n<|im_start|>assistant\n')
+        empty_think = self.tokenize('<think>\n\n</think>\n\n')
+        self.assertEqual(turns[0][0], first + empty_think)
+        self.assertEqual(turns[0][1], 0)
+        for k in (1, 2):
+            ids, cached, _ = turns[k]
+            prev_ids, _, prev_ans = turns[k - 1]
+            # cut right after the previous "<|im_start|>assistant\n": its empty think block is gone
+            self.assertEqual(cached, len(prev_ids) - len(empty_think))
+            self.assertEqual(ids[:cached], prev_ids[:cached])
+            self.assertNotEqual(ids[cached:cached + len(empty_think)], empty_think)
+            self.assertEqual(ids[-len(self.user_turn(MESSAGES[k], True)):], self.user_turn(MESSAGES[k], True))
+        self.check_logits(turns, rows, control=True)
+
+    def test_template_prompt_thinking(self):
+        turns, rows = self.chat()
+        self.assertEqual(turns[0][0],
+                         self.tokenize('<|im_start|>user\n' + MESSAGES[0] + '<|im_end|>\n<|im_start|>assistant\n'))
+        for k in (1, 2):
+            ids, cached, _ = turns[k]
+            prev_ids, _, prev_ans = turns[k - 1]
+            self.assertGreaterEqual(cached, len(prev_ids))  # the previous prompt is kept whole
+            self.assertLessEqual(cached, len(prev_ids) + len(prev_ans))
+            self.assertEqual(ids[:cached], (prev_ids + prev_ans)[:cached])
+            self.assertEqual(ids[-len(self.user_turn(MESSAGES[k], False)):], self.user_turn(MESSAGES[k], False))
+        self.check_logits(turns, rows)
+
+    def test_keep_thinking_appends(self):
+        turns, rows = self.chat('--no-think', '--keep-thinking')
+        for k in (1, 2):
+            ids, cached, _ = turns[k]
+            prev_ids, _, prev_ans = turns[k - 1]
+            self.assertEqual(cached, len(prev_ids) + len(prev_ans))
+            self.assertEqual(ids, prev_ids + prev_ans + self.user_turn(MESSAGES[k], True))
+        self.check_logits(turns, rows)
+
+
+if __name__ == '__main__':
+    unittest.main()
