@@ -222,6 +222,27 @@ static int conversation_add(Conversation* c, const char* role, char* content) {
     return 0;
 }
 
+/* Drops the oldest turn after the system prompt: the oldest user message and the answer after it.
+ * Returns 0 when only the last user message is left (nothing to drop). */
+static int conversation_drop_oldest(Conversation* c) {
+    const int first = c->n && strcmp(c->m[0].role, "system") == 0;
+    int end = first + 1;
+    while (end < c->n - 1 && strcmp(c->m[end].role, "user") != 0) end++;
+    if (end >= c->n) return 0;
+    for (int i = first; i < end; i++) free((char*)c->m[i].content);
+    memmove(c->m + first, c->m + end, (size_t)(c->n - end) * sizeof *c->m);
+    c->n -= end - first;
+    return 1;
+}
+
+/* The template's prompt for the conversation, as token ids (malloc'ed; NULL when out of memory). */
+static int* conversation_ids(const Conversation* c, const Tokenizer* tok, int thinking, int* n) {
+    char* text = chat_render(c->m, c->n, 1, thinking);
+    int* ids = text ? tokenizer_encode(tok, text, strlen(text), n) : NULL;
+    free(text);
+    return ids;
+}
+
 static void conversation_free(Conversation* c) {
     for (int i = 0; i < c->n; i++) free((char*)c->m[i].content);
     free(c->m);
@@ -314,17 +335,27 @@ int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOption
             status = 1;
             break;
         }
-        char* text;
+        int n = 0, *ids;
         if (o->keep_thinking) { /* the previous answer's <|im_end|> was sampled, not run: close_answer */
-            text = turn == 0 ? chat_first_turn(o->system_prompt, user, o->thinking)
-                             : chat_next_turn(user, o->thinking, 1);
+            char* text = turn == 0 ? chat_first_turn(o->system_prompt, user, o->thinking)
+                                   : chat_next_turn(user, o->thinking, 1);
             free(user);
+            ids = text ? tokenizer_encode(tok, text, strlen(text), &n) : NULL;
+            free(text);
         } else {
-            text = conversation_add(&conv, "user", user) == 0 ? chat_render(conv.m, conv.n, 1, o->thinking) : NULL;
+            ids = conversation_add(&conv, "user", user) == 0 ? conversation_ids(&conv, tok, o->thinking, &n) : NULL;
+            /* With the context three quarters full the oldest turns leave the conversation (the
+             * system prompt stays), so that a quarter is left for the answer. */
+            int dropped = 0;
+            while (ids && n > seq_len - seq_len / 4 && conversation_drop_oldest(&conv)) {
+                free(ids);
+                ids = conversation_ids(&conv, tok, o->thinking, &n);
+                dropped++;
+            }
+            if (dropped)
+                fprintf(stderr, "chat: the context (%d tokens) is nearly full: the oldest %d turn%s left the conversation\n",
+                        seq_len, dropped, dropped > 1 ? "s" : "");
         }
-        int n = 0;
-        int* ids = text ? tokenizer_encode(tok, text, strlen(text), &n) : NULL;
-        free(text);
         if (!ids) {
             fprintf(stderr, "chat: out of memory\n");
             status = 1;
@@ -408,7 +439,8 @@ int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOption
             }
             fflush(stdout);
             if (pos >= seq_len) { /* no room to keep this token */
-                fprintf(stderr, "\nchat: the context is full (%d tokens)\n", seq_len);
+                fprintf(stderr, "\nchat: the context is full (%d tokens)%s\n", seq_len,
+                        o->keep_thinking ? "" : ": the answer stops here, the next turn drops the oldest turns");
                 break;
             }
             history[pos] = next;
@@ -438,7 +470,7 @@ int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOption
                     pos, seq_len);
         turn++;
         if (status) break;
-        if (pos >= seq_len) break;
+        if (pos >= seq_len && o->keep_thinking) break; /* else the next turn drops the oldest turns */
         /* the answer as text, as the template will take it next turn (its thinking dropped there) */
         if (!o->keep_thinking &&
             conversation_add(&conv, "assistant", tokenizer_decode(tok, history + answer_start, pos - answer_start, 0,

@@ -61,11 +61,13 @@ typedef struct {
 /* The interactive chat. Each turn's prompt is chat_render of the conversation so far (the
  * template's exact prompt: earlier answers without their thinking), tokenized whole; the KV cache
  * keeps the longest prefix it shares with the previous turn's tokens and only the rest is run (the
- * previous answer from where the template changed it, and the new message). With keep_thinking
- * each turn's text is appended instead (chat_first_turn / chat_next_turn). Streams the answer to
- * stdout. A "> " prompt is printed (to
- * stderr) only when stdin is a terminal. Stops on EOF, "/bye", or a full context. Returns 0, or 1
- * after an error message on stderr. */
+ * previous answer from where the template changed it, and the new message). Where the prompt
+ * would fill more than three quarters of the context, the oldest turns (after the system prompt)
+ * are dropped first. With keep_thinking each turn's text is appended instead (chat_first_turn /
+ * chat_next_turn), and a full context ends the chat. Streams the answer to stdout; a "> " prompt
+ * is printed (to stderr) only when stdin is a terminal. Stops on EOF or "/bye" (or a full context
+ * with keep_thinking, or a single message too long for it). Returns 0, or 1 after an error
+ * message on stderr. */
 int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOptions* o);
 
 #endif

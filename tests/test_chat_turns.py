@@ -69,20 +69,21 @@ class ChatTurns(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         return [int(x) for x in p.stdout.split()]
 
-    def chat(self, *args):
-        """Three turns; returns [(prompt ids, ids already cached, answer ids)] and the dumped rows."""
+    def chat(self, *args, messages=MESSAGES, steps=STEPS):
+        """One turn per message; returns [(prompt ids, ids already cached, answer ids)], the dumped
+        rows and stderr."""
         dump = os.path.join(self.tmp, 'chat.f32')
-        p = subprocess.run([hf_model.RUN, self.ckpt, '-m', 'chat', '-t', '0', '-n', str(STEPS), '--verbose-prompt',
-                            '--dump-logits', dump] + list(args), input=''.join(m + '\n' for m in MESSAGES),
+        p = subprocess.run([hf_model.RUN, self.ckpt, '-m', 'chat', '-t', '0', '-n', str(steps), '--verbose-prompt',
+                            '--dump-logits', dump] + list(args), input=''.join(m + '\n' for m in messages),
                            cwd=hf_model.ROOT, capture_output=True, text=True, errors='replace', timeout=120)
         self.assertEqual(p.returncode, 0, p.stderr)
-        return self.parse(p.stderr), hf_model.read_logits(dump, self.vocab)
+        return self.parse(p.stderr, len(messages)), hf_model.read_logits(dump, self.vocab), p.stderr
 
-    def parse(self, stderr):
+    def parse(self, stderr, n_turns=len(MESSAGES)):
         prompts = re.findall(r'^chat: prompt of (\d+) tokens, (\d+) of them already in the KV cache: ([\d,]+)$',
                              stderr, re.M)
         answers = re.findall(r'^chat: answer of (\d+) tokens run through the model:(.*)$', stderr, re.M)
-        self.assertEqual((len(prompts), len(answers)), (len(MESSAGES), len(MESSAGES)), stderr)
+        self.assertEqual((len(prompts), len(answers)), (n_turns, n_turns), stderr)
         turns = []
         for (n, cached, ids), (m, ans) in zip(prompts, answers):
             ids = [int(x) for x in ids.split(',')]
@@ -122,7 +123,7 @@ class ChatTurns(unittest.TestCase):
         return self.tokenize(text + ('<think>\n\n</think>\n\n' if no_think else ''))
 
     def test_template_prompt_no_think(self):
-        turns, rows = self.chat('--no-think')
+        turns, rows, _ = self.chat('--no-think')
         first = self.tokenize('<|im_start|>user\n' + MESSAGES[0] + '<|im_end|>\n<|im_start|>assistant\n')
         empty_think = self.tokenize('<think>\n\n</think>\n\n')
         self.assertEqual(turns[0][0], first + empty_think)
@@ -138,7 +139,7 @@ class ChatTurns(unittest.TestCase):
         self.check_logits(turns, rows, control=True)
 
     def test_template_prompt_thinking(self):
-        turns, rows = self.chat()
+        turns, rows, _ = self.chat()
         self.assertEqual(turns[0][0],
                          self.tokenize('<|im_start|>user\n' + MESSAGES[0] + '<|im_end|>\n<|im_start|>assistant\n'))
         for k in (1, 2):
@@ -151,12 +152,34 @@ class ChatTurns(unittest.TestCase):
         self.check_logits(turns, rows)
 
     def test_keep_thinking_appends(self):
-        turns, rows = self.chat('--no-think', '--keep-thinking')
+        turns, rows, _ = self.chat('--no-think', '--keep-thinking')
         for k in (1, 2):
             ids, cached, _ = turns[k]
             prev_ids, _, prev_ans = turns[k - 1]
             self.assertEqual(cached, len(prev_ids) + len(prev_ans))
             self.assertEqual(ids, prev_ids + prev_ans + self.user_turn(MESSAGES[k], True))
+        self.check_logits(turns, rows)
+
+    def test_full_context_drops_oldest_turns(self):
+        """-c 64 and answers until the context is full: each answer is cut at position 64, and the
+        next turn's prompt is the template's rendering of the conversation without its oldest
+        turns (three quarters of the context at most), the cache cut back to what that prompt
+        shares with it (here about "<|im_start|>user\\n")."""
+        messages = MESSAGES + ['four']
+        turns, rows, err = self.chat('-c', '64', messages=messages, steps=0)
+        self.assertEqual(err.count('the oldest 1 turn left the conversation'), len(messages) - 1, err)
+        head = self.tokenize('<|im_start|>user\n')
+        for k, (ids, cached, ans) in enumerate(turns):
+            self.assertEqual(len(ids) + len(ans), 64, 'turn %d: the answer runs to the end of the context' % (k + 1))
+            self.assertEqual(ids, self.tokenize('<|im_start|>user\n' + messages[k] +
+                                                '<|im_end|>\n<|im_start|>assistant\n'))
+            if k:  # the longest prefix shared with what the cache held: at least "<|im_start|>user\n"
+                prev = turns[k - 1][0] + turns[k - 1][2]
+                shared = 0
+                while shared < min(len(ids), len(prev)) and ids[shared] == prev[shared]:
+                    shared += 1
+                self.assertEqual(cached, shared)
+                self.assertGreaterEqual(cached, len(head))
         self.check_logits(turns, rows)
 
 
