@@ -164,14 +164,21 @@ class ChatTurns(unittest.TestCase):
         """-c 64 and answers until the context is full: each answer is cut at position 64, and the
         next turn's prompt is the template's rendering of the conversation without its oldest
         turns (three quarters of the context at most), the cache cut back to what that prompt
-        shares with it (here about "<|im_start|>user\\n")."""
+        shares with it (here about "<|im_start|>user\\n"); with and without a system prompt, which
+        stays."""
         messages = MESSAGES + ['four']
-        turns, rows, err = self.chat('-c', '64', messages=messages, steps=0)
+        for system in ('', 'be brief'):
+            with self.subTest(system=system):
+                self.check_full_context(messages, system)
+
+    def check_full_context(self, messages, system):
+        sys_turn = '<|im_start|>system\n' + system + '<|im_end|>\n' if system else ''
+        turns, rows, err = self.chat('-c', '64', '-y', system, messages=messages, steps=0)
         self.assertEqual(err.count('the oldest 1 turn left the conversation'), len(messages) - 1, err)
-        head = self.tokenize('<|im_start|>user\n')
+        head = self.tokenize(sys_turn + '<|im_start|>user\n')  # the system prompt stays
         for k, (ids, cached, ans) in enumerate(turns):
             self.assertEqual(len(ids) + len(ans), 64, 'turn %d: the answer runs to the end of the context' % (k + 1))
-            self.assertEqual(ids, self.tokenize('<|im_start|>user\n' + messages[k] +
+            self.assertEqual(ids, self.tokenize(sys_turn + '<|im_start|>user\n' + messages[k] +
                                                 '<|im_end|>\n<|im_start|>assistant\n'))
             if k:  # the longest prefix shared with what the cache held: at least "<|im_start|>user\n"
                 prev = turns[k - 1][0] + turns[k - 1][2]
