@@ -74,7 +74,7 @@ static void usage(FILE* out) {
             "                         run only each turn's new text (default: each turn's prompt is\n"
             "                         the template's, which drops it; the cache is reused up to\n"
             "                         where the two differ)\n"
-            "      --verbose-prompt   chat mode: print each turn's prompt ids to stderr\n"
+            "      --verbose-prompt   chat mode: print each turn's prompt ids and answer ids to stderr\n"
             "  -c, --ctx N            context length (KV cache positions); 0 = min(4096, the model's)\n"
             "      --no-mmap          read the weights into memory (huge pages) instead of mapping\n"
             "                         the file: faster decode where page-cache reads are slow\n"
