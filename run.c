@@ -74,7 +74,8 @@ static void usage(FILE* out) {
             "                         run only each turn's new text (default: each turn's prompt is\n"
             "                         the template's, which drops it; the cache is reused up to\n"
             "                         where the two differ)\n"
-            "      --verbose-prompt   chat mode: print each turn's prompt ids and answer ids to stderr\n"
+            "      --verbose-prompt   print the prompt's token ids to stderr (chat mode: each turn's,\n"
+            "                         with how many were already cached, and the answer's)\n"
             "  -c, --ctx N            context length (KV cache positions); 0 = min(4096, the model's)\n"
             "      --no-mmap          read the weights into memory (huge pages) instead of mapping\n"
             "                         the file: faster decode where page-cache reads are slow\n"
@@ -397,6 +398,11 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
     if (n_prompt > c->seq_len)
         die(1, "the prompt has %d tokens, more than the context of %d (raise it with -c, at most %d)",
             n_prompt, c->seq_len, c->max_seq_len);
+    if (o->verbose_prompt) {
+        fprintf(stderr, "run: prompt of %d tokens:", n_prompt);
+        for (int i = 0; i < n_prompt; i++) fprintf(stderr, "%s%d", i ? "," : " ", prompt[i]);
+        fputc('\n', stderr);
+    }
 
     /* Everything the token loop needs is allocated here, before it. */
     /* The tokens seen, for the repetition penalty: at most the context plus one last token. */

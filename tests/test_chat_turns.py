@@ -1,4 +1,4 @@
-"""Multi-turn chat (chat.c, chat_main): each turn's prompt is the chat template's rendering of the
+"""Multi-turn chat (chat.c, chat_main), and --verbose-prompt: each turn's prompt is the chat template's rendering of the
 whole conversation (earlier answers without their thinking, as Qwen3's template renders them), and
 the KV cache is kept only up to where it agrees with that prompt.
 
@@ -159,6 +159,14 @@ class ChatTurns(unittest.TestCase):
             self.assertEqual(cached, len(prev_ids) + len(prev_ans))
             self.assertEqual(ids, prev_ids + prev_ans + self.user_turn(MESSAGES[k], True))
         self.check_logits(turns, rows)
+
+    def test_verbose_prompt_in_generate_mode(self):
+        """--verbose-prompt outside chat: the prompt's ids, as tokenize mode gives them."""
+        p = hf_model.run_engine([self.ckpt, '-i', MESSAGES[0], '-n', '0', '--verbose-prompt'])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        got = re.findall(r'^run: prompt of (\d+) tokens: ([\d,]+)$', p.stderr, re.M)
+        want = self.tokenize(MESSAGES[0])
+        self.assertEqual(got, [(str(len(want)), ','.join(map(str, want)))], p.stderr)
 
     def test_full_context_drops_oldest_turns(self):
         """-c 64 and answers until the context is full: each answer is cut at position 64, and the
