@@ -325,6 +325,15 @@ int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOption
                 free(user);
                 break;
             }
+            if (strcmp(user, "/clear") == 0) { /* a new conversation; the system prompt stays */
+                free(user);
+                const int first = conv.n && strcmp(conv.m[0].role, "system") == 0;
+                for (int i = first; i < conv.n; i++) free((char*)conv.m[i].content);
+                conv.n = first;
+                if (o->keep_thinking) pos = 0, turn = 0; /* the next turn starts the cache again */
+                fprintf(stderr, "chat: the conversation is cleared\n");
+                continue;
+            }
             if (!user[0]) { /* an empty line is no message */
                 free(user);
                 continue;

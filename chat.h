@@ -46,7 +46,8 @@ char* chat_next_turn(const char* user, int enable_thinking, int close_answer);
 typedef struct {
     const char* system_prompt; /* NULL or "": none */
     const char* prompt;        /* -i TEXT: answer this one message and return; NULL: read the user's
-                                  messages from stdin, one per line, until EOF (or "/bye") */
+                                  messages from stdin, one per line, until EOF (or "/bye";
+                                  "/clear" starts a new conversation) */
     int steps;                 /* at most this many tokens per answer; <= 0: until the context is full */
     int thinking;              /* 1: thinking mode (Qwen3's default); 0: no-think (empty think block) */
     int show_thinking;         /* 1: print the thinking (dim on a terminal); 0: hide it */

@@ -77,7 +77,8 @@ class ChatTurns(unittest.TestCase):
                             '--dump-logits', dump] + list(args), input=''.join(m + '\n' for m in messages),
                            cwd=hf_model.ROOT, capture_output=True, text=True, errors='replace', timeout=120)
         self.assertEqual(p.returncode, 0, p.stderr)
-        return self.parse(p.stderr, len(messages)), hf_model.read_logits(dump, self.vocab), p.stderr
+        n_turns = sum(not m.startswith('/') for m in messages)  # /clear is no turn
+        return self.parse(p.stderr, n_turns), hf_model.read_logits(dump, self.vocab), p.stderr
 
     def parse(self, stderr, n_turns=len(MESSAGES)):
         prompts = re.findall(r'^chat: prompt of (\d+) tokens, (\d+) of them already in the KV cache: ([\d,]+)$',
@@ -159,6 +160,25 @@ class ChatTurns(unittest.TestCase):
             self.assertEqual(cached, len(prev_ids) + len(prev_ans))
             self.assertEqual(ids, prev_ids + prev_ans + self.user_turn(MESSAGES[k], True))
         self.check_logits(turns, rows)
+
+    def test_clear_starts_a_new_conversation(self):
+        """/clear: the next prompt is the template's for a conversation of that message alone (the
+        system prompt kept), the cache cut where it differs (append-only: from position 0)."""
+        sys_turn = '<|im_start|>system\nbe brief<|im_end|>\n'
+        for keep in ((), ('--keep-thinking',)):
+            with self.subTest(keep=keep):
+                turns, rows, err = self.chat('-y', 'be brief', *keep, messages=[MESSAGES[0], '/clear', MESSAGES[1]])
+                self.assertIn('chat: the conversation is cleared', err)
+                ids, cached, _ = turns[1]
+                self.assertEqual(ids, self.tokenize(sys_turn + '<|im_start|>user\n' + MESSAGES[1] +
+                                                    '<|im_end|>\n<|im_start|>assistant\n'))
+                prev = turns[0][0] + turns[0][2]
+                shared = 0
+                while not keep and ids[shared] == prev[shared]:
+                    shared += 1
+                self.assertEqual(cached, shared)
+                self.assertGreaterEqual(cached, 0 if keep else len(self.tokenize(sys_turn)))
+                self.check_logits(turns, rows)
 
     def test_verbose_prompt_in_generate_mode(self):
         """--verbose-prompt outside chat: the prompt's ids, as tokenize mode gives them."""
