@@ -1,20 +1,21 @@
-"""Multi-turn chat (chat.c, chat_main), and --verbose-prompt: each turn's prompt is the chat template's rendering of the
+"""Multi-turn chat (chat.c, chat_main): each turn's prompt is the chat template's rendering of the
 whole conversation (earlier answers without their thinking, as Qwen3's template renders them), and
-the KV cache is kept only up to where it agrees with that prompt.
+the KV cache is kept only up to where it agrees with that prompt. Also --verbose-prompt.
 
-A random tiny Qwen3 (hf_model.py's model, whose tokenizer has the chat tokens) chats for three
+A random tiny Qwen3 (hf_model.py's model, whose tokenizer has the chat tokens) chats for a few
 turns with greedy sampling, printing each turn's prompt ids and answer ids (--verbose-prompt) and
 writing the logits of every position it runs (--dump-logits). Then:
 
 - logits: the positions run in each turn, after the cache was cut back to the shared prefix, give
   the logits (within 1e-4 of the row's largest) of the same ids run from position 0 in generate
   mode. A cache kept past the cut, or rows written at the wrong positions, would not: the control
-  runs the stale prompt (the previous turn's prompt and answer as they were cached) and must be
-  farther off than that;
+  runs the turn's new tokens after the previous turn's prompt and answer as they were cached
+  (the cache uncut), which must be farther off;
 - ids: every prompt after the first ends with the template's next user turn and generation prompt;
   with --no-think the cache is cut right after the previous "<|im_start|>assistant\\n" (the
   template drops the empty think block of earlier answers); with --keep-thinking nothing is cut,
-  each prompt being the previous prompt, the answer and chat_next_turn's text.
+  each prompt being the previous prompt, the answer and chat_next_turn's text;
+- a full context (-c 64) drops the oldest turns, the system prompt kept; /clear starts over.
 """
 import os
 import re
