@@ -396,6 +396,7 @@ int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOption
             status = 1;
             break;
         }
+        const double t_prompt = now_s();
         float* logits = run_tokens(t, run_ids, n_run, start, dump, o->dump_logits, dump_rows);
         if (!logits) {
             free(ids);
@@ -416,6 +417,7 @@ int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOption
         Utf8Stream st = {{0}, 0};
         int in_think = 0, after_think = 0, generated = 0;
         double t0 = now_s();
+        const double prompt_s = t0 - t_prompt;
         for (;;) {
             int next = sampler_sample(s, logits, history, pos);
             int eos = next == im_end;
@@ -475,8 +477,8 @@ int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOption
         }
         double dt = now_s() - t0;
         if (interactive_in && generated > 1)
-            fprintf(stderr, "[%d tokens, %.1f tok/s, context %d/%d]\n", generated, generated / (dt > 0 ? dt : 1e-9),
-                    pos, seq_len);
+            fprintf(stderr, "[prompt: %d tokens run, %.2f s; answer: %d tokens, %.1f tok/s; context %d/%d]\n", n_run,
+                    prompt_s, generated, generated / (dt > 0 ? dt : 1e-9), pos, seq_len);
         turn++;
         if (status) break;
         if (pos >= seq_len && o->keep_thinking) break; /* else the next turn drops the oldest turns */
