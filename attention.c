@@ -469,15 +469,21 @@ void softmax(float* x, int n) { softmax_scalar(x, n); }
 void float_to_half_row(uint16_t* out, const float* x, int n) { float_to_half_row_scalar(out, x, n); }
 #endif
 
+/* The SIMD kernels take head_dim a multiple of DIM_STEP, and for halves a build that widens them
+ * in registers (KERNELS_KV_F16); else the scalar reference runs. */
+int attention_simd(int head_dim, int f16) {
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
-/* Whether the SIMD kernels take this cache: head_dim a multiple of DIM_STEP, and for halves a
- * build that widens them in registers (KERNELS_KV_F16); else the scalar reference runs. */
-static inline int simd_takes(const KVRows* kv, int head_dim) {
 #if !defined(KERNELS_KV_F16)
-    if (kv->f16) return 0;
+    if (f16) return 0;
 #endif
     return head_dim % DIM_STEP == 0;
+#else
+    (void)head_dim, (void)f16;
+    return 0;
+#endif
 }
+
+#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
 
 /* The kernels above read rows at a fixed stride, and the cache keeps its positions in blocks
  * (KVRows), so the loops below call them block by block: this one is positions [b0, b0 + its
@@ -518,20 +524,10 @@ AI void attend_group(float* out, const float* q, int n_q, const KVRows* kv, int 
 }
 #endif
 
-int attention_simd(int head_dim, int f16) {
-#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
-    const KVRows kv = {NULL, NULL, 0, 0, 0, f16};
-    return simd_takes(&kv, head_dim);
-#else
-    (void)head_dim, (void)f16;
-    return 0;
-#endif
-}
-
 void attention_group(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int head_dim, float scale,
                      float* att) {
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
-    if (simd_takes(kv, head_dim)) {
+    if (attention_simd(head_dim, kv->f16)) {
         if (kv->f16)
             attend_group(out, q, n_q, kv, n_pos, head_dim, scale, att, 1);
         else
@@ -604,7 +600,7 @@ AI void attend_query_tiles(float* out, const float* q, size_t row_stride, int n_
 void attention_rows(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const KVRows* kv,
                     int first_n_pos, int head_dim, float scale, float* att) {
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
-    if (simd_takes(kv, head_dim)) {
+    if (attention_simd(head_dim, kv->f16)) {
         if (kv->f16)
             attend_query_tiles(out, q, row_stride, n_q, n_rows, kv, first_n_pos, head_dim, scale, att, 1);
         else

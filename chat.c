@@ -222,10 +222,20 @@ static int conversation_add(Conversation* c, const char* role, char* content) {
     return 0;
 }
 
+/* The index of the first message after the system prompt (0 or 1). */
+static int conversation_first(const Conversation* c) { return c->n && strcmp(c->m[0].role, "system") == 0; }
+
+/* Drops every message after the system prompt. */
+static void conversation_clear(Conversation* c) {
+    const int first = conversation_first(c);
+    for (int i = first; i < c->n; i++) free((char*)c->m[i].content);
+    c->n = first;
+}
+
 /* Drops the oldest turn after the system prompt: the oldest user message and the answer after it.
  * Returns 0 when only the last user message is left (nothing to drop). */
 static int conversation_drop_oldest(Conversation* c) {
-    const int first = c->n && strcmp(c->m[0].role, "system") == 0;
+    const int first = conversation_first(c);
     int end = first + 1;
     while (end < c->n - 1 && strcmp(c->m[end].role, "user") != 0) end++;
     if (end >= c->n) return 0;
@@ -327,9 +337,7 @@ int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOption
             }
             if (strcmp(user, "/clear") == 0) { /* a new conversation; the system prompt stays */
                 free(user);
-                const int first = conv.n && strcmp(conv.m[0].role, "system") == 0;
-                for (int i = first; i < conv.n; i++) free((char*)conv.m[i].content);
-                conv.n = first;
+                conversation_clear(&conv);
                 if (o->keep_thinking) pos = 0, turn = 0; /* the next turn starts the cache again */
                 fprintf(stderr, "chat: the conversation is cleared\n");
                 continue;

@@ -33,6 +33,14 @@ STEPS = 6
 TOL = 1e-4
 
 
+def shared_prefix(a, b):
+    """How many leading ids a and b have in common."""
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
 def rel_err(rows_a, rows_b):
     """max over rows of max |a - b| / max |b|."""
     err = 0.0
@@ -173,11 +181,7 @@ class ChatTurns(unittest.TestCase):
                 ids, cached, _ = turns[1]
                 self.assertEqual(ids, self.tokenize(sys_turn + '<|im_start|>user\n' + MESSAGES[1] +
                                                     '<|im_end|>\n<|im_start|>assistant\n'))
-                prev = turns[0][0] + turns[0][2]
-                shared = 0
-                while not keep and ids[shared] == prev[shared]:
-                    shared += 1
-                self.assertEqual(cached, shared)
+                self.assertEqual(cached, 0 if keep else shared_prefix(ids, turns[0][0] + turns[0][2]))
                 self.assertGreaterEqual(cached, 0 if keep else len(self.tokenize(sys_turn)))
                 self.check_logits(turns, rows)
 
@@ -210,11 +214,7 @@ class ChatTurns(unittest.TestCase):
             self.assertEqual(ids, self.tokenize(sys_turn + '<|im_start|>user\n' + messages[k] +
                                                 '<|im_end|>\n<|im_start|>assistant\n'))
             if k:  # the longest prefix shared with what the cache held: at least "<|im_start|>user\n"
-                prev = turns[k - 1][0] + turns[k - 1][2]
-                shared = 0
-                while shared < min(len(ids), len(prev)) and ids[shared] == prev[shared]:
-                    shared += 1
-                self.assertEqual(cached, shared)
+                self.assertEqual(cached, shared_prefix(ids, turns[k - 1][0] + turns[k - 1][2]))
                 self.assertGreaterEqual(cached, len(head))
         self.check_logits(turns, rows)
 
