@@ -24,7 +24,7 @@ import sys
 import time
 
 MAGIC = b"QW3C"
-VERSION = 4
+VERSION = 5
 ALIGN = 64
 HEADER_FORMAT = "<4s13I f i d I 8i f f i 2I 4Q 96x"  # the FileHeader struct of model.h
 MAX_EOS = 8
@@ -252,19 +252,27 @@ def f32_to_bf16_bytes(raw):
 
 
 def quantize_q8(raw_f32, group_size):
-    """float32 bytes -> (int8 bytes, float32 scale bytes): per group s = max|w|/127, q = round(w/s)."""
+    """float32 bytes -> (int8 bytes, float16 scale bytes): per group s = max|w| / 127 rounded to
+    float16, q = round(w / s) clamped to [-127, 127] (q from the rounded s, so each weight is the
+    nearest multiple of the stored scale; an all-zero group, or one whose s rounds to 0, is 0)."""
     vals = array.array("f", raw_f32)
+    n_groups = len(vals) // group_size
     q = array.array("b", bytes(len(vals)))
-    scales = array.array("f", bytes(4 * (len(vals) // group_size)))
-    for g in range(len(scales)):
-        lo = g * group_size
-        block = vals[lo:lo + group_size]
-        m = max(max(block), -min(block))
-        if m > 0:
-            scales[g] = m / 127.0
-            inv = 127.0 / m
-            q[lo:lo + group_size] = array.array("b", [round(v * inv) for v in block])
-    return q.tobytes(), scales.tobytes()
+    maxes = array.array("d", bytes(8 * n_groups))
+    for g in range(n_groups):
+        block = vals[g * group_size:(g + 1) * group_size]
+        maxes[g] = max(max(block), -min(block))
+    try:
+        halves = struct.pack(f"<{n_groups}e", *(m / 127.0 for m in maxes))
+    except OverflowError:
+        raise ExportError("a weight too large for q8's float16 scales (|w| above 8,300,000)") from None
+    for g, s in enumerate(struct.unpack(f"<{n_groups}e", halves)):
+        if s > 0:
+            lo = g * group_size
+            inv = 1.0 / s
+            q[lo:lo + group_size] = array.array(
+                "b", [max(-127, min(127, round(v * inv))) for v in vals[lo:lo + group_size]])
+    return q.tobytes(), halves
 
 
 def quantize_q4(raw_f32, group_size):
@@ -308,7 +316,7 @@ def quant_row_blocks(raw_f32, cols, group_size, wtype):
     if wtype == WEIGHT_Q8:
         q, s = quantize_q8(raw_f32 + bytes(4 * cols * pad), group_size)
         for b in range(0, rows + pad, br):
-            out.append(s[4 * b * G:4 * (b + br) * G])
+            out.append(s[2 * b * G:2 * (b + br) * G])  # float16 scales
             for g in range(0, cols, group_size):
                 for i in range(br):
                     at = (b + i) * cols + g

@@ -19,11 +19,10 @@ typedef enum { WEIGHT_F32 = 0, WEIGHT_BF16 = 1, WEIGHT_Q8 = 2, WEIGHT_Q4 = 3 } W
 
 /* A weight matrix [rows = out_features, cols = in_features], pointing into the mapped checkpoint.
  * f32 and bf16 are row-major. The quantised types (model.h) hold integers q in groups of
- * group_size columns with one scale per group (w = scale * q): WEIGHT_Q8 int8 with float32
- * scales, WEIGHT_Q4 4-bit (q in -8 .. 7, stored as q + 8, two per byte, groups of 32) with float16
- * scales. Both are stored in blocks of rows (quant_block_rows) that the matrix-vector kernels
+ * group_size columns with one float16 scale per group (w = scale * q): WEIGHT_Q8 int8, WEIGHT_Q4
+ * 4-bit (q in -8 .. 7, stored as q + 8, two per byte, groups of 32). Both are stored in blocks of rows (quant_block_rows) that the matrix-vector kernels
  * walk front to back, one sequential stream:
- *  - q8, blocks of 4 rows: first their scales (4 rows x G = cols / group_size floats, row by
+ *  - q8, blocks of 4 rows: first their scales (4 rows x G = cols / group_size halves, row by
  *    row), then for each group g the values of each of the four rows (quant_scales, quant_group);
  *  - q4, blocks of 8 rows ("row lanes"): for each group g the 8 rows' scales, then 128 bytes in
  *    which 32-bit lane i of each 32-byte quarter v is row i's columns 4v .. 4v+3 (low nibbles)
@@ -50,9 +49,10 @@ static inline size_t quant_bytes(WeightType type, size_t n) {
     return type == WEIGHT_Q4 ? n / 2 : n;
 }
 
-/* Bytes of one group's scale: float32 (q8), float16 (q4). */
+/* Bytes of one group's scale: float16 (q8 since checkpoint version 5, q4 since 4). */
 static inline size_t quant_scale_bytes(WeightType type) {
-    return type == WEIGHT_Q4 ? sizeof(uint16_t) : sizeof(float);
+    (void)type;
+    return sizeof(uint16_t);
 }
 
 /* Bytes of one row block: its rows' G scales each and their values. */
@@ -61,11 +61,11 @@ static inline size_t quant_block_bytes(WeightType type, int cols, int group_size
            (quant_bytes(type, (size_t)cols) + quant_scale_bytes(type) * (size_t)(cols / group_size));
 }
 
-/* q8: the G scales of row r. */
-static inline const float* quant_scales(const Matrix* W, int r) {
+/* q8: the G float16 scales of row r (half_to_float below). */
+static inline const uint16_t* quant_scales(const Matrix* W, int r) {
     const char* block = (const char*)W->data +
                         (size_t)(r / Q8_BLOCK_ROWS) * quant_block_bytes(W->type, W->cols, W->group_size);
-    return (const float*)block + (size_t)(r % Q8_BLOCK_ROWS) * (size_t)(W->cols / W->group_size);
+    return (const uint16_t*)block + (size_t)(r % Q8_BLOCK_ROWS) * (size_t)(W->cols / W->group_size);
 }
 
 /* q8: the group_size values of row r, group g; the next row of the same block follows
@@ -74,7 +74,7 @@ static inline const uint8_t* quant_group(const Matrix* W, int r, int g) {
     const int gs = W->group_size, G = W->cols / gs;
     const char* block =
         (const char*)W->data + (size_t)(r / Q8_BLOCK_ROWS) * quant_block_bytes(W->type, W->cols, gs);
-    return (const uint8_t*)(block + sizeof(float) * Q8_BLOCK_ROWS * (size_t)G) +
+    return (const uint8_t*)(block + sizeof(uint16_t) * Q8_BLOCK_ROWS * (size_t)G) +
            ((size_t)g * Q8_BLOCK_ROWS + (size_t)(r % Q8_BLOCK_ROWS)) * (size_t)gs;
 }
 
@@ -85,9 +85,9 @@ static inline const uint8_t* q4_group(const Matrix* W, int r, int g) {
                                          Q4_GROUP_BYTES;
 }
 
-/* IEEE 754 binary16 -> float (exact: every half is a float). q4's scales are stored so, as
- * llama.cpp's q4_0 stores its own (export.py never writes an infinity or a NaN), and so is the KV
- * cache with `--kv-cache f16` (float_to_half below). */
+/* IEEE 754 binary16 -> float (exact: every half is a float). q8's and q4's scales are stored so,
+ * as llama.cpp's q8_0 and q4_0 store their own (export.py never writes an infinity or a NaN),
+ * and so is the KV cache with `--kv-cache f16` (float_to_half below). */
 static inline float half_to_float(uint16_t h) {
     const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 31, man = h & 0x3FFu;
     uint32_t bits;

@@ -19,7 +19,7 @@ static inline int quant_q(const Matrix* W, int r, int c) {
 }
 
 static inline float quant_scale(const Matrix* W, int r, int g) {
-    return W->type == WEIGHT_Q4 ? q4_scale(W, r, g) : quant_scales(W, r)[g];
+    return W->type == WEIGHT_Q4 ? q4_scale(W, r, g) : half_to_float(quant_scales(W, r)[g]);
 }
 
 static void matmul_rows_scalar(float* out, const float* x, const Matrix* W, int n, int r0, int r1) {
@@ -100,7 +100,7 @@ static void choose_prefetch(void);
  * the other core has read (in the previous product) must be taken back from it before it can be
  * written, and the shared copy's 64-192 lines took ~10 us per product while the other thread
  * waited (bf16 decode, 2 threads: run_job 6.5% of the calling thread's samples). */
-#if defined(KERNELS_AVX2)
+#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
 static float* thread_xp(void) { return xp_buf + (size_t)kernels_thread_index() * (size_t)xp_stride; }
 #endif
 
@@ -289,6 +289,51 @@ AI float ldw1(const void* w, size_t i, WeightType type) {
     return (float)((const int8_t*)w)[i];
 }
 
+/* A float16 scale (q8, q4) as a float, one (scale1) or eight in a row (scales8): F16C's vcvtph2ps,
+ * which every AVX2 CPU has but a build for -mavx2 -mfma alone does not say so; else the scalar
+ * half_to_float, the same values. */
+AI float scale1(uint16_t h) {
+#if defined(__F16C__)
+    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
+#else
+    return half_to_float(h);
+#endif
+}
+
+AI __m256 scales8(const void* b) {
+#if defined(__F16C__)
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)b));
+#else
+    float f[8];
+    for (int i = 0; i < 8; i++) {
+        uint16_t h;
+        memcpy(&h, (const char*)b + 2 * i, 2);
+        f[i] = half_to_float(h);
+    }
+    return _mm256_loadu_ps(f);
+#endif
+}
+
+/* out[k] = the float of h[k], k < n <= 8: eight at a time where there are eight. */
+AI void scales_upto8(float out[8], const uint16_t* h, int n) {
+    if (n == 8) {
+        _mm256_storeu_ps(out, scales8(h));
+    } else {
+        for (int k = 0; k < n; k++) out[k] = scale1(h[k]);
+    }
+}
+
+/* q8: the G scales of rows r .. r+RT-1 (one row block) as floats, row r + i's at out + i * G.
+ * Prefill converts a row block's scales once for all its token tiles: converting them inside the
+ * tile (per group, or per 8 groups) made q8 pp512 4-9% slower (gcc spilled more of the tile). */
+AI void q8_scales_float(float* out, const Matrix* W, int r, int RT) {
+    const int G = W->cols / W->group_size;
+    const uint16_t* sc = quant_scales(W, r);
+    for (int i = 0; i < RT; i++)
+        for (int g = 0; g < G; g += 8)
+            scales_upto8(out + (size_t)i * G + g, sc + (size_t)i * G + g, G - g < 8 ? G - g : 8);
+}
+
 /* Tile of RT rows x TT tokens over the columns [c0, c1) (c1 - c0 a multiple of 8), added into
  * acc (not reduced). Weight (row i of the tile, column c) is element i * rs + (c - c0) of wb. The
  * 4 x 4 and 4 x 3 cases (TILE_TOKENS) are spelled out with named registers: gcc otherwise reloads
@@ -425,7 +470,7 @@ AI void tile_float(float* out, const float* x, const Matrix* W, WeightType type,
     if (type == WEIGHT_Q8) {
         /* weights widened to fp32; the group scale is applied to each group's partial sums */
         const int gs = W->group_size, G = C / gs;
-        const float* sc = quant_scales(W, r); /* row r + i's scales at sc + i * G */
+        const uint16_t* sc = quant_scales(W, r); /* row r + i's scales at sc + i * G */
         __m256 tot[4][4];
 #pragma GCC unroll 4
         for (int i = 0; i < RT; i++)
@@ -438,7 +483,7 @@ AI void tile_float(float* out, const float* x, const Matrix* W, WeightType type,
             tile_float_acc(acc, x, wg, (size_t)gs, type, C, t, g * gs, c8, RT, TT);
 #pragma GCC unroll 4
             for (int i = 0; i < RT; i++) {
-                const float sg = sc[(size_t)i * G + g];
+                const float sg = scale1(sc[(size_t)i * G + g]);
                 __m256 sv = _mm256_set1_ps(sg);
 #pragma GCC unroll 4
                 for (int j = 0; j < TT; j++) {
@@ -774,12 +819,12 @@ AI __m256i qi_dot(__m256i acc, QW p, __m256i x) {
 
 /* Rows r .. r+RT-1 (in one row block: RT > 1 only from a block's first row) x tokens t .. t+TT-1,
  * 32 columns per step. Per group and (row, token), the int32 sum is scaled by (weight scale x
- * activation scale) into an fp32 accumulator. */
+ * activation scale) into an fp32 accumulator. ws: the rows' scales as floats (q8_scales_float),
+ * row r + i's at ws + i * G. */
 AI void tile_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const Matrix* W,
-                int r, int t, int RT, int TT) {
+                const float* ws, int r, int t, int RT, int TT) {
     const int C = W->cols, R = W->rows, gs = W->group_size, G = C / gs;
     const size_t gb = (size_t)gs;
-    const float* sc = quant_scales(W, r); /* row r + i's scales at sc + i * G */
     __m256 tot[4][4];
 #pragma GCC unroll 4
     for (int i = 0; i < RT; i++)
@@ -811,7 +856,7 @@ AI void tile_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* x
         for (int j = 0; j < TT; j++) xsv[j] = _mm256_set1_ps(xsc[(size_t)(t + j) * G + g]);
 #pragma GCC unroll 4
         for (int i = 0; i < RT; i++) {
-            __m256 wsv = _mm256_set1_ps(sc[(size_t)i * G + g]);
+            __m256 wsv = _mm256_set1_ps(ws[(size_t)i * G + g]);
 #pragma GCC unroll 4
             for (int j = 0; j < TT; j++)
                 tot[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i][j]), _mm256_mul_ps(wsv, xsv[j]), tot[i][j]);
@@ -867,9 +912,9 @@ AI void rows_qi_n1_gs(float* out, const int8_t* xq, const float* xsc, const int3
     const size_t pf = decode_prefetch.q8 ? (size_t)decode_prefetch.q8 : bb;
     int r = r0; /* a multiple of 4: run_job's chunks are */
     for (; r + 4 <= r1; r += 4) {
-        const float* s0 = quant_scales(W, r);
+        const uint16_t* s0 = quant_scales(W, r);
         const uint8_t* wg = quant_group(W, r, 0);
-        for (int o = 0; o < (int)(4 * sizeof(float)) * G; o += 64) _mm_prefetch((const char*)s0 + pf + o, _MM_HINT_T0);
+        for (int o = 0; o < (int)(4 * sizeof(uint16_t)) * G; o += 64) _mm_prefetch((const char*)s0 + pf + o, _MM_HINT_T0);
         __m256 t0 = _mm256_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;
         for (int g0 = 0; g0 < G; g0 += 8) {
             const int ng = G - g0 < 8 ? G - g0 : 8;
@@ -878,10 +923,10 @@ AI void rows_qi_n1_gs(float* out, const int8_t* xq, const float* xsc, const int3
                 const __m256 xs8 = _mm256_loadu_ps(xsc + g0);
 #pragma GCC unroll 4
                 for (int i = 0; i < 4; i++)
-                    _mm256_storeu_ps(sx[i], _mm256_mul_ps(_mm256_loadu_ps(s0 + (size_t)i * G + g0), xs8));
+                    _mm256_storeu_ps(sx[i], _mm256_mul_ps(scales8(s0 + (size_t)i * G + g0), xs8));
             } else {
                 for (int i = 0; i < 4; i++)
-                    for (int k = 0; k < ng; k++) sx[i][k] = s0[(size_t)i * G + g0 + k] * xsc[g0 + k];
+                    for (int k = 0; k < ng; k++) sx[i][k] = scale1(s0[(size_t)i * G + g0 + k]) * xsc[g0 + k];
             }
             for (int k = 0; k < ng; k++, wg += 4 * gb) {
                 const int g = g0 + k;
@@ -910,7 +955,11 @@ AI void rows_qi_n1_gs(float* out, const int8_t* xq, const float* xsc, const int3
         out[r + 2] = hsum256(t2);
         out[r + 3] = hsum256(t3);
     }
-    for (; r < r1; r++) tile_qi(out, xq, xsc, xsum, W, r, 0, 1, 1);
+    for (; r < r1; r++) {
+        float* ws = thread_xp();
+        q8_scales_float(ws, W, r, 1);
+        tile_qi(out, xq, xsc, xsum, W, ws, r, 0, 1, 1);
+    }
 }
 
 /* export.py's q8 default, 64, as a constant; any other group size as it comes. */
@@ -993,22 +1042,6 @@ AI void q4_group_sums1_zmm(__m256i s[1], const uint8_t* w, const int8_t* x) {
 }
 #endif
 
-/* The 8 float16 scales at the start of a q4 group, as floats (F16C: every AVX2 CPU has it, but a
- * build for -mavx2 -mfma alone does not say so). */
-AI __m256 q4_scales8(const uint8_t* b) {
-#if defined(__F16C__)
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)b));
-#else
-    float f[8];
-    for (int i = 0; i < 8; i++) {
-        uint16_t h;
-        memcpy(&h, b + 2 * i, 2);
-        f[i] = half_to_float(h);
-    }
-    return _mm256_loadu_ps(f);
-#endif
-}
-
 /* The block of rows r .. r+7 (computed whole: the last block is padded with zero rows; rows past
  * R are not stored) x tokens t .. t+TT-1 (TT <= 4). Per group and token: the sums of (q + 8) x,
  * corrected to q x with xgsum (-8 times the group's sum of x, quantize_rows), converted, and
@@ -1035,7 +1068,7 @@ AI void tile_q4(float* out, const int8_t* xq, const float* xsc, const int32_t* x
 #endif
             q4_group_sums(s, b + Q4_BLOCK_ROWS * sizeof(uint16_t), xq + ((size_t)t * G + g) * Q4_GROUP, (size_t)C,
                           TT);
-        const __m256 ws = q4_scales8(b);
+        const __m256 ws = scales8(b); /* the group's 8 rows' scales */
 #pragma GCC unroll 4
         for (int j = 0; j < TT; j++)
             tot[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[j]),
@@ -1083,6 +1116,20 @@ static void rows_q4(float* out, const int8_t* xq, const float* xsc, const int32_
  * scheme) at half the vector width. They were checked for correctness under qemu-aarch64 only:
  * no tuning or prefetch distances were chosen here, because none could be measured (no arm64
  * hardware; docs/notes-kernels.md). */
+
+/* A float16 scale (q8) as a float: fcvtl, as the q4 kernel's vcvt_f32_f16. */
+AI float scale1(uint16_t h) {
+    return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
+}
+
+/* q8: the G scales of rows r .. r+RT-1 (one row block) as floats, row r + i's at out + i * G (as
+ * the AVX2 twin's, for the shared rows_qi_t). */
+AI void q8_scales_float(float* out, const Matrix* W, int r, int RT) {
+    const int G = W->cols / W->group_size;
+    const uint16_t* sc = quant_scales(W, r);
+    for (int i = 0; i < RT; i++)
+        for (int g = 0; g < G; g++) out[(size_t)i * G + g] = scale1(sc[(size_t)i * G + g]);
+}
 
 /* Eight weights of one row as two fp32 vectors. bf16 is the top half of an fp32 (QWEN3.md 2.6),
  * so widening each u16 with a shift by 16 is the exact conversion, done in registers. */
@@ -1144,7 +1191,7 @@ AI void tile_float(float* out, const float* x, const Matrix* W, WeightType type,
          * group size that is not a multiple of 8 (model.c accepts any divisor of the widths)
          * leaves a few columns per group to the scalar loop. */
         const int gs = W->group_size, G = C / gs, gv = gs & ~7;
-        const float* sc = quant_scales(W, r); /* row r + i's scales at sc + i * G */
+        const uint16_t* sc = quant_scales(W, r); /* row r + i's scales at sc + i * G */
         float32x4_t tot[4][4];
         float tail[4][4];
 #pragma GCC unroll 4
@@ -1159,7 +1206,7 @@ AI void tile_float(float* out, const float* x, const Matrix* W, WeightType type,
             tile_float_acc(acc, x, wg, (size_t)gs, type, C, t, g * gs, g * gs + gv, RT, TT);
 #pragma GCC unroll 4
             for (int i = 0; i < RT; i++) {
-                const float sg = sc[(size_t)i * G + g];
+                const float sg = scale1(sc[(size_t)i * G + g]);
 #pragma GCC unroll 4
                 for (int j = 0; j < TT; j++) {
                     tot[i][j] = vfmaq_n_f32(tot[i][j], acc[i][j], sg);
@@ -1293,10 +1340,9 @@ AI int32x4_t dot16(int32x4_t acc, int8x16_t w, int8x16_t x) {
  * tile shape (fma of float(isum) by ws * xs in its own lane), so the thread split cannot change
  * a result (tests/test_kernels.c checks 1 thread == 2 threads bitwise). */
 AI void tile_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const Matrix* W,
-                int r, int t, int RT, int TT) {
+                const float* ws_r, int r, int t, int RT, int TT) {
     const int C = W->cols, R = W->rows, gs = W->group_size, G = C / gs;
     const size_t gb = (size_t)gs;
-    const float* sc = quant_scales(W, r); /* rows in one block (RT > 1 only from its first row) */
     (void)xsum;
     float32x4_t tot[4];
 #pragma GCC unroll 4
@@ -1322,7 +1368,7 @@ AI void tile_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* x
         if (TT == 1) {
             float ws[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma GCC unroll 4
-            for (int i = 0; i < RT; i++) ws[i] = sc[(size_t)i * G + g];
+            for (int i = 0; i < RT; i++) ws[i] = ws_r[(size_t)i * G + g];
             int32x4_t s = vpaddq_s32(vpaddq_s32(acc[0][0], acc[1][0]), vpaddq_s32(acc[2][0], acc[3][0]));
             tot[0] = vfmaq_f32(tot[0], vcvtq_f32_s32(s), vmulq_n_f32(vld1q_f32(ws), xsc[(size_t)t * G + g]));
         } else {
@@ -1334,7 +1380,7 @@ AI void tile_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* x
             for (int i = 0; i < RT; i++) {
                 int32x4_t s = vpaddq_s32(vpaddq_s32(acc[i][0], acc[i][1]), vpaddq_s32(acc[i][2], acc[i][3]));
                 tot[i] = vfmaq_f32(tot[i], vcvtq_f32_s32(s),
-                                   vmulq_n_f32(xsv, sc[(size_t)i * G + g]));
+                                   vmulq_n_f32(xsv, ws_r[(size_t)i * G + g]));
             }
         }
     }
@@ -1358,9 +1404,13 @@ AI void tile_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* x
  * x86 only). */
 AI void rows_qi_n1(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
                    const Matrix* W, int r0, int r1) {
-    int r = r0;
-    for (; r + 4 <= r1; r += 4) tile_qi(out, xq, xsc, xsum, W, r, 0, 4, 1);
-    for (; r < r1; r++) tile_qi(out, xq, xsc, xsum, W, r, 0, 1, 1);
+    float* ws = thread_xp();
+    for (int r = r0; r < r1;) {
+        const int RT = r + 4 <= r1 ? 4 : 1;
+        q8_scales_float(ws, W, r, RT);
+        tile_qi(out, xq, xsc, xsum, W, ws, r, 0, RT, 1);
+        r += RT;
+    }
 }
 
 
@@ -1486,18 +1536,21 @@ AI void rows_qi_t(float* out, const int8_t* xq, const float* xsc, const int32_t*
     }
     const int C = W->cols;
     const int tb = token_block((size_t)C);
+    float* ws = thread_xp(); /* the row block's scales as floats: 4 * C / group_size <= C floats */
     for (int t0 = 0; t0 < n; t0 += tb) {
         int t1 = t0 + tb < n ? t0 + tb : n;
         int r = r0;
         for (; r + 4 <= r1; r += 4) {
+            q8_scales_float(ws, W, r, 4);
             int t = t0;
-            for (; t + TILE_TOKENS <= t1; t += TILE_TOKENS) tile_qi(out, xq, xsc, xsum, W, r, t, 4, TILE_TOKENS);
-            for (; t < t1; t++) tile_qi(out, xq, xsc, xsum, W, r, t, 4, 1);
+            for (; t + TILE_TOKENS <= t1; t += TILE_TOKENS) tile_qi(out, xq, xsc, xsum, W, ws, r, t, 4, TILE_TOKENS);
+            for (; t < t1; t++) tile_qi(out, xq, xsc, xsum, W, ws, r, t, 4, 1);
         }
         for (; r < r1; r++) {
+            q8_scales_float(ws, W, r, 1);
             int t = t0;
-            for (; t + 4 <= t1; t += 4) tile_qi(out, xq, xsc, xsum, W, r, t, 1, 4);
-            for (; t < t1; t++) tile_qi(out, xq, xsc, xsum, W, r, t, 1, 1);
+            for (; t + 4 <= t1; t += 4) tile_qi(out, xq, xsc, xsum, W, ws, r, t, 1, 4);
+            for (; t < t1; t++) tile_qi(out, xq, xsc, xsum, W, ws, r, t, 1, 1);
         }
     }
 }

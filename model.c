@@ -147,12 +147,12 @@ static int read_config(Transformer* t, const char* path, int ctx, char* err, siz
                                        "model with export.py)");
     /* Version 1 laid q8 matrices out differently (all int8 rows, then all scales), version 2 q4
      * matrices (blocks of 4 rows, each row's values in column order), version 3 q4 with float32
-     * scales; the rest is the same, so their f32 and bf16 files read as they are, and the q8
-     * files of versions 2 and 3 too. */
+     * scales, versions 1 to 4 q8 with float32 scales; the rest is the same, so their f32 and bf16
+     * files read as they are, and the q4 files of version 4 too. */
     if (h->version < 1 || h->version > CHECKPOINT_VERSION)
         return fail(err, errlen, path, "checkpoint version %u, this engine reads versions 1 to %d",
                     h->version, CHECKPOINT_VERSION);
-    if ((h->version == 1 && h->weight_type == WEIGHT_Q8) || (h->version < 4 && h->weight_type == WEIGHT_Q4))
+    if ((h->version < 5 && h->weight_type == WEIGHT_Q8) || (h->version < 4 && h->weight_type == WEIGHT_Q4))
         return fail(err, errlen, path, "a %s checkpoint of version %u, whose %s layout this engine "
                                        "no longer reads: export it again with export.py",
                     h->weight_type == WEIGHT_Q4 ? "q4" : "q8", h->version,

@@ -38,15 +38,17 @@
  * nn.Linear) in the header's weight_type:
  *   WEIGHT_F32   rows*cols float32
  *   WEIGHT_BF16  rows*cols bfloat16 (the top 16 bits of a float32)
- *   WEIGHT_Q8    int8 q in groups of gs = group_size consecutive columns of a row, one float32
- *                scale s per group: w = s * q (export.py picks s = max|w| / 127 over the group).
- *                cols is a multiple of gs; G = cols / gs. Stored in blocks of 4 rows (the last
- *                block padded with zero rows), one after another; block b holds rows 4b .. 4b+3:
- *                  float32 s[4][G]          the scales of row 4b+i, group g at s[i][g]
+ *   WEIGHT_Q8    int8 q in groups of gs = group_size consecutive columns of a row, one float16
+ *                (IEEE binary16) scale s per group: w = s * q (export.py: s = max|w| / 127
+ *                rounded to float16, q = round(w / s)). cols is a multiple of gs; G = cols / gs.
+ *                Stored in blocks of 4 rows (the last block padded with zero rows), one after
+ *                another; block b holds rows 4b .. 4b+3:
+ *                  float16 s[4][G]          the scales of row 4b+i, group g at s[i][g]
  *                  int8    q[G][4][gs]      group g of row 4b+i at q[g][i]
- *                so a block is 4*cols + 16*G bytes, read front to back by the matrix-vector
- *                kernel as one stream (kernels.h: quant_scales, quant_group). Version 1 files
- *                stored all int8 rows, then all scales; the engine refuses them (export again).
+ *                so a block is 4*cols + 8*G bytes, read front to back by the matrix-vector
+ *                kernel as one stream (kernels.h: quant_scales, quant_group). Files of versions
+ *                2 to 4 had float32 scales, version 1 files stored all int8 rows, then all
+ *                scales; the engine refuses both (export again).
  *   WEIGHT_Q4    4-bit q in [-8, 7] in groups of gs = 32 columns, one float16 (IEEE binary16)
  *                scale s per group: w = s * q (export.py: m = the group's value of largest
  *                magnitude, q = round(w * -8 / m) clipped to 7, s = m / -8 rounded to float16, as
@@ -87,7 +89,7 @@
 #include "kernels.h"
 
 #define CHECKPOINT_MAGIC "QW3C"
-#define CHECKPOINT_VERSION 4
+#define CHECKPOINT_VERSION 5
 #define CHECKPOINT_ALIGN 64
 #define MAX_EOS_IDS 8
 

@@ -66,9 +66,19 @@ def _quantize_groups(values, group_size, scale):
 
 def as_q8(values, cols, group_size):
     """What export --dtype q8 stores, dequantised (model.h): per group of group_size consecutive
-    values of a row, m = max|w|, s = float32(m / 127), q = round(w * 127 / m) (an int8), w' = s * q."""
+    values of a row, m = max|w|, s = float16(m / 127), q = round(w / s) clamped to [-127, 127]
+    (an int8), w' = s * q (0 where s is 0)."""
     assert cols % group_size == 0
-    return _quantize_groups(values, group_size, lambda m: f32(m / 127.0))
+    out = []
+    for g in range(0, len(values), group_size):
+        grp = values[g:g + group_size]
+        s = hf_model.f16_round(max(abs(v) for v in grp) / 127.0)
+        if s == 0.0:
+            out.extend(0.0 for _ in grp)
+            continue
+        inv = 1.0 / s
+        out.extend(s * max(-127, min(127, round(v * inv))) for v in grp)
+    return out
 
 
 def as_q4(values, cols, group_size):

@@ -216,16 +216,17 @@ class EngineErrors(unittest.TestCase):
         self.bad_file('magic.bin', b'GGUF' + self.data[4:])
 
     def test_future_version(self):
-        self.patched('version.bin', 'version', 'I', 5)
+        self.patched('version.bin', 'version', 'I', 6)
         self.patched('version0.bin', 'version', 'I', 0)
 
     def old_version(self, version, refused, still_run):
-        """A file of an older version whose layout of `refused` (a dtype) changed is refused with a
-        message that says to export again; files of the dtypes in still_run are the same bytes as
+        """Files of an older version whose layout of a dtype in `refused` changed are refused with
+        a message that says to export again; files of the dtypes in still_run are the same bytes as
         today's and still run."""
         bases = {'f32': self.data, 'q8': self.data_q8, 'q4': self.data_q4}
-        msg = self.patched('v%d_%s.bin' % (version, refused), 'version', 'I', version, base=bases[refused])
-        self.assertIn('export it again', msg)
+        for name in refused:
+            msg = self.patched('v%d_%s.bin' % (version, name), 'version', 'I', version, base=bases[name])
+            self.assertIn('export it again', msg)
         for name in still_run:
             data = bytearray(bases[name])
             struct.pack_into('<I', data, OFF['version'], version)
@@ -237,15 +238,19 @@ class EngineErrors(unittest.TestCase):
 
     def test_version_1(self):
         """Version 1 laid q8 out differently (model.h)."""
-        self.old_version(1, 'q8', ['f32'])
+        self.old_version(1, ['q8'], ['f32'])
 
     def test_version_2(self):
-        """Version 2 laid q4 out differently (model.h)."""
-        self.old_version(2, 'q4', ['q8'])
+        """Version 2 laid q4 out differently, and stored q8's scales as float32 (model.h)."""
+        self.old_version(2, ['q4', 'q8'], ['f32'])
 
     def test_version_3(self):
-        """Version 3 stored q4's scales as float32 (model.h)."""
-        self.old_version(3, 'q4', ['q8', 'f32'])
+        """Version 3 stored q4's and q8's scales as float32 (model.h)."""
+        self.old_version(3, ['q4', 'q8'], ['f32'])
+
+    def test_version_4(self):
+        """Version 4 stored q8's scales as float32 (model.h); its q4 and f32 files are today's."""
+        self.old_version(4, ['q8'], ['q4', 'f32'])
 
     def test_offsets_out_of_range(self):
         size = len(self.data)

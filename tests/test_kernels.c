@@ -82,7 +82,7 @@ static TestMatrix make_matrix(WeightType type, int rows, int cols, int gs) {
         t.scales = malloc(ng * sizeof(float));
         for (size_t g = 0; g < ng; g++) {
             float s = (0.5f + 0.5f * fabsf(frand())) / (float)qmax;
-            if (type == WEIGHT_Q4) s = f16_exact(s); /* q4 stores float16 scales */
+            s = f16_exact(s); /* q8 and q4 store float16 scales */
             t.scales[g] = s;
             for (int c = 0; c < gs; c++) {
                 int q = (int)lrintf(frand() * (float)qmax);
@@ -98,13 +98,15 @@ static TestMatrix make_matrix(WeightType type, int rows, int cols, int gs) {
         uint8_t* b;
         if (type == WEIGHT_Q8) {
             const int blocks = (rows + 3) / 4;
-            const size_t bb = 4 * (size_t)gs * G + (size_t)16 * G;
+            const size_t bb = 4 * (size_t)gs * G + (size_t)8 * G; /* 4 rows' G float16 scales, then values */
             b = calloc((size_t)blocks, bb);
             for (int r = 0; r < rows; r++) {
                 uint8_t* blk = b + (size_t)(r / 4) * bb;
-                memcpy(blk + (size_t)(r % 4) * G * sizeof(float), t.scales + (size_t)r * G, G * sizeof(float));
-                for (int g = 0; g < G; g++)
-                    memcpy(blk + (size_t)16 * G + ((size_t)g * 4 + r % 4) * gs, d + (size_t)r * cols + (size_t)g * gs, gs);
+                for (int g = 0; g < G; g++) {
+                    const uint16_t h = f16_bits(t.scales[(size_t)r * G + g]);
+                    memcpy(blk + ((size_t)(r % 4) * G + g) * sizeof h, &h, sizeof h);
+                    memcpy(blk + (size_t)8 * G + ((size_t)g * 4 + r % 4) * gs, d + (size_t)r * cols + (size_t)g * gs, gs);
+                }
             }
         } else { /* q4: blocks of 8 rows; per group 8 scales, then byte 32v + 4i + k holds row i's
                   * columns 4v + k (low nibble) and 16 + 4v + k (high), each as q + 8 */
@@ -221,7 +223,7 @@ static int check_matmul(WeightType type, int rows, int cols, int gs, int n) {
     return ok;
 }
 
-/* kernels.h's half_to_float (q4's scales) against the definition of binary16, for every finite
+/* kernels.h's half_to_float (q8's and q4's scales) against the definition of binary16, for every finite
  * half: (-1)^s 2^(e-15) (1 + m/1024), and m 2^-24 where e = 0. */
 static void test_half_to_float(void) {
     int ok = 1;

@@ -237,12 +237,24 @@ class TestReference(unittest.TestCase):
             self.assertGreater(rel_error(ref.forward(ids, **kw), good), MISTAKE_MIN, name)
 
     def test_q8_simulation(self):
-        vals = [0.5, -1.0, 0.25, 0.0, 2.0, -0.3, 0.7, 0.1]
+        # The scale is max|w| / 127 rounded to float16 and q = round(w / scale): 1 / 127 rounds
+        # to 0.00787354 (down by 6e-5 relative), so 126.4965 / 127 gives q = 127 (126.504) where
+        # the unrounded scale would give 126 (126.4965).
+        vals = [0.5, -1.0, 0.25, 0.0, 2.0, -0.3, 126.4965 / 127, 0.1]
         out = reference.as_q8(vals, 8, 4)
-        s0 = reference.f32(1.0 / 127)
-        self.assertEqual(out[:4], [s0 * 64, s0 * -127, s0 * 32, 0.0])  # 63.5 rounds to even 64
-        self.assertEqual(out[4], reference.f32(2.0 / 127) * 127)
+        s0 = 2 ** -7 + 8 * 2 ** -17
+        self.assertEqual(reference.hf_model.f16_round(1.0 / 127), s0)
+        self.assertEqual(out[:4], [s0 * 64, s0 * -127, s0 * 32, 0.0])
+        self.assertEqual(out[4], reference.hf_model.f16_round(2.0 / 127) * 127)
+        self.assertEqual(out[6], reference.hf_model.f16_round(2.0 / 127) * 63)
+        out = reference.as_q8([1.0, 126.4965 / 127, 0.0, 0.0], 4, 4)
+        self.assertEqual(out[1], s0 * 127)
         self.assertEqual(reference.as_q8([0.0] * 4, 4, 4), [0.0] * 4)
+        # a subnormal float16 scale (m / 127 below 2^-14), and one that rounds to 0
+        out = reference.as_q8([1e-4, -5e-5, 1e-6, 0.0], 2, 2)
+        s1 = reference.hf_model.f16_round(1e-4 / 127)
+        self.assertTrue(0 < s1 < 2 ** -14)
+        self.assertEqual(out, [s1 * 127, s1 * round(-5e-5 / s1), 0.0, 0.0])
 
     def test_q4_simulation(self):
         vals = [0.5, -1.0, 0.25, 0.0, -2.0, 2.0, 0.7, 0.1]

@@ -108,9 +108,11 @@ int main(int argc, char** argv) {
     madvise(blocks, (blocked_bytes + huge - 1) / huge * huge, MADV_HUGEPAGE);
     for (int r = 0; r < ROWS; r++) {
         char* b = blocks + (size_t)(r / 4) * bb;
-        memcpy(b + (size_t)(r % 4) * GROUPS * sizeof(float), w_scale + (size_t)r * GROUPS, GROUPS * sizeof(float));
-        for (int g = 0; g < GROUPS; g++)
-            memcpy(b + (size_t)16 * GROUPS + ((size_t)g * 4 + r % 4) * GS, w + (size_t)r * COLS + (size_t)g * GS, GS);
+        for (int g = 0; g < GROUPS; g++) { /* float16 scales (version 5), then the values */
+            const uint16_t h = float_to_half(w_scale[(size_t)r * GROUPS + g]);
+            memcpy(b + ((size_t)(r % 4) * GROUPS + g) * sizeof h, &h, sizeof h);
+            memcpy(b + (size_t)8 * GROUPS + ((size_t)g * 4 + r % 4) * GS, w + (size_t)r * COLS + (size_t)g * GS, GS);
+        }
     }
 
     kernels_init(1, 1, COLS);
