@@ -20,8 +20,8 @@ typedef enum { WEIGHT_F32 = 0, WEIGHT_BF16 = 1, WEIGHT_Q8 = 2, WEIGHT_Q4 = 3 } W
 /* A weight matrix [rows = out_features, cols = in_features], pointing into the mapped checkpoint.
  * f32 and bf16 are row-major. The quantised types (model.h) hold integers q in groups of
  * group_size columns with one float16 scale per group (w = scale * q): WEIGHT_Q8 int8, WEIGHT_Q4
- * 4-bit (q in -8 .. 7, stored as q + 8, two per byte, groups of 32). Both are stored in blocks of rows (quant_block_rows) that the matrix-vector kernels
- * walk front to back, one sequential stream:
+ * 4-bit (q in -8 .. 7, stored as q + 8, two per byte, groups of 32). Both are stored in blocks of
+ * rows (quant_block_rows) that the matrix-vector kernels walk front to back, one sequential stream:
  *  - q8, blocks of 4 rows: first their scales (4 rows x G = cols / group_size halves, row by
  *    row), then for each group g the values of each of the four rows (quant_scales, quant_group);
  *  - q4, blocks of 8 rows ("row lanes"): for each group g the 8 rows' scales, then 128 bytes in

@@ -95,11 +95,13 @@ static int prefetch_from_env(void) {
 static void choose_prefetch(void);
 #endif
 
-/* The calling thread's de-interleaved activation row. Each thread writes its own copy at the
- * start of its matmul_task rather than the dispatching thread writing one shared copy: a line that
- * the other core has read (in the previous product) must be taken back from it before it can be
- * written, and the shared copy's 64-192 lines took ~10 us per product while the other thread
- * waited (bf16 decode, 2 threads: run_job 6.5% of the calling thread's samples). */
+/* The calling thread's scratch row of max_cols floats: bf16 decode's de-interleaved activations,
+ * or q8's row-block scales as floats (q8_scales_float: at most 4 * cols / 32 floats, since the
+ * int8 path runs only for group sizes that are multiples of 32). For bf16, each thread writes its
+ * own copy at the start of its matmul_task rather than the dispatching thread writing one shared
+ * copy: a line that the other core has read (in the previous product) must be taken back from it
+ * before it can be written, and the shared copy's 64-192 lines took ~10 us per product while the
+ * other thread waited (bf16 decode, 2 threads: run_job 6.5% of the calling thread's samples). */
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
 static float* thread_xp(void) { return xp_buf + (size_t)kernels_thread_index() * (size_t)xp_stride; }
 #endif
