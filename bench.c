@@ -110,7 +110,7 @@ static double matrix_bytes(const Matrix* m) {
     double n = (double)m->rows * (double)m->cols;
     if (m->type == WEIGHT_F32) return 4 * n;
     if (m->type == WEIGHT_BF16) return 2 * n;
-    return (double)quant_bytes(m->type, (size_t)n) + (double)quant_scale_bytes(m->type) * n / m->group_size;
+    return (double)quant_bytes(m->type, (size_t)n) + (double)QUANT_SCALE_BYTES * n / m->group_size;
 }
 
 /* Weights read by one decode step (every matrix including the head, the embedding row, norms,

@@ -198,6 +198,12 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+void print_token_ids(FILE* out, const char* label, const int* ids, int n) {
+    fputs(label, out);
+    for (int i = 0; i < n; i++) fprintf(out, "%s%d", i ? "," : " ", ids[i]);
+    fputc('\n', out);
+}
+
 /* The conversation as the template takes it, each message's text owned here. */
 typedef struct {
     ChatMessage* m;
@@ -415,9 +421,9 @@ int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOption
         pos = start + n_run;
         free(ids);
         if (o->verbose_prompt) {
-            fprintf(stderr, "chat: prompt of %d tokens, %d of them already in the KV cache:", pos, start);
-            for (int i = 0; i < pos; i++) fprintf(stderr, "%s%d", i ? "," : " ", history[i]);
-            fputc('\n', stderr);
+            char label[96];
+            snprintf(label, sizeof label, "chat: prompt of %d tokens, %d of them already in the KV cache:", pos, start);
+            print_token_ids(stderr, label, history, pos);
         }
         const int answer_start = pos;
 
@@ -479,9 +485,9 @@ int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOption
         fputc('\n', stdout);
         fflush(stdout);
         if (o->verbose_prompt) {
-            fprintf(stderr, "chat: answer of %d tokens run through the model:", pos - answer_start);
-            for (int i = answer_start; i < pos; i++) fprintf(stderr, "%s%d", i > answer_start ? "," : " ", history[i]);
-            fputc('\n', stderr);
+            char label[64];
+            snprintf(label, sizeof label, "chat: answer of %d tokens run through the model:", pos - answer_start);
+            print_token_ids(stderr, label, history + answer_start, pos - answer_start);
         }
         double dt = now_s() - t0;
         if (interactive_in && generated > 1)

@@ -71,4 +71,7 @@ typedef struct {
  * message on stderr. */
 int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOptions* o);
 
+/* --verbose-prompt's line (chat and generate mode): label, then the ids as " 1,2,3" and a newline. */
+void print_token_ids(FILE* out, const char* label, const int* ids, int n);
+
 #endif

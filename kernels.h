@@ -49,16 +49,13 @@ static inline size_t quant_bytes(WeightType type, size_t n) {
     return type == WEIGHT_Q4 ? n / 2 : n;
 }
 
-/* Bytes of one group's scale: float16 (q8 since checkpoint version 5, q4 since 4). */
-static inline size_t quant_scale_bytes(WeightType type) {
-    (void)type;
-    return sizeof(uint16_t);
-}
+/* Bytes of one group's scale: a float16 (q8 since checkpoint version 5, q4 since 4). */
+#define QUANT_SCALE_BYTES sizeof(uint16_t)
 
 /* Bytes of one row block: its rows' G scales each and their values. */
 static inline size_t quant_block_bytes(WeightType type, int cols, int group_size) {
     return (size_t)quant_block_rows(type) *
-           (quant_bytes(type, (size_t)cols) + quant_scale_bytes(type) * (size_t)(cols / group_size));
+           (quant_bytes(type, (size_t)cols) + QUANT_SCALE_BYTES * (size_t)(cols / group_size));
 }
 
 /* q8: the G float16 scales of row r (half_to_float below). */
@@ -74,7 +71,7 @@ static inline const uint8_t* quant_group(const Matrix* W, int r, int g) {
     const int gs = W->group_size, G = W->cols / gs;
     const char* block =
         (const char*)W->data + (size_t)(r / Q8_BLOCK_ROWS) * quant_block_bytes(W->type, W->cols, gs);
-    return (const uint8_t*)(block + sizeof(uint16_t) * Q8_BLOCK_ROWS * (size_t)G) +
+    return (const uint8_t*)(block + QUANT_SCALE_BYTES * Q8_BLOCK_ROWS * (size_t)G) +
            ((size_t)g * Q8_BLOCK_ROWS + (size_t)(r % Q8_BLOCK_ROWS)) * (size_t)gs;
 }
 

@@ -158,30 +158,23 @@ static void parse_args(int argc, char** argv, Options* o) {
             o->checkpoint = arg;
             continue;
         }
-        if (strcmp(arg, "--keep-thinking") == 0) {
-            o->keep_thinking = 1;
-            continue;
+        /* Options without a value: each sets one field. */
+        const struct { const char* name; int* field; int value; } switches[] = {
+            {"--keep-thinking", &o->keep_thinking, 1},
+            {"--verbose-prompt", &o->verbose_prompt, 1},
+            {"--no-think", &o->thinking, 0}, /* chat: the official template's switch-off */
+            {"--hide-think", &o->show_thinking, 0},
+            {"--no-mmap", &o->no_mmap, 1},
+            {"--bf16-activations", &o->bf16_activations, 1},
+        };
+        int is_switch = 0;
+        for (size_t k = 0; k < sizeof switches / sizeof switches[0] && !is_switch; k++) {
+            if (strcmp(arg, switches[k].name) == 0) {
+                *switches[k].field = switches[k].value;
+                is_switch = 1;
+            }
         }
-        if (strcmp(arg, "--verbose-prompt") == 0) {
-            o->verbose_prompt = 1;
-            continue;
-        }
-        if (strcmp(arg, "--no-think") == 0) { /* chat: the official template's switch-off */
-            o->thinking = 0;
-            continue;
-        }
-        if (strcmp(arg, "--no-mmap") == 0) {
-            o->no_mmap = 1;
-            continue;
-        }
-        if (strcmp(arg, "--bf16-activations") == 0) {
-            o->bf16_activations = 1;
-            continue;
-        }
-        if (strcmp(arg, "--hide-think") == 0) {
-            o->show_thinking = 0;
-            continue;
-        }
+        if (is_switch) continue;
         if (strcmp(arg, "--json") == 0) { /* bench mode's only option without a value */
             if (o->n_bench_args + 1 > (int)(sizeof o->bench_args / sizeof o->bench_args[0]))
                 die(2, "too many bench options");
@@ -400,9 +393,9 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
         die(1, "the prompt has %d tokens, more than the context of %d (raise it with -c, at most %d)",
             n_prompt, c->seq_len, c->max_seq_len);
     if (o->verbose_prompt) {
-        fprintf(stderr, "run: prompt of %d tokens:", n_prompt);
-        for (int i = 0; i < n_prompt; i++) fprintf(stderr, "%s%d", i ? "," : " ", prompt[i]);
-        fputc('\n', stderr);
+        char label[48];
+        snprintf(label, sizeof label, "run: prompt of %d tokens:", n_prompt);
+        print_token_ids(stderr, label, prompt, n_prompt);
     }
 
     /* Everything the token loop needs is allocated here, before it. */
