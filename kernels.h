@@ -135,6 +135,12 @@ const char* kernels_simd_name(void);  /* "avx2", "avx2+avx512", "neon" or "scala
 /* Decode's software prefetch plan (matmul.c, PrefetchPlan): "near", "mid" or "far" as chosen from
  * the CPU or KERNELS_PREFETCH in an x86 build, "none" in the others. Valid after kernels_init. */
 const char* kernels_prefetch_plan(void);
+/* 1 when q8 prefill runs on AMX tiles (an x86 build for a CPU with AMX, on a Linux that grants
+ * the tile state, without KERNELS_AMX=0). Valid after kernels_init. */
+int kernels_amx(void);
+/* Turns AMX off (0) or back on where kernels_init was granted it; returns kernels_amx(). For
+ * tests that compare the two paths. */
+int kernels_set_amx(int on);
 
 /* --bf16-activations: prefill (n > 1) with bf16 weights multiplies them by the activations
  * rounded to bf16 (up to 2^-8 relative error each), with the CPU's bf16 dot product, where the

@@ -8,6 +8,11 @@
 #include "kernels.h"
 #include "simd_math.h"
 
+#if defined(KERNELS_AMX)
+#include <sys/syscall.h> /* arch_prctl: the tile state's permission */
+#include <unistd.h>
+#endif
+
 /* ---------------------------------------------------------------------------------------------
  * Scalar reference
  * ------------------------------------------------------------------------------------------- */
@@ -77,6 +82,8 @@ static int32_t* xgsum_buf; /* [max_batch * max_cols / 32] one sum per group (AVX
 static size_t xq_cap;
 static uint16_t* xb16_buf; /* [max_batch * max_cols] activations rounded to bf16 (--bf16-activations) */
 static int bf16_activations;
+static uint8_t* amx_wt_buf; /* [max_threads * amx_thread_bytes] each thread's repacked q8 rows and int32 tiles (AMX) */
+static int amx_usable;      /* q8 prefill runs on AMX tiles (amx_request) */
 
 /* KERNELS_PREFETCH: the decode prefetch plan asked for (used by the AVX2 kernels only, checked in
  * every build so that a mistyped value is reported wherever it is set). */
@@ -106,6 +113,32 @@ static void choose_prefetch(void);
 static float* thread_xp(void) { return xp_buf + (size_t)kernels_thread_index() * (size_t)xp_stride; }
 #endif
 
+#if defined(KERNELS_AMX)
+#define AMX_MAX_TILES 4 /* row tiles of 16 per repacking: prefill's chunks are at most 64 rows */
+static int amx_request(void);
+/* The calling thread's part of amx_wt_buf: its repacked rows (AMX_MAX_TILES * 16 rows of cols
+ * bytes), then the int32 tiles of one row of groups (cols / 64 tiles of 1 KB). */
+static size_t amx_thread_bytes(void) { return (size_t)(AMX_MAX_TILES * 16 + 16) * (size_t)xp_stride; } /* 64-byte multiples */
+static uint8_t* thread_amx_wt(void) { return amx_wt_buf + (size_t)kernels_thread_index() * amx_thread_bytes(); }
+static int32_t* thread_amx_c(void) {
+    return (int32_t*)(thread_amx_wt() + (size_t)AMX_MAX_TILES * 16 * (size_t)xp_stride);
+}
+#endif
+
+int kernels_amx(void) { return amx_usable; }
+
+#if defined(KERNELS_AMX)
+static int amx_granted; /* amx_request's answer at kernels_init */
+#endif
+int kernels_set_amx(int on) {
+#if defined(KERNELS_AMX)
+    amx_usable = on && amx_granted;
+#else
+    (void)on;
+#endif
+    return amx_usable;
+}
+
 int matmul_scratch_init(int max_threads, int max_batch, int max_cols) {
     matmul_scratch_free();
 #if defined(KERNELS_AVX2)
@@ -125,6 +158,13 @@ int matmul_scratch_init(int max_threads, int max_batch, int max_cols) {
     xp_stride = (max_cols + 15) / 16 * 16; /* whole cache lines: no line is shared by two threads */
     xp_buf = aligned_alloc(64, (size_t)max_threads * (size_t)xp_stride * sizeof(float));
     int ok = xq_buf && xs_buf && xsum_buf && xgsum_buf && xp_buf;
+#if defined(KERNELS_AMX)
+    amx_usable = amx_granted = amx_request();
+    if (amx_usable) {
+        amx_wt_buf = aligned_alloc(64, (size_t)max_threads * amx_thread_bytes());
+        ok = ok && amx_wt_buf;
+    }
+#endif
 #if defined(KERNELS_BF16_DOT)
     xb16_buf = aligned_alloc(64, (xq_cap * sizeof(uint16_t) + 63) / 64 * 64);
     ok = ok && xb16_buf;
@@ -143,6 +183,12 @@ void matmul_scratch_free(void) {
     free(xgsum_buf);
     free(xp_buf);
     free(xb16_buf);
+    free(amx_wt_buf);
+    amx_wt_buf = NULL;
+    amx_usable = 0;
+#if defined(KERNELS_AMX)
+    amx_granted = 0;
+#endif
     xq_buf = NULL;
     xs_buf = NULL;
     xsum_buf = NULL;
@@ -198,7 +244,7 @@ AI const void* row_ptr(const Matrix* W, int r) {
 #endif
 
 /* How far ahead the matrix-vector products (decode) ask for their weights. The best distance
- * depends on the core, and the three this engine was measured on disagree:
+ * depends on the core, and the four this engine was measured on disagree:
  *  - Zen 5 (AMD family 1Ah; seventh session, one thread on a 194 MB q4 matrix): 23.2-23.7 GB/s one
  *    2560-byte row block ahead, 28.7-31.6 at 5120 bytes, 23.9-30.3 at 8192. "far".
  *  - Zen 4 (family 19h; eleventh session, decode on the 0.6B shape, one thread, alternating): q4
@@ -216,6 +262,12 @@ AI const void* row_ptr(const Matrix* W, int r) {
  *    so it keeps Zen 4's. bf16, which relies on the hardware prefetcher elsewhere
  *    (rows_bf16_n1), gained from 1024 bytes ahead: 10.2-10.6 -> 10.6-11.3 tok/s, 71% -> 77-81%
  *    of the roof. "mid".
+ *  - Intel (twenty-third session: a 2-core KVM guest of a Xeon with AVX-512, VNNI, BF16 and AMX,
+ *    family 6, ~15 GB/s for one thread): decode tg64 of the 0.6B shape, two alternating rounds of
+ *    the three plans, one thread: q8 near 25.7 / 23.3 tok/s, mid 24.3 / 24.2, far 21.5 / 21.7
+ *    (97-101% / 100% / 89-91% of the roof); q4 34.4-35.8 / 40.6-41.6 / 41.0-43.4; bf16 11.3-11.5 /
+ *    11.6-12.2 / 11.7-12.0. Two threads, mid / far: q8 44.5 / 40.4-39.7 (93-94% / 85%), q4
+ *    78.0-79.3 / 74.4-81.2, bf16 21.3-21.5 / 21.4-21.6. "mid".
  * q4 (tile_q4 in the 8-row layout, sixteenth session): 2048 bytes ahead into L1 in the mid and far
  * plans, none in near. On Zen 3, decode tg128, three rounds of five distances in turn, one / two threads:
  * none 41.1-42.5 / 70.7-77.2 tok/s, 1024 47.2-48.2 / 72.1-78.6, 2048 51.7-53.1 / 77.6-84.9
@@ -250,6 +302,7 @@ static void choose_prefetch(void) {
 #if defined(__GNUC__)
     __builtin_cpu_init();
     if (__builtin_cpu_is("amdfam19h")) decode_prefetch = __builtin_cpu_supports("avx512f") ? prefetch_near : prefetch_mid;
+    if (__builtin_cpu_is("intel")) decode_prefetch = prefetch_mid;
 #endif
     switch (prefetch_from_env()) {
     case PREFETCH_NEAR: decode_prefetch = prefetch_near; break;
@@ -971,6 +1024,171 @@ AI void rows_qi_n1(float* out, const int8_t* xq, const float* xsc, const int32_t
     else rows_qi_n1_gs(out, xq, xsc, xsum, W, r0, r1, W->group_size);
 }
 
+#if defined(KERNELS_AMX)
+/* q8 prefill on AMX (Intel Sapphire Rapids and later: eight tile registers of up to 16 rows x 64
+ * bytes, and TDPBSSD, which adds the products of a 16 x 64 int8 tile A and a 64 x 16 int8 tile B
+ * into a 16 x 16 int32 tile C: 16,384 products in one instruction). A is 16 tokens' quantised
+ * activations of one group of 64 columns, read straight from xq (row stride C). B must hold the
+ * weights "VNNI-packed": its row k holds, for each of 16 output rows, that row's columns
+ * 4k .. 4k+3, i.e. the 16 x 16 matrix of 4-byte words of the group transposed. So each chunk of
+ * rows is first repacked once into the thread's scratch (amx_pack: 1 KB per 16 rows and group,
+ * with the 16 rows' scales of each group as floats), and then every tile of 16 tokens meets it.
+ * Each C is the exact int32 sum of one (token, row, group), as the VNNI kernels get it; the
+ * group's scales turn it into fp32 at once (acc += float(C) x w_scale x x_scale, the scalar
+ * reference's order: one sum per group, then the group's scale), because each group has its
+ * own two scales. That post-step (16 x 3 vector instructions per 16,384 products) and not the
+ * tile product is the bound; two C tiles alternate so that the next group's product runs while
+ * this one is scaled. Measured on the twenty-third session's VM (README, Speed): a TDPBSSD with
+ * 16-row tiles took ~4.4 ns, with 4-row tiles ~2.7 ns, which is why the tokens, not the weights'
+ * 4-row blocks, are the 16 rows of A. Only for q8 with groups that are a multiple of 64 (export's
+ * default 64), tiles of 16 tokens and 16 rows; the rest (token and row tails) takes tile_qi. */
+#define AMX_ROWS 16                  /* output rows per B tile, tokens per A tile */
+#define AMX_K 64                     /* int8 columns per tile product */
+#define AMX_TILE_BYTES (AMX_ROWS * AMX_K)
+
+/* Whether rows_qi_t runs W x n tokens on AMX (run_job aligns its row chunks to 16 when so). */
+static int amx_takes(const Matrix* W, int n) {
+    return amx_usable && W->type == WEIGHT_Q8 && n >= AMX_ROWS && W->group_size % AMX_K == 0 && W->cols <= xp_cap;
+}
+
+#define ARCH_REQ_XCOMP_PERM 0x1023   /* Linux (5.16+) hands out the tile data state on request */
+#define XFEATURE_XTILEDATA 18
+
+/* The kernel's permission for this process to use the tile registers, asked once;
+ * KERNELS_AMX=0 turns AMX off (for measuring and testing the path without it). */
+static int amx_request(void) {
+    const char* e = getenv("KERNELS_AMX");
+    if (e && strcmp(e, "0") == 0) return 0;
+    if (e && *e && strcmp(e, "1") != 0)
+        fprintf(stderr, "warning: KERNELS_AMX=%s is not 0 or 1; AMX stays on where the CPU has it\n", e);
+    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+}
+
+/* Palette 1: tiles 0-1 A (16 tokens x 64 bytes), 2-3 B (16 x 64 bytes), 4-7 C (16 x 16 int32). */
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} AmxConfig;
+
+static void amx_configure(void) {
+    AmxConfig cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.rows[t] = AMX_ROWS;
+        cfg.colsb[t] = 64;
+    }
+    _tile_loadconfig(&cfg);
+}
+
+/* 16 rows of 16 four-byte words, in place: r[j] becomes the column j of what came in. Three
+ * rounds of interleaving (32-bit, 64-bit, 128-bit lanes), 64 shuffles. */
+AI void transpose16_epi32(__m512i r[16]) {
+    __m512i b[16], c[16];
+    for (int i = 0; i < 16; i += 2) {
+        b[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);     /* per 128-bit lane L: r_i[4L], r_i+1[4L], r_i[4L+1], r_i+1[4L+1] */
+        b[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]); /* the same for 4L+2, 4L+3 */
+    }
+    for (int q = 0; q < 16; q += 4) { /* c[q + k], lane L: rows q .. q+3 of column 4L + k */
+        c[q] = _mm512_unpacklo_epi64(b[q], b[q + 2]);
+        c[q + 1] = _mm512_unpackhi_epi64(b[q], b[q + 2]);
+        c[q + 2] = _mm512_unpacklo_epi64(b[q + 1], b[q + 3]);
+        c[q + 3] = _mm512_unpackhi_epi64(b[q + 1], b[q + 3]);
+    }
+    for (int k = 0; k < 4; k++) { /* column 4L + k: lane L of c[k], c[4+k], c[8+k], c[12+k] */
+        const __m512i d0 = _mm512_shuffle_i32x4(c[k], c[4 + k], 0x44), d1 = _mm512_shuffle_i32x4(c[k], c[4 + k], 0xEE);
+        const __m512i d2 = _mm512_shuffle_i32x4(c[8 + k], c[12 + k], 0x44), d3 = _mm512_shuffle_i32x4(c[8 + k], c[12 + k], 0xEE);
+        r[k] = _mm512_shuffle_i32x4(d0, d2, 0x88);
+        r[4 + k] = _mm512_shuffle_i32x4(d0, d2, 0xDD);
+        r[8 + k] = _mm512_shuffle_i32x4(d1, d3, 0x88);
+        r[12 + k] = _mm512_shuffle_i32x4(d1, d3, 0xDD);
+    }
+}
+
+/* Rows [r0, r0 + 16 * ntiles) repacked for amx_rows: tile (i, g, s) (row tile i, group g, 64
+ * columns s of the group) at wt + ((i * G + g) * S + s) * 1 KB, S = gs / 64; the 16 rows' scales
+ * of group g as floats at ws + (i * G + g) * 16. */
+static void amx_pack(uint8_t* wt, float* ws, const Matrix* W, int r0, int ntiles) {
+    const int gs = W->group_size, G = W->cols / gs, S = gs / AMX_K;
+    for (int i = 0; i < ntiles; i++) {
+        const int r = r0 + i * AMX_ROWS;
+        for (int g = 0; g < G; g++) {
+            for (int s = 0; s < S; s++) {
+                __m512i v[16];
+                for (int n = 0; n < AMX_ROWS; n++)
+                    v[n] = _mm512_loadu_si512((const void*)(quant_group(W, r + n, g) + s * AMX_K));
+                transpose16_epi32(v);
+                uint8_t* dst = wt + ((size_t)(i * G + g) * S + s) * AMX_TILE_BYTES;
+                for (int k = 0; k < 16; k++) _mm512_storeu_si512((void*)(dst + 64 * k), v[k]);
+            }
+        }
+        for (int n = 0; n < AMX_ROWS; n++) {
+            const uint16_t* sc = quant_scales(W, r + n);
+            for (int g = 0; g < G; g++) ws[(size_t)(i * G + g) * AMX_ROWS + n] = scale1(sc[g]);
+        }
+    }
+}
+
+/* One C tile: the products of group g's S sub-tiles (A from the tokens' activations, row stride
+ * C; B from the repacked weights), stored to c. Tile numbers must be constants: the instructions
+ * have no register operand for them. */
+#define AMX_GROUP(TA, TB, TC, a, b, S, stride, c)                               \
+    do {                                                                        \
+        _tile_zero(TC);                                                         \
+        for (int s_ = 0; s_ < (S); s_++) {                                      \
+            _tile_loadd(TA, (a) + s_ * AMX_K, (stride));                        \
+            _tile_loadd(TB, (b) + (size_t)s_ * AMX_TILE_BYTES, 64);             \
+            _tile_dpbssd(TC, TA, TB);                                           \
+        }                                                                       \
+        _tile_stored(TC, (c), 64);                                              \
+    } while (0)
+
+/* Tokens [0, nt) (a multiple of 16) x rows [r0, r0 + 16 * ntiles) of out, from the repacked wt,
+ * ws. Per tile of 16 tokens x 16 rows, first every group's int32 tile into cbuf (G x 1 KB; four C
+ * tiles in turn, so that a product does not wait for the store of the one before), then the
+ * scaling in plain AVX-512 with the 16 accumulators in registers (between tile instructions,
+ * which gcc writes as asm with a memory clobber, it kept them on the stack). */
+static void amx_rows(float* out, const int8_t* xq, const float* xsc, const Matrix* W, const uint8_t* wt,
+                     const float* ws, int32_t* cbuf, int nt, int r0, int ntiles) {
+    const int C = W->cols, R = W->rows, gs = W->group_size, G = C / gs, S = gs / AMX_K;
+    const size_t gb = (size_t)S * AMX_TILE_BYTES; /* repacked bytes per group */
+    __asm__ volatile("" ::: "memory");            /* amx_pack's stores before the tile loads read them */
+    amx_configure();
+    for (int t = 0; t < nt; t += AMX_ROWS) {
+        const int8_t* xt = xq + (size_t)t * C;
+        const float* xs = xsc + (size_t)t * G;
+        for (int i = 0; i < ntiles; i++) {
+            const uint8_t* wi = wt + (size_t)i * G * gb;
+            int g = 0;
+            for (; g + 4 <= G; g += 4) {
+                AMX_GROUP(0, 2, 4, xt + (size_t)g * gs, wi + g * gb, S, C, cbuf + (size_t)g * 256);
+                AMX_GROUP(1, 3, 5, xt + (size_t)(g + 1) * gs, wi + (g + 1) * gb, S, C, cbuf + (size_t)(g + 1) * 256);
+                AMX_GROUP(0, 2, 6, xt + (size_t)(g + 2) * gs, wi + (g + 2) * gb, S, C, cbuf + (size_t)(g + 2) * 256);
+                AMX_GROUP(1, 3, 7, xt + (size_t)(g + 3) * gs, wi + (g + 3) * gb, S, C, cbuf + (size_t)(g + 3) * 256);
+            }
+            for (; g < G; g++) AMX_GROUP(0, 2, 4, xt + (size_t)g * gs, wi + g * gb, S, C, cbuf + (size_t)g * 256);
+            /* acc[j], token j's 16 rows, += float(C row j) x the rows' weight scales x token j's scale */
+            const float* wsi = ws + (size_t)i * G * AMX_ROWS;
+            __m512 acc[AMX_ROWS];
+            for (int j = 0; j < AMX_ROWS; j++) acc[j] = _mm512_setzero_ps();
+            for (g = 0; g < G; g++) {
+                const int32_t* c = cbuf + (size_t)g * 256;
+                const __m512 wsv = _mm512_loadu_ps(wsi + (size_t)g * AMX_ROWS);
+#pragma GCC unroll 16
+                for (int j = 0; j < AMX_ROWS; j++) {
+                    const __m512 p = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void*)(c + 16 * j))), wsv);
+                    acc[j] = _mm512_fmadd_ps(p, _mm512_set1_ps(xs[(size_t)j * G + g]), acc[j]);
+                }
+            }
+            float* o = out + (size_t)t * R + r0 + i * AMX_ROWS;
+            for (int j = 0; j < AMX_ROWS; j++) _mm512_storeu_ps(o + (size_t)j * R, acc[j]);
+        }
+    }
+    _tile_release();
+}
+#endif /* KERNELS_AMX */
+
 /* q4 (kernels.h's row lanes, groups of 32): a kernel of its own for decode and prefill. A block
  * of 8 rows stores each group as 8 scales and four 32-byte quarters; in quarter v the 32-bit
  * lane i holds row i's columns 4v .. 4v+3 in its low nibbles and 16+4v .. 16+4v+3 in its high
@@ -1530,17 +1748,14 @@ static void rows_q8f(float* out, const float* x, const Matrix* W, int n, int r0,
     else rows_float_nn(out, x, W, WEIGHT_Q8, n, r0, r1);
 }
 
-AI void rows_qi_t(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
-                  const Matrix* W, int n, int r0, int r1) {
-    if (n == 1) {
-        rows_qi_n1(out, xq, xsc, xsum, W, r0, r1);
-        return;
-    }
+/* Tokens [ta, tb_end) x rows [r0, r1) in tiles of 4 rows x TILE_TOKENS tokens. */
+AI void rows_qi_tiles(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
+                      const Matrix* W, int ta, int tb_end, int r0, int r1) {
     const int C = W->cols;
     const int tb = token_block((size_t)C);
     float* ws = thread_xp(); /* the row block's scales as floats: 4 * C / group_size <= C floats */
-    for (int t0 = 0; t0 < n; t0 += tb) {
-        int t1 = t0 + tb < n ? t0 + tb : n;
+    for (int t0 = ta; t0 < tb_end; t0 += tb) {
+        int t1 = t0 + tb < tb_end ? t0 + tb : tb_end;
         int r = r0;
         for (; r + 4 <= r1; r += 4) {
             q8_scales_float(ws, W, r, 4);
@@ -1555,6 +1770,34 @@ AI void rows_qi_t(float* out, const int8_t* xq, const float* xsc, const int32_t*
             for (; t < t1; t++) tile_qi(out, xq, xsc, xsum, W, ws, r, t, 1, 1);
         }
     }
+}
+
+AI void rows_qi_t(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
+                  const Matrix* W, int n, int r0, int r1) {
+    if (n == 1) {
+        rows_qi_n1(out, xq, xsc, xsum, W, r0, r1);
+        return;
+    }
+#if defined(KERNELS_AMX)
+    if (amx_takes(W, n)) {
+        /* whole tiles of 16 rows (from a multiple of 16: run_job's chunks are) and 16 tokens on
+         * AMX, in pieces of at most AMX_MAX_TILES row tiles (the thread's scratch); the last
+         * tokens and rows on tile_qi */
+        const int nt = n / AMX_ROWS * AMX_ROWS;
+        int r = r0;
+        while (r + AMX_ROWS <= r1) {
+            int tiles = (r1 - r) / AMX_ROWS;
+            if (tiles > AMX_MAX_TILES) tiles = AMX_MAX_TILES;
+            amx_pack(thread_amx_wt(), thread_xp(), W, r, tiles);
+            amx_rows(out, xq, xsc, W, thread_amx_wt(), thread_xp(), thread_amx_c(), nt, r, tiles);
+            r += tiles * AMX_ROWS;
+        }
+        if (nt < n) rows_qi_tiles(out, xq, xsc, xsum, W, nt, n, r0, r);
+        rows_qi_tiles(out, xq, xsc, xsum, W, 0, n, r, r1);
+        return;
+    }
+#endif
+    rows_qi_tiles(out, xq, xsc, xsum, W, 0, n, r0, r1);
 }
 
 #if defined(KERNELS_NEON)
@@ -1833,6 +2076,11 @@ static void run_job(MatmulJob* j) {
     int align = 4;
     for (int m = 0; m < j->n_mats; m++)
         if (quant_block_rows(j->W[m]->type) > align) align = quant_block_rows(j->W[m]->type);
+#if defined(KERNELS_AMX)
+    /* AMX's row tiles start at multiples of 16 in every chunk, so which rows take AMX (and so
+     * their rounding) does not depend on the thread count */
+    if (j->use_qi && amx_takes(j->W[0], j->n)) align = AMX_ROWS;
+#endif
     chunk = (chunk + align - 1) / align * align;
     if (chunk < align) chunk = align;
     j->first_item[0] = 0;

@@ -29,6 +29,12 @@ void matmul_scratch_free(void);
 #if defined(__F16C__)
 #define KERNELS_KV_F16 1
 #endif
+/* With AMX (tile registers and their int8 product, Intel Sapphire Rapids and later) on Linux, q8
+ * prefill multiplies tiles of 16 tokens x 16 rows x 64 columns per instruction, where the kernel
+ * grants the tile state (matmul.c, amx_request; kernels_amx() says whether it did). */
+#if defined(KERNELS_AVX512) && defined(__AMX_TILE__) && defined(__AMX_INT8__) && defined(__linux__)
+#define KERNELS_AMX 1
+#endif
 
 static inline float hsum256(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

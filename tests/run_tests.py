@@ -43,16 +43,28 @@ def avx2_kernels_case(binary):
     twins without the AVX-512 tiles and VNNI that a native build on a newer CPU takes instead."""
     if platform.machine() not in ("x86_64", "AMD64"):
         return c_test_case(binary, skip=f"{os.path.basename(binary)}: x86-64 only (this is {platform.machine()})")
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-    except OSError:
-        flags = []
-    if not {"avx2", "fma"} <= set(flags):
+    if not {"avx2", "fma"} <= cpu_flags():
         return c_test_case(binary, skip=f"{os.path.basename(binary)}: no AVX2 + FMA in /proc/cpuinfo")
     if not os.path.exists(binary):
         sys.exit(f"run_tests.py: {binary} is not built (run `make test`)")
     return c_test_case(binary)
+
+
+def cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return set(next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), []))
+    except OSError:
+        return set()
+
+
+def no_amx_kernels_case(binary):
+    """On a CPU with AMX the native build runs q8 prefill on its tiles; KERNELS_AMX=0 runs the same
+    tests through the AVX-512 kernels that AMX replaces there."""
+    if not {"amx_tile", "amx_int8"} <= cpu_flags():
+        return c_test_case(binary, {"KERNELS_AMX": "0"},
+                           skip="no AMX on this CPU: test_kernels already ran without it")
+    return c_test_case(binary, {"KERNELS_AMX": "0"})
 
 
 def main():
@@ -72,6 +84,7 @@ def main():
                 # switches to while another process holds a core)
                 suite.addTest(c_test_case(binary, {"KERNELS_SPIN_US": "0"}))
                 suite.addTest(avx2_kernels_case(binary + "_avx2"))
+                suite.addTest(no_amx_kernels_case(binary))
     loader = unittest.TestLoader()
     for path in sorted(glob.glob(os.path.join(ROOT, "tests", "test_*.py"))):
         module = os.path.basename(path)[:-3]

