@@ -82,6 +82,7 @@ static int32_t* xgsum_buf; /* [max_batch * max_cols / 32] one sum per group (AVX
 static size_t xq_cap;
 static uint16_t* xb16_buf; /* [max_batch * max_cols] activations rounded to bf16 (--bf16-activations) */
 static int bf16_activations;
+static float* float_pack_buf; /* [max_threads * FLOAT_MAX_PANELS * 16 * max_cols] each thread's f32/bf16 panels (AVX-512 prefill) */
 static uint8_t* amx_wt_buf; /* [max_threads * amx_thread_bytes] each thread's repacked q8 rows and int32 tiles (AMX) */
 static int amx_usable;      /* q8 prefill runs on AMX tiles (amx_request) */
 
@@ -111,6 +112,17 @@ static void choose_prefetch(void);
  * other thread waited (bf16 decode, 2 threads: run_job 6.5% of the calling thread's samples). */
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
 static float* thread_xp(void) { return xp_buf + (size_t)kernels_thread_index() * (size_t)xp_stride; }
+#endif
+
+#if defined(KERNELS_AVX512)
+#define FLOAT_MAX_PANELS 4 /* panels of 16 rows per packing: prefill's chunks are at most 64 rows */
+static float* thread_float_pack(void) {
+    return float_pack_buf + (size_t)kernels_thread_index() * FLOAT_MAX_PANELS * 16 * (size_t)xp_stride;
+}
+/* Whether rows_float_nn packs W's rows for n tokens (run_job aligns its row chunks to 16 when so). */
+static int float_packed_takes(const Matrix* W, int n) {
+    return (W->type == WEIGHT_F32 || W->type == WEIGHT_BF16) && n >= 16 && W->cols <= xp_cap;
+}
 #endif
 
 #if defined(KERNELS_AMX)
@@ -158,6 +170,10 @@ int matmul_scratch_init(int max_threads, int max_batch, int max_cols) {
     xp_stride = (max_cols + 15) / 16 * 16; /* whole cache lines: no line is shared by two threads */
     xp_buf = aligned_alloc(64, (size_t)max_threads * (size_t)xp_stride * sizeof(float));
     int ok = xq_buf && xs_buf && xsum_buf && xgsum_buf && xp_buf;
+#if defined(KERNELS_AVX512)
+    float_pack_buf = aligned_alloc(64, (size_t)max_threads * FLOAT_MAX_PANELS * 16 * (size_t)xp_stride * sizeof(float));
+    ok = ok && float_pack_buf;
+#endif
 #if defined(KERNELS_AMX)
     amx_usable = amx_granted = amx_request();
     if (amx_usable) {
@@ -183,6 +199,8 @@ void matmul_scratch_free(void) {
     free(xgsum_buf);
     free(xp_buf);
     free(xb16_buf);
+    free(float_pack_buf);
+    float_pack_buf = NULL;
     free(amx_wt_buf);
     amx_wt_buf = NULL;
     amx_usable = 0;
@@ -460,6 +478,30 @@ AI void tile_float_acc(__m256 acc[4][4], const float* x, const void* wb, size_t 
 }
 
 #if defined(KERNELS_AVX512)
+/* 16 rows of 16 four-byte words, in place: r[j] becomes the column j of what came in. Three
+ * rounds of interleaving (32-bit, 64-bit, 128-bit lanes), 64 shuffles. */
+AI void transpose16_epi32(__m512i r[16]) {
+    __m512i b[16], c[16];
+    for (int i = 0; i < 16; i += 2) {
+        b[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);     /* per 128-bit lane L: r_i[4L], r_i+1[4L], r_i[4L+1], r_i+1[4L+1] */
+        b[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]); /* the same for 4L+2, 4L+3 */
+    }
+    for (int q = 0; q < 16; q += 4) { /* c[q + k], lane L: rows q .. q+3 of column 4L + k */
+        c[q] = _mm512_unpacklo_epi64(b[q], b[q + 2]);
+        c[q + 1] = _mm512_unpackhi_epi64(b[q], b[q + 2]);
+        c[q + 2] = _mm512_unpacklo_epi64(b[q + 1], b[q + 3]);
+        c[q + 3] = _mm512_unpackhi_epi64(b[q + 1], b[q + 3]);
+    }
+    for (int k = 0; k < 4; k++) { /* column 4L + k: lane L of c[k], c[4+k], c[8+k], c[12+k] */
+        const __m512i d0 = _mm512_shuffle_i32x4(c[k], c[4 + k], 0x44), d1 = _mm512_shuffle_i32x4(c[k], c[4 + k], 0xEE);
+        const __m512i d2 = _mm512_shuffle_i32x4(c[8 + k], c[12 + k], 0x44), d3 = _mm512_shuffle_i32x4(c[8 + k], c[12 + k], 0xEE);
+        r[k] = _mm512_shuffle_i32x4(d0, d2, 0x88);
+        r[4 + k] = _mm512_shuffle_i32x4(d0, d2, 0xDD);
+        r[8 + k] = _mm512_shuffle_i32x4(d1, d3, 0x88);
+        r[12 + k] = _mm512_shuffle_i32x4(d1, d3, 0xDD);
+    }
+}
+
 /* tile_float for f32 and bf16 on 512-bit vectors: twice the products per FMA of the ymm tile, with
  * the 32 registers holding a 4 x 4 tile (16 accumulators, 4 activations, 1 weight). Only the lanes
  * in mask k are loaded (the rest are zero): the last step of a row whose width is not a multiple
@@ -507,6 +549,80 @@ AI void tile_float_zmm(float* out, const float* x, const Matrix* W, WeightType t
 
 /* Rows r .. r+RT-1 of tile_float; for q8, RT > 1 only from the first row of a row block (the
  * row loops step by 4 from a multiple of 4), so the tile's rows lie in one block. */
+#if defined(KERNELS_AVX512)
+/* f32 and bf16 prefill on 512-bit vectors with the weights repacked (the GEMM kernels' way): a
+ * chunk's rows are first transposed, 16 rows at a time, into panels where column c of the 16
+ * rows is one vector (bf16 widened to fp32 on the way); then each vector of 16 rows meets a
+ * token's x[c] broadcast from memory in one FMA, and a tile of FLOAT_TILE_TOKENS tokens x 32 rows
+ * keeps 24 accumulators with no horizontal sum at the end. tile_float_zmm (4 rows x 4 tokens,
+ * each accumulator over 16 columns) loads two vectors per four FMAs and ends with 16 horizontal
+ * sums; this one loads 2 vectors and 12 broadcasts per 24 FMAs. Each output is one fp32 sum over
+ * the columns in order, one FMA per column (the scalar reference's order, fused). */
+#define FLOAT_TILE_TOKENS 12
+#define FLOAT_PANEL_ROWS 16
+
+/* Rows [r, r + 16) as a panel: column c at panel + 16 * c. */
+static void float_pack_panel(float* panel, const Matrix* W, WeightType type, int r) {
+    const int C = W->cols, C16 = C & ~15;
+    const void* wr = row_ptr(W, r);
+    for (int c = 0; c < C16; c += 16) {
+        __m512i v[16];
+        for (int n = 0; n < 16; n++)
+            v[n] = _mm512_castps_si512(ldw_zmm(wr, (size_t)n * C + c, type, (__mmask16)0xFFFF));
+        transpose16_epi32(v);
+        for (int k = 0; k < 16; k++) _mm512_storeu_si512((void*)(panel + (size_t)(c + k) * 16), v[k]);
+    }
+    for (int c = C16; c < C; c++)
+        for (int n = 0; n < 16; n++) panel[(size_t)c * 16 + n] = ldw1(wr, (size_t)n * C + c, type);
+}
+
+/* out rows [r, r + 16 * RP) (RP panels: 1 or 2) x tokens [t, t + TT), over all C columns. */
+AI void tile_float_packed(float* out, const float* x, const float* p0, int C, int R, int r, int t, int TT, int RP) {
+    const float* p1 = p0 + (size_t)16 * C;
+    __m512 acc[FLOAT_TILE_TOKENS][2];
+#pragma GCC unroll 12
+    for (int j = 0; j < TT; j++) acc[j][0] = acc[j][1] = _mm512_setzero_ps();
+    const float* xt = x + (size_t)t * C;
+    for (int c = 0; c < C; c++) {
+        const __m512 w0 = _mm512_loadu_ps(p0 + (size_t)16 * c);
+        const __m512 w1 = RP > 1 ? _mm512_loadu_ps(p1 + (size_t)16 * c) : w0;
+#pragma GCC unroll 12
+        for (int j = 0; j < TT; j++) {
+            const __m512 xv = _mm512_set1_ps(xt[(size_t)j * C + c]);
+            acc[j][0] = _mm512_fmadd_ps(w0, xv, acc[j][0]);
+            if (RP > 1) acc[j][1] = _mm512_fmadd_ps(w1, xv, acc[j][1]);
+        }
+    }
+#pragma GCC unroll 12
+    for (int j = 0; j < TT; j++) {
+        _mm512_storeu_ps(out + (size_t)(t + j) * R + r, acc[j][0]);
+        if (RP > 1) _mm512_storeu_ps(out + (size_t)(t + j) * R + r + 16, acc[j][1]);
+    }
+}
+
+/* Rows [r0, r0 + 16 * np) for all n tokens: packed into the thread's scratch (np <= 4 panels),
+ * then tiles of 12 tokens (a tail of 4s and 1s) x two panels (one where an odd one is left). */
+static void rows_float_packed(float* out, const float* x, const Matrix* W, WeightType type, int n, int r0, int np,
+                              float* packed) {
+    const int C = W->cols, R = W->rows;
+    for (int p = 0; p < np; p++) float_pack_panel(packed + (size_t)p * 16 * C, W, type, r0 + 16 * p);
+    for (int p = 0; p < np; p += 2) {
+        const float* pp = packed + (size_t)p * 16 * C;
+        const int r = r0 + 16 * p;
+        int t = 0;
+        if (p + 2 <= np) {
+            for (; t + FLOAT_TILE_TOKENS <= n; t += FLOAT_TILE_TOKENS) tile_float_packed(out, x, pp, C, R, r, t, FLOAT_TILE_TOKENS, 2);
+            for (; t + 4 <= n; t += 4) tile_float_packed(out, x, pp, C, R, r, t, 4, 2);
+            for (; t < n; t++) tile_float_packed(out, x, pp, C, R, r, t, 1, 2);
+        } else {
+            for (; t + FLOAT_TILE_TOKENS <= n; t += FLOAT_TILE_TOKENS) tile_float_packed(out, x, pp, C, R, r, t, FLOAT_TILE_TOKENS, 1);
+            for (; t + 4 <= n; t += 4) tile_float_packed(out, x, pp, C, R, r, t, 4, 1);
+            for (; t < n; t++) tile_float_packed(out, x, pp, C, R, r, t, 1, 1);
+        }
+    }
+}
+#endif
+
 AI void tile_float(float* out, const float* x, const Matrix* W, WeightType type, int r, int t,
                    int RT, int TT) {
 #if defined(KERNELS_AVX512)
@@ -1082,30 +1198,6 @@ static void amx_configure(void) {
     _tile_loadconfig(&cfg);
 }
 
-/* 16 rows of 16 four-byte words, in place: r[j] becomes the column j of what came in. Three
- * rounds of interleaving (32-bit, 64-bit, 128-bit lanes), 64 shuffles. */
-AI void transpose16_epi32(__m512i r[16]) {
-    __m512i b[16], c[16];
-    for (int i = 0; i < 16; i += 2) {
-        b[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);     /* per 128-bit lane L: r_i[4L], r_i+1[4L], r_i[4L+1], r_i+1[4L+1] */
-        b[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]); /* the same for 4L+2, 4L+3 */
-    }
-    for (int q = 0; q < 16; q += 4) { /* c[q + k], lane L: rows q .. q+3 of column 4L + k */
-        c[q] = _mm512_unpacklo_epi64(b[q], b[q + 2]);
-        c[q + 1] = _mm512_unpackhi_epi64(b[q], b[q + 2]);
-        c[q + 2] = _mm512_unpacklo_epi64(b[q + 1], b[q + 3]);
-        c[q + 3] = _mm512_unpackhi_epi64(b[q + 1], b[q + 3]);
-    }
-    for (int k = 0; k < 4; k++) { /* column 4L + k: lane L of c[k], c[4+k], c[8+k], c[12+k] */
-        const __m512i d0 = _mm512_shuffle_i32x4(c[k], c[4 + k], 0x44), d1 = _mm512_shuffle_i32x4(c[k], c[4 + k], 0xEE);
-        const __m512i d2 = _mm512_shuffle_i32x4(c[8 + k], c[12 + k], 0x44), d3 = _mm512_shuffle_i32x4(c[8 + k], c[12 + k], 0xEE);
-        r[k] = _mm512_shuffle_i32x4(d0, d2, 0x88);
-        r[4 + k] = _mm512_shuffle_i32x4(d0, d2, 0xDD);
-        r[8 + k] = _mm512_shuffle_i32x4(d1, d3, 0x88);
-        r[12 + k] = _mm512_shuffle_i32x4(d1, d3, 0xDD);
-    }
-}
-
 /* Rows [r0, r0 + 16 * ntiles) repacked for amx_rows: tile (i, g, s) (row tile i, group g, 64
  * columns s of the group) at wt + ((i * G + g) * S + s) * 1 KB, S = gs / 64; the 16 rows' scales
  * of group g as floats at ws + (i * G + g) * 16. */
@@ -1651,6 +1743,16 @@ static void rows_f32_n1(float* out, const float* x, const Matrix* W, int r0, int
  * L2 while every weight tile of the chunk is used against it. */
 AI void rows_float_nn(float* out, const float* x, const Matrix* W, WeightType type, int n, int r0,
                       int r1) {
+#if defined(KERNELS_AVX512)
+    if (float_packed_takes(W, n)) { /* whole panels of 16 rows (from a multiple of 16: run_job's chunks are) */
+        while (r0 + FLOAT_PANEL_ROWS <= r1) {
+            int np = (r1 - r0) / FLOAT_PANEL_ROWS;
+            if (np > FLOAT_MAX_PANELS) np = FLOAT_MAX_PANELS;
+            rows_float_packed(out, x, W, type, n, r0, np, thread_float_pack());
+            r0 += np * FLOAT_PANEL_ROWS;
+        }
+    }
+#endif
     const int C = W->cols;
     const int tb = token_block((size_t)C * sizeof(float));
     for (int t0 = 0; t0 < n; t0 += tb) {
@@ -2076,10 +2178,13 @@ static void run_job(MatmulJob* j) {
     int align = 4;
     for (int m = 0; m < j->n_mats; m++)
         if (quant_block_rows(j->W[m]->type) > align) align = quant_block_rows(j->W[m]->type);
+    /* AMX's row tiles and the f32/bf16 panels start at multiples of 16 in every chunk, so which
+     * rows take them (and so their rounding) does not depend on the thread count */
 #if defined(KERNELS_AMX)
-    /* AMX's row tiles start at multiples of 16 in every chunk, so which rows take AMX (and so
-     * their rounding) does not depend on the thread count */
     if (j->use_qi && amx_takes(j->W[0], j->n)) align = AMX_ROWS;
+#endif
+#if defined(KERNELS_AVX512)
+    if (!j->use_qi && !j->use_xb16 && float_packed_takes(j->W[0], j->n)) align = FLOAT_PANEL_ROWS;
 #endif
     chunk = (chunk + align - 1) / align * align;
     if (chunk < align) chunk = align;
