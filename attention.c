@@ -255,6 +255,103 @@ AI void weighted_sum(float* out, const float* att, int att_stride, int NQ, const
     if (i < d) weighted_sum_pass(out, att, att_stride, NQ, values, stride, n, d, i, add, 2, F16);
 }
 
+#if defined(KERNELS_AVX512)
+/* hsum of each of 16 vectors, as one vector: lane k = the sum of a[k]'s 16 lanes. Four rounds of
+ * pairwise adds of shuffled vectors (45 instructions where 16 separate horizontal sums take ~130);
+ * every add joins lanes of one source vector, so each lane's sum runs in the same order whatever
+ * the other 15 vectors hold. */
+AI __m512 hsum16x16(const __m512 a[16]) {
+    __m512 b[8], c[4];
+    for (int k = 0; k < 8; k++) /* per 128-bit lane: (x0+x2, y0+y2, x1+x3, y1+y3) of x = a[2k], y = a[2k+1] */
+        b[k] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * k], a[2 * k + 1]), _mm512_unpackhi_ps(a[2 * k], a[2 * k + 1]));
+    for (int k = 0; k < 4; k++) { /* per 128-bit lane L: that lane's sums of a[4k .. 4k+3] */
+        const __m512d x = _mm512_castps_pd(b[2 * k]), y = _mm512_castps_pd(b[2 * k + 1]);
+        c[k] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+    }
+    const __m512 d01 = _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x44), _mm512_shuffle_f32x4(c[0], c[1], 0xEE));
+    const __m512 d23 = _mm512_add_ps(_mm512_shuffle_f32x4(c[2], c[3], 0x44), _mm512_shuffle_f32x4(c[2], c[3], 0xEE));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(d01, d23, 0x88), _mm512_shuffle_f32x4(d01, d23, 0xDD));
+}
+
+/* Prefill on 512-bit vectors: a tile of NQ (<= 4) queries x NT (<= 4) keys, 16 accumulators over
+ * 16 dimensions each, summed at the end by hsum16x16 (query j, key t in lane 4j + t). Against the
+ * 256-bit tile of 4 x 3 below, twice the products per instruction and a third of the horizontal
+ * work per pair. S[j * s_stride + t] = (q_j . k_t) * scale, the sum for a (query, key) pair in the
+ * same order whatever the other queries and keys of the tile. */
+AI void score_tile(float* S, size_t s_stride, const float* const* qp, int NQ, const void* k, int stride, int NT,
+                   int d, float scale, int F16) {
+    __m512 a[16];
+#pragma GCC unroll 16
+    for (int u = 0; u < 16; u++) a[u] = _mm512_setzero_ps();
+    for (int i = 0; i < d; i += 16) {
+        __m512 kv[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++) {
+            kv[t] = t < NT ? kv_load16(k, (size_t)t * stride + i, F16) : _mm512_setzero_ps();
+            __asm__("" : "+v"(kv[t])); /* in a register: gcc would fold the load into each FMA */
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+            if (j < NQ) {
+                __m512 qv = _mm512_loadu_ps(qp[j] + i);
+                __asm__("" : "+v"(qv));
+#pragma GCC unroll 4
+                for (int t = 0; t < 4; t++)
+                    if (t < NT) a[4 * j + t] = _mm512_fmadd_ps(qv, kv[t], a[4 * j + t]);
+            }
+    }
+    float sums[16];
+    _mm512_storeu_ps(sums, _mm512_mul_ps(hsum16x16(a), _mm512_set1_ps(scale)));
+    for (int j = 0; j < NQ; j++)
+        for (int t = 0; t < NT; t++) S[(size_t)j * s_stride + t] = sums[4 * j + t];
+}
+#define SCORE_TILE_KEYS 4
+
+/* out_j (+)= sum_{t < n} P[j * p_stride + t] v_t for NQ (<= 4) queries, 16 * NU (NU <= 4) outputs
+ * per query in registers per pass: per position NU loads of v and NQ broadcasts for NU * NQ FMAs.
+ * add: as in weighted_sum. */
+AI void weighted_sum_tile_pass(float* const* op, const float* P, size_t p_stride, int NQ, const void* values,
+                               int stride, int n, int i, int add, int NU, int F16) {
+    __m512 o[4][4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++)
+#pragma GCC unroll 4
+        for (int u = 0; u < NU; u++)
+            o[j][u] = add && j < NQ ? _mm512_loadu_ps(op[j] + i + 16 * u) : _mm512_setzero_ps();
+    for (int t = 0; t < n; t++) {
+        const void* v = kv_at(values, (size_t)t * stride, F16);
+        __m512 vv[4];
+#pragma GCC unroll 4
+        for (int u = 0; u < NU; u++) {
+            vv[u] = kv_load16(v, i + 16 * u, F16);
+            __asm__("" : "+v"(vv[u]));
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+            if (j < NQ) {
+                const __m512 a = _mm512_set1_ps(P[(size_t)j * p_stride + t]);
+#pragma GCC unroll 4
+                for (int u = 0; u < NU; u++) o[j][u] = _mm512_fmadd_ps(a, vv[u], o[j][u]);
+            }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++)
+        if (j < NQ)
+#pragma GCC unroll 4
+            for (int u = 0; u < NU; u++) _mm512_storeu_ps(op[j] + i + 16 * u, o[j][u]);
+}
+
+/* out_j (+)= sum_{t < n} P[j * p_stride + t] v_t: passes of 64 outputs per query, then one of the
+ * 48, 32 or 16 left (head_dim a multiple of 16). */
+AI void weighted_sum_tile(float* const* op, const float* P, size_t p_stride, int NQ, const void* values, int stride,
+                          int n, int d, int add, int F16) {
+    int i = 0;
+    for (; i + 64 <= d; i += 64) weighted_sum_tile_pass(op, P, p_stride, NQ, values, stride, n, i, add, 4, F16);
+    if (i + 48 == d) weighted_sum_tile_pass(op, P, p_stride, NQ, values, stride, n, i, add, 3, F16);
+    else if (i + 32 == d) weighted_sum_tile_pass(op, P, p_stride, NQ, values, stride, n, i, add, 2, F16);
+    else if (i + 16 == d) weighted_sum_tile_pass(op, P, p_stride, NQ, values, stride, n, i, add, 1, F16);
+}
+#else
 /* Prefill (attention_rows): a tile of NQ (<= 4) queries x NT (<= 3) keys, one accumulator per
  * pair: per 8 dimensions NQ + NT loads for NQ * NT FMAs, where scores above do NQ + 1 loads for
  * NQ FMAs and a horizontal sum per key. S[j * s_stride + t] = (q_j . k_t) * scale. The sum for a
@@ -331,6 +428,8 @@ AI void weighted_sum_tile(float* const* op, const float* P, size_t p_stride, int
             }
     }
 }
+#define SCORE_TILE_KEYS 3
+#endif
 
 #elif defined(KERNELS_NEON)
 /* 4 elements of a cache row from element i on, as fp32 (halves widened by fcvtl). */
@@ -546,65 +645,109 @@ void attention_rows_scalar(float* out, const float* q, size_t row_stride, int n_
 }
 
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
-/* One tile of NQ queries (query j of the block is head j % n_q of row j / n_q): scores against
- * every key the tile's last row sees, softmax of each query over its own causal length, zeros
- * after it (so the weighted sum can run to the same length for all), the weighted sum. */
-AI void attend_query_tile(float* out, const float* q, size_t row_stride, int n_q, int j0, int NQ, const KVRows* kv,
-                          int first_n_pos, int d, float scale, float* S, int F16) {
+/* Prefill: the block's n = n_rows * n_q queries (query j is head j % n_q of row j / n_q) in tiles
+ * of NQ <= ATTENTION_QUERY_TILE. Each tile scores every key its last row sees (the tile's n_max);
+ * each query's softmax runs over its own causal length and zeros the rest up to n_max, so the
+ * weighted sum runs to the same length for all. The keys and values are taken in chunks of
+ * ATTENTION_KEY_CHUNK positions, and every tile meets a chunk before the next one comes: one read
+ * of the chunk from L2 into L1 serves all n queries, where a pass per tile read the whole cache of
+ * the kv head once per 4 queries (pp2048 of the 0.6B shape, q8 on AMX, one thread: see README,
+ * Speed). The sums run in the same order as in one pass (weighted_sum_tile continues each sum
+ * from out after the first chunk), so the results are the same bits. */
+#define ATTENTION_KEY_CHUNK 64
+#define ATTENTION_MAX_TILES 64 /* query tiles per pass; attention_rows splits more rows into parts */
+
+typedef struct {
     const float* qp[ATTENTION_QUERY_TILE];
     float* op[ATTENTION_QUERY_TILE];
-    for (int j = 0; j < NQ; j++) {
-        size_t at = (size_t)((j0 + j) / n_q) * row_stride + (size_t)((j0 + j) % n_q) * d;
-        qp[j] = q + at;
-        op[j] = out + at;
-    }
-    const int n_max = first_n_pos + (j0 + NQ - 1) / n_q; /* the tile's last row sees the most */
-    size_t off;
-    for (int b0 = 0; b0 < n_max; b0 += kv->block_len) {
-        const int nb = kv_block(kv, b0, n_max, &off);
-        const void* keys = kv_at(kv->keys, off, F16);
-        int t = 0;
-        for (; t + 3 <= nb; t += 3)
-            score_tile(S + b0 + t, n_max, qp, NQ, kv_at(keys, (size_t)t * kv->stride, F16), kv->stride, 3, d, scale,
-                       F16);
-        if (t < nb)
-            score_tile(S + b0 + t, n_max, qp, NQ, kv_at(keys, (size_t)t * kv->stride, F16), kv->stride, nb - t, d,
-                       scale, F16);
-    }
-    for (int j = 0; j < NQ; j++) {
-        const int n_pos = first_n_pos + (j0 + j) / n_q; /* causal: this query's row sees this many */
-        float* s = S + (size_t)j * n_max;
-        softmax(s, n_pos);
-        for (int u = n_pos; u < n_max; u++) s[u] = 0.0f;
-    }
-    for (int b0 = 0; b0 < n_max; b0 += kv->block_len) {
-        const int nb = kv_block(kv, b0, n_max, &off);
-        weighted_sum_tile(op, S + b0, n_max, NQ, kv_at(kv->values, off, F16), kv->stride, nb, d, b0 > 0, F16);
-    }
+    int NQ, n_max; /* queries in the tile, positions its last row sees */
+    float* S;      /* its scores: query j's at S + j * n_all */
+} QueryTile;
+
+/* The tile's scores against keys [c0, c1) of the block that starts at position b0 (its keys at
+ * keys); NQ is the tile's, a constant where it is ATTENTION_QUERY_TILE, so the tile's branches
+ * fold away. */
+AI void score_chunk(const QueryTile* tl, int n_all, const void* keys, int b0, int c0, int c1, int stride, int d,
+                    float scale, int NQ, int F16) {
+    int t = c0;
+    for (; t + SCORE_TILE_KEYS <= c1; t += SCORE_TILE_KEYS)
+        score_tile(tl->S + t, n_all, tl->qp, NQ, kv_at(keys, (size_t)(t - b0) * stride, F16), stride,
+                   SCORE_TILE_KEYS, d, scale, F16);
+    if (t < c1)
+        score_tile(tl->S + t, n_all, tl->qp, NQ, kv_at(keys, (size_t)(t - b0) * stride, F16), stride, c1 - t, d, scale,
+                   F16);
 }
 
 AI void attend_query_tiles(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const KVRows* kv,
-                           int first_n_pos, int head_dim, float scale, float* att, int F16) {
-    const int n = n_rows * n_q, T = ATTENTION_QUERY_TILE;
-    int j0 = 0;
-    for (; j0 + T <= n; j0 += T) /* NQ a constant: the tile's branches fold away */
-        attend_query_tile(out, q, row_stride, n_q, j0, T, kv, first_n_pos, head_dim, scale, att, F16);
-    if (j0 < n) attend_query_tile(out, q, row_stride, n_q, j0, n - j0, kv, first_n_pos, head_dim, scale, att, F16);
+                           int first_n_pos, int d, float scale, float* att, int F16) {
+    enum { T = ATTENTION_QUERY_TILE };
+    const int n = n_rows * n_q, n_all = first_n_pos + n_rows - 1, n_tiles = (n + T - 1) / T;
+    QueryTile tiles[ATTENTION_MAX_TILES];
+    for (int k = 0; k < n_tiles; k++) {
+        QueryTile* tl = &tiles[k];
+        const int j0 = k * T;
+        tl->NQ = n - j0 < T ? n - j0 : T;
+        for (int j = 0; j < tl->NQ; j++) {
+            size_t at = (size_t)((j0 + j) / n_q) * row_stride + (size_t)((j0 + j) % n_q) * d;
+            tl->qp[j] = q + at;
+            tl->op[j] = out + at;
+        }
+        tl->n_max = first_n_pos + (j0 + tl->NQ - 1) / n_q;
+        tl->S = att + (size_t)j0 * n_all;
+    }
+    size_t off;
+    for (int b0 = 0; b0 < n_all; b0 += kv->block_len) {
+        const int nb = kv_block(kv, b0, n_all, &off);
+        const void* keys = kv_at(kv->keys, off, F16);
+        for (int c0 = b0; c0 < b0 + nb; c0 += ATTENTION_KEY_CHUNK) /* a chunk: keys [c0, c1) of one block */
+            for (int k = 0; k < n_tiles; k++) {
+                const QueryTile* tl = &tiles[k];
+                int c1 = c0 + ATTENTION_KEY_CHUNK < b0 + nb ? c0 + ATTENTION_KEY_CHUNK : b0 + nb;
+                if (c1 > tl->n_max) c1 = tl->n_max;
+                if (tl->NQ == T) score_chunk(tl, n_all, keys, b0, c0, c1, kv->stride, d, scale, T, F16);
+                else score_chunk(tl, n_all, keys, b0, c0, c1, kv->stride, d, scale, tl->NQ, F16);
+            }
+    }
+    for (int k = 0; k < n_tiles; k++)
+        for (int j = 0; j < tiles[k].NQ; j++) {
+            const int n_pos = first_n_pos + (k * T + j) / n_q; /* causal: this query's row sees this many */
+            float* sj = tiles[k].S + (size_t)j * n_all;
+            softmax(sj, n_pos);
+            for (int u = n_pos; u < tiles[k].n_max; u++) sj[u] = 0.0f;
+        }
+    for (int b0 = 0; b0 < n_all; b0 += kv->block_len) {
+        const int nb = kv_block(kv, b0, n_all, &off);
+        const void* values = kv_at(kv->values, off, F16);
+        for (int c0 = b0; c0 < b0 + nb; c0 += ATTENTION_KEY_CHUNK)
+            for (int k = 0; k < n_tiles; k++) {
+                const QueryTile* tl = &tiles[k];
+                int c1 = c0 + ATTENTION_KEY_CHUNK < b0 + nb ? c0 + ATTENTION_KEY_CHUNK : b0 + nb;
+                if (c1 > tl->n_max) c1 = tl->n_max;
+                if (c1 <= c0) continue;
+                const void* v = kv_at(values, (size_t)(c0 - b0) * kv->stride, F16);
+                if (tl->NQ == T) weighted_sum_tile(tl->op, tl->S + c0, n_all, T, v, kv->stride, c1 - c0, d, c0 > 0, F16);
+                else weighted_sum_tile(tl->op, tl->S + c0, n_all, tl->NQ, v, kv->stride, c1 - c0, d, c0 > 0, F16);
+            }
+    }
 }
 #endif
 
-/* Prefill attention: the block's n_rows * n_q queries in tiles of ATTENTION_QUERY_TILE, so each
- * key and value loaded serves 4 queries (two rows of Qwen3-0.6B's groups of 2). The scratch
- * holds one tile's scores. Against one attention_group call per row (head_dim 128, 512
- * rows, 8 kv heads, one thread, docs/notes-kernels.md "Eighth session"): 31 -> 14 ms per layer. */
+/* Prefill attention: the block's n_rows * n_q queries in tiles of ATTENTION_QUERY_TILE, each chunk
+ * of keys and values meeting every tile (attend_query_tiles). The scratch holds all the queries'
+ * scores. Against one attention_group call per row (head_dim 128, 512 rows, 8 kv heads, one
+ * thread, docs/notes-kernels.md "Eighth session"): 31 -> 14 ms per layer with the tiles alone. */
 void attention_rows(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const KVRows* kv,
                     int first_n_pos, int head_dim, float scale, float* att) {
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
-    if (attention_simd(head_dim, kv->f16)) {
-        if (kv->f16)
-            attend_query_tiles(out, q, row_stride, n_q, n_rows, kv, first_n_pos, head_dim, scale, att, 1);
-        else
-            attend_query_tiles(out, q, row_stride, n_q, n_rows, kv, first_n_pos, head_dim, scale, att, 0);
+    if (attention_simd(head_dim, kv->f16) && n_q <= ATTENTION_MAX_TILES * ATTENTION_QUERY_TILE) {
+        const int part = ATTENTION_MAX_TILES * ATTENTION_QUERY_TILE / n_q; /* rows per pass of attend_query_tiles */
+        for (int r = 0; r < n_rows; r += part) {
+            const int m = n_rows - r < part ? n_rows - r : part;
+            float* o = out + (size_t)r * row_stride;
+            const float* qr = q + (size_t)r * row_stride;
+            if (kv->f16) attend_query_tiles(o, qr, row_stride, n_q, m, kv, first_n_pos + r, head_dim, scale, att, 1);
+            else attend_query_tiles(o, qr, row_stride, n_q, m, kv, first_n_pos + r, head_dim, scale, att, 0);
+        }
         return;
     }
 #endif

@@ -213,8 +213,8 @@ int attention_simd(int head_dim, int f16);
  * heads are at q + r * row_stride (head j at + j * head_dim), its outputs at out + r * row_stride,
  * and it sees positions 0 .. first_n_pos + r - 1 of the kv head. Each query gets attention_group's
  * result up to float rounding (its sums run in another order), and the same bits whichever rows
- * share its block. att is scratch of max(n_q, ATTENTION_QUERY_TILE) * (first_n_pos + n_rows - 1)
- * floats. */
+ * share its block. att is scratch of max(n_rows * n_q, ATTENTION_QUERY_TILE) * (first_n_pos + n_rows - 1)
+ * floats: the scores of all the block's queries. */
 #define ATTENTION_QUERY_TILE 4
 void attention_rows(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const KVRows* kv,
                     int first_n_pos, int head_dim, float scale, float* att);

@@ -555,7 +555,7 @@ static void test_attention_rows(void) {
                 for (size_t f = 0; f < 3; f++) {
                     int d = dims[a], nq = groups[g], R = nrows[rr], n0 = firsts[f];
                     int stride = d * 2 + 8, n_pos = n0 + R - 1, row = nq * d + 16; /* rows apart, with a gap */
-                    size_t scratch = (size_t)(nq > ATTENTION_QUERY_TILE ? nq : ATTENTION_QUERY_TILE) * n_pos;
+                    size_t scratch = (size_t)(R * nq > ATTENTION_QUERY_TILE ? R * nq : ATTENTION_QUERY_TILE) * n_pos;
                     TestKV kv = make_kv(n_pos, d, stride);
                     float* q = malloc((size_t)R * row * sizeof(float));
                     float* o1 = calloc((size_t)R * row, sizeof(float));
