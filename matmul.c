@@ -128,12 +128,17 @@ static int float_packed_takes(const Matrix* W, int n) {
 #if defined(KERNELS_AMX)
 #define AMX_MAX_TILES 4 /* row tiles of 16 per repacking: prefill's chunks are at most 64 rows */
 static int amx_request(void);
-/* The calling thread's part of amx_wt_buf: its repacked rows (AMX_MAX_TILES * 16 rows of cols
- * bytes), then the int32 tiles of one row of groups (cols / 64 tiles of 1 KB). */
-static size_t amx_thread_bytes(void) { return (size_t)(AMX_MAX_TILES * 16 + 16) * (size_t)xp_stride; } /* 64-byte multiples */
+/* The calling thread's part of amx_wt_buf, in 64-byte multiples: its repacked rows
+ * (AMX_MAX_TILES * 16 rows of cols bytes: q4's widened to a byte each), the int32 tiles of one
+ * row of groups (at most cols / 32 tiles of 1 KB, q4's groups), and the rows' scales as floats
+ * (AMX_MAX_TILES * 16 rows x at most cols / 32 groups: 2 * cols floats). */
+static size_t amx_thread_bytes(void) { return (size_t)(AMX_MAX_TILES * 16 + 32 + 8) * (size_t)xp_stride; }
 static uint8_t* thread_amx_wt(void) { return amx_wt_buf + (size_t)kernels_thread_index() * amx_thread_bytes(); }
 static int32_t* thread_amx_c(void) {
     return (int32_t*)(thread_amx_wt() + (size_t)AMX_MAX_TILES * 16 * (size_t)xp_stride);
+}
+static float* thread_amx_ws(void) {
+    return (float*)(thread_amx_wt() + (size_t)(AMX_MAX_TILES * 16 + 32) * (size_t)xp_stride);
 }
 #endif
 
@@ -1141,33 +1146,36 @@ AI void rows_qi_n1(float* out, const int8_t* xq, const float* xsc, const int32_t
 }
 
 #if defined(KERNELS_AMX)
-/* q8 prefill on AMX (Intel Sapphire Rapids and later: eight tile registers of up to 16 rows x 64
- * bytes, and TDPBSSD, which adds the products of a 16 x 64 int8 tile A and a 64 x 16 int8 tile B
- * into a 16 x 16 int32 tile C: 16,384 products in one instruction). A is 16 tokens' quantised
- * activations of one group of 64 columns, read straight from xq (row stride C). B must hold the
- * weights "VNNI-packed": its row k holds, for each of 16 output rows, that row's columns
- * 4k .. 4k+3, i.e. the 16 x 16 matrix of 4-byte words of the group transposed. So each chunk of
- * rows is first repacked once into the thread's scratch (amx_pack: 1 KB per 16 rows and group,
- * with the 16 rows' scales of each group as floats), and then every tile of 16 tokens meets it.
+/* q8 and q4 prefill on AMX (Intel Sapphire Rapids and later: eight tile registers of up to 16 rows
+ * x 64 bytes, and TDPBSSD, which adds the products of a 16 x K int8 tile A and a K x 16 int8 tile
+ * B into a 16 x 16 int32 tile C: 16 x 16 x K products in one instruction). K is one group's
+ * columns (q4: 32), or 64 of them (q8, whose groups are a multiple of 64: S = gs / 64 products
+ * per group). A is 16 tokens' quantised activations of those columns, read straight from xq (row
+ * stride C). B must hold the weights "VNNI-packed": its row k holds, for each of 16 output rows,
+ * that row's columns 4k .. 4k+3. So each chunk of rows is first repacked once into the thread's
+ * scratch (amx_pack: q8's 16 x 16 four-byte words of a group transposed; q4's row lanes are that
+ * layout already, two 8-row blocks side by side, the nibbles widened to q = nibble - 8), with the
+ * 16 rows' scales of each group as floats, and then every tile of 16 tokens meets it.
  * Each C is the exact int32 sum of one (token, row, group), as the VNNI kernels get it; the
- * group's scales turn it into fp32 at once (acc += float(C) x w_scale x x_scale, the scalar
- * reference's order: one sum per group, then the group's scale), because each group has its
- * own two scales. That post-step (16 x 3 vector instructions per 16,384 products) and not the
- * tile product is the bound; two C tiles alternate so that the next group's product runs while
- * this one is scaled. Measured on the twenty-third session's VM (README, Speed): a TDPBSSD with
- * 16-row tiles took ~4.4 ns, with 4-row tiles ~2.7 ns, which is why the tokens, not the weights'
- * 4-row blocks, are the 16 rows of A. Only for q8 with groups that are a multiple of 64 (export's
- * default 64), tiles of 16 tokens and 16 rows; the rest (token and row tails) takes tile_qi. */
-#define AMX_ROWS 16                  /* output rows per B tile, tokens per A tile */
-#define AMX_K 64                     /* int8 columns per tile product */
-#define AMX_TILE_BYTES (AMX_ROWS * AMX_K)
+ * group's scales turn it into fp32 (acc += float(C) x w_scale x x_scale: the scalar reference's
+ * order, one sum per group and then its scale, where the AVX2/VNNI kernels keep 8 lanes per
+ * group), because each group has its own two scales. Storing C and that step (16 x 3 vector
+ * instructions per tile), not the product, are the bound (amx_rows). A TDPBSSD with 16-row tiles
+ * took ~4.4 ns, with 4-row tiles ~2.7 ns (twenty-third session's VM), which is why the tokens,
+ * not the weights' 4-row blocks, are the 16 rows of A. Tiles of 16 tokens x 16 rows; the token
+ * and row tails take the AVX-512/VNNI kernels. */
+#define AMX_ROWS 16 /* output rows per B tile, tokens per A tile */
 
-/* Whether rows_qi_t runs W x n tokens on AMX (run_job aligns its row chunks to 16 when so). */
+/* int8 columns per tile product: a q4 group, or 64 of a q8 group. */
+static inline int amx_k(const Matrix* W) { return W->type == WEIGHT_Q4 ? Q4_GROUP : 64; }
+
+/* Whether W x n tokens run on AMX (run_job aligns its row chunks to 16 when so). */
 static int amx_takes(const Matrix* W, int n) {
-    return amx_usable && W->type == WEIGHT_Q8 && n >= AMX_ROWS && W->group_size % AMX_K == 0 && W->cols <= xp_cap;
+    return amx_usable && (W->type == WEIGHT_Q4 || (W->type == WEIGHT_Q8 && W->group_size % 64 == 0)) &&
+           n >= AMX_ROWS && W->cols <= xp_cap;
 }
 
-#define ARCH_REQ_XCOMP_PERM 0x1023   /* Linux (5.16+) hands out the tile data state on request */
+#define ARCH_REQ_XCOMP_PERM 0x1023 /* Linux (5.16+) hands out the tile data state on request */
 #define XFEATURE_XTILEDATA 18
 
 /* The kernel's permission for this process to use the tile registers, asked once;
@@ -1180,57 +1188,73 @@ static int amx_request(void) {
     return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
 }
 
-/* Palette 1: tiles 0-1 A (16 tokens x 64 bytes), 2-3 B (16 x 64 bytes), 4-7 C (16 x 16 int32). */
+/* Palette 1: tiles 0-1 A (16 tokens x K bytes), 2-3 B (K / 4 rows x 64 bytes), 4-7 C (16 x 16
+ * int32). */
 typedef struct {
     uint8_t palette, start_row, reserved[14];
     uint16_t colsb[16];
     uint8_t rows[16];
 } AmxConfig;
 
-static void amx_configure(void) {
+static void amx_configure(int K) {
     AmxConfig cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
     for (int t = 0; t < 8; t++) {
-        cfg.rows[t] = AMX_ROWS;
-        cfg.colsb[t] = 64;
+        cfg.rows[t] = t == 2 || t == 3 ? (uint8_t)(K / 4) : AMX_ROWS;
+        cfg.colsb[t] = t < 2 ? (uint16_t)K : 64;
     }
     _tile_loadconfig(&cfg);
 }
 
-/* Rows [r0, r0 + 16 * ntiles) repacked for amx_rows: tile (i, g, s) (row tile i, group g, 64
- * columns s of the group) at wt + ((i * G + g) * S + s) * 1 KB, S = gs / 64; the 16 rows' scales
- * of group g as floats at ws + (i * G + g) * 16. */
+/* Rows [r0, r0 + 16 * ntiles) repacked for amx_rows: B tile (i, g, s) (row tile i, group g,
+ * product s of the group) at wt + ((i * G + g) * S + s) * 16 * K; the 16 rows' scales of group g
+ * as floats at ws + (i * G + g) * 16. */
 static void amx_pack(uint8_t* wt, float* ws, const Matrix* W, int r0, int ntiles) {
-    const int gs = W->group_size, G = W->cols / gs, S = gs / AMX_K;
+    const int gs = W->group_size, G = W->cols / gs, K = amx_k(W), S = gs / K;
     for (int i = 0; i < ntiles; i++) {
         const int r = r0 + i * AMX_ROWS;
         for (int g = 0; g < G; g++) {
+            float* wsg = ws + (size_t)(i * G + g) * AMX_ROWS;
+            if (W->type == WEIGHT_Q4) { /* B row v / 4 + v: the low / high nibbles of quarter v of both blocks */
+                const __m512i m = _mm512_set1_epi8(15), eight = _mm512_set1_epi8(8);
+                const uint8_t* b0 = q4_group(W, r, g);
+                const uint8_t* b1 = q4_group(W, r + Q4_BLOCK_ROWS, g);
+                uint8_t* dst = wt + (size_t)(i * G + g) * 16 * K;
+                for (int v = 0; v < 4; v++) {
+                    const size_t q = Q4_BLOCK_ROWS * sizeof(uint16_t) + 32 * (size_t)v;
+                    const __m512i x = _mm512_inserti64x4(
+                        _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)(b0 + q))),
+                        _mm256_loadu_si256((const __m256i*)(b1 + q)), 1);
+                    _mm512_storeu_si512((void*)(dst + 64 * v), _mm512_sub_epi8(_mm512_and_si512(x, m), eight));
+                    _mm512_storeu_si512((void*)(dst + 64 * (4 + v)),
+                                        _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(x, 4), m), eight));
+                }
+                for (int n = 0; n < AMX_ROWS; n++) wsg[n] = q4_scale(W, r + n, g);
+                continue;
+            }
             for (int s = 0; s < S; s++) {
                 __m512i v[16];
                 for (int n = 0; n < AMX_ROWS; n++)
-                    v[n] = _mm512_loadu_si512((const void*)(quant_group(W, r + n, g) + s * AMX_K));
+                    v[n] = _mm512_loadu_si512((const void*)(quant_group(W, r + n, g) + s * K));
                 transpose16_epi32(v);
-                uint8_t* dst = wt + ((size_t)(i * G + g) * S + s) * AMX_TILE_BYTES;
+                uint8_t* dst = wt + ((size_t)(i * G + g) * S + s) * 16 * K;
                 for (int k = 0; k < 16; k++) _mm512_storeu_si512((void*)(dst + 64 * k), v[k]);
             }
-        }
-        for (int n = 0; n < AMX_ROWS; n++) {
-            const uint16_t* sc = quant_scales(W, r + n);
-            for (int g = 0; g < G; g++) ws[(size_t)(i * G + g) * AMX_ROWS + n] = scale1(sc[g]);
+            for (int n = 0; n < AMX_ROWS; n++) wsg[n] = scale1(quant_scales(W, r + n)[g]);
         }
     }
 }
 
-/* One C tile: the products of group g's S sub-tiles (A from the tokens' activations, row stride
+/* One C tile: the products of a group's S sub-tiles (A from the tokens' activations, row stride
  * C; B from the repacked weights), stored to c. Tile numbers must be constants: the instructions
  * have no register operand for them. */
-#define AMX_GROUP(TA, TB, TC, a, b, S, stride, c)                               \
+#define AMX_GROUP(TA, TB, TC, a, b, S, K, stride, c)                            \
     do {                                                                        \
         _tile_zero(TC);                                                         \
         for (int s_ = 0; s_ < (S); s_++) {                                      \
-            _tile_loadd(TA, (a) + s_ * AMX_K, (stride));                        \
-            _tile_loadd(TB, (b) + (size_t)s_ * AMX_TILE_BYTES, 64);             \
+            _tile_loadd(TA, (a) + s_ * (K), (stride));                          \
+            _tile_loadd(TB, (b) + (size_t)s_ * 16 * (K), 64);                   \
             _tile_dpbssd(TC, TA, TB);                                           \
         }                                                                       \
         _tile_stored(TC, (c), 64);                                              \
@@ -1240,13 +1264,17 @@ static void amx_pack(uint8_t* wt, float* ws, const Matrix* W, int r0, int ntiles
  * ws. Per tile of 16 tokens x 16 rows, first every group's int32 tile into cbuf (G x 1 KB; four C
  * tiles in turn, so that a product does not wait for the store of the one before), then the
  * scaling in plain AVX-512 with the 16 accumulators in registers (between tile instructions,
- * which gcc writes as asm with a memory clobber, it kept them on the stack). */
+ * which gcc writes as asm with a memory clobber, it kept them on the stack). pp512 of the 0.6B
+ * shape, q8, one thread: 379 -> 395 tok/s against scaling each group's tile between the
+ * products. The stores cost: with them left out (wrong results, for timing) 475, with the
+ * scaling also left out 540. Two token tiles x two row tiles per step (each tile loaded serves
+ * two products) was slower: 375-379. */
 static void amx_rows(float* out, const int8_t* xq, const float* xsc, const Matrix* W, const uint8_t* wt,
                      const float* ws, int32_t* cbuf, int nt, int r0, int ntiles) {
-    const int C = W->cols, R = W->rows, gs = W->group_size, G = C / gs, S = gs / AMX_K;
-    const size_t gb = (size_t)S * AMX_TILE_BYTES; /* repacked bytes per group */
-    __asm__ volatile("" ::: "memory");            /* amx_pack's stores before the tile loads read them */
-    amx_configure();
+    const int C = W->cols, R = W->rows, gs = W->group_size, G = C / gs, K = amx_k(W), S = gs / K;
+    const size_t gb = (size_t)S * 16 * K; /* repacked bytes per group */
+    __asm__ volatile("" ::: "memory");    /* amx_pack's stores before the tile loads read them */
+    amx_configure(K);
     for (int t = 0; t < nt; t += AMX_ROWS) {
         const int8_t* xt = xq + (size_t)t * C;
         const float* xs = xsc + (size_t)t * G;
@@ -1254,12 +1282,12 @@ static void amx_rows(float* out, const int8_t* xq, const float* xsc, const Matri
             const uint8_t* wi = wt + (size_t)i * G * gb;
             int g = 0;
             for (; g + 4 <= G; g += 4) {
-                AMX_GROUP(0, 2, 4, xt + (size_t)g * gs, wi + g * gb, S, C, cbuf + (size_t)g * 256);
-                AMX_GROUP(1, 3, 5, xt + (size_t)(g + 1) * gs, wi + (g + 1) * gb, S, C, cbuf + (size_t)(g + 1) * 256);
-                AMX_GROUP(0, 2, 6, xt + (size_t)(g + 2) * gs, wi + (g + 2) * gb, S, C, cbuf + (size_t)(g + 2) * 256);
-                AMX_GROUP(1, 3, 7, xt + (size_t)(g + 3) * gs, wi + (g + 3) * gb, S, C, cbuf + (size_t)(g + 3) * 256);
+                AMX_GROUP(0, 2, 4, xt + (size_t)g * gs, wi + g * gb, S, K, C, cbuf + (size_t)g * 256);
+                AMX_GROUP(1, 3, 5, xt + (size_t)(g + 1) * gs, wi + (g + 1) * gb, S, K, C, cbuf + (size_t)(g + 1) * 256);
+                AMX_GROUP(0, 2, 6, xt + (size_t)(g + 2) * gs, wi + (g + 2) * gb, S, K, C, cbuf + (size_t)(g + 2) * 256);
+                AMX_GROUP(1, 3, 7, xt + (size_t)(g + 3) * gs, wi + (g + 3) * gb, S, K, C, cbuf + (size_t)(g + 3) * 256);
             }
-            for (; g < G; g++) AMX_GROUP(0, 2, 4, xt + (size_t)g * gs, wi + g * gb, S, C, cbuf + (size_t)g * 256);
+            for (; g < G; g++) AMX_GROUP(0, 2, 4, xt + (size_t)g * gs, wi + g * gb, S, K, C, cbuf + (size_t)g * 256);
             /* acc[j], token j's 16 rows, += float(C row j) x the rows' weight scales x token j's scale */
             const float* wsi = ws + (size_t)i * G * AMX_ROWS;
             __m512 acc[AMX_ROWS];
@@ -1278,6 +1306,22 @@ static void amx_rows(float* out, const int8_t* xq, const float* xsc, const Matri
         }
     }
     _tile_release();
+}
+
+/* Whole tiles of 16 rows (from r0, a multiple of 16: run_job's chunks are) x tokens [0, n / 16 * 16)
+ * on AMX, in pieces of at most AMX_MAX_TILES row tiles (the thread's scratch). Returns the first
+ * row not done; the caller does the last tokens of the rows done and every token of the rest. */
+static int amx_chunk(float* out, const int8_t* xq, const float* xsc, const Matrix* W, int n, int r0, int r1) {
+    const int nt = n / AMX_ROWS * AMX_ROWS;
+    int r = r0;
+    while (r + AMX_ROWS <= r1) {
+        int tiles = (r1 - r) / AMX_ROWS;
+        if (tiles > AMX_MAX_TILES) tiles = AMX_MAX_TILES;
+        amx_pack(thread_amx_wt(), thread_amx_ws(), W, r, tiles);
+        amx_rows(out, xq, xsc, W, thread_amx_wt(), thread_amx_ws(), thread_amx_c(), nt, r, tiles);
+        r += tiles * AMX_ROWS;
+    }
+    return r;
 }
 #endif /* KERNELS_AMX */
 
@@ -1401,6 +1445,20 @@ AI void tile_q4(float* out, const int8_t* xq, const float* xsc, const int32_t* x
 /* Rows [r0, r1) (r0 a multiple of 8: run_job's chunks are) for n tokens: decode walks the row
  * blocks with the prefetch; prefill keeps a block of tokens in L2 (as rows_qi_t) while each row
  * block of the chunk meets them 4 at a time. */
+/* Tokens [ta, tb_end) x rows [r0, r1) of q4 prefill, token-blocked. */
+static void rows_q4_tokens(float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum, const Matrix* W,
+                           int ta, int tb_end, int r0, int r1) {
+    const int tb = token_block((size_t)W->cols);
+    for (int t0 = ta; t0 < tb_end; t0 += tb) {
+        const int t1 = t0 + tb < tb_end ? t0 + tb : tb_end;
+        for (int r = r0; r < r1; r += Q4_BLOCK_ROWS) {
+            int t = t0;
+            for (; t + 4 <= t1; t += 4) tile_q4(out, xq, xsc, xgsum, W, r, t, 4, 0);
+            for (; t < t1; t++) tile_q4(out, xq, xsc, xgsum, W, r, t, 1, 0);
+        }
+    }
+}
+
 static void rows_q4(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
                     const int32_t* xgsum, const Matrix* W, int n, int r0, int r1) {
     (void)xsum;
@@ -1409,15 +1467,15 @@ static void rows_q4(float* out, const int8_t* xq, const float* xsc, const int32_
         for (int r = r0; r < r1; r += Q4_BLOCK_ROWS) tile_q4(out, xq, xsc, xgsum, W, r, 0, 1, pf);
         return;
     }
-    const int tb = token_block((size_t)W->cols);
-    for (int t0 = 0; t0 < n; t0 += tb) {
-        const int t1 = t0 + tb < n ? t0 + tb : n;
-        for (int r = r0; r < r1; r += Q4_BLOCK_ROWS) {
-            int t = t0;
-            for (; t + 4 <= t1; t += 4) tile_q4(out, xq, xsc, xgsum, W, r, t, 4, 0);
-            for (; t < t1; t++) tile_q4(out, xq, xsc, xgsum, W, r, t, 1, 0);
-        }
+    int ta = 0, ra = r0; /* tokens [ta, n) of rows [r0, ra) and all tokens of rows [ra, r1) are left */
+#if defined(KERNELS_AMX)
+    if (amx_takes(W, n)) {
+        ra = amx_chunk(out, xq, xsc, W, n, r0, r1);
+        ta = n / AMX_ROWS * AMX_ROWS;
     }
+#endif
+    rows_q4_tokens(out, xq, xsc, xgsum, W, ta, n, r0, ra);
+    rows_q4_tokens(out, xq, xsc, xgsum, W, 0, n, ra, r1);
 }
 
 #elif defined(KERNELS_NEON)
@@ -1882,18 +1940,7 @@ AI void rows_qi_t(float* out, const int8_t* xq, const float* xsc, const int32_t*
     }
 #if defined(KERNELS_AMX)
     if (amx_takes(W, n)) {
-        /* whole tiles of 16 rows (from a multiple of 16: run_job's chunks are) and 16 tokens on
-         * AMX, in pieces of at most AMX_MAX_TILES row tiles (the thread's scratch); the last
-         * tokens and rows on tile_qi */
-        const int nt = n / AMX_ROWS * AMX_ROWS;
-        int r = r0;
-        while (r + AMX_ROWS <= r1) {
-            int tiles = (r1 - r) / AMX_ROWS;
-            if (tiles > AMX_MAX_TILES) tiles = AMX_MAX_TILES;
-            amx_pack(thread_amx_wt(), thread_xp(), W, r, tiles);
-            amx_rows(out, xq, xsc, W, thread_amx_wt(), thread_xp(), thread_amx_c(), nt, r, tiles);
-            r += tiles * AMX_ROWS;
-        }
+        const int r = amx_chunk(out, xq, xsc, W, n, r0, r1), nt = n / AMX_ROWS * AMX_ROWS;
         if (nt < n) rows_qi_tiles(out, xq, xsc, xsum, W, nt, n, r0, r);
         rows_qi_tiles(out, xq, xsc, xsum, W, 0, n, r, r1);
         return;
