@@ -290,7 +290,11 @@ AI const void* row_ptr(const Matrix* W, int r) {
  *    the three plans, one thread: q8 near 25.7 / 23.3 tok/s, mid 24.3 / 24.2, far 21.5 / 21.7
  *    (97-101% / 100% / 89-91% of the roof); q4 34.4-35.8 / 40.6-41.6 / 41.0-43.4; bf16 11.3-11.5 /
  *    11.6-12.2 / 11.7-12.0. Two threads, mid / far: q8 44.5 / 40.4-39.7 (93-94% / 85%), q4
- *    78.0-79.3 / 74.4-81.2, bf16 21.3-21.5 / 21.4-21.6. "mid".
+ *    78.0-79.3 / 74.4-81.2, bf16 21.3-21.5 / 21.4-21.6. "mid". The AVX-512 bf16 kernel
+ *    (rows_bf16_n1_zmm), which no plan prefetched for before, with KERNELS_PREFETCH=mid's 1024
+ *    bytes / 2048 / none / 4096, one thread 96-99% / 101-102% / 89-91% / 91-93% of the roof, two
+ *    threads 94-95% / 99% / 86-88% / 83-86% (two rounds, tg64): mid's bf16_zmm is 2048; Zen 3
+ *    (mid's other CPU) has no AVX-512, and near and far keep none, as measured before.
  * q4 (tile_q4 in the 8-row layout, sixteenth session): 2048 bytes ahead into L1 in the mid and far
  * plans, none in near. On Zen 3, decode tg128, three rounds of five distances in turn, one / two threads:
  * none 41.1-42.5 / 70.7-77.2 tok/s, 1024 47.2-48.2 / 72.1-78.6, 2048 51.7-53.1 / 77.6-84.9
@@ -307,12 +311,13 @@ AI const void* row_ptr(const Matrix* W, int r) {
  * KERNELS_PREFETCH=near, mid or far overrides the choice from the CPU (choose_prefetch). */
 typedef struct {
     const char* name;
-    int q8;   /* bytes ahead in rows_qi_n1; 0: one row block ahead */
-    int q4;   /* bytes ahead in tile_q4 */
-    int bf16; /* bytes ahead in rows_bf16_n1; 0: none */
+    int q8;       /* bytes ahead in rows_qi_n1; 0: one row block ahead */
+    int q4;       /* bytes ahead in tile_q4 */
+    int bf16;     /* bytes ahead in rows_bf16_n1 (256-bit); 0: none */
+    int bf16_zmm; /* bytes ahead in rows_bf16_n1_zmm (AVX-512 builds); 0: none */
 } PrefetchPlan;
-static const PrefetchPlan prefetch_near = {"near", 128, 0, 0}, prefetch_mid = {"mid", 1536, 2048, 1024},
-                          prefetch_far = {"far", 0, 2048, 0};
+static const PrefetchPlan prefetch_near = {"near", 128, 0, 0, 0}, prefetch_mid = {"mid", 1536, 2048, 1024, 2048},
+                          prefetch_far = {"far", 0, 2048, 0, 0};
 static PrefetchPlan decode_prefetch;
 
 /* Zen 3 and Zen 4 are both AMD family 19h. gcc 12.2's __builtin_cpu_is("znver3") cannot tell
@@ -806,13 +811,15 @@ AI void bf16_step32(__m512* a, __m512* b, const uint16_t* w, const float* xp) {
     *b = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, hi)), _mm512_load_ps(xp + 16), *b);
 }
 
-static void rows_bf16_n1_zmm(float* out, const float* xp, const Matrix* W, int r0, int r1) {
+AI void rows_bf16_n1_zmm_pf(float* out, const float* xp, const Matrix* W, int r0, int r1, int PF, int pf) {
     const int C = W->cols;
     for (int r = r0; r < r1; r++) {
         const uint16_t* w = (const uint16_t*)W->data + (size_t)r * C;
         __m512 a0 = _mm512_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0, b3 = a0;
         int c = 0;
         for (; c + 128 <= C; c += 128) {
+            if (PF)
+                for (int o = 0; o < 256; o += 64) _mm_prefetch((const char*)(w + c) + pf + o, _MM_HINT_T0);
             bf16_step32(&a0, &b0, w + c, xp + c);
             bf16_step32(&a1, &b1, w + c + 32, xp + c + 32);
             bf16_step32(&a2, &b2, w + c + 64, xp + c + 64);
@@ -823,6 +830,13 @@ static void rows_bf16_n1_zmm(float* out, const float* xp, const Matrix* W, int r
         __m512 s23 = _mm512_add_ps(_mm512_add_ps(a2, b2), _mm512_add_ps(a3, b3));
         out[r] = _mm512_reduce_add_ps(_mm512_add_ps(s01, s23));
     }
+}
+
+/* The plan's distance (bf16_zmm) as a constant-folded branch: the copy without prefetch is the
+ * code it was before there was one. */
+static void rows_bf16_n1_zmm(float* out, const float* xp, const Matrix* W, int r0, int r1) {
+    if (decode_prefetch.bf16_zmm) rows_bf16_n1_zmm_pf(out, xp, W, r0, r1, 1, decode_prefetch.bf16_zmm);
+    else rows_bf16_n1_zmm_pf(out, xp, W, r0, r1, 0, 0);
 }
 #endif
 
