@@ -539,6 +539,7 @@ AI void score_tile(float* S, size_t s_stride, const float* const* qp, int NQ, co
             for (int t = 0; t < NT; t++) S[(size_t)j * s_stride + t] = sums[t];
         }
 }
+#define SCORE_TILE_KEYS 3
 
 /* As the AVX2 weighted_sum_tile, 16 outputs per query per pass. */
 AI void weighted_sum_tile(float* const* op, const float* P, size_t p_stride, int NQ, const void* values, int stride,

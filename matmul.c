@@ -294,7 +294,11 @@ AI const void* row_ptr(const Matrix* W, int r) {
  *    (rows_bf16_n1_zmm), which no plan prefetched for before, with KERNELS_PREFETCH=mid's 1024
  *    bytes / 2048 / none / 4096, one thread 96-99% / 101-102% / 89-91% / 91-93% of the roof, two
  *    threads 94-95% / 99% / 86-88% / 83-86% (two rounds, tg64): mid's bf16_zmm is 2048; Zen 3
- *    (mid's other CPU) has no AVX-512, and near and far keep none, as measured before.
+ *    (mid's other CPU) has no AVX-512, and near and far keep none, as measured before. f32
+ *    (rows_f32_n1, no prefetch before) 2048 bytes ahead against none, three alternating rounds of
+ *    tg32: one thread 93-94% against 85-88% of the roof, two 90-92% against 81-86%; in an earlier,
+ *    slower phase of the VM 1024 / 2048 / 4096 read 78-80% / 80-82% / 64-66% against 74-78%. So
+ *    mid's f32 is 2048; near and far keep none (Zen 3, mid's other CPU, was not measured with it).
  * q4 (tile_q4 in the 8-row layout, sixteenth session): 2048 bytes ahead into L1 in the mid and far
  * plans, none in near. On Zen 3, decode tg128, three rounds of five distances in turn, one / two threads:
  * none 41.1-42.5 / 70.7-77.2 tok/s, 1024 47.2-48.2 / 72.1-78.6, 2048 51.7-53.1 / 77.6-84.9
@@ -315,9 +319,10 @@ typedef struct {
     int q4;       /* bytes ahead in tile_q4 */
     int bf16;     /* bytes ahead in rows_bf16_n1 (256-bit); 0: none */
     int bf16_zmm; /* bytes ahead in rows_bf16_n1_zmm (AVX-512 builds); 0: none */
+    int f32;      /* bytes ahead in rows_f32_n1; 0: none */
 } PrefetchPlan;
-static const PrefetchPlan prefetch_near = {"near", 128, 0, 0, 0}, prefetch_mid = {"mid", 1536, 2048, 1024, 2048},
-                          prefetch_far = {"far", 0, 2048, 0, 0};
+static const PrefetchPlan prefetch_near = {"near", 128, 0, 0, 0, 0}, prefetch_mid = {"mid", 1536, 2048, 1024, 2048, 2048},
+                          prefetch_far = {"far", 0, 2048, 0, 0, 0};
 static PrefetchPlan decode_prefetch;
 
 /* Zen 3 and Zen 4 are both AMD family 19h. gcc 12.2's __builtin_cpu_is("znver3") cannot tell
@@ -867,7 +872,7 @@ static void rows_bf16_n1(float* out, const float* xp, const Matrix* W, int r0, i
  * decode with --no-mmap, alternating runs on the 2-core VM: 1 thread 11.9 vs 9.4 tok/s (median of
  * 4), 2 threads 20.9 vs 18.5 (docs/notes-kernels.md). bf16 does the same (rows_bf16_n1); q8
  * reads row blocks (rows_qi_n1). */
-static void rows_f32_n1(float* out, const float* x, const Matrix* W, int r0, int r1) {
+AI void rows_f32_n1_pf(float* out, const float* x, const Matrix* W, int r0, int r1, int PF, int pf) {
     const int C = W->cols;
     const float* wd = (const float*)W->data;
     for (int r = r0; r < r1; r++) {
@@ -875,6 +880,10 @@ static void rows_f32_n1(float* out, const float* x, const Matrix* W, int r0, int
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         int c = 0;
         for (; c + 32 <= C; c += 32) {
+            if (PF) {
+                _mm_prefetch((const char*)(w + c) + pf, _MM_HINT_T0);
+                _mm_prefetch((const char*)(w + c) + pf + 64, _MM_HINT_T0);
+            }
             a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + c), _mm256_loadu_ps(x + c), a0);
             a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + c + 8), _mm256_loadu_ps(x + c + 8), a1);
             a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + c + 16), _mm256_loadu_ps(x + c + 16), a2);
@@ -884,6 +893,12 @@ static void rows_f32_n1(float* out, const float* x, const Matrix* W, int r0, int
         for (; c < C; c++) s += w[c] * x[c];
         out[r] = s;
     }
+}
+
+/* The plan's distance (choose_prefetch) as a constant-folded branch, as rows_bf16_n1_zmm. */
+static void rows_f32_n1(float* out, const float* x, const Matrix* W, int r0, int r1) {
+    if (decode_prefetch.f32) rows_f32_n1_pf(out, x, W, r0, r1, 1, decode_prefetch.f32);
+    else rows_f32_n1_pf(out, x, W, r0, r1, 0, 0);
 }
 
 /* ---- q8 and q4 x int8 activations ---- */
