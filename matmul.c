@@ -83,8 +83,8 @@ static size_t xq_cap;
 static uint16_t* xb16_buf; /* [max_batch * max_cols] activations rounded to bf16 (--bf16-activations) */
 static int bf16_activations;
 static float* float_pack_buf; /* [max_threads * FLOAT_MAX_PANELS * 16 * max_cols] each thread's f32/bf16 panels (AVX-512 prefill) */
-static uint8_t* amx_wt_buf; /* [max_threads * amx_thread_bytes] each thread's repacked q8 rows and int32 tiles (AMX) */
-static int amx_usable;      /* q8 prefill runs on AMX tiles (amx_request) */
+static uint8_t* amx_wt_buf; /* [max_threads * amx_thread_bytes] each thread's repacked q8/q4 rows, int32 tiles, scales (AMX) */
+static int amx_usable;      /* q8 and q4 prefill run on AMX tiles (amx_request) */
 
 /* KERNELS_PREFETCH: the decode prefetch plan asked for (used by the AVX2 kernels only, checked in
  * every build so that a mistyped value is reported wherever it is set). */
@@ -119,7 +119,9 @@ static float* thread_xp(void) { return xp_buf + (size_t)kernels_thread_index() *
 static float* thread_float_pack(void) {
     return float_pack_buf + (size_t)kernels_thread_index() * FLOAT_MAX_PANELS * 16 * (size_t)xp_stride;
 }
-/* Whether rows_float_nn packs W's rows for n tokens (run_job aligns its row chunks to 16 when so). */
+/* Whether rows_float_nn packs W's rows for n tokens (run_job aligns its row chunks to 16 when so):
+ * from 16 tokens on, so that a chunk's packing is shared by a tile's worth of tokens (a threshold
+ * chosen, not tuned). */
 static int float_packed_takes(const Matrix* W, int n) {
     return (W->type == WEIGHT_F32 || W->type == WEIGHT_BF16) && n >= 16 && W->cols <= xp_cap;
 }
@@ -562,8 +564,6 @@ AI void tile_float_zmm(float* out, const float* x, const Matrix* W, WeightType t
 }
 #endif
 
-/* Rows r .. r+RT-1 of tile_float; for q8, RT > 1 only from the first row of a row block (the
- * row loops step by 4 from a multiple of 4), so the tile's rows lie in one block. */
 #if defined(KERNELS_AVX512)
 /* f32 and bf16 prefill on 512-bit vectors with the weights repacked (the GEMM kernels' way): a
  * chunk's rows are first transposed, 16 rows at a time, into panels where column c of the 16
@@ -615,6 +615,14 @@ AI void tile_float_packed(float* out, const float* x, const float* p0, int C, in
     }
 }
 
+/* Every token through RP panels (constant) from row r: tiles of 12 tokens, then of 4 and 1. */
+AI void float_panel_tiles(float* out, const float* x, const float* pp, int C, int R, int r, int n, int RP) {
+    int t = 0;
+    for (; t + FLOAT_TILE_TOKENS <= n; t += FLOAT_TILE_TOKENS) tile_float_packed(out, x, pp, C, R, r, t, FLOAT_TILE_TOKENS, RP);
+    for (; t + 4 <= n; t += 4) tile_float_packed(out, x, pp, C, R, r, t, 4, RP);
+    for (; t < n; t++) tile_float_packed(out, x, pp, C, R, r, t, 1, RP);
+}
+
 /* Rows [r0, r0 + 16 * np) for all n tokens: packed into the thread's scratch (np <= 4 panels),
  * then tiles of 12 tokens (a tail of 4s and 1s) x two panels (one where an odd one is left). */
 static void rows_float_packed(float* out, const float* x, const Matrix* W, WeightType type, int n, int r0, int np,
@@ -623,21 +631,14 @@ static void rows_float_packed(float* out, const float* x, const Matrix* W, Weigh
     for (int p = 0; p < np; p++) float_pack_panel(packed + (size_t)p * 16 * C, W, type, r0 + 16 * p);
     for (int p = 0; p < np; p += 2) {
         const float* pp = packed + (size_t)p * 16 * C;
-        const int r = r0 + 16 * p;
-        int t = 0;
-        if (p + 2 <= np) {
-            for (; t + FLOAT_TILE_TOKENS <= n; t += FLOAT_TILE_TOKENS) tile_float_packed(out, x, pp, C, R, r, t, FLOAT_TILE_TOKENS, 2);
-            for (; t + 4 <= n; t += 4) tile_float_packed(out, x, pp, C, R, r, t, 4, 2);
-            for (; t < n; t++) tile_float_packed(out, x, pp, C, R, r, t, 1, 2);
-        } else {
-            for (; t + FLOAT_TILE_TOKENS <= n; t += FLOAT_TILE_TOKENS) tile_float_packed(out, x, pp, C, R, r, t, FLOAT_TILE_TOKENS, 1);
-            for (; t + 4 <= n; t += 4) tile_float_packed(out, x, pp, C, R, r, t, 4, 1);
-            for (; t < n; t++) tile_float_packed(out, x, pp, C, R, r, t, 1, 1);
-        }
+        if (p + 2 <= np) float_panel_tiles(out, x, pp, C, R, r0 + 16 * p, n, 2);
+        else float_panel_tiles(out, x, pp, C, R, r0 + 16 * p, n, 1);
     }
 }
 #endif
 
+/* Rows r .. r+RT-1 of tile_float; for q8, RT > 1 only from the first row of a row block (the
+ * row loops step by 4 from a multiple of 4), so the tile's rows lie in one block. */
 AI void tile_float(float* out, const float* x, const Matrix* W, WeightType type, int r, int t,
                    int RT, int TT) {
 #if defined(KERNELS_AVX512)
@@ -1186,9 +1187,9 @@ AI void rows_qi_n1(float* out, const int8_t* xq, const float* xsc, const int32_t
  * layout already, two 8-row blocks side by side, the nibbles widened to q = nibble - 8), with the
  * 16 rows' scales of each group as floats, and then every tile of 16 tokens meets it.
  * Each C is the exact int32 sum of one (token, row, group), as the VNNI kernels get it; the
- * group's scales turn it into fp32 (acc += float(C) x w_scale x x_scale: the scalar reference's
- * order, one sum per group and then its scale, where the AVX2/VNNI kernels keep 8 lanes per
- * group), because each group has its own two scales. Storing C and that step (16 x 3 vector
+ * group's scales turn it into fp32 (acc += float(C) x w_scale x x_scale: one sum per group, then
+ * its scales, where the AVX2/VNNI kernels keep 8 lanes per group to the end, so the fp32 results
+ * differ by rounding), because each group has its own two scales. Storing C and that step (16 x 3 vector
  * instructions per tile), not the product, are the bound (amx_rows). A TDPBSSD with 16-row tiles
  * took ~4.4 ns, with 4-row tiles ~2.7 ns (twenty-third session's VM), which is why the tokens,
  * not the weights' 4-row blocks, are the 16 rows of A. Tiles of 16 tokens x 16 rows; the token
@@ -1245,7 +1246,7 @@ static void amx_pack(uint8_t* wt, float* ws, const Matrix* W, int r0, int ntiles
         const int r = r0 + i * AMX_ROWS;
         for (int g = 0; g < G; g++) {
             float* wsg = ws + (size_t)(i * G + g) * AMX_ROWS;
-            if (W->type == WEIGHT_Q4) { /* B row v / 4 + v: the low / high nibbles of quarter v of both blocks */
+            if (W->type == WEIGHT_Q4) { /* B rows v and 4 + v: the low and the high nibbles of quarter v of both blocks */
                 const __m512i m = _mm512_set1_epi8(15), eight = _mm512_set1_epi8(8);
                 const uint8_t* b0 = q4_group(W, r, g);
                 const uint8_t* b1 = q4_group(W, r + Q4_BLOCK_ROWS, g);
@@ -1471,9 +1472,6 @@ AI void tile_q4(float* out, const int8_t* xq, const float* xsc, const int32_t* x
     }
 }
 
-/* Rows [r0, r1) (r0 a multiple of 8: run_job's chunks are) for n tokens: decode walks the row
- * blocks with the prefetch; prefill keeps a block of tokens in L2 (as rows_qi_t) while each row
- * block of the chunk meets them 4 at a time. */
 /* Tokens [ta, tb_end) x rows [r0, r1) of q4 prefill, token-blocked. */
 static void rows_q4_tokens(float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum, const Matrix* W,
                            int ta, int tb_end, int r0, int r1) {
@@ -1488,6 +1486,10 @@ static void rows_q4_tokens(float* out, const int8_t* xq, const float* xsc, const
     }
 }
 
+/* Rows [r0, r1) (r0 a multiple of 8: run_job's chunks are) for n tokens: decode walks the row
+ * blocks with the prefetch; prefill keeps a block of tokens in L2 (as rows_qi_t) while each row
+ * block of the chunk meets them 4 at a time; with AMX, whole tiles of 16 rows x 16 tokens
+ * take it (amx_chunk). */
 static void rows_q4(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
                     const int32_t* xgsum, const Matrix* W, int n, int r0, int r1) {
     (void)xsum;

@@ -391,7 +391,7 @@ int kernels_threads(void) { return P.n_threads; }
 
 const char* kernels_simd_name(void) {
 #if defined(KERNELS_AVX2) && defined(KERNELS_AVX512)
-    return kernels_amx() ? "avx2+avx512+amx" : "avx2+avx512"; /* matmul.c's 512-bit prefill tiles, AMX q8 prefill */
+    return kernels_amx() ? "avx2+avx512+amx" : "avx2+avx512"; /* matmul.c's 512-bit prefill tiles, AMX q8/q4 prefill */
 #elif defined(KERNELS_AVX2)
     return "avx2";
 #elif defined(KERNELS_NEON)

@@ -30,7 +30,7 @@ void matmul_scratch_free(void);
 #define KERNELS_KV_F16 1
 #endif
 /* With AMX (tile registers and their int8 product, Intel Sapphire Rapids and later) on Linux, q8
- * prefill multiplies tiles of 16 tokens x 16 rows x 64 columns per instruction, where the kernel
+ * and q4 prefill multiply tiles of 16 tokens x 16 rows x 64 (q4: 32) columns per instruction, where the kernel
  * grants the tile state (matmul.c, amx_request; kernels_amx() says whether it did). */
 #if defined(KERNELS_AVX512) && defined(__AMX_TILE__) && defined(__AMX_INT8__) && defined(__linux__)
 #define KERNELS_AMX 1

@@ -59,7 +59,7 @@ def cpu_flags():
 
 
 def no_amx_kernels_case(binary):
-    """On a CPU with AMX the native build runs q8 prefill on its tiles; KERNELS_AMX=0 runs the same
+    """On a CPU with AMX the native build runs q8 and q4 prefill on its tiles; KERNELS_AMX=0 runs the same
     tests through the AVX-512 kernels that AMX replaces there."""
     if not {"amx_tile", "amx_int8"} <= cpu_flags():
         return c_test_case(binary, {"KERNELS_AMX": "0"},

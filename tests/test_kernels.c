@@ -718,7 +718,7 @@ static void test_bf16_activations(void) {
     kernels_set_bf16_activations(0);
 }
 
-/* A build for a CPU with AMX runs q8 prefill on it (matmul.c, rows_qi_t) whenever Linux supports
+/* A build for a CPU with AMX runs q8 and q4 prefill on it (matmul.c, rows_qi_t) whenever Linux supports
  * the tile state (asked here on its own, ARCH_GET_XCOMP_SUPP) and KERNELS_AMX=0 is not set: so
  * the matmul checks above went through the AMX tiles, not the AVX-512 kernels beside them. */
 static void test_amx_in_use(void) {
@@ -729,7 +729,7 @@ static void test_amx_in_use(void) {
     const int os_has = syscall(SYS_arch_prctl, 0x1021 /* ARCH_GET_XCOMP_SUPP */, &supported) == 0 &&
                        (supported >> 18 & 1); /* XTILEDATA */
     printf("AMX: %s\n", off ? "off (KERNELS_AMX=0)" : os_has ? "in use" : "not granted by this kernel");
-    check(kernels_amx() == (!off && os_has), "q8 prefill on AMX exactly when the CPU, Linux and KERNELS_AMX allow");
+    check(kernels_amx() == (!off && os_has), "q8/q4 prefill on AMX exactly when the CPU, Linux and KERNELS_AMX allow");
 #else
     check(kernels_amx() == 0, "no AMX in a build without it");
 #endif
