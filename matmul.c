@@ -351,16 +351,27 @@ const char* kernels_prefetch_plan(void) {
     return decode_prefetch.name ? decode_prefetch.name : "none";
 }
 
-/* Tokens per prefill tile (rows_float_nn, rows_qi_t): a 4 x 4 f32 tile needs 16 accumulators + 4
+/* Tokens per float prefill tile (rows_float_nn): a 4 x 4 f32 tile needs 16 accumulators + 4
  * activations + 1 weight, which fits in the 32 vector registers of an AVX-512 build (also for
  * ymm code) but not in AVX2's 16, where gcc spills in the inner loop; there 4 x 3 fits. Built with
  * -march=x86-64-v3 (AVX2 + FMA only) on the development VM, pp512 with one thread, alternating:
- * f32 62-65 -> 84-88 tok/s, bf16 63-65 -> 83-88, q8 (whose int8 tile keeps 12 int32 and 12 fp32
- * sums, still more than 16) 76-81 -> 86-90; the -march=native build (AVX-512) keeps 4 x 4. */
+ * f32 62-65 -> 84-88 tok/s, bf16 63-65 -> 83-88 (q8 then used it too: 76-81 -> 86-90; it has its
+ * own tile now, below); the -march=native build (AVX-512) keeps 4 x 4. */
 #if defined(__AVX512F__)
 #define TILE_TOKENS 4
 #else
 #define TILE_TOKENS 3
+#endif
+
+/* q8 prefill tiles (tile_qi): 4 tokens, so that a row's four sums share one scaling step; 4 rows
+ * where there are 32 vector registers, 2 in AVX2's 16 (16 int32 sums alone would fill them).
+ * (-march=x86-64-v3, Intel VM, pp512 one thread, alternating: 2 x 4 tiles 96-99 tok/s, 4 x 4 86.)
+ * With VNNI (AVX-512, AMX off) 4 x 4: 171-174, 2 x 4 152-156. */
+#define Q8_TILE_TOKENS 4
+#if defined(__AVX512F__)
+#define Q8_TILE_ROWS 4
+#else
+#define Q8_TILE_ROWS 2
 #endif
 
 AI __m256 ldw(const void* w, size_t i, WeightType type) {
@@ -1023,27 +1034,38 @@ AI __m256i qi_dot(__m256i acc, QW p, __m256i x) {
 #endif
 }
 
-/* Rows r .. r+RT-1 (in one row block: RT > 1 only from a block's first row) x tokens t .. t+TT-1,
- * 32 columns per step. Per group and (row, token), the int32 sum is scaled by (weight scale x
- * activation scale) into an fp32 accumulator. ws: the rows' scales as floats (q8_scales_float),
- * row r + i's at ws + i * G. */
+/* Four int32 sums of 8 lanes each into one vector: lane k (k < 4) holds a[k]'s lanes 0-3 added,
+ * lane 4 + k its lanes 4-7 (integer adds: exact, in any order). */
+AI __m256i sum_halves4(__m256i a0, __m256i a1, __m256i a2, __m256i a3) {
+    return _mm256_hadd_epi32(_mm256_hadd_epi32(a0, a1), _mm256_hadd_epi32(a2, a3));
+}
+
+/* Rows r .. r+RT-1 (RT 1, 2 or 4, within one row block) x tokens t .. t+TT-1 (TT 1 or 4), 32
+ * columns per step. At a group's end, with four tokens, a row's four int32 sums are reduced to
+ * their two halves (sum_halves4), converted, and scaled by (weight scale x activation scale) into
+ * the row's fp32 total, whose halves are added at the end: one conversion, multiply and fma per
+ * four outputs instead of per output. Per output and group that scaling cost about as much as
+ * the group's int8 products on AVX2 (no VNNI: sign, maddubs, madd and add per 32 columns). One
+ * token (the tail of a token block) keeps a total per output, scaled lane by lane and summed at
+ * the end, the arithmetic of the matrix-vector kernel (rows_qi_n1). Which of the two an output
+ * gets depends only on its token's place in the token block, never on the row split, so the
+ * thread count cannot change a result (test_kernels: 1 thread == 2 threads and matmul_multi ==
+ * matmul, bitwise). ws: the rows' scales as floats (q8_scales_float), row r + i's at ws + i * G. */
 AI void tile_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const Matrix* W,
                 const float* ws, int r, int t, int RT, int TT) {
     const int C = W->cols, R = W->rows, gs = W->group_size, G = C / gs;
     const size_t gb = (size_t)gs;
-    __m256 tot[4][4];
+    __m256 tot[4];
 #pragma GCC unroll 4
-    for (int i = 0; i < RT; i++)
-#pragma GCC unroll 4
-        for (int j = 0; j < TT; j++) tot[i][j] = _mm256_setzero_ps();
+    for (int i = 0; i < 4; i++) tot[i] = _mm256_setzero_ps();
     for (int g = 0; g < G; g++) {
         const uint8_t* wg = quant_group(W, r, g); /* row r + i at wg + i * gb */
         __m256i acc[4][4];
 #pragma GCC unroll 4
-        for (int j = 0; j < TT; j++) {
-            __m256i a0 = qi_acc0(xsum + ((size_t)(t + j) * G + g) * 8);
+        for (int j = 0; j < 4; j++) {
+            __m256i a0 = j < TT ? qi_acc0(xsum + ((size_t)(t + j) * G + g) * 8) : _mm256_setzero_si256();
 #pragma GCC unroll 4
-            for (int i = 0; i < RT; i++) acc[i][j] = a0;
+            for (int i = 0; i < 4; i++) acc[i][j] = i < RT ? a0 : _mm256_setzero_si256();
         }
         for (int c = 0; c < gs; c += 32) {
             QW wv[4];
@@ -1057,21 +1079,34 @@ AI void tile_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* x
                 for (int i = 0; i < RT; i++) acc[i][j] = qi_dot(acc[i][j], wv[i], xv);
             }
         }
-        __m256 xsv[4];
+        if (TT == 4) {
+            const __m128 x4 = _mm_setr_ps(xsc[(size_t)t * G + g], xsc[(size_t)(t + 1) * G + g],
+                                          xsc[(size_t)(t + 2) * G + g], xsc[(size_t)(t + 3) * G + g]);
+            const __m256 xs = _mm256_set_m128(x4, x4);
 #pragma GCC unroll 4
-        for (int j = 0; j < TT; j++) xsv[j] = _mm256_set1_ps(xsc[(size_t)(t + j) * G + g]);
+            for (int i = 0; i < RT; i++) {
+                const __m256i s = sum_halves4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+                tot[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(_mm256_set1_ps(ws[(size_t)i * G + g]), xs), tot[i]);
+            }
+        } else {
+            const __m256 xs = _mm256_set1_ps(xsc[(size_t)t * G + g]);
 #pragma GCC unroll 4
-        for (int i = 0; i < RT; i++) {
-            __m256 wsv = _mm256_set1_ps(ws[(size_t)i * G + g]);
-#pragma GCC unroll 4
-            for (int j = 0; j < TT; j++)
-                tot[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i][j]), _mm256_mul_ps(wsv, xsv[j]), tot[i][j]);
+            for (int i = 0; i < RT; i++)
+                tot[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i][0]), _mm256_mul_ps(_mm256_set1_ps(ws[(size_t)i * G + g]), xs), tot[i]);
         }
     }
+    if (TT == 4) {
+        float o[4];
 #pragma GCC unroll 4
-    for (int i = 0; i < RT; i++)
+        for (int i = 0; i < RT; i++) {
+            _mm_storeu_ps(o, _mm_add_ps(_mm256_castps256_ps128(tot[i]), _mm256_extractf128_ps(tot[i], 1)));
 #pragma GCC unroll 4
-        for (int j = 0; j < TT; j++) out[(size_t)(t + j) * R + r + i] = hsum256(tot[i][j]);
+            for (int j = 0; j < 4; j++) out[(size_t)(t + j) * R + r + i] = o[j];
+        }
+    } else {
+#pragma GCC unroll 4
+        for (int i = 0; i < RT; i++) out[(size_t)t * R + r + i] = hsum256(tot[i]);
+    }
 }
 
 /* One 32-column step of rows_qi_n1: the activation vector shared by the four rows of a block,
@@ -1512,6 +1547,8 @@ static void rows_q4(float* out, const int8_t* xq, const float* xsc, const int32_
 #elif defined(KERNELS_NEON)
 
 #define TILE_TOKENS 4 /* 32 NEON registers: 16 accumulators + 8 weights + 2 activations */
+#define Q8_TILE_TOKENS 4
+#define Q8_TILE_ROWS 4
 
 /* The arm64 twins follow the AVX2 ones in shape (same tiles, same token blocking, same q8
  * scheme) at half the vector width. They were checked for correctness under qemu-aarch64 only:
@@ -1939,10 +1976,10 @@ static void rows_q8f(float* out, const float* x, const Matrix* W, int n, int r0,
     else rows_float_nn(out, x, W, WEIGHT_Q8, n, r0, r1);
 }
 
-/* Tokens [ta, tb_end) x rows [r0, r1) in tiles of 4 rows x TILE_TOKENS tokens. */
+/* Tokens [ta, tb_end) x rows [r0, r1) in tiles of Q8_TILE_ROWS rows x Q8_TILE_TOKENS tokens. */
 AI void rows_qi_tiles(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
                       const Matrix* W, int ta, int tb_end, int r0, int r1) {
-    const int C = W->cols;
+    const int C = W->cols, G = C / W->group_size;
     const int tb = token_block((size_t)C);
     float* ws = thread_xp(); /* the row block's scales as floats: 4 * C / group_size <= C floats */
     for (int t0 = ta; t0 < tb_end; t0 += tb) {
@@ -1951,7 +1988,9 @@ AI void rows_qi_tiles(float* out, const int8_t* xq, const float* xsc, const int3
         for (; r + 4 <= r1; r += 4) {
             q8_scales_float(ws, W, r, 4);
             int t = t0;
-            for (; t + TILE_TOKENS <= t1; t += TILE_TOKENS) tile_qi(out, xq, xsc, xsum, W, ws, r, t, 4, TILE_TOKENS);
+            for (; t + Q8_TILE_TOKENS <= t1; t += Q8_TILE_TOKENS)
+                for (int h = 0; h < 4; h += Q8_TILE_ROWS)
+                    tile_qi(out, xq, xsc, xsum, W, ws + (size_t)h * G, r + h, t, Q8_TILE_ROWS, Q8_TILE_TOKENS);
             for (; t < t1; t++) tile_qi(out, xq, xsc, xsum, W, ws, r, t, 4, 1);
         }
         for (; r < r1; r++) {
