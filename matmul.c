@@ -126,6 +126,12 @@ static int float_packed_takes(const Matrix* W, int n) {
     return (W->type == WEIGHT_F32 || W->type == WEIGHT_BF16) && n >= 16 && W->cols <= xp_cap;
 }
 #endif
+#if defined(KERNELS_BF16_DOT)
+/* The same for rows_bf16_dot (bf16 activations), whose panels take whole 32-column steps. */
+static int bf16_packed_takes(const Matrix* W, int n) {
+    return W->type == WEIGHT_BF16 && n >= 16 && W->cols % 32 == 0 && W->cols <= xp_cap;
+}
+#endif
 
 #if defined(KERNELS_AMX)
 #define AMX_MAX_TILES 4 /* row tiles of 16 per repacking: prefill's chunks are at most 64 rows */
@@ -1931,8 +1937,84 @@ AI void tile_bf16_dot(float* out, const uint16_t* xb, const Matrix* W, int r, in
         for (int j = 0; j < TT; j++) out[(size_t)(t + j) * R + r + i] = _mm512_reduce_add_ps(acc[i][j]);
 }
 
-/* Rows [r0, r1) x n tokens, blocked as rows_float_nn (a block of tokens stays in L2). */
+/* The packed panels of rows_float_packed for vdpbf16ps: a panel holds 16 rows with each 32-bit
+ * lane one row's pair of bf16 weights (columns 2k, 2k + 1), so vector k of the panel is the 16
+ * rows' pair k, transposed straight from the rows (no widening); a token's pair k is broadcast to
+ * every lane and one vdpbf16ps adds both products into each row's fp32 lane. Tiles of 12 tokens x
+ * 32 rows as there: 2 vector loads and 12 broadcasts per 24 instructions of 32 products each,
+ * where tile_bf16_dot (4 x 4) loads 8 vectors per 16 and ends with 16 horizontal sums.
+ * Rows [r, r + 16) as a panel, C a multiple of 32: pair k at panel + 16 * k. */
+static void bf16_pack_panel(uint32_t* panel, const Matrix* W, int r) {
+    const int C = W->cols;
+    const uint16_t* w = (const uint16_t*)W->data + (size_t)r * C;
+    for (int c = 0; c < C; c += 32) {
+        __m512i v[16];
+        for (int n = 0; n < 16; n++) v[n] = _mm512_loadu_si512((const void*)(w + (size_t)n * C + c));
+        transpose16_epi32(v);
+        for (int k = 0; k < 16; k++) _mm512_storeu_si512((void*)(panel + (size_t)(c / 2 + k) * 16), v[k]);
+    }
+}
+
+/* out rows [r, r + 16 * RP) (RP panels: 1 or 2) x tokens [t, t + TT), over all C columns. */
+AI void tile_bf16_packed(float* out, const uint16_t* xb, const uint32_t* p0, int C, int R, int r, int t, int TT,
+                         int RP) {
+    const int K = C / 2; /* column pairs */
+    const uint32_t* p1 = p0 + (size_t)16 * K;
+    __m512 acc[FLOAT_TILE_TOKENS][2];
+#pragma GCC unroll 12
+    for (int j = 0; j < TT; j++) acc[j][0] = acc[j][1] = _mm512_setzero_ps();
+    const uint16_t* xt = xb + (size_t)t * C;
+    for (int k = 0; k < K; k++) {
+        const __m512bh w0 = (__m512bh)_mm512_loadu_si512((const void*)(p0 + (size_t)16 * k));
+        const __m512bh w1 = RP > 1 ? (__m512bh)_mm512_loadu_si512((const void*)(p1 + (size_t)16 * k)) : w0;
+#pragma GCC unroll 12
+        for (int j = 0; j < TT; j++) {
+            int32_t pair;
+            memcpy(&pair, xt + (size_t)j * C + 2 * k, sizeof pair);
+            const __m512bh xv = (__m512bh)_mm512_set1_epi32(pair);
+            acc[j][0] = _mm512_dpbf16_ps(acc[j][0], w0, xv);
+            if (RP > 1) acc[j][1] = _mm512_dpbf16_ps(acc[j][1], w1, xv);
+        }
+    }
+#pragma GCC unroll 12
+    for (int j = 0; j < TT; j++) {
+        _mm512_storeu_ps(out + (size_t)(t + j) * R + r, acc[j][0]);
+        if (RP > 1) _mm512_storeu_ps(out + (size_t)(t + j) * R + r + 16, acc[j][1]);
+    }
+}
+
+/* Every token through RP panels (constant) from row r: tiles of 12 tokens, then of 4 and 1. */
+AI void bf16_panel_tiles(float* out, const uint16_t* xb, const uint32_t* pp, int C, int R, int r, int n, int RP) {
+    int t = 0;
+    for (; t + FLOAT_TILE_TOKENS <= n; t += FLOAT_TILE_TOKENS) tile_bf16_packed(out, xb, pp, C, R, r, t, FLOAT_TILE_TOKENS, RP);
+    for (; t + 4 <= n; t += 4) tile_bf16_packed(out, xb, pp, C, R, r, t, 4, RP);
+    for (; t < n; t++) tile_bf16_packed(out, xb, pp, C, R, r, t, 1, RP);
+}
+
+/* Rows [r0, r0 + 16 * np) (np <= FLOAT_MAX_PANELS) for all n tokens, packed into the thread's
+ * float-panel scratch (a bf16 panel is half a float one). */
+static void rows_bf16_packed(float* out, const uint16_t* xb, const Matrix* W, int n, int r0, int np) {
+    const int C = W->cols, R = W->rows;
+    uint32_t* packed = (uint32_t*)(void*)thread_float_pack();
+    for (int p = 0; p < np; p++) bf16_pack_panel(packed + (size_t)p * 8 * C, W, r0 + 16 * p);
+    for (int p = 0; p < np; p += 2) {
+        const uint32_t* pp = packed + (size_t)p * 8 * C;
+        if (p + 2 <= np) bf16_panel_tiles(out, xb, pp, C, R, r0 + 16 * p, n, 2);
+        else bf16_panel_tiles(out, xb, pp, C, R, r0 + 16 * p, n, 1);
+    }
+}
+
+/* Rows [r0, r1) x n tokens: whole panels of 16 rows where bf16_packed_takes (from a multiple of
+ * 16: run_job's chunks are), the rest blocked as rows_float_nn (a block of tokens stays in L2). */
 static void rows_bf16_dot(float* out, const uint16_t* xb, const Matrix* W, int n, int r0, int r1) {
+    if (bf16_packed_takes(W, n)) {
+        while (r0 + FLOAT_PANEL_ROWS <= r1) {
+            int np = (r1 - r0) / FLOAT_PANEL_ROWS;
+            if (np > FLOAT_MAX_PANELS) np = FLOAT_MAX_PANELS;
+            rows_bf16_packed(out, xb, W, n, r0, np);
+            r0 += np * FLOAT_PANEL_ROWS;
+        }
+    }
     const int tb = token_block((size_t)W->cols * sizeof(uint16_t));
     for (int t0 = 0; t0 < n; t0 += tb) {
         const int t1 = t0 + tb < n ? t0 + tb : n;
@@ -2302,6 +2384,9 @@ static void run_job(MatmulJob* j) {
 #endif
 #if defined(KERNELS_AVX512)
     if (!j->use_qi && !j->use_xb16 && float_packed_takes(j->W[0], j->n)) align = FLOAT_PANEL_ROWS;
+#endif
+#if defined(KERNELS_BF16_DOT)
+    if (j->use_xb16 && bf16_packed_takes(j->W[0], j->n)) align = FLOAT_PANEL_ROWS;
 #endif
     chunk = (chunk + align - 1) / align * align;
     if (chunk < align) chunk = align;

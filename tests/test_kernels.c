@@ -680,7 +680,10 @@ static void test_bf16_activations(void) {
         printf("bf16 activations: skipped, this build has no bf16 dot product (AVX-512 BF16)\n");
         return;
     }
-    struct { int rows, cols, n; } cases[] = {{37, 1027, 5}, {64, 1024, 17}, {9, 13, 2}, {130, 200, 40}, {11, 80, 3}};
+    /* 64 x 1024 x 17 and 50 x 96 x 29 take the packed panels from 16 tokens on (whole panels, an odd
+     * one, rows left over, token tiles of 12, 4 and 1); 130 x 200 x 40 does not (200 columns) */
+    struct { int rows, cols, n; } cases[] = {{37, 1027, 5}, {64, 1024, 17}, {9, 13, 2}, {130, 200, 40}, {11, 80, 3},
+                                             {50, 96, 29}};
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         const int rows = cases[k].rows, cols = cases[k].cols, n = cases[k].n;
         TestMatrix t = make_matrix(WEIGHT_BF16, rows, cols, 0);
@@ -704,7 +707,7 @@ static void test_bf16_activations(void) {
         snprintf(what, sizeof what, "bf16 activations %dx%d n=%d (worst error/tol %.3f)", rows, cols, n, worst);
         check(worst <= 1.0, what);
         /* decode keeps fp32 activations */
-        float o1[130], o2[130];
+        float o1[130], o2[130]; /* rows <= 130 */
         matmul(o1, x, &t.M, 1);
         kernels_set_bf16_activations(0);
         matmul(o2, x, &t.M, 1);
@@ -772,18 +775,26 @@ int main(void) {
      * 40 tokens take the AMX tiles (q8, q4) and the AVX-512 panels (f32, bf16) where the build has
      * them, whose row tiles must not depend on where the chunks start */
     {
-        const WeightType types[4] = {WEIGHT_Q8, WEIGHT_Q4, WEIGHT_F32, WEIGHT_BF16};
+        /* the fifth: bf16 with --bf16-activations (its own panels), where the build has them */
+        const WeightType types[5] = {WEIGHT_Q8, WEIGHT_Q4, WEIGHT_F32, WEIGHT_BF16, WEIGHT_BF16};
         static float x[40 * 512], o1[40 * 301], o2[40 * 301];
-        for (int k = 0; k < 4; k++)
+        for (int k = 0; k < 5; k++)
             for (int n = 3; n <= 40; n += 37) {
                 TestMatrix t = make_matrix(types[k], 301, 512, types[k] == WEIGHT_Q4 ? 32 : 64);
                 for (int i = 0; i < n * 512; i++) x[i] = frand();
                 kernels_init(1, 40, 512);
+                if (k == 4 && !kernels_set_bf16_activations(1)) {
+                    free_matrix(&t);
+                    continue;
+                }
                 matmul(o1, x, &t.M, n);
                 kernels_init(2, 40, 512);
+                kernels_set_bf16_activations(k == 4);
                 matmul(o2, x, &t.M, n);
-                char what[64];
-                snprintf(what, sizeof what, "matmul %s n=%d: 1 thread == 2 threads bitwise", tname(t.M.type), n);
+                kernels_set_bf16_activations(0);
+                char what[80];
+                snprintf(what, sizeof what, "matmul %s%s n=%d: 1 thread == 2 threads bitwise", tname(t.M.type),
+                         k == 4 ? " (bf16 activations)" : "", n);
                 check(memcmp(o1, o2, (size_t)n * 301 * sizeof(float)) == 0, what);
                 free_matrix(&t);
             }
