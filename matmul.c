@@ -608,49 +608,77 @@ static void float_pack_panel(float* panel, const Matrix* W, WeightType type, int
         for (int n = 0; n < 16; n++) panel[(size_t)c * 16 + n] = ldw1(wr, (size_t)n * C + c, type);
 }
 
-/* out rows [r, r + 16 * RP) (RP panels: 1 or 2) x tokens [t, t + TT), over all C columns. */
-AI void tile_float_packed(float* out, const float* x, const float* p0, int C, int R, int r, int t, int TT, int RP) {
-    const float* p1 = p0 + (size_t)16 * C;
+/* out rows [r, r + 16 * RP) (RP panels: 1 or 2) x TT tokens, over the K vectors of each panel
+ * (64 bytes each: a column of f32, or a column pair of bf16 for rows_bf16_packed). Token j's
+ * operand for vector k is the 4 bytes at xt + j * xstride + 4 * k, broadcast: its x[k] as fp32
+ * for an FMA, or (dot, --bf16-activations) its bf16 pair k for a vdpbf16ps. */
+AI void tile_packed(float* out, const char* xt, size_t xstride, const void* panels, int K, int R, int r, int TT,
+                    int RP, int dot) {
+    const uint32_t* p0 = panels;
+    const uint32_t* p1 = p0 + (size_t)16 * K;
     __m512 acc[FLOAT_TILE_TOKENS][2];
 #pragma GCC unroll 12
     for (int j = 0; j < TT; j++) acc[j][0] = acc[j][1] = _mm512_setzero_ps();
-    const float* xt = x + (size_t)t * C;
-    for (int c = 0; c < C; c++) {
-        const __m512 w0 = _mm512_loadu_ps(p0 + (size_t)16 * c);
-        const __m512 w1 = RP > 1 ? _mm512_loadu_ps(p1 + (size_t)16 * c) : w0;
+    for (int k = 0; k < K; k++) {
+        const __m512i w0 = _mm512_loadu_si512((const void*)(p0 + (size_t)16 * k));
+        const __m512i w1 = RP > 1 ? _mm512_loadu_si512((const void*)(p1 + (size_t)16 * k)) : w0;
 #pragma GCC unroll 12
         for (int j = 0; j < TT; j++) {
-            const __m512 xv = _mm512_set1_ps(xt[(size_t)j * C + c]);
-            acc[j][0] = _mm512_fmadd_ps(w0, xv, acc[j][0]);
-            if (RP > 1) acc[j][1] = _mm512_fmadd_ps(w1, xv, acc[j][1]);
+            const char* xk = xt + (size_t)j * xstride + (size_t)4 * k;
+#if defined(KERNELS_BF16_DOT)
+            if (dot) {
+                int32_t pair;
+                memcpy(&pair, xk, sizeof pair);
+                const __m512bh xv = (__m512bh)_mm512_set1_epi32(pair);
+                acc[j][0] = _mm512_dpbf16_ps(acc[j][0], (__m512bh)w0, xv);
+                if (RP > 1) acc[j][1] = _mm512_dpbf16_ps(acc[j][1], (__m512bh)w1, xv);
+                continue;
+            }
+#endif
+            float xf; /* as a float, so that gcc folds the broadcast into the FMA ({1to16}) */
+            memcpy(&xf, xk, sizeof xf);
+            const __m512 xv = _mm512_set1_ps(xf);
+            acc[j][0] = _mm512_fmadd_ps(_mm512_castsi512_ps(w0), xv, acc[j][0]);
+            if (RP > 1) acc[j][1] = _mm512_fmadd_ps(_mm512_castsi512_ps(w1), xv, acc[j][1]);
         }
     }
 #pragma GCC unroll 12
     for (int j = 0; j < TT; j++) {
-        _mm512_storeu_ps(out + (size_t)(t + j) * R + r, acc[j][0]);
-        if (RP > 1) _mm512_storeu_ps(out + (size_t)(t + j) * R + r + 16, acc[j][1]);
+        _mm512_storeu_ps(out + (size_t)j * R + r, acc[j][0]);
+        if (RP > 1) _mm512_storeu_ps(out + (size_t)j * R + r + 16, acc[j][1]);
     }
 }
 
-/* Every token through RP panels (constant) from row r: tiles of 12 tokens, then of 4 and 1. */
-AI void float_panel_tiles(float* out, const float* x, const float* pp, int C, int R, int r, int n, int RP) {
+/* Every one of n tokens (token t's operands from x + t * xstride, its outputs at out + t * R)
+ * through RP panels (constant) from row r: tiles of 12 tokens, then of 4 and 1. */
+AI void panel_token_tiles(float* out, const char* x, size_t xstride, const uint32_t* pp, int K, int R, int r, int n,
+                          int RP, int dot) {
     int t = 0;
-    for (; t + FLOAT_TILE_TOKENS <= n; t += FLOAT_TILE_TOKENS) tile_float_packed(out, x, pp, C, R, r, t, FLOAT_TILE_TOKENS, RP);
-    for (; t + 4 <= n; t += 4) tile_float_packed(out, x, pp, C, R, r, t, 4, RP);
-    for (; t < n; t++) tile_float_packed(out, x, pp, C, R, r, t, 1, RP);
+    for (; t + FLOAT_TILE_TOKENS <= n; t += FLOAT_TILE_TOKENS)
+        tile_packed(out + (size_t)t * R, x + t * xstride, xstride, pp, K, R, r, FLOAT_TILE_TOKENS, RP, dot);
+    for (; t + 4 <= n; t += 4) tile_packed(out + (size_t)t * R, x + t * xstride, xstride, pp, K, R, r, 4, RP, dot);
+    for (; t < n; t++) tile_packed(out + (size_t)t * R, x + t * xstride, xstride, pp, K, R, r, 1, RP, dot);
 }
 
-/* Rows [r0, r0 + 16 * np) for all n tokens: packed into the thread's scratch (np <= 4 panels),
- * then tiles of 12 tokens (a tail of 4s and 1s) x two panels (one where an odd one is left). */
+/* The np packed panels from row r0 (a panel: 16 * K words), two at a time (one where an odd one
+ * is left), for all n tokens. dot: a constant at each caller. */
+AI void panel_tiles(float* out, const char* x, size_t xstride, const uint32_t* packed, int K, int R, int r0, int n,
+                    int np, int dot) {
+    for (int p = 0; p < np; p += 2) {
+        const uint32_t* pp = packed + (size_t)p * 16 * K;
+        if (p + 2 <= np) panel_token_tiles(out, x, xstride, pp, K, R, r0 + 16 * p, n, 2, dot);
+        else panel_token_tiles(out, x, xstride, pp, K, R, r0 + 16 * p, n, 1, dot);
+    }
+}
+
+/* Rows [r0, r0 + 16 * np) (np <= FLOAT_MAX_PANELS) for all n tokens: packed into the thread's
+ * scratch, then panel_tiles. */
 static void rows_float_packed(float* out, const float* x, const Matrix* W, WeightType type, int n, int r0, int np,
                               float* packed) {
-    const int C = W->cols, R = W->rows;
+    const int C = W->cols;
     for (int p = 0; p < np; p++) float_pack_panel(packed + (size_t)p * 16 * C, W, type, r0 + 16 * p);
-    for (int p = 0; p < np; p += 2) {
-        const float* pp = packed + (size_t)p * 16 * C;
-        if (p + 2 <= np) float_panel_tiles(out, x, pp, C, R, r0 + 16 * p, n, 2);
-        else float_panel_tiles(out, x, pp, C, R, r0 + 16 * p, n, 1);
-    }
+    panel_tiles(out, (const char*)x, (size_t)C * sizeof(float), (const uint32_t*)(const void*)packed, C, W->rows, r0,
+                n, np, 0);
 }
 #endif
 
@@ -1955,53 +1983,13 @@ static void bf16_pack_panel(uint32_t* panel, const Matrix* W, int r) {
     }
 }
 
-/* out rows [r, r + 16 * RP) (RP panels: 1 or 2) x tokens [t, t + TT), over all C columns. */
-AI void tile_bf16_packed(float* out, const uint16_t* xb, const uint32_t* p0, int C, int R, int r, int t, int TT,
-                         int RP) {
-    const int K = C / 2; /* column pairs */
-    const uint32_t* p1 = p0 + (size_t)16 * K;
-    __m512 acc[FLOAT_TILE_TOKENS][2];
-#pragma GCC unroll 12
-    for (int j = 0; j < TT; j++) acc[j][0] = acc[j][1] = _mm512_setzero_ps();
-    const uint16_t* xt = xb + (size_t)t * C;
-    for (int k = 0; k < K; k++) {
-        const __m512bh w0 = (__m512bh)_mm512_loadu_si512((const void*)(p0 + (size_t)16 * k));
-        const __m512bh w1 = RP > 1 ? (__m512bh)_mm512_loadu_si512((const void*)(p1 + (size_t)16 * k)) : w0;
-#pragma GCC unroll 12
-        for (int j = 0; j < TT; j++) {
-            int32_t pair;
-            memcpy(&pair, xt + (size_t)j * C + 2 * k, sizeof pair);
-            const __m512bh xv = (__m512bh)_mm512_set1_epi32(pair);
-            acc[j][0] = _mm512_dpbf16_ps(acc[j][0], w0, xv);
-            if (RP > 1) acc[j][1] = _mm512_dpbf16_ps(acc[j][1], w1, xv);
-        }
-    }
-#pragma GCC unroll 12
-    for (int j = 0; j < TT; j++) {
-        _mm512_storeu_ps(out + (size_t)(t + j) * R + r, acc[j][0]);
-        if (RP > 1) _mm512_storeu_ps(out + (size_t)(t + j) * R + r + 16, acc[j][1]);
-    }
-}
-
-/* Every token through RP panels (constant) from row r: tiles of 12 tokens, then of 4 and 1. */
-AI void bf16_panel_tiles(float* out, const uint16_t* xb, const uint32_t* pp, int C, int R, int r, int n, int RP) {
-    int t = 0;
-    for (; t + FLOAT_TILE_TOKENS <= n; t += FLOAT_TILE_TOKENS) tile_bf16_packed(out, xb, pp, C, R, r, t, FLOAT_TILE_TOKENS, RP);
-    for (; t + 4 <= n; t += 4) tile_bf16_packed(out, xb, pp, C, R, r, t, 4, RP);
-    for (; t < n; t++) tile_bf16_packed(out, xb, pp, C, R, r, t, 1, RP);
-}
-
 /* Rows [r0, r0 + 16 * np) (np <= FLOAT_MAX_PANELS) for all n tokens, packed into the thread's
- * float-panel scratch (a bf16 panel is half a float one). */
+ * float-panel scratch (a bf16 panel is half a float one), then panel_tiles' vdpbf16ps tiles. */
 static void rows_bf16_packed(float* out, const uint16_t* xb, const Matrix* W, int n, int r0, int np) {
-    const int C = W->cols, R = W->rows;
+    const int C = W->cols;
     uint32_t* packed = (uint32_t*)(void*)thread_float_pack();
     for (int p = 0; p < np; p++) bf16_pack_panel(packed + (size_t)p * 8 * C, W, r0 + 16 * p);
-    for (int p = 0; p < np; p += 2) {
-        const uint32_t* pp = packed + (size_t)p * 8 * C;
-        if (p + 2 <= np) bf16_panel_tiles(out, xb, pp, C, R, r0 + 16 * p, n, 2);
-        else bf16_panel_tiles(out, xb, pp, C, R, r0 + 16 * p, n, 1);
-    }
+    panel_tiles(out, (const char*)xb, (size_t)C * sizeof(uint16_t), packed, C / 2, W->rows, r0, n, np, 1);
 }
 
 /* Rows [r0, r1) x n tokens: whole panels of 16 rows where bf16_packed_takes (from a multiple of
