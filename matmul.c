@@ -1303,6 +1303,9 @@ static void amx_configure(int K) {
         cfg.rows[t] = t == 2 || t == 3 ? (uint8_t)(K / 4) : AMX_ROWS;
         cfg.colsb[t] = t < 2 ? (uint16_t)K : 64;
     }
+    /* gcc 12 does not see that ldtilecfg reads cfg: out of line (two callers) it dropped the loop's
+     * stores as dead, and the tiles came up unconfigured (SIGILL at the first tile instruction) */
+    __asm__ volatile("" : : "m"(cfg) : "memory");
     _tile_loadconfig(&cfg);
 }
 
@@ -1983,13 +1986,68 @@ static void bf16_pack_panel(uint32_t* panel, const Matrix* W, int r) {
     }
 }
 
+#if defined(KERNELS_AMX_BF16)
+/* The panels are AMX-BF16's B layout already: TDPBF16PS adds the products of A (16 tokens x 32
+ * bf16 columns, straight from xb) and B (16 pair-rows x 16 output rows, 16 consecutive panel
+ * vectors: 1 KB) into C, 16 tokens x 16 rows of fp32, which stays in the tile over all the
+ * columns (no per-group scales, unlike q8's tiles) and is stored once, straight into out. Tokens
+ * [0, nt) (a multiple of 16) x the np panels from row r0; two panels at a time share each A tile
+ * and keep two products in flight. */
+static void amx_bf16_rows(float* out, const uint16_t* xb, const uint32_t* packed, int C, int R, int r0, int np,
+                          int nt) {
+    const int S = C / 32;          /* products per output tile */
+    const size_t xs = (size_t)C * sizeof(uint16_t), os = (size_t)R * sizeof(float);
+    __asm__ volatile("" ::: "memory"); /* the packing's stores before the tile loads read them */
+    amx_configure(64);             /* A 16 x 64 bytes, B 16 x 64, C 16 x 64: q8's shapes */
+    for (int t = 0; t < nt; t += AMX_ROWS) {
+        const uint16_t* xt = xb + (size_t)t * C;
+        int p = 0;
+        for (; p + 2 <= np; p += 2) {
+            const uint32_t* b0 = packed + (size_t)p * 8 * C;
+            const uint32_t* b1 = b0 + (size_t)8 * C;
+            _tile_zero(4);
+            _tile_zero(5);
+            for (int s = 0; s < S; s++) {
+                _tile_loadd(0, xt + 32 * s, xs);
+                _tile_loadd(2, b0 + (size_t)256 * s, 64);
+                _tile_loadd(3, b1 + (size_t)256 * s, 64);
+                _tile_dpbf16ps(4, 0, 2);
+                _tile_dpbf16ps(5, 0, 3);
+            }
+            _tile_stored(4, out + (size_t)t * R + r0 + 16 * p, os);
+            _tile_stored(5, out + (size_t)t * R + r0 + 16 * (p + 1), os);
+        }
+        if (p < np) {
+            const uint32_t* b0 = packed + (size_t)p * 8 * C;
+            _tile_zero(4);
+            for (int s = 0; s < S; s++) {
+                _tile_loadd(0, xt + 32 * s, xs);
+                _tile_loadd(2, b0 + (size_t)256 * s, 64);
+                _tile_dpbf16ps(4, 0, 2);
+            }
+            _tile_stored(4, out + (size_t)t * R + r0 + 16 * p, os);
+        }
+    }
+    _tile_release();
+}
+#endif
+
 /* Rows [r0, r0 + 16 * np) (np <= FLOAT_MAX_PANELS) for all n tokens, packed into the thread's
- * float-panel scratch (a bf16 panel is half a float one), then panel_tiles' vdpbf16ps tiles. */
+ * float-panel scratch (a bf16 panel is half a float one), then panel_tiles' vdpbf16ps tiles; with
+ * AMX-BF16, whole tiles of 16 tokens on AMX first and the last tokens on the panel tiles. */
 static void rows_bf16_packed(float* out, const uint16_t* xb, const Matrix* W, int n, int r0, int np) {
-    const int C = W->cols;
+    const int C = W->cols, R = W->rows;
     uint32_t* packed = (uint32_t*)(void*)thread_float_pack();
     for (int p = 0; p < np; p++) bf16_pack_panel(packed + (size_t)p * 8 * C, W, r0 + 16 * p);
-    panel_tiles(out, (const char*)xb, (size_t)C * sizeof(uint16_t), packed, C / 2, W->rows, r0, n, np, 1);
+    int t = 0;
+#if defined(KERNELS_AMX_BF16)
+    if (amx_usable) {
+        t = n / AMX_ROWS * AMX_ROWS;
+        amx_bf16_rows(out, xb, packed, C, R, r0, np, t);
+    }
+#endif
+    panel_tiles(out + (size_t)t * R, (const char*)(xb + (size_t)t * C), (size_t)C * sizeof(uint16_t), packed, C / 2,
+                R, r0, n - t, np, 1);
 }
 
 /* Rows [r0, r1) x n tokens: whole panels of 16 rows where bf16_packed_takes (from a multiple of

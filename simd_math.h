@@ -35,6 +35,11 @@ void matmul_scratch_free(void);
 #if defined(KERNELS_AVX512) && defined(__AMX_TILE__) && defined(__AMX_INT8__) && defined(__linux__)
 #define KERNELS_AMX 1
 #endif
+/* With AMX-BF16 too, `--bf16-activations` prefill multiplies tiles of 16 tokens x 16 rows x 32
+ * columns of bf16 into fp32 tiles (matmul.c, rows_bf16_packed). */
+#if defined(KERNELS_AMX) && defined(KERNELS_BF16_DOT) && defined(__AMX_BF16__)
+#define KERNELS_AMX_BF16 1
+#endif
 
 static inline float hsum256(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

@@ -676,12 +676,16 @@ static void test_set_threads(void) {
  * skipped the rounding would be off by about 6e-5 of sum|w x|, three times that tolerance.
  * Decode (n == 1) keeps fp32 activations: bitwise the result without the option. */
 static void test_bf16_activations(void) {
+    /* room for every case's n x cols in one matmul: a smaller scratch splits the tokens into
+     * batches below the 16 from which the packed panels (and AMX) take over */
+    kernels_init(2, 40, 1027);
     if (!kernels_set_bf16_activations(1)) {
         printf("bf16 activations: skipped, this build has no bf16 dot product (AVX-512 BF16)\n");
         return;
     }
     /* 64 x 1024 x 17 and 50 x 96 x 29 take the packed panels from 16 tokens on (whole panels, an odd
-     * one, rows left over, token tiles of 12, 4 and 1); 130 x 200 x 40 does not (200 columns) */
+     * one, rows left over, token tiles of 12, 4 and 1; with AMX-BF16 the first 16 tokens on AMX
+     * tiles, two panels and one); 130 x 200 x 40 does not (200 columns) */
     struct { int rows, cols, n; } cases[] = {{37, 1027, 5}, {64, 1024, 17}, {9, 13, 2}, {130, 200, 40}, {11, 80, 3},
                                              {50, 96, 29}};
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
