@@ -32,12 +32,18 @@ void matmul_scratch_free(void);
 /* With AMX (tile registers and their int8 product, Intel Sapphire Rapids and later) on Linux, q8
  * and q4 prefill multiply tiles of 16 tokens x 16 rows x 64 (q4: 32) columns per instruction, where the kernel
  * grants the tile state (matmul.c, amx_request; kernels_amx() says whether it did). */
-#if defined(KERNELS_AVX512) && defined(__AMX_TILE__) && defined(__AMX_INT8__) && defined(__linux__)
+#if defined(__AMXTILE__) && defined(__AMXINT8__) /* clang's spelling of gcc's __AMX_TILE__, __AMX_INT8__ */
+#define KERNELS_HAS_AMX_INT8 1
+#endif
+#if defined(__AMX_TILE__) && defined(__AMX_INT8__)
+#define KERNELS_HAS_AMX_INT8 1
+#endif
+#if defined(KERNELS_AVX512) && defined(KERNELS_HAS_AMX_INT8) && defined(__linux__)
 #define KERNELS_AMX 1
 #endif
 /* With AMX-BF16 too, `--bf16-activations` prefill multiplies tiles of 16 tokens x 16 rows x 32
  * columns of bf16 into fp32 tiles (matmul.c, rows_bf16_packed). */
-#if defined(KERNELS_AMX) && defined(KERNELS_BF16_DOT) && defined(__AMX_BF16__)
+#if defined(KERNELS_AMX) && defined(KERNELS_BF16_DOT) && (defined(__AMX_BF16__) || defined(__AMXBF16__))
 #define KERNELS_AMX_BF16 1
 #endif
 
