@@ -136,7 +136,8 @@ const char* kernels_simd_name(void);  /* "avx2", "avx2+avx512", "neon" or "scala
  * the CPU or KERNELS_PREFETCH in an x86 build, "none" in the others. Valid after kernels_init. */
 const char* kernels_prefetch_plan(void);
 /* 1 when q8 and q4 prefill run on AMX tiles (an x86 build for a CPU with AMX, on a Linux that grants
- * the tile state, without KERNELS_AMX=0). Valid after kernels_init. */
+ * the tile state, without KERNELS_AMX=0), and with AMX-BF16 bf16 prefill with bf16 activations
+ * too. Valid after kernels_init. */
 int kernels_amx(void);
 /* Turns AMX off (0) or back on where kernels_init was granted it; returns kernels_amx(). For
  * tests that compare the two paths. */
