@@ -658,6 +658,13 @@ void attention_rows_scalar(float* out, const float* q, size_t row_stride, int n_
 #define ATTENTION_KEY_CHUNK 64
 #define ATTENTION_MAX_TILES 64 /* query tiles per pass; attention_rows splits more rows into parts */
 
+/* The end of the chunk of keys from c0 that a tile meets: the chunk's, the block's (block_end)
+ * or the tile's last position (n_max), whichever comes first. */
+static inline int chunk_end(int c0, int block_end, int n_max) {
+    int c1 = c0 + ATTENTION_KEY_CHUNK < block_end ? c0 + ATTENTION_KEY_CHUNK : block_end;
+    return c1 < n_max ? c1 : n_max;
+}
+
 typedef struct {
     const float* qp[ATTENTION_QUERY_TILE];
     float* op[ATTENTION_QUERY_TILE];
@@ -703,8 +710,7 @@ AI void attend_query_tiles(float* out, const float* q, size_t row_stride, int n_
         for (int c0 = b0; c0 < b0 + nb; c0 += ATTENTION_KEY_CHUNK) /* a chunk: keys [c0, c1) of one block */
             for (int k = 0; k < n_tiles; k++) {
                 const QueryTile* tl = &tiles[k];
-                int c1 = c0 + ATTENTION_KEY_CHUNK < b0 + nb ? c0 + ATTENTION_KEY_CHUNK : b0 + nb;
-                if (c1 > tl->n_max) c1 = tl->n_max;
+                const int c1 = chunk_end(c0, b0 + nb, tl->n_max);
                 if (tl->NQ == T) score_chunk(tl, n_all, keys, b0, c0, c1, kv->stride, d, scale, T, F16);
                 else score_chunk(tl, n_all, keys, b0, c0, c1, kv->stride, d, scale, tl->NQ, F16);
             }
@@ -722,8 +728,7 @@ AI void attend_query_tiles(float* out, const float* q, size_t row_stride, int n_
         for (int c0 = b0; c0 < b0 + nb; c0 += ATTENTION_KEY_CHUNK)
             for (int k = 0; k < n_tiles; k++) {
                 const QueryTile* tl = &tiles[k];
-                int c1 = c0 + ATTENTION_KEY_CHUNK < b0 + nb ? c0 + ATTENTION_KEY_CHUNK : b0 + nb;
-                if (c1 > tl->n_max) c1 = tl->n_max;
+                const int c1 = chunk_end(c0, b0 + nb, tl->n_max);
                 if (c1 <= c0) continue;
                 const void* v = kv_at(values, (size_t)(c0 - b0) * kv->stride, F16);
                 if (tl->NQ == T) weighted_sum_tile(tl->op, tl->S + c0, n_all, T, v, kv->stride, c1 - c0, d, c0 > 0, F16);

@@ -119,6 +119,12 @@ static float* thread_xp(void) { return xp_buf + (size_t)kernels_thread_index() *
 static float* thread_float_pack(void) {
     return float_pack_buf + (size_t)kernels_thread_index() * FLOAT_MAX_PANELS * 16 * (size_t)xp_stride;
 }
+/* How many whole 16-row tiles (panels, AMX's B tiles) from row r the next repacking takes: as many
+ * as [r, r1) holds, at most max (what the thread's scratch holds). */
+static inline int row_tiles_next(int r, int r1, int max) {
+    const int k = (r1 - r) / 16;
+    return k < max ? k : max;
+}
 /* Whether rows_float_nn packs W's rows for n tokens (run_job aligns its row chunks to 16 when so):
  * from 16 tokens on, so that a chunk's packing is shared by a tile's worth of tokens (a threshold
  * chosen, not tuned). */
@@ -1257,8 +1263,8 @@ AI void rows_qi_n1(float* out, const int8_t* xq, const float* xsc, const int32_t
  * 16 rows' scales of each group as floats, and then every tile of 16 tokens meets it.
  * Each C is the exact int32 sum of one (token, row, group), as the VNNI kernels get it; the
  * group's scales turn it into fp32 (acc += float(C) x w_scale x x_scale: one sum per group, then
- * its scales, where the AVX2/VNNI kernels keep 8 lanes per group to the end, so the fp32 results
- * differ by rounding), because each group has its own two scales. Storing C and that step (16 x 3 vector
+ * its scales, where the AVX2/VNNI tiles keep two halves of 4 lanes per group (tile_qi), so the
+ * fp32 results differ by rounding), because each group has its own two scales. Storing C and that step (16 x 3 vector
  * instructions per tile), not the product, are the bound (amx_rows). A TDPBSSD with 16-row tiles
  * took ~4.4 ns, with 4-row tiles ~2.7 ns (twenty-third session's VM), which is why the tokens,
  * not the weights' 4-row blocks, are the 16 rows of A. Tiles of 16 tokens x 16 rows; the token
@@ -1416,12 +1422,9 @@ static void amx_rows(float* out, const int8_t* xq, const float* xsc, const Matri
 static int amx_chunk(float* out, const int8_t* xq, const float* xsc, const Matrix* W, int n, int r0, int r1) {
     const int nt = n / AMX_ROWS * AMX_ROWS;
     int r = r0;
-    while (r + AMX_ROWS <= r1) {
-        int tiles = (r1 - r) / AMX_ROWS;
-        if (tiles > AMX_MAX_TILES) tiles = AMX_MAX_TILES;
+    for (int tiles; (tiles = row_tiles_next(r, r1, AMX_MAX_TILES)) > 0; r += tiles * AMX_ROWS) {
         amx_pack(thread_amx_wt(), thread_amx_ws(), W, r, tiles);
         amx_rows(out, xq, xsc, W, thread_amx_wt(), thread_amx_ws(), thread_amx_c(), nt, r, tiles);
-        r += tiles * AMX_ROWS;
     }
     return r;
 }
@@ -1908,12 +1911,8 @@ AI void rows_float_nn(float* out, const float* x, const Matrix* W, WeightType ty
                       int r1) {
 #if defined(KERNELS_AVX512)
     if (float_packed_takes(W, n)) { /* whole panels of 16 rows (from a multiple of 16: run_job's chunks are) */
-        while (r0 + FLOAT_PANEL_ROWS <= r1) {
-            int np = (r1 - r0) / FLOAT_PANEL_ROWS;
-            if (np > FLOAT_MAX_PANELS) np = FLOAT_MAX_PANELS;
+        for (int np; (np = row_tiles_next(r0, r1, FLOAT_MAX_PANELS)) > 0; r0 += np * FLOAT_PANEL_ROWS)
             rows_float_packed(out, x, W, type, n, r0, np, thread_float_pack());
-            r0 += np * FLOAT_PANEL_ROWS;
-        }
     }
 #endif
     const int C = W->cols;
@@ -2054,12 +2053,8 @@ static void rows_bf16_packed(float* out, const uint16_t* xb, const Matrix* W, in
  * 16: run_job's chunks are), the rest blocked as rows_float_nn (a block of tokens stays in L2). */
 static void rows_bf16_dot(float* out, const uint16_t* xb, const Matrix* W, int n, int r0, int r1) {
     if (bf16_packed_takes(W, n)) {
-        while (r0 + FLOAT_PANEL_ROWS <= r1) {
-            int np = (r1 - r0) / FLOAT_PANEL_ROWS;
-            if (np > FLOAT_MAX_PANELS) np = FLOAT_MAX_PANELS;
+        for (int np; (np = row_tiles_next(r0, r1, FLOAT_MAX_PANELS)) > 0; r0 += np * FLOAT_PANEL_ROWS)
             rows_bf16_packed(out, xb, W, n, r0, np);
-            r0 += np * FLOAT_PANEL_ROWS;
-        }
     }
     const int tb = token_block((size_t)W->cols * sizeof(uint16_t));
     for (int t0 = 0; t0 < n; t0 += tb) {
