@@ -97,7 +97,8 @@ static void usage(FILE* out) {
             "  already in the KV cache when each test starts, as llama-bench -d; default 0),\n"
             "  --json (JSON lines)\n"
             "Environment: KERNELS_SPIN_US (idle threads' spin before sleeping, default 200),\n"
-            "  KERNELS_PREFETCH (near|mid|far: decode's weight prefetch, default from the CPU)\n");
+            "  KERNELS_PREFETCH (near|mid|far: decode's weight prefetch, default from the CPU),\n"
+            "  KERNELS_AMX=0 (prefill on the AVX-512 kernels instead of AMX tiles, where the CPU has AMX)\n");
 }
 
 /* One-line error and exit (status 2: bad command line; 1: anything else). */
