@@ -80,7 +80,11 @@ static float* xs_buf;      /* [max_batch * max_cols / 8] their scales */
 static int32_t* xsum_buf;  /* [max_batch * max_cols / 4] 8 partial sums per group (AVX2 twin) */
 static int32_t* xgsum_buf; /* [max_batch * max_cols / 32] one sum per group (AVX2 twin, tile_q4) */
 static size_t xq_cap;
-static uint16_t* xb16_buf; /* [max_batch * max_cols] activations rounded to bf16 (--bf16-activations) */
+static uint16_t* xb16_buf; /* [max_batch * max_cols] activations rounded to bf16 (--bf16-activations); with
+                              AMX-BF16 [3 * split_cap]: fp32 activations split in three bf16 */
+#if defined(KERNELS_AMX_BF16)
+static size_t split_cap;   /* tokens x columns that xb16_buf holds split (max_batch up to a multiple of 16) */
+#endif
 static int bf16_activations;
 static float* float_pack_buf; /* [max_threads * FLOAT_MAX_PANELS * 16 * max_cols] each thread's f32/bf16 panels (AVX-512 prefill) */
 static uint8_t* amx_wt_buf; /* [max_threads * amx_thread_bytes] each thread's repacked q8/q4 rows, int32 tiles, scales (AMX) */
@@ -201,7 +205,12 @@ int matmul_scratch_init(int max_threads, int max_batch, int max_cols) {
     }
 #endif
 #if defined(KERNELS_BF16_DOT)
-    xb16_buf = aligned_alloc(64, (xq_cap * sizeof(uint16_t) + 63) / 64 * 64);
+    size_t xb16_cap = xq_cap;
+#if defined(KERNELS_AMX_BF16) /* bf16_split_rows: three parts, tokens up to a whole A tile */
+    split_cap = (size_t)((max_batch + 15) / 16 * 16) * (size_t)max_cols; /* an A tile: 16 tokens */
+    xb16_cap = 3 * split_cap;
+#endif
+    xb16_buf = aligned_alloc(64, (xb16_cap * sizeof(uint16_t) + 63) / 64 * 64);
     ok = ok && xb16_buf;
 #endif
     if (!ok) {
@@ -232,6 +241,9 @@ void matmul_scratch_free(void) {
     xgsum_buf = NULL;
     xp_buf = NULL;
     xb16_buf = NULL;
+#if defined(KERNELS_AMX_BF16)
+    split_cap = 0;
+#endif
     xq_cap = 0;
     xp_cap = 0;
     xp_stride = 0;
@@ -1987,45 +1999,62 @@ static void bf16_pack_panel(uint32_t* panel, const Matrix* W, int r) {
 
 #if defined(KERNELS_AMX_BF16)
 /* The panels are AMX-BF16's B layout already: TDPBF16PS adds the products of A (16 tokens x 32
- * bf16 columns, straight from xb) and B (16 pair-rows x 16 output rows, 16 consecutive panel
- * vectors: 1 KB) into C, 16 tokens x 16 rows of fp32, which stays in the tile over all the
- * columns (no per-group scales, unlike q8's tiles) and is stored once, straight into out. Tokens
- * [0, nt) (a multiple of 16) x the np panels from row r0; two panels at a time share each A tile
- * and keep two products in flight. */
-static void amx_bf16_rows(float* out, const uint16_t* xb, const uint32_t* packed, int C, int R, int r0, int np,
-                          int nt) {
-    const int S = C / 32;          /* products per output tile */
-    const size_t xs = (size_t)C * sizeof(uint16_t), os = (size_t)R * sizeof(float);
+ * bf16 columns, straight from the activations) and B (16 pair-rows x 16 output rows, 16
+ * consecutive panel vectors: 1 KB) into C, 16 tokens x 16 rows of fp32, which stays in the tile
+ * over all the columns (no per-group scales, unlike q8's tiles) and is stored once, straight
+ * into out. Activations of `parts` bf16 parts (1: --bf16-activations; 3: fp32 activations split
+ * by bf16_split_rows), token t's part q at xb + (t * parts + q) * C: each part's A tile meets
+ * the same B tile, and all the products go into the same C tile. Panels p and p + 1 of the np
+ * from row r0 (two: a constant at each call) share each A tile and keep two products in flight.
+ * rows: tokens in this tile of 16; under 16, the tile's other A rows must be readable (zeros)
+ * and C goes through c_tile, of which the first rows are copied. */
+AI void amx_bf16_panels(float* out, size_t os, const uint16_t* xt, size_t xs, int parts, const uint32_t* b0,
+                        int C, int two, int rows) {
+    const uint32_t* b1 = b0 + (size_t)8 * C;
+    _tile_zero(4);
+    if (two) _tile_zero(5);
+    for (int s = 0; s < C / 32; s++) {
+        _tile_loadd(2, b0 + (size_t)256 * s, 64);
+        if (two) _tile_loadd(3, b1 + (size_t)256 * s, 64);
+        _tile_loadd(0, xt + 32 * s, xs);
+        _tile_dpbf16ps(4, 0, 2);
+        if (two) _tile_dpbf16ps(5, 0, 3);
+        if (parts == 3) {
+            _tile_loadd(1, xt + C + 32 * s, xs);
+            _tile_dpbf16ps(4, 1, 2);
+            if (two) _tile_dpbf16ps(5, 1, 3);
+            _tile_loadd(6, xt + 2 * C + 32 * s, xs);
+            _tile_dpbf16ps(4, 6, 2);
+            if (two) _tile_dpbf16ps(5, 6, 3);
+        }
+    }
+    if (rows == AMX_ROWS) {
+        _tile_stored(4, out, os);
+        if (two) _tile_stored(5, out + 16, os);
+        return;
+    }
+    float c_tile[2][AMX_ROWS * 16];
+    _tile_stored(4, c_tile[0], 64);
+    if (two) _tile_stored(5, c_tile[1], 64);
+    for (int i = 0; i < rows; i++) {
+        memcpy(out + (size_t)i * (os / sizeof(float)), c_tile[0] + 16 * i, 16 * sizeof(float));
+        if (two) memcpy(out + (size_t)i * (os / sizeof(float)) + 16, c_tile[1] + 16 * i, 16 * sizeof(float));
+    }
+}
+
+/* Tokens [0, n) x the np panels from row r0, into out (R floats per token). parts: a constant. */
+AI void amx_bf16_rows(float* out, const uint16_t* xb, int parts, const uint32_t* packed, int C, int R, int r0,
+                      int np, int n) {
+    const size_t xs = (size_t)parts * C * sizeof(uint16_t), os = (size_t)R * sizeof(float);
     __asm__ volatile("" ::: "memory"); /* the packing's stores before the tile loads read them */
     amx_configure(64);             /* A 16 x 64 bytes, B 16 x 64, C 16 x 64: q8's shapes */
-    for (int t = 0; t < nt; t += AMX_ROWS) {
-        const uint16_t* xt = xb + (size_t)t * C;
+    for (int t = 0; t < n; t += AMX_ROWS) {
+        const uint16_t* xt = xb + (size_t)t * parts * C;
+        float* ot = out + (size_t)t * R + r0;
+        const int rows = n - t < AMX_ROWS ? n - t : AMX_ROWS;
         int p = 0;
-        for (; p + 2 <= np; p += 2) {
-            const uint32_t* b0 = packed + (size_t)p * 8 * C;
-            const uint32_t* b1 = b0 + (size_t)8 * C;
-            _tile_zero(4);
-            _tile_zero(5);
-            for (int s = 0; s < S; s++) {
-                _tile_loadd(0, xt + 32 * s, xs);
-                _tile_loadd(2, b0 + (size_t)256 * s, 64);
-                _tile_loadd(3, b1 + (size_t)256 * s, 64);
-                _tile_dpbf16ps(4, 0, 2);
-                _tile_dpbf16ps(5, 0, 3);
-            }
-            _tile_stored(4, out + (size_t)t * R + r0 + 16 * p, os);
-            _tile_stored(5, out + (size_t)t * R + r0 + 16 * (p + 1), os);
-        }
-        if (p < np) {
-            const uint32_t* b0 = packed + (size_t)p * 8 * C;
-            _tile_zero(4);
-            for (int s = 0; s < S; s++) {
-                _tile_loadd(0, xt + 32 * s, xs);
-                _tile_loadd(2, b0 + (size_t)256 * s, 64);
-                _tile_dpbf16ps(4, 0, 2);
-            }
-            _tile_stored(4, out + (size_t)t * R + r0 + 16 * p, os);
-        }
+        for (; p + 2 <= np; p += 2) amx_bf16_panels(ot + 16 * p, os, xt, xs, parts, packed + (size_t)p * 8 * C, C, 1, rows);
+        if (p < np) amx_bf16_panels(ot + 16 * p, os, xt, xs, parts, packed + (size_t)p * 8 * C, C, 0, rows);
     }
     _tile_release();
 }
@@ -2042,7 +2071,7 @@ static void rows_bf16_packed(float* out, const uint16_t* xb, const Matrix* W, in
 #if defined(KERNELS_AMX_BF16)
     if (amx_usable) {
         t = n / AMX_ROWS * AMX_ROWS;
-        amx_bf16_rows(out, xb, packed, C, R, r0, np, t);
+        amx_bf16_rows(out, xb, 1, packed, C, R, r0, np, t);
     }
 #endif
     panel_tiles(out + (size_t)t * R, (const char*)(xb + (size_t)t * C), (size_t)C * sizeof(uint16_t), packed, C / 2,
@@ -2083,6 +2112,45 @@ static void bf16_round_rows(uint16_t* xb, const float* x, size_t count) {
         memcpy(&u, &x[i], sizeof u);
         xb[i] = (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
     }
+}
+#endif
+
+#if defined(KERNELS_AMX_BF16)
+/* bf16 weights with fp32 activations on AMX-BF16: each activation x split into three bf16,
+ * x = h + m + l, h = bf16(x), m = bf16(x - h), l = x - h - m (each difference exact in fp32:
+ * h keeps x's top 8 significant bits, m the next 8, l the last 8, so l is a bf16 exactly). The
+ * three products with a bf16 weight are exact in fp32, so W x is summed in fp32 from the exact
+ * products, as with the fp32 FMAs, in another order. TDPBF16PS reads denormal inputs as zero:
+ * only an l below 2^-126 (x below about 2^-110) is lost. Token t's parts at xs + 3 t C: h, m,
+ * l, C each (C a multiple of 16). */
+static void bf16_split_rows(uint16_t* xs, const float* x, int C, int t0, int t1) {
+    for (int t = t0; t < t1; t++) {
+        const float* xt = x + (size_t)t * C;
+        uint16_t* h = xs + (size_t)t * 3 * C;
+        for (int c = 0; c < C; c += 16) {
+            const __m512 v = _mm512_loadu_ps(xt + c);
+            const __m256i hb = (__m256i)_mm512_cvtneps_pbh(v);
+            const __m512 r = _mm512_sub_ps(v, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hb), 16)));
+            const __m256i mb = (__m256i)_mm512_cvtneps_pbh(r);
+            const __m512 l = _mm512_sub_ps(r, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(mb), 16)));
+            _mm256_storeu_si256((__m256i*)(h + c), hb);
+            _mm256_storeu_si256((__m256i*)(h + C + c), mb);
+            _mm256_storeu_si256((__m256i*)(h + 2 * C + c), (__m256i)_mm512_cvtneps_pbh(l));
+        }
+    }
+}
+
+/* Rows [r0, r1) x n tokens from the split activations xs (bf16_split_rows, rows up to the next
+ * multiple of 16 tokens readable): whole panels of 16 rows on AMX-BF16, the rows left (a matrix
+ * whose rows are not a multiple of 16) as rows_float_nn from x. */
+static void rows_bf16_split(float* out, const float* x, const uint16_t* xs, const Matrix* W, int n, int r0, int r1) {
+    const int C = W->cols;
+    uint32_t* packed = (uint32_t*)(void*)thread_float_pack();
+    for (int np; (np = row_tiles_next(r0, r1, FLOAT_MAX_PANELS)) > 0; r0 += np * FLOAT_PANEL_ROWS) {
+        for (int p = 0; p < np; p++) bf16_pack_panel(packed + (size_t)p * 8 * C, W, r0 + 16 * p);
+        amx_bf16_rows(out, xs, 3, packed, C, W->rows, r0, np, n);
+    }
+    if (r0 < r1) rows_float_nn(out, x, W, WEIGHT_BF16, n, r0, r1);
 }
 #endif
 
@@ -2224,6 +2292,7 @@ typedef struct MatmulJob {
     int32_t* xgsum;      /* xgsum_buf for q4 weights, NULL for q8 (quantize_rows skips it) */
     int use_xp;          /* bf16, n == 1: each thread de-interleaves x into its own part of xp_buf */
     int use_xb16;        /* bf16, n > 1, --bf16-activations: xb16_buf holds x rounded to bf16 */
+    int use_split;       /* bf16, n >= 16, fp32 activations, AMX-BF16: xb16_buf holds x split in three bf16 */
     int qgs;             /* group size of the quantised activations */
     void (*prepare)(const struct MatmulJob*, int t0, int t1); /* prepare_tokens: one range of tokens */
     int qtb;             /* tokens per prepare item */
@@ -2269,6 +2338,12 @@ static void compute_rows(const MatmulJob* j, int m, int r0, int r1) {
 #if defined(KERNELS_BF16_DOT)
     if (j->use_xb16) {
         rows_bf16_dot(j->out[m], xb16_buf, W, j->n, r0, r1);
+        return;
+    }
+#endif
+#if defined(KERNELS_AMX_BF16)
+    if (j->use_split) {
+        rows_bf16_split(j->out[m], j->x, xb16_buf, W, j->n, r0, r1);
         return;
     }
 #endif
@@ -2360,12 +2435,38 @@ static void round_tokens(const MatmulJob* j, int t0, int t1) {
     bf16_round_rows(xb16_buf + (size_t)t0 * C, j->x + (size_t)t0 * C, (size_t)(t1 - t0) * C);
 }
 #endif
+#if defined(KERNELS_AMX_BF16)
+static void split_tokens(const MatmulJob* j, int t0, int t1) { bf16_split_rows(xb16_buf, j->x, j->W[0]->cols, t0, t1); }
+
+/* Whether this job's bf16 products take the split activations: all its matrices bf16 of one
+ * width (a multiple of 32, as the panels want), AMX granted, from 16 tokens on (as the float
+ * panels), and the tokens rounded up to 16 within the scratch. */
+static int split_takes(const MatmulJob* j) {
+    const int C = j->W[0]->cols, n16 = (j->n + AMX_ROWS - 1) / AMX_ROWS * AMX_ROWS;
+    if (!amx_usable || bf16_activations || j->n < 16 || C % 32 != 0 || C > xp_cap ||
+        (size_t)n16 * (size_t)C > split_cap)
+        return 0;
+    for (int m = 0; m < j->n_mats; m++)
+        if (j->W[m]->type != WEIGHT_BF16 || j->W[m]->cols != C) return 0;
+    return 1;
+}
+#endif
 
 static void run_job(MatmulJob* j) {
     const int nt = kernels_threads();
     j->use_qi = 0;
     j->use_xp = 0;
     j->use_xb16 = 0;
+    j->use_split = 0;
+#if defined(KERNELS_AMX_BF16)
+    if (split_takes(j)) {
+        const int C = j->W[0]->cols, n16 = (j->n + AMX_ROWS - 1) / AMX_ROWS * AMX_ROWS;
+        prepare_tokens(j, split_tokens);
+        /* the last A tile's rows beyond n: zeros (their C rows are not stored) */
+        memset(xb16_buf + (size_t)j->n * 3 * C, 0, (size_t)(n16 - j->n) * 3 * C * sizeof(uint16_t));
+        j->use_split = 1;
+    }
+#endif
 #if defined(KERNELS_BF16_DOT)
     if (bf16_activations && j->n > 1 && (size_t)j->n * (size_t)j->W[0]->cols <= xq_cap) {
         int all = 1;
@@ -2424,10 +2525,13 @@ static void run_job(MatmulJob* j) {
     if (j->use_qi && amx_takes(j->W[0], j->n)) align = AMX_ROWS;
 #endif
 #if defined(KERNELS_AVX512)
-    if (!j->use_qi && !j->use_xb16 && float_packed_takes(j->W[0], j->n)) align = FLOAT_PANEL_ROWS;
+    if (!j->use_qi && !j->use_xb16 && !j->use_split && float_packed_takes(j->W[0], j->n)) align = FLOAT_PANEL_ROWS;
 #endif
 #if defined(KERNELS_BF16_DOT)
     if (j->use_xb16 && bf16_packed_takes(j->W[0], j->n)) align = FLOAT_PANEL_ROWS;
+#endif
+#if defined(KERNELS_AMX_BF16)
+    if (j->use_split) align = FLOAT_PANEL_ROWS;
 #endif
     chunk = (chunk + align - 1) / align * align;
     if (chunk < align) chunk = align;

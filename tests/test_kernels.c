@@ -725,6 +725,41 @@ static void test_bf16_activations(void) {
     kernels_set_bf16_activations(0);
 }
 
+/* bf16 weights with the default fp32 activations keep every bit of each activation: with AMX-BF16
+ * the activations go in as three bf16 parts (matmul.c, bf16_split_rows), elsewhere as fp32. A row
+ * whose one nonzero weight is a power of two has the output w x[c] exactly in fp32, whatever the
+ * order of the sum; activations rounded to bf16 would be off by up to 2^-9 of it, two parts
+ * (h + m) by up to 2^-17. Rows 72 = four 16-row panels + 8 rows left; n = 40 is two whole A
+ * tiles and a partial one, 17 one and one token, 1 and 5 the other paths. */
+static void test_bf16_exact_activations(void) {
+    enum { ROWS = 72, COLS = 1024, N = 40 };
+    kernels_init(2, N, COLS);
+    TestMatrix t = make_matrix(WEIGHT_BF16, ROWS, COLS, 0);
+    uint16_t* w = t.data;
+    int col[ROWS];
+    float wr[ROWS];
+    for (int r = 0; r < ROWS; r++) {
+        col[r] = (int)((rng >> 20) % COLS);
+        frand();
+        wr[r] = ldexpf(r % 2 ? -1.0f : 1.0f, r % 5 - 2); /* +-1/4 .. +-4 */
+        for (int c = 0; c < COLS; c++) w[(size_t)r * COLS + c] = c == col[r] ? f32_to_bf16(wr[r]) : 0;
+    }
+    static float x[N * COLS], out[N * ROWS];
+    for (int i = 0; i < N * COLS; i++) x[i] = frand() * 3.0f; /* 24-bit mantissas, nearly all */
+    const int ns[4] = {1, 5, 17, 40};
+    for (int k = 0; k < 4; k++) {
+        const int n = ns[k];
+        matmul(out, x, &t.M, n);
+        int ok = 1;
+        for (int tk = 0; tk < n; tk++)
+            for (int r = 0; r < ROWS; r++) ok &= out[(size_t)tk * ROWS + r] == wr[r] * x[(size_t)tk * COLS + col[r]];
+        char what[120];
+        snprintf(what, sizeof what, "bf16 weights, fp32 activations, n=%d: one power-of-two weight per row gives w x exactly", n);
+        check(ok, what);
+    }
+    free_matrix(&t);
+}
+
 /* A build for a CPU with AMX runs q8 and q4 prefill on it (matmul.c, rows_qi_t) whenever Linux supports
  * the tile state (asked here on its own, ARCH_GET_XCOMP_SUPP) and KERNELS_AMX=0 is not set: so
  * the matmul checks above went through the AMX tiles, not the AVX-512 kernels beside them. */
@@ -773,6 +808,7 @@ int main(void) {
         check_matmul(WEIGHT_Q4, 10, 4096, 32, 41);
         test_parallel_for();
         test_bf16_activations();
+        test_bf16_exact_activations();
         kernels_free();
     }
     /* 1 and 2 threads give bit-identical matmuls (the split does not change any row's arithmetic);
