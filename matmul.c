@@ -2440,7 +2440,9 @@ static void split_tokens(const MatmulJob* j, int t0, int t1) { bf16_split_rows(x
 
 /* Whether this job's bf16 products take the split activations: all its matrices bf16 of one
  * width (a multiple of 32, as the panels want), AMX granted, from 16 tokens on (as the float
- * panels), and the tokens rounded up to 16 within the scratch. */
+ * panels), and the tokens rounded up to 16 within the scratch. (f32 weights split in three parts
+ * too, six products per tile, ran 0-10% faster than their panels: not kept; notes-kernels.md,
+ * "Twenty-fifth session".) */
 static int split_takes(const MatmulJob* j) {
     const int C = j->W[0]->cols, n16 = (j->n + AMX_ROWS - 1) / AMX_ROWS * AMX_ROWS;
     if (!amx_usable || bf16_activations || j->n < 16 || C % 32 != 0 || C > xp_cap ||

@@ -41,8 +41,9 @@ void matmul_scratch_free(void);
 #if defined(KERNELS_AVX512) && defined(KERNELS_HAS_AMX_INT8) && defined(__linux__)
 #define KERNELS_AMX 1
 #endif
-/* With AMX-BF16 too, `--bf16-activations` prefill multiplies tiles of 16 tokens x 16 rows x 32
- * columns of bf16 into fp32 tiles (matmul.c, rows_bf16_packed). */
+/* With AMX-BF16 too, bf16 prefill multiplies tiles of 16 tokens x 16 rows x 32 columns of bf16
+ * into fp32 tiles: the activations rounded to bf16 (`--bf16-activations`, matmul.c
+ * rows_bf16_packed) or, by default, split into three bf16 parts (rows_bf16_split). */
 #if defined(KERNELS_AMX) && defined(KERNELS_BF16_DOT) && (defined(__AMX_BF16__) || defined(__AMXBF16__))
 #define KERNELS_AMX_BF16 1
 #endif

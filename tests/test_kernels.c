@@ -725,27 +725,32 @@ static void test_bf16_activations(void) {
     kernels_set_bf16_activations(0);
 }
 
-/* bf16 weights with the default fp32 activations keep every bit of each activation: with AMX-BF16
- * the activations go in as three bf16 parts (matmul.c, bf16_split_rows), elsewhere as fp32. A row
- * whose one nonzero weight is a power of two has the output w x[c] exactly in fp32, whatever the
- * order of the sum; activations rounded to bf16 would be off by up to 2^-9 of it, two parts
- * (h + m) by up to 2^-17. Rows 72 = four 16-row panels + 8 rows left; n = 40 is two whole A
- * tiles and a partial one, 17 one and one token, 1 and 5 the other paths. */
-static void test_bf16_exact_activations(void) {
+/* f32 and bf16 weights with the default fp32 activations keep every bit of both (with AMX-BF16
+ * a bf16 model's activations go in as three bf16 parts, matmul.c bf16_split_rows; elsewhere as
+ * fp32). With one nonzero weight per row the output is w x[c], exact in fp32 when w or x[c] is a
+ * power of two, whatever the order of the sum. So: random 24-bit activations and power-of-two
+ * weights (an activation rounded to bf16 would be off by up to 2^-9 of the output, two parts
+ * h + m by up to 2^-17), and for f32 also random 24-bit weights and power-of-two activations (a
+ * weight rounded on the way would show). Rows 72 = four 16-row panels + 8 rows left; n = 40 is
+ * two whole A tiles and a partial one, 17 one and a token, 1 and 5 the other paths. */
+static void test_exact_parts(WeightType type, int random_w) {
     enum { ROWS = 72, COLS = 1024, N = 40 };
     kernels_init(2, N, COLS);
-    TestMatrix t = make_matrix(WEIGHT_BF16, ROWS, COLS, 0);
-    uint16_t* w = t.data;
+    TestMatrix t = make_matrix(type, ROWS, COLS, 0);
     int col[ROWS];
     float wr[ROWS];
     for (int r = 0; r < ROWS; r++) {
         col[r] = (int)((rng >> 20) % COLS);
-        frand();
-        wr[r] = ldexpf(r % 2 ? -1.0f : 1.0f, r % 5 - 2); /* +-1/4 .. +-4 */
-        for (int c = 0; c < COLS; c++) w[(size_t)r * COLS + c] = c == col[r] ? f32_to_bf16(wr[r]) : 0;
+        wr[r] = random_w ? frand() * 3.0f : ldexpf(r % 2 ? -1.0f : 1.0f, r % 5 - 2); /* +-1/4 .. +-4 */
+        for (int c = 0; c < COLS; c++) {
+            const float v = c == col[r] ? wr[r] : 0.0f;
+            if (type == WEIGHT_F32) ((float*)t.data)[(size_t)r * COLS + c] = v;
+            else ((uint16_t*)t.data)[(size_t)r * COLS + c] = f32_to_bf16(v);
+        }
     }
     static float x[N * COLS], out[N * ROWS];
-    for (int i = 0; i < N * COLS; i++) x[i] = frand() * 3.0f; /* 24-bit mantissas, nearly all */
+    for (int i = 0; i < N * COLS; i++)
+        x[i] = random_w ? ldexpf(frand() < 0 ? -1.0f : 1.0f, (int)(i % 9) - 4) : frand() * 3.0f;
     const int ns[4] = {1, 5, 17, 40};
     for (int k = 0; k < 4; k++) {
         const int n = ns[k];
@@ -753,8 +758,9 @@ static void test_bf16_exact_activations(void) {
         int ok = 1;
         for (int tk = 0; tk < n; tk++)
             for (int r = 0; r < ROWS; r++) ok &= out[(size_t)tk * ROWS + r] == wr[r] * x[(size_t)tk * COLS + col[r]];
-        char what[120];
-        snprintf(what, sizeof what, "bf16 weights, fp32 activations, n=%d: one power-of-two weight per row gives w x exactly", n);
+        char what[160];
+        snprintf(what, sizeof what, "%s weights, fp32 activations, n=%d: one nonzero weight per row, w x exact (%s)",
+                 tname(type), n, random_w ? "random w, x powers of two" : "w powers of two, random x");
         check(ok, what);
     }
     free_matrix(&t);
@@ -808,7 +814,9 @@ int main(void) {
         check_matmul(WEIGHT_Q4, 10, 4096, 32, 41);
         test_parallel_for();
         test_bf16_activations();
-        test_bf16_exact_activations();
+        test_exact_parts(WEIGHT_BF16, 0);
+        test_exact_parts(WEIGHT_F32, 0);
+        test_exact_parts(WEIGHT_F32, 1);
         kernels_free();
     }
     /* 1 and 2 threads give bit-identical matmuls (the split does not change any row's arithmetic);
