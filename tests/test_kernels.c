@@ -740,6 +740,7 @@ static void test_exact_parts(WeightType type, int random_w) {
     int col[ROWS];
     float wr[ROWS];
     for (int r = 0; r < ROWS; r++) {
+        frand(); /* a new draw for each row's column */
         col[r] = (int)((rng >> 20) % COLS);
         wr[r] = random_w ? frand() * 3.0f : ldexpf(r % 2 ? -1.0f : 1.0f, r % 5 - 2); /* +-1/4 .. +-4 */
         for (int c = 0; c < COLS; c++) {
