@@ -2440,17 +2440,18 @@ static void split_tokens(const MatmulJob* j, int t0, int t1) { bf16_split_rows(x
 
 /* Whether this job's bf16 products take the split activations: all its matrices bf16 of one
  * width (a multiple of 32, as the panels want), AMX granted, from 16 tokens on (as the float
- * panels), and the tokens rounded up to 16 within the scratch. (f32 weights split in three parts
+ * panels), and the tokens rounded up to 16 within the scratch. Returns that rounded token count
+ * (the A tiles' rows), 0 where not. (f32 weights split in three parts
  * too, six products per tile, ran 0-10% faster than their panels: not kept; notes-kernels.md,
  * "Twenty-fifth session".) */
-static int split_takes(const MatmulJob* j) {
+static int split_tokens_padded(const MatmulJob* j) {
     const int C = j->W[0]->cols, n16 = (j->n + AMX_ROWS - 1) / AMX_ROWS * AMX_ROWS;
     if (!amx_usable || bf16_activations || j->n < 16 || C % 32 != 0 || C > xp_cap ||
         (size_t)n16 * (size_t)C > split_cap)
         return 0;
     for (int m = 0; m < j->n_mats; m++)
         if (j->W[m]->type != WEIGHT_BF16 || j->W[m]->cols != C) return 0;
-    return 1;
+    return n16;
 }
 #endif
 
@@ -2461,8 +2462,9 @@ static void run_job(MatmulJob* j) {
     j->use_xb16 = 0;
     j->use_split = 0;
 #if defined(KERNELS_AMX_BF16)
-    if (split_takes(j)) {
-        const int C = j->W[0]->cols, n16 = (j->n + AMX_ROWS - 1) / AMX_ROWS * AMX_ROWS;
+    const int n16 = split_tokens_padded(j);
+    if (n16 > 0) {
+        const int C = j->W[0]->cols;
         prepare_tokens(j, split_tokens);
         /* the last A tile's rows beyond n: zeros (their C rows are not stored) */
         memset(xb16_buf + (size_t)j->n * 3 * C, 0, (size_t)(n16 - j->n) * 3 * C * sizeof(uint16_t));
