@@ -86,7 +86,7 @@ static uint16_t* xb16_buf; /* [max_batch * max_cols] activations rounded to bf16
 static size_t split_cap;   /* tokens x columns that xb16_buf holds split (max_batch up to a multiple of 16) */
 #endif
 static int bf16_activations;
-static float* float_pack_buf; /* [max_threads * FLOAT_MAX_PANELS * 16 * max_cols] each thread's f32/bf16 panels (AVX-512 prefill) */
+static float* float_pack_buf; /* [max_threads * FLOAT_MAX_PANELS * 16 * max_cols] each thread's f32/bf16 panels (prefill) */
 static uint8_t* amx_wt_buf; /* [max_threads * amx_thread_bytes] each thread's repacked q8/q4 rows, int32 tiles, scales (AMX) */
 static int amx_usable;      /* q8 and q4 prefill run on AMX tiles (amx_request) */
 
@@ -118,7 +118,8 @@ static void choose_prefetch(void);
 static float* thread_xp(void) { return xp_buf + (size_t)kernels_thread_index() * (size_t)xp_stride; }
 #endif
 
-#if defined(KERNELS_AVX512)
+#if defined(KERNELS_AVX2)
+#define FLOAT_PANEL_ROWS 16 /* rows per packed panel (f32 and bf16 prefill, rows_float_packed) */
 #define FLOAT_MAX_PANELS 4 /* panels of 16 rows per packing: prefill's chunks are at most 64 rows */
 static float* thread_float_pack(void) {
     return float_pack_buf + (size_t)kernels_thread_index() * FLOAT_MAX_PANELS * 16 * (size_t)xp_stride;
@@ -193,7 +194,7 @@ int matmul_scratch_init(int max_threads, int max_batch, int max_cols) {
     xp_stride = (max_cols + 15) / 16 * 16; /* whole cache lines: no line is shared by two threads */
     xp_buf = aligned_alloc(64, (size_t)max_threads * (size_t)xp_stride * sizeof(float));
     int ok = xq_buf && xs_buf && xsum_buf && xgsum_buf && xp_buf;
-#if defined(KERNELS_AVX512)
+#if defined(KERNELS_AVX2)
     float_pack_buf = aligned_alloc(64, (size_t)max_threads * FLOAT_MAX_PANELS * 16 * (size_t)xp_stride * sizeof(float));
     ok = ok && float_pack_buf;
 #endif
@@ -380,7 +381,9 @@ const char* kernels_prefetch_plan(void) {
  * ymm code) but not in AVX2's 16, where gcc spills in the inner loop; there 4 x 3 fits. Built with
  * -march=x86-64-v3 (AVX2 + FMA only) on the development VM, pp512 with one thread, alternating:
  * f32 62-65 -> 84-88 tok/s, bf16 63-65 -> 83-88 (q8 then used it too: 76-81 -> 86-90; it has its
- * own tile now, below); the -march=native build (AVX-512) keeps 4 x 4. */
+ * own tile now, below); the -march=native build (AVX-512) keeps 4 x 4. From 16 tokens on, f32 and
+ * bf16 take the packed panels instead (rows_float_packed); this tile is left to fewer tokens, the
+ * rows after a chunk's last whole panel, and q8 whose group size is not a multiple of 32. */
 #if defined(__AVX512F__)
 #define TILE_TOKENS 4
 #else
@@ -609,7 +612,6 @@ AI void tile_float_zmm(float* out, const float* x, const Matrix* W, WeightType t
  * sums; this one loads 2 vectors and 12 broadcasts per 24 FMAs. Each output is one fp32 sum over
  * the columns in order, one FMA per column (the scalar reference's order, fused). */
 #define FLOAT_TILE_TOKENS 12
-#define FLOAT_PANEL_ROWS 16
 
 /* Rows [r, r + 16) as a panel: column c at panel + 16 * c. */
 static void float_pack_panel(float* panel, const Matrix* W, WeightType type, int r) {
@@ -697,6 +699,94 @@ static void rows_float_packed(float* out, const float* x, const Matrix* W, Weigh
     for (int p = 0; p < np; p++) float_pack_panel(packed + (size_t)p * 16 * C, W, type, r0 + 16 * p);
     panel_tiles(out, (const char*)x, (size_t)C * sizeof(float), (const uint32_t*)(const void*)packed, C, W->rows, r0,
                 n, np, 0);
+}
+#endif
+
+#if defined(KERNELS_AVX2) && !defined(KERNELS_AVX512)
+/* The packed panels above on AVX2's 16 ymm registers (the issue's Zen 3 has no AVX-512): the same
+ * panels of 16 rows (column c of the 16 rows at panel + 16 * c, bf16 widened to fp32), a tile of
+ * 6 tokens x 16 rows in 12 accumulators, 2 weight vectors and 1 broadcast: per column 2 loads and
+ * 6 broadcasts for 12 FMAs (the BLAS kernels' 6 x 16 shape), where the 4 x 3 tile_float loads 7
+ * vectors per 12 FMAs and ends with 12 horizontal sums. Each output is one fp32 sum over the
+ * columns in order, one FMA per column, so the bits are those of the AVX-512 panels. */
+#define FLOAT_TILE_TOKENS 6
+
+/* 8 rows of 8 floats, in place: r[j] becomes the column j of what came in. */
+AI void transpose8_ps(__m256 r[8]) {
+    __m256 a[8], b[8];
+    for (int i = 0; i < 8; i += 2) {
+        a[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);     /* per 128-bit half H: r_i[4H], r_i+1[4H], r_i[4H+1], r_i+1[4H+1] */
+        a[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]); /* the same for 4H+2, 4H+3 */
+    }
+    for (int q = 0; q < 8; q += 4) { /* b[q + k], half H: rows q .. q+3 of column 4H + k */
+        b[q] = _mm256_shuffle_ps(a[q], a[q + 2], 0x44);
+        b[q + 1] = _mm256_shuffle_ps(a[q], a[q + 2], 0xEE);
+        b[q + 2] = _mm256_shuffle_ps(a[q + 1], a[q + 3], 0x44);
+        b[q + 3] = _mm256_shuffle_ps(a[q + 1], a[q + 3], 0xEE);
+    }
+    for (int k = 0; k < 4; k++) { /* column k: the low halves of b[k] (rows 0-3) and b[4 + k] (4-7); 4 + k: the high */
+        r[k] = _mm256_permute2f128_ps(b[k], b[4 + k], 0x20);
+        r[4 + k] = _mm256_permute2f128_ps(b[k], b[4 + k], 0x31);
+    }
+}
+
+/* Rows [r, r + 16) as a panel: column c at panel + 16 * c. */
+static void float_pack_panel(float* panel, const Matrix* W, WeightType type, int r) {
+    const int C = W->cols, C8 = C & ~7;
+    const void* wr = row_ptr(W, r);
+    for (int c = 0; c < C8; c += 8)
+        for (int h = 0; h < 16; h += 8) {
+            __m256 v[8];
+            for (int k = 0; k < 8; k++) v[k] = ldw(wr, (size_t)(h + k) * C + c, type);
+            transpose8_ps(v);
+            for (int k = 0; k < 8; k++) _mm256_storeu_ps(panel + (size_t)(c + k) * 16 + h, v[k]);
+        }
+    for (int c = C8; c < C; c++)
+        for (int k = 0; k < 16; k++) panel[(size_t)c * 16 + k] = ldw1(wr, (size_t)k * C + c, type);
+}
+
+/* out rows [r, r + 16) x TT tokens (token j's x at x + j * C, its outputs at out + j * R). */
+AI void tile_packed(float* out, const float* x, const float* panel, int C, int R, int r, int TT) {
+    __m256 acc[FLOAT_TILE_TOKENS][2];
+#pragma GCC unroll 6
+    for (int j = 0; j < TT; j++) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+    for (int c = 0; c < C; c++) {
+        const __m256 w0 = _mm256_loadu_ps(panel + (size_t)16 * c), w1 = _mm256_loadu_ps(panel + (size_t)16 * c + 8);
+#pragma GCC unroll 6
+        for (int j = 0; j < TT; j++) {
+            const __m256 xv = _mm256_broadcast_ss(x + (size_t)j * C + c);
+            acc[j][0] = _mm256_fmadd_ps(w0, xv, acc[j][0]);
+            acc[j][1] = _mm256_fmadd_ps(w1, xv, acc[j][1]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int j = 0; j < TT; j++) {
+        _mm256_storeu_ps(out + (size_t)j * R + r, acc[j][0]);
+        _mm256_storeu_ps(out + (size_t)j * R + r + 8, acc[j][1]);
+    }
+}
+
+/* Rows [r0, r0 + 16 * np) (np <= FLOAT_MAX_PANELS) for all n tokens: packed into the thread's
+ * scratch, then per block of tokens (a multiple of 6 that stays in L2, as rows_float_nn's) every
+ * panel meets the block's tokens, 6 at a time, then 4, then 1. */
+static void rows_float_packed(float* out, const float* x, const Matrix* W, WeightType type, int n, int r0, int np,
+                              float* packed) {
+    const int C = W->cols, R = W->rows;
+    for (int p = 0; p < np; p++) float_pack_panel(packed + (size_t)p * 16 * C, W, type, r0 + 16 * p);
+    int tb = token_block((size_t)C * sizeof(float)) / FLOAT_TILE_TOKENS * FLOAT_TILE_TOKENS;
+    if (tb < FLOAT_TILE_TOKENS) tb = FLOAT_TILE_TOKENS;
+    for (int t0 = 0; t0 < n; t0 += tb) {
+        const int t1 = t0 + tb < n ? t0 + tb : n;
+        for (int p = 0; p < np; p++) {
+            const float* pp = packed + (size_t)p * 16 * C;
+            const int r = r0 + 16 * p;
+            int t = t0;
+            for (; t + FLOAT_TILE_TOKENS <= t1; t += FLOAT_TILE_TOKENS)
+                tile_packed(out + (size_t)t * R, x + (size_t)t * C, pp, C, R, r, FLOAT_TILE_TOKENS);
+            for (; t + 4 <= t1; t += 4) tile_packed(out + (size_t)t * R, x + (size_t)t * C, pp, C, R, r, 4);
+            for (; t < t1; t++) tile_packed(out + (size_t)t * R, x + (size_t)t * C, pp, C, R, r, 1);
+        }
+    }
 }
 #endif
 
@@ -1921,7 +2011,7 @@ static void rows_f32_n1(float* out, const float* x, const Matrix* W, int r0, int
  * L2 while every weight tile of the chunk is used against it. */
 AI void rows_float_nn(float* out, const float* x, const Matrix* W, WeightType type, int n, int r0,
                       int r1) {
-#if defined(KERNELS_AVX512)
+#if defined(KERNELS_AVX2)
     if (float_packed_takes(W, n)) { /* whole panels of 16 rows (from a multiple of 16: run_job's chunks are) */
         for (int np; (np = row_tiles_next(r0, r1, FLOAT_MAX_PANELS)) > 0; r0 += np * FLOAT_PANEL_ROWS)
             rows_float_packed(out, x, W, type, n, r0, np, thread_float_pack());
@@ -2528,7 +2618,7 @@ static void run_job(MatmulJob* j) {
 #if defined(KERNELS_AMX)
     if (j->use_qi && amx_takes(j->W[0], j->n)) align = AMX_ROWS;
 #endif
-#if defined(KERNELS_AVX512)
+#if defined(KERNELS_AVX2)
     if (!j->use_qi && !j->use_xb16 && !j->use_split && float_packed_takes(j->W[0], j->n)) align = FLOAT_PANEL_ROWS;
 #endif
 #if defined(KERNELS_BF16_DOT)

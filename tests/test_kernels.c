@@ -797,6 +797,7 @@ int main(void) {
         struct { WeightType t; int rows, cols, gs; } cases[] = {
             {WEIGHT_F32, 37, 1027, 0}, {WEIGHT_F32, 64, 1024, 0}, {WEIGHT_F32, 5, 3, 0},
             {WEIGHT_F32, 130, 200, 0}, {WEIGHT_BF16, 37, 1027, 0}, {WEIGHT_BF16, 64, 1024, 0},
+            {WEIGHT_F32, 34, 4001, 0}, {WEIGHT_BF16, 33, 3001, 0}, /* AVX2 panels: token blocks (n = 40: 12+12+12+4) */
             {WEIGHT_BF16, 9, 13, 0}, {WEIGHT_BF16, 11, 80, 0}, {WEIGHT_BF16, 7, 48, 0}, /* 64-col steps + 16-col tail */
             {WEIGHT_BF16, 11, 96, 0}, {WEIGHT_BF16, 5, 160, 0}, /* AVX-512 decode: 32-col steps, 128 + 32 */
             {WEIGHT_Q8, 37, 192, 64}, {WEIGHT_Q8, 67, 1024, 64},
@@ -821,7 +822,7 @@ int main(void) {
         kernels_free();
     }
     /* 1 and 2 threads give bit-identical matmuls (the split does not change any row's arithmetic);
-     * 40 tokens take the AMX tiles (q8, q4) and the AVX-512 panels (f32, bf16) where the build has
+     * 40 tokens take the AMX tiles (q8, q4) and the packed panels (f32, bf16) where the build has
      * them, whose row tiles must not depend on where the chunks start */
     {
         /* the fifth: bf16 with --bf16-activations (its own panels), where the build has them */
