@@ -702,16 +702,8 @@ static void rows_float_packed(float* out, const float* x, const Matrix* W, Weigh
 }
 #endif
 
-#if defined(KERNELS_AVX2) && !defined(KERNELS_AVX512)
-/* The packed panels above on AVX2's 16 ymm registers (the issue's Zen 3 has no AVX-512): the same
- * panels of 16 rows (column c of the 16 rows at panel + 16 * c, bf16 widened to fp32), a tile of
- * 6 tokens x 16 rows in 12 accumulators, 2 weight vectors and 1 broadcast: per column 2 loads and
- * 6 broadcasts for 12 FMAs (the BLAS kernels' 6 x 16 shape), where the 4 x 3 tile_float loads 7
- * vectors per 12 FMAs and ends with 12 horizontal sums. Each output is one fp32 sum over the
- * columns in order, one FMA per column, so the bits are those of the AVX-512 panels. */
-#define FLOAT_TILE_TOKENS 6
-
-/* 8 rows of 8 floats, in place: r[j] becomes the column j of what came in. */
+/* 8 rows of 8 four-byte words (floats, or q8's groups of 4 values), in place: r[j] becomes the
+ * column j of what came in (the AVX2 panels: f32/bf16 here, q8 in q8_pack_panel). */
 AI void transpose8_ps(__m256 r[8]) {
     __m256 a[8], b[8];
     for (int i = 0; i < 8; i += 2) {
@@ -729,6 +721,15 @@ AI void transpose8_ps(__m256 r[8]) {
         r[4 + k] = _mm256_permute2f128_ps(b[k], b[4 + k], 0x31);
     }
 }
+
+#if defined(KERNELS_AVX2) && !defined(KERNELS_AVX512)
+/* The packed panels above on AVX2's 16 ymm registers (the issue's Zen 3 has no AVX-512): the same
+ * panels of 16 rows (column c of the 16 rows at panel + 16 * c, bf16 widened to fp32), a tile of
+ * 6 tokens x 16 rows in 12 accumulators, 2 weight vectors and 1 broadcast: per column 2 loads and
+ * 6 broadcasts for 12 FMAs (the BLAS kernels' 6 x 16 shape), where the 4 x 3 tile_float loads 7
+ * vectors per 12 FMAs and ends with 12 horizontal sums. Each output is one fp32 sum over the
+ * columns in order, one FMA per column, so the bits are those of the AVX-512 panels. */
+#define FLOAT_TILE_TOKENS 6
 
 /* Rows [r, r + 16) as a panel: column c at panel + 16 * c. */
 static void float_pack_panel(float* panel, const Matrix* W, WeightType type, int r) {
@@ -1350,6 +1351,121 @@ AI void rows_qi_n1(float* out, const int8_t* xq, const float* xsc, const int32_t
                    const Matrix* W, int r0, int r1) {
     if (W->group_size == 64) rows_qi_n1_gs(out, xq, xsc, xsum, W, r0, r1, 64);
     else rows_qi_n1_gs(out, xq, xsc, xsum, W, r0, r1, W->group_size);
+}
+
+/* q8 prefill from packed panels, as q4's row lanes: a panel holds
+ * 8 rows with each 32-bit lane one row's 4 values of columns c .. c+3, so a token's 4 activations
+ * of those columns, broadcast to every lane, meet all 8 rows in one qi_dot (sign, maddubs, madd,
+ * add) and each group ends with one int32 sum per row and lane: no horizontal step. tile_qi (rows
+ * side by side, 32 columns per lane) reduces its lanes with vphaddd at each group's end, and its
+ * 2 x 4 tile reloads each token's activations for every pair of rows; here a group's end is a
+ * convert, multiply and fma per 8 outputs. -march=x86-64-v3 on the Intel VM, q8 pp512: one thread
+ * 77 -> 109-110 tok/s, two 143-145 -> 206-208 (docs/notes-kernels.md, "Twenty-sixth session").
+ * With VNNI, qi_dot is one vpdpbusd of w + 128 by x, so each lane starts at -128 times its
+ * token's x of those columns, and a group's 8 lanes of a row at -128 times the group's sum
+ * (16 x quantize_rows' xgsum): the same int32 at the group's end.
+ * The sum of a group is the exact int32 of tile_qi, scaled once per group as AMX does (float(s) x
+ * weight scale, then x activation scale, fused into the total). Panels are packed per chunk
+ * (<= 64 rows) into the thread's float-panel scratch. */
+#define Q8_PANEL_ROWS 8
+#if defined(__AVX512F__)
+#define Q8_PANEL_TOKENS 8
+#else
+#define Q8_PANEL_TOKENS 4
+#endif
+
+/* Whether rows_qi_t packs q8 panels for n tokens (run_job aligns its chunks to 8 rows when so):
+ * from 16 tokens on, as the float panels. */
+static int q8_packed_takes(const Matrix* W, int n) {
+    return W->type == WEIGHT_Q8 && n >= 16 && W->cols <= xp_cap;
+}
+
+/* Rows [r, r + 8) as a panel: columns c .. c+3 (c a multiple of 4) at panel + 8 * c, lane i row
+ * r + i's; row r + i's scale of group g as a float at ps[8 * g + i]. */
+static void q8_pack_panel(int8_t* panel, float* ps, const Matrix* W, int r) {
+    const int gs = W->group_size, G = W->cols / gs;
+    for (int g = 0; g < G; g++) {
+        for (int c = 0; c < gs; c += 32) {
+            __m256 v[8];
+            for (int i = 0; i < 8; i++)
+                v[i] = _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i*)(quant_group(W, r + i, g) + c)));
+            transpose8_ps(v);
+            for (int k = 0; k < 8; k++)
+                _mm256_storeu_si256((__m256i*)(panel + (size_t)8 * ((size_t)g * gs + c + 4 * k)), _mm256_castps_si256(v[k]));
+        }
+        for (int i = 0; i < 8; i++) ps[(size_t)8 * g + i] = scale1(quant_scales(W, r + i)[g]);
+    }
+}
+
+/* out rows [r, r + 8) x tokens t .. t+TT-1 (TT <= 4) from one panel. */
+AI void tile_q8_packed(float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum, const int8_t* panel,
+                       const float* ps, const Matrix* W, int r, int t, int TT) {
+    const int C = W->cols, R = W->rows, gs = W->group_size, G = C / gs;
+    __m256 tot[Q8_PANEL_TOKENS];
+#pragma GCC unroll 8
+    for (int j = 0; j < TT; j++) tot[j] = _mm256_setzero_ps();
+    for (int g = 0; g < G; g++) {
+        const uint8_t* pg = (const uint8_t*)panel + (size_t)8 * g * gs;
+        const int8_t* xg = xq + (size_t)t * C + (size_t)g * gs;
+        __m256i s[Q8_PANEL_TOKENS];
+#pragma GCC unroll 8
+#if defined(Q8_VNNI)
+        for (int j = 0; j < TT; j++) s[j] = _mm256_set1_epi32(16 * xgsum[(size_t)(t + j) * G + g]);
+#else
+        for (int j = 0; j < TT; j++) s[j] = _mm256_setzero_si256();
+        (void)xgsum;
+#endif
+        for (int c = 0; c < gs; c += 4) {
+            const QW wv = qi_load(pg, 8 * c);
+#pragma GCC unroll 8
+            for (int j = 0; j < TT; j++) {
+                int32_t x4; /* token j's columns c .. c+3 */
+                memcpy(&x4, xg + (size_t)j * C + c, sizeof x4);
+                s[j] = qi_dot(s[j], wv, _mm256_set1_epi32(x4));
+            }
+        }
+        const __m256 wsv = _mm256_loadu_ps(ps + (size_t)8 * g);
+#pragma GCC unroll 8
+        for (int j = 0; j < TT; j++)
+            tot[j] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s[j]), wsv),
+                                     _mm256_set1_ps(xsc[(size_t)(t + j) * G + g]), tot[j]);
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < TT; j++) _mm256_storeu_ps(out + (size_t)(t + j) * R + r, tot[j]);
+}
+
+/* Whole panels of 8 rows from r0 (a multiple of 8: run_job's chunks are) x tokens [ta, n), at
+ * most 64 rows per packing; per block of tokens (token_block) each panel meets the block's tokens
+ * Q8_PANEL_TOKENS at a time, then 4, then 1. Returns the first row not done (the rest:
+ * rows_qi_tiles). */
+static int rows_q8_packed(float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum, const Matrix* W,
+                          int ta, int n, int r0, int r1) {
+    const int C = W->cols, G = C / W->group_size;
+    const int max_panels = FLOAT_MAX_PANELS * FLOAT_PANEL_ROWS / Q8_PANEL_ROWS;
+    int8_t* panels = (int8_t*)(void*)thread_float_pack(); /* max_panels * 8 * C bytes, then the scales */
+    float* ps = (float*)(void*)(panels + (size_t)max_panels * Q8_PANEL_ROWS * C);
+    const int tb = token_block((size_t)C);
+    while (r1 - r0 >= Q8_PANEL_ROWS) {
+        const int np = (r1 - r0) / Q8_PANEL_ROWS < max_panels ? (r1 - r0) / Q8_PANEL_ROWS : max_panels;
+        for (int p = 0; p < np; p++)
+            q8_pack_panel(panels + (size_t)p * Q8_PANEL_ROWS * C, ps + (size_t)p * Q8_PANEL_ROWS * G, W,
+                          r0 + Q8_PANEL_ROWS * p);
+        for (int t0 = ta; t0 < n; t0 += tb) {
+            const int t1 = t0 + tb < n ? t0 + tb : n;
+            for (int p = 0; p < np; p++) {
+                const int8_t* pp = panels + (size_t)p * Q8_PANEL_ROWS * C;
+                const float* pps = ps + (size_t)p * Q8_PANEL_ROWS * G;
+                const int r = r0 + Q8_PANEL_ROWS * p;
+                int t = t0;
+                for (; t + Q8_PANEL_TOKENS <= t1; t += Q8_PANEL_TOKENS)
+                    tile_q8_packed(out, xq, xsc, xgsum, pp, pps, W, r, t, Q8_PANEL_TOKENS);
+                for (; t + 4 <= t1; t += 4) tile_q8_packed(out, xq, xsc, xgsum, pp, pps, W, r, t, 4);
+                for (; t < t1; t++) tile_q8_packed(out, xq, xsc, xgsum, pp, pps, W, r, t, 1);
+            }
+        }
+        r0 += Q8_PANEL_ROWS * np;
+    }
+    return r0;
 }
 
 #if defined(KERNELS_AMX)
@@ -2283,21 +2399,30 @@ AI void rows_qi_tiles(float* out, const int8_t* xq, const float* xsc, const int3
     }
 }
 
-AI void rows_qi_t(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
+AI void rows_qi_t(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const int32_t* xgsum,
                   const Matrix* W, int n, int r0, int r1) {
     if (n == 1) {
         rows_qi_n1(out, xq, xsc, xsum, W, r0, r1);
         return;
     }
+    int ta = n, ra = r0; /* left: tokens [ta, n) of rows [r0, ra), and every token of rows [ra, r1) */
 #if defined(KERNELS_AMX)
     if (amx_takes(W, n)) {
-        const int r = amx_chunk(out, xq, xsc, W, n, r0, r1), nt = n / AMX_ROWS * AMX_ROWS;
-        if (nt < n) rows_qi_tiles(out, xq, xsc, xsum, W, nt, n, r0, r);
-        rows_qi_tiles(out, xq, xsc, xsum, W, 0, n, r, r1);
-        return;
+        ra = amx_chunk(out, xq, xsc, W, n, r0, r1);
+        ta = n / AMX_ROWS * AMX_ROWS;
     }
 #endif
-    rows_qi_tiles(out, xq, xsc, xsum, W, 0, n, r0, r1);
+#if defined(KERNELS_AVX2)
+    if (q8_packed_takes(W, n)) { /* AMX's rows are whole panels: their last tokens here too */
+        if (ta < n) rows_q8_packed(out, xq, xsc, xgsum, W, ta, n, r0, ra);
+        ta = n;
+        ra = rows_q8_packed(out, xq, xsc, xgsum, W, 0, n, ra, r1);
+    }
+#else
+    (void)xgsum;
+#endif
+    if (ta < n) rows_qi_tiles(out, xq, xsc, xsum, W, ta, n, r0, ra);
+    rows_qi_tiles(out, xq, xsc, xsum, W, 0, n, ra, r1);
 }
 
 #if defined(KERNELS_NEON)
@@ -2357,7 +2482,7 @@ static void rows_q4(float* out, const int8_t* xq, const float* xsc, const int32_
 static void rows_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
                     const int32_t* xgsum, const Matrix* W, int n, int r0, int r1) {
     if (W->type == WEIGHT_Q4) rows_q4(out, xq, xsc, xsum, xgsum, W, n, r0, r1);
-    else rows_qi_t(out, xq, xsc, xsum, W, n, r0, r1);
+    else rows_qi_t(out, xq, xsc, xsum, xgsum, W, n, r0, r1);
 }
 #define HAVE_Q8_INT8 1  /* build with -DKERNELS_Q8_F32ACT to keep fp32 activations instead */
 #endif
@@ -2379,7 +2504,7 @@ typedef struct MatmulJob {
     const float* x;
     int n;
     int use_qi;          /* q8 / q4 weights x int8 activations (quantize_rows) */
-    int32_t* xgsum;      /* xgsum_buf for q4 weights, NULL for q8 (quantize_rows skips it) */
+    int32_t* xgsum;      /* xgsum_buf for q4 weights and the q8 panels with VNNI, else NULL (quantize_rows skips it) */
     int use_xp;          /* bf16, n == 1: each thread de-interleaves x into its own part of xp_buf */
     int use_xb16;        /* bf16, n > 1, --bf16-activations: xb16_buf holds x rounded to bf16 */
     int use_split;       /* bf16, n >= 16, fp32 activations, AMX-BF16: xb16_buf holds x split in three bf16 */
@@ -2594,6 +2719,9 @@ static void run_job(MatmulJob* j) {
             j->use_qi = 1;
             j->qgs = W0->group_size;
             j->xgsum = W0->type == WEIGHT_Q4 ? xgsum_buf : NULL;
+#if defined(KERNELS_AVX2) && defined(Q8_VNNI)
+            if (q8_packed_takes(W0, j->n)) j->xgsum = xgsum_buf; /* the q8 panels' starting sums */
+#endif
             prepare_tokens(j, quantize_tokens);
         }
     }
@@ -2615,8 +2743,11 @@ static void run_job(MatmulJob* j) {
         if (quant_block_rows(j->W[m]->type) > align) align = quant_block_rows(j->W[m]->type);
     /* AMX's row tiles and the f32/bf16 panels start at multiples of 16 in every chunk, so which
      * rows take them (and so their rounding) does not depend on the thread count */
+#if defined(KERNELS_AVX2)
+    if (j->use_qi && q8_packed_takes(j->W[0], j->n)) align = Q8_PANEL_ROWS;
+#endif
 #if defined(KERNELS_AMX)
-    if (j->use_qi && amx_takes(j->W[0], j->n)) align = AMX_ROWS;
+    if (j->use_qi && amx_takes(j->W[0], j->n)) align = AMX_ROWS; /* 16: the q8 panels' 8 as well */
 #endif
 #if defined(KERNELS_AVX2)
     if (!j->use_qi && !j->use_xb16 && !j->use_split && float_packed_takes(j->W[0], j->n)) align = FLOAT_PANEL_ROWS;

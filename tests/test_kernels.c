@@ -229,6 +229,41 @@ static int check_matmul(WeightType type, int rows, int cols, int gs, int n) {
     return ok;
 }
 
+/* n tokens at once (prefill) against each token alone (decode's matrix-vector kernel): both
+ * quantise a token's activations the same way, so for q8 and q4 they differ only by fp32
+ * rounding, 2e-5 * sum|w x|, far below check_matmul's bound for the quantisation itself, which at
+ * thousands of columns is near the size of an output (a token left out of a block would pass it
+ * by a small margin). */
+static void check_tokens_alone(WeightType type, int rows, int cols, int gs, int n) {
+    TestMatrix t = make_matrix(type, rows, cols, gs);
+    float* x = malloc((size_t)n * cols * sizeof(float));
+    float* all = malloc((size_t)n * rows * sizeof(float));
+    float* one = malloc((size_t)rows * sizeof(float));
+    for (size_t i = 0; i < (size_t)n * cols; i++) x[i] = frand();
+    matmul(all, x, &t.M, n);
+    int ok = 1;
+    for (int tk = 0; tk < n && ok; tk++) {
+        const float* xt = x + (size_t)tk * cols;
+        matmul(one, xt, &t.M, 1);
+        for (int r = 0; r < rows && ok; r++) {
+            double abssum = 0;
+            for (int c = 0; c < cols; c++) abssum += fabs((double)t.deq[(size_t)r * cols + c] * xt[c]);
+            if (!(fabs((double)all[(size_t)tk * rows + r] - one[r]) <= 2e-5 * abssum)) {
+                printf("  token %d row %d: %d tokens %.8g, alone %.8g\n", tk, r, n, all[(size_t)tk * rows + r], one[r]);
+                ok = 0;
+            }
+        }
+    }
+    char what[120];
+    snprintf(what, sizeof what, "matmul %s %dx%d: %d tokens at once == each alone, to fp32 rounding", tname(type), rows,
+             cols, n);
+    check(ok, what);
+    free(x);
+    free(all);
+    free(one);
+    free_matrix(&t);
+}
+
 /* kernels.h's half_to_float (q8's and q4's scales) against the definition of binary16, for every finite
  * half: (-1)^s 2^(e-15) (1 + m/1024), and m 2^-24 where e = 0. */
 static void test_half_to_float(void) {
@@ -819,6 +854,31 @@ int main(void) {
         test_exact_parts(WEIGHT_BF16, 0);
         test_exact_parts(WEIGHT_F32, 0);
         test_exact_parts(WEIGHT_F32, 1);
+        kernels_free();
+    }
+    /* q8 prefill panels (AVX2 without VNNI) over several token blocks: at 8192 columns a block is
+     * 24 tokens, so 50 tokens are 24 + 24 + 2 (tiles of 4, then single tokens) */
+    if (kernels_init(2, 50, 8192) == 0) {
+        check_matmul(WEIGHT_Q8, 24, 8192, 64, 50);
+        check_tokens_alone(WEIGHT_Q8, 24, 8192, 64, 50);
+        kernels_free();
+    }
+    /* q8 prefill: AMX's tiles and the panels (the AVX2 and VNNI kernels) scale each group's exact
+     * int32 sum the same way, and with AMX a chunk's last tokens take the panels: the same bits with
+     * AMX on and off (40 tokens: two AMX token tiles and 8 left; 301 rows: whole panels, then 5) */
+    if (kernels_init(2, 40, 512) == 0) {
+        if (kernels_set_amx(1)) {
+            static float x[40 * 512], o1[40 * 301], o2[40 * 301];
+            TestMatrix t = make_matrix(WEIGHT_Q8, 301, 512, 64);
+            for (int i = 0; i < 40 * 512; i++) x[i] = frand();
+            matmul(o1, x, &t.M, 40);
+            kernels_set_amx(0);
+            matmul(o2, x, &t.M, 40);
+            check(memcmp(o1, o2, sizeof o1) == 0, "matmul q8 n=40: AMX == without AMX, bitwise");
+            free_matrix(&t);
+        } else {
+            printf("q8 AMX == without AMX: skipped, no AMX here\n");
+        }
         kernels_free();
     }
     /* 1 and 2 threads give bit-identical matmuls (the split does not change any row's arithmetic);
