@@ -1724,8 +1724,9 @@ AI void q4_group_sums1_zmm(__m256i s[1], const uint8_t* w, const int8_t* x) {
 /* The block of rows r .. r+7 (computed whole: the last block is padded with zero rows; rows past
  * R are not stored) x tokens t .. t+TT-1 (TT <= 4). Per group and token: the sums of (q + 8) x,
  * corrected to q x with xgsum (-8 times the group's sum of x, quantize_rows), converted, and
- * scaled by (the 8 rows' weight scales x the activation scale) into fp32 totals, one row per
- * lane. pf: bytes ahead to prefetch into L1 as the block is read (decode), 0 for none. */
+ * scaled into fp32 totals, one row per lane, as AMX scales its tiles (float(s) x the 8 rows'
+ * weight scales, then fused with x the activation scale), so q4 prefill has the same bits with
+ * AMX on and off. pf: bytes ahead to prefetch into L1 as the block is read (decode), 0 for none. */
 AI void tile_q4(float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum, const Matrix* W,
                 int r, int t, int TT, int pf) {
     const int C = W->cols, R = W->rows, G = C / Q4_GROUP;
@@ -1750,8 +1751,8 @@ AI void tile_q4(float* out, const int8_t* xq, const float* xsc, const int32_t* x
         const __m256 ws = scales8(b); /* the group's 8 rows' scales */
 #pragma GCC unroll 4
         for (int j = 0; j < TT; j++)
-            tot[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[j]),
-                                     _mm256_mul_ps(ws, _mm256_set1_ps(xsc[(size_t)(t + j) * G + g])), tot[j]);
+            tot[j] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s[j]), ws),
+                                     _mm256_set1_ps(xsc[(size_t)(t + j) * G + g]), tot[j]);
     }
 #pragma GCC unroll 4
     for (int j = 0; j < TT; j++) {
@@ -2454,8 +2455,9 @@ static void tile_q4(float* out, const int8_t* xq, const float* xsc, const Matrix
         }
         const float xs = xsc[(size_t)t * G + g];
         for (int h = 0; h < 2; h++)
-            tot[h] = vfmaq_f32(tot[h], vcvtq_f32_s32(a[h]),
-                               vmulq_n_f32(vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t*)b + 4 * h))), xs));
+            tot[h] = vfmaq_n_f32(tot[h],
+                                 vmulq_f32(vcvtq_f32_s32(a[h]), vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t*)b + 4 * h)))),
+                                 xs);
     }
     float o[8];
     vst1q_f32(o, tot[0]);

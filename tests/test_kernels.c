@@ -863,21 +863,27 @@ int main(void) {
         check_tokens_alone(WEIGHT_Q8, 24, 8192, 64, 50);
         kernels_free();
     }
-    /* q8 prefill: AMX's tiles and the panels (the AVX2 and VNNI kernels) scale each group's exact
-     * int32 sum the same way, and with AMX a chunk's last tokens take the panels: the same bits with
-     * AMX on and off (40 tokens: two AMX token tiles and 8 left; 301 rows: whole panels, then 5) */
+    /* q8 and q4 prefill: AMX's tiles and the kernels without it (q8's panels, tile_q4) scale each
+     * group's exact int32 sum the same way, and with AMX a chunk's last tokens take those kernels:
+     * the same bits with AMX on and off (40 tokens: two AMX token tiles and 8 left; 301 rows:
+     * whole tiles, then the rest) */
     if (kernels_init(2, 40, 512) == 0) {
-        if (kernels_set_amx(1)) {
+        for (int k = 0; k < 2; k++) {
+            const WeightType type = k == 0 ? WEIGHT_Q8 : WEIGHT_Q4;
+            if (!kernels_set_amx(1)) {
+                printf("%s AMX == without AMX: skipped, no AMX here\n", tname(type));
+                continue;
+            }
             static float x[40 * 512], o1[40 * 301], o2[40 * 301];
-            TestMatrix t = make_matrix(WEIGHT_Q8, 301, 512, 64);
+            TestMatrix t = make_matrix(type, 301, 512, type == WEIGHT_Q4 ? 32 : 64);
             for (int i = 0; i < 40 * 512; i++) x[i] = frand();
             matmul(o1, x, &t.M, 40);
             kernels_set_amx(0);
             matmul(o2, x, &t.M, 40);
-            check(memcmp(o1, o2, sizeof o1) == 0, "matmul q8 n=40: AMX == without AMX, bitwise");
+            char what[80];
+            snprintf(what, sizeof what, "matmul %s n=40: AMX == without AMX, bitwise", tname(type));
+            check(memcmp(o1, o2, sizeof o1) == 0, what);
             free_matrix(&t);
-        } else {
-            printf("q8 AMX == without AMX: skipped, no AMX here\n");
         }
         kernels_free();
     }
