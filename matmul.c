@@ -1353,20 +1353,20 @@ AI void rows_qi_n1(float* out, const int8_t* xq, const float* xsc, const int32_t
     else rows_qi_n1_gs(out, xq, xsc, xsum, W, r0, r1, W->group_size);
 }
 
-/* q8 prefill from packed panels, as q4's row lanes: a panel holds
- * 8 rows with each 32-bit lane one row's 4 values of columns c .. c+3, so a token's 4 activations
- * of those columns, broadcast to every lane, meet all 8 rows in one qi_dot (sign, maddubs, madd,
- * add) and each group ends with one int32 sum per row and lane: no horizontal step. tile_qi (rows
- * side by side, 32 columns per lane) reduces its lanes with vphaddd at each group's end, and its
- * 2 x 4 tile reloads each token's activations for every pair of rows; here a group's end is a
- * convert, multiply and fma per 8 outputs. -march=x86-64-v3 on the Intel VM, q8 pp512: one thread
- * 77 -> 109-110 tok/s, two 143-145 -> 206-208 (docs/notes-kernels.md, "Twenty-sixth session").
- * With VNNI, qi_dot is one vpdpbusd of w + 128 by x, so each lane starts at -128 times its
- * token's x of those columns, and a group's 8 lanes of a row at -128 times the group's sum
- * (16 x quantize_rows' xgsum): the same int32 at the group's end.
- * The sum of a group is the exact int32 of tile_qi, scaled once per group as AMX does (float(s) x
- * weight scale, then x activation scale, fused into the total). Panels are packed per chunk
- * (<= 64 rows) into the thread's float-panel scratch. */
+/* q8 prefill from packed panels, as q4's row lanes: a panel holds 8 rows with each 32-bit lane
+ * one row's 4 values of columns c .. c+3, so a token's 4 activations of those columns, broadcast
+ * to every lane, meet all 8 rows in one qi_dot (sign, maddubs, madd, add), and each group ends
+ * with one int32 sum per row (lane) and token: no horizontal step. tile_qi (rows side by side, 32
+ * columns per lane) reduces its lanes with vphaddd at each group's end, and its 2 x 4 tile
+ * reloads each token's activations for every pair of rows; here a group's end is a convert,
+ * multiply and fma per 8 outputs. -march=x86-64-v3 on the Intel VM, q8 pp512: one thread 77 ->
+ * 109-110 tok/s, two 143-145 -> 206-208 (docs/notes-kernels.md, "Twenty-sixth session").
+ * With VNNI, qi_dot is one vpdpbusd of w + 128 by x, which adds 128 times the token's 4
+ * activations to every lane; so each lane starts the group at -128 times the token's sum over
+ * the group (16 x quantize_rows' xgsum, which is -8 times it) and ends at the same int32.
+ * That sum is tile_qi's exact int32, scaled once per group as AMX does (float(s) x weight scale,
+ * then x activation scale, fused into the total). Panels are packed per chunk (<= 64 rows) into
+ * the thread's float-panel scratch. */
 #define Q8_PANEL_ROWS 8
 #if defined(__AVX512F__)
 #define Q8_PANEL_TOKENS 8
@@ -1397,7 +1397,8 @@ static void q8_pack_panel(int8_t* panel, float* ps, const Matrix* W, int r) {
     }
 }
 
-/* out rows [r, r + 8) x tokens t .. t+TT-1 (TT <= 4) from one panel. */
+/* out rows [r, r + 8) x tokens t .. t+TT-1 (TT <= Q8_PANEL_TOKENS: 8 where there are 32 vector
+ * registers, 4 in AVX2's 16) from one panel. */
 AI void tile_q8_packed(float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum, const int8_t* panel,
                        const float* ps, const Matrix* W, int r, int t, int TT) {
     const int C = W->cols, R = W->rows, gs = W->group_size, G = C / gs;
