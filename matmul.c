@@ -130,11 +130,19 @@ static inline int row_tiles_next(int r, int r1, int max) {
     const int k = (r1 - r) / 16;
     return k < max ? k : max;
 }
-/* Whether rows_float_nn packs W's rows for n tokens (run_job aligns its row chunks to 16 when so):
- * from 16 tokens on, so that a chunk's packing is shared by a tile's worth of tokens (a threshold
- * chosen, not tuned). */
+/* Whether rows_float_nn packs W's rows for n tokens (run_job aligns its row chunks to 16 when so).
+ * With AVX-512 from 16 tokens on, so that a chunk's packing is shared by a tile's worth of tokens
+ * (a threshold chosen, not tuned). With AVX2 from 64: below that the weights' one pass from
+ * memory bounds the product, and the packing's writes and second read cost more than the tiles
+ * gain (x86-64-v3, Intel VM, f32 prompt of 20 tokens: 49 tok/s without the panels, 37 with; 32
+ * tokens 57 and 49; 48 66 and 64; 64 level; bf16 the same up to 48, ahead from 64). */
+#if defined(KERNELS_AVX512)
+#define FLOAT_PACKED_MIN_TOKENS 16
+#else
+#define FLOAT_PACKED_MIN_TOKENS 64
+#endif
 static int float_packed_takes(const Matrix* W, int n) {
-    return (W->type == WEIGHT_F32 || W->type == WEIGHT_BF16) && n >= 16 && W->cols <= xp_cap;
+    return (W->type == WEIGHT_F32 || W->type == WEIGHT_BF16) && n >= FLOAT_PACKED_MIN_TOKENS && W->cols <= xp_cap;
 }
 #endif
 #if defined(KERNELS_BF16_DOT)
@@ -2415,11 +2423,9 @@ AI void rows_qi_t(float* out, const int8_t* xq, const float* xsc, const int32_t*
     }
 #endif
 #if defined(KERNELS_AVX2)
-    if (q8_packed_takes(W, n)) { /* AMX's rows are whole panels: their last tokens here too */
-        if (ta < n) rows_q8_packed(out, xq, xsc, xgsum, W, ta, n, r0, ra);
-        ta = n;
-        ra = rows_q8_packed(out, xq, xsc, xgsum, W, 0, n, ra, r1);
-    }
+    /* AMX's last n % 16 tokens stay on tile_qi: the panels would repack the chunk for them, which
+     * made pp40 and pp100 18-20% slower (docs/notes-kernels.md, "Twenty-sixth session") */
+    if (q8_packed_takes(W, n)) ra = rows_q8_packed(out, xq, xsc, xgsum, W, 0, n, ra, r1);
 #else
     (void)xgsum;
 #endif

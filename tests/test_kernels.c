@@ -832,7 +832,7 @@ int main(void) {
         struct { WeightType t; int rows, cols, gs; } cases[] = {
             {WEIGHT_F32, 37, 1027, 0}, {WEIGHT_F32, 64, 1024, 0}, {WEIGHT_F32, 5, 3, 0},
             {WEIGHT_F32, 130, 200, 0}, {WEIGHT_BF16, 37, 1027, 0}, {WEIGHT_BF16, 64, 1024, 0},
-            {WEIGHT_F32, 34, 4001, 0}, {WEIGHT_BF16, 33, 3001, 0}, /* AVX2 panels: token blocks (n = 40: 12+12+12+4) */
+            {WEIGHT_F32, 34, 4001, 0}, {WEIGHT_BF16, 33, 3001, 0}, /* wide rows: several token blocks */
             {WEIGHT_BF16, 9, 13, 0}, {WEIGHT_BF16, 11, 80, 0}, {WEIGHT_BF16, 7, 48, 0}, /* 64-col steps + 16-col tail */
             {WEIGHT_BF16, 11, 96, 0}, {WEIGHT_BF16, 5, 160, 0}, /* AVX-512 decode: 32-col steps, 128 + 32 */
             {WEIGHT_Q8, 37, 192, 64}, {WEIGHT_Q8, 67, 1024, 64},
@@ -849,6 +849,12 @@ int main(void) {
         /* more tokens than the scratch holds (n * cols > max_batch * max_cols): still correct */
         check_matmul(WEIGHT_Q8, 10, 4096, 64, 41);
         check_matmul(WEIGHT_Q4, 10, 4096, 32, 41);
+        /* the AVX2 f32/bf16 panels take 64 tokens and more: token blocks of 12 (4001 columns: 70 =
+         * 5 x 12 + 10, tiles of 6, 4 and 1), of 42 (1027 columns: 67 = 42 + 25) */
+        check_matmul(WEIGHT_F32, 34, 4001, 0, 70);
+        check_matmul(WEIGHT_BF16, 33, 3001, 0, 71);
+        check_matmul(WEIGHT_F32, 37, 1027, 0, 67);
+        check_matmul(WEIGHT_BF16, 37, 1027, 0, 67);
         test_parallel_for();
         test_bf16_activations();
         test_exact_parts(WEIGHT_BF16, 0);
@@ -864,9 +870,9 @@ int main(void) {
         kernels_free();
     }
     /* q8 and q4 prefill: AMX's tiles and the kernels without it (q8's panels, tile_q4) scale each
-     * group's exact int32 sum the same way, and with AMX a chunk's last tokens take those kernels:
-     * the same bits with AMX on and off (40 tokens: two AMX token tiles and 8 left; 301 rows:
-     * whole tiles, then the rest) */
+     * group's exact int32 sum the same way: the same bits with AMX on and off (q4 at 40 tokens,
+     * whose last 8 take tile_q4 on AMX too; q8 at 32, since its last n % 16 tokens take tile_qi
+     * there; 301 rows: whole tiles, then the rest) */
     if (kernels_init(2, 40, 512) == 0) {
         for (int k = 0; k < 2; k++) {
             const WeightType type = k == 0 ? WEIGHT_Q8 : WEIGHT_Q4;
@@ -875,14 +881,15 @@ int main(void) {
                 continue;
             }
             static float x[40 * 512], o1[40 * 301], o2[40 * 301];
+            const int n = type == WEIGHT_Q4 ? 40 : 32;
             TestMatrix t = make_matrix(type, 301, 512, type == WEIGHT_Q4 ? 32 : 64);
-            for (int i = 0; i < 40 * 512; i++) x[i] = frand();
-            matmul(o1, x, &t.M, 40);
+            for (int i = 0; i < n * 512; i++) x[i] = frand();
+            matmul(o1, x, &t.M, n);
             kernels_set_amx(0);
-            matmul(o2, x, &t.M, 40);
+            matmul(o2, x, &t.M, n);
             char what[80];
-            snprintf(what, sizeof what, "matmul %s n=40: AMX == without AMX, bitwise", tname(type));
-            check(memcmp(o1, o2, sizeof o1) == 0, what);
+            snprintf(what, sizeof what, "matmul %s n=%d: AMX == without AMX, bitwise", tname(type), n);
+            check(memcmp(o1, o2, (size_t)n * 301 * sizeof(float)) == 0, what);
             free_matrix(&t);
         }
         kernels_free();
@@ -893,18 +900,20 @@ int main(void) {
     {
         /* the fifth: bf16 with --bf16-activations (its own panels), where the build has them */
         const WeightType types[5] = {WEIGHT_Q8, WEIGHT_Q4, WEIGHT_F32, WEIGHT_BF16, WEIGHT_BF16};
-        static float x[40 * 512], o1[40 * 301], o2[40 * 301];
+        static float x[70 * 512], o1[70 * 301], o2[70 * 301];
+        const int ns3[3] = {3, 40, 70}; /* 70: the AVX2 f32/bf16 panels take from 64 */
         for (int k = 0; k < 5; k++)
-            for (int n = 3; n <= 40; n += 37) {
+            for (int ni = 0; ni < 3; ni++) {
+                const int n = ns3[ni];
                 TestMatrix t = make_matrix(types[k], 301, 512, types[k] == WEIGHT_Q4 ? 32 : 64);
                 for (int i = 0; i < n * 512; i++) x[i] = frand();
-                kernels_init(1, 40, 512);
+                kernels_init(1, 70, 512);
                 if (k == 4 && !kernels_set_bf16_activations(1)) {
                     free_matrix(&t);
                     continue;
                 }
                 matmul(o1, x, &t.M, n);
-                kernels_init(2, 40, 512);
+                kernels_init(2, 70, 512);
                 kernels_set_bf16_activations(k == 4);
                 matmul(o2, x, &t.M, n);
                 kernels_set_bf16_activations(0);
