@@ -1383,7 +1383,7 @@ AI void rows_qi_n1(float* out, const int8_t* xq, const float* xsc, const int32_t
 #endif
 
 /* Whether rows_qi_t packs q8 panels for n tokens (run_job aligns its chunks to 8 rows when so):
- * from 16 tokens on, as the float panels. */
+ * from 16 tokens on (x86-64-v3, 20 tokens: 72.5 -> 82.5 tok/s against tile_qi). */
 static int q8_packed_takes(const Matrix* W, int n) {
     return W->type == WEIGHT_Q8 && n >= 16 && W->cols <= xp_cap;
 }
