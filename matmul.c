@@ -132,7 +132,7 @@ static inline int row_tiles_next(int r, int r1, int max) {
 }
 /* Whether rows_float_nn packs W's rows for n tokens (run_job aligns its row chunks to 16 when so).
  * With AVX-512 from 16 tokens on, so that a chunk's packing is shared by a tile's worth of tokens
- * (a threshold chosen, not tuned). With AVX2 from 64: below that the weights' one pass from
+ * (Intel VM, f32 against no panels: level at 20 tokens, ahead from 32). With AVX2 from 64: below that the weights' one pass from
  * memory bounds the product, and the packing's writes and second read cost more than the tiles
  * gain (x86-64-v3, Intel VM, f32 prompt of 20 tokens: 49 tok/s without the panels, 37 with; 32
  * tokens 57 and 49; 48 66 and 64; 64 level; bf16 the same up to 48, ahead from 64). */
