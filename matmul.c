@@ -2415,22 +2415,23 @@ AI void rows_qi_t(float* out, const int8_t* xq, const float* xsc, const int32_t*
         rows_qi_n1(out, xq, xsc, xsum, W, r0, r1);
         return;
     }
-    int ta = n, ra = r0; /* left: tokens [ta, n) of rows [r0, ra), and every token of rows [ra, r1) */
+    int ta = n, ra = r0; /* AMX did tokens [0, ta) of rows [r0, ra) */
 #if defined(KERNELS_AMX)
     if (amx_takes(W, n)) {
         ra = amx_chunk(out, xq, xsc, W, n, r0, r1);
         ta = n / AMX_ROWS * AMX_ROWS;
     }
 #endif
+    int rp = ra; /* the panels did every token of rows [ra, rp) */
 #if defined(KERNELS_AVX2)
     /* AMX's last n % 16 tokens stay on tile_qi: the panels would repack the chunk for them, which
      * made pp40 and pp100 18-20% slower (docs/notes-kernels.md, "Twenty-sixth session") */
-    if (q8_packed_takes(W, n)) ra = rows_q8_packed(out, xq, xsc, xgsum, W, 0, n, ra, r1);
+    if (q8_packed_takes(W, n)) rp = rows_q8_packed(out, xq, xsc, xgsum, W, 0, n, ra, r1);
 #else
     (void)xgsum;
 #endif
     if (ta < n) rows_qi_tiles(out, xq, xsc, xsum, W, ta, n, r0, ra);
-    rows_qi_tiles(out, xq, xsc, xsum, W, 0, n, ra, r1);
+    rows_qi_tiles(out, xq, xsc, xsum, W, 0, n, rp, r1);
 }
 
 #if defined(KERNELS_NEON)
