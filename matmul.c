@@ -1382,10 +1382,19 @@ AI void rows_qi_n1(float* out, const int8_t* xq, const float* xsc, const int32_t
 #define Q8_PANEL_TOKENS 4
 #endif
 
-/* Whether rows_qi_t packs q8 panels for n tokens (run_job aligns its chunks to 8 rows when so):
- * from 16 tokens on (x86-64-v3, 20 tokens: 72.5 -> 82.5 tok/s against tile_qi). */
+/* Whether rows_qi_t packs q8 panels for n tokens (run_job aligns its chunks to 8 rows when so).
+ * Packing pays once tile_qi's passes over the chunk cost more than it: with AVX2's sign trick
+ * from 12 tokens (x86-64-v3 on the Intel VM, one thread, tok/s against tile_qi: pp8 49-51 /
+ * 49, pp12 60-66 / 56-60, pp16 72-75 / 67, pp32 93-95 / 76), with VNNI, where tile_qi is
+ * quicker, from 32 (native without AMX: pp16 98 / 117-119, pp24 122-124 / 129-134, pp32
+ * 144-146 / 133-142, pp48 160-168 / 148-156; twenty-seventh session). */
+#if defined(Q8_VNNI)
+#define Q8_PANEL_MIN_TOKENS 32
+#else
+#define Q8_PANEL_MIN_TOKENS 12
+#endif
 static int q8_packed_takes(const Matrix* W, int n) {
-    return W->type == WEIGHT_Q8 && n >= 16 && W->cols <= xp_cap;
+    return W->type == WEIGHT_Q8 && n >= Q8_PANEL_MIN_TOKENS && W->cols <= xp_cap;
 }
 
 /* Rows [r, r + 8) as a panel: columns c .. c+3 (c a multiple of 4) at panel + 8 * c, lane i row
@@ -1490,21 +1499,26 @@ static int rows_q8_packed(float* out, const int8_t* xq, const float* xsc, const 
  * 16 rows' scales of each group as floats, and then every tile of 16 tokens meets it.
  * Each C is the exact int32 sum of one (token, row, group), as the VNNI kernels get it; the
  * group's scales turn it into fp32 (acc += float(C) x w_scale x x_scale: one sum per group, then
- * its scales, where the AVX2/VNNI tiles keep two halves of 4 lanes per group (tile_qi), so the
- * fp32 results differ by rounding), because each group has its own two scales. Storing C and that step (16 x 3 vector
+ * its scales, where tile_qi keeps two halves of 4 lanes per group, so their fp32 results differ
+ * by rounding), because each group has its own two scales. Storing C and that step (16 x 3 vector
  * instructions per tile), not the product, are the bound (amx_rows). A TDPBSSD with 16-row tiles
  * took ~4.4 ns, with 4-row tiles ~2.7 ns (twenty-third session's VM), which is why the tokens,
- * not the weights' 4-row blocks, are the 16 rows of A. Tiles of 16 tokens x 16 rows; the token
- * and row tails take the AVX-512/VNNI kernels. */
+ * not the weights' 4-row blocks, are the 16 rows of A. Tiles of 16 tokens x 16 rows, and a last
+ * tile of the n % 16 tokens left (amx_rows); a chunk's rows after its last 16 take the q8 panels
+ * or tile_qi (q4: tile_q4), which scale each group as amx_rows does. */
 #define AMX_ROWS 16 /* output rows per B tile, tokens per A tile */
 
 /* int8 columns per tile product: a q4 group, or 64 of a q8 group. */
 static inline int amx_k(const Matrix* W) { return W->type == WEIGHT_Q4 ? Q4_GROUP : 64; }
 
-/* Whether W x n tokens run on AMX (run_job aligns its row chunks to 16 when so). */
+/* Whether W x n tokens run on AMX (run_job aligns its row chunks to 16 when so). The repacking
+ * pays from 10 tokens for q8 and from 32 for q4, whose nibbles it widens (0.6B shape, one thread,
+ * tok/s on AMX against without: q8 pp8 83 / 87, pp10 100-102 / 92, pp12 119-120 / 110; q4
+ * pp16 141-143 / 174-176, pp24 176-178 / 190-196, pp32 213-224 / 196-205; twenty-seventh
+ * session). */
 static int amx_takes(const Matrix* W, int n) {
-    return amx_usable && (W->type == WEIGHT_Q4 || (W->type == WEIGHT_Q8 && W->group_size % 64 == 0)) &&
-           n >= AMX_ROWS && W->cols <= xp_cap;
+    return amx_usable && (W->type == WEIGHT_Q4 ? n >= 32 : W->type == WEIGHT_Q8 && W->group_size % 64 == 0 && n >= 10) &&
+           W->cols <= xp_cap;
 }
 
 #define ARCH_REQ_XCOMP_PERM 0x1023 /* Linux (5.16+) hands out the tile data state on request */
@@ -1520,20 +1534,20 @@ static int amx_request(void) {
     return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
 }
 
-/* Palette 1: tiles 0-1 A (16 tokens x K bytes), 2-3 B (K / 4 rows x 64 bytes), 4-7 C (16 x 16
- * int32). */
+/* Palette 1: tiles 0-1 A (T tokens x K bytes), 2-3 B (K / 4 rows x 64 bytes), 4-7 C (T x 16
+ * int32); T = 16 but for a prompt's last n % 16 tokens. */
 typedef struct {
     uint8_t palette, start_row, reserved[14];
     uint16_t colsb[16];
     uint8_t rows[16];
 } AmxConfig;
 
-static void amx_configure(int K) {
+static void amx_configure(int K, int T) {
     AmxConfig cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
     for (int t = 0; t < 8; t++) {
-        cfg.rows[t] = t == 2 || t == 3 ? (uint8_t)(K / 4) : AMX_ROWS;
+        cfg.rows[t] = t == 2 || t == 3 ? (uint8_t)(K / 4) : (uint8_t)T;
         cfg.colsb[t] = t < 2 ? (uint16_t)K : 64;
     }
     /* gcc 12 does not see that ldtilecfg reads cfg: out of line (two callers) it dropped the loop's
@@ -1595,22 +1609,47 @@ static void amx_pack(uint8_t* wt, float* ws, const Matrix* W, int r0, int ntiles
         _tile_stored(TC, (c), 64);                                              \
     } while (0)
 
-/* Tokens [0, nt) (a multiple of 16) x rows [r0, r0 + 16 * ntiles) of out, from the repacked wt,
- * ws. Per tile of 16 tokens x 16 rows, first every group's int32 tile into cbuf (G x 1 KB; four C
- * tiles in turn, so that a product does not wait for the store of the one before), then the
- * scaling in plain AVX-512 with the 16 accumulators in registers (between tile instructions,
- * which gcc writes as asm with a memory clobber, it kept them on the stack). pp512 of the 0.6B
- * shape, q8, one thread: 379 -> 395 tok/s against scaling each group's tile between the
- * products. The stores cost: with them left out (wrong results, for timing) 475, with the
- * scaling also left out 540. Two token tiles x two row tiles per step (each tile loaded serves
- * two products) was slower: 375-379. */
+/* out[t][r] for tokens t < T of one tile and its 16 rows r (row stride R) from the group tiles in
+ * cbuf: acc[j], token j's 16 rows, += float(C row j) x the rows' weight scales x token j's scale.
+ * T is AMX_ROWS but for a prompt's last tile. */
+AI void amx_scale_tile(float* o, const int32_t* cbuf, const float* wsi, const float* xs, int G, int R, int T) {
+    __m512 acc[AMX_ROWS];
+#pragma GCC unroll 16
+    for (int j = 0; j < AMX_ROWS; j++) acc[j] = _mm512_setzero_ps(); /* all 16: gcc warned of acc[T..] */
+    for (int g = 0; g < G; g++) {
+        const int32_t* c = cbuf + (size_t)g * 256;
+        const __m512 wsv = _mm512_loadu_ps(wsi + (size_t)g * AMX_ROWS);
+#pragma GCC unroll 16
+        for (int j = 0; j < T; j++) {
+            const __m512 p = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void*)(c + 16 * j))), wsv);
+            acc[j] = _mm512_fmadd_ps(p, _mm512_set1_ps(xs[(size_t)j * G + g]), acc[j]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int j = 0; j < T; j++) _mm512_storeu_ps(o + (size_t)j * R, acc[j]);
+}
+
+/* Tokens [0, n) x rows [r0, r0 + 16 * ntiles) of out, from the repacked wt, ws. Per tile of 16
+ * tokens x 16 rows, first every group's int32 tile into cbuf (G x 1 KB; four C tiles in turn, so
+ * that a product does not wait for the store of the one before), then the scaling in plain
+ * AVX-512 with the 16 accumulators in registers (between tile instructions, which gcc writes as
+ * asm with a memory clobber, it kept them on the stack). pp512 of the 0.6B shape, q8, one thread:
+ * 379 -> 395 tok/s against scaling each group's tile between the products. The stores cost: with
+ * them left out (wrong results, for timing) 475, with the scaling also left out 540. Two token
+ * tiles x two row tiles per step (each tile loaded serves two products) was slower: 375-379.
+ * The last n % 16 tokens take a tile of their own, with A and C configured to that many rows
+ * (the instructions then read and write only those): the same products and the same scaling, so
+ * every token's result has the same bits as in a full tile, and as the q8 panels' and tile_q4's
+ * (which scale a group's exact int32 sum the same way). */
 static void amx_rows(float* out, const int8_t* xq, const float* xsc, const Matrix* W, const uint8_t* wt,
-                     const float* ws, int32_t* cbuf, int nt, int r0, int ntiles) {
+                     const float* ws, int32_t* cbuf, int n, int r0, int ntiles) {
     const int C = W->cols, R = W->rows, gs = W->group_size, G = C / gs, K = amx_k(W), S = gs / K;
     const size_t gb = (size_t)S * 16 * K; /* repacked bytes per group */
     __asm__ volatile("" ::: "memory");    /* amx_pack's stores before the tile loads read them */
-    amx_configure(K);
-    for (int t = 0; t < nt; t += AMX_ROWS) {
+    amx_configure(K, AMX_ROWS);
+    for (int t = 0; t < n; t += AMX_ROWS) {
+        const int T = n - t < AMX_ROWS ? n - t : AMX_ROWS;
+        if (T < AMX_ROWS) amx_configure(K, T);
         const int8_t* xt = xq + (size_t)t * C;
         const float* xs = xsc + (size_t)t * G;
         for (int i = 0; i < ntiles; i++) {
@@ -1623,35 +1662,23 @@ static void amx_rows(float* out, const int8_t* xq, const float* xsc, const Matri
                 AMX_GROUP(1, 3, 7, xt + (size_t)(g + 3) * gs, wi + (g + 3) * gb, S, K, C, cbuf + (size_t)(g + 3) * 256);
             }
             for (; g < G; g++) AMX_GROUP(0, 2, 4, xt + (size_t)g * gs, wi + g * gb, S, K, C, cbuf + (size_t)g * 256);
-            /* acc[j], token j's 16 rows, += float(C row j) x the rows' weight scales x token j's scale */
-            const float* wsi = ws + (size_t)i * G * AMX_ROWS;
-            __m512 acc[AMX_ROWS];
-            for (int j = 0; j < AMX_ROWS; j++) acc[j] = _mm512_setzero_ps();
-            for (g = 0; g < G; g++) {
-                const int32_t* c = cbuf + (size_t)g * 256;
-                const __m512 wsv = _mm512_loadu_ps(wsi + (size_t)g * AMX_ROWS);
-#pragma GCC unroll 16
-                for (int j = 0; j < AMX_ROWS; j++) {
-                    const __m512 p = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void*)(c + 16 * j))), wsv);
-                    acc[j] = _mm512_fmadd_ps(p, _mm512_set1_ps(xs[(size_t)j * G + g]), acc[j]);
-                }
-            }
             float* o = out + (size_t)t * R + r0 + i * AMX_ROWS;
-            for (int j = 0; j < AMX_ROWS; j++) _mm512_storeu_ps(o + (size_t)j * R, acc[j]);
+            const float* wsi = ws + (size_t)i * G * AMX_ROWS;
+            if (T == AMX_ROWS) amx_scale_tile(o, cbuf, wsi, xs, G, R, AMX_ROWS); /* a constant: registers */
+            else amx_scale_tile(o, cbuf, wsi, xs, G, R, T);
         }
     }
     _tile_release();
 }
 
-/* Whole tiles of 16 rows (from r0, a multiple of 16: run_job's chunks are) x tokens [0, n / 16 * 16)
- * on AMX, in pieces of at most AMX_MAX_TILES row tiles (the thread's scratch). Returns the first
- * row not done; the caller does the last tokens of the rows done and every token of the rest. */
+/* Whole tiles of 16 rows (from r0, a multiple of 16: run_job's chunks are) x all n tokens on AMX,
+ * in pieces of at most AMX_MAX_TILES row tiles (the thread's scratch). Returns the first row not
+ * done; the caller does the rest (fewer than 16 rows). */
 static int amx_chunk(float* out, const int8_t* xq, const float* xsc, const Matrix* W, int n, int r0, int r1) {
-    const int nt = n / AMX_ROWS * AMX_ROWS;
     int r = r0;
     for (int tiles; (tiles = row_tiles_next(r, r1, AMX_MAX_TILES)) > 0; r += tiles * AMX_ROWS) {
         amx_pack(thread_amx_wt(), thread_amx_ws(), W, r, tiles);
-        amx_rows(out, xq, xsc, W, thread_amx_wt(), thread_amx_ws(), thread_amx_c(), nt, r, tiles);
+        amx_rows(out, xq, xsc, W, thread_amx_wt(), thread_amx_ws(), thread_amx_c(), n, r, tiles);
     }
     return r;
 }
@@ -1775,24 +1802,9 @@ AI void tile_q4(float* out, const int8_t* xq, const float* xsc, const int32_t* x
     }
 }
 
-/* Tokens [ta, tb_end) x rows [r0, r1) of q4 prefill, token-blocked. */
-static void rows_q4_tokens(float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum, const Matrix* W,
-                           int ta, int tb_end, int r0, int r1) {
-    const int tb = token_block((size_t)W->cols);
-    for (int t0 = ta; t0 < tb_end; t0 += tb) {
-        const int t1 = t0 + tb < tb_end ? t0 + tb : tb_end;
-        for (int r = r0; r < r1; r += Q4_BLOCK_ROWS) {
-            int t = t0;
-            for (; t + 4 <= t1; t += 4) tile_q4(out, xq, xsc, xgsum, W, r, t, 4, 0);
-            for (; t < t1; t++) tile_q4(out, xq, xsc, xgsum, W, r, t, 1, 0);
-        }
-    }
-}
-
 /* Rows [r0, r1) (r0 a multiple of 8: run_job's chunks are) for n tokens: decode walks the row
  * blocks with the prefetch; prefill keeps a block of tokens in L2 (as rows_qi_t) while each row
- * block of the chunk meets them 4 at a time; with AMX, whole tiles of 16 rows x 16 tokens
- * take it (amx_chunk). */
+ * block of the chunk meets them 4 at a time; with AMX, whole tiles of 16 rows take it (amx_chunk). */
 static void rows_q4(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
                     const int32_t* xgsum, const Matrix* W, int n, int r0, int r1) {
     (void)xsum;
@@ -1801,15 +1813,19 @@ static void rows_q4(float* out, const int8_t* xq, const float* xsc, const int32_
         for (int r = r0; r < r1; r += Q4_BLOCK_ROWS) tile_q4(out, xq, xsc, xgsum, W, r, 0, 1, pf);
         return;
     }
-    int ta = 0, ra = r0; /* tokens [ta, n) of rows [r0, ra) and all tokens of rows [ra, r1) are left */
+    int ra = r0; /* AMX did every token of rows [r0, ra) */
 #if defined(KERNELS_AMX)
-    if (amx_takes(W, n)) {
-        ra = amx_chunk(out, xq, xsc, W, n, r0, r1);
-        ta = n / AMX_ROWS * AMX_ROWS;
-    }
+    if (amx_takes(W, n)) ra = amx_chunk(out, xq, xsc, W, n, r0, r1);
 #endif
-    rows_q4_tokens(out, xq, xsc, xgsum, W, ta, n, r0, ra);
-    rows_q4_tokens(out, xq, xsc, xgsum, W, 0, n, ra, r1);
+    const int tb = token_block((size_t)W->cols);
+    for (int t0 = 0; t0 < n; t0 += tb) {
+        const int t1 = t0 + tb < n ? t0 + tb : n;
+        for (int r = ra; r < r1; r += Q4_BLOCK_ROWS) {
+            int t = t0;
+            for (; t + 4 <= t1; t += 4) tile_q4(out, xq, xsc, xgsum, W, r, t, 4, 0);
+            for (; t < t1; t++) tile_q4(out, xq, xsc, xgsum, W, r, t, 1, 0);
+        }
+    }
 }
 
 #elif defined(KERNELS_NEON)
@@ -2263,7 +2279,7 @@ AI void amx_bf16_rows(float* out, const uint16_t* xb, int parts, const uint32_t*
                       int np, int n) {
     const size_t xs = (size_t)parts * C * sizeof(uint16_t), os = (size_t)R * sizeof(float);
     __asm__ volatile("" ::: "memory"); /* the packing's stores before the tile loads read them */
-    amx_configure(64);             /* A 16 x 64 bytes, B 16 x 64, C 16 x 64: q8's shapes */
+    amx_configure(64, AMX_ROWS);   /* A 16 x 64 bytes, B 16 x 64, C 16 x 64: q8's shapes */
     for (int t = 0; t < n; t += AMX_ROWS) {
         const uint16_t* xt = xb + (size_t)t * parts * C;
         float* ot = out + (size_t)t * R + r0;
@@ -2383,14 +2399,14 @@ static void rows_q8f(float* out, const float* x, const Matrix* W, int n, int r0,
     else rows_float_nn(out, x, W, WEIGHT_Q8, n, r0, r1);
 }
 
-/* Tokens [ta, tb_end) x rows [r0, r1) in tiles of Q8_TILE_ROWS rows x Q8_TILE_TOKENS tokens. */
+/* n tokens x rows [r0, r1) in tiles of Q8_TILE_ROWS rows x Q8_TILE_TOKENS tokens. */
 AI void rows_qi_tiles(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
-                      const Matrix* W, int ta, int tb_end, int r0, int r1) {
+                      const Matrix* W, int n, int r0, int r1) {
     const int C = W->cols, G = C / W->group_size;
     const int tb = token_block((size_t)C);
     float* ws = thread_xp(); /* the row block's scales as floats: 4 * C / group_size <= C floats */
-    for (int t0 = ta; t0 < tb_end; t0 += tb) {
-        int t1 = t0 + tb < tb_end ? t0 + tb : tb_end;
+    for (int t0 = 0; t0 < n; t0 += tb) {
+        int t1 = t0 + tb < n ? t0 + tb : n;
         int r = r0;
         for (; r + 4 <= r1; r += 4) {
             q8_scales_float(ws, W, r, 4);
@@ -2415,23 +2431,17 @@ AI void rows_qi_t(float* out, const int8_t* xq, const float* xsc, const int32_t*
         rows_qi_n1(out, xq, xsc, xsum, W, r0, r1);
         return;
     }
-    int ta = n, ra = r0; /* AMX did tokens [0, ta) of rows [r0, ra) */
+    int ra = r0; /* AMX did every token of rows [r0, ra) */
 #if defined(KERNELS_AMX)
-    if (amx_takes(W, n)) {
-        ra = amx_chunk(out, xq, xsc, W, n, r0, r1);
-        ta = n / AMX_ROWS * AMX_ROWS;
-    }
+    if (amx_takes(W, n)) ra = amx_chunk(out, xq, xsc, W, n, r0, r1);
 #endif
     int rp = ra; /* the panels did every token of rows [ra, rp) */
 #if defined(KERNELS_AVX2)
-    /* AMX's last n % 16 tokens stay on tile_qi: the panels would repack the chunk for them, which
-     * made pp40 and pp100 18-20% slower (docs/notes-kernels.md, "Twenty-sixth session") */
     if (q8_packed_takes(W, n)) rp = rows_q8_packed(out, xq, xsc, xgsum, W, 0, n, ra, r1);
 #else
     (void)xgsum;
 #endif
-    if (ta < n) rows_qi_tiles(out, xq, xsc, xsum, W, ta, n, r0, ra);
-    rows_qi_tiles(out, xq, xsc, xsum, W, 0, n, rp, r1);
+    rows_qi_tiles(out, xq, xsc, xsum, W, n, rp, r1);
 }
 
 #if defined(KERNELS_NEON)

@@ -842,7 +842,7 @@ int main(void) {
             {WEIGHT_Q4, 37, 192, 32}, {WEIGHT_Q4, 67, 1024, 32}, {WEIGHT_Q4, 33, 96, 32},
             {WEIGHT_Q4, 130, 3072, 32}, {WEIGHT_Q4, 13, 32, 32}, {WEIGHT_Q4, 6, 160, 32}, /* odd G */
         };
-        int ns[] = {1, 2, 3, 5, 17, 40};
+        int ns[] = {1, 2, 3, 5, 12, 17, 40}; /* 12 and 17: q8 on AMX with a tile of fewer than 16 tokens */
         for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
             for (size_t k = 0; k < sizeof ns / sizeof *ns; k++)
                 check_matmul(cases[c].t, cases[c].rows, cases[c].cols, cases[c].gs, ns[k]);
@@ -870,26 +870,30 @@ int main(void) {
         kernels_free();
     }
     /* q8 and q4 prefill: AMX's tiles and the kernels without it (q8's panels, tile_q4) scale each
-     * group's exact int32 sum the same way: the same bits with AMX on and off (q4 at 40 tokens,
-     * whose last 8 take tile_q4 on AMX too; q8 at 32, since its last n % 16 tokens take tile_qi
-     * there; 301 rows: whole tiles, then the rest) */
-    if (kernels_init(2, 40, 512) == 0) {
+     * group's exact int32 sum the same way: the same bits with AMX on and off wherever both take
+     * every token (q8 from 32 tokens, where the VNNI build's panels start; 40 and 45 end in a tile
+     * of 8 and 13 tokens on AMX; 301 rows: whole tiles, then the rest) */
+    if (kernels_init(2, 45, 512) == 0) {
+        static float x[45 * 512], o1[45 * 301], o2[45 * 301];
+        const int ns_amx[3] = {32, 40, 45};
         for (int k = 0; k < 2; k++) {
             const WeightType type = k == 0 ? WEIGHT_Q8 : WEIGHT_Q4;
             if (!kernels_set_amx(1)) {
                 printf("%s AMX == without AMX: skipped, no AMX here\n", tname(type));
                 continue;
             }
-            static float x[40 * 512], o1[40 * 301], o2[40 * 301];
-            const int n = type == WEIGHT_Q4 ? 40 : 32;
             TestMatrix t = make_matrix(type, 301, 512, type == WEIGHT_Q4 ? 32 : 64);
-            for (int i = 0; i < n * 512; i++) x[i] = frand();
-            matmul(o1, x, &t.M, n);
-            kernels_set_amx(0);
-            matmul(o2, x, &t.M, n);
-            char what[80];
-            snprintf(what, sizeof what, "matmul %s n=%d: AMX == without AMX, bitwise", tname(type), n);
-            check(memcmp(o1, o2, (size_t)n * 301 * sizeof(float)) == 0, what);
+            for (int ni = 0; ni < 3; ni++) {
+                const int n = ns_amx[ni];
+                for (int i = 0; i < n * 512; i++) x[i] = frand();
+                kernels_set_amx(1);
+                matmul(o1, x, &t.M, n);
+                kernels_set_amx(0);
+                matmul(o2, x, &t.M, n);
+                char what[80];
+                snprintf(what, sizeof what, "matmul %s n=%d: AMX == without AMX, bitwise", tname(type), n);
+                check(memcmp(o1, o2, (size_t)n * 301 * sizeof(float)) == 0, what);
+            }
             free_matrix(&t);
         }
         kernels_free();
