@@ -474,9 +474,12 @@ AI void q8_scales_float(float* out, const Matrix* W, int r, int RT) {
  * acc (not reduced). Weight (row i of the tile, column c) is element i * rs + (c - c0) of wb. The
  * 4 x 4 and 4 x 3 cases (TILE_TOKENS) are spelled out with named registers: gcc otherwise reloads
  * the operands from L1 on every FMA and runs at half the speed clang gets from the generic loop.
- * With TT == 3 the fourth token's lines are dead code and vanish. */
+ * With TT == 3 the fourth token's lines are dead code and vanish. next: NULL, or f32/bf16 weights
+ * to bring into L2 at the pace this tile reads its own (4 rows x 8 columns per step: one 64-byte
+ * line of bf16, two of f32; rows_float_nn). */
 AI void tile_float_acc(__m256 acc[4][4], const float* x, const void* wb, size_t rs, WeightType type,
-                       int C, int t, int c0, int c1, int RT, int TT) {
+                       int C, int t, int c0, int c1, int RT, int TT, const char* next) {
+    const size_t next_step = type == WEIGHT_F32 ? 128 : 64;
     if (RT == 4 && (TT == 4 || TT == 3)) {
         const __m256 z = _mm256_setzero_ps();
         __m256 a00 = acc[0][0], a01 = acc[0][1], a02 = acc[0][2], a03 = TT == 4 ? acc[0][3] : z;
@@ -489,6 +492,11 @@ AI void tile_float_acc(__m256 acc[4][4], const float* x, const void* wb, size_t 
         const float* x3 = x2 + C; /* read only when TT == 4 */
         for (int c = c0; c < c1; c += 8) {
             const size_t w0 = (size_t)(c - c0), w1 = w0 + rs, w2 = w1 + rs, w3 = w2 + rs;
+            if (next) {
+                _mm_prefetch(next, _MM_HINT_T1);
+                if (next_step > 64) _mm_prefetch(next + 64, _MM_HINT_T1);
+                next += next_step;
+            }
             __m256 v0 = _mm256_loadu_ps(x0 + c), v1 = _mm256_loadu_ps(x1 + c);
             __m256 v2 = _mm256_loadu_ps(x2 + c), v3 = TT == 4 ? _mm256_loadu_ps(x3 + c) : z;
             /* keep the activation vectors in registers (gcc would fold each load into every FMA
@@ -528,6 +536,11 @@ AI void tile_float_acc(__m256 acc[4][4], const float* x, const void* wb, size_t 
         return;
     }
     for (int c = c0; c < c1; c += 8) {
+        if (next) {
+            _mm_prefetch(next, _MM_HINT_T1);
+            if (next_step > 64) _mm_prefetch(next + 64, _MM_HINT_T1);
+            next += next_step;
+        }
         __m256 wv[4];
 #pragma GCC unroll 4
         for (int i = 0; i < RT; i++) wv[i] = ldw(wb, (size_t)i * rs + (size_t)(c - c0), type);
@@ -593,15 +606,22 @@ AI void tile_float_zmm_step(__m512 acc[4][4], const float* x, const void* wr, We
 }
 
 AI void tile_float_zmm(float* out, const float* x, const Matrix* W, WeightType type, int r, int t,
-                       int RT, int TT) {
+                       int RT, int TT, const char* next) {
     const int C = W->cols, R = W->rows, C16 = C & ~15;
     const void* wr = row_ptr(W, r);
+    const int next_lines = type == WEIGHT_F32 ? 4 : 2; /* 4 rows x 16 columns per step (tile_float_acc) */
     __m512 acc[4][4];
 #pragma GCC unroll 4
     for (int i = 0; i < RT; i++)
 #pragma GCC unroll 4
         for (int j = 0; j < TT; j++) acc[i][j] = _mm512_setzero_ps();
-    for (int c = 0; c < C16; c += 16) tile_float_zmm_step(acc, x, wr, type, C, t, c, (__mmask16)0xFFFF, RT, TT);
+    for (int c = 0; c < C16; c += 16) {
+        if (next) {
+            for (int l = 0; l < next_lines; l++) _mm_prefetch(next + 64 * l, _MM_HINT_T1);
+            next += 64 * next_lines;
+        }
+        tile_float_zmm_step(acc, x, wr, type, C, t, c, (__mmask16)0xFFFF, RT, TT);
+    }
     if (C16 < C) tile_float_zmm_step(acc, x, wr, type, C, t, C16, (__mmask16)((1u << (C - C16)) - 1), RT, TT);
 #pragma GCC unroll 4
     for (int i = 0; i < RT; i++)
@@ -800,12 +820,13 @@ static void rows_float_packed(float* out, const float* x, const Matrix* W, Weigh
 #endif
 
 /* Rows r .. r+RT-1 of tile_float; for q8, RT > 1 only from the first row of a row block (the
- * row loops step by 4 from a multiple of 4), so the tile's rows lie in one block. */
+ * row loops step by 4 from a multiple of 4), so the tile's rows lie in one block. next: NULL, or
+ * (f32, bf16) the next 4 rows, brought into L2 as this tile goes (rows_float_nn). */
 AI void tile_float(float* out, const float* x, const Matrix* W, WeightType type, int r, int t,
-                   int RT, int TT) {
+                   int RT, int TT, const void* next) {
 #if defined(KERNELS_AVX512)
     if (type != WEIGHT_Q8) {
-        tile_float_zmm(out, x, W, type, r, t, RT, TT);
+        tile_float_zmm(out, x, W, type, r, t, RT, TT, next);
         return;
     }
 #endif
@@ -829,7 +850,7 @@ AI void tile_float(float* out, const float* x, const Matrix* W, WeightType type,
         for (int g = 0; g < G; g++) {
             const int c8 = g * gs + (gs & ~7), c1 = g * gs + gs;
             const int8_t* wg = (const int8_t*)quant_group(W, r, g); /* row r + i's values at wg + i * gs */
-            tile_float_acc(acc, x, wg, (size_t)gs, type, C, t, g * gs, c8, RT, TT);
+            tile_float_acc(acc, x, wg, (size_t)gs, type, C, t, g * gs, c8, RT, TT, NULL);
 #pragma GCC unroll 4
             for (int i = 0; i < RT; i++) {
                 const float sg = scale1(sc[(size_t)i * G + g]);
@@ -852,7 +873,7 @@ AI void tile_float(float* out, const float* x, const Matrix* W, WeightType type,
         return;
     }
     const void* wr = row_ptr(W, r);
-    tile_float_acc(acc, x, wr, (size_t)C, type, C, t, 0, C8, RT, TT);
+    tile_float_acc(acc, x, wr, (size_t)C, type, C, t, 0, C8, RT, TT, next);
 #pragma GCC unroll 4
     for (int i = 0; i < RT; i++)
 #pragma GCC unroll 4
@@ -902,9 +923,9 @@ AI void rows_float_n1(float* out, const float* x, const Matrix* W, WeightType ty
             }
         }
     } else {
-        for (; r + 4 <= r1; r += 4) tile_float(out, x, W, type, r, 0, 4, 1);
+        for (; r + 4 <= r1; r += 4) tile_float(out, x, W, type, r, 0, 4, 1, NULL);
     }
-    for (; r < r1; r++) tile_float(out, x, W, type, r, 0, 1, 1);
+    for (; r < r1; r++) tile_float(out, x, W, type, r, 0, 1, 1, NULL);
 }
 
 /* bf16 matrix-vector product without widening instructions: a 32-byte load holds 16 bf16, and
@@ -1900,8 +1921,10 @@ AI void tile_float_acc(float32x4_t acc[4][4], const float* x, const void* wb, si
     }
 }
 
+/* next: the AVX2 twin's L2 prefetch of the next rows, not used here (not measured on arm64). */
 AI void tile_float(float* out, const float* x, const Matrix* W, WeightType type, int r, int t,
-                   int RT, int TT) {
+                   int RT, int TT, const void* next) {
+    (void)next;
     const int C = W->cols, R = W->rows;
     float32x4_t acc[4][4];
 #pragma GCC unroll 4
@@ -1993,9 +2016,9 @@ AI void rows_float_n1(float* out, const float* x, const Matrix* W, WeightType ty
             }
         }
     } else {
-        for (; r + 4 <= r1; r += 4) tile_float(out, x, W, type, r, 0, 4, 1);
+        for (; r + 4 <= r1; r += 4) tile_float(out, x, W, type, r, 0, 4, 1, NULL);
     }
-    for (; r < r1; r++) tile_float(out, x, W, type, r, 0, 1, 1);
+    for (; r < r1; r++) tile_float(out, x, W, type, r, 0, 1, 1, NULL);
 }
 
 /* ---- q8 x int8 activations ---- */
@@ -2165,14 +2188,21 @@ AI void rows_float_nn(float* out, const float* x, const Matrix* W, WeightType ty
         int t1 = t0 + tb < n ? t0 + tb : n;
         int r = r0;
         for (; r + 4 <= r1; r += 4) {
+            /* While the first token block's first tile reads these 4 rows from memory, it brings
+             * the next 4 into L2, so that their read overlaps this tile's arithmetic; a few tokens
+             * (below the panels) are otherwise memory-latency-bound on the first pass and compute-
+             * bound on the others (x86-64-v3 on the Intel VM, one thread, bf16 pp8 38-39 -> 48-49
+             * tok/s, pp20 57-58 -> 66, f32 level; twenty-seventh session). */
+            const void* next = t0 == 0 && type != WEIGHT_Q8 && r + 8 <= W->rows ? row_ptr(W, r + 4) : NULL;
             int t = t0;
-            for (; t + TILE_TOKENS <= t1; t += TILE_TOKENS) tile_float(out, x, W, type, r, t, 4, TILE_TOKENS);
-            for (; t < t1; t++) tile_float(out, x, W, type, r, t, 4, 1);
+            for (; t + TILE_TOKENS <= t1; t += TILE_TOKENS, next = NULL)
+                tile_float(out, x, W, type, r, t, 4, TILE_TOKENS, next);
+            for (; t < t1; t++, next = NULL) tile_float(out, x, W, type, r, t, 4, 1, next);
         }
         for (; r < r1; r++) {
             int t = t0;
-            for (; t + 4 <= t1; t += 4) tile_float(out, x, W, type, r, t, 1, 4);
-            for (; t < t1; t++) tile_float(out, x, W, type, r, t, 1, 1);
+            for (; t + 4 <= t1; t += 4) tile_float(out, x, W, type, r, t, 1, 4, NULL);
+            for (; t < t1; t++) tile_float(out, x, W, type, r, t, 1, 1, NULL);
         }
     }
 }
