@@ -1222,15 +1222,20 @@ AI __m256i sum_halves4(__m256i a0, __m256i a1, __m256i a2, __m256i a3) {
  * the end, the arithmetic of the matrix-vector kernel (rows_qi_n1). Which of the two an output
  * gets depends only on its token's place in the token block, never on the row split, so the
  * thread count cannot change a result (test_kernels: 1 thread == 2 threads and matmul_multi ==
- * matmul, bitwise). ws: the rows' scales as floats (q8_scales_float), row r + i's at ws + i * G. */
+ * matmul, bitwise). ws: the rows' scales as floats (q8_scales_float), row r + i's at ws + i * G.
+ * next: NULL, or the next row block, brought into L2 a G-th of it per group (rows_qi_tiles). */
 AI void tile_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const Matrix* W,
-                const float* ws, int r, int t, int RT, int TT) {
+                const float* ws, int r, int t, int RT, int TT, const char* next) {
     const int C = W->cols, R = W->rows, gs = W->group_size, G = C / gs;
     const size_t gb = (size_t)gs;
+    const size_t next_bytes = quant_block_bytes(W->type, C, gs), next_step = (next_bytes + (size_t)G - 1) / (size_t)G;
     __m256 tot[4];
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++) tot[i] = _mm256_setzero_ps();
     for (int g = 0; g < G; g++) {
+        if (next)
+            for (size_t o = (size_t)g * next_step; o < (size_t)(g + 1) * next_step && o < next_bytes; o += 64)
+                _mm_prefetch(next + o, _MM_HINT_T1);
         const uint8_t* wg = quant_group(W, r, g); /* row r + i at wg + i * gb */
         __m256i acc[4][4];
 #pragma GCC unroll 4
@@ -1371,7 +1376,7 @@ AI void rows_qi_n1_gs(float* out, const int8_t* xq, const float* xsc, const int3
     for (; r < r1; r++) {
         float* ws = thread_xp();
         q8_scales_float(ws, W, r, 1);
-        tile_qi(out, xq, xsc, xsum, W, ws, r, 0, 1, 1);
+        tile_qi(out, xq, xsc, xsum, W, ws, r, 0, 1, 1, NULL);
     }
 }
 
@@ -1405,14 +1410,15 @@ AI void rows_qi_n1(float* out, const int8_t* xq, const float* xsc, const int32_t
 
 /* Whether rows_qi_t packs q8 panels for n tokens (run_job aligns its chunks to 8 rows when so).
  * Packing pays once tile_qi's passes over the chunk cost more than it: with AVX2's sign trick
- * from 12 tokens (x86-64-v3 on the Intel VM, one thread, tok/s against tile_qi: pp8 49-51 /
- * 49, pp12 60-66 / 56-60, pp16 72-75 / 67, pp32 93-95 / 76), with VNNI, where tile_qi is
- * quicker, from 32 (native without AMX: pp16 98 / 117-119, pp24 122-124 / 129-134, pp32
- * 144-146 / 133-142, pp48 160-168 / 148-156; twenty-seventh session). */
+ * from 20 tokens, with VNNI, where tile_qi is quicker, from 40 (one thread, tok/s, panels
+ * against tile_qi with its prefetch of the next block; x86-64-v3: pp12 62 / 68-70, pp16 69 / 74,
+ * pp18 73-74 / 69-74, pp20 79 / 71-77, pp24 81-83 / 77-78; native without AMX: pp24 120-129 /
+ * 143-147, pp32 139-147 / 144-153, pp40 152-158 / 153-155, pp48 158-161 / 153-157;
+ * twenty-seventh session). */
 #if defined(Q8_VNNI)
-#define Q8_PANEL_MIN_TOKENS 32
+#define Q8_PANEL_MIN_TOKENS 40
 #else
-#define Q8_PANEL_MIN_TOKENS 12
+#define Q8_PANEL_MIN_TOKENS 20
 #endif
 static int q8_packed_takes(const Matrix* W, int n) {
     return W->type == WEIGHT_Q8 && n >= Q8_PANEL_MIN_TOKENS && W->cols <= xp_cap;
@@ -1533,12 +1539,13 @@ static int rows_q8_packed(float* out, const int8_t* xq, const float* xsc, const 
 static inline int amx_k(const Matrix* W) { return W->type == WEIGHT_Q4 ? Q4_GROUP : 64; }
 
 /* Whether W x n tokens run on AMX (run_job aligns its row chunks to 16 when so). The repacking
- * pays from 10 tokens for q8 and from 32 for q4, whose nibbles it widens (0.6B shape, one thread,
- * tok/s on AMX against without: q8 pp8 83 / 87, pp10 100-102 / 92, pp12 119-120 / 110; q4
- * pp16 141-143 / 174-176, pp24 176-178 / 190-196, pp32 213-224 / 196-205; twenty-seventh
- * session). */
+ * pays from 13 tokens for q8 and from 32 for q4, whose nibbles it widens (0.6B shape, one thread,
+ * tok/s on AMX against tile_qi / tile_q4 with their prefetch of the next block: q8 pp10 100-104
+ * / 105-107, pp12 117-120 / 117-125, pp13 126-130 / 117-122, pp14 130-138 / 113-123, pp16 152 /
+ * 129-132; q4 pp28 219 on tile_q4, pp32 216-217 / 208-211, pp40 226-242 / 205-211;
+ * twenty-seventh session). */
 static int amx_takes(const Matrix* W, int n) {
-    return amx_usable && (W->type == WEIGHT_Q4 ? n >= 32 : W->type == WEIGHT_Q8 && W->group_size % 64 == 0 && n >= 10) &&
+    return amx_usable && (W->type == WEIGHT_Q4 ? n >= 32 : W->type == WEIGHT_Q8 && W->group_size % 64 == 0 && n >= 13) &&
            W->cols <= xp_cap;
 }
 
@@ -1842,9 +1849,12 @@ static void rows_q4(float* out, const int8_t* xq, const float* xsc, const int32_
     for (int t0 = 0; t0 < n; t0 += tb) {
         const int t1 = t0 + tb < n ? t0 + tb : n;
         for (int r = ra; r < r1; r += Q4_BLOCK_ROWS) {
+            /* the first tile over this block prefetches the next one, a block ahead (as
+             * rows_float_nn; x86-64-v3, one thread: pp8 93-99 -> 117-119 tok/s) */
+            int pf = t0 == 0 && r + Q4_BLOCK_ROWS < W->rows ? (W->cols / Q4_GROUP) * (int)Q4_GROUP_BYTES : 0;
             int t = t0;
-            for (; t + 4 <= t1; t += 4) tile_q4(out, xq, xsc, xgsum, W, r, t, 4, 0);
-            for (; t < t1; t++) tile_q4(out, xq, xsc, xgsum, W, r, t, 1, 0);
+            for (; t + 4 <= t1; t += 4, pf = 0) tile_q4(out, xq, xsc, xgsum, W, r, t, 4, pf);
+            for (; t < t1; t++, pf = 0) tile_q4(out, xq, xsc, xgsum, W, r, t, 1, pf);
         }
     }
 }
@@ -2083,12 +2093,14 @@ AI int32x4_t dot16(int32x4_t acc, int8x16_t w, int8x16_t x) {
  * 16 group accumulators + 4 weights + 1 activation + 4 totals fit in the 32 registers, where
  * keeping 16 fp32 totals as well would spill. Each output's arithmetic is the same whatever the
  * tile shape (fma of float(isum) by ws * xs in its own lane), so the thread split cannot change
- * a result (tests/test_kernels.c checks 1 thread == 2 threads bitwise). */
+ * a result (tests/test_kernels.c checks 1 thread == 2 threads bitwise). next: the AVX2 twin's L2
+ * prefetch of the next row block, not used here (not measured on arm64). */
 AI void tile_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const Matrix* W,
-                const float* ws_r, int r, int t, int RT, int TT) {
+                const float* ws_r, int r, int t, int RT, int TT, const char* next) {
     const int C = W->cols, R = W->rows, gs = W->group_size, G = C / gs;
     const size_t gb = (size_t)gs;
     (void)xsum;
+    (void)next;
     float32x4_t tot[4];
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++) tot[i] = vdupq_n_f32(0.0f);
@@ -2153,7 +2165,7 @@ AI void rows_qi_n1(float* out, const int8_t* xq, const float* xsc, const int32_t
     for (int r = r0; r < r1;) {
         const int RT = r + 4 <= r1 ? 4 : 1;
         q8_scales_float(ws, W, r, RT);
-        tile_qi(out, xq, xsc, xsum, W, ws, r, 0, RT, 1);
+        tile_qi(out, xq, xsc, xsum, W, ws, r, 0, RT, 1, NULL);
         r += RT;
     }
 }
@@ -2439,18 +2451,21 @@ AI void rows_qi_tiles(float* out, const int8_t* xq, const float* xsc, const int3
         int t1 = t0 + tb < n ? t0 + tb : n;
         int r = r0;
         for (; r + 4 <= r1; r += 4) {
+            /* the first tile over this block brings the next one into L2, as in rows_float_nn
+             * (x86-64-v3, one thread: pp8 50-52 -> 63-64 tok/s; twenty-seventh session) */
+            const char* next = t0 == 0 && r + 8 <= W->rows ? (const char*)quant_scales(W, r + 4) : NULL;
             q8_scales_float(ws, W, r, 4);
             int t = t0;
             for (; t + Q8_TILE_TOKENS <= t1; t += Q8_TILE_TOKENS)
-                for (int h = 0; h < 4; h += Q8_TILE_ROWS)
-                    tile_qi(out, xq, xsc, xsum, W, ws + (size_t)h * G, r + h, t, Q8_TILE_ROWS, Q8_TILE_TOKENS);
-            for (; t < t1; t++) tile_qi(out, xq, xsc, xsum, W, ws, r, t, 4, 1);
+                for (int h = 0; h < 4; h += Q8_TILE_ROWS, next = NULL)
+                    tile_qi(out, xq, xsc, xsum, W, ws + (size_t)h * G, r + h, t, Q8_TILE_ROWS, Q8_TILE_TOKENS, next);
+            for (; t < t1; t++, next = NULL) tile_qi(out, xq, xsc, xsum, W, ws, r, t, 4, 1, next);
         }
         for (; r < r1; r++) {
             q8_scales_float(ws, W, r, 1);
             int t = t0;
-            for (; t + 4 <= t1; t += 4) tile_qi(out, xq, xsc, xsum, W, ws, r, t, 1, 4);
-            for (; t < t1; t++) tile_qi(out, xq, xsc, xsum, W, ws, r, t, 1, 1);
+            for (; t + 4 <= t1; t += 4) tile_qi(out, xq, xsc, xsum, W, ws, r, t, 1, 4, NULL);
+            for (; t < t1; t++) tile_qi(out, xq, xsc, xsum, W, ws, r, t, 1, 1, NULL);
         }
     }
 }

@@ -842,7 +842,7 @@ int main(void) {
             {WEIGHT_Q4, 37, 192, 32}, {WEIGHT_Q4, 67, 1024, 32}, {WEIGHT_Q4, 33, 96, 32},
             {WEIGHT_Q4, 130, 3072, 32}, {WEIGHT_Q4, 13, 32, 32}, {WEIGHT_Q4, 6, 160, 32}, /* odd G */
         };
-        int ns[] = {1, 2, 3, 5, 12, 17, 40}; /* 12 and 17: q8 on AMX with a tile of fewer than 16 tokens */
+        int ns[] = {1, 2, 3, 5, 13, 17, 40}; /* 13 and 17: q8 on AMX with a tile of fewer than 16 tokens */
         for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
             for (size_t k = 0; k < sizeof ns / sizeof *ns; k++)
                 check_matmul(cases[c].t, cases[c].rows, cases[c].cols, cases[c].gs, ns[k]);
@@ -871,11 +871,11 @@ int main(void) {
     }
     /* q8 and q4 prefill: AMX's tiles and the kernels without it (q8's panels, tile_q4) scale each
      * group's exact int32 sum the same way: the same bits with AMX on and off wherever both take
-     * every token (q8 from 32 tokens, where the VNNI build's panels start; 40 and 45 end in a tile
+     * every token (q8 from 40 tokens, where the VNNI build's panels start; 40 and 45 end in a tile
      * of 8 and 13 tokens on AMX; 301 rows: whole tiles, then the rest) */
-    if (kernels_init(2, 45, 512) == 0) {
-        static float x[45 * 512], o1[45 * 301], o2[45 * 301];
-        const int ns_amx[3] = {32, 40, 45};
+    if (kernels_init(2, 48, 512) == 0) {
+        static float x[48 * 512], o1[48 * 301], o2[48 * 301];
+        const int ns_amx[3] = {40, 45, 48};
         for (int k = 0; k < 2; k++) {
             const WeightType type = k == 0 ? WEIGHT_Q8 : WEIGHT_Q4;
             if (!kernels_set_amx(1)) {
