@@ -131,18 +131,21 @@ static inline int row_tiles_next(int r, int r1, int max) {
     return k < max ? k : max;
 }
 /* Whether rows_float_nn packs W's rows for n tokens (run_job aligns its row chunks to 16 when so).
- * With AVX-512 from 16 tokens on, so that a chunk's packing is shared by a tile's worth of tokens
- * (Intel VM, f32 against no panels: level at 20 tokens, ahead from 32). With AVX2 from 64: below that the weights' one pass from
- * memory bounds the product, and the packing's writes and second read cost more than the tiles
- * gain (x86-64-v3, Intel VM, f32 prompt of 20 tokens: 49 tok/s without the panels, 37 with; 32
- * tokens 57 and 49; 48 66 and 64; 64 level; bf16 the same up to 48, ahead from 64). */
-#if defined(KERNELS_AVX512)
-#define FLOAT_PACKED_MIN_TOKENS 16
-#else
-#define FLOAT_PACKED_MIN_TOKENS 64
-#endif
+ * Below the thresholds the 4 x 3 (AVX2) or 4 x 4 (AVX-512) tiles are quicker: with few tokens
+ * the weights' one pass from memory bounds the product (the tiles overlap it with their
+ * arithmetic, prefetching the next rows), and the packing's writes and second read cost more
+ * than the panels' tiles gain. Measured against the tiles with their prefetch, one thread, 0.6B
+ * shape, tok/s (twenty-seventh session): x86-64-v3 f32 pp48 64-67 / 65-67, pp64 68-70 / 68,
+ * pp96 74-75 / 72-73; bf16 pp64 66-67 / 74-78, pp96 74-79 / 75-80, pp112 86 / 82-83, pp128 81 /
+ * 74-79; AVX-512 (AMX off for bf16) f32 pp16 48-51 / 52-55, pp24 66-67 / 65-67, pp32 76-81 /
+ * 67-75; bf16 pp32 79-81 / 86-88, pp40 92 / 89-94, pp48 99-101 / 92-95. */
 static int float_packed_takes(const Matrix* W, int n) {
-    return (W->type == WEIGHT_F32 || W->type == WEIGHT_BF16) && n >= FLOAT_PACKED_MIN_TOKENS && W->cols <= xp_cap;
+#if defined(KERNELS_AVX512)
+    const int min_tokens = W->type == WEIGHT_F32 ? 24 : 40;
+#else
+    const int min_tokens = W->type == WEIGHT_F32 ? 64 : 112;
+#endif
+    return (W->type == WEIGHT_F32 || W->type == WEIGHT_BF16) && n >= min_tokens && W->cols <= xp_cap;
 }
 #endif
 #if defined(KERNELS_BF16_DOT)
@@ -2719,14 +2722,16 @@ static void round_tokens(const MatmulJob* j, int t0, int t1) {
 static void split_tokens(const MatmulJob* j, int t0, int t1) { bf16_split_rows(xb16_buf, j->x, j->W[0]->cols, t0, t1); }
 
 /* Whether this job's bf16 products take the split activations: all its matrices bf16 of one
- * width (a multiple of 32, as the panels want), AMX granted, from 16 tokens on (as the float
- * panels), and the tokens rounded up to 16 within the scratch. Returns that rounded token count
+ * width (a multiple of 32, as the panels want), AMX granted, from 9 tokens on (the A tiles are
+ * padded to 16 tokens with zeros; against the 4 x 4 tiles, one thread, tok/s: pp8 53-54 / 58-59,
+ * pp9 62-65 / 57-58, pp12 82 / 66-67; twenty-seventh session), and the tokens rounded up to 16
+ * within the scratch. Returns that rounded token count
  * (the A tiles' rows), 0 where not. (f32 weights split in three parts
  * too, six products per tile, ran 0-10% faster than their panels: not kept; notes-kernels.md,
  * "Twenty-fifth session".) */
 static int split_tokens_padded(const MatmulJob* j) {
     const int C = j->W[0]->cols, n16 = (j->n + AMX_ROWS - 1) / AMX_ROWS * AMX_ROWS;
-    if (!amx_usable || bf16_activations || j->n < 16 || C % 32 != 0 || C > xp_cap ||
+    if (!amx_usable || bf16_activations || j->n < 9 || C % 32 != 0 || C > xp_cap ||
         (size_t)n16 * (size_t)C > split_cap)
         return 0;
     for (int m = 0; m < j->n_mats; m++)
@@ -2815,7 +2820,9 @@ static void run_job(MatmulJob* j) {
     if (j->use_qi && amx_takes(j->W[0], j->n)) align = AMX_ROWS; /* 16: the q8 panels' 8 as well */
 #endif
 #if defined(KERNELS_AVX2)
-    if (!j->use_qi && !j->use_xb16 && !j->use_split && float_packed_takes(j->W[0], j->n)) align = FLOAT_PANEL_ROWS;
+    if (!j->use_qi && !j->use_xb16 && !j->use_split)
+        for (int m = 0; m < j->n_mats; m++)
+            if (float_packed_takes(j->W[m], j->n)) align = FLOAT_PANEL_ROWS;
 #endif
 #if defined(KERNELS_BF16_DOT)
     if (j->use_xb16 && bf16_packed_takes(j->W[0], j->n)) align = FLOAT_PANEL_ROWS;

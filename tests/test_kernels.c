@@ -849,12 +849,13 @@ int main(void) {
         /* more tokens than the scratch holds (n * cols > max_batch * max_cols): still correct */
         check_matmul(WEIGHT_Q8, 10, 4096, 64, 41);
         check_matmul(WEIGHT_Q4, 10, 4096, 32, 41);
-        /* the AVX2 f32/bf16 panels take 64 tokens and more: token blocks of 12 (4001 columns: 70 =
-         * 5 x 12 + 10, tiles of 6, 4 and 1), of 42 (1027 columns: 67 = 42 + 25) */
+        /* the AVX2 panels take f32 from 64 tokens and bf16 from 112: token blocks of 12 (4001
+         * columns: 70 = 5 x 12 + 10, tiles of 6, 4 and 1), 16 (3001: 115 = 7 x 16 + 3), 42 (1027:
+         * 67 = 42 + 25, 113 = 2 x 42 + 29) */
         check_matmul(WEIGHT_F32, 34, 4001, 0, 70);
-        check_matmul(WEIGHT_BF16, 33, 3001, 0, 71);
+        check_matmul(WEIGHT_BF16, 33, 3001, 0, 115);
         check_matmul(WEIGHT_F32, 37, 1027, 0, 67);
-        check_matmul(WEIGHT_BF16, 37, 1027, 0, 67);
+        check_matmul(WEIGHT_BF16, 37, 1027, 0, 113);
         test_parallel_for();
         test_bf16_activations();
         test_exact_parts(WEIGHT_BF16, 0);
@@ -904,20 +905,20 @@ int main(void) {
     {
         /* the fifth: bf16 with --bf16-activations (its own panels), where the build has them */
         const WeightType types[5] = {WEIGHT_Q8, WEIGHT_Q4, WEIGHT_F32, WEIGHT_BF16, WEIGHT_BF16};
-        static float x[70 * 512], o1[70 * 301], o2[70 * 301];
-        const int ns3[3] = {3, 40, 70}; /* 70: the AVX2 f32/bf16 panels take from 64 */
+        static float x[115 * 512], o1[115 * 301], o2[115 * 301];
+        const int ns3[4] = {3, 40, 70, 115}; /* the AVX2 panels take f32 from 64 tokens, bf16 from 112 */
         for (int k = 0; k < 5; k++)
-            for (int ni = 0; ni < 3; ni++) {
+            for (int ni = 0; ni < 4; ni++) {
                 const int n = ns3[ni];
                 TestMatrix t = make_matrix(types[k], 301, 512, types[k] == WEIGHT_Q4 ? 32 : 64);
                 for (int i = 0; i < n * 512; i++) x[i] = frand();
-                kernels_init(1, 70, 512);
+                kernels_init(1, 115, 512);
                 if (k == 4 && !kernels_set_bf16_activations(1)) {
                     free_matrix(&t);
                     continue;
                 }
                 matmul(o1, x, &t.M, n);
-                kernels_init(2, 70, 512);
+                kernels_init(2, 115, 512);
                 kernels_set_bf16_activations(k == 4);
                 matmul(o2, x, &t.M, n);
                 kernels_set_bf16_activations(0);
