@@ -1853,7 +1853,7 @@ static void rows_q4(float* out, const int8_t* xq, const float* xsc, const int32_
         const int t1 = t0 + tb < n ? t0 + tb : n;
         for (int r = ra; r < r1; r += Q4_BLOCK_ROWS) {
             /* the first tile over this block prefetches the next one, a block ahead (as
-             * rows_float_nn; x86-64-v3, one thread: pp8 93-99 -> 117-119 tok/s) */
+             * rows_float_nn; x86-64-v3, one thread: pp8 94-95 -> 115-120 tok/s) */
             int pf = t0 == 0 && r + Q4_BLOCK_ROWS < W->rows ? (W->cols / Q4_GROUP) * (int)Q4_GROUP_BYTES : 0;
             int t = t0;
             for (; t + 4 <= t1; t += 4, pf = 0) tile_q4(out, xq, xsc, xgsum, W, r, t, 4, pf);
@@ -2206,8 +2206,8 @@ AI void rows_float_nn(float* out, const float* x, const Matrix* W, WeightType ty
             /* While the first token block's first tile reads these 4 rows from memory, it brings
              * the next 4 into L2, so that their read overlaps this tile's arithmetic; a few tokens
              * (below the panels) are otherwise memory-latency-bound on the first pass and compute-
-             * bound on the others (x86-64-v3 on the Intel VM, one thread, bf16 pp8 38-39 -> 48-49
-             * tok/s, pp20 57-58 -> 66, f32 level; twenty-seventh session). */
+             * bound on the others (x86-64-v3 on the Intel VM, one thread, bf16 pp8 37-38 -> 46-48
+             * tok/s, pp20 53-57 -> 62, f32 level or better; twenty-seventh session). */
             const void* next = t0 == 0 && type != WEIGHT_Q8 && r + 8 <= W->rows ? row_ptr(W, r + 4) : NULL;
             int t = t0;
             for (; t + TILE_TOKENS <= t1; t += TILE_TOKENS, next = NULL)
@@ -2455,7 +2455,7 @@ AI void rows_qi_tiles(float* out, const int8_t* xq, const float* xsc, const int3
         int r = r0;
         for (; r + 4 <= r1; r += 4) {
             /* the first tile over this block brings the next one into L2, as in rows_float_nn
-             * (x86-64-v3, one thread: pp8 50-52 -> 63-64 tok/s; twenty-seventh session) */
+             * (x86-64-v3, one thread: pp8 49-51 -> 66-69 tok/s; twenty-seventh session) */
             const char* next = t0 == 0 && r + 8 <= W->rows ? (const char*)quant_scales(W, r + 4) : NULL;
             q8_scales_float(ws, W, r, 4);
             int t = t0;
