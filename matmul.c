@@ -473,6 +473,13 @@ AI void q8_scales_float(float* out, const Matrix* W, int r, int RT) {
             scales_upto8(out + (size_t)i * G + g, sc + (size_t)i * G + g, G - g < 8 ? G - g : 8);
 }
 
+/* One step of a prefill tile's prefetch of the next rows into L2 (rows_float_nn, rows_qi_tiles):
+ * the bytes [next, next + bytes), one request per 64-byte line. Returns where the next step starts. */
+AI const char* prefetch_next_rows(const char* next, size_t bytes) {
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(next + o, _MM_HINT_T1);
+    return next + bytes;
+}
+
 /* Tile of RT rows x TT tokens over the columns [c0, c1) (c1 - c0 a multiple of 8), added into
  * acc (not reduced). Weight (row i of the tile, column c) is element i * rs + (c - c0) of wb. The
  * 4 x 4 and 4 x 3 cases (TILE_TOKENS) are spelled out with named registers: gcc otherwise reloads
@@ -495,11 +502,7 @@ AI void tile_float_acc(__m256 acc[4][4], const float* x, const void* wb, size_t 
         const float* x3 = x2 + C; /* read only when TT == 4 */
         for (int c = c0; c < c1; c += 8) {
             const size_t w0 = (size_t)(c - c0), w1 = w0 + rs, w2 = w1 + rs, w3 = w2 + rs;
-            if (next) {
-                _mm_prefetch(next, _MM_HINT_T1);
-                if (next_step > 64) _mm_prefetch(next + 64, _MM_HINT_T1);
-                next += next_step;
-            }
+            if (next) next = prefetch_next_rows(next, next_step);
             __m256 v0 = _mm256_loadu_ps(x0 + c), v1 = _mm256_loadu_ps(x1 + c);
             __m256 v2 = _mm256_loadu_ps(x2 + c), v3 = TT == 4 ? _mm256_loadu_ps(x3 + c) : z;
             /* keep the activation vectors in registers (gcc would fold each load into every FMA
@@ -539,11 +542,7 @@ AI void tile_float_acc(__m256 acc[4][4], const float* x, const void* wb, size_t 
         return;
     }
     for (int c = c0; c < c1; c += 8) {
-        if (next) {
-            _mm_prefetch(next, _MM_HINT_T1);
-            if (next_step > 64) _mm_prefetch(next + 64, _MM_HINT_T1);
-            next += next_step;
-        }
+        if (next) next = prefetch_next_rows(next, next_step);
         __m256 wv[4];
 #pragma GCC unroll 4
         for (int i = 0; i < RT; i++) wv[i] = ldw(wb, (size_t)i * rs + (size_t)(c - c0), type);
@@ -612,17 +611,14 @@ AI void tile_float_zmm(float* out, const float* x, const Matrix* W, WeightType t
                        int RT, int TT, const char* next) {
     const int C = W->cols, R = W->rows, C16 = C & ~15;
     const void* wr = row_ptr(W, r);
-    const int next_lines = type == WEIGHT_F32 ? 4 : 2; /* 4 rows x 16 columns per step (tile_float_acc) */
+    const size_t next_step = type == WEIGHT_F32 ? 256 : 128; /* 4 rows x 16 columns per step */
     __m512 acc[4][4];
 #pragma GCC unroll 4
     for (int i = 0; i < RT; i++)
 #pragma GCC unroll 4
         for (int j = 0; j < TT; j++) acc[i][j] = _mm512_setzero_ps();
     for (int c = 0; c < C16; c += 16) {
-        if (next) {
-            for (int l = 0; l < next_lines; l++) _mm_prefetch(next + 64 * l, _MM_HINT_T1);
-            next += 64 * next_lines;
-        }
+        if (next) next = prefetch_next_rows(next, next_step);
         tile_float_zmm_step(acc, x, wr, type, C, t, c, (__mmask16)0xFFFF, RT, TT);
     }
     if (C16 < C) tile_float_zmm_step(acc, x, wr, type, C, t, C16, (__mmask16)((1u << (C - C16)) - 1), RT, TT);
@@ -1236,9 +1232,9 @@ AI void tile_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* x
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++) tot[i] = _mm256_setzero_ps();
     for (int g = 0; g < G; g++) {
-        if (next)
-            for (size_t o = (size_t)g * next_step; o < (size_t)(g + 1) * next_step && o < next_bytes; o += 64)
-                _mm_prefetch(next + o, _MM_HINT_T1);
+        const size_t next_at = (size_t)g * next_step; /* the next block's g-th slice */
+        if (next && next_at < next_bytes)
+            prefetch_next_rows(next + next_at, next_bytes - next_at < next_step ? next_bytes - next_at : next_step);
         const uint8_t* wg = quant_group(W, r, g); /* row r + i at wg + i * gb */
         __m256i acc[4][4];
 #pragma GCC unroll 4
