@@ -12,14 +12,18 @@
  *        "gbps": .., "roof_pct": .., "mem_gbps": .., "roof_pct_best": .., "mem_gbps_best": ..,
  *        "weight_type": "q8", "cpu_share": 0.97, "weights": "mapped" or "copied" (--no-mmap),
  *        "huge_pct": % of the mapping in 2 MB pages, "reps_tokens_per_s": [each rep's tok/s],
- *        "reps_mem_gbps": [each decode rep's roof]}
+ *        "reps_mem_gbps": [each decode rep's roof], "weights_gbps": .., "roof_pct_weights": ..,
+ *        "reps_weights_gbps": [..]}
  *     gbps is the decode's achieved read bandwidth (bytes of weights and KV cache read per token /
  *     seconds per token, at the median). The machine's read bandwidth is measured in the same run
  *     with the same threads: each decode rep's roof is the best of two streaming reads just before
  *     it and one just after; mem_gbps is their median, roof_pct the median over the reps of the
  *     rep's GB/s as a percentage of its own roof. mem_gbps_best is the best read of the run and
- *     roof_pct_best gbps as a percentage of it. gbps, the roof_pcts and reps_mem_gbps are null for
- *     pp.
+ *     roof_pct_best gbps as a percentage of it. weights_gbps, roof_pct_weights and
+ *     reps_weights_gbps are the same for a streaming read of the weights a decode step reads, in
+ *     their own pages (the mapping or the --no-mmap copy), measured around each rep as well: on a
+ *     VM the memory behind them can read slower or faster than the bench's buffer. gbps, the
+ *     roof_pcts and the per-rep reads are null for pp.
  *     cpu_share is the CPU time the process got / (wall time x threads) during the test: well
  *     below 1 on a shared machine means other processes took the cores (numbers not comparable).
  *     One line per test and thread count.

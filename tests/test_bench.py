@@ -6,7 +6,9 @@ Speed is never asserted (benchmarks are programs, not tests); what is checked is
 * the decode's gbps is tokens/s x the bytes a decode step reads, counted here independently from
   the checkpoint's header (every matrix, norm, one embedding row, the KV cache averaged over tgN),
   roof_pct is the median over the reps of each rep's GB/s / the read bandwidth measured around
-  that rep (recomputed here from the per-rep lists), roof_pct_best is gbps / the run's best read;
+  that rep (recomputed here from the per-rep lists), roof_pct_best is gbps / the run's best read,
+  roof_pct_weights the same pairing against reads of the weights' own pages, whose size the text
+  header gives and which is counted here again;
 * --threads 1,2 measures both counts in one process, in the order given; a list is refused
   outside bench mode, and a malformed list or a context too short for the test ends with a
   message and a non-zero exit.
@@ -15,6 +17,7 @@ Skips, with the reason, when ./run or models/tinystories.bin is missing. Standar
 """
 import json
 import os
+import re
 import struct
 import subprocess
 import unittest
@@ -24,7 +27,7 @@ RUN = os.path.join(ROOT, "run")
 MODEL = os.path.join(ROOT, "models", "tinystories.bin")
 KEYS = ["test", "threads", "depth", "tokens_per_s", "min", "max", "gbps", "roof_pct", "mem_gbps",
         "roof_pct_best", "mem_gbps_best", "weight_type", "cpu_share", "prefetch", "weights", "huge_pct",
-        "kv_cache", "reps_tokens_per_s", "reps_mem_gbps"]
+        "kv_cache", "reps_tokens_per_s", "reps_mem_gbps", "weights_gbps", "roof_pct_weights", "reps_weights_gbps"]
 FLAG_QK_NORM, FLAG_QKV_BIAS, FLAG_TIED_EMBED = 1, 2, 4
 
 
@@ -64,6 +67,14 @@ def decode_bytes_per_token(path, n_gen, kv_elem=4, depth=0):
     total += vocab * dim * 4 + dim * 4                        # head (tied or not) + one embedding row
     kv = sum(2 * kv_elem * n_layers * (p + 1) * n_kv * hd for p in range(depth, depth + n_gen)) / n_gen
     return total + kv
+
+
+def layers_kv(path):
+    """n_layers x n_kv_heads x head_dim of a checkpoint: the cached values per position, per K or V."""
+    with open(path, "rb") as f:
+        head = f.read(64)
+    (_, _, _, n_layers, _, n_kv, hd) = struct.unpack_from("<7I", head, 12)
+    return n_layers * n_kv * hd
 
 
 def expected_plan():
@@ -115,6 +126,9 @@ class BenchMode(unittest.TestCase):
                 self.assertIsNone(r["roof_pct"])
                 self.assertIsNone(r["roof_pct_best"])
                 self.assertIsNone(r["reps_mem_gbps"])
+                self.assertIsNone(r["weights_gbps"])
+                self.assertIsNone(r["roof_pct_weights"])
+                self.assertIsNone(r["reps_weights_gbps"])
             else:
                 # both printed with 3 decimals: ~2e-5 relative at most; one KV position more or
                 # less per step would be 5e-4 here
@@ -130,6 +144,27 @@ class BenchMode(unittest.TestCase):
                 paired = median([100 * tok * bytes_per_token / 1e9 / rd for tok, rd in zip(reps, reads)])
                 self.assertAlmostEqual(r["roof_pct"] / paired, 1.0, delta=2e-4, msg=(r["roof_pct"], paired))
                 self.assertAlmostEqual(r["roof_pct_best"], 100 * r["gbps"] / r["mem_gbps_best"], delta=0.02)
+                own = r["reps_weights_gbps"]
+                self.assertEqual(len(own), 3)
+                self.assertGreater(min(own), 0)
+                self.assertEqual(median(own), r["weights_gbps"])
+                paired = median([100 * tok * bytes_per_token / 1e9 / rd for tok, rd in zip(reps, own)])
+                self.assertAlmostEqual(r["roof_pct_weights"] / paired, 1.0, delta=2e-4,
+                                       msg=(r["roof_pct_weights"], paired))
+
+    def test_weights_read_covers_what_decode_reads(self):
+        """The second roof reads the weights a decode step reads: every layer's tensors, the final
+        norm and the head, so its size in the text header is decode's weight bytes less the one
+        embedding row (within the alignment padding between tensors, under 0.05 MB here)."""
+        p = run("-m", "bench", "--threads", "1", "--bench-prompt", "0", "--bench-gen", "2", "--bench-reps", "1")
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        m = re.search(r"the weights' own pages \(([0-9.]+) MB\) around each decode rep ([0-9.]+) GB/s", p.stdout)
+        self.assertIsNotNone(m, p.stdout)
+        with open(MODEL, "rb") as f:
+            dim = struct.unpack_from("<I", f.read(32), 16)[0]
+        want = decode_bytes_per_token(MODEL, 2) - sum(2 * 4 * layers_kv(MODEL) * (q + 1) for q in range(2)) / 2 - dim * 4
+        self.assertAlmostEqual(float(m.group(1)), want / 1e6, delta=0.06, msg=(m.group(1), want / 1e6))
+        self.assertGreater(float(m.group(2)), 0)
 
     def test_kv_cache_f16_bytes(self):
         """--kv-cache f16: reported in the JSON, and decode's bytes per token count 2 bytes per

@@ -82,7 +82,7 @@ class CompareTool(unittest.TestCase):
         rows = {}
         for line in p.stdout.splitlines():
             cells = [c.strip() for c in line.strip("|").split("|")]
-            if len(cells) == 7 and cells[0] == "q8":
+            if len(cells) == 8 and cells[0] == "q8":
                 rows[(cells[2], int(cells[1]))] = cells
         self.assertEqual(sorted(rows), [("pp8", 1), ("pp8", 2), ("tg4", 1), ("tg4", 2)])
         lowest = {}
@@ -95,8 +95,10 @@ class CompareTool(unittest.TestCase):
             lowest[test[:2]] = min(lowest.get(test[:2], 1e30), *want)
             if test == "tg4":
                 self.assertEqual(cells[6].count("%"), 2, cells)  # a roof share per round
+                self.assertEqual(cells[7].count("%"), 2, cells)  # and one of the weights' own read
             else:
                 self.assertEqual(cells[6], "- / -")  # prefill has no roof
+                self.assertEqual(cells[7], "- / -")
         self.assertIn(f"lowest prefill ratio (this engine / llama.cpp): {lowest['pp']:.2f}", p.stdout)
         self.assertIn(f"lowest decode ratio (this engine / llama.cpp): {lowest['tg']:.2f}", p.stdout)
 

@@ -14,7 +14,8 @@ Per round and format: llama.cpp's `lbench GGUF T PROMPT GEN REPS` for each threa
 the same minutes; a shared machine changes speed from minute to minute, so the table keeps each
 round's figures apart instead of pooling them. llama.cpp's figure is its mean over the reps (what
 llama-bench prints), this engine's its median; the ratio is this engine / llama.cpp in that round;
-the roof is this engine's paired memory read (bench.c).
+the roof is this engine's paired memory read (bench.c), "own read" the same against a streaming
+read of its checkpoint's own pages (logs from before the twenty-eighth session have none).
 
 The models are the random Qwen3-0.6B shape under --dir (default build/bench, shared with `make
 bench`): the Hugging Face folder and this engine's checkpoints from tools/bench_models.py (as
@@ -87,7 +88,8 @@ def measure(a, formats, threads, log):
 
 
 def read_log(path):
-    """{(format, test, threads): {round: {"llama": tok/s, "engine": tok/s, "roof": % or None}}}"""
+    """{(format, test, threads): {round: {"llama": tok/s, "engine": tok/s, "roof": % or None,
+    "own": % or None}}}"""
     rows, cur = {}, None
     with open(path, encoding="utf-8") as f:
         for line in f:
@@ -108,6 +110,7 @@ def read_log(path):
                 cell = rows.setdefault((fmt, test, j["threads"]), {}).setdefault(r, {})
                 cell["engine"] = j["tokens_per_s"]
                 cell["roof"] = j.get("roof_pct")
+                cell["own"] = j.get("roof_pct_weights")
     return rows
 
 
@@ -115,8 +118,8 @@ def table(rows, formats=None):
     """The markdown table: a row per format, thread count and test, each cell its rounds'
     figures joined by ' / '; then the lowest ratio of each test."""
     order = {f: i for i, f in enumerate(formats or ["q8", "q4", "bf16", "f32"])}
-    lines = ["| weights | threads | test | llama.cpp tok/s | this engine tok/s | ratio | % of roof |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| weights | threads | test | llama.cpp tok/s | this engine tok/s | ratio | % of roof | % of own read |",
+             "|---|---|---|---|---|---|---|---|"]
     lowest = {}
     for key in sorted(rows, key=lambda k: (order.get(k[0], len(order)), k[0], k[2], k[1])):
         fmt, test, t = key
@@ -126,11 +129,11 @@ def table(rows, formats=None):
         ratios = [c["engine"] / c["llama"] for c in rounds]
         kind = test[:2]
         lowest[kind] = min(lowest.get(kind, ratios[0]), *ratios)
-        roof = " / ".join("-" if c.get("roof") is None else f"{c['roof']:.0f}%" for c in rounds)
+        roof, own = (" / ".join("-" if c.get(k) is None else f"{c[k]:.0f}%" for c in rounds) for k in ("roof", "own"))
         llama = " / ".join(f"{c['llama']:.1f}" for c in rounds)
         engine = " / ".join(f"{c['engine']:.1f}" for c in rounds)
         ratio = " / ".join(f"{x:.2f}" for x in ratios)
-        lines.append(f"| {fmt} | {t} | {test} | {llama} | {engine} | {ratio} | {roof} |")
+        lines.append(f"| {fmt} | {t} | {test} | {llama} | {engine} | {ratio} | {roof} | {own} |")
     if lowest:
         lines.append("")
     for kind, name in (("pp", "prefill"), ("tg", "decode")):
