@@ -4,7 +4,8 @@ compiling), so a stand-in `lbench` prints llama-bench-style lines with known fig
 its arguments; the engine is the real ./run on the shipped model. Checked: each round runs lbench
 per thread count with the model, prompt, gen and reps asked for, then ./run's bench with the same;
 the table's ratio is this engine's median tok/s (read here from the logged JSON) / lbench's
-figure, per round; --table reads a log again; a checkpoint the engine cannot read is exported
+figure, per round; before each format tools/page_read.c streams the GGUF and the checkpoint and
+the table ends with their GB/s per round (as the log has them); --table reads a log again; a checkpoint the engine cannot read is exported
 again; a missing lbench or an unknown format ends with a message and a non-zero exit. Speed is not asserted. Skips, with the reason, when ./run or
 models/tinystories.bin is missing. Standard library only."""
 import json
@@ -47,7 +48,8 @@ class CompareTool(unittest.TestCase):
         os.makedirs(os.path.join(self.dir, "hf"))
         open(os.path.join(self.dir, "hf", "model.safetensors"), "wb").close()
         os.symlink(MODEL, os.path.join(self.dir, "qwen3-0.6b-q8.bin"))
-        open(os.path.join(self.dir, "qwen3-0.6b-q8_0.gguf"), "wb").close()
+        with open(os.path.join(self.dir, "qwen3-0.6b-q8_0.gguf"), "wb") as f:
+            f.write(bytes(range(256)) * 4096)  # 1 MB for tools/page_read.c to stream
         self.calls = os.path.join(self.dir, "calls.txt")
         self.lbench = os.path.join(self.dir, "lbench")
         with open(self.lbench, "w") as f:
@@ -101,6 +103,22 @@ class CompareTool(unittest.TestCase):
                 self.assertEqual(cells[7], "- / -")
         self.assertIn(f"lowest prefill ratio (this engine / llama.cpp): {lowest['pp']:.2f}", p.stdout)
         self.assertIn(f"lowest decode ratio (this engine / llama.cpp): {lowest['tg']:.2f}", p.stdout)
+
+        # tools/page_read.c before each round's format: the GGUF's and the checkpoint's pages
+        pages, r = {}, 0
+        with open(log) as f:
+            for line in f:
+                m = re.match(r"== round (\d+) q8 (\S+)", line)
+                if m:
+                    r = int(m[1]) if m[2] == "pages" else 0
+                elif r:
+                    m = re.match(r"(\S+): ([\d.]+) MB, ([\d.]+) GB/s \(best of 5\)", line)
+                    self.assertIsNotNone(m, line)
+                    pages.setdefault(r, []).append((os.path.basename(m[1]), float(m[2]), float(m[3])))
+        self.assertEqual([[(name, mb) for name, mb, _ in pages[k]] for k in (1, 2)],
+                         [[("qwen3-0.6b-q8_0.gguf", 1.0), ("qwen3-0.6b-q8.bin", round(os.path.getsize(MODEL) / 1e6, 1))]] * 2)
+        want = ", ".join(f"{pages[k][0][2]:.1f} / {pages[k][1][2]:.1f}" for k in (1, 2))
+        self.assertIn(f"\n  q8: {want}\n", p.stdout + "\n")
 
         again = self.tool("--table", log, "--formats", "q8")
         self.assertEqual(again.returncode, 0, again.stderr)

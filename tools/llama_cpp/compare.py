@@ -9,7 +9,9 @@ machine").
     python3 tools/llama_cpp/compare.py --depth 2048 --engine-args="--kv-cache f16"
                                                    # both start with 2048 positions cached
 
-Per round and format: llama.cpp's `lbench GGUF T PROMPT GEN REPS` for each thread count T, then
+Per round and format: tools/page_read.c over the GGUF and the checkpoint (how fast each file's
+pages stream, one thread; printed under the table), llama.cpp's `lbench GGUF T PROMPT GEN REPS`
+for each thread count T, then
 `./run MODEL -m bench --threads 1,2 ... --json`, one after the other, so both meet the machine of
 the same minutes; a shared machine changes speed from minute to minute, so the table keeps each
 round's figures apart instead of pooling them. llama.cpp's figure is its mean over the reps (what
@@ -38,7 +40,26 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 import bench_models  # noqa: E402  (the checkpoints, as `make bench` writes them)
 GGUF_TYPE = {"q8": "q8_0", "q4": "q4_0", "bf16": "bf16", "f32": "f32"}
 LBENCH_LINE = re.compile(r"^(pp|tg)(\d+)( @ d\d+)? (\d+) t:\s+([\d.]+) ±\s+([\d.]+)")
-MARK = re.compile(r"^== round (\d+) (\S+) (llama|engine)")
+MARK = re.compile(r"^== round (\d+) (\S+) (llama|engine|pages)")
+PAGES_LINE = re.compile(r"^(\S+): [\d.]+ MB, ([\d.]+) GB/s")
+PAGE_READ = os.path.join(ROOT, "build", "page_read")
+
+
+def page_read_tool():
+    """tools/page_read.c built into build/page_read (each run, it is small); None, with a note,
+    where no C compiler builds it: the rounds then have no page reads."""
+    cmd = [os.environ.get("CC", "cc"), "-std=gnu11", "-O2", "-march=native", "-o", PAGE_READ,
+           os.path.join(ROOT, "tools", "page_read.c")]
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    except OSError as e:
+        p = None
+        err = str(e)
+    if p is None or p.returncode != 0:
+        print(f"compare.py: note: cannot build {PAGE_READ} ({err if p is None else p.stderr.strip()[-300:]}); "
+              "no page reads in this run", file=sys.stderr)
+        return None
+    return PAGE_READ
 
 
 def fail(msg):
@@ -61,11 +82,14 @@ def prepare(a, formats):
 
 def measure(a, formats, threads, log):
     files = prepare(a, formats)
+    page_read = page_read_tool()
     with open(log, "w") as out:
         for r in range(1, a.rounds + 1):
             for f in formats:
                 ckpt, gguf = files[f]
-                runs = [(f"llama {t}", [a.lbench, gguf, str(t), str(a.prompt), str(a.gen), str(a.reps)]
+                # how fast each program's file streams from its own pages, just before both run
+                runs = [("pages", [page_read, gguf, ckpt])] if page_read else []
+                runs += [(f"llama {t}", [a.lbench, gguf, str(t), str(a.prompt), str(a.gen), str(a.reps)]
                          + ([str(a.depth)] if a.depth else [])) for t in threads]
                 runs.append(("engine", [a.run, ckpt, "-m", "bench", "--threads", ",".join(map(str, threads)),
                                         "--bench-prompt", str(a.prompt), "--bench-gen", str(a.gen),
@@ -81,7 +105,9 @@ def measure(a, formats, threads, log):
                     p = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                     out.write(p.stdout)
                     out.flush()
-                    if p.returncode != 0:
+                    if p.returncode != 0 and who == "pages":  # a note; the tok/s are what counts
+                        print(f"compare.py: note: {p.stderr.strip()[-300:]}", file=sys.stderr)
+                    elif p.returncode != 0:
                         fail(f"{' '.join(cmd)} exited {p.returncode} (what was measured before: {log}):\n"
                              f"{p.stderr[-2000:]}")
         out.write(f"== end {time.strftime('%H:%M:%S')}\n")
@@ -89,7 +115,8 @@ def measure(a, formats, threads, log):
 
 def read_log(path):
     """{(format, test, threads): {round: {"llama": tok/s, "engine": tok/s, "roof": % or None,
-    "own": % or None}}}"""
+    "own": % or None}}}, and under the key ("pages", format) {round: (GGUF GB/s, checkpoint GB/s)}
+    from tools/page_read.c's lines."""
     rows, cur = {}, None
     with open(path, encoding="utf-8") as f:
         for line in f:
@@ -100,6 +127,11 @@ def read_log(path):
             if cur is None:
                 continue
             r, fmt, who = cur
+            m = PAGES_LINE.match(line)
+            if m and who == "pages":
+                got = rows.setdefault(("pages", fmt), {}).setdefault(r, [])
+                got.append(float(m[2]))  # the GGUF first, then the checkpoint (measure's order)
+                continue
             m = LBENCH_LINE.match(line)
             if m and who == "llama":
                 cell = rows.setdefault((fmt, m[1] + m[2] + (m[3] or ""), int(m[4])), {}).setdefault(r, {})
@@ -121,7 +153,9 @@ def table(rows, formats=None):
     lines = ["| weights | threads | test | llama.cpp tok/s | this engine tok/s | ratio | % of roof | % of own read |",
              "|---|---|---|---|---|---|---|---|"]
     lowest = {}
-    for key in sorted(rows, key=lambda k: (order.get(k[0], len(order)), k[0], k[2], k[1])):
+    pages = {k[1]: rows[k] for k in rows if k[0] == "pages"}
+    for key in sorted((k for k in rows if k[0] != "pages"),
+                      key=lambda k: (order.get(k[0], len(order)), k[0], k[2], k[1])):
         fmt, test, t = key
         rounds = [rows[key][r] for r in sorted(rows[key]) if {"llama", "engine"} <= set(rows[key][r])]
         if not rounds:
@@ -139,6 +173,16 @@ def table(rows, formats=None):
     for kind, name in (("pp", "prefill"), ("tg", "decode")):
         if kind in lowest:
             lines.append(f"lowest {name} ratio (this engine / llama.cpp): {lowest[kind]:.2f}")
+    cells = {f: [f"{v[0]:.1f} / {v[1]:.1f}" for r, v in sorted(pages[f].items()) if len(v) == 2] for f in pages}
+    shown = [f for f in sorted(pages, key=lambda f: order.get(f, len(order)))
+             if cells[f] and (formats is None or f in formats)]
+    if shown:
+        # the memory behind each file (tools/page_read.c, one thread): on a VM it can differ
+        lines.append("")
+        lines.append("each file's pages, one thread's streaming read, GB/s per round (llama.cpp's GGUF / "
+                     "this engine's checkpoint):")
+        for f in shown:
+            lines.append(f"  {f}: " + ", ".join(cells[f]))
     return "\n".join(lines)
 
 
