@@ -444,6 +444,17 @@ static void print_results(const Transformer* t, const ThreadRun* runs, int n_run
                 printf("bench: %s%d, %d threads / %d: %.2f (median of the reps' ratios)\n", test == 0 ? "pp" : "tg",
                        n, runs[k].threads, runs[0].threads, median_ratio(a, b, reps, scratch));
             }
+    /* A weights' read well below the buffer's says where a low % of roof comes from. */
+    if (!json && n_gen > 0)
+        for (int k = 0; k < n_runs; k++) {
+            if (!runs[k].wr) continue;
+            const double own = median_of(runs[k].wr, reps, scratch), buf = median_of(runs[k].rd, reps, scratch);
+            if (own < 0.85 * buf)
+                printf("bench: note: with %d thread%s the weights' own pages read at %.1f GB/s, %.0f%% of the buffer's "
+                       "%.1f: the memory behind this file's pages is slower than the buffer's (on a VM it can differ "
+                       "from file to file); %% of own read is decode against what its pages allow\n",
+                       runs[k].threads, runs[k].threads == 1 ? "" : "s", own, 100 * own / buf, buf);
+        }
     fflush(stdout);
 }
 
