@@ -52,12 +52,11 @@ def page_read_tool():
            os.path.join(ROOT, "tools", "page_read.c")]
     try:
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        err = None if p.returncode == 0 else p.stderr.strip()[-300:]
     except OSError as e:
-        p = None
         err = str(e)
-    if p is None or p.returncode != 0:
-        print(f"compare.py: note: cannot build {PAGE_READ} ({err if p is None else p.stderr.strip()[-300:]}); "
-              "no page reads in this run", file=sys.stderr)
+    if err is not None:
+        print(f"compare.py: note: cannot build {PAGE_READ} ({err}); no page reads in this run", file=sys.stderr)
         return None
     return PAGE_READ
 
