@@ -37,7 +37,8 @@
 #define MAX_THREADS 256
 #define DEFAULT_SPIN_US 200
 #define CONTENTION_CHECK_NS 50000000L  /* each thread looks at its run delay at most every 50 ms */
-#define CONTENTION_DELAY_PCT 20        /* runnable but not running for over 20% of that time: */
+#define CONTENTION_DELAY_PCT 20        /* runnable but not running for over 20% of that time */
+#define CONTENTION_LOOKS 2             /* in two looks in a row: */
 #define CONTENTION_HOLD_NS 1000000000L /* stop spinning (and dispatching) for 1 s, */
 #define CONTENTION_HOLD_MAX_NS 4000000000L /* doubled up to 4 s while the contention persists */
 
@@ -90,7 +91,11 @@ static uint32_t gen_of(uint64_t w) { return (uint32_t)(w >> 32); }
  * quiet and beside a busy process. Run delay does: over 50 ms windows it stayed under 20% on the
  * quiet machine and measured 35-50% beside a busy loop. So each thread reads its run delay at most
  * every CONTENTION_CHECK_NS, and growth above CONTENTION_DELAY_PCT of the wall time since the last
- * look stops spinning (and dispatching, see parallel_for) for every thread for CONTENTION_HOLD_NS;
+ * look, in CONTENTION_LOOKS looks in a row, stops spinning (and dispatching, see parallel_for) for
+ * every thread for CONTENTION_HOLD_NS (one look was enough until the twenty-eighth session, when
+ * kernel threads of the Intel VM took the worker's core for ~12 ms of one window every few seconds
+ * and each such blip cost a second of one-thread decode: q8 tg128 with two threads 33.9-35.5
+ * against 38.8-39.3 tok/s with two looks, quiet; beside a busy loop 0.99 either way; README);
  * when that has passed, the next dispatches run on all threads again and measure anew. That probe
  * costs: until the next look sees the delay, every dispatch waits for a thread that shares its core
  * with the neighbour. So when a probe finds the contention still there, the next hold is twice as
@@ -164,6 +169,7 @@ static int cores_were_busy(void) {
 
 static _Thread_local long last_check_ns;
 static _Thread_local long long last_delay_ns;
+static _Thread_local int delayed_looks; /* looks in a row that saw the run delay above the mark */
 static _Thread_local int schedstat_fd = -2;  /* -2: not opened yet, -1: not available */
 
 static long long run_delay_ns(void) {
@@ -191,8 +197,10 @@ static int contended(void) {
     if (t - last_check_ns > CONTENTION_CHECK_NS) {
         long long d = run_delay_ns();
         if (d >= 0) {
-            if (last_check_ns != 0 &&
-                (d - last_delay_ns) * 100 > (long long)(t - last_check_ns) * CONTENTION_DELAY_PCT) {
+            const int delayed = last_check_ns != 0 &&
+                                (d - last_delay_ns) * 100 > (long long)(t - last_check_ns) * CONTENTION_DELAY_PCT;
+            delayed_looks = delayed ? delayed_looks + 1 : 0;
+            if (delayed_looks >= CONTENTION_LOOKS) {
                 long until = atomic_load(&contended_until), h = atomic_load(&hold_ns);
                 if (t >= until) /* a new hold: after a probe (a hold that just ended) twice as long */
                     h = until != 0 && t - until < 3 * CONTENTION_CHECK_NS
