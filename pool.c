@@ -97,7 +97,7 @@ static uint32_t gen_of(uint64_t w) { return (uint32_t)(w >> 32); }
  * and each such blip cost a second of one-thread decode: q8 tg128 with two threads 33.9-35.5
  * against 38.8-39.3 tok/s with two looks, quiet; beside a busy loop 0.99 either way; README);
  * when that has passed, the next dispatches run on all threads again and measure anew. That probe
- * costs: until the next look sees the delay, every dispatch waits for a thread that shares its core
+ * costs: until the looks see the delay again, every dispatch waits for a thread that shares its core
  * with the neighbour. So when a probe finds the contention still there, the next hold is twice as
  * long, up to CONTENTION_HOLD_MAX_NS, and a probe that finds the cores free starts again from 1 s.
  * q8 decode beside a busy loop, 2 threads / 1 in one process (tools/bench_busy.py, alternating
