@@ -132,7 +132,7 @@ int kernels_threads(void);
 int kernels_set_threads(int n_threads);
 int kernels_thread_index(void);       /* the calling thread: 0, the workers: 1 .. threads - 1 */
 const char* kernels_simd_name(void);  /* "avx2", "avx2+avx512", "neon" or "scalar" */
-/* Decode's software prefetch plan (matmul.c, PrefetchPlan): "near", "mid" or "far" as chosen from
+/* Decode's software prefetch plan (matmul.c, PrefetchPlan): "near", "mid", "mid-l2" or "far" as chosen from
  * the CPU or KERNELS_PREFETCH in an x86 build, "none" in the others. Valid after kernels_init. */
 const char* kernels_prefetch_plan(void);
 /* 1 when q8 and q4 prefill run on AMX tiles (an x86 build for a CPU with AMX, on a Linux that grants

@@ -92,14 +92,15 @@ static int amx_usable;      /* q8 and q4 prefill run on AMX tiles (amx_request) 
 
 /* KERNELS_PREFETCH: the decode prefetch plan asked for (used by the AVX2 kernels only, checked in
  * every build so that a mistyped value is reported wherever it is set). */
-enum { PREFETCH_FROM_CPU = -1, PREFETCH_NEAR, PREFETCH_MID, PREFETCH_FAR };
+enum { PREFETCH_FROM_CPU = -1, PREFETCH_NEAR, PREFETCH_MID, PREFETCH_MID_L2, PREFETCH_FAR };
 static int prefetch_from_env(void) {
     const char* s = getenv("KERNELS_PREFETCH");
     if (!s || !*s) return PREFETCH_FROM_CPU;
     if (strcmp(s, "near") == 0) return PREFETCH_NEAR;
     if (strcmp(s, "mid") == 0) return PREFETCH_MID;
+    if (strcmp(s, "mid-l2") == 0) return PREFETCH_MID_L2;
     if (strcmp(s, "far") == 0) return PREFETCH_FAR;
-    fprintf(stderr, "warning: KERNELS_PREFETCH=%s is not near, mid or far; using the CPU's default\n", s);
+    fprintf(stderr, "warning: KERNELS_PREFETCH=%s is not near, mid, mid-l2 or far; using the CPU's default\n", s);
     return PREFETCH_FROM_CPU;
 }
 
@@ -348,9 +349,16 @@ AI const void* row_ptr(const Matrix* W, int r) {
  * seven alternating rounds, one thread) none read 83-87 tok/s in six rounds and 73 in one (79-92%
  * of the roof) against 74-80 (79-83%) at 2048; two threads level or better. Zen 5 was not
  * measured with this kernel.
+ * Intel, q4 into L2 (prefetcht1) instead of L1, same distance (twenty-ninth session, decode tg128,
+ * KERNELS_PREFETCH=mid / mid-l2 alternating in one binary, three rounds, one / two threads): AVX2
+ * build (-march=x86-64-v3, the 256-bit kernel without VNNI) 33.8-34.8 / 66.8-69.6 tok/s against
+ * 36.5-37.6 / 67.0-70.3 (83-84% -> 88-89% of the roof with one thread, level with two); native
+ * build (AVX-512 VNNI, q4_group_sums1_zmm), two rounds: one thread level (38.3-39.1 / 38.3-39.3),
+ * two threads 73.2-74.1 / 69.6-73.1. So Intel gets "mid-l2" in AVX2 builds and "mid" with AVX-512.
+ * Zen 3's q4 was not measured with t1 in this layout, so its plan stays "mid".
  * The rest stays at prefetcht0: q8's weights (with t1 44.5-46.5 tok/s against 45.2-47.1 on Zen 4;
  * weights and scales with t1 42) and the far distance, as measured on Zen 5.
- * KERNELS_PREFETCH=near, mid or far overrides the choice from the CPU (choose_prefetch). */
+ * KERNELS_PREFETCH=near, mid, mid-l2 or far overrides the choice from the CPU (choose_prefetch). */
 typedef struct {
     const char* name;
     int q8;       /* bytes ahead in rows_qi_n1; 0: one row block ahead */
@@ -358,9 +366,12 @@ typedef struct {
     int bf16;     /* bytes ahead in rows_bf16_n1 (256-bit); 0: none */
     int bf16_zmm; /* bytes ahead in rows_bf16_n1_zmm (AVX-512 builds); 0: none */
     int f32;      /* bytes ahead in rows_f32_n1; 0: none */
+    int q4_l2;    /* 1: tile_q4's prefetch goes into L2 (prefetcht1), 0: into L1 */
 } PrefetchPlan;
-static const PrefetchPlan prefetch_near = {"near", 128, 0, 0, 0, 0}, prefetch_mid = {"mid", 1536, 2048, 1024, 2048, 2048},
-                          prefetch_far = {"far", 0, 2048, 0, 0, 0};
+static const PrefetchPlan prefetch_near = {"near", 128, 0, 0, 0, 0, 0},
+                          prefetch_mid = {"mid", 1536, 2048, 1024, 2048, 2048, 0},
+                          prefetch_mid_l2 = {"mid-l2", 1536, 2048, 1024, 2048, 2048, 1},
+                          prefetch_far = {"far", 0, 2048, 0, 0, 0, 0};
 static PrefetchPlan decode_prefetch;
 
 /* Zen 3 and Zen 4 are both AMD family 19h. gcc 12.2's __builtin_cpu_is("znver3") cannot tell
@@ -373,11 +384,16 @@ static void choose_prefetch(void) {
 #if defined(__GNUC__)
     __builtin_cpu_init();
     if (__builtin_cpu_is("amdfam19h")) decode_prefetch = __builtin_cpu_supports("avx512f") ? prefetch_near : prefetch_mid;
+#if defined(KERNELS_AVX512) /* Intel: q4 into L2 in AVX2 builds only (the plans' comment) */
     if (__builtin_cpu_is("intel")) decode_prefetch = prefetch_mid;
+#else
+    if (__builtin_cpu_is("intel")) decode_prefetch = prefetch_mid_l2;
+#endif
 #endif
     switch (prefetch_from_env()) {
     case PREFETCH_NEAR: decode_prefetch = prefetch_near; break;
     case PREFETCH_MID: decode_prefetch = prefetch_mid; break;
+    case PREFETCH_MID_L2: decode_prefetch = prefetch_mid_l2; break;
     case PREFETCH_FAR: decode_prefetch = prefetch_far; break;
     default: break;
     }
@@ -1789,9 +1805,10 @@ AI void q4_group_sums1_zmm(__m256i s[1], const uint8_t* w, const int8_t* x) {
  * corrected to q x with xgsum (-8 times the group's sum of x, quantize_rows), converted, and
  * scaled into fp32 totals, one row per lane, as AMX scales its tiles (float(s) x the 8 rows'
  * weight scales, then fused with x the activation scale), so q4 prefill has the same bits with
- * AMX on and off. pf: bytes ahead to prefetch into L1 as the block is read (decode), 0 for none. */
+ * AMX on and off. pf: bytes ahead to prefetch as the block is read, 0 for none; into L2 where l2
+ * (a constant: the hint is part of the instruction), else into L1. */
 AI void tile_q4(float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum, const Matrix* W,
-                int r, int t, int TT, int pf) {
+                int r, int t, int TT, int pf, const int l2) {
     const int C = W->cols, R = W->rows, G = C / Q4_GROUP;
     const uint8_t* b = q4_group(W, r, 0);
     __m256 tot[4];
@@ -1800,7 +1817,10 @@ AI void tile_q4(float* out, const int8_t* xq, const float* xsc, const int32_t* x
     for (int g = 0; g < G; g++, b += Q4_GROUP_BYTES) {
         if (pf && !(g & 1)) /* two groups: 288 bytes, 4.5 lines (unrolled: gcc kept a loop) */
 #pragma GCC unroll 5
-            for (int o = 0; o < 2 * (int)Q4_GROUP_BYTES; o += 64) _mm_prefetch((const char*)b + pf + o, _MM_HINT_T0);
+            for (int o = 0; o < 2 * (int)Q4_GROUP_BYTES; o += 64) {
+                if (l2) _mm_prefetch((const char*)b + pf + o, _MM_HINT_T1);
+                else _mm_prefetch((const char*)b + pf + o, _MM_HINT_T0);
+            }
         __m256i s[4];
 #pragma GCC unroll 4
         for (int j = 0; j < TT; j++) s[j] = _mm256_set1_epi32(xgsum[(size_t)(t + j) * G + g]);
@@ -1837,7 +1857,10 @@ static void rows_q4(float* out, const int8_t* xq, const float* xsc, const int32_
     (void)xsum;
     if (n == 1) {
         const int pf = decode_prefetch.q4;
-        for (int r = r0; r < r1; r += Q4_BLOCK_ROWS) tile_q4(out, xq, xsc, xgsum, W, r, 0, 1, pf);
+        if (decode_prefetch.q4_l2)
+            for (int r = r0; r < r1; r += Q4_BLOCK_ROWS) tile_q4(out, xq, xsc, xgsum, W, r, 0, 1, pf, 1);
+        else
+            for (int r = r0; r < r1; r += Q4_BLOCK_ROWS) tile_q4(out, xq, xsc, xgsum, W, r, 0, 1, pf, 0);
         return;
     }
     int ra = r0; /* AMX did every token of rows [r0, ra) */
@@ -1852,8 +1875,8 @@ static void rows_q4(float* out, const int8_t* xq, const float* xsc, const int32_
              * rows_float_nn; x86-64-v3, one thread: pp8 94-95 -> 115-120 tok/s) */
             int pf = t0 == 0 && r + Q4_BLOCK_ROWS < W->rows ? (W->cols / Q4_GROUP) * (int)Q4_GROUP_BYTES : 0;
             int t = t0;
-            for (; t + 4 <= t1; t += 4, pf = 0) tile_q4(out, xq, xsc, xgsum, W, r, t, 4, pf);
-            for (; t < t1; t++, pf = 0) tile_q4(out, xq, xsc, xgsum, W, r, t, 1, pf);
+            for (; t + 4 <= t1; t += 4, pf = 0) tile_q4(out, xq, xsc, xgsum, W, r, t, 4, pf, 0);
+            for (; t < t1; t++, pf = 0) tile_q4(out, xq, xsc, xgsum, W, r, t, 1, pf, 0);
         }
     }
 }

@@ -97,7 +97,7 @@ static void usage(FILE* out) {
             "  already in the KV cache when each test starts, as llama-bench -d; default 0),\n"
             "  --json (JSON lines)\n"
             "Environment: KERNELS_SPIN_US (idle threads' spin before sleeping, default 200),\n"
-            "  KERNELS_PREFETCH (near|mid|far: decode's weight prefetch, default from the CPU),\n"
+            "  KERNELS_PREFETCH (near|mid|mid-l2|far: decode's weight prefetch, default from the CPU),\n"
             "  KERNELS_AMX=0 (prefill on the AVX-512 kernels instead of AMX tiles, where the CPU has AMX)\n");
 }
 
