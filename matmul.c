@@ -350,12 +350,16 @@ AI const void* row_ptr(const Matrix* W, int r) {
  * of the roof) against 74-80 (79-83%) at 2048; two threads level or better. Zen 5 was not
  * measured with this kernel.
  * Intel, q4 into L2 (prefetcht1) instead of L1, same distance (twenty-ninth session, decode tg128,
- * KERNELS_PREFETCH=mid / mid-l2 alternating in one binary, three rounds, one / two threads): AVX2
- * build (-march=x86-64-v3, the 256-bit kernel without VNNI) 33.8-34.8 / 66.8-69.6 tok/s against
- * 36.5-37.6 / 67.0-70.3 (83-84% -> 88-89% of the roof with one thread, level with two); native
- * build (AVX-512 VNNI, q4_group_sums1_zmm), two rounds: one thread level (38.3-39.1 / 38.3-39.3),
- * two threads 73.2-74.1 / 69.6-73.1. So Intel gets "mid-l2" in AVX2 builds and "mid" with AVX-512.
- * Zen 3's q4 was not measured with t1 in this layout, so its plan stays "mid".
+ * KERNELS_PREFETCH=mid against L2 at every thread count, alternating in one binary): AVX2 build
+ * (-march=x86-64-v3, the 256-bit kernel without VNNI), three rounds, one thread 33.8-34.8 against
+ * 36.5-37.6 tok/s (83-84% -> 88-89% of the roof), and level half an hour later, when the L1 plan
+ * read 87-96% (six rounds: 36.8-41.0 against 37.9-40.2; the twenty-eighth session saw the same: an L2 prefetch
+ * pays where the pages are slow); two threads, five rounds, 73.6-77.1 against
+ * 70.8-73.7 (1-6% slower in each). Native build (AVX-512 VNNI, q4_group_sums1_zmm), two rounds:
+ * one thread level (38.3-39.1 against 38.3-39.3), two threads 73.2-74.1 against 69.6-73.1. So
+ * Intel's plan, "mid-l2", is mid with q4's prefetch into L2 when one thread decodes
+ * (kernels_threads), into L1 with more. Zen 3's q4 was not measured with t1 in this layout, so
+ * its plan stays "mid".
  * The rest stays at prefetcht0: q8's weights (with t1 44.5-46.5 tok/s against 45.2-47.1 on Zen 4;
  * weights and scales with t1 42) and the far distance, as measured on Zen 5.
  * KERNELS_PREFETCH=near, mid, mid-l2 or far overrides the choice from the CPU (choose_prefetch). */
@@ -366,7 +370,7 @@ typedef struct {
     int bf16;     /* bytes ahead in rows_bf16_n1 (256-bit); 0: none */
     int bf16_zmm; /* bytes ahead in rows_bf16_n1_zmm (AVX-512 builds); 0: none */
     int f32;      /* bytes ahead in rows_f32_n1; 0: none */
-    int q4_l2;    /* 1: tile_q4's prefetch goes into L2 (prefetcht1), 0: into L1 */
+    int q4_l2;    /* 1: tile_q4's prefetch goes into L2 (prefetcht1) when one thread decodes, 0: into L1 */
 } PrefetchPlan;
 static const PrefetchPlan prefetch_near = {"near", 128, 0, 0, 0, 0, 0},
                           prefetch_mid = {"mid", 1536, 2048, 1024, 2048, 2048, 0},
@@ -384,11 +388,7 @@ static void choose_prefetch(void) {
 #if defined(__GNUC__)
     __builtin_cpu_init();
     if (__builtin_cpu_is("amdfam19h")) decode_prefetch = __builtin_cpu_supports("avx512f") ? prefetch_near : prefetch_mid;
-#if defined(KERNELS_AVX512) /* Intel: q4 into L2 in AVX2 builds only (the plans' comment) */
-    if (__builtin_cpu_is("intel")) decode_prefetch = prefetch_mid;
-#else
     if (__builtin_cpu_is("intel")) decode_prefetch = prefetch_mid_l2;
-#endif
 #endif
     switch (prefetch_from_env()) {
     case PREFETCH_NEAR: decode_prefetch = prefetch_near; break;
@@ -1857,7 +1857,7 @@ static void rows_q4(float* out, const int8_t* xq, const float* xsc, const int32_
     (void)xsum;
     if (n == 1) {
         const int pf = decode_prefetch.q4;
-        if (decode_prefetch.q4_l2)
+        if (decode_prefetch.q4_l2 && kernels_threads() == 1)
             for (int r = r0; r < r1; r += Q4_BLOCK_ROWS) tile_q4(out, xq, xsc, xgsum, W, r, 0, 1, pf, 1);
         else
             for (int r = r0; r < r1; r += Q4_BLOCK_ROWS) tile_q4(out, xq, xsc, xgsum, W, r, 0, 1, pf, 0);
