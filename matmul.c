@@ -349,17 +349,17 @@ AI const void* row_ptr(const Matrix* W, int r) {
  * seven alternating rounds, one thread) none read 83-87 tok/s in six rounds and 73 in one (79-92%
  * of the roof) against 74-80 (79-83%) at 2048; two threads level or better. Zen 5 was not
  * measured with this kernel.
- * Intel, q4 into L2 (prefetcht1) instead of L1, same distance (twenty-ninth session, decode tg128,
- * KERNELS_PREFETCH=mid against L2 at every thread count, alternating in one binary): AVX2 build
- * (-march=x86-64-v3, the 256-bit kernel without VNNI), three rounds, one thread 33.8-34.8 against
- * 36.5-37.6 tok/s (83-84% -> 88-89% of the roof), and level half an hour later, when the L1 plan
- * read 87-96% (six rounds: 36.8-41.0 against 37.9-40.2; the twenty-eighth session saw the same: an L2 prefetch
- * pays where the pages are slow); two threads, five rounds, 73.6-77.1 against
- * 70.8-73.7 (1-6% slower in each). Native build (AVX-512 VNNI, q4_group_sums1_zmm), two rounds:
- * one thread level (38.3-39.1 against 38.3-39.3), two threads 73.2-74.1 against 69.6-73.1. So
- * Intel's plan, "mid-l2", is mid with q4's prefetch into L2 when one thread decodes
- * (kernels_threads), into L1 with more. Zen 3's q4 was not measured with t1 in this layout, so
- * its plan stays "mid".
+ * Intel, q4 into L2 (prefetcht1) instead of L1 at the same distance (twenty-ninth session,
+ * decode tg128, one binary, KERNELS_PREFETCH=mid alternating with a plan that sent q4's prefetch
+ * to L2 at every thread count). AVX2 build (-march=x86-64-v3, the 256-bit kernel without VNNI),
+ * one thread, three rounds: 33.8-34.8 against 36.5-37.6 tok/s (83-84% -> 88-89% of the roof);
+ * half an hour later, when L1 read 87-96%, six rounds level (36.8-41.0 against 37.9-40.2): as in
+ * the twenty-eighth session, an L2 prefetch pays where the pages are slow. Two threads, five
+ * rounds: 73.6-77.1 against 70.8-73.7, 1-6% slower in each. Native build (AVX-512 VNNI,
+ * q4_group_sums1_zmm), two rounds: one thread level (38.3-39.1 against 38.3-39.3), two threads
+ * 73.2-74.1 against 69.6-73.1. So Intel's plan, "mid-l2", is mid with q4's prefetch into L2 when
+ * one thread decodes (kernels_threads), into L1 with more. Zen 3's q4 was not measured with t1
+ * in this layout, so its plan stays "mid".
  * The rest stays at prefetcht0: q8's weights (with t1 44.5-46.5 tok/s against 45.2-47.1 on Zen 4;
  * weights and scales with t1 42) and the far distance, as measured on Zen 5.
  * KERNELS_PREFETCH=near, mid, mid-l2 or far overrides the choice from the CPU (choose_prefetch). */
