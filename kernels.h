@@ -131,6 +131,10 @@ int kernels_threads(void);
  * callers' per-thread scratch): the bench compares thread counts in one process. Returns the count. */
 int kernels_set_threads(int n_threads);
 int kernels_thread_index(void);       /* the calling thread: 0, the workers: 1 .. threads - 1 */
+/* 1 while the items being run have no other kernel thread beside them: one thread, or a dispatch
+ * that parallel_for runs on the calling thread alone (a single item, or another process competing
+ * for the cores). matmul.c's q4 decode picks its prefetch hint by it. */
+int kernels_alone(void);
 const char* kernels_simd_name(void);  /* "avx2", "avx2+avx512", "neon" or "scalar" */
 /* Decode's software prefetch plan (matmul.c, PrefetchPlan): "near", "mid", "mid-l2" or "far" as chosen from
  * the CPU or KERNELS_PREFETCH in an x86 build, "none" in the others. Valid after kernels_init. */

@@ -358,8 +358,11 @@ AI const void* row_ptr(const Matrix* W, int r) {
  * rounds: 73.6-77.1 against 70.8-73.7, 1-6% slower in each. Native build (AVX-512 VNNI,
  * q4_group_sums1_zmm), two rounds: one thread level (38.3-39.1 against 38.3-39.3), two threads
  * 73.2-74.1 against 69.6-73.1. So Intel's plan, "mid-l2", is mid with q4's prefetch into L2 when
- * one thread decodes (kernels_threads), into L1 with more. Zen 3's q4 was not measured with t1
- * in this layout, so its plan stays "mid".
+ * one thread decodes, into L1 with more. "One thread" is kernels_alone(), not the thread count:
+ * beside a busy core the pool runs two threads' dispatches on the calling thread, and with the
+ * count two threads ran those on L1 and read 0.93-0.95 of one thread's speed there
+ * (tools/bench_busy.py, q4, three rounds; 0.99-1.01 with both on L1). Zen 3's q4 was not
+ * measured with t1 in this layout, so its plan stays "mid".
  * The rest stays at prefetcht0: q8's weights (with t1 44.5-46.5 tok/s against 45.2-47.1 on Zen 4;
  * weights and scales with t1 42) and the far distance, as measured on Zen 5.
  * KERNELS_PREFETCH=near, mid, mid-l2 or far overrides the choice from the CPU (choose_prefetch). */
@@ -370,7 +373,7 @@ typedef struct {
     int bf16;     /* bytes ahead in rows_bf16_n1 (256-bit); 0: none */
     int bf16_zmm; /* bytes ahead in rows_bf16_n1_zmm (AVX-512 builds); 0: none */
     int f32;      /* bytes ahead in rows_f32_n1; 0: none */
-    int q4_l2;    /* 1: tile_q4's prefetch goes into L2 (prefetcht1) when one thread decodes, 0: into L1 */
+    int q4_l2;    /* 1: tile_q4's prefetch goes into L2 (prefetcht1) when one thread decodes (kernels_alone), 0: into L1 */
 } PrefetchPlan;
 static const PrefetchPlan prefetch_near = {"near", 128, 0, 0, 0, 0, 0},
                           prefetch_mid = {"mid", 1536, 2048, 1024, 2048, 2048, 0},
@@ -1857,7 +1860,7 @@ static void rows_q4(float* out, const int8_t* xq, const float* xsc, const int32_
     (void)xsum;
     if (n == 1) {
         const int pf = decode_prefetch.q4;
-        if (decode_prefetch.q4_l2 && kernels_threads() == 1)
+        if (decode_prefetch.q4_l2 && kernels_alone())
             for (int r = r0; r < r1; r += Q4_BLOCK_ROWS) tile_q4(out, xq, xsc, xgsum, W, r, 0, 1, pf, 1);
         else
             for (int r = r0; r < r1; r += Q4_BLOCK_ROWS) tile_q4(out, xq, xsc, xgsum, W, r, 0, 1, pf, 0);

@@ -69,6 +69,7 @@ static struct {
        .cv_done = PTHREAD_COND_INITIALIZER};
 
 static _Thread_local int in_worker;  /* nested parallel_for runs serially */
+static _Thread_local int alone;      /* parallel_for runs the current dispatch on this thread only */
 static _Thread_local int thread_index; /* 0: the calling thread; worker i: i + 1 */
 
 int kernels_thread_index(void) { return thread_index; }
@@ -292,7 +293,10 @@ void parallel_for(int n, void (*fn)(void* ctx, int i), void* ctx) {
      * few hundred dispatches per decoded token two threads became slower than one (q8 decode
      * beside a busy loop, median of 5 rounds: 42.9 vs 48.1 tok/s; README, Speed). */
     if (P.started == 0 || n == 1 || in_worker || contended()) {
+        const int outer = alone;
+        if (!in_worker) alone = 1; /* a nested call inherits the dispatch it runs in */
         for (int i = 0; i < n; i++) fn(ctx, i);
+        alone = outer;
         return;
     }
     uint32_t g = gen_of(atomic_load(&P.word)) + 1;
@@ -396,6 +400,8 @@ void kernels_free(void) {
 }
 
 int kernels_threads(void) { return P.n_threads; }
+
+int kernels_alone(void) { return P.started == 0 || alone; }
 
 const char* kernels_simd_name(void) {
 #if defined(KERNELS_AVX2) && defined(KERNELS_AVX512)

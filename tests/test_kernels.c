@@ -685,6 +685,43 @@ static void pf_where(void* ctx, int i) {
     if (kernels_thread_index() != 0) atomic_fetch_add(&pf_worker_items, 1);
 }
 
+/* kernels_alone (q4 decode's prefetch hint): 1 with one thread and inside a dispatch that runs on
+ * the calling thread only; 0 outside dispatches with two threads, and in items a worker runs; a
+ * nested call sees what the item around it sees. */
+static atomic_int alone_bad;
+static void alone_inner(void* ctx, int i) {
+    (void)i;
+    if (kernels_alone() != *(const int*)ctx) atomic_fetch_add(&alone_bad, 1);
+}
+static void alone_outer(void* ctx, int i) {
+    (void)ctx;
+    (void)i;
+    int seen = kernels_alone();
+    if (kernels_thread_index() != 0 && seen) atomic_fetch_add(&alone_bad, 1);
+    parallel_for(3, alone_inner, &seen);
+}
+static void alone_single(void* ctx, int i) {
+    (void)ctx;
+    (void)i;
+    if (!kernels_alone()) atomic_fetch_add(&alone_bad, 1);
+}
+
+static void test_alone(void) {
+    kernels_init(2, 8, 512);
+    int ok = 1;
+    for (int threads = 1; threads <= 2; threads++) {
+        kernels_set_threads(threads);
+        ok &= kernels_alone() == (threads == 1);
+        atomic_store(&alone_bad, 0);
+        parallel_for(1, alone_single, NULL);
+        ok &= kernels_alone() == (threads == 1); /* restored after a serial dispatch */
+        for (int rep = 0; rep < 50; rep++) parallel_for(64, alone_outer, NULL);
+        ok &= atomic_load(&alone_bad) == 0 && kernels_alone() == (threads == 1);
+    }
+    check(ok, "kernels_alone: 1 with one thread and in a single-item dispatch, 0 in a worker's items, nested calls inherit");
+    kernels_free();
+}
+
 /* kernels_set_threads: the bench switches between thread counts in one process. One thread means
  * the caller runs every item; the pool can grow back up to kernels_init's count and no further,
  * and parallel_for stays correct across the switches (workers stopped and started each time). */
@@ -821,6 +858,7 @@ static void test_amx_in_use(void) {
 
 int main(void) {
     test_set_threads();
+    test_alone();
     int threads[2] = {1, 2};
     for (int ti = 0; ti < 2; ti++) {
         if (kernels_init(threads[ti], 40, 4096) != 0) {
