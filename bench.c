@@ -140,14 +140,6 @@ static double weight_bytes_per_token(const Transformer* t) {
     return b;
 }
 
-/* The bytes of W as stored in the checkpoint (q8 / q4: whole row blocks, scales included). */
-static size_t matrix_stored_bytes(const Matrix* m) {
-    if (m->type == WEIGHT_F32 || m->type == WEIGHT_BF16)
-        return (size_t)m->rows * (size_t)m->cols * (m->type == WEIGHT_F32 ? 4 : 2);
-    const size_t br = (size_t)quant_block_rows(m->type);
-    return ((size_t)m->rows + br - 1) / br * quant_block_bytes(m->type, m->cols, m->group_size);
-}
-
 /* The weights one decode step reads, as two spans of the mapping: model.c takes the layers'
  * tensors and then the final norm one after the other (the file's order), so they are one span
  * from the first layer's first tensor to the end of the final norm; the head is the other (the
@@ -161,7 +153,7 @@ static int decode_weight_spans(const Transformer* t, const uint8_t** p, size_t* 
     p[0] = first;
     bytes[0] = (size_t)(end - first);
     p[1] = w->lm_head.data;
-    bytes[1] = matrix_stored_bytes(&w->lm_head);
+    bytes[1] = (size_t)matrix_stored_bytes(&w->lm_head);
     return 0;
 }
 

@@ -59,6 +59,15 @@ static inline size_t quant_block_bytes(WeightType type, int cols, int group_size
 }
 
 /* q8: the G float16 scales of row r (half_to_float below). */
+/* The bytes of W as stored in the checkpoint (q8 / q4: whole row blocks, scales included, the last
+ * block padded with zero rows). */
+static inline uint64_t matrix_stored_bytes(const Matrix* W) {
+    if (W->type == WEIGHT_F32 || W->type == WEIGHT_BF16)
+        return (uint64_t)W->rows * (uint64_t)W->cols * (W->type == WEIGHT_F32 ? 4 : 2);
+    const uint64_t br = (uint64_t)quant_block_rows(W->type);
+    return ((uint64_t)W->rows + br - 1) / br * quant_block_bytes(W->type, W->cols, W->group_size);
+}
+
 static inline const uint16_t* quant_scales(const Matrix* W, int r) {
     const char* block = (const char*)W->data +
                         (size_t)(r / Q8_BLOCK_ROWS) * quant_block_bytes(W->type, W->cols, W->group_size);

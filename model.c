@@ -114,17 +114,8 @@ overflow:
  * rows with their scales, the last block padded with zero rows). */
 static Matrix take_matrix(TensorWalk* w, const Config* c, int rows, int cols, const char* what,
                           int layer) {
-    Matrix m = {c->weight_type, rows, cols, c->group_size, NULL};
-    uint64_t count = (uint64_t)rows * (uint64_t)cols; /* < 2^31, checked by the caller */
-    if (c->weight_type == WEIGHT_F32) {
-        m.data = take(w, count * 4, what, layer);
-    } else if (c->weight_type == WEIGHT_BF16) {
-        m.data = take(w, count * 2, what, layer);
-    } else {
-        const int br = quant_block_rows(c->weight_type);
-        uint64_t blocks = ((uint64_t)rows + br - 1) / br;
-        m.data = take(w, blocks * quant_block_bytes(c->weight_type, cols, c->group_size), what, layer);
-    }
+    Matrix m = {c->weight_type, rows, cols, c->group_size, NULL}; /* rows * cols < 2^31, checked by the caller */
+    m.data = take(w, matrix_stored_bytes(&m), what, layer);
     return m;
 }
 
