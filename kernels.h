@@ -58,7 +58,6 @@ static inline size_t quant_block_bytes(WeightType type, int cols, int group_size
            (quant_bytes(type, (size_t)cols) + QUANT_SCALE_BYTES * (size_t)(cols / group_size));
 }
 
-/* q8: the G float16 scales of row r (half_to_float below). */
 /* The bytes of W as stored in the checkpoint (q8 / q4: whole row blocks, scales included, the last
  * block padded with zero rows). */
 static inline uint64_t matrix_stored_bytes(const Matrix* W) {
@@ -68,6 +67,7 @@ static inline uint64_t matrix_stored_bytes(const Matrix* W) {
     return ((uint64_t)W->rows + br - 1) / br * quant_block_bytes(W->type, W->cols, W->group_size);
 }
 
+/* q8: the G float16 scales of row r (half_to_float below). */
 static inline const uint16_t* quant_scales(const Matrix* W, int r) {
     const char* block = (const char*)W->data +
                         (size_t)(r / Q8_BLOCK_ROWS) * quant_block_bytes(W->type, W->cols, W->group_size);
