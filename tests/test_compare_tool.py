@@ -4,8 +4,10 @@ compiling), so a stand-in `lbench` prints llama-bench-style lines with known fig
 its arguments; the engine is the real ./run on the shipped model. Checked: each round runs lbench
 per thread count with the model, prompt, gen and reps asked for, then ./run's bench with the same;
 the table's ratio is this engine's median tok/s (read here from the logged JSON) / lbench's
-figure, per round; before each format tools/page_read.c streams the GGUF and the checkpoint and
-the table ends with their GB/s per round (as the log has them); --table reads a log again; a checkpoint the engine cannot read is exported
+figure, per round; before each format both files are dropped from the page cache (not with
+--keep-pages; the drop does empty a file's cache, by mincore()) and tools/page_read.c streams the
+GGUF and the checkpoint, and the table ends with their GB/s per round (as the log has them, marked
+when read back afresh); --table reads a log again; a checkpoint the engine cannot read is exported
 again; a missing lbench or an unknown format ends with a message and a non-zero exit. Speed is not asserted. Skips, with the reason, when ./run or
 models/tinystories.bin is missing. Standard library only."""
 import json
@@ -117,8 +119,13 @@ class CompareTool(unittest.TestCase):
                     pages.setdefault(r, []).append((os.path.basename(m[1]), float(m[2]), float(m[3])))
         self.assertEqual([[(name, mb) for name, mb, _ in pages[k]] for k in (1, 2)],
                          [[("qwen3-0.6b-q8_0.gguf", 1.0), ("qwen3-0.6b-q8.bin", round(os.path.getsize(MODEL) / 1e6, 1))]] * 2)
-        want = ", ".join(f"{pages[k][0][2]:.1f} / {pages[k][1][2]:.1f}" for k in (1, 2))
+        # by default both files are dropped from the page cache before each round's page read,
+        # and the table marks those rounds
+        with open(log) as f:
+            self.assertEqual(re.findall(r"^== round (\d+) q8 fresh", f.read(), re.M), ["1", "2"])
+        want = ", ".join(f"{pages[k][0][2]:.1f} / {pages[k][1][2]:.1f}*" for k in (1, 2))
         self.assertIn(f"\n  q8: {want}\n", p.stdout + "\n")
+        self.assertIn("(* both files dropped from the page cache and read back just before)", p.stdout)
 
         again = self.tool("--table", log, "--formats", "q8")
         self.assertEqual(again.returncode, 0, again.stderr)
@@ -142,6 +149,58 @@ class CompareTool(unittest.TestCase):
         tests = [c.strip() for line in p.stdout.splitlines() for c in line.strip("|").split("|")[2:3]
                  if line.startswith("| q8")]
         self.assertEqual(tests, ["pp8 @ d100", "tg4 @ d100"])
+
+    def test_keep_pages(self):
+        """--keep-pages: no drop, no mark; the page reads are still made and shown."""
+        log = os.path.join(self.dir, "log.txt")
+        p = self.tool("--lbench", self.lbench, "--dir", self.dir, "--formats", "q8", "--threads", "1",
+                      "--rounds", "1", "--prompt", "8", "--gen", "4", "--reps", "1", "--keep-pages", "--log", log)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        with open(log) as f:
+            text = f.read()
+        self.assertNotIn("fresh", text)
+        self.assertRegex(text, r"== round 1 q8 pages")
+        self.assertRegex(p.stdout, r"\n  q8: [\d.]+ / [\d.]+\n")
+        self.assertNotIn("*", p.stdout)
+
+    def test_drop_leaves_no_page_cached(self):
+        """The drop that fresh_pages makes (make_random_gguf.drop_from_page_cache) empties the file's
+        page cache: mincore() of a mapping of it, before and after. In build/, not a temporary
+        folder, which may be a tmpfs (whose pages cannot be dropped)."""
+        if not sys.platform.startswith("linux"):
+            self.skipTest("mincore() and posix_fadvise() as Linux has them")
+        import ctypes
+        import mmap
+        sys.path.insert(0, os.path.join(ROOT, "tools"))
+        from make_random_gguf import drop_from_page_cache
+        os.makedirs(os.path.join(ROOT, "build"), exist_ok=True)
+        fs = subprocess.run(["stat", "-f", "-c", "%T", os.path.join(ROOT, "build")], capture_output=True, text=True)
+        if fs.stdout.strip() in ("tmpfs", "ramfs"):
+            self.skipTest(f"build/ is on a {fs.stdout.strip()}, whose pages cannot be dropped")
+        path = os.path.join(ROOT, "build", f"drop_test_{os.getpid()}.tmp")
+        self.addCleanup(os.remove, path)
+        size = 64 * mmap.PAGESIZE
+        with open(path, "wb") as f:
+            f.write(bytes(range(256)) * (size // 256))
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+
+        def resident():
+            with open(path, "rb") as f:
+                m = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY)  # writable: from_buffer needs it
+                try:
+                    buf = ctypes.c_char.from_buffer(m)
+                    vec = ctypes.create_string_buffer(size // mmap.PAGESIZE)
+                    rc = libc.mincore(ctypes.addressof(buf), size, vec)
+                    del buf
+                finally:
+                    m.close()
+            self.assertEqual(rc, 0, os.strerror(ctypes.get_errno()))
+            return sum(b & 1 for b in vec.raw)
+
+        self.assertEqual(resident(), 64)  # just written: every page cached
+        drop_from_page_cache(path)
+        self.assertEqual(resident(), 0)
 
     def test_refusals(self):
         p = self.tool("--lbench", os.path.join(self.dir, "nothing"), "--dir", self.dir, "--formats", "q8")

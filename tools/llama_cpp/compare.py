@@ -9,8 +9,9 @@ machine").
     python3 tools/llama_cpp/compare.py --depth 2048 --engine-args="--kv-cache f16"
                                                    # both start with 2048 positions cached
 
-Per round and format: tools/page_read.c over the GGUF and the checkpoint (how fast each file's
-pages stream, one thread; printed under the table), llama.cpp's `lbench GGUF T PROMPT GEN REPS`
+Per round and format: both files dropped from the page cache and read back by tools/page_read.c
+(unless --keep-pages; see fresh_pages), which also prints how fast each file's pages stream (one
+thread; under the table), llama.cpp's `lbench GGUF T PROMPT GEN REPS`
 for each thread count T, then
 `./run MODEL -m bench --threads 1,2 ... --json`, one after the other, so both meet the machine of
 the same minutes; a shared machine changes speed from minute to minute, so the table keeps each
@@ -38,9 +39,10 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import bench_models  # noqa: E402  (the checkpoints, as `make bench` writes them)
+from make_random_gguf import drop_from_page_cache  # noqa: E402
 GGUF_TYPE = {"q8": "q8_0", "q4": "q4_0", "bf16": "bf16", "f32": "f32"}
 LBENCH_LINE = re.compile(r"^(pp|tg)(\d+)( @ d\d+)? (\d+) t:\s+([\d.]+) ±\s+([\d.]+)")
-MARK = re.compile(r"^== round (\d+) (\S+) (llama|engine|pages)")
+MARK = re.compile(r"^== round (\d+) (\S+) (llama|engine|pages|fresh)")
 PAGES_LINE = re.compile(r"^(\S+): [\d.]+ MB, ([\d.]+) GB/s")
 PAGE_READ = os.path.join(ROOT, "build", "page_read")
 
@@ -59,6 +61,18 @@ def page_read_tool():
         print(f"compare.py: note: cannot build {PAGE_READ} ({err}); no page reads in this run", file=sys.stderr)
         return None
     return PAGE_READ
+
+
+def fresh_pages(paths):
+    """Drops each file from the page cache, so that page_read, which runs next, reads it back
+    (mapped at a 2 MB boundary with MADV_HUGEPAGE: 2 MB folios) and both programs start the round
+    from pages of the same kind and age. Left alone, the two files' cached pages differ in ways
+    that move decode by more than the engines do: on the Intel VM (thirtieth session) the q4_0
+    GGUF, cached for hours, had 48.5% of its pages in 2 MB folios and streamed at 13.5 GB/s, 99.5%
+    and 15.7 after a drop and read back; this engine refills its own checkpoint when it finds it
+    in small pages (checkpoint_map.c), llama.cpp maps the GGUF as the cache holds it."""
+    for path in paths:
+        drop_from_page_cache(path)
 
 
 def fail(msg):
@@ -86,7 +100,11 @@ def measure(a, formats, threads, log):
         for r in range(1, a.rounds + 1):
             for f in formats:
                 ckpt, gguf = files[f]
-                # how fast each program's file streams from its own pages, just before both run
+                # both files read back afresh (fresh_pages), and how fast each program's file
+                # streams from its own pages, just before both run
+                if page_read and not a.keep_pages:
+                    fresh_pages([gguf, ckpt])
+                    out.write(f"== round {r} {f} fresh pages: both files dropped from the page cache\n")
                 runs = [("pages", [page_read, gguf, ckpt])] if page_read else []
                 runs += [(f"llama {t}", [a.lbench, gguf, str(t), str(a.prompt), str(a.gen), str(a.reps)]
                          + ([str(a.depth)] if a.depth else [])) for t in threads]
@@ -115,11 +133,14 @@ def measure(a, formats, threads, log):
 def read_log(path):
     """{(format, test, threads): {round: {"llama": tok/s, "engine": tok/s, "roof": % or None,
     "own": % or None}}}, and under the key ("pages", format) {round: (GGUF GB/s, checkpoint GB/s)}
-    from tools/page_read.c's lines."""
+    from tools/page_read.c's lines; under ("fresh", format) the rounds whose files were read back
+    afresh (fresh_pages)."""
     rows, cur = {}, None
     with open(path, encoding="utf-8") as f:
         for line in f:
             m = MARK.match(line)
+            if m and m[3] == "fresh":
+                rows.setdefault(("fresh", m[2]), set()).add(int(m[1]))
             if m:
                 cur = (int(m[1]), m[2], m[3])
                 continue
@@ -153,7 +174,8 @@ def table(rows, formats=None):
              "|---|---|---|---|---|---|---|---|"]
     lowest = {}
     pages = {k[1]: rows[k] for k in rows if k[0] == "pages"}
-    for key in sorted((k for k in rows if k[0] != "pages"),
+    fresh = {k[1]: rows[k] for k in rows if k[0] == "fresh"}
+    for key in sorted((k for k in rows if k[0] not in ("pages", "fresh")),
                       key=lambda k: (order.get(k[0], len(order)), k[0], k[2], k[1])):
         fmt, test, t = key
         rounds = [rows[key][r] for r in sorted(rows[key]) if {"llama", "engine"} <= set(rows[key][r])]
@@ -172,7 +194,8 @@ def table(rows, formats=None):
     for kind, name in (("pp", "prefill"), ("tg", "decode")):
         if kind in lowest:
             lines.append(f"lowest {name} ratio (this engine / llama.cpp): {lowest[kind]:.2f}")
-    cells = {f: [f"{v[0]:.1f} / {v[1]:.1f}" for r, v in sorted(pages[f].items()) if len(v) == 2] for f in pages}
+    cells = {f: [f"{v[0]:.1f} / {v[1]:.1f}" + ("*" if r in fresh.get(f, ()) else "")
+                 for r, v in sorted(pages[f].items()) if len(v) == 2] for f in pages}
     shown = [f for f in sorted(pages, key=lambda f: order.get(f, len(order)))
              if cells[f] and (formats is None or f in formats)]
     if shown:
@@ -182,6 +205,8 @@ def table(rows, formats=None):
                      "this engine's checkpoint):")
         for f in shown:
             lines.append(f"  {f}: " + ", ".join(cells[f]))
+        if any(c.endswith("*") for f in shown for c in cells[f]):
+            lines.append("  (* both files dropped from the page cache and read back just before)")
     return "\n".join(lines)
 
 
@@ -204,6 +229,9 @@ def main():
     ap.add_argument("--engine-args", default="",
                     help="more options for this engine's bench, e.g. --engine-args='--kv-cache f16' "
                          "(llama.cpp's cache is f16 by default)")
+    ap.add_argument("--keep-pages", action="store_true",
+                    help="leave both files' page cache as it is (default: drop both before each format "
+                         "in each round and read them back, so both programs start from fresh pages)")
     ap.add_argument("--log", help="the raw output; default DIR/compare.log")
     ap.add_argument("--table", metavar="LOG", help="only print the table of an earlier run's log")
     a = ap.parse_args()
