@@ -49,7 +49,7 @@ PAGE_READ = os.path.join(ROOT, "build", "page_read")
 
 def page_read_tool():
     """tools/page_read.c built into build/page_read (each run, it is small); None, with a note,
-    where no C compiler builds it: the rounds then have no page reads."""
+    where no C compiler builds it: the rounds then have no page reads and no fresh_pages."""
     cmd = [os.environ.get("CC", "cc"), "-std=gnu11", "-O2", "-march=native", "-o", PAGE_READ,
            os.path.join(ROOT, "tools", "page_read.c")]
     try:
@@ -58,7 +58,8 @@ def page_read_tool():
     except OSError as e:
         err = str(e)
     if err is not None:
-        print(f"compare.py: note: cannot build {PAGE_READ} ({err}); no page reads in this run", file=sys.stderr)
+        print(f"compare.py: note: cannot build {PAGE_READ} ({err}); no page reads in this run "
+              "(and no drop of the files' pages, which page_read would read back)", file=sys.stderr)
         return None
     return PAGE_READ
 
