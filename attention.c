@@ -95,10 +95,12 @@ void float_to_half_row(uint16_t* out, const float* x, int n) {
     float_to_half_row_scalar(out + i, x + i, n - i);
 }
 
-void softmax(float* x, int n) {
-    if (n <= 0) return;
+/* x[i] = exp(x[i] - m), where m = max(*max, every x[i]), which is stored back in *max; returns the
+ * sum of the exponentials. softmax's first two steps, and decode attention's per chunk of positions
+ * (attend_queries). */
+AI float exp_shifted(float* x, int n, float* max) {
     int i = 0;
-    __m256 vm = _mm256_set1_ps(x[0]);
+    __m256 vm = _mm256_set1_ps(*max);
     for (; i + 8 <= n; i += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(x + i));
     __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vm), _mm256_extractf128_ps(vm, 1));
     m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
@@ -118,9 +120,17 @@ void softmax(float* x, int n) {
         x[i] = expf(x[i] - m);
         sum += x[i];
     }
-    float inv = 1.0f / sum;
+    *max = m;
+    return sum;
+}
+
+void softmax(float* x, int n) {
+    if (n <= 0) return;
+    float m = -INFINITY;
+    const float inv = 1.0f / exp_shifted(x, n, &m);
+    int i = 0;
     __m256 vi = _mm256_set1_ps(inv);
-    for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vi));
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vi));
     for (; i < n; i++) x[i] *= inv;
 }
 
@@ -444,10 +454,10 @@ void float_to_half_row(uint16_t* out, const float* x, int n) {
     float_to_half_row_scalar(out + i, x + i, n - i);
 }
 
-void softmax(float* x, int n) {
-    if (n <= 0) return;
+/* As the AVX2 exp_shifted. */
+AI float exp_shifted(float* x, int n, float* max) {
     int i = 0;
-    float32x4_t vm = vdupq_n_f32(x[0]);
+    float32x4_t vm = vdupq_n_f32(*max);
     for (; i + 4 <= n; i += 4) vm = vmaxq_f32(vm, vld1q_f32(x + i));
     float m = vmaxvq_f32(vm);
     for (; i < n; i++)
@@ -463,8 +473,16 @@ void softmax(float* x, int n) {
         x[i] = expf(x[i] - m);
         sum += x[i];
     }
-    float inv = 1.0f / sum;
-    for (i = 0; i + 4 <= n; i += 4) vst1q_f32(x + i, vmulq_n_f32(vld1q_f32(x + i), inv));
+    *max = m;
+    return sum;
+}
+
+void softmax(float* x, int n) {
+    if (n <= 0) return;
+    float m = -INFINITY;
+    const float inv = 1.0f / exp_shifted(x, n, &m);
+    int i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(x + i, vmulq_n_f32(vld1q_f32(x + i), inv));
     for (; i < n; i++) x[i] *= inv;
 }
 
@@ -586,28 +604,70 @@ int attention_simd(int head_dim, int f16) {
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
 
 /* The kernels above read rows at a fixed stride, and the cache keeps its positions in blocks
- * (KVRows), so the loops below call them block by block: this one is positions [b0, b0 + its
- * length) of n, at *off in the cache. */
-static inline int kv_block(const KVRows* kv, int b0, int n, size_t* off) {
-    *off = (size_t)(b0 / kv->block_len) * kv->block_stride;
-    return n - b0 < kv->block_len ? n - b0 : kv->block_len;
+ * (KVRows), so the loops below call them a run of rows at a time: this one is positions [p, p + its
+ * length) of those before end, up to the end of p's block, at *off in the cache. */
+static inline int kv_block(const KVRows* kv, int p, int end, size_t* off) {
+    *off = (size_t)(p / kv->block_len) * kv->block_stride + (size_t)(p % kv->block_len) * kv->stride;
+    const int block_end = (p / kv->block_len + 1) * kv->block_len;
+    return (end < block_end ? end : block_end) - p;
 }
 
-/* Scores, softmax and weighted sum of NQ (1 or 2, a constant) queries; with prefetch, the scores
- * bring the values into cache as they go (see scores). */
+/* Decode attention reads the positions in chunks of this many, each chunk's values while they are
+ * still in cache from its scores (attend_queries). */
+#ifndef ATTENTION_DECODE_CHUNK
+#define ATTENTION_DECODE_CHUNK 128
+#endif
+
+/* x[0 .. n) *= s. */
+static inline void scale_row(float* x, int n, float s) {
+    for (int i = 0; i < n; i++) x[i] *= s;
+}
+
+/* Scores, softmax and weighted sum of NQ (1 or 2, a constant) queries, in one pass over the cache:
+ * per chunk of ATTENTION_DECODE_CHUNK positions the scores (which, with prefetch, bring the chunk's
+ * values into cache as they go, see scores), their exponentials against each query's running
+ * maximum, and the chunk's weighted sum, which then finds the values in cache. Where a chunk raises
+ * a query's maximum from m to m', what the chunks before summed (output and total weight) is
+ * scaled by exp(m - m') first; one division by the total weight ends it. The softmax of Milakov
+ * and Gimelshein's "Online normalizer calculation for softmax" (2018), per chunk rather than per
+ * position. The chunks run in the same order whatever the cache's blocks, and each chunk through
+ * its blocks in order, so the result does not depend on the block length (the tests compare a
+ * blocked cache with one array bit for bit). Against the two passes before (every position's
+ * scores, a softmax, then the weighted sum, whose values had partly left the cache again), the
+ * 0.6B shape on the Intel VM, x86-64-v3, one thread, tools/attention_probe.c, ms per token at 256 /
+ * 1,024 / 4,096 positions: fp32 cache 4.50-4.67 / 20.9-21.6 / 104.8-105.4 -> 4.61-4.79 / 19.1-19.2 /
+ * 76.5-77.7, fp16 2.55-2.75 / 12.0-12.4 / 61.1-61.2 -> 2.63-2.65 / 11.2 / 46.4-46.9; decode of q4
+ * at depth 2,048, one / two threads, 13.0-13.6 / 25.1-25.5 -> 15.0-15.3 / 27.8-28.1 tok/s. Chunks
+ * of 64 and 256 positions were level with 128 (docs/notes-kernels.md, "Thirtieth session"). On the
+ * Zen 4 VM of the twenty-first session the same scheme (chunks of 32 to 128) was level at best, and
+ * two passes stayed; this code was not timed there. */
 AI void attend_queries(float* out, const float* q, int NQ, const KVRows* kv, int n_pos, int d, float scale,
                        float* att, int prefetch, int F16) {
+    float max[2] = {-INFINITY, -INFINITY}, total[2] = {0.0f, 0.0f};
     size_t off;
-    for (int b0 = 0; b0 < n_pos; b0 += kv->block_len) {
-        const int nb = kv_block(kv, b0, n_pos, &off);
-        scores(att + b0, n_pos, q, NQ, kv_at(kv->keys, off, F16), prefetch ? kv_at(kv->values, off, F16) : NULL,
-               kv->stride, nb, d, scale, F16);
+    for (int c0 = 0; c0 < n_pos; c0 += ATTENTION_DECODE_CHUNK) {
+        const int c1 = n_pos - c0 < ATTENTION_DECODE_CHUNK ? n_pos : c0 + ATTENTION_DECODE_CHUNK;
+        for (int p = c0, n; p < c1; p += n) {
+            n = kv_block(kv, p, c1, &off);
+            scores(att + p, n_pos, q, NQ, kv_at(kv->keys, off, F16), prefetch ? kv_at(kv->values, off, F16) : NULL,
+                   kv->stride, n, d, scale, F16);
+        }
+        for (int j = 0; j < NQ; j++) {
+            const float before = max[j];
+            const float sum = exp_shifted(att + (size_t)j * n_pos + c0, c1 - c0, &max[j]);
+            if (c0 > 0 && max[j] > before) {
+                const float r = expf(before - max[j]);
+                total[j] *= r;
+                scale_row(out + (size_t)j * d, d, r);
+            }
+            total[j] += sum;
+        }
+        for (int p = c0, n; p < c1; p += n) {
+            n = kv_block(kv, p, c1, &off);
+            weighted_sum(out, att + p, n_pos, NQ, kv_at(kv->values, off, F16), kv->stride, n, d, p > 0, F16);
+        }
     }
-    for (int j = 0; j < NQ; j++) softmax(att + (size_t)j * n_pos, n_pos);
-    for (int b0 = 0; b0 < n_pos; b0 += kv->block_len) {
-        const int nb = kv_block(kv, b0, n_pos, &off);
-        weighted_sum(out, att + b0, n_pos, NQ, kv_at(kv->values, off, F16), kv->stride, nb, d, b0 > 0, F16);
-    }
+    for (int j = 0; j < NQ; j++) scale_row(out + (size_t)j * d, d, 1.0f / total[j]);
 }
 
 /* Pairs, then a last single query (NQ a constant in each call, so the accumulators stay in
