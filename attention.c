@@ -124,14 +124,12 @@ AI float exp_shifted(float* x, int n, float* max) {
     return sum;
 }
 
-void softmax(float* x, int n) {
-    if (n <= 0) return;
-    float m = -INFINITY;
-    const float inv = 1.0f / exp_shifted(x, n, &m);
+/* x[0 .. n) *= s (softmax's last step; gcc 12 -O2 leaves the plain loop scalar). */
+AI void scale_row(float* x, int n, float s) {
     int i = 0;
-    __m256 vi = _mm256_set1_ps(inv);
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vi));
-    for (; i < n; i++) x[i] *= inv;
+    const __m256 vs = _mm256_set1_ps(s);
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vs));
+    for (; i < n; i++) x[i] *= s;
 }
 
 #define DIM_STEP 16 /* head_dim a multiple of this takes the SIMD path */
@@ -477,13 +475,11 @@ AI float exp_shifted(float* x, int n, float* max) {
     return sum;
 }
 
-void softmax(float* x, int n) {
-    if (n <= 0) return;
-    float m = -INFINITY;
-    const float inv = 1.0f / exp_shifted(x, n, &m);
+/* As the AVX2 scale_row. */
+AI void scale_row(float* x, int n, float s) {
     int i = 0;
-    for (; i + 4 <= n; i += 4) vst1q_f32(x + i, vmulq_n_f32(vld1q_f32(x + i), inv));
-    for (; i < n; i++) x[i] *= inv;
+    for (; i + 4 <= n; i += 4) vst1q_f32(x + i, vmulq_n_f32(vld1q_f32(x + i), s));
+    for (; i < n; i++) x[i] *= s;
 }
 
 #define DIM_STEP 16
@@ -618,9 +614,11 @@ static inline int kv_block(const KVRows* kv, int p, int end, size_t* off) {
 #define ATTENTION_DECODE_CHUNK 128
 #endif
 
-/* x[0 .. n) *= s. */
-static inline void scale_row(float* x, int n, float s) {
-    for (int i = 0; i < n; i++) x[i] *= s;
+/* softmax_scalar's steps on SIMD vectors (exp_shifted, scale_row). */
+void softmax(float* x, int n) {
+    if (n <= 0) return;
+    float m = -INFINITY;
+    scale_row(x, n, 1.0f / exp_shifted(x, n, &m));
 }
 
 /* Scores, softmax and weighted sum of NQ (1 or 2, a constant) queries, in one pass over the cache:
