@@ -1,4 +1,4 @@
-/* activation.c: SwiGLU's gate, gate[i] = silu(gate[i]) * up[i] (QWEN3.md 2.2 step 11). */
+/* activation.c: SwiGLU's gate, gate[i] = silu(gate[i]) * up[i] (QWEN3.md 2.2 step 2.11). */
 #include <math.h>
 
 #include "kernels.h"

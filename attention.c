@@ -1,12 +1,12 @@
 /* attention.c: softmax and the attention of the query heads of one GQA group over their kv head's
- * cached keys and values (QWEN3.md 2.2 step 7, 2.5). */
+ * cached keys and values (QWEN3.md 2.2 step 2.7, 2.5). */
 #include <math.h>
 #include <stddef.h>
 
 #include "kernels.h"
 #include "simd_math.h"
 
-#define AI static inline __attribute__((always_inline))
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
 
 void softmax_scalar(float* x, int n) {
     if (n <= 0) return;
@@ -23,15 +23,15 @@ void softmax_scalar(float* x, int n) {
 }
 
 /* Element i of a cache array as fp32: a float, or a half widened exactly (KVRows.f16). */
-AI float kv_elem(const void* base, size_t i, int f16) {
+ALWAYS_INLINE float kv_elem(const void* base, size_t i, int f16) {
     return f16 ? half_to_float(((const uint16_t*)base)[i]) : ((const float*)base)[i];
 }
 
 /* The reference, with the element type f16 a constant in each inlined copy (a test per element
  * made the fp32 reference, which models whose head_dim the SIMD kernels do not take run on,
  * measurably slower). */
-AI void attention_group_ref(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int head_dim,
-                            float scale, float* att, int f16) {
+ALWAYS_INLINE void attention_group_ref(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int head_dim,
+                                       float scale, float* att, int f16) {
     for (int j = 0; j < n_q; j++) {
         const float* qj = q + (size_t)j * head_dim;
         float* oj = out + (size_t)j * head_dim;
@@ -65,9 +65,9 @@ void float_to_half_row_scalar(uint16_t* out, const float* x, int n) {
 }
 
 /* The cache arrays hold fp32 or halves (KVRows.f16); the SIMD kernels below take that as F16, a
- * constant in each inlined copy, so the fp32 copies are the code they were. kv_at: element i's
- * address. */
-AI const void* kv_at(const void* base, size_t i, int F16) { return (const char*)base + i * (F16 ? 2 : 4); }
+ * constant in each inlined copy, so the fp32 copies compile to the code a kernel written for fp32
+ * alone would be (no run-time test of the element type in the loops). kv_at: element i's address. */
+ALWAYS_INLINE const void* kv_at(const void* base, size_t i, int F16) { return (const char*)base + i * (F16 ? 2 : 4); }
 
 /* The SIMD twins take the group's queries two at a time: every key and value vector is loaded once
  * for both (2 query heads per kv head in Qwen3-0.6B). On its own that was not measurably faster;
@@ -78,7 +78,7 @@ AI const void* kv_at(const void* base, size_t i, int F16) { return (const char*)
 /* 8 elements of a cache row from element i on, as fp32 (halves widened by F16C's vcvtph2ps).
  * Without F16C the F16 copies are never called (attention_group and attention_rows take the
  * scalar reference for an fp16 cache then). */
-AI __m256 kv_load8(const void* row, size_t i, int F16) {
+ALWAYS_INLINE __m256 kv_load8(const void* row, size_t i, int F16) {
 #if defined(KERNELS_KV_F16)
     if (F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)((const uint16_t*)row + i)));
 #endif
@@ -98,7 +98,7 @@ void float_to_half_row(uint16_t* out, const float* x, int n) {
 /* x[i] = exp(x[i] - m), where m = max(*max, every x[i]), which is stored back in *max; returns the
  * sum of the exponentials. softmax's first two steps, and decode attention's per chunk of positions
  * (attend_queries). */
-AI float exp_shifted(float* x, int n, float* max) {
+ALWAYS_INLINE float exp_shifted(float* x, int n, float* max) {
     int i = 0;
     __m256 vm = _mm256_set1_ps(*max);
     for (; i + 8 <= n; i += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(x + i));
@@ -125,7 +125,7 @@ AI float exp_shifted(float* x, int n, float* max) {
 }
 
 /* x[0 .. n) *= s (softmax's last step; gcc 12 -O2 leaves the plain loop scalar). */
-AI void scale_row(float* x, int n, float s) {
+ALWAYS_INLINE void scale_row(float* x, int n, float s) {
     int i = 0;
     const __m256 vs = _mm256_set1_ps(s);
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vs));
@@ -135,7 +135,7 @@ AI void scale_row(float* x, int n, float s) {
 #define DIM_STEP 16 /* head_dim a multiple of this takes the SIMD path */
 
 /* a[j][u] += q_j * k over the 8 dimensions from i + 8u on, for u < NU (4, or 2 for a last 16). */
-AI void scores_step(__m256 a[2][4], const float* q, int NQ, const void* k, int d, int i, int NU, int F16) {
+ALWAYS_INLINE void scores_step(__m256 a[2][4], const float* q, int NQ, const void* k, int d, int i, int NU, int F16) {
 #pragma GCC unroll 4
     for (int u = 0; u < NU; u++) {
         __m256 kv = kv_load8(k, i + 8 * u, F16);
@@ -147,7 +147,7 @@ AI void scores_step(__m256 a[2][4], const float* q, int NQ, const void* k, int d
 
 /* att[j][t] = (q_j . k_t) * scale for NQ (1 or 2) queries; head_dim a multiple of 16: four
  * accumulators per query over each 32 dimensions, the first two over a last 16 (head_dim 48 of the
- * shipped model, 2 x 16 + 16). With prefetch_values set, value row t is prefetched while key row t is
+ * shipped model: 32 + 16). With prefetch_values set, value row t is prefetched while key row t is
  * read, so the values stream in beside the keys and the weighted sum finds them in cache
  * (decode, 28 layers x 8 kv heads of 2 queries, head_dim 128, 1 thread: 1.89 -> 1.31 ms per
  * token at 128 positions, 9.9 -> 7.0 at 512; docs/notes-kernels.md, "Sixth session"). An fp16
@@ -155,8 +155,8 @@ AI void scores_step(__m256 a[2][4], const float* q, int NQ, const void* k, int d
  * 1024 / 4096 positions 0.57-0.74 / 1.73-1.97 / 7.1-8.8 / 25.2-25.9 ms with T0, 0.52-0.57 /
  * 1.37-1.55 / 5.8-6.0 / 21.7-22.1 with T1; for fp32 values T1 was level or slower ("Twentieth
  * session"). */
-AI void scores(float* att, int att_stride, const float* q, int NQ, const void* keys, const void* prefetch_values,
-               int stride, int n, int d, float scale, int F16) {
+ALWAYS_INLINE void scores(float* att, int att_stride, const float* q, int NQ, const void* keys,
+                          const void* prefetch_values, int stride, int n, int d, float scale, int F16) {
     for (int t = 0; t < n; t++) {
         const void* k = kv_at(keys, (size_t)t * stride, F16);
         const char* v = prefetch_values ? kv_at(prefetch_values, (size_t)t * stride, F16) : NULL;
@@ -183,7 +183,7 @@ AI void scores(float* att, int att_stride, const float* q, int NQ, const void* k
 
 #if defined(KERNELS_AVX512)
 /* 16 elements of a cache row from element i on, as fp32 (kv_load8's 512-bit twin). */
-AI __m512 kv_load16(const void* row, size_t i, int F16) {
+ALWAYS_INLINE __m512 kv_load16(const void* row, size_t i, int F16) {
 #if defined(KERNELS_KV_F16)
     if (F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)((const uint16_t*)row + i)));
 #endif
@@ -194,8 +194,8 @@ AI __m512 kv_load16(const void* row, size_t i, int F16) {
  * 32 vector registers, 2 queries x 128 sums (16 zmm) stay in registers beside a row's 8 value
  * vectors, so each row is read once, not once per 32 dimensions. Each sum runs over t in the same
  * order as in the 32-wide passes, so the result is the same bits. */
-AI void weighted_sum_128(float* out, const float* att, int att_stride, int NQ, const void* values, int stride,
-                         int n, int d, int i, int add, int F16) {
+ALWAYS_INLINE void weighted_sum_128(float* out, const float* att, int att_stride, int NQ, const void* values,
+                                    int stride, int n, int d, int i, int add, int F16) {
     __m512 o[2][8];
 #pragma GCC unroll 2
     for (int j = 0; j < NQ; j++)
@@ -223,8 +223,8 @@ AI void weighted_sum_128(float* out, const float* att, int att_stride, int NQ, c
 
 /* weighted_sum's 8 * NU outputs per query from dimension i on (NU 4, or 2 for a head_dim's last
  * 16), in registers for one pass over the value rows. */
-AI void weighted_sum_pass(float* out, const float* att, int att_stride, int NQ, const void* values, int stride,
-                          int n, int d, int i, int add, int NU, int F16) {
+ALWAYS_INLINE void weighted_sum_pass(float* out, const float* att, int att_stride, int NQ, const void* values,
+                                     int stride, int n, int d, int i, int add, int NU, int F16) {
     __m256 o[2][4];
 #pragma GCC unroll 2
     for (int j = 0; j < NQ; j++)
@@ -253,8 +253,8 @@ AI void weighted_sum_pass(float* out, const float* att, int att_stride, int NQ, 
  * in registers per pass (128 in one pass with AVX-512, 16 in a last pass where head_dim % 32 is
  * 16); with add, the sums continue from what out holds (the blocks of the cache after the first:
  * the additions run in the same order as over one array). */
-AI void weighted_sum(float* out, const float* att, int att_stride, int NQ, const void* values, int stride, int n,
-                     int d, int add, int F16) {
+ALWAYS_INLINE void weighted_sum(float* out, const float* att, int att_stride, int NQ, const void* values, int stride,
+                                int n, int d, int add, int F16) {
     int i = 0;
 #if defined(KERNELS_AVX512)
     for (; i + 128 <= d; i += 128) weighted_sum_128(out, att, att_stride, NQ, values, stride, n, d, i, add, F16);
@@ -268,7 +268,7 @@ AI void weighted_sum(float* out, const float* att, int att_stride, int NQ, const
  * pairwise adds of shuffled vectors (45 instructions where 16 separate horizontal sums take ~130);
  * every add joins lanes of one source vector, so each lane's sum runs in the same order whatever
  * the other 15 vectors hold. */
-AI __m512 hsum16x16(const __m512 a[16]) {
+ALWAYS_INLINE __m512 hsum16x16(const __m512 a[16]) {
     __m512 b[8], c[4];
     for (int k = 0; k < 8; k++) /* per 128-bit lane: (x0+x2, y0+y2, x1+x3, y1+y3) of x = a[2k], y = a[2k+1] */
         b[k] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * k], a[2 * k + 1]), _mm512_unpackhi_ps(a[2 * k], a[2 * k + 1]));
@@ -286,8 +286,8 @@ AI __m512 hsum16x16(const __m512 a[16]) {
  * 256-bit tile of 4 x 3 below, twice the products per instruction and a third of the horizontal
  * work per pair. S[j * s_stride + t] = (q_j . k_t) * scale, the sum for a (query, key) pair in the
  * same order whatever the other queries and keys of the tile. */
-AI void score_tile(float* S, size_t s_stride, const float* const* qp, int NQ, const void* k, int stride, int NT,
-                   int d, float scale, int F16) {
+ALWAYS_INLINE void score_tile(float* S, size_t s_stride, const float* const* qp, int NQ, const void* k, int stride,
+                              int NT, int d, float scale, int F16) {
     __m512 a[16];
 #pragma GCC unroll 16
     for (int u = 0; u < 16; u++) a[u] = _mm512_setzero_ps();
@@ -318,8 +318,8 @@ AI void score_tile(float* S, size_t s_stride, const float* const* qp, int NQ, co
 /* out_j (+)= sum_{t < n} P[j * p_stride + t] v_t for NQ (<= 4) queries, 16 * NU (NU <= 4) outputs
  * per query in registers per pass: per position NU loads of v and NQ broadcasts for NU * NQ FMAs.
  * add: as in weighted_sum. */
-AI void weighted_sum_tile_pass(float* const* op, const float* P, size_t p_stride, int NQ, const void* values,
-                               int stride, int n, int i, int add, int NU, int F16) {
+ALWAYS_INLINE void weighted_sum_tile_pass(float* const* op, const float* P, size_t p_stride, int NQ, const void* values,
+                                          int stride, int n, int i, int add, int NU, int F16) {
     __m512 o[4][4];
 #pragma GCC unroll 4
     for (int j = 0; j < 4; j++)
@@ -351,8 +351,8 @@ AI void weighted_sum_tile_pass(float* const* op, const float* P, size_t p_stride
 
 /* out_j (+)= sum_{t < n} P[j * p_stride + t] v_t: passes of 64 outputs per query, then one of the
  * 48, 32 or 16 left (head_dim a multiple of 16). */
-AI void weighted_sum_tile(float* const* op, const float* P, size_t p_stride, int NQ, const void* values, int stride,
-                          int n, int d, int add, int F16) {
+ALWAYS_INLINE void weighted_sum_tile(float* const* op, const float* P, size_t p_stride, int NQ, const void* values,
+                                     int stride, int n, int d, int add, int F16) {
     int i = 0;
     for (; i + 64 <= d; i += 64) weighted_sum_tile_pass(op, P, p_stride, NQ, values, stride, n, i, add, 4, F16);
     if (i + 48 == d) weighted_sum_tile_pass(op, P, p_stride, NQ, values, stride, n, i, add, 3, F16);
@@ -364,8 +364,8 @@ AI void weighted_sum_tile(float* const* op, const float* P, size_t p_stride, int
  * pair: per 8 dimensions NQ + NT loads for NQ * NT FMAs, where scores above do NQ + 1 loads for
  * NQ FMAs and a horizontal sum per key. S[j * s_stride + t] = (q_j . k_t) * scale. The sum for a
  * (query, key) pair runs in the same order whatever the other queries and keys of the tile. */
-AI void score_tile(float* S, size_t s_stride, const float* const* qp, int NQ, const void* k, int stride, int NT,
-                   int d, float scale, int F16) {
+ALWAYS_INLINE void score_tile(float* S, size_t s_stride, const float* const* qp, int NQ, const void* k, int stride,
+                              int NT, int d, float scale, int F16) {
     __m256 a[4][3];
 #pragma GCC unroll 4
     for (int j = 0; j < 4; j++)
@@ -404,8 +404,8 @@ AI void score_tile(float* S, size_t s_stride, const float* const* qp, int NQ, co
 /* out_j (+)= sum_{t < n} P[j * p_stride + t] v_t for NQ (<= 4) queries, 16 outputs per query in
  * registers per pass: per position 2 loads of v and NQ broadcasts for 2 NQ FMAs. add: as in
  * weighted_sum. */
-AI void weighted_sum_tile(float* const* op, const float* P, size_t p_stride, int NQ, const void* values, int stride,
-                          int n, int d, int add, int F16) {
+ALWAYS_INLINE void weighted_sum_tile(float* const* op, const float* P, size_t p_stride, int NQ, const void* values,
+                                     int stride, int n, int d, int add, int F16) {
     for (int i = 0; i < d; i += 16) {
         __m256 o[4][2];
 #pragma GCC unroll 4
@@ -441,7 +441,7 @@ AI void weighted_sum_tile(float* const* op, const float* P, size_t p_stride, int
 
 #elif defined(KERNELS_NEON)
 /* 4 elements of a cache row from element i on, as fp32 (halves widened by fcvtl). */
-AI float32x4_t kv_load4(const void* row, size_t i, int F16) {
+ALWAYS_INLINE float32x4_t kv_load4(const void* row, size_t i, int F16) {
     if (F16) return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t*)row + i)));
     return vld1q_f32((const float*)row + i);
 }
@@ -453,7 +453,7 @@ void float_to_half_row(uint16_t* out, const float* x, int n) {
 }
 
 /* As the AVX2 exp_shifted. */
-AI float exp_shifted(float* x, int n, float* max) {
+ALWAYS_INLINE float exp_shifted(float* x, int n, float* max) {
     int i = 0;
     float32x4_t vm = vdupq_n_f32(*max);
     for (; i + 4 <= n; i += 4) vm = vmaxq_f32(vm, vld1q_f32(x + i));
@@ -476,7 +476,7 @@ AI float exp_shifted(float* x, int n, float* max) {
 }
 
 /* As the AVX2 scale_row. */
-AI void scale_row(float* x, int n, float s) {
+ALWAYS_INLINE void scale_row(float* x, int n, float s) {
     int i = 0;
     for (; i + 4 <= n; i += 4) vst1q_f32(x + i, vmulq_n_f32(vld1q_f32(x + i), s));
     for (; i < n; i++) x[i] *= s;
@@ -486,8 +486,8 @@ AI void scale_row(float* x, int n, float s) {
 
 /* As the AVX2 scores, 16 dimensions per step (four 4-lane accumulators per query); the value
  * prefetch is kept for the same reason, unmeasured on arm64. */
-AI void scores(float* att, int att_stride, const float* q, int NQ, const void* keys, const void* prefetch_values,
-               int stride, int n, int d, float scale, int F16) {
+ALWAYS_INLINE void scores(float* att, int att_stride, const float* q, int NQ, const void* keys,
+                          const void* prefetch_values, int stride, int n, int d, float scale, int F16) {
     for (int t = 0; t < n; t++) {
         const void* k = kv_at(keys, (size_t)t * stride, F16);
         const char* v = prefetch_values ? kv_at(prefetch_values, (size_t)t * stride, F16) : NULL;
@@ -508,8 +508,8 @@ AI void scores(float* att, int att_stride, const float* q, int NQ, const void* k
 }
 
 /* As the AVX2 weighted_sum, 16 outputs per query per pass. */
-AI void weighted_sum(float* out, const float* att, int att_stride, int NQ, const void* values, int stride, int n,
-                     int d, int add, int F16) {
+ALWAYS_INLINE void weighted_sum(float* out, const float* att, int att_stride, int NQ, const void* values, int stride,
+                                int n, int d, int add, int F16) {
     for (int i = 0; i < d; i += 16) {
         float32x4_t o[2][4];
         for (int j = 0; j < NQ; j++)
@@ -529,8 +529,8 @@ AI void weighted_sum(float* out, const float* att, int att_stride, int NQ, const
 }
 
 /* As the AVX2 score_tile, 4 dimensions per step. */
-AI void score_tile(float* S, size_t s_stride, const float* const* qp, int NQ, const void* k, int stride, int NT,
-                   int d, float scale, int F16) {
+ALWAYS_INLINE void score_tile(float* S, size_t s_stride, const float* const* qp, int NQ, const void* k, int stride,
+                              int NT, int d, float scale, int F16) {
     float32x4_t a[4][3];
     for (int j = 0; j < 4; j++)
         for (int t = 0; t < 3; t++) a[j][t] = vdupq_n_f32(0.0f);
@@ -556,8 +556,8 @@ AI void score_tile(float* S, size_t s_stride, const float* const* qp, int NQ, co
 #define SCORE_TILE_KEYS 3
 
 /* As the AVX2 weighted_sum_tile, 16 outputs per query per pass. */
-AI void weighted_sum_tile(float* const* op, const float* P, size_t p_stride, int NQ, const void* values, int stride,
-                          int n, int d, int add, int F16) {
+ALWAYS_INLINE void weighted_sum_tile(float* const* op, const float* P, size_t p_stride, int NQ, const void* values,
+                                     int stride, int n, int d, int add, int F16) {
     for (int i = 0; i < d; i += 16) {
         float32x4_t o[4][4];
         for (int j = 0; j < 4; j++)
@@ -639,8 +639,8 @@ void softmax(float* x, int n) {
  * of 64 and 256 positions were level with 128 (docs/notes-kernels.md, "Thirtieth session"). On the
  * Zen 4 VM of the twenty-first session the same scheme (chunks of 32 to 128) was level at best, and
  * two passes stayed; this code was not timed there. */
-AI void attend_queries(float* out, const float* q, int NQ, const KVRows* kv, int n_pos, int d, float scale,
-                       float* att, int prefetch, int F16) {
+ALWAYS_INLINE void attend_queries(float* out, const float* q, int NQ, const KVRows* kv, int n_pos, int d, float scale,
+                                  float* att, int prefetch, int F16) {
     float max[2] = {-INFINITY, -INFINITY}, total[2] = {0.0f, 0.0f};
     size_t off;
     for (int c0 = 0; c0 < n_pos; c0 += ATTENTION_DECODE_CHUNK) {
@@ -670,8 +670,8 @@ AI void attend_queries(float* out, const float* q, int NQ, const KVRows* kv, int
 
 /* Pairs, then a last single query (NQ a constant in each call, so the accumulators stay in
  * registers); the first pair prefetches the values. */
-AI void attend_group(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int d, float scale,
-                     float* att, int F16) {
+ALWAYS_INLINE void attend_group(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int d, float scale,
+                                float* att, int F16) {
     int j = 0;
     for (; j + 2 <= n_q; j += 2)
         attend_queries(out + (size_t)j * d, q + (size_t)j * d, 2, kv, n_pos, d, scale, att + (size_t)j * n_pos,
@@ -733,8 +733,8 @@ typedef struct {
 /* The tile's scores against keys [c0, c1) of the block that starts at position b0 (its keys at
  * keys); NQ is the tile's, a constant where it is ATTENTION_QUERY_TILE, so the tile's branches
  * fold away. */
-AI void score_chunk(const QueryTile* tl, int n_all, const void* keys, int b0, int c0, int c1, int stride, int d,
-                    float scale, int NQ, int F16) {
+ALWAYS_INLINE void score_chunk(const QueryTile* tl, int n_all, const void* keys, int b0, int c0, int c1, int stride,
+                               int d, float scale, int NQ, int F16) {
     int t = c0;
     for (; t + SCORE_TILE_KEYS <= c1; t += SCORE_TILE_KEYS)
         score_tile(tl->S + t, n_all, tl->qp, NQ, kv_at(keys, (size_t)(t - b0) * stride, F16), stride,
@@ -744,8 +744,8 @@ AI void score_chunk(const QueryTile* tl, int n_all, const void* keys, int b0, in
                    F16);
 }
 
-AI void attend_query_tiles(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const KVRows* kv,
-                           int first_n_pos, int d, float scale, float* att, int F16) {
+ALWAYS_INLINE void attend_query_tiles(float* out, const float* q, size_t row_stride, int n_q, int n_rows,
+                                      const KVRows* kv, int first_n_pos, int d, float scale, float* att, int F16) {
     enum { T = ATTENTION_QUERY_TILE };
     const int n = n_rows * n_q, n_all = first_n_pos + n_rows - 1, n_tiles = (n + T - 1) / T;
     QueryTile tiles[ATTENTION_MAX_TILES];

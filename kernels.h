@@ -1,12 +1,20 @@
 /* kernels.h: the numeric kernels of the forward pass.
  *
- * Each kernel has a scalar reference (name_scalar) and, where it pays, SIMD twins (AVX2+FMA on
- * x86-64, NEON on arm64) in the same source file, right below the reference. The plain name
- * (matmul, rmsnorm, ...) is the fastest path compiled in; the forward pass only calls plain names
- * and never sees an intrinsic. Build with -DKERNELS_SCALAR to force the references everywhere.
- * tests/test_kernels.c checks every SIMD twin against its reference.
+ * Each kernel has a scalar reference (name_scalar) and, where it pays, SIMD twins in the same
+ * source file, right below the reference: AVX2+FMA on x86-64 (the base), with wider or extra
+ * paths where the CPU has AVX-512, VNNI, AVX-512 BF16 or AMX (simd_math.h says which), and NEON
+ * on arm64. The plain name (matmul, rmsnorm, ...) is the fastest path compiled in; the forward
+ * pass only calls plain names and never sees an intrinsic. Build with -DKERNELS_SCALAR to force
+ * the references everywhere. tests/test_kernels.c checks every SIMD twin against its reference;
+ * the one kernel without a scalar twin (--bf16-activations, below) against an exact sum.
  *
- * All arithmetic accumulates in fp32. Activations are fp32; weights are fp32, bf16, q8 or q4.
+ * Weights are fp32, bf16, q8 or q4; activations between the kernels are fp32, and every sum of
+ * products accumulates in fp32, or in int32 inside a group where both factors are integers: with
+ * q8 and q4 weights the SIMD builds quantise the activation row to int8 per group at run time
+ * (as llama.cpp's q8_0 does; matmul.c, quantize_rows), multiply int8 by int8, and add the groups'
+ * int32 sums times their two scales in fp32. So the quantised twins differ from matmul_scalar
+ * (which dequantises the weights and keeps fp32 activations) by the activation's rounding, and
+ * the tests bound that (tests/test_kernels.c; end to end, tests/test_model.py).
  */
 #ifndef KERNELS_H
 #define KERNELS_H
@@ -144,7 +152,7 @@ int kernels_thread_index(void);       /* the calling thread: 0, the workers: 1 .
  * that parallel_for runs on the calling thread alone (a single item, or another process competing
  * for the cores). matmul.c's q4 decode picks its prefetch hint by it. */
 int kernels_alone(void);
-const char* kernels_simd_name(void);  /* "avx2", "avx2+avx512", "neon" or "scalar" */
+const char* kernels_simd_name(void);  /* "avx2", "avx2+avx512", "avx2+avx512+amx", "neon" or "scalar" */
 /* Decode's software prefetch plan (matmul.c, PrefetchPlan): "near", "mid", "mid-l2" or "far" as chosen from
  * the CPU or KERNELS_PREFETCH in an x86 build, "none" in the others. Valid after kernels_init. */
 const char* kernels_prefetch_plan(void);
@@ -175,10 +183,12 @@ void matmul(float* out, const float* x, const Matrix* W, int n);
  * and weight type. Same result as n_mats calls of matmul, fewer thread wake-ups. */
 void matmul_multi(float* const* outs, const float* x, const Matrix* const* Ws, int n_mats, int n);
 
-/* out[t] = row `row` of W as fp32 (dequantised): the embedding lookup. */
+/* out[c] = W[row][c] for c < W->cols, as fp32 (dequantised): the embedding lookup. */
 void matrix_row(float* out, const Matrix* W, int row);
 
-/* RMSNorm (QWEN3.md 2.1): out[i] = w[i] * x[i] / sqrt(mean(x^2) + eps). out may equal x. */
+/* RMSNorm (QWEN3.md 2.1): out[i] = w[i] * (x[i] * 1/sqrt(mean(x^2) + eps)), the mean over the n
+ * values of x: normalise, then multiply by the weight as stored (norm.c says why in this order).
+ * n is D for the pre-attention, pre-MLP and final norms, head_dim for QK-Norm. out may equal x. */
 void rmsnorm(float* out, const float* x, const float* w, int n, float eps);
 
 /* RoPE with rotate-half pairing (QWEN3.md 2.4) on n_heads head vectors of head_dim values laid
@@ -189,7 +199,7 @@ void rope(float* x, int n_heads, int head_dim, const float* cos_t, const float* 
 /* In-place softmax, max-subtracted, fp32. */
 void softmax(float* x, int n);
 
-/* SwiGLU's gate (QWEN3.md 2.2 step 11): gate[i] = silu(gate[i]) * up[i], silu(z) = z / (1 + e^-z). */
+/* SwiGLU's gate (QWEN3.md 2.2 step 2.11): gate[i] = silu(gate[i]) * up[i], silu(z) = z / (1 + e^-z). */
 void swiglu(float* gate, const float* up, int n);
 
 /* One kv head's cached keys and values. The cache holds positions in blocks (model.c, the KV
@@ -212,7 +222,7 @@ static inline size_t kv_row_offset(const KVRows* kv, int t) {
 }
 
 /* Attention of the n_q query heads of one GQA group over their kv head's n_pos cached positions
- * (QWEN3.md 2.2 step 7, 2.5): for each query j (q + j * head_dim, its output at out + j * head_dim)
+ * (QWEN3.md 2.2 step 2.7, 2.5): for each query j (q + j * head_dim, its output at out + j * head_dim)
  * s[t] = (q_j . k_t) * scale, a = softmax(s), out_j = sum_t a[t] v_t. att is scratch of
  * n_q * n_pos floats. */
 void attention_group(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int head_dim, float scale,

@@ -283,7 +283,7 @@ int kernels_set_bf16_activations(int on) {
  * int32 group sums by (weight scale * activation scale) into fp32 accumulators.
  * ------------------------------------------------------------------------------------------- */
 
-#define AI static inline __attribute__((always_inline))
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
 
 /* Tokens per block of prefill (a multiple of 4, at least 4): as many activation rows of
  * row_bytes each as fit in 192 KB, so the block stays in L2 while the weight tiles of a chunk meet
@@ -295,7 +295,7 @@ static inline int token_block(size_t row_bytes) {
 }
 
 /* Row r of an f32 or bf16 matrix. */
-AI const void* row_ptr(const Matrix* W, int r) {
+ALWAYS_INLINE const void* row_ptr(const Matrix* W, int r) {
     return (const char*)W->data + (size_t)r * (size_t)W->cols * (W->type == WEIGHT_F32 ? 4 : 2);
 }
 
@@ -431,7 +431,7 @@ const char* kernels_prefetch_plan(void) {
 #define Q8_TILE_ROWS 2
 #endif
 
-AI __m256 ldw(const void* w, size_t i, WeightType type) {
+ALWAYS_INLINE __m256 ldw(const void* w, size_t i, WeightType type) {
     if (type == WEIGHT_F32) return _mm256_loadu_ps((const float*)w + i);
     if (type == WEIGHT_BF16) {
         __m128i h = _mm_loadu_si128((const __m128i*)((const uint16_t*)w + i));
@@ -441,7 +441,7 @@ AI __m256 ldw(const void* w, size_t i, WeightType type) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
 }
 
-AI float ldw1(const void* w, size_t i, WeightType type) {
+ALWAYS_INLINE float ldw1(const void* w, size_t i, WeightType type) {
     if (type == WEIGHT_F32) return ((const float*)w)[i];
     if (type == WEIGHT_BF16) return bf16_to_f32(((const uint16_t*)w)[i]);
     return (float)((const int8_t*)w)[i];
@@ -450,7 +450,7 @@ AI float ldw1(const void* w, size_t i, WeightType type) {
 /* A float16 scale (q8, q4) as a float, one (scale1) or eight in a row (scales8): F16C's vcvtph2ps,
  * which every AVX2 CPU has but a build for -mavx2 -mfma alone does not say so; else the scalar
  * half_to_float, the same values. */
-AI float scale1(uint16_t h) {
+ALWAYS_INLINE float scale1(uint16_t h) {
 #if defined(__F16C__)
     return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
 #else
@@ -458,7 +458,7 @@ AI float scale1(uint16_t h) {
 #endif
 }
 
-AI __m256 scales8(const void* b) {
+ALWAYS_INLINE __m256 scales8(const void* b) {
 #if defined(__F16C__)
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)b));
 #else
@@ -473,7 +473,7 @@ AI __m256 scales8(const void* b) {
 }
 
 /* out[k] = the float of h[k], k < n <= 8: eight at a time where there are eight. */
-AI void scales_upto8(float out[8], const uint16_t* h, int n) {
+ALWAYS_INLINE void scales_upto8(float out[8], const uint16_t* h, int n) {
     if (n == 8) {
         _mm256_storeu_ps(out, scales8(h));
     } else {
@@ -484,7 +484,7 @@ AI void scales_upto8(float out[8], const uint16_t* h, int n) {
 /* q8: the G scales of rows r .. r+RT-1 (one row block) as floats, row r + i's at out + i * G.
  * Prefill converts a row block's scales once for all its token tiles: converting them inside the
  * tile (per group, or per 8 groups) made q8 pp512 4-9% slower (gcc spilled more of the tile). */
-AI void q8_scales_float(float* out, const Matrix* W, int r, int RT) {
+ALWAYS_INLINE void q8_scales_float(float* out, const Matrix* W, int r, int RT) {
     const int G = W->cols / W->group_size;
     const uint16_t* sc = quant_scales(W, r);
     for (int i = 0; i < RT; i++)
@@ -494,7 +494,7 @@ AI void q8_scales_float(float* out, const Matrix* W, int r, int RT) {
 
 /* One step of a prefill tile's prefetch of the next rows into L2 (rows_float_nn, rows_qi_tiles):
  * the bytes [next, next + bytes), one request per 64-byte line. Returns where the next step starts. */
-AI const char* prefetch_next_rows(const char* next, size_t bytes) {
+ALWAYS_INLINE const char* prefetch_next_rows(const char* next, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(next + o, _MM_HINT_T1);
     return next + bytes;
 }
@@ -506,8 +506,8 @@ AI const char* prefetch_next_rows(const char* next, size_t bytes) {
  * With TT == 3 the fourth token's lines are dead code and vanish. next: NULL, or f32/bf16 weights
  * to bring into L2 at the pace this tile reads its own (4 rows x 8 columns per step: one 64-byte
  * line of bf16, two of f32; rows_float_nn). */
-AI void tile_float_acc(__m256 acc[4][4], const float* x, const void* wb, size_t rs, WeightType type,
-                       int C, int t, int c0, int c1, int RT, int TT, const char* next) {
+ALWAYS_INLINE void tile_float_acc(__m256 acc[4][4], const float* x, const void* wb, size_t rs, WeightType type, int C,
+                                  int t, int c0, int c1, int RT, int TT, const char* next) {
     const size_t next_step = type == WEIGHT_F32 ? 128 : 64;
     if (RT == 4 && (TT == 4 || TT == 3)) {
         const __m256 z = _mm256_setzero_ps();
@@ -577,7 +577,7 @@ AI void tile_float_acc(__m256 acc[4][4], const float* x, const void* wb, size_t 
 #if defined(KERNELS_AVX512)
 /* 16 rows of 16 four-byte words, in place: r[j] becomes the column j of what came in. Three
  * rounds of interleaving (32-bit, 64-bit, 128-bit lanes), 64 shuffles. */
-AI void transpose16_epi32(__m512i r[16]) {
+ALWAYS_INLINE void transpose16_epi32(__m512i r[16]) {
     __m512i b[16], c[16];
     for (int i = 0; i < 16; i += 2) {
         b[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);     /* per 128-bit lane L: r_i[4L], r_i+1[4L], r_i[4L+1], r_i+1[4L+1] */
@@ -603,14 +603,14 @@ AI void transpose16_epi32(__m512i r[16]) {
  * the 32 registers holding a 4 x 4 tile (16 accumulators, 4 activations, 1 weight). Only the lanes
  * in mask k are loaded (the rest are zero): the last step of a row whose width is not a multiple
  * of 16 needs no scalar tail. */
-AI __m512 ldw_zmm(const void* w, size_t i, WeightType type, __mmask16 k) {
+ALWAYS_INLINE __m512 ldw_zmm(const void* w, size_t i, WeightType type, __mmask16 k) {
     if (type == WEIGHT_F32) return _mm512_maskz_loadu_ps(k, (const float*)w + i);
     const __m256i h = _mm256_maskz_loadu_epi16(k, (const uint16_t*)w + i);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-AI void tile_float_zmm_step(__m512 acc[4][4], const float* x, const void* wr, WeightType type, int C,
-                            int t, int c, __mmask16 k, int RT, int TT) {
+ALWAYS_INLINE void tile_float_zmm_step(__m512 acc[4][4], const float* x, const void* wr, WeightType type, int C, int t,
+                                       int c, __mmask16 k, int RT, int TT) {
     __m512 xv[4];
 #pragma GCC unroll 4
     for (int j = 0; j < TT; j++) {
@@ -626,8 +626,8 @@ AI void tile_float_zmm_step(__m512 acc[4][4], const float* x, const void* wr, We
     }
 }
 
-AI void tile_float_zmm(float* out, const float* x, const Matrix* W, WeightType type, int r, int t,
-                       int RT, int TT, const char* next) {
+ALWAYS_INLINE void tile_float_zmm(float* out, const float* x, const Matrix* W, WeightType type, int r, int t, int RT,
+                                  int TT, const char* next) {
     const int C = W->cols, R = W->rows, C16 = C & ~15;
     const void* wr = row_ptr(W, r);
     const size_t next_step = type == WEIGHT_F32 ? 256 : 128; /* 4 rows x 16 columns per step */
@@ -678,8 +678,8 @@ static void float_pack_panel(float* panel, const Matrix* W, WeightType type, int
  * (64 bytes each: a column of f32, or a column pair of bf16 for rows_bf16_packed). Token j's
  * operand for vector k is the 4 bytes at xt + j * xstride + 4 * k, broadcast: its x[k] as fp32
  * for an FMA, or (dot, --bf16-activations) its bf16 pair k for a vdpbf16ps. */
-AI void tile_packed(float* out, const char* xt, size_t xstride, const void* panels, int K, int R, int r, int TT,
-                    int RP, int dot) {
+ALWAYS_INLINE void tile_packed(float* out, const char* xt, size_t xstride, const void* panels, int K, int R, int r,
+                               int TT, int RP, int dot) {
     const uint32_t* p0 = panels;
     const uint32_t* p1 = p0 + (size_t)16 * K;
     __m512 acc[FLOAT_TILE_TOKENS][2];
@@ -717,8 +717,8 @@ AI void tile_packed(float* out, const char* xt, size_t xstride, const void* pane
 
 /* Every one of n tokens (token t's operands from x + t * xstride, its outputs at out + t * R)
  * through RP panels (constant) from row r: tiles of 12 tokens, then of 4 and 1. */
-AI void panel_token_tiles(float* out, const char* x, size_t xstride, const uint32_t* pp, int K, int R, int r, int n,
-                          int RP, int dot) {
+ALWAYS_INLINE void panel_token_tiles(float* out, const char* x, size_t xstride, const uint32_t* pp, int K, int R, int r,
+                                     int n, int RP, int dot) {
     int t = 0;
     for (; t + FLOAT_TILE_TOKENS <= n; t += FLOAT_TILE_TOKENS)
         tile_packed(out + (size_t)t * R, x + t * xstride, xstride, pp, K, R, r, FLOAT_TILE_TOKENS, RP, dot);
@@ -728,8 +728,8 @@ AI void panel_token_tiles(float* out, const char* x, size_t xstride, const uint3
 
 /* The np packed panels from row r0 (a panel: 16 * K words), two at a time (one where an odd one
  * is left), for all n tokens. dot: a constant at each caller. */
-AI void panel_tiles(float* out, const char* x, size_t xstride, const uint32_t* packed, int K, int R, int r0, int n,
-                    int np, int dot) {
+ALWAYS_INLINE void panel_tiles(float* out, const char* x, size_t xstride, const uint32_t* packed, int K, int R, int r0,
+                               int n, int np, int dot) {
     for (int p = 0; p < np; p += 2) {
         const uint32_t* pp = packed + (size_t)p * 16 * K;
         if (p + 2 <= np) panel_token_tiles(out, x, xstride, pp, K, R, r0 + 16 * p, n, 2, dot);
@@ -750,7 +750,7 @@ static void rows_float_packed(float* out, const float* x, const Matrix* W, Weigh
 
 /* 8 rows of 8 four-byte words (floats, or q8's groups of 4 values), in place: r[j] becomes the
  * column j of what came in (the AVX2 panels: f32/bf16 here, q8 in q8_pack_panel). */
-AI void transpose8_ps(__m256 r[8]) {
+ALWAYS_INLINE void transpose8_ps(__m256 r[8]) {
     __m256 a[8], b[8];
     for (int i = 0; i < 8; i += 2) {
         a[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);     /* per 128-bit half H: r_i[4H], r_i+1[4H], r_i[4H+1], r_i+1[4H+1] */
@@ -793,7 +793,7 @@ static void float_pack_panel(float* panel, const Matrix* W, WeightType type, int
 }
 
 /* out rows [r, r + 16) x TT tokens (token j's x at x + j * C, its outputs at out + j * R). */
-AI void tile_packed(float* out, const float* x, const float* panel, int C, int R, int r, int TT) {
+ALWAYS_INLINE void tile_packed(float* out, const float* x, const float* panel, int C, int R, int r, int TT) {
     __m256 acc[FLOAT_TILE_TOKENS][2];
 #pragma GCC unroll 6
     for (int j = 0; j < TT; j++) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
@@ -840,8 +840,8 @@ static void rows_float_packed(float* out, const float* x, const Matrix* W, Weigh
 /* Rows r .. r+RT-1 of tile_float; for q8, RT > 1 only from the first row of a row block (the
  * row loops step by 4 from a multiple of 4), so the tile's rows lie in one block. next: NULL, or
  * (f32, bf16) the next 4 rows, brought into L2 as this tile goes (rows_float_nn). */
-AI void tile_float(float* out, const float* x, const Matrix* W, WeightType type, int r, int t,
-                   int RT, int TT, const void* next) {
+ALWAYS_INLINE void tile_float(float* out, const float* x, const Matrix* W, WeightType type, int r, int t, int RT,
+                              int TT, const void* next) {
 #if defined(KERNELS_AVX512)
     if (type != WEIGHT_Q8) {
         tile_float_zmm(out, x, W, type, r, t, RT, TT, next);
@@ -906,7 +906,7 @@ AI void tile_float(float* out, const float* x, const Matrix* W, WeightType type,
 /* Matrix-vector (n == 1) for the cases without a special kernel (bf16 with cols % 16 != 0, q8
  * with fp32 activations): 4 rows at a time, each with two accumulators so the FMA chains overlap;
  * the weights are streamed once. */
-AI void rows_float_n1(float* out, const float* x, const Matrix* W, WeightType type, int r0, int r1) {
+ALWAYS_INLINE void rows_float_n1(float* out, const float* x, const Matrix* W, WeightType type, int r0, int r1) {
     const int C = W->cols;
     const int C16 = C & ~15;
     int r = r0;
@@ -966,7 +966,7 @@ static void deinterleave(float* xp, const float* x, int C, int span) {
         }
 }
 
-AI void bf16_step16(__m256* a, __m256* b, const uint16_t* w, const float* xp) {
+ALWAYS_INLINE void bf16_step16(__m256* a, __m256* b, const uint16_t* w, const float* xp) {
     const __m256i hi = _mm256_set1_epi32((int)0xFFFF0000u);
     __m256i v = _mm256_loadu_si256((const __m256i*)w);
     *a = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), _mm256_load_ps(xp), *a);
@@ -975,7 +975,8 @@ AI void bf16_step16(__m256* a, __m256* b, const uint16_t* w, const float* xp) {
 
 /* With prefetch (a constant at each call), each 128 bytes of a row ask for the two lines pf bytes
  * ahead (Zen 3: choose_prefetch). */
-AI void rows_bf16_n1_pf(float* out, const float* xp, const Matrix* W, int r0, int r1, const int prefetch, int pf) {
+ALWAYS_INLINE void rows_bf16_n1_pf(float* out, const float* xp, const Matrix* W, int r0, int r1, const int prefetch,
+                                   int pf) {
     const int C = W->cols;
     for (int r = r0; r < r1; r++) {
         const uint16_t* w = (const uint16_t*)W->data + (size_t)r * C;
@@ -1010,7 +1011,7 @@ AI void rows_bf16_n1_pf(float* out, const float* xp, const Matrix* W, int r0, in
  * 256 KB matrix) and 30.2-30.8 -> 30.5-31.2 from memory (345 MB), a plain streaming read 6%
  * faster with ymm loads than with zmm loads there too (nineteenth session). Needs
  * cols % 32 == 0. */
-AI void bf16_step32(__m512* a, __m512* b, const uint16_t* w, const float* xp) {
+ALWAYS_INLINE void bf16_step32(__m512* a, __m512* b, const uint16_t* w, const float* xp) {
     const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
     __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)w)),
                                    _mm256_loadu_si256((const __m256i*)(w + 16)), 1);
@@ -1018,7 +1019,7 @@ AI void bf16_step32(__m512* a, __m512* b, const uint16_t* w, const float* xp) {
     *b = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, hi)), _mm512_load_ps(xp + 16), *b);
 }
 
-AI void rows_bf16_n1_zmm_pf(float* out, const float* xp, const Matrix* W, int r0, int r1, int PF, int pf) {
+ALWAYS_INLINE void rows_bf16_n1_zmm_pf(float* out, const float* xp, const Matrix* W, int r0, int r1, int PF, int pf) {
     const int C = W->cols;
     for (int r = r0; r < r1; r++) {
         const uint16_t* w = (const uint16_t*)W->data + (size_t)r * C;
@@ -1074,7 +1075,7 @@ static void rows_bf16_n1(float* out, const float* xp, const Matrix* W, int r0, i
  * decode with --no-mmap, alternating runs on the 2-core VM: 1 thread 11.9 vs 9.4 tok/s (median of
  * 4), 2 threads 20.9 vs 18.5 (docs/notes-kernels.md). bf16 does the same (rows_bf16_n1); q8
  * reads row blocks (rows_qi_n1). */
-AI void rows_f32_n1_pf(float* out, const float* x, const Matrix* W, int r0, int r1, int PF, int pf) {
+ALWAYS_INLINE void rows_f32_n1_pf(float* out, const float* x, const Matrix* W, int r0, int r1, int PF, int pf) {
     const int C = W->cols;
     const float* wd = (const float*)W->data;
     for (int r = r0; r < r1; r++) {
@@ -1175,7 +1176,7 @@ static void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, int32_t* xgsum, 
 
 #if defined(Q8_VNNI)
 /* acc + per 32-bit lane the sum of its 4 products of an unsigned byte of a by a signed byte of x. */
-AI __m256i dpbusd(__m256i acc, __m256i a, __m256i x) {
+ALWAYS_INLINE __m256i dpbusd(__m256i acc, __m256i a, __m256i x) {
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__GNUC__)
     /* Where both encodings exist, gcc 12 emits the VEX one ({vex} vpdpbusd, ymm0-15 only) for
      * either intrinsic and then shuffles values between ymm0-15, ymm16-31 and the stack. As inline
@@ -1193,7 +1194,7 @@ typedef struct {
 } QW;
 
 /* The 32 weights of a row group from column c (a multiple of 32) on; wrow is the row's group. */
-AI QW qi_load(const uint8_t* wrow, int c) {
+ALWAYS_INLINE QW qi_load(const uint8_t* wrow, int c) {
     QW p;
     const __m256i w = _mm256_loadu_si256((const __m256i*)(wrow + c));
 #if defined(Q8_VNNI)
@@ -1206,7 +1207,7 @@ AI QW qi_load(const uint8_t* wrow, int c) {
 }
 
 /* xsum8: the group's 8 lane corrections from quantize_rows (-128 x each lane's sum of q_x). */
-AI __m256i qi_acc0(const int32_t* xsum8) {
+ALWAYS_INLINE __m256i qi_acc0(const int32_t* xsum8) {
 #if defined(Q8_VNNI)
     return _mm256_loadu_si256((const __m256i*)xsum8);
 #else
@@ -1215,7 +1216,7 @@ AI __m256i qi_acc0(const int32_t* xsum8) {
 #endif
 }
 
-AI __m256i qi_dot(__m256i acc, QW p, __m256i x) {
+ALWAYS_INLINE __m256i qi_dot(__m256i acc, QW p, __m256i x) {
 #if defined(Q8_VNNI)
     return dpbusd(acc, p.a, x);
 #else
@@ -1226,7 +1227,7 @@ AI __m256i qi_dot(__m256i acc, QW p, __m256i x) {
 
 /* Four int32 sums of 8 lanes each into one vector: lane k (k < 4) holds a[k]'s lanes 0-3 added,
  * lane 4 + k its lanes 4-7 (integer adds: exact, in any order). */
-AI __m256i sum_halves4(__m256i a0, __m256i a1, __m256i a2, __m256i a3) {
+ALWAYS_INLINE __m256i sum_halves4(__m256i a0, __m256i a1, __m256i a2, __m256i a3) {
     return _mm256_hadd_epi32(_mm256_hadd_epi32(a0, a1), _mm256_hadd_epi32(a2, a3));
 }
 
@@ -1242,8 +1243,8 @@ AI __m256i sum_halves4(__m256i a0, __m256i a1, __m256i a2, __m256i a3) {
  * thread count cannot change a result (test_kernels: 1 thread == 2 threads and matmul_multi ==
  * matmul, bitwise). ws: the rows' scales as floats (q8_scales_float), row r + i's at ws + i * G.
  * next: NULL, or the next row block, brought into L2 a G-th of it per group (rows_qi_tiles). */
-AI void tile_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const Matrix* W,
-                const float* ws, int r, int t, int RT, int TT, const char* next) {
+ALWAYS_INLINE void tile_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const Matrix* W,
+                           const float* ws, int r, int t, int RT, int TT, const char* next) {
     const int C = W->cols, R = W->rows, gs = W->group_size, G = C / gs;
     const size_t gb = (size_t)gs;
     const size_t next_bytes = quant_block_bytes(W->type, C, gs), next_step = (next_bytes + (size_t)G - 1) / (size_t)G;
@@ -1306,7 +1307,7 @@ AI void tile_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* x
 
 /* One 32-column step of rows_qi_n1: the activation vector shared by the four rows of a block,
  * row i's group at wg + i * gb. */
-AI void qi_step4(__m256i a[4], const uint8_t* wg, size_t gb, int c, __m256i xv) {
+ALWAYS_INLINE void qi_step4(__m256i a[4], const uint8_t* wg, size_t gb, int c, __m256i xv) {
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++) a[i] = qi_dot(a[i], qi_load(wg + (size_t)i * gb, c), xv);
 }
@@ -1319,7 +1320,7 @@ AI void qi_step4(__m256i a[4], const uint8_t* wg, size_t gb, int c, __m256i xv) 
  * two 32-column steps, so the result does not depend on the build. a0: the group's lane
  * corrections (qi_acc0). On Zen 4 (AVX-512 on 256-bit units), decode tg128 of the 0.6B shape with
  * one thread, three alternating rounds: 35.0-37.5 -> 37.0-40.1 tok/s (seventeenth session). */
-AI void qi_group4_zmm(__m256i a[4], const uint8_t* wg, const int8_t* xg, __m256i a0) {
+ALWAYS_INLINE void qi_group4_zmm(__m256i a[4], const uint8_t* wg, const int8_t* xg, __m256i a0) {
     const __m512i x = _mm512_loadu_si512((const void*)xg), start = _mm512_zextsi256_si512(a0);
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++) {
@@ -1341,8 +1342,8 @@ AI void qi_group4_zmm(__m256i a[4], const uint8_t* wg, const int8_t* xg, __m256i
  * gs is a constant where rows_qi_n1 knows it, so the rows' addresses are one pointer plus fixed
  * offsets: on Zen 4 that took the q8 kernel from 37 to 58 GB/s on a matrix in L2 (eleventh
  * session), more room for the loads to run ahead of the arithmetic. */
-AI void rows_qi_n1_gs(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
-                      const Matrix* W, int r0, int r1, const int gs) {
+ALWAYS_INLINE void rows_qi_n1_gs(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const Matrix* W,
+                                 int r0, int r1, const int gs) {
     const int C = W->cols, G = C / gs;
     const size_t bb = quant_block_bytes(WEIGHT_Q8, C, gs), gb = (size_t)gs;
     const size_t pf = decode_prefetch.q8 ? (size_t)decode_prefetch.q8 : bb;
@@ -1399,8 +1400,8 @@ AI void rows_qi_n1_gs(float* out, const int8_t* xq, const float* xsc, const int3
 }
 
 /* export.py's q8 default, 64, as a constant; any other group size as it comes. */
-AI void rows_qi_n1(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
-                   const Matrix* W, int r0, int r1) {
+ALWAYS_INLINE void rows_qi_n1(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const Matrix* W,
+                              int r0, int r1) {
     if (W->group_size == 64) rows_qi_n1_gs(out, xq, xsc, xsum, W, r0, r1, 64);
     else rows_qi_n1_gs(out, xq, xsc, xsum, W, r0, r1, W->group_size);
 }
@@ -1461,8 +1462,8 @@ static void q8_pack_panel(int8_t* panel, float* ps, const Matrix* W, int r) {
 
 /* out rows [r, r + 8) x tokens t .. t+TT-1 (TT <= Q8_PANEL_TOKENS: 8 where there are 32 vector
  * registers, 4 in AVX2's 16) from one panel. */
-AI void tile_q8_packed(float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum, const int8_t* panel,
-                       const float* ps, const Matrix* W, int r, int t, int TT) {
+ALWAYS_INLINE void tile_q8_packed(float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum,
+                                  const int8_t* panel, const float* ps, const Matrix* W, int r, int t, int TT) {
     const int C = W->cols, R = W->rows, gs = W->group_size, G = C / gs;
     __m256 tot[Q8_PANEL_TOKENS];
 #pragma GCC unroll 8
@@ -1658,7 +1659,8 @@ static void amx_pack(uint8_t* wt, float* ws, const Matrix* W, int r0, int ntiles
 /* out[t][r] for tokens t < T of one tile and its 16 rows r (row stride R) from the group tiles in
  * cbuf: acc[j], token j's 16 rows, += float(C row j) x the rows' weight scales x token j's scale.
  * T is AMX_ROWS but for a prompt's last tile. */
-AI void amx_scale_tile(float* o, const int32_t* cbuf, const float* wsi, const float* xs, int G, int R, int T) {
+ALWAYS_INLINE void amx_scale_tile(float* o, const int32_t* cbuf, const float* wsi, const float* xs, int G, int R,
+                                  int T) {
     __m512 acc[AMX_ROWS];
 #pragma GCC unroll 16
     for (int j = 0; j < AMX_ROWS; j++) acc[j] = _mm512_setzero_ps(); /* all 16: gcc warned of acc[T..] */
@@ -1746,7 +1748,7 @@ static int amx_chunk(float* out, const int8_t* xq, const float* xsc, const Matri
  * VNNI the sums stay int16 until the group's end: a lane of vpmaddubsw is at most
  * 2 * 15 * 128 = 3840 in magnitude, the 8 of a group 30720 < 32768. Both paths give the same
  * int32. */
-AI void q4_group_sums(__m256i s[], const uint8_t* w, const int8_t* x, size_t C, int TT) {
+ALWAYS_INLINE void q4_group_sums(__m256i s[], const uint8_t* w, const int8_t* x, size_t C, int TT) {
     const __m256i m = _mm256_set1_epi8(15);
 #if !defined(Q8_VNNI)
     __m256i s16[4];
@@ -1784,7 +1786,7 @@ AI void q4_group_sums(__m256i s[], const uint8_t* w, const int8_t* x, size_t C, 
  * int32 as q4_group_sums, bit for bit. Half the instructions per group; on Zen 4, decode tg128 of
  * the 0.6B shape, one thread, six alternating pairs: 83.0-84.4 -> 84.6-86.1 tok/s (two threads
  * level, at 95-97% of the roof; twenty-first session). */
-AI void q4_group_sums1_zmm(__m256i s[1], const uint8_t* w, const int8_t* x) {
+ALWAYS_INLINE void q4_group_sums1_zmm(__m256i s[1], const uint8_t* w, const int8_t* x) {
     const __m512i m = _mm512_set1_epi8(15);
     const __m512i xv = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)x));
     const __m512i i01 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
@@ -1810,8 +1812,8 @@ AI void q4_group_sums1_zmm(__m256i s[1], const uint8_t* w, const int8_t* x) {
  * weight scales, then fused with x the activation scale), so q4 prefill has the same bits with
  * AMX on and off. pf: bytes ahead to prefetch as the block is read, 0 for none; into L2 where l2
  * (a constant: the hint is part of the instruction), else into L1. */
-AI void tile_q4(float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum, const Matrix* W,
-                int r, int t, int TT, int pf, const int l2) {
+ALWAYS_INLINE void tile_q4(float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum, const Matrix* W, int r,
+                           int t, int TT, int pf, const int l2) {
     const int C = W->cols, R = W->rows, G = C / Q4_GROUP;
     const uint8_t* b = q4_group(W, r, 0);
     __m256 tot[4];
@@ -1896,13 +1898,13 @@ static void rows_q4(float* out, const int8_t* xq, const float* xsc, const int32_
  * hardware; docs/notes-kernels.md). */
 
 /* A float16 scale (q8) as a float: fcvtl, as the q4 kernel's vcvt_f32_f16. */
-AI float scale1(uint16_t h) {
+ALWAYS_INLINE float scale1(uint16_t h) {
     return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
 }
 
 /* q8: the G scales of rows r .. r+RT-1 (one row block) as floats, row r + i's at out + i * G (as
  * the AVX2 twin's, for the shared rows_qi_t). */
-AI void q8_scales_float(float* out, const Matrix* W, int r, int RT) {
+ALWAYS_INLINE void q8_scales_float(float* out, const Matrix* W, int r, int RT) {
     const int G = W->cols / W->group_size;
     const uint16_t* sc = quant_scales(W, r);
     for (int i = 0; i < RT; i++)
@@ -1911,7 +1913,7 @@ AI void q8_scales_float(float* out, const Matrix* W, int r, int RT) {
 
 /* Eight weights of one row as two fp32 vectors. bf16 is the top half of an fp32 (QWEN3.md 2.6),
  * so widening each u16 with a shift by 16 is the exact conversion, done in registers. */
-AI void ldw8(const void* w, size_t i, WeightType type, float32x4_t* lo, float32x4_t* hi) {
+ALWAYS_INLINE void ldw8(const void* w, size_t i, WeightType type, float32x4_t* lo, float32x4_t* hi) {
     if (type == WEIGHT_F32) {
         *lo = vld1q_f32((const float*)w + i);
         *hi = vld1q_f32((const float*)w + i + 4);
@@ -1926,7 +1928,7 @@ AI void ldw8(const void* w, size_t i, WeightType type, float32x4_t* lo, float32x
     }
 }
 
-AI float ldw1(const void* w, size_t i, WeightType type) {
+ALWAYS_INLINE float ldw1(const void* w, size_t i, WeightType type) {
     if (type == WEIGHT_F32) return ((const float*)w)[i];
     if (type == WEIGHT_BF16) return bf16_to_f32(((const uint16_t*)w)[i]);
     return (float)((const int8_t*)w)[i];
@@ -1937,8 +1939,8 @@ AI float ldw1(const void* w, size_t i, WeightType type) {
  * Both halves of each 8-column step go into the same accumulator so that a 4 x 4 tile needs 16
  * accumulators + 8 weight + 2 activation registers: it fits in the 32 NEON registers without
  * spilling. */
-AI void tile_float_acc(float32x4_t acc[4][4], const float* x, const void* wb, size_t rs,
-                       WeightType type, int C, int t, int c0, int c1, int RT, int TT) {
+ALWAYS_INLINE void tile_float_acc(float32x4_t acc[4][4], const float* x, const void* wb, size_t rs, WeightType type,
+                                  int C, int t, int c0, int c1, int RT, int TT) {
     for (int c = c0; c < c1; c += 8) {
         float32x4_t wl[4], wh[4];
 #pragma GCC unroll 4
@@ -1957,8 +1959,8 @@ AI void tile_float_acc(float32x4_t acc[4][4], const float* x, const void* wb, si
 }
 
 /* next: the AVX2 twin's L2 prefetch of the next rows, not used here (not measured on arm64). */
-AI void tile_float(float* out, const float* x, const Matrix* W, WeightType type, int r, int t,
-                   int RT, int TT, const void* next) {
+ALWAYS_INLINE void tile_float(float* out, const float* x, const Matrix* W, WeightType type, int r, int t, int RT,
+                              int TT, const void* next) {
     (void)next;
     const int C = W->cols, R = W->rows;
     float32x4_t acc[4][4];
@@ -2024,7 +2026,7 @@ AI void tile_float(float* out, const float* x, const Matrix* W, WeightType type,
 /* Matrix-vector (n == 1): 4 rows at a time, each with two accumulators (one per half of the
  * 8-column step) so consecutive FMAs of a row do not wait on each other; the weights are
  * streamed once and the activation vectors are shared by the 4 rows. */
-AI void rows_float_n1(float* out, const float* x, const Matrix* W, WeightType type, int r0, int r1) {
+ALWAYS_INLINE void rows_float_n1(float* out, const float* x, const Matrix* W, WeightType type, int r0, int r1) {
     const int C = W->cols;
     const int C8 = C & ~7;
     int r = r0;
@@ -2096,12 +2098,12 @@ static void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, int32_t* xgsum, 
 #endif
 
 /* The 16 q8 weights of a row group from column c (a multiple of 16) on; wrow is the row's group. */
-AI int8x16_t qi_load(const uint8_t* wrow, int c) {
+ALWAYS_INLINE int8x16_t qi_load(const uint8_t* wrow, int c) {
     return vld1q_s8((const int8_t*)wrow + c);
 }
 
 /* acc[k] += sum of the 4 int8 products of lanes 4k..4k+3. */
-AI int32x4_t dot16(int32x4_t acc, int8x16_t w, int8x16_t x) {
+ALWAYS_INLINE int32x4_t dot16(int32x4_t acc, int8x16_t w, int8x16_t x) {
 #if defined(__ARM_FEATURE_DOTPROD)
     return vdotq_s32(acc, w, x);
 #else
@@ -2120,8 +2122,8 @@ AI int32x4_t dot16(int32x4_t acc, int8x16_t w, int8x16_t x) {
  * tile shape (fma of float(isum) by ws * xs in its own lane), so the thread split cannot change
  * a result (tests/test_kernels.c checks 1 thread == 2 threads bitwise). next: the AVX2 twin's L2
  * prefetch of the next row block, not used here (not measured on arm64). */
-AI void tile_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const Matrix* W,
-                const float* ws_r, int r, int t, int RT, int TT, const char* next) {
+ALWAYS_INLINE void tile_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const Matrix* W,
+                           const float* ws_r, int r, int t, int RT, int TT, const char* next) {
     const int C = W->cols, R = W->rows, gs = W->group_size, G = C / gs;
     const size_t gb = (size_t)gs;
     (void)xsum;
@@ -2184,8 +2186,8 @@ AI void tile_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* x
 /* The q8 matrix-vector product: tile_qi's own TT == 1 path, which also reads a row block
  * front to back (the AVX2 twin's written-out kernel and its prefetch distance were measured on
  * x86 only). */
-AI void rows_qi_n1(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
-                   const Matrix* W, int r0, int r1) {
+ALWAYS_INLINE void rows_qi_n1(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const Matrix* W,
+                              int r0, int r1) {
     float* ws = thread_xp();
     for (int r = r0; r < r1;) {
         const int RT = r + 4 <= r1 ? 4 : 1;
@@ -2211,8 +2213,7 @@ static void rows_f32_n1(float* out, const float* x, const Matrix* W, int r0, int
 
 /* Token-blocked matrix-matrix product for rows [r0, r1): the activation block (tb tokens) stays in
  * L2 while every weight tile of the chunk is used against it. */
-AI void rows_float_nn(float* out, const float* x, const Matrix* W, WeightType type, int n, int r0,
-                      int r1) {
+ALWAYS_INLINE void rows_float_nn(float* out, const float* x, const Matrix* W, WeightType type, int n, int r0, int r1) {
 #if defined(KERNELS_AVX2)
     if (float_packed_takes(W, n)) { /* whole panels of 16 rows (from a multiple of 16: run_job's chunks are) */
         for (int np; (np = row_tiles_next(r0, r1, FLOAT_MAX_PANELS)) > 0; r0 += np * FLOAT_PANEL_ROWS)
@@ -2252,7 +2253,7 @@ AI void rows_float_nn(float* out, const float* x, const Matrix* W, WeightType ty
  * weights and what a Hugging Face model run in bfloat16 does between its layers; the products
  * of two bf16 are exact in fp32, the sums are fp32. A tile: rows r .. r+RT-1 x tokens
  * t .. t+TT-1, the last columns loaded under a mask (zeros beyond C). */
-AI void tile_bf16_dot(float* out, const uint16_t* xb, const Matrix* W, int r, int t, int RT, int TT) {
+ALWAYS_INLINE void tile_bf16_dot(float* out, const uint16_t* xb, const Matrix* W, int r, int t, int RT, int TT) {
     const int C = W->cols, R = W->rows;
     const uint16_t* w = (const uint16_t*)W->data + (size_t)r * C;
     __m512 acc[4][4];
@@ -2307,8 +2308,8 @@ static void bf16_pack_panel(uint32_t* panel, const Matrix* W, int r) {
  * from row r0 (two: a constant at each call) share each A tile and keep two products in flight.
  * rows: tokens in this tile of 16; under 16, the tile's other A rows must be readable (zeros)
  * and C goes through c_tile, of which the first rows are copied. */
-AI void amx_bf16_panels(float* out, size_t os, const uint16_t* xt, size_t xs, int parts, const uint32_t* b0,
-                        int C, int two, int rows) {
+ALWAYS_INLINE void amx_bf16_panels(float* out, size_t os, const uint16_t* xt, size_t xs, int parts, const uint32_t* b0,
+                                   int C, int two, int rows) {
     const uint32_t* b1 = b0 + (size_t)8 * C;
     _tile_zero(4);
     if (two) _tile_zero(5);
@@ -2342,8 +2343,8 @@ AI void amx_bf16_panels(float* out, size_t os, const uint16_t* xt, size_t xs, in
 }
 
 /* Tokens [0, n) x the np panels from row r0, into out (R floats per token). parts: a constant. */
-AI void amx_bf16_rows(float* out, const uint16_t* xb, int parts, const uint32_t* packed, int C, int R, int r0,
-                      int np, int n) {
+ALWAYS_INLINE void amx_bf16_rows(float* out, const uint16_t* xb, int parts, const uint32_t* packed, int C, int R,
+                                 int r0, int np, int n) {
     const size_t xs = (size_t)parts * C * sizeof(uint16_t), os = (size_t)R * sizeof(float);
     __asm__ volatile("" ::: "memory"); /* the packing's stores before the tile loads read them */
     amx_configure(64, AMX_ROWS);   /* A 16 x 64 bytes, B 16 x 64, C 16 x 64: q8's shapes */
@@ -2467,8 +2468,8 @@ static void rows_q8f(float* out, const float* x, const Matrix* W, int n, int r0,
 }
 
 /* n tokens x rows [r0, r1) in tiles of Q8_TILE_ROWS rows x Q8_TILE_TOKENS tokens. */
-AI void rows_qi_tiles(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
-                      const Matrix* W, int n, int r0, int r1) {
+ALWAYS_INLINE void rows_qi_tiles(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const Matrix* W,
+                                 int n, int r0, int r1) {
     const int C = W->cols, G = C / W->group_size;
     const int tb = token_block((size_t)C);
     float* ws = thread_xp(); /* the row block's scales as floats: 4 * C / group_size <= C floats */
@@ -2495,8 +2496,8 @@ AI void rows_qi_tiles(float* out, const int8_t* xq, const float* xsc, const int3
     }
 }
 
-AI void rows_qi_t(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const int32_t* xgsum,
-                  const Matrix* W, int n, int r0, int r1) {
+ALWAYS_INLINE void rows_qi_t(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const int32_t* xgsum,
+                             const Matrix* W, int n, int r0, int r1) {
     if (n == 1) {
         rows_qi_n1(out, xq, xsc, xsum, W, r0, r1);
         return;

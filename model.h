@@ -178,7 +178,7 @@ typedef struct {
 typedef struct {
     int max_batch;
     float* x;        /* [B, dim]   the residual stream */
-    float* xb;       /* [B, dim]   normalised input of attention / MLP */
+    float* xb;       /* [B, dim]   normalised input of attention / MLP / lm_head (the final norm) */
     float* q;        /* [B, H*d] */
     float* k;        /* [B, K*d] */
     float* v;        /* [B, K*d] */
@@ -186,8 +186,9 @@ typedef struct {
     float* proj;     /* [B, dim]   o_proj / down_proj output, before the residual add */
     float* gate;     /* [B, F] */
     float* up;       /* [B, F] */
-    float* att;      /* [n_threads, max(H/K, 4), seq_len]  scores of one GQA group (decode) or one
-                      * query tile (prefill) per thread */
+    float* att;      /* [n_threads, max(32 * H/K, 4), seq_len]  each thread's attention scores: one
+                      * GQA group's (decode) or every query of a block of 32 batch rows (prefill;
+                      * model.c, attention_scratch_rows) */
     float* logits;   /* [vocab]    logits of the last position */
     void* key_cache;     /* [seq_len / kv_block_len() (rounded up), L, K, kv_block_len(), d]  keys after
                           * QK-Norm and RoPE, in blocks of positions (model.c, kv_offset) */
@@ -212,7 +213,6 @@ typedef struct {
     FileHeader header;        /* a copy of the file's header */
     const uint8_t* tokenizer_data;  /* the tokenizer section, inside the mapping */
     size_t tokenizer_bytes;
-    int fd;
     CheckpointMap map;        /* the file: mapped (in 2 MB pages where possible) or copied */
 } Transformer;
 
@@ -237,7 +237,8 @@ void transformer_set_kv_f16(int on);
 /* Runs n tokens at positions pos .. pos+n-1 through the model (prefill when n > 1, decode when
  * n == 1), appending their keys and values to the KV cache. pos + n must be <= config.seq_len.
  * If all_logits is not NULL it receives n * vocab_size logits (every position); the last
- * position's logits are always in state.logits, which is also returned. */
+ * position's logits are always in state.logits, which is also returned. Returns NULL, changing
+ * nothing, for arguments outside these bounds (n <= 0, pos < 0, a token outside the vocabulary). */
 float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_logits);
 
 #endif

@@ -1,15 +1,24 @@
-/* norm.c: RMSNorm (QWEN3.md 2.1). Scalar reference first, then the SIMD twins. */
+/* norm.c: RMSNorm (QWEN3.md 2.1), the one normalisation of Qwen3, used four ways by forward():
+ * before attention, before the MLP, after the last layer (vectors of D = hidden_size values), and
+ * as QK-Norm on every query and key head (vectors of head_dim values). Scalar reference first,
+ * then the SIMD twins.
+ *
+ *     out[i] = w[i] * (x[i] * 1/sqrt(mean(x^2) + eps))
+ *
+ * Why it is written this way:
+ *  - eps sits inside the square root (2.1 step 3), and comes from config.json's rms_norm_eps
+ *    (1e-6 for Qwen3; llama2.c hard-codes 1e-5, QWEN3.md 7 item 4);
+ *  - the parentheses are the reference's order: normalise first, then multiply by the weight
+ *    (2.1 step 4); the weight is used as stored (not Gemma's 1 + w);
+ *  - 1/sqrt is computed exactly once per vector (1.0f / sqrtf), not with an approximate rsqrt
+ *    instruction: it is one operation per vector, so speed does not care, and the reference's
+ *    bits do;
+ *  - the twins sum the squares in a different order (several accumulators), so they agree with
+ *    the reference to float rounding, not bit for bit (tests/test_kernels.c: 1e-5). */
 #include <math.h>
 
 #include "kernels.h"
-
-#if !defined(KERNELS_SCALAR) && defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#define NORM_AVX2 1
-#elif !defined(KERNELS_SCALAR) && defined(__ARM_NEON)
-#include <arm_neon.h>
-#define NORM_NEON 1
-#endif
+#include "simd_math.h"
 
 void rmsnorm_scalar(float* out, const float* x, const float* w, int n, float eps) {
     float ss = 0.0f;
@@ -18,7 +27,7 @@ void rmsnorm_scalar(float* out, const float* x, const float* w, int n, float eps
     for (int i = 0; i < n; i++) out[i] = w[i] * (x[i] * inv);
 }
 
-#if defined(NORM_AVX2)
+#if defined(KERNELS_AVX2)
 void rmsnorm(float* out, const float* x, const float* w, int n, float eps) {
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
     int i = 0;
@@ -31,11 +40,7 @@ void rmsnorm(float* out, const float* x, const float* w, int n, float eps) {
         __m256 v0 = _mm256_loadu_ps(x + i);
         a0 = _mm256_fmadd_ps(v0, v0, a0);
     }
-    a0 = _mm256_add_ps(a0, a1);
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a0), _mm256_extractf128_ps(a0, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    float ss = _mm_cvtss_f32(s);
+    float ss = hsum256(_mm256_add_ps(a0, a1));
     for (; i < n; i++) ss += x[i] * x[i];
     float inv = 1.0f / sqrtf(ss / (float)n + eps);
     __m256 vi = _mm256_set1_ps(inv);
@@ -44,7 +49,7 @@ void rmsnorm(float* out, const float* x, const float* w, int n, float eps) {
         _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_loadu_ps(w + i), _mm256_mul_ps(_mm256_loadu_ps(x + i), vi)));
     for (; i < n; i++) out[i] = w[i] * (x[i] * inv);
 }
-#elif defined(NORM_NEON)
+#elif defined(KERNELS_NEON)
 void rmsnorm(float* out, const float* x, const float* w, int n, float eps) {
     float32x4_t a0 = vdupq_n_f32(0.0f), a1 = vdupq_n_f32(0.0f);
     int i = 0;
