@@ -474,9 +474,21 @@ int bench_main(Transformer* t, int argc, char** argv) {
             json = 1;
         }
     }
-    if (reps < 1) reps = 1;
+    if (reps < 1) {
+        fprintf(stderr, "run: error: --bench-reps must be at least 1, got %d\n", reps);
+        return 1;
+    }
+    if (n_prompt <= 0 && n_gen <= 0) {
+        fprintf(stderr, "run: error: nothing to measure: --bench-prompt and --bench-gen are both 0\n");
+        return 1;
+    }
     const Config* c = &t->config;
     int need = depth + (n_prompt > n_gen ? n_prompt : n_gen);
+    if (need > c->max_seq_len) {
+        fprintf(stderr, "run: error: the bench needs a context of %d positions, more than the model's %d\n", need,
+                c->max_seq_len);
+        return 1;
+    }
     if (need > c->seq_len) {
         fprintf(stderr, "run: error: the bench needs a context of %d positions, the KV cache has %d "
                 "(use -c %d)\n", need, c->seq_len, need);

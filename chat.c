@@ -404,8 +404,8 @@ int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOption
         const int* run_ids = o->keep_thinking ? ids : ids + start;
         const int n_run = o->keep_thinking ? n : n - start;
         if (start + n_run >= seq_len) {
-            fprintf(stderr, "chat: the context is full (%d of %d tokens); a larger -c/--ctx allows more\n",
-                    start + n_run, seq_len);
+            fprintf(stderr, "chat: this turn needs %d tokens of context, more than the %d there are; a larger "
+                            "-c/--ctx allows more\n", start + n_run + 1, seq_len);
             free(ids);
             status = 1;
             break;
@@ -463,9 +463,16 @@ int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOption
                 tokenizer_print(tok, &st, next, 0, stdout);
             }
             fflush(stdout);
+            if (ferror(stdout)) break; /* nobody reads the answer: reported below */
             if (pos >= seq_len) { /* no room to keep this token */
-                fprintf(stderr, "\nchat: the context is full (%d tokens)%s\n", seq_len,
-                        o->keep_thinking ? "" : ": the answer stops here, the next turn drops the oldest turns");
+                if (o->keep_thinking) {
+                    fprintf(stderr, "\nchat: the context is full (%d tokens) and --keep-thinking cannot drop "
+                                    "earlier turns: the chat ends here; a larger -c/--ctx allows more\n", seq_len);
+                    status = 1;
+                } else {
+                    fprintf(stderr, "\nchat: the context is full (%d tokens): the answer stops here%s\n", seq_len,
+                            o->prompt ? "" : ", the next turn drops the oldest turns");
+                }
                 break;
             }
             history[pos] = next;
@@ -483,7 +490,11 @@ int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOption
         utf8_stream_flush(&st, stdout);
         if (color && in_think && o->show_thinking) fputs("\033[0m", stdout);
         fputc('\n', stdout);
-        fflush(stdout);
+        if (fflush(stdout) != 0 || ferror(stdout)) {
+            fprintf(stderr, "chat: standard output: write failed\n");
+            status = 1;
+            break;
+        }
         if (o->verbose_prompt) {
             char label[64];
             snprintf(label, sizeof label, "chat: answer of %d tokens run through the model:", pos - answer_start);
@@ -495,7 +506,6 @@ int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOption
                     prompt_s, generated, generated / (dt > 0 ? dt : 1e-9), pos, seq_len);
         turn++;
         if (status) break;
-        if (pos >= seq_len && o->keep_thinking) break; /* else the next turn drops the oldest turns */
         /* the answer as text, as the template will take it next turn (its thinking dropped there) */
         if (!o->keep_thinking &&
             conversation_add(&conv, "assistant", tokenizer_decode(tok, history + answer_start, pos - answer_start, 0,

@@ -53,13 +53,17 @@ class ExportError(Exception):
 
 
 def read_json(path, what):
+    """The JSON object in path (every file read here holds one at its top)."""
     try:
         with open(path, "r", encoding="utf-8") as f:
-            return json.load(f)
+            value = json.load(f)
     except FileNotFoundError:
         raise ExportError(f"{path}: not found ({what})")
     except (OSError, ValueError) as e:
         raise ExportError(f"{path}: cannot read {what}: {e}")
+    if not isinstance(value, dict):
+        raise ExportError(f"{path}: {what} is not a JSON object (found {type(value).__name__})")
+    return value
 
 
 # ---------------------------------------------------------------------------------------------
@@ -152,10 +156,35 @@ def parse_config(folder, cfg, gen):
             if isinstance(e, int) and e >= 0 and e not in eos:
                 eos.append(e)
     c["eos_ids"] = eos[:MAX_EOS]
-    c["temperature"] = float(gen.get("temperature") or 0.0)
-    c["top_p"] = float(gen.get("top_p") or 0.0)
-    c["top_k"] = int(gen.get("top_k") or 0)
+    c.update(sampling_defaults(os.path.join(folder, "generation_config.json"), gen))
     return c
+
+
+def sampling_defaults(path, gen):
+    """generation_config's temperature, top_p and top_k for the header, 0 where absent. A value
+    that ./run could not use (the ranges model.c checks) is left out with a warning rather than
+    failing the export: the defaults are advice, and -t / -p / -k override them. With do_sample
+    false transformers decodes greedily and ignores the three; the header has no field for that,
+    so they are left out and the warning says how to get greedy decoding."""
+    out = {"temperature": 0.0, "top_p": 0.0, "top_k": 0}
+    if gen.get("do_sample") is False:
+        if any(gen.get(k) is not None for k in out):
+            warn(f"{path}: do_sample is false (greedy decoding in transformers), so its "
+                 "temperature / top_p / top_k are not stored; run with -t 0 for greedy decoding")
+        return out
+    ranges = {"temperature": (0.0, 100.0), "top_p": (0.0, 1.0), "top_k": (0, 2**31 - 1)}
+    for key, (lo, hi) in ranges.items():
+        v = gen.get(key)
+        if v is None:
+            continue
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi
+        if key == "top_k":
+            ok = ok and v == int(v)
+        if ok:
+            out[key] = int(v) if key == "top_k" else float(v)
+        else:
+            warn(f"{path}: field '{key}' is {v!r}, outside {lo}..{hi}: not stored as a default")
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -589,12 +618,36 @@ class Writer:
         self.f.write(data)
 
 
+def check_output_path(out_path, inputs):
+    """Fails before any conversion, naming the user's path, where the output could not be written
+    or would replace one of the files being read."""
+    if os.path.isdir(out_path):
+        raise ExportError(f"{out_path}: is a directory; give a file name for the checkpoint")
+    out_dir = os.path.dirname(os.path.abspath(out_path))
+    if not os.path.isdir(out_dir):
+        raise ExportError(f"{out_dir}: no such directory (for the output {out_path})")
+    if not os.access(out_dir, os.W_OK | os.X_OK):
+        raise ExportError(f"{out_dir}: cannot write there (for the output {out_path})")
+    if os.path.exists(out_path):
+        for path in inputs:
+            if os.path.exists(path) and os.path.samefile(out_path, path):
+                raise ExportError(f"{out_path}: is one of the files being converted; write the "
+                                  "checkpoint somewhere else")
+
+
 def export(folder, out_path, dtype_name, group_size, tokenizer_dir, jobs=None):
     cfg = read_json(os.path.join(folder, "config.json"), "the model config")
     gen_path = os.path.join(folder, "generation_config.json")
     gen = read_json(gen_path, "the generation config") if os.path.exists(gen_path) else {}
     c = parse_config(folder, cfg, gen)
     table = load_tensor_table(folder)
+    tok_dir = tokenizer_dir or folder
+    if tokenizer_dir is not None and not os.path.isfile(os.path.join(tokenizer_dir, "tokenizer.json")):
+        raise ExportError(f"{tokenizer_dir}: no tokenizer.json there (--tokenizer)")
+    check_output_path(out_path, [t.path for t in table.values()] + [
+        os.path.join(folder, name) for name in ("config.json", "generation_config.json",
+                                                "model.safetensors.index.json")] + [
+        os.path.join(tok_dir, name) for name in ("tokenizer.json", "tokenizer_config.json")])
 
     flags = 0
     if c["arch"] == ARCH_QWEN3 or "model.layers.0.self_attn.q_norm.weight" in table:
@@ -630,7 +683,6 @@ def export(folder, out_path, dtype_name, group_size, tokenizer_dir, jobs=None):
     if wtype in DEFAULT_GROUP:
         gs = choose_group_size(c, group_size or DEFAULT_GROUP[wtype], wtype)
 
-    tok_dir = tokenizer_dir or folder
     tok = tokenizer_section(os.path.join(tok_dir, "tokenizer.json"),
                             os.path.join(tok_dir, "tokenizer_config.json"))
     bos = -1

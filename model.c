@@ -439,8 +439,8 @@ int transformer_load(Transformer* t, const char* path, int ctx, char* err, size_
     }
     if ((uint64_t)st.st_size < sizeof(FileHeader)) {
         close(fd);
-        return fail(err, errlen, path, "file is %lld bytes, too short for a checkpoint header",
-                    (long long)st.st_size);
+        return fail(err, errlen, path, "file is %lld byte%s, too short for the %zu-byte checkpoint header",
+                    (long long)st.st_size, st.st_size == 1 ? "" : "s", sizeof(FileHeader));
     }
     if ((uint64_t)st.st_size > (uint64_t)SIZE_MAX) {
         close(fd);

@@ -113,6 +113,14 @@ static void die(int status, const char* fmt, ...) {
     exit(status);
 }
 
+/* Output that could not be written (a full disk, a pipe closed while SIGPIPE is ignored) ends the
+ * run with an error instead of a silent success. */
+static void check_stdout(void) {
+    errno = 0;
+    if (fflush(stdout) != 0 || ferror(stdout))
+        die(1, "standard output: write failed%s%s", errno ? ": " : "", errno ? strerror(errno) : "");
+}
+
 static float parse_float(const char* flag, const char* s, float lo, float hi) {
     char* end;
     errno = 0;
@@ -153,6 +161,7 @@ static void parse_args(int argc, char** argv, Options* o) {
         const char* arg = argv[i];
         if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
             usage(stdout);
+            check_stdout();
             exit(0);
         }
         if (arg[0] != '-' || arg[1] == '\0') { /* the checkpoint */
@@ -359,7 +368,8 @@ static void emit(const Tokenizer* tok, Utf8Stream* stream, int id, int* n_emitte
     fflush(stdout);
 }
 
-static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, const Options* o) {
+/* seed: the sampler's, reported when it came from the clock so that a run can be repeated. */
+static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, const Options* o, uint64_t seed) {
     const Config* c = &t->config;
     const int V = c->vocab_size;
 
@@ -445,6 +455,7 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
         int next = sampler_sample(sampler, logits, history, n_history);
         if (is_eos(&t->header, next)) break;
         emit(tok, &stream, next, &n_emitted);
+        if (ferror(stdout)) break; /* nobody reads what follows; check_stdout reports it */
         history[n_history++] = next;
         n_generated++;
         /* The last token is only run through the model when its logits are wanted. */
@@ -462,7 +473,7 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
     double t2 = now_seconds();
     if (tok) utf8_stream_flush(&stream, stdout);
     if (n_emitted > 0 || (o->prompt && tok)) fputc('\n', stdout);
-    fflush(stdout);
+    check_stdout();
 
     if (context_full)
         fprintf(stderr, "run: the context is full (%d tokens): generation stopped; a larger -c/--ctx "
@@ -472,6 +483,9 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
             n_prompt, n_prompt / (t1 - t0 > 0 ? t1 - t0 : 1e-9), n_generated);
     if (n_decoded > 0) fprintf(stderr, "%.1f tok/s\n", n_decoded / (t2 - t1 > 0 ? t2 - t1 : 1e-9));
     else fprintf(stderr, "- tok/s\n");
+    if (!o->has_seed && sampler->temperature > 0 && n_generated > 0)
+        fprintf(stderr, "seed: %llu (from the clock; -s %llu repeats this run)\n", (unsigned long long)seed,
+                (unsigned long long)seed);
     free(chunk_logits);
     free(history);
     free(prompt);
@@ -495,6 +509,7 @@ static int tokenize(const Tokenizer* tok, const Options* o) {
     if (ids == NULL) die(1, "out of memory");
     for (int i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
     putchar('\n');
+    check_stdout();
     free(ids);
     free(text);
     return 0;
@@ -551,11 +566,12 @@ int main(int argc, char** argv) {
                                 o.show_thinking, o.keep_thinking, o.verbose_prompt, o.dump_logits};
             status = chat_main(&t, text_tok, &sampler, &chat);
         } else {
-            status = generate(&t, text_tok, &sampler, &o);
+            status = generate(&t, text_tok, &sampler, &o, seed);
         }
         sampler_free(&sampler);
     }
     tokenizer_free(tok);
     transformer_free(&t);
+    if (status == 0) check_stdout(); /* the bench's table, the chat's answers */
     return status;
 }

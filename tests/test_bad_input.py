@@ -3,6 +3,7 @@ flags. Every case must end with a clear message and a non-zero exit status, neve
 negative return code in Python's subprocess means the process died of a signal), never a hang,
 and a failed export must leave no output file and no temporary file behind."""
 
+import json
 import os
 import shutil
 import struct
@@ -14,6 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_model  # noqa: E402
 from hf_model import Spec, DELETE  # noqa: E402
 
+HEADER_FORMAT = '<4s13I f i d I 8i f f i 2I 4Q 96x'  # FileHeader (model.h), as export.py writes it
 # Byte offsets of FileHeader fields (model.h, struct '<4s13I f i d I 8i f f i 2I 4Q 96x'), for patching.
 OFF = {'magic': 0, 'version': 4, 'arch': 8, 'flags': 12, 'dim': 16, 'hidden_dim': 20,
        'n_layers': 24, 'n_heads': 28, 'n_kv_heads': 32, 'head_dim': 36, 'vocab_size': 40,
@@ -133,6 +135,109 @@ class ExportErrors(unittest.TestCase):
         self.assertGreater(p.returncode, 0)
         self.assertNotIn('Traceback', p.stderr)
         self.assertFalse(os.path.exists(out))
+        # the user's path, not the temporary file's
+        self.assertIn(os.path.dirname(out) + ': no such directory', p.stderr)
+        self.assertNotIn('.tmp', p.stderr)
+
+    def test_output_is_a_directory(self):
+        """Refused before any conversion, naming the path (it used to fail at the final rename)."""
+        d = os.path.join(self.tmp, 'hf_dir_out')
+        hf_model.write_model(d, Spec())
+        out = os.path.join(self.tmp, 'an_existing_dir')
+        os.makedirs(out)
+        p = hf_model.run_export(d, out, 'q8')
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn(out + ': is a directory', p.stderr)
+        self.assertEqual(os.listdir(out), [])
+        self.assertEqual([n for n in os.listdir(self.tmp) if n.endswith('.tmp')], [])
+
+    def test_output_is_one_of_the_inputs(self):
+        """`export.py hf hf/model.safetensors` would have replaced the model's own weights."""
+        d = os.path.join(self.tmp, 'hf_self')
+        hf_model.write_model(d, Spec(shards=2))
+        for name in ('model-00002-of-00002.safetensors', 'config.json', 'tokenizer.json'):
+            src = os.path.join(d, name)
+            with open(src, 'rb') as f:
+                before = f.read()
+            p = hf_model.run_export(d, src, 'f32')
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertIn('is one of the files being converted', p.stderr)
+            with open(src, 'rb') as f:
+                self.assertEqual(f.read(), before, name + ' was changed')
+
+    def test_tokenizer_dir_without_tokenizer(self):
+        """--tokenizer names a folder on purpose: without tokenizer.json there it is an error, not
+        a checkpoint without a tokenizer."""
+        d = os.path.join(self.tmp, 'hf_tokdir')
+        hf_model.write_model(d, Spec())
+        missing = os.path.join(self.tmp, 'no_such_tokenizer_dir')
+        out = os.path.join(self.tmp, 'tokdir.bin')
+        p = hf_model.run_export(d, out, 'f32', extra=['--tokenizer', missing])
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn(missing + ': no tokenizer.json', p.stderr)
+        self.assertFalse(os.path.exists(out))
+
+    def test_config_not_an_object(self):
+        def spoil(d):
+            with open(os.path.join(d, 'config.json'), 'w') as f:
+                f.write('[1, 2]')
+        self.export_fails(Spec(), ['not a JSON object'], edit=spoil)
+
+
+class ExportGenerationDefaults(unittest.TestCase):
+    """generation_config.json's temperature / top_p / top_k are advice: one that ./run could not
+    use is left out with a warning (the export used to succeed and ./run then refused the file),
+    and with do_sample false (greedy in transformers) none is stored."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix='qwen3_gendef_')
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def setUp(self):
+        why = hf_model.missing_tools()
+        if why:
+            self.skipTest(why)
+
+    def export_with(self, name, gen_edit):
+        d = os.path.join(self.tmp, name)
+        hf_model.write_model(d, Spec())
+        path = os.path.join(d, 'generation_config.json')
+        with open(path) as f:
+            gen = json.load(f)
+        gen.update(gen_edit)
+        with open(path, 'w') as f:
+            json.dump(gen, f)
+        out = os.path.join(self.tmp, name + '.bin')
+        p = hf_model.run_export(d, out, 'f32')
+        self.assertEqual(p.returncode, 0, p.stderr)
+        with open(out, 'rb') as f:
+            header = f.read(256)
+        fields = struct.unpack(HEADER_FORMAT, header)
+        temperature, top_p, top_k = fields[26:29]
+        return p.stderr, out, (round(temperature, 6), round(top_p, 6), top_k)
+
+    def test_out_of_range_left_out(self):
+        err, out, stored = self.export_with('bad', {'temperature': -3, 'top_p': 7})
+        self.assertIn("field 'temperature' is -3", err)
+        self.assertIn("field 'top_p' is 7", err)
+        self.assertEqual(stored, (0.0, 0.0, 20))  # top_k 20 was fine and is kept
+        p = hf_model.run_engine([out, '--prompt-ids', '1', '-n', '2', '-s', '1'])
+        self.assertEqual(p.returncode, 0, p.stderr)
+
+    def test_in_range_stored(self):
+        err, _, stored = self.export_with('good', {})
+        self.assertNotIn('warning', err)
+        self.assertEqual(stored, (0.6, 0.95, 20))
+
+    def test_do_sample_false(self):
+        err, _, stored = self.export_with('greedy', {'do_sample': False})
+        self.assertIn('do_sample is false', err)
+        self.assertIn('-t 0', err)
+        self.assertEqual(stored, (0.0, 0.0, 0))
 
 
 class EngineErrors(unittest.TestCase):
@@ -182,6 +287,39 @@ class EngineErrors(unittest.TestCase):
             self.assertIn(path, msg, 'the message does not name the file')
             self.assertLessEqual(len(msg.splitlines()), 2, 'more than one clear line: %r' % msg)
         return msg
+
+    def test_unwritable_output(self):
+        """Output that cannot be written is an error (it used to exit 0 with nothing written): a
+        full device, and a pipe closed early while SIGPIPE is ignored (as some runners do), where
+        generation also stops instead of running its -n steps for nobody."""
+        import signal
+        import subprocess
+        if not os.path.exists('/dev/full'):
+            self.skipTest('no /dev/full here')
+        for args in (['--prompt-ids', '1,2,3', '-n', '4', '-t', '0'], ['-m', 'tokenize', '-i', 'hello'],
+                     ['-m', 'chat', '-t', '0', '-n', '4', '-i', 'hello']):
+            with self.subTest(args=args), open('/dev/full', 'w') as full:
+                p = subprocess.run([hf_model.RUN, self.good] + args, stdout=full, stderr=subprocess.PIPE,
+                                   text=True, timeout=30)
+                self.assertEqual(p.returncode, 1, p.stderr)
+                self.assertIn('standard output: write failed', p.stderr)
+        # The pipe's reading end is closed before the engine starts, so its first write fails; the
+        # logits dump shows how many positions ran (the prompt's one and no decode step, where all
+        # 100 ran before).
+        dump = os.path.join(self.tmp, 'closed_pipe.f32')
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        try:
+            proc = subprocess.run([hf_model.RUN, self.good, '--prompt-ids', '1', '-n', '100', '-t', '0',
+                                   '--dump-logits', dump], stdout=write_end, stderr=subprocess.PIPE, text=True,
+                                  timeout=60, preexec_fn=lambda: signal.signal(signal.SIGPIPE, signal.SIG_IGN))
+        finally:
+            os.close(write_end)
+        err = proc.stderr
+        self.assertEqual(proc.returncode, 1, err)
+        self.assertIn('standard output: write failed', err)
+        vocab = hf_model.read_header(self.good)['vocab_size']
+        self.assertEqual(os.path.getsize(dump), 4 * vocab, 'positions run after the failed write')
 
     def bad_file(self, name, data):
         path = os.path.join(self.tmp, name)

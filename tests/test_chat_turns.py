@@ -218,6 +218,30 @@ class ChatTurns(unittest.TestCase):
                 self.assertGreaterEqual(cached, len(head))
         self.check_logits(turns, rows)
 
+    def run_chat(self, *args, messages=MESSAGES):
+        return subprocess.run([hf_model.RUN, self.ckpt, '-m', 'chat', '-t', '0'] + list(args),
+                              input=''.join(m + '\n' for m in messages), cwd=hf_model.ROOT,
+                              capture_output=True, text=True, errors='replace', timeout=120)
+
+    def test_keep_thinking_full_context_is_an_error(self):
+        """--keep-thinking cannot drop turns: a full context ends the chat with status 1 and says
+        so (it used to end it with status 0, the remaining messages silently unanswered)."""
+        p = self.run_chat('--keep-thinking', '-c', '64', messages=MESSAGES + ['four'])
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn('--keep-thinking cannot drop earlier turns: the chat ends here', p.stderr)
+
+    def test_message_too_long_for_the_context(self):
+        p = self.run_chat('-c', '64', messages=[' '.join(['word'] * 80)])
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertRegex(p.stderr, r'this turn needs \d+ tokens of context, more than the 64 there are')
+
+    def test_one_shot_full_context_promises_no_next_turn(self):
+        p = subprocess.run([hf_model.RUN, self.ckpt, '-m', 'chat', '-t', '0', '-c', '32', '-i', MESSAGES[0]],
+                           cwd=hf_model.ROOT, capture_output=True, text=True, errors='replace', timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn('the context is full (32 tokens): the answer stops here', p.stderr)
+        self.assertNotIn('next turn', p.stderr)
+
 
 if __name__ == '__main__':
     unittest.main()

@@ -123,6 +123,24 @@ class ShippedModel(unittest.TestCase):
         self.assertGreaterEqual(n_dict / n_words, 0.95, "dictionary-word share %.3f; sample: %r"
                                 % (n_dict / n_words, samples[0][:300]))
 
+    def test_clock_seed_is_reported_and_repeats(self):
+        """Without -s the seed comes from the clock; stderr names it, and -s with it gives the
+        same text again (greedy runs, which need no seed, say nothing)."""
+        import re
+        p = subprocess.run([RUN, MODEL, "-i", "Once upon a time", "-n", "40"],
+                           capture_output=True, text=True, errors="replace", timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        m = re.search(r"^seed: (\d+) \(from the clock; -s \1 repeats this run\)$", p.stderr, re.M)
+        self.assertIsNotNone(m, p.stderr)
+        again = subprocess.run([RUN, MODEL, "-i", "Once upon a time", "-n", "40", "-s", m.group(1)],
+                               capture_output=True, text=True, errors="replace", timeout=120)
+        self.assertEqual(again.returncode, 0, again.stderr[-2000:])
+        self.assertEqual(again.stdout, p.stdout)
+        self.assertNotIn("seed:", again.stderr)
+        greedy = subprocess.run([RUN, MODEL, "-i", "Once", "-n", "4", "-t", "0"],
+                                capture_output=True, text=True, timeout=120)
+        self.assertNotIn("seed:", greedy.stderr)
+
 
 if __name__ == "__main__":
     unittest.main()
