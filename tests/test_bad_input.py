@@ -288,6 +288,26 @@ class EngineErrors(unittest.TestCase):
             self.assertLessEqual(len(msg.splitlines()), 2, 'more than one clear line: %r' % msg)
         return msg
 
+    def test_chat_needs_chatml_tokens(self):
+        """Chat renders Qwen's ChatML: with a tokenizer that lacks <|im_start|> (a Llama export,
+        say) it refuses with status 1 instead of feeding the markers to the model as text."""
+        d = os.path.join(self.tmp, 'hf_no_chatml')
+        hf_model.write_model(d, Spec(dtype='F32'))
+        path = os.path.join(d, 'tokenizer.json')
+        with open(path, encoding='utf-8') as f:
+            tok = json.load(f)
+        tok['added_tokens'] = [t for t in tok['added_tokens'] if t['content'] != '<|im_start|>']
+        with open(path, 'w', encoding='utf-8') as f:
+            json.dump(tok, f)
+        out = os.path.join(self.tmp, 'no_chatml.bin')
+        p = hf_model.run_export(d, out, 'f32')
+        self.assertEqual(p.returncode, 0, p.stderr)
+        p = hf_model.run_engine([out, '-m', 'chat', '-t', '0', '-n', '2', '-i', 'hello'])
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn('no ChatML chat template', p.stderr)
+        p = hf_model.run_engine([self.good, '-m', 'chat', '-t', '0', '-n', '2', '-i', 'hello'])
+        self.assertEqual(p.returncode, 0, p.stderr)
+
     def test_unwritable_output(self):
         """Output that cannot be written is an error (it used to exit 0 with nothing written): a
         full device, and a pipe closed early while SIGPIPE is ignored (as some runners do), where
