@@ -343,7 +343,10 @@ int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOption
                 fflush(stderr);
             }
             user = read_line(stdin);
-            if (!user) break;
+            if (!user) {
+                if (interactive_in) fputc('\n', stderr); /* Ctrl-D: end the prompt's line */
+                break;
+            }
             if (strcmp(user, "/bye") == 0) {
                 free(user);
                 break;
@@ -355,7 +358,7 @@ int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOption
                 fprintf(stderr, "chat: the conversation is cleared\n");
                 continue;
             }
-            if (!user[0]) { /* an empty line is no message */
+            if (!user[strspn(user, " \t\r\v\f")]) { /* an empty or blank line is no message */
                 free(user);
                 continue;
             }

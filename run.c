@@ -266,6 +266,7 @@ static void parse_args(int argc, char** argv, Options* o) {
                 die(2, "%s must be f32 or f16, got '%s'", name, value);
             o->kv_f16 = strcmp(value, "f16") == 0;
         } else if (IS("", "--dump-logits")) {
+            if (!value[0]) die(2, "--dump-logits needs a file name");
             o->dump_logits = value;
         } else { /* --bench-prompt, --bench-gen, --bench-reps, --bench-depth: checked here, used by bench.c */
             parse_int(name, value, 0, 1000000);

@@ -86,7 +86,7 @@ class ChatTurns(unittest.TestCase):
                             '--dump-logits', dump] + list(args), input=''.join(m + '\n' for m in messages),
                            cwd=hf_model.ROOT, capture_output=True, text=True, errors='replace', timeout=120)
         self.assertEqual(p.returncode, 0, p.stderr)
-        n_turns = sum(not m.startswith('/') for m in messages)  # /clear is no turn
+        n_turns = sum(bool(m.strip()) and not m.startswith('/') for m in messages)  # /clear, blank lines: no turn
         return self.parse(p.stderr, n_turns), hf_model.read_logits(dump, self.vocab), p.stderr
 
     def parse(self, stderr, n_turns=len(MESSAGES)):
@@ -222,6 +222,10 @@ class ChatTurns(unittest.TestCase):
         return subprocess.run([hf_model.RUN, self.ckpt, '-m', 'chat', '-t', '0'] + list(args),
                               input=''.join(m + '\n' for m in messages), cwd=hf_model.ROOT,
                               capture_output=True, text=True, errors='replace', timeout=120)
+
+    def test_blank_lines_are_no_messages(self):
+        turns, _, _ = self.chat('--no-think', messages=['', '  \t ', MESSAGES[0]])
+        self.assertEqual(len(turns), 1)  # parse() also checks that stderr shows one prompt, one answer
 
     def test_keep_thinking_full_context_is_an_error(self):
         """--keep-thinking cannot drop turns: a full context ends the chat with status 1 and says
