@@ -294,8 +294,8 @@ int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOption
     }
     const int V = t->config.vocab_size, seq_len = t->config.seq_len;
     const int im_end = tokenizer_find(tok, "<|im_end|>");
-    /* The template is Qwen's ChatML (chat_render): a model whose tokenizer lacks its tokens (a base
-     * model such as the shipped TinyStories one, or a Llama export) would see them as plain text. */
+    /* The template is Qwen's ChatML (chat_render): a model whose tokenizer lacks its tokens (a Llama
+     * export, say) would see them as plain text. */
     if (tokenizer_find(tok, "<|im_start|>") < 0 || im_end < 0) {
         fprintf(stderr, "chat: the checkpoint's tokenizer has no <|im_start|> / <|im_end|> tokens, so it has "
                         "no ChatML chat template; use generate mode (-i TEXT)\n");
