@@ -293,6 +293,15 @@ static void parse_args(int argc, char** argv, Options* o) {
     } else if (o->n_thread_counts > 1) {
         die(2, "--threads takes a list of counts only in bench mode (-m bench), got '%s'", o->thread_counts);
     }
+    /* Options of another mode: --prompt-ids would leave chat and tokenize reading standard input
+     * instead, an error; the others do nothing here, which a note says rather than hiding it. */
+    const int is_generate = strcmp(o->mode, "generate") == 0, is_chat = strcmp(o->mode, "chat") == 0;
+    if (o->prompt_ids && !is_generate) die(2, "--prompt-ids is for generate mode, not -m %s", o->mode);
+    if (!is_chat && (o->system_prompt || !o->thinking || !o->show_thinking || o->keep_thinking))
+        fprintf(stderr, "run: note: -y, --no-think, --hide-think and --keep-thinking are chat options (-m chat); "
+                        "ignored in -m %s\n", o->mode);
+    if (strcmp(o->mode, "bench") != 0 && o->n_bench_args > 0)
+        fprintf(stderr, "run: note: --bench-* and --json are bench options (-m bench); ignored in -m %s\n", o->mode);
 }
 
 /* "9707,11,1879" -> ids (malloc'ed). Every id must be a token of the model. */

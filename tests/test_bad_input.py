@@ -288,6 +288,21 @@ class EngineErrors(unittest.TestCase):
             self.assertLessEqual(len(msg.splitlines()), 2, 'more than one clear line: %r' % msg)
         return msg
 
+    def test_options_of_another_mode(self):
+        """--prompt-ids outside generate mode used to leave chat and tokenize reading standard
+        input: an error now. Chat's and bench's options elsewhere do nothing, and a note says so."""
+        for mode in ('chat', 'tokenize', 'bench'):
+            msg = self.run_fails([self.good, '-m', mode, '--prompt-ids', '1,2'])
+            self.assertIn('--prompt-ids is for generate mode', msg)
+        for args, note in ((['--no-think'], 'are chat options'), (['-y', 'be brief'], 'are chat options'),
+                           (['--json'], 'are bench options'), (['--bench-gen', '4'], 'are bench options')):
+            p = hf_model.run_engine([self.good, '--prompt-ids', '1', '-n', '1', '-t', '0'] + args)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertIn('run: note: ', p.stderr)
+            self.assertIn(note, p.stderr)
+        p = hf_model.run_engine([self.good, '--prompt-ids', '1', '-n', '1', '-t', '0'])
+        self.assertNotIn('note', p.stderr)
+
     def test_chat_needs_chatml_tokens(self):
         """Chat renders Qwen's ChatML: with a tokenizer that lacks <|im_start|> (a Llama export,
         say) it refuses with status 1 instead of feeding the markers to the model as text."""
