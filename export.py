@@ -81,8 +81,10 @@ def parse_config(folder, cfg, gen):
             raise ExportError(f"{path}: field '{key}' must be a positive integer, got {v!r}")
         return v
 
-    archs = cfg.get("architectures") or []
-    if len(archs) != 1 or archs[0] not in ARCHITECTURES:
+    archs = cfg.get("architectures")
+    if archs is None:
+        raise ExportError(f"{path}: no field 'architectures' (supported: " + ", ".join(ARCHITECTURES) + ")")
+    if not isinstance(archs, list) or len(archs) != 1 or archs[0] not in ARCHITECTURES:
         raise ExportError(f"{path}: field 'architectures' is {archs!r}; supported: "
                           + ", ".join(ARCHITECTURES))
     arch = ARCHITECTURES[archs[0]]
@@ -204,8 +206,11 @@ def read_safetensors_header(path, table):
             if len(raw) < 8:
                 raise ExportError(f"{path}: too short for a safetensors file")
             (n,) = struct.unpack("<Q", raw)
-            if n > 100_000_000 or 8 + n > size:
-                raise ExportError(f"{path}: bad safetensors header length {n}")
+            if n > 100_000_000:
+                raise ExportError(f"{path}: bad safetensors header length {n} (not a safetensors file?)")
+            if 8 + n > size:
+                raise ExportError(f"{path}: truncated: its header alone needs {8 + n} bytes, the file "
+                                  f"has {size}")
             header = json.loads(f.read(n).decode("utf-8"))
     except FileNotFoundError:
         raise ExportError(f"{path}: not found")

@@ -111,6 +111,18 @@ class ExportErrors(unittest.TestCase):
                 f.truncate(os.path.getsize(path) - 1000)
         self.export_fails(Spec(), ['model.safetensors'], edit=cut)
 
+    def test_truncated_inside_the_safetensors_header(self):
+        def cut(d):
+            path = os.path.join(d, 'model.safetensors')
+            with open(path, 'r+b') as f:
+                f.truncate(100)
+        msg = self.export_fails(Spec(), ['model.safetensors'], edit=cut)
+        self.assertIn('truncated', msg)
+
+    def test_no_architectures_field(self):
+        msg = self.export_fails(Spec(config_overrides={'architectures': DELETE}), ['architectures'])
+        self.assertIn("no field 'architectures'", msg)
+
     def test_q4_width_not_a_multiple_of_32(self):
         """q4 groups are 32 columns (model.h): a q width of 2 x 24 = 48 cannot be grouped, and
         export says so before writing anything."""
