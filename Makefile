@@ -27,21 +27,28 @@ SHIPPED_MODEL := models/tinystories.bin
 STORY_PROMPT ?= Once upon a time
 STORY_FLAGS ?= -n 250
 
-.PHONY: all run test bench clean test-arm
+.PHONY: all run test bench clean test-arm FORCE
 
 # The engine is built as build/run and linked to ./run, so that `make run` can be the command that
 # tells a story (llama2.c's habit) while `./run` stays the program's name.
 all: build/run
 
-build/run: run.c $(ENGINE_SRC) $(ENGINE_HDR)
+# The compiler and flags of the last build, rewritten only when they change: the binaries depend on
+# it, so `make SCALAR=1` or `make NATIVE=-march=x86-64-v3` after a plain `make` rebuilds them
+# instead of answering "Nothing to be done".
+BUILD_FLAGS := $(CC) $(CFLAGS) $(LDLIBS)
+build/flags: FORCE
 	@mkdir -p build
+	@echo '$(BUILD_FLAGS)' | cmp -s - $@ || echo '$(BUILD_FLAGS)' > $@
+
+build/run: run.c $(ENGINE_SRC) $(ENGINE_HDR) build/flags
 	$(CC) $(CFLAGS) -o $@ run.c $(ENGINE_SRC) $(LDLIBS)
 	@ln -f $@ run
 
 run: all
 	./run $(SHIPPED_MODEL) -i "$(STORY_PROMPT)" $(STORY_FLAGS)
 
-tests/%: tests/%.c $(ENGINE_SRC) $(ENGINE_HDR)
+tests/%: tests/%.c $(ENGINE_SRC) $(ENGINE_HDR) build/flags
 	$(CC) $(CFLAGS) -I. -o $@ $< $(ENGINE_SRC) $(LDLIBS)
 
 # On x86-64 the kernel tests are built once more for the issue's instruction set, AVX2 + FMA
@@ -51,7 +58,7 @@ tests/%: tests/%.c $(ENGINE_SRC) $(ENGINE_HDR)
 ifeq ($(UNAME_M),x86_64)
 TEST_VARIANTS := tests/test_kernels_avx2
 endif
-tests/test_kernels_avx2: tests/test_kernels.c $(ENGINE_SRC) $(ENGINE_HDR)
+tests/test_kernels_avx2: tests/test_kernels.c $(ENGINE_SRC) $(ENGINE_HDR) build/flags
 	$(CC) $(filter-out $(NATIVE),$(CFLAGS)) -march=x86-64 -mavx2 -mfma -mf16c -I. -o $@ $< $(ENGINE_SRC) $(LDLIBS)
 
 test: all $(TEST_BIN) $(TEST_VARIANTS)
@@ -73,7 +80,7 @@ bench: all
 	done
 
 clean:
-	rm -rf run build/run build/arm $(TEST_BIN) tests/test_kernels_avx2
+	rm -rf run build/run build/flags build/arm $(TEST_BIN) tests/test_kernels_avx2
 
 # `make test-arm`: the kernel tests cross-compiled for arm64 and run under qemu-aarch64 (user mode),
 # once with SDOT (armv8.2-a+dotprod) and once without (armv8-a), so both q8 dot paths of the NEON

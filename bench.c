@@ -456,13 +456,13 @@ int bench_main(Transformer* t, int argc, char** argv) {
     counts[0] = kernels_threads();
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--bench-prompt") == 0) {
-            if (int_arg(argc, argv, i++, "--bench-prompt", &n_prompt)) return 1;
+            if (int_arg(argc, argv, i++, "--bench-prompt", &n_prompt)) return 2;
         } else if (strcmp(argv[i], "--bench-gen") == 0) {
-            if (int_arg(argc, argv, i++, "--bench-gen", &n_gen)) return 1;
+            if (int_arg(argc, argv, i++, "--bench-gen", &n_gen)) return 2;
         } else if (strcmp(argv[i], "--bench-reps") == 0) {
-            if (int_arg(argc, argv, i++, "--bench-reps", &reps)) return 1;
+            if (int_arg(argc, argv, i++, "--bench-reps", &reps)) return 2;
         } else if (strcmp(argv[i], "--bench-depth") == 0) {
-            if (int_arg(argc, argv, i++, "--bench-depth", &depth)) return 1;
+            if (int_arg(argc, argv, i++, "--bench-depth", &depth)) return 2;
         } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
             n_runs = bench_parse_threads(argv[++i], counts, BENCH_MAX_THREAD_COUNTS);
             if (n_runs < 1) {
@@ -476,11 +476,11 @@ int bench_main(Transformer* t, int argc, char** argv) {
     }
     if (reps < 1) {
         fprintf(stderr, "run: error: --bench-reps must be at least 1, got %d\n", reps);
-        return 1;
+        return 2;
     }
     if (n_prompt <= 0 && n_gen <= 0) {
         fprintf(stderr, "run: error: nothing to measure: --bench-prompt and --bench-gen are both 0\n");
-        return 1;
+        return 2;
     }
     const Config* c = &t->config;
     int need = depth + (n_prompt > n_gen ? n_prompt : n_gen);

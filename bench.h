@@ -34,8 +34,9 @@
 #include "model.h"
 
 /* Scans argv[0 .. argc-1] for the options above (others are ignored, so run.c can pass its own
- * argv through), runs the tests on t and prints the results on stdout. Returns 0, or 1 after an
- * error line on stderr. */
+ * argv through), runs the tests on t and prints the results on stdout. Returns 0, or after an
+ * error line on stderr 2 (options that measure nothing or are malformed) or 1 (anything else,
+ * e.g. a context too small for the tests). */
 int bench_main(Transformer* t, int argc, char** argv);
 
 /* "1,2,4" -> counts[0..n-1]; each in 1..1024. Returns n, or -1 if s is not such a list of at most

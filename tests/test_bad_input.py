@@ -525,11 +525,12 @@ class EngineErrors(unittest.TestCase):
                 self.run_fails(args)
 
     def test_bad_tuning_variables(self):
-        """KERNELS_PREFETCH and KERNELS_SPIN_US are tuning knobs: a value the engine cannot use is
-        named in a warning and the default kept (the run goes on); a good value warns of nothing."""
+        """KERNELS_PREFETCH, KERNELS_SPIN_US and KERNELS_AMX are tuning knobs: a value the engine
+        cannot use is named in a warning and the default kept (the run goes on); a good value warns
+        of nothing."""
         args = [self.good, '--prompt-ids', '1,2,3', '-n', '2', '-t', '0']
         for name, bad, good in (('KERNELS_PREFETCH', 'nearest', 'mid'), ('KERNELS_SPIN_US', '20us', '50'),
-                                ('KERNELS_SPIN_US', '-1', '0')):
+                                ('KERNELS_SPIN_US', '-1', '0'), ('KERNELS_AMX', 'off', '0')):
             with self.subTest(name=name, value=bad):
                 p = hf_model.run_engine(args, env={name: bad})
                 self.assertEqual(p.returncode, 0, p.stderr)
