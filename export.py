@@ -640,6 +640,28 @@ def check_output_path(out_path, inputs):
                                   "checkpoint somewhere else")
 
 
+def remove_stale_temporaries(out_dir, base):
+    """Removes what an export to the same name that was killed outright (SIGKILL, a power cut: no
+    cleanup ran) left behind: .BASE.PID.tmp files whose process no longer exists."""
+    prefix = f".{base}."
+    for name in os.listdir(out_dir):
+        pid = name[len(prefix):-len(".tmp")] if name.startswith(prefix) and name.endswith(".tmp") else ""
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # still running: another export's file
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue  # exists but not ours to signal
+        try:
+            os.unlink(os.path.join(out_dir, name))
+            warn(f"removed {os.path.join(out_dir, name)}, left by an export that was killed")
+        except OSError:
+            pass
+
+
 def export(folder, out_path, dtype_name, group_size, tokenizer_dir, jobs=None):
     cfg = read_json(os.path.join(folder, "config.json"), "the model config")
     gen_path = os.path.join(folder, "generation_config.json")
@@ -710,6 +732,7 @@ def export(folder, out_path, dtype_name, group_size, tokenizer_dir, jobs=None):
     done, t0 = 0, time.time()
 
     out_dir = os.path.dirname(os.path.abspath(out_path))
+    remove_stale_temporaries(out_dir, os.path.basename(out_path))
     tmp_path = os.path.join(out_dir, f".{os.path.basename(out_path)}.{os.getpid()}.tmp")
     files = {}
     try:
