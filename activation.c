@@ -11,8 +11,10 @@ void swiglu_scalar(float* gate, const float* up, int n) {
     }
 }
 
+/* swiglu_span: the fastest twin compiled in, on one thread. swiglu() below splits long rows
+ * (a prefill chunk's nb x F) over the kernel threads. */
 #if defined(KERNELS_AVX2)
-void swiglu(float* gate, const float* up, int n) {
+static void swiglu_span(float* gate, const float* up, int n) {
     const __m256 one = _mm256_set1_ps(1.0f);
     int i = 0;
     for (; i + 8 <= n; i += 8) {
@@ -24,7 +26,7 @@ void swiglu(float* gate, const float* up, int n) {
     for (; i < n; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 #elif defined(KERNELS_NEON)
-void swiglu(float* gate, const float* up, int n) {
+static void swiglu_span(float* gate, const float* up, int n) {
     int i = 0;
     for (; i + 4 <= n; i += 4) {
         float32x4_t g = vld1q_f32(gate + i);
@@ -35,5 +37,30 @@ void swiglu(float* gate, const float* up, int n) {
     for (; i < n; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 #else
-void swiglu(float* gate, const float* up, int n) { swiglu_scalar(gate, up, n); }
+static void swiglu_span(float* gate, const float* up, int n) { swiglu_scalar(gate, up, n); }
 #endif
+
+/* Parts start at multiples of 64 values, so every value goes through the same code (vector body or
+ * scalar tail) as in one call over all n: the bits do not depend on the thread count. */
+#define SWIGLU_PARALLEL (32 * 1024) /* values; below this one thread is quicker than a dispatch */
+
+typedef struct {
+    float* gate;
+    const float* up;
+    int n, n_parts;
+} SwigluParts;
+
+static void swiglu_part(void* ctx, int part) {
+    const SwigluParts* j = ctx;
+    const int blocks = (j->n + 63) / 64;
+    const int i0 = (int)((long long)blocks * part / j->n_parts) * 64;
+    int i1 = (int)((long long)blocks * (part + 1) / j->n_parts) * 64;
+    if (i1 > j->n) i1 = j->n;
+    if (i1 > i0) swiglu_span(j->gate + i0, j->up + i0, i1 - i0);
+}
+
+void swiglu(float* gate, const float* up, int n) {
+    SwigluParts j = {gate, up, n, 1};
+    if (n >= SWIGLU_PARALLEL) j.n_parts = kernels_threads();
+    parallel_for(j.n_parts, swiglu_part, &j);
+}

@@ -191,6 +191,11 @@ void matrix_row(float* out, const Matrix* W, int row);
  * n is D for the pre-attention, pre-MLP and final norms, head_dim for QK-Norm. out may equal x. */
 void rmsnorm(float* out, const float* x, const float* w, int n, float eps);
 
+/* rmsnorm() over n_rows vectors of n values laid out one after another (row r at x + r * n, its
+ * result at out + r * n), spread over the kernel threads when there are many; the same bits as
+ * n_rows calls of rmsnorm(). */
+void rmsnorm_rows(float* out, const float* x, const float* w, int n_rows, int n, float eps);
+
 /* RoPE with rotate-half pairing (QWEN3.md 2.4) on n_heads head vectors of head_dim values laid
  * out one after another: for i < head_dim/2, (x[i], x[i+head_dim/2]) is rotated by the angle whose
  * cos and sin are cos_t[i], sin_t[i] (the tables of one position). */
@@ -200,7 +205,7 @@ void rope(float* x, int n_heads, int head_dim, const float* cos_t, const float* 
 void softmax(float* x, int n);
 
 /* SwiGLU's gate (QWEN3.md 2.2 step 2.11): gate[i] = silu(gate[i]) * up[i], silu(z) = z / (1 + e^-z). */
-void swiglu(float* gate, const float* up, int n);
+void swiglu(float* gate, const float* up, int n); /* long rows spread over the kernel threads, the same bits */
 
 /* One kv head's cached keys and values. The cache holds positions in blocks (model.c, the KV
  * cache): position t's key is at keys + (t / block_len) * block_stride + (t % block_len) * stride,

@@ -643,9 +643,9 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
         for (int l = 0; l < L; l++) {
             const LayerWeights* lw = &w->layers[l];
 
-            /* 2.2 step 2.1: pre-norm residual block: attention reads a normalised copy of x. */
-            for (int r = 0; r < nb; r++)
-                rmsnorm(ROW(s->xb, r, D), ROW(s->x, r, D), lw->input_layernorm, D, eps);  /* RMSNorm use 1 of 4: pre-attention */
+            /* 2.2 step 2.1: pre-norm residual block: attention reads a normalised copy of x (every
+             * row of the chunk, each on its own). */
+            rmsnorm_rows(s->xb, s->x, lw->input_layernorm, nb, D, eps);  /* RMSNorm use 1 of 4: pre-attention */
 
             /* 2.2 step 2.2: the q, k, v projections, in one dispatch to the threads since they
              * read the same input (biases: Qwen2 only, QWEN3.md 6). */
@@ -660,18 +660,18 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
                 }
             }
 
+            /* 2.2 step 2.4: Qwen3's QK-Norm: two [d] weights per layer, q_norm shared by every query
+             * head and k_norm by every key head, each head normalised on its own, after the
+             * projection, before RoPE (7.2); v is not normalised. A row of q is H heads of d values
+             * and the rows follow one another, so q is nb * H vectors of d (k: nb * K). */
+            if (lw->q_norm) {
+                rmsnorm_rows(s->q, s->q, lw->q_norm, nb * H, d, eps);  /* RMSNorm use 2 of 4: QK-Norm on every q head (before RoPE) */
+                rmsnorm_rows(s->k, s->k, lw->k_norm, nb * K, d, eps);  /* RMSNorm use 2 of 4: QK-Norm on every k head (before RoPE) */
+            }
+
             for (int r = 0; r < nb; r++) {
                 float* q = ROW(s->q, r, q_dim);  /* H heads of d values, head j at q + j*d */
                 float* k = ROW(s->k, r, kv_dim); /* K heads of d values */
-                /* 2.2 step 2.4: Qwen3's QK-Norm: two [d] weights per layer, q_norm shared by every
-                 * query head and k_norm by every key head, each head normalised on its own, after
-                 * the projection, before RoPE (7.2); v is not normalised. */
-                if (lw->q_norm) {
-                    for (int h = 0; h < H; h++)
-                        rmsnorm(q + h * d, q + h * d, lw->q_norm, d, eps);  /* RMSNorm use 2 of 4: QK-Norm on every q head (before RoPE) */
-                    for (int h = 0; h < K; h++)
-                        rmsnorm(k + h * d, k + h * d, lw->k_norm, d, eps);  /* RMSNorm use 2 of 4: QK-Norm on every k head (before RoPE) */
-                }
                 /* 2.2 step 2.5: RoPE (section 2.4) at this row's position, pairs (i, i + d/2) (7.3). */
                 const float* cos_p = ROW(s->rope_cos, p0 + r, d / 2);
                 const float* sin_p = ROW(s->rope_sin, p0 + r, d / 2);
@@ -699,8 +699,7 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
             for (size_t i = 0; i < (size_t)nb * D; i++) s->x[i] += s->proj[i];
 
             /* 2.2 steps 2.10-2.12: SwiGLU MLP on a normalised copy of x, residual add. */
-            for (int r = 0; r < nb; r++)
-                rmsnorm(ROW(s->xb, r, D), ROW(s->x, r, D), lw->post_attention_layernorm, D, eps);  /* RMSNorm use 3 of 4: pre-MLP */
+            rmsnorm_rows(s->xb, s->x, lw->post_attention_layernorm, nb, D, eps);  /* RMSNorm use 3 of 4: pre-MLP */
             float* const gate_up[2] = {s->gate, s->up};
             const Matrix* const w_gate_up[2] = {&lw->gate_proj, &lw->up_proj};
             matmul_multi(gate_up, s->xb, w_gate_up, 2, nb);
@@ -714,8 +713,7 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
          * biggest matmul of the model (V x D). */
         const int last_chunk = c0 + nb == n;
         const int first_row = all_logits ? 0 : (last_chunk ? nb - 1 : nb);
-        for (int r = first_row; r < nb; r++)
-            rmsnorm(ROW(s->xb, r, D), ROW(s->x, r, D), w->norm, D, eps);  /* RMSNorm use 4 of 4: final norm */
+        rmsnorm_rows(ROW(s->xb, first_row, D), ROW(s->x, first_row, D), w->norm, nb - first_row, D, eps);  /* RMSNorm use 4 of 4: final norm */
         if (all_logits) {
             float* out = ROW(all_logits, c0, V);
             matmul(out, s->xb, &w->lm_head, nb);

@@ -71,3 +71,31 @@ void rmsnorm(float* out, const float* x, const float* w, int n, float eps) {
     rmsnorm_scalar(out, x, w, n, eps);
 }
 #endif
+
+/* RMSNorm of n_rows vectors of n values laid out one after another (a batch's rows, or every head
+ * of every row for QK-Norm): each vector exactly as rmsnorm() above, so the result does not depend
+ * on the thread count. Where there is enough work (a prefill chunk) the rows are split over the
+ * kernel threads; otherwise the calling thread would do it alone while the others wait (q8 on AMX,
+ * pp512 with two threads: the caller's RMSNorms were about 1.5% of all samples, SwiGLU 1.7%). */
+#define RMSNORM_ROWS_PARALLEL (32 * 1024) /* values; a dispatch costs a few microseconds */
+
+typedef struct {
+    float* out;
+    const float* x;
+    const float* w;
+    int n_rows, n, n_parts;
+    float eps;
+} RmsnormRows;
+
+static void rmsnorm_rows_part(void* ctx, int part) {
+    const RmsnormRows* j = ctx;
+    const int r0 = (int)((long long)j->n_rows * part / j->n_parts);
+    const int r1 = (int)((long long)j->n_rows * (part + 1) / j->n_parts);
+    for (int r = r0; r < r1; r++) rmsnorm(j->out + (size_t)r * j->n, j->x + (size_t)r * j->n, j->w, j->n, j->eps);
+}
+
+void rmsnorm_rows(float* out, const float* x, const float* w, int n_rows, int n, float eps) {
+    RmsnormRows j = {out, x, w, n_rows, n, 1, eps};
+    if ((long long)n_rows * n >= RMSNORM_ROWS_PARALLEL) j.n_parts = kernels_threads() < n_rows ? kernels_threads() : n_rows;
+    parallel_for(j.n_parts, rmsnorm_rows_part, &j);
+}
