@@ -259,6 +259,11 @@ static int* conversation_ids(const Conversation* c, const Tokenizer* tok, int th
     return ids;
 }
 
+/* Drops the last message (a user message that did not fit). */
+static void conversation_drop_last(Conversation* c) {
+    if (c->n > conversation_first(c)) free((char*)c->m[--c->n].content);
+}
+
 static void conversation_free(Conversation* c) {
     for (int i = 0; i < c->n; i++) free((char*)c->m[i].content);
     free(c->m);
@@ -414,9 +419,17 @@ int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOption
         const int* run_ids = o->keep_thinking ? ids : ids + start;
         const int n_run = o->keep_thinking ? n : n - start;
         if (start + n_run >= seq_len) {
+            /* At a terminal the message is not sent and the chat goes on; from a pipe or -i it is
+             * an error, so that a script does not go on with a conversation missing a turn. */
+            const int reject = interactive_in && !o->prompt;
             fprintf(stderr, "chat: this turn needs %d tokens of context, more than the %d there are; a larger "
-                            "-c/--ctx allows more\n", start + n_run + 1, seq_len);
+                            "-c/--ctx allows more%s\n", start + n_run + 1, seq_len,
+                    reject ? " (the message was not sent)" : "");
             free(ids);
+            if (reject) {
+                if (!o->keep_thinking) conversation_drop_last(&conv);
+                continue;
+            }
             status = 1;
             break;
         }

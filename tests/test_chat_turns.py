@@ -239,6 +239,44 @@ class ChatTurns(unittest.TestCase):
         self.assertEqual(p.returncode, 1, p.stderr)
         self.assertRegex(p.stderr, r'this turn needs \d+ tokens of context, more than the 64 there are')
 
+    def test_too_long_at_a_terminal_is_not_sent(self):
+        """At a terminal a message too long for the context is not sent and the chat goes on (the
+        next message is answered, in a conversation without the long one); from a pipe it is an
+        error (test_message_too_long_for_the_context)."""
+        import pty
+        import select
+        long_message = ' '.join(['word'] * 80)
+        for keep in ((), ('--keep-thinking',)):
+            with self.subTest(keep=keep):
+                master, slave = pty.openpty()
+                try:
+                    p = subprocess.Popen([hf_model.RUN, self.ckpt, '-m', 'chat', '-t', '0', '-n', '4', '-c', '64',
+                                          '--verbose-prompt'] + list(keep), stdin=slave, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, cwd=hf_model.ROOT)
+                    os.close(slave)
+                    slave = None
+                    for line in (long_message, MESSAGES[0]):
+                        os.write(master, (line + '\n').encode())
+                    os.write(master, b'\x04')  # Ctrl-D: end of input
+                    out, err = p.communicate(timeout=120)
+                finally:
+                    if slave is not None:
+                        os.close(slave)
+                    while select.select([master], [], [], 0)[0]:  # drain the echo
+                        try:
+                            if not os.read(master, 4096):
+                                break
+                        except OSError:
+                            break
+                    os.close(master)
+                err = err.decode('utf-8', 'replace')
+                self.assertEqual(p.returncode, 0, err)
+                self.assertIn('(the message was not sent)', err)
+                prompts = re.findall(r'^(?:> )?chat: prompt of \d+ tokens, \d+ of them already in the KV cache: '
+                                     r'([\d,]+)$', err, re.M)  # "> ": the terminal's prompt
+                want = self.tokenize('<|im_start|>user\n' + MESSAGES[0] + '<|im_end|>\n<|im_start|>assistant\n')
+                self.assertEqual([[int(x) for x in ids.split(',')] for ids in prompts], [want], err)
+
     def test_one_shot_full_context_promises_no_next_turn(self):
         p = subprocess.run([hf_model.RUN, self.ckpt, '-m', 'chat', '-t', '0', '-c', '32', '-i', MESSAGES[0]],
                            cwd=hf_model.ROOT, capture_output=True, text=True, errors='replace', timeout=120)
