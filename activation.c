@@ -40,27 +40,21 @@ static void swiglu_span(float* gate, const float* up, int n) {
 static void swiglu_span(float* gate, const float* up, int n) { swiglu_scalar(gate, up, n); }
 #endif
 
-/* Parts start at multiples of 64 values, so every value goes through the same code (vector body or
+/* Spans start at multiples of 64 values, so every value goes through the same code (vector body or
  * scalar tail) as in one call over all n: the bits do not depend on the thread count. */
 #define SWIGLU_PARALLEL (32 * 1024) /* values; below this one thread is quicker than a dispatch */
 
 typedef struct {
     float* gate;
     const float* up;
-    int n, n_parts;
-} SwigluParts;
+} Swiglu;
 
-static void swiglu_part(void* ctx, int part) {
-    const SwigluParts* j = ctx;
-    const int blocks = (j->n + 63) / 64;
-    const int i0 = (int)((long long)blocks * part / j->n_parts) * 64;
-    int i1 = (int)((long long)blocks * (part + 1) / j->n_parts) * 64;
-    if (i1 > j->n) i1 = j->n;
-    if (i1 > i0) swiglu_span(j->gate + i0, j->up + i0, i1 - i0);
+static void swiglu_part(void* ctx, int i0, int i1) {
+    const Swiglu* j = ctx;
+    swiglu_span(j->gate + i0, j->up + i0, i1 - i0);
 }
 
 void swiglu(float* gate, const float* up, int n) {
-    SwigluParts j = {gate, up, n, 1};
-    if (n >= SWIGLU_PARALLEL) j.n_parts = kernels_threads();
-    parallel_for(j.n_parts, swiglu_part, &j);
+    Swiglu j = {gate, up};
+    parallel_spans(n, 64, n >= SWIGLU_PARALLEL, swiglu_part, &j);
 }

@@ -253,6 +253,12 @@ void attention_rows(float* out, const float* q, size_t row_stride, int n_q, int 
  * process competes for the cores), then sleep: see pool.c. */
 void parallel_for(int n, void (*fn)(void* ctx, int i), void* ctx);
 
+/* Runs fn(ctx, begin, end) over [0, n) cut into one contiguous span per kernel thread (spread != 0)
+ * or as one span on the calling thread (spread == 0: too little work to be worth a dispatch). The
+ * cuts fall on multiples of align, so a kernel whose vector body and scalar tail depend on where a
+ * span starts gives the same bits as one call over [0, n). */
+void parallel_spans(int n, int align, int spread, void (*fn)(void* ctx, int begin, int end), void* ctx);
+
 /* The reference twins, for the tests. */
 void matmul_scalar(float* out, const float* x, const Matrix* W, int n);
 void rmsnorm_scalar(float* out, const float* x, const float* w, int n, float eps);

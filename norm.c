@@ -83,19 +83,16 @@ typedef struct {
     float* out;
     const float* x;
     const float* w;
-    int n_rows, n, n_parts;
+    int n;
     float eps;
 } RmsnormRows;
 
-static void rmsnorm_rows_part(void* ctx, int part) {
+static void rmsnorm_span(void* ctx, int r0, int r1) {
     const RmsnormRows* j = ctx;
-    const int r0 = (int)((long long)j->n_rows * part / j->n_parts);
-    const int r1 = (int)((long long)j->n_rows * (part + 1) / j->n_parts);
     for (int r = r0; r < r1; r++) rmsnorm(j->out + (size_t)r * j->n, j->x + (size_t)r * j->n, j->w, j->n, j->eps);
 }
 
 void rmsnorm_rows(float* out, const float* x, const float* w, int n_rows, int n, float eps) {
-    RmsnormRows j = {out, x, w, n_rows, n, 1, eps};
-    if ((long long)n_rows * n >= RMSNORM_ROWS_PARALLEL) j.n_parts = kernels_threads() < n_rows ? kernels_threads() : n_rows;
-    parallel_for(j.n_parts, rmsnorm_rows_part, &j);
+    RmsnormRows j = {out, x, w, n, eps};
+    parallel_spans(n_rows, 1, (long long)n_rows * n >= RMSNORM_ROWS_PARALLEL, rmsnorm_span, &j);
 }
