@@ -23,15 +23,27 @@ OFF = {'magic': 0, 'version': 4, 'arch': 8, 'flags': 12, 'dim': 16, 'hidden_dim'
        'tokenizer_offset': 128, 'tokenizer_bytes': 136, 'weights_offset': 144, 'weights_bytes': 152}
 
 
-class ExportErrors(unittest.TestCase):
+class InTempDir(unittest.TestCase):
+    """A temporary folder per test class (cls.tmp), removed after its tests."""
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix='qwen3_badexp_')
-        cls.n = 0
+        cls.tmp = tempfile.mkdtemp(prefix='qwen3_%s_' % cls.__name__)
 
     @classmethod
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def skip_without_tools(self):
+        why = hf_model.missing_tools()
+        if why:
+            self.skipTest(why)
+
+
+class ExportErrors(InTempDir):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.n = 0
 
     def setUp(self):
         if not os.path.exists(hf_model.EXPORT):
@@ -216,23 +228,13 @@ class ExportErrors(unittest.TestCase):
         self.export_fails(Spec(), ['not a JSON object'], edit=spoil)
 
 
-class ExportGenerationDefaults(unittest.TestCase):
+class ExportGenerationDefaults(InTempDir):
     """generation_config.json's temperature / top_p / top_k are advice: one that ./run could not
     use is left out with a warning (the export used to succeed and ./run then refused the file),
     and with do_sample false (greedy in transformers) none is stored."""
 
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix='qwen3_gendef_')
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-
     def setUp(self):
-        why = hf_model.missing_tools()
-        if why:
-            self.skipTest(why)
+        self.skip_without_tools()
 
     def export_with(self, name, gen_edit):
         d = os.path.join(self.tmp, name)
@@ -272,20 +274,14 @@ class ExportGenerationDefaults(unittest.TestCase):
         self.assertEqual(stored, (0.0, 0.0, 0))
 
 
-class EngineErrors(unittest.TestCase):
+class EngineErrors(InTempDir):
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix='qwen3_badrun_')
+        super().setUpClass()
         cls.good = None
 
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-
     def setUp(self):
-        why = hf_model.missing_tools()
-        if why:
-            self.skipTest(why)
+        self.skip_without_tools()
         if EngineErrors.good is None:
             d = os.path.join(self.tmp, 'hf')
             hf_model.write_model(d, Spec(dtype='F32'))
