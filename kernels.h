@@ -11,7 +11,7 @@
  * Weights are fp32, bf16, q8 or q4; activations between the kernels are fp32, and every sum of
  * products accumulates in fp32, or in int32 inside a group where both factors are integers: with
  * q8 and q4 weights the SIMD builds quantise the activation row to int8 per group at run time
- * (as llama.cpp's q8_0 does; matmul.c, quantize_rows), multiply int8 by int8, and add the groups'
+ * (as llama.cpp's q8_0 does; matmul_int8.c, quantize_rows), multiply int8 by int8, and add the groups'
  * int32 sums times their two scales in fp32. So the quantised twins differ from matmul_scalar
  * (which dequantises the weights and keeps fp32 activations) by the activation's rounding, and
  * the tests bound that (tests/test_kernels.c; end to end, tests/test_model.py).
@@ -150,10 +150,10 @@ int kernels_set_threads(int n_threads);
 int kernels_thread_index(void);       /* the calling thread: 0, the workers: 1 .. threads - 1 */
 /* 1 while the items being run have no other kernel thread beside them: one thread, or a dispatch
  * that parallel_for runs on the calling thread alone (a single item, or another process competing
- * for the cores). matmul.c's q4 decode picks its prefetch hint by it. */
+ * for the cores). matmul_int8.c's q4 decode picks its prefetch hint by it. */
 int kernels_alone(void);
 const char* kernels_simd_name(void);  /* "avx2", "avx2+avx512", "avx2+avx512+amx", "neon" or "scalar" */
-/* Decode's software prefetch plan (matmul.c, PrefetchPlan): "near", "mid", "mid-l2" or "far" as chosen from
+/* Decode's software prefetch plan (matmul.c, choose_prefetch): "near", "mid", "mid-l2" or "far" as chosen from
  * the CPU or KERNELS_PREFETCH in an x86 build, "none" in the others. Valid after kernels_init. */
 const char* kernels_prefetch_plan(void);
 /* 1 when q8 and q4 prefill run on AMX tiles (an x86 build for a CPU with AMX, on a Linux that grants

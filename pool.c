@@ -426,7 +426,7 @@ int kernels_alone(void) { return P.started == 0 || alone; }
 
 const char* kernels_simd_name(void) {
 #if defined(KERNELS_AVX2) && defined(KERNELS_AVX512)
-    return kernels_amx() ? "avx2+avx512+amx" : "avx2+avx512"; /* matmul.c's 512-bit prefill tiles, AMX q8/q4 prefill */
+    return kernels_amx() ? "avx2+avx512+amx" : "avx2+avx512"; /* 512-bit prefill tiles, AMX q8/q4 prefill (matmul_amx.c) */
 #elif defined(KERNELS_AVX2)
     return "avx2";
 #elif defined(KERNELS_NEON)

@@ -1,0 +1,1061 @@
+/* matmul_float.c: the SIMD twins of matmul.c's scalar reference (matmul_rows_scalar) for f32 and
+ * bf16 weights, and for q8 weights with fp32 activations (a group size that is not a multiple of
+ * 32, or a build with -DKERNELS_Q8_F32ACT): AVX2+FMA, with AVX-512 tiles and panels, vdpbf16ps and
+ * AMX-BF16 where the build has them, and NEON. Each computes the rows [r0, r1) of out for all n
+ * tokens. Prefill computes tiles of RT weight rows x TT tokens with RT*TT vector accumulators, so
+ * each weight vector loaded is used TT times and each activation vector RT times, or from packed
+ * panels of 16 rows; bf16 and int8 weights are widened to fp32 in registers, and every sum is fp32.
+ * Decode (n == 1) reads each weight once, as one stream where it can. */
+#include "matmul_shared.h"
+
+/* Row r of an f32 or bf16 matrix. */
+ALWAYS_INLINE const void* row_ptr(const Matrix* W, int r) {
+    return (const char*)W->data + (size_t)r * (size_t)W->cols * (W->type == WEIGHT_F32 ? 4 : 2);
+}
+
+#if defined(KERNELS_AVX2)
+/* Whether rows_float_nn packs W's rows for n tokens (run_job aligns its row chunks to 16 when so).
+ * Below the thresholds the 4 x 3 (AVX2) or 4 x 4 (AVX-512) tiles are quicker: with few tokens
+ * the weights' one pass from memory bounds the product (the tiles overlap it with their
+ * arithmetic, prefetching the next rows), and the packing's writes and second read cost more
+ * than the panels' tiles gain. Measured against the tiles with their prefetch, one thread, 0.6B
+ * shape, tok/s (twenty-seventh session): x86-64-v3 f32 pp48 64-67 / 65-67, pp64 68-70 / 68,
+ * pp96 74-75 / 72-73; bf16 pp64 66-67 / 74-78, pp96 74-79 / 75-80, pp112 86 / 82-83, pp128 81 /
+ * 74-79; AVX-512 (AMX off for bf16) f32 pp16 48-51 / 52-55, pp24 66-67 / 65-67, pp32 76-81 /
+ * 67-75; bf16 pp32 79-81 / 86-88, pp40 92 / 89-94, pp48 99-101 / 92-95. */
+int float_packed_takes(const Matrix* W, int n) {
+#if defined(KERNELS_AVX512)
+    const int min_tokens = W->type == WEIGHT_F32 ? 24 : 40;
+#else
+    const int min_tokens = W->type == WEIGHT_F32 ? 64 : 112;
+#endif
+    return (W->type == WEIGHT_F32 || W->type == WEIGHT_BF16) && n >= min_tokens && W->cols <= xp_cap;
+}
+#if defined(KERNELS_BF16_DOT)
+/* The same for rows_bf16_dot (bf16 activations), whose panels take whole 32-column steps. */
+int bf16_packed_takes(const Matrix* W, int n) {
+    return W->type == WEIGHT_BF16 && n >= 16 && W->cols % 32 == 0 && W->cols <= xp_cap;
+}
+#endif
+
+#ifndef PF_AHEAD
+#define PF_AHEAD 512 /* bytes ahead: software prefetch of rows_float_n1's weight streams */
+#endif
+
+/* Tokens per float prefill tile (rows_float_nn): a 4 x 4 f32 tile needs 16 accumulators + 4
+ * activations + 1 weight, which fits in the 32 vector registers of an AVX-512 build (also for
+ * ymm code) but not in AVX2's 16, where gcc spills in the inner loop; there 4 x 3 fits. Built with
+ * -march=x86-64-v3 (AVX2 + FMA only) on the development VM, pp512 with one thread, alternating:
+ * f32 62-65 -> 84-88 tok/s, bf16 63-65 -> 83-88 (q8 then used it too: 76-81 -> 86-90; it has its
+ * own tile now, below); the -march=native build (AVX-512) keeps 4 x 4. From 16 tokens on, f32 and
+ * bf16 take the packed panels instead (rows_float_packed); this tile is left to fewer tokens, the
+ * rows after a chunk's last whole panel, and q8 whose group size is not a multiple of 32. */
+#if defined(__AVX512F__)
+#define TILE_TOKENS 4
+#else
+#define TILE_TOKENS 3
+#endif
+
+ALWAYS_INLINE __m256 ldw(const void* w, size_t i, WeightType type) {
+    if (type == WEIGHT_F32) return _mm256_loadu_ps((const float*)w + i);
+    if (type == WEIGHT_BF16) {
+        __m128i h = _mm_loadu_si128((const __m128i*)((const uint16_t*)w + i));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    __m128i b = _mm_loadl_epi64((const __m128i*)((const int8_t*)w + i));
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+}
+
+ALWAYS_INLINE float ldw1(const void* w, size_t i, WeightType type) {
+    if (type == WEIGHT_F32) return ((const float*)w)[i];
+    if (type == WEIGHT_BF16) return bf16_to_f32(((const uint16_t*)w)[i]);
+    return (float)((const int8_t*)w)[i];
+}
+
+/* Tile of RT rows x TT tokens over the columns [c0, c1) (c1 - c0 a multiple of 8), added into
+ * acc (not reduced). Weight (row i of the tile, column c) is element i * rs + (c - c0) of wb. The
+ * 4 x 4 and 4 x 3 cases (TILE_TOKENS) are spelled out with named registers: gcc otherwise reloads
+ * the operands from L1 on every FMA and runs at half the speed clang gets from the generic loop.
+ * With TT == 3 the fourth token's lines are dead code and vanish. next: NULL, or f32/bf16 weights
+ * to bring into L2 at the pace this tile reads its own (4 rows x 8 columns per step: one 64-byte
+ * line of bf16, two of f32; rows_float_nn). */
+ALWAYS_INLINE void tile_float_acc(__m256 acc[4][4], const float* x, const void* wb, size_t rs, WeightType type, int C,
+                                  int t, int c0, int c1, int RT, int TT, const char* next) {
+    const size_t next_step = type == WEIGHT_F32 ? 128 : 64;
+    if (RT == 4 && (TT == 4 || TT == 3)) {
+        const __m256 z = _mm256_setzero_ps();
+        __m256 a00 = acc[0][0], a01 = acc[0][1], a02 = acc[0][2], a03 = TT == 4 ? acc[0][3] : z;
+        __m256 a10 = acc[1][0], a11 = acc[1][1], a12 = acc[1][2], a13 = TT == 4 ? acc[1][3] : z;
+        __m256 a20 = acc[2][0], a21 = acc[2][1], a22 = acc[2][2], a23 = TT == 4 ? acc[2][3] : z;
+        __m256 a30 = acc[3][0], a31 = acc[3][1], a32 = acc[3][2], a33 = TT == 4 ? acc[3][3] : z;
+        const float* x0 = x + (size_t)t * C;
+        const float* x1 = x0 + C;
+        const float* x2 = x1 + C;
+        const float* x3 = x2 + C; /* read only when TT == 4 */
+        for (int c = c0; c < c1; c += 8) {
+            const size_t w0 = (size_t)(c - c0), w1 = w0 + rs, w2 = w1 + rs, w3 = w2 + rs;
+            if (next) next = prefetch_next_rows(next, next_step);
+            __m256 v0 = _mm256_loadu_ps(x0 + c), v1 = _mm256_loadu_ps(x1 + c);
+            __m256 v2 = _mm256_loadu_ps(x2 + c), v3 = TT == 4 ? _mm256_loadu_ps(x3 + c) : z;
+            /* keep the activation vectors in registers (gcc would fold each load into every FMA
+             * that uses it: 16 loads instead of 4) */
+            __asm__("" : "+v"(v0), "+v"(v1), "+v"(v2));
+            if (TT == 4) __asm__("" : "+v"(v3));
+            __m256 w = ldw(wb, w0, type);
+            __asm__("" : "+v"(w));
+            a00 = _mm256_fmadd_ps(w, v0, a00);
+            a01 = _mm256_fmadd_ps(w, v1, a01);
+            a02 = _mm256_fmadd_ps(w, v2, a02);
+            if (TT == 4) a03 = _mm256_fmadd_ps(w, v3, a03);
+            w = ldw(wb, w1, type);
+            __asm__("" : "+v"(w));
+            a10 = _mm256_fmadd_ps(w, v0, a10);
+            a11 = _mm256_fmadd_ps(w, v1, a11);
+            a12 = _mm256_fmadd_ps(w, v2, a12);
+            if (TT == 4) a13 = _mm256_fmadd_ps(w, v3, a13);
+            w = ldw(wb, w2, type);
+            __asm__("" : "+v"(w));
+            a20 = _mm256_fmadd_ps(w, v0, a20);
+            a21 = _mm256_fmadd_ps(w, v1, a21);
+            a22 = _mm256_fmadd_ps(w, v2, a22);
+            if (TT == 4) a23 = _mm256_fmadd_ps(w, v3, a23);
+            w = ldw(wb, w3, type);
+            __asm__("" : "+v"(w));
+            a30 = _mm256_fmadd_ps(w, v0, a30);
+            a31 = _mm256_fmadd_ps(w, v1, a31);
+            a32 = _mm256_fmadd_ps(w, v2, a32);
+            if (TT == 4) a33 = _mm256_fmadd_ps(w, v3, a33);
+        }
+        acc[0][0] = a00, acc[0][1] = a01, acc[0][2] = a02;
+        acc[1][0] = a10, acc[1][1] = a11, acc[1][2] = a12;
+        acc[2][0] = a20, acc[2][1] = a21, acc[2][2] = a22;
+        acc[3][0] = a30, acc[3][1] = a31, acc[3][2] = a32;
+        if (TT == 4) acc[0][3] = a03, acc[1][3] = a13, acc[2][3] = a23, acc[3][3] = a33;
+        return;
+    }
+    for (int c = c0; c < c1; c += 8) {
+        if (next) next = prefetch_next_rows(next, next_step);
+        __m256 wv[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < RT; i++) wv[i] = ldw(wb, (size_t)i * rs + (size_t)(c - c0), type);
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) {
+            __m256 xv = _mm256_loadu_ps(x + (size_t)(t + j) * C + c);
+#pragma GCC unroll 4
+            for (int i = 0; i < RT; i++) acc[i][j] = _mm256_fmadd_ps(wv[i], xv, acc[i][j]);
+        }
+    }
+}
+
+#if defined(KERNELS_AVX512)
+/* tile_float for f32 and bf16 on 512-bit vectors: twice the products per FMA of the ymm tile, with
+ * the 32 registers holding a 4 x 4 tile (16 accumulators, 4 activations, 1 weight). Only the lanes
+ * in mask k are loaded (the rest are zero): the last step of a row whose width is not a multiple
+ * of 16 needs no scalar tail. */
+ALWAYS_INLINE __m512 ldw_zmm(const void* w, size_t i, WeightType type, __mmask16 k) {
+    if (type == WEIGHT_F32) return _mm512_maskz_loadu_ps(k, (const float*)w + i);
+    const __m256i h = _mm256_maskz_loadu_epi16(k, (const uint16_t*)w + i);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+ALWAYS_INLINE void tile_float_zmm_step(__m512 acc[4][4], const float* x, const void* wr, WeightType type, int C, int t,
+                                       int c, __mmask16 k, int RT, int TT) {
+    __m512 xv[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < TT; j++) {
+        xv[j] = _mm512_maskz_loadu_ps(k, x + (size_t)(t + j) * C + c);
+        __asm__("" : "+v"(xv[j])); /* in a register, not folded into each FMA (see tile_float_acc) */
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < RT; i++) {
+        __m512 w = ldw_zmm(wr, (size_t)i * C + c, type, k);
+        __asm__("" : "+v"(w));
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) acc[i][j] = _mm512_fmadd_ps(w, xv[j], acc[i][j]);
+    }
+}
+
+ALWAYS_INLINE void tile_float_zmm(float* out, const float* x, const Matrix* W, WeightType type, int r, int t, int RT,
+                                  int TT, const char* next) {
+    const int C = W->cols, R = W->rows, C16 = C & ~15;
+    const void* wr = row_ptr(W, r);
+    const size_t next_step = type == WEIGHT_F32 ? 256 : 128; /* 4 rows x 16 columns per step */
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) acc[i][j] = _mm512_setzero_ps();
+    for (int c = 0; c < C16; c += 16) {
+        if (next) next = prefetch_next_rows(next, next_step);
+        tile_float_zmm_step(acc, x, wr, type, C, t, c, (__mmask16)0xFFFF, RT, TT);
+    }
+    if (C16 < C) tile_float_zmm_step(acc, x, wr, type, C, t, C16, (__mmask16)((1u << (C - C16)) - 1), RT, TT);
+#pragma GCC unroll 4
+    for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) out[(size_t)(t + j) * R + r + i] = _mm512_reduce_add_ps(acc[i][j]);
+}
+#endif
+
+#if defined(KERNELS_AVX512)
+/* f32 and bf16 prefill on 512-bit vectors with the weights repacked (the GEMM kernels' way): a
+ * chunk's rows are first transposed, 16 rows at a time, into panels where column c of the 16
+ * rows is one vector (bf16 widened to fp32 on the way); then each vector of 16 rows meets a
+ * token's x[c] broadcast from memory in one FMA, and a tile of FLOAT_TILE_TOKENS tokens x 32 rows
+ * keeps 24 accumulators with no horizontal sum at the end. tile_float_zmm (4 rows x 4 tokens,
+ * each accumulator over 16 columns) loads two vectors per four FMAs and ends with 16 horizontal
+ * sums; this one loads 2 vectors and 12 broadcasts per 24 FMAs. Each output is one fp32 sum over
+ * the columns in order, one FMA per column (the scalar reference's order, fused). */
+#define FLOAT_TILE_TOKENS 12
+
+/* Rows [r, r + 16) as a panel: column c at panel + 16 * c. */
+static void float_pack_panel(float* panel, const Matrix* W, WeightType type, int r) {
+    const int C = W->cols, C16 = C & ~15;
+    const void* wr = row_ptr(W, r);
+    for (int c = 0; c < C16; c += 16) {
+        __m512i v[16];
+        for (int n = 0; n < 16; n++)
+            v[n] = _mm512_castps_si512(ldw_zmm(wr, (size_t)n * C + c, type, (__mmask16)0xFFFF));
+        transpose16_epi32(v);
+        for (int k = 0; k < 16; k++) _mm512_storeu_si512((void*)(panel + (size_t)(c + k) * 16), v[k]);
+    }
+    for (int c = C16; c < C; c++)
+        for (int n = 0; n < 16; n++) panel[(size_t)c * 16 + n] = ldw1(wr, (size_t)n * C + c, type);
+}
+
+/* out rows [r, r + 16 * RP) (RP panels: 1 or 2) x TT tokens, over the K vectors of each panel
+ * (64 bytes each: a column of f32, or a column pair of bf16 for rows_bf16_packed). Token j's
+ * operand for vector k is the 4 bytes at xt + j * xstride + 4 * k, broadcast: its x[k] as fp32
+ * for an FMA, or (dot, --bf16-activations) its bf16 pair k for a vdpbf16ps. */
+ALWAYS_INLINE void tile_packed(float* out, const char* xt, size_t xstride, const void* panels, int K, int R, int r,
+                               int TT, int RP, int dot) {
+    const uint32_t* p0 = panels;
+    const uint32_t* p1 = p0 + (size_t)16 * K;
+    __m512 acc[FLOAT_TILE_TOKENS][2];
+#pragma GCC unroll 12
+    for (int j = 0; j < TT; j++) acc[j][0] = acc[j][1] = _mm512_setzero_ps();
+    for (int k = 0; k < K; k++) {
+        const __m512i w0 = _mm512_loadu_si512((const void*)(p0 + (size_t)16 * k));
+        const __m512i w1 = RP > 1 ? _mm512_loadu_si512((const void*)(p1 + (size_t)16 * k)) : w0;
+#pragma GCC unroll 12
+        for (int j = 0; j < TT; j++) {
+            const char* xk = xt + (size_t)j * xstride + (size_t)4 * k;
+#if defined(KERNELS_BF16_DOT)
+            if (dot) {
+                int32_t pair;
+                memcpy(&pair, xk, sizeof pair);
+                const __m512bh xv = (__m512bh)_mm512_set1_epi32(pair);
+                acc[j][0] = _mm512_dpbf16_ps(acc[j][0], (__m512bh)w0, xv);
+                if (RP > 1) acc[j][1] = _mm512_dpbf16_ps(acc[j][1], (__m512bh)w1, xv);
+                continue;
+            }
+#endif
+            float xf; /* as a float, so that gcc folds the broadcast into the FMA ({1to16}) */
+            memcpy(&xf, xk, sizeof xf);
+            const __m512 xv = _mm512_set1_ps(xf);
+            acc[j][0] = _mm512_fmadd_ps(_mm512_castsi512_ps(w0), xv, acc[j][0]);
+            if (RP > 1) acc[j][1] = _mm512_fmadd_ps(_mm512_castsi512_ps(w1), xv, acc[j][1]);
+        }
+    }
+#pragma GCC unroll 12
+    for (int j = 0; j < TT; j++) {
+        _mm512_storeu_ps(out + (size_t)j * R + r, acc[j][0]);
+        if (RP > 1) _mm512_storeu_ps(out + (size_t)j * R + r + 16, acc[j][1]);
+    }
+}
+
+/* Every one of n tokens (token t's operands from x + t * xstride, its outputs at out + t * R)
+ * through RP panels (constant) from row r: tiles of 12 tokens, then of 4 and 1. */
+ALWAYS_INLINE void panel_token_tiles(float* out, const char* x, size_t xstride, const uint32_t* pp, int K, int R, int r,
+                                     int n, int RP, int dot) {
+    int t = 0;
+    for (; t + FLOAT_TILE_TOKENS <= n; t += FLOAT_TILE_TOKENS)
+        tile_packed(out + (size_t)t * R, x + t * xstride, xstride, pp, K, R, r, FLOAT_TILE_TOKENS, RP, dot);
+    for (; t + 4 <= n; t += 4) tile_packed(out + (size_t)t * R, x + t * xstride, xstride, pp, K, R, r, 4, RP, dot);
+    for (; t < n; t++) tile_packed(out + (size_t)t * R, x + t * xstride, xstride, pp, K, R, r, 1, RP, dot);
+}
+
+/* The np packed panels from row r0 (a panel: 16 * K words), two at a time (one where an odd one
+ * is left), for all n tokens. dot: a constant at each caller. */
+ALWAYS_INLINE void panel_tiles(float* out, const char* x, size_t xstride, const uint32_t* packed, int K, int R, int r0,
+                               int n, int np, int dot) {
+    for (int p = 0; p < np; p += 2) {
+        const uint32_t* pp = packed + (size_t)p * 16 * K;
+        if (p + 2 <= np) panel_token_tiles(out, x, xstride, pp, K, R, r0 + 16 * p, n, 2, dot);
+        else panel_token_tiles(out, x, xstride, pp, K, R, r0 + 16 * p, n, 1, dot);
+    }
+}
+
+/* Rows [r0, r0 + 16 * np) (np <= FLOAT_MAX_PANELS) for all n tokens: packed into the thread's
+ * scratch, then panel_tiles. */
+static void rows_float_packed(float* out, const float* x, const Matrix* W, WeightType type, int n, int r0, int np,
+                              float* packed) {
+    const int C = W->cols;
+    for (int p = 0; p < np; p++) float_pack_panel(packed + (size_t)p * 16 * C, W, type, r0 + 16 * p);
+    panel_tiles(out, (const char*)x, (size_t)C * sizeof(float), (const uint32_t*)(const void*)packed, C, W->rows, r0,
+                n, np, 0);
+}
+#endif
+
+#if defined(KERNELS_AVX2) && !defined(KERNELS_AVX512)
+/* The packed panels above on AVX2's 16 ymm registers (the issue's Zen 3 has no AVX-512): the same
+ * panels of 16 rows (column c of the 16 rows at panel + 16 * c, bf16 widened to fp32), a tile of
+ * 6 tokens x 16 rows in 12 accumulators, 2 weight vectors and 1 broadcast: per column 2 loads and
+ * 6 broadcasts for 12 FMAs (the BLAS kernels' 6 x 16 shape), where the 4 x 3 tile_float loads 7
+ * vectors per 12 FMAs and ends with 12 horizontal sums. Each output is one fp32 sum over the
+ * columns in order, one FMA per column, so the bits are those of the AVX-512 panels. */
+#define FLOAT_TILE_TOKENS 6
+
+/* Rows [r, r + 16) as a panel: column c at panel + 16 * c. */
+static void float_pack_panel(float* panel, const Matrix* W, WeightType type, int r) {
+    const int C = W->cols, C8 = C & ~7;
+    const void* wr = row_ptr(W, r);
+    for (int c = 0; c < C8; c += 8)
+        for (int h = 0; h < 16; h += 8) {
+            __m256 v[8];
+            for (int k = 0; k < 8; k++) v[k] = ldw(wr, (size_t)(h + k) * C + c, type);
+            transpose8_ps(v);
+            for (int k = 0; k < 8; k++) _mm256_storeu_ps(panel + (size_t)(c + k) * 16 + h, v[k]);
+        }
+    for (int c = C8; c < C; c++)
+        for (int k = 0; k < 16; k++) panel[(size_t)c * 16 + k] = ldw1(wr, (size_t)k * C + c, type);
+}
+
+/* out rows [r, r + 16) x TT tokens (token j's x at x + j * C, its outputs at out + j * R). */
+ALWAYS_INLINE void tile_packed(float* out, const float* x, const float* panel, int C, int R, int r, int TT) {
+    __m256 acc[FLOAT_TILE_TOKENS][2];
+#pragma GCC unroll 6
+    for (int j = 0; j < TT; j++) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+    for (int c = 0; c < C; c++) {
+        const __m256 w0 = _mm256_loadu_ps(panel + (size_t)16 * c), w1 = _mm256_loadu_ps(panel + (size_t)16 * c + 8);
+#pragma GCC unroll 6
+        for (int j = 0; j < TT; j++) {
+            const __m256 xv = _mm256_broadcast_ss(x + (size_t)j * C + c);
+            acc[j][0] = _mm256_fmadd_ps(w0, xv, acc[j][0]);
+            acc[j][1] = _mm256_fmadd_ps(w1, xv, acc[j][1]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int j = 0; j < TT; j++) {
+        _mm256_storeu_ps(out + (size_t)j * R + r, acc[j][0]);
+        _mm256_storeu_ps(out + (size_t)j * R + r + 8, acc[j][1]);
+    }
+}
+
+/* Rows [r0, r0 + 16 * np) (np <= FLOAT_MAX_PANELS) for all n tokens: packed into the thread's
+ * scratch, then per block of tokens (a multiple of 6 that stays in L2, as rows_float_nn's) every
+ * panel meets the block's tokens, 6 at a time, then 4, then 1. */
+static void rows_float_packed(float* out, const float* x, const Matrix* W, WeightType type, int n, int r0, int np,
+                              float* packed) {
+    const int C = W->cols, R = W->rows;
+    for (int p = 0; p < np; p++) float_pack_panel(packed + (size_t)p * 16 * C, W, type, r0 + 16 * p);
+    int tb = token_block((size_t)C * sizeof(float)) / FLOAT_TILE_TOKENS * FLOAT_TILE_TOKENS;
+    if (tb < FLOAT_TILE_TOKENS) tb = FLOAT_TILE_TOKENS;
+    for (int t0 = 0; t0 < n; t0 += tb) {
+        const int t1 = t0 + tb < n ? t0 + tb : n;
+        for (int p = 0; p < np; p++) {
+            const float* pp = packed + (size_t)p * 16 * C;
+            const int r = r0 + 16 * p;
+            int t = t0;
+            for (; t + FLOAT_TILE_TOKENS <= t1; t += FLOAT_TILE_TOKENS)
+                tile_packed(out + (size_t)t * R, x + (size_t)t * C, pp, C, R, r, FLOAT_TILE_TOKENS);
+            for (; t + 4 <= t1; t += 4) tile_packed(out + (size_t)t * R, x + (size_t)t * C, pp, C, R, r, 4);
+            for (; t < t1; t++) tile_packed(out + (size_t)t * R, x + (size_t)t * C, pp, C, R, r, 1);
+        }
+    }
+}
+#endif
+
+/* Rows r .. r+RT-1 of tile_float; for q8, RT > 1 only from the first row of a row block (the
+ * row loops step by 4 from a multiple of 4), so the tile's rows lie in one block. next: NULL, or
+ * (f32, bf16) the next 4 rows, brought into L2 as this tile goes (rows_float_nn). */
+ALWAYS_INLINE void tile_float(float* out, const float* x, const Matrix* W, WeightType type, int r, int t, int RT,
+                              int TT, const void* next) {
+#if defined(KERNELS_AVX512)
+    if (type != WEIGHT_Q8) {
+        tile_float_zmm(out, x, W, type, r, t, RT, TT, next);
+        return;
+    }
+#endif
+    const int C = W->cols, R = W->rows;
+    const int C8 = C & ~7;
+    __m256 acc[4][4];
+#pragma GCC unroll 4
+    for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) acc[i][j] = _mm256_setzero_ps();
+    if (type == WEIGHT_Q8) {
+        /* weights widened to fp32; the group scale is applied to each group's partial sums */
+        const int gs = W->group_size, G = C / gs;
+        const uint16_t* sc = quant_scales(W, r); /* row r + i's scales at sc + i * G */
+        __m256 tot[4][4];
+#pragma GCC unroll 4
+        for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
+            for (int j = 0; j < TT; j++) tot[i][j] = _mm256_setzero_ps();
+        float tail[4][4] = {{0}};  /* the last gs % 8 columns of each group, scalar */
+        for (int g = 0; g < G; g++) {
+            const int c8 = g * gs + (gs & ~7), c1 = g * gs + gs;
+            const int8_t* wg = (const int8_t*)quant_group(W, r, g); /* row r + i's values at wg + i * gs */
+            tile_float_acc(acc, x, wg, (size_t)gs, type, C, t, g * gs, c8, RT, TT, NULL);
+#pragma GCC unroll 4
+            for (int i = 0; i < RT; i++) {
+                const float sg = scale1(sc[(size_t)i * G + g]);
+                __m256 sv = _mm256_set1_ps(sg);
+#pragma GCC unroll 4
+                for (int j = 0; j < TT; j++) {
+                    tot[i][j] = _mm256_fmadd_ps(acc[i][j], sv, tot[i][j]);
+                    acc[i][j] = _mm256_setzero_ps();
+                    float s = 0.0f;
+                    for (int c = c8; c < c1; c++)
+                        s += (float)wg[i * gs + c - g * gs] * x[(size_t)(t + j) * C + c];
+                    tail[i][j] += s * sg;
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
+            for (int j = 0; j < TT; j++) out[(size_t)(t + j) * R + r + i] = hsum256(tot[i][j]) + tail[i][j];
+        return;
+    }
+    const void* wr = row_ptr(W, r);
+    tile_float_acc(acc, x, wr, (size_t)C, type, C, t, 0, C8, RT, TT, next);
+#pragma GCC unroll 4
+    for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) {
+            float s = hsum256(acc[i][j]);
+            for (int c = C8; c < C; c++)
+                s += ldw1(wr, (size_t)i * C + c, type) * x[(size_t)(t + j) * C + c];
+            out[(size_t)(t + j) * R + r + i] = s;
+        }
+}
+
+/* Matrix-vector (n == 1) for the cases without a special kernel (bf16 with cols % 16 != 0, q8
+ * with fp32 activations): 4 rows at a time, each with two accumulators so the FMA chains overlap;
+ * the weights are streamed once. */
+ALWAYS_INLINE void rows_float_n1(float* out, const float* x, const Matrix* W, WeightType type, int r0, int r1) {
+    const int C = W->cols;
+    const int C16 = C & ~15;
+    int r = r0;
+    if (type != WEIGHT_Q8) {
+        for (; r + 4 <= r1; r += 4) {
+            __m256 a[4][2];
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) a[i][0] = a[i][1] = _mm256_setzero_ps();
+            for (int c = 0; c < C16; c += 16) {
+                __m256 x0 = _mm256_loadu_ps(x + c), x1 = _mm256_loadu_ps(x + c + 8);
+                __asm__("" : "+v"(x0), "+v"(x1));
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; i++) {
+                    if (type == WEIGHT_F32 || (c & 31) == 0)  /* one prefetch per 64-byte line */
+                        _mm_prefetch((const char*)W->data + ((size_t)(r + i) * C + c) * (type == WEIGHT_F32 ? 4 : 2) + PF_AHEAD,
+                                     _MM_HINT_T0);
+                    a[i][0] = _mm256_fmadd_ps(ldw(W->data, (size_t)(r + i) * C + c, type), x0, a[i][0]);
+                    a[i][1] = _mm256_fmadd_ps(ldw(W->data, (size_t)(r + i) * C + c + 8, type), x1, a[i][1]);
+                }
+            }
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
+                int c = C16;
+                if (c + 8 <= C) {
+                    a[i][0] = _mm256_fmadd_ps(ldw(W->data, (size_t)(r + i) * C + c, type),
+                                              _mm256_loadu_ps(x + c), a[i][0]);
+                    c += 8;
+                }
+                float s = hsum256(_mm256_add_ps(a[i][0], a[i][1]));
+                for (; c < C; c++) s += ldw1(W->data, (size_t)(r + i) * C + c, type) * x[c];
+                out[r + i] = s;
+            }
+        }
+    } else {
+        for (; r + 4 <= r1; r += 4) tile_float(out, x, W, type, r, 0, 4, 1, NULL);
+    }
+    for (; r < r1; r++) tile_float(out, x, W, type, r, 0, 1, 1, NULL);
+}
+
+/* bf16 matrix-vector product without widening instructions: a 32-byte load holds 16 bf16, and
+ * 32-bit lane k holds elements 2k (low half) and 2k+1 (high half), so `lane << 16` is element 2k
+ * as an fp32 and `lane & 0xFFFF0000` is element 2k+1. The activation row was de-interleaved once
+ * per call (deinterleave with a span of 16: per 16 columns, the 8 even ones then the 8 odd ones), so each 16
+ * weights cost one load, a shift, an and and two FMAs. Needs cols % 16 == 0. One row at a time,
+ * as rows_f32_n1, so the weights are one sequential stream that the hardware prefetcher follows
+ * on its own: one thread on a 352 MB matrix read 26.7 GB/s, against 17.1 for four rows side by
+ * side with the next block prefetched (four streams), where a streaming read gave 27.5
+ * (docs/notes-kernels.md, "Fifth session"). 64 columns per step into 8 accumulators, not 32 into
+ * 4: fewer loop instructions per byte let the core keep more loads in flight (scratch, 1 thread,
+ * 352 MB: 29.0 -> 30.2 GB/s against a streaming read of 33.5; sixth session). */
+void deinterleave(float* xp, const float* x, int C, int span) {
+    const int h = span / 2;
+    for (int c = 0; c < C; c += span)
+        for (int k = 0; k < h; k++) {
+            xp[c + k] = x[c + 2 * k];
+            xp[c + h + k] = x[c + 2 * k + 1];
+        }
+}
+
+ALWAYS_INLINE void bf16_step16(__m256* a, __m256* b, const uint16_t* w, const float* xp) {
+    const __m256i hi = _mm256_set1_epi32((int)0xFFFF0000u);
+    __m256i v = _mm256_loadu_si256((const __m256i*)w);
+    *a = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), _mm256_load_ps(xp), *a);
+    *b = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v, hi)), _mm256_load_ps(xp + 8), *b);
+}
+
+/* With prefetch (a constant at each call), each 128 bytes of a row ask for the two lines pf bytes
+ * ahead (Zen 3: choose_prefetch). */
+ALWAYS_INLINE void rows_bf16_n1_pf(float* out, const float* xp, const Matrix* W, int r0, int r1, const int prefetch,
+                                   int pf) {
+    const int C = W->cols;
+    for (int r = r0; r < r1; r++) {
+        const uint16_t* w = (const uint16_t*)W->data + (size_t)r * C;
+        __m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0, b3 = a0;
+        int c = 0;
+        for (; c + 64 <= C; c += 64) {
+            if (prefetch) {
+                _mm_prefetch((const char*)(w + c) + pf, _MM_HINT_T0);
+                _mm_prefetch((const char*)(w + c) + pf + 64, _MM_HINT_T0);
+            }
+            bf16_step16(&a0, &b0, w + c, xp + c);
+            bf16_step16(&a1, &b1, w + c + 16, xp + c + 16);
+            bf16_step16(&a2, &b2, w + c + 32, xp + c + 32);
+            bf16_step16(&a3, &b3, w + c + 48, xp + c + 48);
+        }
+        for (; c < C; c += 16) bf16_step16(&a0, &b0, w + c, xp + c);
+        __m256 s01 = _mm256_add_ps(_mm256_add_ps(a0, b0), _mm256_add_ps(a1, b1));
+        __m256 s23 = _mm256_add_ps(_mm256_add_ps(a2, b2), _mm256_add_ps(a3, b3));
+        out[r] = hsum256(_mm256_add_ps(s01, s23));
+    }
+}
+
+#if defined(KERNELS_AVX512)
+/* rows_bf16_n1 on 512-bit vectors: a 64-byte load is 32 bf16, the activation row de-interleaved
+ * per 32 columns (16 even, then 16 odd), and 128 columns per step into 8 accumulators: half the
+ * instructions per weight byte of the ymm kernel, so the core keeps more loads in flight. On Zen 4
+ * (AVX-512 on 256-bit units), decode tg128 of the 0.6B shape with one thread, three alternating
+ * rounds: 20.5-20.7 -> 23.2-25.2 tok/s, 75-76% -> 86-87% of the roof (seventeenth session). No
+ * software prefetch: the plans that have AVX-512 CPUs (choose_prefetch) give bf16 none. The 64
+ * bytes come in as two 32-byte loads joined by vinserti64x4: Zen 4 splits a 512-bit load in two
+ * anyway, and with 256-bit loads the same kernel read 50-53 -> 69-71 GB/s in L2 (one thread,
+ * 256 KB matrix) and 30.2-30.8 -> 30.5-31.2 from memory (345 MB), a plain streaming read 6%
+ * faster with ymm loads than with zmm loads there too (nineteenth session). Needs
+ * cols % 32 == 0. */
+ALWAYS_INLINE void bf16_step32(__m512* a, __m512* b, const uint16_t* w, const float* xp) {
+    const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
+    __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)w)),
+                                   _mm256_loadu_si256((const __m256i*)(w + 16)), 1);
+    *a = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), _mm512_load_ps(xp), *a);
+    *b = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, hi)), _mm512_load_ps(xp + 16), *b);
+}
+
+ALWAYS_INLINE void rows_bf16_n1_zmm_pf(float* out, const float* xp, const Matrix* W, int r0, int r1, int PF, int pf) {
+    const int C = W->cols;
+    for (int r = r0; r < r1; r++) {
+        const uint16_t* w = (const uint16_t*)W->data + (size_t)r * C;
+        __m512 a0 = _mm512_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0, b3 = a0;
+        int c = 0;
+        for (; c + 128 <= C; c += 128) {
+            if (PF)
+                for (int o = 0; o < 256; o += 64) _mm_prefetch((const char*)(w + c) + pf + o, _MM_HINT_T0);
+            bf16_step32(&a0, &b0, w + c, xp + c);
+            bf16_step32(&a1, &b1, w + c + 32, xp + c + 32);
+            bf16_step32(&a2, &b2, w + c + 64, xp + c + 64);
+            bf16_step32(&a3, &b3, w + c + 96, xp + c + 96);
+        }
+        for (; c < C; c += 32) bf16_step32(&a0, &b0, w + c, xp + c);
+        __m512 s01 = _mm512_add_ps(_mm512_add_ps(a0, b0), _mm512_add_ps(a1, b1));
+        __m512 s23 = _mm512_add_ps(_mm512_add_ps(a2, b2), _mm512_add_ps(a3, b3));
+        out[r] = _mm512_reduce_add_ps(_mm512_add_ps(s01, s23));
+    }
+}
+
+/* The plan's distance (bf16_zmm) as a constant-folded branch: the copy without prefetch is the
+ * code it was before there was one. */
+static void rows_bf16_n1_zmm(float* out, const float* xp, const Matrix* W, int r0, int r1) {
+    if (decode_prefetch.bf16_zmm) rows_bf16_n1_zmm_pf(out, xp, W, r0, r1, 1, decode_prefetch.bf16_zmm);
+    else rows_bf16_n1_zmm_pf(out, xp, W, r0, r1, 0, 0);
+}
+#endif
+
+/* The activation span of rows_bf16_n1's de-interleaved row: 32 columns for the zmm kernel. */
+int bf16_span(int cols) {
+#if defined(KERNELS_AVX512)
+    if (cols % 32 == 0) return 32;
+#endif
+    (void)cols;
+    return 16;
+}
+
+void rows_bf16_n1(float* out, const float* xp, const Matrix* W, int r0, int r1) {
+#if defined(KERNELS_AVX512)
+    if (bf16_span(W->cols) == 32) {
+        rows_bf16_n1_zmm(out, xp, W, r0, r1);
+        return;
+    }
+#endif
+    if (decode_prefetch.bf16) rows_bf16_n1_pf(out, xp, W, r0, r1, 1, decode_prefetch.bf16);
+    else rows_bf16_n1_pf(out, xp, W, r0, r1, 0, 0);
+}
+
+/* f32 matrix-vector product, one row at a time with four accumulators. An f32 row of the 0.6B
+ * shape is 4 KB, a page: reading four rows side by side (as bf16 and q8 do, to share the
+ * activation loads) makes four streams that each start on a page the hardware prefetcher has not
+ * seen, while one row after the other is a single sequential stream. Measured on the 0.6B shape,
+ * decode with --no-mmap, alternating runs on the 2-core VM: 1 thread 11.9 vs 9.4 tok/s (median of
+ * 4), 2 threads 20.9 vs 18.5 (docs/notes-kernels.md). bf16 does the same (rows_bf16_n1); q8
+ * reads row blocks (rows_qi_n1). */
+ALWAYS_INLINE void rows_f32_n1_pf(float* out, const float* x, const Matrix* W, int r0, int r1, int PF, int pf) {
+    const int C = W->cols;
+    const float* wd = (const float*)W->data;
+    for (int r = r0; r < r1; r++) {
+        const float* w = wd + (size_t)r * C;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        int c = 0;
+        for (; c + 32 <= C; c += 32) {
+            if (PF) {
+                _mm_prefetch((const char*)(w + c) + pf, _MM_HINT_T0);
+                _mm_prefetch((const char*)(w + c) + pf + 64, _MM_HINT_T0);
+            }
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + c), _mm256_loadu_ps(x + c), a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + c + 8), _mm256_loadu_ps(x + c + 8), a1);
+            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + c + 16), _mm256_loadu_ps(x + c + 16), a2);
+            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + c + 24), _mm256_loadu_ps(x + c + 24), a3);
+        }
+        float s = hsum256(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+        for (; c < C; c++) s += w[c] * x[c];
+        out[r] = s;
+    }
+}
+
+/* The plan's distance (choose_prefetch) as a constant-folded branch, as rows_bf16_n1_zmm. */
+static void rows_f32_n1(float* out, const float* x, const Matrix* W, int r0, int r1) {
+    if (decode_prefetch.f32) rows_f32_n1_pf(out, x, W, r0, r1, 1, decode_prefetch.f32);
+    else rows_f32_n1_pf(out, x, W, r0, r1, 0, 0);
+}
+
+
+#elif defined(KERNELS_NEON)
+
+#define TILE_TOKENS 4 /* 32 NEON registers: 16 accumulators + 8 weights + 2 activations */
+
+/* Eight weights of one row as two fp32 vectors. bf16 is the top half of an fp32 (QWEN3.md 2.6),
+ * so widening each u16 with a shift by 16 is the exact conversion, done in registers. */
+ALWAYS_INLINE void ldw8(const void* w, size_t i, WeightType type, float32x4_t* lo, float32x4_t* hi) {
+    if (type == WEIGHT_F32) {
+        *lo = vld1q_f32((const float*)w + i);
+        *hi = vld1q_f32((const float*)w + i + 4);
+    } else if (type == WEIGHT_BF16) {
+        uint16x8_t h = vld1q_u16((const uint16_t*)w + i);
+        *lo = vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h), 16));
+        *hi = vreinterpretq_f32_u32(vshll_high_n_u16(h, 16));
+    } else {
+        int16x8_t s = vmovl_s8(vld1_s8((const int8_t*)w + i));
+        *lo = vcvtq_f32_s32(vmovl_s16(vget_low_s16(s)));
+        *hi = vcvtq_f32_s32(vmovl_high_s16(s));
+    }
+}
+
+ALWAYS_INLINE float ldw1(const void* w, size_t i, WeightType type) {
+    if (type == WEIGHT_F32) return ((const float*)w)[i];
+    if (type == WEIGHT_BF16) return bf16_to_f32(((const uint16_t*)w)[i]);
+    return (float)((const int8_t*)w)[i];
+}
+
+/* The arm64 twins follow the AVX2 ones in shape (same tiles, same token blocking, same q8
+ * scheme) at half the vector width. They were checked for correctness under qemu-aarch64 only:
+ * no tuning or prefetch distances were chosen here, because none could be measured (no arm64
+ * hardware; docs/notes-kernels.md). */
+
+/* Tile of RT rows x TT tokens over the columns [c0, c1) (c1 - c0 a multiple of 8), added into
+ * acc (not reduced); weight (row i of the tile, column c) is element i * rs + (c - c0) of wb.
+ * Both halves of each 8-column step go into the same accumulator so that a 4 x 4 tile needs 16
+ * accumulators + 8 weight + 2 activation registers: it fits in the 32 NEON registers without
+ * spilling. */
+ALWAYS_INLINE void tile_float_acc(float32x4_t acc[4][4], const float* x, const void* wb, size_t rs, WeightType type,
+                                  int C, int t, int c0, int c1, int RT, int TT) {
+    for (int c = c0; c < c1; c += 8) {
+        float32x4_t wl[4], wh[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < RT; i++) ldw8(wb, (size_t)i * rs + (size_t)(c - c0), type, &wl[i], &wh[i]);
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) {
+            const float* xj = x + (size_t)(t + j) * C + c;
+            float32x4_t xl = vld1q_f32(xj), xh = vld1q_f32(xj + 4);
+#pragma GCC unroll 4
+            for (int i = 0; i < RT; i++) {
+                acc[i][j] = vfmaq_f32(acc[i][j], wl[i], xl);
+                acc[i][j] = vfmaq_f32(acc[i][j], wh[i], xh);
+            }
+        }
+    }
+}
+
+/* next: the AVX2 twin's L2 prefetch of the next rows, not used here (not measured on arm64). */
+ALWAYS_INLINE void tile_float(float* out, const float* x, const Matrix* W, WeightType type, int r, int t, int RT,
+                              int TT, const void* next) {
+    (void)next;
+    const int C = W->cols, R = W->rows;
+    float32x4_t acc[4][4];
+#pragma GCC unroll 4
+    for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) acc[i][j] = vdupq_n_f32(0.0f);
+    if (type == WEIGHT_Q8) {
+        /* weights widened to fp32; the group scale is applied to each group's partial sums. A
+         * group size that is not a multiple of 8 (model.c accepts any divisor of the widths)
+         * leaves a few columns per group to the scalar loop. */
+        const int gs = W->group_size, G = C / gs, gv = gs & ~7;
+        const uint16_t* sc = quant_scales(W, r); /* row r + i's scales at sc + i * G */
+        float32x4_t tot[4][4];
+        float tail[4][4];
+#pragma GCC unroll 4
+        for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
+            for (int j = 0; j < TT; j++) {
+                tot[i][j] = vdupq_n_f32(0.0f);
+                tail[i][j] = 0.0f;
+            }
+        for (int g = 0; g < G; g++) {
+            const int8_t* wg = (const int8_t*)quant_group(W, r, g); /* rows in one block (RT > 1 only from its first row) */
+            tile_float_acc(acc, x, wg, (size_t)gs, type, C, t, g * gs, g * gs + gv, RT, TT);
+#pragma GCC unroll 4
+            for (int i = 0; i < RT; i++) {
+                const float sg = scale1(sc[(size_t)i * G + g]);
+#pragma GCC unroll 4
+                for (int j = 0; j < TT; j++) {
+                    tot[i][j] = vfmaq_n_f32(tot[i][j], acc[i][j], sg);
+                    acc[i][j] = vdupq_n_f32(0.0f);
+                    if (gv < gs) {
+                        float s = 0.0f;
+                        for (int c = gv; c < gs; c++)
+                            s += (float)wg[i * gs + c] * x[(size_t)(t + j) * C + g * gs + c];
+                        tail[i][j] += s * sg;
+                    }
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
+            for (int j = 0; j < TT; j++)
+                out[(size_t)(t + j) * R + r + i] = vaddvq_f32(tot[i][j]) + tail[i][j];
+        return;
+    }
+    const int C8 = C & ~7;
+    const void* wr = row_ptr(W, r);
+    tile_float_acc(acc, x, wr, (size_t)C, type, C, t, 0, C8, RT, TT);
+#pragma GCC unroll 4
+    for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) {
+            float s = vaddvq_f32(acc[i][j]);
+            for (int c = C8; c < C; c++)
+                s += ldw1(wr, (size_t)i * C + c, type) * x[(size_t)(t + j) * C + c];
+            out[(size_t)(t + j) * R + r + i] = s;
+        }
+}
+
+/* Matrix-vector (n == 1): 4 rows at a time, each with two accumulators (one per half of the
+ * 8-column step) so consecutive FMAs of a row do not wait on each other; the weights are
+ * streamed once and the activation vectors are shared by the 4 rows. */
+ALWAYS_INLINE void rows_float_n1(float* out, const float* x, const Matrix* W, WeightType type, int r0, int r1) {
+    const int C = W->cols;
+    const int C8 = C & ~7;
+    int r = r0;
+    if (type != WEIGHT_Q8) {
+        for (; r + 4 <= r1; r += 4) {
+            float32x4_t a[4][2];
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) a[i][0] = a[i][1] = vdupq_n_f32(0.0f);
+            for (int c = 0; c < C8; c += 8) {
+                float32x4_t x0 = vld1q_f32(x + c), x1 = vld1q_f32(x + c + 4);
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; i++) {
+                    float32x4_t lo, hi;
+                    ldw8(W->data, (size_t)(r + i) * C + c, type, &lo, &hi);
+                    a[i][0] = vfmaq_f32(a[i][0], lo, x0);
+                    a[i][1] = vfmaq_f32(a[i][1], hi, x1);
+                }
+            }
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
+                float s = vaddvq_f32(vaddq_f32(a[i][0], a[i][1]));
+                for (int c = C8; c < C; c++) s += ldw1(W->data, (size_t)(r + i) * C + c, type) * x[c];
+                out[r + i] = s;
+            }
+        }
+    } else {
+        for (; r + 4 <= r1; r += 4) tile_float(out, x, W, type, r, 0, 4, 1, NULL);
+    }
+    for (; r < r1; r++) tile_float(out, x, W, type, r, 0, 1, 1, NULL);
+}
+
+/* The f32 matrix-vector product: the generic four-row kernel (the one-row-at-a-time variant of
+ * the AVX2 twin was measured on x86 only). */
+static void rows_f32_n1(float* out, const float* x, const Matrix* W, int r0, int r1) {
+    rows_float_n1(out, x, W, WEIGHT_F32, r0, r1);
+}
+#endif /* KERNELS_AVX2 / KERNELS_NEON */
+
+#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
+/* ---- Blocking shared by both twins: the loops over row and token tiles call the tile functions
+ * (tile_float) and matrix-vector kernels (rows_f32_n1, rows_float_n1) of the SIMD block above,
+ * which have the same names and shapes on each target. ---- */
+
+/* Token-blocked matrix-matrix product for rows [r0, r1): the activation block (tb tokens) stays in
+ * L2 while every weight tile of the chunk is used against it. */
+ALWAYS_INLINE void rows_float_nn(float* out, const float* x, const Matrix* W, WeightType type, int n, int r0, int r1) {
+#if defined(KERNELS_AVX2)
+    if (float_packed_takes(W, n)) { /* whole panels of 16 rows (from a multiple of 16: run_job's chunks are) */
+        for (int np; (np = row_tiles_next(r0, r1, FLOAT_MAX_PANELS)) > 0; r0 += np * FLOAT_PANEL_ROWS)
+            rows_float_packed(out, x, W, type, n, r0, np, thread_float_pack());
+    }
+#endif
+    const int C = W->cols;
+    const int tb = token_block((size_t)C * sizeof(float));
+    for (int t0 = 0; t0 < n; t0 += tb) {
+        int t1 = t0 + tb < n ? t0 + tb : n;
+        int r = r0;
+        for (; r + 4 <= r1; r += 4) {
+            /* While the first token block's first tile reads these 4 rows from memory, it brings
+             * the next 4 into L2, so that their read overlaps this tile's arithmetic; a few tokens
+             * (below the panels) are otherwise memory-latency-bound on the first pass and compute-
+             * bound on the others (x86-64-v3 on the Intel VM, one thread, bf16 pp8 37-38 -> 46-48
+             * tok/s, pp20 53-57 -> 62, f32 level or better; twenty-seventh session). */
+            const void* next = t0 == 0 && type != WEIGHT_Q8 && r + 8 <= W->rows ? row_ptr(W, r + 4) : NULL;
+            int t = t0;
+            for (; t + TILE_TOKENS <= t1; t += TILE_TOKENS, next = NULL)
+                tile_float(out, x, W, type, r, t, 4, TILE_TOKENS, next);
+            for (; t < t1; t++, next = NULL) tile_float(out, x, W, type, r, t, 4, 1, next);
+        }
+        for (; r < r1; r++) {
+            int t = t0;
+            for (; t + 4 <= t1; t += 4) tile_float(out, x, W, type, r, t, 1, 4, NULL);
+            for (; t < t1; t++) tile_float(out, x, W, type, r, t, 1, 1, NULL);
+        }
+    }
+}
+
+#if defined(KERNELS_BF16_DOT)
+/* Prefill with bf16 weights and bf16 activations (kernels_set_bf16_activations): vdpbf16ps
+ * multiplies 32 pairs of bf16 and adds them into 16 fp32 lanes, twice the products per
+ * instruction of widening the weights to fp32 for FMAs. The activations are rounded to bf16
+ * (nearest even) once per matmul (bf16_round_rows), which is what llama.cpp does with bf16
+ * weights and what a Hugging Face model run in bfloat16 does between its layers; the products
+ * of two bf16 are exact in fp32, the sums are fp32. A tile: rows r .. r+RT-1 x tokens
+ * t .. t+TT-1, the last columns loaded under a mask (zeros beyond C). */
+ALWAYS_INLINE void tile_bf16_dot(float* out, const uint16_t* xb, const Matrix* W, int r, int t, int RT, int TT) {
+    const int C = W->cols, R = W->rows;
+    const uint16_t* w = (const uint16_t*)W->data + (size_t)r * C;
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) acc[i][j] = _mm512_setzero_ps();
+    for (int c = 0; c < C; c += 32) {
+        const __mmask32 m = C - c >= 32 ? 0xFFFFFFFFu : (1u << (C - c)) - 1;
+        __m512i wv[4], xv[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < RT; i++) wv[i] = _mm512_maskz_loadu_epi16(m, w + (size_t)i * C + c);
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) xv[j] = _mm512_maskz_loadu_epi16(m, xb + (size_t)(t + j) * C + c);
+#pragma GCC unroll 4
+        for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
+            for (int j = 0; j < TT; j++) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], (__m512bh)wv[i], (__m512bh)xv[j]);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) out[(size_t)(t + j) * R + r + i] = _mm512_reduce_add_ps(acc[i][j]);
+}
+
+/* The packed panels of rows_float_packed for vdpbf16ps: a panel holds 16 rows with each 32-bit
+ * lane one row's pair of bf16 weights (columns 2k, 2k + 1), so vector k of the panel is the 16
+ * rows' pair k, transposed straight from the rows (no widening); a token's pair k is broadcast to
+ * every lane and one vdpbf16ps adds both products into each row's fp32 lane. Tiles of 12 tokens x
+ * 32 rows as there: 2 vector loads and 12 broadcasts per 24 instructions of 32 products each,
+ * where tile_bf16_dot (4 x 4) loads 8 vectors per 16 and ends with 16 horizontal sums.
+ * Rows [r, r + 16) as a panel, C a multiple of 32: pair k at panel + 16 * k. */
+static void bf16_pack_panel(uint32_t* panel, const Matrix* W, int r) {
+    const int C = W->cols;
+    const uint16_t* w = (const uint16_t*)W->data + (size_t)r * C;
+    for (int c = 0; c < C; c += 32) {
+        __m512i v[16];
+        for (int n = 0; n < 16; n++) v[n] = _mm512_loadu_si512((const void*)(w + (size_t)n * C + c));
+        transpose16_epi32(v);
+        for (int k = 0; k < 16; k++) _mm512_storeu_si512((void*)(panel + (size_t)(c / 2 + k) * 16), v[k]);
+    }
+}
+
+#if defined(KERNELS_AMX_BF16)
+/* The panels are AMX-BF16's B layout already: TDPBF16PS adds the products of A (16 tokens x 32
+ * bf16 columns, straight from the activations) and B (16 pair-rows x 16 output rows, 16
+ * consecutive panel vectors: 1 KB) into C, 16 tokens x 16 rows of fp32, which stays in the tile
+ * over all the columns (no per-group scales, unlike q8's tiles) and is stored once, straight
+ * into out. Activations of `parts` bf16 parts (1: --bf16-activations; 3: fp32 activations split
+ * by bf16_split_rows), token t's part q at xb + (t * parts + q) * C: each part's A tile meets
+ * the same B tile, and all the products go into the same C tile. Panels p and p + 1 of the np
+ * from row r0 (two: a constant at each call) share each A tile and keep two products in flight.
+ * rows: tokens in this tile of 16; under 16, the tile's other A rows must be readable (zeros)
+ * and C goes through c_tile, of which the first rows are copied. */
+ALWAYS_INLINE void amx_bf16_panels(float* out, size_t os, const uint16_t* xt, size_t xs, int parts, const uint32_t* b0,
+                                   int C, int two, int rows) {
+    const uint32_t* b1 = b0 + (size_t)8 * C;
+    _tile_zero(4);
+    if (two) _tile_zero(5);
+    for (int s = 0; s < C / 32; s++) {
+        _tile_loadd(2, b0 + (size_t)256 * s, 64);
+        if (two) _tile_loadd(3, b1 + (size_t)256 * s, 64);
+        _tile_loadd(0, xt + 32 * s, xs);
+        _tile_dpbf16ps(4, 0, 2);
+        if (two) _tile_dpbf16ps(5, 0, 3);
+        if (parts == 3) {
+            _tile_loadd(1, xt + C + 32 * s, xs);
+            _tile_dpbf16ps(4, 1, 2);
+            if (two) _tile_dpbf16ps(5, 1, 3);
+            _tile_loadd(6, xt + 2 * C + 32 * s, xs);
+            _tile_dpbf16ps(4, 6, 2);
+            if (two) _tile_dpbf16ps(5, 6, 3);
+        }
+    }
+    if (rows == AMX_ROWS) {
+        _tile_stored(4, out, os);
+        if (two) _tile_stored(5, out + 16, os);
+        return;
+    }
+    float c_tile[2][AMX_ROWS * 16];
+    _tile_stored(4, c_tile[0], 64);
+    if (two) _tile_stored(5, c_tile[1], 64);
+    for (int i = 0; i < rows; i++) {
+        memcpy(out + (size_t)i * (os / sizeof(float)), c_tile[0] + 16 * i, 16 * sizeof(float));
+        if (two) memcpy(out + (size_t)i * (os / sizeof(float)) + 16, c_tile[1] + 16 * i, 16 * sizeof(float));
+    }
+}
+
+/* Tokens [0, n) x the np panels from row r0, into out (R floats per token). parts: a constant. */
+ALWAYS_INLINE void amx_bf16_rows(float* out, const uint16_t* xb, int parts, const uint32_t* packed, int C, int R,
+                                 int r0, int np, int n) {
+    const size_t xs = (size_t)parts * C * sizeof(uint16_t), os = (size_t)R * sizeof(float);
+    __asm__ volatile("" ::: "memory"); /* the packing's stores before the tile loads read them */
+    amx_configure(64, AMX_ROWS);   /* A 16 x 64 bytes, B 16 x 64, C 16 x 64: q8's shapes */
+    for (int t = 0; t < n; t += AMX_ROWS) {
+        const uint16_t* xt = xb + (size_t)t * parts * C;
+        float* ot = out + (size_t)t * R + r0;
+        const int rows = n - t < AMX_ROWS ? n - t : AMX_ROWS;
+        int p = 0;
+        for (; p + 2 <= np; p += 2) amx_bf16_panels(ot + 16 * p, os, xt, xs, parts, packed + (size_t)p * 8 * C, C, 1, rows);
+        if (p < np) amx_bf16_panels(ot + 16 * p, os, xt, xs, parts, packed + (size_t)p * 8 * C, C, 0, rows);
+    }
+    _tile_release();
+}
+#endif
+
+/* Rows [r0, r0 + 16 * np) (np <= FLOAT_MAX_PANELS) for all n tokens, packed into the thread's
+ * float-panel scratch (a bf16 panel is half a float one), then panel_tiles' vdpbf16ps tiles; with
+ * AMX-BF16, whole tiles of 16 tokens on AMX first and the last tokens on the panel tiles. */
+static void rows_bf16_packed(float* out, const uint16_t* xb, const Matrix* W, int n, int r0, int np) {
+    const int C = W->cols, R = W->rows;
+    uint32_t* packed = (uint32_t*)(void*)thread_float_pack();
+    for (int p = 0; p < np; p++) bf16_pack_panel(packed + (size_t)p * 8 * C, W, r0 + 16 * p);
+    int t = 0;
+#if defined(KERNELS_AMX_BF16)
+    if (amx_usable) {
+        t = n / AMX_ROWS * AMX_ROWS;
+        amx_bf16_rows(out, xb, 1, packed, C, R, r0, np, t);
+    }
+#endif
+    panel_tiles(out + (size_t)t * R, (const char*)(xb + (size_t)t * C), (size_t)C * sizeof(uint16_t), packed, C / 2,
+                R, r0, n - t, np, 1);
+}
+
+/* Rows [r0, r1) x n tokens: whole panels of 16 rows where bf16_packed_takes (from a multiple of
+ * 16: run_job's chunks are), the rest blocked as rows_float_nn (a block of tokens stays in L2). */
+void rows_bf16_dot(float* out, const uint16_t* xb, const Matrix* W, int n, int r0, int r1) {
+    if (bf16_packed_takes(W, n)) {
+        for (int np; (np = row_tiles_next(r0, r1, FLOAT_MAX_PANELS)) > 0; r0 += np * FLOAT_PANEL_ROWS)
+            rows_bf16_packed(out, xb, W, n, r0, np);
+    }
+    const int tb = token_block((size_t)W->cols * sizeof(uint16_t));
+    for (int t0 = 0; t0 < n; t0 += tb) {
+        const int t1 = t0 + tb < n ? t0 + tb : n;
+        int r = r0;
+        for (; r + 4 <= r1; r += 4) {
+            int t = t0;
+            for (; t + 4 <= t1; t += 4) tile_bf16_dot(out, xb, W, r, t, 4, 4);
+            for (; t < t1; t++) tile_bf16_dot(out, xb, W, r, t, 4, 1);
+        }
+        for (; r < r1; r++) {
+            int t = t0;
+            for (; t + 4 <= t1; t += 4) tile_bf16_dot(out, xb, W, r, t, 1, 4);
+            for (; t < t1; t++) tile_bf16_dot(out, xb, W, r, t, 1, 1);
+        }
+    }
+}
+
+/* xb[i] = x[i] rounded to bf16, nearest even (vcvtne2ps2bf16; the scalar tail does the same). */
+void bf16_round_rows(uint16_t* xb, const float* x, size_t count) {
+    size_t i = 0;
+    for (; i + 32 <= count; i += 32)
+        _mm512_storeu_si512(xb + i, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i)));
+    for (; i < count; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], sizeof u);
+        xb[i] = (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+    }
+}
+#endif
+
+#if defined(KERNELS_AMX_BF16)
+/* bf16 weights with fp32 activations on AMX-BF16: each activation x split into three bf16,
+ * x = h + m + l, h = bf16(x), m = bf16(x - h), l = x - h - m (each difference exact in fp32:
+ * h keeps x's top 8 significant bits, m the next 8, l the last 8, so l is a bf16 exactly). The
+ * three products with a bf16 weight are exact in fp32, so W x is summed in fp32 from the exact
+ * products, as with the fp32 FMAs, in another order. TDPBF16PS reads denormal inputs as zero:
+ * only an l below 2^-126 (x below about 2^-110) is lost. Token t's parts at xs + 3 t C: h, m,
+ * l, C each (C a multiple of 16). */
+void bf16_split_rows(uint16_t* xs, const float* x, int C, int t0, int t1) {
+    for (int t = t0; t < t1; t++) {
+        const float* xt = x + (size_t)t * C;
+        uint16_t* h = xs + (size_t)t * 3 * C;
+        for (int c = 0; c < C; c += 16) {
+            const __m512 v = _mm512_loadu_ps(xt + c);
+            const __m256i hb = (__m256i)_mm512_cvtneps_pbh(v);
+            const __m512 r = _mm512_sub_ps(v, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hb), 16)));
+            const __m256i mb = (__m256i)_mm512_cvtneps_pbh(r);
+            const __m512 l = _mm512_sub_ps(r, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(mb), 16)));
+            _mm256_storeu_si256((__m256i*)(h + c), hb);
+            _mm256_storeu_si256((__m256i*)(h + C + c), mb);
+            _mm256_storeu_si256((__m256i*)(h + 2 * C + c), (__m256i)_mm512_cvtneps_pbh(l));
+        }
+    }
+}
+
+/* Rows [r0, r1) x n tokens from the split activations xs (bf16_split_rows, rows up to the next
+ * multiple of 16 tokens readable): whole panels of 16 rows on AMX-BF16, the rows left (a matrix
+ * whose rows are not a multiple of 16) as rows_float_nn from x. */
+void rows_bf16_split(float* out, const float* x, const uint16_t* xs, const Matrix* W, int n, int r0, int r1) {
+    const int C = W->cols;
+    uint32_t* packed = (uint32_t*)(void*)thread_float_pack();
+    for (int np; (np = row_tiles_next(r0, r1, FLOAT_MAX_PANELS)) > 0; r0 += np * FLOAT_PANEL_ROWS) {
+        for (int p = 0; p < np; p++) bf16_pack_panel(packed + (size_t)p * 8 * C, W, r0 + 16 * p);
+        amx_bf16_rows(out, xs, 3, packed, C, W->rows, r0, np, n);
+    }
+    if (r0 < r1) rows_float_nn(out, x, W, WEIGHT_BF16, n, r0, r1);
+}
+#endif
+
+void rows_f32(float* out, const float* x, const Matrix* W, int n, int r0, int r1) {
+    if (n == 1) rows_f32_n1(out, x, W, r0, r1);
+    else rows_float_nn(out, x, W, WEIGHT_F32, n, r0, r1);
+}
+void rows_bf16(float* out, const float* x, const Matrix* W, int n, int r0, int r1) {
+    if (n == 1) rows_float_n1(out, x, W, WEIGHT_BF16, r0, r1);
+    else rows_float_nn(out, x, W, WEIGHT_BF16, n, r0, r1);
+}
+void rows_q8f(float* out, const float* x, const Matrix* W, int n, int r0, int r1) {
+    if (n == 1) rows_float_n1(out, x, W, WEIGHT_Q8, r0, r1);
+    else rows_float_nn(out, x, W, WEIGHT_Q8, n, r0, r1);
+}
+
+#endif

@@ -1,0 +1,897 @@
+/* matmul_int8.c: the SIMD twins of matmul.c's scalar reference (matmul_rows_scalar) for q8 and q4
+ * weights. The activations are quantised to int8 per group once per product (quantize_rows); the
+ * int8 products of a group are summed exactly in int32, and each group's sum is scaled by (weight
+ * scale x activation scale) into fp32 accumulators. AVX2 (with VNNI and 512-bit decode where the
+ * build has them) and NEON. With AMX, prefill's whole tiles of 16 rows go to matmul_amx.c. */
+#include "matmul_shared.h"
+
+#if defined(KERNELS_AVX2)
+
+/* q8 prefill tiles (tile_qi): 4 tokens, so that a row's four sums share one scaling step; 4 rows
+ * where there are 32 vector registers, 2 in AVX2's 16 (16 int32 sums alone would fill them).
+ * (-march=x86-64-v3, Intel VM, pp512 one thread, alternating: 2 x 4 tiles 96-99 tok/s, 4 x 4 86.)
+ * With VNNI (AVX-512, AMX off) 4 x 4: 171-174, 2 x 4 152-156. */
+#define Q8_TILE_TOKENS 4
+#if defined(__AVX512F__)
+#define Q8_TILE_ROWS 4
+#else
+#define Q8_TILE_ROWS 2
+#endif
+
+/* Eight float16 scales as floats (scale1 for one). */
+ALWAYS_INLINE __m256 scales8(const void* b) {
+#if defined(__F16C__)
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)b));
+#else
+    float f[8];
+    for (int i = 0; i < 8; i++) {
+        uint16_t h;
+        memcpy(&h, (const char*)b + 2 * i, 2);
+        f[i] = half_to_float(h);
+    }
+    return _mm256_loadu_ps(f);
+#endif
+}
+
+/* out[k] = the float of h[k], k < n <= 8: eight at a time where there are eight. */
+ALWAYS_INLINE void scales_upto8(float out[8], const uint16_t* h, int n) {
+    if (n == 8) {
+        _mm256_storeu_ps(out, scales8(h));
+    } else {
+        for (int k = 0; k < n; k++) out[k] = scale1(h[k]);
+    }
+}
+
+/* q8: the G scales of rows r .. r+RT-1 (one row block) as floats, row r + i's at out + i * G.
+ * Prefill converts a row block's scales once for all its token tiles: converting them inside the
+ * tile (per group, or per 8 groups) made q8 pp512 4-9% slower (gcc spilled more of the tile). */
+ALWAYS_INLINE void q8_scales_float(float* out, const Matrix* W, int r, int RT) {
+    const int G = W->cols / W->group_size;
+    const uint16_t* sc = quant_scales(W, r);
+    for (int i = 0; i < RT; i++)
+        for (int g = 0; g < G; g += 8)
+            scales_upto8(out + (size_t)i * G + g, sc + (size_t)i * G + g, G - g < 8 ? G - g : 8);
+}
+
+#if !defined(KERNELS_Q8_F32ACT) /* that build multiplies fp32 activations only */
+/* Quantises token rows [t0, t1) of x (width C) to int8 per group of gs (a multiple of 32):
+ * s = max|x| / 127, q = round(x / s). Also stores, per group, -128 times the sums of q that land
+ * in each of the 8 int32 lanes of the dot product (lane k: the columns c with c % 32 in
+ * 4k .. 4k+3), the start of the accumulator (qi_acc0 below), and, when xgsum is not NULL (q4
+ * weights), -8 times the sum of all the group's q there (tile_q4). */
+void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, int32_t* xgsum, const float* x, int C, int gs,
+                          int t0, int t1) {
+    const int G = C / gs;
+    const __m256 signbit = _mm256_set1_ps(-0.0f);
+    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    for (int t = t0; t < t1; t++) {
+        for (int g = 0; g < G; g++) {
+            const float* v = x + (size_t)t * C + (size_t)g * gs;
+            __m256 m = _mm256_setzero_ps();
+            for (int c = 0; c < gs; c += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(signbit, _mm256_loadu_ps(v + c)));
+            __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+            m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+            m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+            float amax = _mm_cvtss_f32(m4);
+            float s = amax / 127.0f;
+            float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+            xs[(size_t)t * G + g] = s;
+            __m256 vi = _mm256_set1_ps(inv);
+            int8_t* q = xq + (size_t)t * C + (size_t)g * gs;
+            __m256i sum = _mm256_setzero_si256();
+            for (int c = 0; c < gs; c += 32) {
+                __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(v + c), vi));
+                __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(v + c + 8), vi));
+                __m256i d = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(v + c + 16), vi));
+                __m256i e = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(v + c + 24), vi));
+                __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(d, e));
+                p = _mm256_permutevar8x32_epi32(p, perm);
+                _mm256_storeu_si256((__m256i*)(q + c), p);
+                sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, p), ones16));
+            }
+            _mm256_storeu_si256((__m256i*)(xsum + ((size_t)t * G + g) * 8),
+                                _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sum, 7)));
+            if (xgsum) {
+                __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+                s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+                s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+                xgsum[(size_t)t * G + g] = -8 * _mm_cvtsi128_si32(s4);
+            }
+        }
+    }
+}
+#endif
+
+/* The q8 dot product of 32 weights and 32 int8 activations, in three parts: qi_load once per
+ * weight vector, qi_acc0 once per group and token (the accumulator's start), qi_dot per weight
+ * vector and token. Each 32-bit lane adds the products of 4 neighbouring columns; the lanes are
+ * summed at the group's end. The two x86 instructions multiply an unsigned byte by a signed one:
+ *  - VNNI (vpdpbusd): the q8 weight as w + 128 (w XOR 0x80, an unsigned byte), so a lane sums
+ *    (w + 128) x = w x + 128 x over its columns, and it starts at -128 times the sum of those
+ *    columns' x (quantize_rows). One instruction per vector and token, and each lane ends with
+ *    exactly the int32 of the plain AVX2 path, so both give the same bits after the fp32 steps.
+ *    (One correction for the whole group in lane 0 gave the same total, but with lanes that are
+ *    larger and cancel only in the final sum, so the fp32 steps rounded differently: logits
+ *    moved by up to 3e-6 against the plain AVX2 build.)
+ *  - plain AVX2 (vpmaddubsw, which saturates pairs at int16): |w| times x with w's sign, pairs of
+ *    at most 2 * 128 * 127 < 32768, then vpmaddwd by 1 into int32.
+ * (q4 has its own kernel below, tile_q4; it uses dpbusd too.) Q8_VNNI (matmul_shared.h): the build
+ * has vpdpbusd. */
+#if defined(Q8_VNNI)
+/* acc + per 32-bit lane the sum of its 4 products of an unsigned byte of a by a signed byte of x. */
+ALWAYS_INLINE __m256i dpbusd(__m256i acc, __m256i a, __m256i x) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__GNUC__)
+    /* Where both encodings exist, gcc 12 emits the VEX one ({vex} vpdpbusd, ymm0-15 only) for
+     * either intrinsic and then shuffles values between ymm0-15, ymm16-31 and the stack. As inline
+     * asm with "v" operands the register allocator may use all 32 registers. */
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(x));
+    return acc;
+#else
+    return _mm256_dpbusd_avx_epi32(acc, a, x);
+#endif
+}
+#endif
+
+typedef struct {
+    __m256i a, w; /* VNNI: a = w + 128 (w unused); plain: a = |w|, w for its sign */
+} QW;
+
+/* The 32 weights of a row group from column c (a multiple of 32) on; wrow is the row's group. */
+ALWAYS_INLINE QW qi_load(const uint8_t* wrow, int c) {
+    QW p;
+    const __m256i w = _mm256_loadu_si256((const __m256i*)(wrow + c));
+#if defined(Q8_VNNI)
+    p.a = _mm256_xor_si256(w, _mm256_set1_epi8((char)0x80));
+#else
+    p.a = _mm256_abs_epi8(w);
+#endif
+    p.w = w;
+    return p;
+}
+
+/* xsum8: the group's 8 lane corrections from quantize_rows (-128 x each lane's sum of q_x). */
+ALWAYS_INLINE __m256i qi_acc0(const int32_t* xsum8) {
+#if defined(Q8_VNNI)
+    return _mm256_loadu_si256((const __m256i*)xsum8);
+#else
+    (void)xsum8;
+    return _mm256_setzero_si256();
+#endif
+}
+
+ALWAYS_INLINE __m256i qi_dot(__m256i acc, QW p, __m256i x) {
+#if defined(Q8_VNNI)
+    return dpbusd(acc, p.a, x);
+#else
+    __m256i s = _mm256_maddubs_epi16(p.a, _mm256_sign_epi8(x, p.w));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(s, _mm256_set1_epi16(1)));
+#endif
+}
+
+/* Four int32 sums of 8 lanes each into one vector: lane k (k < 4) holds a[k]'s lanes 0-3 added,
+ * lane 4 + k its lanes 4-7 (integer adds: exact, in any order). */
+ALWAYS_INLINE __m256i sum_halves4(__m256i a0, __m256i a1, __m256i a2, __m256i a3) {
+    return _mm256_hadd_epi32(_mm256_hadd_epi32(a0, a1), _mm256_hadd_epi32(a2, a3));
+}
+
+/* Rows r .. r+RT-1 (RT 1, 2 or 4, within one row block) x tokens t .. t+TT-1 (TT 1 or 4), 32
+ * columns per step. At a group's end, with four tokens, a row's four int32 sums are reduced to
+ * their two halves (sum_halves4), converted, and scaled by (weight scale x activation scale) into
+ * the row's fp32 total, whose halves are added at the end: one conversion, multiply and fma per
+ * four outputs instead of per output. Per output and group that scaling cost about as much as
+ * the group's int8 products on AVX2 (no VNNI: sign, maddubs, madd and add per 32 columns). One
+ * token (the tail of a token block) keeps a total per output, scaled lane by lane and summed at
+ * the end, the arithmetic of the matrix-vector kernel (rows_qi_n1). Which of the two an output
+ * gets depends only on its token's place in the token block, never on the row split, so the
+ * thread count cannot change a result (test_kernels: 1 thread == 2 threads and matmul_multi ==
+ * matmul, bitwise). ws: the rows' scales as floats (q8_scales_float), row r + i's at ws + i * G.
+ * next: NULL, or the next row block, brought into L2 a G-th of it per group (rows_qi_tiles). */
+ALWAYS_INLINE void tile_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const Matrix* W,
+                           const float* ws, int r, int t, int RT, int TT, const char* next) {
+    const int C = W->cols, R = W->rows, gs = W->group_size, G = C / gs;
+    const size_t gb = (size_t)gs;
+    const size_t next_bytes = quant_block_bytes(W->type, C, gs), next_step = (next_bytes + (size_t)G - 1) / (size_t)G;
+    __m256 tot[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) tot[i] = _mm256_setzero_ps();
+    for (int g = 0; g < G; g++) {
+        const size_t next_at = (size_t)g * next_step; /* the next block's g-th slice */
+        if (next && next_at < next_bytes)
+            prefetch_next_rows(next + next_at, next_bytes - next_at < next_step ? next_bytes - next_at : next_step);
+        const uint8_t* wg = quant_group(W, r, g); /* row r + i at wg + i * gb */
+        __m256i acc[4][4];
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            __m256i a0 = j < TT ? qi_acc0(xsum + ((size_t)(t + j) * G + g) * 8) : _mm256_setzero_si256();
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) acc[i][j] = i < RT ? a0 : _mm256_setzero_si256();
+        }
+        for (int c = 0; c < gs; c += 32) {
+            QW wv[4];
+#pragma GCC unroll 4
+            for (int i = 0; i < RT; i++) wv[i] = qi_load(wg + (size_t)i * gb, c);
+#pragma GCC unroll 4
+            for (int j = 0; j < TT; j++) {
+                const int8_t* xj = xq + (size_t)(t + j) * C + (size_t)g * gs;
+                __m256i xv = _mm256_loadu_si256((const __m256i*)(xj + c));
+#pragma GCC unroll 4
+                for (int i = 0; i < RT; i++) acc[i][j] = qi_dot(acc[i][j], wv[i], xv);
+            }
+        }
+        if (TT == 4) {
+            const __m128 x4 = _mm_setr_ps(xsc[(size_t)t * G + g], xsc[(size_t)(t + 1) * G + g],
+                                          xsc[(size_t)(t + 2) * G + g], xsc[(size_t)(t + 3) * G + g]);
+            const __m256 xs = _mm256_set_m128(x4, x4);
+#pragma GCC unroll 4
+            for (int i = 0; i < RT; i++) {
+                const __m256i s = sum_halves4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+                tot[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(_mm256_set1_ps(ws[(size_t)i * G + g]), xs), tot[i]);
+            }
+        } else {
+            const __m256 xs = _mm256_set1_ps(xsc[(size_t)t * G + g]);
+#pragma GCC unroll 4
+            for (int i = 0; i < RT; i++)
+                tot[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i][0]), _mm256_mul_ps(_mm256_set1_ps(ws[(size_t)i * G + g]), xs), tot[i]);
+        }
+    }
+    if (TT == 4) {
+        float o[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < RT; i++) {
+            _mm_storeu_ps(o, _mm_add_ps(_mm256_castps256_ps128(tot[i]), _mm256_extractf128_ps(tot[i], 1)));
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) out[(size_t)(t + j) * R + r + i] = o[j];
+        }
+    } else {
+#pragma GCC unroll 4
+        for (int i = 0; i < RT; i++) out[(size_t)t * R + r + i] = hsum256(tot[i]);
+    }
+}
+
+/* One 32-column step of rows_qi_n1: the activation vector shared by the four rows of a block,
+ * row i's group at wg + i * gb. */
+ALWAYS_INLINE void qi_step4(__m256i a[4], const uint8_t* wg, size_t gb, int c, __m256i xv) {
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) a[i] = qi_dot(a[i], qi_load(wg + (size_t)i * gb, c), xv);
+}
+
+#if defined(KERNELS_AVX512) && defined(Q8_VNNI)
+#define Q8_ZMM 1
+/* A group of 64 of the four rows of a block on 512-bit vectors (decode, with VNNI): each row's
+ * 64 weights meet the 64 activations in one vpdpbusd, whose lanes k and k + 8 (columns 4k .. 4k+3
+ * and 32 + 4k .. 32 + 4k + 3) are then added: the same 8 int32 lanes, bit for bit, as qi_step4's
+ * two 32-column steps, so the result does not depend on the build. a0: the group's lane
+ * corrections (qi_acc0). On Zen 4 (AVX-512 on 256-bit units), decode tg128 of the 0.6B shape with
+ * one thread, three alternating rounds: 35.0-37.5 -> 37.0-40.1 tok/s (seventeenth session). */
+ALWAYS_INLINE void qi_group4_zmm(__m256i a[4], const uint8_t* wg, const int8_t* xg, __m256i a0) {
+    const __m512i x = _mm512_loadu_si512((const void*)xg), start = _mm512_zextsi256_si512(a0);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        const __m512i w = _mm512_xor_si512(_mm512_loadu_si512((const void*)(wg + (size_t)i * 64)),
+                                           _mm512_set1_epi8((char)0x80));
+        __m512i acc = start;
+        __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(w), "v"(x)); /* as dpbusd, on zmm */
+        a[i] = _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
+    }
+}
+#endif
+
+/* q8 matrix-vector product (decode): one row block at a time, front to back (its scales,
+ * then per group the four rows' values), so the weights are one sequential stream; each group
+ * step asks for the bytes pf ahead (choose_prefetch). Against the q8 layout before (all int8
+ * rows, then all scales: two streams), with this kernel's shape, one thread on a 264 MB matrix:
+ * 20.7 -> 34.5 GB/s, where a plain streaming read gave 31.6 (docs/notes-kernels.md). Each group's
+ * four scales are (weight scale x activation scale), multiplied 8 groups at a time into sx, and
+ * gs is a constant where rows_qi_n1 knows it, so the rows' addresses are one pointer plus fixed
+ * offsets: on Zen 4 that took the q8 kernel from 37 to 58 GB/s on a matrix in L2 (eleventh
+ * session), more room for the loads to run ahead of the arithmetic. */
+ALWAYS_INLINE void rows_qi_n1_gs(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const Matrix* W,
+                                 int r0, int r1, const int gs) {
+    const int C = W->cols, G = C / gs;
+    const size_t bb = quant_block_bytes(WEIGHT_Q8, C, gs), gb = (size_t)gs;
+    const size_t pf = decode_prefetch.q8 ? (size_t)decode_prefetch.q8 : bb;
+    int r = r0; /* a multiple of 4: run_job's chunks are */
+    for (; r + 4 <= r1; r += 4) {
+        const uint16_t* s0 = quant_scales(W, r);
+        const uint8_t* wg = quant_group(W, r, 0);
+        for (int o = 0; o < (int)(4 * sizeof(uint16_t)) * G; o += 64) _mm_prefetch((const char*)s0 + pf + o, _MM_HINT_T0);
+        __m256 t0 = _mm256_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;
+        for (int g0 = 0; g0 < G; g0 += 8) {
+            const int ng = G - g0 < 8 ? G - g0 : 8;
+            float sx[4][8]; /* [row][group g0 + k]: weight scale x activation scale */
+            if (ng == 8) {
+                const __m256 xs8 = _mm256_loadu_ps(xsc + g0);
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; i++)
+                    _mm256_storeu_ps(sx[i], _mm256_mul_ps(scales8(s0 + (size_t)i * G + g0), xs8));
+            } else {
+                for (int i = 0; i < 4; i++)
+                    for (int k = 0; k < ng; k++) sx[i][k] = scale1(s0[(size_t)i * G + g0 + k]) * xsc[g0 + k];
+            }
+            for (int k = 0; k < ng; k++, wg += 4 * gb) {
+                const int g = g0 + k;
+                for (int o = 0; o < (int)(4 * gb); o += 64) _mm_prefetch((const char*)wg + pf + o, _MM_HINT_T0);
+                __m256i a[4];
+                const int8_t* xg = xq + (size_t)g * gs;
+#if defined(Q8_ZMM)
+                if (gs == 64) {
+                    qi_group4_zmm(a, wg, xg, qi_acc0(xsum + (size_t)g * 8));
+                } else
+#endif
+                {
+                    a[0] = a[1] = a[2] = a[3] = qi_acc0(xsum + (size_t)g * 8);
+#pragma GCC unroll 4
+                    for (int c = 0; c < gs; c += 32)
+                        qi_step4(a, wg, gb, c, _mm256_loadu_si256((const __m256i*)(xg + c)));
+                }
+                t0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[0]), _mm256_set1_ps(sx[0][k]), t0);
+                t1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[1]), _mm256_set1_ps(sx[1][k]), t1);
+                t2 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[2]), _mm256_set1_ps(sx[2][k]), t2);
+                t3 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[3]), _mm256_set1_ps(sx[3][k]), t3);
+            }
+        }
+        out[r] = hsum256(t0);
+        out[r + 1] = hsum256(t1);
+        out[r + 2] = hsum256(t2);
+        out[r + 3] = hsum256(t3);
+    }
+    for (; r < r1; r++) {
+        float* ws = thread_xp();
+        q8_scales_float(ws, W, r, 1);
+        tile_qi(out, xq, xsc, xsum, W, ws, r, 0, 1, 1, NULL);
+    }
+}
+
+/* export.py's q8 default, 64, as a constant; any other group size as it comes. */
+ALWAYS_INLINE void rows_qi_n1(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const Matrix* W,
+                              int r0, int r1) {
+    if (W->group_size == 64) rows_qi_n1_gs(out, xq, xsc, xsum, W, r0, r1, 64);
+    else rows_qi_n1_gs(out, xq, xsc, xsum, W, r0, r1, W->group_size);
+}
+
+/* q8 prefill from packed panels, as q4's row lanes: a panel holds 8 rows with each 32-bit lane
+ * one row's 4 values of columns c .. c+3, so a token's 4 activations of those columns, broadcast
+ * to every lane, meet all 8 rows in one qi_dot (sign, maddubs, madd, add), and each group ends
+ * with one int32 sum per row (lane) and token: no horizontal step. tile_qi (rows side by side, 32
+ * columns per lane) reduces its lanes with vphaddd at each group's end, and its 2 x 4 tile
+ * reloads each token's activations for every pair of rows; here a group's end is a convert,
+ * multiply and fma per 8 outputs. -march=x86-64-v3 on the Intel VM, q8 pp512: one thread 77 ->
+ * 109-110 tok/s, two 143-145 -> 206-208 (docs/notes-kernels.md, "Twenty-sixth session").
+ * With VNNI, qi_dot is one vpdpbusd of w + 128 by x, which adds 128 times the token's 4
+ * activations to every lane; so each lane starts the group at -128 times the token's sum over
+ * the group (16 x quantize_rows' xgsum, which is -8 times it) and ends at the same int32.
+ * That sum is tile_qi's exact int32, scaled once per group as AMX does (float(s) x weight scale,
+ * then x activation scale, fused into the total). Panels are packed per chunk (<= 64 rows) into
+ * the thread's float-panel scratch. */
+#if defined(__AVX512F__)
+#define Q8_PANEL_TOKENS 8
+#else
+#define Q8_PANEL_TOKENS 4
+#endif
+
+/* Whether rows_qi_t packs q8 panels for n tokens (run_job aligns its chunks to 8 rows when so).
+ * Packing pays once tile_qi's passes over the chunk cost more than it: with AVX2's sign trick
+ * from 20 tokens, with VNNI, where tile_qi is quicker, from 40 (one thread, tok/s, panels
+ * against tile_qi with its prefetch of the next block; x86-64-v3: pp12 62 / 68-70, pp16 69 / 74,
+ * pp18 73-74 / 69-74, pp20 79 / 71-77, pp24 81-83 / 77-78; native without AMX: pp24 120-129 /
+ * 143-147, pp32 139-147 / 144-153, pp40 152-158 / 153-155, pp48 158-161 / 153-157;
+ * twenty-seventh session). */
+#if defined(Q8_VNNI)
+#define Q8_PANEL_MIN_TOKENS 40
+#else
+#define Q8_PANEL_MIN_TOKENS 20
+#endif
+int q8_packed_takes(const Matrix* W, int n) {
+    return W->type == WEIGHT_Q8 && n >= Q8_PANEL_MIN_TOKENS && W->cols <= xp_cap;
+}
+
+/* Rows [r, r + 8) as a panel: columns c .. c+3 (c a multiple of 4) at panel + 8 * c, lane i row
+ * r + i's; row r + i's scale of group g as a float at ps[8 * g + i]. */
+static void q8_pack_panel(int8_t* panel, float* ps, const Matrix* W, int r) {
+    const int gs = W->group_size, G = W->cols / gs;
+    for (int g = 0; g < G; g++) {
+        for (int c = 0; c < gs; c += 32) {
+            __m256 v[8];
+            for (int i = 0; i < 8; i++)
+                v[i] = _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i*)(quant_group(W, r + i, g) + c)));
+            transpose8_ps(v);
+            for (int k = 0; k < 8; k++)
+                _mm256_storeu_si256((__m256i*)(panel + (size_t)8 * ((size_t)g * gs + c + 4 * k)), _mm256_castps_si256(v[k]));
+        }
+        for (int i = 0; i < 8; i++) ps[(size_t)8 * g + i] = scale1(quant_scales(W, r + i)[g]);
+    }
+}
+
+/* out rows [r, r + 8) x tokens t .. t+TT-1 (TT <= Q8_PANEL_TOKENS: 8 where there are 32 vector
+ * registers, 4 in AVX2's 16) from one panel. */
+ALWAYS_INLINE void tile_q8_packed(float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum,
+                                  const int8_t* panel, const float* ps, const Matrix* W, int r, int t, int TT) {
+    const int C = W->cols, R = W->rows, gs = W->group_size, G = C / gs;
+    __m256 tot[Q8_PANEL_TOKENS];
+#pragma GCC unroll 8
+    for (int j = 0; j < TT; j++) tot[j] = _mm256_setzero_ps();
+    for (int g = 0; g < G; g++) {
+        const uint8_t* pg = (const uint8_t*)panel + (size_t)8 * g * gs;
+        const int8_t* xg = xq + (size_t)t * C + (size_t)g * gs;
+        __m256i s[Q8_PANEL_TOKENS];
+#pragma GCC unroll 8
+#if defined(Q8_VNNI)
+        for (int j = 0; j < TT; j++) s[j] = _mm256_set1_epi32(16 * xgsum[(size_t)(t + j) * G + g]);
+#else
+        for (int j = 0; j < TT; j++) s[j] = _mm256_setzero_si256();
+        (void)xgsum;
+#endif
+        for (int c = 0; c < gs; c += 4) {
+            const QW wv = qi_load(pg, 8 * c);
+#pragma GCC unroll 8
+            for (int j = 0; j < TT; j++) {
+                int32_t x4; /* token j's columns c .. c+3 */
+                memcpy(&x4, xg + (size_t)j * C + c, sizeof x4);
+                s[j] = qi_dot(s[j], wv, _mm256_set1_epi32(x4));
+            }
+        }
+        const __m256 wsv = _mm256_loadu_ps(ps + (size_t)8 * g);
+#pragma GCC unroll 8
+        for (int j = 0; j < TT; j++)
+            tot[j] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s[j]), wsv),
+                                     _mm256_set1_ps(xsc[(size_t)(t + j) * G + g]), tot[j]);
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < TT; j++) _mm256_storeu_ps(out + (size_t)(t + j) * R + r, tot[j]);
+}
+
+/* Whole panels of 8 rows from r0 (a multiple of 8: run_job's chunks are) x tokens [ta, n), at
+ * most 64 rows per packing; per block of tokens (token_block) each panel meets the block's tokens
+ * Q8_PANEL_TOKENS at a time, then 4, then 1. Returns the first row not done (the rest:
+ * rows_qi_tiles). */
+static int rows_q8_packed(float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum, const Matrix* W,
+                          int ta, int n, int r0, int r1) {
+    const int C = W->cols, G = C / W->group_size;
+    const int max_panels = FLOAT_MAX_PANELS * FLOAT_PANEL_ROWS / Q8_PANEL_ROWS;
+    int8_t* panels = (int8_t*)(void*)thread_float_pack(); /* max_panels * 8 * C bytes, then the scales */
+    float* ps = (float*)(void*)(panels + (size_t)max_panels * Q8_PANEL_ROWS * C);
+    const int tb = token_block((size_t)C);
+    while (r1 - r0 >= Q8_PANEL_ROWS) {
+        const int np = (r1 - r0) / Q8_PANEL_ROWS < max_panels ? (r1 - r0) / Q8_PANEL_ROWS : max_panels;
+        for (int p = 0; p < np; p++)
+            q8_pack_panel(panels + (size_t)p * Q8_PANEL_ROWS * C, ps + (size_t)p * Q8_PANEL_ROWS * G, W,
+                          r0 + Q8_PANEL_ROWS * p);
+        for (int t0 = ta; t0 < n; t0 += tb) {
+            const int t1 = t0 + tb < n ? t0 + tb : n;
+            for (int p = 0; p < np; p++) {
+                const int8_t* pp = panels + (size_t)p * Q8_PANEL_ROWS * C;
+                const float* pps = ps + (size_t)p * Q8_PANEL_ROWS * G;
+                const int r = r0 + Q8_PANEL_ROWS * p;
+                int t = t0;
+                for (; t + Q8_PANEL_TOKENS <= t1; t += Q8_PANEL_TOKENS)
+                    tile_q8_packed(out, xq, xsc, xgsum, pp, pps, W, r, t, Q8_PANEL_TOKENS);
+                for (; t + 4 <= t1; t += 4) tile_q8_packed(out, xq, xsc, xgsum, pp, pps, W, r, t, 4);
+                for (; t < t1; t++) tile_q8_packed(out, xq, xsc, xgsum, pp, pps, W, r, t, 1);
+            }
+        }
+        r0 += Q8_PANEL_ROWS * np;
+    }
+    return r0;
+}
+
+/* q4 (kernels.h's row lanes, groups of 32): a kernel of its own for decode and prefill. A block
+ * of 8 rows stores each group as 8 scales and four 32-byte quarters; in quarter v the 32-bit
+ * lane i holds row i's columns 4v .. 4v+3 in its low nibbles and 16+4v .. 16+4v+3 in its high
+ * ones. So masking (low) or shifting and masking (high) gives 8 rows x 4 columns, and the
+ * token's 4 activations of those columns, broadcast to every lane, meet them in one vpmaddubsw
+ * (or vpdpbusd): the products of a group end with one row per lane, and no horizontal step is
+ * left (the 4-row layout before needed three per 4 groups and spilled registers in gcc's build).
+ * In L2 (1024 columns, one thread, Zen 3): 24.4 GB/s in the 4-row layout, 36.0 in this one;
+ * from memory (a 252 MB matrix) 14.2-14.7 against 18.5-19.1 GB/s, where a streaming read of the
+ * same buffer gave 18.3-18.9 (docs/notes-kernels.md, "Sixteenth session"). */
+
+/* s[j] += the 8 rows' sums over one group of (q + 8) x for tokens j < TT, lane i = row i.
+ * w: the group's 128 bytes of values; x + j * C: token j's 32 activations of the group. Without
+ * VNNI the sums stay int16 until the group's end: a lane of vpmaddubsw is at most
+ * 2 * 15 * 128 = 3840 in magnitude, the 8 of a group 30720 < 32768. Both paths give the same
+ * int32. */
+ALWAYS_INLINE void q4_group_sums(__m256i s[], const uint8_t* w, const int8_t* x, size_t C, int TT) {
+    const __m256i m = _mm256_set1_epi8(15);
+#if !defined(Q8_VNNI)
+    __m256i s16[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < TT; j++) s16[j] = _mm256_setzero_si256();
+#endif
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; v++) {
+        const __m256i b = _mm256_loadu_si256((const __m256i*)(w + 32 * v));
+        const __m256i lo = _mm256_and_si256(b, m), hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), m);
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) {
+            int32_t xl, xh; /* columns 4v .. 4v+3 and 16+4v .. 16+4v+3 */
+            memcpy(&xl, x + j * C + 4 * v, 4);
+            memcpy(&xh, x + j * C + 16 + 4 * v, 4);
+#if defined(Q8_VNNI)
+            s[j] = dpbusd(dpbusd(s[j], lo, _mm256_set1_epi32(xl)), hi, _mm256_set1_epi32(xh));
+#else
+            s16[j] = _mm256_add_epi16(s16[j], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(xl)));
+            s16[j] = _mm256_add_epi16(s16[j], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(xh)));
+#endif
+        }
+    }
+#if !defined(Q8_VNNI)
+#pragma GCC unroll 4
+    for (int j = 0; j < TT; j++) s[j] = _mm256_add_epi32(s[j], _mm256_madd_epi16(s16[j], _mm256_set1_epi16(1)));
+#endif
+}
+
+#if defined(Q8_ZMM)
+/* q4_group_sums for one token on 512-bit vectors (decode, with VNNI): each 64-byte load is two
+ * quarters of the group, v and v + 1 (lanes 0-7 and 8-15), whose activations (the group's 4-byte
+ * pieces v and v + 1 for the low nibbles, 4 + v and 5 + v for the high ones) one vpermd spreads
+ * over the two halves; at the end the halves are added, row i in lane i. Integer sums, so the same
+ * int32 as q4_group_sums, bit for bit. Half the instructions per group; on Zen 4, decode tg128 of
+ * the 0.6B shape, one thread, six alternating pairs: 83.0-84.4 -> 84.6-86.1 tok/s (two threads
+ * level, at 95-97% of the roof; twenty-first session). */
+ALWAYS_INLINE void q4_group_sums1_zmm(__m256i s[1], const uint8_t* w, const int8_t* x) {
+    const __m512i m = _mm512_set1_epi8(15);
+    const __m512i xv = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)x));
+    const __m512i i01 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i two = _mm512_set1_epi32(2), four = _mm512_set1_epi32(4);
+    __m512i acc = _mm512_zextsi256_si512(s[0]);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) { /* quarters 2h and 2h + 1 */
+        const __m512i b = _mm512_loadu_si512((const void*)(w + 64 * h));
+        const __m512i lo = _mm512_and_si512(b, m), hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), m);
+        const __m512i il = h ? _mm512_add_epi32(i01, two) : i01;
+        const __m512i xl = _mm512_permutexvar_epi32(il, xv), xh = _mm512_permutexvar_epi32(_mm512_add_epi32(il, four), xv);
+        __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(lo), "v"(xl)); /* as dpbusd, on zmm */
+        __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(hi), "v"(xh));
+    }
+    s[0] = _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
+}
+#endif
+
+/* The block of rows r .. r+7 (computed whole: the last block is padded with zero rows; rows past
+ * R are not stored) x tokens t .. t+TT-1 (TT <= 4). Per group and token: the sums of (q + 8) x,
+ * corrected to q x with xgsum (-8 times the group's sum of x, quantize_rows), converted, and
+ * scaled into fp32 totals, one row per lane, as AMX scales its tiles (float(s) x the 8 rows'
+ * weight scales, then fused with x the activation scale), so q4 prefill has the same bits with
+ * AMX on and off. pf: bytes ahead to prefetch as the block is read, 0 for none; into L2 where l2
+ * (a constant: the hint is part of the instruction), else into L1. */
+ALWAYS_INLINE void tile_q4(float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum, const Matrix* W, int r,
+                           int t, int TT, int pf, const int l2) {
+    const int C = W->cols, R = W->rows, G = C / Q4_GROUP;
+    const uint8_t* b = q4_group(W, r, 0);
+    __m256 tot[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < TT; j++) tot[j] = _mm256_setzero_ps();
+    for (int g = 0; g < G; g++, b += Q4_GROUP_BYTES) {
+        if (pf && !(g & 1)) /* two groups: 288 bytes, 4.5 lines (unrolled: gcc kept a loop) */
+#pragma GCC unroll 5
+            for (int o = 0; o < 2 * (int)Q4_GROUP_BYTES; o += 64) {
+                if (l2) _mm_prefetch((const char*)b + pf + o, _MM_HINT_T1);
+                else _mm_prefetch((const char*)b + pf + o, _MM_HINT_T0);
+            }
+        __m256i s[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) s[j] = _mm256_set1_epi32(xgsum[(size_t)(t + j) * G + g]);
+#if defined(Q8_ZMM)
+        if (TT == 1)
+            q4_group_sums1_zmm(s, b + Q4_BLOCK_ROWS * sizeof(uint16_t), xq + ((size_t)t * G + g) * Q4_GROUP);
+        else
+#endif
+            q4_group_sums(s, b + Q4_BLOCK_ROWS * sizeof(uint16_t), xq + ((size_t)t * G + g) * Q4_GROUP, (size_t)C,
+                          TT);
+        const __m256 ws = scales8(b); /* the group's 8 rows' scales */
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++)
+            tot[j] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s[j]), ws),
+                                     _mm256_set1_ps(xsc[(size_t)(t + j) * G + g]), tot[j]);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < TT; j++) {
+        if (r + Q4_BLOCK_ROWS <= R) {
+            _mm256_storeu_ps(out + (size_t)(t + j) * R + r, tot[j]);
+        } else {
+            float o[8];
+            _mm256_storeu_ps(o, tot[j]);
+            for (int i = 0; r + i < R; i++) out[(size_t)(t + j) * R + r + i] = o[i];
+        }
+    }
+}
+
+/* Rows [r0, r1) (r0 a multiple of 8: run_job's chunks are) for n tokens: decode walks the row
+ * blocks with the prefetch; prefill keeps a block of tokens in L2 (as rows_qi_t) while each row
+ * block of the chunk meets them 4 at a time; with AMX, whole tiles of 16 rows take it (amx_chunk). */
+static void rows_q4(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
+                    const int32_t* xgsum, const Matrix* W, int n, int r0, int r1) {
+    (void)xsum;
+    if (n == 1) {
+        const int pf = decode_prefetch.q4;
+        if (decode_prefetch.q4_l2 && kernels_alone())
+            for (int r = r0; r < r1; r += Q4_BLOCK_ROWS) tile_q4(out, xq, xsc, xgsum, W, r, 0, 1, pf, 1);
+        else
+            for (int r = r0; r < r1; r += Q4_BLOCK_ROWS) tile_q4(out, xq, xsc, xgsum, W, r, 0, 1, pf, 0);
+        return;
+    }
+    int ra = r0; /* AMX did every token of rows [r0, ra) */
+#if defined(KERNELS_AMX)
+    if (amx_takes(W, n)) ra = amx_chunk(out, xq, xsc, W, n, r0, r1);
+#endif
+    const int tb = token_block((size_t)W->cols);
+    for (int t0 = 0; t0 < n; t0 += tb) {
+        const int t1 = t0 + tb < n ? t0 + tb : n;
+        for (int r = ra; r < r1; r += Q4_BLOCK_ROWS) {
+            /* the first tile over this block prefetches the next one, a block ahead (as
+             * rows_float_nn; x86-64-v3, one thread: pp8 94-95 -> 115-120 tok/s) */
+            int pf = t0 == 0 && r + Q4_BLOCK_ROWS < W->rows ? (W->cols / Q4_GROUP) * (int)Q4_GROUP_BYTES : 0;
+            int t = t0;
+            for (; t + 4 <= t1; t += 4, pf = 0) tile_q4(out, xq, xsc, xgsum, W, r, t, 4, pf, 0);
+            for (; t < t1; t++, pf = 0) tile_q4(out, xq, xsc, xgsum, W, r, t, 1, pf, 0);
+        }
+    }
+}
+
+#elif defined(KERNELS_NEON)
+
+#define Q8_TILE_TOKENS 4
+#define Q8_TILE_ROWS 4
+
+/* q8: the G scales of rows r .. r+RT-1 (one row block) as floats, row r + i's at out + i * G (as
+ * the AVX2 twin's, for the shared rows_qi_t). */
+ALWAYS_INLINE void q8_scales_float(float* out, const Matrix* W, int r, int RT) {
+    const int G = W->cols / W->group_size;
+    const uint16_t* sc = quant_scales(W, r);
+    for (int i = 0; i < RT; i++)
+        for (int g = 0; g < G; g++) out[(size_t)i * G + g] = scale1(sc[(size_t)i * G + g]);
+}
+
+/* ---- q8 x int8 activations ---- */
+
+#if !defined(KERNELS_Q8_F32ACT)
+/* Quantises token rows [t0, t1) of x (width C) to int8 per group of gs (a multiple of 16; run_job
+ * only comes here for multiples of 32): s = max|x| / 127, q = round(x / s). The scheme of the
+ * AVX2 twin, rounded the same way: x * (127 / max) and round to nearest even (vcvtnq_s32_f32,
+ * as _mm256_cvtps_epi32 does under the default MXCSR), so both targets quantise alike. xsum and
+ * xgsum are not written: they serve the AVX2 twin's unsigned x signed products, and SDOT
+ * multiplies signed by signed. */
+void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, int32_t* xgsum, const float* x, int C, int gs,
+                          int t0, int t1) {
+    const int G = C / gs;
+    (void)xsum;
+    (void)xgsum;
+    for (int t = t0; t < t1; t++) {
+        for (int g = 0; g < G; g++) {
+            const float* v = x + (size_t)t * C + (size_t)g * gs;
+            float32x4_t m = vdupq_n_f32(0.0f);
+            for (int c = 0; c < gs; c += 4) m = vmaxq_f32(m, vabsq_f32(vld1q_f32(v + c)));
+            float amax = vmaxvq_f32(m);
+            float s = amax / 127.0f;
+            float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+            xs[(size_t)t * G + g] = s;
+            int8_t* q = xq + (size_t)t * C + (size_t)g * gs;
+            for (int c = 0; c < gs; c += 16) {
+                int32x4_t a = vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(v + c), inv));
+                int32x4_t b = vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(v + c + 4), inv));
+                int32x4_t d = vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(v + c + 8), inv));
+                int32x4_t e = vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(v + c + 12), inv));
+                /* saturating narrows, like the AVX2 packs: |x * inv| can round a hair above 127 */
+                int16x8_t lo = vcombine_s16(vqmovn_s32(a), vqmovn_s32(b));
+                int16x8_t hi = vcombine_s16(vqmovn_s32(d), vqmovn_s32(e));
+                vst1q_s8(q + c, vcombine_s8(vqmovn_s16(lo), vqmovn_s16(hi)));
+            }
+        }
+    }
+}
+#endif
+
+/* The 16 q8 weights of a row group from column c (a multiple of 16) on; wrow is the row's group. */
+ALWAYS_INLINE int8x16_t qi_load(const uint8_t* wrow, int c) {
+    return vld1q_s8((const int8_t*)wrow + c);
+}
+
+/* acc[k] += sum of the 4 int8 products of lanes 4k..4k+3. */
+ALWAYS_INLINE int32x4_t dot16(int32x4_t acc, int8x16_t w, int8x16_t x) {
+#if defined(__ARM_FEATURE_DOTPROD)
+    return vdotq_s32(acc, w, x);
+#else
+    /* Without SDOT (plain armv8-a): int16 products, added in adjacent pairs (two products of
+     * |w| <= 128 and |x| <= 127 sum to at most 32512: no int16 overflow), then pairs of pairs
+     * into int32, so each lane holds its own 4 bytes as with SDOT (tile_q4's lanes are rows). */
+    const int16x8_t pairs = vpaddq_s16(vmull_s8(vget_low_s8(w), vget_low_s8(x)), vmull_high_s8(w, x));
+    return vpadalq_s16(acc, pairs);
+#endif
+}
+
+/* The int32 partial sums of a group are reduced across lanes with pairwise adds into one vector
+ * per row (lanes = tokens), or for a single token into one vector whose lanes are the rows: then
+ * 16 group accumulators + 4 weights + 1 activation + 4 totals fit in the 32 registers, where
+ * keeping 16 fp32 totals as well would spill. Each output's arithmetic is the same whatever the
+ * tile shape (fma of float(isum) by ws * xs in its own lane), so the thread split cannot change
+ * a result (tests/test_kernels.c checks 1 thread == 2 threads bitwise). next: the AVX2 twin's L2
+ * prefetch of the next row block, not used here (not measured on arm64). */
+ALWAYS_INLINE void tile_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const Matrix* W,
+                           const float* ws_r, int r, int t, int RT, int TT, const char* next) {
+    const int C = W->cols, R = W->rows, gs = W->group_size, G = C / gs;
+    const size_t gb = (size_t)gs;
+    (void)xsum;
+    (void)next;
+    float32x4_t tot[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) tot[i] = vdupq_n_f32(0.0f);
+    for (int g = 0; g < G; g++) {
+        int32x4_t acc[4][4];
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++)
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) acc[i][j] = vdupq_n_s32(0);
+        const uint8_t* wg = quant_group(W, r, g); /* row r + i at wg + i * gb */
+        for (int c = g * gs; c < g * gs + gs; c += 16) {
+            int8x16_t wv[4];
+#pragma GCC unroll 4
+            for (int i = 0; i < RT; i++) wv[i] = qi_load(wg + (size_t)i * gb, c - g * gs);
+#pragma GCC unroll 4
+            for (int j = 0; j < TT; j++) {
+                int8x16_t xv = vld1q_s8(xq + (size_t)(t + j) * C + c);
+#pragma GCC unroll 4
+                for (int i = 0; i < RT; i++) acc[i][j] = dot16(acc[i][j], wv[i], xv);
+            }
+        }
+        if (TT == 1) {
+            float ws[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma GCC unroll 4
+            for (int i = 0; i < RT; i++) ws[i] = ws_r[(size_t)i * G + g];
+            int32x4_t s = vpaddq_s32(vpaddq_s32(acc[0][0], acc[1][0]), vpaddq_s32(acc[2][0], acc[3][0]));
+            tot[0] = vfmaq_f32(tot[0], vcvtq_f32_s32(s), vmulq_n_f32(vld1q_f32(ws), xsc[(size_t)t * G + g]));
+        } else {
+            float xa[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma GCC unroll 4
+            for (int j = 0; j < TT; j++) xa[j] = xsc[(size_t)(t + j) * G + g];
+            float32x4_t xsv = vld1q_f32(xa);
+#pragma GCC unroll 4
+            for (int i = 0; i < RT; i++) {
+                int32x4_t s = vpaddq_s32(vpaddq_s32(acc[i][0], acc[i][1]), vpaddq_s32(acc[i][2], acc[i][3]));
+                tot[i] = vfmaq_f32(tot[i], vcvtq_f32_s32(s),
+                                   vmulq_n_f32(xsv, ws_r[(size_t)i * G + g]));
+            }
+        }
+    }
+    float o[4];
+    if (TT == 1) {
+        vst1q_f32(o, tot[0]);
+#pragma GCC unroll 4
+        for (int i = 0; i < RT; i++) out[(size_t)t * R + r + i] = o[i];
+    } else {
+#pragma GCC unroll 4
+        for (int i = 0; i < RT; i++) {
+            vst1q_f32(o, tot[i]);
+#pragma GCC unroll 4
+            for (int j = 0; j < TT; j++) out[(size_t)(t + j) * R + r + i] = o[j];
+        }
+    }
+}
+
+/* The q8 matrix-vector product: tile_qi's own TT == 1 path, which also reads a row block
+ * front to back (the AVX2 twin's written-out kernel and its prefetch distance were measured on
+ * x86 only). */
+ALWAYS_INLINE void rows_qi_n1(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const Matrix* W,
+                              int r0, int r1) {
+    float* ws = thread_xp();
+    for (int r = r0; r < r1;) {
+        const int RT = r + 4 <= r1 ? 4 : 1;
+        q8_scales_float(ws, W, r, RT);
+        tile_qi(out, xq, xsc, xsum, W, ws, r, 0, RT, 1, NULL);
+        r += RT;
+    }
+}
+
+
+#endif
+
+#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
+/* n tokens x rows [r0, r1) in tiles of Q8_TILE_ROWS rows x Q8_TILE_TOKENS tokens. */
+ALWAYS_INLINE void rows_qi_tiles(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const Matrix* W,
+                                 int n, int r0, int r1) {
+    const int C = W->cols, G = C / W->group_size;
+    const int tb = token_block((size_t)C);
+    float* ws = thread_xp(); /* the row block's scales as floats: 4 * C / group_size <= C floats */
+    for (int t0 = 0; t0 < n; t0 += tb) {
+        int t1 = t0 + tb < n ? t0 + tb : n;
+        int r = r0;
+        for (; r + 4 <= r1; r += 4) {
+            /* the first tile over this block brings the next one into L2, as in rows_float_nn
+             * (x86-64-v3, one thread: pp8 49-51 -> 66-69 tok/s; twenty-seventh session) */
+            const char* next = t0 == 0 && r + 8 <= W->rows ? (const char*)quant_scales(W, r + 4) : NULL;
+            q8_scales_float(ws, W, r, 4);
+            int t = t0;
+            for (; t + Q8_TILE_TOKENS <= t1; t += Q8_TILE_TOKENS)
+                for (int h = 0; h < 4; h += Q8_TILE_ROWS, next = NULL)
+                    tile_qi(out, xq, xsc, xsum, W, ws + (size_t)h * G, r + h, t, Q8_TILE_ROWS, Q8_TILE_TOKENS, next);
+            for (; t < t1; t++, next = NULL) tile_qi(out, xq, xsc, xsum, W, ws, r, t, 4, 1, next);
+        }
+        for (; r < r1; r++) {
+            q8_scales_float(ws, W, r, 1);
+            int t = t0;
+            for (; t + 4 <= t1; t += 4) tile_qi(out, xq, xsc, xsum, W, ws, r, t, 1, 4, NULL);
+            for (; t < t1; t++) tile_qi(out, xq, xsc, xsum, W, ws, r, t, 1, 1, NULL);
+        }
+    }
+}
+
+ALWAYS_INLINE void rows_qi_t(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const int32_t* xgsum,
+                             const Matrix* W, int n, int r0, int r1) {
+    if (n == 1) {
+        rows_qi_n1(out, xq, xsc, xsum, W, r0, r1);
+        return;
+    }
+    int ra = r0; /* AMX did every token of rows [r0, ra) */
+#if defined(KERNELS_AMX)
+    if (amx_takes(W, n)) ra = amx_chunk(out, xq, xsc, W, n, r0, r1);
+#endif
+    int rp = ra; /* the panels did every token of rows [ra, rp) */
+#if defined(KERNELS_AVX2)
+    if (q8_packed_takes(W, n)) rp = rows_q8_packed(out, xq, xsc, xgsum, W, 0, n, ra, r1);
+#else
+    (void)xgsum;
+#endif
+    rows_qi_tiles(out, xq, xsc, xsum, W, n, rp, r1);
+}
+
+#if defined(KERNELS_NEON)
+/* q4 (kernels.h's row lanes): the AVX2 twin's scheme at half the width. Each 16-byte half of a
+ * quarter holds 4 rows, one per 32-bit lane, so a block's 8 rows take two accumulators; the
+ * nibbles minus 8 are q itself, which dot16 (SDOT, or its widening fallback) multiplies by the
+ * token's 4 activations of those columns in every lane. The same int32 per (row, group) as the
+ * AVX2 twin, and the same fp32 steps after it. One token at a time (correctness only: no arm64
+ * hardware to tune a token tile on). */
+static void tile_q4(float* out, const int8_t* xq, const float* xsc, const Matrix* W, int r, int t) {
+    const int C = W->cols, R = W->rows, G = C / Q4_GROUP;
+    const uint8_t* b = q4_group(W, r, 0);
+    const int8_t* x = xq + (size_t)t * C;
+    float32x4_t tot[2] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)}; /* rows 0-3, 4-7 */
+    for (int g = 0; g < G; g++, b += Q4_GROUP_BYTES, x += Q4_GROUP) {
+        const uint8_t* w = b + Q4_BLOCK_ROWS * sizeof(uint16_t);
+        int32x4_t a[2] = {vdupq_n_s32(0), vdupq_n_s32(0)};
+        for (int v = 0; v < 4; v++) {
+            int32_t xl, xh; /* columns 4v .. 4v+3 and 16+4v .. 16+4v+3 */
+            memcpy(&xl, x + 4 * v, 4);
+            memcpy(&xh, x + 16 + 4 * v, 4);
+            const int8x16_t xlv = vreinterpretq_s8_s32(vdupq_n_s32(xl)), xhv = vreinterpretq_s8_s32(vdupq_n_s32(xh));
+            for (int h = 0; h < 2; h++) {
+                const uint8x16_t q = vld1q_u8(w + 32 * v + 16 * h);
+                const int8x16_t lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(q, vdupq_n_u8(15))), vdupq_n_s8(8));
+                const int8x16_t hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(q, 4)), vdupq_n_s8(8));
+                a[h] = dot16(dot16(a[h], lo, xlv), hi, xhv);
+            }
+        }
+        const float xs = xsc[(size_t)t * G + g];
+        for (int h = 0; h < 2; h++)
+            tot[h] = vfmaq_n_f32(tot[h],
+                                 vmulq_f32(vcvtq_f32_s32(a[h]), vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t*)b + 4 * h)))),
+                                 xs);
+    }
+    float o[8];
+    vst1q_f32(o, tot[0]);
+    vst1q_f32(o + 4, tot[1]);
+    for (int i = 0; i < Q4_BLOCK_ROWS && r + i < R; i++) out[(size_t)t * R + r + i] = o[i];
+}
+
+/* Rows [r0, r1) (r0 a multiple of 8: run_job's chunks are) for n tokens, a block of tokens at a
+ * time as rows_qi_t. */
+static void rows_q4(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
+                    const int32_t* xgsum, const Matrix* W, int n, int r0, int r1) {
+    (void)xsum;
+    (void)xgsum;
+    const int tb = token_block((size_t)W->cols);
+    for (int t0 = 0; t0 < n; t0 += tb) {
+        const int t1 = t0 + tb < n ? t0 + tb : n;
+        for (int r = r0; r < r1; r += Q4_BLOCK_ROWS)
+            for (int t = t0; t < t1; t++) tile_q4(out, xq, xsc, W, r, t);
+    }
+}
+#endif
+
+/* q8 or q4 weights x int8 activations, each with its own kernel. */
+void rows_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
+                    const int32_t* xgsum, const Matrix* W, int n, int r0, int r1) {
+    if (W->type == WEIGHT_Q4) rows_q4(out, xq, xsc, xsum, xgsum, W, n, r0, r1);
+    else rows_qi_t(out, xq, xsc, xsum, xgsum, W, n, r0, r1);
+}
+#endif

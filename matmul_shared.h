@@ -1,0 +1,215 @@
+/* matmul_shared.h: what the matmul files share (private to them; the engine's interface is
+ * kernels.h). matmul.c holds the scalar reference, the scratch and the parallel driver, which
+ * picks for each product one of the SIMD twins in matmul_float.c (f32 and bf16 weights, and q8 with
+ * fp32 activations), matmul_int8.c (q8 and q4 weights x int8 activations) or matmul_amx.c (q8 and
+ * q4 prefill on AMX tiles). Here: the scratch those files use, the helpers more than one of them
+ * inlines, and the functions they call in each other. */
+#ifndef MATMUL_SHARED_H
+#define MATMUL_SHARED_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "simd_math.h"
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* ---- Scratch (matmul_scratch_init in matmul.c) ---- */
+
+extern float* xp_buf;         /* [max_threads * xp_stride] each thread's scratch row (thread_xp) */
+extern int xp_cap, xp_stride; /* max_cols; max_cols rounded up to whole cache lines */
+extern float* float_pack_buf; /* [max_threads * FLOAT_MAX_PANELS * 16 * max_cols] each thread's f32/bf16 panels (prefill) */
+extern uint8_t* amx_wt_buf;   /* [max_threads * amx_thread_bytes] each thread's repacked q8/q4 rows, int32 tiles, scales (AMX) */
+extern int amx_usable;        /* q8 and q4 prefill run on AMX tiles (amx_request) */
+
+/* The calling thread's scratch row of max_cols floats: bf16 decode's de-interleaved activations,
+ * or q8's row-block scales as floats (q8_scales_float: at most 4 * cols / 32 floats, since the
+ * int8 path runs only for group sizes that are multiples of 32). For bf16, each thread writes its
+ * own copy at the start of its matmul_task rather than the dispatching thread writing one shared
+ * copy: a line that the other core has read (in the previous product) must be taken back from it
+ * before it can be written, and the shared copy's 64-192 lines took ~10 us per product while the
+ * other thread waited (bf16 decode, 2 threads: run_job 6.5% of the calling thread's samples). */
+#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
+static inline float* thread_xp(void) { return xp_buf + (size_t)kernels_thread_index() * (size_t)xp_stride; }
+#endif
+
+#if defined(KERNELS_AVX2)
+#define FLOAT_PANEL_ROWS 16 /* rows per packed panel (f32 and bf16 prefill, rows_float_packed) */
+#define FLOAT_MAX_PANELS 4 /* panels of 16 rows per packing: prefill's chunks are at most 64 rows */
+static inline float* thread_float_pack(void) {
+    return float_pack_buf + (size_t)kernels_thread_index() * FLOAT_MAX_PANELS * 16 * (size_t)xp_stride;
+}
+/* How many whole 16-row tiles (panels, AMX's B tiles) from row r the next repacking takes: as many
+ * as [r, r1) holds, at most max (what the thread's scratch holds). */
+static inline int row_tiles_next(int r, int r1, int max) {
+    const int k = (r1 - r) / 16;
+    return k < max ? k : max;
+}
+#endif
+
+#if defined(KERNELS_AMX)
+#define AMX_MAX_TILES 4 /* row tiles of 16 per repacking: prefill's chunks are at most 64 rows */
+/* The calling thread's part of amx_wt_buf, in 64-byte multiples: its repacked rows
+ * (AMX_MAX_TILES * 16 rows of cols bytes: q4's widened to a byte each), the int32 tiles of one
+ * row of groups (at most cols / 32 tiles of 1 KB, q4's groups), and the rows' scales as floats
+ * (AMX_MAX_TILES * 16 rows x at most cols / 32 groups: 2 * cols floats). */
+static inline size_t amx_thread_bytes(void) { return (size_t)(AMX_MAX_TILES * 16 + 32 + 8) * (size_t)xp_stride; }
+#endif
+
+/* Tokens per block of prefill (a multiple of 4, at least 4): as many activation rows of
+ * row_bytes each as fit in 192 KB, so the block stays in L2 while the weight tiles of a chunk meet
+ * it (rows_float_nn, rows_bf16_dot, rows_qi_t, rows_q4). */
+static inline int token_block(size_t row_bytes) {
+    int tb = (int)(((size_t)192 * 1024) / row_bytes);
+    if (tb < 4) tb = 4;
+    return tb & ~3;
+}
+
+#if defined(KERNELS_AVX2)
+/* Decode's software prefetch distances, chosen per CPU at matmul_scratch_init (matmul.c,
+ * choose_prefetch, which says what each number was measured on). */
+typedef struct {
+    const char* name;
+    int q8;       /* bytes ahead in rows_qi_n1; 0: one row block ahead */
+    int q4;       /* bytes ahead in tile_q4 */
+    int bf16;     /* bytes ahead in rows_bf16_n1 (256-bit); 0: none */
+    int bf16_zmm; /* bytes ahead in rows_bf16_n1_zmm (AVX-512 builds); 0: none */
+    int f32;      /* bytes ahead in rows_f32_n1; 0: none */
+    int q4_l2;    /* 1: tile_q4's prefetch goes into L2 (prefetcht1) when one thread decodes (kernels_alone), 0: into L1 */
+} PrefetchPlan;
+extern PrefetchPlan decode_prefetch;
+#endif
+
+/* ---- Helpers that more than one of the SIMD files inline ---- */
+
+#if defined(KERNELS_AVX2)
+/* A float16 scale (q8, q4) as a float: F16C's vcvtph2ps, which every AVX2 CPU has but a build for
+ * -mavx2 -mfma alone does not say so; else the scalar half_to_float, the same values. */
+ALWAYS_INLINE float scale1(uint16_t h) {
+#if defined(__F16C__)
+    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
+#else
+    return half_to_float(h);
+#endif
+}
+
+/* One step of a prefill tile's prefetch of the next rows into L2 (rows_float_nn, rows_qi_tiles):
+ * the bytes [next, next + bytes), one request per 64-byte line. Returns where the next step starts. */
+ALWAYS_INLINE const char* prefetch_next_rows(const char* next, size_t bytes) {
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(next + o, _MM_HINT_T1);
+    return next + bytes;
+}
+
+#if defined(KERNELS_AVX512)
+/* 16 rows of 16 four-byte words, in place: r[j] becomes the column j of what came in. Three
+ * rounds of interleaving (32-bit, 64-bit, 128-bit lanes), 64 shuffles. */
+ALWAYS_INLINE void transpose16_epi32(__m512i r[16]) {
+    __m512i b[16], c[16];
+    for (int i = 0; i < 16; i += 2) {
+        b[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);     /* per 128-bit lane L: r_i[4L], r_i+1[4L], r_i[4L+1], r_i+1[4L+1] */
+        b[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]); /* the same for 4L+2, 4L+3 */
+    }
+    for (int q = 0; q < 16; q += 4) { /* c[q + k], lane L: rows q .. q+3 of column 4L + k */
+        c[q] = _mm512_unpacklo_epi64(b[q], b[q + 2]);
+        c[q + 1] = _mm512_unpackhi_epi64(b[q], b[q + 2]);
+        c[q + 2] = _mm512_unpacklo_epi64(b[q + 1], b[q + 3]);
+        c[q + 3] = _mm512_unpackhi_epi64(b[q + 1], b[q + 3]);
+    }
+    for (int k = 0; k < 4; k++) { /* column 4L + k: lane L of c[k], c[4+k], c[8+k], c[12+k] */
+        const __m512i d0 = _mm512_shuffle_i32x4(c[k], c[4 + k], 0x44), d1 = _mm512_shuffle_i32x4(c[k], c[4 + k], 0xEE);
+        const __m512i d2 = _mm512_shuffle_i32x4(c[8 + k], c[12 + k], 0x44), d3 = _mm512_shuffle_i32x4(c[8 + k], c[12 + k], 0xEE);
+        r[k] = _mm512_shuffle_i32x4(d0, d2, 0x88);
+        r[4 + k] = _mm512_shuffle_i32x4(d0, d2, 0xDD);
+        r[8 + k] = _mm512_shuffle_i32x4(d1, d3, 0x88);
+        r[12 + k] = _mm512_shuffle_i32x4(d1, d3, 0xDD);
+    }
+}
+#endif
+
+/* 8 rows of 8 four-byte words (floats, or q8's groups of 4 values), in place: r[j] becomes the
+ * column j of what came in (the AVX2 panels: f32/bf16 here, q8 in q8_pack_panel). */
+ALWAYS_INLINE void transpose8_ps(__m256 r[8]) {
+    __m256 a[8], b[8];
+    for (int i = 0; i < 8; i += 2) {
+        a[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);     /* per 128-bit half H: r_i[4H], r_i+1[4H], r_i[4H+1], r_i+1[4H+1] */
+        a[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]); /* the same for 4H+2, 4H+3 */
+    }
+    for (int q = 0; q < 8; q += 4) { /* b[q + k], half H: rows q .. q+3 of column 4H + k */
+        b[q] = _mm256_shuffle_ps(a[q], a[q + 2], 0x44);
+        b[q + 1] = _mm256_shuffle_ps(a[q], a[q + 2], 0xEE);
+        b[q + 2] = _mm256_shuffle_ps(a[q + 1], a[q + 3], 0x44);
+        b[q + 3] = _mm256_shuffle_ps(a[q + 1], a[q + 3], 0xEE);
+    }
+    for (int k = 0; k < 4; k++) { /* column k: the low halves of b[k] (rows 0-3) and b[4 + k] (4-7); 4 + k: the high */
+        r[k] = _mm256_permute2f128_ps(b[k], b[4 + k], 0x20);
+        r[4 + k] = _mm256_permute2f128_ps(b[k], b[4 + k], 0x31);
+    }
+}
+
+#elif defined(KERNELS_NEON)
+
+/* A float16 scale (q8) as a float: fcvtl, as the q4 kernel's vcvt_f32_f16. */
+ALWAYS_INLINE float scale1(uint16_t h) {
+    return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
+}
+
+#endif
+
+/* ---- What the files call in each other ---- */
+
+#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
+#define HAVE_Q8_INT8 1 /* q8 and q4 multiply int8 activations; build with -DKERNELS_Q8_F32ACT to keep fp32 ones for q8 */
+
+/* matmul_float.c: rows [r0, r1) of out for n tokens of fp32 activations x. */
+void rows_f32(float* out, const float* x, const Matrix* W, int n, int r0, int r1);
+void rows_bf16(float* out, const float* x, const Matrix* W, int n, int r0, int r1);
+void rows_q8f(float* out, const float* x, const Matrix* W, int n, int r0, int r1); /* q8 x fp32 activations */
+
+/* matmul_int8.c: x quantised per group (quantize_rows), then q8 or q4 weights x those int8 values. */
+#if !defined(KERNELS_Q8_F32ACT)
+void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, int32_t* xgsum, const float* x, int C, int gs, int t0,
+                   int t1);
+#endif
+void rows_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const int32_t* xgsum,
+             const Matrix* W, int n, int r0, int r1);
+#endif
+
+#if defined(KERNELS_AVX2)
+/* Q8_VNNI: the q8 and q4 dot products use vpdpbusd (AVX-512 VNNI or AVX-VNNI). */
+#if (defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__GNUC__)) || defined(__AVXVNNI__)
+#define Q8_VNNI 1
+#endif
+
+/* matmul_float.c */
+int float_packed_takes(const Matrix* W, int n);  /* whether rows_float_nn packs W's rows for n tokens */
+void deinterleave(float* xp, const float* x, int C, int span); /* rows_bf16_n1's activation row */
+int bf16_span(int cols);
+void rows_bf16_n1(float* out, const float* xp, const Matrix* W, int r0, int r1);
+
+/* matmul_int8.c */
+#define Q8_PANEL_ROWS 8 /* rows per q8 panel (rows_q8_packed) */
+int q8_packed_takes(const Matrix* W, int n); /* whether rows_qi_t packs q8 panels for n tokens */
+#endif
+
+#if defined(KERNELS_BF16_DOT) /* matmul_float.c: bf16 weights x bf16 activations (--bf16-activations) */
+int bf16_packed_takes(const Matrix* W, int n);
+void rows_bf16_dot(float* out, const uint16_t* xb, const Matrix* W, int n, int r0, int r1);
+void bf16_round_rows(uint16_t* xb, const float* x, size_t count);
+#endif
+
+#if defined(KERNELS_AMX)
+#define AMX_ROWS 16 /* output rows per B tile, tokens per A tile */
+/* matmul_amx.c */
+int amx_request(void);
+void amx_configure(int K, int T);
+int amx_takes(const Matrix* W, int n);
+int amx_chunk(float* out, const int8_t* xq, const float* xsc, const Matrix* W, int n, int r0, int r1);
+#endif
+
+#if defined(KERNELS_AMX_BF16) /* matmul_float.c: bf16 weights x fp32 activations split in three bf16 */
+void bf16_split_rows(uint16_t* xs, const float* x, int C, int t0, int t1);
+void rows_bf16_split(float* out, const float* x, const uint16_t* xs, const Matrix* W, int n, int r0, int r1);
+#endif
+
+#endif /* MATMUL_SHARED_H */
