@@ -14,6 +14,7 @@
  * the session they name is a section of docs/notes-kernels.md that says how they were taken.
  */
 #include "model.h"
+#include "norm_trace.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -612,6 +613,14 @@ static void populate_kv_cache(Transformer* t, int end) {
 #endif
 }
 
+/* --show-norms (norm_trace.h): an RMSNorm call site's vectors just before the call, reported when
+ * they hold the traced position; nothing when the trace is off. */
+static void see_norm(const Transformer* t, int use, const char* site, int layer, const float* in, const float* w,
+                     int per_row, int width, int p0, int nb) {
+    if (t->norm_trace)
+        norm_trace_see(t->norm_trace, use, site, layer, in, w, per_row, width, p0, nb, t->config.rms_norm_eps);
+}
+
 /* Row r of a batch buffer whose rows are `width` floats wide. */
 #define ROW(buf, r, width) ((buf) + (size_t)(r) * (size_t)(width))
 
@@ -645,6 +654,7 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
 
             /* 2.2 step 2.1: pre-norm residual block: attention reads a normalised copy of x (every
              * row of the chunk, each on its own). */
+            see_norm(t, 1, "pre-attention", l, s->x, lw->input_layernorm, 1, D, p0, nb);
             rmsnorm_rows(s->xb, s->x, lw->input_layernorm, nb, D, eps);  /* RMSNorm use 1 of 4: pre-attention */
 
             /* 2.2 step 2.2: the q, k, v projections, in one dispatch to the threads since they
@@ -665,7 +675,9 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
              * projection, before RoPE (7.2); v is not normalised. A row of q is H heads of d values
              * and the rows follow one another, so q is nb * H vectors of d (k: nb * K). */
             if (lw->q_norm) {
+                see_norm(t, 2, "QK-Norm q", l, s->q, lw->q_norm, H, d, p0, nb);
                 rmsnorm_rows(s->q, s->q, lw->q_norm, nb * H, d, eps);  /* RMSNorm use 2 of 4: QK-Norm on every q head (before RoPE) */
+                see_norm(t, 2, "QK-Norm k", l, s->k, lw->k_norm, K, d, p0, nb);
                 rmsnorm_rows(s->k, s->k, lw->k_norm, nb * K, d, eps);  /* RMSNorm use 2 of 4: QK-Norm on every k head (before RoPE) */
             }
 
@@ -699,6 +711,7 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
             for (size_t i = 0; i < (size_t)nb * D; i++) s->x[i] += s->proj[i];
 
             /* 2.2 steps 2.10-2.12: SwiGLU MLP on a normalised copy of x, residual add. */
+            see_norm(t, 3, "pre-MLP", l, s->x, lw->post_attention_layernorm, 1, D, p0, nb);
             rmsnorm_rows(s->xb, s->x, lw->post_attention_layernorm, nb, D, eps);  /* RMSNorm use 3 of 4: pre-MLP */
             float* const gate_up[2] = {s->gate, s->up};
             const Matrix* const w_gate_up[2] = {&lw->gate_proj, &lw->up_proj};
@@ -713,6 +726,7 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
          * biggest matmul of the model (V x D). */
         const int last_chunk = c0 + nb == n;
         const int first_row = all_logits ? 0 : (last_chunk ? nb - 1 : nb);
+        see_norm(t, 4, "final norm", -1, ROW(s->x, first_row, D), w->norm, 1, D, p0 + first_row, nb - first_row);
         rmsnorm_rows(ROW(s->xb, first_row, D), ROW(s->x, first_row, D), w->norm, nb - first_row, D, eps);  /* RMSNorm use 4 of 4: final norm */
         if (all_logits) {
             float* out = ROW(all_logits, c0, V);

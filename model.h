@@ -214,6 +214,8 @@ typedef struct {
     const uint8_t* tokenizer_data;  /* the tokenizer section, inside the mapping */
     size_t tokenizer_bytes;
     CheckpointMap map;        /* the file: mapped (in 2 MB pages where possible) or copied */
+    struct NormTrace* norm_trace; /* NULL, or --show-norms: forward() reports every RMSNorm call
+                                   * site at one position (norm_trace.h) */
 } Transformer;
 
 /* Maps and validates the checkpoint and allocates the run state with a KV cache of ctx positions

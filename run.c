@@ -22,6 +22,7 @@
 #include "bench.h"
 #include "chat.h"
 #include "model.h"
+#include "norm_trace.h"
 #include "sampler.h"
 #include "tokenizer.h"
 
@@ -42,6 +43,7 @@ typedef struct {
     int no_mmap;                 /* read the weights into memory instead of mapping them */
     int kv_f16;                  /* --kv-cache f16: keys and values cached as IEEE halves */
     int bf16_activations;        /* prefill: bf16 weights x bf16-rounded activations */
+    int show_norms;              /* --show-norms: every RMSNorm call site at the prompt's last token */
     uint64_t seed;
     int has_temperature, has_top_p, has_top_k, has_seed, has_steps;
 } Options;
@@ -93,6 +95,9 @@ static void usage(FILE* out) {
             "                         a list, e.g. 1,2: the counts take turns rep by rep\n"
             "      --dump-logits PATH write the logits of every prompt position and every generated\n"
             "                         token as raw little-endian float32 (vocab_size per row)\n"
+            "      --show-norms       generate mode: print to stderr what each RMSNorm call site\n"
+            "                         (pre-attention, QK-Norm, pre-MLP, final) does at the prompt's\n"
+            "                         last token: rms in, scale, rms(w), rms out\n"
             "  -h, --help             this help\n"
             "Bench mode (-m bench): --bench-prompt N (prefill tokens, default 512), --bench-gen N\n"
             "  (decode tokens, default 128), --bench-reps N (default 5), --bench-depth N (positions\n"
@@ -179,6 +184,7 @@ static void parse_args(int argc, char** argv, Options* o) {
             {"--hide-think", &o->show_thinking, 0},
             {"--no-mmap", &o->no_mmap, 1},
             {"--bf16-activations", &o->bf16_activations, 1},
+            {"--show-norms", &o->show_norms, 1},
         };
         int is_switch = 0;
         for (size_t k = 0; k < sizeof switches / sizeof switches[0] && !is_switch; k++) {
@@ -302,6 +308,8 @@ static void parse_args(int argc, char** argv, Options* o) {
     if (!is_chat && (o->system_prompt || !o->thinking || !o->show_thinking || o->keep_thinking))
         fprintf(stderr, "run: note: -y, --no-think, --hide-think and --keep-thinking are chat options (-m chat); "
                         "ignored in -m %s\n", o->mode);
+    if (!is_generate && o->show_norms)
+        fprintf(stderr, "run: note: --show-norms is a generate option; ignored in -m %s\n", o->mode);
     if (strcmp(o->mode, "bench") != 0 && o->n_bench_args > 0)
         fprintf(stderr, "run: note: --bench-* and --json are bench options (-m bench); ignored in -m %s\n", o->mode);
 }
@@ -437,6 +445,19 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
         if (chunk_logits == NULL) die(1, "out of memory");
     }
 
+    /* --show-norms: the prefill reports each RMSNorm call site at the prompt's last token, the one
+     * whose logits pick the first generated token (norm_trace.h); the table is kept in memory and
+     * printed to stderr after the text, into which it would otherwise cut. */
+    NormTrace trace = {n_prompt - 1, NULL, NULL, 0};
+    char* trace_text = NULL;
+    size_t trace_len = 0;
+    if (o->show_norms) {
+        trace.out = open_memstream(&trace_text, &trace_len);
+        trace.scratch = malloc((size_t)(c->dim > c->head_dim ? c->dim : c->head_dim) * sizeof(float));
+        if (trace.out == NULL || trace.scratch == NULL) die(1, "out of memory");
+        t->norm_trace = &trace;
+    }
+
     if (o->prompt && tok) { /* show the prompt, then the continuation, as llama2.c does */
         fputs(o->prompt, stdout);
         fflush(stdout);
@@ -458,6 +479,7 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
         if (logits == NULL) die(1, "forward pass failed");
     }
     double t1 = now_seconds();
+    t->norm_trace = NULL; /* the prompt's last token has been through every call site */
 
     /* Decode: sample, print, feed the token back, until an end-of-sequence id, -n tokens or the
      * end of the context. */
@@ -487,6 +509,12 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
     if (n_emitted > 0 || (o->prompt && tok)) fputc('\n', stdout);
     check_stdout();
 
+    if (trace.out) {
+        if (fclose(trace.out) != 0) die(1, "out of memory");
+        fflush(stdout); /* the text's last line before the table, where both go to one place */
+        fputs(trace_text, stderr);
+        free(trace_text);
+    }
     if (context_full)
         fprintf(stderr, "run: the context is full (%d tokens): generation stopped; a larger -c/--ctx "
                         "allows more (the model supports %d)\n", c->seq_len, c->max_seq_len);
@@ -500,6 +528,7 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
                 (unsigned long long)seed);
     free(chunk_logits);
     free(history);
+    free(trace.scratch);
     free(prompt);
     return 0;
 }

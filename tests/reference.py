@@ -212,8 +212,14 @@ class Reference:
         """x rounded to IEEE half precision (nearest, ties to even), as Python floats."""
         return list(struct.unpack('<%de' % len(x), struct.pack('<%de' % len(x), *x)))
 
-    def forward(self, tokens, eps=None, rope='half', skip_qk_norm=False, gqa='div', kv_f16=False):
-        """Logits (a list of V floats) for every position of tokens (positions 0..len-1)."""
+    def forward(self, tokens, eps=None, rope='half', skip_qk_norm=False, gqa='div', kv_f16=False, norms=None):
+        """Logits (a list of V floats) for every position of tokens (positions 0..len-1). norms: a
+        list that receives (position, layer, site, vectors, weight) at every RMSNorm call site,
+        what the vectors are before the norm (layer -1: the final norm; the sites as ./run
+        --show-norms names them)."""
+        def see(pos, layer, site, vectors, weight):
+            if norms is not None:
+                norms.append((pos, layer, site, [list(v) for v in vectors], weight))
         assert rope in ('half', 'interleaved') and gqa in ('div', 'mod')
         eps = self.eps if eps is None else eps
         D, H, K, d = self.D, self.H, self.K, self.d
@@ -225,6 +231,7 @@ class Reference:
         for pos, tok in enumerate(tokens):
             x = list(self.embed[tok])
             for l, w in enumerate(self.layers):
+                see(pos, l, 'pre-attention', [x], w['in_norm'])
                 h = self.rmsnorm(x, w['in_norm'], eps)
                 q = self.matvec(w['wq'], h)
                 k = self.matvec(w['wk'], h)
@@ -237,6 +244,8 @@ class Reference:
                 kh = [k[g * d:(g + 1) * d] for g in range(K)]
                 vh = [v[g * d:(g + 1) * d] for g in range(K)]
                 if self.qk_norm and not skip_qk_norm:  # per head, before RoPE
+                    see(pos, l, 'QK-Norm q', qh, w['q_norm'])
+                    see(pos, l, 'QK-Norm k', kh, w['k_norm'])
                     qh = [self.rmsnorm(t, w['q_norm'], eps) for t in qh]
                     kh = [self.rmsnorm(t, w['k_norm'], eps) for t in kh]
                 for t in qh + kh:
@@ -261,11 +270,13 @@ class Reference:
                             o[i] += a * vg[i]
                     att.extend(o)
                 x = [a + b for a, b in zip(x, self.matvec(w['wo'], att))]
+                see(pos, l, 'pre-MLP', [x], w['post_norm'])
                 h = self.rmsnorm(x, w['post_norm'], eps)
                 gt = self.matvec(w['gate'], h)
                 up = self.matvec(w['up'], h)
                 act = [(z / (1.0 + math.exp(-z)) if z > -700 else 0.0) * u for z, u in zip(gt, up)]
                 x = [a + b for a, b in zip(x, self.matvec(w['down'], act))]
+            see(pos, -1, 'final norm', [x], self.norm)
             h = self.rmsnorm(x, self.norm, eps)
             out.append(self.matvec(self.lm_head, h))
         return out

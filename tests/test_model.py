@@ -26,7 +26,9 @@ positions) and the KV-cache decode path (every generated position) are both chec
 QWEN3_TEST_REPORT=1 python3 tests/run_tests.py test_model   prints the table of measured errors.
 """
 
+import math
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -561,6 +563,56 @@ class EndToEnd(unittest.TestCase):
         seq, rows, _ = self.engine_run('qwen3_bf16_decode_only', 'f32')
         self.assertGreaterEqual(len(rows), 12)
         self.assertGreater(len(set(seq[1:])), 1, 'greedy continuation is one repeated token')
+
+    def test_show_norms(self):
+        """--show-norms reports every RMSNorm call site at the prompt's last token, in forward()'s
+        order, with what the reference's vectors give there (rms in, scale, rms(w), rms out; each
+        printed to 4 digits), and changes no logit. Qwen3 with head_dim != hidden/heads and one kv
+        head (four lines per layer: QK-Norm on q and on k), and Qwen2 (no QK-Norm: two)."""
+        site_re = re.compile(r'^\s*(-|\d+)\s+([1-4])\s+(pre-attention|QK-Norm q|QK-Norm k|pre-MLP|final norm)'
+                             r'\s+(\d+) x (\d+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)$')
+        use_of = {'pre-attention': 1, 'QK-Norm q': 2, 'QK-Norm k': 2, 'pre-MLP': 3, 'final norm': 4}
+
+        def cell(text):  # "v" or "lo..hi"
+            lo, _, hi = text.partition('..')
+            return float(lo), float(hi or lo)
+
+        def rms(v):
+            return math.sqrt(sum(a * a for a in v) / len(v))
+
+        for variant, lines_per_layer in (('qwen3_f32_untied_sharded_gqa4_hd32', 4), ('qwen2_bf16_tied_bias_gqa4', 2)):
+            seq, rows, _ = self.engine_run(variant, 'f32')
+            prompt = VARIANTS[variant][1]
+            ckpt = os.path.join(self.tmp, '%s.f32.bin' % variant)
+            dump = os.path.join(self.tmp, '%s.norms.logits' % variant)
+            args = [ckpt, '--prompt-ids', ','.join(map(str, prompt)), '-n', '0', '--dump-logits', dump,
+                    '--show-norms']
+            p = hf_model.run_engine(args)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(hf_model.read_logits(dump, len(rows[0])), rows[:len(prompt)],
+                             '--show-norms changed the logits')
+            lines = [site_re.match(line) for line in p.stderr.splitlines()]
+            got = [m.groups() for m in lines if m]
+            ref = Reference(self.folder(variant))
+            norms = []
+            ref.forward(prompt, norms=norms)
+            want = [n for n in norms if n[0] == len(prompt) - 1]
+            self.assertEqual(len(want), lines_per_layer * ref.L + 1)
+            self.assertEqual([(g[0], g[2]) for g in got], [(str(n[1]) if n[1] >= 0 else '-', n[2]) for n in want],
+                             variant + ': call sites, in order:\n' + p.stderr)
+            eps = ref.eps
+            for g, (_, layer, site, vectors, weight) in zip(got, want):
+                self.assertEqual(int(g[1]), use_of[site])
+                self.assertEqual((int(g[3]), int(g[4])), (len(vectors), len(vectors[0])), site)
+                rin = [rms(v) for v in vectors]
+                scale = [1.0 / math.sqrt(r * r + eps) for r in rin]
+                rout = [rms(ref.rmsnorm(v, weight, eps)) for v in vectors]
+                expect = [(min(rin), max(rin)), (min(scale), max(scale)), (rms(weight), rms(weight)),
+                          (min(rout), max(rout))]
+                for text, (lo, hi) in zip(g[5:], expect):
+                    for a, b in zip(cell(text), (lo, hi)):
+                        self.assertLess(abs(a - b), 1e-3 * abs(b) + 1e-12,
+                                        '%s layer %d %s: %s printed, reference %.6g' % (variant, layer, site, text, b))
 
     def test_mistakes_are_caught(self):
         """For every variant's f32 run: the correct reference is within TIGHT_TOL and each
