@@ -30,8 +30,8 @@ void norm_trace_see(NormTrace* tr, int use, const char* site, int layer, const f
     for (int v = 0; v < per_row; v++) {
         const float* x = row + (size_t)v * (size_t)width;
         rmsnorm_scalar(out, x, weight, width, eps);
-        double ms = rms(x, width);
-        const double cols[3] = {ms, 1.0 / sqrt(ms * ms + (double)eps), rms(out, width)};
+        const double r = rms(x, width);
+        const double cols[3] = {r, 1.0 / sqrt(r * r + (double)eps), rms(out, width)};
         for (int k = 0; k < 3; k++) {
             lo[k] = cols[k] < lo[k] ? cols[k] : lo[k];
             hi[k] = cols[k] > hi[k] ? cols[k] : hi[k];
