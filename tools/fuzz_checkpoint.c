@@ -17,10 +17,14 @@
 #include "model.h"
 #include "tokenizer.h"
 
+static char path[64]; /* each input goes to this file, removed at exit */
+
+static void remove_input(void) { unlink(path); }
+
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    static char path[64];
     if (!path[0]) {
         snprintf(path, sizeof path, "/tmp/fuzz_checkpoint.%d.bin", (int)getpid());
+        atexit(remove_input);
         transformer_set_threads(1);
     }
     FILE* f = fopen(path, "wb");
