@@ -630,6 +630,8 @@ static void rows_q4(float* out, const int8_t* xq, const float* xsc, const int32_
 }
 
 #elif defined(KERNELS_NEON)
+/* The arm64 twins follow the AVX2 ones in shape at half the vector width, checked for
+ * correctness under qemu-aarch64 only (no arm64 hardware to tune them on). */
 
 #define Q8_TILE_TOKENS 4
 #define Q8_TILE_ROWS 4
@@ -786,6 +788,9 @@ ALWAYS_INLINE void rows_qi_n1(float* out, const int8_t* xq, const float* xsc, co
 #endif
 
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
+/* ---- Blocking shared by both twins: the loops over row and token tiles call tile_qi and
+ * rows_qi_n1 of the SIMD block above, which have the same names and shapes on each target. ---- */
+
 /* n tokens x rows [r0, r1) in tiles of Q8_TILE_ROWS rows x Q8_TILE_TOKENS tokens. */
 ALWAYS_INLINE void rows_qi_tiles(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const Matrix* W,
                                  int n, int r0, int r1) {
