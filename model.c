@@ -8,10 +8,11 @@
  * once at load.
  *
  * Citations: QWEN3.md is the project's spec of Qwen3 (../shared/QWEN3.md, beside the repository;
- * README, "How it works"). "2.2 step 2.4" is its section 2.2, step 4 of the per-layer step 2;
- * "(7.3)" is item 3 of its section 7, the checklist of easy mistakes. Figures in comments (tok/s,
- * ms) are measurements on the project's 2-core development VMs ("the Intel VM", "the Zen 4 VM");
- * the session they name is a section of docs/notes-kernels.md that says how they were taken.
+ * in a clone, docs/spec-sections.md says what each cited section says). "2.2 step 2.4" is its
+ * section 2.2, step 4 of the per-layer step 2; "(7.3)" is item 3 of its section 7, the checklist
+ * of easy mistakes. Figures in comments (tok/s, ms) are measurements on the project's 2-core
+ * development VMs ("the Intel VM", "the Zen 4 VM"); the session they name is a section of
+ * docs/notes-kernels.md that says how they were taken.
  */
 #include "model.h"
 #include "norm_trace.h"
