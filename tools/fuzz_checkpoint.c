@@ -6,9 +6,10 @@
  *
  * SEEDS_DIR: small checkpoints written by export.py (tests/hf_model.py's tiny models in each
  * format), which libFuzzer mutates. Each input is written to a file and loaded as ./run loads a
- * checkpoint (transformer_load with a context of 16); whatever loads also runs a two-token prefill,
- * a decode step, and its tokenizer section (tokenizer_new, an encode and a decode). Checks: no crash,
- * no sanitizer report, no leak; a file the loader refuses must come with a message. */
+ * checkpoint (transformer_load with a context of 16; mapped or read into memory, with an fp32 or
+ * an fp16 KV cache, by the input's size); whatever loads also runs a two-token prefill, a decode
+ * step, and its tokenizer section (tokenizer_new, an encode and a decode). Checks: no crash, no
+ * sanitizer report, no leak; a file the loader refuses must come with a message. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,9 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     FILE* f = fopen(path, "wb");
     if (!f || fwrite(data, 1, size, f) != size || fclose(f) != 0) abort();
+    /* --no-mmap and --kv-cache f16 by the input's size, so that one input always runs the same way */
+    transformer_set_no_mmap((int)(size & 1));
+    transformer_set_kv_f16((int)((size >> 1) & 1));
     Transformer t;
     char err[512] = "";
     if (transformer_load(&t, path, 16, err, sizeof err) != 0) {
