@@ -198,6 +198,12 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+const char* context_advice(const Config* c, char* buf, size_t size) {
+    if (c->seq_len < c->max_seq_len) snprintf(buf, size, "a larger -c/--ctx allows more (the model supports %d)", c->max_seq_len);
+    else snprintf(buf, size, "%d is the model's maximum", c->max_seq_len);
+    return buf;
+}
+
 void print_token_ids(FILE* out, const char* label, const int* ids, int n) {
     fputs(label, out);
     for (int i = 0; i < n; i++) fprintf(out, "%s%d", i ? "," : " ", ids[i]);
@@ -422,8 +428,9 @@ int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOption
             /* At a terminal the message is not sent and the chat goes on; from a pipe or -i it is
              * an error, so that a script does not go on with a conversation missing a turn. */
             const int reject = interactive_in && !o->prompt;
-            fprintf(stderr, "chat: this turn needs %d tokens of context, more than the %d there are; a larger "
-                            "-c/--ctx allows more%s\n", start + n_run + 1, seq_len,
+            char advice[80];
+            fprintf(stderr, "chat: this turn needs %d tokens of context, more than the %d there are; %s%s\n",
+                    start + n_run + 1, seq_len, context_advice(&t->config, advice, sizeof advice),
                     reject ? " (the message was not sent)" : "");
             free(ids);
             if (reject) {
@@ -489,8 +496,10 @@ int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOption
             if (ferror(stdout)) break; /* nobody reads the answer: reported below */
             if (pos >= seq_len) { /* no room to keep this token */
                 if (o->keep_thinking) {
+                    char advice[80];
                     fprintf(stderr, "\nchat: the context is full (%d tokens) and --keep-thinking cannot drop "
-                                    "earlier turns: the chat ends here; a larger -c/--ctx allows more\n", seq_len);
+                                    "earlier turns: the chat ends here; %s\n", seq_len,
+                            context_advice(&t->config, advice, sizeof advice));
                     status = 1;
                 } else {
                     fprintf(stderr, "\nchat: the context is full (%d tokens): the answer stops here%s\n", seq_len,

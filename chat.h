@@ -71,6 +71,10 @@ typedef struct {
  * message on stderr. */
 int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOptions* o);
 
+/* What a full context leaves the user to do, into buf: "a larger -c/--ctx allows more (the model
+ * supports N)", or that the context is already the model's maximum. Returns buf. */
+const char* context_advice(const Config* c, char* buf, size_t size);
+
 /* --verbose-prompt's line (chat and generate mode): label, then the ids as " 1,2,3" and a newline. */
 void print_token_ids(FILE* out, const char* label, const int* ids, int n);
 

@@ -230,9 +230,12 @@ def read_safetensors_header(path, table):
         for s in shape:
             count *= s
         width = SAFETENSORS_DTYPES.get(dtype)
-        if width is not None and (end - begin != count * width or base + end > size or begin < 0):
+        if width is not None and (end - begin != count * width or begin < 0):
             raise ExportError(f"{path}: tensor '{name}' has data_offsets [{begin}, {end}] that do "
-                              f"not fit its shape {shape} and dtype {dtype} or the file")
+                              f"not fit its shape {shape} and dtype {dtype}")
+        if width is not None and base + end > size:
+            raise ExportError(f"{path}: truncated: tensor '{name}' ends at byte {base + end}, the "
+                              f"file has {size}")
         table[name] = Tensor(path, base + begin, dtype, list(shape))
 
 
@@ -663,6 +666,9 @@ def remove_stale_temporaries(out_dir, base):
 
 
 def export(folder, out_path, dtype_name, group_size, tokenizer_dir, jobs=None):
+    if not os.path.isdir(folder):
+        raise ExportError(f"{folder}: no such folder" if not os.path.exists(folder) else
+                          f"{folder}: not a folder (give the Hugging Face model's folder)")
     cfg = read_json(os.path.join(folder, "config.json"), "the model config")
     gen_path = os.path.join(folder, "generation_config.json")
     gen = read_json(gen_path, "the generation config") if os.path.exists(gen_path) else {}

@@ -244,9 +244,7 @@ static int read_config(Transformer* t, const char* path, int ctx, char* err, siz
 
     if (ctx <= 0) {
         c->seq_len = c->max_seq_len < DEFAULT_CTX ? c->max_seq_len : DEFAULT_CTX;
-    } else if (ctx > c->max_seq_len) {
-        fprintf(stderr, "note: context %d is more than the model's maximum %d; using %d\n", ctx,
-                c->max_seq_len, c->max_seq_len);
+    } else if (ctx > c->max_seq_len) { /* run.c says so */
         c->seq_len = c->max_seq_len;
     } else {
         c->seq_len = ctx;
@@ -464,7 +462,7 @@ int transformer_load(Transformer* t, const char* path, int ctx, char* err, size_
     /* The two sections: inside the file, after the header, not overlapping, no wrap-around. */
     if (h->tokenizer_offset < sizeof(FileHeader) || h->tokenizer_offset > size ||
         h->tokenizer_bytes > size - h->tokenizer_offset) {
-        fail(err, errlen, path, "tokenizer section [%llu, +%llu) is not inside the %llu-byte file",
+        fail(err, errlen, path, "tokenizer section [%llu, +%llu) is not inside the %llu-byte file (truncated?)",
              (unsigned long long)h->tokenizer_offset, (unsigned long long)h->tokenizer_bytes,
              (unsigned long long)size);
         goto fail_unmap;

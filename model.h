@@ -219,7 +219,7 @@ typedef struct {
 } Transformer;
 
 /* Maps and validates the checkpoint and allocates the run state with a KV cache of ctx positions
- * (ctx <= 0: a default of min(4096, max_seq_len); larger than max_seq_len: clamped, with a note).
+ * (ctx <= 0: a default of min(4096, max_seq_len); larger than max_seq_len: clamped to it).
  * Returns 0, or -1 after writing one line "PATH: problem" into err. */
 int transformer_load(Transformer* t, const char* path, int ctx, char* err, size_t errlen);
 void transformer_free(Transformer* t);

@@ -46,6 +46,8 @@ typedef struct {
     int show_norms;              /* --show-norms: every RMSNorm call site at the prompt's last token */
     uint64_t seed;
     int has_temperature, has_top_p, has_top_k, has_seed, has_steps;
+    const char* given[48];       /* the options given, by their long names: for the other-mode notes */
+    int n_given;
 } Options;
 
 static void usage(FILE* out) {
@@ -157,6 +159,27 @@ static uint64_t parse_seed(const char* flag, const char* s) {
     return (uint64_t)v;
 }
 
+/* Remembers an option given (its long name, once) for warn_other_mode's notes. */
+static void note_given(Options* o, const char* long_name) {
+    for (int k = 0; k < o->n_given; k++)
+        if (strcmp(o->given[k], long_name) == 0) return;
+    if (o->n_given < (int)(sizeof o->given / sizeof o->given[0])) o->given[o->n_given++] = long_name;
+}
+
+/* One note naming the options given from `names` (NULL-terminated), which do nothing in this
+ * mode: "run: note: -m tokenize ignores --seed and --steps (generate and chat options)". */
+static void warn_other_mode(const Options* o, const char* const* names, const char* whose) {
+    const char* hit[48];
+    int n = 0;
+    for (int k = 0; k < o->n_given; k++)
+        for (const char* const* p = names; *p; p++)
+            if (strcmp(o->given[k], *p) == 0) hit[n++] = *p;
+    if (n == 0) return;
+    fprintf(stderr, "run: note: -m %s ignores ", o->mode);
+    for (int k = 0; k < n; k++) fprintf(stderr, "%s%s", k == 0 ? "" : k == n - 1 ? " and " : ", ", hit[k]);
+    fprintf(stderr, " (%s option%s)\n", whose, n > 1 ? "s" : "");
+}
+
 static void parse_args(int argc, char** argv, Options* o) {
     memset(o, 0, sizeof *o);
     o->mode = "generate";
@@ -193,6 +216,7 @@ static void parse_args(int argc, char** argv, Options* o) {
                 is_switch = 1;
             }
         }
+        if (is_switch || strcmp(arg, "--json") == 0) note_given(o, arg);
         if (is_switch) continue;
         if (strcmp(arg, "--json") == 0) { /* bench mode's only option without a value */
             if (o->n_bench_args + 1 > (int)(sizeof o->bench_args / sizeof o->bench_args[0]))
@@ -212,16 +236,27 @@ static void parse_args(int argc, char** argv, Options* o) {
         else if (i + 1 < argc) value = argv[i + 1];
 #define IS(short_name, long_name) \
     ((short_name[0] && strcmp(name, short_name) == 0) || strcmp(name, long_name) == 0)
-        int known = IS("-t", "--temperature") || IS("-p", "--top-p") || IS("-k", "--top-k") ||
-                    IS("", "--min-p") || IS("", "--repeat-penalty") || IS("-s", "--seed") ||
-                    IS("-n", "--steps") || IS("-i", "--input") || IS("", "--prompt-ids") ||
-                    IS("-m", "--mode") || IS("-y", "--system") || IS("-c", "--ctx") ||
-                    IS("", "--threads") || IS("", "--dump-logits") || IS("", "--bench-prompt") ||
-                    IS("", "--bench-gen") || IS("", "--bench-reps") || IS("", "--bench-depth") ||
-                    IS("", "--thinking") || IS("", "--show-thinking") || IS("", "--kv-cache");
-        if (!known) die(2, "unknown option '%s' (see --help)", arg);
+        static const struct { const char* short_name; const char* long_name; } valued[] = {
+            {"-t", "--temperature"}, {"-p", "--top-p"}, {"-k", "--top-k"}, {"", "--min-p"},
+            {"", "--repeat-penalty"}, {"-s", "--seed"}, {"-n", "--steps"}, {"-i", "--input"},
+            {"", "--prompt-ids"}, {"-m", "--mode"}, {"-y", "--system"}, {"-c", "--ctx"},
+            {"", "--threads"}, {"", "--dump-logits"}, {"", "--bench-prompt"}, {"", "--bench-gen"},
+            {"", "--bench-reps"}, {"", "--bench-depth"}, {"", "--thinking"}, {"", "--show-thinking"},
+            {"", "--kv-cache"},
+        };
+        const char* long_name = NULL;
+        for (size_t k = 0; k < sizeof valued / sizeof valued[0] && !long_name; k++)
+            if (IS(valued[k].short_name, valued[k].long_name)) long_name = valued[k].long_name;
+        const int known = long_name != NULL;
+        if (!known) {
+            for (size_t k = 0; k < sizeof switches / sizeof switches[0]; k++)
+                if (strcmp(name, switches[k].name) == 0) die(2, "option %s takes no value, got '%s'", name, arg);
+            if (strcmp(name, "--json") == 0) die(2, "option %s takes no value, got '%s'", name, arg);
+            die(2, "unknown option '%s' (see --help)", arg);
+        }
         if (value == NULL) die(2, "option %s needs a value (see --help)", name);
         if (!eq) i++;
+        note_given(o, long_name);
         if (IS("-t", "--temperature")) {
             o->temperature = parse_float(name, value, 0.0f, 100.0f);
             o->has_temperature = 1;
@@ -302,16 +337,24 @@ static void parse_args(int argc, char** argv, Options* o) {
         die(2, "--threads takes a list of counts only in bench mode (-m bench), got '%s'", o->thread_counts);
     }
     /* Options of another mode: --prompt-ids would leave chat and tokenize reading standard input
-     * instead, an error; the others do nothing here, which a note says rather than hiding it. */
+     * instead, an error; the others do nothing there, which a note says rather than hiding it. */
     const int is_generate = strcmp(o->mode, "generate") == 0, is_chat = strcmp(o->mode, "chat") == 0;
+    const int is_bench = strcmp(o->mode, "bench") == 0;
     if (o->prompt_ids && !is_generate) die(2, "--prompt-ids is for generate mode, not -m %s", o->mode);
-    if (!is_chat && (o->system_prompt || !o->thinking || !o->show_thinking || o->keep_thinking))
-        fprintf(stderr, "run: note: -y, --no-think, --hide-think and --keep-thinking are chat options (-m chat); "
-                        "ignored in -m %s\n", o->mode);
-    if (!is_generate && o->show_norms)
-        fprintf(stderr, "run: note: --show-norms is a generate option; ignored in -m %s\n", o->mode);
-    if (strcmp(o->mode, "bench") != 0 && o->n_bench_args > 0)
-        fprintf(stderr, "run: note: --bench-* and --json are bench options (-m bench); ignored in -m %s\n", o->mode);
+    static const char* const chat_only[] = {"--system",   "--no-think",      "--thinking", "--hide-think",
+                                            "--show-thinking", "--keep-thinking", NULL};
+    static const char* const generate_only[] = {"--show-norms", NULL};
+    static const char* const generate_and_chat[] = {"--temperature", "--top-p",     "--top-k",
+                                                    "--min-p",       "--repeat-penalty", "--seed",
+                                                    "--steps",       "--dump-logits", "--verbose-prompt", NULL};
+    static const char* const not_bench[] = {"--input", NULL};
+    static const char* const bench_only[] = {"--bench-prompt", "--bench-gen", "--bench-reps", "--bench-depth",
+                                             "--json", NULL};
+    if (!is_chat) warn_other_mode(o, chat_only, "-m chat");
+    if (!is_generate) warn_other_mode(o, generate_only, "-m generate");
+    if (!is_generate && !is_chat) warn_other_mode(o, generate_and_chat, "generate and chat");
+    if (is_bench) warn_other_mode(o, not_bench, "generate, chat and tokenize");
+    if (!is_bench) warn_other_mode(o, bench_only, "-m bench");
 }
 
 /* "9707,11,1879" -> ids (malloc'ed). Every id must be a token of the model. */
@@ -420,6 +463,7 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
         prompt[0] = t->header.bos_id;
         n_prompt = 1;
     }
+    if (n_prompt == 0 && o->prompt) die(2, "the prompt (-i) is empty and the model has no BOS token to start from");
     if (n_prompt == 0) die(2, "no prompt: give -i TEXT or --prompt-ids IDS");
     if (n_prompt > c->seq_len)
         die(1, "the prompt has %d tokens, more than the context of %d (raise it with -c, at most %d)",
@@ -515,9 +559,11 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
         fputs(trace_text, stderr);
         free(trace_text);
     }
-    if (context_full)
-        fprintf(stderr, "run: the context is full (%d tokens): generation stopped; a larger -c/--ctx "
-                        "allows more (the model supports %d)\n", c->seq_len, c->max_seq_len);
+    if (context_full) {
+        char advice[80];
+        fprintf(stderr, "run: the context is full (%d tokens): generation stopped; %s\n", c->seq_len,
+                context_advice(c, advice, sizeof advice));
+    }
     if (dump && fclose(dump) != 0) die(1, "%s: write failed", o->dump_logits);
     fprintf(stderr, "prompt tokens: %d, prefill: %.1f tok/s, generated tokens: %d, decode: ",
             n_prompt, n_prompt / (t1 - t0 > 0 ? t1 - t0 : 1e-9), n_generated);
@@ -534,7 +580,7 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
 }
 
 static int tokenize(const Tokenizer* tok, const Options* o) {
-    if (tok == NULL) die(1, "%s has no tokenizer", o->checkpoint);
+    if (tok == NULL) die(1, "%s has no tokenizer: tokenize needs one (export with tokenizer.json)", o->checkpoint);
     size_t len;
     char* text;
     if (o->prompt) {
@@ -565,8 +611,11 @@ int main(int argc, char** argv) {
     Transformer t;
     char err[512];
     if (transformer_load(&t, o.checkpoint, o.ctx, err, sizeof err) != 0) die(1, "%s", err);
+    if (o.ctx > t.config.max_seq_len)
+        fprintf(stderr, "run: note: -c %d is more than the model's maximum context of %d; using %d\n", o.ctx,
+                t.config.max_seq_len, t.config.max_seq_len);
     if (o.bf16_activations && !kernels_set_bf16_activations(1))
-        fprintf(stderr, "note: --bf16-activations ignored: this build has no bf16 dot product (AVX-512 BF16)\n");
+        fprintf(stderr, "run: note: --bf16-activations ignored: this build has no bf16 dot product (AVX-512 BF16)\n");
 
     Tokenizer* tok = tokenizer_new(t.tokenizer_data, t.tokenizer_bytes, err, sizeof err);
     if (tok == NULL) {
@@ -605,6 +654,7 @@ int main(int argc, char** argv) {
         if (strcmp(o.mode, "chat") == 0) {
             ChatOptions chat = {o.system_prompt, o.prompt, o.has_steps ? o.steps : 0, o.thinking,
                                 o.show_thinking, o.keep_thinking, o.verbose_prompt, o.dump_logits};
+            if (text_tok == NULL) die(1, "%s has no tokenizer: chat needs one (export with tokenizer.json)", o.checkpoint);
             status = chat_main(&t, text_tok, &sampler, &chat);
         } else {
             status = generate(&t, text_tok, &sampler, &o, seed);

@@ -121,7 +121,17 @@ class ExportErrors(InTempDir):
             path = os.path.join(d, 'model.safetensors')
             with open(path, 'r+b') as f:
                 f.truncate(os.path.getsize(path) - 1000)
-        self.export_fails(Spec(), ['model.safetensors'], edit=cut)
+        msg = self.export_fails(Spec(), ['model.safetensors'], edit=cut)
+        self.assertIn('truncated', msg)  # the file is short, not the tensor's offsets wrong
+
+    def test_missing_folder(self):
+        out_dir = os.path.join(self.tmp, 'out_no_folder')
+        os.makedirs(out_dir)
+        missing = os.path.join(self.tmp, 'no_such_model')
+        p = hf_model.run_export(missing, os.path.join(out_dir, 'model.bin'), 'f32')
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn(missing + ': no such folder', p.stderr)
+        self.assertEqual(os.listdir(out_dir), [])
 
     def test_truncated_inside_the_safetensors_header(self):
         def cut(d):
@@ -316,18 +326,61 @@ class EngineErrors(InTempDir):
             self.assertLessEqual(len(msg.splitlines()), 2, 'more than one clear line: %r' % msg)
         return msg
 
+    def test_without_a_tokenizer(self):
+        """A checkpoint exported without tokenizer.json runs from --prompt-ids; text in, chat and
+        tokenize are refused with a message that names the file."""
+        d = os.path.join(self.tmp, 'hf_no_tokenizer')
+        hf_model.write_model(d, Spec(dtype='F32'))
+        os.remove(os.path.join(d, 'tokenizer.json'))
+        path = os.path.join(self.tmp, 'no_tokenizer.bin')
+        p = hf_model.run_export(d, path, 'f32')
+        self.assertEqual(p.returncode, 0, p.stderr)
+        p = hf_model.run_engine([path, '--prompt-ids', '1,2', '-n', '2', '-t', '0'])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        for args, why in ((['-i', 'hello'], 'give the prompt with --prompt-ids'),
+                          (['-m', 'chat', '-i', 'hello'], 'chat needs one'),
+                          (['-m', 'tokenize', '-i', 'hello'], 'tokenize needs one')):
+            msg = self.run_fails([path] + args, path)
+            self.assertIn(path + ' has no tokenizer: ' + why, msg)
+
+    def test_context_and_prompt_limits(self):
+        """-c beyond the model's maximum is clamped with a note that says so; an empty -i is a
+        bad command line (Qwen3 has no BOS to start from), named as such."""
+        h = hf_model.read_header(self.good)
+        big = h['max_seq_len'] + 100
+        p = hf_model.run_engine([self.good, '-c', str(big), '--prompt-ids', '1', '-n', '1', '-t', '0'])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn('run: note: -c %d is more than the model\'s maximum context of %d; using %d\n'
+                      % (big, h['max_seq_len'], h['max_seq_len']), p.stderr)
+        p = hf_model.run_engine([self.good, '-i', '', '-n', '1'])
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn('the prompt (-i) is empty', p.stderr)
+
     def test_options_of_another_mode(self):
         """--prompt-ids outside generate mode used to leave chat and tokenize reading standard
         input: an error now. Chat's and bench's options elsewhere do nothing, and a note says so."""
         for mode in ('chat', 'tokenize', 'bench'):
             msg = self.run_fails([self.good, '-m', mode, '--prompt-ids', '1,2'])
             self.assertIn('--prompt-ids is for generate mode', msg)
-        for args, note in ((['--no-think'], 'are chat options'), (['-y', 'be brief'], 'are chat options'),
-                           (['--json'], 'are bench options'), (['--bench-gen', '4'], 'are bench options')):
-            p = hf_model.run_engine([self.good, '--prompt-ids', '1', '-n', '1', '-t', '0'] + args)
+        generate = ['--prompt-ids', '1', '-n', '1', '-t', '0']
+        for args, note in (
+                (generate + ['--no-think'], '-m generate ignores --no-think (-m chat option)'),
+                (generate + ['-y', 'be brief'], '-m generate ignores --system (-m chat option)'),
+                (generate + ['--thinking', '0', '--hide-think'],
+                 '-m generate ignores --thinking and --hide-think (-m chat options)'),
+                (generate + ['--json'], '-m generate ignores --json (-m bench option)'),
+                (generate + ['--bench-gen', '4'], '-m generate ignores --bench-gen (-m bench option)'),
+                (['-m', 'tokenize', '-i', 'hi', '--dump-logits', os.path.join(self.tmp, 'never.f32'), '-s', '3',
+                  '-n', '2'], '-m tokenize ignores --dump-logits, --seed and --steps (generate and chat options)'),
+                (['-m', 'chat', '-i', 'hi', '-n', '1', '--show-norms'],
+                 '-m chat ignores --show-norms (-m generate option)')):
+            p = hf_model.run_engine([self.good] + args)
             self.assertEqual(p.returncode, 0, p.stderr)
-            self.assertIn('run: note: ', p.stderr)
-            self.assertIn(note, p.stderr)
+            self.assertIn('run: note: ' + note + '\n', p.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, 'never.f32')))
+        # A switch given a value is refused by name, not called an unknown option.
+        msg = self.run_fails([self.good, '--no-think=1'])
+        self.assertIn('option --no-think takes no value', msg)
         p = hf_model.run_engine([self.good, '--prompt-ids', '1', '-n', '1', '-t', '0'])
         self.assertNotIn('note', p.stderr)
 

@@ -237,7 +237,13 @@ class ChatTurns(unittest.TestCase):
     def test_message_too_long_for_the_context(self):
         p = self.run_chat('-c', '64', messages=[' '.join(['word'] * 80)])
         self.assertEqual(p.returncode, 1, p.stderr)
-        self.assertRegex(p.stderr, r'this turn needs \d+ tokens of context, more than the 64 there are')
+        self.assertRegex(p.stderr, r'this turn needs \d+ tokens of context, more than the 64 there are; '
+                                   r'a larger -c/--ctx allows more \(the model supports 256\)')
+        # At the model's maximum a larger -c cannot help, and the message says that instead.
+        p = self.run_chat('-c', '256', messages=[' '.join(['word'] * 300)])
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertRegex(p.stderr, r'this turn needs \d+ tokens of context, more than the 256 there are; '
+                                   r'256 is the model\'s maximum\n')
 
     def test_too_long_at_a_terminal_is_not_sent(self):
         """At a terminal a message too long for the context is not sent and the chat goes on (the
