@@ -710,8 +710,8 @@ void attention_rows_scalar(float* out, const float* q, size_t row_stride, int n_
  * weighted sum runs to the same length for all. The keys and values are taken in chunks of
  * ATTENTION_KEY_CHUNK positions, and every tile meets a chunk before the next one comes: one read
  * of the chunk from L2 into L1 serves all n queries, where a pass per tile read the whole cache of
- * the kv head once per 4 queries (pp2048 of the 0.6B shape, q8 on AMX, one thread: see README,
- * Speed). The sums run in the same order as in one pass (weighted_sum_tile continues each sum
+ * the kv head once per 4 queries (pp2048 of the 0.6B shape, q8 on AMX, one thread: see
+ * docs/speed.md). The sums run in the same order as in one pass (weighted_sum_tile continues each sum
  * from out after the first chunk), so the results are the same bits. */
 #define ATTENTION_KEY_CHUNK 64
 #define ATTENTION_MAX_TILES 64 /* query tiles per pass; attention_rows splits more rows into parts */

@@ -3,8 +3,8 @@
  * Why this is its own job: on Linux a file mapping is served from the page cache, and how fast the
  * weights stream during decode depends on the page size the cache holds them in. On the 2-core
  * development VM (Firecracker with PVM, shadow page tables) a mapping made of 4 KB pages read at
- * 1-5 GB/s, the same file in 2 MB pages at 25-33 GB/s, as fast as anonymous memory. See README,
- * Speed, "Mapped weights in 2 MB pages". */
+ * 1-5 GB/s, the same file in 2 MB pages at 25-33 GB/s, as fast as anonymous memory. See
+ * docs/speed.md, "Mapped weights are read from 2 MB pages". */
 #ifndef CHECKPOINT_MAP_H
 #define CHECKPOINT_MAP_H
 

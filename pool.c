@@ -86,7 +86,7 @@ static uint32_t gen_of(uint64_t w) { return (uint32_t)(w >> 32); }
  * its own: on a quiet 2-core machine it made q8 decode 20% faster than sleeping at once (53-57 vs
  * 44-47 tok/s). When another process wants a core, a spinning thread burns the share of CPU that
  * the thread it waits for needs, and two threads became slower than one (q8 decode 24-29 vs 27-36
- * tok/s; README, Speed). The sign of that is time spent runnable but not running, which Linux
+ * tok/s; docs/speed.md). The sign of that is time spent runnable but not running, which Linux
  * counts per thread (the second field of /proc/thread-self/schedstat, the run delay). Counting
  * preemptions does not work on the VM this was measured on: about one per 10 ms per thread both
  * quiet and beside a busy process. Run delay does: over 50 ms windows it stayed under 20% on the
@@ -96,7 +96,7 @@ static uint32_t gen_of(uint64_t w) { return (uint32_t)(w >> 32); }
  * every thread for CONTENTION_HOLD_NS (one look was enough until the twenty-eighth session, when
  * kernel threads of the Intel VM took the worker's core for ~12 ms of one window every few seconds
  * and each such blip cost a second of one-thread decode: q8 tg128 with two threads 33.9-35.5
- * against 38.8-39.3 tok/s with two looks, quiet; beside a busy loop 0.99 either way; README);
+ * against 38.8-39.3 tok/s with two looks, quiet; beside a busy loop 0.99 either way; docs/speed.md);
  * when that has passed, the next dispatches run on all threads again and measure anew. That probe
  * costs: until the looks see the delay again, every dispatch waits for a thread that shares its core
  * with the neighbour. So when a probe finds the contention still there, the next hold is twice as
@@ -291,7 +291,7 @@ void parallel_for(int n, void (*fn)(void* ctx, int i), void* ctx) {
      * process competing for the cores. In the last case a worker that the scheduler takes off its
      * core in the middle of an item holds up the whole dispatch until it runs again, and with a
      * few hundred dispatches per decoded token two threads became slower than one (q8 decode
-     * beside a busy loop, median of 5 rounds: 42.9 vs 48.1 tok/s; README, Speed). */
+     * beside a busy loop, median of 5 rounds: 42.9 vs 48.1 tok/s; docs/speed.md). */
     if (P.started == 0 || n == 1 || in_worker || contended()) {
         const int outer = alone;
         if (!in_worker) alone = 1; /* a nested call inherits the dispatch it runs in */

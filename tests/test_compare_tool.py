@@ -1,4 +1,4 @@
-"""tools/llama_cpp/compare.py (this engine beside llama.cpp, README, Speed): the rounds it runs and
+"""tools/llama_cpp/compare.py (this engine beside llama.cpp, docs/speed.md): the rounds it runs and
 the table it makes from their output. llama.cpp is not built in a test (npm and minutes of
 compiling), so a stand-in `lbench` prints llama-bench-style lines with known figures and records
 its arguments; the engine is the real ./run on the shipped model. Checked: each round runs lbench

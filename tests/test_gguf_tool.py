@@ -3,7 +3,7 @@ an independent GGUF parser: header, every key and its value, every tensor's name
 offset (aligned, in order, sizes of q8_0 / q4_0 / bf16 / f32), the file ending right after the
 last tensor; with and without a tokenizer.json beside config.json. llama.cpp itself is not here,
 so this checks the format as written down in ggml's gguf.h, not llama.cpp's acceptance of it (the
-files were loaded and benchmarked with llama.cpp by hand: README, Speed). Standard library only."""
+files were loaded and benchmarked with llama.cpp by hand: docs/speed.md). Standard library only."""
 import json
 import os
 import shutil

