@@ -13,7 +13,8 @@
  * q8 and q4 weights the SIMD builds quantise the activation row to int8 per group at run time
  * (as llama.cpp's q8_0 does; matmul_int8.c, quantize_rows), multiply int8 by int8, and add the groups'
  * int32 sums times their two scales in fp32. So the quantised twins differ from matmul_scalar
- * (which dequantises the weights and keeps fp32 activations) by the activation's rounding, and
+ * (which keeps fp32 activations and applies each weight group's scale to the group's sum of q * x,
+ * the dequantised product regrouped as the twins group it) by the activation's rounding, and
  * the tests bound that (tests/test_kernels.c; end to end, tests/test_model.py).
  */
 #ifndef KERNELS_H

@@ -37,6 +37,8 @@ static void matmul_rows_scalar(float* out, const float* x, const Matrix* W, int 
                 const uint16_t* w = (const uint16_t*)W->data + (size_t)r * C;
                 for (int c = 0; c < C; c++) s += bf16_to_f32(w[c]) * xt[c];
             } else {
+                /* sum_c (s_g q_c) x_c with s_g taken out of each group's sum: the dequantised
+                 * product, in the order the SIMD twins add (a group, then its scale). */
                 const int gs = W->group_size;
                 for (int g = 0; g < C / gs; g++) {
                     float sg = 0.0f;

@@ -701,7 +701,9 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
 
             /* 2.2 step 2.7: causal attention of every row and query head, spread over the threads
              * (attention_task above; attend() has the GQA head mapping, the 1/sqrt(d) scale and
-             * the causal length). */
+             * the causal length). The textbook form, scores, softmax, weighted sum of the values,
+             * is attention_group_ref in attention.c; the SIMD decode path computes the same
+             * softmax in one pass over the cache (an online softmax, attend_queries). */
             AttentionJob job = {t, l, nb, p0, kernels_threads()};
             parallel_for(job.n_tasks, attention_task, &job);
 

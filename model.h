@@ -145,7 +145,9 @@ typedef struct {
 _Static_assert(sizeof(FileHeader) == 256, "FileHeader must be exactly 256 bytes");
 
 typedef struct {
-    int dim, hidden_dim, n_layers, n_heads, n_kv_heads, head_dim, vocab_size;
+    int dim;           /* hidden_size D: the residual stream's width, what RMSNorm normalises */
+    int hidden_dim;    /* intermediate_size F: the MLP's width (llama2.c's name; not hidden_size) */
+    int n_layers, n_heads, n_kv_heads, head_dim, vocab_size;
     int max_seq_len;   /* the model's maximum context (max_position_embeddings) */
     int seq_len;       /* the KV cache size actually allocated (-c/--ctx, at most max_seq_len) */
     float rms_norm_eps;
@@ -168,7 +170,7 @@ typedef struct {
 /* Every weight is a pointer into the mapped file: nothing is copied at load. */
 typedef struct {
     Matrix embed_tokens;   /* [vocab, dim] */
-    LayerWeights* layers;  /* [n_layers] (this small array of pointers is the only allocation) */
+    LayerWeights* layers;  /* [n_layers] structs of pointers: the weights' only allocation */
     const float* norm;     /* [dim]  final RMSNorm */
     Matrix lm_head;        /* [vocab, dim]; equals embed_tokens for tied models */
 } Weights;
@@ -178,13 +180,13 @@ typedef struct {
 typedef struct {
     int max_batch;
     float* x;        /* [B, dim]   the residual stream */
-    float* xb;       /* [B, dim]   normalised input of attention / MLP / lm_head (the final norm) */
+    float* xb;       /* [B, dim]   h: normalised input of attention / MLP / lm_head (the final norm) */
     float* q;        /* [B, H*d] */
     float* k;        /* [B, K*d] */
     float* v;        /* [B, K*d] */
-    float* att_out;  /* [B, H*d]   attention output, before o_proj */
+    float* att_out;  /* [B, H*d]   o: attention output, before o_proj */
     float* proj;     /* [B, dim]   o_proj / down_proj output, before the residual add */
-    float* gate;     /* [B, F] */
+    float* gate;     /* [B, F]     Wgate h, then silu(Wgate h) * Wup h in place (swiglu), down_proj's input */
     float* up;       /* [B, F] */
     float* att;      /* [n_threads, max(32 * H/K, 4), seq_len]  each thread's attention scores: one
                       * GQA group's (decode) or every query of a block of 32 batch rows (prefill;

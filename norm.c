@@ -7,7 +7,7 @@
  *
  * Why it is written this way:
  *  - eps sits inside the square root (2.1 step 3), and comes from config.json's rms_norm_eps
- *    (1e-6 for Qwen3; llama2.c hard-codes 1e-5, QWEN3.md 7 item 4);
+ *    (1e-6 for Qwen3; llama2.c hard-codes 1e-5, QWEN3.md 7.4);
  *  - the parentheses are the reference's order: normalise first, then multiply by the weight
  *    (2.1 step 4); the weight is used as stored (not Gemma's 1 + w);
  *  - 1/sqrt is computed exactly once per vector (1.0f / sqrtf), not with an approximate rsqrt

@@ -39,7 +39,7 @@ void norm_trace_see(NormTrace* tr, int use, const char* site, int layer, const f
     }
     if (tr->lines++ == 0)
         fprintf(tr->out,
-                "RMSNorm at each call site, position %d: out = w * x * scale, scale = 1/sqrt(mean(x^2) + eps),\n"
+                "RMSNorm at each call site, position %d: out = w * (x * scale), scale = 1/sqrt(mean(x^2) + eps),\n"
                 "eps %g; over every head for QK-Norm (min..max)\n"
                 "layer  use  site           vectors    rms(in)          scale            rms(w)    rms(out)\n",
                 tr->pos, (double)eps);

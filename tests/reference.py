@@ -274,6 +274,8 @@ class Reference:
                 h = self.rmsnorm(x, w['post_norm'], eps)
                 gt = self.matvec(w['gate'], h)
                 up = self.matvec(w['up'], h)
+                # silu(z) = z / (1 + e^-z); below -700 math.exp would overflow (C's expf gives inf
+                # and z / inf = -0), and the limit is 0
                 act = [(z / (1.0 + math.exp(-z)) if z > -700 else 0.0) * u for z, u in zip(gt, up)]
                 x = [a + b for a, b in zip(x, self.matvec(w['down'], act))]
             see(pos, -1, 'final norm', [x], self.norm)
