@@ -199,8 +199,10 @@ static double now_s(void) {
 }
 
 const char* context_advice(const Config* c, char* buf, size_t size) {
-    if (c->seq_len < c->max_seq_len) snprintf(buf, size, "a larger -c/--ctx allows more (the model supports %d)", c->max_seq_len);
-    else snprintf(buf, size, "%d is the model's maximum", c->max_seq_len);
+    if (c->seq_len < c->max_seq_len)
+        snprintf(buf, size, "a larger -c/--ctx allows more (the model supports %d)", c->max_seq_len);
+    else
+        snprintf(buf, size, "%d is the model's maximum", c->max_seq_len);
     return buf;
 }
 

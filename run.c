@@ -247,8 +247,7 @@ static void parse_args(int argc, char** argv, Options* o) {
         const char* long_name = NULL;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0] && !long_name; k++)
             if (IS(valued[k].short_name, valued[k].long_name)) long_name = valued[k].long_name;
-        const int known = long_name != NULL;
-        if (!known) {
+        if (long_name == NULL) {
             for (size_t k = 0; k < sizeof switches / sizeof switches[0]; k++)
                 if (strcmp(name, switches[k].name) == 0) die(2, "option %s takes no value, got '%s'", name, arg);
             if (strcmp(name, "--json") == 0) die(2, "option %s takes no value, got '%s'", name, arg);
