@@ -1,73 +1,108 @@
-# Build: `make` builds ./run. `make run` tells a story with the shipped model. `make test` runs every test.
-# `make bench` measures prefill and decode speed. No dependency beyond a C11 compiler, make and Python 3.
+# `make` builds ./run. `make run` tells a story with the shipped model. `make test` runs every test.
+# `make bench` measures prefill and decode speed. Needs a C11 compiler, make and Python 3.
+#
+# The user's variables (CC, CFLAGS, NATIVE, SCALAR) choose the compiler, the optimisation and warnings,
+# and the instruction set; what the code itself needs (C11, _GNU_SOURCE, the include path) is in
+# REQUIRED_FLAGS and always applies, so `make CFLAGS=-O3` or `make CC=clang` build as well as `make`.
+# Each engine source compiles once into build/obj/, and ./run and every test program link those objects.
 CC ?= cc
-OPT ?= -O2
-# SIMD kernels are chosen at compile time from what the compiler targets (AVX2+FMA or NEON);
-# `make SCALAR=1` builds the scalar reference kernels only.
+CFLAGS ?= -O2 -Wall -Wextra -Wno-unused-parameter
+# SIMD kernels are chosen at compile time from what the compiler targets (kernels/simd_math.h):
+# NATIVE is the target (e.g. NATIVE=-march=x86-64-v3 for AVX2 only); `make SCALAR=1` builds the
+# scalar reference kernels only.
 UNAME_M := $(shell uname -m)
 ifeq ($(UNAME_M),x86_64)
   NATIVE ?= -march=native
 else
   NATIVE ?= -mcpu=native
 endif
+REQUIRED_FLAGS := -std=c11 -D_GNU_SOURCE -I.
 ifdef SCALAR
-  NATIVE += -DKERNELS_SCALAR
+  REQUIRED_FLAGS += -DKERNELS_SCALAR
 endif
-CFLAGS ?= -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter $(OPT) $(NATIVE)
-LDLIBS = -lm -lpthread
+LDLIBS := -lm -lpthread
 PYTHON ?= python3
+# Both cores (or however many there are) compile unless the user gives -j themselves.
+ifeq ($(filter -j%,$(MAKEFLAGS)),)
+  MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
+endif
 
-# Every top-level .c file except run.c is part of the engine library.
-ENGINE_SRC := $(filter-out run.c,$(wildcard *.c))
-ENGINE_HDR := $(wildcard *.h)
-TEST_C := $(wildcard tests/*.c)
-TEST_BIN := $(TEST_C:.c=)
+COMPILE = $(CC) $(REQUIRED_FLAGS) $(NATIVE) $(CFLAGS) $(CPPFLAGS)
+KERNEL_SRC := $(wildcard kernels/*.c)
+ENGINE_SRC := model.c checkpoint_map.c $(KERNEL_SRC) $(wildcard tokenizer/*.c) $(wildcard cli/*.c)
+# B is the build folder; `make test-scalar` builds the scalar reference in build/scalar beside it.
+B ?= build
+ENGINE_OBJ := $(ENGINE_SRC:%.c=$(B)/obj/%.o)
+TEST_BIN := $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/test_*.c))
 
 SHIPPED_MODEL := models/tinystories.bin
 STORY_PROMPT ?= Once upon a time
 STORY_FLAGS ?= -n 250
 
-.PHONY: all run test bench clean test-arm FORCE
+.PHONY: all run test test-scalar bench clean test-arm FORCE
+# Keep the test programs' objects (make deletes intermediate files otherwise, and relinks next time).
+.SECONDARY:
 
-# The engine is built as build/run and linked to ./run, so that `make run` can be the command that
+all: $(B)/run
+
+# The compile line of the last build, rewritten only when it changes: every object depends on it,
+# so `make SCALAR=1` after a plain `make` rebuilds instead of answering "Nothing to be done".
+$(B)/flags: FORCE
+	@mkdir -p $(B)
+	@echo '$(COMPILE) $(LDLIBS)' | cmp -s - $@ || echo '$(COMPILE) $(LDLIBS)' > $@
+
+$(B)/obj/%.o: %.c $(B)/flags
+	@mkdir -p $(dir $@)
+	$(COMPILE) -MMD -MP -c -o $@ $<
+
+$(B)/libengine.a: $(ENGINE_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+# The engine is linked as build/run and then to ./run, so that `make run` can be the command that
 # tells a story (llama2.c's habit) while `./run` stays the program's name.
-all: build/run
-
-# The compiler and flags of the last build, rewritten only when they change: the binaries depend on
-# it, so `make SCALAR=1` or `make NATIVE=-march=x86-64-v3` after a plain `make` rebuilds them
-# instead of answering "Nothing to be done".
-BUILD_FLAGS := $(CC) $(CFLAGS) $(LDLIBS)
-build/flags: FORCE
-	@mkdir -p build
-	@echo '$(BUILD_FLAGS)' | cmp -s - $@ || echo '$(BUILD_FLAGS)' > $@
-
-build/run: run.c $(ENGINE_SRC) $(ENGINE_HDR) build/flags
-	$(CC) $(CFLAGS) -o $@ run.c $(ENGINE_SRC) $(LDLIBS)
-	@ln -f $@ run
+$(B)/run: $(B)/obj/run.o $(B)/libengine.a
+	$(COMPILE) -o $@ $^ $(LDLIBS)
+	@if [ "$(B)" = build ]; then ln -f $@ run; fi
 
 run: all
 	./run $(SHIPPED_MODEL) -i "$(STORY_PROMPT)" $(STORY_FLAGS)
 
-tests/%: tests/%.c $(ENGINE_SRC) $(ENGINE_HDR) build/flags
-	$(CC) $(CFLAGS) -I. -o $@ $< $(ENGINE_SRC) $(LDLIBS)
+$(B)/tests/%: $(B)/obj/tests/%.o $(B)/libengine.a
+	@mkdir -p $(dir $@)
+	$(COMPILE) -o $@ $^ $(LDLIBS)
 
-# On x86-64 the kernel tests are built once more for the issue's instruction set, AVX2 + FMA
-# (+ F16C, which every AVX2 CPU has, for the fp16 KV cache) without AVX-512 or VNNI
-# (-march=x86-64 -mavx2 -mfma -mf16c), so that the AVX2 twins stay tested on machines whose native
-# build takes the AVX-512 tiles or VNNI (run_tests.py skips it on a CPU without AVX2).
+# On x86-64 the kernel tests are built once more for AVX2 + FMA + F16C without AVX-512 or VNNI,
+# so that the AVX2 twins stay tested on machines whose native build takes the wider paths
+# (run_tests.py skips it on a CPU without AVX2). Only the kernels are compiled again.
+AVX2_FLAGS := -march=x86-64 -mavx2 -mfma -mf16c
+AVX2_COMPILE = $(CC) $(REQUIRED_FLAGS) $(AVX2_FLAGS) $(CFLAGS) $(CPPFLAGS)
 ifeq ($(UNAME_M),x86_64)
-TEST_VARIANTS := tests/test_kernels_avx2
+ifndef SCALAR
+TEST_VARIANTS := $(B)/tests/test_kernels_avx2
 endif
-tests/test_kernels_avx2: tests/test_kernels.c $(ENGINE_SRC) $(ENGINE_HDR) build/flags
-	$(CC) $(filter-out $(NATIVE),$(CFLAGS)) -march=x86-64 -mavx2 -mfma -mf16c -I. -o $@ $< $(ENGINE_SRC) $(LDLIBS)
+endif
+$(B)/obj-avx2/%.o: %.c $(B)/flags
+	@mkdir -p $(dir $@)
+	$(AVX2_COMPILE) -MMD -MP -c -o $@ $<
+$(B)/tests/test_kernels_avx2: $(B)/obj-avx2/tests/test_kernels.o $(KERNEL_SRC:%.c=$(B)/obj-avx2/%.o)
+	@mkdir -p $(dir $@)
+	$(AVX2_COMPILE) -o $@ $^ $(LDLIBS)
 
+# The tests find the programs of this build through BUILD_DIR (run_tests.py, hf_model.py).
 test: all $(TEST_BIN) $(TEST_VARIANTS)
-	$(PYTHON) tests/run_tests.py
+	BUILD_DIR=$(B) $(PYTHON) tests/run_tests.py $(TESTS)
+
+# The scalar reference build's kernel and model tests (CI runs them after `make test`), built in
+# build/scalar so that ./run stays the native build: the reference paths cannot rot unseen.
+test-scalar:
+	@$(MAKE) --no-print-directory SCALAR=1 B=build/scalar test TESTS="test_kernels test_model"
+
+-include $(shell find $(B)/obj $(B)/obj-avx2 -name '*.d' 2>/dev/null)
 
 # `make bench`: a random checkpoint with the real Qwen3-0.6B shape (written once, about 1.2 GB),
-# exported to each format (again when this engine cannot read the file there, e.g. an older q8
-# layout), then `./run MODEL -m bench --threads 1,2` for each format (the thread counts take turns
-# in one process).
+# exported to each format, then `./run MODEL -m bench --threads 1,2` for each format (the thread
+# counts take turns in one process).
 BENCH_DIR ?= build/bench
 BENCH_DTYPES ?= q8 q4 bf16 f32
 BENCH_THREADS ?= 1,2
@@ -80,7 +115,7 @@ bench: all
 	done
 
 clean:
-	rm -rf run build/run build/flags build/arm $(TEST_BIN) tests/test_kernels_avx2
+	rm -rf run build/run build/flags build/obj build/obj-avx2 build/libengine.a build/tests build/arm build/scalar
 
 # `make test-arm`: the kernel tests cross-compiled for arm64 and run under qemu-aarch64 (user mode),
 # once with SDOT (armv8.2-a+dotprod) and once without (armv8-a), so both q8 dot paths of the NEON
@@ -89,14 +124,13 @@ clean:
 ARM_CC ?= aarch64-linux-gnu-gcc
 ARM_QEMU ?= qemu-aarch64
 ARM_MARCHES ?= armv8.2-a+dotprod armv8-a
-ARM_CFLAGS ?= -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -O2 -static
 test-arm:
 	@if ! command -v $(ARM_CC) >/dev/null 2>&1; then echo "test-arm: skipped ($(ARM_CC) not found)"; exit 0; fi; \
 	if ! command -v $(ARM_QEMU) >/dev/null 2>&1; then echo "test-arm: skipped ($(ARM_QEMU) not found)"; exit 0; fi; \
 	mkdir -p build/arm || exit 1; \
 	for m in $(ARM_MARCHES); do \
 	  echo "== test_kernels, arm64 -march=$$m, under $(ARM_QEMU)"; \
-	  $(ARM_CC) $(ARM_CFLAGS) -march=$$m -I. -o build/arm/test_kernels-$$m tests/test_kernels.c \
-	    $(ENGINE_SRC) $(LDLIBS) || exit 1; \
+	  $(ARM_CC) $(REQUIRED_FLAGS) -O2 -Wall -Wextra -Wno-unused-parameter -static -march=$$m \
+	    -o build/arm/test_kernels-$$m tests/test_kernels.c $(KERNEL_SRC) $(LDLIBS) || exit 1; \
 	  $(ARM_QEMU) build/arm/test_kernels-$$m || exit 1; \
 	done

@@ -15,7 +15,7 @@
  * docs/notes-kernels.md that says how they were taken.
  */
 #include "model.h"
-#include "norm_trace.h"
+#include "cli/norm_trace.h"
 
 #include <errno.h>
 #include <fcntl.h>

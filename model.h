@@ -86,7 +86,7 @@
 #include <stdint.h>
 
 #include "checkpoint_map.h"
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 #define CHECKPOINT_MAGIC "QW3C"
 #define CHECKPOINT_VERSION 5

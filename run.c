@@ -19,12 +19,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "bench.h"
-#include "chat.h"
+#include "cli/bench.h"
+#include "cli/chat.h"
 #include "model.h"
-#include "norm_trace.h"
-#include "sampler.h"
-#include "tokenizer.h"
+#include "cli/norm_trace.h"
+#include "cli/sampler.h"
+#include "tokenizer/tokenizer.h"
 
 typedef struct {
     const char* checkpoint;

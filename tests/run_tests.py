@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
-"""Runs every test: the C test programs (tests/test_*.c, built by `make test`) and the Python
-tests (tests/test_*.py, unittest). Prints one closing line 'N passed, N failed, N skipped' and
-exits non-zero when anything failed. Python 3 standard library only.
+"""Runs every test: the C test programs (tests/test_*.c, built by `make test` into
+$BUILD_DIR/tests/, default build/) and the Python tests (tests/test_*.py, unittest). Prints which
+kernel paths the run exercised, then one closing line 'N passed, N failed, N skipped', and exits
+non-zero when anything failed. Python 3 standard library only.
 
-    python3 tests/run_tests.py [-v] [NAME_FILTER]
+    python3 tests/run_tests.py [-v] [-j N] [NAME_FILTER ...]
+
+The tests run in one worker process per CPU (-j N to choose): every test is independent of the
+others' timing, and each worker's output is printed whole when its unit of tests ends.
 """
 import glob
 import os
@@ -14,6 +18,14 @@ import time
 import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD_DIR = os.path.join(ROOT, os.environ.get("BUILD_DIR", "build"))
+# The Python tests run the engine of the same build (tests/hf_model.py reads QWEN3_RUN).
+os.environ.setdefault("QWEN3_RUN", os.path.join(BUILD_DIR, "run"))
+os.environ["BUILD_DIR"] = BUILD_DIR
+
+# Every kernel path a build can have, in the words test_kernels prints on its "kernel paths:" line.
+ALL_PATHS = ["avx2+fma", "f16c", "avx512", "vnni", "avx512-bf16", "amx", "amx-bf16", "neon", "neon-dotprod"]
+seen_paths = set()
 
 
 def c_test_case(binary, env=None, skip=None):
@@ -29,6 +41,9 @@ def c_test_case(binary, env=None, skip=None):
                                env=dict(os.environ, **(env or {})))
             if p.returncode != 0:
                 self.fail(f"{name} exited {p.returncode}\n{p.stdout[-4000:]}\n{p.stderr[-4000:]}")
+            for line in p.stdout.splitlines():
+                if line.startswith("kernel paths:"):
+                    seen_paths.update(line.split(":", 1)[1].split())
             last = (p.stdout.strip().splitlines() or [""])[-1]
             sys.stderr.write(f"  [{name}] {last}\n")
 
@@ -46,7 +61,7 @@ def avx2_kernels_case(binary):
     if not {"avx2", "fma"} <= cpu_flags():
         return c_test_case(binary, skip=f"{os.path.basename(binary)}: no AVX2 + FMA in /proc/cpuinfo")
     if not os.path.exists(binary):
-        sys.exit(f"run_tests.py: {binary} is not built (run `make test`)")
+        return c_test_case(binary, skip=f"{os.path.basename(binary)}: not built (a SCALAR=1 build has no AVX2 variant)")
     return c_test_case(binary)
 
 
@@ -67,42 +82,117 @@ def no_amx_kernels_case(binary):
     return c_test_case(binary, {"KERNELS_AMX": "0"})
 
 
-def main():
-    verbose = "-v" in sys.argv[1:]
-    pattern = next((a for a in sys.argv[1:] if not a.startswith("-")), "")
-    os.chdir(ROOT)
-    sys.path.insert(0, os.path.join(ROOT, "tests"))
-    suite = unittest.TestSuite()
+def c_cases(wanted):
+    """The C test programs of this build (test_kernels also without spinning, built for AVX2 only,
+    and without AMX)."""
+    cases = []
     for src in sorted(glob.glob(os.path.join(ROOT, "tests", "test_*.c"))):
-        binary = src[:-2]
-        if pattern in os.path.basename(binary):
-            if not os.path.exists(binary):
-                sys.exit(f"run_tests.py: {binary} is not built (run `make test`)")
-            suite.addTest(c_test_case(binary))
-            if os.path.basename(binary) == "test_kernels":
-                # the thread pool's other waiting mode: sleep at once, never spin (what pool.c
-                # switches to while another process holds a core)
-                suite.addTest(c_test_case(binary, {"KERNELS_SPIN_US": "0"}))
-                suite.addTest(avx2_kernels_case(binary + "_avx2"))
-                suite.addTest(no_amx_kernels_case(binary))
+        binary = os.path.join(BUILD_DIR, "tests", os.path.basename(src)[:-2])
+        if not wanted(os.path.basename(binary)):
+            continue
+        if not os.path.exists(binary):
+            sys.exit(f"run_tests.py: {binary} is not built (run `make test`)")
+        cases.append(c_test_case(binary))
+        if os.path.basename(binary) == "test_kernels":
+            # the thread pool's other waiting mode: sleep at once, never spin
+            cases.append(c_test_case(binary, {"KERNELS_SPIN_US": "0"}))
+            cases.append(avx2_kernels_case(binary + "_avx2"))
+            cases.append(no_amx_kernels_case(binary))
+    return cases
+
+
+def python_units(wanted):
+    """The Python tests as units of work for the worker processes: one per test class, since a
+    class shares its setUpClass work among its tests. test_model.EndToEnd, the largest, is cut in
+    two: the f32 and bf16 exports (with the mistakes test, which reuses the f32 runs) and the
+    quantised ones. Each unit is (estimated cost, [test ids])."""
+    classes = {}
     loader = unittest.TestLoader()
     for path in sorted(glob.glob(os.path.join(ROOT, "tests", "test_*.py"))):
         module = os.path.basename(path)[:-3]
-        if pattern and pattern not in module:
+        if not wanted(module):
             continue
-        suite.addTests(loader.loadTestsFromName(module))
+        stack = [loader.loadTestsFromName(module)]
+        while stack:
+            for t in stack.pop():
+                if isinstance(t, unittest.TestSuite):
+                    stack.append(t)
+                    continue
+                cls = t.id().rsplit(".", 1)[0]
+                if cls.endswith("EndToEnd"):
+                    quantised = t.id().endswith(("_q8", "_q4")) or "quantised" in t.id()
+                    cls += ".q" if quantised else ".f"
+                classes.setdefault(cls, []).append(t.id())
+    # EndToEnd's tests run the pure-Python reference: about five times a typical test's time.
+    return [(len(ids) * (5 if ".EndToEnd." in cls + "." else 1), sorted(ids)) for cls, ids in classes.items()]
+
+
+def run_unit(unit):
+    """Runs one unit in a worker process; returns what the parent reports."""
+    import io
+    ids, c_indexes, patterns = unit
+    wanted = lambda name: any(p in name for p in patterns)
+    suite = unittest.TestSuite()
+    if c_indexes:
+        cases = c_cases(wanted)
+        suite.addTests(cases[i] for i in c_indexes)
+    for test_id in ids:
+        suite.addTests(unittest.TestLoader().loadTestsFromName(test_id))
+    stream = io.StringIO()
+    saved, sys.stderr = sys.stderr, stream
+    try:
+        result = unittest.TextTestRunner(verbosity=2 if "-v" in sys.argv[1:] else 1, stream=stream).run(suite)
+    finally:
+        sys.stderr = saved
+    problems = [(str(t), tb) for t, tb in result.failures + result.errors]
+    problems += [(str(t), "unexpected success") for t in result.unexpectedSuccesses]
+    return dict(ran=result.testsRun, problems=problems, skipped=[(str(t), r) for t, r in result.skipped],
+                paths=sorted(seen_paths), log=stream.getvalue())
+
+
+def main():
+    """Runs the units on one worker process per CPU (at most -j N), the costliest first."""
+    import multiprocessing
+    args = sys.argv[1:]
+    jobs = os.cpu_count() or 1
+    if "-j" in args:
+        k = args.index("-j")
+        jobs = int(args[k + 1])
+        del args[k:k + 2]
+    patterns = [a for a in args if not a.startswith("-")] or [""]
+    wanted = lambda name: any(p in name for p in patterns)
+    os.chdir(ROOT)
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    n_c = len(c_cases(wanted))
+    units = [(cost, (ids, [], patterns)) for cost, ids in python_units(wanted)]
+    if n_c:
+        units.append((10, ([], list(range(n_c)), patterns)))
+    units = [u for _, u in sorted(units, key=lambda cu: -cu[0])]
 
     t0 = time.time()
-    runner = unittest.TextTestRunner(verbosity=2 if verbose else 1, stream=sys.stderr)
-    result = runner.run(suite)
-    failed = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)
-    skipped = len(result.skipped)
-    passed = result.testsRun - failed - skipped
-    for test, reason in result.skipped:
-        print(f"skipped: {test}: {reason}")
-    print(f"({time.time() - t0:.1f}s)")
-    print(f"{passed} passed, {failed} failed, {skipped} skipped")
-    return 1 if failed or result.testsRun == 0 else 0
+    ran, problems, skipped = 0, [], []
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(max(1, min(jobs, len(units)))) as pool:
+        for r in pool.imap_unordered(run_unit, units):
+            sys.stderr.write(r["log"].split("\n----------------------------------------------------------------------\nRan ")[0])
+            sys.stderr.flush()
+            ran += r["ran"]
+            problems += r["problems"]
+            skipped += r["skipped"]
+            seen_paths.update(r["paths"])
+    sys.stderr.write("\n")
+    for name, tb in problems:
+        sys.stderr.write("=" * 70 + f"\nFAIL: {name}\n" + "-" * 70 + f"\n{tb}\n")
+    for name, reason in skipped:
+        print(f"skipped: {name}: {reason}")
+    if n_c and any("test_kernels" in p or not p for p in patterns):
+        here = ", ".join(["scalar reference"] + [p for p in ALL_PATHS if p in seen_paths])
+        print(f"kernels: {here}; "
+              f"not here: {', '.join(p for p in ALL_PATHS if p not in seen_paths) or 'none'}")
+    print(f"({time.time() - t0:.1f}s, {jobs} worker processes)")
+    failed = len(problems)
+    print(f"{ran - failed - len(skipped)} passed, {failed} failed, {len(skipped)} skipped")
+    return 1 if failed or ran == 0 else 0
 
 
 if __name__ == "__main__":

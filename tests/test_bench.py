@@ -23,7 +23,7 @@ import subprocess
 import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RUN = os.path.join(ROOT, "run")
+RUN = os.environ.get("QWEN3_RUN") or os.path.join(ROOT, "run")  # run_tests.py: this build's engine
 MODEL = os.path.join(ROOT, "models", "tinystories.bin")
 KEYS = ["test", "threads", "depth", "tokens_per_s", "min", "max", "gbps", "roof_pct", "mem_gbps",
         "roof_pct_best", "mem_gbps_best", "weight_type", "cpu_share", "prefetch", "weights", "huge_pct",
@@ -94,6 +94,15 @@ def expected_plan():
     return "near" if "avx512f" in fields.get("flags", "").split() else "mid"
 
 
+DEC3 = 5e-4  # the largest rounding error of a value printed with 3 decimals
+PCT = 5e-3   # ... with 2 decimals
+
+
+def quotient_error(a, b, ea, eb):
+    """The largest change of a / b when a moves by ea and b by eb (b - eb > 0)."""
+    return (abs(a) + ea) / (b - eb) - abs(a) / b
+
+
 @unittest.skipIf(missing() is not None, missing() or "")
 class BenchMode(unittest.TestCase):
     def json_lines(self, *args):
@@ -130,27 +139,40 @@ class BenchMode(unittest.TestCase):
                 self.assertIsNone(r["roof_pct_weights"])
                 self.assertIsNone(r["reps_weights_gbps"])
             else:
-                # both printed with 3 decimals: ~2e-5 relative at most; one KV position more or
-                # less per step would be 5e-4 here
                 bytes_per_token = decode_bytes_per_token(MODEL, 16)
-                want = r["tokens_per_s"] * bytes_per_token / 1e9
-                self.assertAlmostEqual(r["gbps"] / want, 1.0, delta=1e-4,
-                                       msg="gbps %.3f, tok/s x bytes per token %.3f" % (r["gbps"], want))
+                self.assert_gbps(r, bytes_per_token)
                 reads = r["reps_mem_gbps"]
                 self.assertEqual(len(reads), 3)
                 self.assertEqual(median(reads), r["mem_gbps"])
                 self.assertGreaterEqual(r["mem_gbps_best"], max(reads))
                 # each rep against the read of its own moment, then the median
-                paired = median([100 * tok * bytes_per_token / 1e9 / rd for tok, rd in zip(reps, reads)])
-                self.assertAlmostEqual(r["roof_pct"] / paired, 1.0, delta=2e-4, msg=(r["roof_pct"], paired))
-                self.assertAlmostEqual(r["roof_pct_best"], 100 * r["gbps"] / r["mem_gbps_best"], delta=0.02)
+                self.assert_paired_pct(r["roof_pct"], reps, reads, bytes_per_token)
+                ratio = 100 * r["gbps"] / r["mem_gbps_best"]
+                self.assertLessEqual(abs(r["roof_pct_best"] - ratio),
+                                     PCT + 100 * quotient_error(r["gbps"], r["mem_gbps_best"], DEC3, DEC3),
+                                     (r["roof_pct_best"], ratio))
                 own = r["reps_weights_gbps"]
                 self.assertEqual(len(own), 3)
                 self.assertGreater(min(own), 0)
                 self.assertEqual(median(own), r["weights_gbps"])
-                paired = median([100 * tok * bytes_per_token / 1e9 / rd for tok, rd in zip(reps, own)])
-                self.assertAlmostEqual(r["roof_pct_weights"] / paired, 1.0, delta=2e-4,
-                                       msg=(r["roof_pct_weights"], paired))
+                self.assert_paired_pct(r["roof_pct_weights"], reps, own, bytes_per_token)
+
+    # The JSON prints rates with 3 decimals and percentages with 2, so a value recomputed here from
+    # printed figures can differ from the printed one by the rounding of each: the bounds below
+    # are that rounding carried through the formula, and nothing more (one KV position more or
+    # less per step changes gbps by about 5e-4 relative, far beyond them on this model).
+    def assert_gbps(self, r, bytes_per_token):
+        want = r["tokens_per_s"] * bytes_per_token / 1e9
+        bound = DEC3 + DEC3 * bytes_per_token / 1e9 + 1e-9 * want
+        self.assertLessEqual(abs(r["gbps"] - want), bound,
+                             "gbps %.3f, tok/s x bytes per token %.6f" % (r["gbps"], want))
+
+    def assert_paired_pct(self, pct, reps, reads, bytes_per_token):
+        paired = [100 * tok * bytes_per_token / 1e9 / rd for tok, rd in zip(reps, reads)]
+        # the median moves by at most the largest change of any one term
+        bound = PCT + max(100 * bytes_per_token / 1e9 * quotient_error(tok, rd, DEC3, DEC3)
+                          for tok, rd in zip(reps, reads))
+        self.assertLessEqual(abs(pct - median(paired)), bound, (pct, median(paired), bound))
 
     def test_weights_read_covers_what_decode_reads(self):
         """The second roof reads the weights a decode step reads: every layer's tensors, the final
@@ -174,8 +196,7 @@ class BenchMode(unittest.TestCase):
         self.assertEqual(len(recs), 1)
         r = recs[0]
         self.assertEqual(r["kv_cache"], "f16")
-        want = r["tokens_per_s"] * decode_bytes_per_token(MODEL, 16, kv_elem=2) / 1e9
-        self.assertAlmostEqual(r["gbps"] / want, 1.0, delta=1e-4, msg=(r["gbps"], want))
+        self.assert_gbps(r, decode_bytes_per_token(MODEL, 16, kv_elem=2))
 
     def test_depth(self):
         """--bench-depth N: both tests start with N positions in the cache, the JSON says so, and
@@ -185,8 +206,7 @@ class BenchMode(unittest.TestCase):
                                "--bench-reps", "1", "--bench-depth", "200")
         self.assertEqual([(r["test"], r["depth"]) for r in recs], [("pp8", 200), ("tg16", 200)])
         r = recs[1]
-        want = r["tokens_per_s"] * decode_bytes_per_token(MODEL, 16, depth=200) / 1e9
-        self.assertAlmostEqual(r["gbps"] / want, 1.0, delta=1e-4, msg=(r["gbps"], want))
+        self.assert_gbps(r, decode_bytes_per_token(MODEL, 16, depth=200))
         p = run("-m", "bench", "--bench-prompt", "8", "--bench-gen", "16", "--bench-depth", "250")
         self.assertEqual(p.returncode, 1)
         self.assertIn("needs a context of 266 positions", p.stderr)

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat.h"
+#include "cli/chat.h"
 
 static int failures = 0, checks = 0;
 

@@ -21,7 +21,7 @@ import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOOL = os.path.join(ROOT, "tools", "llama_cpp", "compare.py")
-RUN = os.path.join(ROOT, "run")
+RUN = os.environ.get("QWEN3_RUN") or os.path.join(ROOT, "run")  # run_tests.py: this build's engine
 MODEL = os.path.join(ROOT, "models", "tinystories.bin")
 
 # lbench stand-in: prefill 100 x threads, decode 10 x threads tok/s (" @ dDEPTH" after the test's

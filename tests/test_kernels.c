@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels.h"
-#include "simd_math.h" /* which SIMD paths this build has (KERNELS_AMX) */
+#include "kernels/kernels.h"
+#include "kernels/simd_math.h" /* which SIMD paths this build has (KERNELS_AMX) */
 
 #if defined(KERNELS_AMX)
 #include <sys/syscall.h>
@@ -899,6 +899,40 @@ static void test_amx_in_use(void) {
 #endif
 }
 
+/* One line for tests/run_tests.py: the SIMD paths this build compiled in and this CPU runs, in the
+ * words of its "kernels:" summary. AMX counts only where the kernel granted the tiles. */
+static void print_kernel_paths(void) {
+    printf("kernel paths:");
+#if defined(KERNELS_AVX2)
+    printf(" avx2+fma");
+#endif
+#if defined(KERNELS_KV_F16) && defined(KERNELS_AVX2)
+    printf(" f16c");
+#endif
+#if defined(KERNELS_AVX512)
+    printf(" avx512");
+#endif
+#if defined(KERNELS_AVX2) && (defined(__AVX512VNNI__) || defined(__AVXVNNI__))
+    printf(" vnni");
+#endif
+#if defined(KERNELS_BF16_DOT)
+    printf(" avx512-bf16");
+#endif
+#if defined(KERNELS_AMX)
+    if (kernels_amx()) printf(" amx");
+#endif
+#if defined(KERNELS_AMX_BF16)
+    if (kernels_amx()) printf(" amx-bf16");
+#endif
+#if defined(KERNELS_NEON)
+    printf(" neon");
+#endif
+#if defined(KERNELS_NEON) && defined(__ARM_FEATURE_DOTPROD)
+    printf(" neon-dotprod");
+#endif
+    printf("\n");
+}
+
 int main(void) {
     test_set_threads();
     test_alone();
@@ -910,6 +944,7 @@ int main(void) {
         }
         printf("kernels: %s, threads: %d\n", kernels_simd_name(), kernels_threads());
         if (ti == 0) test_amx_in_use();
+        if (ti == 0) print_kernel_paths();
         struct { WeightType t; int rows, cols, gs; } cases[] = {
             {WEIGHT_F32, 37, 1027, 0}, {WEIGHT_F32, 64, 1024, 0}, {WEIGHT_F32, 5, 3, 0},
             {WEIGHT_F32, 130, 200, 0}, {WEIGHT_BF16, 37, 1027, 0}, {WEIGHT_BF16, 64, 1024, 0},

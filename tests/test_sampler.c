@@ -1,7 +1,7 @@
 /* tests/test_sampler.c: checks sampler.c against a literal, slow transcription of HF's processors
  * (full sorts, ascending cumsum for top-p), by the kept set and by empirical frequencies over a
  * fixed-seed run of draws per setting (so the counts are deterministic), plus greedy and seeds. */
-#include "sampler.h"
+#include "cli/sampler.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

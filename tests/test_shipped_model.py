@@ -21,7 +21,7 @@ import tempfile
 import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RUN = os.path.join(ROOT, "run")
+RUN = os.environ.get("QWEN3_RUN") or os.path.join(ROOT, "run")  # run_tests.py: this build's engine
 MODEL = os.path.join(ROOT, "models", "tinystories.bin")
 REF = os.path.join(ROOT, "models", "tinystories_ref.json")
 WEIGHT_TYPE_OFFSET = 48  # FileHeader.weight_type (model.h): after magic and 11 u32 fields

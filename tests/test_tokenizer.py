@@ -19,7 +19,7 @@ import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOK_DIR = os.environ.get("QWEN3_TOKENIZER_DIR", os.path.join(ROOT, "..", "shared", "qwen3-tokenizer"))
-BINARY = os.path.join(ROOT, "tests", "test_tokenizer_unit")
+BINARY = os.path.join(os.environ.get("BUILD_DIR") or os.path.join(ROOT, "build"), "tests", "test_tokenizer_unit")
 
 # QWEN3.md section 5: rendered template strings and their reference ids.
 CHAT_CASES = [
@@ -65,7 +65,7 @@ class TestNFC(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         if not os.path.exists(BINARY):
-            raise unittest.SkipTest(f"{BINARY} is not built (run `make tests/test_tokenizer_unit`)")
+            raise unittest.SkipTest(f"{BINARY} is not built (run `make test`)")
 
     def test_every_decomposable_and_combining_character(self):
         texts = []
@@ -98,7 +98,7 @@ class TestTokenizerReference(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         if not os.path.exists(BINARY):
-            raise unittest.SkipTest(f"{BINARY} is not built (run `make tests/test_tokenizer_unit`)")
+            raise unittest.SkipTest(f"{BINARY} is not built (run `make test`)")
         sys.path.insert(0, ROOT)
         import export  # the same code that writes real checkpoints
         cls.tmp = tempfile.TemporaryDirectory()
@@ -160,7 +160,7 @@ class TestTokenizerReference(unittest.TestCase):
     def test_run_tokenize_mode(self):
         """The contract `./run MODEL -m tokenize` (stdin or -i) on a checkpoint that carries the real
         tokenizer (a tiny random model from tests/hf_model.py, exported with --tokenizer)."""
-        run = os.path.join(ROOT, "run")
+        run = os.environ.get("QWEN3_RUN") or os.path.join(ROOT, "run")
         if not os.path.exists(run):
             self.skipTest("./run is not built (make)")
         sys.path.insert(0, os.path.join(ROOT, "tests"))

@@ -17,7 +17,7 @@
 #include <time.h>
 
 #include "model.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 static int failures = 0, checks = 0;
 

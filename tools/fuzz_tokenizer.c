@@ -1,7 +1,7 @@
 /* fuzz_tokenizer.c: libFuzzer target for the encoder, decoder and NFC (not built by the Makefile).
  *
  *   clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -I. \
- *       -o /tmp/fuzz_tokenizer tools/fuzz_tokenizer.c tokenizer.c unicode_tables.c
+ *       -o /tmp/fuzz_tokenizer tools/fuzz_tokenizer.c $(find tokenizer -name '*.c')
  *   TOK_SECTION=/tmp/qwen3.tok /tmp/fuzz_tokenizer -max_total_time=60 -max_len=4096
  *
  * TOK_SECTION: a bare tokenizer section (QTOK), e.g. written with export.py's tokenizer_section().
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 static Tokenizer* tok;
 static uint8_t* section;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generates unicode_tables.c and unicode_tables.h (the Unicode data the tokenizer needs) from
+"""Generates tokenizer/unicode_tables.c and tokenizer/unicode_tables.h (the Unicode data the tokenizer needs) from
 Python's unicodedata module.
 
 Regenerate (from the repository root):   python3 tools/gen_unicode_tables.py
@@ -244,9 +244,9 @@ uint32_t ut_compose(uint32_t a, uint32_t b) {
     }
     return 0;
 }''')
-    with open(os.path.join(root, 'unicode_tables.h'), 'w') as f:
+    with open(os.path.join(root, 'tokenizer', 'unicode_tables.h'), 'w') as f:
         f.write('\n'.join(h) + '\n')
-    with open(os.path.join(root, 'unicode_tables.c'), 'w') as f:
+    with open(os.path.join(root, 'tokenizer', 'unicode_tables.c'), 'w') as f:
         f.write('\n'.join(c) + '\n')
     print('unicode_tables.c: %d blocks, %d ccc ranges, %d decompositions (pool %d), %d compositions, Unicode %s'
           % (len(blocks), len(ccc_ranges), len(dec_entries), len(pool), len(comp_keys), version))

@@ -17,7 +17,7 @@
 
 #include "model.h"
 #include "sampler.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 typedef struct {
     const char* role;               /* "system", "user", "assistant" or "tool" */

@@ -201,6 +201,16 @@ const char* kernels_prefetch_plan(void) {
 
 int kernels_amx(void) { return amx_usable; }
 
+/* KERNELS_AMX=0 turns AMX off (for measuring and testing the path without it). Read in every
+ * build, so that a bad value gets the same warning whether or not this build has AMX. */
+static int amx_allowed_by_env(void) {
+    const char* e = getenv("KERNELS_AMX");
+    if (e && strcmp(e, "0") == 0) return 0;
+    if (e && *e && strcmp(e, "1") != 0)
+        fprintf(stderr, "warning: KERNELS_AMX=%s is not 0 or 1; AMX stays on where the CPU has it\n", e);
+    return 1;
+}
+
 #if defined(KERNELS_AMX)
 static int amx_granted; /* amx_request's answer at kernels_init */
 #endif
@@ -236,8 +246,9 @@ int matmul_scratch_init(int max_threads, int max_batch, int max_cols) {
     float_pack_buf = aligned_alloc(64, (size_t)max_threads * FLOAT_MAX_PANELS * 16 * (size_t)xp_stride * sizeof(float));
     ok = ok && float_pack_buf;
 #endif
+    const int amx_allowed = amx_allowed_by_env();
 #if defined(KERNELS_AMX)
-    amx_usable = amx_granted = amx_request();
+    amx_usable = amx_granted = amx_allowed && amx_request();
     if (amx_usable) {
         amx_wt_buf = aligned_alloc(64, (size_t)max_threads * amx_thread_bytes());
         ok = ok && amx_wt_buf;
@@ -252,6 +263,7 @@ int matmul_scratch_init(int max_threads, int max_batch, int max_cols) {
     xb16_buf = aligned_alloc(64, (xb16_cap * sizeof(uint16_t) + 63) / 64 * 64);
     ok = ok && xb16_buf;
 #endif
+    (void)amx_allowed;
     if (!ok) {
         matmul_scratch_free();
         return -1;

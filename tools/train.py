@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Train a tiny Qwen3 on TinyStories on the CPU and write it as a Hugging Face folder.
 
-    /usr/bin/python3 train.py --tokenizer build/tok --out-dir build/hf  [--resume] [options]
+    /usr/bin/python3 tools/train.py --tokenizer build/tok --out-dir build/hf  [--resume] [options]
 
 The model below is the Qwen3 dense decoder (QWEN3.md section 2), written to be read side by side
 with the C engine's forward pass. The run checkpoints to --ckpt (resume with --resume); at the end
@@ -25,7 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "tools"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tools/train_tokenizer.py
 from train_tokenizer import Tokenizer  # noqa: E402
 
 

@@ -4,7 +4,7 @@
 
 #include <math.h>
 
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 static double rms(const float* x, int n) {
     double ss = 0.0;

@@ -55,13 +55,8 @@ static inline float* thread_amx_ws(void) {
 #define ARCH_REQ_XCOMP_PERM 0x1023 /* Linux (5.16+) hands out the tile data state on request */
 #define XFEATURE_XTILEDATA 18
 
-/* The kernel's permission for this process to use the tile registers, asked once;
- * KERNELS_AMX=0 turns AMX off (for measuring and testing the path without it). */
+/* The kernel's permission for this process to use the tile registers, asked once. */
 int amx_request(void) {
-    const char* e = getenv("KERNELS_AMX");
-    if (e && strcmp(e, "0") == 0) return 0;
-    if (e && *e && strcmp(e, "1") != 0)
-        fprintf(stderr, "warning: KERNELS_AMX=%s is not 0 or 1; AMX stays on where the CPU has it\n", e);
     return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
 }
 

@@ -8,8 +8,8 @@
 #include <time.h>
 
 #include "checkpoint_map.h"
-#include "kernels.h"
-#include "simd_math.h"
+#include "kernels/kernels.h"
+#include "kernels/simd_math.h"
 
 static double now_s(void) {
     struct timespec ts;
