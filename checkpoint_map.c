@@ -37,20 +37,18 @@ void* alloc_huge_anonymous(size_t size) {
     return buf;
 }
 
-/* --no-mmap keeps the file in such memory, like llama.cpp's flag of the same name. */
-static void* copy_to_huge_anonymous(const void* src, size_t size) {
-    void* buf = alloc_huge_anonymous(size);
-    if (buf != NULL) memcpy(buf, src, size);
-    return buf;
-}
-
+/* --no-mmap keeps the file in such memory, like llama.cpp's flag of the same name, read with pread(2)
+ * straight into it: the process holds one copy of the file, where copying from a mapping would hold
+ * two at the peak (the mapped pages and the copy). The price: parts of the file missing from the
+ * page cache come in as small folios, which the next mapped load drops and reads again, once. */
 static void* read_whole_file(int fd, size_t size) {
     void* buf = alloc_huge_anonymous(size);
     if (buf == NULL) return NULL;
     for (size_t done = 0; done < size;) {
         size_t chunk = size - done < ((size_t)64 << 20) ? size - done : ((size_t)64 << 20);
         ssize_t got = pread(fd, (char*)buf + done, chunk, (off_t)done);
-        if (got <= 0) {
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) { /* 0: the file became shorter than its size */
             int e = got < 0 ? errno : EIO;
             free(buf);
             errno = e;
@@ -164,25 +162,16 @@ static char* map_populated(int fd, size_t size, long long* huge_out, int* recach
 int checkpoint_map(CheckpointMap* m, int fd, size_t size, int copy) {
     memset(m, 0, sizeof *m);
     m->size = size;
-    char* p = map_populated(fd, size, &m->huge_bytes, &m->recached);
-    if (!copy) {
-        if (p == MAP_FAILED) return errno;
-        m->data = p;
-        return 0;
-    }
-    /* --no-mmap copies from the mapping when there is one: a read() would fill any part of the
-     * page cache that is missing with small folios, which the next mapped load must drop again. */
-    if (p == MAP_FAILED) {
+    if (copy) {
         m->data = read_whole_file(fd, size);
         if (m->data == NULL) return errno;
-    } else {
-        m->data = copy_to_huge_anonymous(p, size);
-        int e = errno;
-        munmap(p, size);
-        if (m->data == NULL) return e;
+        m->copied = 1;
+        m->huge_bytes = -1;
+        return 0;
     }
-    m->copied = 1;
-    m->huge_bytes = -1;
+    char* p = map_populated(fd, size, &m->huge_bytes, &m->recached);
+    if (p == MAP_FAILED) return errno;
+    m->data = p;
     return 0;
 }
 

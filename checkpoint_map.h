@@ -25,8 +25,9 @@ typedef struct {
  * MADV_HUGEPAGE (page cache misses are read in as 2 MB folios) and populated now, so the first
  * forward pass does not fault page by page; when the cache already held more than 1% of the file
  * in small pages (it was just written, copied or read with read()), those are dropped once and
- * read again. Other systems: a plain mmap. copy != 0 (--no-mmap): the same, then copied into
- * anonymous memory and unmapped (read with pread where the file cannot be mapped).
+ * read again. Other systems: a plain mmap. copy != 0 (--no-mmap): no mapping; the file is read
+ * (pread, 64 MB at a time) into 2 MB-aligned anonymous memory marked for huge pages, so the process
+ * holds one copy of it.
  * Returns 0, or an errno value. */
 int checkpoint_map(CheckpointMap* m, int fd, size_t size, int copy);
 void checkpoint_unmap(CheckpointMap* m);

@@ -426,9 +426,15 @@ int transformer_load(Transformer* t, const char* path, int ctx, char* err, size_
         if (*(const uint8_t*)&one != 1)
             return fail(err, errlen, path, "this engine needs a little-endian machine");
     }
+    /* stat before open: opening a FIFO for reading waits for a writer, forever if none comes. */
+    struct stat st;
+    if (stat(path, &st) != 0) return fail(err, errlen, path, "cannot open: %s", strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return fail(err, errlen, path, "not a regular file (%s)", S_ISDIR(st.st_mode) ? "a directory"
+                                                                  : S_ISFIFO(st.st_mode) ? "a FIFO"
+                                                                  : "a device or socket");
     int fd = open(path, O_RDONLY);
     if (fd < 0) return fail(err, errlen, path, "cannot open: %s", strerror(errno));
-    struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);

@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#include <sched.h>
 
 #include "cli/bench.h"
 #include "cli/chat.h"
@@ -62,8 +64,8 @@ static void usage(FILE* out) {
             "  -k, --top-k K          keep the K most likely tokens; 0 = off (default: the model's)\n"
             "      --min-p P          drop tokens below P * the top probability, [0,1]; 0 = off (default)\n"
             "      --repeat-penalty R repetition penalty over every token seen, (0,100]; 1 = off (default)\n"
-            "  -s, --seed S           random seed, a non-negative integer (default: the time, printed\n"
-            "                         at the end of a sampled generation)\n"
+            "  -s, --seed S           random seed, a non-negative integer (default: from the clock in\n"
+            "                         nanoseconds, printed at the end of a sampled generation)\n"
             "  -n, --steps N          tokens to generate, >= 0; 0 = only process the prompt (default 256;\n"
             "                         chat mode: per answer, 0 or default = until the context is full)\n"
             "  -i, --input TEXT       the prompt (tokenize mode: the text; default: standard input)\n"
@@ -93,8 +95,9 @@ static void usage(FILE* out) {
             "                         the CPU's bf16 dot product (AVX-512 BF16): llama.cpp's precision,\n"
             "                         faster on Zen 4 and with AMX; ignored with a note where the\n"
             "                         build has none\n"
-            "      --threads N        worker threads (default: one per online CPU); bench mode takes\n"
-            "                         a list, e.g. 1,2: the counts take turns rep by rep\n"
+            "      --threads N        worker threads (default: one per online CPU; at most the CPUs this\n"
+            "                         process may run on); bench mode takes a list, e.g. 1,2: the\n"
+            "                         counts take turns rep by rep\n"
             "      --dump-logits PATH write the logits of every prompt position and every generated\n"
             "                         token as raw little-endian float32 (vocab_size per row)\n"
             "      --show-norms       generate mode: print to stderr what each RMSNorm call site\n"
@@ -102,12 +105,14 @@ static void usage(FILE* out) {
             "                         last token: rms in, scale, rms(w), rms out\n"
             "  -h, --help             this help\n"
             "Bench mode (-m bench): --bench-prompt N (prefill tokens, default 512), --bench-gen N\n"
-            "  (decode tokens, default 128), --bench-reps N (default 5), --bench-depth N (positions\n"
-            "  already in the KV cache when each test starts, as llama-bench -d; default 0),\n"
-            "  --json (JSON lines)\n"
+            "  (decode tokens, default 128; both defaults shrink to fit the context, with a note),\n"
+            "  --bench-reps N (default 5), --bench-depth N (positions already in the KV cache when\n"
+            "  each test starts, as llama-bench -d; default 0), --json (JSON lines)\n"
             "Environment: KERNELS_SPIN_US (idle threads' spin before sleeping, default 200),\n"
             "  KERNELS_PREFETCH (near|mid|mid-l2|far: decode's weight prefetch, default from the CPU),\n"
-            "  KERNELS_AMX=0 (prefill on the AVX-512 kernels instead of AMX tiles, where the CPU has AMX)\n");
+            "  KERNELS_AMX=0 (prefill on the AVX-512 kernels instead of AMX tiles, where the CPU has AMX),\n"
+            "  BENCH_LLC_BYTES (the last-level cache size the bench compares decode's bytes per token\n"
+            "  with, default from /sys; 0 = always give decode's %% of roof)\n");
 }
 
 /* One-line error and exit (status 2: bad command line; 1: anything else). */
@@ -130,13 +135,16 @@ static void check_stdout(void) {
         die(1, "standard output: write failed%s%s", errno ? ": " : "", errno ? strerror(errno) : "");
 }
 
-static float parse_float(const char* flag, const char* s, float lo, float hi) {
+/* A number in [lo, hi], or in (lo, hi] when lo_open; anything else ends the run with a message that
+ * states that range. A value too large for a float ("1e39") is out of the range, not "not a number". */
+static float parse_float(const char* flag, const char* s, float lo, float hi, int lo_open) {
     char* end;
     errno = 0;
     float v = strtof(s, &end);
-    if (end == s || *end != '\0' || errno == ERANGE || !isfinite(v))
-        die(2, "%s needs a number, got '%s'", flag, s);
-    if (v < lo || v > hi) die(2, "%s must be in [%g, %g], got %s", flag, lo, hi, s);
+    if (end == s || *end != '\0' || isnan(v)) die(2, "%s needs a number, got '%s'", flag, s);
+    /* ERANGE with a finite result is an underflow: a value as close to 0 as a float gets */
+    if ((errno == ERANGE && isinf(v)) || v < lo || v > hi || (lo_open && v == lo))
+        die(2, "%s must be in %c%g, %g], got %s", flag, lo_open ? '(' : '[', lo, hi, s);
     return v;
 }
 
@@ -144,8 +152,8 @@ static long long parse_int(const char* flag, const char* s, long long lo, long l
     char* end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (end == s || *end != '\0' || errno == ERANGE) die(2, "%s needs an integer, got '%s'", flag, s);
-    if (v < lo || v > hi) die(2, "%s must be in [%lld, %lld], got %s", flag, lo, hi, s);
+    if (end == s || *end != '\0') die(2, "%s needs an integer, got '%s'", flag, s);
+    if (errno == ERANGE || v < lo || v > hi) die(2, "%s must be in [%lld, %lld], got %s", flag, lo, hi, s);
     return v;
 }
 
@@ -257,19 +265,18 @@ static void parse_args(int argc, char** argv, Options* o) {
         if (!eq) i++;
         note_given(o, long_name);
         if (IS("-t", "--temperature")) {
-            o->temperature = parse_float(name, value, 0.0f, 100.0f);
+            o->temperature = parse_float(name, value, 0.0f, 100.0f, 0);
             o->has_temperature = 1;
         } else if (IS("-p", "--top-p")) {
-            o->top_p = parse_float(name, value, 0.0f, 1.0f);
+            o->top_p = parse_float(name, value, 0.0f, 1.0f, 0);
             o->has_top_p = 1;
         } else if (IS("-k", "--top-k")) {
             o->top_k = (int)parse_int(name, value, 0, INT_MAX);
             o->has_top_k = 1;
         } else if (IS("", "--min-p")) {
-            o->min_p = parse_float(name, value, 0.0f, 1.0f);
+            o->min_p = parse_float(name, value, 0.0f, 1.0f, 0);
         } else if (IS("", "--repeat-penalty")) {
-            o->repeat_penalty = parse_float(name, value, 0.0f, 100.0f);
-            if (o->repeat_penalty <= 0.0f) die(2, "%s must be > 0, got %s", name, value);
+            o->repeat_penalty = parse_float(name, value, 0.0f, 100.0f, 1);
         } else if (IS("-s", "--seed")) {
             o->seed = parse_seed(name, value);
             o->has_seed = 1;
@@ -383,7 +390,9 @@ static int* parse_prompt_ids(const char* s, int vocab_size, int* n_out) {
     return ids;
 }
 
-static char* read_all(FILE* f, size_t* len) {
+/* Standard input to its end, with read(2): at a terminal, one Ctrl-D at the start of a line is the
+ * end (a read of 0 bytes), where stdio's buffered reads could ask for a second one. */
+static char* read_all_stdin(size_t* len) {
     size_t cap = 1 << 16, n = 0;
     char* buf = malloc(cap);
     if (buf == NULL) die(1, "out of memory");
@@ -394,11 +403,12 @@ static char* read_all(FILE* f, size_t* len) {
             if (bigger == NULL) die(1, "out of memory");
             buf = bigger;
         }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
+        ssize_t got = read(STDIN_FILENO, buf + n, cap - n - 1);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) die(1, "cannot read standard input: %s", strerror(errno));
         if (got == 0) break;
+        n += (size_t)got;
     }
-    if (ferror(f)) die(1, "cannot read standard input");
     buf[n] = '\0';
     *len = n;
     return buf;
@@ -464,12 +474,15 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
     }
     if (n_prompt == 0 && o->prompt) die(2, "the prompt (-i) is empty and the model has no BOS token to start from");
     if (n_prompt == 0) die(2, "no prompt: give -i TEXT or --prompt-ids IDS");
+    if (n_prompt > c->max_seq_len)
+        die(1, "the prompt has %d tokens, more than the model's context of %d positions", n_prompt,
+            c->max_seq_len);
     if (n_prompt > c->seq_len)
         die(1, "the prompt has %d tokens, more than the context of %d (raise it with -c, at most %d)",
             n_prompt, c->seq_len, c->max_seq_len);
     if (o->verbose_prompt) {
         char label[48];
-        snprintf(label, sizeof label, "run: prompt of %d tokens:", n_prompt);
+        snprintf(label, sizeof label, "run: prompt of %d token%s:", n_prompt, n_prompt == 1 ? "" : "s");
         print_token_ids(stderr, label, prompt, n_prompt);
     }
 
@@ -560,8 +573,8 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
     }
     if (context_full) {
         char advice[80];
-        fprintf(stderr, "run: the context is full (%d tokens): generation stopped; %s\n", c->seq_len,
-                context_advice(c, advice, sizeof advice));
+        fprintf(stderr, "run: the context is full (%d token%s): generation stopped; %s\n", c->seq_len,
+                c->seq_len == 1 ? "" : "s", context_advice(c, advice, sizeof advice));
     }
     if (dump && fclose(dump) != 0) die(1, "%s: write failed", o->dump_logits);
     fprintf(stderr, "prompt tokens: %d, prefill: %.1f tok/s, generated tokens: %d, decode: ",
@@ -588,7 +601,10 @@ static int tokenize(const Tokenizer* tok, const Options* o) {
         if (text == NULL) die(1, "out of memory");
         memcpy(text, o->prompt, len + 1);
     } else {
-        text = read_all(stdin, &len);
+        if (isatty(STDIN_FILENO))
+            fputs("run: reading the text to tokenize from standard input: type it, then Ctrl-D on a new line "
+                  "(or pass -i TEXT)\n", stderr);
+        text = read_all_stdin(&len);
     }
     int n = 0;
     int* ids = tokenizer_encode(tok, text, len, &n);
@@ -601,9 +617,40 @@ static int tokenize(const Tokenizer* tok, const Options* o) {
     return 0;
 }
 
+/* The seed when -s is not given: the wall clock in nanoseconds and the process id, mixed (SplitMix64's
+ * finaliser) so that runs started in the same second, or side by side, sample differently. */
+static uint64_t seed_from_clock(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    x ^= (uint64_t)getpid() << 40;
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+/* More threads than the CPUs this process may run on only take turns on them (a 2-CPU machine ran
+ * 9x slower with 1000), so --threads is held to that number, with a note; a bench list's larger
+ * counts are then run with it too (kernels_set_threads never exceeds the pool's size). */
+static void clamp_threads(Options* o) {
+    cpu_set_t set;
+    if (o->threads <= 0 || sched_getaffinity(0, sizeof set, &set) != 0) return;
+    const int cpus = CPU_COUNT(&set);
+    if (cpus < 1 || o->threads <= cpus) return;
+    if (o->n_thread_counts > 1)
+        fprintf(stderr, "run: note: --threads %s: counts above the %d CPU%s this process may run on are run with %d\n",
+                o->thread_counts, cpus, cpus == 1 ? "" : "s", cpus);
+    else
+        fprintf(stderr, "run: note: --threads %d is more than the %d CPU%s this process may run on; using %d\n",
+                o->threads, cpus, cpus == 1 ? "" : "s", cpus);
+    o->threads = cpus;
+}
+
 int main(int argc, char** argv) {
     Options o;
     parse_args(argc, argv, &o);
+    clamp_threads(&o);
     transformer_set_threads(o.threads);
     transformer_set_no_mmap(o.no_mmap);
     transformer_set_kv_f16(o.kv_f16);
@@ -645,7 +692,7 @@ int main(int argc, char** argv) {
         float temperature = o.has_temperature ? o.temperature : def_temperature;
         float top_p = o.has_top_p ? o.top_p : def_top_p;
         int top_k = o.has_top_k ? o.top_k : def_top_k;
-        uint64_t seed = o.has_seed ? o.seed : (uint64_t)time(NULL);
+        uint64_t seed = o.has_seed ? o.seed : seed_from_clock();
         Sampler sampler;
         if (sampler_init(&sampler, t.config.vocab_size, temperature, top_p, top_k, o.min_p,
                          o.repeat_penalty, seed) != 0)

@@ -163,6 +163,51 @@ static double kv_bytes_at(const Transformer* t, int p) {
     return 2.0 * (double)kv_elem_bytes(&t->state) * c->n_layers * (double)(p + 1) * c->n_kv_heads * c->head_dim;
 }
 
+/* ---- the last-level cache ---- */
+
+/* Bytes of the largest data cache of CPU 0 (/sys/devices/system/cpu/cpu0/cache: the highest
+ * level of type Data or Unified), or 0 where that cannot be read. BENCH_LLC_BYTES overrides it
+ * (0: compare decode with the memory roof whatever its size). */
+static double last_level_cache_bytes(void) {
+    const char* env = getenv("BENCH_LLC_BYTES");
+    if (env && *env) {
+        char* end;
+        double v = strtod(env, &end);
+        if (*end == '\0' && v >= 0) return v;
+        fprintf(stderr, "warning: BENCH_LLC_BYTES=%s is not a number of bytes; using the CPU's\n", env);
+    }
+    double best = 0;
+    int best_level = 0;
+    for (int i = 0; i < 16; i++) {
+        char path[96], type[32] = "", size[32] = "";
+        int level = 0;
+        FILE* f;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+        if (!(f = fopen(path, "r"))) break;
+        if (fscanf(f, "%d", &level) != 1) level = 0;
+        fclose(f);
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/type", i);
+        if ((f = fopen(path, "r"))) {
+            if (fscanf(f, "%31s", type) != 1) type[0] = '\0';
+            fclose(f);
+        }
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        if ((f = fopen(path, "r"))) {
+            if (fscanf(f, "%31s", size) != 1) size[0] = '\0';
+            fclose(f);
+        }
+        if (strcmp(type, "Data") != 0 && strcmp(type, "Unified") != 0) continue;
+        char* unit;
+        double bytes = strtod(size, &unit);
+        bytes *= *unit == 'K' ? 1024.0 : *unit == 'M' ? 1048576.0 : *unit == 'G' ? 1073741824.0 : 1.0;
+        if (level > best_level && bytes > 0) {
+            best_level = level;
+            best = bytes;
+        }
+    }
+    return best;
+}
+
 /* ---- the tests ---- */
 
 static int cmp_double(const void* a, const void* b) {
@@ -321,6 +366,11 @@ static void print_results(const Transformer* t, const ThreadRun* runs, int n_run
     double wbytes = weight_bytes_per_token(t), kv = 0;
     for (int p = 0; p < n_gen; p++) kv += kv_bytes_at(t, depth + p);
     double bytes_per_tok = n_gen > 0 ? wbytes + kv / n_gen : wbytes;
+    /* Bytes per token that fit in the last-level cache are read from it, not from memory, after the
+     * first token: decode is then not bound by memory bandwidth and a % of the memory roof (which
+     * can exceed 100) says nothing, so none is given. */
+    const double llc = last_level_cache_bytes();
+    const int in_cache = n_gen > 0 && llc > 0 && bytes_per_tok <= llc;
 
     if (!json) {
         printf("bench: %d layers, dim %d, vocab %d, weights %s", c->n_layers, c->dim, c->vocab_size,
@@ -341,6 +391,10 @@ static void print_results(const Transformer* t, const ThreadRun* runs, int n_run
                    depth);
         printf("bench: bytes read per decode token: %.1f MB weights + %.2f MB KV cache (%s, average over tg%d)\n",
                wbytes / 1e6, (bytes_per_tok - wbytes) / 1e6, t->state.kv_f16 ? "fp16" : "fp32", n_gen);
+        if (in_cache)
+            printf("bench: no %% of roof for decode: its %.1f MB per token fit in the %.1f MB last-level cache, "
+                   "so it is not bound by memory bandwidth (BENCH_LLC_BYTES=0 compares it anyway)\n",
+                   bytes_per_tok / 1e6, llc / 1e6);
         for (int k = 0; k < n_runs; k++) {
             printf("bench: %d thread%s: warm-up of one prefill and %d decode steps; memory read bandwidth "
                    "(512 MiB streaming reads, same threads): ", runs[k].threads, runs[k].threads == 1 ? "" : "s",
@@ -388,12 +442,14 @@ static void print_results(const Transformer* t, const ThreadRun* runs, int n_run
             if (json) {
                 printf("{\"test\": \"%s\", \"threads\": %d, \"depth\": %d, \"tokens_per_s\": %.3f, \"min\": %.3f, "
                        "\"max\": %.3f, ", name, tr->threads, depth, med, lo, hi);
-                if (test == 1)
+                if (test == 1 && !in_cache)
                     printf("\"gbps\": %.3f, \"roof_pct\": %.2f, ", gbps, pct);
+                else if (test == 1)
+                    printf("\"gbps\": %.3f, \"roof_pct\": null, ", gbps);
                 else
                     printf("\"gbps\": null, \"roof_pct\": null, ");
                 printf("\"mem_gbps\": %.3f, ", roof);
-                if (test == 1)
+                if (test == 1 && !in_cache)
                     printf("\"roof_pct_best\": %.2f, ", 100.0 * gbps / tr->best);
                 else
                     printf("\"roof_pct_best\": null, ");
@@ -409,7 +465,10 @@ static void print_results(const Transformer* t, const ThreadRun* runs, int n_run
                 printf(", ");
                 if (test == 1) print_json_list("reps_mem_gbps", tr->rd, reps, "%.3f");
                 else printf("\"reps_mem_gbps\": null");
-                if (own) {
+                if (own && in_cache) {
+                    printf(", \"weights_gbps\": %.3f, \"roof_pct_weights\": null, ", own_gbps);
+                    print_json_list("reps_weights_gbps", tr->wr, reps, "%.3f");
+                } else if (own) {
                     printf(", \"weights_gbps\": %.3f, \"roof_pct_weights\": %.2f, ", own_gbps, own_pct);
                     print_json_list("reps_weights_gbps", tr->wr, reps, "%.3f");
                 } else {
@@ -417,10 +476,14 @@ static void print_results(const Transformer* t, const ThreadRun* runs, int n_run
                 }
                 printf("}\n");
             } else if (test == 1) {
-                char own_s[16] = "            -";
-                if (own) snprintf(own_s, sizeof own_s, "%12.1f%%", own_pct);
-                printf("| %-*s | %7d | %12.2f | %8.2f | %8.2f | %5.1f | %8.1f%% | %8.1f%% | %s | %8.0f%% |\n", width,
-                       label, tr->threads, med, lo, hi, gbps, pct, 100.0 * gbps / tr->best, own_s, 100 * share);
+                char own_s[16] = "            -", pct_s[16] = "        -", best_s[16] = "        -";
+                if (own && !in_cache) snprintf(own_s, sizeof own_s, "%12.1f%%", own_pct);
+                if (!in_cache) {
+                    snprintf(pct_s, sizeof pct_s, "%8.1f%%", pct);
+                    snprintf(best_s, sizeof best_s, "%8.1f%%", 100.0 * gbps / tr->best);
+                }
+                printf("| %-*s | %7d | %12.2f | %8.2f | %8.2f | %5.1f | %s | %s | %s | %8.0f%% |\n", width, label,
+                       tr->threads, med, lo, hi, gbps, pct_s, best_s, own_s, 100 * share);
             } else {
                 printf("| %-*s | %7d | %12.2f | %8.2f | %8.2f |     - |         - |         - |             - | %8.0f%% |\n",
                        width, label, tr->threads, med, lo, hi, 100 * share);
@@ -450,15 +513,62 @@ static void print_results(const Transformer* t, const ThreadRun* runs, int n_run
     fflush(stdout);
 }
 
+/* The default test lengths (pp512, tg128) shrunk to the positions the KV cache has after depth, so
+ * that `-m bench` runs on a model of a short context as it is. n_prompt or n_gen is NULL when the
+ * user gave it: that one is kept (too_short explains it if it does not fit). Returns the default
+ * lengths before shrinking in was[0] (prefill) and was[1] (decode), 0 where none was shrunk. */
+static void fit_defaults(const Config* c, int depth, int* n_prompt, int* n_gen, int was[2]) {
+    const int room = c->seq_len - depth;
+    int* lens[2] = {n_prompt, n_gen};
+    for (int k = 0; k < 2; k++) {
+        was[k] = 0;
+        if (room < 1 || lens[k] == NULL || *lens[k] <= room) continue;
+        was[k] = *lens[k];
+        *lens[k] = room;
+    }
+}
+
+/* The note for each shrunk default (on stderr: --json keeps standard output to JSON lines). */
+static void note_fitted(const Config* c, int depth, int n_prompt, int n_gen, const int was[2]) {
+    for (int k = 0; k < 2; k++)
+        if (was[k])
+            fprintf(stderr, "run: note: the bench runs %s%d instead of %s%d: the %s %d positions%s (%s N sets it)\n",
+                    k ? "tg" : "pp", k ? n_gen : n_prompt, k ? "tg" : "pp", was[k],
+                    c->seq_len < c->max_seq_len ? "KV cache (-c) has" : "model's context is", c->seq_len,
+                    depth > 0 ? ", less --bench-depth" : "", k ? "--bench-gen" : "--bench-prompt");
+}
+
+/* The error for tests longer than the context: what they need, and what to pass instead. */
+static void too_short(const Config* c, int depth, int n_prompt, int n_gen) {
+    const int longer = n_prompt > n_gen ? n_prompt : n_gen;
+    const char* which = n_prompt >= n_gen ? "--bench-prompt" : "--bench-gen";
+    char parts[96], advice[96];
+    if (depth > 0) snprintf(parts, sizeof parts, "--bench-depth %d + %s %d", depth, which, longer);
+    else snprintf(parts, sizeof parts, "%s %d", which, longer);
+    const int limit = c->seq_len < c->max_seq_len ? c->seq_len : c->max_seq_len;
+    if (depth >= limit)
+        snprintf(advice, sizeof advice, "--bench-depth below %d", limit);
+    else
+        snprintf(advice, sizeof advice, "--bench-prompt and --bench-gen at most %d", limit - depth);
+    if (depth + longer > c->max_seq_len)
+        fprintf(stderr, "run: error: the bench needs a context of %d positions (%s), more than the model's %d: "
+                "give %s\n", depth + longer, parts, c->max_seq_len, advice);
+    else
+        fprintf(stderr, "run: error: the bench needs a context of %d positions (%s), the KV cache has %d "
+                "(use -c %d, or give %s)\n", depth + longer, parts, c->seq_len, depth + longer, advice);
+}
+
 int bench_main(Transformer* t, int argc, char** argv) {
-    int n_prompt = 512, n_gen = 128, reps = 5, depth = 0, json = 0;
+    int n_prompt = 512, n_gen = 128, reps = 5, depth = 0, json = 0, prompt_given = 0, gen_given = 0;
     int counts[BENCH_MAX_THREAD_COUNTS], n_runs = 1;
     counts[0] = kernels_threads();
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--bench-prompt") == 0) {
             if (int_arg(argc, argv, i++, "--bench-prompt", &n_prompt)) return 2;
+            prompt_given = 1;
         } else if (strcmp(argv[i], "--bench-gen") == 0) {
             if (int_arg(argc, argv, i++, "--bench-gen", &n_gen)) return 2;
+            gen_given = 1;
         } else if (strcmp(argv[i], "--bench-reps") == 0) {
             if (int_arg(argc, argv, i++, "--bench-reps", &reps)) return 2;
         } else if (strcmp(argv[i], "--bench-depth") == 0) {
@@ -483,17 +593,14 @@ int bench_main(Transformer* t, int argc, char** argv) {
         return 2;
     }
     const Config* c = &t->config;
+    int was[2];
+    fit_defaults(c, depth, prompt_given ? NULL : &n_prompt, gen_given ? NULL : &n_gen, was);
     int need = depth + (n_prompt > n_gen ? n_prompt : n_gen);
-    if (need > c->max_seq_len) {
-        fprintf(stderr, "run: error: the bench needs a context of %d positions, more than the model's %d\n", need,
-                c->max_seq_len);
-        return 1;
-    }
     if (need > c->seq_len) {
-        fprintf(stderr, "run: error: the bench needs a context of %d positions, the KV cache has %d "
-                "(use -c %d)\n", need, c->seq_len, need);
+        too_short(c, depth, n_prompt, n_gen);
         return 1;
     }
+    note_fitted(c, depth, n_prompt, n_gen, was);
     int n_tok = need > 0 ? need : 1, status = 1;
     int* tokens = malloc((size_t)n_tok * sizeof(int));
     /* per thread count: pp, tg, rd and wr of each rep; then the scratch of print_results */

@@ -1,8 +1,10 @@
 /* bench.h: `./run MODEL -m bench`, a llama-bench-like speed test of the loaded model.
  *
  *   --bench-prompt N   prefill test ppN: N prompt tokens in one forward() call from position 0
- *                      (default 512)
- *   --bench-gen N      decode test tgN: N tokens one at a time from position 0 (default 128)
+ *                      (default 512, or the KV cache's positions after the depth where fewer,
+ *                      with a note on stderr)
+ *   --bench-gen N      decode test tgN: N tokens one at a time from position 0 (default 128,
+ *                      fitted the same way)
  *   --bench-reps N     timed repetitions of each test after one warm-up (default 5)
  *   --threads N,M,...  the thread counts to measure (default: the kernels' count, set when the
  *                      model was loaded, which must be the largest in the list): each count gets
@@ -23,7 +25,10 @@
  *     reps_weights_gbps are the same for a streaming read of the weights a decode step reads, in
  *     their own pages (the mapping or the --no-mmap copy), measured around each rep as well: on a
  *     VM the memory behind them can read slower or faster than the bench's buffer. gbps, the
- *     roof_pcts and the per-rep reads are null for pp.
+ *     roof_pcts and the per-rep reads are null for pp. Where decode's bytes per token fit in the
+ *     last-level cache (sysfs's largest data cache of CPU 0, or BENCH_LLC_BYTES; 0 = never), decode
+ *     reads them from that cache and is not bound by memory: roof_pct, roof_pct_best and
+ *     roof_pct_weights are null, and the table says why in one line.
  *     cpu_share is the CPU time the process got / (wall time x threads) during the test: well
  *     below 1 on a shared machine means other processes took the cores (numbers not comparable).
  *     One line per test and thread count.
