@@ -455,6 +455,17 @@ class EngineErrors(InTempDir):
     def test_directory_instead_of_file(self):
         self.run_fails([self.tmp, '--prompt-ids', '1', '-n', '1'], self.tmp)
 
+    def test_fifo_instead_of_file(self):
+        """Opening a FIFO for reading waits for a writer: with none, the engine used to block for
+        ever. It is refused before it is opened, in one line that names it."""
+        if not hasattr(os, 'mkfifo'):
+            self.skipTest('no FIFOs here')
+        path = os.path.join(self.tmp, 'model.fifo')
+        if not os.path.exists(path):
+            os.mkfifo(path)
+        msg = self.run_fails([path, '--prompt-ids', '1', '-n', '1'], path)
+        self.assertIn(path + ': not a regular file', msg)
+
     def test_truncated(self):
         h = hf_model.read_header(self.good)
         size = len(self.data)
@@ -592,6 +603,38 @@ class EngineErrors(InTempDir):
         for args in cases:
             with self.subTest(args=args[1:]):
                 self.run_fails(args)
+
+    def test_messages_state_the_problem(self):
+        """Each refusal says what is wrong: the range a value must be in (the one the check really
+        applies, and for a number too large for a float, its range rather than "needs a number"),
+        a prompt longer than the model's context as such (no -c can help then), and counts in the
+        singular where there is one."""
+        g = self.good
+        for args, says in ((['--repeat-penalty', '101'], '--repeat-penalty must be in (0, 100], got 101'),
+                           (['--repeat-penalty', '0'], '--repeat-penalty must be in (0, 100], got 0'),
+                           (['-t', '1e39'], '-t must be in [0, 100], got 1e39'),
+                           (['--top-p', '-1e40'], '--top-p must be in [0, 1], got -1e40'),
+                           (['-n', '99999999999999999999'], '-n must be in [0, 2147483647], got 99999999999999999999')):
+            with self.subTest(args=args):
+                p = hf_model.run_engine([g, '--prompt-ids', '1'] + args)
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertEqual(p.stderr, 'run: error: ' + says + '\n')
+        p = hf_model.run_engine([g, '--repeat-penalty', '1e-30', '--prompt-ids', '1', '-n', '1'])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        max_len = hf_model.read_header(g)['max_seq_len']
+        too_long = ','.join(['5'] * (max_len + 1))
+        p = hf_model.run_engine([g, '--prompt-ids', too_long, '-n', '1', '-t', '0'])
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual(p.stderr, "run: error: the prompt has %d tokens, more than the model's context of %d "
+                         "positions\n" % (max_len + 1, max_len))
+        p = hf_model.run_engine([g, '-c', '8', '--prompt-ids', ','.join(['5'] * 9), '-n', '1', '-t', '0'])
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn('the prompt has 9 tokens, more than the context of 8 (raise it with -c, at most %d)'
+                      % max_len, p.stderr)
+        p = hf_model.run_engine([g, '-c', '1', '--prompt-ids', '1', '-n', '3', '-t', '0', '--verbose-prompt'])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn('run: prompt of 1 token: 1\n', p.stderr)
+        self.assertIn('run: the context is full (1 token): generation stopped', p.stderr)
 
     def test_bad_tuning_variables(self):
         """KERNELS_PREFETCH, KERNELS_SPIN_US and KERNELS_AMX are tuning knobs: a value the engine

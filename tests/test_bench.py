@@ -11,7 +11,12 @@ Speed is never asserted (benchmarks are programs, not tests); what is checked is
   header gives and which is counted here again;
 * --threads 1,2 measures both counts in one process, in the order given; a list is refused
   outside bench mode, and a malformed list or a context too short for the test ends with a
-  message and a non-zero exit.
+  message that names the options to change and a non-zero exit;
+* the default test lengths shrink to the context (a note on stderr says so), so that `-m bench`
+  runs on this model of 256 positions as it is;
+* where decode's bytes per token fit in the last-level cache the roof percentages are null (and
+  "-" in the table, with a line saying why): such a decode is not bound by memory, and its "% of
+  roof" went past 100. The contract's arithmetic is checked with BENCH_LLC_BYTES=0 (always a roof).
 
 Skips, with the reason, when ./run or models/tinystories.bin is missing. Standard library only.
 """
@@ -39,8 +44,14 @@ def missing():
     return None
 
 
-def run(*args):
-    return subprocess.run([RUN, MODEL] + list(args), capture_output=True, text=True, timeout=300)
+def run(*args, env=None):
+    """./run MODEL args; env: variables set on top of this process's environment."""
+    return subprocess.run([RUN, MODEL] + list(args), capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, **(env or {})))
+
+
+def usable_cpus():
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def median(v):
@@ -105,12 +116,15 @@ def quotient_error(a, b, ea, eb):
 
 @unittest.skipIf(missing() is not None, missing() or "")
 class BenchMode(unittest.TestCase):
-    def json_lines(self, *args):
-        p = run("-m", "bench", "--json", *args)
+    def json_lines(self, *args, llc="0"):
+        """The JSON records; llc: BENCH_LLC_BYTES (default 0: decode always has a roof percentage)."""
+        p = run("-m", "bench", "--json", *args, env={"BENCH_LLC_BYTES": llc})
         self.assertEqual(p.returncode, 0, p.stderr[-2000:])
         return [json.loads(line) for line in p.stdout.splitlines()]
 
     def test_json_contract_two_thread_counts(self):
+        if usable_cpus() < 2:
+            self.skipTest("one CPU: --threads 2 would run with 1")
         recs = self.json_lines("--threads", "2,1", "--bench-prompt", "8", "--bench-gen", "16",
                                "--bench-reps", "3")
         self.assertEqual([(r["test"], r["threads"]) for r in recs],
@@ -239,6 +253,8 @@ class BenchMode(unittest.TestCase):
         self.assertIn("decode prefetch mid\n", p.stdout)
 
     def test_table_shows_both_counts_and_their_ratio(self):
+        if usable_cpus() < 2:
+            self.skipTest("one CPU: --threads 2 would run with 1")
         p = run("-m", "bench", "--threads", "1,2", "--bench-prompt", "8", "--bench-gen", "4",
                 "--bench-reps", "2")
         self.assertEqual(p.returncode, 0, p.stderr[-2000:])
@@ -260,8 +276,54 @@ class BenchMode(unittest.TestCase):
     def test_context_too_short(self):
         p = run("-m", "bench", "-c", "16", "--bench-prompt", "32", "--bench-gen", "4")
         self.assertEqual(p.returncode, 1, p.stderr)
-        self.assertIn("context of 32 positions", p.stderr)
+        self.assertIn("context of 32 positions (--bench-prompt 32), the KV cache has 16 (use -c 32, or give "
+                      "--bench-prompt and --bench-gen at most 16)", p.stderr)
         self.assertEqual(p.stdout, "")
+        p = run("-m", "bench", "--bench-prompt", "600", "--bench-gen", "4")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual(p.stderr, "run: error: the bench needs a context of 600 positions (--bench-prompt 600), "
+                         "more than the model's 256: give --bench-prompt and --bench-gen at most 256\n")
+        self.assertEqual(p.stdout, "")
+
+    def test_defaults_fit_the_context(self):
+        """`-m bench` on this model of 256 positions used to stop at "needs a context of 512": the
+        defaults (pp512, tg128) now shrink to the context, with a note naming the option; a length
+        given is kept."""
+        p = run("-m", "bench", "--json", "--threads", "1", "--bench-gen", "2", "--bench-reps", "1")
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        self.assertEqual([json.loads(line)["test"] for line in p.stdout.splitlines()], ["pp256", "tg2"])
+        self.assertEqual(p.stderr, "run: note: the bench runs pp256 instead of pp512: the model's context is 256 "
+                         "positions (--bench-prompt N sets it)\n")
+        p = run("-m", "bench", "--json", "--threads", "1", "-c", "24", "--bench-depth", "8", "--bench-reps", "1")
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        self.assertEqual([json.loads(line)["test"] for line in p.stdout.splitlines()], ["pp16", "tg16"])
+        self.assertIn("the bench runs tg16 instead of tg128: the KV cache (-c) has 24 positions, less "
+                      "--bench-depth (--bench-gen N sets it)", p.stderr)
+
+    def test_decode_in_cache_has_no_roof(self):
+        """Decode whose bytes per token fit in the last-level cache reads them from there: no % of
+        the memory roof (this model's went to 198%). The JSON keeps every key, with null; the table
+        prints "-" and one line that says why. BENCH_LLC_BYTES sets the cache's size, so the test
+        does not depend on this CPU's."""
+        args = ("--threads", "1", "--bench-prompt", "0", "--bench-gen", "4", "--bench-reps", "2")
+        (r,) = self.json_lines(*args, llc="1000000000")
+        self.assertEqual(list(r), KEYS)
+        for key in ("roof_pct", "roof_pct_best", "roof_pct_weights"):
+            self.assertIsNone(r[key], key)
+        self.assert_gbps(r, decode_bytes_per_token(MODEL, 4))
+        self.assertEqual(len(r["reps_mem_gbps"]), 2)
+        self.assertEqual(len(r["reps_weights_gbps"]), 2)
+        p = run("-m", "bench", *args, env={"BENCH_LLC_BYTES": "1000000000"})
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        mb = decode_bytes_per_token(MODEL, 4) / 1e6
+        self.assertIn("bench: no %% of roof for decode: its %.1f MB per token fit in the 1000.0 MB last-level "
+                      "cache, so it is not bound by memory bandwidth" % mb, p.stdout)
+        row = [line for line in p.stdout.splitlines() if line.startswith("| tg4")]
+        self.assertEqual(len(row), 1, p.stdout)
+        self.assertEqual([c.strip() for c in row[0].split("|")[7:10]], ["-", "-", "-"], row[0])
+        # A cache smaller than the bytes per token: the percentages are back.
+        (r,) = self.json_lines(*args, llc="1000")
+        self.assertIsNotNone(r["roof_pct"])
 
     def test_nothing_to_measure_and_beyond_the_model(self):
         """Zero reps or zero tokens of both tests measure nothing (they printed an empty table, or
