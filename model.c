@@ -491,10 +491,8 @@ int transformer_load(Transformer* t, const char* path, int ctx, char* err, size_
     if (map_weights(t, path, err, errlen) != 0) goto fail_unmap;
 
     int n_threads = n_threads_wanted;
-    if (n_threads <= 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        n_threads = n > 0 ? (int)(n < 256 ? n : 256) : 1;
-    }
+    if (n_threads <= 0) n_threads = kernels_available_cpus();
+    if (n_threads > 256) n_threads = 256;
     const Config* c = &t->config;
     int max_cols = c->dim;
     if (c->hidden_dim > max_cols) max_cols = c->hidden_dim;

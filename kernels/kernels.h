@@ -145,6 +145,7 @@ static inline int q4_value(const Matrix* W, int r, int c) {
 int kernels_init(int n_threads, int max_batch, int max_cols);
 void kernels_free(void);
 int kernels_threads(void);
+int kernels_available_cpus(void); /* the CPUs this process may run on: the default thread count */
 /* Runs the kernels on n_threads from now on (1 .. the count kernels_init started, which sized the
  * callers' per-thread scratch): the bench compares thread counts in one process. Returns the count. */
 int kernels_set_threads(int n_threads);

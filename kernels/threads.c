@@ -388,12 +388,18 @@ static long spin_us_from_env(void) {
     return us;
 }
 
+/* The CPUs this process may run on (its affinity mask, e.g. under taskset or a container's
+ * cpuset), else the online CPUs: the default thread count. */
+int kernels_available_cpus(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+    long c = sysconf(_SC_NPROCESSORS_ONLN);
+    return c > 0 ? (int)c : 1;
+}
+
 int kernels_init(int n_threads, int max_batch, int max_cols) {
     kernels_free();
-    if (n_threads <= 0) {
-        long c = sysconf(_SC_NPROCESSORS_ONLN);
-        n_threads = c > 0 ? (int)c : 1;
-    }
+    if (n_threads <= 0) n_threads = kernels_available_cpus();
     if (n_threads > MAX_THREADS) n_threads = MAX_THREADS;
     P.spin_ns = spin_us_from_env() * 1000L;
     if (matmul_scratch_init(n_threads, max_batch, max_cols) != 0) return -1;

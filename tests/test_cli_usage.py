@@ -121,6 +121,18 @@ class Threads(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertNotIn("note", p.stderr)
 
+    def test_default_is_the_cpus_this_process_may_use(self):
+        """Without --threads the engine starts one thread per CPU of its affinity mask (taskset,
+        a container's cpuset), not per online CPU."""
+        if not hasattr(os, "sched_setaffinity"):
+            self.skipTest("no sched_setaffinity here")
+        one = {min(os.sched_getaffinity(0))}
+        p = subprocess.run([RUN, MODEL, "-m", "bench", "--json", "--bench-prompt", "2", "--bench-gen", "2",
+                            "--bench-reps", "1"], capture_output=True, text=True, timeout=120,
+                           preexec_fn=lambda: os.sched_setaffinity(0, one))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual({json.loads(line)["threads"] for line in p.stdout.splitlines()}, {1})
+
 
 def peak_rss_bytes(args):
     """Runs ./run with args; returns (returncode, stderr, the child's peak resident set in bytes)."""
