@@ -1,0 +1,189 @@
+"""--show-norms=all and --norms-json (cli/norm_trace.c) against the plain-Python reference
+(tests/reference.py) on tiny random models: every field of every line, at every position (the
+prompt's and each generated token's), for every call site and head; and the logits unchanged with
+the trace on. The default --show-norms table is tests/test_model.py's test_show_norms.
+
+Precision: the JSON numbers are printed with 9 significant digits (float32's), and the engine
+computes in float32 what the reference computes in double, so they are compared to 1e-4 relative
+(the end-to-end logits bound, TIGHT_TOL in test_model.py); the table's are printed with 4
+significant digits and compared to 1e-3 relative, as test_show_norms does.
+"""
+
+import json
+import math
+import os
+import re
+import shutil
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hf_model  # noqa: E402
+from hf_model import Spec, IM_START_ID  # noqa: E402
+from reference import Reference, argmax  # noqa: E402
+
+USE_OF = {'pre-attention': 1, 'QK-Norm q': 2, 'QK-Norm k': 2, 'pre-MLP': 3, 'final norm': 4}
+JSON_TOL = 1e-4
+TABLE_TOL = 1e-3
+
+# name -> (Spec fields, prompt ids, greedy steps)
+MODELS = {
+    # Qwen3 with head_dim 32 != 64/4 and one kv head for four query heads; F32.
+    'qwen3_gqa4_hd32': (dict(dtype='F32', n_heads=4, n_kv_heads=1, head_dim=32, seed=21),
+                        [IM_START_ID, 5, 6, 7, 290, 9], 4),
+    # Qwen2: q/k/v biases, no QK-Norm (the attention scores are still reported).
+    'qwen2_bias': (dict(arch='qwen2', head_dim=None, n_kv_heads=2, seed=22), [40, 41, 42, 43], 3),
+}
+
+
+def rms(v):
+    return math.sqrt(sum(a * a for a in v) / len(v))
+
+
+def expected_lines(ref, seq, kv_f16=False):
+    """(pos, layer, site, head) -> the fields --norms-json must give there, from the reference."""
+    norms, scores = [], []
+    logits = ref.forward(seq, norms=norms, scores=scores, kv_f16=kv_f16)
+    want = {}
+    for pos, layer, site, vectors, weight in norms:
+        for h, x in enumerate(vectors):
+            r = rms(x)
+            want[(pos, layer, site, h if len(vectors) > 1 else None)] = {
+                'use': USE_OF[site], 'rms_in': r, 'mean_in': sum(x) / len(x),
+                'scale': 1.0 / math.sqrt(r * r + ref.eps), 'rms_w': rms(weight),
+                'rms_out': rms(ref.rmsnorm(x, weight, ref.eps))}
+    G = ref.H // ref.K
+    for pos, layer, head, s in scores:
+        want[(pos, layer, 'attention', head)] = {'kv_head': head // G, 'keys': pos + 1,
+                                                 'max_score': max(abs(v) for v in s)}
+    return want, logits
+
+
+class NormTrace(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix='qwen3_norm_trace_')
+        cls.expected = {}  # (model, kv_f16, sequence) -> expected_lines(...)[0]
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def setUp(self):
+        why = hf_model.missing_tools()
+        if why:
+            self.skipTest(why + ': the trace tests need export.py and ./run')
+
+    def model(self, name):
+        """(HF folder, f32 checkpoint) of MODELS[name], made once."""
+        folder = os.path.join(self.tmp, name)
+        ckpt = folder + '.bin'
+        if not os.path.exists(ckpt):
+            hf_model.write_model(folder, Spec(**MODELS[name][0]))
+            p = hf_model.run_export(folder, ckpt, 'f32')
+            self.assertEqual(p.returncode, 0, p.stderr)
+        return folder, ckpt
+
+    def want(self, name, seq, kv_f16=False):
+        key = (name, kv_f16, tuple(seq))
+        if key not in self.expected:
+            self.expected[key] = expected_lines(Reference(self.model(name)[0]), seq, kv_f16=kv_f16)[0]
+        return self.expected[key]
+
+    def run_traced(self, name, extra, tag, base=()):
+        """./run greedy with --dump-logits and `base`, once plain and once with `extra` too: the
+        traced run's process and the sequence of tokens that went through the model."""
+        folder, ckpt = self.model(name)
+        _, prompt, n = MODELS[name]
+        rows = {}
+        for label, more in (('plain', list(base)), (tag, list(base) + extra)):
+            dump = os.path.join(self.tmp, '%s.%s.logits' % (name, label))
+            args = [ckpt, '--prompt-ids', ','.join(map(str, prompt)), '-n', str(n), '-t', '0',
+                    '--dump-logits', dump] + more
+            p = hf_model.run_engine(args)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            rows[label] = hf_model.read_logits(dump, MODELS[name][0].get('vocab_size', 300))
+        self.assertEqual(rows[tag], rows['plain'], '%s changed the logits' % ' '.join(extra))
+        seq = list(prompt) + [argmax(r) for r in rows['plain'][len(prompt) - 1:-1]]
+        self.assertEqual(len(seq), len(rows['plain']))
+        self.assertGreater(len(seq), len(prompt), 'no generated token went through the model')
+        return p, seq
+
+    def check_json(self, name, kv_flags=(), kv_f16=False):
+        path = os.path.join(self.tmp, '%s%s.jsonl' % (name, '.f16' if kv_f16 else ''))
+        _, seq = self.run_traced(name, ['--norms-json', path], 'json', base=kv_flags)
+        want = self.want(name, seq, kv_f16)
+        got = {}
+        with open(path) as f:
+            for line in f:
+                obj = json.loads(line)
+                key = (obj['pos'], obj['layer'], obj['site'], obj['head'])
+                self.assertNotIn(key, got, 'line twice: %s' % line)
+                got[key] = obj
+        self.assertEqual(sorted(got, key=repr), sorted(want, key=repr), name + ': the lines')
+        for key, fields in want.items():
+            for field, b in fields.items():
+                a = got[key][field]
+                if isinstance(b, int):
+                    self.assertEqual(a, b, '%s %s %s' % (name, key, field))
+                    continue
+                # mean(x) can be near 0: its error is measured against the vector's size.
+                size = abs(fields['rms_in']) if field == 'mean_in' else abs(b)
+                self.assertLess(abs(a - b), JSON_TOL * size + 1e-9,
+                                '%s %s %s: %r printed, reference %.9g' % (name, key, field, a, b))
+        return want
+
+    def test_norms_json_qwen3(self):
+        """Every call site, position and head of q and k, every field, and each query head's
+        largest |q.k|/sqrt(d) over its keys; the decode path's positions included."""
+        want = self.check_json('qwen3_gqa4_hd32')
+        self.assertIn((7, 1, 'QK-Norm k', None), want)  # one kv head: k is one vector of head_dim
+        self.assertTrue(any(k[2] == 'QK-Norm q' and k[3] == 3 for k in want))
+
+    def test_norms_json_qwen2(self):
+        """No QK-Norm: the other three sites, and the attention scores of un-normalised q and k."""
+        want = self.check_json('qwen2_bias')
+        self.assertFalse(any(k[2].startswith('QK-Norm') for k in want))
+        self.assertTrue(any(k[2] == 'attention' for k in want))
+
+    def test_norms_json_f16_cache(self):
+        """--kv-cache f16: the scores use the keys as the cache holds them (halves)."""
+        self.check_json('qwen3_gqa4_hd32', kv_flags=('--kv-cache', 'f16'), kv_f16=True)
+
+    def test_show_norms_all_table(self):
+        """--show-norms=all: one line per position, call site and head, with the reference's
+        values to the 4 digits printed."""
+        name = 'qwen3_gqa4_hd32'
+        p, seq = self.run_traced(name, ['--show-norms=all'], 'all')
+        line_re = re.compile(r'^\s*(\d+)\s+(-|\d+)\s+([1-4])\s+(pre-attention|QK-Norm q|QK-Norm k|pre-MLP|final norm)'
+                             r'\s+(-|\d+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)$')
+        got = [m.groups() for m in map(line_re.match, p.stderr.splitlines()) if m]
+        want = {k: v for k, v in self.want(name, seq).items() if k[2] != 'attention'}
+        keys = [(int(g[0]), int(g[1]) if g[1] != '-' else -1, g[3], int(g[4]) if g[4] != '-' else None) for g in got]
+        self.assertEqual(sorted(keys, key=repr), sorted(want, key=repr), p.stderr)
+        self.assertEqual(len(set(keys)), len(keys))
+        for key, g in zip(keys, got):
+            w = want[key]
+            self.assertEqual(int(g[2]), w['use'])
+            for text, field in zip(g[5:], ('rms_in', 'mean_in', 'scale', 'rms_w', 'rms_out')):
+                size = w['rms_in'] if field == 'mean_in' else abs(w[field])
+                self.assertLess(abs(float(text) - w[field]), TABLE_TOL * size + 1e-12,
+                                '%s %s: %s printed, reference %.6g' % (key, field, text, w[field]))
+
+    def test_bad_options(self):
+        _, ckpt = self.model('qwen2_bias')
+        p = hf_model.run_engine([ckpt, '--prompt-ids', '1', '-n', '0', '--show-norms=some'])
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--show-norms takes no value or =all, got '--show-norms=some'", p.stderr)
+        missing = os.path.join(self.tmp, 'no-such-folder', 'n.jsonl')
+        p = hf_model.run_engine([ckpt, '--prompt-ids', '1', '-n', '0', '--norms-json', missing])
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(missing + ': cannot open for writing', p.stderr)
+        self.assertFalse(os.path.exists(missing))
+        p = hf_model.run_engine([ckpt, '-m', 'tokenize', '-i', 'a', '--norms-json', missing])
+        self.assertIn('ignores --norms-json', p.stderr)
+
+
+if __name__ == '__main__':
+    unittest.main()
