@@ -21,6 +21,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_model  # noqa: E402
 from hf_model import Spec, IM_START_ID  # noqa: E402
+import reference  # noqa: E402
 from reference import Reference, argmax  # noqa: E402
 
 USE_OF = {'pre-attention': 1, 'QK-Norm q': 2, 'QK-Norm k': 2, 'pre-MLP': 3, 'final norm': 4}
@@ -170,6 +171,51 @@ class NormTrace(unittest.TestCase):
                 size = w['rms_in'] if field == 'mean_in' else abs(w[field])
                 self.assertLess(abs(float(text) - w[field]), TABLE_TOL * size + 1e-12,
                                 '%s %s: %s printed, reference %.6g' % (key, field, text, w[field]))
+
+    def test_plot_norms_copies_and_pictures(self):
+        """tools/plot_norms.py: a checkpoint copy scaled by 1 is the file itself; one without
+        QK-Norm runs as the reference does without it; doubling q_proj and k_proj quadruples layer
+        0's scores without QK-Norm and leaves them with it; the pictures are well-formed SVG with
+        their titles and legends."""
+        import xml.etree.ElementTree as ET
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'tools'))
+        import plot_norms
+        name = 'qwen3_gqa4_hd32'
+        folder, ckpt = self.model(name)
+        _, prompt, _ = MODELS[name]
+        same = os.path.join(self.tmp, 'same.bin')
+        plot_norms.scale_qk_checkpoint(ckpt, 1, same)
+        with open(ckpt, 'rb') as a, open(same, 'rb') as b:
+            self.assertEqual(a.read(), b.read())
+        traces = {}
+        for factor in (1, 2):
+            for qk_norm in (True, False):
+                copy = os.path.join(self.tmp, 'x%d%s.bin' % (factor, '' if qk_norm else '.noqk'))
+                plot_norms.scale_qk_checkpoint(ckpt, factor, copy, drop_qk_norm=not qk_norm)
+                trace, dump = copy + '.jsonl', copy + '.logits'
+                p = hf_model.run_engine([copy, '--prompt-ids', ','.join(map(str, prompt)), '-n', '0',
+                                         '--norms-json', trace, '--dump-logits', dump])
+                self.assertEqual(p.returncode, 0, p.stderr)
+                traces[factor, qk_norm] = plot_norms.read_trace(trace)
+                if factor == 1 and not qk_norm:
+                    rows = hf_model.read_logits(dump, 300)
+                    ref = Reference(folder).forward(prompt, skip_qk_norm=True)
+                    self.assertLess(reference.rel_error(rows, ref), JSON_TOL)
+        best = {k: plot_norms.max_score_per_layer(v) for k, v in traces.items()}
+        self.assertAlmostEqual(best[2, False][0] / best[1, False][0], 4.0, places=4)
+        self.assertAlmostEqual(best[2, True][0] / best[1, True][0], 1.0, places=4)
+        self.assertFalse(any(o['site'].startswith('QK') for o in traces[1, False]))
+        plot_norms.sites_pictures(traces[1, True], self.tmp, 'test')
+        plot_norms.plot_scores({1: traces[1, True], 2: traces[2, True]}, {1: traces[1, False], 2: traces[2, False]},
+                               os.path.join(self.tmp, 'scores.svg'), 'test')
+        for svg, words in (('norms-rms-in.svg', ('pre-attention', 'QK-Norm k', 'final norm', 'layer 1', 'position')),
+                           ('norms-scale.svg', ('pre-MLP', 'scale = 1/sqrt')),
+                           ('scores.svg', ('without QK-Norm', 'with QK-Norm', 'layer 0', 'factor on q_proj'))):
+            root = ET.parse(os.path.join(self.tmp, svg)).getroot()
+            text = ' '.join(t.text or '' for t in root.iter('{http://www.w3.org/2000/svg}text'))
+            for w in words:
+                self.assertIn(w, text, svg)
+            self.assertTrue(list(root.iter('{http://www.w3.org/2000/svg}polyline')), svg)
 
     def test_bad_options(self):
         _, ckpt = self.model('qwen2_bias')
