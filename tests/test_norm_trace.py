@@ -217,6 +217,42 @@ class NormTrace(unittest.TestCase):
                 self.assertIn(w, text, svg)
             self.assertTrue(list(root.iter('{http://www.w3.org/2000/svg}polyline')), svg)
 
+    def test_norm_precision_report(self):
+        """tools/norm_precision.c (make norm-precision): its tables have every size and the
+        properties the formats imply, by wide margins: fp32 sums within 1e-5 of fp64 and bf16 ones
+        further off; the rsqrt instruction alone 11 to 13 correct bits, with a Newton step over 20;
+        Hugging Face's bf16 order further from fp64 than the engine's fp32 path."""
+        import subprocess
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        lab = os.path.join(os.environ.get('BUILD_DIR', os.path.join(root, 'build')), 'tools', 'norm_precision')
+        if not os.access(lab, os.X_OK):
+            self.skipTest('%s is not built (make test or make norm-precision builds it)' % lab)
+        p = subprocess.run([lab], capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        rows = {}
+        for line in p.stdout.splitlines():
+            cells = [c.strip() for c in line.strip().strip('|').split('|')]
+            if line.startswith('|') and not line.startswith('|-') and cells[0] not in ('n', '1/sqrt(m) in fp32'):
+                rows.setdefault(cells[0], []).append(cells[1:])
+
+        def median(cell):
+            return float(cell.split('/')[0])
+        for n in ('128', '256', '512', '1024', '2048', '2560', '4096', '5120'):
+            f32, lanes, bf16, f16 = rows[n][0]
+            self.assertLess(median(f32), 1e-5)
+            self.assertLess(median(lanes), 1e-5)
+            self.assertGreater(median(bf16), 10 * median(f32))
+        for n in ('128', '1024', '5120'):
+            engine, hf, _ = rows[n][1]
+            self.assertGreater(median(hf), 100 * median(engine))
+        division = rows['`1.0f / sqrtf(m)` (kernels/norm.c)'][0]
+        self.assertGreater(float(division[2]), 22)
+        alone = rows['`_mm_rsqrt_ps` alone'][0]
+        if 'not measured' in alone[0]:
+            return
+        self.assertTrue(11 <= float(alone[2]) <= 13, alone)
+        self.assertGreater(float(rows['`_mm_rsqrt_ps` + one Newton step'][0][2]), 20)
+
     def test_bad_options(self):
         _, ckpt = self.model('qwen2_bias')
         p = hf_model.run_engine([ckpt, '--prompt-ids', '1', '-n', '0', '--show-norms=some'])
