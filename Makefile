@@ -39,7 +39,7 @@ SHIPPED_MODEL := models/tinystories.bin
 STORY_PROMPT ?= Once upon a time
 STORY_FLAGS ?= -n 250
 
-.PHONY: all run test test-scalar bench clean test-arm FORCE
+.PHONY: all run test test-scalar bench clean test-arm norm-precision FORCE
 # Keep the test programs' objects (make deletes intermediate files otherwise, and relinks next time).
 .SECONDARY:
 
@@ -68,6 +68,14 @@ $(B)/run: $(B)/obj/run.o $(B)/libengine.a
 run: all
 	./run $(SHIPPED_MODEL) -i "$(STORY_PROMPT)" $(STORY_FLAGS)
 
+# The RMSNorm precision lab: a Markdown report on stdout (docs/norm-precision.md is its output).
+norm-precision: $(B)/tools/norm_precision
+	$(B)/tools/norm_precision
+
+$(B)/tools/norm_precision: $(B)/obj/tools/norm_precision.o $(B)/libengine.a
+	@mkdir -p $(dir $@)
+	$(COMPILE) -o $@ $^ $(LDLIBS)
+
 $(B)/tests/%: $(B)/obj/tests/%.o $(B)/libengine.a
 	@mkdir -p $(dir $@)
 	$(COMPILE) -o $@ $^ $(LDLIBS)
@@ -90,7 +98,7 @@ $(B)/tests/test_kernels_avx2: $(B)/obj-avx2/tests/test_kernels.o $(KERNEL_SRC:%.
 	$(AVX2_COMPILE) -o $@ $^ $(LDLIBS)
 
 # The tests find the programs of this build through BUILD_DIR (run_tests.py, hf_model.py).
-test: all $(TEST_BIN) $(TEST_VARIANTS)
+test: all $(TEST_BIN) $(TEST_VARIANTS) $(B)/tools/norm_precision
 	BUILD_DIR=$(B) $(PYTHON) tests/run_tests.py $(TESTS)
 
 # The scalar reference build's kernel and model tests (CI runs them after `make test`), built in
@@ -115,7 +123,7 @@ bench: all
 	done
 
 clean:
-	rm -rf run build/run build/flags build/obj build/obj-avx2 build/libengine.a build/tests build/arm build/scalar
+	rm -rf run build/run build/flags build/obj build/obj-avx2 build/libengine.a build/tests build/tools build/arm build/scalar
 
 # `make test-arm`: the kernel tests cross-compiled for arm64 and run under qemu-aarch64 (user mode),
 # once with SDOT (armv8.2-a+dotprod) and once without (armv8-a), so both q8 dot paths of the NEON

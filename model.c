@@ -627,6 +627,33 @@ static void see_norm(const Transformer* t, int use, const char* site, int layer,
 /* Row r of a batch buffer whose rows are `width` floats wide. */
 #define ROW(buf, r, width) ((buf) + (size_t)(r) * (size_t)(width))
 
+/* --norms-json (norm_trace.h): for each traced row of the chunk, each query head's largest
+ * |q.k|/sqrt(d) over the keys it attends to, read back from the cache (after QK-Norm and RoPE, as
+ * attention reads them); nothing when the trace is off. */
+static void see_scores(const Transformer* t, int l, int p0, int nb) {
+    NormTrace* tr = t->norm_trace;
+    if (tr == NULL || tr->json == NULL) return;
+    const Config* c = &t->config;
+    const RunState* s = &t->state;
+    const int H = c->n_heads, d = c->head_dim, G = c->n_heads / c->n_kv_heads;
+    for (int r = 0; r < nb; r++) {
+        if (!norm_trace_wants(tr, p0 + r)) continue;
+        for (int j = 0; j < H; j++) {
+            const float* q = ROW(s->q, r, (size_t)H * d) + (size_t)j * d;
+            double best = 0.0;
+            for (int p = 0; p <= p0 + r; p++) {
+                size_t at = kv_offset(c, kv_block_len(s), l, j / G, p);
+                double dot = 0.0;
+                for (int i = 0; i < d; i++)
+                    dot += (double)q[i] * (s->kv_f16 ? half_to_float(((const uint16_t*)s->key_cache)[at + i])
+                                                     : ((const float*)s->key_cache)[at + i]);
+                best = fabs(dot) > best ? fabs(dot) : best;
+            }
+            norm_trace_score(tr, l, p0 + r, j, j / G, p0 + r + 1, best / sqrt((double)d));
+        }
+    }
+}
+
 float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_logits) {
     const Config* c = &t->config;
     const Weights* w = &t->weights;
@@ -702,6 +729,7 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
                     kv_store(s, s->value_cache, at, ROW(s->v, r, kv_dim) + h * d, d);
                 }
             }
+            see_scores(t, l, p0, nb); /* --norms-json: each head's largest score, with or without QK-Norm */
 
             /* 2.2 step 2.7: causal attention of every row and query head, spread over the threads
              * (attention_task above; attend() has the GQA head mapping, the 1/sqrt(d) scale and

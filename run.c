@@ -45,7 +45,9 @@ typedef struct {
     int no_mmap;                 /* read the weights into memory instead of mapping them */
     int kv_f16;                  /* --kv-cache f16: keys and values cached as IEEE halves */
     int bf16_activations;        /* prefill: bf16 weights x bf16-rounded activations */
-    int show_norms;              /* --show-norms: every RMSNorm call site at the prompt's last token */
+    int show_norms;              /* --show-norms: every RMSNorm call site at the prompt's last token;
+                                  * 2 (--show-norms=all): at every position, every head */
+    const char* norms_json;      /* --norms-json PATH: the same, all of it, as JSON lines */
     uint64_t seed;
     int has_temperature, has_top_p, has_top_k, has_seed, has_steps;
     const char* given[48];       /* the options given, by their long names: for the other-mode notes */
@@ -103,6 +105,10 @@ static void usage(FILE* out) {
             "      --show-norms       generate mode: print to stderr what each RMSNorm call site\n"
             "                         (pre-attention, QK-Norm, pre-MLP, final) does at the prompt's\n"
             "                         last token: rms in, scale, rms(w), rms out\n"
+            "      --show-norms=all   the same at every position, every head of q and k on its own\n"
+            "      --norms-json PATH  generate mode: write every RMSNorm call site at every position\n"
+            "                         and head, and each head's largest |q.k|/sqrt(d), as JSON lines\n"
+            "                         (tools/plot_norms.py draws them)\n"
             "  -h, --help             this help\n"
             "Bench mode (-m bench): --bench-prompt N (prefill tokens, default 512), --bench-gen N\n"
             "  (decode tokens, default 128; both defaults shrink to fit the context, with a note),\n"
@@ -207,6 +213,11 @@ static void parse_args(int argc, char** argv, Options* o) {
             o->checkpoint = arg;
             continue;
         }
+        if (strcmp(arg, "--show-norms=all") == 0) { /* the one switch that also takes a value */
+            o->show_norms = 2;
+            note_given(o, "--show-norms");
+            continue;
+        }
         /* Options without a value: each sets one field. */
         const struct { const char* name; int* field; int value; } switches[] = {
             {"--keep-thinking", &o->keep_thinking, 1},
@@ -250,12 +261,13 @@ static void parse_args(int argc, char** argv, Options* o) {
             {"", "--prompt-ids"}, {"-m", "--mode"}, {"-y", "--system"}, {"-c", "--ctx"},
             {"", "--threads"}, {"", "--dump-logits"}, {"", "--bench-prompt"}, {"", "--bench-gen"},
             {"", "--bench-reps"}, {"", "--bench-depth"}, {"", "--thinking"}, {"", "--show-thinking"},
-            {"", "--kv-cache"},
+            {"", "--kv-cache"}, {"", "--norms-json"},
         };
         const char* long_name = NULL;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0] && !long_name; k++)
             if (IS(valued[k].short_name, valued[k].long_name)) long_name = valued[k].long_name;
         if (long_name == NULL) {
+            if (strcmp(name, "--show-norms") == 0) die(2, "--show-norms takes no value or =all, got '%s'", arg);
             for (size_t k = 0; k < sizeof switches / sizeof switches[0]; k++)
                 if (strcmp(name, switches[k].name) == 0) die(2, "option %s takes no value, got '%s'", name, arg);
             if (strcmp(name, "--json") == 0) die(2, "option %s takes no value, got '%s'", name, arg);
@@ -314,6 +326,9 @@ static void parse_args(int argc, char** argv, Options* o) {
             if (strcmp(value, "f32") && strcmp(value, "f16"))
                 die(2, "%s must be f32 or f16, got '%s'", name, value);
             o->kv_f16 = strcmp(value, "f16") == 0;
+        } else if (IS("", "--norms-json")) {
+            if (!value[0]) die(2, "--norms-json needs a file name");
+            o->norms_json = value;
         } else if (IS("", "--dump-logits")) {
             if (!value[0]) die(2, "--dump-logits needs a file name");
             o->dump_logits = value;
@@ -349,7 +364,7 @@ static void parse_args(int argc, char** argv, Options* o) {
     if (o->prompt_ids && !is_generate) die(2, "--prompt-ids is for generate mode, not -m %s", o->mode);
     static const char* const chat_only[] = {"--system",   "--no-think",      "--thinking", "--hide-think",
                                             "--show-thinking", "--keep-thinking", NULL};
-    static const char* const generate_only[] = {"--show-norms", NULL};
+    static const char* const generate_only[] = {"--show-norms", "--norms-json", NULL};
     static const char* const generate_and_chat[] = {"--temperature", "--top-p",     "--top-k",
                                                     "--min-p",       "--repeat-penalty", "--seed",
                                                     "--steps",       "--dump-logits", "--verbose-prompt", NULL};
@@ -440,6 +455,62 @@ static void emit(const Tokenizer* tok, Utf8Stream* stream, int id, int* n_emitte
     fflush(stdout);
 }
 
+/* --show-norms and --norms-json (norm_trace.h): the buffers the trace writes through, allocated
+ * before the token loop so that it allocates nothing. */
+typedef struct {
+    char* table_buf; /* the table's stdio buffer */
+    char* json_buf;  /* the JSON file's */
+} TraceBuffers;
+
+#define TRACE_STDIO_BUFFER (1 << 16)
+
+/* --show-norms traces the prompt's last token, the one whose logits pick the first generated token;
+ * --show-norms=all and --norms-json every position that goes through forward(), the prompt's and
+ * each generated token fed back. The table goes to a temporary file and is printed to stderr after
+ * the text, into which it would otherwise cut. */
+static void trace_open(NormTrace* tr, TraceBuffers* b, const Options* o, const Config* c, int n_prompt) {
+    memset(tr, 0, sizeof *tr);
+    memset(b, 0, sizeof *b);
+    tr->pos = o->show_norms == 1 ? n_prompt - 1 : -1;
+    tr->each_head = o->show_norms == 2;
+    tr->scratch = malloc((size_t)(c->dim > c->head_dim ? c->dim : c->head_dim) * sizeof(float));
+    if (tr->scratch == NULL) die(1, "out of memory");
+    if (o->show_norms) {
+        tr->table = tmpfile();
+        if (tr->table == NULL) die(1, "--show-norms: cannot create a temporary file: %s", strerror(errno));
+        b->table_buf = malloc(TRACE_STDIO_BUFFER);
+        if (b->table_buf == NULL || setvbuf(tr->table, b->table_buf, _IOFBF, TRACE_STDIO_BUFFER) != 0)
+            die(1, "out of memory");
+    }
+    if (o->norms_json) {
+        tr->json = fopen(o->norms_json, "w");
+        if (tr->json == NULL) die(1, "%s: cannot open for writing: %s", o->norms_json, strerror(errno));
+        b->json_buf = malloc(TRACE_STDIO_BUFFER);
+        if (b->json_buf == NULL || setvbuf(tr->json, b->json_buf, _IOFBF, TRACE_STDIO_BUFFER) != 0)
+            die(1, "out of memory");
+    }
+}
+
+/* The table to stderr; the JSON file closed (removed if it could not be written whole). */
+static void trace_close(NormTrace* tr, TraceBuffers* b, const Options* o) {
+    if (tr->table) {
+        fflush(stdout); /* the text's last line before the table, where both go to one place */
+        char chunk[4096];
+        size_t got;
+        if (fflush(tr->table) != 0 || fseek(tr->table, 0, SEEK_SET) != 0)
+            die(1, "--show-norms: the temporary file could not be written");
+        while ((got = fread(chunk, 1, sizeof chunk, tr->table)) > 0) fwrite(chunk, 1, got, stderr);
+        fclose(tr->table);
+    }
+    if (tr->json && (ferror(tr->json) | fclose(tr->json)) != 0) {
+        remove(o->norms_json);
+        die(1, "%s: write failed", o->norms_json);
+    }
+    free(b->table_buf);
+    free(b->json_buf);
+    free(tr->scratch);
+}
+
 /* seed: the sampler's, reported when it came from the clock so that a run can be repeated. */
 static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, const Options* o, uint64_t seed) {
     const Config* c = &t->config;
@@ -501,16 +572,10 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
         if (chunk_logits == NULL) die(1, "out of memory");
     }
 
-    /* --show-norms: the prefill reports each RMSNorm call site at the prompt's last token, the one
-     * whose logits pick the first generated token (norm_trace.h); the table is kept in memory and
-     * printed to stderr after the text, into which it would otherwise cut. */
-    NormTrace trace = {n_prompt - 1, NULL, NULL, 0};
-    char* trace_text = NULL;
-    size_t trace_len = 0;
-    if (o->show_norms) {
-        trace.out = open_memstream(&trace_text, &trace_len);
-        trace.scratch = malloc((size_t)(c->dim > c->head_dim ? c->dim : c->head_dim) * sizeof(float));
-        if (trace.out == NULL || trace.scratch == NULL) die(1, "out of memory");
+    NormTrace trace = {0};
+    TraceBuffers trace_buffers = {0};
+    if (o->show_norms || o->norms_json) {
+        trace_open(&trace, &trace_buffers, o, c, n_prompt);
         t->norm_trace = &trace;
     }
 
@@ -535,7 +600,8 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
         if (logits == NULL) die(1, "forward pass failed");
     }
     double t1 = now_seconds();
-    t->norm_trace = NULL; /* the prompt's last token has been through every call site */
+    if (trace.pos >= 0 && trace.json == NULL)
+        t->norm_trace = NULL; /* the prompt's last token has been through every call site */
 
     /* Decode: sample, print, feed the token back, until an end-of-sequence id, -n tokens or the
      * end of the context. */
@@ -561,16 +627,12 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
         if (dump) write_rows(dump, o->dump_logits, logits, 1, V);
     }
     double t2 = now_seconds();
+    t->norm_trace = NULL;
     if (tok) utf8_stream_flush(&stream, stdout);
     if (n_emitted > 0 || (o->prompt && tok)) fputc('\n', stdout);
     check_stdout();
 
-    if (trace.out) {
-        if (fclose(trace.out) != 0) die(1, "out of memory");
-        fflush(stdout); /* the text's last line before the table, where both go to one place */
-        fputs(trace_text, stderr);
-        free(trace_text);
-    }
+    if (o->show_norms || o->norms_json) trace_close(&trace, &trace_buffers, o);
     if (context_full) {
         char advice[80];
         fprintf(stderr, "run: the context is full (%d token%s): generation stopped; %s\n", c->seq_len,
@@ -586,7 +648,6 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
                 (unsigned long long)seed);
     free(chunk_logits);
     free(history);
-    free(trace.scratch);
     free(prompt);
     return 0;
 }

@@ -1,4 +1,4 @@
-/* norm_trace.c: `--show-norms`, one line per RMSNorm call site at one position (norm_trace.h).
+/* norm_trace.c: `--show-norms` and `--norms-json`, what each RMSNorm call site does (norm_trace.h).
  * Not on the speed path: forward() checks one pointer per call site when the trace is off. */
 #include "norm_trace.h"
 
@@ -6,10 +6,31 @@
 
 #include "kernels/kernels.h"
 
+/* What RMSNorm does to one vector x of n values with weight w. */
+typedef struct {
+    double rms_in, mean_in, scale, rms_out;
+} NormStats;
+
 static double rms(const float* x, int n) {
     double ss = 0.0;
     for (int i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
     return sqrt(ss / n);
+}
+
+static NormStats norm_stats(const float* x, const float* w, int n, float eps, float* out) {
+    NormStats st;
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += x[i];
+    rmsnorm_scalar(out, x, w, n, eps);
+    st.rms_in = rms(x, n);
+    st.mean_in = sum / n;
+    st.scale = 1.0 / sqrt(st.rms_in * st.rms_in + (double)eps);
+    st.rms_out = rms(out, n);
+    return st;
+}
+
+int norm_trace_wants(const NormTrace* tr, int p) {
+    return tr->json != NULL || tr->pos < 0 || tr->pos == p;
 }
 
 /* "value" for one vector, "min..max" over several (QK-Norm's heads), in a column of `width`
@@ -21,36 +42,86 @@ static void print_cell(FILE* f, double lo, double hi, int many, int width) {
     fprintf(f, "%-*s", width, cell);
 }
 
-void norm_trace_see(NormTrace* tr, int use, const char* site, int layer, const float* in, const float* weight,
-                    int per_row, int width, int p0, int nb, float eps) {
-    if (tr->pos < p0 || tr->pos >= p0 + nb) return;
-    const float* row = in + (size_t)(tr->pos - p0) * (size_t)per_row * (size_t)width;
-    float* out = tr->scratch;
+/* The default table: one line per call site at one position, QK-Norm's heads as min..max. */
+static void table_line(NormTrace* tr, int use, const char* site, int layer, const float* row, const float* weight,
+                       int per_row, int width, int pos, float eps) {
     double lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
     for (int v = 0; v < per_row; v++) {
-        const float* x = row + (size_t)v * (size_t)width;
-        rmsnorm_scalar(out, x, weight, width, eps);
-        const double r = rms(x, width);
-        const double cols[3] = {r, 1.0 / sqrt(r * r + (double)eps), rms(out, width)};
+        NormStats st = norm_stats(row + (size_t)v * (size_t)width, weight, width, eps, tr->scratch);
+        const double cols[3] = {st.rms_in, st.scale, st.rms_out};
         for (int k = 0; k < 3; k++) {
             lo[k] = cols[k] < lo[k] ? cols[k] : lo[k];
             hi[k] = cols[k] > hi[k] ? cols[k] : hi[k];
         }
     }
     if (tr->lines++ == 0)
-        fprintf(tr->out,
+        fprintf(tr->table,
                 "RMSNorm at each call site, position %d: out = w * (x * scale), scale = 1/sqrt(mean(x^2) + eps),\n"
                 "eps %g; over every head for QK-Norm (min..max)\n"
                 "layer  use  site           vectors    rms(in)          scale            rms(w)    rms(out)\n",
-                tr->pos, (double)eps);
+                pos, (double)eps);
     char where[16], shape[32];
     if (layer >= 0) snprintf(where, sizeof where, "%5d", layer);
     else snprintf(where, sizeof where, "%5s", "-");
     snprintf(shape, sizeof shape, "%d x %d", per_row, width);
-    fprintf(tr->out, "%s  %d    %-13s  %-9s  ", where, use, site, shape);
-    print_cell(tr->out, lo[0], hi[0], per_row > 1, 17);
-    print_cell(tr->out, lo[1], hi[1], per_row > 1, 17);
-    fprintf(tr->out, "%-8.4g  ", rms(weight, width));
-    print_cell(tr->out, lo[2], hi[2], per_row > 1, 0);
-    fputc('\n', tr->out);
+    fprintf(tr->table, "%s  %d    %-13s  %-9s  ", where, use, site, shape);
+    print_cell(tr->table, lo[0], hi[0], per_row > 1, 17);
+    print_cell(tr->table, lo[1], hi[1], per_row > 1, 17);
+    fprintf(tr->table, "%-8.4g  ", rms(weight, width));
+    print_cell(tr->table, lo[2], hi[2], per_row > 1, 0);
+    fputc('\n', tr->table);
+}
+
+/* --show-norms=all: one line per vector (each head of q and k on its own). */
+static void full_table_line(NormTrace* tr, int use, const char* site, int layer, int head, int pos,
+                            const NormStats* st, double rms_w, float eps) {
+    if (tr->lines++ == 0)
+        fprintf(tr->table,
+                "RMSNorm at each call site, every position, every head: out = w * (x * scale),\n"
+                "scale = 1/sqrt(mean(x^2) + eps), eps %g; in forward()'s order (a prefill chunk's\n"
+                "positions at each call site in turn)\n"
+                "  pos  layer  use  site           head  rms(in)     mean(in)     scale       rms(w)      rms(out)\n",
+                (double)eps);
+    char where[16], which[16];
+    if (layer >= 0) snprintf(where, sizeof where, "%5d", layer);
+    else snprintf(where, sizeof where, "%5s", "-");
+    if (head >= 0) snprintf(which, sizeof which, "%d", head);
+    else snprintf(which, sizeof which, "-");
+    fprintf(tr->table, "%5d  %s  %d    %-13s  %-4s  %-10.4g  %-11.4g  %-10.4g  %-10.4g  %.4g\n", pos, where, use, site,
+            which, st->rms_in, st->mean_in, st->scale, rms_w, st->rms_out);
+}
+
+static void json_line(NormTrace* tr, int use, const char* site, int layer, int head, int pos, const NormStats* st,
+                      double rms_w) {
+    char which[16];
+    if (head >= 0) snprintf(which, sizeof which, "%d", head);
+    else snprintf(which, sizeof which, "null");
+    fprintf(tr->json,
+            "{\"pos\":%d,\"layer\":%d,\"use\":%d,\"site\":\"%s\",\"head\":%s,\"rms_in\":%.9g,\"mean_in\":%.9g,"
+            "\"scale\":%.9g,\"rms_w\":%.9g,\"rms_out\":%.9g}\n",
+            pos, layer, use, site, which, st->rms_in, st->mean_in, st->scale, rms_w, st->rms_out);
+}
+
+void norm_trace_see(NormTrace* tr, int use, const char* site, int layer, const float* in, const float* weight,
+                    int per_row, int width, int p0, int nb, float eps) {
+    const double rms_w = rms(weight, width);
+    for (int r = 0; r < nb; r++) {
+        if (!norm_trace_wants(tr, p0 + r)) continue;
+        const float* row = in + (size_t)r * (size_t)per_row * (size_t)width;
+        const int in_table = tr->table != NULL && (tr->pos < 0 || tr->pos == p0 + r);
+        if (in_table && !tr->each_head) table_line(tr, use, site, layer, row, weight, per_row, width, p0 + r, eps);
+        if (!tr->json && !(in_table && tr->each_head)) continue;
+        for (int v = 0; v < per_row; v++) {
+            NormStats st = norm_stats(row + (size_t)v * (size_t)width, weight, width, eps, tr->scratch);
+            const int head = per_row > 1 ? v : -1;
+            if (in_table && tr->each_head) full_table_line(tr, use, site, layer, head, p0 + r, &st, rms_w, eps);
+            if (tr->json) json_line(tr, use, site, layer, head, p0 + r, &st, rms_w);
+        }
+    }
+}
+
+void norm_trace_score(NormTrace* tr, int layer, int pos, int head, int kv_head, int n_keys, double max_score) {
+    if (tr->json == NULL) return;
+    fprintf(tr->json, "{\"pos\":%d,\"layer\":%d,\"site\":\"attention\",\"head\":%d,\"kv_head\":%d,\"keys\":%d,"
+            "\"max_score\":%.9g}\n", pos, layer, head, kv_head, n_keys, max_score);
 }

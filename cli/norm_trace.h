@@ -1,27 +1,51 @@
-/* norm_trace.h: `--show-norms` (run.c), for a student of RMSNorm: what each of the four RMSNorm
- * call sites of forward() (model.c) does to the vectors it gets, at one position of the prompt.
- * forward() calls norm_trace_see just before each call site when Transformer.norm_trace is set. */
+/* norm_trace.h: `--show-norms` and `--norms-json` (run.c), for a student of RMSNorm: what each of
+ * the four RMSNorm call sites of forward() (model.c) does to the vectors it gets.
+ * forward() calls norm_trace_see just before each call site, and norm_trace_score once a layer's
+ * keys are in the cache, when Transformer.norm_trace is set.
+ *
+ * Three outputs, any of them on:
+ *   the table (--show-norms)       one position (the prompt's last); QK-Norm's heads as min..max
+ *   the full table (=all)          every position the model runs, every head of q and k on its own
+ *   JSON lines (--norms-json)      every position, every head, one object per line:
+ *     {"pos":P,"layer":L,"use":U,"site":"QK-Norm q","head":J,"rms_in":..,"mean_in":..,
+ *      "scale":..,"rms_w":..,"rms_out":..}
+ *       layer -1: the final norm (after the last layer), reported where forward() runs it: at
+ *       every position with --dump-logits, else at the prompt's last one and each generated one;
+ *       head null: a site of one D-vector
+ *     {"pos":P,"layer":L,"site":"attention","head":J,"kv_head":G,"keys":N,"max_score":..}
+ *       the largest |q.k|/sqrt(d) of query head J over the N keys it attends to (positions 0..P)
+ * Nothing here allocates: the caller sizes `scratch` and opens the streams before the token loop. */
 #ifndef NORM_TRACE_H
 #define NORM_TRACE_H
 
 #include <stdio.h>
 
 typedef struct NormTrace {
-    int pos;        /* the position traced (run.c: the prompt's last, whose logits pick the first token) */
-    FILE* out;      /* where the table goes (run.c: a memory stream, printed to stderr after the text) */
+    int pos;        /* the table's one position, or -1: every position that goes through forward()
+                     * (the JSON lines always have every position) */
+    int each_head;  /* the table: one line per head of q and k (1), or min..max over them (0) */
+    FILE* table;    /* NULL, or where the table goes (run.c: a temporary file, copied to stderr after the text) */
+    FILE* json;     /* NULL, or --norms-json's file */
     float* scratch; /* max(dim, head_dim) floats, the caller's */
-    int lines;      /* lines printed so far (the column heads come before the first) */
+    int lines;      /* table lines printed so far (the column heads come before the first) */
 } NormTrace;
+
+/* Whether position p is traced (in the table or the JSON lines). */
+int norm_trace_wants(const NormTrace* tr, int p);
 
 /* One call site of RMSNorm use `use` (1 pre-attention, 2 QK-Norm, 3 pre-MLP, 4 final norm),
  * called `site`, in layer `layer` (-1: after the last layer). `in` holds the nb rows of the chunk
  * that starts at position p0, each row per_row vectors of width values (QK-Norm: every head of q,
- * or of k; the other uses: one vector of dim = hidden_size). When the traced position is one of those
- * rows, prints one line: over that row's vectors, the RMS of what goes in, the scale
- * 1/sqrt(mean(x^2) + eps) RMSNorm multiplies it by, the RMS of the weight, and the RMS of what
- * comes out, recomputed from the same input with norm.c's scalar reference (the engine's own
- * output is the SIMD twin's, equal to float rounding; a range over the heads for QK-Norm). */
+ * or of k; the other uses: one vector of dim = hidden_size). For each traced row, reports over
+ * that row's vectors the RMS and mean of what goes in, the scale 1/sqrt(mean(x^2) + eps) RMSNorm
+ * multiplies it by, the RMS of the weight, and the RMS of what comes out, recomputed from the same
+ * input with norm.c's scalar reference (the engine's own output is the SIMD twin's, equal to
+ * float rounding). */
 void norm_trace_see(NormTrace* tr, int use, const char* site, int layer, const float* in, const float* weight,
                     int per_row, int width, int p0, int nb, float eps);
+
+/* Query head `head` (reading kv head `kv_head`) of layer `layer` at position `pos`: the largest
+ * |q.k|/sqrt(d) over the n_keys keys it attends to. JSON only (the tables show the norms). */
+void norm_trace_score(NormTrace* tr, int layer, int pos, int head, int kv_head, int n_keys, double max_score);
 
 #endif

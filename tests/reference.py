@@ -212,11 +212,13 @@ class Reference:
         """x rounded to IEEE half precision (nearest, ties to even), as Python floats."""
         return list(struct.unpack('<%de' % len(x), struct.pack('<%de' % len(x), *x)))
 
-    def forward(self, tokens, eps=None, rope='half', skip_qk_norm=False, gqa='div', kv_f16=False, norms=None):
+    def forward(self, tokens, eps=None, rope='half', skip_qk_norm=False, gqa='div', kv_f16=False, norms=None,
+                scores=None):
         """Logits (a list of V floats) for every position of tokens (positions 0..len-1). norms: a
         list that receives (position, layer, site, vectors, weight) at every RMSNorm call site,
         what the vectors are before the norm (layer -1: the final norm; the sites as ./run
-        --show-norms names them)."""
+        --show-norms names them). scores: a list that receives (position, layer, query head,
+        scores), the head's q.k/sqrt(d) for every key it attends to (positions 0..position)."""
         def see(pos, layer, site, vectors, weight):
             if norms is not None:
                 norms.append((pos, layer, site, [list(v) for v in vectors], weight))
@@ -259,6 +261,8 @@ class Reference:
                 for j in range(H):
                     g = j // G if gqa == 'div' else j % K
                     s = [sum(map(mul, qh[j], kc[g])) * scale for kc in kcache[l]]
+                    if scores is not None:
+                        scores.append((pos, l, j, list(s)))
                     m = max(s)
                     e = [math.exp(z - m) for z in s]
                     tot = sum(e)

@@ -69,8 +69,8 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(D, self.n_kv * self.hd, bias=False)
         self.v_proj = nn.Linear(D, self.n_kv * self.hd, bias=False)
         self.o_proj = nn.Linear(self.n_heads * self.hd, D, bias=False)
-        self.q_norm = RMSNorm(self.hd, c["rms_norm_eps"])  # RMSNorm use 3: every query head
-        self.k_norm = RMSNorm(self.hd, c["rms_norm_eps"])  # RMSNorm use 4: every key head
+        self.q_norm = RMSNorm(self.hd, c["rms_norm_eps"])  # RMSNorm use 2 (QK-Norm): every query head
+        self.k_norm = RMSNorm(self.hd, c["rms_norm_eps"])  # RMSNorm use 2 (QK-Norm): every key head
 
     def forward(self, h, cos, sin, mask):
         B, T, _ = h.shape
@@ -105,9 +105,9 @@ class MLP(nn.Module):
 class Layer(nn.Module):
     def __init__(self, c, dropout):
         super().__init__()
-        self.input_layernorm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])           # use 1
+        self.input_layernorm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])           # use 1: pre-attention
         self.self_attn = Attention(c)
-        self.post_attention_layernorm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])  # use 2
+        self.post_attention_layernorm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])  # use 3: pre-MLP
         self.mlp = MLP(c)
         self.drop = nn.Dropout(dropout)
 
@@ -123,7 +123,7 @@ class Qwen3(nn.Module):
         self.c = c
         self.embed_tokens = nn.Embedding(c["vocab_size"], c["hidden_size"])
         self.layers = nn.ModuleList([Layer(c, dropout) for _ in range(c["num_hidden_layers"])])
-        self.norm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])                      # use 5: final
+        self.norm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])                      # use 4: final
         cos, sin = rope_tables(c["head_dim"], c["max_position_embeddings"], c["rope_theta"])
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
