@@ -27,7 +27,25 @@ MAGIC = b"QW3C"
 VERSION = 5
 ALIGN = 64
 HEADER_FORMAT = "<4s13I f i d I 8i f f i 2I 4Q 96x"  # the FileHeader struct of model.h
-MAX_EOS = 8
+
+# The loader's bounds on the header's fields and the tokenizer section: model.h's CHECKPOINT LIMITS,
+# value for value (tests/test_export_input.py checks that the two tables are equal). A model outside
+# them is refused here, so that no file is written that ./run would refuse.
+LIMITS = {
+    "MAX_DIM": 1 << 16,
+    "MAX_HIDDEN": 1 << 18,
+    "MAX_LAYERS": 1024,
+    "MAX_HEADS": 1024,
+    "MAX_HEAD_DIM": 1024,
+    "MAX_VOCAB": 1 << 24,
+    "MAX_POSITIONS": 1 << 24,
+    "MAX_MATRIX_VALUES": 2147483647,
+    "MAX_ROPE_THETA": 1e30,
+    "MAX_EOS_IDS": 8,
+    "MAX_TEMPERATURE": 100.0,
+    "MAX_TOP_P": 1.0,
+}
+MAX_EOS = LIMITS["MAX_EOS_IDS"]
 
 ARCH_QWEN3, ARCH_QWEN2, ARCH_LLAMA = 1, 2, 3
 ARCHITECTURES = {"Qwen3ForCausalLM": ARCH_QWEN3, "Qwen2ForCausalLM": ARCH_QWEN2,
@@ -55,15 +73,54 @@ class ExportError(Exception):
 def read_json(path, what):
     """The JSON object in path (every file read here holds one at its top)."""
     try:
-        with open(path, "r", encoding="utf-8") as f:
-            value = json.load(f)
+        with open(path, "rb") as f:
+            data = f.read()
     except FileNotFoundError:
         raise ExportError(f"{path}: not found ({what})")
-    except (OSError, ValueError) as e:
+    except OSError as e:
         raise ExportError(f"{path}: cannot read {what}: {e}")
+    return parse_json(data, path, what)
+
+
+def parse_json(data, path, what):
+    """The JSON object in the bytes data, read from path."""
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except ValueError as e:  # also bad UTF-8 and integers too long to convert
+        raise ExportError(f"{path}: cannot read {what}: {one_line(e)}")
+    except RecursionError:
+        raise ExportError(f"{path}: cannot read {what}: nested too deeply")
     if not isinstance(value, dict):
         raise ExportError(f"{path}: {what} is not a JSON object (found {type(value).__name__})")
     return value
+
+
+def one_line(value, limit=80):
+    """value as text for a one-line message: newlines escaped, cut to about limit characters."""
+    text = str(value).replace("\n", "\\n")
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def show(value):
+    """A JSON value as a message shows it: its repr, on one line and at most about 60 characters
+    (an integer of thousands of digits is cut rather than printed)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**40:
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+    return one_line(repr(value), 60)
+
+
+def is_int(value):
+    """A JSON integer (bool is an int to Python, never to JSON)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def f32(x):
+    """x rounded to the float32 the header stores (x must be within float32's range)."""
+    return struct.unpack("<f", struct.pack("<f", x))[0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -71,94 +128,143 @@ def read_json(path, what):
 # ---------------------------------------------------------------------------------------------
 
 def parse_config(folder, cfg, gen):
+    """config.json (and generation_config.json's end-of-sequence ids) -> the header's config values,
+    every one checked against LIMITS and the loader's other rules (model.c read_config)."""
     path = os.path.join(folder, "config.json")
+    gen_path = os.path.join(folder, "generation_config.json")
 
-    def need(key):
+    def sized(key, value, hi):
+        if not is_int(value) or not 1 <= value <= hi:
+            raise ExportError(f"{path}: field '{key}' must be an integer in 1 .. {hi}, got {show(value)}")
+        return value
+
+    def need(key, hi):
         if key not in cfg:
             raise ExportError(f"{path}: missing field '{key}'")
-        v = cfg[key]
-        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-            raise ExportError(f"{path}: field '{key}' must be a positive integer, got {v!r}")
-        return v
+        return sized(key, cfg[key], hi)
+
+    def optional(key, hi, default):
+        """A field that may be absent or null (then default)."""
+        v = cfg.get(key)
+        return default if v is None else sized(key, v, hi)
 
     archs = cfg.get("architectures")
     if archs is None:
         raise ExportError(f"{path}: no field 'architectures' (supported: " + ", ".join(ARCHITECTURES) + ")")
-    if not isinstance(archs, list) or len(archs) != 1 or archs[0] not in ARCHITECTURES:
-        raise ExportError(f"{path}: field 'architectures' is {archs!r}; supported: "
+    if (not isinstance(archs, list) or len(archs) != 1 or not isinstance(archs[0], str)
+            or archs[0] not in ARCHITECTURES):
+        raise ExportError(f"{path}: field 'architectures' is {show(archs)}; supported: "
                           + ", ".join(ARCHITECTURES))
     arch = ARCHITECTURES[archs[0]]
     for key in ("num_experts", "num_local_experts", "moe_intermediate_size", "quantization_config"):
         if cfg.get(key):
-            raise ExportError(f"{path}: field '{key}' = {cfg[key]!r} is not supported "
+            raise ExportError(f"{path}: field '{key}' = {show(cfg[key])} is not supported "
                               "(mixture-of-experts and pre-quantized checkpoints are out of scope)")
     if cfg.get("use_sliding_window"):
-        raise ExportError(f"{path}: field 'use_sliding_window' is true; sliding-window attention "
-                          "is not supported")
+        raise ExportError(f"{path}: field 'use_sliding_window' is {show(cfg['use_sliding_window'])}; "
+                          "sliding-window attention is not supported")
     act = cfg.get("hidden_act", "silu")
     if act != "silu":
-        raise ExportError(f"{path}: field 'hidden_act' is {act!r}; only 'silu' is supported")
+        raise ExportError(f"{path}: field 'hidden_act' is {show(act)}; only 'silu' is supported")
     if cfg.get("mlp_bias"):
-        raise ExportError(f"{path}: field 'mlp_bias' is true; MLP biases are not supported")
+        raise ExportError(f"{path}: field 'mlp_bias' is {show(cfg['mlp_bias'])}; MLP biases are "
+                          "not supported")
     if cfg.get("attention_bias") and arch != ARCH_QWEN2:
-        raise ExportError(f"{path}: field 'attention_bias' is true; only Qwen2's q/k/v biases "
-                          "are supported")
+        raise ExportError(f"{path}: field 'attention_bias' is {show(cfg['attention_bias'])}; only "
+                          "Qwen2's q/k/v biases are supported")
 
     # RoPE: theta at top level (transformers 4.x) or inside rope_parameters (v5); no scaling.
     theta = cfg.get("rope_theta")
+    theta_field = "rope_theta"
     rope_params = cfg.get("rope_parameters")
     if isinstance(rope_params, dict):
         rtype = rope_params.get("rope_type", rope_params.get("type", "default"))
         if rtype != "default":
-            raise ExportError(f"{path}: field 'rope_parameters.rope_type' is {rtype!r}; "
+            raise ExportError(f"{path}: field 'rope_parameters.rope_type' is {show(rtype)}; "
                               "only the default RoPE is supported")
-        theta = rope_params.get("rope_theta", theta)
+        if "rope_theta" in rope_params:
+            theta, theta_field = rope_params["rope_theta"], "rope_parameters.rope_theta"
+    elif rope_params is not None:
+        raise ExportError(f"{path}: field 'rope_parameters' is {show(rope_params)}, not an object")
     scaling = cfg.get("rope_scaling")
     if scaling is not None:
         rtype = scaling.get("rope_type", scaling.get("type")) if isinstance(scaling, dict) else scaling
         if rtype != "default":
-            raise ExportError(f"{path}: field 'rope_scaling' has type {rtype!r}; RoPE scaling "
+            raise ExportError(f"{path}: field 'rope_scaling' has type {show(rtype)}; RoPE scaling "
                               "is not supported (remove it to run at the native context)")
     if theta is None:
         theta = 10000.0  # the transformers default for all three classes
-    if not isinstance(theta, (int, float)) or theta <= 0:
-        raise ExportError(f"{path}: field 'rope_theta' must be a positive number, got {theta!r}")
+    # The loader's test, 0 < theta < MAX_ROPE_THETA, which NaN and infinity fail; compared before
+    # float() so that a huge JSON integer cannot overflow it.
+    max_theta = LIMITS["MAX_ROPE_THETA"]
+    if not is_number(theta) or not 0 < theta < max_theta:
+        raise ExportError(f"{path}: field '{theta_field}' must be a number above 0 and below "
+                          f"{max_theta:g}, got {show(theta)}")
 
     c = {
         "arch": arch,
-        "dim": need("hidden_size"),
-        "hidden_dim": need("intermediate_size"),
-        "n_layers": need("num_hidden_layers"),
-        "n_heads": need("num_attention_heads"),
-        "vocab_size": need("vocab_size"),
+        "dim": need("hidden_size", LIMITS["MAX_DIM"]),
+        "hidden_dim": need("intermediate_size", LIMITS["MAX_HIDDEN"]),
+        "n_layers": need("num_hidden_layers", LIMITS["MAX_LAYERS"]),
+        "n_heads": need("num_attention_heads", LIMITS["MAX_HEADS"]),
+        "vocab_size": need("vocab_size", LIMITS["MAX_VOCAB"]),
         "rope_theta": float(theta),
     }
-    c["n_kv_heads"] = cfg.get("num_key_value_heads") or c["n_heads"]
-    c["head_dim"] = cfg.get("head_dim") or c["dim"] // c["n_heads"]
-    for key in ("n_kv_heads", "head_dim"):
-        if not isinstance(c[key], int) or c[key] <= 0:
-            raise ExportError(f"{path}: {key} must be a positive integer, got {c[key]!r}")
+    c["n_kv_heads"] = optional("num_key_value_heads", LIMITS["MAX_HEADS"], c["n_heads"])
+    if cfg.get("head_dim") is None and c["dim"] < c["n_heads"]:
+        raise ExportError(f"{path}: no field 'head_dim', and hidden_size {c['dim']} / "
+                          f"num_attention_heads {c['n_heads']} is 0")
+    c["head_dim"] = optional("head_dim", LIMITS["MAX_HEAD_DIM"], c["dim"] // c["n_heads"])
     if c["n_heads"] % c["n_kv_heads"]:
         raise ExportError(f"{path}: num_attention_heads {c['n_heads']} is not a multiple of "
                           f"num_key_value_heads {c['n_kv_heads']}")
     if c["head_dim"] % 2:
         raise ExportError(f"{path}: head_dim {c['head_dim']} is odd; RoPE needs an even head_dim")
-    c["max_seq_len"] = cfg.get("max_position_embeddings") or 32768
+    q_dim = c["n_heads"] * c["head_dim"]
+    if q_dim > LIMITS["MAX_HIDDEN"]:
+        raise ExportError(f"{path}: num_attention_heads {c['n_heads']} x head_dim {c['head_dim']} = "
+                          f"{q_dim} is more than {LIMITS['MAX_HIDDEN']}")
+    # The kernels index a matrix with int arithmetic; the loader bounds every matrix by the widest
+    # width times the tallest height (model.c).
+    widest = max(c["dim"], c["hidden_dim"], q_dim)
+    tallest = max(c["vocab_size"], c["hidden_dim"], q_dim)
+    if widest * tallest > LIMITS["MAX_MATRIX_VALUES"]:
+        raise ExportError(f"{path}: matrices of up to {widest} columns and {tallest} rows "
+                          f"(hidden_size, intermediate_size, vocab_size, num_attention_heads x "
+                          f"head_dim): more than {LIMITS['MAX_MATRIX_VALUES']} values are not supported")
+    c["max_seq_len"] = optional("max_position_embeddings", LIMITS["MAX_POSITIONS"], 32768)
     eps = cfg.get("rms_norm_eps", 1e-6)
-    if not isinstance(eps, (int, float)) or not 0 < eps < 1:
-        raise ExportError(f"{path}: field 'rms_norm_eps' must be in (0, 1), got {eps!r}")
+    # The header holds a float32, and the loader wants that float32 inside (0, 1): a value such as
+    # 1e-50 rounds to 0.
+    if not is_number(eps) or not 0 < eps < 1 or not 0 < f32(eps) < 1:
+        why = "" if not is_number(eps) or not 0 < eps < 1 else f" (as a float32, {f32(eps):g})"
+        raise ExportError(f"{path}: field 'rms_norm_eps' must be in (0, 1), got {show(eps)}{why}")
     c["rms_norm_eps"] = float(eps)
     # transformers' Qwen3/Qwen2/Llama configs all default tie_word_embeddings to False.
-    c["tied"] = bool(cfg.get("tie_word_embeddings", False))
+    tied = cfg.get("tie_word_embeddings", False)
+    if tied is None:
+        tied = False
+    if not isinstance(tied, bool):
+        raise ExportError(f"{path}: field 'tie_word_embeddings' must be true or false, got {show(tied)}")
+    c["tied"] = tied
 
-    # End-of-sequence ids: config's and generation_config's, in order, without repeats.
+    # End-of-sequence ids: generation_config's and config's, in order, without repeats. Each must
+    # be a token of the model (an id beyond the vocabulary can never be generated).
     eos = []
-    for source in (gen.get("eos_token_id"), cfg.get("eos_token_id")):
+    for source, where in ((gen.get("eos_token_id"), gen_path), (cfg.get("eos_token_id"), path)):
         for e in (source if isinstance(source, list) else [source]):
-            if isinstance(e, int) and e >= 0 and e not in eos:
+            if e is None and not isinstance(source, list):
+                continue
+            if not is_int(e) or not 0 <= e < c["vocab_size"]:
+                raise ExportError(f"{where}: field 'eos_token_id' has {show(e)}, not a token id "
+                                  f"(0 .. {c['vocab_size'] - 1}, vocab_size)")
+            if e not in eos:
                 eos.append(e)
-    c["eos_ids"] = eos[:MAX_EOS]
-    c.update(sampling_defaults(os.path.join(folder, "generation_config.json"), gen))
+    if len(eos) > MAX_EOS:
+        raise ExportError(f"{path}: {len(eos)} different end-of-sequence ids (eos_token_id of "
+                          f"config.json and generation_config.json); the checkpoint holds at most {MAX_EOS}")
+    c["eos_ids"] = eos
+    c.update(sampling_defaults(gen_path, gen))
     return c
 
 
@@ -174,7 +280,8 @@ def sampling_defaults(path, gen):
             warn(f"{path}: do_sample is false (greedy decoding in transformers), so its "
                  "temperature / top_p / top_k are not stored; run with -t 0 for greedy decoding")
         return out
-    ranges = {"temperature": (0.0, 100.0), "top_p": (0.0, 1.0), "top_k": (0, 2**31 - 1)}
+    ranges = {"temperature": (0.0, LIMITS["MAX_TEMPERATURE"]), "top_p": (0.0, LIMITS["MAX_TOP_P"]),
+              "top_k": (0, 2**31 - 1)}
     for key, (lo, hi) in ranges.items():
         v = gen.get(key)
         if v is None:
@@ -185,7 +292,7 @@ def sampling_defaults(path, gen):
         if ok:
             out[key] = int(v) if key == "top_k" else float(v)
         else:
-            warn(f"{path}: field '{key}' is {v!r}, outside {lo}..{hi}: not stored as a default")
+            warn(f"{path}: field '{key}' is {show(v)}, outside {lo}..{hi}: not stored as a default")
     return out
 
 
@@ -211,32 +318,47 @@ def read_safetensors_header(path, table):
             if 8 + n > size:
                 raise ExportError(f"{path}: truncated: its header alone needs {8 + n} bytes, the file "
                                   f"has {size}")
-            header = json.loads(f.read(n).decode("utf-8"))
+            data = f.read(n)
     except FileNotFoundError:
         raise ExportError(f"{path}: not found")
-    except (OSError, ValueError) as e:
-        raise ExportError(f"{path}: cannot read the safetensors header: {e}")
-    if not isinstance(header, dict):
-        raise ExportError(f"{path}: the safetensors header is not a JSON object")
+    except (OSError, ValueError) as e:  # ValueError: a path with a NUL byte (from an index)
+        raise ExportError(f"{path}: cannot read the safetensors header: {one_line(e)}")
+    header = parse_json(data, path, "the safetensors header")
     base = 8 + n
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        try:
-            dtype, shape, (begin, end) = info["dtype"], info["shape"], info["data_offsets"]
-        except (KeyError, TypeError, ValueError):
-            raise ExportError(f"{path}: tensor '{name}' has a malformed header entry")
-        count = 1
-        for s in shape:
-            count *= s
-        width = SAFETENSORS_DTYPES.get(dtype)
-        if width is not None and (end - begin != count * width or begin < 0):
-            raise ExportError(f"{path}: tensor '{name}' has data_offsets [{begin}, {end}] that do "
-                              f"not fit its shape {shape} and dtype {dtype}")
-        if width is not None and base + end > size:
-            raise ExportError(f"{path}: truncated: tensor '{name}' ends at byte {base + end}, the "
-                              f"file has {size}")
-        table[name] = Tensor(path, base + begin, dtype, list(shape))
+        parse_tensor_entry(path, name, info, base, size, table)
+
+
+def parse_tensor_entry(path, name, info, base, size, table):
+    """One entry of a safetensors header: {"dtype": str, "shape": [int, ...], "data_offsets":
+    [begin, end]}, offsets relative to the data after the header, inside the file."""
+    def bad(problem):
+        return ExportError(f"{path}: tensor {show(name)} has {problem} in the safetensors header")
+
+    if not isinstance(info, dict):
+        raise bad(f"the entry {show(info)}, not an object")
+    dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+    if not isinstance(dtype, str):
+        raise bad(f"dtype {show(dtype)}, not a string")
+    if not isinstance(shape, list) or not all(is_int(s) and s >= 0 for s in shape):
+        raise bad(f"shape {show(shape)}, not a list of sizes")
+    if (not isinstance(offsets, list) or len(offsets) != 2 or not all(is_int(o) for o in offsets)
+            or not 0 <= offsets[0] <= offsets[1]):
+        raise bad(f"data_offsets {show(offsets)}, not [begin, end] with 0 <= begin <= end")
+    begin, end = offsets
+    count = 1
+    for s in shape:
+        count *= s
+    width = SAFETENSORS_DTYPES.get(dtype)
+    if width is not None and end - begin != count * width:
+        raise ExportError(f"{path}: tensor {show(name)} has data_offsets [{show(begin)}, {show(end)}] "
+                          f"that do not fit its shape {show(shape)} and dtype {dtype}")
+    if base + end > size:
+        raise ExportError(f"{path}: truncated: tensor {show(name)} ends at byte {show(base + end)}, "
+                          f"the file has {size}")
+    table[name] = Tensor(path, base + begin, dtype, list(shape))
 
 
 def load_tensor_table(folder):
@@ -247,11 +369,16 @@ def load_tensor_table(folder):
         weight_map = read_json(index, "the shard index").get("weight_map")
         if not isinstance(weight_map, dict):
             raise ExportError(f"{index}: no 'weight_map' object")
+        for name, shard in weight_map.items():
+            if not isinstance(shard, str) or not shard or any(ch < " " or ch == "\x7f" for ch in shard):
+                raise ExportError(f"{index}: tensor {show(name)} is in the shard {show(shard)}, not "
+                                  "a file name")
         for shard in sorted(set(weight_map.values())):
             read_safetensors_header(os.path.join(folder, shard), table)
         for name, shard in weight_map.items():
             if name not in table:
-                raise ExportError(f"{index}: tensor '{name}' is listed in {shard} but not found there")
+                raise ExportError(f"{index}: tensor {show(name)} is listed in {shard} but not found "
+                                  "there")
     elif os.path.exists(single):
         read_safetensors_header(single, table)
     else:
@@ -405,55 +532,97 @@ def lp(data):
     return struct.pack("<I", len(data)) + data
 
 
-def tokenizer_section(tok_path, tok_config_path):
+def utf8(text, path, what):
+    """text as UTF-8 bytes; a JSON string may hold a lone surrogate (\\ud800), which has none."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ExportError(f"{path}: {what} {show(text)} is not valid Unicode (a lone surrogate)")
+
+
+def tokenizer_section(tok_path, tok_config_path, vocab_size):
     """Returns the tokenizer section bytes, or an empty tokenizer (with a warning) when there is no
-    byte-level BPE tokenizer.json."""
+    byte-level BPE tokenizer.json. Every id it holds is below vocab_size, the model's vocabulary:
+    the engine refuses a token id from the tokenizer that the model has no row for."""
     empty = b"QTOK" + struct.pack("<4I", 0, 0, 0, 0) + lp(b"") + lp(b"")
     if not os.path.exists(tok_path):
         warn(f"{tok_path} not found: the checkpoint gets no tokenizer (use --prompt-ids)")
         return empty
     tok = read_json(tok_path, "the tokenizer")
-    model = tok.get("model") or {}
+
+    def field(obj, key, kind, default, name=None):
+        """obj[key] when it has the JSON type kind, default when absent or null, else an error."""
+        v = obj.get(key)
+        if v is None:
+            return default
+        if not isinstance(v, kind):
+            raise ExportError(f"{tok_path}: field '{name or key}' is {show(v)}, not "
+                              f"{'an object' if kind is dict else 'a list' if kind is list else 'a string'}")
+        return v
+
+    model = field(tok, "model", dict, {})
     if model.get("type") != "BPE":
-        raise ExportError(f"{tok_path}: model.type is {model.get('type')!r}; only BPE is supported")
+        raise ExportError(f"{tok_path}: model.type is {show(model.get('type'))}; only BPE is supported")
     byte_of = {cp: b for b, cp in bytes_to_unicode().items()}
-    vocab = model.get("vocab") or {}
+    vocab = field(model, "vocab", dict, {}, "model.vocab")
     n_vocab = len(vocab)
     tokens = [None] * n_vocab
     for s, i in vocab.items():
-        if not isinstance(i, int) or not 0 <= i < n_vocab or tokens[i] is not None:
+        if not is_int(i) or not 0 <= i < n_vocab or tokens[i] is not None:
             raise ExportError(f"{tok_path}: vocabulary ids are not exactly 0..{n_vocab - 1} "
-                              f"(token {s!r} has id {i!r})")
+                              f"(token {show(s)} has id {show(i)})")
         try:
             tokens[i] = bytes(byte_of[ord(ch)] for ch in s)
         except KeyError:
-            warn(f"{tok_path}: token {s!r} is not byte-level BPE: the checkpoint gets no "
+            warn(f"{tok_path}: token {show(s)} is not byte-level BPE: the checkpoint gets no "
                  "tokenizer (use --prompt-ids)")
             return empty
+    if n_vocab > vocab_size:
+        raise ExportError(f"{tok_path}: the vocabulary has {n_vocab} tokens, more than the model's "
+                          f"vocab_size {vocab_size} (config.json)")
 
     merges = []
-    for rank, m in enumerate(model.get("merges") or []):
-        left, right = (m.split(" ", 1) if isinstance(m, str) else m)
+    for rank, m in enumerate(field(model, "merges", list, [], "model.merges")):
+        # "left right" (the older format) or ["left", "right"]
+        pair = m.split(" ", 1) if isinstance(m, str) else m
+        if not isinstance(pair, list) or len(pair) != 2 or not all(isinstance(x, str) for x in pair):
+            raise ExportError(f"{tok_path}: merge {rank} is {show(m)}, not \"left right\" or "
+                              "[left, right]")
+        left, right = pair
         a, b, ab = vocab.get(left), vocab.get(right), vocab.get(left + right)
         if a is None or b is None or ab is None:
-            raise ExportError(f"{tok_path}: merge {rank} ({left!r}, {right!r}) uses or makes a token "
-                              "that is not in the vocabulary")
+            raise ExportError(f"{tok_path}: merge {rank} ({show(left)}, {show(right)}) uses or makes "
+                              "a token that is not in the vocabulary")
         merges.append(struct.pack("<3I", a, b, ab))
 
     added = []
-    for t in tok.get("added_tokens") or []:
-        added.append(struct.pack("<2I", t["id"], 1 if t.get("special") else 0)
-                     + lp(t["content"].encode("utf-8")))
+    for k, t in enumerate(field(tok, "added_tokens", list, [])):
+        if not isinstance(t, dict):
+            raise ExportError(f"{tok_path}: added_tokens[{k}] is {show(t)}, not an object")
+        tid, content = t.get("id"), t.get("content")
+        if not is_int(tid) or not 0 <= tid < vocab_size:
+            raise ExportError(f"{tok_path}: added_tokens[{k}] ({show(content)}) has id {show(tid)}, "
+                              f"not a token id of the model (0 .. {vocab_size - 1}, vocab_size)")
+        if not isinstance(content, str):
+            raise ExportError(f"{tok_path}: added_tokens[{k}] (id {tid}) has content {show(content)}, "
+                              "not a string")
+        added.append(struct.pack("<2I", tid, 1 if t.get("special") else 0)
+                     + lp(utf8(content, tok_path, f"added_tokens[{k}].content")))
 
     flags, regex = 0, ""
-    norm = tok.get("normalizer") or {}
+    norm = field(tok, "normalizer", dict, {})
     if norm.get("type") == "NFC":
         flags |= TOK_FLAG_NFC
-    pre = tok.get("pre_tokenizer") or {}
-    parts = pre.get("pretokenizers", [pre]) if pre.get("type") == "Sequence" else [pre]
-    for p in parts:
+    pre = field(tok, "pre_tokenizer", dict, {})
+    parts = [pre]
+    if pre.get("type") == "Sequence":
+        parts = field(pre, "pretokenizers", list, [], "pre_tokenizer.pretokenizers")
+    for k, p in enumerate(parts):
+        if not isinstance(p, dict):
+            raise ExportError(f"{tok_path}: pre_tokenizer.pretokenizers[{k}] is {show(p)}, not an object")
         if p.get("type") == "Split":
-            regex = (p.get("pattern") or {}).get("Regex", "")
+            pattern = field(p, "pattern", dict, {}, "pre_tokenizer's Split pattern")
+            regex = field(pattern, "Regex", str, "", "pre_tokenizer's Split pattern.Regex")
         if p.get("type") == "ByteLevel":
             flags |= TOK_FLAG_BYTE_LEVEL
     if regex == QWEN2_REGEX and flags & TOK_FLAG_BYTE_LEVEL:
@@ -462,18 +631,20 @@ def tokenizer_section(tok_path, tok_config_path):
         warn(f"{tok_path}: the pre-tokenizer is not Qwen2/Qwen3's; text encoding in the engine "
              "may differ from the reference (--prompt-ids is exact)")
 
+    # The chat template is advice for chat mode: one of another form is left out, not an error.
     template = ""
     if os.path.exists(tok_config_path):
         t = read_json(tok_config_path, "the tokenizer config").get("chat_template") or ""
         if isinstance(t, list):  # a list of named templates: take the default one
-            t = next((x.get("template", "") for x in t if x.get("name") == "default"), "")
+            t = next((x.get("template", "") for x in t
+                      if isinstance(x, dict) and x.get("name") == "default"), "")
         template = t if isinstance(t, str) else ""
 
     out = [b"QTOK", struct.pack("<4I", n_vocab, len(merges), len(added), flags),
-           lp(regex.encode("utf-8"))]
+           lp(utf8(regex, tok_path, "the pre-tokenizer's Split regex"))]
     out += [lp(t) for t in tokens]
     out += merges + added
-    out.append(lp(template.encode("utf-8")))
+    out.append(lp(utf8(template, tok_config_path, "the chat template")))
     return b"".join(out)
 
 
@@ -665,7 +836,10 @@ def remove_stale_temporaries(out_dir, base):
             pass
 
 
-def export(folder, out_path, dtype_name, group_size, tokenizer_dir, jobs=None):
+def read_inputs(folder, dtype_name, group_size, tokenizer_dir):
+    """Reads and checks every input file before anything is converted. Returns the export's plan
+    as a dict; raises ExportError (one line naming the file and the field) on any input that is
+    malformed or outside what the engine loads."""
     if not os.path.isdir(folder):
         raise ExportError(f"{folder}: no such folder" if not os.path.exists(folder) else
                           f"{folder}: not a folder (give the Hugging Face model's folder)")
@@ -677,10 +851,6 @@ def export(folder, out_path, dtype_name, group_size, tokenizer_dir, jobs=None):
     tok_dir = tokenizer_dir or folder
     if tokenizer_dir is not None and not os.path.isfile(os.path.join(tokenizer_dir, "tokenizer.json")):
         raise ExportError(f"{tokenizer_dir}: no tokenizer.json there (--tokenizer)")
-    check_output_path(out_path, [t.path for t in table.values()] + [
-        os.path.join(folder, name) for name in ("config.json", "generation_config.json",
-                                                "model.safetensors.index.json")] + [
-        os.path.join(tok_dir, name) for name in ("tokenizer.json", "tokenizer_config.json")])
 
     flags = 0
     if c["arch"] == ARCH_QWEN3 or "model.layers.0.self_attn.q_norm.weight" in table:
@@ -698,15 +868,15 @@ def export(folder, out_path, dtype_name, group_size, tokenizer_dir, jobs=None):
         if t is None:
             raise ExportError(f"{folder}: tensor '{name}' is missing from the checkpoint")
         if t.dtype not in SAFETENSORS_DTYPES:
-            raise ExportError(f"{t.path}: tensor '{name}' has dtype {t.dtype}; supported: "
+            raise ExportError(f"{t.path}: tensor '{name}' has dtype {show(t.dtype)}; supported: "
                               + ", ".join(SAFETENSORS_DTYPES))
         if t.shape != shape:
-            raise ExportError(f"{t.path}: tensor '{name}' has shape {t.shape}, expected {shape} "
-                              "from config.json")
+            raise ExportError(f"{t.path}: tensor '{name}' has shape {show(t.shape)}, expected "
+                              f"{shape} from config.json")
     unused = set(table) - {name for name, _, _ in plan} - {"lm_head.weight"}
     unused = {n for n in unused if not n.endswith("rotary_emb.inv_freq")}
     if unused:
-        warn(f"{len(unused)} tensor(s) not used, e.g. '{sorted(unused)[0]}'")
+        warn(f"{len(unused)} tensor(s) not used, e.g. {show(sorted(unused)[0])}")
 
     # Default stored format: the source's (BF16 stays bf16, F32 stays f32, F16 becomes f32).
     if dtype_name is None:
@@ -717,13 +887,31 @@ def export(folder, out_path, dtype_name, group_size, tokenizer_dir, jobs=None):
         gs = choose_group_size(c, group_size or DEFAULT_GROUP[wtype], wtype)
 
     tok = tokenizer_section(os.path.join(tok_dir, "tokenizer.json"),
-                            os.path.join(tok_dir, "tokenizer_config.json"))
+                            os.path.join(tok_dir, "tokenizer_config.json"), c["vocab_size"])
     bos = -1
     if c["arch"] == ARCH_LLAMA:
         tc_path = os.path.join(tok_dir, "tokenizer_config.json")
         tc = read_json(tc_path, "the tokenizer config") if os.path.exists(tc_path) else {}
-        if tc.get("add_bos_token") and isinstance(cfg.get("bos_token_id"), int):
-            bos = cfg["bos_token_id"]
+        bos_id = cfg.get("bos_token_id")
+        if tc.get("add_bos_token") and bos_id is not None:
+            if not is_int(bos_id) or not 0 <= bos_id < c["vocab_size"]:
+                raise ExportError(f"{os.path.join(folder, 'config.json')}: field 'bos_token_id' is "
+                                  f"{show(bos_id)}, not a token id (0 .. {c['vocab_size'] - 1}, "
+                                  "vocab_size)")
+            bos = bos_id
+    return {"c": c, "table": table, "plan": plan, "flags": flags, "dtype_name": dtype_name,
+            "wtype": wtype, "gs": gs, "tok": tok, "bos": bos, "tok_dir": tok_dir}
+
+
+def export(folder, out_path, dtype_name, group_size, tokenizer_dir, jobs=None):
+    inputs = read_inputs(folder, dtype_name, group_size, tokenizer_dir)
+    c, table, plan, flags = inputs["c"], inputs["table"], inputs["plan"], inputs["flags"]
+    dtype_name, wtype, gs = inputs["dtype_name"], inputs["wtype"], inputs["gs"]
+    tok, bos, tok_dir = inputs["tok"], inputs["bos"], inputs["tok_dir"]
+    check_output_path(out_path, [t.path for t in table.values()] + [
+        os.path.join(folder, name) for name in ("config.json", "generation_config.json",
+                                                "model.safetensors.index.json")] + [
+        os.path.join(tok_dir, name) for name in ("tokenizer.json", "tokenizer_config.json")])
 
     total = sum(table[name].shape[0] * (table[name].shape[1] if len(table[name].shape) > 1 else 1)
                 * SAFETENSORS_DTYPES[table[name].dtype] for name, _, _ in plan)
@@ -848,7 +1036,14 @@ def main(argv=None):
         print("export.py: interrupted; no output written", file=sys.stderr)
         return 130
     except OSError as e:
-        print(f"export.py: error: {e}", file=sys.stderr)
+        print(f"export.py: error: {one_line(e, 300)}", file=sys.stderr)
+        return 1
+    except Exception as e:
+        # Every input problem is an ExportError that names its file and field (the fuzz test in
+        # tests/test_export_input.py holds read_inputs to that); anything else is a bug in this
+        # script, still reported as one line rather than a traceback.
+        print(f"export.py: error: internal error, {type(e).__name__}: {one_line(e, 200)} (a bug in "
+              "export.py: please report it with the input that caused it)", file=sys.stderr)
         return 1
     return 0
 

@@ -43,16 +43,6 @@
  * 40,960 positions, but a cache that large costs 9 GB in fp32 for 0.6B). */
 #define DEFAULT_CTX 4096
 
-/* Sanity bounds for the header: far above every real model (QWEN3.md 1.1), low enough that no size
- * computed from them can overflow. */
-#define MAX_DIM (1 << 16)
-#define MAX_HIDDEN (1 << 18)
-#define MAX_LAYERS 1024
-#define MAX_HEADS 1024
-#define MAX_HEAD_DIM 1024
-#define MAX_VOCAB (1 << 24)
-#define MAX_POSITIONS (1 << 24)
-
 static int n_threads_wanted = 0; /* transformer_set_threads(); 0 = every online CPU */
 
 void transformer_set_threads(int n_threads) { n_threads_wanted = n_threads > 0 ? n_threads : 0; }
@@ -163,6 +153,7 @@ static int read_config(Transformer* t, const char* path, int ctx, char* err, siz
     if (h->flags & ~(uint32_t)(FLAG_QK_NORM | FLAG_QKV_BIAS | FLAG_TIED_EMBED))
         return fail(err, errlen, path, "unknown flags 0x%x", h->flags);
 
+    /* The bounds are model.h's CHECKPOINT LIMITS; export.py refuses a model outside them. */
     struct { const char* name; uint32_t value, max; } sizes[] = {
         {"dim", h->dim, MAX_DIM},
         {"hidden_dim", h->hidden_dim, MAX_HIDDEN},
@@ -191,7 +182,7 @@ static int read_config(Transformer* t, const char* path, int ctx, char* err, siz
     if (q_dim > widest) widest = q_dim;
     uint64_t tallest = h->vocab_size > h->hidden_dim ? h->vocab_size : h->hidden_dim;
     if (q_dim > tallest) tallest = q_dim;
-    if (widest * tallest > (uint64_t)INT_MAX)
+    if (widest * tallest > (uint64_t)MAX_MATRIX_VALUES)
         return fail(err, errlen, path, "matrices with more than 2^31 values are not supported");
 
     if (h->weight_type > WEIGHT_Q4)
@@ -213,7 +204,7 @@ static int read_config(Transformer* t, const char* path, int ctx, char* err, siz
     }
     if (!(h->rms_norm_eps > 0.0f && h->rms_norm_eps < 1.0f))
         return fail(err, errlen, path, "rms_norm_eps = %g is not in (0, 1)", h->rms_norm_eps);
-    if (!(h->rope_theta > 0.0 && h->rope_theta < 1e30))
+    if (!(h->rope_theta > 0.0 && h->rope_theta < MAX_ROPE_THETA))
         return fail(err, errlen, path, "rope_theta = %g is not a positive number", h->rope_theta);
     if (h->bos_id < -1 || h->bos_id >= (int32_t)h->vocab_size)
         return fail(err, errlen, path, "bos_id = %d is not -1 or a token id", h->bos_id);
@@ -222,8 +213,8 @@ static int read_config(Transformer* t, const char* path, int ctx, char* err, siz
     for (uint32_t i = 0; i < h->n_eos; i++)
         if (h->eos_ids[i] < 0)
             return fail(err, errlen, path, "eos id %d is negative", h->eos_ids[i]);
-    if (!(h->temperature >= 0.0f && h->temperature <= 100.0f) ||
-        !(h->top_p >= 0.0f && h->top_p <= 1.0f) || h->top_k < 0)
+    if (!(h->temperature >= 0.0f && h->temperature <= MAX_TEMPERATURE) ||
+        !(h->top_p >= 0.0f && h->top_p <= MAX_TOP_P) || h->top_k < 0)
         return fail(err, errlen, path, "generation defaults out of range (temperature %g, top_p "
                     "%g, top_k %d)", h->temperature, h->top_p, h->top_k);
 

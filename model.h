@@ -91,7 +91,27 @@
 #define CHECKPOINT_MAGIC "QW3C"
 #define CHECKPOINT_VERSION 5
 #define CHECKPOINT_ALIGN 64
-#define MAX_EOS_IDS 8
+
+/* BEGIN CHECKPOINT LIMITS
+ * The bounds the loader puts on the header's fields and the tokenizer section (model.c read_config,
+ * tokenizer.c tokenizer_new): far above every real model (QWEN3.md 1.1), low enough that no size
+ * computed from them can overflow. export.py holds the same table (LIMITS) and refuses a model
+ * outside it, so that it never writes a file that ./run refuses; tests/test_export_input.py checks
+ * that the two tables are equal. One plain #define per line: the test reads this block. */
+#define MAX_DIM (1 << 16)            /* dim: 1 .. MAX_DIM */
+#define MAX_HIDDEN (1 << 18)         /* hidden_dim, and n_heads * head_dim: 1 .. MAX_HIDDEN */
+#define MAX_LAYERS 1024              /* n_layers: 1 .. MAX_LAYERS */
+#define MAX_HEADS 1024               /* n_heads and n_kv_heads: 1 .. MAX_HEADS */
+#define MAX_HEAD_DIM 1024            /* head_dim: 1 .. MAX_HEAD_DIM */
+#define MAX_VOCAB (1 << 24)          /* vocab_size: 1 .. MAX_VOCAB; an added token's id: below it */
+#define MAX_POSITIONS (1 << 24)      /* max_seq_len: 1 .. MAX_POSITIONS */
+#define MAX_MATRIX_VALUES 2147483647 /* the widest width times the tallest height, at most (the
+                                      * kernels index a matrix with int arithmetic) */
+#define MAX_ROPE_THETA 1e30          /* rope_theta: above 0, below MAX_ROPE_THETA */
+#define MAX_EOS_IDS 8                /* n_eos: 0 .. MAX_EOS_IDS */
+#define MAX_TEMPERATURE 100.0f       /* the temperature default: 0 .. MAX_TEMPERATURE */
+#define MAX_TOP_P 1.0f               /* the top_p default: 0 .. MAX_TOP_P */
+/* END CHECKPOINT LIMITS */
 
 enum { ARCH_QWEN3 = 1, ARCH_QWEN2 = 2, ARCH_LLAMA = 3 };
 

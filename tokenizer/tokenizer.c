@@ -218,7 +218,7 @@ Tokenizer* tokenizer_new(const uint8_t* data, size_t n, char* err, size_t errlen
         r_u32(&r);
         r_bytes(&r, r_u32(&r));
         if (r.bad) TOK_FAIL("tokenizer section: truncated added tokens");
-        if (id >= (1u << 24)) TOK_FAIL("tokenizer section: added token id %u is too large", id);
+        if (id >= MAX_VOCAB) TOK_FAIL("tokenizer section: added token id %u is too large", id);
         if ((int64_t)id + 1 > size) size = (int64_t)id + 1;
     }
     uint32_t tlen = r_u32(&r);
