@@ -39,7 +39,7 @@ SHIPPED_MODEL := models/tinystories.bin
 STORY_PROMPT ?= Once upon a time
 STORY_FLAGS ?= -n 250
 
-.PHONY: all run test test-scalar bench clean test-arm norm-precision FORCE
+.PHONY: all run test test-scalar bench clean test-arm norm-precision norm-lab FORCE
 # Keep the test programs' objects (make deletes intermediate files otherwise, and relinks next time).
 .SECONDARY:
 
@@ -121,6 +121,12 @@ bench: all
 	  echo "== $$dt"; \
 	  ./run $(BENCH_DIR)/qwen3-0.6b-$$dt.bin -m bench --threads $(BENCH_THREADS) $(BENCH_ARGS) || exit 1; \
 	done
+
+# `make norm-lab`: the shipped model's loss, perplexity and top-1 on a validation excerpt, as trained
+# and with each RMSNorm use left out or changed (./run --ablate, --norm-eps, --norm), plus greedy
+# samples; prints the table and writes docs/norm-lab.md. About half a minute.
+norm-lab: all
+	$(PYTHON) tools/norm_lab.py
 
 clean:
 	rm -rf run build/run build/flags build/obj build/obj-avx2 build/libengine.a build/tests build/tools build/arm build/scalar

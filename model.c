@@ -615,6 +615,23 @@ static void see_norm(const Transformer* t, int use, const char* site, int layer,
         norm_trace_see(t->norm_trace, use, site, layer, in, w, per_row, width, p0, nb, t->config.rms_norm_eps);
 }
 
+/* One RMSNorm call site of n_rows vectors of n values: rmsnorm_rows as Qwen3 computes it, or, for a
+ * student, what the RMSNorm lab's switches (Transformer.norm_lab: --ablate, --norm-eps, --norm
+ * layernorm) make of it. skip_bit is the NORM_SKIP_* switch that leaves this site out. With no
+ * switch this is exactly rmsnorm_rows(out, x, w, n_rows, n, eps). */
+static void norm_site(const Transformer* t, int skip_bit, float* out, const float* x, const float* w, int n_rows,
+                      int n, float eps) {
+    const NormLab* lab = &t->norm_lab;
+    if (lab->has_eps) eps = lab->eps;
+    if (lab->skip & skip_bit) {
+        if (out != x) memcpy(out, x, (size_t)n_rows * (size_t)n * sizeof(float));
+    } else if (lab->variant) {
+        rmsnorm_variant_rows(out, x, w, n_rows, n, eps, lab->variant);
+    } else {
+        rmsnorm_rows(out, x, w, n_rows, n, eps);
+    }
+}
+
 /* Row r of a batch buffer whose rows are `width` floats wide. */
 #define ROW(buf, r, width) ((buf) + (size_t)(r) * (size_t)(width))
 
@@ -676,7 +693,7 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
             /* 2.2 step 2.1: pre-norm residual block: attention reads a normalised copy of x (every
              * row of the chunk, each on its own). */
             see_norm(t, 1, "pre-attention", l, s->x, lw->input_layernorm, 1, D, p0, nb);
-            rmsnorm_rows(s->xb, s->x, lw->input_layernorm, nb, D, eps);  /* RMSNorm use 1 of 4: pre-attention */
+            norm_site(t, NORM_SKIP_PRE, s->xb, s->x, lw->input_layernorm, nb, D, eps);  /* RMSNorm use 1 of 4: pre-attention */
 
             /* 2.2 step 2.2: the q, k, v projections, in one dispatch to the threads since they
              * read the same input (biases: Qwen2 only, QWEN3.md 6). */
@@ -697,9 +714,9 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
              * and the rows follow one another, so q is nb * H vectors of d (k: nb * K). */
             if (lw->q_norm) {
                 see_norm(t, 2, "QK-Norm q", l, s->q, lw->q_norm, H, d, p0, nb);
-                rmsnorm_rows(s->q, s->q, lw->q_norm, nb * H, d, eps);  /* RMSNorm use 2 of 4: QK-Norm on every q head (before RoPE) */
+                norm_site(t, NORM_SKIP_QK, s->q, s->q, lw->q_norm, nb * H, d, eps);  /* RMSNorm use 2 of 4: QK-Norm on every q head (before RoPE) */
                 see_norm(t, 2, "QK-Norm k", l, s->k, lw->k_norm, K, d, p0, nb);
-                rmsnorm_rows(s->k, s->k, lw->k_norm, nb * K, d, eps);  /* RMSNorm use 2 of 4: QK-Norm on every k head (before RoPE) */
+                norm_site(t, NORM_SKIP_QK, s->k, s->k, lw->k_norm, nb * K, d, eps);  /* RMSNorm use 2 of 4: QK-Norm on every k head (before RoPE) */
             }
 
             for (int r = 0; r < nb; r++) {
@@ -736,7 +753,7 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
 
             /* 2.2 steps 2.10-2.12: SwiGLU MLP on a normalised copy of x, residual add. */
             see_norm(t, 3, "pre-MLP", l, s->x, lw->post_attention_layernorm, 1, D, p0, nb);
-            rmsnorm_rows(s->xb, s->x, lw->post_attention_layernorm, nb, D, eps);  /* RMSNorm use 3 of 4: pre-MLP */
+            norm_site(t, NORM_SKIP_PRE, s->xb, s->x, lw->post_attention_layernorm, nb, D, eps);  /* RMSNorm use 3 of 4: pre-MLP */
             float* const gate_up[2] = {s->gate, s->up};
             const Matrix* const w_gate_up[2] = {&lw->gate_proj, &lw->up_proj};
             matmul_multi(gate_up, s->xb, w_gate_up, 2, nb);
@@ -751,7 +768,7 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
         const int last_chunk = c0 + nb == n;
         const int first_row = all_logits ? 0 : (last_chunk ? nb - 1 : nb);
         see_norm(t, 4, "final norm", -1, ROW(s->x, first_row, D), w->norm, 1, D, p0 + first_row, nb - first_row);
-        rmsnorm_rows(ROW(s->xb, first_row, D), ROW(s->x, first_row, D), w->norm, nb - first_row, D, eps);  /* RMSNorm use 4 of 4: final norm */
+        norm_site(t, NORM_SKIP_FINAL, ROW(s->xb, first_row, D), ROW(s->x, first_row, D), w->norm, nb - first_row, D, eps);  /* RMSNorm use 4 of 4: final norm */
         if (all_logits) {
             float* out = ROW(all_logits, c0, V);
             matmul(out, s->xb, &w->lm_head, nb);

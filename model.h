@@ -228,6 +228,21 @@ typedef struct {
 static inline int kv_block_len(const RunState* s) { return s->kv_f16 ? 2 * KV_BLOCK_LEN : KV_BLOCK_LEN; }
 static inline size_t kv_elem_bytes(const RunState* s) { return s->kv_f16 ? sizeof(uint16_t) : sizeof(float); }
 
+/* The RMSNorm lab (run.c: --ablate, --norm-eps, --norm layernorm): teaching switches that change
+ * what forward() does at its RMSNorm call sites, to see on a trained model why each use matters.
+ * All zero (the default): the model as trained, the same bits as without the lab. */
+enum {
+    NORM_SKIP_PRE = 1,    /* pre-attention and pre-MLP: attention and the MLP read x itself */
+    NORM_SKIP_QK = 2,     /* QK-Norm: q and k heads go to RoPE as projected */
+    NORM_SKIP_FINAL = 4,  /* the final norm: lm_head reads the residual stream itself */
+};
+typedef struct {
+    int skip;      /* NORM_SKIP_* bits: call sites left out (their output is their input) */
+    int variant;   /* NORM_VARIANT_* bits (kernels.h) applied at every call site still in */
+    int has_eps;   /* 1: eps replaces the config's rms_norm_eps everywhere */
+    float eps;
+} NormLab;
+
 typedef struct {
     Config config;
     Weights weights;
@@ -238,6 +253,7 @@ typedef struct {
     CheckpointMap map;        /* the file: mapped (in 2 MB pages where possible) or copied */
     struct NormTrace* norm_trace; /* NULL, or --show-norms: forward() reports every RMSNorm call
                                    * site at one position (norm_trace.h) */
+    NormLab norm_lab;         /* zero, or the RMSNorm lab's switches (set after transformer_load) */
 } Transformer;
 
 /* Maps and validates the checkpoint and allocates the run state with a KV cache of ctx positions

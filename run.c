@@ -2,8 +2,8 @@
  *
  *   ./run MODEL.bin [options]          (./run --help lists them)
  *
- * Modes: generate (default) continues a prompt; tokenize prints the ids of a text; chat and bench
- * are in chat.c and bench.c. The test contract that other tools depend on:
+ * Modes: generate (default) continues a prompt; tokenize prints the ids of a text; chat, bench and
+ * eval are in chat.c, bench.c and eval.c. The test contract that other tools depend on:
  *   --prompt-ids 9707,11,1879   the prompt as token ids (exactly these, no BOS added)
  *   --dump-logits PATH          raw little-endian float32 logits, vocab_size per row: one row for
  *                               every prompt position, then one for every generated token
@@ -23,6 +23,7 @@
 
 #include "cli/bench.h"
 #include "cli/chat.h"
+#include "cli/eval.h"
 #include "model.h"
 #include "cli/norm_trace.h"
 #include "cli/sampler.h"
@@ -30,7 +31,7 @@
 
 typedef struct {
     const char* checkpoint;
-    const char* mode;          /* generate | chat | tokenize | bench */
+    const char* mode;          /* generate | chat | tokenize | bench | eval */
     const char* prompt;        /* -i */
     const char* prompt_ids;    /* --prompt-ids */
     const char* system_prompt; /* -y */
@@ -48,6 +49,9 @@ typedef struct {
     int show_norms;              /* --show-norms: every RMSNorm call site at the prompt's last token;
                                   * 2 (--show-norms=all): at every position, every head */
     const char* norms_json;      /* --norms-json PATH: the same, all of it, as JSON lines */
+    const char* file;            /* --file: eval mode's text */
+    int json;                    /* --json: bench and eval mode */
+    NormLab norm_lab;            /* --ablate, --norm-eps, --norm: the RMSNorm lab (model.h) */
     uint64_t seed;
     int has_temperature, has_top_p, has_top_k, has_seed, has_steps;
     const char* given[48];       /* the options given, by their long names: for the other-mode notes */
@@ -72,9 +76,11 @@ static void usage(FILE* out) {
             "                         chat mode: per answer, 0 or default = until the context is full)\n"
             "  -i, --input TEXT       the prompt (tokenize mode: the text; default: standard input)\n"
             "      --prompt-ids IDS   the prompt as comma-separated token ids, e.g. 9707,11,1879\n"
-            "                         (generate mode)\n"
-            "  -m, --mode MODE        generate | chat | tokenize | bench (default generate); chat reads\n"
-            "                         one message per line: /clear starts over, /bye ends\n"
+            "                         (generate mode; eval mode: the tokens to score)\n"
+            "  -m, --mode MODE        generate | chat | tokenize | bench | eval (default generate); chat\n"
+            "                         reads one message per line: /clear starts over, /bye ends; eval\n"
+            "                         scores a text (-i, --file or standard input; or --prompt-ids) in\n"
+            "                         windows of -c tokens: loss (nats/token), perplexity, top-1\n"
             "  -y, --system TEXT      system prompt (chat mode)\n"
             "      --no-think         chat mode: switch thinking off (the template's empty think\n"
             "                         block; same as --thinking 0)\n"
@@ -109,6 +115,15 @@ static void usage(FILE* out) {
             "      --norms-json PATH  generate mode: write every RMSNorm call site at every position\n"
             "                         and head, and each head's largest |q.k|/sqrt(d), as JSON lines\n"
             "                         (tools/plot_norms.py draws them)\n"
+            "      --file PATH        eval mode: the text to score (default: -i, else standard input)\n"
+            "      --json             eval mode: one line {\"tokens\": N, \"loss\": X, \"ppl\": Y, \"top1\": Z}\n"
+            "RMSNorm lab (generate, chat and eval; each changes the model, for teaching):\n"
+            "      --ablate LIST      leave out RMSNorm uses, comma-separated: qk-norm, final-norm,\n"
+            "                         pre-norms (pre-attention and pre-MLP), norm-weight (w = 1:\n"
+            "                         scale only), norm-scale (the weight only: no 1/rms)\n"
+            "      --norm-eps X       eps inside every RMSNorm's square root instead of the model's\n"
+            "      --norm rmsnorm|layernorm  layernorm: subtract the vector's mean first (LayerNorm\n"
+            "                         without a bias); rmsnorm (default): the model as trained\n"
             "  -h, --help             this help\n"
             "Bench mode (-m bench): --bench-prompt N (prefill tokens, default 512), --bench-gen N\n"
             "  (decode tokens, default 128; both defaults shrink to fit the context, with a note),\n"
@@ -194,6 +209,28 @@ static void warn_other_mode(const Options* o, const char* const* names, const ch
     fprintf(stderr, " (%s option%s)\n", whose, n > 1 ? "s" : "");
 }
 
+/* --ablate LIST: the RMSNorm uses to leave out or change (model.h NormLab), comma-separated. */
+static void parse_ablate(const char* list, NormLab* lab) {
+    static const struct { const char* name; int skip, variant; } ablations[] = {
+        {"qk-norm", NORM_SKIP_QK, 0},          {"final-norm", NORM_SKIP_FINAL, 0},
+        {"pre-norms", NORM_SKIP_PRE, 0},       {"norm-weight", 0, NORM_VARIANT_UNIT_WEIGHT},
+        {"norm-scale", 0, NORM_VARIANT_NO_SCALE},
+    };
+    const size_t n_ablations = sizeof ablations / sizeof ablations[0];
+    for (const char* item = list;; item++) {
+        size_t len = strcspn(item, ",");
+        size_t k = 0;
+        while (k < n_ablations && !(strlen(ablations[k].name) == len && strncmp(item, ablations[k].name, len) == 0)) k++;
+        if (k == n_ablations)
+            die(2, "--ablate: unknown name '%.*s' (valid: qk-norm, final-norm, pre-norms, norm-weight, norm-scale)",
+                (int)len, item);
+        lab->skip |= ablations[k].skip;
+        lab->variant |= ablations[k].variant;
+        item += len;
+        if (*item == '\0') break;
+    }
+}
+
 static void parse_args(int argc, char** argv, Options* o) {
     memset(o, 0, sizeof *o);
     o->mode = "generate";
@@ -237,7 +274,8 @@ static void parse_args(int argc, char** argv, Options* o) {
         }
         if (is_switch || strcmp(arg, "--json") == 0) note_given(o, arg);
         if (is_switch) continue;
-        if (strcmp(arg, "--json") == 0) { /* bench mode's only option without a value */
+        if (strcmp(arg, "--json") == 0) { /* bench and eval mode's only option without a value */
+            o->json = 1;
             if (o->n_bench_args + 1 > (int)(sizeof o->bench_args / sizeof o->bench_args[0]))
                 die(2, "too many bench options");
             o->bench_args[o->n_bench_args++] = arg;
@@ -261,7 +299,8 @@ static void parse_args(int argc, char** argv, Options* o) {
             {"", "--prompt-ids"}, {"-m", "--mode"}, {"-y", "--system"}, {"-c", "--ctx"},
             {"", "--threads"}, {"", "--dump-logits"}, {"", "--bench-prompt"}, {"", "--bench-gen"},
             {"", "--bench-reps"}, {"", "--bench-depth"}, {"", "--thinking"}, {"", "--show-thinking"},
-            {"", "--kv-cache"}, {"", "--norms-json"},
+            {"", "--kv-cache"}, {"", "--norms-json"}, {"", "--file"}, {"", "--ablate"}, {"", "--norm-eps"},
+            {"", "--norm"},
         };
         const char* long_name = NULL;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0] && !long_name; k++)
@@ -301,8 +340,8 @@ static void parse_args(int argc, char** argv, Options* o) {
             o->prompt_ids = value;
         } else if (IS("-m", "--mode")) {
             if (strcmp(value, "generate") && strcmp(value, "chat") && strcmp(value, "tokenize") &&
-                strcmp(value, "bench"))
-                die(2, "%s must be generate, chat, tokenize or bench, got '%s'", name, value);
+                strcmp(value, "bench") && strcmp(value, "eval"))
+                die(2, "%s must be generate, chat, tokenize, bench or eval, got '%s'", name, value);
             o->mode = value;
         } else if (IS("-y", "--system")) {
             o->system_prompt = value;
@@ -329,6 +368,19 @@ static void parse_args(int argc, char** argv, Options* o) {
         } else if (IS("", "--norms-json")) {
             if (!value[0]) die(2, "--norms-json needs a file name");
             o->norms_json = value;
+        } else if (IS("", "--file")) {
+            if (!value[0]) die(2, "--file needs a file name");
+            o->file = value;
+        } else if (IS("", "--ablate")) {
+            parse_ablate(value, &o->norm_lab);
+        } else if (IS("", "--norm-eps")) {
+            o->norm_lab.eps = parse_float(name, value, 0.0f, 100.0f, 0);
+            o->norm_lab.has_eps = 1;
+        } else if (IS("", "--norm")) {
+            if (strcmp(value, "rmsnorm") && strcmp(value, "layernorm"))
+                die(2, "%s must be rmsnorm or layernorm, got '%s'", name, value);
+            o->norm_lab.variant &= ~NORM_VARIANT_CENTER;
+            if (strcmp(value, "layernorm") == 0) o->norm_lab.variant |= NORM_VARIANT_CENTER;
         } else if (IS("", "--dump-logits")) {
             if (!value[0]) die(2, "--dump-logits needs a file name");
             o->dump_logits = value;
@@ -360,8 +412,11 @@ static void parse_args(int argc, char** argv, Options* o) {
     /* Options of another mode: --prompt-ids would leave chat and tokenize reading standard input
      * instead, an error; the others do nothing there, which a note says rather than hiding it. */
     const int is_generate = strcmp(o->mode, "generate") == 0, is_chat = strcmp(o->mode, "chat") == 0;
-    const int is_bench = strcmp(o->mode, "bench") == 0;
-    if (o->prompt_ids && !is_generate) die(2, "--prompt-ids is for generate mode, not -m %s", o->mode);
+    const int is_bench = strcmp(o->mode, "bench") == 0, is_eval = strcmp(o->mode, "eval") == 0;
+    if (o->prompt_ids && !is_generate && !is_eval)
+        die(2, "--prompt-ids is for generate mode and eval mode, not -m %s", o->mode);
+    if (is_eval && ((o->prompt != NULL) + (o->prompt_ids != NULL) + (o->file != NULL)) > 1)
+        die(2, "-m eval scores one text: give one of -i, --file and --prompt-ids");
     static const char* const chat_only[] = {"--system",   "--no-think",      "--thinking", "--hide-think",
                                             "--show-thinking", "--keep-thinking", NULL};
     static const char* const generate_only[] = {"--show-norms", "--norms-json", NULL};
@@ -370,12 +425,18 @@ static void parse_args(int argc, char** argv, Options* o) {
                                                     "--steps",       "--dump-logits", "--verbose-prompt", NULL};
     static const char* const not_bench[] = {"--input", NULL};
     static const char* const bench_only[] = {"--bench-prompt", "--bench-gen", "--bench-reps", "--bench-depth",
-                                             "--json", NULL};
+                                             NULL};
+    static const char* const bench_and_eval[] = {"--json", NULL};
+    static const char* const eval_only[] = {"--file", NULL};
+    static const char* const norm_lab[] = {"--ablate", "--norm-eps", "--norm", NULL};
     if (!is_chat) warn_other_mode(o, chat_only, "-m chat");
     if (!is_generate) warn_other_mode(o, generate_only, "-m generate");
     if (!is_generate && !is_chat) warn_other_mode(o, generate_and_chat, "generate and chat");
     if (is_bench) warn_other_mode(o, not_bench, "generate, chat and tokenize");
     if (!is_bench) warn_other_mode(o, bench_only, "-m bench");
+    if (!is_bench && !is_eval) warn_other_mode(o, bench_and_eval, "-m bench and -m eval");
+    if (!is_eval) warn_other_mode(o, eval_only, "-m eval");
+    if (!is_generate && !is_chat && !is_eval) warn_other_mode(o, norm_lab, "generate, chat and eval");
 }
 
 /* "9707,11,1879" -> ids (malloc'ed). Every id must be a token of the model. */
@@ -731,9 +792,26 @@ int main(int argc, char** argv) {
     }
     const Tokenizer* text_tok = tokenizer_size(tok) > 0 ? tok : NULL; /* NULL: ids only */
 
+    /* The RMSNorm lab's switches change the forward pass of the modes that run the model on text. */
+    const int is_eval = strcmp(o.mode, "eval") == 0;
+    if (is_eval || strcmp(o.mode, "generate") == 0 || strcmp(o.mode, "chat") == 0) {
+        t.norm_lab = o.norm_lab;
+        if ((o.norm_lab.skip & NORM_SKIP_QK) && !(t.config.flags & FLAG_QK_NORM))
+            fprintf(stderr, "run: note: --ablate qk-norm changes nothing: this model has no QK-Norm\n");
+        if (o.show_norms && (o.norm_lab.skip || o.norm_lab.variant || o.norm_lab.has_eps))
+            fprintf(stderr, "run: note: --show-norms shows each RMSNorm as trained, not as --ablate, --norm-eps "
+                            "and --norm change it\n");
+    }
+
     int status;
     if (strcmp(o.mode, "tokenize") == 0) {
         status = tokenize(text_tok, &o);
+    } else if (is_eval) {
+        int n_ids = 0;
+        int* ids = o.prompt_ids ? parse_prompt_ids(o.prompt_ids, t.config.vocab_size, &n_ids) : NULL;
+        EvalOptions eval = {o.prompt, o.file, ids, n_ids, o.json};
+        status = eval_main(&t, text_tok, &eval);
+        free(ids);
     } else if (strcmp(o.mode, "bench") == 0) {
         status = bench_main(&t, o.n_bench_args, (char**)o.bench_args);
     } else {

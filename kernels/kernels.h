@@ -198,6 +198,14 @@ void rmsnorm(float* out, const float* x, const float* w, int n, float eps);
  * n_rows calls of rmsnorm(). */
 void rmsnorm_rows(float* out, const float* x, const float* w, int n_rows, int n, float eps);
 
+/* The RMSNorm lab's variants of rmsnorm_rows (model.c, NormLab), for teaching, not speed (scalar):
+ *   NORM_VARIANT_CENTER        x - mean(x) first: LayerNorm without a bias
+ *   NORM_VARIANT_UNIT_WEIGHT   w = 1: out = x * scale
+ *   NORM_VARIANT_NO_SCALE      scale = 1: out = w * x
+ * variant = 0 is rmsnorm_scalar row by row. out may equal x. */
+enum { NORM_VARIANT_CENTER = 1, NORM_VARIANT_UNIT_WEIGHT = 2, NORM_VARIANT_NO_SCALE = 4 };
+void rmsnorm_variant_rows(float* out, const float* x, const float* w, int n_rows, int n, float eps, int variant);
+
 /* RoPE with rotate-half pairing (QWEN3.md 2.4) on n_heads head vectors of head_dim values laid
  * out one after another: for i < head_dim/2, (x[i], x[i+head_dim/2]) is rotated by the angle whose
  * cos and sin are cos_t[i], sin_t[i] (the tables of one position). */

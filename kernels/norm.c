@@ -96,3 +96,22 @@ void rmsnorm_rows(float* out, const float* x, const float* w, int n_rows, int n,
     RmsnormRows j = {out, x, w, n, eps};
     parallel_spans(n_rows, 1, (long long)n_rows * n >= RMSNORM_ROWS_PARALLEL, rmsnorm_span, &j);
 }
+
+/* The RMSNorm lab (kernels.h, NORM_VARIANT_*): the formula above with one part switched at a time,
+ * scalar and written out so that each switch is one visible change. The centring is the only
+ * difference between RMSNorm and LayerNorm without a bias: mean((x - mean x)^2) is the variance. */
+void rmsnorm_variant_rows(float* out, const float* x, const float* w, int n_rows, int n, float eps, int variant) {
+    for (int r = 0; r < n_rows; r++) {
+        const float* xr = x + (size_t)r * n;
+        float* o = out + (size_t)r * n;
+        float mean = 0.0f;
+        if (variant & NORM_VARIANT_CENTER) {
+            for (int i = 0; i < n; i++) mean += xr[i];
+            mean /= (float)n;
+        }
+        float ss = 0.0f;
+        for (int i = 0; i < n; i++) ss += (xr[i] - mean) * (xr[i] - mean);
+        const float inv = (variant & NORM_VARIANT_NO_SCALE) ? 1.0f : 1.0f / sqrtf(ss / (float)n + eps);
+        for (int i = 0; i < n; i++) o[i] = ((variant & NORM_VARIANT_UNIT_WEIGHT) ? 1.0f : w[i]) * ((xr[i] - mean) * inv);
+    }
+}

@@ -11,6 +11,9 @@ Deliberate mistakes (to prove the end-to-end test would catch them), all off by 
   skip_qk_norm=True   leave out Qwen3's per-head RMSNorm of q and k
   gqa='mod'           query head j reads kv head j % K instead of j // G
 
+The RMSNorm lab (./run --ablate, --norm-eps, --norm layernorm): forward(ablate=NAMES, eps=X,
+layernorm=True) with NAMES a subset of ABLATIONS (see Reference.lab_norm for what each one does).
+
 To model what an export dtype stores, Reference(folder, matrix_transform=as_bf16, as_q8, as_q4 ...)
 changes the weight matrices, and act_group= also rounds every matrix-vector input to int8 (the
 SIMD q8 matmul's activation quantisation). forward(kv_f16=True) rounds every cached key and value
@@ -104,6 +107,10 @@ def quantize_activations(x, group_size):
     return _quantize_groups(x, group_size, lambda m: m / 127.0)
 
 
+# ./run --ablate's names: three RMSNorm uses that can be left out, two parts of the formula that can be.
+ABLATIONS = ('qk-norm', 'final-norm', 'pre-norms', 'norm-weight', 'norm-scale')
+
+
 class Reference:
     def __init__(self, folder, matrix_transform=None, act_group=None):
         """matrix_transform(values, cols) -> values, applied to every MATRIX tensor (to model what
@@ -192,6 +199,23 @@ class Reference:
         r = 1.0 / math.sqrt(ms + eps)  # epsilon inside the square root (QWEN3.md 2.1)
         return [wi * (xi * r) for xi, wi in zip(x, w)]
 
+    @staticmethod
+    def lab_norm(x, w, eps, use, ablate=(), layernorm=False):
+        """One RMSNorm call site of the RMSNorm lab: use is 'pre-norms' (pre-attention, pre-MLP),
+        'qk-norm' or 'final-norm'. Left out (ablate names the use): x unchanged. Otherwise RMSNorm
+        with: layernorm, x - mean(x) first; 'norm-weight', w = 1; 'norm-scale', no 1/rms."""
+        assert use in ABLATIONS[:3] and set(ablate) <= set(ABLATIONS), (use, ablate)
+        if use in ablate:
+            return list(x)
+        if layernorm:
+            mu = sum(x) / len(x)
+            x = [v - mu for v in x]
+        if 'norm-weight' in ablate:
+            w = [1.0] * len(x)
+        if 'norm-scale' in ablate:
+            return [wi * xi for xi, wi in zip(x, w)]
+        return Reference.rmsnorm(x, w, eps)
+
     def rope(self, x, pos, interleaved):
         """Rotates one head vector in place. Angles: float32 product pos * inv_freq (as HF)."""
         d = self.d
@@ -213,8 +237,9 @@ class Reference:
         return list(struct.unpack('<%de' % len(x), struct.pack('<%de' % len(x), *x)))
 
     def forward(self, tokens, eps=None, rope='half', skip_qk_norm=False, gqa='div', kv_f16=False, norms=None,
-                scores=None):
-        """Logits (a list of V floats) for every position of tokens (positions 0..len-1). norms: a
+                scores=None, ablate=(), layernorm=False):
+        """Logits (a list of V floats) for every position of tokens (positions 0..len-1). ablate,
+        layernorm (and eps): the RMSNorm lab's switches (Reference.lab_norm). norms: a
         list that receives (position, layer, site, vectors, weight) at every RMSNorm call site,
         what the vectors are before the norm (layer -1: the final norm; the sites as ./run
         --show-norms names them). scores: a list that receives (position, layer, query head,
@@ -224,6 +249,9 @@ class Reference:
                 norms.append((pos, layer, site, [list(v) for v in vectors], weight))
         assert rope in ('half', 'interleaved') and gqa in ('div', 'mod')
         eps = self.eps if eps is None else eps
+
+        def norm(x, w, use):
+            return self.lab_norm(x, w, eps, use, ablate, layernorm)
         D, H, K, d = self.D, self.H, self.K, self.d
         G = H // K
         scale = 1.0 / math.sqrt(d)
@@ -234,7 +262,7 @@ class Reference:
             x = list(self.embed[tok])
             for l, w in enumerate(self.layers):
                 see(pos, l, 'pre-attention', [x], w['in_norm'])
-                h = self.rmsnorm(x, w['in_norm'], eps)
+                h = norm(x, w['in_norm'], 'pre-norms')
                 q = self.matvec(w['wq'], h)
                 k = self.matvec(w['wk'], h)
                 v = self.matvec(w['wv'], h)
@@ -248,8 +276,8 @@ class Reference:
                 if self.qk_norm and not skip_qk_norm:  # per head, before RoPE
                     see(pos, l, 'QK-Norm q', qh, w['q_norm'])
                     see(pos, l, 'QK-Norm k', kh, w['k_norm'])
-                    qh = [self.rmsnorm(t, w['q_norm'], eps) for t in qh]
-                    kh = [self.rmsnorm(t, w['k_norm'], eps) for t in kh]
+                    qh = [norm(t, w['q_norm'], 'qk-norm') for t in qh]
+                    kh = [norm(t, w['k_norm'], 'qk-norm') for t in kh]
                 for t in qh + kh:
                     self.rope(t, pos, rope == 'interleaved')
                 if kv_f16:
@@ -275,7 +303,7 @@ class Reference:
                     att.extend(o)
                 x = [a + b for a, b in zip(x, self.matvec(w['wo'], att))]
                 see(pos, l, 'pre-MLP', [x], w['post_norm'])
-                h = self.rmsnorm(x, w['post_norm'], eps)
+                h = norm(x, w['post_norm'], 'pre-norms')
                 gt = self.matvec(w['gate'], h)
                 up = self.matvec(w['up'], h)
                 # silu(z) = z / (1 + e^-z); below -700 math.exp would overflow (C's expf gives inf
@@ -283,7 +311,7 @@ class Reference:
                 act = [(z / (1.0 + math.exp(-z)) if z > -700 else 0.0) * u for z, u in zip(gt, up)]
                 x = [a + b for a, b in zip(x, self.matvec(w['down'], act))]
             see(pos, -1, 'final norm', [x], self.norm)
-            h = self.rmsnorm(x, self.norm, eps)
+            h = norm(x, self.norm, 'final-norm')
             out.append(self.matvec(self.lm_head, h))
         return out
 

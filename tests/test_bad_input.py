@@ -368,7 +368,7 @@ class EngineErrors(InTempDir):
                 (generate + ['-y', 'be brief'], '-m generate ignores --system (-m chat option)'),
                 (generate + ['--thinking', '0', '--hide-think'],
                  '-m generate ignores --thinking and --hide-think (-m chat options)'),
-                (generate + ['--json'], '-m generate ignores --json (-m bench option)'),
+                (generate + ['--json'], '-m generate ignores --json (-m bench and -m eval option)'),
                 (generate + ['--bench-gen', '4'], '-m generate ignores --bench-gen (-m bench option)'),
                 (['-m', 'tokenize', '-i', 'hi', '--dump-logits', os.path.join(self.tmp, 'never.f32'), '-s', '3',
                   '-n', '2'], '-m tokenize ignores --dump-logits, --seed and --steps (generate and chat options)'),

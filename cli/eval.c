@@ -1,0 +1,174 @@
+/* eval.c: `-m eval` (eval.h): loss, perplexity and top-1 accuracy of the model on a text. */
+#include "eval.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+void eval_score_rows(EvalSums* sums, const float* rows, int n_rows, int vocab_size, const int* targets) {
+    for (int r = 0; r < n_rows; r++) {
+        const float* row = rows + (size_t)r * (size_t)vocab_size;
+        int best = 0;
+        for (int j = 1; j < vocab_size; j++)
+            if (row[j] > row[best]) best = j;
+        const double m = row[best];
+        double sum = 0.0;
+        for (int j = 0; j < vocab_size; j++) sum += exp((double)row[j] - m);
+        sums->nll += m + log(sum) - (double)row[targets[r]];
+        sums->top1 += best == targets[r];
+        sums->tokens++;
+    }
+}
+
+/* The whole of f (a file or standard input), NUL-terminated, malloc'ed; NULL after an error line. */
+static char* read_text(FILE* f, const char* name, size_t* len) {
+    size_t cap = 1 << 16, n = 0;
+    char* buf = malloc(cap);
+    for (;;) {
+        if (buf == NULL) {
+            fprintf(stderr, "run: error: out of memory reading %s\n", name);
+            return NULL;
+        }
+        n += fread(buf + n, 1, cap - n - 1, f);
+        if (n + 1 < cap) break;
+        cap *= 2;
+        char* bigger = realloc(buf, cap);
+        if (bigger == NULL) free(buf);
+        buf = bigger;
+    }
+    if (ferror(f)) {
+        fprintf(stderr, "run: error: %s: read failed: %s\n", name, strerror(errno));
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+/* The tokens to score (malloc'ed): --prompt-ids as given, else the text of -i, --file or standard
+ * input, encoded without BOS. NULL after an error line. */
+static int* eval_tokens(const Tokenizer* tok, const EvalOptions* o, int* n) {
+    if (o->ids) {
+        int* ids = malloc((size_t)(o->n_ids > 0 ? o->n_ids : 1) * sizeof(int));
+        if (ids) memcpy(ids, o->ids, (size_t)o->n_ids * sizeof(int));
+        else fprintf(stderr, "run: error: out of memory\n");
+        *n = o->n_ids;
+        return ids;
+    }
+    if (tok == NULL) {
+        fprintf(stderr, "run: error: the checkpoint has no tokenizer: give the tokens with --prompt-ids\n");
+        return NULL;
+    }
+    size_t len = 0;
+    char* owned = NULL;
+    const char* text = o->text;
+    if (text) {
+        len = strlen(text);
+    } else {
+        FILE* f = o->file ? fopen(o->file, "rb") : stdin;
+        if (f == NULL) {
+            fprintf(stderr, "run: error: %s: cannot open: %s\n", o->file, strerror(errno));
+            return NULL;
+        }
+        owned = read_text(f, o->file ? o->file : "standard input", &len);
+        if (o->file) fclose(f);
+        if (owned == NULL) return NULL;
+        text = owned;
+    }
+    int* ids = tokenizer_encode(tok, text, len, n);
+    if (ids == NULL) fprintf(stderr, "run: error: out of memory\n");
+    free(owned);
+    return ids;
+}
+
+static double seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Progress on stderr: in place at a terminal, otherwise one line a second once a second has
+ * passed (a short run prints nothing there). */
+typedef struct {
+    int tty;
+    double start, last;
+    int shown;
+} Progress;
+
+static void progress(Progress* p, int done, int total, const EvalSums* s) {
+    const double now = seconds();
+    if (now - p->last < (p->tty ? 0.1 : 1.0) || (!p->tty && now - p->start < 1.0)) return;
+    p->last = now;
+    p->shown = 1;
+    fprintf(stderr, "%seval: %d of %d tokens, loss so far %.4f%s", p->tty ? "\r" : "", done, total,
+            s->tokens ? s->nll / (double)s->tokens : 0.0, p->tty ? "" : "\n");
+}
+
+static void print_number(double v, const char* fmt) {
+    if (isfinite(v)) printf(fmt, v);
+    else printf("null"); /* JSON has no inf or nan */
+}
+
+static void report(const EvalSums* s, int window, int json) {
+    const double loss = s->nll / (double)s->tokens, ppl = exp(loss), top1 = (double)s->top1 / (double)s->tokens;
+    if (json) {
+        printf("{\"tokens\": %lld, \"loss\": ", s->tokens);
+        print_number(loss, "%.6f");
+        printf(", \"ppl\": ");
+        print_number(ppl, "%.6g");
+        printf(", \"top1\": %.6f}\n", top1);
+        return;
+    }
+    printf("scored tokens  %lld (windows of %d tokens, each scored but its first)\n", s->tokens, window);
+    printf("loss           %.6f nats/token\n", loss);
+    printf("perplexity     %.6g\n", ppl);
+    printf("top-1          %.6f\n", top1);
+}
+
+int eval_main(Transformer* t, const Tokenizer* tok, const EvalOptions* o) {
+    const int V = t->config.vocab_size, window = t->config.seq_len, B = t->state.max_batch;
+    int n = 0;
+    int* ids = eval_tokens(tok, o, &n);
+    if (ids == NULL) return 1;
+    if (n < 2 || window < 2) {
+        if (window < 2) fprintf(stderr, "run: error: -m eval needs a context (-c) of at least 2 tokens\n");
+        else fprintf(stderr, "run: error: nothing to score: the text is %d token%s, eval needs at least 2\n", n,
+                     n == 1 ? "" : "s");
+        free(ids);
+        return 1;
+    }
+    float* rows = malloc((size_t)B * (size_t)V * sizeof(float));
+    if (rows == NULL) {
+        fprintf(stderr, "run: error: out of memory\n");
+        free(ids);
+        return 1;
+    }
+    EvalSums sums = {0, 0, 0.0};
+    Progress prog = {isatty(fileno(stderr)), seconds(), 0.0, 0};
+    /* Window w holds ids [w0, w0 + len); its positions 0 .. len-2 predict the tokens 1 .. len-1,
+     * so its last token goes in only as a target. Prefill in chunks of max_batch rows. */
+    for (int w0 = 0; w0 < n - 1; w0 += window) {
+        const int len = n - w0 < window ? n - w0 : window;
+        for (int i = 0; i < len - 1; i += B) {
+            const int nb = len - 1 - i < B ? len - 1 - i : B;
+            if (forward(t, ids + w0 + i, nb, i, rows) == NULL) {
+                fprintf(stderr, "%srun: error: forward pass failed\n", prog.shown && prog.tty ? "\n" : "");
+                free(rows);
+                free(ids);
+                return 1;
+            }
+            eval_score_rows(&sums, rows, nb, V, ids + w0 + i + 1);
+            progress(&prog, w0 + i + nb + 1, n, &sums);
+        }
+    }
+    if (prog.shown && prog.tty) fprintf(stderr, "\r\033[K"); /* the terminal as it was */
+    report(&sums, window, o->json);
+    free(rows);
+    free(ids);
+    return 0;
+}

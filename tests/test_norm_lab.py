@@ -1,0 +1,271 @@
+"""The RMSNorm lab: `./run -m eval` and the switches --ablate, --norm-eps, --norm layernorm.
+
+  * Each switch (and a combination) against the plain-Python reference (tests/reference.py,
+    Reference.lab_norm) on a tiny random Qwen3, prefill and greedy decode: TIGHT_TOL as in
+    test_model.py (the engine computes in fp32, the reference in double).
+  * Each switch changes the logits (by at least MISTAKE_MIN of the largest logit); without the
+    switches, and with the ones that name the model as it is (--norm-eps equal to the model's,
+    --norm rmsnorm), the logits are the same bits.
+  * eval's loss, perplexity and top-1 equal what a user computes from --dump-logits of the same
+    token ids, window by window, with log-softmax in fp64 (to the 6 decimals eval prints: 1e-4 is
+    the bound the task sets, 2e-6 what the printing allows).
+  * The command line: text from -i, --file or standard input; notes and errors.
+"""
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hf_model  # noqa: E402
+from hf_model import Spec, IM_START_ID  # noqa: E402
+from reference import Reference, rel_error, argmax  # noqa: E402
+
+TIGHT_TOL = 1e-4
+MISTAKE_MIN = 1e-2
+PROMPT = [IM_START_ID, 33, 256, 71, 259, 2, 100, 220]
+
+# name -> (./run arguments, Reference.forward arguments)
+SWITCHES = {
+    'qk-norm': (['--ablate', 'qk-norm'], dict(ablate=('qk-norm',))),
+    'final-norm': (['--ablate', 'final-norm'], dict(ablate=('final-norm',))),
+    'pre-norms': (['--ablate', 'pre-norms'], dict(ablate=('pre-norms',))),
+    'norm-weight': (['--ablate', 'norm-weight'], dict(ablate=('norm-weight',))),
+    'norm-scale': (['--ablate', 'norm-scale'], dict(ablate=('norm-scale',))),
+    'eps 1e-2': (['--norm-eps', '1e-2'], dict(eps=1e-2)),
+    'eps 0': (['--norm-eps', '0'], dict(eps=0.0)),
+    'layernorm': (['--norm', 'layernorm'], dict(layernorm=True)),
+    'combined': (['--ablate', 'norm-weight,final-norm', '--norm', 'layernorm', '--norm-eps', '1e-3'],
+                 dict(ablate=('norm-weight', 'final-norm'), layernorm=True, eps=1e-3)),
+}
+
+
+def log_softmax_loss(rows, targets):
+    """Sum of -log softmax(row)[target] in fp64, and how many targets are their row's argmax."""
+    nll, top1 = 0.0, 0
+    for row, t in zip(rows, targets):
+        m = max(row)
+        lse = m + math.log(sum(math.exp(v - m) for v in row))
+        nll += lse - row[t]
+        top1 += argmax(row) == t
+    return nll, top1
+
+
+class NormLab(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix='qwen3_normlab_')
+        why = hf_model.missing_tools()
+        if why:
+            return
+        # Small q/k projections (mean square ~2.5e-5 before QK-Norm): eps 0 against 1e-6 changes the
+        # logits by a few percent, not a rounding error.
+        cls.hf = os.path.join(cls.tmp, 'hf')
+        hf_model.write_model(cls.hf, Spec(dtype='F32', qk_gain=0.005, seed=7, max_position_embeddings=512))
+        cls.ckpt = os.path.join(cls.tmp, 'model.bin')
+        p = hf_model.run_export(cls.hf, cls.ckpt, 'f32')
+        assert p.returncode == 0, p.stderr
+        cls.V = hf_model.read_header(cls.ckpt)['vocab_size']
+        cls.ref = Reference(cls.hf)
+        cls.n_dump = 0
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def setUp(self):
+        why = hf_model.missing_tools()
+        if why:
+            self.skipTest(why + ': the RMSNorm lab tests need export.py and ./run')
+
+    def engine(self, args, ckpt=None, stdin=None):
+        p = subprocess.run([hf_model.RUN, ckpt or self.ckpt] + list(args), cwd=hf_model.ROOT, capture_output=True,
+                           text=True, timeout=60, input=stdin)
+        return p
+
+    def dump(self, ids, extra=(), n=0):
+        """The logits rows of ./run --prompt-ids ids -n n -t 0 with extra arguments, as bytes and rows."""
+        NormLab.n_dump += 1
+        path = os.path.join(self.tmp, 'd%d.f32' % self.n_dump)
+        args = ['--prompt-ids', ','.join(map(str, ids)), '-n', str(n), '-t', '0', '--dump-logits', path] + list(extra)
+        p = self.engine(args)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertNotIn('note', p.stderr)
+        with open(path, 'rb') as f:
+            raw = f.read()
+        return raw, hf_model.read_logits(path, self.V)
+
+    def eval_json(self, args, ckpt=None, stdin=None):
+        p = self.engine(['-m', 'eval', '--json'] + list(args), ckpt, stdin)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        lines = p.stdout.splitlines()
+        self.assertEqual(len(lines), 1, p.stdout)
+        return json.loads(lines[0])
+
+    # ---- the switches -------------------------------------------------------------------------
+
+    def test_switches_match_the_reference(self):
+        """Prompt (prefill) and 5 greedy steps (decode) under each switch, against the reference
+        with the same switch on the sequence the engine produced."""
+        for name, (args, ref_kw) in SWITCHES.items():
+            with self.subTest(switch=name):
+                _, rows = self.dump(PROMPT, args, n=5)
+                seq = PROMPT + [argmax(r) for r in rows[len(PROMPT) - 1:-1]]
+                self.assertEqual(len(seq), len(rows))
+                err = rel_error(rows, self.ref.forward(seq, **ref_kw))
+                self.assertLess(err, TIGHT_TOL, '%s: engine vs reference' % name)
+
+    def test_reference_switches_are_not_the_plain_model(self):
+        """The reference's switches themselves change its logits (so the comparison above is not
+        the plain model compared with itself)."""
+        plain = self.ref.forward(PROMPT)
+        for name, (_, ref_kw) in SWITCHES.items():
+            self.assertGreater(rel_error(self.ref.forward(PROMPT, **ref_kw), plain), MISTAKE_MIN, name)
+
+    def test_each_switch_changes_the_logits(self):
+        raw, base = self.dump(PROMPT)
+        for name, (args, _) in SWITCHES.items():
+            with self.subTest(switch=name):
+                _, rows = self.dump(PROMPT, args)
+                self.assertGreater(rel_error(rows, base), MISTAKE_MIN, name)
+
+    def test_absent_switches_change_no_bit(self):
+        """Without switches the forward pass is rmsnorm_rows at every call site; the switches that
+        name the model as it is (its own eps, --norm rmsnorm) keep those bits."""
+        raw, _ = self.dump(PROMPT, n=3)
+        eps = repr(hf_model.read_header(self.ckpt)['rms_norm_eps'])  # the float32 value, exactly
+        for extra in (['--norm-eps', eps], ['--norm', 'rmsnorm']):
+            other, _ = self.dump(PROMPT, extra, n=3)
+            self.assertEqual(other, raw, extra)
+
+    def test_chat_takes_the_switches(self):
+        p = self.engine(['-m', 'chat', '-i', 'hi', '-n', '2', '-t', '0', '--ablate', 'final-norm', '--norm-eps', '1e-3'])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertNotIn('note', p.stderr)
+
+    def test_unknown_and_bad_values(self):
+        for args, msg in ((['--ablate', 'qk-norm,bias'], "--ablate: unknown name 'bias' (valid: qk-norm, final-norm, "
+                                                          "pre-norms, norm-weight, norm-scale)"),
+                          (['--ablate', ''], "--ablate: unknown name ''"),
+                          (['--norm', 'batchnorm'], '--norm must be rmsnorm or layernorm'),
+                          (['--norm-eps', '-1'], '--norm-eps must be in [0, 100]')):
+            p = self.engine(['--prompt-ids', '1', '-n', '1'] + args)
+            self.assertEqual(p.returncode, 2, args)
+            self.assertIn('run: error: ' + msg, p.stderr)
+            self.assertEqual(len(p.stderr.splitlines()), 1, p.stderr)
+
+    def test_notes_in_other_modes(self):
+        for args, note in ((['-m', 'tokenize', '-i', 'hi', '--ablate', 'qk-norm', '--norm', 'layernorm'],
+                            '-m tokenize ignores --ablate and --norm (generate, chat and eval options)'),
+                           (['-m', 'tokenize', '-i', 'hi', '--file', 'x'], '-m tokenize ignores --file (-m eval option)'),
+                           (['--prompt-ids', '1', '-n', '1', '--json'],
+                            '-m generate ignores --json (-m bench and -m eval option)'),
+                           (['-m', 'eval', '-i', 'hello world', '-t', '0.5'],
+                            '-m eval ignores --temperature (generate and chat option)')):
+            p = self.engine(args)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertIn('run: note: ' + note + '\n', p.stderr)
+
+    def test_qk_norm_on_a_model_without_it(self):
+        d = os.path.join(self.tmp, 'hf_llama')
+        hf_model.write_model(d, Spec(arch='llama', dtype='F32', head_dim=None, seed=4))
+        ckpt = os.path.join(self.tmp, 'llama.bin')
+        self.assertEqual(hf_model.run_export(d, ckpt, 'f32').returncode, 0)
+        p = self.engine(['--prompt-ids', '1,2', '-n', '1', '--ablate', 'qk-norm'], ckpt)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn('run: note: --ablate qk-norm changes nothing: this model has no QK-Norm', p.stderr)
+
+    # ---- eval ---------------------------------------------------------------------------------
+
+    def check_eval_against_dumps(self, ids, ctx, extra=()):
+        got = self.eval_json(['--prompt-ids', ','.join(map(str, ids)), '-c', str(ctx)] + list(extra))
+        nll, top1, scored = 0.0, 0, 0
+        for w0 in range(0, len(ids), ctx):
+            window = ids[w0:w0 + ctx]
+            if len(window) < 2:
+                continue
+            _, rows = self.dump(window, ['-c', str(ctx)] + list(extra))
+            a, b = log_softmax_loss(rows[:-1], window[1:])
+            nll, top1, scored = nll + a, top1 + b, scored + len(window) - 1
+        self.assertEqual(got['tokens'], scored)
+        self.assertLess(abs(got['loss'] - nll / scored), 1e-4)
+        self.assertLess(abs(got['ppl'] - math.exp(nll / scored)), 1e-5 * math.exp(nll / scored))
+        self.assertLess(abs(got['top1'] - top1 / scored), 1e-6)
+
+    def test_eval_equals_the_dumped_logits(self):
+        """Windows of 8: 8 + 8 + 4 tokens (7 + 7 + 3 scored); one more token makes a last window of
+        1 token, which has nothing to score; a window longer than a prefill chunk (256 rows)."""
+        ids = [(i * 37 + 11) % 273 for i in range(20)]
+        self.check_eval_against_dumps(ids, 8)
+        self.check_eval_against_dumps(ids + [5], 10)
+        self.check_eval_against_dumps(ids, 8, ['--ablate', 'final-norm', '--norm', 'layernorm'])
+        long_ids = [(i * 53 + 7) % 273 for i in range(300)]
+        self.check_eval_against_dumps(long_ids, 290)
+
+    def test_eval_text_sources_agree(self):
+        text = 'Hello world, hello tokenizer. <|im_start|>abc 123'
+        ids = self.engine(['-m', 'tokenize', '-i', text]).stdout.split()
+        path = os.path.join(self.tmp, 'text.txt')
+        with open(path, 'w') as f:
+            f.write(text)
+        want = self.eval_json(['--prompt-ids', ','.join(ids)])
+        self.assertEqual(want['tokens'], len(ids) - 1)
+        self.assertEqual(self.eval_json(['-i', text]), want)
+        self.assertEqual(self.eval_json(['--file', path]), want)
+        self.assertEqual(self.eval_json([], stdin=text), want)
+        p = self.engine(['-m', 'eval', '-i', text])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        out = p.stdout
+        self.assertIn('scored tokens  %d ' % want['tokens'], out)
+        self.assertIn('loss           %.6f nats/token' % want['loss'], out)
+        self.assertIn('top-1          %.6f' % want['top1'], out)
+
+    def test_eval_errors(self):
+        for args, rc, msg in ((['-i', 'a'], 1, 'nothing to score: the text is 1 token, eval needs at least 2'),
+                              (['-i', ''], 1, 'nothing to score: the text is 0 tokens'),
+                              (['--file', os.path.join(self.tmp, 'absent.txt')], 1,
+                               os.path.join(self.tmp, 'absent.txt') + ': cannot open: No such file'),
+                              (['-i', 'a b', '--file', 'x'], 2, '-m eval scores one text: give one of -i, --file and --prompt-ids'),
+                              (['--prompt-ids', '1,2,99999'], 2, '--prompt-ids: id 99999 is outside the vocabulary')):
+            p = self.engine(['-m', 'eval'] + args)
+            self.assertEqual(p.returncode, rc, (args, p.stderr))
+            self.assertIn('run: error: ' + msg, p.stderr)
+            self.assertEqual(p.stdout, '')
+
+    # ---- tools/norm_lab.py --------------------------------------------------------------------
+
+    def test_norm_lab_tool(self):
+        """The lab's table on the tiny model and a short text: a row per configuration, the baseline
+        row is what -m eval prints, and the Markdown file is written."""
+        text = os.path.join(self.tmp, 'lab.txt')
+        with open(text, 'w') as f:
+            f.write('Hello world, hello tokenizer. ' * 12)
+        out = os.path.join(self.tmp, 'lab.md')
+        p = subprocess.run([sys.executable, os.path.join(hf_model.ROOT, 'tools', 'norm_lab.py'), '--model', self.ckpt,
+                            '--text', text, '--out', out, '--run', hf_model.RUN], capture_output=True, text=True,
+                           timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        with open(out) as f:
+            md = f.read()
+        self.assertEqual(md, p.stdout)
+        rows = [l for l in md.splitlines() if l.startswith('| `')]
+        self.assertEqual(len(rows), 11, md)
+        base = self.eval_json(['--file', text])
+        self.assertTrue(rows[0].startswith('| `baseline` |'), rows[0])
+        self.assertIn('| %.4f | %.2f | %.4f |' % (base['loss'], base['ppl'], base['top1']), rows[0])
+        for switches in ('--ablate qk-norm', '--ablate pre-norms', '--ablate final-norm', '--ablate norm-weight',
+                         '--ablate norm-scale', '--norm-eps 0', '--norm layernorm'):
+            self.assertEqual(sum(r.startswith('| `%s` |' % switches) for r in rows), 1, switches)
+        missing = subprocess.run([sys.executable, os.path.join(hf_model.ROOT, 'tools', 'norm_lab.py'), '--model',
+                                  os.path.join(self.tmp, 'absent.bin'), '--out', '-'], capture_output=True, text=True)
+        self.assertNotEqual(missing.returncode, 0)
+        self.assertIn('absent.bin: the model not found', missing.stderr)
+
+
+if __name__ == '__main__':
+    unittest.main()
