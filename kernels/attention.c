@@ -28,8 +28,8 @@ ALWAYS_INLINE float kv_elem(const void* base, size_t i, int f16) {
 }
 
 /* The reference, with the element type f16 a constant in each inlined copy (a test per element
- * made the fp32 reference, which models whose head_dim the SIMD kernels do not take run on,
- * measurably slower). */
+ * would slow the fp32 reference, which models whose head_dim the SIMD kernels do not take run
+ * on). */
 ALWAYS_INLINE void attention_group_ref(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int head_dim,
                                        float scale, float* att, int f16) {
     for (int j = 0; j < n_q; j++) {
@@ -70,10 +70,10 @@ void float_to_half_row_scalar(uint16_t* out, const float* x, int n) {
 ALWAYS_INLINE const void* kv_at(const void* base, size_t i, int F16) { return (const char*)base + i * (F16 ? 2 : 4); }
 
 /* The SIMD twins take the group's queries two at a time: every key and value vector is loaded once
- * for both (2 query heads per kv head in Qwen3-0.6B). On its own that was not measurably faster;
- * the value prefetch in scores is what made decode attention faster (see there). Per query, the
- * sums run in the same order as for a query alone, so the result does not depend on how queries
- * are paired. */
+ * for both (2 query heads per kv head in Qwen3-0.6B). The pairing alone gains little; the value
+ * prefetch in scores is what makes decode attention fast (see there). Per query, the sums run in
+ * the same order as for a query alone, so the result does not depend on how queries are
+ * paired. */
 #if defined(KERNELS_AVX2)
 /* 8 elements of a cache row from element i on, as fp32 (halves widened by F16C's vcvtph2ps).
  * Without F16C the F16 copies are never called (attention_group and attention_rows take the
@@ -149,12 +149,8 @@ ALWAYS_INLINE void scores_step(__m256 a[2][4], const float* q, int NQ, const voi
  * accumulators per query over each 32 dimensions, the first two over a last 16 (head_dim 48 of the
  * shipped model: 32 + 16). With prefetch_values set, value row t is prefetched while key row t is
  * read, so the values stream in beside the keys and the weighted sum finds them in cache
- * (decode, 28 layers x 8 kv heads of 2 queries, head_dim 128, 1 thread: 1.89 -> 1.31 ms per
- * token at 128 positions, 9.9 -> 7.0 at 512; docs/notes-kernels.md, "Sixth session"). An fp16
- * cache's values go into L2 instead (prefetcht1): tools/attention_probe.c, two runs, 64 / 256 /
- * 1024 / 4096 positions 0.57-0.74 / 1.73-1.97 / 7.1-8.8 / 25.2-25.9 ms with T0, 0.52-0.57 /
- * 1.37-1.55 / 5.8-6.0 / 21.7-22.1 with T1; for fp32 values T1 was level or slower ("Twentieth
- * session"). */
+ * (docs/design.md#attention-decode). An fp16 cache's values go into L2 instead (prefetcht1),
+ * which is faster for halves and not for floats (docs/design.md#kv-cache-f16). */
 ALWAYS_INLINE void scores(float* att, int att_stride, const float* q, int NQ, const void* keys,
                           const void* prefetch_values, int stride, int n, int d, float scale, int F16) {
     for (int t = 0; t < n; t++) {
@@ -630,15 +626,10 @@ void softmax(float* x, int n) {
  * and Gimelshein's "Online normalizer calculation for softmax" (2018), per chunk rather than per
  * position. The chunks run in the same order whatever the cache's blocks, and each chunk through
  * its blocks in order, so the result does not depend on the block length (the tests compare a
- * blocked cache with one array bit for bit). Against the two passes before (every position's
- * scores, a softmax, then the weighted sum, whose values had partly left the cache again), the
- * 0.6B shape on the Intel VM, x86-64-v3, one thread, tools/attention_probe.c, ms per token at 256 /
- * 1,024 / 4,096 positions: fp32 cache 4.50-4.67 / 20.9-21.6 / 104.8-105.4 -> 4.61-4.79 / 19.1-19.2 /
- * 76.5-77.7, fp16 2.55-2.75 / 12.0-12.4 / 61.1-61.2 -> 2.63-2.65 / 11.2 / 46.4-46.9; decode of q4
- * at depth 2,048, one / two threads, 13.0-13.6 / 25.1-25.5 -> 15.0-15.3 / 27.8-28.1 tok/s. Chunks
- * of 64 and 256 positions were level with 128 (docs/notes-kernels.md, "Thirtieth session"). On the
- * Zen 4 VM of the twenty-first session the same scheme (chunks of 32 to 128) was level at best, and
- * two passes stayed; this code was not timed there. */
+ * blocked cache with one array bit for bit). Two passes (every position's scores, a softmax,
+ * then the weighted sum) would find the values prefetched in the first partly gone from the cache
+ * by the second once the cache is long. Measured on one CPU only, and level at best on another:
+ * docs/design.md#attention-decode. */
 ALWAYS_INLINE void attend_queries(float* out, const float* q, int NQ, const KVRows* kv, int n_pos, int d, float scale,
                                   float* att, int prefetch, int F16) {
     float max[2] = {-INFINITY, -INFINITY}, total[2] = {0.0f, 0.0f};
@@ -709,10 +700,10 @@ void attention_rows_scalar(float* out, const float* q, size_t row_stride, int n_
  * each query's softmax runs over its own causal length and zeros the rest up to n_max, so the
  * weighted sum runs to the same length for all. The keys and values are taken in chunks of
  * ATTENTION_KEY_CHUNK positions, and every tile meets a chunk before the next one comes: one read
- * of the chunk from L2 into L1 serves all n queries, where a pass per tile read the whole cache of
- * the kv head once per 4 queries (pp2048 of the 0.6B shape, q8 on AMX, one thread: see
- * docs/speed.md). The sums run in the same order as in one pass (weighted_sum_tile continues each sum
- * from out after the first chunk), so the results are the same bits. */
+ * of the chunk from L2 into L1 serves all n queries, where a pass per tile would read the whole
+ * cache of the kv head once per 4 queries (docs/design.md#attention-prefill). The sums run in the
+ * same order as in one pass (weighted_sum_tile continues each sum from out after the first
+ * chunk), so the results are the same bits. */
 #define ATTENTION_KEY_CHUNK 64
 #define ATTENTION_MAX_TILES 64 /* query tiles per pass; attention_rows splits more rows into parts */
 
@@ -798,8 +789,8 @@ ALWAYS_INLINE void attend_query_tiles(float* out, const float* q, size_t row_str
 
 /* Prefill attention: the block's n_rows * n_q queries in tiles of ATTENTION_QUERY_TILE, each chunk
  * of keys and values meeting every tile (attend_query_tiles). The scratch holds all the queries'
- * scores. Against one attention_group call per row (head_dim 128, 512 rows, 8 kv heads, one
- * thread, docs/notes-kernels.md "Eighth session"): 31 -> 14 ms per layer with the tiles alone. */
+ * scores. A tile of queries x keys needs far fewer loads per FMA than one attention_group call
+ * per row (docs/design.md#attention-prefill). */
 void attention_rows(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const KVRows* kv,
                     int first_n_pos, int head_dim, float scale, float* att) {
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)

@@ -58,7 +58,7 @@ static inline size_t quant_bytes(WeightType type, size_t n) {
     return type == WEIGHT_Q4 ? n / 2 : n;
 }
 
-/* Bytes of one group's scale: a float16 (q8 since checkpoint version 5, q4 since 4). */
+/* Bytes of one group's scale: a float16 (q8 from checkpoint version 5, q4 from 4). */
 #define QUANT_SCALE_BYTES sizeof(uint16_t)
 
 /* Bytes of one row block: its rows' G scales each and their values. */
@@ -260,7 +260,7 @@ void attention_rows(float* out, const float* q, size_t row_stride, int n_q, int 
 
 /* Runs fn(ctx, i) for i in [0, n) on the kernel threads (the caller's thread included) and
  * returns when all are done. Idle threads spin for at most 200 us (not at all while another
- * process competes for the cores), then sleep: see pool.c. */
+ * process competes for the cores), then sleep: see threads.c. */
 void parallel_for(int n, void (*fn)(void* ctx, int i), void* ctx);
 
 /* Runs fn(ctx, begin, end) over [0, n) cut into one contiguous span per kernel thread (spread != 0)

@@ -106,66 +106,19 @@ static int prefetch_from_env(void) {
 }
 
 #if defined(KERNELS_AVX2)
-/* How far ahead the matrix-vector products (decode) ask for their weights. The best distance
- * depends on the core, and the four this engine was measured on disagree:
- *  - Zen 5 (AMD family 1Ah; seventh session, one thread on a 194 MB q4 matrix): 23.2-23.7 GB/s one
- *    2560-byte row block ahead, 28.7-31.6 at 5120 bytes, 23.9-30.3 at 8192. "far".
- *  - Zen 4 (family 19h; eleventh session, decode on the 0.6B shape, one thread, alternating): q4
- *    65-68 tok/s at 256 bytes against 41-43 at 5120 (61-62 at 0, 63-67 at 128, 54-59 at 512); q8
- *    (rows_qi_n1) 41-44 at 128 bytes against 36-42 one block (4352 bytes) ahead with the kernel
- *    before and 37-38 with this one, 38-47 at 256, 29-36 at 512. There a prefetch far ahead seems
- *    to hold one of the core's few outstanding L1 misses for longer, while near ones meet lines
- *    the hardware prefetcher is already bringing in. "near".
- *  - Zen 3 (family 19h too, no AVX-512, the issue's machine; fourteenth session): the other way for q8.
- *    tools/q8_read_probe.c's engine loop, one thread, 264 MB, as a share of its streaming read
- *    in the same rounds: 0.76-0.77 at 128 bytes, 0.82 at 768, 0.88 at 1024, 0.90 at 1536, 0.88
- *    at 2048 and 3072, 0.84 one block ahead. Decode q8 tg128, one thread, three alternating
- *    rounds: 18.1-19.4 tok/s at 128 against 20.6-22.9 at 1536 (70-73% -> 82-86% of the roof).
- *    q4 moved no more than the noise between 256 (t1) and 5120 (t0) (29-35 tok/s either way),
- *    so it keeps Zen 4's. bf16, which relies on the hardware prefetcher elsewhere
- *    (rows_bf16_n1), gained from 1024 bytes ahead: 10.2-10.6 -> 10.6-11.3 tok/s, 71% -> 77-81%
- *    of the roof. "mid".
- *  - Intel (twenty-third session: a 2-core KVM guest of a Xeon with AVX-512, VNNI, BF16 and AMX,
- *    family 6, ~15 GB/s for one thread): decode tg64 of the 0.6B shape, two alternating rounds of
- *    the three plans, one thread: q8 near 25.7 / 23.3 tok/s, mid 24.3 / 24.2, far 21.5 / 21.7
- *    (97-101% / 100% / 89-91% of the roof); q4 34.4-35.8 / 40.6-41.6 / 41.0-43.4; bf16 11.3-11.5 /
- *    11.6-12.2 / 11.7-12.0. Two threads, mid / far: q8 44.5 / 40.4-39.7 (93-94% / 85%), q4
- *    78.0-79.3 / 74.4-81.2, bf16 21.3-21.5 / 21.4-21.6. "mid". The AVX-512 bf16 kernel
- *    (rows_bf16_n1_zmm), which no plan prefetched for before, with KERNELS_PREFETCH=mid's 1024
- *    bytes / 2048 / none / 4096, one thread 96-99% / 101-102% / 89-91% / 91-93% of the roof, two
- *    threads 94-95% / 99% / 86-88% / 83-86% (two rounds, tg64): mid's bf16_zmm is 2048; Zen 3
- *    (mid's other CPU) has no AVX-512, and near and far keep none, as measured before. f32
- *    (rows_f32_n1, no prefetch before) 2048 bytes ahead against none, three alternating rounds of
- *    tg32: one thread 93-94% against 85-88% of the roof, two 90-92% against 81-86%; in an earlier,
- *    slower phase of the VM 1024 / 2048 / 4096 read 78-80% / 80-82% / 64-66% against 74-78%. So
- *    mid's f32 is 2048; near and far keep none (Zen 3, mid's other CPU, was not measured with it).
- * q4 (tile_q4 in the 8-row layout, sixteenth session): 2048 bytes ahead into L1 in the mid and far
- * plans, none in near. On Zen 3, decode tg128, three rounds of five distances in turn, one / two threads:
- * none 41.1-42.5 / 70.7-77.2 tok/s, 1024 47.2-48.2 / 72.1-78.6, 2048 51.7-53.1 / 77.6-84.9
- * (88-94% of the roof), 3072 48.3-49.5 / 73.3-75.4, 4096 46.6-48.3 / 71.0-73.0. Before this
- * layout q4 went near (256 bytes into L2) on Zen 3 and 4, where its arithmetic, not memory, was
- * the limit. On Zen 4 (seventeenth session, two rounds, one / two threads) no distance stood out:
- * 0 59.4-60.6 / 76.7-80.3, 1024 52.4-68.3 / 76.2-90.6, 2048 59.8-67.6 / 79.2-87.2, 3072
- * 60.8-60.9 / 71.8-77.3, 4096 61.4-64.7 / 78.3-82.4; with float16 scales (eighteenth session,
- * seven alternating rounds, one thread) none read 83-87 tok/s in six rounds and 73 in one (79-92%
- * of the roof) against 74-80 (79-83%) at 2048; two threads level or better. Zen 5 was not
- * measured with this kernel.
- * Intel, q4 into L2 (prefetcht1) instead of L1 at the same distance (twenty-ninth session,
- * decode tg128, one binary, KERNELS_PREFETCH=mid alternating with a plan that sent q4's prefetch
- * to L2 at every thread count). AVX2 build (-march=x86-64-v3, the 256-bit kernel without VNNI),
- * one thread, three rounds: 33.8-34.8 against 36.5-37.6 tok/s (83-84% -> 88-89% of the roof);
- * half an hour later, when L1 read 87-96%, six rounds level (36.8-41.0 against 37.9-40.2): as in
- * the twenty-eighth session, an L2 prefetch pays where the pages are slow. Two threads, five
- * rounds: 73.6-77.1 against 70.8-73.7, 1-6% slower in each. Native build (AVX-512 VNNI,
- * q4_group_sums1_zmm), two rounds: one thread level (38.3-39.1 against 38.3-39.3), two threads
- * 73.2-74.1 against 69.6-73.1. So Intel's plan, "mid-l2", is mid with q4's prefetch into L2 when
- * one thread decodes, into L1 with more. "One thread" is kernels_alone(), not the thread count:
- * beside a busy core the pool runs two threads' dispatches on the calling thread, and with the
- * count two threads ran those on L1 and read 0.93-0.95 of one thread's speed there
- * (tools/bench_busy.py, q4, three rounds; 0.99-1.01 with both on L1). Zen 3's q4 was not
- * measured with t1 in this layout, so its plan stays "mid".
- * The rest stays at prefetcht0: q8's weights (with t1 44.5-46.5 tok/s against 45.2-47.1 on Zen 4;
- * weights and scales with t1 42) and the far distance, as measured on Zen 5.
+/* How far ahead the matrix-vector products (decode) ask for their weights, and into which cache.
+ * The best distance depends on the core, and the CPUs measured disagree, so each gets a plan:
+ *  - near (AMD family 19h with AVX-512, Zen 4): q8 128 bytes ahead, nothing else. A prefetch far
+ *    ahead seems to hold one of the core's few outstanding L1 misses for the whole trip to memory,
+ *    while near ones meet lines the hardware prefetcher is already bringing in.
+ *  - mid (family 19h without AVX-512, Zen 3): q8 1536, q4 2048, bf16 1024 (2048 in the AVX-512
+ *    kernel), f32 2048.
+ *  - mid-l2 (Intel): mid, with q4's prefetch into L2 (prefetcht1) when the thread decodes alone
+ *    (kernels_alone(): one thread, or a dispatch the pool runs on the calling thread only). An L2
+ *    prefetch pays where the memory is slow and costs with two threads.
+ *  - far (every other CPU): q8 one row block ahead, q4 2048, no bf16 or f32 prefetch.
+ * Everything else goes into L1 (prefetcht0). The measurements behind each number, and which
+ * numbers were never measured on the CPU that gets them: docs/design.md#decode-prefetch.
  * KERNELS_PREFETCH=near, mid, mid-l2 or far overrides the choice from the CPU (choose_prefetch). */
 static const PrefetchPlan prefetch_near = {"near", 128, 0, 0, 0, 0, 0},
                           prefetch_mid = {"mid", 1536, 2048, 1024, 2048, 2048, 0},
@@ -175,9 +128,8 @@ PrefetchPlan decode_prefetch;
 
 /* Zen 3 and Zen 4 are both AMD family 19h. gcc 12.2's __builtin_cpu_is("znver3") cannot tell
  * them apart: it predates znver4, and its libgcc calls every family-19h model with VAES a
- * znver3, Zen 4 included. So from the fourteenth session on, Zen 4 ran Zen 3's plan, unseen
- * until the eighteenth (q8 decode with one thread 7-15% slower than with near). AVX-512 is a
- * difference every compiler can see: Zen 4 has it, Zen 3 does not. */
+ * znver3, Zen 4 included, which would give Zen 4 Zen 3's plan. AVX-512 is a difference every
+ * compiler can see: Zen 4 has it, Zen 3 does not (tests/test_bench.py checks the default). */
 static void choose_prefetch(void) {
     decode_prefetch = prefetch_far;
 #if defined(__GNUC__)
@@ -347,9 +299,7 @@ typedef struct MatmulJob {
  * left. Thread k starts on the k-th of n_ranges contiguous ranges of chunks and takes them in
  * order, up to `batch` per claim, so its weight reads stay one sequential stream from chunk to
  * chunk (each block's prefetch runs into the next chunk); when its range is done it takes the
- * next chunk of another range, one at a time. Against chunks taken in turn by whichever thread
- * came first: q8 decode tg128, 2 threads, four alternating rounds, 73.5/66.5/78.7/74.3 ->
- * 78.9/79.4/84.7/81.5 tok/s. */
+ * next chunk of another range, one at a time. docs/design.md#row-chunks */
 static int claim_chunks(MatmulJob* j, int batch, int* end) {
     const int me = kernels_thread_index() % j->n_ranges;
     for (int k = 0; k < j->n_ranges; k++) {
@@ -420,20 +370,16 @@ static void matmul_item(void* ctx, int item) {
 /* Decode: one pool task per thread, which takes the chunks of its own range CLAIM_BATCH per atomic
  * and then helps the other ranges one chunk at a time. A decoded token has ~9,000 chunks (32 per
  * thread in each of ~140 matmuls) and every claim is a locked instruction, which waits for the
- * weight loads in flight; per chunk, two more (the pool's item counter and its done count, shared
- * by both cores) came on top. q4 tg64 with two threads, alternating with one item per chunk:
- * 130.6 / 132.2 / 132.7 against 121.1 / 125.9 / 127.8 tok/s (84-86% of the roof against 79-82%),
- * bf16 level (40.9 / 40.1 / 40.2 against 40.9 / 39.5 / 39.1); beside a busy core, 2 threads / 1
- * unchanged (0.99 against 0.98, tools/bench_busy.py). The eighth session's one task per thread
- * with single claims had shown nothing: the pool's counters alone were not the cost. A worker
- * taken off its core between two chunks now holds the dispatch up until it runs again, but
- * pool.c runs everything in the caller once it sees another process on the cores. */
+ * weight loads in flight; one item per chunk would add two more per chunk (the pool's item
+ * counter and its done count, shared by both cores). A worker taken off its core between two
+ * chunks holds the dispatch up until it runs again, but threads.c runs everything in the caller
+ * once it sees another process on the cores. docs/design.md#row-chunks */
 #define CLAIM_BATCH 4
 
 static void matmul_task(void* ctx, int task) {
     MatmulJob* j = ctx;
     (void)task; /* the range is the calling thread's */
-#if defined(KERNELS_AVX2) /* a thread that runs two tasks (pool.c's serial fallback) writes its copy twice */
+#if defined(KERNELS_AVX2) /* a thread that runs two tasks (threads.c's serial fallback) writes its copy twice */
     if (j->use_xp) deinterleave(thread_xp(), j->x, j->W[0]->cols, bf16_span(j->W[0]->cols));
 #endif
     int c, end;
@@ -480,12 +426,10 @@ static void split_tokens(const MatmulJob* j, int t0, int t1) { bf16_split_rows(x
 
 /* Whether this job's bf16 products take the split activations: all its matrices bf16 of one
  * width (a multiple of 32, as the panels want), AMX granted, from 9 tokens on (the A tiles are
- * padded to 16 tokens with zeros; against the 4 x 4 tiles, one thread, tok/s: pp8 53-54 / 58-59,
- * pp9 62-65 / 57-58, pp12 82 / 66-67; twenty-seventh session), and the tokens rounded up to 16
- * within the scratch. Returns that rounded token count
- * (the A tiles' rows), 0 where not. (f32 weights split in three parts
- * too, six products per tile, ran 0-10% faster than their panels: not kept; notes-kernels.md,
- * "Twenty-fifth session".) */
+ * padded to 16 tokens with zeros, which below 9 tokens costs more than the 4 x 4 tiles), and the
+ * tokens rounded up to 16 within the scratch. Returns that rounded token count (the A tiles'
+ * rows), 0 where not. f32 weights are not split: six products per tile did not earn their
+ * place against the f32 panels. docs/design.md#amx-bf16 */
 static int split_tokens_padded(const MatmulJob* j) {
     const int C = j->W[0]->cols, n16 = (j->n + AMX_ROWS - 1) / AMX_ROWS * AMX_ROWS;
     if (!amx_usable || bf16_activations || j->n < 9 || C % 32 != 0 || C > xp_cap ||
@@ -557,9 +501,8 @@ static void run_job(MatmulJob* j) {
      * for matrix-vector products, and at most 64 rows when n > 1 so the chunk's weights stay in
      * L2 while the token blocks go by.
      * Each thread walks its own range of chunks (claim_chunks), so small chunks keep its reads one
-     * stream, and the last chunk, which the other threads may wait for, is short: with 8 per
-     * thread the calling thread waited 1.4-1.5 ms per decoded token for the other (bf16, 2
-     * threads), with 32 0.5-0.6 ms (q8 0.42-0.63 -> 0.25-0.32, f32 1.8-2.0 -> 0.7-0.8). */
+     * stream, and the last chunk, which the other threads may wait for, is short
+     * (docs/design.md#row-chunks). */
     size_t total_rows = 0;
     for (int m = 0; m < j->n_mats; m++) total_rows += (size_t)j->W[m]->rows;
     const int per_thread = j->n == 1 ? 32 : 8;

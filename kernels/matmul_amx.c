@@ -23,9 +23,9 @@
  * group's scales turn it into fp32 (acc += float(C) x w_scale x x_scale: one sum per group, then
  * its scales, where tile_qi keeps two halves of 4 lanes per group, so their fp32 results differ
  * by rounding), because each group has its own two scales. Storing C and that step (16 x 3 vector
- * instructions per tile), not the product, are the bound (amx_rows). A TDPBSSD with 16-row tiles
- * took ~4.4 ns, with 4-row tiles ~2.7 ns (twenty-third session's VM), which is why the tokens,
- * not the weights' 4-row blocks, are the 16 rows of A. Tiles of 16 tokens x 16 rows, and a last
+ * instructions per tile), not the product, are the bound (amx_rows). A product with 4-row tiles
+ * costs most of one with 16-row tiles, which is why the tokens, not the weights' 4-row blocks,
+ * are the 16 rows of A (docs/design.md#amx). Tiles of 16 tokens x 16 rows, and a last
  * tile of the n % 16 tokens left (amx_rows); a chunk's rows after its last 16 take the q8 panels
  * or tile_qi (q4: tile_q4), which scale each group as amx_rows does. */
 
@@ -33,11 +33,8 @@
 static inline int amx_k(const Matrix* W) { return W->type == WEIGHT_Q4 ? Q4_GROUP : 64; }
 
 /* Whether W x n tokens run on AMX (run_job aligns its row chunks to 16 when so). The repacking
- * pays from 13 tokens for q8 and from 32 for q4, whose nibbles it widens (0.6B shape, one thread,
- * tok/s on AMX against tile_qi / tile_q4 with their prefetch of the next block: q8 pp10 100-104
- * / 105-107, pp12 117-120 / 117-125, pp13 126-130 / 117-122, pp14 130-138 / 113-123, pp16 152 /
- * 129-132; q4 pp28 219 on tile_q4, pp32 216-217 / 208-211, pp40 226-242 / 205-211;
- * twenty-seventh session). */
+ * pays from 13 tokens for q8 and from 32 for q4, whose nibbles it widens; below that tile_qi /
+ * tile_q4 with their prefetch of the next block are quicker (docs/design.md#amx). */
 int amx_takes(const Matrix* W, int n) {
     return amx_usable && (W->type == WEIGHT_Q4 ? n >= 32 : W->type == WEIGHT_Q8 && W->group_size % 64 == 0 && n >= 13) &&
            W->cols <= xp_cap;
@@ -160,14 +157,12 @@ ALWAYS_INLINE void amx_scale_tile(float* o, const int32_t* cbuf, const float* ws
  * tokens x 16 rows, first every group's int32 tile into cbuf (G x 1 KB; four C tiles in turn, so
  * that a product does not wait for the store of the one before), then the scaling in plain
  * AVX-512 with the 16 accumulators in registers (between tile instructions, which gcc writes as
- * asm with a memory clobber, it kept them on the stack). pp512 of the 0.6B shape, q8, one thread:
- * 379 -> 395 tok/s against scaling each group's tile between the products. The stores cost: with
- * them left out (wrong results, for timing) 475, with the scaling also left out 540. Two token
- * tiles x two row tiles per step (each tile loaded serves two products) was slower: 375-379.
- * The last n % 16 tokens take a tile of their own, with A and C configured to that many rows
- * (the instructions then read and write only those): the same products and the same scaling, so
- * every token's result has the same bits as in a full tile, and as the q8 panels' and tile_q4's
- * (which scale a group's exact int32 sum the same way). */
+ * asm with a memory clobber, it would keep them on the stack): faster than scaling each group's
+ * tile between the products, and than two token tiles x two row tiles per step
+ * (docs/design.md#amx). The last n % 16 tokens take a tile of their own, with A and C
+ * configured to that many rows (the instructions then read and write only those): the same
+ * products and the same scaling, so every token's result has the same bits as in a full tile,
+ * and as the q8 panels' and tile_q4's (which scale a group's exact int32 sum the same way). */
 static void amx_rows(float* out, const int8_t* xq, const float* xsc, const Matrix* W, const uint8_t* wt,
                      const float* ws, int32_t* cbuf, int n, int r0, int ntiles) {
     const int C = W->cols, R = W->rows, gs = W->group_size, G = C / gs, K = amx_k(W), S = gs / K;

@@ -18,11 +18,8 @@ ALWAYS_INLINE const void* row_ptr(const Matrix* W, int r) {
  * Below the thresholds the 4 x 3 (AVX2) or 4 x 4 (AVX-512) tiles are quicker: with few tokens
  * the weights' one pass from memory bounds the product (the tiles overlap it with their
  * arithmetic, prefetching the next rows), and the packing's writes and second read cost more
- * than the panels' tiles gain. Measured against the tiles with their prefetch, one thread, 0.6B
- * shape, tok/s (twenty-seventh session): x86-64-v3 f32 pp48 64-67 / 65-67, pp64 68-70 / 68,
- * pp96 74-75 / 72-73; bf16 pp64 66-67 / 74-78, pp96 74-79 / 75-80, pp112 86 / 82-83, pp128 81 /
- * 74-79; AVX-512 (AMX off for bf16) f32 pp16 48-51 / 52-55, pp24 66-67 / 65-67, pp32 76-81 /
- * 67-75; bf16 pp32 79-81 / 86-88, pp40 92 / 89-94, pp48 99-101 / 92-95. */
+ * than the panels' tiles gain. The thresholds are where the two crossed
+ * (docs/design.md#prefill-panels). */
 int float_packed_takes(const Matrix* W, int n) {
 #if defined(KERNELS_AVX512)
     const int min_tokens = W->type == WEIGHT_F32 ? 24 : 40;
@@ -44,12 +41,10 @@ int bf16_packed_takes(const Matrix* W, int n) {
 
 /* Tokens per float prefill tile (rows_float_nn): a 4 x 4 f32 tile needs 16 accumulators + 4
  * activations + 1 weight, which fits in the 32 vector registers of an AVX-512 build (also for
- * ymm code) but not in AVX2's 16, where gcc spills in the inner loop; there 4 x 3 fits. Built with
- * -march=x86-64-v3 (AVX2 + FMA only) on the development VM, pp512 with one thread, alternating:
- * f32 62-65 -> 84-88 tok/s, bf16 63-65 -> 83-88 (q8 then used it too: 76-81 -> 86-90; it has its
- * own tile now, below); the -march=native build (AVX-512) keeps 4 x 4. From 16 tokens on, f32 and
- * bf16 take the packed panels instead (rows_float_packed); this tile is left to fewer tokens, the
- * rows after a chunk's last whole panel, and q8 whose group size is not a multiple of 32. */
+ * ymm code) but not in AVX2's 16, where gcc spills in the inner loop; there 4 x 3 fits
+ * (docs/design.md#prefill-tiles). From float_packed_takes' thresholds on, f32 and bf16 take the
+ * packed panels instead (rows_float_packed); this tile is left to fewer tokens, the rows after a
+ * chunk's last whole panel, and q8 whose group size is not a multiple of 32. */
 #if defined(__AVX512F__)
 #define TILE_TOKENS 4
 #else
@@ -205,7 +200,8 @@ ALWAYS_INLINE void tile_float_zmm(float* out, const float* x, const Matrix* W, W
  * keeps 24 accumulators with no horizontal sum at the end. tile_float_zmm (4 rows x 4 tokens,
  * each accumulator over 16 columns) loads two vectors per four FMAs and ends with 16 horizontal
  * sums; this one loads 2 vectors and 12 broadcasts per 24 FMAs. Each output is one fp32 sum over
- * the columns in order, one FMA per column (the scalar reference's order, fused). */
+ * the columns in order, one FMA per column (the scalar reference's order, fused).
+ * docs/design.md#prefill-panels */
 #define FLOAT_TILE_TOKENS 12
 
 /* Rows [r, r + 16) as a panel: column c at panel + 16 * c. */
@@ -481,11 +477,9 @@ ALWAYS_INLINE void rows_float_n1(float* out, const float* x, const Matrix* W, We
  * per call (deinterleave with a span of 16: per 16 columns, the 8 even ones then the 8 odd ones), so each 16
  * weights cost one load, a shift, an and and two FMAs. Needs cols % 16 == 0. One row at a time,
  * as rows_f32_n1, so the weights are one sequential stream that the hardware prefetcher follows
- * on its own: one thread on a 352 MB matrix read 26.7 GB/s, against 17.1 for four rows side by
- * side with the next block prefetched (four streams), where a streaming read gave 27.5
- * (docs/notes-kernels.md, "Fifth session"). 64 columns per step into 8 accumulators, not 32 into
- * 4: fewer loop instructions per byte let the core keep more loads in flight (scratch, 1 thread,
- * 352 MB: 29.0 -> 30.2 GB/s against a streaming read of 33.5; sixth session). */
+ * on its own (four rows side by side are four streams, and read far slower). 64 columns per step
+ * into 8 accumulators, not 32 into 4: fewer loop instructions per byte let the core keep more
+ * loads in flight. docs/design.md#decode-stream */
 void deinterleave(float* xp, const float* x, int C, int span) {
     const int h = span / 2;
     for (int c = 0; c < C; c += span)
@@ -503,7 +497,7 @@ ALWAYS_INLINE void bf16_step16(__m256* a, __m256* b, const uint16_t* w, const fl
 }
 
 /* With prefetch (a constant at each call), each 128 bytes of a row ask for the two lines pf bytes
- * ahead (Zen 3: choose_prefetch). */
+ * ahead (the mid plans: choose_prefetch). */
 ALWAYS_INLINE void rows_bf16_n1_pf(float* out, const float* xp, const Matrix* W, int r0, int r1, const int prefetch,
                                    int pf) {
     const int C = W->cols;
@@ -531,14 +525,10 @@ ALWAYS_INLINE void rows_bf16_n1_pf(float* out, const float* xp, const Matrix* W,
 #if defined(KERNELS_AVX512)
 /* rows_bf16_n1 on 512-bit vectors: a 64-byte load is 32 bf16, the activation row de-interleaved
  * per 32 columns (16 even, then 16 odd), and 128 columns per step into 8 accumulators: half the
- * instructions per weight byte of the ymm kernel, so the core keeps more loads in flight. On Zen 4
- * (AVX-512 on 256-bit units), decode tg128 of the 0.6B shape with one thread, three alternating
- * rounds: 20.5-20.7 -> 23.2-25.2 tok/s, 75-76% -> 86-87% of the roof (seventeenth session). No
- * software prefetch: the plans that have AVX-512 CPUs (choose_prefetch) give bf16 none. The 64
+ * instructions per weight byte of the ymm kernel, so the core keeps more loads in flight. The
+ * plan's bf16_zmm distance (choose_prefetch) says how far ahead it prefetches, if at all. The 64
  * bytes come in as two 32-byte loads joined by vinserti64x4: Zen 4 splits a 512-bit load in two
- * anyway, and with 256-bit loads the same kernel read 50-53 -> 69-71 GB/s in L2 (one thread,
- * 256 KB matrix) and 30.2-30.8 -> 30.5-31.2 from memory (345 MB), a plain streaming read 6%
- * faster with ymm loads than with zmm loads there too (nineteenth session). Needs
+ * anyway, and reads faster from L2 with 256-bit loads (docs/design.md#decode-stream). Needs
  * cols % 32 == 0. */
 ALWAYS_INLINE void bf16_step32(__m512* a, __m512* b, const uint16_t* w, const float* xp) {
     const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
@@ -569,8 +559,8 @@ ALWAYS_INLINE void rows_bf16_n1_zmm_pf(float* out, const float* xp, const Matrix
     }
 }
 
-/* The plan's distance (bf16_zmm) as a constant-folded branch: the copy without prefetch is the
- * code it was before there was one. */
+/* The plan's distance (bf16_zmm) as a constant-folded branch: the copy without prefetch has no
+ * prefetch instruction in its loop. */
 static void rows_bf16_n1_zmm(float* out, const float* xp, const Matrix* W, int r0, int r1) {
     if (decode_prefetch.bf16_zmm) rows_bf16_n1_zmm_pf(out, xp, W, r0, r1, 1, decode_prefetch.bf16_zmm);
     else rows_bf16_n1_zmm_pf(out, xp, W, r0, r1, 0, 0);
@@ -598,12 +588,10 @@ void rows_bf16_n1(float* out, const float* xp, const Matrix* W, int r0, int r1) 
 }
 
 /* f32 matrix-vector product, one row at a time with four accumulators. An f32 row of the 0.6B
- * shape is 4 KB, a page: reading four rows side by side (as bf16 and q8 do, to share the
- * activation loads) makes four streams that each start on a page the hardware prefetcher has not
- * seen, while one row after the other is a single sequential stream. Measured on the 0.6B shape,
- * decode with --no-mmap, alternating runs on the 2-core VM: 1 thread 11.9 vs 9.4 tok/s (median of
- * 4), 2 threads 20.9 vs 18.5 (docs/notes-kernels.md). bf16 does the same (rows_bf16_n1); q8
- * reads row blocks (rows_qi_n1). */
+ * shape is 4 KB, a page: reading four rows side by side (to share the activation loads) makes four
+ * streams that each start on a page the hardware prefetcher has not seen, while one row after the
+ * other is a single sequential stream (docs/design.md#decode-stream). bf16 does the same
+ * (rows_bf16_n1); q8 reads row blocks (rows_qi_n1). */
 ALWAYS_INLINE void rows_f32_n1_pf(float* out, const float* x, const Matrix* W, int r0, int r1, int PF, int pf) {
     const int C = W->cols;
     const float* wd = (const float*)W->data;
@@ -662,9 +650,9 @@ ALWAYS_INLINE float ldw1(const void* w, size_t i, WeightType type) {
 }
 
 /* The arm64 twins follow the AVX2 ones in shape (same tiles, same token blocking, same q8
- * scheme) at half the vector width. They were checked for correctness under qemu-aarch64 only:
- * no tuning or prefetch distances were chosen here, because none could be measured (no arm64
- * hardware; docs/notes-kernels.md). */
+ * scheme) at half the vector width. They are checked for correctness under qemu-aarch64 only:
+ * no tuning or prefetch distances are chosen here, because none could be measured (no arm64
+ * hardware; docs/design.md#arm64). */
 
 /* Tile of RT rows x TT tokens over the columns [c0, c1) (c1 - c0 a multiple of 8), added into
  * acc (not reduced); weight (row i of the tile, column c) is element i * rs + (c - c0) of wb.
@@ -790,8 +778,8 @@ ALWAYS_INLINE void rows_float_n1(float* out, const float* x, const Matrix* W, We
     for (; r < r1; r++) tile_float(out, x, W, type, r, 0, 1, 1, NULL);
 }
 
-/* The f32 matrix-vector product: the generic four-row kernel (the one-row-at-a-time variant of
- * the AVX2 twin was measured on x86 only). */
+/* The f32 matrix-vector product: the generic four-row kernel (the AVX2 twin's one row at a time
+ * is measured on x86 only). */
 static void rows_f32_n1(float* out, const float* x, const Matrix* W, int r0, int r1) {
     rows_float_n1(out, x, W, WEIGHT_F32, r0, r1);
 }
@@ -820,8 +808,7 @@ ALWAYS_INLINE void rows_float_nn(float* out, const float* x, const Matrix* W, We
             /* While the first token block's first tile reads these 4 rows from memory, it brings
              * the next 4 into L2, so that their read overlaps this tile's arithmetic; a few tokens
              * (below the panels) are otherwise memory-latency-bound on the first pass and compute-
-             * bound on the others (x86-64-v3 on the Intel VM, one thread, bf16 pp8 37-38 -> 46-48
-             * tok/s, pp20 53-57 -> 62, f32 level or better; twenty-seventh session). */
+             * bound on the others (docs/design.md#short-prompt-prefetch). */
             const void* next = t0 == 0 && type != WEIGHT_Q8 && r + 8 <= W->rows ? row_ptr(W, r + 4) : NULL;
             int t = t0;
             for (; t + TILE_TOKENS <= t1; t += TILE_TOKENS, next = NULL)
@@ -842,8 +829,8 @@ ALWAYS_INLINE void rows_float_nn(float* out, const float* x, const Matrix* W, We
  * instruction of widening the weights to fp32 for FMAs. The activations are rounded to bf16
  * (nearest even) once per matmul (bf16_round_rows), which is what llama.cpp does with bf16
  * weights and what a Hugging Face model run in bfloat16 does between its layers; the products
- * of two bf16 are exact in fp32, the sums are fp32. A tile: rows r .. r+RT-1 x tokens
- * t .. t+TT-1, the last columns loaded under a mask (zeros beyond C). */
+ * of two bf16 are exact in fp32, the sums are fp32 (docs/design.md#bf16-activations). A tile:
+ * rows r .. r+RT-1 x tokens t .. t+TT-1, the last columns loaded under a mask (zeros beyond C). */
 ALWAYS_INLINE void tile_bf16_dot(float* out, const uint16_t* xb, const Matrix* W, int r, int t, int RT, int TT) {
     const int C = W->cols, R = W->rows;
     const uint16_t* w = (const uint16_t*)W->data + (size_t)r * C;
@@ -1012,8 +999,8 @@ void bf16_round_rows(uint16_t* xb, const float* x, size_t count) {
  * h keeps x's top 8 significant bits, m the next 8, l the last 8, so l is a bf16 exactly). The
  * three products with a bf16 weight are exact in fp32, so W x is summed in fp32 from the exact
  * products, as with the fp32 FMAs, in another order. TDPBF16PS reads denormal inputs as zero:
- * only an l below 2^-126 (x below about 2^-110) is lost. Token t's parts at xs + 3 t C: h, m,
- * l, C each (C a multiple of 16). */
+ * only an l below 2^-126 (x below about 2^-110) is lost (docs/design.md#amx-bf16). Token t's
+ * parts at xs + 3 t C: h, m, l, C each (C a multiple of 16). */
 void bf16_split_rows(uint16_t* xs, const float* x, int C, int t0, int t1) {
     for (int t = t0; t < t1; t++) {
         const float* xt = x + (size_t)t * C;

@@ -8,9 +8,8 @@
 #if defined(KERNELS_AVX2)
 
 /* q8 prefill tiles (tile_qi): 4 tokens, so that a row's four sums share one scaling step; 4 rows
- * where there are 32 vector registers, 2 in AVX2's 16 (16 int32 sums alone would fill them).
- * (-march=x86-64-v3, Intel VM, pp512 one thread, alternating: 2 x 4 tiles 96-99 tok/s, 4 x 4 86.)
- * With VNNI (AVX-512, AMX off) 4 x 4: 171-174, 2 x 4 152-156. */
+ * where there are 32 vector registers, 2 in AVX2's 16 (16 int32 sums alone would fill them and
+ * spill). docs/design.md#prefill-tiles */
 #define Q8_TILE_TOKENS 4
 #if defined(__AVX512F__)
 #define Q8_TILE_ROWS 4
@@ -44,7 +43,7 @@ ALWAYS_INLINE void scales_upto8(float out[8], const uint16_t* h, int n) {
 
 /* q8: the G scales of rows r .. r+RT-1 (one row block) as floats, row r + i's at out + i * G.
  * Prefill converts a row block's scales once for all its token tiles: converting them inside the
- * tile (per group, or per 8 groups) made q8 pp512 4-9% slower (gcc spilled more of the tile). */
+ * tile makes gcc spill more of it (docs/design.md#checkpoint-layout). */
 ALWAYS_INLINE void q8_scales_float(float* out, const Matrix* W, int r, int RT) {
     const int G = W->cols / W->group_size;
     const uint16_t* sc = quant_scales(W, r);
@@ -111,9 +110,9 @@ void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, int32_t* xgsum, const f
  *    (w + 128) x = w x + 128 x over its columns, and it starts at -128 times the sum of those
  *    columns' x (quantize_rows). One instruction per vector and token, and each lane ends with
  *    exactly the int32 of the plain AVX2 path, so both give the same bits after the fp32 steps.
- *    (One correction for the whole group in lane 0 gave the same total, but with lanes that are
- *    larger and cancel only in the final sum, so the fp32 steps rounded differently: logits
- *    moved by up to 3e-6 against the plain AVX2 build.)
+ *    (One correction for the whole group in lane 0 would give the same total, but with lanes
+ *    that are larger and cancel only in the final sum, so the fp32 steps would round
+ *    differently from the plain AVX2 build's. docs/design.md#int8-activations)
  *  - plain AVX2 (vpmaddubsw, which saturates pairs at int16): |w| times x with w's sign, pairs of
  *    at most 2 * 128 * 127 < 32768, then vpmaddwd by 1 into int32.
  * (q4 has its own kernel below, tile_q4; it uses dpbusd too.) Q8_VNNI (matmul_shared.h): the build
@@ -179,8 +178,8 @@ ALWAYS_INLINE __m256i sum_halves4(__m256i a0, __m256i a1, __m256i a2, __m256i a3
  * columns per step. At a group's end, with four tokens, a row's four int32 sums are reduced to
  * their two halves (sum_halves4), converted, and scaled by (weight scale x activation scale) into
  * the row's fp32 total, whose halves are added at the end: one conversion, multiply and fma per
- * four outputs instead of per output. Per output and group that scaling cost about as much as
- * the group's int8 products on AVX2 (no VNNI: sign, maddubs, madd and add per 32 columns). One
+ * four outputs instead of per output. Per output and group that scaling would cost about as much
+ * as the group's int8 products on AVX2 (no VNNI: sign, maddubs, madd and add per 32 columns). One
  * token (the tail of a token block) keeps a total per output, scaled lane by lane and summed at
  * the end, the arithmetic of the matrix-vector kernel (rows_qi_n1). Which of the two an output
  * gets depends only on its token's place in the token block, never on the row split, so the
@@ -262,8 +261,8 @@ ALWAYS_INLINE void qi_step4(__m256i a[4], const uint8_t* wg, size_t gb, int c, _
  * 64 weights meet the 64 activations in one vpdpbusd, whose lanes k and k + 8 (columns 4k .. 4k+3
  * and 32 + 4k .. 32 + 4k + 3) are then added: the same 8 int32 lanes, bit for bit, as qi_step4's
  * two 32-column steps, so the result does not depend on the build. a0: the group's lane
- * corrections (qi_acc0). On Zen 4 (AVX-512 on 256-bit units), decode tg128 of the 0.6B shape with
- * one thread, three alternating rounds: 35.0-37.5 -> 37.0-40.1 tok/s (seventeenth session). */
+ * corrections (qi_acc0). Half the instructions per weight byte of the two 256-bit steps
+ * (docs/design.md#decode-stream). */
 ALWAYS_INLINE void qi_group4_zmm(__m256i a[4], const uint8_t* wg, const int8_t* xg, __m256i a0) {
     const __m512i x = _mm512_loadu_si512((const void*)xg), start = _mm512_zextsi256_si512(a0);
 #pragma GCC unroll 4
@@ -279,13 +278,12 @@ ALWAYS_INLINE void qi_group4_zmm(__m256i a[4], const uint8_t* wg, const int8_t* 
 
 /* q8 matrix-vector product (decode): one row block at a time, front to back (its scales,
  * then per group the four rows' values), so the weights are one sequential stream; each group
- * step asks for the bytes pf ahead (choose_prefetch). Against the q8 layout before (all int8
- * rows, then all scales: two streams), with this kernel's shape, one thread on a 264 MB matrix:
- * 20.7 -> 34.5 GB/s, where a plain streaming read gave 31.6 (docs/notes-kernels.md). Each group's
- * four scales are (weight scale x activation scale), multiplied 8 groups at a time into sx, and
- * gs is a constant where rows_qi_n1 knows it, so the rows' addresses are one pointer plus fixed
- * offsets: on Zen 4 that took the q8 kernel from 37 to 58 GB/s on a matrix in L2 (eleventh
- * session), more room for the loads to run ahead of the arithmetic. */
+ * step asks for the bytes pf ahead (choose_prefetch). A layout with the scales apart from the
+ * rows would be a second stream, which costs far more than its 1/16 of the bytes
+ * (docs/design.md#checkpoint-layout). Each group's four scales are (weight scale x activation
+ * scale), multiplied 8 groups at a time into sx, and gs is a constant where rows_qi_n1 knows it,
+ * so the rows' addresses are one pointer plus fixed offsets: fewer instructions per byte, more
+ * room for the loads to run ahead of the arithmetic (docs/design.md#decode-stream). */
 ALWAYS_INLINE void rows_qi_n1_gs(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const Matrix* W,
                                  int r0, int r1, const int gs) {
     const int C = W->cols, G = C / gs;
@@ -356,8 +354,7 @@ ALWAYS_INLINE void rows_qi_n1(float* out, const int8_t* xq, const float* xsc, co
  * with one int32 sum per row (lane) and token: no horizontal step. tile_qi (rows side by side, 32
  * columns per lane) reduces its lanes with vphaddd at each group's end, and its 2 x 4 tile
  * reloads each token's activations for every pair of rows; here a group's end is a convert,
- * multiply and fma per 8 outputs. -march=x86-64-v3 on the Intel VM, q8 pp512: one thread 77 ->
- * 109-110 tok/s, two 143-145 -> 206-208 (docs/notes-kernels.md, "Twenty-sixth session").
+ * multiply and fma per 8 outputs (docs/design.md#prefill-panels).
  * With VNNI, qi_dot is one vpdpbusd of w + 128 by x, which adds 128 times the token's 4
  * activations to every lane; so each lane starts the group at -128 times the token's sum over
  * the group (16 x quantize_rows' xgsum, which is -8 times it) and ends at the same int32.
@@ -372,11 +369,8 @@ ALWAYS_INLINE void rows_qi_n1(float* out, const int8_t* xq, const float* xsc, co
 
 /* Whether rows_qi_t packs q8 panels for n tokens (run_job aligns its chunks to 8 rows when so).
  * Packing pays once tile_qi's passes over the chunk cost more than it: with AVX2's sign trick
- * from 20 tokens, with VNNI, where tile_qi is quicker, from 40 (one thread, tok/s, panels
- * against tile_qi with its prefetch of the next block; x86-64-v3: pp12 62 / 68-70, pp16 69 / 74,
- * pp18 73-74 / 69-74, pp20 79 / 71-77, pp24 81-83 / 77-78; native without AMX: pp24 120-129 /
- * 143-147, pp32 139-147 / 144-153, pp40 152-158 / 153-155, pp48 158-161 / 153-157;
- * twenty-seventh session). */
+ * from 20 tokens, with VNNI, where tile_qi is quicker, from 40 (the crossovers against tile_qi
+ * with its prefetch of the next block: docs/design.md#prefill-panels). */
 #if defined(Q8_VNNI)
 #define Q8_PANEL_MIN_TOKENS 40
 #else
@@ -481,10 +475,8 @@ static int rows_q8_packed(float* out, const int8_t* xq, const float* xsc, const 
  * ones. So masking (low) or shifting and masking (high) gives 8 rows x 4 columns, and the
  * token's 4 activations of those columns, broadcast to every lane, meet them in one vpmaddubsw
  * (or vpdpbusd): the products of a group end with one row per lane, and no horizontal step is
- * left (the 4-row layout before needed three per 4 groups and spilled registers in gcc's build).
- * In L2 (1024 columns, one thread, Zen 3): 24.4 GB/s in the 4-row layout, 36.0 in this one;
- * from memory (a 252 MB matrix) 14.2-14.7 against 18.5-19.1 GB/s, where a streaming read of the
- * same buffer gave 18.3-18.9 (docs/notes-kernels.md, "Sixteenth session"). */
+ * left (rows side by side would need three per 4 groups, and spilled registers in gcc's build).
+ * docs/design.md#checkpoint-layout */
 
 /* s[j] += the 8 rows' sums over one group of (q + 8) x for tokens j < TT, lane i = row i.
  * w: the group's 128 bytes of values; x + j * C: token j's 32 activations of the group. Without
@@ -526,9 +518,8 @@ ALWAYS_INLINE void q4_group_sums(__m256i s[], const uint8_t* w, const int8_t* x,
  * quarters of the group, v and v + 1 (lanes 0-7 and 8-15), whose activations (the group's 4-byte
  * pieces v and v + 1 for the low nibbles, 4 + v and 5 + v for the high ones) one vpermd spreads
  * over the two halves; at the end the halves are added, row i in lane i. Integer sums, so the same
- * int32 as q4_group_sums, bit for bit. Half the instructions per group; on Zen 4, decode tg128 of
- * the 0.6B shape, one thread, six alternating pairs: 83.0-84.4 -> 84.6-86.1 tok/s (two threads
- * level, at 95-97% of the roof; twenty-first session). */
+ * int32 as q4_group_sums, bit for bit. Half the instructions per group
+ * (docs/design.md#decode-stream). */
 ALWAYS_INLINE void q4_group_sums1_zmm(__m256i s[1], const uint8_t* w, const int8_t* x) {
     const __m512i m = _mm512_set1_epi8(15);
     const __m512i xv = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)x));
@@ -620,7 +611,7 @@ static void rows_q4(float* out, const int8_t* xq, const float* xsc, const int32_
         const int t1 = t0 + tb < n ? t0 + tb : n;
         for (int r = ra; r < r1; r += Q4_BLOCK_ROWS) {
             /* the first tile over this block prefetches the next one, a block ahead (as
-             * rows_float_nn; x86-64-v3, one thread: pp8 94-95 -> 115-120 tok/s) */
+             * rows_float_nn; docs/design.md#short-prompt-prefetch) */
             int pf = t0 == 0 && r + Q4_BLOCK_ROWS < W->rows ? (W->cols / Q4_GROUP) * (int)Q4_GROUP_BYTES : 0;
             int t = t0;
             for (; t + 4 <= t1; t += 4, pf = 0) tile_q4(out, xq, xsc, xgsum, W, r, t, 4, pf, 0);
@@ -771,7 +762,7 @@ ALWAYS_INLINE void tile_qi(float* out, const int8_t* xq, const float* xsc, const
 }
 
 /* The q8 matrix-vector product: tile_qi's own TT == 1 path, which also reads a row block
- * front to back (the AVX2 twin's written-out kernel and its prefetch distance were measured on
+ * front to back (the AVX2 twin's written-out kernel and its prefetch distance are measured on
  * x86 only). */
 ALWAYS_INLINE void rows_qi_n1(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const Matrix* W,
                               int r0, int r1) {
@@ -802,7 +793,7 @@ ALWAYS_INLINE void rows_qi_tiles(float* out, const int8_t* xq, const float* xsc,
         int r = r0;
         for (; r + 4 <= r1; r += 4) {
             /* the first tile over this block brings the next one into L2, as in rows_float_nn
-             * (x86-64-v3, one thread: pp8 49-51 -> 66-69 tok/s; twenty-seventh session) */
+             * (docs/design.md#short-prompt-prefetch) */
             const char* next = t0 == 0 && r + 8 <= W->rows ? (const char*)quant_scales(W, r + 4) : NULL;
             q8_scales_float(ws, W, r, 4);
             int t = t0;

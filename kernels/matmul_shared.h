@@ -28,8 +28,7 @@ extern int amx_usable;        /* q8 and q4 prefill run on AMX tiles (amx_request
  * int8 path runs only for group sizes that are multiples of 32). For bf16, each thread writes its
  * own copy at the start of its matmul_task rather than the dispatching thread writing one shared
  * copy: a line that the other core has read (in the previous product) must be taken back from it
- * before it can be written, and the shared copy's 64-192 lines took ~10 us per product while the
- * other thread waited (bf16 decode, 2 threads: run_job 6.5% of the calling thread's samples). */
+ * before it can be written, and the other thread would wait for that (docs/design.md#row-chunks). */
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
 static inline float* thread_xp(void) { return xp_buf + (size_t)kernels_thread_index() * (size_t)xp_stride; }
 #endif
@@ -68,7 +67,7 @@ static inline int token_block(size_t row_bytes) {
 
 #if defined(KERNELS_AVX2)
 /* Decode's software prefetch distances, chosen per CPU at matmul_scratch_init (matmul.c,
- * choose_prefetch, which says what each number was measured on). */
+ * choose_prefetch; the measurements: docs/design.md#decode-prefetch). */
 typedef struct {
     const char* name;
     int q8;       /* bytes ahead in rows_qi_n1; 0: one row block ahead */

@@ -75,8 +75,8 @@ void rmsnorm(float* out, const float* x, const float* w, int n, float eps) {
 /* RMSNorm of n_rows vectors of n values laid out one after another (a batch's rows, or every head
  * of every row for QK-Norm): each vector exactly as rmsnorm() above, so the result does not depend
  * on the thread count. Where there is enough work (a prefill chunk) the rows are split over the
- * kernel threads; otherwise the calling thread would do it alone while the others wait (q8 on AMX,
- * pp512 with two threads: the caller's RMSNorms were about 1.5% of all samples, SwiGLU 1.7%). */
+ * kernel threads; otherwise the calling thread would do it alone while the others wait
+ * (docs/design.md#elementwise). */
 #define RMSNORM_ROWS_PARALLEL (32 * 1024) /* values; a dispatch costs a few microseconds */
 
 typedef struct {

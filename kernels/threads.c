@@ -1,4 +1,4 @@
-/* pool.c: the kernel threads. A small pthread pool behind parallel_for: n_threads - 1 workers plus
+/* threads.c: the kernel threads. A small pthread pool behind parallel_for: n_threads - 1 workers plus
  * the calling thread. Items are claimed one at a time, so a thread that is slow (descheduled,
  * sharing its core with another process) simply takes fewer items.
  *
@@ -83,38 +83,26 @@ static long now_ns(void) {
 static uint32_t gen_of(uint64_t w) { return (uint32_t)(w >> 32); }
 
 /* How long to spin before sleeping. Spinning pays only while every kernel thread has a core of
- * its own: on a quiet 2-core machine it made q8 decode 20% faster than sleeping at once (53-57 vs
- * 44-47 tok/s). When another process wants a core, a spinning thread burns the share of CPU that
- * the thread it waits for needs, and two threads became slower than one (q8 decode 24-29 vs 27-36
- * tok/s; docs/speed.md). The sign of that is time spent runnable but not running, which Linux
- * counts per thread (the second field of /proc/thread-self/schedstat, the run delay). Counting
- * preemptions does not work on the VM this was measured on: about one per 10 ms per thread both
- * quiet and beside a busy process. Run delay does: over 50 ms windows it stayed under 20% on the
- * quiet machine and measured 35-50% beside a busy loop. So each thread reads its run delay at most
- * every CONTENTION_CHECK_NS, and growth above CONTENTION_DELAY_PCT of the wall time since the last
- * look, in CONTENTION_LOOKS looks in a row, stops spinning (and dispatching, see parallel_for) for
- * every thread for CONTENTION_HOLD_NS (one look was enough until the twenty-eighth session, when
- * kernel threads of the Intel VM took the worker's core for ~12 ms of one window every few seconds
- * and each such blip cost a second of one-thread decode: q8 tg128 with two threads 33.9-35.5
- * against 38.8-39.3 tok/s with two looks, quiet; beside a busy loop 0.99 either way; docs/speed.md);
- * when that has passed, the next dispatches run on all threads again and measure anew. That probe
- * costs: until the looks see the delay again, every dispatch waits for a thread that shares its core
- * with the neighbour. So when a probe finds the contention still there, the next hold is twice as
- * long, up to CONTENTION_HOLD_MAX_NS, and a probe that finds the cores free starts again from 1 s.
- * q8 decode beside a busy loop, 2 threads / 1 in one process (tools/bench_busy.py, alternating
- * builds): tg32, 2 x 4 rounds each: a fixed 1 s hold 0.99 and 0.98 (rounds 0.95-1.04), a fixed
- * 4 s 1.00 and 1.00 (0.98-1.01), this doubling 0.99 and 0.99 (0.97-1.00); tg128, 3 rounds each:
- * 1.026 / 1.003 / 0.971, 1.021 / 0.989 / 1.002 and 1.013 / 0.984 / 0.999 - the same within the
- * noise, so the doubling is kept for what it saves in long runs. Where the file does not exist
- * (not Linux), the threads always spin and dispatch.
- *
- * The probes still cost: q8 decode beside a busy loop, 2 threads / 1 was 0.97 in each of three
- * rounds (twenty-second session). So a hold's end first asks the CPU counters (/proc/stat, the
- * idle time of the CPUs this process may run on) whether the cores were free during the hold,
- * while only the calling thread ran: if the idle share leaves less than half a core per worker
- * thread, another process kept them busy, and a new hold starts without a probe (cores_were_busy).
- * Only when they were free (or the counters cannot be read) do the dispatches resume and the run
- * delay decide. */
+ * its own: it saves a futex wake-up per dispatch. When another process wants a core, a spinning
+ * thread burns the share of CPU that the thread it waits for needs, and two threads become slower
+ * than one. The sign of that is time spent runnable but not running, which Linux counts per thread
+ * (the second field of /proc/thread-self/schedstat, the run delay); counting preemptions does not
+ * work, since a virtual machine can preempt each thread about once per 10 ms even when quiet. So
+ * each thread reads its run delay at most every CONTENTION_CHECK_NS, and growth above
+ * CONTENTION_DELAY_PCT of the wall time since the last look, in CONTENTION_LOOKS looks in a row
+ * (one look can be a kernel thread taking the core for a few milliseconds), stops spinning (and
+ * dispatching, see parallel_for) for every thread for CONTENTION_HOLD_NS; when that has passed, the
+ * next dispatches run on all threads again and measure anew. That probe costs: until the looks
+ * see the delay again, every dispatch waits for a thread that shares its core with the neighbour.
+ * So a hold's end first asks the CPU counters (/proc/stat, the idle time of the CPUs this process
+ * may run on) whether the cores were free during the hold, while only the calling thread ran: if
+ * the idle share leaves less than half a core per worker thread, another process kept them busy,
+ * and a new hold starts without a probe (cores_were_busy). Only when they were free (or the
+ * counters cannot be read) do the dispatches resume and the run delay decide: a probe that finds
+ * the contention still there makes the next hold twice as long, up to CONTENTION_HOLD_MAX_NS, and
+ * a hold that starts later begins again from CONTENTION_HOLD_NS.
+ * Where the schedstat file does not exist (not Linux), the threads always spin and dispatch.
+ * The measurements behind each number: docs/design.md#contention. */
 static atomic_long contended_until;              /* no spinning or dispatching before this */
 static atomic_long hold_ns = CONTENTION_HOLD_NS;  /* the length of the next hold */
 static atomic_int hold_unchecked;                /* 1 from a hold's start until its end is looked at */
@@ -225,8 +213,8 @@ static long spin_limit_ns(void) {
  * the previous dispatch with it before it changes fn/ctx/n, so a worker that read the old word and
  * then the new parameters can never claim an item with them: its compare-and-swap expects the old
  * word. (Without this, a worker could claim item n_old of the finished dispatch while the new
- * parameters were being written, run the new fn on it and count it as done: tests/test_kernels.c
- * caught that, once in a few runs, as an index run twice.) */
+ * parameters were being written, run the new fn on it and count it as done: an index run twice,
+ * which tests/test_kernels.c's parallel_for rounds look for.) */
 #define CLOSED 0x7FFFFFFFu
 
 static void run_items(uint32_t g) {
@@ -290,8 +278,8 @@ void parallel_for(int n, void (*fn)(void* ctx, int i), void* ctx) {
     /* Serially in the calling thread: no workers, a single item, a nested call, or another
      * process competing for the cores. In the last case a worker that the scheduler takes off its
      * core in the middle of an item holds up the whole dispatch until it runs again, and with a
-     * few hundred dispatches per decoded token two threads became slower than one (q8 decode
-     * beside a busy loop, median of 5 rounds: 42.9 vs 48.1 tok/s; docs/speed.md). */
+     * few hundred dispatches per decoded token two threads would be slower than one
+     * (docs/design.md#contention). */
     if (P.started == 0 || n == 1 || in_worker || contended()) {
         const int outer = alone;
         if (!in_worker) alone = 1; /* a nested call inherits the dispatch it runs in */
