@@ -23,6 +23,7 @@
 #include "cli/chat.h"
 #include "model.h"
 #include "cli/norm_trace.h"
+#include "cli/quantize.h"
 #include "cli/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -105,6 +106,8 @@ static void usage(FILE* out) {
             "  (decode tokens, default 128), --bench-reps N (default 5), --bench-depth N (positions\n"
             "  already in the KV cache when each test starts, as llama-bench -d; default 0),\n"
             "  --json (JSON lines)\n"
+            "Quantize mode (-m quantize): ./run MODEL.bin -m quantize --dtype q8|q4 -o OUT.bin writes an\n"
+            "  f32 or bf16 checkpoint as q8 or q4 (./run -m quantize --help)\n"
             "Environment: KERNELS_SPIN_US (idle threads' spin before sleeping, default 200),\n"
             "  KERNELS_PREFETCH (near|mid|mid-l2|far: decode's weight prefetch, default from the CPU),\n"
             "  KERNELS_AMX=0 (prefill on the AVX-512 kernels instead of AMX tiles, where the CPU has AMX)\n");
@@ -602,6 +605,7 @@ static int tokenize(const Tokenizer* tok, const Options* o) {
 }
 
 int main(int argc, char** argv) {
+    if (quantize_requested(argc, argv)) return quantize_main(argc, argv); /* its own options: quantize.h */
     Options o;
     parse_args(argc, argv, &o);
     transformer_set_threads(o.threads);
