@@ -8,8 +8,8 @@
  * widen to exactly the float32 values export.py quantises.
  *
  * The work is a stream: each matrix is cut into chunks of row blocks, the kernel threads quantise
- * a chunk's blocks into the output buffer (each thread its own span), and the buffer goes to the
- * file in large writes. The input is read once from the mapping and the output written once, so
+ * a chunk's blocks into the output buffer (claiming small runs of blocks in turn), and the buffer
+ * goes to the file in large writes. The input is read once from the mapping and the output written once, so
  * the time is about what reading and writing the bytes costs.
  */
 #include "quantize.h"
@@ -34,6 +34,8 @@
 
 #define OUT_BUFFER_BYTES ((size_t)32 << 20) /* written to the file when full */
 #define CHUNK_BYTES ((size_t)4 << 20)       /* output bytes of row blocks per dispatch to the threads */
+#define ITEM_BYTES ((size_t)64 << 10)       /* ... in items of about this many, which the threads claim
+                                             * in turn: one that loses its core takes fewer */
 #define PROGRESS_MIN_BYTES ((uint64_t)64 << 20) /* smaller inputs take a moment: no progress shown */
 #define MAX_PIECES (3 + 16 * 1024)          /* tensors of a checkpoint: MAX_LAYERS (model.c) layers */
 
@@ -360,6 +362,7 @@ typedef struct {
     WeightType type;
     int group_size;
     int first_block;
+    int n_blocks, per_item; /* the chunk's blocks, and how many one item holds */
     uint8_t* out;         /* where the chunk's first block goes */
     size_t block_bytes;
     float* const* scratch; /* a row of floats per kernel thread */
@@ -367,8 +370,10 @@ typedef struct {
     atomic_int problem_row;
 } ChunkJob;
 
-static void quantize_span(void* ctx, int begin, int end) {
+static void quantize_item(void* ctx, int item) {
     ChunkJob* job = ctx;
+    const int begin = item * job->per_item;
+    const int end = begin + job->per_item < job->n_blocks ? begin + job->per_item : job->n_blocks;
     float* scratch = job->scratch[kernels_thread_index()];
     for (int k = begin; k < end && atomic_load(&job->status) == GROUP_OK; k++) {
         const int b = job->first_block + k;
@@ -534,9 +539,9 @@ static void progress_add(Progress* p, uint64_t bytes, const char* name) {
     p->last_shown = now;
     p->decile = decile;
     const double eta = p->done ? elapsed * (double)(p->total - p->done) / (double)p->done : 0;
-    fprintf(stderr, "%srun: quantize %5.1f%%  %llu/%llu MB  eta %3.0fs  %-32s%s", p->tty ? "\r" : "",
+    fprintf(stderr, "%srun: quantize %5.1f%%  %llu/%llu MB  eta %3.0fs  %-*s%s", p->tty ? "\r" : "",
             100.0 * (double)p->done / (double)p->total, (unsigned long long)(p->done >> 20),
-            (unsigned long long)(p->total >> 20), eta, name, p->tty ? "" : "\n");
+            (unsigned long long)(p->total >> 20), eta, p->tty ? 32 : 0, name, p->tty ? "" : "\n");
     fflush(stderr);
 }
 
@@ -553,11 +558,13 @@ static void quantize_matrix(Writer* w, const Piece* p, WeightType type, int gs, 
     const uint64_t in_block_bytes = piece_in_bytes(p) / (uint64_t)src->rows * (uint64_t)br;
     int per_chunk = (int)(CHUNK_BYTES / block_bytes);
     if (per_chunk < 1) per_chunk = 1;
+    int per_item = (int)(ITEM_BYTES / block_bytes);
+    if (per_item < 1) per_item = 1;
     for (int b = 0; b < n_blocks; b += per_chunk) {
         const int n = n_blocks - b < per_chunk ? n_blocks - b : per_chunk;
-        ChunkJob job = {src, type, gs, b, writer_room(w, (size_t)n * block_bytes), block_bytes, scratch,
-                        GROUP_OK, -1};
-        parallel_spans(n, 1, n > 1, quantize_span, &job);
+        ChunkJob job = {src, type, gs, b, n, per_item, writer_room(w, (size_t)n * block_bytes), block_bytes,
+                        scratch, GROUP_OK, -1};
+        parallel_for((n + per_item - 1) / per_item, quantize_item, &job);
         if (atomic_load(&job.status) == GROUP_NONFINITE)
             fail("tensor %s: row %d holds a NaN or an infinity, which %s cannot store", p->name,
                  atomic_load(&job.problem_row), type == WEIGHT_Q4 ? "q4" : "q8");
