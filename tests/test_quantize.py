@@ -62,10 +62,7 @@ class InTempDir(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix='qwen3_%s_' % cls.__name__)
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.tmp, ignore_errors=True)
+        cls.addClassCleanup(shutil.rmtree, cls.tmp, ignore_errors=True)  # runs even if setUpClass fails
 
     def setUp(self):
         why = hf_model.missing_tools()
