@@ -20,6 +20,7 @@ import multiprocessing
 import os
 import signal
 import struct
+import subprocess
 import sys
 import time
 
@@ -979,6 +980,66 @@ def export(folder, out_path, dtype_name, group_size, tokenizer_dir, jobs=None):
     return end, dtype_name, gs
 
 
+def fast_quantize(args):
+    """--dtype q8 / q4 through the C quantiser, which writes the same bytes as the Python path,
+    many times faster: the source is exported losslessly (bf16 when every tensor is BF16, else
+    f32) to a temporary file beside the output, then `./run TMP -m quantize` writes the output.
+    Returns export()'s (size, dtype, group size), or None after saying why the Python path runs
+    instead: --no-fast-quantize, or ./run not built or not starting (an older build without
+    -m quantize included)."""
+    run = os.path.join(os.path.dirname(os.path.abspath(__file__)), "run")
+    why = None
+    if args.no_fast_quantize:
+        why = "--no-fast-quantize"
+    elif args.dtype == "q4" and args.group_size not in (None, 32):
+        why = "q4 takes no --group-size"  # export() refuses it with the reason
+    else:
+        try:
+            probe = subprocess.run([run, "-m", "quantize", "--help"], capture_output=True, timeout=60)
+            if probe.returncode != 0:
+                why = f"{run} has no -m quantize (status {probe.returncode}); `make` rebuilds it"
+        except FileNotFoundError:
+            why = f"{run} is not built; `make` builds it, and quantizes much faster"
+        except (OSError, subprocess.SubprocessError) as e:
+            why = f"{run} does not start: {e}"
+    if why:
+        print(f"export.py: {args.dtype} in Python ({why})", file=sys.stderr)
+        return None
+    try:
+        table = load_tensor_table(args.folder)
+    except ExportError:
+        table = {}  # export() below reports what is wrong with the folder
+    source = "bf16" if table and all(t.dtype == "BF16" for t in table.values()) else "f32"
+    tok_dir = args.tokenizer or args.folder
+    check_output_path(args.output, [t.path for t in table.values()] + [
+        os.path.join(args.folder, name) for name in ("config.json", "generation_config.json",
+                                                     "model.safetensors.index.json")] + [
+        os.path.join(tok_dir, name) for name in ("tokenizer.json", "tokenizer_config.json")])
+    out_dir = os.path.dirname(os.path.abspath(args.output))
+    src = os.path.join(out_dir, f".{os.path.basename(args.output)}.{os.getpid()}.tmp")  # as export()'s
+    print(f"export.py: {args.dtype} by ./run -m quantize (C), from a temporary {source} export",
+          file=sys.stderr)
+    cmd = [run, src, "-m", "quantize", "--dtype", args.dtype, "-o", args.output]
+    cmd += ["--group-size", str(args.group_size)] if args.group_size else []
+    cmd += ["--threads", str(args.jobs)] if args.jobs else []
+    proc = None
+    try:
+        export(args.folder, src, source, None, args.tokenizer, args.jobs)
+        proc = subprocess.Popen(cmd)
+        status = proc.wait()
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            proc.wait()
+        if os.path.exists(src):
+            os.unlink(src)
+    if status != 0:
+        raise ExportError(f"./run -m quantize failed (status {status}); no output written")
+    with open(args.output, "rb") as f:
+        gs = struct.unpack(HEADER_FORMAT, f.read(256))[13]
+    return os.path.getsize(args.output), args.dtype, gs
+
+
 _last_logged = [-1]
 
 
@@ -1011,6 +1072,9 @@ def main(argv=None):
     ap.add_argument("--jobs", type=int, metavar="N",
                     help="processes that convert blocks of rows (default: one per CPU, up to "
                          f"{MAX_JOBS}, for q8 / q4 and bf16 from other formats above 64 MB; else 1)")
+    ap.add_argument("--no-fast-quantize", action="store_true",
+                    help="q8 / q4: quantize in Python even where ./run is built (./run -m quantize "
+                         "writes the same bytes, much faster)")
     ap.add_argument("--tokenizer", metavar="DIR",
                     help="take tokenizer.json and tokenizer_config.json from DIR instead of the "
                          "model folder")
@@ -1024,8 +1088,9 @@ def main(argv=None):
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         t0 = time.time()
-        size, dtype_name, gs = export(args.folder, args.output, args.dtype, args.group_size,
-                                      args.tokenizer, args.jobs)
+        fast = fast_quantize(args) if args.dtype in ("q8", "q4") else None
+        size, dtype_name, gs = fast or export(args.folder, args.output, args.dtype, args.group_size,
+                                              args.tokenizer, args.jobs)
         extra = f", group size {gs}" if gs else ""
         print(f"export.py: wrote {args.output} ({size / 1e6:.1f} MB, {dtype_name}{extra}) in "
               f"{time.time() - t0:.1f}s", file=sys.stderr)

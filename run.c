@@ -26,6 +26,7 @@
 #include "cli/eval.h"
 #include "model.h"
 #include "cli/norm_trace.h"
+#include "cli/quantize.h"
 #include "cli/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -129,6 +130,8 @@ static void usage(FILE* out) {
             "  (decode tokens, default 128; both defaults shrink to fit the context, with a note),\n"
             "  --bench-reps N (default 5), --bench-depth N (positions already in the KV cache when\n"
             "  each test starts, as llama-bench -d; default 0), --json (JSON lines)\n"
+            "Quantize mode (-m quantize): ./run MODEL.bin -m quantize --dtype q8|q4 -o OUT.bin writes an\n"
+            "  f32 or bf16 checkpoint as q8 or q4 (./run -m quantize --help)\n"
             "Environment: KERNELS_SPIN_US (idle threads' spin before sleeping, default 200),\n"
             "  KERNELS_PREFETCH (near|mid|mid-l2|far: decode's weight prefetch, default from the CPU),\n"
             "  KERNELS_AMX=0 (prefill on the AVX-512 kernels instead of AMX tiles, where the CPU has AMX),\n"
@@ -770,6 +773,7 @@ static void clamp_threads(Options* o) {
 }
 
 int main(int argc, char** argv) {
+    if (quantize_requested(argc, argv)) return quantize_main(argc, argv); /* its own options: quantize.h */
     Options o;
     parse_args(argc, argv, &o);
     clamp_threads(&o);

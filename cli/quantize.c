@@ -1,0 +1,704 @@
+/* quantize.c: `./run MODEL.bin -m quantize --dtype q8|q4 -o OUT.bin` (quantize.h).
+ *
+ * The output must be the very bytes export.py writes for --dtype q8|q4 from the Hugging Face
+ * folder, so every rounding step below is export.py's (quantize_q8, quantize_q4,
+ * quant_row_blocks) done in the same precision: Python floats are C doubles, Python's round() is
+ * rint() in the default rounding mode (to nearest, ties to even), struct's 'e' is double_to_half
+ * below, and export.py's array('f') is a C float. The checkpoint read is f32 or bf16, and both
+ * widen to exactly the float32 values export.py quantises.
+ *
+ * The work is a stream: each matrix is cut into chunks of row blocks, the kernel threads quantise
+ * a chunk's blocks into the output buffer (claiming small runs of blocks in turn), and the buffer
+ * goes to the file in large writes. The input is read once from the mapping and the output written once, so
+ * the time is about what reading and writing the bytes costs.
+ */
+#include "quantize.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kernels/kernels.h"
+#include "model.h"
+
+#define OUT_BUFFER_BYTES ((size_t)32 << 20) /* written to the file when full */
+#define CHUNK_BYTES ((size_t)4 << 20)       /* output bytes of row blocks per dispatch to the threads */
+#define ITEM_BYTES ((size_t)64 << 10)       /* ... in items of about this many, which the threads claim
+                                             * in turn: one that loses its core takes fewer */
+#define PROGRESS_MIN_BYTES ((uint64_t)64 << 20) /* smaller inputs take a moment: no progress shown */
+#define MAX_PIECES (3 + 16 * 1024)          /* tensors of a checkpoint: MAX_LAYERS (model.c) layers */
+
+/* ---------------------------------------------------------------------------------------------
+ * Errors and the temporary file: whatever ends the program early removes it first.
+ * --------------------------------------------------------------------------------------------- */
+
+static char tmp_path[PATH_MAX];
+static volatile sig_atomic_t tmp_exists = 0;
+
+static void fail(const char* fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+static void fail(const char* fmt, ...) {
+    if (tmp_exists) unlink(tmp_path);
+    tmp_exists = 0;
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("run: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+/* Ctrl-C, kill, a closed terminal: remove the unfinished file, then die of the same signal. */
+static void on_signal(int sig) {
+    if (tmp_exists) unlink(tmp_path);
+    static const char msg[] = "\nrun: interrupted; no output written\n";
+    ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)ignored;
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void catch_signals(void) {
+    const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_signal;
+        sigemptyset(&sa.sa_mask);
+        sigaction(sigs[i], &sa, NULL);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The command line
+ * --------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    const char* input;
+    const char* output;
+    WeightType type;
+    int has_type;
+    int group_size; /* 0: the default */
+    int threads;    /* 0: one per online CPU */
+} QuantizeOptions;
+
+static void usage(FILE* out) {
+    fprintf(out,
+            "Usage:   ./run MODEL.bin -m quantize --dtype q8|q4 -o OUT.bin [--group-size N] [--threads N]\n"
+            "Writes MODEL.bin (an f32 or bf16 checkpoint) with its matrices quantised: the same bytes\n"
+            "as `export.py --dtype q8|q4` writes from the model's Hugging Face folder.\n"
+            "Options:\n"
+            "      --dtype q8|q4      q8: int8 in groups of --group-size columns; q4: 4-bit in groups\n"
+            "                         of 32 (both with a float16 scale per group; model.h)\n"
+            "  -o, --output PATH      the checkpoint to write (not MODEL.bin itself)\n"
+            "      --group-size N     q8's group size, a power of two >= 8 (default 64, halved until it\n"
+            "                         divides every matrix width, as export.py does); q4 takes only 32\n"
+            "      --threads N        threads (default: one per online CPU)\n"
+            "  -h, --help             this help\n");
+}
+
+int quantize_requested(int argc, char** argv) {
+    for (int i = 1; i < argc; i++) {
+        /* the text of a prompt or system prompt is never an option, whatever it says */
+        static const char* const text_options[] = {"-i", "--input", "-y", "--system", "--file"};
+        int is_text_option = 0;
+        for (size_t k = 0; k < sizeof text_options / sizeof *text_options; k++)
+            is_text_option |= strcmp(argv[i], text_options[k]) == 0;
+        if (is_text_option) {
+            i++; /* its value */
+            continue;
+        }
+        if (strcmp(argv[i], "--mode=quantize") == 0) return 1;
+        if ((strcmp(argv[i], "-m") == 0 || strcmp(argv[i], "--mode") == 0) && i + 1 < argc &&
+            strcmp(argv[i + 1], "quantize") == 0)
+            return 1;
+    }
+    return 0;
+}
+
+static int parse_count(const char* flag, const char* s, int lo, int hi) {
+    char* end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end != '\0' || errno == ERANGE || v < lo || v > hi)
+        fail("%s needs a whole number in %d .. %d, got '%s'", flag, lo, hi, s);
+    return (int)v;
+}
+
+static void parse_options(int argc, char** argv, QuantizeOptions* o) {
+    memset(o, 0, sizeof *o);
+    for (int i = 1; i < argc; i++) {
+        const char* arg = argv[i];
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+            usage(stdout);
+            exit(fflush(stdout) == 0 ? 0 : 1);
+        }
+        if (arg[0] != '-' || arg[1] == '\0') {
+            if (o->input) fail("unexpected argument '%s' (the checkpoint is '%s')", arg, o->input);
+            o->input = arg;
+            continue;
+        }
+        char name[32];
+        const char* eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
+        size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+        if (len >= sizeof name) fail("-m quantize: unknown option '%s' (see ./run -m quantize --help)", arg);
+        memcpy(name, arg, len);
+        name[len] = '\0';
+        const char* value = eq ? eq + 1 : i + 1 < argc ? argv[i + 1] : NULL;
+        const int known = !strcmp(name, "-m") || !strcmp(name, "--mode") || !strcmp(name, "--dtype") ||
+                          !strcmp(name, "-o") || !strcmp(name, "--output") ||
+                          !strcmp(name, "--group-size") || !strcmp(name, "--threads");
+        if (!known) fail("-m quantize: unknown option '%s' (see ./run -m quantize --help)", arg);
+        if (value == NULL) fail("option %s needs a value (see ./run -m quantize --help)", name);
+        if (!eq) i++;
+        if (!strcmp(name, "-m") || !strcmp(name, "--mode")) {
+            if (strcmp(value, "quantize") != 0) fail("%s is given twice: quantize and '%s'", name, value);
+        } else if (!strcmp(name, "--dtype")) {
+            if (strcmp(value, "q8") && strcmp(value, "q4"))
+                fail("--dtype must be q8 or q4, got '%s' (f32 and bf16 come from export.py)", value);
+            o->type = strcmp(value, "q8") == 0 ? WEIGHT_Q8 : WEIGHT_Q4;
+            o->has_type = 1;
+        } else if (!strcmp(name, "-o") || !strcmp(name, "--output")) {
+            if (!value[0]) fail("%s needs a file name", name);
+            o->output = value;
+        } else if (!strcmp(name, "--group-size")) {
+            o->group_size = parse_count(name, value, 8, 1 << 20);
+            if (o->group_size & (o->group_size - 1)) fail("--group-size must be a power of two >= 8, got %s", value);
+        } else {
+            o->threads = parse_count(name, value, 1, 1024);
+        }
+    }
+    if (o->input == NULL) fail("no checkpoint given (./run MODEL.bin -m quantize --dtype q8|q4 -o OUT.bin)");
+    if (!o->has_type) fail("-m quantize needs --dtype q8 or --dtype q4");
+    if (o->output == NULL) fail("-m quantize needs -o OUT.bin, the file to write");
+    if (o->type == WEIGHT_Q4 && o->group_size != 0 && o->group_size != Q4_GROUP)
+        fail("q4 groups are %d columns (got --group-size %d)", Q4_GROUP, o->group_size);
+}
+
+/* Refuses an output that would replace the input, or that cannot be a file. */
+static void check_output_path(const char* input, const char* output) {
+    struct stat in, out;
+    if (stat(output, &out) == 0) {
+        if (S_ISDIR(out.st_mode)) fail("%s: is a directory; give a file name for the checkpoint", output);
+        if (stat(input, &in) == 0 && in.st_dev == out.st_dev && in.st_ino == out.st_ino)
+            fail("%s: is the input checkpoint; write the quantised one somewhere else", output);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Rounding, exactly as export.py rounds
+ * --------------------------------------------------------------------------------------------- */
+
+enum { GROUP_OK = 0, GROUP_NONFINITE, GROUP_OVERFLOW };
+
+/* double -> IEEE binary16 bits, rounded to nearest, ties to even, from the double itself (one
+ * rounding, as Python's struct.pack('e') does). -1 where the result is not finite: |x| >= 65520
+ * rounds to 65536 or more, which struct refuses with OverflowError. x must not be a NaN. */
+static int double_to_half(double x) {
+    const int sign = signbit(x) ? 0x8000 : 0;
+    const double a = fabs(x);
+    if (a >= 65520.0) return -1;
+    /* Below 2^-14: zero or a subnormal, a multiple of 2^-24 (a result of 1024 is the smallest
+     * normal, whose bits are that same 0x400). */
+    if (a < 0x1p-14) return sign | (int)rint(a * 0x1p24);
+    /* a = 1.f * 2^e with e in -14 .. 15, the half's exponent: a * 2^(10 - e) in [1024, 2048)
+     * rounds to its 11 significant bits (2048 carries into the exponent, as it should). */
+    uint64_t bits;
+    memcpy(&bits, &a, sizeof bits);
+    const int e = (int)(bits >> 52) - 1023;
+    const uint64_t scale_bits = (uint64_t)(1023 + 10 - e) << 52;
+    double scale;
+    memcpy(&scale, &scale_bits, sizeof scale);
+    const int q = (int)rint(a * scale);
+    return sign | (((e + 15) << 10) + (q - 1024));
+}
+
+static uint32_t float_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static float float_of_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static void store_half(uint8_t* at, int h) {
+    const uint16_t v = (uint16_t)h;
+    memcpy(at, &v, sizeof v);
+}
+
+/* One q8 group of gs values (export.py, quantize_q8): m = max|w|, s = m / 127 rounded to float16,
+ * q = round(w / s) from the rounded s, clamped to [-127, 127]; a group whose s is 0 is all 0.
+ * The magnitudes are compared as the integers of their bit patterns (the same order for
+ * non-negative floats, and an infinity or NaN compares above every finite value). */
+static int q8_quantize_group(const float* v, int gs, uint8_t* scale, int8_t* q) {
+    uint32_t amax = 0;
+    for (int i = 0; i < gs; i++) {
+        const uint32_t a = float_bits(v[i]) & 0x7fffffffu;
+        amax = a > amax ? a : amax;
+    }
+    if (amax >= 0x7f800000u) return GROUP_NONFINITE;
+    /* export.py's m is max(max(block), -min(block)); Python's max keeps the first of equal
+     * values, so an all-zero group's m is its first value, -0.0 included (its scale 0x8000). */
+    const double m = amax ? (double)float_of_bits(amax) : (double)v[0];
+    const int h = double_to_half(m / 127.0);
+    if (h < 0) return GROUP_OVERFLOW;
+    store_half(scale, h);
+    const double s = half_to_float((uint16_t)h);
+    if (!(s > 0)) {
+        memset(q, 0, (size_t)gs);
+        return GROUP_OK;
+    }
+    const double inv = 1.0 / s;
+    for (int i = 0; i < gs; i++) {
+        double x = rint((double)v[i] * inv);
+        x = x > 127 ? 127 : x < -127 ? -127 : x;
+        q[i] = (int8_t)x;
+    }
+    return GROUP_OK;
+}
+
+/* One q4 group of 32 values (export.py, quantize_q4, llama.cpp's q4_0): m = the value of largest
+ * magnitude (the negative one when w and -w tie), q = round(w * (-8 / m)) + 8 clipped to 15,
+ * s = m / -8 rounded to float32 (export.py keeps the scales in array('f')), then to float16; an
+ * all-zero group is q = 8 with s = 0. */
+static int q4_quantize_group(const float* v, uint8_t* scale, uint8_t* nib) {
+    uint32_t pos = 0, neg = 0; /* the largest magnitude among the non-negative / negative values */
+    for (int i = 0; i < Q4_GROUP; i++) {
+        const uint32_t bits = float_bits(v[i]), a = bits & 0x7fffffffu, negative = 0u - (bits >> 31);
+        neg = (a & negative) > neg ? a & negative : neg; /* no branch on the sign: it is random */
+        pos = (a & ~negative) > pos ? a & ~negative : pos;
+    }
+    if (pos >= 0x7f800000u || neg >= 0x7f800000u) return GROUP_NONFINITE;
+    if (pos == 0 && neg == 0) {
+        memset(nib, 8, Q4_GROUP);
+        store_half(scale, 0);
+        return GROUP_OK;
+    }
+    const double m = neg >= pos ? -(double)float_of_bits(neg) : (double)float_of_bits(pos);
+    const int h = double_to_half((double)(float)(m / -8.0));
+    if (h < 0) return GROUP_OVERFLOW;
+    store_half(scale, h);
+    const double inv = -8.0 / m;
+    for (int i = 0; i < Q4_GROUP; i++) {
+        double x = rint((double)v[i] * inv) + 8;
+        x = x > 15 ? 15 : x < 0 ? 0 : x; /* only 15 is reached: |w * inv| <= 8 */
+        nib[i] = (uint8_t)x;
+    }
+    return GROUP_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Row blocks (model.h): q8 in blocks of 4 rows, q4 in blocks of 8, the last padded with zero rows
+ * --------------------------------------------------------------------------------------------- */
+
+/* Row r of W as float32: the mapping itself (f32), widened into scratch (bf16), or zeros in
+ * scratch for a padding row past the end. */
+static const float* row_values(const Matrix* W, int r, float* scratch) {
+    const size_t cols = (size_t)W->cols;
+    if (r >= W->rows) {
+        memset(scratch, 0, cols * sizeof(float));
+        return scratch;
+    }
+    if (W->type == WEIGHT_F32) return (const float*)W->data + (size_t)r * cols;
+    const uint16_t* h = (const uint16_t*)W->data + (size_t)r * cols;
+    for (size_t c = 0; c < cols; c++) scratch[c] = bf16_to_f32(h[c]);
+    return scratch;
+}
+
+/* Block b of q8: the 4 rows' scales s[4][G], then per group g the 4 rows' values q[g][4][gs].
+ * Returns GROUP_OK, or the first problem with *bad_row set. */
+static int q8_quantize_block(const Matrix* W, int b, int gs, uint8_t* out, float* scratch, int* bad_row) {
+    const int G = W->cols / gs;
+    int8_t* values = (int8_t*)(out + QUANT_SCALE_BYTES * Q8_BLOCK_ROWS * (size_t)G);
+    for (int i = 0; i < Q8_BLOCK_ROWS; i++) {
+        const int r = b * Q8_BLOCK_ROWS + i;
+        const float* v = row_values(W, r, scratch);
+        for (int g = 0; g < G; g++) {
+            int status = q8_quantize_group(v + (size_t)g * gs, gs, out + QUANT_SCALE_BYTES * ((size_t)i * G + g),
+                                  values + ((size_t)g * Q8_BLOCK_ROWS + i) * gs);
+            if (status != GROUP_OK) {
+                *bad_row = r;
+                return status;
+            }
+        }
+    }
+    return GROUP_OK;
+}
+
+/* Block b of q4: per group g 144 bytes, the 8 rows' scales, then byte 4i + k of quarter v holds
+ * row i's column 32g + 4v + k in its low nibble and column 32g + 16 + 4v + k in its high one. */
+static int q4_quantize_block(const Matrix* W, int b, uint8_t* out, float* scratch, int* bad_row) {
+    const int G = W->cols / Q4_GROUP;
+    for (int i = 0; i < Q4_BLOCK_ROWS; i++) {
+        const int r = b * Q4_BLOCK_ROWS + i;
+        const float* v = row_values(W, r, scratch);
+        for (int g = 0; g < G; g++) {
+            uint8_t* group = out + (size_t)g * Q4_GROUP_BYTES;
+            uint8_t nib[Q4_GROUP];
+            int status = q4_quantize_group(v + (size_t)g * Q4_GROUP, group + QUANT_SCALE_BYTES * i, nib);
+            if (status != GROUP_OK) {
+                *bad_row = r;
+                return status;
+            }
+            uint8_t* values = group + QUANT_SCALE_BYTES * Q4_BLOCK_ROWS;
+            for (int quarter = 0; quarter < 4; quarter++)
+                for (int k = 0; k < 4; k++)
+                    values[32 * quarter + 4 * i + k] =
+                        (uint8_t)(nib[4 * quarter + k] | nib[16 + 4 * quarter + k] << 4);
+        }
+    }
+    return GROUP_OK;
+}
+
+/* One chunk of a matrix's row blocks, spread over the kernel threads. */
+typedef struct {
+    const Matrix* src;
+    WeightType type;
+    int group_size;
+    int first_block;
+    int n_blocks, per_item; /* the chunk's blocks, and how many one item holds */
+    uint8_t* out;         /* where the chunk's first block goes */
+    size_t block_bytes;
+    float* const* scratch; /* a row of floats per kernel thread */
+    atomic_int status;    /* GROUP_OK, or the problem found at problem_row */
+    atomic_int problem_row;
+} ChunkJob;
+
+static void quantize_item(void* ctx, int item) {
+    ChunkJob* job = ctx;
+    const int begin = item * job->per_item;
+    const int end = begin + job->per_item < job->n_blocks ? begin + job->per_item : job->n_blocks;
+    float* scratch = job->scratch[kernels_thread_index()];
+    for (int k = begin; k < end && atomic_load(&job->status) == GROUP_OK; k++) {
+        const int b = job->first_block + k;
+        uint8_t* out = job->out + (size_t)k * job->block_bytes;
+        int bad_row = -1;
+        int status = job->type == WEIGHT_Q8 ? q8_quantize_block(job->src, b, job->group_size, out, scratch, &bad_row)
+                                            : q4_quantize_block(job->src, b, out, scratch, &bad_row);
+        if (status != GROUP_OK) {
+            int expected = GROUP_OK;
+            if (atomic_compare_exchange_strong(&job->status, &expected, status))
+                atomic_store(&job->problem_row, bad_row);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The output file
+ * --------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    int fd;
+    uint8_t* buf;
+    size_t len;
+    uint64_t offset; /* file offset of buf[0] */
+} Writer;
+
+static void writer_flush(Writer* w) {
+    for (size_t done = 0; done < w->len;) {
+        ssize_t n = write(w->fd, w->buf + done, w->len - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) fail("%s: write failed: %s", tmp_path, n < 0 ? strerror(errno) : "no space written");
+        done += (size_t)n;
+    }
+    w->offset += w->len;
+    w->len = 0;
+}
+
+/* Room for n more bytes at the end of the buffer (n <= OUT_BUFFER_BYTES). */
+static uint8_t* writer_room(Writer* w, size_t n) {
+    if (w->len + n > OUT_BUFFER_BYTES) writer_flush(w);
+    return w->buf + w->len;
+}
+
+static void writer_put(Writer* w, const void* data, size_t n) {
+    while (n > 0) {
+        size_t part = n < OUT_BUFFER_BYTES ? n : OUT_BUFFER_BYTES;
+        memcpy(writer_room(w, part), data, part);
+        w->len += part;
+        data = (const uint8_t*)data + part;
+        n -= part;
+    }
+}
+
+/* Zero bytes up to the next multiple of CHECKPOINT_ALIGN: where every tensor starts. */
+static void writer_align(Writer* w) {
+    const uint64_t at = w->offset + w->len;
+    const size_t pad = (size_t)((CHECKPOINT_ALIGN - at % CHECKPOINT_ALIGN) % CHECKPOINT_ALIGN);
+    memset(writer_room(w, pad), 0, pad);
+    w->len += pad;
+}
+
+static uint64_t align_up(uint64_t x) { return (x + CHECKPOINT_ALIGN - 1) / CHECKPOINT_ALIGN * CHECKPOINT_ALIGN; }
+
+/* ---------------------------------------------------------------------------------------------
+ * The tensors, in the order of model.h
+ * --------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    char name[48];        /* "embed_tokens", "layer 3 q_proj", ... for progress and errors */
+    const Matrix* matrix; /* quantised; NULL for a float32 vector, copied as it is */
+    const float* vector;
+    int n;
+} Piece;
+
+typedef struct {
+    Piece items[MAX_PIECES];
+    int n;
+} PieceList;
+
+static void add_piece(PieceList* list, int layer, const char* what, const Matrix* m, const float* v, int n) {
+    if (list->n == MAX_PIECES) fail("too many tensors");
+    Piece* p = &list->items[list->n++];
+    if (layer >= 0) snprintf(p->name, sizeof p->name, "layer %d %s", layer, what);
+    else snprintf(p->name, sizeof p->name, "%s", what);
+    p->matrix = m;
+    p->vector = v;
+    p->n = n;
+}
+
+static void list_pieces(const Transformer* t, PieceList* list) {
+    const Config* c = &t->config;
+    const Weights* w = &t->weights;
+    const int D = c->dim, q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
+    list->n = 0;
+    add_piece(list, -1, "embed_tokens", &w->embed_tokens, NULL, 0);
+    for (int l = 0; l < c->n_layers; l++) {
+        const LayerWeights* lw = &w->layers[l];
+        add_piece(list, l, "input_layernorm", NULL, lw->input_layernorm, D);
+        add_piece(list, l, "q_proj", &lw->q_proj, NULL, 0);
+        if (c->flags & FLAG_QKV_BIAS) add_piece(list, l, "q_bias", NULL, lw->q_bias, q_dim);
+        add_piece(list, l, "k_proj", &lw->k_proj, NULL, 0);
+        if (c->flags & FLAG_QKV_BIAS) add_piece(list, l, "k_bias", NULL, lw->k_bias, kv_dim);
+        add_piece(list, l, "v_proj", &lw->v_proj, NULL, 0);
+        if (c->flags & FLAG_QKV_BIAS) add_piece(list, l, "v_bias", NULL, lw->v_bias, kv_dim);
+        if (c->flags & FLAG_QK_NORM) {
+            add_piece(list, l, "q_norm", NULL, lw->q_norm, c->head_dim);
+            add_piece(list, l, "k_norm", NULL, lw->k_norm, c->head_dim);
+        }
+        add_piece(list, l, "o_proj", &lw->o_proj, NULL, 0);
+        add_piece(list, l, "post_attention_layernorm", NULL, lw->post_attention_layernorm, D);
+        add_piece(list, l, "gate_proj", &lw->gate_proj, NULL, 0);
+        add_piece(list, l, "up_proj", &lw->up_proj, NULL, 0);
+        add_piece(list, l, "down_proj", &lw->down_proj, NULL, 0);
+    }
+    add_piece(list, -1, "norm", NULL, w->norm, D);
+    if (!(c->flags & FLAG_TIED_EMBED)) add_piece(list, -1, "lm_head", &w->lm_head, NULL, 0);
+}
+
+/* The piece as stored in the output (type: the quantised one) and as read from the input. */
+static uint64_t piece_out_bytes(const Piece* p, WeightType type, int gs) {
+    if (!p->matrix) return (uint64_t)p->n * sizeof(float);
+    const Matrix m = {type, p->matrix->rows, p->matrix->cols, gs, NULL};
+    return matrix_stored_bytes(&m);
+}
+
+static uint64_t piece_in_bytes(const Piece* p) {
+    return p->matrix ? matrix_stored_bytes(p->matrix) : (uint64_t)p->n * sizeof(float);
+}
+
+/* q8: the requested group size (default 64) if it divides every matrix width, else the largest
+ * power of two below it (at least 8) that does; q4: 32. export.py's choose_group_size. */
+static int choose_group_size(const Config* c, WeightType type, int requested, const char* path) {
+    const int widths[3] = {c->dim, c->hidden_dim, c->n_heads * c->head_dim};
+    int g = type == WEIGHT_Q4 ? Q4_GROUP : requested ? requested : 64;
+    for (; g >= (type == WEIGHT_Q4 ? Q4_GROUP : 8); g /= 2)
+        if (widths[0] % g == 0 && widths[1] % g == 0 && widths[2] % g == 0) return g;
+    fail("%s: %s needs every input width ([%d, %d, %d]) to be a multiple of %d", path,
+         type == WEIGHT_Q4 ? "q4" : "q8", widths[0], widths[1], widths[2], type == WEIGHT_Q4 ? Q4_GROUP : 8);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Progress on stderr: one updating line on a terminal, a line every 10% elsewhere
+ * --------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    uint64_t done, total;
+    double t0, last_shown;
+    int on, tty, decile;
+} Progress;
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void progress_add(Progress* p, uint64_t bytes, const char* name) {
+    p->done += bytes;
+    if (!p->on) return;
+    const double now = now_seconds(), elapsed = now - p->t0;
+    const int decile = (int)(10 * p->done / p->total);
+    if (p->tty ? now - p->last_shown < 0.1 && p->done < p->total : decile <= p->decile) return;
+    p->last_shown = now;
+    p->decile = decile;
+    const double eta = p->done ? elapsed * (double)(p->total - p->done) / (double)p->done : 0;
+    fprintf(stderr, "%srun: quantize %5.1f%%  %llu/%llu MB  eta %3.0fs  %-*s%s", p->tty ? "\r" : "",
+            100.0 * (double)p->done / (double)p->total, (unsigned long long)(p->done >> 20),
+            (unsigned long long)(p->total >> 20), eta, p->tty ? 32 : 0, name, p->tty ? "" : "\n");
+    fflush(stderr);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The conversion
+ * --------------------------------------------------------------------------------------------- */
+
+static void quantize_matrix(Writer* w, const Piece* p, WeightType type, int gs, float* const* scratch,
+                            Progress* progress) {
+    const Matrix* src = p->matrix;
+    const int br = quant_block_rows(type);
+    const int n_blocks = (src->rows + br - 1) / br;
+    const size_t block_bytes = quant_block_bytes(type, src->cols, gs);
+    const uint64_t in_block_bytes = piece_in_bytes(p) / (uint64_t)src->rows * (uint64_t)br;
+    int per_chunk = (int)(CHUNK_BYTES / block_bytes);
+    if (per_chunk < 1) per_chunk = 1;
+    int per_item = (int)(ITEM_BYTES / block_bytes);
+    if (per_item < 1) per_item = 1;
+    for (int b = 0; b < n_blocks; b += per_chunk) {
+        const int n = n_blocks - b < per_chunk ? n_blocks - b : per_chunk;
+        ChunkJob job = {src, type, gs, b, n, per_item, writer_room(w, (size_t)n * block_bytes), block_bytes,
+                        scratch, GROUP_OK, -1};
+        parallel_for((n + per_item - 1) / per_item, quantize_item, &job);
+        if (atomic_load(&job.status) == GROUP_NONFINITE)
+            fail("tensor %s: row %d holds a NaN or an infinity, which %s cannot store", p->name,
+                 atomic_load(&job.problem_row), type == WEIGHT_Q4 ? "q4" : "q8");
+        if (atomic_load(&job.status) == GROUP_OVERFLOW)
+            fail("tensor %s: row %d has a weight too large for %s's float16 scales (|w| above %s)", p->name,
+                 atomic_load(&job.problem_row), type == WEIGHT_Q4 ? "q4" : "q8",
+                 type == WEIGHT_Q4 ? "524,000" : "8,300,000");
+        w->len += (size_t)n * block_bytes;
+        progress_add(progress, (uint64_t)n * in_block_bytes, p->name);
+    }
+}
+
+/* The output's header: the input's, with the new weight type, and the sections where export.py
+ * puts them (the tokenizer right after the header, the tensors at the next multiple of 64). */
+static FileHeader output_header(const Transformer* t, WeightType type, int gs, const PieceList* list) {
+    FileHeader h = t->header;
+    h.version = CHECKPOINT_VERSION;
+    h.weight_type = (uint32_t)type;
+    h.group_size = (uint32_t)gs;
+    h.reserved0 = h.reserved1 = 0;
+    memset(h.reserved, 0, sizeof h.reserved);
+    h.tokenizer_offset = sizeof(FileHeader);
+    h.tokenizer_bytes = t->tokenizer_bytes;
+    h.weights_offset = align_up(h.tokenizer_offset + h.tokenizer_bytes);
+    uint64_t end = h.weights_offset;
+    for (int i = 0; i < list->n; i++) end = align_up(end) + piece_out_bytes(&list->items[i], type, gs);
+    h.weights_bytes = align_up(end) - h.weights_offset;
+    return h;
+}
+
+/* Writes the whole checkpoint to the open temporary file. */
+static void write_checkpoint(int fd, const Transformer* t, WeightType type, int gs, const PieceList* list) {
+    const FileHeader h = output_header(t, type, gs, list);
+    const int n_threads = kernels_threads();
+    float** scratch = calloc((size_t)n_threads, sizeof(float*));
+    Writer w = {fd, malloc(OUT_BUFFER_BYTES), 0, 0};
+    if (scratch == NULL || w.buf == NULL) fail("out of memory");
+    int widest = t->config.dim > t->config.hidden_dim ? t->config.dim : t->config.hidden_dim;
+    if (t->config.n_heads * t->config.head_dim > widest) widest = t->config.n_heads * t->config.head_dim;
+    for (int i = 0; i < n_threads; i++)
+        if ((scratch[i] = malloc((size_t)widest * sizeof(float))) == NULL) fail("out of memory");
+
+    Progress progress = {0, 0, now_seconds(), 0, 0, isatty(STDERR_FILENO), -1};
+    for (int i = 0; i < list->n; i++) progress.total += piece_in_bytes(&list->items[i]);
+    progress.on = progress.total > PROGRESS_MIN_BYTES;
+
+    writer_put(&w, &h, sizeof h);
+    writer_put(&w, t->tokenizer_data, t->tokenizer_bytes);
+    for (int i = 0; i < list->n; i++) {
+        const Piece* p = &list->items[i];
+        writer_align(&w);
+        if (p->matrix) {
+            quantize_matrix(&w, p, type, gs, scratch, &progress);
+        } else {
+            writer_put(&w, p->vector, (size_t)p->n * sizeof(float));
+            progress_add(&progress, (uint64_t)p->n * sizeof(float), p->name);
+        }
+    }
+    writer_align(&w);
+    writer_flush(&w);
+    if (w.offset != h.weights_offset + h.weights_bytes) fail("%s: wrote %llu bytes, expected %llu", tmp_path,
+                                                            (unsigned long long)w.offset,
+                                                            (unsigned long long)(h.weights_offset + h.weights_bytes));
+    if (progress.on && progress.tty) fputc('\n', stderr);
+    for (int i = 0; i < n_threads; i++) free(scratch[i]);
+    free(scratch);
+    free(w.buf);
+}
+
+/* The output's folder, for the temporary name beside it and the sync after the rename. */
+static void output_dir(const char* output, char* dir, size_t len) {
+    const char* slash = strrchr(output, '/');
+    if (slash == NULL) snprintf(dir, len, ".");
+    else if (slash == output) snprintf(dir, len, "/");
+    else snprintf(dir, len, "%.*s", (int)(slash - output), output);
+}
+
+int quantize_main(int argc, char** argv) {
+    QuantizeOptions o;
+    parse_options(argc, argv, &o);
+    check_output_path(o.input, o.output);
+    const double t0 = now_seconds();
+
+    transformer_set_threads(o.threads);
+    Transformer t;
+    char err[512];
+    if (transformer_load(&t, o.input, 1, err, sizeof err) != 0) fail("%s", err);
+    if (t.config.weight_type == WEIGHT_Q8 || t.config.weight_type == WEIGHT_Q4)
+        fail("%s: is already %s; quantise from an f32 or bf16 checkpoint (export.py --dtype f32 or bf16)",
+             o.input, t.config.weight_type == WEIGHT_Q8 ? "q8" : "q4");
+    const int gs = choose_group_size(&t.config, o.type, o.group_size, o.input);
+    static PieceList list; /* large: one entry per tensor */
+    list_pieces(&t, &list);
+
+    /* Written as .NAME.PID.tmp in the output's folder (export.py's temporary name, which its
+     * clean-up of files left by killed runs knows), then synced and renamed over NAME. */
+    char dir[PATH_MAX];
+    output_dir(o.output, dir, sizeof dir);
+    const char* base = strrchr(o.output, '/') ? strrchr(o.output, '/') + 1 : o.output;
+    if (snprintf(tmp_path, sizeof tmp_path, "%s/.%s.%ld.tmp", dir, base, (long)getpid()) >= (int)sizeof tmp_path)
+        fail("%s: path too long", o.output);
+    catch_signals();
+    int fd = open(tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0) fail("%s: cannot create a file in %s: %s", o.output, dir, strerror(errno));
+    tmp_exists = 1;
+
+    write_checkpoint(fd, &t, o.type, gs, &list);
+    if (fsync(fd) != 0) fail("%s: cannot sync to disk: %s", tmp_path, strerror(errno));
+    /* Dropped from the page cache as export.py does: the engine maps weights in 2 MB pages only
+     * from a cache it fills itself (checkpoint_map.c). */
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    if (close(fd) != 0) fail("%s: cannot close: %s", tmp_path, strerror(errno));
+    if (rename(tmp_path, o.output) != 0) fail("%s: cannot rename %s to it: %s", o.output, tmp_path, strerror(errno));
+    tmp_exists = 0;
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* the rename itself on disk too */
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+
+    struct stat st;
+    const double size_mb = stat(o.output, &st) == 0 ? (double)st.st_size / 1e6 : 0;
+    fprintf(stderr, "run: wrote %s (%.1f MB, %s, group size %d) in %.1fs on %d thread%s\n", o.output, size_mb,
+            o.type == WEIGHT_Q8 ? "q8" : "q4", gs, now_seconds() - t0, kernels_threads(),
+            kernels_threads() == 1 ? "" : "s");
+    transformer_free(&t);
+    return 0;
+}

@@ -1,0 +1,390 @@
+"""./run MODEL.bin -m quantize --dtype q8|q4 -o OUT.bin (cli/quantize.c) and export.py's use of it.
+
+The C quantiser must write exactly the bytes of export.py's Python quantisers (export.py
+--dtype q8|q4 --no-fast-quantize) from the same Hugging Face folder, whichever lossless checkpoint
+it reads (an f32 export, or a bf16 export of a BF16 source). Tiny random models (tests/hf_model.py)
+cover row counts that are not a multiple of q8's 4-row or q4's 8-row blocks, untied heads, Qwen2's
+biases, several q8 group sizes, groups that are all zeros (+0.0 and -0.0), and both thread counts.
+Then: the refusals (one line, exit status 1, nothing written), no file left behind after a
+failure or Ctrl-C, and export.py taking the C path when ./run is built (it says so, and the bytes
+are the same) and the Python path when it is not or when asked to.
+"""
+
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hf_model  # noqa: E402
+from hf_model import Spec  # noqa: E402
+
+ROOT_RUN = os.path.join(hf_model.ROOT, 'run')  # the ./run that export.py looks for beside itself
+WEIGHTS_OFFSET_AT = 144  # FileHeader.weights_offset (model.h)
+
+# name -> Spec fields. Rows of embed_tokens / lm_head: 302 = 4*75 + 2 = 8*37 + 6, 301, 299.
+MODELS = {
+    # Qwen3 as shipped: BF16, tied; two vocabulary rows all zeros, of random signs (-0.0 * w) and
+    # +0.0, so whole groups are +-0.0 (q8's scale keeps the sign of the group's first value).
+    'qwen3_bf16': dict(vocab_size=302, row_scales={7: -0.0, 8: 0.0, hf_model.IM_END_ID: 0.02}),
+    # Qwen2: q/k/v biases, no QK-norm, F32, untied; hidden 96 is no multiple of 64, so q8's
+    # default group becomes 32.
+    'qwen2_f32_untied': dict(arch='qwen2', dtype='F32', tie=False, vocab_size=301, hidden_dim=96,
+                             head_dim=16),
+    # Llama, F16 source (exported as f32), one layer, head_dim 32 != dim / heads.
+    'llama_f16': dict(arch='llama', dtype='F16', vocab_size=299, n_layers=1, head_dim=32),
+}
+# (export.py / ./run options, label): q8 at its default group and at smaller ones, and q4.
+QUANTS = [(['--dtype', 'q8'], 'q8'), (['--dtype', 'q8', '--group-size', '16'], 'q8_g16'),
+          (['--dtype', 'q8', '--group-size', '8'], 'q8_g8'), (['--dtype', 'q4'], 'q4')]
+
+
+def export(hf_dir, out, *extra, exporter=hf_model.EXPORT):
+    return subprocess.run([sys.executable, exporter, hf_dir, out] + list(extra), cwd=hf_model.ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
+def quantize(src, out, *extra, timeout=120):
+    return hf_model.run_engine([src, '-m', 'quantize', '-o', out] + list(extra), timeout=timeout)
+
+
+def read(path):
+    with open(path, 'rb') as f:
+        return f.read()
+
+
+class InTempDir(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix='qwen3_%s_' % cls.__name__)
+        cls.addClassCleanup(shutil.rmtree, cls.tmp, ignore_errors=True)  # runs even if setUpClass fails
+
+    def setUp(self):
+        why = hf_model.missing_tools()
+        if why:
+            self.skipTest(why)
+
+    def assert_failed(self, p, *must_mention):
+        """Exit status 1 and exactly one line, "run: error: ...", that mentions every string."""
+        self.assertEqual(p.returncode, 1, 'stdout %r stderr %r' % (p.stdout, p.stderr))
+        lines = p.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, 'not one error line: %r' % p.stderr)
+        self.assertTrue(lines[0].startswith('run: error: '), lines[0])
+        for s in must_mention:
+            self.assertIn(s, lines[0])
+
+    def fresh_dir(self, name):
+        """A new empty folder; its name made unique by a count."""
+        type(self).n_dirs = getattr(type(self), 'n_dirs', 0) + 1
+        d = os.path.join(self.tmp, '%s_%d' % (name, self.n_dirs))
+        os.makedirs(d)
+        return d
+
+
+class SameBytesAsExport(InTempDir):
+    """./run -m quantize from an f32 (and a bf16) export == export.py's Python path, byte for byte."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.sources = {}  # model -> {'f32': path, 'bf16': path (BF16 sources only)}
+        cls.expected = {}  # (model, label) -> path of export.py's Python-path output
+        if hf_model.missing_tools():
+            return
+        for name, fields in MODELS.items():
+            hf = os.path.join(cls.tmp, name)
+            spec = Spec(**fields)
+            hf_model.write_model(hf, spec)
+            cls.sources[name] = {}
+            for dtype in ('f32', 'bf16') if spec.dtype == 'BF16' else ('f32',):
+                out = os.path.join(cls.tmp, '%s.%s.bin' % (name, dtype))
+                p = export(hf, out, '--dtype', dtype)
+                assert p.returncode == 0, p.stderr
+                cls.sources[name][dtype] = out
+            for args, label in QUANTS:
+                out = os.path.join(cls.tmp, '%s.py_%s.bin' % (name, label))
+                p = export(hf, out, '--no-fast-quantize', *args)
+                assert p.returncode == 0, p.stderr
+                assert 'in Python (--no-fast-quantize)' in p.stderr, p.stderr
+                cls.expected[name, label] = out
+
+    def test_same_bytes(self):
+        n = 0
+        for name in MODELS:
+            for source, src in self.sources[name].items():
+                for args, label in QUANTS:
+                    with self.subTest(model=name, source=source, quant=label):
+                        out = os.path.join(self.tmp, '%s.c_%s_%s.bin' % (name, source, label))
+                        p = quantize(src, out, *args)
+                        self.assertEqual(p.returncode, 0, p.stderr)
+                        self.assertEqual(read(out), read(self.expected[name, label]))
+                        n += 1
+        self.assertEqual(n, 16)
+
+    def test_thread_counts_agree(self):
+        name = 'qwen3_bf16'
+        for threads in ('1', '2', '3'):
+            for args, label in (QUANTS[0], QUANTS[-1]):
+                with self.subTest(threads=threads, quant=label):
+                    out = os.path.join(self.tmp, 't%s_%s.bin' % (threads, label))
+                    p = quantize(self.sources[name]['bf16'], out, '--threads', threads, *args)
+                    self.assertEqual(p.returncode, 0, p.stderr)
+                    self.assertIn('on %s thread' % threads, p.stderr)
+                    self.assertEqual(read(out), read(self.expected[name, label]))
+
+    def test_the_engine_runs_the_output(self):
+        out = os.path.join(self.tmp, 'runs_q4.bin')
+        p = quantize(self.sources['qwen2_f32_untied']['f32'], out, '--dtype', 'q4')
+        self.assertEqual(p.returncode, 0, p.stderr)
+        p = hf_model.run_engine([out, '--prompt-ids', '1,2,3', '-n', '2', '-t', '0'])
+        self.assertEqual(p.returncode, 0, p.stderr)
+
+
+class Refusals(InTempDir):
+    """Each refusal: one line, exit status 1, and nothing written beside the input."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        if hf_model.missing_tools():
+            return
+        hf = os.path.join(cls.tmp, 'hf')
+        hf_model.write_model(hf, Spec())
+        cls.f32 = os.path.join(cls.tmp, 'model.f32.bin')
+        cls.q8 = os.path.join(cls.tmp, 'model.q8.bin')
+        cls.q4 = os.path.join(cls.tmp, 'model.q4.bin')
+        for path, dtype in ((cls.f32, 'f32'), (cls.q8, 'q8'), (cls.q4, 'q4')):
+            p = export(hf, path, '--dtype', dtype, '--no-fast-quantize')
+            assert p.returncode == 0, p.stderr
+
+    def refused(self, src, args, *must_mention, out_name='out.bin'):
+        d = self.fresh_dir('case')
+        out = os.path.join(d, out_name)
+        p = hf_model.run_engine([src, '-m', 'quantize'] + [a.replace('OUT', out) for a in args])
+        self.assert_failed(p, *must_mention)
+        self.assertEqual(os.listdir(d), [], 'a refused run left files behind')
+
+    def test_quantize_as_a_prompt_is_text(self):
+        """'-m quantize' inside the value of -i is a prompt, not the mode: generate runs it."""
+        p = hf_model.run_engine([self.f32, '-i', '-m quantize', '-n', '1', '-t', '0'])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertNotIn('quantize:', p.stderr)
+
+    def test_already_quantised(self):
+        self.refused(self.q8, ['--dtype', 'q4', '-o', 'OUT'], self.q8, 'already q8')
+        self.refused(self.q4, ['--dtype', 'q8', '-o', 'OUT'], self.q4, 'already q4')
+
+    def test_bad_dtype(self):
+        self.refused(self.f32, ['--dtype', 'q5', '-o', 'OUT'], '--dtype', "'q5'")
+        self.refused(self.f32, ['--dtype', 'bf16', '-o', 'OUT'], '--dtype', "'bf16'")
+        self.refused(self.f32, ['-o', 'OUT'], '--dtype')
+
+    def test_output_missing(self):
+        self.refused(self.f32, ['--dtype', 'q8'], '-o')
+        self.refused(self.f32, ['--dtype', 'q8', '-o'], '-o')
+
+    def test_bad_group_size(self):
+        self.refused(self.f32, ['--dtype', 'q8', '--group-size', '12', '-o', 'OUT'], '--group-size')
+        self.refused(self.f32, ['--dtype', 'q8', '--group-size', '4', '-o', 'OUT'], '--group-size')
+        self.refused(self.f32, ['--dtype', 'q4', '--group-size', '64', '-o', 'OUT'], 'q4', '32')
+
+    def test_unknown_option(self):
+        self.refused(self.f32, ['--dtype', 'q8', '-o', 'OUT', '--temperature', '0'], '--temperature')
+
+    def test_output_is_the_input(self):
+        before = read(self.f32)
+        link = os.path.join(self.tmp, 'hard_link.bin')
+        os.link(self.f32, link)
+        for out in (self.f32, link, os.path.join(self.tmp, '.', 'model.f32.bin')):
+            with self.subTest(out=out):
+                p = quantize(self.f32, out, '--dtype', 'q8')
+                self.assert_failed(p, out, 'input')
+                self.assertEqual(read(self.f32), before)
+        os.unlink(link)
+        self.assertEqual(sorted(n for n in os.listdir(self.tmp) if n.endswith('.tmp')), [])
+
+    def test_not_a_checkpoint(self):
+        junk = os.path.join(self.tmp, 'junk.bin')
+        with open(junk, 'wb') as f:
+            f.write(b'not a checkpoint at all' * 20)
+        self.refused(junk, ['--dtype', 'q8', '-o', 'OUT'], junk, 'magic')
+        self.refused(os.path.join(self.tmp, 'missing.bin'), ['--dtype', 'q8', '-o', 'OUT'], 'missing.bin')
+
+    def test_output_folder_missing(self):
+        out = os.path.join(self.tmp, 'no', 'such', 'dir', 'out.bin')
+        p = quantize(self.f32, out, '--dtype', 'q8')
+        self.assert_failed(p, out)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, 'no')))
+
+    def test_help(self):
+        p = hf_model.run_engine(['-m', 'quantize', '--help'])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn('--dtype q8|q4', p.stdout)
+        p = hf_model.run_engine(['--help'])
+        self.assertIn('-m quantize', p.stdout)
+
+
+class NothingLeftBehind(InTempDir):
+    """A run that fails midway, or is interrupted, leaves no output and no temporary file; an
+    existing output stays as it was."""
+
+    def spoiled_source(self, name, spoil):
+        """An f32 export of a tiny model whose embed_tokens row 5 is spoiled by spoil(floats)."""
+        hf = os.path.join(self.tmp, 'hf_' + name)
+        hf_model.write_model(hf, Spec(vocab_size=302))
+        src = os.path.join(self.tmp, name + '.f32.bin')
+        p = export(hf, src, '--dtype', 'f32')
+        self.assertEqual(p.returncode, 0, p.stderr)
+        with open(src, 'r+b') as f:
+            (weights_offset,) = struct.unpack_from('<Q', f.read(256), WEIGHTS_OFFSET_AT)
+            at = weights_offset + 5 * 64 * 4  # embed_tokens [302, 64] is the first tensor
+            f.seek(at)
+            row = list(struct.unpack('<64f', f.read(256)))
+            f.seek(at)
+            f.write(struct.pack('<64f', *spoil(row)))
+        return src
+
+    def fails_cleanly(self, src, *must_mention):
+        for dtype in ('q8', 'q4'):
+            with self.subTest(dtype=dtype):
+                d = self.fresh_dir('out_%s_%s' % (os.path.basename(src), dtype))
+                out = os.path.join(d, 'out.bin')
+                p = quantize(src, out, '--dtype', dtype)
+                self.assert_failed(p, 'embed_tokens', 'row 5', *must_mention)
+                self.assertEqual(os.listdir(d), [])
+                with open(out, 'wb') as f:  # an earlier file under the name survives a failure
+                    f.write(b'earlier')
+                p = quantize(src, out, '--dtype', dtype)
+                self.assertEqual(p.returncode, 1)
+                self.assertEqual(os.listdir(d), ['out.bin'])
+                self.assertEqual(read(out), b'earlier')
+
+    def test_weight_too_large(self):
+        self.fails_cleanly(self.spoiled_source('huge', lambda row: [1e7 * (i + 1) for i in range(64)]),
+                           'too large')
+
+    def test_nan_and_infinity(self):
+        self.fails_cleanly(self.spoiled_source('nan', lambda row: row[:10] + [float('nan')] + row[11:]),
+                           'NaN')
+        self.fails_cleanly(self.spoiled_source('inf', lambda row: row[:63] + [float('-inf')]), 'infinity')
+
+    def test_ctrl_c(self):
+        """SIGINT once the progress shows the run under way: the temporary file is removed."""
+        d = self.fresh_dir('ctrl_c')
+        hf = os.path.join(self.tmp, 'hf_medium')
+        tok = os.path.join(self.tmp, 'hf_tok')
+        hf_model.write_model(tok, Spec())  # its tokenizer files, small
+        config = os.path.join(self.tmp, 'medium_config.json')
+        cfg = Spec(dim=512, hidden_dim=1024, n_heads=8, n_kv_heads=4, head_dim=64, vocab_size=40000,
+                   n_layers=1).config()
+        with open(config, 'w') as f:
+            json.dump(cfg, f)
+        p = subprocess.run([sys.executable, os.path.join(hf_model.ROOT, 'tools', 'make_random_qwen3.py'), hf,
+                            '--config', config, '--tokenizer', tok], capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        src = os.path.join(self.tmp, 'medium.f32.bin')  # about 90 MB: above the 64 MB that shows progress
+        p = export(hf, src, '--dtype', 'f32')
+        self.assertEqual(p.returncode, 0, p.stderr)
+        out = os.path.join(d, 'out.bin')
+        proc = subprocess.Popen([hf_model.RUN, src, '-m', 'quantize', '--dtype', 'q8', '-o', out, '--threads', '1'],
+                                stderr=subprocess.PIPE, text=True)
+        first = proc.stderr.readline()
+        self.assertIn('run: quantize', first)
+        self.assertTrue(any(n.endswith('.tmp') for n in os.listdir(d)), os.listdir(d))
+        proc.send_signal(signal.SIGINT)
+        rest = proc.stderr.read()
+        proc.wait(timeout=60)
+        if proc.returncode == 0:
+            self.skipTest('the run finished before SIGINT arrived')
+        self.assertEqual(proc.returncode, -signal.SIGINT, rest)
+        self.assertIn('interrupted; no output written', rest)
+        self.assertEqual(os.listdir(d), [])
+
+
+class ExportUsesIt(InTempDir):
+    """export.py --dtype q8|q4 takes ./run -m quantize when ./run is built, says so, and writes the
+    bytes of its Python path; without a working ./run, or with --no-fast-quantize, it quantises in
+    Python and says why."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.hf = {}
+        for name in ('qwen3_bf16', 'qwen2_f32_untied'):
+            cls.hf[name] = os.path.join(cls.tmp, name)
+            hf_model.write_model(cls.hf[name], Spec(**MODELS[name]))
+
+    def setUp(self):
+        super().setUp()
+        if not os.access(ROOT_RUN, os.X_OK):
+            self.skipTest('%s is not built (run `make`)' % ROOT_RUN)
+
+    def test_fast_path_same_bytes(self):
+        for name, source in (('qwen3_bf16', 'bf16'), ('qwen2_f32_untied', 'f32')):
+            for args, label in QUANTS:
+                with self.subTest(model=name, quant=label):
+                    d = self.fresh_dir('fast_%s_%s' % (name, label))
+                    fast, slow = os.path.join(d, 'fast.bin'), os.path.join(d, 'slow.bin')
+                    p = export(self.hf[name], fast, *args)
+                    self.assertEqual(p.returncode, 0, p.stderr)
+                    self.assertIn('by ./run -m quantize (C), from a temporary %s export' % source, p.stderr)
+                    self.assertIn('run: wrote %s' % fast, p.stderr)
+                    self.assertNotIn('in Python', p.stderr)
+                    q = export(self.hf[name], slow, '--no-fast-quantize', *args)
+                    self.assertEqual(q.returncode, 0, q.stderr)
+                    self.assertIn('in Python (--no-fast-quantize)', q.stderr)
+                    self.assertNotIn('./run -m quantize', q.stderr)
+                    self.assertEqual(read(fast), read(slow))
+                    self.assertEqual(sorted(os.listdir(d)), ['fast.bin', 'slow.bin'])
+
+    def fallback(self, make_run, must_mention):
+        """export.py copied into a folder where ./run is make_run(path) (or absent)."""
+        d = self.fresh_dir('fallback')
+        exporter = os.path.join(d, 'export.py')
+        shutil.copy(hf_model.EXPORT, exporter)
+        if make_run:
+            make_run(os.path.join(d, 'run'))
+        out = os.path.join(d, 'out.bin')
+        p = export(self.hf['qwen3_bf16'], out, '--dtype', 'q8', exporter=exporter)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn('export.py: q8 in Python (', p.stderr)
+        self.assertIn(must_mention, p.stderr)
+        q = export(self.hf['qwen3_bf16'], os.path.join(d, 'ref.bin'), '--dtype', 'q8', '--no-fast-quantize')
+        self.assertEqual(q.returncode, 0, q.stderr)
+        self.assertEqual(read(out), read(os.path.join(d, 'ref.bin')))
+
+    def test_fallback_without_run(self):
+        self.fallback(None, 'is not built')
+
+    def test_fallback_when_run_does_not_start(self):
+        def not_executable(path):
+            with open(path, 'w') as f:
+                f.write('not a program\n')
+            os.chmod(path, 0o644)
+        self.fallback(not_executable, 'does not start')
+
+    def test_fallback_for_a_run_without_quantize(self):
+        def old_build(path):  # what an engine built before -m quantize answers
+            with open(path, 'w') as f:
+                f.write("#!/bin/sh\necho \"run: error: -m must be generate, chat, tokenize or bench\" >&2\nexit 2\n")
+            os.chmod(path, 0o755)
+        self.fallback(old_build, 'has no -m quantize')
+
+    def test_failure_leaves_nothing(self):
+        hf = os.path.join(self.tmp, 'hf_huge')
+        hf_model.write_model(hf, Spec(dtype='F32', row_scales={5: 1e8}))
+        d = self.fresh_dir('huge')
+        p = export(hf, os.path.join(d, 'out.bin'), '--dtype', 'q8')
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn('too large', p.stderr)
+        self.assertIn('export.py: error: ./run -m quantize failed', p.stderr)
+        self.assertEqual(os.listdir(d), [])
+
+
+if __name__ == '__main__':
+    unittest.main()
