@@ -287,6 +287,12 @@ class NothingLeftBehind(InTempDir):
         p = subprocess.run([sys.executable, os.path.join(hf_model.ROOT, 'tools', 'make_random_qwen3.py'), hf,
                             '--config', config, '--tokenizer', tok], capture_output=True, text=True, timeout=300)
         self.assertEqual(p.returncode, 0, p.stderr)
+        # the real Qwen3's end-of-sequence ids lie beyond this vocabulary: take the tiny tokenizer's
+        with open(os.path.join(hf, 'generation_config.json')) as f:
+            gen = json.load(f)
+        gen['eos_token_id'] = [hf_model.IM_END_ID, hf_model.ENDOFTEXT_ID]
+        with open(os.path.join(hf, 'generation_config.json'), 'w') as f:
+            json.dump(gen, f)
         src = os.path.join(self.tmp, 'medium.f32.bin')  # about 90 MB: above the 64 MB that shows progress
         p = export(hf, src, '--dtype', 'f32')
         self.assertEqual(p.returncode, 0, p.stderr)
