@@ -17,6 +17,9 @@ import tempfile
 import unicodedata
 import unittest
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import unicode_reference  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOK_DIR = os.environ.get("QWEN3_TOKENIZER_DIR", os.path.join(ROOT, "..", "shared", "qwen3-tokenizer"))
 BINARY = os.path.join(os.environ.get("BUILD_DIR") or os.path.join(ROOT, "build"), "tests", "test_tokenizer_unit")
@@ -39,6 +42,14 @@ CHAT_CASES = [
       151645, 198, 151644, 77091, 198]),
 ]
 
+# Ids from the reference (Rust tokenizers 0.22) where Unicode versions matter: U+31350 (CJK
+# Extension H, Unicode 15.0) is a letter to its regex (Unicode 16.0); U+1DFA (Unicode 14.0) is not
+# reordered by its NFC (Unicode 9.0).
+UNICODE_VERSION_CASES = [
+    ("\U00031350's", [172, 109, 235, 238, 594]),
+    ("x\u0301\u1dfa", [87, 53839, 157, 115, 118]),
+]
+
 
 def have_reference():
     return os.path.exists(os.path.join(TOK_DIR, "tokenizer.json")) and os.path.exists(
@@ -59,8 +70,9 @@ def run_nfc(texts):
 
 
 class TestNFC(unittest.TestCase):
-    """tokenizer.c's NFC (unicode_tables.c) equals Python's unicodedata.normalize('NFC') (the
-    Unicode version the tables were generated from). Needs nothing outside the repository."""
+    """tokenizer.c's NFC (unicode_tables.c) equals the reference's Unicode 9.0 NFC: Python's
+    unicodedata.normalize('NFC') except across the characters Unicode 9.0 did not have
+    (tests/unicode_reference.py). Needs nothing outside the repository."""
 
     @classmethod
     def setUpClass(cls):
@@ -76,7 +88,7 @@ class TestNFC(unittest.TestCase):
         for ch in chars:  # alone, after a base letter, before and after combining marks
             texts += [ch, "a" + ch, ch + "́", "e" + ch + "̧", "ᄀ" + ch]
         got = run_nfc(texts)
-        want = [unicodedata.normalize("NFC", t) for t in texts]
+        want = [unicode_reference.nfc(t) for t in texts]
         bad = [(t, g, w) for t, g, w in zip(texts, got, want) if g != w]
         self.assertEqual(bad[:5], [], f"{len(bad)} of {len(texts)} differ")
 
@@ -88,7 +100,7 @@ class TestNFC(unittest.TestCase):
                 0x20, 0x4e2d, 0x1d15e, 0x1d165, 0x1d16e, 0x0f71, 0x0f72, 0x0f80, 0x0fb3, 0x05d0, 0x05b4, 0x05bc]]
         texts = ["".join(rng.choice(pool) for _ in range(rng.randrange(1, 30))) for _ in range(20000)]
         got = run_nfc(texts)
-        bad = [t for t, g in zip(texts, got) if g != unicodedata.normalize("NFC", t)]
+        bad = [t for t, g in zip(texts, got) if g != unicode_reference.nfc(t)]
         self.assertEqual(bad[:3], [], f"{len(bad)} of {len(texts)} differ")
 
 
@@ -142,6 +154,12 @@ class TestTokenizerReference(unittest.TestCase):
         results = self.encode([t for t, _ in CHAT_CASES])
         for (text, want), (got, ok) in zip(CHAT_CASES, results):
             self.assertEqual(got, want, repr(text))
+            self.assertTrue(ok)
+
+    def test_unicode_version_cases(self):
+        results = self.encode([t for t, _ in UNICODE_VERSION_CASES])
+        for (text, want), (got, ok) in zip(UNICODE_VERSION_CASES, results):
+            self.assertEqual(got, want, ascii(text))
             self.assertTrue(ok)
 
     def test_invalid_utf8_and_nul(self):

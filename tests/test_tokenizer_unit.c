@@ -9,6 +9,11 @@
  *       decode(encode(text)) == NFC(text) byte for byte.
  *   tests/test_tokenizer_unit --nfc                 reads the same records from stdin and writes,
  *       per record, "u32 length, bytes" of its NFC (tokenizer_nfc) to stdout.
+ *   tests/test_tokenizer_unit --pieces               reads the same records and writes, per record,
+ *       "u32 length, bytes" of its NFC, then "u32 count" and count u32s: the lengths in code points
+ *       of the pre-tokenizer's pieces of that NFC text (what tokenizer_encode splits it into).
+ *   tests/test_tokenizer_unit --unicode-props        writes two bytes per code point 0..0x10FFFF: its
+ *       UT_* bits (ut_props) and its canonical combining class (ut_ccc).
  *   tests/test_tokenizer_unit --bench FILE TEXT [REPS]   encode throughput of the file TEXT (MB/s)
  */
 #include <stdio.h>
@@ -18,6 +23,7 @@
 
 #include "model.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode_tables.h"
 
 static int failures = 0, checks = 0;
 
@@ -143,6 +149,43 @@ static int mode_nfc(void) {
         fwrite(out, 1, n, stdout);
         free(out);
         free(text);
+    }
+    return 0;
+}
+
+static void put_u32(uint32_t v) {
+    uint8_t h[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
+    fwrite(h, 1, 4, stdout);
+}
+
+static int mode_pieces(void) {
+    for (;;) {
+        size_t len;
+        int status;
+        char* text = read_record(&len, &status);
+        if (text == NULL) return status;
+        size_t n;
+        char* norm = tokenizer_nfc(text, len, &n);
+        put_u32((uint32_t)n);
+        fwrite(norm, 1, n, stdout);
+        size_t count = 0;
+        for (size_t i = 0; i < n; i += tokenizer_next_piece(norm, n, i)) count++;
+        put_u32((uint32_t)count);
+        for (size_t i = 0; i < n;) {
+            size_t end = i + tokenizer_next_piece(norm, n, i);
+            uint32_t cps = 0;
+            for (; i < end; i++) cps += ((uint8_t)norm[i] & 0xC0) != 0x80;
+            put_u32(cps);
+        }
+        free(norm);
+        free(text);
+    }
+}
+
+static int mode_unicode_props(void) {
+    for (uint32_t cp = 0; cp < 0x110000; cp++) {
+        uint8_t b[2] = {(uint8_t)ut_props(cp), (uint8_t)ut_ccc(cp)};
+        fwrite(b, 1, 2, stdout);
     }
     return 0;
 }
@@ -685,9 +728,11 @@ static void test_tiny(void) {
 int main(int argc, char** argv) {
     if (argc >= 3 && strcmp(argv[1], "--encode") == 0) return mode_encode(argv[2]);
     if (argc == 2 && strcmp(argv[1], "--nfc") == 0) return mode_nfc();
+    if (argc == 2 && strcmp(argv[1], "--pieces") == 0) return mode_pieces();
+    if (argc == 2 && strcmp(argv[1], "--unicode-props") == 0) return mode_unicode_props();
     if (argc >= 4 && strcmp(argv[1], "--bench") == 0) return mode_bench(argv[2], argv[3], argc >= 5 ? atoi(argv[4]) : 5);
     if (argc > 1) {
-        fprintf(stderr, "usage: %s [--encode FILE | --nfc | --bench FILE TEXT [REPS]]\n", argv[0]);
+        fprintf(stderr, "usage: %s [--encode FILE | --nfc | --pieces | --unicode-props | --bench FILE TEXT [REPS]]\n", argv[0]);
         return 2;
     }
     test_pretokenizer();

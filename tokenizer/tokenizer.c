@@ -4,11 +4,13 @@
  * Encoding pipeline, exactly as the reference (Rust `tokenizers` with tokenizer.json):
  *   1. split off the added tokens (<|im_start|>, <think>, ...) where they occur in the raw text,
  *      leftmost-longest, special or not;
- *   2. NFC-normalise each remaining segment (unicode_tables.c; only the stretches around
- *      characters that NFC can change are touched, the rest is copied);
+ *   2. NFC-normalise each remaining segment (unicode_tables.c, with the Unicode 9.0 data of the
+ *      reference's normalizer; only the stretches around characters that NFC can change are
+ *      touched, the rest is copied);
  *   3. pre-tokenize with a hand-written scanner equivalent to the Split regex
  *        (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
- *      (one branch per alternative, tried in order; \s = Unicode White_Space);
+ *      (one branch per alternative, tried in order; \s = Unicode White_Space; the classes are
+ *      Unicode 16.0, as in the reference's regex engine);
  *   4. BPE on the bytes of each piece, on token ids: one id per byte (the single-byte token), then
  *      repeatedly merge the adjacent pair of lowest merge rank, leftmost among equals. Merges are
  *      found by a hash of (left id, right id). Short pieces use an array, long ones a binary heap
