@@ -132,8 +132,8 @@ static char* map_populated(int fd, size_t size, long long* huge_out, int* recach
     long long huge = file_pmd_bytes(p);
 #if defined(MADV_HUGEPAGE) && defined(POSIX_FADV_DONTNEED)
     /* More than 1% of the whole 2 MB stretches in small pages: the cache held the file, or parts
-     * of it, in small folios (on the development VM, f32 decode with 19% of the file in small pages
-     * ran at 6.4 tok/s, with none at 10.0). First a probe, so that a system that cannot give file
+     * of it, in small folios, which decode reads far slower (docs/design.md#page-cache-repair).
+     * First a probe, so that a system that cannot give file
      * mappings 2 MB pages (a filesystem without large folios, an older kernel) pays one 2 MB
      * re-read per load and not the whole file: drop [2 MB, 4 MB) of the cache, map again, and see
      * whether it came back as one 2 MB page. If so, drop the rest too (fdatasync first: dirty

@@ -1,10 +1,9 @@
 /* checkpoint_map.h: the checkpoint file in memory, mapped in 2 MB pages where the OS allows it.
  *
  * Why this is its own job: on Linux a file mapping is served from the page cache, and how fast the
- * weights stream during decode depends on the page size the cache holds them in. On the 2-core
- * development VM (Firecracker with PVM, shadow page tables) a mapping made of 4 KB pages read at
- * 1-5 GB/s, the same file in 2 MB pages at 25-33 GB/s, as fast as anonymous memory. See
- * docs/speed.md, "Mapped weights are read from 2 MB pages". */
+ * weights stream during decode depends on the page size the cache holds them in: on some virtual
+ * machines a mapping of 4 KB pages reads several times slower than the same file in 2 MB pages
+ * (docs/design.md#mapped-weights). */
 #ifndef CHECKPOINT_MAP_H
 #define CHECKPOINT_MAP_H
 

@@ -10,9 +10,7 @@
  * Citations: QWEN3.md is the project's spec of Qwen3 (../shared/QWEN3.md, beside the repository;
  * in a clone, docs/spec-sections.md says what each cited section says). "2.2 step 2.4" is its
  * section 2.2, step 4 of the per-layer step 2; "(7.3)" is item 3 of its section 7, the checklist
- * of easy mistakes. Figures in comments (tok/s, ms) are measurements on the project's 2-core
- * development VMs ("the Intel VM", "the Zen 4 VM"); the session they name is a section of
- * docs/notes-kernels.md that says how they were taken.
+ * of easy mistakes. The measurements behind the choices here are in docs/design.md.
  */
 #include "model.h"
 #include "cli/norm_trace.h"
@@ -32,9 +30,7 @@
 /* How many positions one batch (one matmul) holds: prompts longer than this are processed in
  * chunks. Each chunk reads every weight once: with 256 rows the matmuls are compute-bound, and
  * the activation buffers stay modest (for Qwen3-0.6B about 16 MB, touched only as far as a prompt
- * reaches). Measured on the 0.6B shape, f32, pp512, 1 thread, mapped weights: 64 rows 48 tok/s
- * (earlier session), 128 59-61, 256 68, 512 73; on this VM reads from a mapped file are slow, so
- * every pass saved counts (docs/notes-kernels.md). */
+ * reaches). docs/design.md#prefill-chunks has the measurement. */
 #ifndef MAX_BATCH
 #define MAX_BATCH 256
 #endif
@@ -304,9 +300,8 @@ static void rope_tables(const Config* c, float* cos_t, float* sin_t) {
 }
 
 /* Prefill's attention runs in blocks of this many batch rows per kv head (attention_task): each
- * block reads its kv head's cache once (attention_rows), so bigger blocks read it fewer times.
- * q8 on AMX, one thread, alternating: pp2048 of the 0.6B shape 150-160 tok/s with blocks of 8,
- * 222-236 with 32, 237-241 with 64; pp512 374-398 -> 451-466 (8 -> 32). */
+ * block reads its kv head's cache once (attention_rows), so bigger blocks read it fewer times
+ * (docs/design.md#attention-prefill). */
 #define ATTENTION_BLOCK_ROWS 32
 
 /* Score rows of one thread's attention scratch: a GQA group's (decode) or a block of rows' (prefill:
@@ -322,17 +317,8 @@ static size_t attention_scratch_rows(const Config* c) {
  * the cache grows in position order and can sit in 2 MB pages without mapping more than the
  * positions reached (plus the rest of a block and of its last 2 MB page); within a block each kv
  * head's rows are one run of 128 x 512 bytes (Qwen3's head_dim) that attention reads as a stream.
- * The earlier layout ([layer][kv head][seq_len][d], each region mapped in 4 KB pages as positions
- * came) read slower: decode attention of the 0.6B shape (tools/attention_probe.c, one thread,
- * caches flushed before each pass, two runs) 1.12-1.24 / 3.14-3.49 / 12.2-12.8 ms per token at
- * 64 / 256 / 1024 positions, in these blocks 0.97-1.24 / 2.90-3.20 / 11.3-11.5; q4 decode with one
- * thread, alternating: tg512 56.7-58.2 -> 60.5-61.5 tok/s, tg1024 49.3-49.8 -> 51.6-53.8
- * (docs/notes-kernels.md, "Thirteenth session"). The fp16 cache's runs are as long in bytes (256
- * positions x 256 bytes): with 128-position blocks of halves (32 KB runs) its decode attention ran
- * 6-10% slower (tools/attention_probe.c, two runs, 256 / 1024 / 4096 positions 1.85-1.93 /
- * 7.66-8.05 / 27.9-28.1 ms against 1.72-1.78 / 7.21-7.26 / 25.6-26.0; the engine's q4 tg1024 with
- * one thread was level, 67.5-67.6 against 67.6-68.4 tok/s; docs/notes-kernels.md "Twentieth
- * session"). */
+ * The fp16 cache's blocks hold twice the positions, so its runs are as long in bytes. Both
+ * choices are measured in docs/design.md#kv-cache. */
 static size_t kv_block_elems(const Config* c, int block_len) {
     return (size_t)c->n_layers * c->n_kv_heads * (size_t)block_len * c->head_dim;
 }
@@ -577,9 +563,9 @@ static void attention_task(void* ctx, int task) {
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
 #endif
 
-/* The KV cache's pages are mapped before a chunk writes its positions: on the VM this was
- * measured on, a write fault cost about 10.7 us per 4 KB page and MADV_POPULATE_WRITE, which maps
- * a whole range in one call, 0.5 us (docs/notes-kernels.md, "Eighth session"). Whole blocks
+/* The KV cache's pages are mapped before a chunk writes its positions: one MADV_POPULATE_WRITE
+ * call maps a whole range for a small part of what a write fault per 4 KB page costs
+ * (docs/design.md#kv-cache). Whole blocks
  * (kv_offset) are populated, in 2 MB pages where the system gives them (alloc_huge_anonymous):
  * memory stays what the blocks reached use, plus the rest of their last 2 MB page
  * (tests/test_kv_cache.c). Where the call does not exist or fails, the writes fault the pages in. */

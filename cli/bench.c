@@ -262,9 +262,8 @@ typedef struct {
 
 /* Warm-up: one prefill, then decode steps in windows of 8 until a window is no faster than the
  * best before it (at most 20 s). The first passes over a mapped file can be much slower than the
- * rest: page faults, and on some machines pages that must come back from disk (the 2-core VM this
- * was written on reads a freshly mapped 2.4 GB f32 file at 2-5 GB/s for the first two or three
- * passes, then at 9-39; docs/notes-kernels.md). The figures are meant to be the steady state, as
+ * rest: page faults, and on some machines pages that must come back from disk (a freshly mapped
+ * file can read several times slower for its first passes; docs/design.md#bench-roof). The figures are meant to be the steady state, as
  * llama-bench's are. Returns the decode steps taken, or -1 if forward() failed. */
 static int warm_up(Transformer* t, const int* tokens, int depth, int n_prompt, int n_gen) {
     if (n_prompt > 0 && !forward(t, tokens, n_prompt, depth, NULL)) return -1;
@@ -341,10 +340,9 @@ static double median_of(const double* v, int n, double* scratch) {
 }
 
 /* Decode as a percentage of the roof: the median over the reps of each rep's GB/s over the read
- * bandwidth measured around that rep. This VM's memory speed moves by up to 1.8x within seconds
- * (two threads: ~36 or ~65 GB/s), so a decode rep is compared with the machine of its own moment;
- * the best read of the whole run, the roof until the thirteenth session, also printed as
- * "% of best", sits above the typical read by the run's noise (a few percent with one thread). */
+ * bandwidth measured around that rep. A shared VM's memory speed can move by almost 2x within
+ * seconds, so a decode rep is compared with the machine of its own moment; the best read of the
+ * whole run, printed as "% of best", sits above the typical read by the run's noise (a few percent with one thread). */
 static double paired_roof_pct(const double* tg, const double* roof, double bytes_per_tok, int reps,
                               double* scratch) {
     for (int r = 0; r < reps; r++) scratch[r] = 100.0 * bytes_per_tok * tg[r] / 1e9 / roof[r];
@@ -624,8 +622,8 @@ int bench_main(Transformer* t, int argc, char** argv) {
         goto done;
     }
     /* The same streaming read over the weights a decode step reads: on a VM the physical memory
-     * behind two copies of one file can read at different speeds (the twenty-eighth session saw
-     * 11.5 against 14.8 GB/s), which a buffer of the bench's own cannot show. */
+     * behind two copies of one file can read at different speeds (docs/design.md#bench-roof),
+     * which a buffer of the bench's own cannot show. */
     const int own = n_gen > 0 && decode_weight_spans(t, wp, wbytes) == 0 &&
                     read_set_init(&wr, wp[0], wbytes[0], wp[1], wbytes[1]) == 0;
 

@@ -5,7 +5,7 @@ Error measure (one number per run): the maximum over positions of
     max_i |engine_i - ref_i| / max_i |ref_i|
 i.e. the worst absolute logit error of a row, relative to that row's largest reference logit.
 
-Bounds (the argument is in docs/notes-tests.md):
+Bounds (the argument is in docs/design.md#tests-tolerances):
   * f32 and bf16 exports against the reference run on exactly the weights that export stores
     (source values, rounded to bf16 the way export does): TIGHT_TOL = 1e-4. The engine computes
     in fp32, the reference in double; nothing else differs.
@@ -41,7 +41,7 @@ import reference  # noqa: E402
 from reference import Reference, rel_error, argmax  # noqa: E402
 
 TIGHT_TOL = 1e-4
-BF16_TOL = 4e-2   # bf16 export of an F32/F16 source; measured worst 1.7e-2 (docs/notes-tests.md)
+BF16_TOL = 4e-2   # bf16 export of an F32/F16 source; measured worst 1.7e-2 (docs/design.md#tests-tolerances)
 BF16_ACT_TOL = 3e-2  # --bf16-activations (prefill's activations rounded to bf16); see test_bf16_activations
 Q8_TOL = 0.15     # q8 export (int8 weights and activations); measured worst 7.1e-2
 Q4_STORED_TOL = 0.1  # q4 vs its stored weights: int8-activation rounding flips, measured worst 2.6e-2
@@ -69,7 +69,7 @@ VARIANTS = {
         dict(dtype='F16', rms_norm_eps=1e-2, rope_theta=10000.0),
         [40, 41, 42, 43, 44, 45, 46], 5, ('rope', 'qk_norm', 'gqa', 'eps')),
     # Qwen3 with small q/k projections (qk_gain 0.01): q and k have mean square ~1e-4 before
-    # QK-norm, so epsilon 1e-6 vs 1e-5 changes every q/k head by ~4% (see docs/notes-tests.md).
+    # QK-norm, so epsilon 1e-6 vs 1e-5 changes every q/k head by ~4% (see docs/design.md#tests-tolerances).
     'qwen3_f32_small_qk': (
         dict(dtype='F32', qk_gain=0.01, seed=7),
         P8, 8, ('rope', 'qk_norm', 'gqa', 'eps')),

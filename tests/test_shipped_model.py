@@ -7,7 +7,7 @@
   and the same argmax. (bf16/q8 checkpoints get 5e-2 relative: rounding the weights moves logits.)
 * tokenizer: the engine's tokenization of the reference prompt equals the ids train.py used.
 * stories: 5 samples of 120 tokens must be at least 95% dictionary words (the shipped model measures 99.3% on 20 samples) (tools/sample_quality.py
-  counting; the full 20-sample measure is in docs/notes-model.md).
+  counting; the full 20-sample measure is in docs/design.md#shipped-model).
 
 Skips, with the reason, when ./run or the model files are missing. Standard library only.
 """

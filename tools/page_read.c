@@ -1,8 +1,7 @@
 /* page_read.c: how fast a file's pages in the page cache stream, one thread, so that two programs
  * reading two files (this engine's checkpoint and llama.cpp's GGUF, tools/llama_cpp/compare.py)
- * can be told apart from the memory behind their files. On the Intel VM of the twenty-eighth
- * session two copies of one checkpoint streamed at 11.5 and 14.8 GB/s (docs/speed.md, bench
- * mode: "% of own read").
+ * can be told apart from the memory behind their files: on a VM two copies of one file can stream
+ * at different speeds (docs/design.md#bench-roof).
  *
  *   cc -std=gnu11 -O2 -march=native -o build/page_read tools/page_read.c
  *   build/page_read FILE...      one line per file: "FILE: MB, GB/s (best of 5), % in 2 MB pages"

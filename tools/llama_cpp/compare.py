@@ -1,7 +1,6 @@
 #!/usr/bin/env python3
 """compare.py: this engine beside llama.cpp on the same machine, in alternating rounds, and the
-side-by-side table of prefill and decode tok/s (docs/speed.md, "Against llama.cpp on the same
-machine").
+side-by-side table of prefill and decode tok/s (docs/speed.md#beside-llamacpp).
 
     tools/llama_cpp/build.sh native                # llama.cpp and lbench, once
     python3 tools/llama_cpp/compare.py             # 2 rounds of q8 q4 bf16 f32, 1 and 2 threads
@@ -18,7 +17,7 @@ the same minutes; a shared machine changes speed from minute to minute, so the t
 round's figures apart instead of pooling them. llama.cpp's figure is its mean over the reps (what
 llama-bench prints), this engine's its median; the ratio is this engine / llama.cpp in that round;
 the roof is this engine's paired memory read (bench.c), "own read" the same against a streaming
-read of its checkpoint's own pages (logs from before the twenty-eighth session have none).
+read of its checkpoint's own pages (older logs may have none).
 
 The models are the random Qwen3-0.6B shape under --dir (default build/bench, shared with `make
 bench`): the Hugging Face folder and this engine's checkpoints from tools/bench_models.py (as
@@ -68,9 +67,8 @@ def fresh_pages(paths):
     """Drops each file from the page cache, so that page_read, which runs next, reads it back
     (mapped at a 2 MB boundary with MADV_HUGEPAGE: 2 MB folios) and both programs start the round
     from pages of the same kind and age. Left alone, the two files' cached pages differ in ways
-    that move decode by more than the engines do: on the Intel VM (thirtieth session) the q4_0
-    GGUF, cached for hours, had 48.5% of its pages in 2 MB folios and streamed at 13.5 GB/s, 99.5%
-    and 15.7 after a drop and read back; this engine refills its own checkpoint when it finds it
+    that move decode by more than the engines do (a GGUF cached for hours can sit half in small
+    pages and stream measurably slower than after a drop and read back; docs/design.md#bench-roof); this engine refills its own checkpoint when it finds it
     in small pages (checkpoint_map.c), llama.cpp maps the GGUF as the cache holds it."""
     for path in paths:
         drop_from_page_cache(path)
