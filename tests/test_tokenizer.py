@@ -22,6 +22,7 @@ import unicode_reference  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOK_DIR = os.environ.get("QWEN3_TOKENIZER_DIR", os.path.join(ROOT, "..", "shared", "qwen3-tokenizer"))
+QWEN3_VOCAB_SIZE = 151936  # every Qwen3's embedding rows (QWEN3.md 1.1); the tokenizer's ids lie below
 BINARY = os.path.join(os.environ.get("BUILD_DIR") or os.path.join(ROOT, "build"), "tests", "test_tokenizer_unit")
 
 # QWEN3.md section 5: rendered template strings and their reference ids.
@@ -117,7 +118,8 @@ class TestTokenizerReference(unittest.TestCase):
         cls.section = os.path.join(cls.tmp.name, "qwen3.tok")
         with open(cls.section, "wb") as f:
             f.write(export.tokenizer_section(os.path.join(TOK_DIR, "tokenizer.json"),
-                                             os.path.join(TOK_DIR, "tokenizer_config.json")))
+                                             os.path.join(TOK_DIR, "tokenizer_config.json"),
+                                             QWEN3_VOCAB_SIZE))
 
     @classmethod
     def tearDownClass(cls):
