@@ -185,7 +185,10 @@ class TestTokenizerReference(unittest.TestCase):
             self.skipTest("./run is not built (make)")
         sys.path.insert(0, os.path.join(ROOT, "tests"))
         import hf_model
-        spec = hf_model.Spec()  # 300 embedding rows: tokenize mode never looks at the weights
+        # as many embedding rows as a Qwen3 (every id of the real tokenizer needs one), the rest
+        # tiny: tokenize mode never looks at the weights
+        spec = hf_model.Spec(vocab_size=QWEN3_VOCAB_SIZE, dim=16, hidden_dim=32, n_layers=1, n_heads=2,
+                             n_kv_heads=1, head_dim=8)
         hf = os.path.join(self.tmp.name, "hf")
         hf_model.write_model(hf, spec)
         ck = os.path.join(self.tmp.name, "tiny.bin")
