@@ -187,8 +187,8 @@ class TestTokenizerReference(unittest.TestCase):
         import hf_model
         # as many embedding rows as a Qwen3 (every id of the real tokenizer needs one), the rest
         # tiny: tokenize mode never looks at the weights
-        spec = hf_model.Spec(vocab_size=QWEN3_VOCAB_SIZE, dim=16, hidden_dim=32, n_layers=1, n_heads=2,
-                             n_kv_heads=1, head_dim=8)
+        spec = hf_model.Spec(vocab_size=QWEN3_VOCAB_SIZE, dim=4, hidden_dim=8, n_layers=1, n_heads=1,
+                             n_kv_heads=1, head_dim=4)
         hf = os.path.join(self.tmp.name, "hf")
         hf_model.write_model(hf, spec)
         ck = os.path.join(self.tmp.name, "tiny.bin")
