@@ -842,7 +842,8 @@ int main(int argc, char** argv) {
             die(1, "out of memory");
         if (strcmp(o.mode, "chat") == 0) {
             ChatOptions chat = {o.system_prompt, o.prompt, o.has_steps ? o.steps : 0, o.thinking,
-                                o.show_thinking, o.keep_thinking, o.verbose_prompt, o.dump_logits};
+                                o.show_thinking, o.keep_thinking, o.verbose_prompt, o.dump_logits,
+                                seed, !o.has_seed};
             if (text_tok == NULL) die(1, "%s has no tokenizer: chat needs one (export with tokenizer.json)", o.checkpoint);
             status = chat_main(&t, text_tok, &sampler, &chat);
         } else {

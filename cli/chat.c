@@ -1,7 +1,11 @@
 /* chat.c: Qwen3's chat template (QWEN3.md section 5) rendered natively, and the chat loop. */
 #include "chat.h"
 
+#include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,23 +178,8 @@ char* chat_next_turn(const char* user, int enable_thinking, int close_answer) {
 }
 
 /* ------------------------------------------------------------------------------------------- */
-/* The chat loop                                                                                */
+/* Shared with run.c                                                                            */
 /* ------------------------------------------------------------------------------------------- */
-
-/* Reads one line from f (without its newline) into a malloc'ed string; NULL at EOF. */
-static char* read_line(FILE* f) {
-    Str s = {0};
-    int c, any = 0;
-    while ((c = fgetc(f)) != EOF) {
-        any = 1;
-        if (c == '\n') break;
-        char ch = (char)c;
-        sadd(&s, &ch, 1);
-    }
-    if (!any) return NULL;
-    if (s.n && s.p[s.n - 1] == '\r') s.p[--s.n] = 0;
-    return sdone(&s);
-}
 
 static double now_s(void) {
     struct timespec ts;
@@ -212,7 +201,150 @@ void print_token_ids(FILE* out, const char* label, const int* ids, int n) {
     fputc('\n', out);
 }
 
-/* The conversation as the template takes it, each message's text owned here. */
+/* ------------------------------------------------------------------------------------------- */
+/* Ctrl-C and the terminal's attributes                                                         */
+/* ------------------------------------------------------------------------------------------- */
+
+/* SIGINT only sets a flag and writes a byte to a pipe: the token loop checks the flag between
+ * tokens, and the wait for the user's line polls the pipe, which wakes it whichever thread the
+ * signal lands on. SIGTERM, SIGHUP and SIGQUIT keep their usual effect, after resetting the
+ * terminal's text attributes when stdout shows the thinking dim. */
+static volatile sig_atomic_t interrupted; /* a Ctrl-C not yet taken */
+static volatile sig_atomic_t dim_shown;   /* stdout is a terminal set to dim text */
+static int wake_pipe[2] = {-1, -1};
+
+static const char ATTR_DIM[] = "\033[2m", ATTR_RESET[] = "\033[0m";
+static const int FATAL_SIGNALS[] = {SIGTERM, SIGHUP, SIGQUIT};
+#define N_FATAL_SIGNALS (int)(sizeof FATAL_SIGNALS / sizeof FATAL_SIGNALS[0])
+
+typedef struct {
+    struct sigaction old_int, old_fatal[N_FATAL_SIGNALS];
+} SignalState;
+
+static void on_interrupt(int sig) {
+    (void)sig;
+    const int saved_errno = errno;
+    interrupted = 1;
+    ssize_t r = write(wake_pipe[1], "", 1); /* non-blocking: a full pipe is awake already */
+    (void)r;
+    errno = saved_errno;
+}
+
+static void on_fatal_signal(int sig) {
+    if (dim_shown) {
+        ssize_t r = write(STDOUT_FILENO, ATTR_RESET, sizeof ATTR_RESET - 1);
+        (void)r;
+    }
+    raise(sig); /* SA_RESETHAND restored the default action, which runs when this handler returns */
+}
+
+static void drain_wake_pipe(void) {
+    char buf[64];
+    while (read(wake_pipe[0], buf, sizeof buf) > 0) {
+    }
+}
+
+/* 1 (and the Ctrl-C is taken) when one came since the last call. */
+static int take_interrupt(void) {
+    if (!interrupted) return 0;
+    interrupted = 0;
+    drain_wake_pipe();
+    return 1;
+}
+
+/* A signal ignored when the chat starts (nohup, a background job) stays ignored. 0, or -1 after
+ * an error message. */
+static int signals_install(SignalState* st) {
+    if (pipe(wake_pipe) != 0) {
+        fprintf(stderr, "chat: cannot create a pipe: %s\n", strerror(errno));
+        return -1;
+    }
+    for (int i = 0; i < 2; i++) {
+        fcntl(wake_pipe[i], F_SETFL, O_NONBLOCK);
+        fcntl(wake_pipe[i], F_SETFD, FD_CLOEXEC);
+    }
+    interrupted = dim_shown = 0;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sigemptyset(&sa.sa_mask);
+    sa.sa_handler = on_interrupt;
+    sa.sa_flags = SA_RESTART; /* a write to a slow terminal resumes; the line wait polls the pipe */
+    sigaction(SIGINT, NULL, &st->old_int);
+    if (st->old_int.sa_handler != SIG_IGN) sigaction(SIGINT, &sa, NULL);
+    sa.sa_handler = on_fatal_signal;
+    sa.sa_flags = SA_RESETHAND;
+    for (int i = 0; i < N_FATAL_SIGNALS; i++) {
+        sigaction(FATAL_SIGNALS[i], NULL, &st->old_fatal[i]);
+        if (st->old_fatal[i].sa_handler != SIG_IGN) sigaction(FATAL_SIGNALS[i], &sa, NULL);
+    }
+    return 0;
+}
+
+static void signals_restore(SignalState* st) {
+    sigaction(SIGINT, &st->old_int, NULL);
+    for (int i = 0; i < N_FATAL_SIGNALS; i++) sigaction(FATAL_SIGNALS[i], &st->old_fatal[i], NULL);
+    close(wake_pipe[0]);
+    close(wake_pipe[1]);
+    wake_pipe[0] = wake_pipe[1] = -1;
+}
+
+/* ------------------------------------------------------------------------------------------- */
+/* The user's lines                                                                             */
+/* ------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    char buf[4096];
+    size_t at, n;
+    int eof;
+} Input;
+
+enum { LINE_READ, LINE_EOF, LINE_INTERRUPTED, LINE_ERROR };
+
+/* Reads the next line of standard input into line (without its newline; a last line without one
+ * counts). LINE_INTERRUPTED when a Ctrl-C comes first; the part of the line read so far is
+ * dropped (a terminal drops what was typed on the line itself). */
+static int input_line(Input* in, Str* line) {
+    line->n = 0;
+    for (;;) {
+        while (in->at < in->n) {
+            const char ch = in->buf[in->at++];
+            if (ch == '\n') {
+                if (line->n && line->p[line->n - 1] == '\r') line->n--;
+                sadd(line, "", 0);
+                return line->oom ? LINE_ERROR : LINE_READ;
+            }
+            sadd(line, &ch, 1);
+        }
+        if (take_interrupt()) return LINE_INTERRUPTED;
+        if (in->eof) return LINE_EOF;
+        struct pollfd fds[2] = {{STDIN_FILENO, POLLIN, 0}, {wake_pipe[0], POLLIN, 0}};
+        if (poll(fds, 2, -1) < 0) {
+            if (errno == EINTR) continue;
+            return LINE_ERROR;
+        }
+        if (fds[1].revents) drain_wake_pipe(); /* the flag says whether the Ctrl-C is still untaken */
+        if (!fds[0].revents) continue;
+        const ssize_t r = read(STDIN_FILENO, in->buf, sizeof in->buf);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return LINE_ERROR;
+        in->at = 0;
+        in->n = (size_t)r;
+        if (r == 0) {
+            in->eof = 1; /* a terminal's Ctrl-D: the next read would wait for more */
+            if (line->n) {
+                sadd(line, "", 0);
+                return line->oom ? LINE_ERROR : LINE_READ;
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------- */
+/* The conversation                                                                             */
+/* ------------------------------------------------------------------------------------------- */
+
+/* The conversation as the template takes it, each message's text owned here: the transcript that
+ * /save writes, and (without --keep-thinking) what each turn's prompt renders. */
 typedef struct {
     ChatMessage* m;
     int n, cap;
@@ -239,6 +371,10 @@ static int conversation_add(Conversation* c, const char* role, char* content) {
 /* The index of the first message after the system prompt (0 or 1). */
 static int conversation_first(const Conversation* c) { return c->n && strcmp(c->m[0].role, "system") == 0; }
 
+static const char* conversation_system(const Conversation* c) {
+    return conversation_first(c) ? c->m[0].content : NULL;
+}
+
 /* Drops every message after the system prompt. */
 static void conversation_clear(Conversation* c) {
     const int first = conversation_first(c);
@@ -246,28 +382,66 @@ static void conversation_clear(Conversation* c) {
     c->n = first;
 }
 
-/* Drops the oldest turn after the system prompt: the oldest user message and the answer after it.
- * Returns 0 when only the last user message is left (nothing to drop). */
-static int conversation_drop_oldest(Conversation* c) {
-    const int first = conversation_first(c);
-    int end = first + 1;
-    while (end < c->n - 1 && strcmp(c->m[end].role, "user") != 0) end++;
-    if (end >= c->n) return 0;
-    for (int i = first; i < end; i++) free((char*)c->m[i].content);
-    memmove(c->m + first, c->m + end, (size_t)(c->n - end) * sizeof *c->m);
-    c->n -= end - first;
-    return 1;
+/* Sets the system prompt (text malloc'ed, owned from here); 0, or -1 when out of memory. */
+static int conversation_set_system(Conversation* c, char* text) {
+    if (!text) return -1;
+    if (conversation_first(c)) {
+        free((char*)c->m[0].content);
+        c->m[0].content = text;
+        return 0;
+    }
+    if (conversation_add(c, "system", text) != 0) return -1;
+    const ChatMessage sys = c->m[c->n - 1];
+    memmove(c->m + 1, c->m, (size_t)(c->n - 1) * sizeof *c->m);
+    c->m[0] = sys;
+    return 0;
 }
 
-/* The template's prompt for the conversation, as token ids (malloc'ed; NULL when out of memory). */
-static int* conversation_ids(const Conversation* c, const Tokenizer* tok, int thinking, int* n) {
-    char* text = chat_render(c->m, c->n, 1, thinking);
-    int* ids = text ? tokenizer_encode(tok, text, strlen(text), n) : NULL;
-    free(text);
+/* Where the turn that starts at message i ends (the next user message, or the last message), or
+ * -1 when nothing but the last message is left from i on. */
+static int conversation_turn_end(const Conversation* c, int i) {
+    int end = i + 1;
+    while (end < c->n - 1 && strcmp(c->m[end].role, "user") != 0) end++;
+    return end >= c->n ? -1 : end;
+}
+
+/* Drops the messages from after the system prompt up to (not including) message from. */
+static void conversation_drop_before(Conversation* c, int from) {
+    const int first = conversation_first(c);
+    for (int i = first; i < from; i++) free((char*)c->m[i].content);
+    memmove(c->m + first, c->m + from, (size_t)(c->n - from) * sizeof *c->m);
+    c->n -= from - first;
+}
+
+/* The template's prompt for the conversation as token ids, the oldest turns after the system
+ * prompt left out until it has at most max_ids ids (or only the last message is left). The
+ * conversation itself is not changed: *from is the first message kept after the system prompt,
+ * *dropped the number of turns left out. NULL when out of memory. */
+static int* conversation_fit(const Conversation* c, const Tokenizer* tok, int thinking, int max_ids, int* n,
+                             int* from, int* dropped) {
+    const int first = conversation_first(c);
+    ChatMessage* view = malloc((size_t)c->n * sizeof *view);
+    int* ids = NULL;
+    *from = first;
+    *dropped = 0;
+    while (view) {
+        const int kept = c->n - *from;
+        if (first) view[0] = c->m[0];
+        memcpy(view + first, c->m + *from, (size_t)kept * sizeof *view);
+        char* text = chat_render(view, first + kept, 1, thinking);
+        free(ids);
+        ids = text ? tokenizer_encode(tok, text, strlen(text), n) : NULL;
+        free(text);
+        const int next = conversation_turn_end(c, *from);
+        if (!ids || *n <= max_ids || next < 0) break;
+        *from = next;
+        (*dropped)++;
+    }
+    free(view);
     return ids;
 }
 
-/* Drops the last message (a user message that did not fit). */
+/* Drops the last message (a user message that was not sent). */
 static void conversation_drop_last(Conversation* c) {
     if (c->n > conversation_first(c)) free((char*)c->m[--c->n].content);
 }
@@ -277,22 +451,85 @@ static void conversation_free(Conversation* c) {
     free(c->m);
 }
 
-/* forward() of n tokens from position pos; with dump, in chunks of max_batch rows whose logits all
- * go to the file (rows: scratch for max_batch of them). The last position's logits, or NULL after
- * an error message. */
-static float* run_tokens(Transformer* t, const int* ids, int n, int pos, FILE* dump, const char* dump_path,
-                         float* rows) {
+static void json_string(FILE* f, const char* s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        const unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+        else if (ch == '\n') fputs("\\n", f);
+        else if (ch == '\t') fputs("\\t", f);
+        else if (ch < 0x20 || ch == 0x7f) fprintf(f, "\\u%04x", ch);
+        else fputc(ch, f);
+    }
+    fputc('"', f);
+}
+
+/* /save: the conversation as JSON, [{"role": ..., "content": ...}, ...] (the messages' text is
+ * valid UTF-8: answers are decoded with U+FFFD for invalid bytes). Written to a temporary file
+ * that replaces path only when complete. 0, or -1 after an error message. */
+static int conversation_save(const Conversation* c, const char* path) {
+    char* tmp = malloc(strlen(path) + 16);
+    if (!tmp) {
+        fprintf(stderr, "chat: out of memory\n");
+        return -1;
+    }
+    sprintf(tmp, "%s.tmp%d", path, (int)getpid());
+    FILE* f = fopen(tmp, "w");
+    if (f) {
+        fputs("[", f);
+        for (int i = 0; i < c->n; i++) {
+            fputs(i ? ",\n  {\"role\": " : "\n  {\"role\": ", f);
+            json_string(f, c->m[i].role);
+            fputs(", \"content\": ", f);
+            json_string(f, c->m[i].content ? c->m[i].content : "");
+            fputc('}', f);
+        }
+        fputs(c->n ? "\n]\n" : "]\n", f);
+    }
+    const int failed = !f || ferror(f) | (fclose(f) != 0) || rename(tmp, path) != 0;
+    if (failed) {
+        fprintf(stderr, "chat: %s: cannot write the conversation: %s\n", path, strerror(errno));
+        remove(tmp);
+    }
+    free(tmp);
+    return failed ? -1 : 0;
+}
+
+/* ------------------------------------------------------------------------------------------- */
+/* The chat loop                                                                                */
+/* ------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    Transformer* t;
+    const Tokenizer* tok;
+    Sampler* s;
+    const ChatOptions* o;
+    Conversation conv;
+    int* history;  /* the tokens in the KV cache, [seq_len + 1] */
+    int pos, turn; /* tokens cached; turns answered since the cache started */
+    FILE* dump;
+    float* dump_rows;
+    int interactive_in, color;
+    int im_end, think_open, think_close;
+    int generated; /* tokens generated in the whole chat */
+    int answered;  /* the last thing printed is an answer */
+} Chat;
+
+/* forward() of n tokens from position pos; with a dump file, in chunks of max_batch rows whose
+ * logits all go to the file. The last position's logits, or NULL after an error message. */
+static float* run_tokens(Chat* c, const int* ids, int n, int pos) {
+    Transformer* t = c->t;
     const int V = t->config.vocab_size, max_batch = t->state.max_batch;
     float* logits = NULL;
     for (int i = 0; i < n;) {
-        const int nb = dump && n - i > max_batch ? max_batch : n - i;
-        logits = forward(t, ids + i, nb, pos + i, dump ? rows : NULL);
+        const int nb = c->dump && n - i > max_batch ? max_batch : n - i;
+        logits = forward(t, ids + i, nb, pos + i, c->dump ? c->dump_rows : NULL);
         if (!logits) {
             fprintf(stderr, "chat: forward pass failed\n");
             return NULL;
         }
-        if (dump && fwrite(rows, sizeof(float), (size_t)nb * V, dump) != (size_t)nb * V) {
-            fprintf(stderr, "chat: %s: write failed\n", dump_path);
+        if (c->dump && fwrite(c->dump_rows, sizeof(float), (size_t)nb * V, c->dump) != (size_t)nb * V) {
+            fprintf(stderr, "chat: %s: write failed\n", c->o->dump_logits);
             return NULL;
         }
         i += nb;
@@ -300,262 +537,418 @@ static float* run_tokens(Transformer* t, const int* ids, int n, int pos, FILE* d
     return logits;
 }
 
-int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOptions* o) {
+static const char CHAT_HINT[] =
+    "chat: /help lists the commands; Ctrl-C stops an answer; Ctrl-D or /bye leaves\n";
+
+static const char CHAT_HELP[] =
+    "Commands (a line whose first word is one of these; any other line is a message):\n"
+    "  /help            this list\n"
+    "  /bye             leave the chat (also /quit, /exit, Ctrl-D, or Ctrl-C twice at the prompt)\n"
+    "  /clear           start a new conversation (the system prompt stays)\n"
+    "  /system TEXT     set the system prompt (/system alone shows it)\n"
+    "  /save FILE       write the conversation to FILE as JSON: [{\"role\": ..., \"content\": ...}]\n"
+    "Ctrl-C while an answer streams stops it; what was written stays in the conversation.\n";
+
+enum { COMMAND_NONE, COMMAND_DONE, COMMAND_LEAVE, COMMAND_FAILED };
+
+/* The line's command, carried out: COMMAND_NONE when the line is a message. A line is a command
+ * when its first word is "/" and letters: "/usr/bin is ..." is a message. */
+static int chat_command(Chat* c, const char* line) {
+    if (line[0] != '/') return COMMAND_NONE;
+    size_t k = 1;
+    while (isalpha((unsigned char)line[k]) || line[k] == '?') k++;
+    if (k == 1 || (line[k] && !isspace((unsigned char)line[k]))) return COMMAND_NONE;
+    const char* arg = line + k + strspn(line + k, " \t\r\v\f");
+#define IS(name) (k == strlen(name) && strncmp(line, name, k) == 0)
+    if (IS("/bye") || IS("/quit") || IS("/exit")) return COMMAND_LEAVE;
+    if (IS("/help") || IS("/?")) {
+        fputs(CHAT_HELP, stderr);
+    } else if (IS("/clear")) {
+        conversation_clear(&c->conv);
+        if (c->o->keep_thinking) c->pos = 0, c->turn = 0; /* the next turn starts the cache again */
+        fprintf(stderr, "chat: the conversation is cleared\n");
+    } else if (IS("/system") && !*arg) {
+        const char* sys = conversation_system(&c->conv);
+        fprintf(stderr, sys ? "chat: the system prompt: %s\n" : "chat: no system prompt\n", sys);
+    } else if (IS("/system")) {
+        if (conversation_set_system(&c->conv, strdup(arg)) != 0) {
+            fprintf(stderr, "chat: out of memory\n");
+            return COMMAND_FAILED;
+        }
+        if (c->o->keep_thinking) { /* the cache cannot change its start: the conversation starts over */
+            conversation_clear(&c->conv);
+            c->pos = 0, c->turn = 0;
+            fprintf(stderr, "chat: the system prompt is set; --keep-thinking: the conversation starts over\n");
+        } else {
+            fprintf(stderr, "chat: the system prompt is set\n");
+        }
+    } else if (IS("/save")) {
+        if (!*arg) fprintf(stderr, "chat: /save needs a file name\n");
+        else if (conversation_save(&c->conv, arg) == 0)
+            fprintf(stderr, "chat: %d messages saved to %s\n", c->conv.n, arg);
+    } else {
+        fprintf(stderr, "chat: unknown command %.*s; /help lists the commands (the line was not sent)\n",
+                (int)k, line);
+    }
+#undef IS
+    return COMMAND_DONE;
+}
+
+/* The ids to run for the user's message (the conversation's last message) from *start, into
+ * *run (malloc'ed, *n_run of them). Without --keep-thinking, when the template's prompt would fill
+ * more than three quarters of the context the oldest turns leave the conversation (the system
+ * prompt stays). Returns 0; 1 when the message does not fit even so (after saying so; the
+ * conversation is left as it was, the message included); -1 after an error message. */
+static int turn_ids(Chat* c, int** run, int* start, int* n_run) {
+    const ChatOptions* o = c->o;
+    const int seq_len = c->t->config.seq_len, V = c->t->config.vocab_size;
+    int n = 0, from = 0, dropped = 0, *ids;
+    if (o->keep_thinking) { /* the previous answer's <|im_end|> was sampled, not run: close_answer */
+        const char* user = c->conv.m[c->conv.n - 1].content;
+        char* text = c->turn == 0 ? chat_first_turn(conversation_system(&c->conv), user, o->thinking)
+                                  : chat_next_turn(user, o->thinking, 1);
+        ids = text ? tokenizer_encode(c->tok, text, strlen(text), &n) : NULL;
+        free(text);
+        *start = c->pos;
+    } else {
+        ids = conversation_fit(&c->conv, c->tok, o->thinking, seq_len - seq_len / 4, &n, &from, &dropped);
+        /* After the longest prefix the cache shares with this prompt (the previous turn's prompt,
+         * then the previous answer up to where the template drops its thinking or tokenizes its
+         * text otherwise); at least the last token runs: its logits give the answer's first. */
+        *start = 0;
+        while (ids && *start < c->pos && *start < n && c->history[*start] == ids[*start]) (*start)++;
+        if (*start == n) *start = n - 1;
+        if (ids) memmove(ids, ids + *start, (size_t)(n - *start) * sizeof *ids);
+    }
+    if (!ids) {
+        fprintf(stderr, "chat: out of memory\n");
+        return -1;
+    }
+    *run = ids;
+    *n_run = o->keep_thinking ? n : n - *start;
+    for (int i = 0; i < *n_run; i++)
+        if (ids[i] < 0 || ids[i] >= V) {
+            fprintf(stderr, "chat: the tokenizer gave id %d, outside the model's vocabulary of %d\n", ids[i], V);
+            free(ids);
+            return -1;
+        }
+    if (*start + *n_run >= seq_len) {
+        char advice[80];
+        fprintf(stderr, "chat: this turn needs %d tokens of context, more than the %d there are; %s%s\n",
+                *start + *n_run + 1, seq_len, context_advice(&c->t->config, advice, sizeof advice),
+                c->interactive_in && !o->prompt ? " (the message was not sent)" : "");
+        free(ids);
+        return 1;
+    }
+    if (dropped) {
+        conversation_drop_before(&c->conv, from);
+        fprintf(stderr, "chat: the context (%d tokens) is nearly full: the oldest %d turn%s left the conversation\n",
+                seq_len, dropped, dropped > 1 ? "s" : "");
+    }
+    return 0;
+}
+
+/* How the answer is being printed: the thinking dim on a terminal, or hidden. */
+typedef struct {
+    Utf8Stream st;
+    int in_think, after_think;
+} AnswerPrinter;
+
+static void end_dim(void) {
+    if (!dim_shown) return;
+    fputs(ATTR_RESET, stdout);
+    fflush(stdout);
+    dim_shown = 0;
+}
+
+static void print_answer_token(const Chat* c, AnswerPrinter* p, int id) {
+    const int show = c->o->show_thinking;
+    if (id == c->think_open && c->think_open >= 0) {
+        p->in_think = 1;
+        if (show && c->color) {
+            dim_shown = 1; /* first: a signal from here on resets the attributes */
+            fputs(ATTR_DIM, stdout);
+        }
+        if (show) tokenizer_print(c->tok, &p->st, id, 0, stdout);
+    } else if (id == c->think_close && c->think_close >= 0) {
+        p->in_think = 0;
+        p->after_think = 1;
+        if (show) {
+            tokenizer_print(c->tok, &p->st, id, 0, stdout);
+            utf8_stream_flush(&p->st, stdout);
+            end_dim();
+        }
+    } else if (p->in_think) {
+        if (show) tokenizer_print(c->tok, &p->st, id, 0, stdout);
+    } else {
+        size_t len;
+        const char* text = tokenizer_token(c->tok, id, &len);
+        /* hidden thinking: the blank lines that separate it from the answer are not printed */
+        if (p->after_think && !show && text && len && strspn(text, "\n") >= len) return;
+        p->after_think = 0;
+        tokenizer_print(c->tok, &p->st, id, 0, stdout);
+    }
+}
+
+/* Samples and streams the answer from logits (the prompt's last), each token printed then run
+ * through the model, so that the cache and history hold exactly what was printed. Stops at the
+ * end of the turn, -n tokens, a full context, or a Ctrl-C (*stopped = 1). Returns 0, or 1 after an
+ * error message (or when --keep-thinking cannot go on). *n_tokens: the tokens generated. */
+static int chat_answer(Chat* c, float* logits, int* stopped, int* n_tokens) {
+    const ChatOptions* o = c->o;
+    const int seq_len = c->t->config.seq_len;
+    AnswerPrinter pr = {{{0}, 0}, 0, 0};
+    int status = 0;
+    *stopped = *n_tokens = 0;
+    for (;;) {
+        const int next = sampler_sample(c->s, logits, c->history, c->pos);
+        int eos = next == c->im_end;
+        for (uint32_t k = 0; k < c->t->header.n_eos && k < MAX_EOS_IDS; k++) eos |= next == c->t->header.eos_ids[k];
+        if (eos) break;
+        (*n_tokens)++;
+        c->generated++;
+        print_answer_token(c, &pr, next);
+        fflush(stdout);
+        if (ferror(stdout)) break; /* nobody reads the answer: reported by the caller */
+        if (c->pos >= seq_len) { /* no room to keep this token */
+            char advice[80];
+            if (o->keep_thinking) {
+                fprintf(stderr, "\nchat: the context is full (%d tokens) and --keep-thinking cannot drop "
+                                "earlier turns: the chat ends here; %s\n", seq_len,
+                        context_advice(&c->t->config, advice, sizeof advice));
+                status = 1;
+            } else {
+                fprintf(stderr, "\nchat: the context is full (%d tokens): the answer stops here%s\n", seq_len,
+                        o->prompt ? "" : ", the next turn drops the oldest turns");
+            }
+            break;
+        }
+        c->history[c->pos] = next;
+        logits = run_tokens(c, &next, 1, c->pos);
+        if (!logits) {
+            status = 1;
+            break;
+        }
+        c->pos++;
+        if (take_interrupt()) { /* after the token is run: the cache holds what was printed */
+            *stopped = 1;
+            break;
+        }
+        if (o->steps > 0 && *n_tokens >= o->steps) {
+            fprintf(stderr, "\nchat: answer cut at %d tokens (-n)\n", o->steps);
+            break;
+        }
+    }
+    utf8_stream_flush(&pr.st, stdout);
+    end_dim();
+    fputc('\n', stdout);
+    if (take_interrupt()) *stopped = 1; /* during the prompt or the last token: still this answer's */
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "chat: standard output: write failed\n");
+        status = 1;
+    }
+    return status;
+}
+
+/* One turn for the conversation's last message, the user's: the prompt run after what the cache
+ * shares with it, then the answer, which joins the conversation (also when Ctrl-C stopped it).
+ * Returns 0; 1 when the message was not sent (too long; it left the conversation); 130 when a
+ * Ctrl-C stopped the answer of a chat that does not read a terminal; -1 after an error message. */
+static int chat_turn(Chat* c) {
+    const ChatOptions* o = c->o;
+    int *run, start, n_run;
+    const int r = turn_ids(c, &run, &start, &n_run);
+    if (r != 0) {
+        if (r > 0) conversation_drop_last(&c->conv);
+        return r;
+    }
+    const double t_prompt = now_s();
+    float* logits = run_tokens(c, run, n_run, start);
+    if (logits) memcpy(c->history + start, run, (size_t)n_run * sizeof(int));
+    free(run);
+    if (!logits) return -1;
+    c->pos = start + n_run;
+    if (o->verbose_prompt) {
+        char label[96];
+        snprintf(label, sizeof label, "chat: prompt of %d tokens, %d of them already in the KV cache:", c->pos, start);
+        print_token_ids(stderr, label, c->history, c->pos);
+    }
+    const int answer_start = c->pos;
+    const double t0 = now_s();
+    int stopped, n_tokens;
+    const int failed = chat_answer(c, logits, &stopped, &n_tokens);
+    const double dt = now_s() - t0, prompt_s = t0 - t_prompt;
+    const int n_run_answer = c->pos - answer_start;
+    if (o->verbose_prompt) {
+        char label[64];
+        snprintf(label, sizeof label, "chat: answer of %d tokens run through the model:", n_run_answer);
+        print_token_ids(stderr, label, c->history + answer_start, n_run_answer);
+    }
+    if (o->prompt) { /* generate mode's line */
+        fprintf(stderr, "prompt tokens: %d, prefill: %.1f tok/s, generated tokens: %d, decode: ", n_run,
+                n_run / (prompt_s > 0 ? prompt_s : 1e-9), n_tokens);
+        if (n_run_answer > 0) fprintf(stderr, "%.1f tok/s\n", n_run_answer / (dt > 0 ? dt : 1e-9));
+        else fprintf(stderr, "- tok/s\n");
+    } else if (c->interactive_in && n_tokens > 1) {
+        fprintf(stderr, "[prompt: %d tokens run, %.2f s; answer: %d tokens, %.1f tok/s; context %d/%d]\n", n_run,
+                prompt_s, n_tokens, n_tokens / (dt > 0 ? dt : 1e-9), c->pos, c->t->config.seq_len);
+    }
+    c->turn++;
+    c->answered = 1;
+    if (failed) return -1;
+    /* the answer as text, as the template takes it next turn (its thinking dropped there) */
+    if (conversation_add(&c->conv, "assistant",
+                         tokenizer_decode(c->tok, c->history + answer_start, n_run_answer, 0, NULL)) != 0) {
+        fprintf(stderr, "chat: out of memory\n");
+        return -1;
+    }
+    return stopped && !(c->interactive_in && !o->prompt) ? 130 : 0;
+}
+
+/* What a line read at the prompt asks for. */
+enum { LINE_IS_MESSAGE, LINE_IS_DONE, LINE_LEAVES, LINE_FAILS };
+
+/* The prompt and the user's next line, into line. A Ctrl-C at the prompt drops what was typed and
+ * says how to leave; a second one in a row leaves (*armed: the previous line was such a Ctrl-C).
+ * From a pipe a Ctrl-C ends the chat with status 130 (*status). */
+static int chat_prompt(Chat* c, Input* in, Str* line, int* armed, int* status) {
+    if (c->interactive_in) {
+        fputs(c->answered ? "\n> " : "> ", stderr); /* a blank line after an answer */
+        c->answered = 0;
+        fflush(stderr);
+    }
+    const int r = input_line(in, line);
+    if (r == LINE_INTERRUPTED) {
+        if (!c->interactive_in) {
+            *status = 130;
+            return LINE_LEAVES;
+        }
+        fputc('\n', stderr); /* after the terminal's "^C" */
+        if (*armed) return LINE_LEAVES;
+        *armed = 1;
+        fputs("chat: Ctrl-C again, Ctrl-D or /bye leaves the chat\n", stderr);
+        return LINE_IS_DONE;
+    }
+    *armed = 0;
+    if (r == LINE_EOF) {
+        if (c->interactive_in) fputc('\n', stderr); /* Ctrl-D: end the prompt's line */
+        return LINE_LEAVES;
+    }
+    if (r == LINE_ERROR) {
+        fprintf(stderr, "chat: standard input: %s\n", line->oom ? "out of memory" : strerror(errno));
+        *status = 1;
+        return LINE_LEAVES;
+    }
+    switch (chat_command(c, line->p)) {
+    case COMMAND_LEAVE: return LINE_LEAVES;
+    case COMMAND_DONE: return LINE_IS_DONE;
+    case COMMAND_FAILED: *status = 1; return LINE_LEAVES;
+    default: break;
+    }
+    /* an empty or blank line is no message */
+    return line->p[strspn(line->p, " \t\r\v\f")] ? LINE_IS_MESSAGE : LINE_IS_DONE;
+}
+
+/* The checkpoint's chat tokens, the history and the logits file; 0, or 1 after an error message. */
+static int chat_open(Chat* c) {
+    const Tokenizer* tok = c->tok;
     if (!tok || tokenizer_size(tok) == 0) {
         fprintf(stderr, "chat: the checkpoint has no tokenizer\n");
         return 1;
     }
-    const int V = t->config.vocab_size, seq_len = t->config.seq_len;
-    const int im_end = tokenizer_find(tok, "<|im_end|>");
+    c->im_end = tokenizer_find(tok, "<|im_end|>");
     /* The template is Qwen's ChatML (chat_render): a model whose tokenizer lacks its tokens (a Llama
      * export, say) would see them as plain text. */
-    if (tokenizer_find(tok, "<|im_start|>") < 0 || im_end < 0) {
+    if (tokenizer_find(tok, "<|im_start|>") < 0 || c->im_end < 0) {
         fprintf(stderr, "chat: the checkpoint's tokenizer has no <|im_start|> / <|im_end|> tokens, so it has "
                         "no ChatML chat template; use generate mode (-i TEXT)\n");
         return 1;
     }
-    const int think_open = tokenizer_find(tok, "<think>");
-    const int think_close = tokenizer_find(tok, "</think>");
-    const int interactive_in = isatty(fileno(stdin));
-    const int color = isatty(fileno(stdout));
-    int* history = malloc(((size_t)seq_len + 1) * sizeof(int));
-    if (!history) {
+    c->think_open = tokenizer_find(tok, "<think>");
+    c->think_close = tokenizer_find(tok, "</think>");
+    c->interactive_in = isatty(STDIN_FILENO);
+    c->color = isatty(STDOUT_FILENO);
+    c->history = malloc(((size_t)c->t->config.seq_len + 1) * sizeof(int));
+    if (!c->history) {
         fprintf(stderr, "chat: out of memory\n");
         return 1;
     }
-    FILE* dump = NULL;
-    float* dump_rows = NULL;
-    if (o->dump_logits) {
-        dump = fopen(o->dump_logits, "wb");
-        const int open_errno = errno;
-        dump_rows = malloc((size_t)t->state.max_batch * V * sizeof(float));
-        if (!dump || !dump_rows) {
-            if (dump) fprintf(stderr, "chat: out of memory\n");
-            else fprintf(stderr, "chat: %s: cannot open for writing: %s\n", o->dump_logits, strerror(open_errno));
-            if (dump) fclose(dump);
-            free(dump_rows);
-            free(history);
+    const char* path = c->o->dump_logits;
+    if (path) {
+        c->dump = fopen(path, "wb");
+        if (!c->dump) {
+            fprintf(stderr, "chat: %s: cannot open for writing: %s\n", path, strerror(errno));
+            return 1;
+        }
+        c->dump_rows = malloc((size_t)c->t->state.max_batch * c->t->config.vocab_size * sizeof(float));
+        if (!c->dump_rows) {
+            fprintf(stderr, "chat: out of memory\n");
             return 1;
         }
     }
-    Conversation conv = {0};
-    int pos = 0, status = 0, turn = 0;
-    if (o->system_prompt && o->system_prompt[0] && conversation_add(&conv, "system", strdup(o->system_prompt)) != 0) {
+    const char* sys = c->o->system_prompt;
+    if (sys && sys[0] && conversation_add(&c->conv, "system", strdup(sys)) != 0) {
+        fprintf(stderr, "chat: out of memory\n");
+        return 1;
+    }
+    return 0;
+}
+
+/* Frees what chat_open made; returns status, or 1 when the logits file fails to close. */
+static int chat_close(Chat* c, int status) {
+    if (c->dump && fclose(c->dump) != 0 && !status) {
+        fprintf(stderr, "chat: %s: write failed\n", c->o->dump_logits);
+        status = 1;
+    }
+    free(c->dump_rows);
+    conversation_free(&c->conv);
+    free(c->history);
+    return status;
+}
+
+int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOptions* o) {
+    Chat c;
+    memset(&c, 0, sizeof c);
+    c.t = t, c.tok = tok, c.s = s, c.o = o;
+    SignalState signals;
+    int status = chat_open(&c);
+    if (status == 0 && signals_install(&signals) != 0) status = 1;
+    if (status) return chat_close(&c, status);
+    if (c.interactive_in && !o->prompt) fputs(CHAT_HINT, stderr);
+    Input* in = calloc(1, sizeof *in);
+    Str line = {0};
+    int armed = 0;
+    if (!in) {
         fprintf(stderr, "chat: out of memory\n");
         status = 1;
-        goto done;
     }
-    for (;;) {
+    while (in && !status) {
         char* user;
         if (o->prompt) {
-            if (turn > 0) break;
             user = strdup(o->prompt);
         } else {
-            if (interactive_in) {
-                fputs(turn ? "\n> " : "> ", stderr);
-                fflush(stderr);
-            }
-            user = read_line(stdin);
-            if (!user) {
-                if (interactive_in) fputc('\n', stderr); /* Ctrl-D: end the prompt's line */
-                break;
-            }
-            if (strcmp(user, "/bye") == 0) {
-                free(user);
-                break;
-            }
-            if (strcmp(user, "/clear") == 0) { /* a new conversation; the system prompt stays */
-                free(user);
-                conversation_clear(&conv);
-                if (o->keep_thinking) pos = 0, turn = 0; /* the next turn starts the cache again */
-                fprintf(stderr, "chat: the conversation is cleared\n");
-                continue;
-            }
-            if (!user[strspn(user, " \t\r\v\f")]) { /* an empty or blank line is no message */
-                free(user);
-                continue;
-            }
+            const int r = chat_prompt(&c, in, &line, &armed, &status);
+            if (r == LINE_LEAVES) break;
+            if (r == LINE_IS_DONE) continue;
+            user = strdup(line.p);
         }
-        if (!user) {
+        if (conversation_add(&c.conv, "user", user) != 0) {
             fprintf(stderr, "chat: out of memory\n");
             status = 1;
             break;
         }
-        int n = 0, *ids;
-        if (o->keep_thinking) { /* the previous answer's <|im_end|> was sampled, not run: close_answer */
-            char* text = turn == 0 ? chat_first_turn(o->system_prompt, user, o->thinking)
-                                   : chat_next_turn(user, o->thinking, 1);
-            free(user);
-            ids = text ? tokenizer_encode(tok, text, strlen(text), &n) : NULL;
-            free(text);
-        } else {
-            ids = conversation_add(&conv, "user", user) == 0 ? conversation_ids(&conv, tok, o->thinking, &n) : NULL;
-            /* With the context three quarters full the oldest turns leave the conversation (the
-             * system prompt stays), so that a quarter is left for the answer. */
-            int dropped = 0;
-            while (ids && n > seq_len - seq_len / 4 && conversation_drop_oldest(&conv)) {
-                free(ids);
-                ids = conversation_ids(&conv, tok, o->thinking, &n);
-                dropped++;
-            }
-            if (dropped)
-                fprintf(stderr, "chat: the context (%d tokens) is nearly full: the oldest %d turn%s left the conversation\n",
-                        seq_len, dropped, dropped > 1 ? "s" : "");
-        }
-        if (!ids) {
-            fprintf(stderr, "chat: out of memory\n");
-            status = 1;
-            break;
-        }
-        for (int i = 0; i < n; i++)
-            if (ids[i] < 0 || ids[i] >= V) {
-                fprintf(stderr, "chat: the tokenizer gave id %d, outside the model's vocabulary of %d\n", ids[i], V);
-                free(ids);
-                status = 1;
-                goto done;
-            }
-        /* Where the new tokens go: after the cache (keep_thinking), or after the longest prefix the
-         * cache shares with this prompt (the previous turn's prompt, then the previous answer up to
-         * where the template drops its thinking or tokenizes its text otherwise). At least the
-         * prompt's last token is run: its logits give the answer's first token. */
-        int start = pos;
-        if (!o->keep_thinking) {
-            start = 0;
-            while (start < pos && start < n && history[start] == ids[start]) start++;
-            if (start == n) start = n - 1;
-        }
-        const int* run_ids = o->keep_thinking ? ids : ids + start;
-        const int n_run = o->keep_thinking ? n : n - start;
-        if (start + n_run >= seq_len) {
-            /* At a terminal the message is not sent and the chat goes on; from a pipe or -i it is
-             * an error, so that a script does not go on with a conversation missing a turn. */
-            const int reject = interactive_in && !o->prompt;
-            char advice[80];
-            fprintf(stderr, "chat: this turn needs %d tokens of context, more than the %d there are; %s%s\n",
-                    start + n_run + 1, seq_len, context_advice(&t->config, advice, sizeof advice),
-                    reject ? " (the message was not sent)" : "");
-            free(ids);
-            if (reject) {
-                if (!o->keep_thinking) conversation_drop_last(&conv);
-                continue;
-            }
-            status = 1;
-            break;
-        }
-        const double t_prompt = now_s();
-        float* logits = run_tokens(t, run_ids, n_run, start, dump, o->dump_logits, dump_rows);
-        if (!logits) {
-            free(ids);
-            status = 1;
-            break;
-        }
-        memcpy(history + start, run_ids, (size_t)n_run * sizeof(int));
-        pos = start + n_run;
-        free(ids);
-        if (o->verbose_prompt) {
-            char label[96];
-            snprintf(label, sizeof label, "chat: prompt of %d tokens, %d of them already in the KV cache:", pos, start);
-            print_token_ids(stderr, label, history, pos);
-        }
-        const int answer_start = pos;
-
-        /* the answer */
-        Utf8Stream st = {{0}, 0};
-        int in_think = 0, after_think = 0, generated = 0;
-        double t0 = now_s();
-        const double prompt_s = t0 - t_prompt;
-        for (;;) {
-            int next = sampler_sample(s, logits, history, pos);
-            int eos = next == im_end;
-            for (uint32_t k = 0; k < t->header.n_eos && k < MAX_EOS_IDS; k++) eos |= next == t->header.eos_ids[k];
-            if (eos) break;
-            generated++;
-            if (next == think_open && think_open >= 0) {
-                in_think = 1;
-                if (o->show_thinking) {
-                    if (color) fputs("\033[2m", stdout);
-                    tokenizer_print(tok, &st, next, 0, stdout);
-                }
-            } else if (next == think_close && think_close >= 0) {
-                in_think = 0;
-                after_think = 1;
-                if (o->show_thinking) {
-                    tokenizer_print(tok, &st, next, 0, stdout);
-                    utf8_stream_flush(&st, stdout);
-                    if (color) fputs("\033[0m", stdout);
-                }
-            } else if (in_think) {
-                if (o->show_thinking) tokenizer_print(tok, &st, next, 0, stdout);
-            } else {
-                size_t len;
-                const char* p = tokenizer_token(tok, next, &len);
-                /* hidden thinking: also drop the blank lines that separate it from the answer */
-                if (after_think && !o->show_thinking && p && len && strspn(p, "\n") == len) continue;
-                after_think = 0;
-                tokenizer_print(tok, &st, next, 0, stdout);
-            }
-            fflush(stdout);
-            if (ferror(stdout)) break; /* nobody reads the answer: reported below */
-            if (pos >= seq_len) { /* no room to keep this token */
-                if (o->keep_thinking) {
-                    char advice[80];
-                    fprintf(stderr, "\nchat: the context is full (%d tokens) and --keep-thinking cannot drop "
-                                    "earlier turns: the chat ends here; %s\n", seq_len,
-                            context_advice(&t->config, advice, sizeof advice));
-                    status = 1;
-                } else {
-                    fprintf(stderr, "\nchat: the context is full (%d tokens): the answer stops here%s\n", seq_len,
-                            o->prompt ? "" : ", the next turn drops the oldest turns");
-                }
-                break;
-            }
-            history[pos] = next;
-            logits = run_tokens(t, &next, 1, pos, dump, o->dump_logits, dump_rows);
-            if (!logits) {
-                status = 1;
-                break;
-            }
-            pos++;
-            if (o->steps > 0 && generated >= o->steps) {
-                fprintf(stderr, "\nchat: answer cut at %d tokens (-n)\n", o->steps);
-                break;
-            }
-        }
-        utf8_stream_flush(&st, stdout);
-        if (color && in_think && o->show_thinking) fputs("\033[0m", stdout);
-        fputc('\n', stdout);
-        if (fflush(stdout) != 0 || ferror(stdout)) {
-            fprintf(stderr, "chat: standard output: write failed\n");
-            status = 1;
-            break;
-        }
-        if (o->verbose_prompt) {
-            char label[64];
-            snprintf(label, sizeof label, "chat: answer of %d tokens run through the model:", pos - answer_start);
-            print_token_ids(stderr, label, history + answer_start, pos - answer_start);
-        }
-        double dt = now_s() - t0;
-        if (interactive_in && generated > 1)
-            fprintf(stderr, "[prompt: %d tokens run, %.2f s; answer: %d tokens, %.1f tok/s; context %d/%d]\n", n_run,
-                    prompt_s, generated, generated / (dt > 0 ? dt : 1e-9), pos, seq_len);
-        turn++;
-        if (status) break;
-        /* the answer as text, as the template will take it next turn (its thinking dropped there) */
-        if (!o->keep_thinking &&
-            conversation_add(&conv, "assistant", tokenizer_decode(tok, history + answer_start, pos - answer_start, 0,
-                                                                  NULL)) != 0) {
-            fprintf(stderr, "chat: out of memory\n");
-            status = 1;
-            break;
-        }
+        const int r = chat_turn(&c);
+        /* At a terminal a message too long for the context is not sent and the chat goes on; from
+         * a pipe or -i it is an error, so that a script does not go on with a turn missing. */
+        if (r == 1 && c.interactive_in && !o->prompt) continue;
+        if (r != 0) status = r < 0 ? 1 : r;
+        if (o->prompt) break;
     }
-done:
-    if (dump && fclose(dump) != 0 && !status) {
-        fprintf(stderr, "chat: %s: write failed\n", o->dump_logits);
-        status = 1;
-    }
-    free(dump_rows);
-    conversation_free(&conv);
-    free(history);
-    return status;
+    free(line.p);
+    free(in);
+    signals_restore(&signals);
+    if (o->seed_from_clock && s->temperature > 0 && c.generated > 0)
+        fprintf(stderr, "seed: %llu (from the clock; -s %llu repeats this chat)\n", (unsigned long long)o->seed,
+                (unsigned long long)o->seed);
+    return chat_close(&c, status);
 }

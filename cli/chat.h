@@ -46,8 +46,8 @@ char* chat_next_turn(const char* user, int enable_thinking, int close_answer);
 typedef struct {
     const char* system_prompt; /* NULL or "": none */
     const char* prompt;        /* -i TEXT: answer this one message and return; NULL: read the user's
-                                  messages from stdin, one per line, until EOF (or "/bye";
-                                  "/clear" starts a new conversation) */
+                                  messages from stdin, one per line, until EOF or /bye (the
+                                  commands: CHAT_HELP in chat.c) */
     int steps;                 /* at most this many tokens per answer; <= 0: until the context is full */
     int thinking;              /* 1: thinking mode (Qwen3's default); 0: no-think (empty think block) */
     int show_thinking;         /* 1: print the thinking (dim on a terminal); 0: hide it */
@@ -57,6 +57,8 @@ typedef struct {
     const char* dump_logits;   /* NULL, or a file for the logits of every position run through the
                                   model, in order: per turn the prompt's new tokens, then the
                                   answer's (raw float32, vocab_size per row) */
+    uint64_t seed;             /* the sampler's seed, printed at the end when seed_from_clock */
+    int seed_from_clock;       /* 1: the seed came from the clock (no -s): say it, for a repeat */
 } ChatOptions;
 
 /* The interactive chat. Each turn's prompt is chat_render of the conversation so far (the
@@ -64,10 +66,17 @@ typedef struct {
  * keeps the longest prefix it shares with the previous turn's tokens and only the rest is run (the
  * previous answer from where the template changed it, and the new message). Where the prompt
  * would fill more than three quarters of the context, the oldest turns (after the system prompt)
- * are dropped first. With keep_thinking each turn's text is appended instead (chat_first_turn /
- * chat_next_turn), and a full context ends the chat. Streams the answer to stdout; a "> " prompt
- * is printed (to stderr) only when stdin is a terminal. Stops on EOF or "/bye" (or a full context
- * with keep_thinking, or a single message too long for it). Returns 0, or 1 after an error
+ * are dropped first; a message too long even so is not sent and the conversation stays as it was.
+ * With keep_thinking each turn's text is appended instead (chat_first_turn / chat_next_turn), and
+ * a full context ends the chat. Streams the answer to stdout.
+ *
+ * When stdin is a terminal: a "> " prompt and a one-line hint (stderr); lines whose first word is
+ * a command (/help, /bye = /quit = /exit, /clear, /system TEXT, /save FILE) are not sent; Ctrl-C
+ * stops the answer (what was printed stays in the conversation and the cache) and the prompt
+ * returns; Ctrl-C twice in a row at the prompt, Ctrl-D or /bye leave. From a pipe or with -i a
+ * Ctrl-C stops the answer and ends the chat with status 130. The dim attributes of the thinking
+ * are reset on every way out, SIGTERM, SIGHUP and SIGQUIT included (the signal handlers are
+ * restored on return). Returns 0, 130 after a Ctrl-C from a pipe or -i, or 1 after an error
  * message on stderr. */
 int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOptions* o);
 

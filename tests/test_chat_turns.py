@@ -245,43 +245,72 @@ class ChatTurns(unittest.TestCase):
         self.assertRegex(p.stderr, r'this turn needs \d+ tokens of context, more than the 256 there are; '
                                    r'256 is the model\'s maximum\n')
 
+    def chat_at_terminal(self, args, lines):
+        """The chat with lines typed at a terminal (stdin; stdout and stderr are pipes), then
+        Ctrl-D; returns its status, stdout and stderr."""
+        import pty
+        import select
+        master, slave = pty.openpty()
+        try:
+            p = subprocess.Popen([hf_model.RUN, self.ckpt, '-m', 'chat', '-t', '0'] + list(args), stdin=slave,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=hf_model.ROOT)
+            os.close(slave)
+            slave = None
+            for line in lines:
+                os.write(master, (line + '\n').encode())
+            os.write(master, b'\x04')  # Ctrl-D: end of input
+            out, err = p.communicate(timeout=120)
+        finally:
+            if slave is not None:
+                os.close(slave)
+            while select.select([master], [], [], 0)[0]:  # drain the echo
+                try:
+                    if not os.read(master, 4096):
+                        break
+                except OSError:
+                    break
+            os.close(master)
+        return p.returncode, out.decode('utf-8', 'replace'), err.decode('utf-8', 'replace')
+
+    def terminal_prompts(self, err):
+        prompts = re.findall(r'^(?:> )?chat: prompt of \d+ tokens, (\d+) of them already in the KV cache: '
+                             r'([\d,]+)$', err, re.M)  # "> ": the terminal's prompt
+        return [(int(cached), [int(x) for x in ids.split(',')]) for cached, ids in prompts]
+
     def test_too_long_at_a_terminal_is_not_sent(self):
         """At a terminal a message too long for the context is not sent and the chat goes on (the
         next message is answered, in a conversation without the long one); from a pipe it is an
         error (test_message_too_long_for_the_context)."""
-        import pty
-        import select
         long_message = ' '.join(['word'] * 80)
         for keep in ((), ('--keep-thinking',)):
             with self.subTest(keep=keep):
-                master, slave = pty.openpty()
-                try:
-                    p = subprocess.Popen([hf_model.RUN, self.ckpt, '-m', 'chat', '-t', '0', '-n', '4', '-c', '64',
-                                          '--verbose-prompt'] + list(keep), stdin=slave, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, cwd=hf_model.ROOT)
-                    os.close(slave)
-                    slave = None
-                    for line in (long_message, MESSAGES[0]):
-                        os.write(master, (line + '\n').encode())
-                    os.write(master, b'\x04')  # Ctrl-D: end of input
-                    out, err = p.communicate(timeout=120)
-                finally:
-                    if slave is not None:
-                        os.close(slave)
-                    while select.select([master], [], [], 0)[0]:  # drain the echo
-                        try:
-                            if not os.read(master, 4096):
-                                break
-                        except OSError:
-                            break
-                    os.close(master)
-                err = err.decode('utf-8', 'replace')
-                self.assertEqual(p.returncode, 0, err)
+                status, _, err = self.chat_at_terminal(['-n', '4', '-c', '64', '--verbose-prompt'] + list(keep),
+                                                       [long_message, MESSAGES[0]])
+                self.assertEqual(status, 0, err)
                 self.assertIn('(the message was not sent)', err)
-                prompts = re.findall(r'^(?:> )?chat: prompt of \d+ tokens, \d+ of them already in the KV cache: '
-                                     r'([\d,]+)$', err, re.M)  # "> ": the terminal's prompt
                 want = self.tokenize('<|im_start|>user\n' + MESSAGES[0] + '<|im_end|>\n<|im_start|>assistant\n')
-                self.assertEqual([[int(x) for x in ids.split(',')] for ids in prompts], [want], err)
+                self.assertEqual([ids for _, ids in self.terminal_prompts(err)], [want], err)
+
+    def test_message_not_sent_keeps_the_conversation(self):
+        """A message too long for the context, refused after a turn, leaves the conversation as it
+        was: the next prompt holds the earlier turn (the cache kept up to its answer), not only the
+        new message, and no turn is said to have left."""
+        long_message = ' '.join(['word'] * 80)  # more than 128 tokens
+        for keep in ((), ('--keep-thinking',)):
+            with self.subTest(keep=keep):
+                status, _, err = self.chat_at_terminal(['-n', '4', '-c', '128', '--verbose-prompt'] + list(keep),
+                                                       [MESSAGES[0], long_message, MESSAGES[1]])
+                self.assertEqual(status, 0, err)
+                self.assertIn('(the message was not sent)', err)
+                self.assertNotIn('left the conversation', err)
+                (_, first), (cached, second) = self.terminal_prompts(err)
+                answer = re.search(r'^chat: answer of \d+ tokens run through the model: ([\d,]+)$', err, re.M)
+                answer = [int(x) for x in answer.group(1).split(',')]
+                self.assertEqual(second[:len(first)], first, err)
+                self.assertGreaterEqual(cached, len(first))
+                if keep:  # appended: the whole previous answer is kept
+                    self.assertEqual(second[:len(first) + len(answer)], first + answer)
+                self.assertEqual(second[-len(self.user_turn(MESSAGES[1], False)):], self.user_turn(MESSAGES[1], False))
 
     def test_one_shot_full_context_promises_no_next_turn(self):
         p = subprocess.run([hf_model.RUN, self.ckpt, '-m', 'chat', '-t', '0', '-c', '32', '-i', MESSAGES[0]],

@@ -1,0 +1,379 @@
+"""The chat at a terminal (chat.c): Ctrl-C, the terminal's attributes, the commands, the hint, the
+seed and the speed line.
+
+The chat runs with a pseudo-terminal as its stdin, stdout and controlling terminal (so that Ctrl-C
+and Ctrl-S typed there act as at a real one) and stderr on a pipe, read as it comes: each step
+waits for the line on stderr that says the chat got there, so nothing depends on timing.
+
+- Ctrl-C while an answer streams: Ctrl-S (stop output) is typed before the message, so the answer's
+  first write blocks; the Ctrl-C then lands inside the answer. The chat goes on, the partial answer
+  is in the next turn's prompt (the KV cache and the conversation agree), the dim thinking is
+  followed by the attribute reset ESC[0m, and two Ctrl-C at the prompt leave with status 0.
+- SIGTERM while the thinking is shown dim: the process dies of the signal after writing ESC[0m.
+- the commands (/help, /bye = /quit = /exit, /clear, /system, /save, unknown ones), the one-line
+  hint at a terminal only, the seed printed when it came from the clock (and repeating the chat
+  with it), generate's speed line for -m chat -i.
+
+The model: hf_model's tiny random Qwen3 with the <think> row of the (tied) embedding scaled up, so
+that greedy decoding answers "hello there" with <think> tokens (checked, not assumed).
+"""
+import fcntl
+import json
+import os
+import pty
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import termios
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hf_model  # noqa: E402
+
+THINK_ID = hf_model.IM_END_ID + 1
+DIM, RESET = b'\x1b[2m', b'\x1b[0m'
+CTRL_C, CTRL_D, CTRL_S, CTRL_Q = b'\x03', b'\x04', b'\x13', b'\x11'
+HINT = 'chat: /help lists the commands; Ctrl-C stops an answer; Ctrl-D or /bye leaves\n'
+PROMPT_RE = r'chat: prompt of (\d+) tokens, (\d+) of them already in the KV cache: ([\d,]+)\n'
+ANSWER_RE = r'chat: answer of (\d+) tokens run through the model: ?([\d,]*)\n'
+NEXT_PROMPT = r'\n> '  # the prompt after a turn or a command
+WRITE_SYSCALL = {'x86_64': '1', 'aarch64': '64'}.get(os.uname().machine)
+DEADLINE = 60  # seconds: a guard against a hung chat, not a measurement
+
+
+def ids_of(text):
+    return [int(x) for x in text.split(',') if x]
+
+
+class TerminalChat:
+    """./run with a pseudo-terminal as stdin, stdout and controlling terminal; stderr on a pipe."""
+
+    def __init__(self, args):
+        self.master, slave = pty.openpty()
+        attrs = termios.tcgetattr(slave)
+        attrs[0] |= termios.IXON  # Ctrl-S / Ctrl-Q stop and restart output
+        attrs[3] |= termios.ISIG | termios.ICANON | termios.ECHO  # Ctrl-C: SIGINT; lines
+        termios.tcsetattr(slave, termios.TCSANOW, attrs)
+
+        def controlling_terminal():
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+        self.p = subprocess.Popen([hf_model.RUN] + args, stdin=slave, stdout=slave, stderr=subprocess.PIPE,
+                                  cwd=hf_model.ROOT, start_new_session=True, preexec_fn=controlling_terminal)
+        os.close(slave)
+        self.out, self.err, self.err_at = b'', b'', 0
+
+    def pump(self, timeout):
+        """Reads what stdout (with the terminal's echo) and stderr have; False at the end of both."""
+        fds = [fd for fd in (self.master, self.p.stderr.fileno() if self.p.stderr else None) if fd is not None]
+        if not fds:
+            return False
+        for fd in select.select(fds, [], [], timeout)[0]:
+            try:
+                data = os.read(fd, 65536)
+            except OSError:  # EIO: the terminal's other side is closed
+                data = b''
+            if fd == self.master:
+                self.out += data
+                if not data:
+                    os.close(self.master)
+                    self.master = None
+            else:
+                self.err += data
+                if not data:
+                    self.p.stderr.close()
+                    self.p.stderr = None
+        return True
+
+    def wait_err(self, pattern):
+        """Waits for pattern in stderr after the previous match; returns the match."""
+        deadline = time.monotonic() + DEADLINE
+        while True:
+            m = re.compile(pattern, re.M).search(self.err.decode('utf-8', 'replace'), self.err_at)
+            if m:
+                self.err_at = m.end()
+                return m
+            if time.monotonic() > deadline or not self.pump(1.0) or (self.p.poll() is not None and
+                                                                    not self.pump(0)):
+                raise AssertionError('stderr never showed %r; status %s; stderr:\n%s' %
+                                     (pattern, self.p.poll(), self.err.decode('utf-8', 'replace')))
+
+    def wait_blocked_writing_stdout(self):
+        """Waits until the chat's main thread sleeps in write(1, ...) (stdout stopped by Ctrl-S)."""
+        deadline = time.monotonic() + DEADLINE
+        while time.monotonic() < deadline:
+            with open('/proc/%d/syscall' % self.p.pid) as f:
+                fields = f.read().split()
+            if fields[:2] == [WRITE_SYSCALL, '0x1']:
+                return
+            self.pump(0.01)
+        raise AssertionError('the chat never blocked writing to stdout')
+
+    def type(self, data):
+        os.write(self.master, data)
+
+    def finish(self):
+        """Waits for the end; returns the status."""
+        deadline = time.monotonic() + DEADLINE
+        while time.monotonic() < deadline and self.pump(1.0):
+            if self.p.poll() is not None and not select.select([fd for fd in (self.master,) if fd], [], [], 0)[0]:
+                break
+        if self.p.poll() is None:
+            self.p.kill()
+        status = self.p.wait()
+        while self.pump(0) and (self.master or self.p.stderr):
+            if not select.select([fd for fd in (self.master, self.p.stderr and self.p.stderr.fileno()) if fd],
+                                 [], [], 0)[0]:
+                break
+        self.close()
+        return status
+
+    def close(self):
+        if self.p.poll() is None:
+            self.p.kill()
+            self.p.wait()
+        if self.master is not None:
+            os.close(self.master)
+            self.master = None
+        for f in (self.p.stdin, self.p.stderr):
+            if f:
+                f.close()
+
+
+class ChatTerminal(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix='qwen3_chat_terminal_')
+        if hf_model.missing_tools():
+            return
+        d = os.path.join(cls.tmp, 'hf')
+        rows = {hf_model.ENDOFTEXT_ID: 0.02, hf_model.IM_END_ID: 0.02, THINK_ID: 8.0}
+        hf_model.write_model(d, hf_model.Spec(max_position_embeddings=256, seed=13, row_scales=rows))
+        cls.ckpt = os.path.join(cls.tmp, 'model.bin')
+        p = hf_model.run_export(d, cls.ckpt, dtype='f32')
+        assert p.returncode == 0, p.stderr
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def setUp(self):
+        why = hf_model.missing_tools()
+        if why:
+            self.skipTest(why + ': the chat tests need export.py and ./run')
+
+    def tokenize(self, text):
+        p = hf_model.run_engine([self.ckpt, '-m', 'tokenize', '-i', text])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return [int(x) for x in p.stdout.split()]
+
+    def terminal(self, *args):
+        chat = TerminalChat([self.ckpt, '-m', 'chat', '-t', '0', '--verbose-prompt'] + list(args))
+        self.addCleanup(chat.close)
+        return chat
+
+    def piped(self, *args, lines=(), stdin_terminal=False):
+        """The chat with lines on stdin (a pipe, or a terminal that is not its controlling one) and
+        stdout and stderr on pipes."""
+        cmd = [hf_model.RUN, self.ckpt, '-m', 'chat'] + list(args)
+        text = ''.join(m + '\n' for m in lines)
+        if not stdin_terminal:
+            return subprocess.run(cmd, input=text, cwd=hf_model.ROOT, capture_output=True, text=True,
+                                  errors='replace', timeout=DEADLINE)
+        master, slave = pty.openpty()
+        try:
+            p = subprocess.Popen(cmd, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 cwd=hf_model.ROOT)
+            os.close(slave)
+            slave = None
+            os.write(master, (text.encode() + CTRL_D))
+            out, err = p.communicate(timeout=DEADLINE)
+        finally:
+            if slave is not None:
+                os.close(slave)
+            os.close(master)
+        return subprocess.CompletedProcess(cmd, p.returncode, out.decode('utf-8', 'replace'),
+                                           err.decode('utf-8', 'replace'))
+
+    # --------------------------------------------------------------------------------------------
+    # Ctrl-C and the terminal's attributes
+
+    def test_ctrl_c_stops_the_answer_and_the_chat_goes_on(self):
+        for keep in ((), ('--keep-thinking',)):
+            with self.subTest(keep=keep):
+                self.check_ctrl_c(keep)
+
+    def check_ctrl_c(self, keep):
+        chat = self.terminal('-n', '20', *keep)
+        chat.wait_err('^' + re.escape(HINT) + '> ')
+        chat.type(CTRL_S + b'hello there\n')  # output stopped: the answer's first write waits
+        first = chat.wait_err(PROMPT_RE)
+        chat.type(CTRL_C)  # SIGINT, and output restarts
+        answer = chat.wait_err(ANSWER_RE)
+        chat.wait_err(NEXT_PROMPT)
+        chat.type(b'and again\n')
+        second = chat.wait_err(PROMPT_RE)
+        chat.wait_err(ANSWER_RE)
+        chat.wait_err(NEXT_PROMPT)
+        chat.type(CTRL_C)  # at the prompt: a hint
+        chat.wait_err(r'chat: Ctrl-C again, Ctrl-D or /bye leaves the chat\n> ')
+        chat.type(CTRL_C)  # a second one in a row leaves
+        self.assertEqual(chat.finish(), 0, chat.err)
+
+        p1, ans1 = ids_of(first.group(3)), ids_of(answer.group(2))
+        self.assertEqual(ans1[:1], [THINK_ID], 'the model answers with <think> (the test needs dim text)')
+        self.assertLess(len(ans1), 20, 'Ctrl-C stopped the answer, not -n')
+        self.assertNotIn('(-n)', chat.err[:answer.start()].decode())
+        # The partial answer is in the next prompt, as the cache holds it.
+        p2, cached2 = ids_of(second.group(3)), int(second.group(2))
+        self.assertEqual(p2[:len(p1) + len(ans1)], p1 + ans1)
+        self.assertGreaterEqual(cached2, len(p1) + len(ans1))
+        self.assertEqual(p2[len(p1) + len(ans1)], hf_model.IM_END_ID)
+        # The dim text is followed by the reset.
+        self.assertIn(DIM, chat.out)
+        self.assertIn(RESET, chat.out[chat.out.rindex(DIM):], chat.out)
+
+    @unittest.skipUnless(WRITE_SYSCALL and os.path.exists('/proc/self/syscall'),
+                         'needs /proc/PID/syscall and a known write syscall number')
+    def test_sigterm_resets_the_dim_attribute(self):
+        chat = self.terminal('-c', '256')
+        chat.wait_err(NEXT_PROMPT)
+        chat.type(CTRL_S + b'hello there\n')  # the answer's first write (dim <think>) waits
+        chat.wait_err(PROMPT_RE)
+        chat.wait_blocked_writing_stdout()
+        chat.p.send_signal(signal.SIGTERM)
+        chat.type(CTRL_Q)  # output restarts
+        self.assertEqual(chat.finish(), -signal.SIGTERM, chat.err)
+        self.assertTrue(chat.out.endswith(RESET), chat.out)
+
+    def test_ctrl_d_leaves_at_once(self):
+        chat = self.terminal('-n', '3')
+        chat.wait_err(NEXT_PROMPT)
+        chat.type(b'hello there\n')
+        chat.wait_err(ANSWER_RE)
+        chat.wait_err(NEXT_PROMPT)
+        chat.type(CTRL_D)
+        self.assertEqual(chat.finish(), 0, chat.err)
+
+    def test_ctrl_c_from_a_pipe_ends_the_chat(self):
+        """stdin a pipe (a script): Ctrl-C stops the answer and ends the chat with status 130, the
+        attributes reset (stdout is still the terminal)."""
+        master, slave = pty.openpty()
+        p = subprocess.Popen([hf_model.RUN, self.ckpt, '-m', 'chat', '-t', '0', '-c', '256', '--verbose-prompt'],
+                             stdin=subprocess.PIPE, stdout=slave, stderr=subprocess.PIPE, cwd=hf_model.ROOT,
+                             start_new_session=True,
+                             preexec_fn=lambda: fcntl.ioctl(1, termios.TIOCSCTTY, 0))
+        os.close(slave)
+        chat = TerminalChat.__new__(TerminalChat)
+        chat.master, chat.p, chat.out, chat.err, chat.err_at = master, p, b'', b'', 0
+        self.addCleanup(chat.close)
+        attrs = termios.tcgetattr(master)
+        attrs[0] |= termios.IXON
+        attrs[3] |= termios.ISIG
+        termios.tcsetattr(master, termios.TCSANOW, attrs)
+        chat.type(CTRL_S)
+        p.stdin.write(b'hello there\nand again\n')
+        p.stdin.flush()
+        chat.wait_err(PROMPT_RE)
+        chat.type(CTRL_C)
+        self.assertEqual(chat.finish(), 130, chat.err)
+        self.assertEqual(len(re.findall(PROMPT_RE, chat.err.decode(), re.M)), 1, 'the second line is not sent')
+        self.assertIn(RESET, chat.out[chat.out.rindex(DIM):], chat.out)
+
+    # --------------------------------------------------------------------------------------------
+    # commands and the hint
+
+    def test_leave_commands(self):
+        for word in ('/bye', '/quit', '/exit'):
+            with self.subTest(word=word):
+                p = self.piped('-t', '0', '-n', '2', '--verbose-prompt', lines=[word, 'hello there'],
+                               stdin_terminal=True)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                self.assertNotIn('chat: prompt of', p.stderr)
+                self.assertEqual(p.stdout, '')
+
+    def test_help_and_unknown_commands_are_not_sent(self):
+        p = self.piped('-t', '0', '-n', '2', '--verbose-prompt',
+                       lines=['/help', '/frobnicate now', '/usr/bin is a folder'], stdin_terminal=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        for command in ('/help', '/bye', '/quit', '/exit', '/clear', '/system TEXT', '/save FILE', 'Ctrl-C'):
+            self.assertIn(command, p.stderr)
+        self.assertIn('chat: unknown command /frobnicate; /help lists the commands (the line was not sent)',
+                      p.stderr)
+        prompts = re.findall(PROMPT_RE, p.stderr, re.M)
+        self.assertEqual(len(prompts), 1, p.stderr)  # "/usr/bin ..." is a message
+        want = self.tokenize('<|im_start|>user\n/usr/bin is a folder<|im_end|>\n<|im_start|>assistant\n')
+        self.assertEqual(ids_of(prompts[0][2]), want)
+
+    def test_hint_at_a_terminal_only(self):
+        p = self.piped('-t', '0', '-n', '2', lines=['hello there'], stdin_terminal=True)
+        self.assertTrue(p.stderr.startswith(HINT), p.stderr)
+        p = self.piped('-t', '0', '-n', '2', lines=['hello there'])
+        self.assertNotIn('/help', p.stderr)
+        p = self.piped('-t', '0', '-n', '2', '-i', 'hello there', stdin_terminal=True)
+        self.assertNotIn('/help', p.stderr)
+
+    def test_system_and_save(self):
+        """/save writes the conversation as JSON; /system replaces the system prompt, the turns kept:
+        the next prompt is the template's rendering of the saved conversation and the new message."""
+        saved = [os.path.join(self.tmp, 'one.json'), os.path.join(self.tmp, 'two.json')]
+        p = self.piped('-t', '0', '-n', '4', '--no-think', '-y', 'be brief', '--verbose-prompt',
+                       lines=['hello there', '/save ' + saved[0], '/system be terse', '/system',
+                              'and again', '/save ' + saved[1]])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn('chat: the system prompt: be terse\n', p.stderr)
+        self.assertIn('chat: 3 messages saved to %s\n' % saved[0], p.stderr)
+        with open(saved[0], encoding='utf-8') as f:
+            one = json.load(f)
+        with open(saved[1], encoding='utf-8') as f:
+            two = json.load(f)
+        self.assertEqual([(m['role'], m['content']) for m in one[:2]], [('system', 'be brief'), ('user', 'hello there')])
+        self.assertEqual([m['role'] for m in one], ['system', 'user', 'assistant'])
+        self.assertEqual(two[:3], [{'role': 'system', 'content': 'be terse'}] + one[1:])
+        self.assertEqual([m['role'] for m in two[3:]], ['user', 'assistant'])
+        self.assertEqual(two[3]['content'], 'and again')
+        prompts = re.findall(PROMPT_RE, p.stderr, re.M)
+        self.assertEqual(len(prompts), 2, p.stderr)
+        text = ''.join('<|im_start|>%s\n%s<|im_end|>\n' % (m['role'], m['content']) for m in two[:4])
+        self.assertEqual(ids_of(prompts[1][2]),
+                         self.tokenize(text + '<|im_start|>assistant\n<think>\n\n</think>\n\n'))
+
+    def test_save_failure_leaves_no_file(self):
+        missing = os.path.join(self.tmp, 'no such folder', 'chat.json')
+        p = self.piped('-t', '0', '-n', '2', lines=['hello there', '/save ' + missing, '/save'])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn('chat: %s: cannot write the conversation: No such file or directory' % missing, p.stderr)
+        self.assertIn('chat: /save needs a file name', p.stderr)
+        self.assertEqual([f for f in os.listdir(self.tmp) if '.tmp' in f], [])
+
+    # --------------------------------------------------------------------------------------------
+    # the seed and the speed line
+
+    def test_seed_is_printed_and_repeats_the_chat(self):
+        lines = ['hello there', 'and again']
+        p = self.piped('-n', '8', lines=lines)  # the model's temperature (0.6): sampled
+        self.assertEqual(p.returncode, 0, p.stderr)
+        m = re.search(r'^seed: (\d+) \(from the clock; -s (\d+) repeats this chat\)$', p.stderr, re.M)
+        self.assertIsNotNone(m, p.stderr)
+        self.assertEqual(m.group(1), m.group(2))
+        self.assertNotIn('seed', p.stdout)
+        again = self.piped('-n', '8', '-s', m.group(1), lines=lines)
+        self.assertEqual(again.returncode, 0, again.stderr)
+        self.assertEqual(again.stdout, p.stdout)
+        self.assertNotIn('seed:', again.stderr)  # given: nothing to repeat
+
+    def test_one_shot_chat_prints_the_speed_line(self):
+        p = self.piped('-t', '0', '-n', '4', '-i', 'hello there')
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertRegex(p.stderr, r'(?m)^prompt tokens: \d+, prefill: \d+\.\d tok/s, generated tokens: 4, '
+                                   r'decode: \d+\.\d tok/s$')
+        self.assertNotIn('tok/s', p.stdout)
+
+
+if __name__ == '__main__':
+    unittest.main()
