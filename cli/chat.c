@@ -735,7 +735,7 @@ static int chat_answer(Chat* c, float* logits, int* stopped, int* n_tokens) {
             break;
         }
         if (o->steps > 0 && *n_tokens >= o->steps) {
-            fprintf(stderr, "\nchat: answer cut at %d tokens (-n)\n", o->steps);
+            fprintf(stderr, "\nchat: answer cut at %d token%s (-n)\n", o->steps, o->steps == 1 ? "" : "s");
             break;
         }
     }
@@ -770,7 +770,8 @@ static int chat_turn(Chat* c) {
     c->pos = start + n_run;
     if (o->verbose_prompt) {
         char label[96];
-        snprintf(label, sizeof label, "chat: prompt of %d tokens, %d of them already in the KV cache:", c->pos, start);
+        snprintf(label, sizeof label, "chat: prompt of %d token%s, %d of them already in the KV cache:", c->pos,
+                 c->pos == 1 ? "" : "s", start);
         print_token_ids(stderr, label, c->history, c->pos);
     }
     const int answer_start = c->pos;
@@ -781,7 +782,8 @@ static int chat_turn(Chat* c) {
     const int n_run_answer = c->pos - answer_start;
     if (o->verbose_prompt) {
         char label[64];
-        snprintf(label, sizeof label, "chat: answer of %d tokens run through the model:", n_run_answer);
+        snprintf(label, sizeof label, "chat: answer of %d token%s run through the model:", n_run_answer,
+                 n_run_answer == 1 ? "" : "s");
         print_token_ids(stderr, label, c->history + answer_start, n_run_answer);
     }
     if (o->prompt) { /* generate mode's line */

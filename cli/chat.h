@@ -6,7 +6,7 @@
  *     tokenizer_config.json gives (no tools), including its removal of the thinking of assistant
  *     turns before the last user query. Used by tests, and by anyone who re-prefills from scratch.
  *     The chat loop renders every turn's prompt with it and runs only the tokens after the part
- *     the KV cache already holds (docs/notes-tokenizer.md).
+ *     the KV cache already holds.
  *   - chat_first_turn / chat_next_turn: the pieces of text to APPEND to what is already in the KV
  *     cache (`--keep-thinking`): a multi-turn chat never re-processes anything, and earlier
  *     assistant turns keep their thinking in the cache (the template would drop it).
