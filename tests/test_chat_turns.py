@@ -90,9 +90,9 @@ class ChatTurns(unittest.TestCase):
         return self.parse(p.stderr, n_turns), hf_model.read_logits(dump, self.vocab), p.stderr
 
     def parse(self, stderr, n_turns=len(MESSAGES)):
-        prompts = re.findall(r'^chat: prompt of (\d+) tokens, (\d+) of them already in the KV cache: ([\d,]+)$',
+        prompts = re.findall(r'^chat: prompt of (\d+) tokens?, (\d+) of them already in the KV cache: ([\d,]+)$',
                              stderr, re.M)
-        answers = re.findall(r'^chat: answer of (\d+) tokens run through the model:(.*)$', stderr, re.M)
+        answers = re.findall(r'^chat: answer of (\d+) tokens? run through the model:(.*)$', stderr, re.M)
         self.assertEqual((len(prompts), len(answers)), (n_turns, n_turns), stderr)
         turns = []
         for (n, cached, ids), (m, ans) in zip(prompts, answers):
@@ -189,7 +189,7 @@ class ChatTurns(unittest.TestCase):
         """--verbose-prompt outside chat: the prompt's ids, as tokenize mode gives them."""
         p = hf_model.run_engine([self.ckpt, '-i', MESSAGES[0], '-n', '0', '--verbose-prompt'])
         self.assertEqual(p.returncode, 0, p.stderr)
-        got = re.findall(r'^run: prompt of (\d+) tokens: ([\d,]+)$', p.stderr, re.M)
+        got = re.findall(r'^run: prompt of (\d+) tokens?: ([\d,]+)$', p.stderr, re.M)
         want = self.tokenize(MESSAGES[0])
         self.assertEqual(got, [(str(len(want)), ','.join(map(str, want)))], p.stderr)
 
@@ -273,7 +273,7 @@ class ChatTurns(unittest.TestCase):
         return p.returncode, out.decode('utf-8', 'replace'), err.decode('utf-8', 'replace')
 
     def terminal_prompts(self, err):
-        prompts = re.findall(r'^(?:> )?chat: prompt of \d+ tokens, (\d+) of them already in the KV cache: '
+        prompts = re.findall(r'^(?:> )?chat: prompt of \d+ tokens?, (\d+) of them already in the KV cache: '
                              r'([\d,]+)$', err, re.M)  # "> ": the terminal's prompt
         return [(int(cached), [int(x) for x in ids.split(',')]) for cached, ids in prompts]
 
@@ -304,7 +304,7 @@ class ChatTurns(unittest.TestCase):
                 self.assertIn('(the message was not sent)', err)
                 self.assertNotIn('left the conversation', err)
                 (_, first), (cached, second) = self.terminal_prompts(err)
-                answer = re.search(r'^chat: answer of \d+ tokens run through the model: ([\d,]+)$', err, re.M)
+                answer = re.search(r'^chat: answer of \d+ tokens? run through the model: ([\d,]+)$', err, re.M)
                 answer = [int(x) for x in answer.group(1).split(',')]
                 self.assertEqual(second[:len(first)], first, err)
                 self.assertGreaterEqual(cached, len(first))
