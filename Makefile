@@ -124,9 +124,11 @@ bench: all
 
 # `make norm-lab`: the shipped model's loss, perplexity and top-1 on a validation excerpt, as trained
 # and with each RMSNorm use left out or changed (./run --ablate, --norm-eps, --norm), plus greedy
-# samples; prints the table and writes docs/norm-lab.md. About half a minute.
+# samples (docs/norm-lab.md), and the pictures of its RMSNorm trace and of the attention scores with
+# and without QK-Norm (docs/norms-*.svg). About a minute.
 norm-lab: all
 	$(PYTHON) tools/norm_lab.py
+	$(PYTHON) tools/plot_norms.py lab $(SHIPPED_MODEL) --out-dir docs
 
 clean:
 	rm -rf run build/run build/flags build/obj build/obj-avx2 build/libengine.a build/tests build/tools build/arm build/scalar

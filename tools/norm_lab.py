@@ -138,9 +138,9 @@ def main():
         SAMPLE_PROMPT, SAMPLE_TOKENS), 'the same text share a line):', '']
     for labels, text in samples:
         lines += ['* %s: %s' % (', '.join('`%s`' % l for l in labels), text.replace('|', '\\|')), '']
-    lines += ['%d evaluations and %d samples in %.0f s.' % (len(results), len(results), seconds)]
-    text = '\n'.join(lines) + '\n'
+    text = '\n'.join(lines).rstrip('\n') + '\n'  # the same file on every run: no timing in it
     sys.stdout.write(text)
+    sys.stderr.write('norm_lab: %d evaluations and %d samples in %.0f s\n' % (len(results), len(results), seconds))
     if args.out != '-':
         out = os.path.join(ROOT, args.out) if args.out == ap.get_default('out') else args.out
         tmp = out + '.tmp'
