@@ -17,8 +17,11 @@ import json
 import math
 import os
 import random
+import shutil
 import struct
 import sys
+import tempfile
+import unittest
 from array import array
 
 # ------------------------------------------------------------------------------------------------
@@ -455,6 +458,36 @@ def missing_tools():
     if not os.access(RUN, os.X_OK):
         return './run is not built (run `make`)'
     return None
+
+
+class TempDirTestCase(unittest.TestCase):
+    """The base of the end-to-end test classes: a temporary folder per class (cls.tmp), removed
+    after its tests even when setUpClass fails, and every test skipped, with the reason, when
+    export.py or ./run is missing (NEEDS_TOOLS = False for classes that need neither; NEEDS says
+    what for)."""
+    NEEDS_TOOLS = True
+    NEEDS = ''
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix='qwen3_%s_' % cls.__name__)
+        cls.addClassCleanup(shutil.rmtree, cls.tmp, ignore_errors=True)
+
+    def setUp(self):
+        if self.NEEDS_TOOLS:
+            self.skip_without_tools()
+
+    def skip_without_tools(self):
+        why = missing_tools()
+        if why:
+            self.skipTest(why + (': ' + self.NEEDS if self.NEEDS else ''))
+
+    def fresh_dir(self, name):
+        """A new empty folder in cls.tmp, its name made unique by a count."""
+        type(self).n_dirs = getattr(type(self), 'n_dirs', 0) + 1
+        d = os.path.join(self.tmp, '%s_%d' % (name, self.n_dirs))
+        os.makedirs(d)
+        return d
 
 
 def run_export(hf_dir, out_path, dtype=None, timeout=120, extra=()):

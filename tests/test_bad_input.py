@@ -5,10 +5,8 @@ and a failed export must leave no output file and no temporary file behind."""
 
 import json
 import os
-import shutil
 import struct
 import sys
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -23,20 +21,10 @@ OFF = {'magic': 0, 'version': 4, 'arch': 8, 'flags': 12, 'dim': 16, 'hidden_dim'
        'tokenizer_offset': 128, 'tokenizer_bytes': 136, 'weights_offset': 144, 'weights_bytes': 152}
 
 
-class InTempDir(unittest.TestCase):
-    """A temporary folder per test class (cls.tmp), removed after its tests."""
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix='qwen3_%s_' % cls.__name__)
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    def skip_without_tools(self):
-        why = hf_model.missing_tools()
-        if why:
-            self.skipTest(why)
+class InTempDir(hf_model.TempDirTestCase):
+    """A temporary folder per test class; the tests that need export.py or ./run say so with
+    skip_without_tools()."""
+    NEEDS_TOOLS = False
 
 
 class ExportErrors(InTempDir):

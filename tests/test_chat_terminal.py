@@ -23,11 +23,9 @@ import os
 import pty
 import re
 import select
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import termios
 import time
 import unittest
@@ -145,10 +143,12 @@ class TerminalChat:
                 f.close()
 
 
-class ChatTerminal(unittest.TestCase):
+class ChatTerminal(hf_model.TempDirTestCase):
+    NEEDS = 'for the chat tests'
+
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix='qwen3_chat_terminal_')
+        super().setUpClass()
         if hf_model.missing_tools():
             return
         d = os.path.join(cls.tmp, 'hf')
@@ -157,15 +157,6 @@ class ChatTerminal(unittest.TestCase):
         cls.ckpt = os.path.join(cls.tmp, 'model.bin')
         p = hf_model.run_export(d, cls.ckpt, dtype='f32')
         assert p.returncode == 0, p.stderr
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    def setUp(self):
-        why = hf_model.missing_tools()
-        if why:
-            self.skipTest(why + ': the chat tests need export.py and ./run')
 
     def tokenize(self, text):
         p = hf_model.run_engine([self.ckpt, '-m', 'tokenize', '-i', text])

@@ -19,10 +19,8 @@ writing the logits of every position it runs (--dump-logits). Then:
 """
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -50,10 +48,12 @@ def rel_err(rows_a, rows_b):
     return err
 
 
-class ChatTurns(unittest.TestCase):
+class ChatTurns(hf_model.TempDirTestCase):
+    NEEDS = 'for the chat tests'
+
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix='qwen3_chat_')
+        super().setUpClass()
         cls.ckpt = None
         if hf_model.missing_tools():
             return
@@ -63,15 +63,6 @@ class ChatTurns(unittest.TestCase):
         p = hf_model.run_export(d, cls.ckpt, dtype='f32')
         assert p.returncode == 0, p.stderr
         cls.vocab = hf_model.read_header(cls.ckpt)['vocab_size']
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    def setUp(self):
-        why = hf_model.missing_tools()
-        if why:
-            self.skipTest(why + ': the chat tests need export.py and ./run')
 
     def tokenize(self, text):
         p = hf_model.run_engine([self.ckpt, '-m', 'tokenize', '-i', text])

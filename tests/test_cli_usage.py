@@ -14,7 +14,6 @@ import json
 import os
 import pty
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -144,7 +143,7 @@ def peak_rss_bytes(args):
         return p.returncode, err.read().decode(errors="replace"), usage.ru_maxrss * 1024
 
 
-class NoMmap(unittest.TestCase):
+class NoMmap(hf_model.TempDirTestCase):
     """A tiny random model with 64 MB of bytes after its sections (the loader reads the whole file
     and ignores what no section covers), so that one copy of the file stands well above the
     engine's own memory (a few MB), and two copies well above one."""
@@ -152,16 +151,10 @@ class NoMmap(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="qwen3_no_mmap_")
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.tmp, ignore_errors=True)
+        super().setUpClass()
 
     def setUp(self):
-        why = hf_model.missing_tools()
-        if why:
-            self.skipTest(why)
+        super().setUp()
         if not hasattr(os, "wait4") or not hasattr(os, "waitstatus_to_exitcode"):
             self.skipTest("no os.wait4 here (peak RSS of one child)")
 

@@ -25,7 +25,6 @@ import shutil
 import signal
 import struct
 import sys
-import tempfile
 import time
 import traceback
 import unittest
@@ -44,21 +43,11 @@ MODEL_H = os.path.join(hf_model.ROOT, 'model.h')
 TINY = dict(dim=2, hidden_dim=2, n_heads=1, n_kv_heads=1, head_dim=2, n_layers=1, dtype='F32')
 
 
-class InTempDir(unittest.TestCase):
-    """A temporary folder per test class (cls.tmp), removed after its tests."""
+class InTempDir(hf_model.TempDirTestCase):
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix='qwen3_%s_' % cls.__name__)
+        super().setUpClass()
         cls.n = 0
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    def setUp(self):
-        why = hf_model.missing_tools()
-        if why:
-            self.skipTest(why)
 
     def new_dir(self, name):
         type(self).n += 1

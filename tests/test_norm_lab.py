@@ -15,10 +15,8 @@
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -56,10 +54,12 @@ def log_softmax_loss(rows, targets):
     return nll, top1
 
 
-class NormLab(unittest.TestCase):
+class NormLab(hf_model.TempDirTestCase):
+    NEEDS = 'for the RMSNorm lab tests'
+
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix='qwen3_normlab_')
+        super().setUpClass()
         why = hf_model.missing_tools()
         if why:
             return
@@ -73,15 +73,6 @@ class NormLab(unittest.TestCase):
         cls.V = hf_model.read_header(cls.ckpt)['vocab_size']
         cls.ref = Reference(cls.hf)
         cls.n_dump = 0
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    def setUp(self):
-        why = hf_model.missing_tools()
-        if why:
-            self.skipTest(why + ': the RMSNorm lab tests need export.py and ./run')
 
     def engine(self, args, ckpt=None, stdin=None):
         p = subprocess.run([hf_model.RUN, ckpt or self.ckpt] + list(args), cwd=hf_model.ROOT, capture_output=True,

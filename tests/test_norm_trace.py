@@ -13,9 +13,7 @@ import json
 import math
 import os
 import re
-import shutil
 import sys
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -61,20 +59,13 @@ def expected_lines(ref, seq, kv_f16=False):
     return want, logits
 
 
-class NormTrace(unittest.TestCase):
+class NormTrace(hf_model.TempDirTestCase):
+    NEEDS = 'for the trace tests'
+
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix='qwen3_norm_trace_')
+        super().setUpClass()
         cls.expected = {}  # (model, kv_f16, sequence) -> expected_lines(...)[0]
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    def setUp(self):
-        why = hf_model.missing_tools()
-        if why:
-            self.skipTest(why + ': the trace tests need export.py and ./run')
 
     def model(self, name):
         """(HF folder, f32 checkpoint) of MODELS[name], made once."""

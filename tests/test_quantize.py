@@ -17,7 +17,6 @@ import signal
 import struct
 import subprocess
 import sys
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -58,17 +57,7 @@ def read(path):
         return f.read()
 
 
-class InTempDir(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix='qwen3_%s_' % cls.__name__)
-        cls.addClassCleanup(shutil.rmtree, cls.tmp, ignore_errors=True)  # runs even if setUpClass fails
-
-    def setUp(self):
-        why = hf_model.missing_tools()
-        if why:
-            self.skipTest(why)
-
+class InTempDir(hf_model.TempDirTestCase):
     def assert_failed(self, p, *must_mention):
         """Exit status 1 and exactly one line, "run: error: ...", that mentions every string."""
         self.assertEqual(p.returncode, 1, 'stdout %r stderr %r' % (p.stdout, p.stderr))
@@ -77,13 +66,6 @@ class InTempDir(unittest.TestCase):
         self.assertTrue(lines[0].startswith('run: error: '), lines[0])
         for s in must_mention:
             self.assertIn(s, lines[0])
-
-    def fresh_dir(self, name):
-        """A new empty folder; its name made unique by a count."""
-        type(self).n_dirs = getattr(type(self), 'n_dirs', 0) + 1
-        d = os.path.join(self.tmp, '%s_%d' % (name, self.n_dirs))
-        os.makedirs(d)
-        return d
 
 
 class SameBytesAsExport(InTempDir):
