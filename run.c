@@ -234,192 +234,241 @@ static void parse_ablate(const char* list, NormLab* lab) {
     }
 }
 
-static void parse_args(int argc, char** argv, Options* o) {
-    memset(o, 0, sizeof *o);
-    o->mode = "generate";
-    o->steps = 256;
-    o->repeat_penalty = 1.0f;
-    o->thinking = 1;
-    o->show_thinking = 1;
-    for (int i = 1; i < argc; i++) {
-        const char* arg = argv[i];
-        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
-            usage(stdout);
-            check_stdout();
-            exit(0);
+/* Options without a value: each sets one field. Returns the field of the switch called name (and
+ * the value it sets in *value), or NULL when name is none. */
+static int* switch_field(Options* o, const char* name, int* value) {
+    const struct { const char* name; int* field; int value; } switches[] = {
+        {"--keep-thinking", &o->keep_thinking, 1},
+        {"--verbose-prompt", &o->verbose_prompt, 1},
+        {"--no-think", &o->thinking, 0}, /* chat: the official template's switch-off */
+        {"--hide-think", &o->show_thinking, 0},
+        {"--no-mmap", &o->no_mmap, 1},
+        {"--bf16-activations", &o->bf16_activations, 1},
+        {"--show-norms", &o->show_norms, 1},
+    };
+    for (size_t k = 0; k < sizeof switches / sizeof switches[0]; k++) {
+        if (strcmp(name, switches[k].name) == 0) {
+            *value = switches[k].value;
+            return switches[k].field;
         }
-        if (arg[0] != '-' || arg[1] == '\0') { /* the checkpoint */
-            if (o->checkpoint) die(2, "unexpected argument '%s' (the checkpoint is '%s')", arg, o->checkpoint);
-            o->checkpoint = arg;
-            continue;
-        }
-        if (strcmp(arg, "--show-norms=all") == 0) { /* the one switch that also takes a value */
-            o->show_norms = 2;
-            note_given(o, "--show-norms");
-            continue;
-        }
-        /* Options without a value: each sets one field. */
-        const struct { const char* name; int* field; int value; } switches[] = {
-            {"--keep-thinking", &o->keep_thinking, 1},
-            {"--verbose-prompt", &o->verbose_prompt, 1},
-            {"--no-think", &o->thinking, 0}, /* chat: the official template's switch-off */
-            {"--hide-think", &o->show_thinking, 0},
-            {"--no-mmap", &o->no_mmap, 1},
-            {"--bf16-activations", &o->bf16_activations, 1},
-            {"--show-norms", &o->show_norms, 1},
-        };
-        int is_switch = 0;
-        for (size_t k = 0; k < sizeof switches / sizeof switches[0] && !is_switch; k++) {
-            if (strcmp(arg, switches[k].name) == 0) {
-                *switches[k].field = switches[k].value;
-                is_switch = 1;
-            }
-        }
-        if (is_switch || strcmp(arg, "--json") == 0) note_given(o, arg);
-        if (is_switch) continue;
-        if (strcmp(arg, "--json") == 0) { /* bench and eval mode's only option without a value */
-            o->json = 1;
-            if (o->n_bench_args + 1 > (int)(sizeof o->bench_args / sizeof o->bench_args[0]))
-                die(2, "too many bench options");
-            o->bench_args[o->n_bench_args++] = arg;
-            continue;
-        }
-        /* Every other option takes a value: "-t 0.5", "--temperature 0.5" or "--temperature=0.5". */
-        char name[64];
-        const char* value = NULL;
-        const char* eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
-        size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
-        if (len >= sizeof name) die(2, "unknown option '%s' (see --help)", arg);
-        memcpy(name, arg, len);
-        name[len] = '\0';
-        if (eq) value = eq + 1;
-        else if (i + 1 < argc) value = argv[i + 1];
-#define IS(short_name, long_name) \
-    ((short_name[0] && strcmp(name, short_name) == 0) || strcmp(name, long_name) == 0)
-        static const struct { const char* short_name; const char* long_name; } valued[] = {
-            {"-t", "--temperature"}, {"-p", "--top-p"}, {"-k", "--top-k"}, {"", "--min-p"},
-            {"", "--repeat-penalty"}, {"-s", "--seed"}, {"-n", "--steps"}, {"-i", "--input"},
-            {"", "--prompt-ids"}, {"-m", "--mode"}, {"-y", "--system"}, {"-c", "--ctx"},
-            {"", "--threads"}, {"", "--dump-logits"}, {"", "--bench-prompt"}, {"", "--bench-gen"},
-            {"", "--bench-reps"}, {"", "--bench-depth"}, {"", "--thinking"}, {"", "--show-thinking"},
-            {"", "--kv-cache"}, {"", "--norms-json"}, {"", "--file"}, {"", "--ablate"}, {"", "--norm-eps"},
-            {"", "--norm"},
-        };
-        const char* long_name = NULL;
-        for (size_t k = 0; k < sizeof valued / sizeof valued[0] && !long_name; k++)
-            if (IS(valued[k].short_name, valued[k].long_name)) long_name = valued[k].long_name;
-        if (long_name == NULL) {
-            if (strcmp(name, "--show-norms") == 0) die(2, "--show-norms takes no value or =all, got '%s'", arg);
-            for (size_t k = 0; k < sizeof switches / sizeof switches[0]; k++)
-                if (strcmp(name, switches[k].name) == 0) die(2, "option %s takes no value, got '%s'", name, arg);
-            if (strcmp(name, "--json") == 0) die(2, "option %s takes no value, got '%s'", name, arg);
-            die(2, "unknown option '%s' (see --help)", arg);
-        }
-        if (value == NULL) die(2, "option %s needs a value (see --help)", name);
-        if (!eq) i++;
-        note_given(o, long_name);
-        if (IS("-t", "--temperature")) {
-            o->temperature = parse_float(name, value, 0.0f, 100.0f, 0);
-            o->has_temperature = 1;
-        } else if (IS("-p", "--top-p")) {
-            o->top_p = parse_float(name, value, 0.0f, 1.0f, 0);
-            o->has_top_p = 1;
-        } else if (IS("-k", "--top-k")) {
-            o->top_k = (int)parse_int(name, value, 0, INT_MAX);
-            o->has_top_k = 1;
-        } else if (IS("", "--min-p")) {
-            o->min_p = parse_float(name, value, 0.0f, 1.0f, 0);
-        } else if (IS("", "--repeat-penalty")) {
-            o->repeat_penalty = parse_float(name, value, 0.0f, 100.0f, 1);
-        } else if (IS("-s", "--seed")) {
-            o->seed = parse_seed(name, value);
-            o->has_seed = 1;
-        } else if (IS("-n", "--steps")) {
-            o->steps = (int)parse_int(name, value, 0, INT_MAX);
-            o->has_steps = 1;
-        } else if (IS("-i", "--input")) {
-            o->prompt = value;
-        } else if (IS("", "--prompt-ids")) {
-            o->prompt_ids = value;
-        } else if (IS("-m", "--mode")) {
-            if (strcmp(value, "generate") && strcmp(value, "chat") && strcmp(value, "tokenize") &&
-                strcmp(value, "bench") && strcmp(value, "eval"))
-                die(2, "%s must be generate, chat, tokenize, bench or eval, got '%s'", name, value);
-            o->mode = value;
-        } else if (IS("-y", "--system")) {
-            o->system_prompt = value;
-        } else if (IS("-c", "--ctx")) {
-            o->ctx = (int)parse_int(name, value, 0, INT_MAX);
-        } else if (IS("", "--threads")) {
-            int counts[BENCH_MAX_THREAD_COUNTS];
-            o->n_thread_counts = bench_parse_threads(value, counts, BENCH_MAX_THREAD_COUNTS);
-            if (o->n_thread_counts < 1)
-                die(2, "%s must be a number in 1..1024 (bench mode: or a list of up to %d, e.g. 1,2), got '%s'",
-                    name, BENCH_MAX_THREAD_COUNTS, value);
-            o->threads = 0;
-            for (int k = 0; k < o->n_thread_counts; k++)
-                if (counts[k] > o->threads) o->threads = counts[k];
-            o->thread_counts = value;
-        } else if (IS("", "--thinking")) {
-            o->thinking = (int)parse_int(name, value, 0, 1);
-        } else if (IS("", "--show-thinking")) {
-            o->show_thinking = (int)parse_int(name, value, 0, 1);
-        } else if (IS("", "--kv-cache")) {
-            if (strcmp(value, "f32") && strcmp(value, "f16"))
-                die(2, "%s must be f32 or f16, got '%s'", name, value);
-            o->kv_f16 = strcmp(value, "f16") == 0;
-        } else if (IS("", "--norms-json")) {
-            if (!value[0]) die(2, "--norms-json needs a file name");
-            o->norms_json = value;
-        } else if (IS("", "--file")) {
-            if (!value[0]) die(2, "--file needs a file name");
-            o->file = value;
-        } else if (IS("", "--ablate")) {
-            parse_ablate(value, &o->norm_lab);
-        } else if (IS("", "--norm-eps")) {
-            o->norm_lab.eps = parse_float(name, value, 0.0f, 100.0f, 0);
-            o->norm_lab.has_eps = 1;
-        } else if (IS("", "--norm")) {
-            if (strcmp(value, "rmsnorm") && strcmp(value, "layernorm"))
-                die(2, "%s must be rmsnorm or layernorm, got '%s'", name, value);
-            o->norm_lab.variant &= ~NORM_VARIANT_CENTER;
-            if (strcmp(value, "layernorm") == 0) o->norm_lab.variant |= NORM_VARIANT_CENTER;
-        } else if (IS("", "--dump-logits")) {
-            if (!value[0]) die(2, "--dump-logits needs a file name");
-            o->dump_logits = value;
-        } else { /* --bench-prompt, --bench-gen, --bench-reps, --bench-depth: checked here, used by bench.c */
-            parse_int(name, value, 0, 1000000);
-            if (o->n_bench_args + 2 > (int)(sizeof o->bench_args / sizeof o->bench_args[0]))
-                die(2, "too many bench options");
-            o->bench_args[o->n_bench_args++] = IS("", "--bench-prompt") ? "--bench-prompt"
-                                               : IS("", "--bench-gen")  ? "--bench-gen"
-                                               : IS("", "--bench-reps") ? "--bench-reps"
-                                                                        : "--bench-depth";
-            o->bench_args[o->n_bench_args++] = value;
-        }
-#undef IS
     }
+    return NULL;
+}
+
+/* The options that take a value, and their short names ("" where none). */
+static const struct { const char* short_name; const char* long_name; } valued_options[] = {
+    {"-t", "--temperature"}, {"-p", "--top-p"}, {"-k", "--top-k"}, {"", "--min-p"},
+    {"", "--repeat-penalty"}, {"-s", "--seed"}, {"-n", "--steps"}, {"-i", "--input"},
+    {"", "--prompt-ids"}, {"-m", "--mode"}, {"-y", "--system"}, {"-c", "--ctx"},
+    {"", "--threads"}, {"", "--dump-logits"}, {"", "--bench-prompt"}, {"", "--bench-gen"},
+    {"", "--bench-reps"}, {"", "--bench-depth"}, {"", "--thinking"}, {"", "--show-thinking"},
+    {"", "--kv-cache"}, {"", "--norms-json"}, {"", "--file"}, {"", "--ablate"}, {"", "--norm-eps"},
+    {"", "--norm"},
+};
+
+/* The long name of the option with a value that name (short or long) is, or NULL. */
+static const char* valued_long_name(const char* name) {
+    for (size_t k = 0; k < sizeof valued_options / sizeof valued_options[0]; k++) {
+        const char* short_name = valued_options[k].short_name;
+        if ((short_name[0] && strcmp(name, short_name) == 0) || strcmp(name, valued_options[k].long_name) == 0)
+            return valued_options[k].long_name;
+    }
+    return NULL;
+}
+
+/* Appends to the options run.c passes on to bench_main. */
+static void add_bench_args(Options* o, const char* a, const char* b) {
+    const int n = b ? 2 : 1;
+    if (o->n_bench_args + n > (int)(sizeof o->bench_args / sizeof o->bench_args[0])) die(2, "too many bench options");
+    o->bench_args[o->n_bench_args++] = a;
+    if (b) o->bench_args[o->n_bench_args++] = b;
+}
+
+/* An option without a value (a switch, --show-norms=all or --json); returns 0 when arg is none. */
+static int parse_switch(Options* o, const char* arg) {
+    if (strcmp(arg, "--show-norms=all") == 0) { /* the one switch that also takes a value */
+        o->show_norms = 2;
+        note_given(o, "--show-norms");
+        return 1;
+    }
+    int value;
+    int* field = switch_field(o, arg, &value);
+    if (field) {
+        *field = value;
+        note_given(o, arg);
+        return 1;
+    }
+    if (strcmp(arg, "--json") == 0) { /* bench and eval mode's only option without a value */
+        note_given(o, arg);
+        o->json = 1;
+        add_bench_args(o, arg, NULL);
+        return 1;
+    }
+    return 0;
+}
+
+/* The sampler's options and -n; returns 0 when long_name is none of them. name is the option as
+ * given (short or long), for the messages. */
+static int set_sampling_option(Options* o, const char* long_name, const char* name, const char* value) {
+    if (strcmp(long_name, "--temperature") == 0) {
+        o->temperature = parse_float(name, value, 0.0f, 100.0f, 0);
+        o->has_temperature = 1;
+    } else if (strcmp(long_name, "--top-p") == 0) {
+        o->top_p = parse_float(name, value, 0.0f, 1.0f, 0);
+        o->has_top_p = 1;
+    } else if (strcmp(long_name, "--top-k") == 0) {
+        o->top_k = (int)parse_int(name, value, 0, INT_MAX);
+        o->has_top_k = 1;
+    } else if (strcmp(long_name, "--min-p") == 0) {
+        o->min_p = parse_float(name, value, 0.0f, 1.0f, 0);
+    } else if (strcmp(long_name, "--repeat-penalty") == 0) {
+        o->repeat_penalty = parse_float(name, value, 0.0f, 100.0f, 1);
+    } else if (strcmp(long_name, "--seed") == 0) {
+        o->seed = parse_seed(name, value);
+        o->has_seed = 1;
+    } else if (strcmp(long_name, "--steps") == 0) {
+        o->steps = (int)parse_int(name, value, 0, INT_MAX);
+        o->has_steps = 1;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+/* What to run on: the mode, the prompt or text, chat's options; returns 0 for any other option. */
+static int set_input_option(Options* o, const char* long_name, const char* name, const char* value) {
+    if (strcmp(long_name, "--input") == 0) {
+        o->prompt = value;
+    } else if (strcmp(long_name, "--prompt-ids") == 0) {
+        o->prompt_ids = value;
+    } else if (strcmp(long_name, "--mode") == 0) {
+        if (strcmp(value, "generate") && strcmp(value, "chat") && strcmp(value, "tokenize") &&
+            strcmp(value, "bench") && strcmp(value, "eval"))
+            die(2, "%s must be generate, chat, tokenize, bench or eval, got '%s'", name, value);
+        o->mode = value;
+    } else if (strcmp(long_name, "--system") == 0) {
+        o->system_prompt = value;
+    } else if (strcmp(long_name, "--thinking") == 0) {
+        o->thinking = (int)parse_int(name, value, 0, 1);
+    } else if (strcmp(long_name, "--show-thinking") == 0) {
+        o->show_thinking = (int)parse_int(name, value, 0, 1);
+    } else if (strcmp(long_name, "--file") == 0) {
+        if (!value[0]) die(2, "--file needs a file name");
+        o->file = value;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+/* --threads N, or in bench mode a list of counts, of which the largest starts the kernels. */
+static void set_threads(Options* o, const char* name, const char* value) {
+    int counts[BENCH_MAX_THREAD_COUNTS];
+    o->n_thread_counts = bench_parse_threads(value, counts, BENCH_MAX_THREAD_COUNTS);
+    if (o->n_thread_counts < 1)
+        die(2, "%s must be a number in 1..1024 (bench mode: or a list of up to %d, e.g. 1,2), got '%s'", name,
+            BENCH_MAX_THREAD_COUNTS, value);
+    o->threads = 0;
+    for (int k = 0; k < o->n_thread_counts; k++)
+        if (counts[k] > o->threads) o->threads = counts[k];
+    o->thread_counts = value;
+}
+
+/* How the engine runs and what it writes beside the text; returns 0 for any other option. */
+static int set_engine_option(Options* o, const char* long_name, const char* name, const char* value) {
+    if (strcmp(long_name, "--ctx") == 0) {
+        o->ctx = (int)parse_int(name, value, 0, INT_MAX);
+    } else if (strcmp(long_name, "--threads") == 0) {
+        set_threads(o, name, value);
+    } else if (strcmp(long_name, "--kv-cache") == 0) {
+        if (strcmp(value, "f32") && strcmp(value, "f16")) die(2, "%s must be f32 or f16, got '%s'", name, value);
+        o->kv_f16 = strcmp(value, "f16") == 0;
+    } else if (strcmp(long_name, "--norms-json") == 0) {
+        if (!value[0]) die(2, "--norms-json needs a file name");
+        o->norms_json = value;
+    } else if (strcmp(long_name, "--dump-logits") == 0) {
+        if (!value[0]) die(2, "--dump-logits needs a file name");
+        o->dump_logits = value;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+/* The RMSNorm lab's options (model.h NormLab); returns 0 for any other option. */
+static int set_norm_lab_option(Options* o, const char* long_name, const char* name, const char* value) {
+    if (strcmp(long_name, "--ablate") == 0) {
+        parse_ablate(value, &o->norm_lab);
+    } else if (strcmp(long_name, "--norm-eps") == 0) {
+        o->norm_lab.eps = parse_float(name, value, 0.0f, 100.0f, 0);
+        o->norm_lab.has_eps = 1;
+    } else if (strcmp(long_name, "--norm") == 0) {
+        if (strcmp(value, "rmsnorm") && strcmp(value, "layernorm"))
+            die(2, "%s must be rmsnorm or layernorm, got '%s'", name, value);
+        o->norm_lab.variant &= ~NORM_VARIANT_CENTER;
+        if (strcmp(value, "layernorm") == 0) o->norm_lab.variant |= NORM_VARIANT_CENTER;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+/* An option that takes a value: "-t 0.5", "--temperature 0.5" or "--temperature=0.5", at argv[i].
+ * Returns how many of the following arguments it used (1 for a separate value, else 0). */
+static int parse_valued(Options* o, int argc, char** argv, int i) {
+    const char* arg = argv[i];
+    char name[64];
+    const char* value = NULL;
+    const char* eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
+    size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+    if (len >= sizeof name) die(2, "unknown option '%s' (see --help)", arg);
+    memcpy(name, arg, len);
+    name[len] = '\0';
+    if (eq) value = eq + 1;
+    else if (i + 1 < argc) value = argv[i + 1];
+    const char* long_name = valued_long_name(name);
+    if (long_name == NULL) {
+        int unused;
+        if (strcmp(name, "--show-norms") == 0) die(2, "--show-norms takes no value or =all, got '%s'", arg);
+        if (switch_field(o, name, &unused) || strcmp(name, "--json") == 0)
+            die(2, "option %s takes no value, got '%s'", name, arg);
+        die(2, "unknown option '%s' (see --help)", arg);
+    }
+    if (value == NULL) die(2, "option %s needs a value (see --help)", name);
+    note_given(o, long_name);
+    if (!set_sampling_option(o, long_name, name, value) && !set_input_option(o, long_name, name, value) &&
+        !set_engine_option(o, long_name, name, value) && !set_norm_lab_option(o, long_name, name, value)) {
+        /* --bench-prompt, --bench-gen, --bench-reps, --bench-depth: checked here, used by bench.c */
+        parse_int(name, value, 0, 1000000);
+        add_bench_args(o, long_name, value);
+    }
+    return eq ? 0 : 1;
+}
+
+/* Options that contradict each other, or that only bench mode passes on. */
+static void check_combinations(Options* o) {
     if (o->checkpoint == NULL) {
         usage(stderr);
         die(2, "no checkpoint given");
     }
     if (o->prompt && o->prompt_ids) die(2, "give either -i or --prompt-ids, not both");
     if (strcmp(o->mode, "bench") == 0 && o->thread_counts) { /* the kernels start the largest */
-        if (o->n_bench_args + 2 > (int)(sizeof o->bench_args / sizeof o->bench_args[0]))
-            die(2, "too many bench options");
-        o->bench_args[o->n_bench_args++] = "--threads";
-        o->bench_args[o->n_bench_args++] = o->thread_counts;
+        add_bench_args(o, "--threads", o->thread_counts);
     } else if (o->n_thread_counts > 1) {
         die(2, "--threads takes a list of counts only in bench mode (-m bench), got '%s'", o->thread_counts);
     }
-    /* Options of another mode: --prompt-ids would leave chat and tokenize reading standard input
-     * instead, an error; the others do nothing there, which a note says rather than hiding it. */
-    const int is_generate = strcmp(o->mode, "generate") == 0, is_chat = strcmp(o->mode, "chat") == 0;
-    const int is_bench = strcmp(o->mode, "bench") == 0, is_eval = strcmp(o->mode, "eval") == 0;
+    /* --prompt-ids would leave chat and tokenize reading standard input instead, an error. */
+    const int is_generate = strcmp(o->mode, "generate") == 0, is_eval = strcmp(o->mode, "eval") == 0;
     if (o->prompt_ids && !is_generate && !is_eval)
         die(2, "--prompt-ids is for generate mode and eval mode, not -m %s", o->mode);
     if (is_eval && ((o->prompt != NULL) + (o->prompt_ids != NULL) + (o->file != NULL)) > 1)
         die(2, "-m eval scores one text: give one of -i, --file and --prompt-ids");
+}
+
+/* Options of another mode do nothing in this one, which a note says rather than hiding it. */
+static void note_other_mode_options(const Options* o) {
+    const int is_generate = strcmp(o->mode, "generate") == 0, is_chat = strcmp(o->mode, "chat") == 0;
+    const int is_bench = strcmp(o->mode, "bench") == 0, is_eval = strcmp(o->mode, "eval") == 0;
     static const char* const chat_only[] = {"--system",   "--no-think",      "--thinking", "--hide-think",
                                             "--show-thinking", "--keep-thinking", NULL};
     static const char* const generate_only[] = {"--show-norms", "--norms-json", NULL};
@@ -440,6 +489,31 @@ static void parse_args(int argc, char** argv, Options* o) {
     if (!is_bench && !is_eval) warn_other_mode(o, bench_and_eval, "-m bench and -m eval");
     if (!is_eval) warn_other_mode(o, eval_only, "-m eval");
     if (!is_generate && !is_chat && !is_eval) warn_other_mode(o, norm_lab, "generate, chat and eval");
+}
+
+static void parse_args(int argc, char** argv, Options* o) {
+    memset(o, 0, sizeof *o);
+    o->mode = "generate";
+    o->steps = 256;
+    o->repeat_penalty = 1.0f;
+    o->thinking = 1;
+    o->show_thinking = 1;
+    for (int i = 1; i < argc; i++) {
+        const char* arg = argv[i];
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+            usage(stdout);
+            check_stdout();
+            exit(0);
+        }
+        if (arg[0] != '-' || arg[1] == '\0') { /* the checkpoint */
+            if (o->checkpoint) die(2, "unexpected argument '%s' (the checkpoint is '%s')", arg, o->checkpoint);
+            o->checkpoint = arg;
+            continue;
+        }
+        if (!parse_switch(o, arg)) i += parse_valued(o, argc, argv, i);
+    }
+    check_combinations(o);
+    note_other_mode_options(o);
 }
 
 /* "9707,11,1879" -> ids (malloc'ed). Every id must be a token of the model. */
