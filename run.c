@@ -649,17 +649,14 @@ static void trace_close(NormTrace* tr, TraceBuffers* b, const Options* o) {
     free(tr->scratch);
 }
 
-/* seed: the sampler's, reported when it came from the clock so that a run can be repeated. */
-static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, const Options* o, uint64_t seed) {
-    const Config* c = &t->config;
-    const int V = c->vocab_size;
-
-    /* The prompt: ids given as such, or encoded text (plus BOS when the model has one; Qwen3
-     * has none, QWEN3.md 2.3). */
-    int n_prompt = 0;
+/* The prompt: ids given as such, or encoded text (plus BOS when the model has one; Qwen3 has none,
+ * QWEN3.md 2.3), or BOS alone when neither is given (malloc'ed; NULL when it is empty). */
+static int* read_prompt(const Transformer* t, const Tokenizer* tok, const Options* o, int* n_prompt) {
+    const int V = t->config.vocab_size;
     int* prompt = NULL;
+    *n_prompt = 0;
     if (o->prompt_ids) {
-        prompt = parse_prompt_ids(o->prompt_ids, V, &n_prompt);
+        prompt = parse_prompt_ids(o->prompt_ids, V, n_prompt);
     } else if (o->prompt) {
         if (tok == NULL) die(1, "%s has no tokenizer: give the prompt with --prompt-ids", o->checkpoint);
         int n_text = 0;
@@ -670,17 +667,22 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
         if (prompt == NULL) die(1, "out of memory");
         if (bos) prompt[0] = t->header.bos_id;
         memcpy(prompt + bos, text, (size_t)n_text * sizeof(int));
-        n_prompt = n_text + bos;
+        *n_prompt = n_text + bos;
         free(text);
-        for (int i = 0; i < n_prompt; i++)
+        for (int i = 0; i < *n_prompt; i++)
             if (prompt[i] < 0 || prompt[i] >= V)
                 die(1, "the tokenizer gave id %d, outside the model's vocabulary of %d", prompt[i], V);
     } else if (t->header.bos_id >= 0) {
         prompt = malloc(sizeof(int));
         if (prompt == NULL) die(1, "out of memory");
         prompt[0] = t->header.bos_id;
-        n_prompt = 1;
+        *n_prompt = 1;
     }
+    return prompt;
+}
+
+/* A prompt that is empty or longer than the context ends the run; --verbose-prompt shows its ids. */
+static void check_prompt(const Config* c, const Options* o, const int* prompt, int n_prompt) {
     if (n_prompt == 0 && o->prompt) die(2, "the prompt (-i) is empty and the model has no BOS token to start from");
     if (n_prompt == 0) die(2, "no prompt: give -i TEXT or --prompt-ids IDS");
     if (n_prompt > c->max_seq_len)
@@ -694,22 +696,104 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
         snprintf(label, sizeof label, "run: prompt of %d token%s:", n_prompt, n_prompt == 1 ? "" : "s");
         print_token_ids(stderr, label, prompt, n_prompt);
     }
+}
+
+/* --dump-logits: the file, and a buffer for a prefill chunk's rows (NULL without the option). */
+typedef struct {
+    FILE* file;
+    float* chunk_logits;
+    const char* path;
+} LogitsDump;
+
+static LogitsDump open_dump(const Transformer* t, const Options* o) {
+    LogitsDump d = {NULL, NULL, o->dump_logits};
+    if (o->dump_logits) {
+        d.file = fopen(o->dump_logits, "wb");
+        if (d.file == NULL) die(1, "%s: cannot open for writing: %s", o->dump_logits, strerror(errno));
+        d.chunk_logits = malloc((size_t)t->state.max_batch * (size_t)t->config.vocab_size * sizeof(float));
+        if (d.chunk_logits == NULL) die(1, "out of memory");
+    }
+    return d;
+}
+
+/* Prefill: the whole prompt as matrices (QWEN3.md 2.3). With --dump-logits, in chunks of max_batch
+ * rows so that every row's logits fit in one buffer. Returns the last position's logits. */
+static float* prefill(Transformer* t, const int* prompt, int n_prompt, const LogitsDump* dump) {
+    float* logits = NULL;
+    if (dump->file) {
+        for (int i = 0; i < n_prompt; i += t->state.max_batch) {
+            int nb = n_prompt - i < t->state.max_batch ? n_prompt - i : t->state.max_batch;
+            logits = forward(t, prompt + i, nb, i, dump->chunk_logits);
+            if (logits == NULL) die(1, "forward pass failed");
+            write_rows(dump->file, dump->path, dump->chunk_logits, nb, t->config.vocab_size);
+        }
+    } else {
+        logits = forward(t, prompt, n_prompt, 0, NULL);
+        if (logits == NULL) die(1, "forward pass failed");
+    }
+    return logits;
+}
+
+/* What the token loop did: tokens generated, run through the model and printed, and whether it
+ * stopped at the end of the context. */
+typedef struct {
+    int n_generated, n_decoded, n_emitted, context_full;
+} DecodeCounts;
+
+/* Decode: sample, print, feed the token back, until an end-of-sequence id, -n tokens or the end of
+ * the context. history holds the prompt's n_prompt tokens and room for every generated one. */
+static DecodeCounts decode(Transformer* t, const Tokenizer* tok, Sampler* sampler, const Options* o,
+                           float* logits, int* history, int n_prompt, const LogitsDump* dump, Utf8Stream* stream) {
+    const Config* c = &t->config;
+    DecodeCounts n = {0, 0, 0, 0};
+    int pos = n_prompt, n_history = n_prompt;
+    while (n.n_generated < o->steps) {
+        int next = sampler_sample(sampler, logits, history, n_history);
+        if (is_eos(&t->header, next)) break;
+        emit(tok, stream, next, &n.n_emitted);
+        if (ferror(stdout)) break; /* nobody reads what follows; check_stdout reports it */
+        history[n_history++] = next;
+        n.n_generated++;
+        /* The last token is only run through the model when its logits are wanted. */
+        if (n.n_generated == o->steps && dump->file == NULL) break;
+        if (pos >= c->seq_len) {
+            n.context_full = 1;
+            break;
+        }
+        logits = forward(t, &next, 1, pos, NULL);
+        if (logits == NULL) die(1, "forward pass failed");
+        pos++;
+        n.n_decoded++;
+        if (dump->file) write_rows(dump->file, dump->path, logits, 1, c->vocab_size);
+    }
+    return n;
+}
+
+/* The speed line, and the seed when it came from the clock so that a run can be repeated. */
+static void report_speed(const Options* o, const Sampler* sampler, uint64_t seed, int n_prompt,
+                         const DecodeCounts* n, double prefill_s, double decode_s) {
+    fprintf(stderr, "prompt tokens: %d, prefill: %.1f tok/s, generated tokens: %d, decode: ",
+            n_prompt, n_prompt / (prefill_s > 0 ? prefill_s : 1e-9), n->n_generated);
+    if (n->n_decoded > 0) fprintf(stderr, "%.1f tok/s\n", n->n_decoded / (decode_s > 0 ? decode_s : 1e-9));
+    else fprintf(stderr, "- tok/s\n");
+    if (!o->has_seed && sampler->temperature > 0 && n->n_generated > 0)
+        fprintf(stderr, "seed: %llu (from the clock; -s %llu repeats this run)\n", (unsigned long long)seed,
+                (unsigned long long)seed);
+}
+
+/* seed: the sampler's, reported when it came from the clock so that a run can be repeated. */
+static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, const Options* o, uint64_t seed) {
+    const Config* c = &t->config;
+    int n_prompt = 0;
+    int* prompt = read_prompt(t, tok, o, &n_prompt);
+    check_prompt(c, o, prompt, n_prompt);
 
     /* Everything the token loop needs is allocated here, before it. */
     /* The tokens seen, for the repetition penalty: at most the context plus one last token. */
     int* history = malloc(((size_t)c->seq_len + 2) * sizeof(int));
     if (history == NULL) die(1, "out of memory");
     memcpy(history, prompt, (size_t)n_prompt * sizeof(int));
-    int n_history = n_prompt;
-    FILE* dump = NULL;
-    float* chunk_logits = NULL;
-    if (o->dump_logits) {
-        dump = fopen(o->dump_logits, "wb");
-        if (dump == NULL) die(1, "%s: cannot open for writing: %s", o->dump_logits, strerror(errno));
-        chunk_logits = malloc((size_t)t->state.max_batch * (size_t)V * sizeof(float));
-        if (chunk_logits == NULL) die(1, "out of memory");
-    }
-
+    LogitsDump dump = open_dump(t, o);
     NormTrace trace = {0};
     TraceBuffers trace_buffers = {0};
     if (o->show_norms || o->norms_json) {
@@ -721,70 +805,28 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
         fputs(o->prompt, stdout);
         fflush(stdout);
     }
-
-    /* Prefill: the whole prompt as matrices (QWEN3.md 2.3). With --dump-logits, in chunks of
-     * max_batch rows so that every row's logits fit in one buffer. */
     double t0 = now_seconds();
-    float* logits = NULL;
-    if (dump) {
-        for (int i = 0; i < n_prompt; i += t->state.max_batch) {
-            int nb = n_prompt - i < t->state.max_batch ? n_prompt - i : t->state.max_batch;
-            logits = forward(t, prompt + i, nb, i, chunk_logits);
-            if (logits == NULL) die(1, "forward pass failed");
-            write_rows(dump, o->dump_logits, chunk_logits, nb, V);
-        }
-    } else {
-        logits = forward(t, prompt, n_prompt, 0, NULL);
-        if (logits == NULL) die(1, "forward pass failed");
-    }
+    float* logits = prefill(t, prompt, n_prompt, &dump);
     double t1 = now_seconds();
     if (trace.pos >= 0 && trace.json == NULL)
         t->norm_trace = NULL; /* the prompt's last token has been through every call site */
-
-    /* Decode: sample, print, feed the token back, until an end-of-sequence id, -n tokens or the
-     * end of the context. */
     Utf8Stream stream = {{0}, 0};
-    int pos = n_prompt, n_generated = 0, n_decoded = 0, n_emitted = 0, context_full = 0;
-    while (n_generated < o->steps) {
-        int next = sampler_sample(sampler, logits, history, n_history);
-        if (is_eos(&t->header, next)) break;
-        emit(tok, &stream, next, &n_emitted);
-        if (ferror(stdout)) break; /* nobody reads what follows; check_stdout reports it */
-        history[n_history++] = next;
-        n_generated++;
-        /* The last token is only run through the model when its logits are wanted. */
-        if (n_generated == o->steps && dump == NULL) break;
-        if (pos >= c->seq_len) {
-            context_full = 1;
-            break;
-        }
-        logits = forward(t, &next, 1, pos, NULL);
-        if (logits == NULL) die(1, "forward pass failed");
-        pos++;
-        n_decoded++;
-        if (dump) write_rows(dump, o->dump_logits, logits, 1, V);
-    }
+    DecodeCounts n = decode(t, tok, sampler, o, logits, history, n_prompt, &dump, &stream);
     double t2 = now_seconds();
     t->norm_trace = NULL;
     if (tok) utf8_stream_flush(&stream, stdout);
-    if (n_emitted > 0 || (o->prompt && tok)) fputc('\n', stdout);
+    if (n.n_emitted > 0 || (o->prompt && tok)) fputc('\n', stdout);
     check_stdout();
 
     if (o->show_norms || o->norms_json) trace_close(&trace, &trace_buffers, o);
-    if (context_full) {
+    if (n.context_full) {
         char advice[80];
         fprintf(stderr, "run: the context is full (%d token%s): generation stopped; %s\n", c->seq_len,
                 c->seq_len == 1 ? "" : "s", context_advice(c, advice, sizeof advice));
     }
-    if (dump && fclose(dump) != 0) die(1, "%s: write failed", o->dump_logits);
-    fprintf(stderr, "prompt tokens: %d, prefill: %.1f tok/s, generated tokens: %d, decode: ",
-            n_prompt, n_prompt / (t1 - t0 > 0 ? t1 - t0 : 1e-9), n_generated);
-    if (n_decoded > 0) fprintf(stderr, "%.1f tok/s\n", n_decoded / (t2 - t1 > 0 ? t2 - t1 : 1e-9));
-    else fprintf(stderr, "- tok/s\n");
-    if (!o->has_seed && sampler->temperature > 0 && n_generated > 0)
-        fprintf(stderr, "seed: %llu (from the clock; -s %llu repeats this run)\n", (unsigned long long)seed,
-                (unsigned long long)seed);
-    free(chunk_logits);
+    if (dump.file && fclose(dump.file) != 0) die(1, "%s: write failed", o->dump_logits);
+    report_speed(o, sampler, seed, n_prompt, &n, t1 - t0, t2 - t1);
+    free(dump.chunk_logits);
     free(history);
     free(prompt);
     return 0;
@@ -846,6 +888,62 @@ static void clamp_threads(Options* o) {
     o->threads = cpus;
 }
 
+/* The RMSNorm lab's switches (model.h NormLab) set on the model, with a note where they change
+ * nothing or --show-norms does not show them. */
+static void apply_norm_lab(Transformer* t, const Options* o) {
+    t->norm_lab = o->norm_lab;
+    if ((o->norm_lab.skip & NORM_SKIP_QK) && !(t->config.flags & FLAG_QK_NORM))
+        fprintf(stderr, "run: note: --ablate qk-norm changes nothing: this model has no QK-Norm\n");
+    if (o->show_norms && (o->norm_lab.skip || o->norm_lab.variant || o->norm_lab.has_eps))
+        fprintf(stderr, "run: note: --show-norms shows each RMSNorm as trained, not as --ablate, --norm-eps "
+                        "and --norm change it\n");
+}
+
+static int run_eval(Transformer* t, const Tokenizer* text_tok, const Options* o) {
+    int n_ids = 0;
+    int* ids = o->prompt_ids ? parse_prompt_ids(o->prompt_ids, t->config.vocab_size, &n_ids) : NULL;
+    EvalOptions eval = {o->prompt, o->file, ids, n_ids, o->json};
+    int status = eval_main(t, text_tok, &eval);
+    free(ids);
+    return status;
+}
+
+/* Generate and chat: the sampler, then the mode. */
+static int run_sampling_mode(Transformer* t, const Tokenizer* text_tok, const Options* o) {
+    /* Sampling defaults: the model's generation_config (0 in the header means absent), else
+     * llama2.c's 1.0 / 0.9, and no top-k. A no-think chat follows Qwen's advice for that mode
+     * instead (QWEN3.md 1.2: temperature 0.7, top-p 0.8, top-k 20); the thinking mode's advice
+     * (0.6, 0.95, 20) is what Qwen3's generation_config holds. */
+    const FileHeader* h = &t->header;
+    float def_temperature = h->temperature > 0 ? h->temperature : 1.0f;
+    float def_top_p = h->top_p > 0 ? h->top_p : 0.9f;
+    int def_top_k = h->top_k;
+    if (strcmp(o->mode, "chat") == 0 && !o->thinking) {
+        def_temperature = 0.7f;
+        def_top_p = 0.8f;
+        def_top_k = 20;
+    }
+    float temperature = o->has_temperature ? o->temperature : def_temperature;
+    float top_p = o->has_top_p ? o->top_p : def_top_p;
+    int top_k = o->has_top_k ? o->top_k : def_top_k;
+    uint64_t seed = o->has_seed ? o->seed : seed_from_clock();
+    Sampler sampler;
+    if (sampler_init(&sampler, t->config.vocab_size, temperature, top_p, top_k, o->min_p, o->repeat_penalty,
+                     seed) != 0)
+        die(1, "out of memory");
+    int status;
+    if (strcmp(o->mode, "chat") == 0) {
+        ChatOptions chat = {o->system_prompt, o->prompt, o->has_steps ? o->steps : 0, o->thinking,
+                            o->show_thinking, o->keep_thinking, o->verbose_prompt, o->dump_logits};
+        if (text_tok == NULL) die(1, "%s has no tokenizer: chat needs one (export with tokenizer.json)", o->checkpoint);
+        status = chat_main(t, text_tok, &sampler, &chat);
+    } else {
+        status = generate(t, text_tok, &sampler, o, seed);
+    }
+    sampler_free(&sampler);
+    return status;
+}
+
 int main(int argc, char** argv) {
     if (quantize_requested(argc, argv)) return quantize_main(argc, argv); /* its own options: quantize.h */
     Options o;
@@ -872,58 +970,13 @@ int main(int argc, char** argv) {
 
     /* The RMSNorm lab's switches change the forward pass of the modes that run the model on text. */
     const int is_eval = strcmp(o.mode, "eval") == 0;
-    if (is_eval || strcmp(o.mode, "generate") == 0 || strcmp(o.mode, "chat") == 0) {
-        t.norm_lab = o.norm_lab;
-        if ((o.norm_lab.skip & NORM_SKIP_QK) && !(t.config.flags & FLAG_QK_NORM))
-            fprintf(stderr, "run: note: --ablate qk-norm changes nothing: this model has no QK-Norm\n");
-        if (o.show_norms && (o.norm_lab.skip || o.norm_lab.variant || o.norm_lab.has_eps))
-            fprintf(stderr, "run: note: --show-norms shows each RMSNorm as trained, not as --ablate, --norm-eps "
-                            "and --norm change it\n");
-    }
+    if (is_eval || strcmp(o.mode, "generate") == 0 || strcmp(o.mode, "chat") == 0) apply_norm_lab(&t, &o);
 
     int status;
-    if (strcmp(o.mode, "tokenize") == 0) {
-        status = tokenize(text_tok, &o);
-    } else if (is_eval) {
-        int n_ids = 0;
-        int* ids = o.prompt_ids ? parse_prompt_ids(o.prompt_ids, t.config.vocab_size, &n_ids) : NULL;
-        EvalOptions eval = {o.prompt, o.file, ids, n_ids, o.json};
-        status = eval_main(&t, text_tok, &eval);
-        free(ids);
-    } else if (strcmp(o.mode, "bench") == 0) {
-        status = bench_main(&t, o.n_bench_args, (char**)o.bench_args);
-    } else {
-        /* Sampling defaults: the model's generation_config (0 in the header means absent), else
-         * llama2.c's 1.0 / 0.9, and no top-k. A no-think chat follows Qwen's advice for that mode
-         * instead (QWEN3.md 1.2: temperature 0.7, top-p 0.8, top-k 20); the thinking mode's advice
-         * (0.6, 0.95, 20) is what Qwen3's generation_config holds. */
-        const FileHeader* h = &t.header;
-        float def_temperature = h->temperature > 0 ? h->temperature : 1.0f;
-        float def_top_p = h->top_p > 0 ? h->top_p : 0.9f;
-        int def_top_k = h->top_k;
-        if (strcmp(o.mode, "chat") == 0 && !o.thinking) {
-            def_temperature = 0.7f;
-            def_top_p = 0.8f;
-            def_top_k = 20;
-        }
-        float temperature = o.has_temperature ? o.temperature : def_temperature;
-        float top_p = o.has_top_p ? o.top_p : def_top_p;
-        int top_k = o.has_top_k ? o.top_k : def_top_k;
-        uint64_t seed = o.has_seed ? o.seed : seed_from_clock();
-        Sampler sampler;
-        if (sampler_init(&sampler, t.config.vocab_size, temperature, top_p, top_k, o.min_p,
-                         o.repeat_penalty, seed) != 0)
-            die(1, "out of memory");
-        if (strcmp(o.mode, "chat") == 0) {
-            ChatOptions chat = {o.system_prompt, o.prompt, o.has_steps ? o.steps : 0, o.thinking,
-                                o.show_thinking, o.keep_thinking, o.verbose_prompt, o.dump_logits};
-            if (text_tok == NULL) die(1, "%s has no tokenizer: chat needs one (export with tokenizer.json)", o.checkpoint);
-            status = chat_main(&t, text_tok, &sampler, &chat);
-        } else {
-            status = generate(&t, text_tok, &sampler, &o, seed);
-        }
-        sampler_free(&sampler);
-    }
+    if (strcmp(o.mode, "tokenize") == 0) status = tokenize(text_tok, &o);
+    else if (is_eval) status = run_eval(&t, text_tok, &o);
+    else if (strcmp(o.mode, "bench") == 0) status = bench_main(&t, o.n_bench_args, (char**)o.bench_args);
+    else status = run_sampling_mode(&t, text_tok, &o);
     tokenizer_free(tok);
     transformer_free(&t);
     if (status == 0) check_stdout(); /* the bench's table, the chat's answers */
