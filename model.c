@@ -125,10 +125,8 @@ static void* alloc_array(size_t a, size_t b) {
     return calloc(a ? a : 1, b ? b : 1);
 }
 
-/* Checks every header field; fills the Config. Returns 0 or -1 with err set. */
-static int read_config(Transformer* t, const char* path, int ctx, char* err, size_t errlen) {
-    const FileHeader* h = &t->header;
-    Config* c = &t->config;
+/* The header's format: magic, version, architecture and flags. Returns 0 or -1 with err set. */
+static int check_format(const FileHeader* h, const char* path, char* err, size_t errlen) {
     if (memcmp(h->magic, CHECKPOINT_MAGIC, 4) != 0)
         return fail(err, errlen, path, "not a checkpoint of this engine (bad magic; convert the "
                                        "model with export.py)");
@@ -148,7 +146,11 @@ static int read_config(Transformer* t, const char* path, int ctx, char* err, siz
         return fail(err, errlen, path, "unknown architecture %u", h->arch);
     if (h->flags & ~(uint32_t)(FLAG_QK_NORM | FLAG_QKV_BIAS | FLAG_TIED_EMBED))
         return fail(err, errlen, path, "unknown flags 0x%x", h->flags);
+    return 0;
+}
 
+/* The model's sizes: each in its range, the heads consistent, every matrix indexable. */
+static int check_sizes(const FileHeader* h, const char* path, char* err, size_t errlen) {
     /* The bounds are model.h's CHECKPOINT LIMITS; export.py refuses a model outside them. */
     struct { const char* name; uint32_t value, max; } sizes[] = {
         {"dim", h->dim, MAX_DIM},
@@ -180,7 +182,12 @@ static int read_config(Transformer* t, const char* path, int ctx, char* err, siz
     if (q_dim > tallest) tallest = q_dim;
     if (widest * tallest > (uint64_t)MAX_MATRIX_VALUES)
         return fail(err, errlen, path, "matrices with more than 2^31 values are not supported");
+    return 0;
+}
 
+/* The weight type and its group size, which must divide every row length that is quantised. */
+static int check_weight_type(const FileHeader* h, const char* path, char* err, size_t errlen) {
+    uint64_t q_dim = (uint64_t)h->n_heads * h->head_dim;
     if (h->weight_type > WEIGHT_Q4)
         return fail(err, errlen, path, "unknown weight type %u", h->weight_type);
     if (h->weight_type == WEIGHT_Q4 && h->group_size != Q4_GROUP)
@@ -198,6 +205,11 @@ static int read_config(Transformer* t, const char* path, int ctx, char* err, siz
         return fail(err, errlen, path, "group_size = %u for an unquantised checkpoint (must be 0)",
                     h->group_size);
     }
+    return 0;
+}
+
+/* The constants (RMSNorm's eps, RoPE's base), the special tokens and the generation defaults. */
+static int check_constants(const FileHeader* h, const char* path, char* err, size_t errlen) {
     if (!(h->rms_norm_eps > 0.0f && h->rms_norm_eps < 1.0f))
         return fail(err, errlen, path, "rms_norm_eps = %g is not in (0, 1)", h->rms_norm_eps);
     if (!(h->rope_theta > 0.0 && h->rope_theta < MAX_ROPE_THETA))
@@ -213,7 +225,11 @@ static int read_config(Transformer* t, const char* path, int ctx, char* err, siz
         !(h->top_p >= 0.0f && h->top_p <= MAX_TOP_P) || h->top_k < 0)
         return fail(err, errlen, path, "generation defaults out of range (temperature %g, top_p "
                     "%g, top_k %d)", h->temperature, h->top_p, h->top_k);
+    return 0;
+}
 
+/* The Config of a checked header; seq_len is ctx, held to the model's context (0: the default). */
+static void fill_config(Config* c, const FileHeader* h, int ctx) {
     c->dim = (int)h->dim;
     c->hidden_dim = (int)h->hidden_dim;
     c->n_layers = (int)h->n_layers;
@@ -236,6 +252,15 @@ static int read_config(Transformer* t, const char* path, int ctx, char* err, siz
     } else {
         c->seq_len = ctx;
     }
+}
+
+/* Checks every header field; fills the Config. Returns 0 or -1 with err set. */
+static int read_config(Transformer* t, const char* path, int ctx, char* err, size_t errlen) {
+    const FileHeader* h = &t->header;
+    if (check_format(h, path, err, errlen) != 0 || check_sizes(h, path, err, errlen) != 0 ||
+        check_weight_type(h, path, err, errlen) != 0 || check_constants(h, path, err, errlen) != 0)
+        return -1;
+    fill_config(&t->config, h, ctx);
     return 0;
 }
 
@@ -395,14 +420,9 @@ static void free_state(RunState* s) {
     memset(s, 0, sizeof *s);
 }
 
-int transformer_load(Transformer* t, const char* path, int ctx, char* err, size_t errlen) {
-    memset(t, 0, sizeof *t);
-    if (err && errlen) err[0] = '\0';
-    {
-        const uint32_t one = 1;
-        if (*(const uint8_t*)&one != 1)
-            return fail(err, errlen, path, "this engine needs a little-endian machine");
-    }
+/* Maps (or with --no-mmap reads) the file at path, a regular file at least a header long; its size
+ * in *size. Returns 0, or -1 with err set and nothing mapped. */
+static int map_checkpoint(Transformer* t, const char* path, uint64_t* size, char* err, size_t errlen) {
     /* stat before open: opening a FIFO for reading waits for a writer, forever if none comes. */
     struct stat st;
     if (stat(path, &st) != 0) return fail(err, errlen, path, "cannot open: %s", strerror(errno));
@@ -435,52 +455,65 @@ int transformer_load(Transformer* t, const char* path, int ctx, char* err, size_
     if (map_errno != 0)
         return fail(err, errlen, path, "cannot %s: %s", no_mmap_wanted ? "read" : "mmap",
                     strerror(map_errno));
+    *size = (uint64_t)st.st_size;
+    return 0;
+}
+
+/* The two sections: inside the file, after the header, not overlapping, no wrap-around. */
+static int check_sections(const FileHeader* h, uint64_t size, const char* path, char* err, size_t errlen) {
+    if (h->tokenizer_offset < sizeof(FileHeader) || h->tokenizer_offset > size ||
+        h->tokenizer_bytes > size - h->tokenizer_offset)
+        return fail(err, errlen, path, "tokenizer section [%llu, +%llu) is not inside the %llu-byte file (truncated?)",
+                    (unsigned long long)h->tokenizer_offset, (unsigned long long)h->tokenizer_bytes,
+                    (unsigned long long)size);
+    if (h->weights_offset < sizeof(FileHeader) || h->weights_offset > size ||
+        h->weights_bytes > size - h->weights_offset)
+        return fail(err, errlen, path, "weights section [%llu, +%llu) is not inside the %llu-byte file "
+                    "(truncated?)", (unsigned long long)h->weights_offset,
+                    (unsigned long long)h->weights_bytes, (unsigned long long)size);
+    if (h->tokenizer_offset < h->weights_offset + h->weights_bytes &&
+        h->weights_offset < h->tokenizer_offset + h->tokenizer_bytes)
+        return fail(err, errlen, path, "the tokenizer and weights sections overlap");
+    return 0;
+}
+
+/* The kernels' thread pool (transformer_set_threads; at most 256), sized for the widest matrix. */
+static int start_kernels(const Config* c, const char* path, char* err, size_t errlen) {
+    int n_threads = n_threads_wanted;
+    if (n_threads <= 0) n_threads = kernels_available_cpus();
+    if (n_threads > 256) n_threads = 256;
+    int max_cols = c->dim;
+    if (c->hidden_dim > max_cols) max_cols = c->hidden_dim;
+    if (c->n_heads * c->head_dim > max_cols) max_cols = c->n_heads * c->head_dim;
+    if (kernels_init(n_threads, MAX_BATCH, max_cols) != 0)
+        return fail(err, errlen, path, "cannot start %d kernel threads", n_threads);
+    return 0;
+}
+
+int transformer_load(Transformer* t, const char* path, int ctx, char* err, size_t errlen) {
+    memset(t, 0, sizeof *t);
+    if (err && errlen) err[0] = '\0';
+    {
+        const uint32_t one = 1;
+        if (*(const uint8_t*)&one != 1)
+            return fail(err, errlen, path, "this engine needs a little-endian machine");
+    }
+    uint64_t size = 0;
+    if (map_checkpoint(t, path, &size, err, errlen) != 0) return -1;
     const void* data = t->map.data;
     memcpy(&t->header, data, sizeof(FileHeader));
     const FileHeader* h = &t->header;
-    uint64_t size = (uint64_t)st.st_size;
 
     if (read_config(t, path, ctx, err, errlen) != 0) goto fail_unmap;
-
-    /* The two sections: inside the file, after the header, not overlapping, no wrap-around. */
-    if (h->tokenizer_offset < sizeof(FileHeader) || h->tokenizer_offset > size ||
-        h->tokenizer_bytes > size - h->tokenizer_offset) {
-        fail(err, errlen, path, "tokenizer section [%llu, +%llu) is not inside the %llu-byte file (truncated?)",
-             (unsigned long long)h->tokenizer_offset, (unsigned long long)h->tokenizer_bytes,
-             (unsigned long long)size);
-        goto fail_unmap;
-    }
-    if (h->weights_offset < sizeof(FileHeader) || h->weights_offset > size ||
-        h->weights_bytes > size - h->weights_offset) {
-        fail(err, errlen, path, "weights section [%llu, +%llu) is not inside the %llu-byte file "
-             "(truncated?)", (unsigned long long)h->weights_offset,
-             (unsigned long long)h->weights_bytes, (unsigned long long)size);
-        goto fail_unmap;
-    }
-    if (h->tokenizer_offset < h->weights_offset + h->weights_bytes &&
-        h->weights_offset < h->tokenizer_offset + h->tokenizer_bytes) {
-        fail(err, errlen, path, "the tokenizer and weights sections overlap");
-        goto fail_unmap;
-    }
+    if (check_sections(h, size, path, err, errlen) != 0) goto fail_unmap;
     t->tokenizer_data = (const uint8_t*)data + h->tokenizer_offset;
     t->tokenizer_bytes = (size_t)h->tokenizer_bytes;
 
     if (map_weights(t, path, err, errlen) != 0) goto fail_unmap;
-
-    int n_threads = n_threads_wanted;
-    if (n_threads <= 0) n_threads = kernels_available_cpus();
-    if (n_threads > 256) n_threads = 256;
-    const Config* c = &t->config;
-    int max_cols = c->dim;
-    if (c->hidden_dim > max_cols) max_cols = c->hidden_dim;
-    if (c->n_heads * c->head_dim > max_cols) max_cols = c->n_heads * c->head_dim;
-    if (kernels_init(n_threads, MAX_BATCH, max_cols) != 0) {
-        fail(err, errlen, path, "cannot start %d kernel threads", n_threads);
-        goto fail_unmap;
-    }
+    if (start_kernels(&t->config, path, err, errlen) != 0) goto fail_unmap;
     if (alloc_state(t, kernels_threads()) != 0) {
         fail(err, errlen, path, "out of memory for the run state (KV cache of %d positions: try a "
-             "smaller -c/--ctx)", c->seq_len);
+             "smaller -c/--ctx)", t->config.seq_len);
         goto fail_kernels;
     }
     return 0;

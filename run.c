@@ -234,192 +234,241 @@ static void parse_ablate(const char* list, NormLab* lab) {
     }
 }
 
-static void parse_args(int argc, char** argv, Options* o) {
-    memset(o, 0, sizeof *o);
-    o->mode = "generate";
-    o->steps = 256;
-    o->repeat_penalty = 1.0f;
-    o->thinking = 1;
-    o->show_thinking = 1;
-    for (int i = 1; i < argc; i++) {
-        const char* arg = argv[i];
-        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
-            usage(stdout);
-            check_stdout();
-            exit(0);
+/* Options without a value: each sets one field. Returns the field of the switch called name (and
+ * the value it sets in *value), or NULL when name is none. */
+static int* switch_field(Options* o, const char* name, int* value) {
+    const struct { const char* name; int* field; int value; } switches[] = {
+        {"--keep-thinking", &o->keep_thinking, 1},
+        {"--verbose-prompt", &o->verbose_prompt, 1},
+        {"--no-think", &o->thinking, 0}, /* chat: the official template's switch-off */
+        {"--hide-think", &o->show_thinking, 0},
+        {"--no-mmap", &o->no_mmap, 1},
+        {"--bf16-activations", &o->bf16_activations, 1},
+        {"--show-norms", &o->show_norms, 1},
+    };
+    for (size_t k = 0; k < sizeof switches / sizeof switches[0]; k++) {
+        if (strcmp(name, switches[k].name) == 0) {
+            *value = switches[k].value;
+            return switches[k].field;
         }
-        if (arg[0] != '-' || arg[1] == '\0') { /* the checkpoint */
-            if (o->checkpoint) die(2, "unexpected argument '%s' (the checkpoint is '%s')", arg, o->checkpoint);
-            o->checkpoint = arg;
-            continue;
-        }
-        if (strcmp(arg, "--show-norms=all") == 0) { /* the one switch that also takes a value */
-            o->show_norms = 2;
-            note_given(o, "--show-norms");
-            continue;
-        }
-        /* Options without a value: each sets one field. */
-        const struct { const char* name; int* field; int value; } switches[] = {
-            {"--keep-thinking", &o->keep_thinking, 1},
-            {"--verbose-prompt", &o->verbose_prompt, 1},
-            {"--no-think", &o->thinking, 0}, /* chat: the official template's switch-off */
-            {"--hide-think", &o->show_thinking, 0},
-            {"--no-mmap", &o->no_mmap, 1},
-            {"--bf16-activations", &o->bf16_activations, 1},
-            {"--show-norms", &o->show_norms, 1},
-        };
-        int is_switch = 0;
-        for (size_t k = 0; k < sizeof switches / sizeof switches[0] && !is_switch; k++) {
-            if (strcmp(arg, switches[k].name) == 0) {
-                *switches[k].field = switches[k].value;
-                is_switch = 1;
-            }
-        }
-        if (is_switch || strcmp(arg, "--json") == 0) note_given(o, arg);
-        if (is_switch) continue;
-        if (strcmp(arg, "--json") == 0) { /* bench and eval mode's only option without a value */
-            o->json = 1;
-            if (o->n_bench_args + 1 > (int)(sizeof o->bench_args / sizeof o->bench_args[0]))
-                die(2, "too many bench options");
-            o->bench_args[o->n_bench_args++] = arg;
-            continue;
-        }
-        /* Every other option takes a value: "-t 0.5", "--temperature 0.5" or "--temperature=0.5". */
-        char name[64];
-        const char* value = NULL;
-        const char* eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
-        size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
-        if (len >= sizeof name) die(2, "unknown option '%s' (see --help)", arg);
-        memcpy(name, arg, len);
-        name[len] = '\0';
-        if (eq) value = eq + 1;
-        else if (i + 1 < argc) value = argv[i + 1];
-#define IS(short_name, long_name) \
-    ((short_name[0] && strcmp(name, short_name) == 0) || strcmp(name, long_name) == 0)
-        static const struct { const char* short_name; const char* long_name; } valued[] = {
-            {"-t", "--temperature"}, {"-p", "--top-p"}, {"-k", "--top-k"}, {"", "--min-p"},
-            {"", "--repeat-penalty"}, {"-s", "--seed"}, {"-n", "--steps"}, {"-i", "--input"},
-            {"", "--prompt-ids"}, {"-m", "--mode"}, {"-y", "--system"}, {"-c", "--ctx"},
-            {"", "--threads"}, {"", "--dump-logits"}, {"", "--bench-prompt"}, {"", "--bench-gen"},
-            {"", "--bench-reps"}, {"", "--bench-depth"}, {"", "--thinking"}, {"", "--show-thinking"},
-            {"", "--kv-cache"}, {"", "--norms-json"}, {"", "--file"}, {"", "--ablate"}, {"", "--norm-eps"},
-            {"", "--norm"},
-        };
-        const char* long_name = NULL;
-        for (size_t k = 0; k < sizeof valued / sizeof valued[0] && !long_name; k++)
-            if (IS(valued[k].short_name, valued[k].long_name)) long_name = valued[k].long_name;
-        if (long_name == NULL) {
-            if (strcmp(name, "--show-norms") == 0) die(2, "--show-norms takes no value or =all, got '%s'", arg);
-            for (size_t k = 0; k < sizeof switches / sizeof switches[0]; k++)
-                if (strcmp(name, switches[k].name) == 0) die(2, "option %s takes no value, got '%s'", name, arg);
-            if (strcmp(name, "--json") == 0) die(2, "option %s takes no value, got '%s'", name, arg);
-            die(2, "unknown option '%s' (see --help)", arg);
-        }
-        if (value == NULL) die(2, "option %s needs a value (see --help)", name);
-        if (!eq) i++;
-        note_given(o, long_name);
-        if (IS("-t", "--temperature")) {
-            o->temperature = parse_float(name, value, 0.0f, 100.0f, 0);
-            o->has_temperature = 1;
-        } else if (IS("-p", "--top-p")) {
-            o->top_p = parse_float(name, value, 0.0f, 1.0f, 0);
-            o->has_top_p = 1;
-        } else if (IS("-k", "--top-k")) {
-            o->top_k = (int)parse_int(name, value, 0, INT_MAX);
-            o->has_top_k = 1;
-        } else if (IS("", "--min-p")) {
-            o->min_p = parse_float(name, value, 0.0f, 1.0f, 0);
-        } else if (IS("", "--repeat-penalty")) {
-            o->repeat_penalty = parse_float(name, value, 0.0f, 100.0f, 1);
-        } else if (IS("-s", "--seed")) {
-            o->seed = parse_seed(name, value);
-            o->has_seed = 1;
-        } else if (IS("-n", "--steps")) {
-            o->steps = (int)parse_int(name, value, 0, INT_MAX);
-            o->has_steps = 1;
-        } else if (IS("-i", "--input")) {
-            o->prompt = value;
-        } else if (IS("", "--prompt-ids")) {
-            o->prompt_ids = value;
-        } else if (IS("-m", "--mode")) {
-            if (strcmp(value, "generate") && strcmp(value, "chat") && strcmp(value, "tokenize") &&
-                strcmp(value, "bench") && strcmp(value, "eval"))
-                die(2, "%s must be generate, chat, tokenize, bench or eval, got '%s'", name, value);
-            o->mode = value;
-        } else if (IS("-y", "--system")) {
-            o->system_prompt = value;
-        } else if (IS("-c", "--ctx")) {
-            o->ctx = (int)parse_int(name, value, 0, INT_MAX);
-        } else if (IS("", "--threads")) {
-            int counts[BENCH_MAX_THREAD_COUNTS];
-            o->n_thread_counts = bench_parse_threads(value, counts, BENCH_MAX_THREAD_COUNTS);
-            if (o->n_thread_counts < 1)
-                die(2, "%s must be a number in 1..1024 (bench mode: or a list of up to %d, e.g. 1,2), got '%s'",
-                    name, BENCH_MAX_THREAD_COUNTS, value);
-            o->threads = 0;
-            for (int k = 0; k < o->n_thread_counts; k++)
-                if (counts[k] > o->threads) o->threads = counts[k];
-            o->thread_counts = value;
-        } else if (IS("", "--thinking")) {
-            o->thinking = (int)parse_int(name, value, 0, 1);
-        } else if (IS("", "--show-thinking")) {
-            o->show_thinking = (int)parse_int(name, value, 0, 1);
-        } else if (IS("", "--kv-cache")) {
-            if (strcmp(value, "f32") && strcmp(value, "f16"))
-                die(2, "%s must be f32 or f16, got '%s'", name, value);
-            o->kv_f16 = strcmp(value, "f16") == 0;
-        } else if (IS("", "--norms-json")) {
-            if (!value[0]) die(2, "--norms-json needs a file name");
-            o->norms_json = value;
-        } else if (IS("", "--file")) {
-            if (!value[0]) die(2, "--file needs a file name");
-            o->file = value;
-        } else if (IS("", "--ablate")) {
-            parse_ablate(value, &o->norm_lab);
-        } else if (IS("", "--norm-eps")) {
-            o->norm_lab.eps = parse_float(name, value, 0.0f, 100.0f, 0);
-            o->norm_lab.has_eps = 1;
-        } else if (IS("", "--norm")) {
-            if (strcmp(value, "rmsnorm") && strcmp(value, "layernorm"))
-                die(2, "%s must be rmsnorm or layernorm, got '%s'", name, value);
-            o->norm_lab.variant &= ~NORM_VARIANT_CENTER;
-            if (strcmp(value, "layernorm") == 0) o->norm_lab.variant |= NORM_VARIANT_CENTER;
-        } else if (IS("", "--dump-logits")) {
-            if (!value[0]) die(2, "--dump-logits needs a file name");
-            o->dump_logits = value;
-        } else { /* --bench-prompt, --bench-gen, --bench-reps, --bench-depth: checked here, used by bench.c */
-            parse_int(name, value, 0, 1000000);
-            if (o->n_bench_args + 2 > (int)(sizeof o->bench_args / sizeof o->bench_args[0]))
-                die(2, "too many bench options");
-            o->bench_args[o->n_bench_args++] = IS("", "--bench-prompt") ? "--bench-prompt"
-                                               : IS("", "--bench-gen")  ? "--bench-gen"
-                                               : IS("", "--bench-reps") ? "--bench-reps"
-                                                                        : "--bench-depth";
-            o->bench_args[o->n_bench_args++] = value;
-        }
-#undef IS
     }
+    return NULL;
+}
+
+/* The options that take a value, and their short names ("" where none). */
+static const struct { const char* short_name; const char* long_name; } valued_options[] = {
+    {"-t", "--temperature"}, {"-p", "--top-p"}, {"-k", "--top-k"}, {"", "--min-p"},
+    {"", "--repeat-penalty"}, {"-s", "--seed"}, {"-n", "--steps"}, {"-i", "--input"},
+    {"", "--prompt-ids"}, {"-m", "--mode"}, {"-y", "--system"}, {"-c", "--ctx"},
+    {"", "--threads"}, {"", "--dump-logits"}, {"", "--bench-prompt"}, {"", "--bench-gen"},
+    {"", "--bench-reps"}, {"", "--bench-depth"}, {"", "--thinking"}, {"", "--show-thinking"},
+    {"", "--kv-cache"}, {"", "--norms-json"}, {"", "--file"}, {"", "--ablate"}, {"", "--norm-eps"},
+    {"", "--norm"},
+};
+
+/* The long name of the option with a value that name (short or long) is, or NULL. */
+static const char* valued_long_name(const char* name) {
+    for (size_t k = 0; k < sizeof valued_options / sizeof valued_options[0]; k++) {
+        const char* short_name = valued_options[k].short_name;
+        if ((short_name[0] && strcmp(name, short_name) == 0) || strcmp(name, valued_options[k].long_name) == 0)
+            return valued_options[k].long_name;
+    }
+    return NULL;
+}
+
+/* Appends to the options run.c passes on to bench_main. */
+static void add_bench_args(Options* o, const char* a, const char* b) {
+    const int n = b ? 2 : 1;
+    if (o->n_bench_args + n > (int)(sizeof o->bench_args / sizeof o->bench_args[0])) die(2, "too many bench options");
+    o->bench_args[o->n_bench_args++] = a;
+    if (b) o->bench_args[o->n_bench_args++] = b;
+}
+
+/* An option without a value (a switch, --show-norms=all or --json); returns 0 when arg is none. */
+static int parse_switch(Options* o, const char* arg) {
+    if (strcmp(arg, "--show-norms=all") == 0) { /* the one switch that also takes a value */
+        o->show_norms = 2;
+        note_given(o, "--show-norms");
+        return 1;
+    }
+    int value;
+    int* field = switch_field(o, arg, &value);
+    if (field) {
+        *field = value;
+        note_given(o, arg);
+        return 1;
+    }
+    if (strcmp(arg, "--json") == 0) { /* bench and eval mode's only option without a value */
+        note_given(o, arg);
+        o->json = 1;
+        add_bench_args(o, arg, NULL);
+        return 1;
+    }
+    return 0;
+}
+
+/* The sampler's options and -n; returns 0 when long_name is none of them. name is the option as
+ * given (short or long), for the messages. */
+static int set_sampling_option(Options* o, const char* long_name, const char* name, const char* value) {
+    if (strcmp(long_name, "--temperature") == 0) {
+        o->temperature = parse_float(name, value, 0.0f, 100.0f, 0);
+        o->has_temperature = 1;
+    } else if (strcmp(long_name, "--top-p") == 0) {
+        o->top_p = parse_float(name, value, 0.0f, 1.0f, 0);
+        o->has_top_p = 1;
+    } else if (strcmp(long_name, "--top-k") == 0) {
+        o->top_k = (int)parse_int(name, value, 0, INT_MAX);
+        o->has_top_k = 1;
+    } else if (strcmp(long_name, "--min-p") == 0) {
+        o->min_p = parse_float(name, value, 0.0f, 1.0f, 0);
+    } else if (strcmp(long_name, "--repeat-penalty") == 0) {
+        o->repeat_penalty = parse_float(name, value, 0.0f, 100.0f, 1);
+    } else if (strcmp(long_name, "--seed") == 0) {
+        o->seed = parse_seed(name, value);
+        o->has_seed = 1;
+    } else if (strcmp(long_name, "--steps") == 0) {
+        o->steps = (int)parse_int(name, value, 0, INT_MAX);
+        o->has_steps = 1;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+/* What to run on: the mode, the prompt or text, chat's options; returns 0 for any other option. */
+static int set_input_option(Options* o, const char* long_name, const char* name, const char* value) {
+    if (strcmp(long_name, "--input") == 0) {
+        o->prompt = value;
+    } else if (strcmp(long_name, "--prompt-ids") == 0) {
+        o->prompt_ids = value;
+    } else if (strcmp(long_name, "--mode") == 0) {
+        if (strcmp(value, "generate") && strcmp(value, "chat") && strcmp(value, "tokenize") &&
+            strcmp(value, "bench") && strcmp(value, "eval"))
+            die(2, "%s must be generate, chat, tokenize, bench or eval, got '%s'", name, value);
+        o->mode = value;
+    } else if (strcmp(long_name, "--system") == 0) {
+        o->system_prompt = value;
+    } else if (strcmp(long_name, "--thinking") == 0) {
+        o->thinking = (int)parse_int(name, value, 0, 1);
+    } else if (strcmp(long_name, "--show-thinking") == 0) {
+        o->show_thinking = (int)parse_int(name, value, 0, 1);
+    } else if (strcmp(long_name, "--file") == 0) {
+        if (!value[0]) die(2, "--file needs a file name");
+        o->file = value;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+/* --threads N, or in bench mode a list of counts, of which the largest starts the kernels. */
+static void set_threads(Options* o, const char* name, const char* value) {
+    int counts[BENCH_MAX_THREAD_COUNTS];
+    o->n_thread_counts = bench_parse_threads(value, counts, BENCH_MAX_THREAD_COUNTS);
+    if (o->n_thread_counts < 1)
+        die(2, "%s must be a number in 1..1024 (bench mode: or a list of up to %d, e.g. 1,2), got '%s'", name,
+            BENCH_MAX_THREAD_COUNTS, value);
+    o->threads = 0;
+    for (int k = 0; k < o->n_thread_counts; k++)
+        if (counts[k] > o->threads) o->threads = counts[k];
+    o->thread_counts = value;
+}
+
+/* How the engine runs and what it writes beside the text; returns 0 for any other option. */
+static int set_engine_option(Options* o, const char* long_name, const char* name, const char* value) {
+    if (strcmp(long_name, "--ctx") == 0) {
+        o->ctx = (int)parse_int(name, value, 0, INT_MAX);
+    } else if (strcmp(long_name, "--threads") == 0) {
+        set_threads(o, name, value);
+    } else if (strcmp(long_name, "--kv-cache") == 0) {
+        if (strcmp(value, "f32") && strcmp(value, "f16")) die(2, "%s must be f32 or f16, got '%s'", name, value);
+        o->kv_f16 = strcmp(value, "f16") == 0;
+    } else if (strcmp(long_name, "--norms-json") == 0) {
+        if (!value[0]) die(2, "--norms-json needs a file name");
+        o->norms_json = value;
+    } else if (strcmp(long_name, "--dump-logits") == 0) {
+        if (!value[0]) die(2, "--dump-logits needs a file name");
+        o->dump_logits = value;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+/* The RMSNorm lab's options (model.h NormLab); returns 0 for any other option. */
+static int set_norm_lab_option(Options* o, const char* long_name, const char* name, const char* value) {
+    if (strcmp(long_name, "--ablate") == 0) {
+        parse_ablate(value, &o->norm_lab);
+    } else if (strcmp(long_name, "--norm-eps") == 0) {
+        o->norm_lab.eps = parse_float(name, value, 0.0f, 100.0f, 0);
+        o->norm_lab.has_eps = 1;
+    } else if (strcmp(long_name, "--norm") == 0) {
+        if (strcmp(value, "rmsnorm") && strcmp(value, "layernorm"))
+            die(2, "%s must be rmsnorm or layernorm, got '%s'", name, value);
+        o->norm_lab.variant &= ~NORM_VARIANT_CENTER;
+        if (strcmp(value, "layernorm") == 0) o->norm_lab.variant |= NORM_VARIANT_CENTER;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+/* An option that takes a value: "-t 0.5", "--temperature 0.5" or "--temperature=0.5", at argv[i].
+ * Returns how many of the following arguments it used (1 for a separate value, else 0). */
+static int parse_valued(Options* o, int argc, char** argv, int i) {
+    const char* arg = argv[i];
+    char name[64];
+    const char* value = NULL;
+    const char* eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
+    size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+    if (len >= sizeof name) die(2, "unknown option '%s' (see --help)", arg);
+    memcpy(name, arg, len);
+    name[len] = '\0';
+    if (eq) value = eq + 1;
+    else if (i + 1 < argc) value = argv[i + 1];
+    const char* long_name = valued_long_name(name);
+    if (long_name == NULL) {
+        int unused;
+        if (strcmp(name, "--show-norms") == 0) die(2, "--show-norms takes no value or =all, got '%s'", arg);
+        if (switch_field(o, name, &unused) || strcmp(name, "--json") == 0)
+            die(2, "option %s takes no value, got '%s'", name, arg);
+        die(2, "unknown option '%s' (see --help)", arg);
+    }
+    if (value == NULL) die(2, "option %s needs a value (see --help)", name);
+    note_given(o, long_name);
+    if (!set_sampling_option(o, long_name, name, value) && !set_input_option(o, long_name, name, value) &&
+        !set_engine_option(o, long_name, name, value) && !set_norm_lab_option(o, long_name, name, value)) {
+        /* --bench-prompt, --bench-gen, --bench-reps, --bench-depth: checked here, used by bench.c */
+        parse_int(name, value, 0, 1000000);
+        add_bench_args(o, long_name, value);
+    }
+    return eq ? 0 : 1;
+}
+
+/* Options that contradict each other, or that only bench mode passes on. */
+static void check_combinations(Options* o) {
     if (o->checkpoint == NULL) {
         usage(stderr);
         die(2, "no checkpoint given");
     }
     if (o->prompt && o->prompt_ids) die(2, "give either -i or --prompt-ids, not both");
     if (strcmp(o->mode, "bench") == 0 && o->thread_counts) { /* the kernels start the largest */
-        if (o->n_bench_args + 2 > (int)(sizeof o->bench_args / sizeof o->bench_args[0]))
-            die(2, "too many bench options");
-        o->bench_args[o->n_bench_args++] = "--threads";
-        o->bench_args[o->n_bench_args++] = o->thread_counts;
+        add_bench_args(o, "--threads", o->thread_counts);
     } else if (o->n_thread_counts > 1) {
         die(2, "--threads takes a list of counts only in bench mode (-m bench), got '%s'", o->thread_counts);
     }
-    /* Options of another mode: --prompt-ids would leave chat and tokenize reading standard input
-     * instead, an error; the others do nothing there, which a note says rather than hiding it. */
-    const int is_generate = strcmp(o->mode, "generate") == 0, is_chat = strcmp(o->mode, "chat") == 0;
-    const int is_bench = strcmp(o->mode, "bench") == 0, is_eval = strcmp(o->mode, "eval") == 0;
+    /* --prompt-ids would leave chat and tokenize reading standard input instead, an error. */
+    const int is_generate = strcmp(o->mode, "generate") == 0, is_eval = strcmp(o->mode, "eval") == 0;
     if (o->prompt_ids && !is_generate && !is_eval)
         die(2, "--prompt-ids is for generate mode and eval mode, not -m %s", o->mode);
     if (is_eval && ((o->prompt != NULL) + (o->prompt_ids != NULL) + (o->file != NULL)) > 1)
         die(2, "-m eval scores one text: give one of -i, --file and --prompt-ids");
+}
+
+/* Options of another mode do nothing in this one, which a note says rather than hiding it. */
+static void note_other_mode_options(const Options* o) {
+    const int is_generate = strcmp(o->mode, "generate") == 0, is_chat = strcmp(o->mode, "chat") == 0;
+    const int is_bench = strcmp(o->mode, "bench") == 0, is_eval = strcmp(o->mode, "eval") == 0;
     static const char* const chat_only[] = {"--system",   "--no-think",      "--thinking", "--hide-think",
                                             "--show-thinking", "--keep-thinking", NULL};
     static const char* const generate_only[] = {"--show-norms", "--norms-json", NULL};
@@ -440,6 +489,31 @@ static void parse_args(int argc, char** argv, Options* o) {
     if (!is_bench && !is_eval) warn_other_mode(o, bench_and_eval, "-m bench and -m eval");
     if (!is_eval) warn_other_mode(o, eval_only, "-m eval");
     if (!is_generate && !is_chat && !is_eval) warn_other_mode(o, norm_lab, "generate, chat and eval");
+}
+
+static void parse_args(int argc, char** argv, Options* o) {
+    memset(o, 0, sizeof *o);
+    o->mode = "generate";
+    o->steps = 256;
+    o->repeat_penalty = 1.0f;
+    o->thinking = 1;
+    o->show_thinking = 1;
+    for (int i = 1; i < argc; i++) {
+        const char* arg = argv[i];
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+            usage(stdout);
+            check_stdout();
+            exit(0);
+        }
+        if (arg[0] != '-' || arg[1] == '\0') { /* the checkpoint */
+            if (o->checkpoint) die(2, "unexpected argument '%s' (the checkpoint is '%s')", arg, o->checkpoint);
+            o->checkpoint = arg;
+            continue;
+        }
+        if (!parse_switch(o, arg)) i += parse_valued(o, argc, argv, i);
+    }
+    check_combinations(o);
+    note_other_mode_options(o);
 }
 
 /* "9707,11,1879" -> ids (malloc'ed). Every id must be a token of the model. */
@@ -575,17 +649,14 @@ static void trace_close(NormTrace* tr, TraceBuffers* b, const Options* o) {
     free(tr->scratch);
 }
 
-/* seed: the sampler's, reported when it came from the clock so that a run can be repeated. */
-static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, const Options* o, uint64_t seed) {
-    const Config* c = &t->config;
-    const int V = c->vocab_size;
-
-    /* The prompt: ids given as such, or encoded text (plus BOS when the model has one; Qwen3
-     * has none, QWEN3.md 2.3). */
-    int n_prompt = 0;
+/* The prompt: ids given as such, or encoded text (plus BOS when the model has one; Qwen3 has none,
+ * QWEN3.md 2.3), or BOS alone when neither is given (malloc'ed; NULL when it is empty). */
+static int* read_prompt(const Transformer* t, const Tokenizer* tok, const Options* o, int* n_prompt) {
+    const int V = t->config.vocab_size;
     int* prompt = NULL;
+    *n_prompt = 0;
     if (o->prompt_ids) {
-        prompt = parse_prompt_ids(o->prompt_ids, V, &n_prompt);
+        prompt = parse_prompt_ids(o->prompt_ids, V, n_prompt);
     } else if (o->prompt) {
         if (tok == NULL) die(1, "%s has no tokenizer: give the prompt with --prompt-ids", o->checkpoint);
         int n_text = 0;
@@ -596,17 +667,22 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
         if (prompt == NULL) die(1, "out of memory");
         if (bos) prompt[0] = t->header.bos_id;
         memcpy(prompt + bos, text, (size_t)n_text * sizeof(int));
-        n_prompt = n_text + bos;
+        *n_prompt = n_text + bos;
         free(text);
-        for (int i = 0; i < n_prompt; i++)
+        for (int i = 0; i < *n_prompt; i++)
             if (prompt[i] < 0 || prompt[i] >= V)
                 die(1, "the tokenizer gave id %d, outside the model's vocabulary of %d", prompt[i], V);
     } else if (t->header.bos_id >= 0) {
         prompt = malloc(sizeof(int));
         if (prompt == NULL) die(1, "out of memory");
         prompt[0] = t->header.bos_id;
-        n_prompt = 1;
+        *n_prompt = 1;
     }
+    return prompt;
+}
+
+/* A prompt that is empty or longer than the context ends the run; --verbose-prompt shows its ids. */
+static void check_prompt(const Config* c, const Options* o, const int* prompt, int n_prompt) {
     if (n_prompt == 0 && o->prompt) die(2, "the prompt (-i) is empty and the model has no BOS token to start from");
     if (n_prompt == 0) die(2, "no prompt: give -i TEXT or --prompt-ids IDS");
     if (n_prompt > c->max_seq_len)
@@ -620,22 +696,104 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
         snprintf(label, sizeof label, "run: prompt of %d token%s:", n_prompt, n_prompt == 1 ? "" : "s");
         print_token_ids(stderr, label, prompt, n_prompt);
     }
+}
+
+/* --dump-logits: the file, and a buffer for a prefill chunk's rows (NULL without the option). */
+typedef struct {
+    FILE* file;
+    float* chunk_logits;
+    const char* path;
+} LogitsDump;
+
+static LogitsDump open_dump(const Transformer* t, const Options* o) {
+    LogitsDump d = {NULL, NULL, o->dump_logits};
+    if (o->dump_logits) {
+        d.file = fopen(o->dump_logits, "wb");
+        if (d.file == NULL) die(1, "%s: cannot open for writing: %s", o->dump_logits, strerror(errno));
+        d.chunk_logits = malloc((size_t)t->state.max_batch * (size_t)t->config.vocab_size * sizeof(float));
+        if (d.chunk_logits == NULL) die(1, "out of memory");
+    }
+    return d;
+}
+
+/* Prefill: the whole prompt as matrices (QWEN3.md 2.3). With --dump-logits, in chunks of max_batch
+ * rows so that every row's logits fit in one buffer. Returns the last position's logits. */
+static float* prefill(Transformer* t, const int* prompt, int n_prompt, const LogitsDump* dump) {
+    float* logits = NULL;
+    if (dump->file) {
+        for (int i = 0; i < n_prompt; i += t->state.max_batch) {
+            int nb = n_prompt - i < t->state.max_batch ? n_prompt - i : t->state.max_batch;
+            logits = forward(t, prompt + i, nb, i, dump->chunk_logits);
+            if (logits == NULL) die(1, "forward pass failed");
+            write_rows(dump->file, dump->path, dump->chunk_logits, nb, t->config.vocab_size);
+        }
+    } else {
+        logits = forward(t, prompt, n_prompt, 0, NULL);
+        if (logits == NULL) die(1, "forward pass failed");
+    }
+    return logits;
+}
+
+/* What the token loop did: tokens generated, run through the model and printed, and whether it
+ * stopped at the end of the context. */
+typedef struct {
+    int n_generated, n_decoded, n_emitted, context_full;
+} DecodeCounts;
+
+/* Decode: sample, print, feed the token back, until an end-of-sequence id, -n tokens or the end of
+ * the context. history holds the prompt's n_prompt tokens and room for every generated one. */
+static DecodeCounts decode(Transformer* t, const Tokenizer* tok, Sampler* sampler, const Options* o,
+                           float* logits, int* history, int n_prompt, const LogitsDump* dump, Utf8Stream* stream) {
+    const Config* c = &t->config;
+    DecodeCounts n = {0, 0, 0, 0};
+    int pos = n_prompt, n_history = n_prompt;
+    while (n.n_generated < o->steps) {
+        int next = sampler_sample(sampler, logits, history, n_history);
+        if (is_eos(&t->header, next)) break;
+        emit(tok, stream, next, &n.n_emitted);
+        if (ferror(stdout)) break; /* nobody reads what follows; check_stdout reports it */
+        history[n_history++] = next;
+        n.n_generated++;
+        /* The last token is only run through the model when its logits are wanted. */
+        if (n.n_generated == o->steps && dump->file == NULL) break;
+        if (pos >= c->seq_len) {
+            n.context_full = 1;
+            break;
+        }
+        logits = forward(t, &next, 1, pos, NULL);
+        if (logits == NULL) die(1, "forward pass failed");
+        pos++;
+        n.n_decoded++;
+        if (dump->file) write_rows(dump->file, dump->path, logits, 1, c->vocab_size);
+    }
+    return n;
+}
+
+/* The speed line, and the seed when it came from the clock so that a run can be repeated. */
+static void report_speed(const Options* o, const Sampler* sampler, uint64_t seed, int n_prompt,
+                         const DecodeCounts* n, double prefill_s, double decode_s) {
+    fprintf(stderr, "prompt tokens: %d, prefill: %.1f tok/s, generated tokens: %d, decode: ",
+            n_prompt, n_prompt / (prefill_s > 0 ? prefill_s : 1e-9), n->n_generated);
+    if (n->n_decoded > 0) fprintf(stderr, "%.1f tok/s\n", n->n_decoded / (decode_s > 0 ? decode_s : 1e-9));
+    else fprintf(stderr, "- tok/s\n");
+    if (!o->has_seed && sampler->temperature > 0 && n->n_generated > 0)
+        fprintf(stderr, "seed: %llu (from the clock; -s %llu repeats this run)\n", (unsigned long long)seed,
+                (unsigned long long)seed);
+}
+
+/* seed: the sampler's, reported when it came from the clock so that a run can be repeated. */
+static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, const Options* o, uint64_t seed) {
+    const Config* c = &t->config;
+    int n_prompt = 0;
+    int* prompt = read_prompt(t, tok, o, &n_prompt);
+    check_prompt(c, o, prompt, n_prompt);
 
     /* Everything the token loop needs is allocated here, before it. */
     /* The tokens seen, for the repetition penalty: at most the context plus one last token. */
     int* history = malloc(((size_t)c->seq_len + 2) * sizeof(int));
     if (history == NULL) die(1, "out of memory");
     memcpy(history, prompt, (size_t)n_prompt * sizeof(int));
-    int n_history = n_prompt;
-    FILE* dump = NULL;
-    float* chunk_logits = NULL;
-    if (o->dump_logits) {
-        dump = fopen(o->dump_logits, "wb");
-        if (dump == NULL) die(1, "%s: cannot open for writing: %s", o->dump_logits, strerror(errno));
-        chunk_logits = malloc((size_t)t->state.max_batch * (size_t)V * sizeof(float));
-        if (chunk_logits == NULL) die(1, "out of memory");
-    }
-
+    LogitsDump dump = open_dump(t, o);
     NormTrace trace = {0};
     TraceBuffers trace_buffers = {0};
     if (o->show_norms || o->norms_json) {
@@ -647,70 +805,28 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
         fputs(o->prompt, stdout);
         fflush(stdout);
     }
-
-    /* Prefill: the whole prompt as matrices (QWEN3.md 2.3). With --dump-logits, in chunks of
-     * max_batch rows so that every row's logits fit in one buffer. */
     double t0 = now_seconds();
-    float* logits = NULL;
-    if (dump) {
-        for (int i = 0; i < n_prompt; i += t->state.max_batch) {
-            int nb = n_prompt - i < t->state.max_batch ? n_prompt - i : t->state.max_batch;
-            logits = forward(t, prompt + i, nb, i, chunk_logits);
-            if (logits == NULL) die(1, "forward pass failed");
-            write_rows(dump, o->dump_logits, chunk_logits, nb, V);
-        }
-    } else {
-        logits = forward(t, prompt, n_prompt, 0, NULL);
-        if (logits == NULL) die(1, "forward pass failed");
-    }
+    float* logits = prefill(t, prompt, n_prompt, &dump);
     double t1 = now_seconds();
     if (trace.pos >= 0 && trace.json == NULL)
         t->norm_trace = NULL; /* the prompt's last token has been through every call site */
-
-    /* Decode: sample, print, feed the token back, until an end-of-sequence id, -n tokens or the
-     * end of the context. */
     Utf8Stream stream = {{0}, 0};
-    int pos = n_prompt, n_generated = 0, n_decoded = 0, n_emitted = 0, context_full = 0;
-    while (n_generated < o->steps) {
-        int next = sampler_sample(sampler, logits, history, n_history);
-        if (is_eos(&t->header, next)) break;
-        emit(tok, &stream, next, &n_emitted);
-        if (ferror(stdout)) break; /* nobody reads what follows; check_stdout reports it */
-        history[n_history++] = next;
-        n_generated++;
-        /* The last token is only run through the model when its logits are wanted. */
-        if (n_generated == o->steps && dump == NULL) break;
-        if (pos >= c->seq_len) {
-            context_full = 1;
-            break;
-        }
-        logits = forward(t, &next, 1, pos, NULL);
-        if (logits == NULL) die(1, "forward pass failed");
-        pos++;
-        n_decoded++;
-        if (dump) write_rows(dump, o->dump_logits, logits, 1, V);
-    }
+    DecodeCounts n = decode(t, tok, sampler, o, logits, history, n_prompt, &dump, &stream);
     double t2 = now_seconds();
     t->norm_trace = NULL;
     if (tok) utf8_stream_flush(&stream, stdout);
-    if (n_emitted > 0 || (o->prompt && tok)) fputc('\n', stdout);
+    if (n.n_emitted > 0 || (o->prompt && tok)) fputc('\n', stdout);
     check_stdout();
 
     if (o->show_norms || o->norms_json) trace_close(&trace, &trace_buffers, o);
-    if (context_full) {
+    if (n.context_full) {
         char advice[80];
         fprintf(stderr, "run: the context is full (%d token%s): generation stopped; %s\n", c->seq_len,
                 c->seq_len == 1 ? "" : "s", context_advice(c, advice, sizeof advice));
     }
-    if (dump && fclose(dump) != 0) die(1, "%s: write failed", o->dump_logits);
-    fprintf(stderr, "prompt tokens: %d, prefill: %.1f tok/s, generated tokens: %d, decode: ",
-            n_prompt, n_prompt / (t1 - t0 > 0 ? t1 - t0 : 1e-9), n_generated);
-    if (n_decoded > 0) fprintf(stderr, "%.1f tok/s\n", n_decoded / (t2 - t1 > 0 ? t2 - t1 : 1e-9));
-    else fprintf(stderr, "- tok/s\n");
-    if (!o->has_seed && sampler->temperature > 0 && n_generated > 0)
-        fprintf(stderr, "seed: %llu (from the clock; -s %llu repeats this run)\n", (unsigned long long)seed,
-                (unsigned long long)seed);
-    free(chunk_logits);
+    if (dump.file && fclose(dump.file) != 0) die(1, "%s: write failed", o->dump_logits);
+    report_speed(o, sampler, seed, n_prompt, &n, t1 - t0, t2 - t1);
+    free(dump.chunk_logits);
     free(history);
     free(prompt);
     return 0;
@@ -772,6 +888,63 @@ static void clamp_threads(Options* o) {
     o->threads = cpus;
 }
 
+/* The RMSNorm lab's switches (model.h NormLab) set on the model, with a note where they change
+ * nothing or --show-norms does not show them. */
+static void apply_norm_lab(Transformer* t, const Options* o) {
+    t->norm_lab = o->norm_lab;
+    if ((o->norm_lab.skip & NORM_SKIP_QK) && !(t->config.flags & FLAG_QK_NORM))
+        fprintf(stderr, "run: note: --ablate qk-norm changes nothing: this model has no QK-Norm\n");
+    if (o->show_norms && (o->norm_lab.skip || o->norm_lab.variant || o->norm_lab.has_eps))
+        fprintf(stderr, "run: note: --show-norms shows each RMSNorm as trained, not as --ablate, --norm-eps "
+                        "and --norm change it\n");
+}
+
+static int run_eval(Transformer* t, const Tokenizer* text_tok, const Options* o) {
+    int n_ids = 0;
+    int* ids = o->prompt_ids ? parse_prompt_ids(o->prompt_ids, t->config.vocab_size, &n_ids) : NULL;
+    EvalOptions eval = {o->prompt, o->file, ids, n_ids, o->json};
+    int status = eval_main(t, text_tok, &eval);
+    free(ids);
+    return status;
+}
+
+/* Generate and chat: the sampler, then the mode. */
+static int run_sampling_mode(Transformer* t, const Tokenizer* text_tok, const Options* o) {
+    /* Sampling defaults: the model's generation_config (0 in the header means absent), else
+     * llama2.c's 1.0 / 0.9, and no top-k. A no-think chat follows Qwen's advice for that mode
+     * instead (QWEN3.md 1.2: temperature 0.7, top-p 0.8, top-k 20); the thinking mode's advice
+     * (0.6, 0.95, 20) is what Qwen3's generation_config holds. */
+    const FileHeader* h = &t->header;
+    float def_temperature = h->temperature > 0 ? h->temperature : 1.0f;
+    float def_top_p = h->top_p > 0 ? h->top_p : 0.9f;
+    int def_top_k = h->top_k;
+    if (strcmp(o->mode, "chat") == 0 && !o->thinking) {
+        def_temperature = 0.7f;
+        def_top_p = 0.8f;
+        def_top_k = 20;
+    }
+    float temperature = o->has_temperature ? o->temperature : def_temperature;
+    float top_p = o->has_top_p ? o->top_p : def_top_p;
+    int top_k = o->has_top_k ? o->top_k : def_top_k;
+    uint64_t seed = o->has_seed ? o->seed : seed_from_clock();
+    Sampler sampler;
+    if (sampler_init(&sampler, t->config.vocab_size, temperature, top_p, top_k, o->min_p, o->repeat_penalty,
+                     seed) != 0)
+        die(1, "out of memory");
+    int status;
+    if (strcmp(o->mode, "chat") == 0) {
+        ChatOptions chat = {o->system_prompt, o->prompt, o->has_steps ? o->steps : 0, o->thinking,
+                            o->show_thinking, o->keep_thinking, o->verbose_prompt, o->dump_logits,
+                            seed, !o->has_seed};
+        if (text_tok == NULL) die(1, "%s has no tokenizer: chat needs one (export with tokenizer.json)", o->checkpoint);
+        status = chat_main(t, text_tok, &sampler, &chat);
+    } else {
+        status = generate(t, text_tok, &sampler, o, seed);
+    }
+    sampler_free(&sampler);
+    return status;
+}
+
 int main(int argc, char** argv) {
     if (quantize_requested(argc, argv)) return quantize_main(argc, argv); /* its own options: quantize.h */
     Options o;
@@ -798,59 +971,13 @@ int main(int argc, char** argv) {
 
     /* The RMSNorm lab's switches change the forward pass of the modes that run the model on text. */
     const int is_eval = strcmp(o.mode, "eval") == 0;
-    if (is_eval || strcmp(o.mode, "generate") == 0 || strcmp(o.mode, "chat") == 0) {
-        t.norm_lab = o.norm_lab;
-        if ((o.norm_lab.skip & NORM_SKIP_QK) && !(t.config.flags & FLAG_QK_NORM))
-            fprintf(stderr, "run: note: --ablate qk-norm changes nothing: this model has no QK-Norm\n");
-        if (o.show_norms && (o.norm_lab.skip || o.norm_lab.variant || o.norm_lab.has_eps))
-            fprintf(stderr, "run: note: --show-norms shows each RMSNorm as trained, not as --ablate, --norm-eps "
-                            "and --norm change it\n");
-    }
+    if (is_eval || strcmp(o.mode, "generate") == 0 || strcmp(o.mode, "chat") == 0) apply_norm_lab(&t, &o);
 
     int status;
-    if (strcmp(o.mode, "tokenize") == 0) {
-        status = tokenize(text_tok, &o);
-    } else if (is_eval) {
-        int n_ids = 0;
-        int* ids = o.prompt_ids ? parse_prompt_ids(o.prompt_ids, t.config.vocab_size, &n_ids) : NULL;
-        EvalOptions eval = {o.prompt, o.file, ids, n_ids, o.json};
-        status = eval_main(&t, text_tok, &eval);
-        free(ids);
-    } else if (strcmp(o.mode, "bench") == 0) {
-        status = bench_main(&t, o.n_bench_args, (char**)o.bench_args);
-    } else {
-        /* Sampling defaults: the model's generation_config (0 in the header means absent), else
-         * llama2.c's 1.0 / 0.9, and no top-k. A no-think chat follows Qwen's advice for that mode
-         * instead (QWEN3.md 1.2: temperature 0.7, top-p 0.8, top-k 20); the thinking mode's advice
-         * (0.6, 0.95, 20) is what Qwen3's generation_config holds. */
-        const FileHeader* h = &t.header;
-        float def_temperature = h->temperature > 0 ? h->temperature : 1.0f;
-        float def_top_p = h->top_p > 0 ? h->top_p : 0.9f;
-        int def_top_k = h->top_k;
-        if (strcmp(o.mode, "chat") == 0 && !o.thinking) {
-            def_temperature = 0.7f;
-            def_top_p = 0.8f;
-            def_top_k = 20;
-        }
-        float temperature = o.has_temperature ? o.temperature : def_temperature;
-        float top_p = o.has_top_p ? o.top_p : def_top_p;
-        int top_k = o.has_top_k ? o.top_k : def_top_k;
-        uint64_t seed = o.has_seed ? o.seed : seed_from_clock();
-        Sampler sampler;
-        if (sampler_init(&sampler, t.config.vocab_size, temperature, top_p, top_k, o.min_p,
-                         o.repeat_penalty, seed) != 0)
-            die(1, "out of memory");
-        if (strcmp(o.mode, "chat") == 0) {
-            ChatOptions chat = {o.system_prompt, o.prompt, o.has_steps ? o.steps : 0, o.thinking,
-                                o.show_thinking, o.keep_thinking, o.verbose_prompt, o.dump_logits,
-                                seed, !o.has_seed};
-            if (text_tok == NULL) die(1, "%s has no tokenizer: chat needs one (export with tokenizer.json)", o.checkpoint);
-            status = chat_main(&t, text_tok, &sampler, &chat);
-        } else {
-            status = generate(&t, text_tok, &sampler, &o, seed);
-        }
-        sampler_free(&sampler);
-    }
+    if (strcmp(o.mode, "tokenize") == 0) status = tokenize(text_tok, &o);
+    else if (is_eval) status = run_eval(&t, text_tok, &o);
+    else if (strcmp(o.mode, "bench") == 0) status = bench_main(&t, o.n_bench_args, (char**)o.bench_args);
+    else status = run_sampling_mode(&t, text_tok, &o);
     tokenizer_free(tok);
     transformer_free(&t);
     if (status == 0) check_stdout(); /* the bench's table, the chat's answers */

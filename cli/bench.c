@@ -358,156 +358,218 @@ static void print_json_list(const char* key, const double* v, int n, const char*
     printf("]");
 }
 
-static void print_results(const Transformer* t, const ThreadRun* runs, int n_runs, int depth, int n_prompt,
-                          int n_gen, int reps, int json, double* scratch) {
-    const Config* c = &t->config;
-    double wbytes = weight_bytes_per_token(t), kv = 0;
+/* What one decode token reads (weights, and the KV cache averaged over tgN), and whether that fits
+ * in the last-level cache. */
+typedef struct {
+    double weights;    /* bytes of weights */
+    double per_token;  /* bytes in all */
+    double llc;        /* the last-level cache's size (0: unknown, or BENCH_LLC_BYTES=0) */
+    int in_cache;
+} DecodeBytes;
+
+static DecodeBytes decode_bytes(const Transformer* t, int depth, int n_gen) {
+    DecodeBytes b;
+    double kv = 0;
+    b.weights = weight_bytes_per_token(t);
     for (int p = 0; p < n_gen; p++) kv += kv_bytes_at(t, depth + p);
-    double bytes_per_tok = n_gen > 0 ? wbytes + kv / n_gen : wbytes;
+    b.per_token = n_gen > 0 ? b.weights + kv / n_gen : b.weights;
     /* Bytes per token that fit in the last-level cache are read from it, not from memory, after the
      * first token: decode is then not bound by memory bandwidth and a % of the memory roof (which
      * can exceed 100) says nothing, so none is given. */
-    const double llc = last_level_cache_bytes();
-    const int in_cache = n_gen > 0 && llc > 0 && bytes_per_tok <= llc;
+    b.llc = last_level_cache_bytes();
+    b.in_cache = n_gen > 0 && b.llc > 0 && b.per_token <= b.llc;
+    return b;
+}
 
-    if (!json) {
-        printf("bench: %d layers, dim %d, vocab %d, weights %s", c->n_layers, c->dim, c->vocab_size,
-               type_name(c->weight_type));
-        if (c->group_size) printf(" (groups of %d)", c->group_size);
-        printf(", kernels %s%s, decode prefetch %s\n", kernels_simd_name(),
-               kernels_bf16_activations() && c->weight_type == WEIGHT_BF16 ? ", bf16 activations in prefill" : "",
-               kernels_prefetch_plan());
-        if (t->map.copied)
-            printf("bench: weights read into memory (--no-mmap)\n");
-        else if (t->map.huge_bytes < 0)
-            printf("bench: weights mapped (page size unknown: no /proc/self/smaps)\n");
-        else
-            printf("bench: weights mapped, %.0f of %.0f MB in 2 MB pages%s\n", t->map.huge_bytes / 1e6,
-                   t->map.size / 1e6, t->map.recached ? " (the page cache held small pages: refilled)" : "");
-        if (depth > 0)
-            printf("bench: depth %d: both tests start with %d positions in the KV cache (llama-bench -d)\n", depth,
-                   depth);
-        printf("bench: bytes read per decode token: %.1f MB weights + %.2f MB KV cache (%s, average over tg%d)\n",
-               wbytes / 1e6, (bytes_per_tok - wbytes) / 1e6, t->state.kv_f16 ? "fp16" : "fp32", n_gen);
-        if (in_cache)
-            printf("bench: no %% of roof for decode: its %.1f MB per token fit in the %.1f MB last-level cache, "
-                   "so it is not bound by memory bandwidth (BENCH_LLC_BYTES=0 compares it anyway)\n",
-                   bytes_per_tok / 1e6, llc / 1e6);
-        for (int k = 0; k < n_runs; k++) {
-            printf("bench: %d thread%s: warm-up of one prefill and %d decode steps; memory read bandwidth "
-                   "(512 MiB streaming reads, same threads): ", runs[k].threads, runs[k].threads == 1 ? "" : "s",
-                   runs[k].warm_steps);
-            if (n_gen > 0)
-                printf("around each decode rep %.1f GB/s (median, the roof), ",
-                       median_of(runs[k].rd, reps, scratch));
-            printf("best of %d %.1f GB/s", runs[k].n_reads, runs[k].best);
-            const uint8_t* wp[2];
-            size_t wb[2];
-            if (n_gen > 0 && runs[k].wr && decode_weight_spans(t, wp, wb) == 0)
-                printf("; the weights' own pages (%.1f MB) around each decode rep %.1f GB/s (median)",
-                       (double)(wb[0] + wb[1]) / 1e6, median_of(runs[k].wr, reps, scratch));
-            printf("\n");
+/* The table's first lines: the model, its weights in memory, the depth and the bytes per token. */
+static void print_setup(const Transformer* t, int depth, int n_gen, const DecodeBytes* b) {
+    const Config* c = &t->config;
+    printf("bench: %d layers, dim %d, vocab %d, weights %s", c->n_layers, c->dim, c->vocab_size,
+           type_name(c->weight_type));
+    if (c->group_size) printf(" (groups of %d)", c->group_size);
+    printf(", kernels %s%s, decode prefetch %s\n", kernels_simd_name(),
+           kernels_bf16_activations() && c->weight_type == WEIGHT_BF16 ? ", bf16 activations in prefill" : "",
+           kernels_prefetch_plan());
+    if (t->map.copied)
+        printf("bench: weights read into memory (--no-mmap)\n");
+    else if (t->map.huge_bytes < 0)
+        printf("bench: weights mapped (page size unknown: no /proc/self/smaps)\n");
+    else
+        printf("bench: weights mapped, %.0f of %.0f MB in 2 MB pages%s\n", t->map.huge_bytes / 1e6,
+               t->map.size / 1e6, t->map.recached ? " (the page cache held small pages: refilled)" : "");
+    if (depth > 0)
+        printf("bench: depth %d: both tests start with %d positions in the KV cache (llama-bench -d)\n", depth,
+               depth);
+    printf("bench: bytes read per decode token: %.1f MB weights + %.2f MB KV cache (%s, average over tg%d)\n",
+           b->weights / 1e6, (b->per_token - b->weights) / 1e6, t->state.kv_f16 ? "fp16" : "fp32", n_gen);
+    if (b->in_cache)
+        printf("bench: no %% of roof for decode: its %.1f MB per token fit in the %.1f MB last-level cache, "
+               "so it is not bound by memory bandwidth (BENCH_LLC_BYTES=0 compares it anyway)\n",
+               b->per_token / 1e6, b->llc / 1e6);
+}
+
+/* Each thread count's warm-up and read bandwidth, then the table's head. */
+static void print_reads(const Transformer* t, const ThreadRun* runs, int n_runs, int depth, int n_gen, int reps,
+                        double* scratch) {
+    for (int k = 0; k < n_runs; k++) {
+        printf("bench: %d thread%s: warm-up of one prefill and %d decode steps; memory read bandwidth "
+               "(512 MiB streaming reads, same threads): ", runs[k].threads, runs[k].threads == 1 ? "" : "s",
+               runs[k].warm_steps);
+        if (n_gen > 0)
+            printf("around each decode rep %.1f GB/s (median, the roof), ", median_of(runs[k].rd, reps, scratch));
+        printf("best of %d %.1f GB/s", runs[k].n_reads, runs[k].best);
+        const uint8_t* wp[2];
+        size_t wb[2];
+        if (n_gen > 0 && runs[k].wr && decode_weight_spans(t, wp, wb) == 0)
+            printf("; the weights' own pages (%.1f MB) around each decode rep %.1f GB/s (median)",
+                   (double)(wb[0] + wb[1]) / 1e6, median_of(runs[k].wr, reps, scratch));
+        printf("\n");
+    }
+    if (n_runs > 1)
+        printf("bench: the thread counts take turns, one rep of each after the other\n");
+    printf("| test   %*s| threads | tok/s median |      min |      max |  GB/s | %% of roof | %% of best | %% of own read | cpu share |\n",
+           depth > 0 ? 9 : 0, "");
+    printf("|--------%.*s|---------|--------------|----------|----------|-------|-----------|-----------|---------------|-----------|\n",
+           depth > 0 ? 9 : 0, "---------");
+}
+
+/* One test's figures for one thread count: test 0 is ppN, test 1 tgN (n tokens). */
+typedef struct {
+    char name[32], label[48];
+    int width;
+    double med, lo, hi; /* tok/s over the reps */
+    double share;       /* CPU seconds the process got / (wall seconds x threads) */
+    double gbps, roof, pct;
+    int own;            /* a read of the weights' own pages was measured */
+    double own_gbps, own_pct;
+} TestRow;
+
+static TestRow test_row(const ThreadRun* tr, int test, int n, int depth, int n_gen, int reps, double bytes_per_tok,
+                        double* scratch) {
+    TestRow row;
+    memcpy(scratch, test == 0 ? tr->pp : tr->tg, (size_t)reps * sizeof(double));
+    row.med = median(scratch, reps);
+    row.lo = scratch[0];
+    row.hi = scratch[reps - 1];
+    snprintf(row.name, sizeof row.name, "%s%d", test == 0 ? "pp" : "tg", n);
+    if (depth > 0) snprintf(row.label, sizeof row.label, "%s @ d%d", row.name, depth);
+    else snprintf(row.label, sizeof row.label, "%s", row.name);
+    row.width = depth > 0 ? 15 : 6;
+    /* below 1 means the threads waited (for memory, for each other) or, on a shared machine, were
+     * descheduled */
+    row.share = tr->wall[test] > 0 ? tr->cpu[test] / (tr->wall[test] * tr->threads) : 0;
+    row.gbps = bytes_per_tok * row.med / 1e9;
+    row.roof = n_gen > 0 ? median_of(tr->rd, reps, scratch) : tr->best;
+    row.pct = test == 1 ? paired_roof_pct(tr->tg, tr->rd, bytes_per_tok, reps, scratch) : 0;
+    /* the same against a streaming read of the weights' own pages (null without one) */
+    row.own = test == 1 && tr->wr != NULL;
+    row.own_gbps = row.own ? median_of(tr->wr, reps, scratch) : 0;
+    row.own_pct = row.own ? paired_roof_pct(tr->tg, tr->wr, bytes_per_tok, reps, scratch) : 0;
+    return row;
+}
+
+/* One JSON line (bench.h lists its keys). */
+static void print_json_row(const Transformer* t, const ThreadRun* tr, const TestRow* row, int test, int depth,
+                           int reps, int in_cache) {
+    printf("{\"test\": \"%s\", \"threads\": %d, \"depth\": %d, \"tokens_per_s\": %.3f, \"min\": %.3f, "
+           "\"max\": %.3f, ", row->name, tr->threads, depth, row->med, row->lo, row->hi);
+    if (test == 1 && !in_cache)
+        printf("\"gbps\": %.3f, \"roof_pct\": %.2f, ", row->gbps, row->pct);
+    else if (test == 1)
+        printf("\"gbps\": %.3f, \"roof_pct\": null, ", row->gbps);
+    else
+        printf("\"gbps\": null, \"roof_pct\": null, ");
+    printf("\"mem_gbps\": %.3f, ", row->roof);
+    if (test == 1 && !in_cache)
+        printf("\"roof_pct_best\": %.2f, ", 100.0 * row->gbps / tr->best);
+    else
+        printf("\"roof_pct_best\": null, ");
+    printf("\"mem_gbps_best\": %.3f, \"weight_type\": \"%s\", \"cpu_share\": %.3f, ", tr->best,
+           type_name(t->config.weight_type), row->share);
+    printf("\"prefetch\": \"%s\", ", kernels_prefetch_plan());
+    if (t->map.copied || t->map.huge_bytes < 0)
+        printf("\"weights\": \"%s\", \"huge_pct\": null, ", t->map.copied ? "copied" : "mapped");
+    else
+        printf("\"weights\": \"mapped\", \"huge_pct\": %.1f, ", 100.0 * t->map.huge_bytes / t->map.size);
+    printf("\"kv_cache\": \"%s\", ", t->state.kv_f16 ? "f16" : "f32");
+    print_json_list("reps_tokens_per_s", test == 0 ? tr->pp : tr->tg, reps, "%.3f");
+    printf(", ");
+    if (test == 1) print_json_list("reps_mem_gbps", tr->rd, reps, "%.3f");
+    else printf("\"reps_mem_gbps\": null");
+    if (row->own && in_cache) {
+        printf(", \"weights_gbps\": %.3f, \"roof_pct_weights\": null, ", row->own_gbps);
+        print_json_list("reps_weights_gbps", tr->wr, reps, "%.3f");
+    } else if (row->own) {
+        printf(", \"weights_gbps\": %.3f, \"roof_pct_weights\": %.2f, ", row->own_gbps, row->own_pct);
+        print_json_list("reps_weights_gbps", tr->wr, reps, "%.3f");
+    } else {
+        printf(", \"weights_gbps\": null, \"roof_pct_weights\": null, \"reps_weights_gbps\": null");
+    }
+    printf("}\n");
+}
+
+/* One row of the table; prefill has no bandwidth columns. */
+static void print_table_row(const ThreadRun* tr, const TestRow* row, int test, int in_cache) {
+    if (test == 1) {
+        char own_s[16] = "            -", pct_s[16] = "        -", best_s[16] = "        -";
+        if (row->own && !in_cache) snprintf(own_s, sizeof own_s, "%12.1f%%", row->own_pct);
+        if (!in_cache) {
+            snprintf(pct_s, sizeof pct_s, "%8.1f%%", row->pct);
+            snprintf(best_s, sizeof best_s, "%8.1f%%", 100.0 * row->gbps / tr->best);
         }
-        if (n_runs > 1)
-            printf("bench: the thread counts take turns, one rep of each after the other\n");
-        printf("| test   %*s| threads | tok/s median |      min |      max |  GB/s | %% of roof | %% of best | %% of own read | cpu share |\n",
-               depth > 0 ? 9 : 0, "");
-        printf("|--------%.*s|---------|--------------|----------|----------|-------|-----------|-----------|---------------|-----------|\n",
-               depth > 0 ? 9 : 0, "---------");
+        printf("| %-*s | %7d | %12.2f | %8.2f | %8.2f | %5.1f | %s | %s | %s | %8.0f%% |\n", row->width,
+               row->label, tr->threads, row->med, row->lo, row->hi, row->gbps, pct_s, best_s, own_s,
+               100 * row->share);
+    } else {
+        printf("| %-*s | %7d | %12.2f | %8.2f | %8.2f |     - |         - |         - |             - | %8.0f%% |\n",
+               row->width, row->label, tr->threads, row->med, row->lo, row->hi, 100 * row->share);
+    }
+}
+
+/* Each further thread count's speed against the first's. */
+static void print_ratios(const ThreadRun* runs, int n_runs, int n_prompt, int n_gen, int reps, double* scratch) {
+    for (int k = 1; k < n_runs; k++)
+        for (int test = 0; test < 2; test++) {
+            int n = test == 0 ? n_prompt : n_gen;
+            if (n <= 0) continue;
+            const double *a = test == 0 ? runs[k].pp : runs[k].tg, *b = test == 0 ? runs[0].pp : runs[0].tg;
+            printf("bench: %s%d, %d threads / %d: %.2f (median of the reps' ratios)\n", test == 0 ? "pp" : "tg",
+                   n, runs[k].threads, runs[0].threads, median_ratio(a, b, reps, scratch));
+        }
+}
+
+/* A weights' read well below the buffer's says where a low % of roof comes from. */
+static void note_slow_weight_pages(const ThreadRun* runs, int n_runs, int reps, double* scratch) {
+    for (int k = 0; k < n_runs; k++) {
+        if (!runs[k].wr) continue;
+        const double own = median_of(runs[k].wr, reps, scratch), buf = median_of(runs[k].rd, reps, scratch);
+        if (own < 0.85 * buf)
+            printf("bench: note: with %d thread%s the weights' own pages read at %.1f GB/s, %.0f%% of the buffer's "
+                   "%.1f: the memory behind this file's pages is slower than the buffer's (on a VM it can differ "
+                   "from file to file); %% of own read is decode against what its pages allow\n",
+                   runs[k].threads, runs[k].threads == 1 ? "" : "s", own, 100 * own / buf, buf);
+    }
+}
+
+static void print_results(const Transformer* t, const ThreadRun* runs, int n_runs, int depth, int n_prompt,
+                          int n_gen, int reps, int json, double* scratch) {
+    const DecodeBytes b = decode_bytes(t, depth, n_gen);
+    if (!json) {
+        print_setup(t, depth, n_gen, &b);
+        print_reads(t, runs, n_runs, depth, n_gen, reps, scratch);
     }
     for (int k = 0; k < n_runs; k++) {
         const ThreadRun* tr = &runs[k];
         for (int test = 0; test < 2; test++) {
             int n = test == 0 ? n_prompt : n_gen;
             if (n <= 0) continue;
-            memcpy(scratch, test == 0 ? tr->pp : tr->tg, (size_t)reps * sizeof(double));
-            double med = median(scratch, reps), lo = scratch[0], hi = scratch[reps - 1];
-            char name[32], label[48];
-            snprintf(name, sizeof name, "%s%d", test == 0 ? "pp" : "tg", n);
-            if (depth > 0) snprintf(label, sizeof label, "%s @ d%d", name, depth);
-            else snprintf(label, sizeof label, "%s", name);
-            const int width = depth > 0 ? 15 : 6;
-            /* CPU seconds the process got / (wall seconds x threads): below 1 means the threads
-             * waited (for memory, for each other) or, on a shared machine, were descheduled */
-            double share = tr->wall[test] > 0 ? tr->cpu[test] / (tr->wall[test] * tr->threads) : 0;
-            double gbps = bytes_per_tok * med / 1e9;
-            double roof = n_gen > 0 ? median_of(tr->rd, reps, scratch) : tr->best;
-            double pct = test == 1 ? paired_roof_pct(tr->tg, tr->rd, bytes_per_tok, reps, scratch) : 0;
-            /* the same against a streaming read of the weights' own pages (null without one) */
-            const int own = test == 1 && tr->wr != NULL;
-            double own_gbps = own ? median_of(tr->wr, reps, scratch) : 0;
-            double own_pct = own ? paired_roof_pct(tr->tg, tr->wr, bytes_per_tok, reps, scratch) : 0;
-            if (json) {
-                printf("{\"test\": \"%s\", \"threads\": %d, \"depth\": %d, \"tokens_per_s\": %.3f, \"min\": %.3f, "
-                       "\"max\": %.3f, ", name, tr->threads, depth, med, lo, hi);
-                if (test == 1 && !in_cache)
-                    printf("\"gbps\": %.3f, \"roof_pct\": %.2f, ", gbps, pct);
-                else if (test == 1)
-                    printf("\"gbps\": %.3f, \"roof_pct\": null, ", gbps);
-                else
-                    printf("\"gbps\": null, \"roof_pct\": null, ");
-                printf("\"mem_gbps\": %.3f, ", roof);
-                if (test == 1 && !in_cache)
-                    printf("\"roof_pct_best\": %.2f, ", 100.0 * gbps / tr->best);
-                else
-                    printf("\"roof_pct_best\": null, ");
-                printf("\"mem_gbps_best\": %.3f, \"weight_type\": \"%s\", \"cpu_share\": %.3f, ", tr->best,
-                       type_name(c->weight_type), share);
-                printf("\"prefetch\": \"%s\", ", kernels_prefetch_plan());
-                if (t->map.copied || t->map.huge_bytes < 0)
-                    printf("\"weights\": \"%s\", \"huge_pct\": null, ", t->map.copied ? "copied" : "mapped");
-                else
-                    printf("\"weights\": \"mapped\", \"huge_pct\": %.1f, ", 100.0 * t->map.huge_bytes / t->map.size);
-                printf("\"kv_cache\": \"%s\", ", t->state.kv_f16 ? "f16" : "f32");
-                print_json_list("reps_tokens_per_s", test == 0 ? tr->pp : tr->tg, reps, "%.3f");
-                printf(", ");
-                if (test == 1) print_json_list("reps_mem_gbps", tr->rd, reps, "%.3f");
-                else printf("\"reps_mem_gbps\": null");
-                if (own && in_cache) {
-                    printf(", \"weights_gbps\": %.3f, \"roof_pct_weights\": null, ", own_gbps);
-                    print_json_list("reps_weights_gbps", tr->wr, reps, "%.3f");
-                } else if (own) {
-                    printf(", \"weights_gbps\": %.3f, \"roof_pct_weights\": %.2f, ", own_gbps, own_pct);
-                    print_json_list("reps_weights_gbps", tr->wr, reps, "%.3f");
-                } else {
-                    printf(", \"weights_gbps\": null, \"roof_pct_weights\": null, \"reps_weights_gbps\": null");
-                }
-                printf("}\n");
-            } else if (test == 1) {
-                char own_s[16] = "            -", pct_s[16] = "        -", best_s[16] = "        -";
-                if (own && !in_cache) snprintf(own_s, sizeof own_s, "%12.1f%%", own_pct);
-                if (!in_cache) {
-                    snprintf(pct_s, sizeof pct_s, "%8.1f%%", pct);
-                    snprintf(best_s, sizeof best_s, "%8.1f%%", 100.0 * gbps / tr->best);
-                }
-                printf("| %-*s | %7d | %12.2f | %8.2f | %8.2f | %5.1f | %s | %s | %s | %8.0f%% |\n", width, label,
-                       tr->threads, med, lo, hi, gbps, pct_s, best_s, own_s, 100 * share);
-            } else {
-                printf("| %-*s | %7d | %12.2f | %8.2f | %8.2f |     - |         - |         - |             - | %8.0f%% |\n",
-                       width, label, tr->threads, med, lo, hi, 100 * share);
-            }
+            const TestRow row = test_row(tr, test, n, depth, n_gen, reps, b.per_token, scratch);
+            if (json) print_json_row(t, tr, &row, test, depth, reps, b.in_cache);
+            else print_table_row(tr, &row, test, b.in_cache);
         }
     }
-    if (!json)
-        for (int k = 1; k < n_runs; k++)
-            for (int test = 0; test < 2; test++) {
-                int n = test == 0 ? n_prompt : n_gen;
-                if (n <= 0) continue;
-                const double *a = test == 0 ? runs[k].pp : runs[k].tg, *b = test == 0 ? runs[0].pp : runs[0].tg;
-                printf("bench: %s%d, %d threads / %d: %.2f (median of the reps' ratios)\n", test == 0 ? "pp" : "tg",
-                       n, runs[k].threads, runs[0].threads, median_ratio(a, b, reps, scratch));
-            }
-    /* A weights' read well below the buffer's says where a low % of roof comes from. */
-    if (!json && n_gen > 0)
-        for (int k = 0; k < n_runs; k++) {
-            if (!runs[k].wr) continue;
-            const double own = median_of(runs[k].wr, reps, scratch), buf = median_of(runs[k].rd, reps, scratch);
-            if (own < 0.85 * buf)
-                printf("bench: note: with %d thread%s the weights' own pages read at %.1f GB/s, %.0f%% of the buffer's "
-                       "%.1f: the memory behind this file's pages is slower than the buffer's (on a VM it can differ "
-                       "from file to file); %% of own read is decode against what its pages allow\n",
-                       runs[k].threads, runs[k].threads == 1 ? "" : "s", own, 100 * own / buf, buf);
-        }
+    if (!json) print_ratios(runs, n_runs, n_prompt, n_gen, reps, scratch);
+    if (!json && n_gen > 0) note_slow_weight_pages(runs, n_runs, reps, scratch);
     fflush(stdout);
 }
 
@@ -556,53 +618,111 @@ static void too_short(const Config* c, int depth, int n_prompt, int n_gen) {
                 "(use -c %d, or give %s)\n", depth + longer, parts, c->seq_len, depth + longer, advice);
 }
 
-int bench_main(Transformer* t, int argc, char** argv) {
-    int n_prompt = 512, n_gen = 128, reps = 5, depth = 0, json = 0, prompt_given = 0, gen_given = 0;
-    int counts[BENCH_MAX_THREAD_COUNTS], n_runs = 1;
-    counts[0] = kernels_threads();
+/* The options of bench.h, with their defaults. */
+typedef struct {
+    int n_prompt, n_gen, reps, depth, json, prompt_given, gen_given;
+    int counts[BENCH_MAX_THREAD_COUNTS], n_runs;
+} BenchArgs;
+
+/* Returns 0, or the exit status after an error line on stderr. */
+static int parse_bench_args(int argc, char** argv, BenchArgs* a) {
+    *a = (BenchArgs){.n_prompt = 512, .n_gen = 128, .reps = 5, .n_runs = 1};
+    a->counts[0] = kernels_threads();
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--bench-prompt") == 0) {
-            if (int_arg(argc, argv, i++, "--bench-prompt", &n_prompt)) return 2;
-            prompt_given = 1;
+            if (int_arg(argc, argv, i++, "--bench-prompt", &a->n_prompt)) return 2;
+            a->prompt_given = 1;
         } else if (strcmp(argv[i], "--bench-gen") == 0) {
-            if (int_arg(argc, argv, i++, "--bench-gen", &n_gen)) return 2;
-            gen_given = 1;
+            if (int_arg(argc, argv, i++, "--bench-gen", &a->n_gen)) return 2;
+            a->gen_given = 1;
         } else if (strcmp(argv[i], "--bench-reps") == 0) {
-            if (int_arg(argc, argv, i++, "--bench-reps", &reps)) return 2;
+            if (int_arg(argc, argv, i++, "--bench-reps", &a->reps)) return 2;
         } else if (strcmp(argv[i], "--bench-depth") == 0) {
-            if (int_arg(argc, argv, i++, "--bench-depth", &depth)) return 2;
+            if (int_arg(argc, argv, i++, "--bench-depth", &a->depth)) return 2;
         } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
-            n_runs = bench_parse_threads(argv[++i], counts, BENCH_MAX_THREAD_COUNTS);
-            if (n_runs < 1) {
+            a->n_runs = bench_parse_threads(argv[++i], a->counts, BENCH_MAX_THREAD_COUNTS);
+            if (a->n_runs < 1) {
                 fprintf(stderr, "run: error: --threads must be a number or a comma-separated list of up "
                         "to %d numbers in 1..1024, got '%s'\n", BENCH_MAX_THREAD_COUNTS, argv[i]);
                 return 1;
             }
         } else if (strcmp(argv[i], "--json") == 0) {
-            json = 1;
+            a->json = 1;
         }
     }
-    if (reps < 1) {
-        fprintf(stderr, "run: error: --bench-reps must be at least 1, got %d\n", reps);
+    if (a->reps < 1) {
+        fprintf(stderr, "run: error: --bench-reps must be at least 1, got %d\n", a->reps);
         return 2;
     }
-    if (n_prompt <= 0 && n_gen <= 0) {
+    if (a->n_prompt <= 0 && a->n_gen <= 0) {
         fprintf(stderr, "run: error: nothing to measure: --bench-prompt and --bench-gen are both 0\n");
         return 2;
     }
+    return 0;
+}
+
+/* Fixed pseudo-random token ids (a 64-bit LCG), the same in every run. */
+static void fill_tokens(int* tokens, int n, int vocab_size) {
+    uint64_t s = 0x2545F4914F6CDD1Dull;
+    for (int i = 0; i < n; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        tokens[i] = (int)((s >> 33) % (uint64_t)vocab_size);
+    }
+}
+
+/* Every thread count's warm-up, then the reps. results holds pp, tg, rd and wr of each rep for each
+ * thread count; wr is NULL without a read of the weights' own pages. Returns 0, or -1 if forward()
+ * failed. */
+static int run_tests(Transformer* t, const BenchArgs* a, const int* tokens, ThreadRun* runs, double* results,
+                     ReadSet* rb, ReadSet* wr) {
+    const int n_runs = a->n_runs, reps = a->reps, depth = a->depth;
+    /* --bench-depth: the cache's first positions, filled once; the tests (and warm-ups) only write
+     * positions from depth on, so every rep starts from the same depth tokens. */
+    if (depth > 0 && !forward(t, tokens, depth, 0, NULL)) return -1;
+    const int* test_tokens = tokens + depth;
+    /* Each thread count's first reads: 5 passes now, towards the run's best read (the decode reps
+     * add their own, measure_rep). */
+    for (int k = 0; k < n_runs; k++) {
+        ThreadRun* tr = &runs[k];
+        memset(tr, 0, sizeof *tr);
+        tr->threads = kernels_set_threads(a->counts[k]);
+        tr->pp = results + (size_t)(2 * k) * reps;
+        tr->tg = results + (size_t)(2 * k + 1) * reps;
+        tr->rd = results + (size_t)(2 * n_runs + k) * reps;
+        tr->wr = wr ? results + (size_t)(3 * n_runs + k) * reps : NULL;
+        tr->best = read_set_best(rb, 5);
+        tr->n_reads = 5;
+        if ((tr->warm_steps = warm_up(t, test_tokens, depth, a->n_prompt, a->n_gen)) < 0) return -1;
+    }
+    /* Several thread counts take turns rep by rep (in the opposite order every other rep), so that
+     * a slow phase of a shared machine falls on all of them alike. */
+    for (int r = 0; r < reps; r++)
+        for (int i = 0; i < n_runs; i++) {
+            ThreadRun* tr = &runs[r % 2 ? n_runs - 1 - i : i];
+            kernels_set_threads(tr->threads);
+            if (measure_rep(t, test_tokens, depth, a->n_prompt, a->n_gen, rb, wr, tr, r) != 0) return -1;
+        }
+    return 0;
+}
+
+int bench_main(Transformer* t, int argc, char** argv) {
+    BenchArgs a;
+    int status = parse_bench_args(argc, argv, &a);
+    if (status != 0) return status;
     const Config* c = &t->config;
     int was[2];
-    fit_defaults(c, depth, prompt_given ? NULL : &n_prompt, gen_given ? NULL : &n_gen, was);
-    int need = depth + (n_prompt > n_gen ? n_prompt : n_gen);
+    fit_defaults(c, a.depth, a.prompt_given ? NULL : &a.n_prompt, a.gen_given ? NULL : &a.n_gen, was);
+    int need = a.depth + (a.n_prompt > a.n_gen ? a.n_prompt : a.n_gen);
     if (need > c->seq_len) {
-        too_short(c, depth, n_prompt, n_gen);
+        too_short(c, a.depth, a.n_prompt, a.n_gen);
         return 1;
     }
-    note_fitted(c, depth, n_prompt, n_gen, was);
-    int n_tok = need > 0 ? need : 1, status = 1;
+    note_fitted(c, a.depth, a.n_prompt, a.n_gen, was);
+    int n_tok = need > 0 ? need : 1;
+    status = 1;
     int* tokens = malloc((size_t)n_tok * sizeof(int));
     /* per thread count: pp, tg, rd and wr of each rep; then the scratch of print_results */
-    double* results = calloc((size_t)(4 * n_runs + 1) * (size_t)reps, sizeof(double));
+    double* results = calloc((size_t)(4 * a.n_runs + 1) * (size_t)a.reps, sizeof(double));
     ThreadRun runs[BENCH_MAX_THREAD_COUNTS];
     ReadSet rb = {0}, wr = {0};
     uint8_t* rb_buf = NULL;
@@ -612,11 +732,7 @@ int bench_main(Transformer* t, int argc, char** argv) {
         fprintf(stderr, "run: error: out of memory\n");
         goto done;
     }
-    uint64_t s = 0x2545F4914F6CDD1Dull;
-    for (int i = 0; i < n_tok; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        tokens[i] = (int)((s >> 33) % (uint64_t)c->vocab_size);
-    }
+    fill_tokens(tokens, n_tok, c->vocab_size);
     if (read_buffer_init(&rb, &rb_buf, (size_t)512 << 20) != 0) {
         fprintf(stderr, "run: error: out of memory for the bench's 512 MiB read buffer\n");
         goto done;
@@ -624,40 +740,15 @@ int bench_main(Transformer* t, int argc, char** argv) {
     /* The same streaming read over the weights a decode step reads: on a VM the physical memory
      * behind two copies of one file can read at different speeds (docs/design.md#bench-roof),
      * which a buffer of the bench's own cannot show. */
-    const int own = n_gen > 0 && decode_weight_spans(t, wp, wbytes) == 0 &&
+    const int own = a.n_gen > 0 && decode_weight_spans(t, wp, wbytes) == 0 &&
                     read_set_init(&wr, wp[0], wbytes[0], wp[1], wbytes[1]) == 0;
-
-    /* --bench-depth: the cache's first positions, filled once; the tests (and warm-ups) only write
-     * positions from depth on, so every rep starts from the same depth tokens. */
-    if (depth > 0 && !forward(t, tokens, depth, 0, NULL)) goto fail;
-    const int* test_tokens = tokens + depth;
-    /* Each thread count's first reads: 5 passes now, towards the run's best read (the decode reps
-     * add their own, measure_rep). */
-    for (int k = 0; k < n_runs; k++) {
-        ThreadRun* tr = &runs[k];
-        memset(tr, 0, sizeof *tr);
-        tr->threads = kernels_set_threads(counts[k]);
-        tr->pp = results + (size_t)(2 * k) * reps;
-        tr->tg = results + (size_t)(2 * k + 1) * reps;
-        tr->rd = results + (size_t)(2 * n_runs + k) * reps;
-        tr->wr = own ? results + (size_t)(3 * n_runs + k) * reps : NULL;
-        tr->best = read_set_best(&rb, 5);
-        tr->n_reads = 5;
-        if ((tr->warm_steps = warm_up(t, test_tokens, depth, n_prompt, n_gen)) < 0) goto fail;
+    if (run_tests(t, &a, tokens, runs, results, &rb, own ? &wr : NULL) != 0) {
+        fprintf(stderr, "run: error: forward() failed in the bench\n");
+        goto done;
     }
-    /* Several thread counts take turns rep by rep (in the opposite order every other rep), so that
-     * a slow phase of a shared machine falls on all of them alike. */
-    for (int r = 0; r < reps; r++)
-        for (int i = 0; i < n_runs; i++) {
-            ThreadRun* tr = &runs[r % 2 ? n_runs - 1 - i : i];
-            kernels_set_threads(tr->threads);
-            if (measure_rep(t, test_tokens, depth, n_prompt, n_gen, &rb, own ? &wr : NULL, tr, r) != 0) goto fail;
-        }
-    print_results(t, runs, n_runs, depth, n_prompt, n_gen, reps, json, results + (size_t)4 * n_runs * reps);
+    print_results(t, runs, a.n_runs, a.depth, a.n_prompt, a.n_gen, a.reps, a.json,
+                  results + (size_t)4 * a.n_runs * a.reps);
     status = 0;
-    goto done;
-fail:
-    fprintf(stderr, "run: error: forward() failed in the bench\n");
 done:
     read_set_free(&rb);
     read_set_free(&wr);

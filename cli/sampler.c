@@ -100,163 +100,205 @@ static float kth_largest(const float* x, int n, int k, float* heap) {
     return heap[0];
 }
 
+/* 1. Repetition penalty (HF RepetitionPenaltyLogitsProcessor): each distinct token seen so far has
+ *    its logit divided by the penalty when positive, multiplied when negative. */
+static void apply_repetition_penalty(Sampler* s, float* logits, const int* history, int n_history) {
+    const int V = s->vocab_size;
+    if (!(s->repeat_penalty != 1.0f && s->repeat_penalty > 0.0f)) return;
+    for (int i = 0; i < n_history; i++) {
+        int id = history[i];
+        if (id < 0 || id >= V || s->seen[id]) continue;
+        s->seen[id] = 1;
+        logits[id] = logits[id] < 0.0f ? logits[id] * s->repeat_penalty : logits[id] / s->repeat_penalty;
+    }
+    for (int i = 0; i < n_history; i++)
+        if (history[i] >= 0 && history[i] < V) s->seen[history[i]] = 0;
+}
+
+/* 2. Temperature. */
+static void apply_temperature(float* logits, int V, float temperature) {
+    for (int i = 0; i < V; i++) logits[i] /= temperature;
+}
+
+/* The tokens still in the running, in s->candidates, with weights w = exp(logit - max): the softmax
+ * up to its normalisation `mass`; the most likely token has weight 1. They are in two groups: `sure`
+ * tokens, certainly inside the top-p nucleus, at cand[0 .. n_sure), and `band` tokens, sorted to
+ * decide which of them top-p keeps, right after them at band() = cand + n_sure, n_band of them. */
+typedef struct {
+    ProbIndex* cand;
+    int n_sure, n_band;
+    double mass;      /* the weight of the whole vocabulary, or of top-k's survivors */
+    double sure_mass; /* the weight of the sure tokens */
+} Candidates;
+
+static ProbIndex* band(const Candidates* c) { return c->cand + c->n_sure; }
+
+/* 3. Top-k (HF TopKLogitsWarper): keep every logit >= the k-th largest (ties with the k-th stay
+ *    too), all of them in the band. HF renormalises afterwards: top-p's fractions refer to the
+ *    survivors. */
+static void keep_top_k(Sampler* s, const float* logits, float max_logit, Candidates* c) {
+    const int V = s->vocab_size;
+    float threshold = kth_largest(logits, V, s->top_k, s->heap);
+    for (int i = 0; i < V; i++) {
+        if (logits[i] >= threshold) {
+            c->cand[c->n_band].prob = expf(logits[i] - max_logit);
+            c->cand[c->n_band].index = i;
+            c->mass += c->cand[c->n_band].prob;
+            c->n_band++;
+        }
+    }
+}
+
+/* The weights of the whole vocabulary, in place of the logits; returns their sum. */
+static double weigh_vocabulary(float* logits, int V, float max_logit) {
+    double mass = 0.0;
+    for (int i = 0; i < V; i++) {
+        logits[i] = expf(logits[i] - max_logit);
+        mass += logits[i];
+    }
+    return mass;
+}
+
+/* 6. without any filter: one multinomial draw over the whole vocabulary, nothing to sort. */
+static int draw_from_vocabulary(Sampler* s, const float* weights, double mass) {
+    const int V = s->vocab_size;
+    double r = (double)sampler_random(s) * mass, cdf = 0.0;
+    for (int i = 0; i < V; i++) {
+        cdf += weights[i];
+        if (r < cdf) return i;
+    }
+    return argmax(weights, V); /* rounding left r >= the sum */
+}
+
+/* Top-p and min-p without top-k, by thresholds instead of a sort of 151,936 weights: tokens with
+ * w < lo are out, tokens with w >= hi are sure, only those in between (the band) are sorted. This
+ * is exact because:
+ *  - a token below (1 - top_p) / (V - 1) of the mass has more than top_p of the mass ranked above
+ *    it, so top-p drops it (llama2.c's cutoff); min-p drops every w < min_p;
+ *  - for any threshold t, the tokens with w >= t form a prefix of the sorted order, so if they
+ *    carry >= top_p of the mass the nucleus lies inside them (lo may rise to t), and if they carry
+ *    less they all lie inside the nucleus (hi may drop to t).
+ * This first step keeps the tokens with w >= lo, all in the band for top-p; for min-p alone every
+ * one of them is sure. Returns lo. */
+static float keep_above_cutoff(const Sampler* s, const float* weights, Candidates* c) {
+    const int V = s->vocab_size;
+    const int use_top_p = s->top_p > 0.0f && s->top_p < 1.0f;
+    const int use_min_p = s->min_p > 0.0f;
+    float lo = 0.0f;
+    if (use_top_p) lo = (float)((1.0 - s->top_p) / (V - 1) * c->mass);
+    if (use_min_p && s->min_p > lo) lo = s->min_p;
+    for (int i = 0; i < V; i++) {
+        if (weights[i] >= lo) {
+            c->cand[c->n_band].prob = weights[i];
+            c->cand[c->n_band].index = i;
+            c->n_band++;
+        }
+    }
+    if (!use_top_p) { /* min-p alone: every candidate stays */
+        c->n_sure = c->n_band;
+        c->n_band = 0;
+    }
+    return lo;
+}
+
+/* 4a. Top-p's band narrowed by bisection between lo and hi (in log space: weights span many orders
+ *     of magnitude), each step looking only at the band, until it is small enough to sort. */
+static void narrow_top_p_band(const Sampler* s, Candidates* c, float lo) {
+    float hi = 2.0f; /* > every weight */
+    double target = (double)s->top_p * c->mass;
+    while (c->n_band > 256) {
+        float mid = expf(0.5f * (logf(lo > 1e-30f ? lo : 1e-30f) + logf(hi)));
+        if (!(mid > lo && mid < hi)) break; /* float resolution reached */
+        ProbIndex* b = band(c);
+        double above = c->sure_mass;
+        for (int j = 0; j < c->n_band; j++)
+            if (b[j].prob >= mid) above += b[j].prob;
+        int kept = 0;
+        if (above >= target) { /* the nucleus is inside w >= mid: drop the rest of the band */
+            lo = mid;
+            for (int j = 0; j < c->n_band; j++)
+                if (b[j].prob >= mid) b[kept++] = b[j];
+            c->n_band = kept;
+        } else { /* every w >= mid is in the nucleus: move those to the sure tokens */
+            hi = mid;
+            for (int j = 0; j < c->n_band; j++) {
+                if (b[j].prob >= mid) {
+                    ProbIndex tmp = b[kept];
+                    b[kept] = b[j];
+                    b[j] = tmp;
+                    c->sure_mass += b[kept].prob;
+                    kept++;
+                }
+            }
+            c->n_sure += kept;
+            c->n_band -= kept;
+        }
+    }
+}
+
+/* 4b. Top-p (HF TopPLogitsWarper) on the sorted band: a token stays when the mass ranked strictly
+ *     above it is below top_p: the smallest set that reaches top_p, and at least one token. */
+static void cut_top_p(const Sampler* s, Candidates* c) {
+    const ProbIndex* b = band(c);
+    double above = c->sure_mass, target = (double)s->top_p * c->mass;
+    for (int j = 0; j < c->n_band; j++) {
+        if ((j > 0 || c->n_sure > 0) && above >= target) {
+            c->n_band = j;
+            break;
+        }
+        above += b[j].prob;
+    }
+}
+
+/* 5. Min-p (HF MinPLogitsWarper): drop tokens less likely than min_p times the most likely one,
+ *    whose weight is 1; renormalisation does not change these ratios. With min-p off the floor is
+ *    0. The survivors stay in their order, all sure: cand[0 .. n_sure). */
+static void keep_min_p(Candidates* c, float floor_w) {
+    int kept = 0;
+    for (int j = 0; j < c->n_sure + c->n_band; j++)
+        if (c->cand[j].prob >= floor_w) c->cand[kept++] = c->cand[j];
+    c->n_sure = kept;
+    c->n_band = 0;
+}
+
+/* 6. Softmax over the survivors and one multinomial draw; -1 when none is left. */
+static int draw_candidate(Sampler* s, const Candidates* c) {
+    double total = 0.0;
+    for (int j = 0; j < c->n_sure; j++) total += c->cand[j].prob;
+    double r = (double)sampler_random(s) * total, cdf = 0.0;
+    int last = -1;
+    for (int j = 0; j < c->n_sure; j++) {
+        cdf += c->cand[j].prob;
+        last = c->cand[j].index;
+        if (r < cdf) return last;
+    }
+    return last; /* rounding left r >= the sum */
+}
+
 int sampler_sample(Sampler* s, float* logits, const int* history, int n_history) {
     const int V = s->vocab_size;
-
-    /* 1. Repetition penalty (HF RepetitionPenaltyLogitsProcessor): each distinct token seen so far
-     *    has its logit divided by the penalty when positive, multiplied when negative. */
-    if (s->repeat_penalty != 1.0f && s->repeat_penalty > 0.0f) {
-        for (int i = 0; i < n_history; i++) {
-            int id = history[i];
-            if (id < 0 || id >= V || s->seen[id]) continue;
-            s->seen[id] = 1;
-            logits[id] = logits[id] < 0.0f ? logits[id] * s->repeat_penalty
-                                           : logits[id] / s->repeat_penalty;
-        }
-        for (int i = 0; i < n_history; i++)
-            if (history[i] >= 0 && history[i] < V) s->seen[history[i]] = 0;
-    }
-
-    /* Temperature 0: greedy decoding, no randomness. */
-    if (s->temperature <= 0.0f) return argmax(logits, V);
-
-    /* 2. Temperature. */
-    for (int i = 0; i < V; i++) logits[i] /= s->temperature;
+    apply_repetition_penalty(s, logits, history, n_history);
+    if (s->temperature <= 0.0f) return argmax(logits, V); /* greedy decoding, no randomness */
+    apply_temperature(logits, V, s->temperature);
     float max_logit = logits[argmax(logits, V)];
     if (!isfinite(max_logit)) return argmax(logits, V);
 
     const int use_top_k = s->top_k > 0 && s->top_k < V;
     const int use_top_p = s->top_p > 0.0f && s->top_p < 1.0f;
     const int use_min_p = s->min_p > 0.0f;
-
-    /* Weights w = exp(logit - max): the softmax up to its normalisation `mass`; the most likely
-     * token has weight 1. The candidates end up in two groups: `sure` tokens, certainly inside the
-     * top-p nucleus, at cand[0 .. n_sure), and `band` tokens, sorted to decide which of them top-p
-     * keeps, at band[0 .. n_band). */
-    ProbIndex* cand = s->candidates;
-    ProbIndex* band;
-    int n_sure = 0, n_band = 0;
-    double mass = 0.0, sure_mass = 0.0; /* sure_mass: the weight of the sure tokens */
-
+    Candidates c = {s->candidates, 0, 0, 0.0, 0.0};
     if (use_top_k) {
-        /* 3. Top-k (HF TopKLogitsWarper): keep every logit >= the k-th largest (ties with the k-th
-         *    stay too). HF renormalises afterwards: top-p's fractions refer to the survivors. */
-        float threshold = kth_largest(logits, V, s->top_k, s->heap);
-        for (int i = 0; i < V; i++) {
-            if (logits[i] >= threshold) {
-                cand[n_band].prob = expf(logits[i] - max_logit);
-                cand[n_band].index = i;
-                mass += cand[n_band].prob;
-                n_band++;
-            }
-        }
-        band = cand;
+        keep_top_k(s, logits, max_logit, &c);
     } else {
-        for (int i = 0; i < V; i++) {
-            logits[i] = expf(logits[i] - max_logit);
-            mass += logits[i];
-        }
-        if (!use_top_p && !use_min_p) {
-            /* Plain multinomial draw over the whole vocabulary: nothing to sort. */
-            double r = (double)sampler_random(s) * mass, cdf = 0.0;
-            for (int i = 0; i < V; i++) {
-                cdf += logits[i];
-                if (r < cdf) return i;
-            }
-            return argmax(logits, V); /* rounding left r >= the sum */
-        }
-        /* Thresholds instead of a sort of 151,936 weights: tokens with w < lo are out, tokens with
-         * w >= hi are sure, only those in between (the band) are sorted. This is exact because:
-         *  - a token below (1 - top_p) / (V - 1) of the mass has more than top_p of the mass ranked
-         *    above it, so top-p drops it (llama2.c's cutoff); min-p drops every w < min_p;
-         *  - for any threshold t, the tokens with w >= t form a prefix of the sorted order, so if
-         *    they carry >= top_p of the mass the nucleus lies inside them (lo may rise to t), and
-         *    if they carry less they all lie inside the nucleus (hi may drop to t).
-         * Bisection (in log space: weights span many orders of magnitude) narrows the band, each
-         * step looking only at the band, until it is small enough to sort. */
-        float lo = 0.0f, hi = 2.0f; /* hi > every weight */
-        if (use_top_p) lo = (float)((1.0 - s->top_p) / (V - 1) * mass);
-        if (use_min_p && s->min_p > lo) lo = s->min_p;
-        for (int i = 0; i < V; i++) {
-            if (logits[i] >= lo) {
-                cand[n_band].prob = logits[i];
-                cand[n_band].index = i;
-                n_band++;
-            }
-        }
-        band = cand; /* cand = [sure tokens | band tokens]; no sure tokens yet */
-        if (!use_top_p) { /* min-p alone: every candidate stays */
-            n_sure = n_band;
-            n_band = 0;
-        }
-        double target = (double)s->top_p * mass;
-        while (use_top_p && n_band > 256) {
-            float mid = expf(0.5f * (logf(lo > 1e-30f ? lo : 1e-30f) + logf(hi)));
-            if (!(mid > lo && mid < hi)) break; /* float resolution reached */
-            double above = sure_mass;
-            for (int j = 0; j < n_band; j++)
-                if (band[j].prob >= mid) above += band[j].prob;
-            int kept = 0;
-            if (above >= target) { /* the nucleus is inside w >= mid: drop the rest of the band */
-                lo = mid;
-                for (int j = 0; j < n_band; j++)
-                    if (band[j].prob >= mid) band[kept++] = band[j];
-                n_band = kept;
-            } else { /* every w >= mid is in the nucleus: move those to the sure tokens */
-                hi = mid;
-                for (int j = 0; j < n_band; j++) {
-                    if (band[j].prob >= mid) {
-                        ProbIndex tmp = band[kept];
-                        band[kept] = band[j];
-                        band[j] = tmp;
-                        sure_mass += band[kept].prob;
-                        kept++;
-                    }
-                }
-                n_sure += kept;
-                n_band -= kept;
-                band += kept;
-            }
-        }
+        c.mass = weigh_vocabulary(logits, V, max_logit);
+        if (!use_top_p && !use_min_p) return draw_from_vocabulary(s, logits, c.mass);
+        float lo = keep_above_cutoff(s, logits, &c);
+        if (use_top_p) narrow_top_p_band(s, &c, lo);
     }
-    if (n_sure + n_band == 0 || !(mass > 0.0)) return argmax(logits, V);
-    qsort(band, (size_t)n_band, sizeof(ProbIndex), by_prob_desc);
-
-    /* 4. Top-p (HF TopPLogitsWarper): a token stays when the mass ranked strictly above it is
-     *    below top_p: the smallest set that reaches top_p, and at least one token. */
-    if (use_top_p) {
-        double above = sure_mass, target = (double)s->top_p * mass;
-        for (int j = 0; j < n_band; j++) {
-            if ((j > 0 || n_sure > 0) && above >= target) {
-                n_band = j;
-                break;
-            }
-            above += band[j].prob;
-        }
-    }
-
-    /* 5. Min-p (HF MinPLogitsWarper): drop tokens less likely than min_p times the most likely
-     *    one, whose weight is 1; renormalisation does not change these ratios.
-     * 6. Softmax over the survivors and one multinomial draw. */
-    const float floor_w = use_min_p ? s->min_p : 0.0f;
-    double total = 0.0;
-    for (int j = 0; j < n_sure; j++)
-        if (cand[j].prob >= floor_w) total += cand[j].prob;
-    for (int j = 0; j < n_band; j++)
-        if (band[j].prob >= floor_w) total += band[j].prob;
-    double r = (double)sampler_random(s) * total, cdf = 0.0;
-    int last = -1;
-    for (int j = 0; j < n_sure; j++) {
-        if (cand[j].prob < floor_w) continue;
-        cdf += cand[j].prob;
-        last = cand[j].index;
-        if (r < cdf) return last;
-    }
-    for (int j = 0; j < n_band; j++) {
-        if (band[j].prob < floor_w) continue;
-        cdf += band[j].prob;
-        last = band[j].index;
-        if (r < cdf) return last;
-    }
-    return last >= 0 ? last : argmax(logits, V); /* rounding left r >= the sum */
+    if (c.n_sure + c.n_band == 0 || !(c.mass > 0.0)) return argmax(logits, V);
+    qsort(band(&c), (size_t)c.n_band, sizeof(ProbIndex), by_prob_desc);
+    if (use_top_p) cut_top_p(s, &c);
+    keep_min_p(&c, use_min_p ? s->min_p : 0.0f);
+    int id = draw_candidate(s, &c);
+    return id >= 0 ? id : argmax(logits, V);
 }

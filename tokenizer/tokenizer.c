@@ -22,6 +22,8 @@
  */
 #include "tokenizer.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -165,37 +167,48 @@ static int cmp_added(const void* a, const void* b) {
     return x->id - y->id;
 }
 
-#define TOK_FAIL(...)                                       \
-    do {                                                    \
-        if (err && errlen) snprintf(err, errlen, __VA_ARGS__); \
-        tokenizer_free(t);                                  \
-        return NULL;                                        \
-    } while (0)
-
-Tokenizer* tokenizer_new(const uint8_t* data, size_t n, char* err, size_t errlen) {
-    Tokenizer* t = calloc(1, sizeof *t);
-    if (!t) {
-        if (err && errlen) snprintf(err, errlen, "tokenizer: out of memory");
-        return NULL;
+/* Writes the message into err (when there is room for one) and returns -1. */
+static int tok_error(char* err, size_t errlen, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+static int tok_error(char* err, size_t errlen, const char* fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
     }
-    for (int b = 0; b < 256; b++) t->byte_id[b] = -1;
-    t->max_digits = 1;
-    if (n == 0 || !data) return t; /* no tokenizer in the checkpoint */
-    Reader r = {data, n, 0, 0};
-    const uint8_t* magic = r_bytes(&r, 4);
-    if (!magic || memcmp(magic, "QTOK", 4) != 0) TOK_FAIL("tokenizer section: bad magic (expected QTOK)");
-    uint32_t n_vocab = r_u32(&r), n_merges = r_u32(&r), n_added = r_u32(&r);
-    t->flags = r_u32(&r);
-    uint32_t regex_len = r_u32(&r);
-    const uint8_t* regex = r_bytes(&r, regex_len);
-    if (r.bad) TOK_FAIL("tokenizer section: truncated header");
+    return -1;
+}
+
+/* Where the parts of the tokenizer section are (layout in model.h), found by walking it once with
+ * every length checked against the section's size; the tables are filled from them afterwards. */
+typedef struct {
+    uint32_t n_vocab, n_merges, n_added;
+    const uint8_t* vocab;  /* n_vocab entries: u32 length, bytes */
+    const uint8_t* merges; /* n_merges entries: u32 left, right, result */
+    const uint8_t* added;  /* n_added entries: u32 id, special, length, bytes */
+    int64_t size;          /* ids: the vocabulary and every added token's id */
+} Section;
+
+/* The header: magic, counts, flags and the Split regex, which picks the pre-tokenizer. */
+static int read_section_header(Tokenizer* t, Reader* r, Section* sec, char* err, size_t errlen) {
+    const size_t n = r->n;
+    const uint8_t* magic = r_bytes(r, 4);
+    if (!magic || memcmp(magic, "QTOK", 4) != 0)
+        return tok_error(err, errlen, "tokenizer section: bad magic (expected QTOK)");
+    sec->n_vocab = r_u32(r);
+    sec->n_merges = r_u32(r);
+    sec->n_added = r_u32(r);
+    t->flags = r_u32(r);
+    uint32_t regex_len = r_u32(r);
+    const uint8_t* regex = r_bytes(r, regex_len);
+    if (r->bad) return tok_error(err, errlen, "tokenizer section: truncated header");
     /* every entry takes at least 4 bytes, which bounds the counts by the section size */
-    if (n_vocab > (n - r.pos) / 4 || n_merges > (n - r.pos) / 12 || n_added > (n - r.pos) / 12)
-        TOK_FAIL("tokenizer section: counts (%u vocab, %u merges, %u added) exceed its %zu bytes",
-                 n_vocab, n_merges, n_added, n);
-    t->n_vocab = (int)n_vocab;
-    t->n_merges = (int)n_merges;
-    t->n_added = (int)n_added;
+    if (sec->n_vocab > (n - r->pos) / 4 || sec->n_merges > (n - r->pos) / 12 || sec->n_added > (n - r->pos) / 12)
+        return tok_error(err, errlen, "tokenizer section: counts (%u vocab, %u merges, %u added) exceed its %zu bytes",
+                         sec->n_vocab, sec->n_merges, sec->n_added, n);
+    t->n_vocab = (int)sec->n_vocab;
+    t->n_merges = (int)sec->n_merges;
+    t->n_added = (int)sec->n_added;
     if (regex_len == sizeof QWEN2_REGEX - 1 && memcmp(regex, QWEN2_REGEX, regex_len) == 0) {
         t->max_digits = 1;
     } else if (regex_len == sizeof LLAMA3_REGEX - 1 && memcmp(regex, LLAMA3_REGEX, regex_len) == 0) {
@@ -203,90 +216,115 @@ Tokenizer* tokenizer_new(const uint8_t* data, size_t n, char* err, size_t errlen
         t->ignore_merges = 1; /* Llama 3's tokenizer.json has "ignore_merges": true */
     }
     /* any other regex: the Qwen2 scanner is used (export.py warns that encoding may differ) */
+    return 0;
+}
 
-    /* vocabulary */
-    const uint8_t* vstart = data + r.pos;
-    for (uint32_t i = 0; i < n_vocab; i++) r_bytes(&r, r_u32(&r));
-    if (r.bad) TOK_FAIL("tokenizer section: truncated vocabulary");
-    /* merges */
-    const uint8_t* mstart = r_bytes(&r, 0);
-    if (r.bad || (uint64_t)n_merges * 12 > n - r.pos) TOK_FAIL("tokenizer section: truncated merges");
-    r.pos += (size_t)n_merges * 12;
-    /* added tokens: find the size first */
-    size_t apos = r.pos;
-    int64_t size = n_vocab;
-    for (uint32_t i = 0; i < n_added; i++) {
-        uint32_t id = r_u32(&r);
-        r_u32(&r);
-        r_bytes(&r, r_u32(&r));
-        if (r.bad) TOK_FAIL("tokenizer section: truncated added tokens");
-        if (id >= MAX_VOCAB) TOK_FAIL("tokenizer section: added token id %u is too large", id);
-        if ((int64_t)id + 1 > size) size = (int64_t)id + 1;
+/* The vocabulary, the merges, the added tokens (whose largest id sets the size) and the chat
+ * template, each checked to lie inside the section, which they must fill exactly. */
+static int find_section_parts(Tokenizer* t, Reader* r, Section* sec, char* err, size_t errlen) {
+    const size_t n = r->n;
+    sec->vocab = r->p + r->pos;
+    for (uint32_t i = 0; i < sec->n_vocab; i++) r_bytes(r, r_u32(r));
+    if (r->bad) return tok_error(err, errlen, "tokenizer section: truncated vocabulary");
+    sec->merges = r_bytes(r, 0);
+    if (r->bad || (uint64_t)sec->n_merges * 12 > n - r->pos)
+        return tok_error(err, errlen, "tokenizer section: truncated merges");
+    r->pos += (size_t)sec->n_merges * 12;
+    sec->added = r->p + r->pos;
+    sec->size = sec->n_vocab;
+    for (uint32_t i = 0; i < sec->n_added; i++) {
+        uint32_t id = r_u32(r);
+        r_u32(r);
+        r_bytes(r, r_u32(r));
+        if (r->bad) return tok_error(err, errlen, "tokenizer section: truncated added tokens");
+        if (id >= MAX_VOCAB) return tok_error(err, errlen, "tokenizer section: added token id %u is too large", id);
+        if ((int64_t)id + 1 > sec->size) sec->size = (int64_t)id + 1;
     }
-    uint32_t tlen = r_u32(&r);
-    t->chat_template = r_bytes(&r, tlen);
+    uint32_t tlen = r_u32(r);
+    t->chat_template = r_bytes(r, tlen);
     t->chat_template_len = tlen;
-    if (r.bad) TOK_FAIL("tokenizer section: truncated chat template");
-    if (r.pos != n) TOK_FAIL("tokenizer section: %zu unexpected bytes at its end", n - r.pos);
+    if (r->bad) return tok_error(err, errlen, "tokenizer section: truncated chat template");
+    if (r->pos != n) return tok_error(err, errlen, "tokenizer section: %zu unexpected bytes at its end", n - r->pos);
+    return 0;
+}
 
-    t->size = (int)size;
-    t->tok = calloc((size_t)size, sizeof *t->tok);
-    t->tok_len = calloc((size_t)size, sizeof *t->tok_len);
-    t->special = calloc((size_t)size, 1);
-    t->added = calloc(n_added ? n_added : 1, sizeof *t->added);
-    t->vocab_mask = pow2_at_least(((uint64_t)n_vocab + n_added) * 2) - 1;
+/* The per-id arrays and the two hash tables (every slot empty). */
+static int alloc_tables(Tokenizer* t, const Section* sec, char* err, size_t errlen) {
+    t->size = (int)sec->size;
+    t->tok = calloc((size_t)sec->size, sizeof *t->tok);
+    t->tok_len = calloc((size_t)sec->size, sizeof *t->tok_len);
+    t->special = calloc((size_t)sec->size, 1);
+    t->added = calloc(sec->n_added ? sec->n_added : 1, sizeof *t->added);
+    t->vocab_mask = pow2_at_least(((uint64_t)sec->n_vocab + sec->n_added) * 2) - 1;
     t->vocab_slots = malloc(((size_t)t->vocab_mask + 1) * sizeof *t->vocab_slots);
-    t->merge_mask = pow2_at_least((uint64_t)n_merges * 2) - 1;
+    t->merge_mask = pow2_at_least((uint64_t)sec->n_merges * 2) - 1;
     t->merges = malloc(((size_t)t->merge_mask + 1) * sizeof *t->merges);
     if (!t->tok || !t->tok_len || !t->special || !t->added || !t->vocab_slots || !t->merges)
-        TOK_FAIL("tokenizer: out of memory");
+        return tok_error(err, errlen, "tokenizer: out of memory");
     memset(t->vocab_slots, 0xff, ((size_t)t->vocab_mask + 1) * sizeof *t->vocab_slots);
     memset(t->merges, 0xff, ((size_t)t->merge_mask + 1) * sizeof *t->merges);
+    return 0;
+}
 
-    const uint8_t* p = vstart;
-    for (uint32_t i = 0; i < n_vocab; i++) {
+/* Each token's bytes, and the single-byte token of each byte (the first one wins). */
+static void load_vocabulary(Tokenizer* t, const Section* sec) {
+    const uint8_t* p = sec->vocab;
+    for (uint32_t i = 0; i < sec->n_vocab; i++) {
         uint32_t len = rd32(p);
         t->tok[i] = p + 4;
         t->tok_len[i] = len;
         p += 4 + (size_t)len;
         if (len == 1 && t->byte_id[t->tok[i][0]] < 0) t->byte_id[t->tok[i][0]] = (int)i;
     }
-    for (uint32_t i = 0; i < n_merges; i++) {
-        uint32_t a = rd32(mstart + 12 * (size_t)i), b = rd32(mstart + 12 * (size_t)i + 4),
-                 c = rd32(mstart + 12 * (size_t)i + 8);
-        if (a >= n_vocab || b >= n_vocab || c >= n_vocab)
-            TOK_FAIL("tokenizer section: merge %u (%u, %u -> %u) uses an id outside the vocabulary of %u",
-                     i, a, b, c, n_vocab);
+}
+
+/* The merge hash: (left, right) -> (rank, result); every id must be a vocabulary token. */
+static int load_merges(Tokenizer* t, const Section* sec, char* err, size_t errlen) {
+    const uint8_t* m = sec->merges;
+    for (uint32_t i = 0; i < sec->n_merges; i++) {
+        uint32_t a = rd32(m + 12 * (size_t)i), b = rd32(m + 12 * (size_t)i + 4), c = rd32(m + 12 * (size_t)i + 8);
+        if (a >= sec->n_vocab || b >= sec->n_vocab || c >= sec->n_vocab)
+            return tok_error(err, errlen,
+                             "tokenizer section: merge %u (%u, %u -> %u) uses an id outside the vocabulary of %u",
+                             i, a, b, c, sec->n_vocab);
         for (uint32_t h = hash_pair(a, b) & t->merge_mask;; h = (h + 1) & t->merge_mask) {
-            MergeSlot* m = &t->merges[h];
-            if (m->left == UINT32_MAX) {
-                *m = (MergeSlot){a, b, i, c};
+            MergeSlot* slot = &t->merges[h];
+            if (slot->left == UINT32_MAX) {
+                *slot = (MergeSlot){a, b, i, c};
                 break;
             }
-            if (m->left == a && m->right == b) break; /* a repeated pair keeps its lowest rank */
+            if (slot->left == a && slot->right == b) break; /* a repeated pair keeps its lowest rank */
         }
     }
-    /* Monotone merges (true for Qwen's: token 256 + k is made by merge k): then a pair that a merge
-     * creates always has a higher rank than that merge, which the bucket method for very long
-     * pieces relies on. */
-    {
-        int32_t* made_by = malloc((size_t)(n_vocab ? n_vocab : 1) * sizeof *made_by);
-        if (!made_by) TOK_FAIL("tokenizer: out of memory");
-        memset(made_by, 0xff, (size_t)n_vocab * sizeof *made_by);
-        t->monotone = 1;
-        for (uint32_t i = 0; i < n_merges && t->monotone; i++) {
-            uint32_t c = rd32(mstart + 12 * (size_t)i + 8);
-            if (made_by[c] >= 0) t->monotone = 0;
-            made_by[c] = (int32_t)i;
-        }
-        for (uint32_t i = 0; i < n_merges && t->monotone; i++) {
-            uint32_t a = rd32(mstart + 12 * (size_t)i), b = rd32(mstart + 12 * (size_t)i + 4);
-            if (made_by[a] >= (int32_t)i || made_by[b] >= (int32_t)i) t->monotone = 0;
-        }
-        free(made_by);
+    return 0;
+}
+
+/* Monotone merges (true for Qwen's: token 256 + k is made by merge k): then a pair that a merge
+ * creates always has a higher rank than that merge, which the bucket method for very long pieces
+ * relies on. */
+static int check_monotone(Tokenizer* t, const Section* sec, char* err, size_t errlen) {
+    const uint8_t* m = sec->merges;
+    int32_t* made_by = malloc((size_t)(sec->n_vocab ? sec->n_vocab : 1) * sizeof *made_by);
+    if (!made_by) return tok_error(err, errlen, "tokenizer: out of memory");
+    memset(made_by, 0xff, (size_t)sec->n_vocab * sizeof *made_by);
+    t->monotone = 1;
+    for (uint32_t i = 0; i < sec->n_merges && t->monotone; i++) {
+        uint32_t c = rd32(m + 12 * (size_t)i + 8);
+        if (made_by[c] >= 0) t->monotone = 0;
+        made_by[c] = (int32_t)i;
     }
-    p = data + apos;
-    for (uint32_t i = 0; i < n_added; i++) {
+    for (uint32_t i = 0; i < sec->n_merges && t->monotone; i++) {
+        uint32_t a = rd32(m + 12 * (size_t)i), b = rd32(m + 12 * (size_t)i + 4);
+        if (made_by[a] >= (int32_t)i || made_by[b] >= (int32_t)i) t->monotone = 0;
+    }
+    free(made_by);
+    return 0;
+}
+
+/* The added tokens: their bytes under their ids, sorted longest first for the split of step 1. */
+static void load_added(Tokenizer* t, const Section* sec) {
+    const uint8_t* p = sec->added;
+    for (uint32_t i = 0; i < sec->n_added; i++) {
         uint32_t id = rd32(p), special = rd32(p + 4), len = rd32(p + 8);
         Added* a = &t->added[i];
         a->id = (int)id;
@@ -298,10 +336,34 @@ Tokenizer* tokenizer_new(const uint8_t* data, size_t n, char* err, size_t errlen
         t->special[id] = special != 0;
         if (len) t->added_first[a->s[0]] = 1;
     }
-    qsort(t->added, n_added, sizeof *t->added, cmp_added);
+    qsort(t->added, sec->n_added, sizeof *t->added, cmp_added);
+}
+
+Tokenizer* tokenizer_new(const uint8_t* data, size_t n, char* err, size_t errlen) {
+    Tokenizer* t = calloc(1, sizeof *t);
+    if (!t) {
+        tok_error(err, errlen, "tokenizer: out of memory");
+        return NULL;
+    }
+    for (int b = 0; b < 256; b++) t->byte_id[b] = -1;
+    t->max_digits = 1;
+    if (n == 0 || !data) return t; /* no tokenizer in the checkpoint */
+    Reader r = {data, n, 0, 0};
+    Section sec = {0};
+    if (read_section_header(t, &r, &sec, err, errlen) != 0 || find_section_parts(t, &r, &sec, err, errlen) != 0 ||
+        alloc_tables(t, &sec, err, errlen) != 0) {
+        tokenizer_free(t);
+        return NULL;
+    }
+    load_vocabulary(t, &sec);
+    if (load_merges(t, &sec, err, errlen) != 0 || check_monotone(t, &sec, err, errlen) != 0) {
+        tokenizer_free(t);
+        return NULL;
+    }
+    load_added(t, &sec);
     /* added tokens first, so tokenizer_find prefers them */
-    for (uint32_t i = 0; i < n_added; i++) vocab_insert(t, t->added[i].id);
-    for (uint32_t i = 0; i < n_vocab; i++) vocab_insert(t, (int)i);
+    for (uint32_t i = 0; i < sec.n_added; i++) vocab_insert(t, t->added[i].id);
+    for (uint32_t i = 0; i < sec.n_vocab; i++) vocab_insert(t, (int)i);
     return t;
 }
 
