@@ -191,6 +191,10 @@ int kernels_set_amx(Kernels* k, int on) {
     return s->amx_usable;
 }
 
+/* Everything a context uses is its own; what it learns from the process (the CPU's model for the
+ * prefetch plan, KERNELS_PREFETCH and KERNELS_AMX, Linux's grant of the AMX tile state, which is
+ * the whole process's and asked for again harmlessly) is read anew here, and none of it changes
+ * while the process runs, so two contexts always agree on it. */
 MatmulScratch* matmul_scratch_new(int max_threads, int max_batch, int max_cols) {
     MatmulScratch* s = calloc(1, sizeof *s);
     if (!s) return NULL;
@@ -456,6 +460,7 @@ static int split_tokens_padded(const MatmulJob* j) {
 
 static void run_job(MatmulJob* j) {
     const MatmulScratch* s = j->s;
+    (void)s; /* the scalar build reads no scratch */
     const int nt = kernels_threads(j->k);
     j->use_qi = 0;
     j->use_xp = 0;
