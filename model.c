@@ -39,18 +39,6 @@
  * 40,960 positions, but a cache that large costs 9 GB in fp32 for 0.6B). */
 #define DEFAULT_CTX 4096
 
-static int n_threads_wanted = 0; /* transformer_set_threads(); 0 = every online CPU */
-
-void transformer_set_threads(int n_threads) { n_threads_wanted = n_threads > 0 ? n_threads : 0; }
-
-static int no_mmap_wanted = 0; /* transformer_set_no_mmap() */
-
-void transformer_set_no_mmap(int on) { no_mmap_wanted = on != 0; }
-
-static int kv_f16_wanted = 0; /* transformer_set_kv_f16() */
-
-void transformer_set_kv_f16(int on) { kv_f16_wanted = on != 0; }
-
 /* ---------------------------------------------------------------------------------------------
  * Loading
  * --------------------------------------------------------------------------------------------- */
@@ -387,7 +375,7 @@ static int alloc_state(Transformer* t, int n_threads) {
     s->logits = alloc_array((size_t)c->vocab_size, sizeof(float));
     /* The cache is the one big allocation (whole blocks of positions, twice), mapped lazily: memory
      * is only used for the blocks reached (populate_kv_cache). */
-    s->kv_f16 = kv_f16_wanted;
+    s->kv_f16 = t->options.kv_f16 != 0;
     size_t kv_bytes = kv_cache_elems(c, kv_block_len(s)) * kv_elem_bytes(s);
     s->key_cache = alloc_huge_anonymous(kv_bytes);
     s->value_cache = alloc_huge_anonymous(kv_bytes);
@@ -450,10 +438,11 @@ static int map_checkpoint(Transformer* t, const char* path, uint64_t* size, char
         close(fd);
         return fail(err, errlen, path, "file is too large to map on this machine");
     }
-    int map_errno = checkpoint_map(&t->map, fd, (size_t)st.st_size, no_mmap_wanted);
+    const int no_mmap = t->options.no_mmap != 0;
+    int map_errno = checkpoint_map(&t->map, fd, (size_t)st.st_size, no_mmap);
     close(fd); /* a mapping keeps the file alive */
     if (map_errno != 0)
-        return fail(err, errlen, path, "cannot %s: %s", no_mmap_wanted ? "read" : "mmap",
+        return fail(err, errlen, path, "cannot %s: %s", no_mmap ? "read" : "mmap",
                     strerror(map_errno));
     *size = (uint64_t)st.st_size;
     return 0;
@@ -477,21 +466,25 @@ static int check_sections(const FileHeader* h, uint64_t size, const char* path, 
     return 0;
 }
 
-/* The kernels' thread pool (transformer_set_threads; at most 256), sized for the widest matrix. */
-static int start_kernels(const Config* c, const char* path, char* err, size_t errlen) {
-    int n_threads = n_threads_wanted;
+/* The model's own kernel context: its thread pool (options.threads, default the CPUs this process
+ * may run on, at most 256) and scratch sized for the widest matrix. */
+static int start_kernels(Transformer* t, const char* path, char* err, size_t errlen) {
+    const Config* c = &t->config;
+    int n_threads = t->options.threads;
     if (n_threads <= 0) n_threads = kernels_available_cpus();
     if (n_threads > 256) n_threads = 256;
     int max_cols = c->dim;
     if (c->hidden_dim > max_cols) max_cols = c->hidden_dim;
     if (c->n_heads * c->head_dim > max_cols) max_cols = c->n_heads * c->head_dim;
-    if (kernels_init(n_threads, MAX_BATCH, max_cols) != 0)
-        return fail(err, errlen, path, "cannot start %d kernel threads", n_threads);
+    t->kernels = kernels_new(n_threads, MAX_BATCH, max_cols);
+    if (!t->kernels) return fail(err, errlen, path, "out of memory for the scratch of %d kernel threads", n_threads);
+    kernels_set_bf16_activations(t->kernels, t->options.bf16_activations);
     return 0;
 }
 
-int transformer_load(Transformer* t, const char* path, int ctx, char* err, size_t errlen) {
+int transformer_load(Transformer* t, const char* path, const TransformerOptions* opt, char* err, size_t errlen) {
     memset(t, 0, sizeof *t);
+    if (opt) t->options = *opt;
     if (err && errlen) err[0] = '\0';
     {
         const uint32_t one = 1;
@@ -504,14 +497,14 @@ int transformer_load(Transformer* t, const char* path, int ctx, char* err, size_
     memcpy(&t->header, data, sizeof(FileHeader));
     const FileHeader* h = &t->header;
 
-    if (read_config(t, path, ctx, err, errlen) != 0) goto fail_unmap;
+    if (read_config(t, path, t->options.ctx, err, errlen) != 0) goto fail_unmap;
     if (check_sections(h, size, path, err, errlen) != 0) goto fail_unmap;
     t->tokenizer_data = (const uint8_t*)data + h->tokenizer_offset;
     t->tokenizer_bytes = (size_t)h->tokenizer_bytes;
 
     if (map_weights(t, path, err, errlen) != 0) goto fail_unmap;
-    if (start_kernels(&t->config, path, err, errlen) != 0) goto fail_unmap;
-    if (alloc_state(t, kernels_threads()) != 0) {
+    if (start_kernels(t, path, err, errlen) != 0) goto fail_unmap;
+    if (alloc_state(t, kernels_threads(t->kernels)) != 0) {
         fail(err, errlen, path, "out of memory for the run state (KV cache of %d positions: try a "
              "smaller -c/--ctx)", t->config.seq_len);
         goto fail_kernels;
@@ -519,7 +512,7 @@ int transformer_load(Transformer* t, const char* path, int ctx, char* err, size_
     return 0;
 
 fail_kernels:
-    kernels_free();
+    kernels_free(t->kernels);
 fail_unmap:
     free_state(&t->state);
     free(t->weights.layers);
@@ -530,7 +523,7 @@ fail_unmap:
 
 void transformer_free(Transformer* t) {
     if (t->map.data == NULL) return;
-    kernels_free();
+    kernels_free(t->kernels);
     free_state(&t->state);
     free(t->weights.layers);
     checkpoint_unmap(&t->map);
@@ -574,8 +567,9 @@ static void attend(const AttentionJob* job, int r, int n, int kv, float* scratch
         attention_rows(s->att_out + at, s->q + at, (size_t)H * d, group, n, &rows, n_pos, d, scale, scratch);
 }
 
-static void attention_task(void* ctx, int task) {
+static void attention_task(void* ctx, int task, int thread) {
     const AttentionJob* job = ctx;
+    (void)thread; /* the scratch is the task's */
     const Config* c = &job->t->config;
     const int K = c->n_kv_heads;
     float* scratch = job->t->state.att + (size_t)task * attention_scratch_rows(c) * c->seq_len;
@@ -637,7 +631,7 @@ static void see_norm(const Transformer* t, int use, const char* site, int layer,
 /* One RMSNorm call site of n_rows vectors of n values: rmsnorm_rows as Qwen3 computes it, or, for a
  * student, what the RMSNorm lab's switches (Transformer.norm_lab: --ablate, --norm-eps, --norm
  * layernorm) make of it. skip_bit is the NORM_SKIP_* switch that leaves this site out. With no
- * switch this is exactly rmsnorm_rows(out, x, w, n_rows, n, eps). */
+ * switch this is exactly rmsnorm_rows(t->kernels, out, x, w, n_rows, n, eps). */
 static void norm_site(const Transformer* t, int skip_bit, float* out, const float* x, const float* w, int n_rows,
                       int n, float eps) {
     const NormLab* lab = &t->norm_lab;
@@ -647,7 +641,7 @@ static void norm_site(const Transformer* t, int skip_bit, float* out, const floa
     } else if (lab->variant) {
         rmsnorm_variant_rows(out, x, w, n_rows, n, eps, lab->variant);
     } else {
-        rmsnorm_rows(out, x, w, n_rows, n, eps);
+        rmsnorm_rows(t->kernels, out, x, w, n_rows, n, eps);
     }
 }
 
@@ -718,7 +712,7 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
              * read the same input (biases: Qwen2 only, QWEN3.md 6). */
             float* const qkv[3] = {s->q, s->k, s->v};
             const Matrix* const w_qkv[3] = {&lw->q_proj, &lw->k_proj, &lw->v_proj};
-            matmul_multi(qkv, s->xb, w_qkv, 3, nb);
+            matmul_multi(t->kernels, qkv, s->xb, w_qkv, 3, nb);
             if (lw->q_bias) {
                 for (int r = 0; r < nb; r++) {
                     for (int i = 0; i < q_dim; i++) ROW(s->q, r, q_dim)[i] += lw->q_bias[i];
@@ -763,11 +757,11 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
              * the causal length). The textbook form, scores, softmax, weighted sum of the values,
              * is attention_group_ref in attention.c; the SIMD decode path computes the same
              * softmax in one pass over the cache (an online softmax, attend_queries). */
-            AttentionJob job = {t, l, nb, p0, kernels_threads()};
-            parallel_for(job.n_tasks, attention_task, &job);
+            AttentionJob job = {t, l, nb, p0, kernels_threads(t->kernels)};
+            parallel_for(t->kernels, job.n_tasks, attention_task, &job);
 
             /* 2.2 steps 2.8-2.9: output projection, residual add. */
-            matmul(s->proj, s->att_out, &lw->o_proj, nb);
+            matmul(t->kernels, s->proj, s->att_out, &lw->o_proj, nb);
             for (size_t i = 0; i < (size_t)nb * D; i++) s->x[i] += s->proj[i];
 
             /* 2.2 steps 2.10-2.12: SwiGLU MLP on a normalised copy of x, residual add. */
@@ -775,9 +769,9 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
             norm_site(t, NORM_SKIP_PRE, s->xb, s->x, lw->post_attention_layernorm, nb, D, eps);  /* RMSNorm use 3 of 4: pre-MLP */
             float* const gate_up[2] = {s->gate, s->up};
             const Matrix* const w_gate_up[2] = {&lw->gate_proj, &lw->up_proj};
-            matmul_multi(gate_up, s->xb, w_gate_up, 2, nb);
-            swiglu(s->gate, s->up, nb * F);  /* gate = silu(gate) * up */
-            matmul(s->proj, s->gate, &lw->down_proj, nb);
+            matmul_multi(t->kernels, gate_up, s->xb, w_gate_up, 2, nb);
+            swiglu(t->kernels, s->gate, s->up, nb * F);  /* gate = silu(gate) * up */
+            matmul(t->kernels, s->proj, s->gate, &lw->down_proj, nb);
             for (size_t i = 0; i < (size_t)nb * D; i++) s->x[i] += s->proj[i];
         }
 
@@ -790,10 +784,10 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
         norm_site(t, NORM_SKIP_FINAL, ROW(s->xb, first_row, D), ROW(s->x, first_row, D), w->norm, nb - first_row, D, eps);  /* RMSNorm use 4 of 4: final norm */
         if (all_logits) {
             float* out = ROW(all_logits, c0, V);
-            matmul(out, s->xb, &w->lm_head, nb);
+            matmul(t->kernels, out, s->xb, &w->lm_head, nb);
             if (last_chunk) memcpy(s->logits, ROW(out, nb - 1, V), (size_t)V * sizeof(float));
         } else if (last_chunk) {
-            matmul(s->logits, ROW(s->xb, nb - 1, D), &w->lm_head, 1);
+            matmul(t->kernels, s->logits, ROW(s->xb, nb - 1, D), &w->lm_head, 1);
         }
     }
     return s->logits;

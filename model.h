@@ -243,6 +243,22 @@ typedef struct {
     float eps;
 } NormLab;
 
+/* How transformer_load sets a model up; all zero is the default. The model keeps a copy
+ * (Transformer.options), and nothing else in the process changes what a load does. */
+typedef struct {
+    int threads;          /* kernel threads, the caller's included; <= 0: one per CPU this process may run on */
+    int ctx;              /* KV cache positions; <= 0: min(4096, max_seq_len); above max_seq_len: clamped to it */
+    int no_mmap;          /* 1: read the file into (huge-page) anonymous memory instead of mapping it, like
+                           * llama.cpp's --no-mmap */
+    int kv_f16;           /* 1: the KV cache in fp16 (IEEE half) instead of fp32, like llama.cpp's default:
+                           * half the cache's memory and half the bytes decode attention reads, for keys
+                           * and values rounded to 11 significant bits (every sum stays fp32); 0: fp32,
+                           * what the reference computes */
+    int bf16_activations; /* 1: prefill with bf16 weights rounds the activations to bf16 (kernels.h,
+                           * kernels_set_bf16_activations); ignored where the build has no bf16 dot
+                           * product: kernels_bf16_activations(t->kernels) says whether it is on */
+} TransformerOptions;
+
 typedef struct {
     Config config;
     Weights weights;
@@ -254,25 +270,17 @@ typedef struct {
     struct NormTrace* norm_trace; /* NULL, or --show-norms: forward() reports every RMSNorm call
                                    * site at one position (norm_trace.h) */
     NormLab norm_lab;         /* zero, or the RMSNorm lab's switches (set after transformer_load) */
+    TransformerOptions options; /* as given to transformer_load */
+    Kernels* kernels;         /* this model's threads and matmul scratch (kernels.h): forward() passes
+                               * it to every kernel that uses them */
 } Transformer;
 
-/* Maps and validates the checkpoint and allocates the run state with a KV cache of ctx positions
- * (ctx <= 0: a default of min(4096, max_seq_len); larger than max_seq_len: clamped to it).
+/* Maps and validates the checkpoint, starts the model's own kernel threads and allocates its run
+ * state with a KV cache of opt->ctx positions (opt NULL: every option at its default). Models
+ * loaded in one process share nothing: they run side by side and free in either order.
  * Returns 0, or -1 after writing one line "PATH: problem" into err. */
-int transformer_load(Transformer* t, const char* path, int ctx, char* err, size_t errlen);
+int transformer_load(Transformer* t, const char* path, const TransformerOptions* opt, char* err, size_t errlen);
 void transformer_free(Transformer* t);
-
-/* The number of kernel threads transformer_load starts (call it before transformer_load;
- * n_threads <= 0: one per online CPU, the default). */
-void transformer_set_threads(int n_threads);
-/* on != 0: the next transformer_load reads the file into (huge-page) anonymous memory instead of
- * mapping it, like llama.cpp's --no-mmap. Off by default. */
-void transformer_set_no_mmap(int on);
-/* on != 0: the next transformer_load keeps the KV cache in fp16 (IEEE half) instead of fp32, like
- * llama.cpp's default: half the cache's memory and half the bytes decode attention reads, for
- * keys and values rounded to 11 significant bits (every sum stays fp32). Off by default: fp32
- * is what the reference computes. */
-void transformer_set_kv_f16(int on);
 
 /* Runs n tokens at positions pos .. pos+n-1 through the model (prefill when n > 1, decode when
  * n == 1), appending their keys and values to the KV cache. pos + n must be <= config.seq_len.

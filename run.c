@@ -950,16 +950,15 @@ int main(int argc, char** argv) {
     Options o;
     parse_args(argc, argv, &o);
     clamp_threads(&o);
-    transformer_set_threads(o.threads);
-    transformer_set_no_mmap(o.no_mmap);
-    transformer_set_kv_f16(o.kv_f16);
+    const TransformerOptions topt = {.threads = o.threads, .ctx = o.ctx, .no_mmap = o.no_mmap, .kv_f16 = o.kv_f16,
+                                     .bf16_activations = o.bf16_activations};
     Transformer t;
     char err[512];
-    if (transformer_load(&t, o.checkpoint, o.ctx, err, sizeof err) != 0) die(1, "%s", err);
+    if (transformer_load(&t, o.checkpoint, &topt, err, sizeof err) != 0) die(1, "%s", err);
     if (o.ctx > t.config.max_seq_len)
         fprintf(stderr, "run: note: -c %d is more than the model's maximum context of %d; using %d\n", o.ctx,
                 t.config.max_seq_len, t.config.max_seq_len);
-    if (o.bf16_activations && !kernels_set_bf16_activations(1))
+    if (o.bf16_activations && !kernels_bf16_activations(t.kernels))
         fprintf(stderr, "run: note: --bf16-activations ignored: this build has no bf16 dot product (AVX-512 BF16)\n");
 
     Tokenizer* tok = tokenizer_new(t.tokenizer_data, t.tokenizer_bytes, err, sizeof err);

@@ -34,10 +34,12 @@ typedef struct {
     size_t bytes[2];
     int first_item[3]; /* items of span s: first_item[s] .. first_item[s + 1] - 1 */
     double* sums;      /* one per item, so the reads cannot be optimised away */
+    Kernels* k;        /* the model's threads, which read */
 } ReadSet;
 
-static void read_item(void* ctx, int i) {
+static void read_item(void* ctx, int i, int thread) {
     const ReadSet* rs = ctx;
+    (void)thread;
     const int s = i >= rs->first_item[1];
     size_t a = (size_t)(i - rs->first_item[s]) * READ_CHUNK;
     size_t b = a + READ_CHUNK < rs->bytes[s] ? a + READ_CHUNK : rs->bytes[s];
@@ -73,8 +75,9 @@ static void read_set_free(ReadSet* rs) {
 }
 
 /* span 1 may be empty (b1 == 0). Returns 0, or -1 when out of memory. */
-static int read_set_init(ReadSet* rs, const void* p0, size_t b0, const void* p1, size_t b1) {
+static int read_set_init(ReadSet* rs, Kernels* k, const void* p0, size_t b0, const void* p1, size_t b1) {
     memset(rs, 0, sizeof *rs);
+    rs->k = k;
     rs->p[0] = p0;
     rs->p[1] = p1;
     rs->bytes[0] = b0;
@@ -91,7 +94,7 @@ static double read_set_best(ReadSet* rs, int reps) {
     double best = 0, check = 0;
     for (int r = 0; r < reps; r++) {
         double t0 = now_s();
-        parallel_for(n, read_item, rs);
+        parallel_for(rs->k, n, read_item, rs);
         double dt = now_s() - t0;
         const double gbps = (double)(rs->bytes[0] + rs->bytes[1]) / dt / 1e9;
         if (gbps > best) best = gbps;
@@ -102,9 +105,9 @@ static double read_set_best(ReadSet* rs, int reps) {
 
 /* The roof's buffer: 512 MiB in 2 MB pages like the weights (alloc_huge_anonymous), faulted in
  * and read once. */
-static int read_buffer_init(ReadSet* rs, uint8_t** buf, size_t bytes) {
+static int read_buffer_init(ReadSet* rs, Kernels* k, uint8_t** buf, size_t bytes) {
     *buf = alloc_huge_anonymous(bytes);
-    if (!*buf || read_set_init(rs, *buf, bytes, NULL, 0) != 0) return -1;
+    if (!*buf || read_set_init(rs, k, *buf, bytes, NULL, 0) != 0) return -1;
     memset(*buf, 1, bytes);
     read_set_best(rs, 1);
     return 0;
@@ -387,9 +390,9 @@ static void print_setup(const Transformer* t, int depth, int n_gen, const Decode
     printf("bench: %d layers, dim %d, vocab %d, weights %s", c->n_layers, c->dim, c->vocab_size,
            type_name(c->weight_type));
     if (c->group_size) printf(" (groups of %d)", c->group_size);
-    printf(", kernels %s%s, decode prefetch %s\n", kernels_simd_name(),
-           kernels_bf16_activations() && c->weight_type == WEIGHT_BF16 ? ", bf16 activations in prefill" : "",
-           kernels_prefetch_plan());
+    printf(", kernels %s%s, decode prefetch %s\n", kernels_simd_name(t->kernels),
+           kernels_bf16_activations(t->kernels) && c->weight_type == WEIGHT_BF16 ? ", bf16 activations in prefill" : "",
+           kernels_prefetch_plan(t->kernels));
     if (t->map.copied)
         printf("bench: weights read into memory (--no-mmap)\n");
     else if (t->map.huge_bytes < 0)
@@ -486,7 +489,7 @@ static void print_json_row(const Transformer* t, const ThreadRun* tr, const Test
         printf("\"roof_pct_best\": null, ");
     printf("\"mem_gbps_best\": %.3f, \"weight_type\": \"%s\", \"cpu_share\": %.3f, ", tr->best,
            type_name(t->config.weight_type), row->share);
-    printf("\"prefetch\": \"%s\", ", kernels_prefetch_plan());
+    printf("\"prefetch\": \"%s\", ", kernels_prefetch_plan(t->kernels));
     if (t->map.copied || t->map.huge_bytes < 0)
         printf("\"weights\": \"%s\", \"huge_pct\": null, ", t->map.copied ? "copied" : "mapped");
     else
@@ -625,9 +628,9 @@ typedef struct {
 } BenchArgs;
 
 /* Returns 0, or the exit status after an error line on stderr. */
-static int parse_bench_args(int argc, char** argv, BenchArgs* a) {
+static int parse_bench_args(int argc, char** argv, int default_threads, BenchArgs* a) {
     *a = (BenchArgs){.n_prompt = 512, .n_gen = 128, .reps = 5, .n_runs = 1};
-    a->counts[0] = kernels_threads();
+    a->counts[0] = default_threads;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--bench-prompt") == 0) {
             if (int_arg(argc, argv, i++, "--bench-prompt", &a->n_prompt)) return 2;
@@ -685,7 +688,7 @@ static int run_tests(Transformer* t, const BenchArgs* a, const int* tokens, Thre
     for (int k = 0; k < n_runs; k++) {
         ThreadRun* tr = &runs[k];
         memset(tr, 0, sizeof *tr);
-        tr->threads = kernels_set_threads(a->counts[k]);
+        tr->threads = kernels_set_threads(t->kernels, a->counts[k]);
         tr->pp = results + (size_t)(2 * k) * reps;
         tr->tg = results + (size_t)(2 * k + 1) * reps;
         tr->rd = results + (size_t)(2 * n_runs + k) * reps;
@@ -699,7 +702,7 @@ static int run_tests(Transformer* t, const BenchArgs* a, const int* tokens, Thre
     for (int r = 0; r < reps; r++)
         for (int i = 0; i < n_runs; i++) {
             ThreadRun* tr = &runs[r % 2 ? n_runs - 1 - i : i];
-            kernels_set_threads(tr->threads);
+            kernels_set_threads(t->kernels, tr->threads);
             if (measure_rep(t, test_tokens, depth, a->n_prompt, a->n_gen, rb, wr, tr, r) != 0) return -1;
         }
     return 0;
@@ -707,7 +710,7 @@ static int run_tests(Transformer* t, const BenchArgs* a, const int* tokens, Thre
 
 int bench_main(Transformer* t, int argc, char** argv) {
     BenchArgs a;
-    int status = parse_bench_args(argc, argv, &a);
+    int status = parse_bench_args(argc, argv, kernels_threads(t->kernels), &a);
     if (status != 0) return status;
     const Config* c = &t->config;
     int was[2];
@@ -733,7 +736,7 @@ int bench_main(Transformer* t, int argc, char** argv) {
         goto done;
     }
     fill_tokens(tokens, n_tok, c->vocab_size);
-    if (read_buffer_init(&rb, &rb_buf, (size_t)512 << 20) != 0) {
+    if (read_buffer_init(&rb, t->kernels, &rb_buf, (size_t)512 << 20) != 0) {
         fprintf(stderr, "run: error: out of memory for the bench's 512 MiB read buffer\n");
         goto done;
     }
@@ -741,7 +744,7 @@ int bench_main(Transformer* t, int argc, char** argv) {
      * behind two copies of one file can read at different speeds (docs/design.md#bench-roof),
      * which a buffer of the bench's own cannot show. */
     const int own = a.n_gen > 0 && decode_weight_spans(t, wp, wbytes) == 0 &&
-                    read_set_init(&wr, wp[0], wbytes[0], wp[1], wbytes[1]) == 0;
+                    read_set_init(&wr, t->kernels, wp[0], wbytes[0], wp[1], wbytes[1]) == 0;
     if (run_tests(t, &a, tokens, runs, results, &rb, own ? &wr : NULL) != 0) {
         fprintf(stderr, "run: error: forward() failed in the bench\n");
         goto done;

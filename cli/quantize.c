@@ -379,11 +379,11 @@ typedef struct {
     atomic_int problem_row;
 } ChunkJob;
 
-static void quantize_item(void* ctx, int item) {
+static void quantize_item(void* ctx, int item, int thread) {
     ChunkJob* job = ctx;
     const int begin = item * job->per_item;
     const int end = begin + job->per_item < job->n_blocks ? begin + job->per_item : job->n_blocks;
-    float* scratch = job->scratch[kernels_thread_index()];
+    float* scratch = job->scratch[thread];
     for (int k = begin; k < end && atomic_load(&job->status) == GROUP_OK; k++) {
         const int b = job->first_block + k;
         uint8_t* out = job->out + (size_t)k * job->block_bytes;
@@ -558,7 +558,7 @@ static void progress_add(Progress* p, uint64_t bytes, const char* name) {
  * The conversion
  * --------------------------------------------------------------------------------------------- */
 
-static void quantize_matrix(Writer* w, const Piece* p, WeightType type, int gs, float* const* scratch,
+static void quantize_matrix(Kernels* k, Writer* w, const Piece* p, WeightType type, int gs, float* const* scratch,
                             Progress* progress) {
     const Matrix* src = p->matrix;
     const int br = quant_block_rows(type);
@@ -573,7 +573,7 @@ static void quantize_matrix(Writer* w, const Piece* p, WeightType type, int gs, 
         const int n = n_blocks - b < per_chunk ? n_blocks - b : per_chunk;
         ChunkJob job = {src, type, gs, b, n, per_item, writer_room(w, (size_t)n * block_bytes), block_bytes,
                         scratch, GROUP_OK, -1};
-        parallel_for((n + per_item - 1) / per_item, quantize_item, &job);
+        parallel_for(k, (n + per_item - 1) / per_item, quantize_item, &job);
         if (atomic_load(&job.status) == GROUP_NONFINITE)
             fail("tensor %s: row %d holds a NaN or an infinity, which %s cannot store", p->name,
                  atomic_load(&job.problem_row), type == WEIGHT_Q4 ? "q4" : "q8");
@@ -607,7 +607,7 @@ static FileHeader output_header(const Transformer* t, WeightType type, int gs, c
 /* Writes the whole checkpoint to the open temporary file. */
 static void write_checkpoint(int fd, const Transformer* t, WeightType type, int gs, const PieceList* list) {
     const FileHeader h = output_header(t, type, gs, list);
-    const int n_threads = kernels_threads();
+    const int n_threads = kernels_threads(t->kernels);
     float** scratch = calloc((size_t)n_threads, sizeof(float*));
     Writer w = {fd, malloc(OUT_BUFFER_BYTES), 0, 0};
     if (scratch == NULL || w.buf == NULL) fail("out of memory");
@@ -626,7 +626,7 @@ static void write_checkpoint(int fd, const Transformer* t, WeightType type, int 
         const Piece* p = &list->items[i];
         writer_align(&w);
         if (p->matrix) {
-            quantize_matrix(&w, p, type, gs, scratch, &progress);
+            quantize_matrix(t->kernels, &w, p, type, gs, scratch, &progress);
         } else {
             writer_put(&w, p->vector, (size_t)p->n * sizeof(float));
             progress_add(&progress, (uint64_t)p->n * sizeof(float), p->name);
@@ -657,10 +657,10 @@ int quantize_main(int argc, char** argv) {
     check_output_path(o.input, o.output);
     const double t0 = now_seconds();
 
-    transformer_set_threads(o.threads);
+    const TransformerOptions topt = {.threads = o.threads, .ctx = 1};
     Transformer t;
     char err[512];
-    if (transformer_load(&t, o.input, 1, err, sizeof err) != 0) fail("%s", err);
+    if (transformer_load(&t, o.input, &topt, err, sizeof err) != 0) fail("%s", err);
     if (t.config.weight_type == WEIGHT_Q8 || t.config.weight_type == WEIGHT_Q4)
         fail("%s: is already %s; quantise from an f32 or bf16 checkpoint (export.py --dtype f32 or bf16)",
              o.input, t.config.weight_type == WEIGHT_Q8 ? "q8" : "q4");
@@ -697,8 +697,8 @@ int quantize_main(int argc, char** argv) {
     struct stat st;
     const double size_mb = stat(o.output, &st) == 0 ? (double)st.st_size / 1e6 : 0;
     fprintf(stderr, "run: wrote %s (%.1f MB, %s, group size %d) in %.1fs on %d thread%s\n", o.output, size_mb,
-            o.type == WEIGHT_Q8 ? "q8" : "q4", gs, now_seconds() - t0, kernels_threads(),
-            kernels_threads() == 1 ? "" : "s");
+            o.type == WEIGHT_Q8 ? "q8" : "q4", gs, now_seconds() - t0, kernels_threads(t.kernels),
+            kernels_threads(t.kernels) == 1 ? "" : "s");
     transformer_free(&t);
     return 0;
 }

@@ -54,7 +54,7 @@ static void swiglu_part(void* ctx, int i0, int i1) {
     swiglu_span(j->gate + i0, j->up + i0, i1 - i0);
 }
 
-void swiglu(float* gate, const float* up, int n) {
+void swiglu(Kernels* k, float* gate, const float* up, int n) {
     Swiglu j = {gate, up};
-    parallel_spans(n, 64, n >= SWIGLU_PARALLEL, swiglu_part, &j);
+    parallel_spans(k, n, 64, n >= SWIGLU_PARALLEL, swiglu_part, &j);
 }

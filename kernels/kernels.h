@@ -140,31 +140,39 @@ static inline int q4_value(const Matrix* W, int r, int c) {
     return (k < 16 ? b & 15 : b >> 4) - 8;
 }
 
-/* Thread count and scratch space. kernels_init must be called once before any matmul:
- * max_batch is the most rows (tokens) a matmul gets, max_cols the widest input. Returns 0 or -1. */
-int kernels_init(int n_threads, int max_batch, int max_cols);
-void kernels_free(void);
-int kernels_threads(void);
+/* A kernel context: the thread pool, the matmul scratch (activation quantisation, each thread's
+ * rows and panels), decode's prefetch plan and the AMX and bf16-activation switches. Each model
+ * owns one (model.c, Transformer.kernels) and passes it to the kernels that use threads or
+ * scratch (matmul, matmul_multi, rmsnorm_rows, swiglu, parallel_for, parallel_spans); the
+ * per-vector kernels (rmsnorm, rope, softmax, attention_group, ...) need none. Two contexts share
+ * nothing, so two models in one process run and free independently. One context serves one
+ * calling thread at a time. */
+typedef struct Kernels Kernels;
+
+/* n_threads threads in all (the caller's included; <= 0: kernels_available_cpus()), scratch for
+ * matmuls of up to max_batch rows (tokens) and max_cols input columns. NULL when out of memory. */
+Kernels* kernels_new(int n_threads, int max_batch, int max_cols);
+void kernels_free(Kernels* k); /* stops its threads and frees its scratch; NULL is fine */
+int kernels_threads(const Kernels* k);
 int kernels_available_cpus(void); /* the CPUs this process may run on: the default thread count */
-/* Runs the kernels on n_threads from now on (1 .. the count kernels_init started, which sized the
+/* Runs k's kernels on n_threads from now on (1 .. the count kernels_new started, which sized the
  * callers' per-thread scratch): the bench compares thread counts in one process. Returns the count. */
-int kernels_set_threads(int n_threads);
-int kernels_thread_index(void);       /* the calling thread: 0, the workers: 1 .. threads - 1 */
-/* 1 while the items being run have no other kernel thread beside them: one thread, or a dispatch
+int kernels_set_threads(Kernels* k, int n_threads);
+/* 1 while the items being run have no other thread of k beside them: one thread, or a dispatch
  * that parallel_for runs on the calling thread alone (a single item, or another process competing
  * for the cores). matmul_int8.c's q4 decode picks its prefetch hint by it. */
-int kernels_alone(void);
-const char* kernels_simd_name(void);  /* "avx2", "avx2+avx512", "avx2+avx512+amx", "neon" or "scalar" */
+int kernels_alone(const Kernels* k);
+const char* kernels_simd_name(const Kernels* k); /* "avx2", "avx2+avx512", "avx2+avx512+amx", "neon" or "scalar" */
 /* Decode's software prefetch plan (matmul.c, choose_prefetch): "near", "mid", "mid-l2" or "far" as chosen from
- * the CPU or KERNELS_PREFETCH in an x86 build, "none" in the others. Valid after kernels_init. */
-const char* kernels_prefetch_plan(void);
-/* 1 when q8 and q4 prefill run on AMX tiles (an x86 build for a CPU with AMX, on a Linux that grants
- * the tile state, without KERNELS_AMX=0), and with AMX-BF16 bf16 prefill with bf16 activations
- * too. Valid after kernels_init. */
-int kernels_amx(void);
-/* Turns AMX off (0) or back on where kernels_init was granted it; returns kernels_amx(). For
+ * the CPU or KERNELS_PREFETCH in an x86 build, "none" in the others. */
+const char* kernels_prefetch_plan(const Kernels* k);
+/* 1 when k runs q8 and q4 prefill on AMX tiles (an x86 build for a CPU with AMX, on a Linux that
+ * grants the tile state, without KERNELS_AMX=0), and with AMX-BF16 bf16 prefill with bf16
+ * activations too. */
+int kernels_amx(const Kernels* k);
+/* Turns AMX off (0) or back on where kernels_new was granted it; returns kernels_amx(k). For
  * tests that compare the two paths. */
-int kernels_set_amx(int on);
+int kernels_set_amx(Kernels* k, int on);
 
 /* --bf16-activations: prefill (n > 1) with bf16 weights multiplies them by the activations
  * rounded to bf16 (up to 2^-8 relative error each), with the CPU's bf16 dot product, where the
@@ -172,18 +180,18 @@ int kernels_set_amx(int on);
  * by default (fp32 activations). Returns 1 if now on, 0 if off or not available. No scalar
  * twin: builds without the instruction ignore the option, and tests/test_kernels.c checks the
  * kernel against the exact sum over the rounded activations. */
-int kernels_set_bf16_activations(int on);
-int kernels_bf16_activations(void); /* 1 while on */
+int kernels_set_bf16_activations(Kernels* k, int on);
+int kernels_bf16_activations(const Kernels* k); /* 1 while on */
 
 /* out[t*W->rows + r] = sum_c W[r][c] * x[t*W->cols + c]  for t < n, r < W->rows.
  * (y = W x for each of n input rows: a matrix-vector product when n == 1, a matrix-matrix
  * product when n > 1.) Threads split the rows of W. */
-void matmul(float* out, const float* x, const Matrix* W, int n);
+void matmul(Kernels* k, float* out, const float* x, const Matrix* W, int n);
 
 /* The matmuls of several matrices that read the same input x (q/k/v projections, gate/up), in
  * one dispatch to the threads: outs[m] = Ws[m] x for m < n_mats. Every Ws[m] has the same cols
  * and weight type. Same result as n_mats calls of matmul, fewer thread wake-ups. */
-void matmul_multi(float* const* outs, const float* x, const Matrix* const* Ws, int n_mats, int n);
+void matmul_multi(Kernels* k, float* const* outs, const float* x, const Matrix* const* Ws, int n_mats, int n);
 
 /* out[c] = W[row][c] for c < W->cols, as fp32 (dequantised): the embedding lookup. */
 void matrix_row(float* out, const Matrix* W, int row);
@@ -196,7 +204,7 @@ void rmsnorm(float* out, const float* x, const float* w, int n, float eps);
 /* rmsnorm() over n_rows vectors of n values laid out one after another (row r at x + r * n, its
  * result at out + r * n), spread over the kernel threads when there are many; the same bits as
  * n_rows calls of rmsnorm(). */
-void rmsnorm_rows(float* out, const float* x, const float* w, int n_rows, int n, float eps);
+void rmsnorm_rows(Kernels* k, float* out, const float* x, const float* w, int n_rows, int n, float eps);
 
 /* The RMSNorm lab's variants of rmsnorm_rows (model.c, NormLab), for teaching, not speed (scalar):
  *   NORM_VARIANT_CENTER        x - mean(x) first: LayerNorm without a bias
@@ -215,7 +223,7 @@ void rope(float* x, int n_heads, int head_dim, const float* cos_t, const float* 
 void softmax(float* x, int n);
 
 /* SwiGLU's gate (QWEN3.md 2.2 step 2.11): gate[i] = silu(gate[i]) * up[i], silu(z) = z / (1 + e^-z). */
-void swiglu(float* gate, const float* up, int n); /* long rows spread over the kernel threads, the same bits */
+void swiglu(Kernels* k, float* gate, const float* up, int n); /* long rows spread over the kernel threads, the same bits */
 
 /* One kv head's cached keys and values. The cache holds positions in blocks (model.c, the KV
  * cache): position t's key is at keys + (t / block_len) * block_stride + (t % block_len) * stride,
@@ -258,16 +266,18 @@ int attention_simd(int head_dim, int f16);
 void attention_rows(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const KVRows* kv,
                     int first_n_pos, int head_dim, float scale, float* att);
 
-/* Runs fn(ctx, i) for i in [0, n) on the kernel threads (the caller's thread included) and
- * returns when all are done. Idle threads spin for at most 200 us (not at all while another
- * process competes for the cores), then sleep: see threads.c. */
-void parallel_for(int n, void (*fn)(void* ctx, int i), void* ctx);
+/* Runs fn(ctx, i, thread) for i in [0, n) on k's threads (the caller's thread included) and
+ * returns when all are done; thread is the index of the thread running the item (0: the caller,
+ * 1 .. kernels_threads(k) - 1: the workers), for per-thread scratch. Idle threads spin for at
+ * most 200 us (not at all while another process competes for the cores), then sleep: see
+ * threads.c. A call from inside an item of k (nested) runs its items serially on that thread. */
+void parallel_for(Kernels* k, int n, void (*fn)(void* ctx, int i, int thread), void* ctx);
 
-/* Runs fn(ctx, begin, end) over [0, n) cut into one contiguous span per kernel thread (spread != 0)
+/* Runs fn(ctx, begin, end) over [0, n) cut into one contiguous span per thread of k (spread != 0)
  * or as one span on the calling thread (spread == 0: too little work to be worth a dispatch). The
  * cuts fall on multiples of align, so a kernel whose vector body and scalar tail depend on where a
  * span starts gives the same bits as one call over [0, n). */
-void parallel_spans(int n, int align, int spread, void (*fn)(void* ctx, int begin, int end), void* ctx);
+void parallel_spans(Kernels* k, int n, int align, int spread, void (*fn)(void* ctx, int begin, int end), void* ctx);
 
 /* The reference twins, for the tests. */
 void matmul_scalar(float* out, const float* x, const Matrix* W, int n);

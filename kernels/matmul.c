@@ -71,25 +71,50 @@ void matrix_row(float* out, const Matrix* W, int row) {
  * Scratch
  * ------------------------------------------------------------------------------------------- */
 
-/* Shared with the SIMD files (matmul_shared.h says what each holds). */
-float* xp_buf;
-int xp_cap, xp_stride;
-float* float_pack_buf;
-uint8_t* amx_wt_buf;
-int amx_usable;
-
-/* The driver's own: the activations prepared once per product for every thread. */
-static int8_t* xq_buf;     /* [max_batch * max_cols] quantised activations */
-static float* xs_buf;      /* [max_batch * max_cols / 8] their scales */
-static int32_t* xsum_buf;  /* [max_batch * max_cols / 4] 8 partial sums per group (AVX2 twin) */
-static int32_t* xgsum_buf; /* [max_batch * max_cols / 32] one sum per group (AVX2 twin, tile_q4) */
-static size_t xq_cap;
-static uint16_t* xb16_buf; /* [max_batch * max_cols] activations rounded to bf16 (--bf16-activations); with
+/* One kernel context's scratch, plan and switches (simd_math.h: matmul_scratch_new). The
+ * per-thread parts reach the SIMD twins through thread_view (matmul_shared.h, MatmulThread). */
+struct MatmulScratch {
+    int max_threads;
+    float* xp_buf;         /* [max_threads * xp_stride] each thread's scratch row (MatmulThread.xp) */
+    int xp_cap, xp_stride; /* max_cols; max_cols rounded up to whole cache lines */
+    float* float_pack_buf; /* [max_threads * FLOAT_MAX_PANELS * 16 * xp_stride] each thread's panels (AVX2) */
+    uint8_t* amx_wt_buf;   /* [max_threads * amx_thread_bytes] each thread's AMX scratch */
+    /* The activations prepared once per product for every thread. */
+    int8_t* xq_buf;        /* [max_batch * max_cols] quantised activations */
+    float* xs_buf;         /* [max_batch * max_cols / 8] their scales */
+    int32_t* xsum_buf;     /* [max_batch * max_cols / 4] 8 partial sums per group (AVX2 twin) */
+    int32_t* xgsum_buf;    /* [max_batch * max_cols / 32] one sum per group (AVX2 twin, tile_q4) */
+    size_t xq_cap;
+    uint16_t* xb16_buf;    /* [max_batch * max_cols] activations rounded to bf16 (--bf16-activations); with
                               AMX-BF16 [3 * split_cap]: fp32 activations split in three bf16 */
-#if defined(KERNELS_AMX_BF16)
-static size_t split_cap;   /* tokens x columns that xb16_buf holds split (max_batch up to a multiple of 16) */
+    size_t split_cap;      /* AMX-BF16: tokens x columns that xb16_buf holds split (max_batch up to a multiple of 16) */
+    int bf16_activations;
+    int amx_granted;       /* amx_request's answer when the context was made */
+    int amx_usable;        /* q8 and q4 prefill run on AMX tiles (kernels_set_amx) */
+#if defined(KERNELS_AVX2)
+    PrefetchPlan prefetch;
 #endif
-static int bf16_activations;
+};
+
+/* Thread `thread`'s view of s for the twins (kernels_alone(k) as alone). */
+static inline MatmulThread thread_view(const MatmulScratch* s, int thread, int alone) {
+    MatmulThread mt;
+    mt.xp = s->xp_buf + (size_t)thread * (size_t)s->xp_stride;
+    mt.float_pack = NULL;
+    mt.amx_wt = NULL;
+#if defined(KERNELS_AVX2)
+    mt.float_pack = s->float_pack_buf + (size_t)thread * FLOAT_MAX_PANELS * 16 * (size_t)s->xp_stride;
+    mt.prefetch = &s->prefetch;
+#endif
+#if defined(KERNELS_AMX)
+    if (s->amx_wt_buf) mt.amx_wt = s->amx_wt_buf + (size_t)thread * amx_thread_bytes(s->xp_stride);
+#endif
+    mt.xp_cap = s->xp_cap;
+    mt.xp_stride = s->xp_stride;
+    mt.amx = s->amx_usable;
+    mt.alone = alone;
+    return mt;
+}
 
 /* KERNELS_PREFETCH: the decode prefetch plan asked for (used by the AVX2 kernels only, checked in
  * every build so that a mistyped value is reported wherever it is set). */
@@ -124,34 +149,31 @@ static const PrefetchPlan prefetch_near = {"near", 128, 0, 0, 0, 0, 0},
                           prefetch_mid = {"mid", 1536, 2048, 1024, 2048, 2048, 0},
                           prefetch_mid_l2 = {"mid-l2", 1536, 2048, 1024, 2048, 2048, 1},
                           prefetch_far = {"far", 0, 2048, 0, 0, 0, 0};
-PrefetchPlan decode_prefetch;
-
 /* Zen 3 and Zen 4 are both AMD family 19h. gcc 12.2's __builtin_cpu_is("znver3") cannot tell
  * them apart: it predates znver4, and its libgcc calls every family-19h model with VAES a
  * znver3, Zen 4 included, which would give Zen 4 Zen 3's plan. AVX-512 is a difference every
  * compiler can see: Zen 4 has it, Zen 3 does not (tests/test_bench.py checks the default). */
-static void choose_prefetch(void) {
-    decode_prefetch = prefetch_far;
+static PrefetchPlan choose_prefetch(void) {
+    PrefetchPlan plan = prefetch_far;
 #if defined(__GNUC__)
     __builtin_cpu_init();
-    if (__builtin_cpu_is("amdfam19h")) decode_prefetch = __builtin_cpu_supports("avx512f") ? prefetch_near : prefetch_mid;
-    if (__builtin_cpu_is("intel")) decode_prefetch = prefetch_mid_l2;
+    if (__builtin_cpu_is("amdfam19h")) plan = __builtin_cpu_supports("avx512f") ? prefetch_near : prefetch_mid;
+    if (__builtin_cpu_is("intel")) plan = prefetch_mid_l2;
 #endif
     switch (prefetch_from_env()) {
-    case PREFETCH_NEAR: decode_prefetch = prefetch_near; break;
-    case PREFETCH_MID: decode_prefetch = prefetch_mid; break;
-    case PREFETCH_MID_L2: decode_prefetch = prefetch_mid_l2; break;
-    case PREFETCH_FAR: decode_prefetch = prefetch_far; break;
+    case PREFETCH_NEAR: plan = prefetch_near; break;
+    case PREFETCH_MID: plan = prefetch_mid; break;
+    case PREFETCH_MID_L2: plan = prefetch_mid_l2; break;
+    case PREFETCH_FAR: plan = prefetch_far; break;
     default: break;
     }
+    return plan;
 }
 
-const char* kernels_prefetch_plan(void) {
-    return decode_prefetch.name ? decode_prefetch.name : "none";
-}
+const char* kernels_prefetch_plan(const Kernels* k) { return kernels_scratch(k)->prefetch.name; }
 #endif
 
-int kernels_amx(void) { return amx_usable; }
+int kernels_amx(const Kernels* k) { return kernels_scratch(k)->amx_usable; }
 
 /* KERNELS_AMX=0 turns AMX off (for measuring and testing the path without it). Read in every
  * build, so that a bad value gets the same warning whether or not this build has AMX. */
@@ -163,105 +185,91 @@ static int amx_allowed_by_env(void) {
     return 1;
 }
 
-#if defined(KERNELS_AMX)
-static int amx_granted; /* amx_request's answer at kernels_init */
-#endif
-int kernels_set_amx(int on) {
-#if defined(KERNELS_AMX)
-    amx_usable = on && amx_granted;
-#else
-    (void)on;
-#endif
-    return amx_usable;
+int kernels_set_amx(Kernels* k, int on) {
+    MatmulScratch* s = kernels_scratch(k);
+    s->amx_usable = on && s->amx_granted;
+    return s->amx_usable;
 }
 
-int matmul_scratch_init(int max_threads, int max_batch, int max_cols) {
-    matmul_scratch_free();
+/* Everything a context uses is its own; what it learns from the process (the CPU's model for the
+ * prefetch plan, KERNELS_PREFETCH and KERNELS_AMX, Linux's grant of the AMX tile state, which is
+ * the whole process's and asked for again harmlessly) is read anew here, and none of it changes
+ * while the process runs, so two contexts always agree on it. */
+MatmulScratch* matmul_scratch_new(int max_threads, int max_batch, int max_cols) {
+    MatmulScratch* s = calloc(1, sizeof *s);
+    if (!s) return NULL;
 #if defined(KERNELS_AVX2)
-    choose_prefetch();
+    s->prefetch = choose_prefetch();
 #else
     (void)prefetch_from_env();
 #endif
     if (max_batch < 1) max_batch = 1;
     if (max_cols < 1) max_cols = 1;
     if (max_threads < 1) max_threads = 1;
-    xq_cap = (size_t)max_batch * (size_t)max_cols;
-    xq_buf = aligned_alloc(64, (xq_cap + 63) / 64 * 64);
-    xs_buf = aligned_alloc(64, ((xq_cap / 8 + 1) * sizeof(float) + 63) / 64 * 64);
-    xsum_buf = aligned_alloc(64, ((xq_cap / 4 + 8) * sizeof(int32_t) + 63) / 64 * 64);
-    xgsum_buf = aligned_alloc(64, ((xq_cap / 32 + 8) * sizeof(int32_t) + 63) / 64 * 64);
-    xp_cap = max_cols;
-    xp_stride = (max_cols + 15) / 16 * 16; /* whole cache lines: no line is shared by two threads */
-    xp_buf = aligned_alloc(64, (size_t)max_threads * (size_t)xp_stride * sizeof(float));
-    int ok = xq_buf && xs_buf && xsum_buf && xgsum_buf && xp_buf;
+    s->max_threads = max_threads;
+    s->xq_cap = (size_t)max_batch * (size_t)max_cols;
+    s->xq_buf = aligned_alloc(64, (s->xq_cap + 63) / 64 * 64);
+    s->xs_buf = aligned_alloc(64, ((s->xq_cap / 8 + 1) * sizeof(float) + 63) / 64 * 64);
+    s->xsum_buf = aligned_alloc(64, ((s->xq_cap / 4 + 8) * sizeof(int32_t) + 63) / 64 * 64);
+    s->xgsum_buf = aligned_alloc(64, ((s->xq_cap / 32 + 8) * sizeof(int32_t) + 63) / 64 * 64);
+    s->xp_cap = max_cols;
+    s->xp_stride = (max_cols + 15) / 16 * 16; /* whole cache lines: no line is shared by two threads */
+    s->xp_buf = aligned_alloc(64, (size_t)max_threads * (size_t)s->xp_stride * sizeof(float));
+    int ok = s->xq_buf && s->xs_buf && s->xsum_buf && s->xgsum_buf && s->xp_buf;
 #if defined(KERNELS_AVX2)
-    float_pack_buf = aligned_alloc(64, (size_t)max_threads * FLOAT_MAX_PANELS * 16 * (size_t)xp_stride * sizeof(float));
-    ok = ok && float_pack_buf;
+    s->float_pack_buf =
+        aligned_alloc(64, (size_t)max_threads * FLOAT_MAX_PANELS * 16 * (size_t)s->xp_stride * sizeof(float));
+    ok = ok && s->float_pack_buf;
 #endif
     const int amx_allowed = amx_allowed_by_env();
 #if defined(KERNELS_AMX)
-    amx_usable = amx_granted = amx_allowed && amx_request();
-    if (amx_usable) {
-        amx_wt_buf = aligned_alloc(64, (size_t)max_threads * amx_thread_bytes());
-        ok = ok && amx_wt_buf;
+    s->amx_usable = s->amx_granted = amx_allowed && amx_request();
+    if (s->amx_usable) {
+        s->amx_wt_buf = aligned_alloc(64, (size_t)max_threads * amx_thread_bytes(s->xp_stride));
+        ok = ok && s->amx_wt_buf;
     }
 #endif
 #if defined(KERNELS_BF16_DOT)
-    size_t xb16_cap = xq_cap;
+    size_t xb16_cap = s->xq_cap;
 #if defined(KERNELS_AMX_BF16) /* bf16_split_rows: three parts, tokens up to a whole A tile */
-    split_cap = (size_t)((max_batch + 15) / 16 * 16) * (size_t)max_cols; /* an A tile: 16 tokens */
-    xb16_cap = 3 * split_cap;
+    s->split_cap = (size_t)((max_batch + 15) / 16 * 16) * (size_t)max_cols; /* an A tile: 16 tokens */
+    xb16_cap = 3 * s->split_cap;
 #endif
-    xb16_buf = aligned_alloc(64, (xb16_cap * sizeof(uint16_t) + 63) / 64 * 64);
-    ok = ok && xb16_buf;
+    s->xb16_buf = aligned_alloc(64, (xb16_cap * sizeof(uint16_t) + 63) / 64 * 64);
+    ok = ok && s->xb16_buf;
 #endif
     (void)amx_allowed;
     if (!ok) {
-        matmul_scratch_free();
-        return -1;
+        matmul_scratch_free(s);
+        return NULL;
     }
-    return 0;
+    return s;
 }
 
-void matmul_scratch_free(void) {
-    free(xq_buf);
-    free(xs_buf);
-    free(xsum_buf);
-    free(xgsum_buf);
-    free(xp_buf);
-    free(xb16_buf);
-    free(float_pack_buf);
-    float_pack_buf = NULL;
-    free(amx_wt_buf);
-    amx_wt_buf = NULL;
-    amx_usable = 0;
-#if defined(KERNELS_AMX)
-    amx_granted = 0;
-#endif
-    xq_buf = NULL;
-    xs_buf = NULL;
-    xsum_buf = NULL;
-    xgsum_buf = NULL;
-    xp_buf = NULL;
-    xb16_buf = NULL;
-#if defined(KERNELS_AMX_BF16)
-    split_cap = 0;
-#endif
-    xq_cap = 0;
-    xp_cap = 0;
-    xp_stride = 0;
+void matmul_scratch_free(MatmulScratch* s) {
+    if (!s) return;
+    free(s->xq_buf);
+    free(s->xs_buf);
+    free(s->xsum_buf);
+    free(s->xgsum_buf);
+    free(s->xp_buf);
+    free(s->xb16_buf);
+    free(s->float_pack_buf);
+    free(s->amx_wt_buf);
+    free(s);
 }
 
-int kernels_bf16_activations(void) { return bf16_activations; }
+int kernels_bf16_activations(const Kernels* k) { return kernels_scratch(k)->bf16_activations; }
 
-int kernels_set_bf16_activations(int on) {
+int kernels_set_bf16_activations(Kernels* k, int on) {
+    MatmulScratch* s = kernels_scratch(k);
 #if defined(KERNELS_BF16_DOT)
-    bf16_activations = on != 0;
+    s->bf16_activations = on != 0;
 #else
-    bf16_activations = 0;
+    s->bf16_activations = 0;
     (void)on;
 #endif
-    return bf16_activations;
+    return s->bf16_activations;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -273,6 +281,8 @@ int kernels_set_bf16_activations(int on) {
 #define MAX_RANGES 64  /* threads beyond this share ranges */
 
 typedef struct MatmulJob {
+    Kernels* k;
+    MatmulScratch* s;    /* k's */
     float* out[MAX_MULTI];
     const Matrix* W[MAX_MULTI];
     int chunk[MAX_MULTI];
@@ -281,7 +291,7 @@ typedef struct MatmulJob {
     const float* x;
     int n;
     int use_qi;          /* q8 / q4 weights x int8 activations (quantize_rows) */
-    int32_t* xgsum;      /* xgsum_buf for q4 weights and the q8 panels with VNNI, else NULL (quantize_rows skips it) */
+    int32_t* xgsum;      /* s->xgsum_buf for q4 weights and the q8 panels with VNNI, else NULL (quantize_rows skips it) */
     int use_xp;          /* bf16, n == 1: each thread de-interleaves x into its own part of xp_buf */
     int use_xb16;        /* bf16, n > 1, --bf16-activations: xb16_buf holds x rounded to bf16 */
     int use_split;       /* bf16, n >= 16, fp32 activations, AMX-BF16: xb16_buf holds x split in three bf16 */
@@ -300,8 +310,8 @@ typedef struct MatmulJob {
  * order, up to `batch` per claim, so its weight reads stay one sequential stream from chunk to
  * chunk (each block's prefetch runs into the next chunk); when its range is done it takes the
  * next chunk of another range, one at a time. docs/design.md#row-chunks */
-static int claim_chunks(MatmulJob* j, int batch, int* end) {
-    const int me = kernels_thread_index() % j->n_ranges;
+static int claim_chunks(MatmulJob* j, int thread, int batch, int* end) {
+    const int me = thread % j->n_ranges;
     for (int k = 0; k < j->n_ranges; k++) {
         const int r = (me + k) % j->n_ranges, n = k == 0 ? batch : 1;
         if (atomic_load_explicit(&j->range[r].next, memory_order_relaxed) >= j->range[r].end) continue;
@@ -314,11 +324,12 @@ static int claim_chunks(MatmulJob* j, int batch, int* end) {
     return -1;
 }
 
-static void compute_rows(const MatmulJob* j, int m, int r0, int r1) {
+static void compute_rows(const MatmulJob* j, const MatmulThread* mt, int m, int r0, int r1) {
     const Matrix* W = j->W[m];
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
+    const MatmulScratch* s = j->s;
     if (j->use_qi) {
-        rows_qi(j->out[m], xq_buf, xs_buf, xsum_buf, xgsum_buf, W, j->n, r0, r1);
+        rows_qi(mt, j->out[m], s->xq_buf, s->xs_buf, s->xsum_buf, s->xgsum_buf, W, j->n, r0, r1);
         return;
     }
     if (W->type == WEIGHT_Q4) { /* only with -DKERNELS_Q8_F32ACT: q4 has no fp32-activation twin */
@@ -327,44 +338,47 @@ static void compute_rows(const MatmulJob* j, int m, int r0, int r1) {
     }
 #if defined(KERNELS_BF16_DOT)
     if (j->use_xb16) {
-        rows_bf16_dot(j->out[m], xb16_buf, W, j->n, r0, r1);
+        rows_bf16_dot(mt, j->out[m], s->xb16_buf, W, j->n, r0, r1);
         return;
     }
 #endif
 #if defined(KERNELS_AMX_BF16)
     if (j->use_split) {
-        rows_bf16_split(j->out[m], j->x, xb16_buf, W, j->n, r0, r1);
+        rows_bf16_split(mt, j->out[m], j->x, s->xb16_buf, W, j->n, r0, r1);
         return;
     }
 #endif
-    if (W->type == WEIGHT_F32) rows_f32(j->out[m], j->x, W, j->n, r0, r1);
+    if (W->type == WEIGHT_F32) rows_f32(mt, j->out[m], j->x, W, j->n, r0, r1);
 #if defined(KERNELS_AVX2) /* the de-interleaved bf16 path (use_xp) is AVX2-only */
-    else if (W->type == WEIGHT_BF16 && j->use_xp) rows_bf16_n1(j->out[m], thread_xp(), W, r0, r1);
+    else if (W->type == WEIGHT_BF16 && j->use_xp) rows_bf16_n1(mt, j->out[m], W, r0, r1);
 #endif
-    else if (W->type == WEIGHT_BF16) rows_bf16(j->out[m], j->x, W, j->n, r0, r1);
-    else rows_q8f(j->out[m], j->x, W, j->n, r0, r1);
+    else if (W->type == WEIGHT_BF16) rows_bf16(mt, j->out[m], j->x, W, j->n, r0, r1);
+    else rows_q8f(mt, j->out[m], j->x, W, j->n, r0, r1);
 #else
+    (void)mt;
     matmul_rows_scalar(j->out[m], j->x, W, j->n, r0, r1);
 #endif
 }
 
-static void run_chunk(const MatmulJob* j, int i) {
+static void run_chunk(const MatmulJob* j, const MatmulThread* mt, int i) {
     int m = 0;
     while (i >= j->first_item[m + 1]) m++;
     const int r0 = (i - j->first_item[m]) * j->chunk[m];
     int r1 = r0 + j->chunk[m];
     if (r1 > j->W[m]->rows) r1 = j->W[m]->rows;
-    compute_rows(j, m, r0, r1);
+    compute_rows(j, mt, m, r0, r1);
 }
 
 /* Prefill: one pool item per chunk, claimed one at a time, so a thread that the scheduler takes
  * off its core between two chunks holds nothing up. */
-static void matmul_item(void* ctx, int item) {
+static void matmul_item(void* ctx, int item, int thread) {
     MatmulJob* j = ctx;
     (void)item; /* which chunk is claim_chunks' choice */
     int end;
-    const int i = claim_chunks(j, 1, &end);
-    if (i >= 0) run_chunk(j, i); /* always: there are as many items as chunks */
+    const int i = claim_chunks(j, thread, 1, &end);
+    if (i < 0) return; /* never: there are as many items as chunks */
+    const MatmulThread mt = thread_view(j->s, thread, kernels_alone(j->k));
+    run_chunk(j, &mt, i);
 }
 
 /* Decode: one pool task per thread, which takes the chunks of its own range CLAIM_BATCH per atomic
@@ -376,53 +390,55 @@ static void matmul_item(void* ctx, int item) {
  * once it sees another process on the cores. docs/design.md#row-chunks */
 #define CLAIM_BATCH 4
 
-static void matmul_task(void* ctx, int task) {
+static void matmul_task(void* ctx, int task, int thread) {
     MatmulJob* j = ctx;
     (void)task; /* the range is the calling thread's */
+    const MatmulThread mt = thread_view(j->s, thread, kernels_alone(j->k));
 #if defined(KERNELS_AVX2) /* a thread that runs two tasks (threads.c's serial fallback) writes its copy twice */
-    if (j->use_xp) deinterleave(thread_xp(), j->x, j->W[0]->cols, bf16_span(j->W[0]->cols));
+    if (j->use_xp) deinterleave(mt.xp, j->x, j->W[0]->cols, bf16_span(j->W[0]->cols));
 #endif
     int c, end;
-    while ((c = claim_chunks(j, CLAIM_BATCH, &end)) >= 0)
-        for (; c < end; c++) run_chunk(j, c);
+    while ((c = claim_chunks(j, thread, CLAIM_BATCH, &end)) >= 0)
+        for (; c < end; c++) run_chunk(j, &mt, c);
 }
 
 /* The activations' per-token preparation before the products (quantize_tokens, round_tokens):
  * items of qtb tokens, about 4 per thread; below 16 tokens one range in the calling thread, where
  * a dispatch would cost more than it saves. Per token, so the split does not change the result. */
 #if (defined(HAVE_Q8_INT8) && !defined(KERNELS_Q8_F32ACT)) || defined(KERNELS_BF16_DOT)
-static void prepare_item(void* ctx, int i) {
+static void prepare_item(void* ctx, int i, int thread) {
     const MatmulJob* j = ctx;
+    (void)thread;
     int t0 = i * j->qtb, t1 = t0 + j->qtb < j->n ? t0 + j->qtb : j->n;
     j->prepare(j, t0, t1);
 }
 
 static void prepare_tokens(MatmulJob* j, void (*prepare)(const MatmulJob*, int, int)) {
-    const int nt = kernels_threads();
+    const int nt = kernels_threads(j->k);
     j->prepare = prepare;
     if (j->n < 16) {
         prepare(j, 0, j->n);
         return;
     }
     j->qtb = (j->n + nt * 4 - 1) / (nt * 4);
-    parallel_for((j->n + j->qtb - 1) / j->qtb, prepare_item, j);
+    parallel_for(j->k, (j->n + j->qtb - 1) / j->qtb, prepare_item, j);
 }
 #endif
 
 #if defined(HAVE_Q8_INT8) && !defined(KERNELS_Q8_F32ACT)
 static void quantize_tokens(const MatmulJob* j, int t0, int t1) {
-    quantize_rows(xq_buf, xs_buf, xsum_buf, j->xgsum, j->x, j->W[0]->cols, j->qgs, t0, t1);
+    quantize_rows(j->s->xq_buf, j->s->xs_buf, j->s->xsum_buf, j->xgsum, j->x, j->W[0]->cols, j->qgs, t0, t1);
 }
 #endif
 
 #if defined(KERNELS_BF16_DOT)
 static void round_tokens(const MatmulJob* j, int t0, int t1) {
     const size_t C = (size_t)j->W[0]->cols;
-    bf16_round_rows(xb16_buf + (size_t)t0 * C, j->x + (size_t)t0 * C, (size_t)(t1 - t0) * C);
+    bf16_round_rows(j->s->xb16_buf + (size_t)t0 * C, j->x + (size_t)t0 * C, (size_t)(t1 - t0) * C);
 }
 #endif
 #if defined(KERNELS_AMX_BF16)
-static void split_tokens(const MatmulJob* j, int t0, int t1) { bf16_split_rows(xb16_buf, j->x, j->W[0]->cols, t0, t1); }
+static void split_tokens(const MatmulJob* j, int t0, int t1) { bf16_split_rows(j->s->xb16_buf, j->x, j->W[0]->cols, t0, t1); }
 
 /* Whether this job's bf16 products take the split activations: all its matrices bf16 of one
  * width (a multiple of 32, as the panels want), AMX granted, from 9 tokens on (the A tiles are
@@ -431,9 +447,10 @@ static void split_tokens(const MatmulJob* j, int t0, int t1) { bf16_split_rows(x
  * rows), 0 where not. f32 weights are not split: six products per tile did not earn their
  * place against the f32 panels. docs/design.md#amx-bf16 */
 static int split_tokens_padded(const MatmulJob* j) {
+    const MatmulScratch* s = j->s;
     const int C = j->W[0]->cols, n16 = (j->n + AMX_ROWS - 1) / AMX_ROWS * AMX_ROWS;
-    if (!amx_usable || bf16_activations || j->n < 9 || C % 32 != 0 || C > xp_cap ||
-        (size_t)n16 * (size_t)C > split_cap)
+    if (!s->amx_usable || s->bf16_activations || j->n < 9 || C % 32 != 0 || C > s->xp_cap ||
+        (size_t)n16 * (size_t)C > s->split_cap)
         return 0;
     for (int m = 0; m < j->n_mats; m++)
         if (j->W[m]->type != WEIGHT_BF16 || j->W[m]->cols != C) return 0;
@@ -442,7 +459,9 @@ static int split_tokens_padded(const MatmulJob* j) {
 #endif
 
 static void run_job(MatmulJob* j) {
-    const int nt = kernels_threads();
+    const MatmulScratch* s = j->s;
+    (void)s; /* the scalar build reads no scratch */
+    const int nt = kernels_threads(j->k);
     j->use_qi = 0;
     j->use_xp = 0;
     j->use_xb16 = 0;
@@ -453,12 +472,12 @@ static void run_job(MatmulJob* j) {
         const int C = j->W[0]->cols;
         prepare_tokens(j, split_tokens);
         /* the last A tile's rows beyond n: zeros (their C rows are not stored) */
-        memset(xb16_buf + (size_t)j->n * 3 * C, 0, (size_t)(n16 - j->n) * 3 * C * sizeof(uint16_t));
+        memset(s->xb16_buf + (size_t)j->n * 3 * C, 0, (size_t)(n16 - j->n) * 3 * C * sizeof(uint16_t));
         j->use_split = 1;
     }
 #endif
 #if defined(KERNELS_BF16_DOT)
-    if (bf16_activations && j->n > 1 && (size_t)j->n * (size_t)j->W[0]->cols <= xq_cap) {
+    if (s->bf16_activations && j->n > 1 && (size_t)j->n * (size_t)j->W[0]->cols <= s->xq_cap) {
         int all = 1;
         for (int m = 0; m < j->n_mats; m++)
             if (j->W[m]->type != WEIGHT_BF16 || j->W[m]->cols != j->W[0]->cols) all = 0;
@@ -469,7 +488,7 @@ static void run_job(MatmulJob* j) {
     }
 #endif
 #if defined(KERNELS_AVX2)
-    if (j->n == 1 && j->W[0]->cols % 16 == 0 && j->W[0]->cols <= xp_cap) {
+    if (j->n == 1 && j->W[0]->cols % 16 == 0 && j->W[0]->cols <= s->xp_cap) {
         int any = 0, same = 1;
         for (int m = 0; m < j->n_mats; m++) {
             if (j->W[m]->type == WEIGHT_BF16) any = 1;
@@ -481,7 +500,7 @@ static void run_job(MatmulJob* j) {
 #if defined(HAVE_Q8_INT8) && !defined(KERNELS_Q8_F32ACT)
     const Matrix* W0 = j->W[0];
     if ((W0->type == WEIGHT_Q8 || W0->type == WEIGHT_Q4) && W0->group_size % 32 == 0 &&
-        (size_t)j->n * (size_t)W0->cols <= xq_cap) {
+        (size_t)j->n * (size_t)W0->cols <= s->xq_cap) {
         int same = 1;
         for (int m = 1; m < j->n_mats; m++)
             if (j->W[m]->type != W0->type || j->W[m]->group_size != W0->group_size ||
@@ -489,9 +508,9 @@ static void run_job(MatmulJob* j) {
         if (same) {
             j->use_qi = 1;
             j->qgs = W0->group_size;
-            j->xgsum = W0->type == WEIGHT_Q4 ? xgsum_buf : NULL;
+            j->xgsum = W0->type == WEIGHT_Q4 ? s->xgsum_buf : NULL;
 #if defined(KERNELS_AVX2) && defined(Q8_VNNI)
-            if (q8_packed_takes(W0, j->n)) j->xgsum = xgsum_buf; /* the q8 panels' starting sums */
+            if (q8_packed_takes(W0, j->n, s->xp_cap)) j->xgsum = s->xgsum_buf; /* the q8 panels' starting sums */
 #endif
             prepare_tokens(j, quantize_tokens);
         }
@@ -514,18 +533,18 @@ static void run_job(MatmulJob* j) {
     /* AMX's row tiles and the f32/bf16 panels start at multiples of 16 in every chunk, so which
      * rows take them (and so their rounding) does not depend on the thread count */
 #if defined(KERNELS_AVX2)
-    if (j->use_qi && q8_packed_takes(j->W[0], j->n)) align = Q8_PANEL_ROWS;
+    if (j->use_qi && q8_packed_takes(j->W[0], j->n, s->xp_cap)) align = Q8_PANEL_ROWS;
 #endif
 #if defined(KERNELS_AMX)
-    if (j->use_qi && amx_takes(j->W[0], j->n)) align = AMX_ROWS; /* 16: the q8 panels' 8 as well */
+    if (j->use_qi && amx_takes(j->W[0], j->n, s->amx_usable, s->xp_cap)) align = AMX_ROWS; /* 16: the q8 panels' 8 as well */
 #endif
 #if defined(KERNELS_AVX2)
     if (!j->use_qi && !j->use_xb16 && !j->use_split)
         for (int m = 0; m < j->n_mats; m++)
-            if (float_packed_takes(j->W[m], j->n)) align = FLOAT_PANEL_ROWS;
+            if (float_packed_takes(j->W[m], j->n, s->xp_cap)) align = FLOAT_PANEL_ROWS;
 #endif
 #if defined(KERNELS_BF16_DOT)
-    if (j->use_xb16 && bf16_packed_takes(j->W[0], j->n)) align = FLOAT_PANEL_ROWS;
+    if (j->use_xb16 && bf16_packed_takes(j->W[0], j->n, s->xp_cap)) align = FLOAT_PANEL_ROWS;
 #endif
 #if defined(KERNELS_AMX_BF16)
     if (j->use_split) align = FLOAT_PANEL_ROWS;
@@ -543,12 +562,14 @@ static void run_job(MatmulJob* j) {
         atomic_init(&j->range[k].next, (int)((long long)n_items * k / j->n_ranges));
         j->range[k].end = (int)((long long)n_items * (k + 1) / j->n_ranges);
     }
-    if (j->n == 1) parallel_for(nt, matmul_task, j);
-    else parallel_for(n_items, matmul_item, j);
+    if (j->n == 1) parallel_for(j->k, nt, matmul_task, j);
+    else parallel_for(j->k, n_items, matmul_item, j);
 }
 
-void matmul(float* out, const float* x, const Matrix* W, int n) {
+void matmul(Kernels* k, float* out, const float* x, const Matrix* W, int n) {
     MatmulJob j;
+    j.k = k;
+    j.s = kernels_scratch(k);
     j.out[0] = out;
     j.W[0] = W;
     j.n_mats = 1;
@@ -557,15 +578,17 @@ void matmul(float* out, const float* x, const Matrix* W, int n) {
     run_job(&j);
 }
 
-void matmul_multi(float* const* outs, const float* x, const Matrix* const* Ws, int n_mats, int n) {
+void matmul_multi(Kernels* k, float* const* outs, const float* x, const Matrix* const* Ws, int n_mats, int n) {
     MatmulJob j;
     while (n_mats > MAX_MULTI) {
-        matmul_multi(outs, x, Ws, MAX_MULTI, n);
+        matmul_multi(k, outs, x, Ws, MAX_MULTI, n);
         outs += MAX_MULTI;
         Ws += MAX_MULTI;
         n_mats -= MAX_MULTI;
     }
     if (n_mats <= 0) return;
+    j.k = k;
+    j.s = kernels_scratch(k);
     for (int m = 0; m < n_mats; m++) {
         j.out[m] = outs[m];
         j.W[m] = Ws[m];
@@ -577,5 +600,8 @@ void matmul_multi(float* const* outs, const float* x, const Matrix* const* Ws, i
 }
 
 #if !defined(KERNELS_AVX2)
-const char* kernels_prefetch_plan(void) { return "none"; }
+const char* kernels_prefetch_plan(const Kernels* k) {
+    (void)k;
+    return "none";
+}
 #endif

@@ -35,18 +35,17 @@ static inline int amx_k(const Matrix* W) { return W->type == WEIGHT_Q4 ? Q4_GROU
 /* Whether W x n tokens run on AMX (run_job aligns its row chunks to 16 when so). The repacking
  * pays from 13 tokens for q8 and from 32 for q4, whose nibbles it widens; below that tile_qi /
  * tile_q4 with their prefetch of the next block are quicker (docs/design.md#amx). */
-int amx_takes(const Matrix* W, int n) {
-    return amx_usable && (W->type == WEIGHT_Q4 ? n >= 32 : W->type == WEIGHT_Q8 && W->group_size % 64 == 0 && n >= 13) &&
+int amx_takes(const Matrix* W, int n, int amx, int xp_cap) {
+    return amx && (W->type == WEIGHT_Q4 ? n >= 32 : W->type == WEIGHT_Q8 && W->group_size % 64 == 0 && n >= 13) &&
            W->cols <= xp_cap;
 }
 
-/* The calling thread's repacked rows, int32 tiles and scales (amx_thread_bytes). */
-static inline uint8_t* thread_amx_wt(void) { return amx_wt_buf + (size_t)kernels_thread_index() * amx_thread_bytes(); }
-static inline int32_t* thread_amx_c(void) {
-    return (int32_t*)(thread_amx_wt() + (size_t)AMX_MAX_TILES * 16 * (size_t)xp_stride);
+/* The thread's int32 tiles and scales, after its repacked rows in mt->amx_wt (amx_thread_bytes). */
+static inline int32_t* thread_amx_c(const MatmulThread* mt) {
+    return (int32_t*)(mt->amx_wt + (size_t)AMX_MAX_TILES * 16 * (size_t)mt->xp_stride);
 }
-static inline float* thread_amx_ws(void) {
-    return (float*)(thread_amx_wt() + (size_t)(AMX_MAX_TILES * 16 + 32) * (size_t)xp_stride);
+static inline float* thread_amx_ws(const MatmulThread* mt) {
+    return (float*)(mt->amx_wt + (size_t)(AMX_MAX_TILES * 16 + 32) * (size_t)mt->xp_stride);
 }
 
 #define ARCH_REQ_XCOMP_PERM 0x1023 /* Linux (5.16+) hands out the tile data state on request */
@@ -196,11 +195,12 @@ static void amx_rows(float* out, const int8_t* xq, const float* xsc, const Matri
 /* Whole tiles of 16 rows (from r0, a multiple of 16: run_job's chunks are) x all n tokens on AMX,
  * in pieces of at most AMX_MAX_TILES row tiles (the thread's scratch). Returns the first row not
  * done; the caller does the rest (fewer than 16 rows). */
-int amx_chunk(float* out, const int8_t* xq, const float* xsc, const Matrix* W, int n, int r0, int r1) {
+int amx_chunk(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const Matrix* W, int n, int r0,
+              int r1) {
     int r = r0;
     for (int tiles; (tiles = row_tiles_next(r, r1, AMX_MAX_TILES)) > 0; r += tiles * AMX_ROWS) {
-        amx_pack(thread_amx_wt(), thread_amx_ws(), W, r, tiles);
-        amx_rows(out, xq, xsc, W, thread_amx_wt(), thread_amx_ws(), thread_amx_c(), n, r, tiles);
+        amx_pack(mt->amx_wt, thread_amx_ws(mt), W, r, tiles);
+        amx_rows(out, xq, xsc, W, mt->amx_wt, thread_amx_ws(mt), thread_amx_c(mt), n, r, tiles);
     }
     return r;
 }

@@ -20,7 +20,7 @@ ALWAYS_INLINE const void* row_ptr(const Matrix* W, int r) {
  * arithmetic, prefetching the next rows), and the packing's writes and second read cost more
  * than the panels' tiles gain. The thresholds are where the two crossed
  * (docs/design.md#prefill-panels). */
-int float_packed_takes(const Matrix* W, int n) {
+int float_packed_takes(const Matrix* W, int n, int xp_cap) {
 #if defined(KERNELS_AVX512)
     const int min_tokens = W->type == WEIGHT_F32 ? 24 : 40;
 #else
@@ -30,7 +30,7 @@ int float_packed_takes(const Matrix* W, int n) {
 }
 #if defined(KERNELS_BF16_DOT)
 /* The same for rows_bf16_dot (bf16 activations), whose panels take whole 32-column steps. */
-int bf16_packed_takes(const Matrix* W, int n) {
+int bf16_packed_takes(const Matrix* W, int n, int xp_cap) {
     return W->type == WEIGHT_BF16 && n >= 16 && W->cols % 32 == 0 && W->cols <= xp_cap;
 }
 #endif
@@ -561,8 +561,8 @@ ALWAYS_INLINE void rows_bf16_n1_zmm_pf(float* out, const float* xp, const Matrix
 
 /* The plan's distance (bf16_zmm) as a constant-folded branch: the copy without prefetch has no
  * prefetch instruction in its loop. */
-static void rows_bf16_n1_zmm(float* out, const float* xp, const Matrix* W, int r0, int r1) {
-    if (decode_prefetch.bf16_zmm) rows_bf16_n1_zmm_pf(out, xp, W, r0, r1, 1, decode_prefetch.bf16_zmm);
+static void rows_bf16_n1_zmm(const PrefetchPlan* plan, float* out, const float* xp, const Matrix* W, int r0, int r1) {
+    if (plan->bf16_zmm) rows_bf16_n1_zmm_pf(out, xp, W, r0, r1, 1, plan->bf16_zmm);
     else rows_bf16_n1_zmm_pf(out, xp, W, r0, r1, 0, 0);
 }
 #endif
@@ -576,14 +576,15 @@ int bf16_span(int cols) {
     return 16;
 }
 
-void rows_bf16_n1(float* out, const float* xp, const Matrix* W, int r0, int r1) {
+void rows_bf16_n1(const MatmulThread* mt, float* out, const Matrix* W, int r0, int r1) {
+    const float* xp = mt->xp;
 #if defined(KERNELS_AVX512)
     if (bf16_span(W->cols) == 32) {
-        rows_bf16_n1_zmm(out, xp, W, r0, r1);
+        rows_bf16_n1_zmm(mt->prefetch, out, xp, W, r0, r1);
         return;
     }
 #endif
-    if (decode_prefetch.bf16) rows_bf16_n1_pf(out, xp, W, r0, r1, 1, decode_prefetch.bf16);
+    if (mt->prefetch->bf16) rows_bf16_n1_pf(out, xp, W, r0, r1, 1, mt->prefetch->bf16);
     else rows_bf16_n1_pf(out, xp, W, r0, r1, 0, 0);
 }
 
@@ -616,8 +617,8 @@ ALWAYS_INLINE void rows_f32_n1_pf(float* out, const float* x, const Matrix* W, i
 }
 
 /* The plan's distance (choose_prefetch) as a constant-folded branch, as rows_bf16_n1_zmm. */
-static void rows_f32_n1(float* out, const float* x, const Matrix* W, int r0, int r1) {
-    if (decode_prefetch.f32) rows_f32_n1_pf(out, x, W, r0, r1, 1, decode_prefetch.f32);
+static void rows_f32_n1(const MatmulThread* mt, float* out, const float* x, const Matrix* W, int r0, int r1) {
+    if (mt->prefetch->f32) rows_f32_n1_pf(out, x, W, r0, r1, 1, mt->prefetch->f32);
     else rows_f32_n1_pf(out, x, W, r0, r1, 0, 0);
 }
 
@@ -780,7 +781,8 @@ ALWAYS_INLINE void rows_float_n1(float* out, const float* x, const Matrix* W, We
 
 /* The f32 matrix-vector product: the generic four-row kernel (the AVX2 twin's one row at a time
  * is measured on x86 only). */
-static void rows_f32_n1(float* out, const float* x, const Matrix* W, int r0, int r1) {
+static void rows_f32_n1(const MatmulThread* mt, float* out, const float* x, const Matrix* W, int r0, int r1) {
+    (void)mt;
     rows_float_n1(out, x, W, WEIGHT_F32, r0, r1);
 }
 #endif /* KERNELS_AVX2 / KERNELS_NEON */
@@ -792,12 +794,15 @@ static void rows_f32_n1(float* out, const float* x, const Matrix* W, int r0, int
 
 /* Token-blocked matrix-matrix product for rows [r0, r1): the activation block (tb tokens) stays in
  * L2 while every weight tile of the chunk is used against it. */
-ALWAYS_INLINE void rows_float_nn(float* out, const float* x, const Matrix* W, WeightType type, int n, int r0, int r1) {
+ALWAYS_INLINE void rows_float_nn(const MatmulThread* mt, float* out, const float* x, const Matrix* W, WeightType type,
+                                int n, int r0, int r1) {
 #if defined(KERNELS_AVX2)
-    if (float_packed_takes(W, n)) { /* whole panels of 16 rows (from a multiple of 16: run_job's chunks are) */
+    if (float_packed_takes(W, n, mt->xp_cap)) { /* whole panels of 16 rows (from a multiple of 16: run_job's chunks are) */
         for (int np; (np = row_tiles_next(r0, r1, FLOAT_MAX_PANELS)) > 0; r0 += np * FLOAT_PANEL_ROWS)
-            rows_float_packed(out, x, W, type, n, r0, np, thread_float_pack());
+            rows_float_packed(out, x, W, type, n, r0, np, mt->float_pack);
     }
+#else
+    (void)mt;
 #endif
     const int C = W->cols;
     const int tb = token_block((size_t)C * sizeof(float));
@@ -941,13 +946,14 @@ ALWAYS_INLINE void amx_bf16_rows(float* out, const uint16_t* xb, int parts, cons
 /* Rows [r0, r0 + 16 * np) (np <= FLOAT_MAX_PANELS) for all n tokens, packed into the thread's
  * float-panel scratch (a bf16 panel is half a float one), then panel_tiles' vdpbf16ps tiles; with
  * AMX-BF16, whole tiles of 16 tokens on AMX first and the last tokens on the panel tiles. */
-static void rows_bf16_packed(float* out, const uint16_t* xb, const Matrix* W, int n, int r0, int np) {
+static void rows_bf16_packed(const MatmulThread* mt, float* out, const uint16_t* xb, const Matrix* W, int n, int r0,
+                             int np) {
     const int C = W->cols, R = W->rows;
-    uint32_t* packed = (uint32_t*)(void*)thread_float_pack();
+    uint32_t* packed = (uint32_t*)(void*)mt->float_pack;
     for (int p = 0; p < np; p++) bf16_pack_panel(packed + (size_t)p * 8 * C, W, r0 + 16 * p);
     int t = 0;
 #if defined(KERNELS_AMX_BF16)
-    if (amx_usable) {
+    if (mt->amx) {
         t = n / AMX_ROWS * AMX_ROWS;
         amx_bf16_rows(out, xb, 1, packed, C, R, r0, np, t);
     }
@@ -958,10 +964,10 @@ static void rows_bf16_packed(float* out, const uint16_t* xb, const Matrix* W, in
 
 /* Rows [r0, r1) x n tokens: whole panels of 16 rows where bf16_packed_takes (from a multiple of
  * 16: run_job's chunks are), the rest blocked as rows_float_nn (a block of tokens stays in L2). */
-void rows_bf16_dot(float* out, const uint16_t* xb, const Matrix* W, int n, int r0, int r1) {
-    if (bf16_packed_takes(W, n)) {
+void rows_bf16_dot(const MatmulThread* mt, float* out, const uint16_t* xb, const Matrix* W, int n, int r0, int r1) {
+    if (bf16_packed_takes(W, n, mt->xp_cap)) {
         for (int np; (np = row_tiles_next(r0, r1, FLOAT_MAX_PANELS)) > 0; r0 += np * FLOAT_PANEL_ROWS)
-            rows_bf16_packed(out, xb, W, n, r0, np);
+            rows_bf16_packed(mt, out, xb, W, n, r0, np);
     }
     const int tb = token_block((size_t)W->cols * sizeof(uint16_t));
     for (int t0 = 0; t0 < n; t0 += tb) {
@@ -1021,28 +1027,29 @@ void bf16_split_rows(uint16_t* xs, const float* x, int C, int t0, int t1) {
 /* Rows [r0, r1) x n tokens from the split activations xs (bf16_split_rows, rows up to the next
  * multiple of 16 tokens readable): whole panels of 16 rows on AMX-BF16, the rows left (a matrix
  * whose rows are not a multiple of 16) as rows_float_nn from x. */
-void rows_bf16_split(float* out, const float* x, const uint16_t* xs, const Matrix* W, int n, int r0, int r1) {
+void rows_bf16_split(const MatmulThread* mt, float* out, const float* x, const uint16_t* xs, const Matrix* W, int n,
+                     int r0, int r1) {
     const int C = W->cols;
-    uint32_t* packed = (uint32_t*)(void*)thread_float_pack();
+    uint32_t* packed = (uint32_t*)(void*)mt->float_pack;
     for (int np; (np = row_tiles_next(r0, r1, FLOAT_MAX_PANELS)) > 0; r0 += np * FLOAT_PANEL_ROWS) {
         for (int p = 0; p < np; p++) bf16_pack_panel(packed + (size_t)p * 8 * C, W, r0 + 16 * p);
         amx_bf16_rows(out, xs, 3, packed, C, W->rows, r0, np, n);
     }
-    if (r0 < r1) rows_float_nn(out, x, W, WEIGHT_BF16, n, r0, r1);
+    if (r0 < r1) rows_float_nn(mt, out, x, W, WEIGHT_BF16, n, r0, r1);
 }
 #endif
 
-void rows_f32(float* out, const float* x, const Matrix* W, int n, int r0, int r1) {
-    if (n == 1) rows_f32_n1(out, x, W, r0, r1);
-    else rows_float_nn(out, x, W, WEIGHT_F32, n, r0, r1);
+void rows_f32(const MatmulThread* mt, float* out, const float* x, const Matrix* W, int n, int r0, int r1) {
+    if (n == 1) rows_f32_n1(mt, out, x, W, r0, r1);
+    else rows_float_nn(mt, out, x, W, WEIGHT_F32, n, r0, r1);
 }
-void rows_bf16(float* out, const float* x, const Matrix* W, int n, int r0, int r1) {
+void rows_bf16(const MatmulThread* mt, float* out, const float* x, const Matrix* W, int n, int r0, int r1) {
     if (n == 1) rows_float_n1(out, x, W, WEIGHT_BF16, r0, r1);
-    else rows_float_nn(out, x, W, WEIGHT_BF16, n, r0, r1);
+    else rows_float_nn(mt, out, x, W, WEIGHT_BF16, n, r0, r1);
 }
-void rows_q8f(float* out, const float* x, const Matrix* W, int n, int r0, int r1) {
+void rows_q8f(const MatmulThread* mt, float* out, const float* x, const Matrix* W, int n, int r0, int r1) {
     if (n == 1) rows_float_n1(out, x, W, WEIGHT_Q8, r0, r1);
-    else rows_float_nn(out, x, W, WEIGHT_Q8, n, r0, r1);
+    else rows_float_nn(mt, out, x, W, WEIGHT_Q8, n, r0, r1);
 }
 
 #endif

@@ -284,11 +284,11 @@ ALWAYS_INLINE void qi_group4_zmm(__m256i a[4], const uint8_t* wg, const int8_t* 
  * scale), multiplied 8 groups at a time into sx, and gs is a constant where rows_qi_n1 knows it,
  * so the rows' addresses are one pointer plus fixed offsets: fewer instructions per byte, more
  * room for the loads to run ahead of the arithmetic (docs/design.md#decode-stream). */
-ALWAYS_INLINE void rows_qi_n1_gs(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const Matrix* W,
-                                 int r0, int r1, const int gs) {
+ALWAYS_INLINE void rows_qi_n1_gs(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc,
+                                 const int32_t* xsum, const Matrix* W, int r0, int r1, const int gs) {
     const int C = W->cols, G = C / gs;
     const size_t bb = quant_block_bytes(WEIGHT_Q8, C, gs), gb = (size_t)gs;
-    const size_t pf = decode_prefetch.q8 ? (size_t)decode_prefetch.q8 : bb;
+    const size_t pf = mt->prefetch->q8 ? (size_t)mt->prefetch->q8 : bb;
     int r = r0; /* a multiple of 4: run_job's chunks are */
     for (; r + 4 <= r1; r += 4) {
         const uint16_t* s0 = quant_scales(W, r);
@@ -335,17 +335,17 @@ ALWAYS_INLINE void rows_qi_n1_gs(float* out, const int8_t* xq, const float* xsc,
         out[r + 3] = hsum256(t3);
     }
     for (; r < r1; r++) {
-        float* ws = thread_xp();
+        float* ws = mt->xp;
         q8_scales_float(ws, W, r, 1);
         tile_qi(out, xq, xsc, xsum, W, ws, r, 0, 1, 1, NULL);
     }
 }
 
 /* export.py's q8 default, 64, as a constant; any other group size as it comes. */
-ALWAYS_INLINE void rows_qi_n1(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const Matrix* W,
-                              int r0, int r1) {
-    if (W->group_size == 64) rows_qi_n1_gs(out, xq, xsc, xsum, W, r0, r1, 64);
-    else rows_qi_n1_gs(out, xq, xsc, xsum, W, r0, r1, W->group_size);
+ALWAYS_INLINE void rows_qi_n1(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc,
+                              const int32_t* xsum, const Matrix* W, int r0, int r1) {
+    if (W->group_size == 64) rows_qi_n1_gs(mt, out, xq, xsc, xsum, W, r0, r1, 64);
+    else rows_qi_n1_gs(mt, out, xq, xsc, xsum, W, r0, r1, W->group_size);
 }
 
 /* q8 prefill from packed panels, as q4's row lanes: a panel holds 8 rows with each 32-bit lane
@@ -376,7 +376,7 @@ ALWAYS_INLINE void rows_qi_n1(float* out, const int8_t* xq, const float* xsc, co
 #else
 #define Q8_PANEL_MIN_TOKENS 20
 #endif
-int q8_packed_takes(const Matrix* W, int n) {
+int q8_packed_takes(const Matrix* W, int n, int xp_cap) {
     return W->type == WEIGHT_Q8 && n >= Q8_PANEL_MIN_TOKENS && W->cols <= xp_cap;
 }
 
@@ -439,11 +439,11 @@ ALWAYS_INLINE void tile_q8_packed(float* out, const int8_t* xq, const float* xsc
  * most 64 rows per packing; per block of tokens (token_block) each panel meets the block's tokens
  * Q8_PANEL_TOKENS at a time, then 4, then 1. Returns the first row not done (the rest:
  * rows_qi_tiles). */
-static int rows_q8_packed(float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum, const Matrix* W,
-                          int ta, int n, int r0, int r1) {
+static int rows_q8_packed(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum,
+                          const Matrix* W, int ta, int n, int r0, int r1) {
     const int C = W->cols, G = C / W->group_size;
     const int max_panels = FLOAT_MAX_PANELS * FLOAT_PANEL_ROWS / Q8_PANEL_ROWS;
-    int8_t* panels = (int8_t*)(void*)thread_float_pack(); /* max_panels * 8 * C bytes, then the scales */
+    int8_t* panels = (int8_t*)(void*)mt->float_pack; /* max_panels * 8 * C bytes, then the scales */
     float* ps = (float*)(void*)(panels + (size_t)max_panels * Q8_PANEL_ROWS * C);
     const int tb = token_block((size_t)C);
     while (r1 - r0 >= Q8_PANEL_ROWS) {
@@ -591,12 +591,12 @@ ALWAYS_INLINE void tile_q4(float* out, const int8_t* xq, const float* xsc, const
 /* Rows [r0, r1) (r0 a multiple of 8: run_job's chunks are) for n tokens: decode walks the row
  * blocks with the prefetch; prefill keeps a block of tokens in L2 (as rows_qi_t) while each row
  * block of the chunk meets them 4 at a time; with AMX, whole tiles of 16 rows take it (amx_chunk). */
-static void rows_q4(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
+static void rows_q4(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
                     const int32_t* xgsum, const Matrix* W, int n, int r0, int r1) {
     (void)xsum;
     if (n == 1) {
-        const int pf = decode_prefetch.q4;
-        if (decode_prefetch.q4_l2 && kernels_alone())
+        const int pf = mt->prefetch->q4;
+        if (mt->prefetch->q4_l2 && mt->alone)
             for (int r = r0; r < r1; r += Q4_BLOCK_ROWS) tile_q4(out, xq, xsc, xgsum, W, r, 0, 1, pf, 1);
         else
             for (int r = r0; r < r1; r += Q4_BLOCK_ROWS) tile_q4(out, xq, xsc, xgsum, W, r, 0, 1, pf, 0);
@@ -604,7 +604,7 @@ static void rows_q4(float* out, const int8_t* xq, const float* xsc, const int32_
     }
     int ra = r0; /* AMX did every token of rows [r0, ra) */
 #if defined(KERNELS_AMX)
-    if (amx_takes(W, n)) ra = amx_chunk(out, xq, xsc, W, n, r0, r1);
+    if (amx_takes(W, n, mt->amx, mt->xp_cap)) ra = amx_chunk(mt, out, xq, xsc, W, n, r0, r1);
 #endif
     const int tb = token_block((size_t)W->cols);
     for (int t0 = 0; t0 < n; t0 += tb) {
@@ -764,9 +764,9 @@ ALWAYS_INLINE void tile_qi(float* out, const int8_t* xq, const float* xsc, const
 /* The q8 matrix-vector product: tile_qi's own TT == 1 path, which also reads a row block
  * front to back (the AVX2 twin's written-out kernel and its prefetch distance are measured on
  * x86 only). */
-ALWAYS_INLINE void rows_qi_n1(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const Matrix* W,
-                              int r0, int r1) {
-    float* ws = thread_xp();
+ALWAYS_INLINE void rows_qi_n1(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc,
+                              const int32_t* xsum, const Matrix* W, int r0, int r1) {
+    float* ws = mt->xp;
     for (int r = r0; r < r1;) {
         const int RT = r + 4 <= r1 ? 4 : 1;
         q8_scales_float(ws, W, r, RT);
@@ -783,11 +783,11 @@ ALWAYS_INLINE void rows_qi_n1(float* out, const int8_t* xq, const float* xsc, co
  * rows_qi_n1 of the SIMD block above, which have the same names and shapes on each target. ---- */
 
 /* n tokens x rows [r0, r1) in tiles of Q8_TILE_ROWS rows x Q8_TILE_TOKENS tokens. */
-ALWAYS_INLINE void rows_qi_tiles(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const Matrix* W,
-                                 int n, int r0, int r1) {
+ALWAYS_INLINE void rows_qi_tiles(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc,
+                                 const int32_t* xsum, const Matrix* W, int n, int r0, int r1) {
     const int C = W->cols, G = C / W->group_size;
     const int tb = token_block((size_t)C);
-    float* ws = thread_xp(); /* the row block's scales as floats: 4 * C / group_size <= C floats */
+    float* ws = mt->xp; /* the row block's scales as floats: 4 * C / group_size <= C floats */
     for (int t0 = 0; t0 < n; t0 += tb) {
         int t1 = t0 + tb < n ? t0 + tb : n;
         int r = r0;
@@ -811,23 +811,23 @@ ALWAYS_INLINE void rows_qi_tiles(float* out, const int8_t* xq, const float* xsc,
     }
 }
 
-ALWAYS_INLINE void rows_qi_t(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const int32_t* xgsum,
-                             const Matrix* W, int n, int r0, int r1) {
+ALWAYS_INLINE void rows_qi_t(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc,
+                             const int32_t* xsum, const int32_t* xgsum, const Matrix* W, int n, int r0, int r1) {
     if (n == 1) {
-        rows_qi_n1(out, xq, xsc, xsum, W, r0, r1);
+        rows_qi_n1(mt, out, xq, xsc, xsum, W, r0, r1);
         return;
     }
     int ra = r0; /* AMX did every token of rows [r0, ra) */
 #if defined(KERNELS_AMX)
-    if (amx_takes(W, n)) ra = amx_chunk(out, xq, xsc, W, n, r0, r1);
+    if (amx_takes(W, n, mt->amx, mt->xp_cap)) ra = amx_chunk(mt, out, xq, xsc, W, n, r0, r1);
 #endif
     int rp = ra; /* the panels did every token of rows [ra, rp) */
 #if defined(KERNELS_AVX2)
-    if (q8_packed_takes(W, n)) rp = rows_q8_packed(out, xq, xsc, xgsum, W, 0, n, ra, r1);
+    if (q8_packed_takes(W, n, mt->xp_cap)) rp = rows_q8_packed(mt, out, xq, xsc, xgsum, W, 0, n, ra, r1);
 #else
     (void)xgsum;
 #endif
-    rows_qi_tiles(out, xq, xsc, xsum, W, n, rp, r1);
+    rows_qi_tiles(mt, out, xq, xsc, xsum, W, n, rp, r1);
 }
 
 #if defined(KERNELS_NEON)
@@ -871,8 +871,9 @@ static void tile_q4(float* out, const int8_t* xq, const float* xsc, const Matrix
 
 /* Rows [r0, r1) (r0 a multiple of 8: run_job's chunks are) for n tokens, a block of tokens at a
  * time as rows_qi_t. */
-static void rows_q4(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
+static void rows_q4(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
                     const int32_t* xgsum, const Matrix* W, int n, int r0, int r1) {
+    (void)mt;
     (void)xsum;
     (void)xgsum;
     const int tb = token_block((size_t)W->cols);
@@ -885,9 +886,9 @@ static void rows_q4(float* out, const int8_t* xq, const float* xsc, const int32_
 #endif
 
 /* q8 or q4 weights x int8 activations, each with its own kernel. */
-void rows_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
-                    const int32_t* xgsum, const Matrix* W, int n, int r0, int r1) {
-    if (W->type == WEIGHT_Q4) rows_q4(out, xq, xsc, xsum, xgsum, W, n, r0, r1);
-    else rows_qi_t(out, xq, xsc, xsum, xgsum, W, n, r0, r1);
+void rows_qi(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
+             const int32_t* xgsum, const Matrix* W, int n, int r0, int r1) {
+    if (W->type == WEIGHT_Q4) rows_q4(mt, out, xq, xsc, xsum, xgsum, W, n, r0, r1);
+    else rows_qi_t(mt, out, xq, xsc, xsum, xgsum, W, n, r0, r1);
 }
 #endif

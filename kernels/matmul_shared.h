@@ -3,7 +3,9 @@
  * picks for each product one of the SIMD twins in matmul_float.c (f32 and bf16 weights, and q8 with
  * fp32 activations), matmul_int8.c (q8 and q4 weights x int8 activations) or matmul_amx.c (q8 and
  * q4 prefill on AMX tiles). Here: the scratch those files use, the helpers more than one of them
- * inlines, and the functions they call in each other. */
+ * inlines, and the functions they call in each other. No file keeps state: the scratch, the
+ * prefetch plan and the switches belong to a kernel context (kernels.h, Kernels) and reach the
+ * twins in a MatmulThread. */
 #ifndef MATMUL_SHARED_H
 #define MATMUL_SHARED_H
 
@@ -15,30 +17,47 @@
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-/* ---- Scratch (matmul_scratch_init in matmul.c) ---- */
+/* ---- What a SIMD twin gets from the kernel context that runs it ---- */
 
-extern float* xp_buf;         /* [max_threads * xp_stride] each thread's scratch row (thread_xp) */
-extern int xp_cap, xp_stride; /* max_cols; max_cols rounded up to whole cache lines */
-extern float* float_pack_buf; /* [max_threads * FLOAT_MAX_PANELS * 16 * max_cols] each thread's f32/bf16 panels (prefill) */
-extern uint8_t* amx_wt_buf;   /* [max_threads * amx_thread_bytes] each thread's repacked q8/q4 rows, int32 tiles, scales (AMX) */
-extern int amx_usable;        /* q8 and q4 prefill run on AMX tiles (amx_request) */
-
-/* The calling thread's scratch row of max_cols floats: bf16 decode's de-interleaved activations,
- * or q8's row-block scales as floats (q8_scales_float: at most 4 * cols / 32 floats, since the
- * int8 path runs only for group sizes that are multiples of 32). For bf16, each thread writes its
- * own copy at the start of its matmul_task rather than the dispatching thread writing one shared
- * copy: a line that the other core has read (in the previous product) must be taken back from it
- * before it can be written, and the other thread would wait for that (docs/design.md#row-chunks). */
-#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
-static inline float* thread_xp(void) { return xp_buf + (size_t)kernels_thread_index() * (size_t)xp_stride; }
+#if defined(KERNELS_AVX2)
+/* Decode's software prefetch distances, chosen per CPU when a context is made (matmul.c,
+ * choose_prefetch; the measurements: docs/design.md#decode-prefetch). */
+typedef struct {
+    const char* name;
+    int q8;       /* bytes ahead in rows_qi_n1; 0: one row block ahead */
+    int q4;       /* bytes ahead in tile_q4 */
+    int bf16;     /* bytes ahead in rows_bf16_n1 (256-bit); 0: none */
+    int bf16_zmm; /* bytes ahead in rows_bf16_n1_zmm (AVX-512 builds); 0: none */
+    int f32;      /* bytes ahead in rows_f32_n1; 0: none */
+    int q4_l2;    /* 1: tile_q4's prefetch goes into L2 (prefetcht1) when one thread decodes (alone), 0: into L1 */
+} PrefetchPlan;
 #endif
+
+/* One thread's share of a product: its part of the context's scratch (matmul.c, MatmulScratch),
+ * and the context's plan and switches. The driver (matmul.c, thread_view) makes one per task and
+ * hands it to the twins, which reach no other state. */
+typedef struct {
+    /* The thread's scratch row of max_cols floats: bf16 decode's de-interleaved activations, or
+     * q8's row-block scales as floats (q8_scales_float: at most 4 * cols / 32 floats, since the
+     * int8 path runs only for group sizes that are multiples of 32). For bf16, each thread writes
+     * its own copy at the start of its matmul_task rather than the dispatching thread writing one
+     * shared copy: a line that the other core has read (in the previous product) must be taken
+     * back from it before it can be written, and the other thread would wait for that
+     * (docs/design.md#row-chunks). */
+    float* xp;
+    float* float_pack;     /* AVX2: FLOAT_MAX_PANELS * 16 * xp_stride floats, the thread's f32/bf16 (or q8) panels */
+    uint8_t* amx_wt;       /* AMX: amx_thread_bytes(xp_stride), the thread's repacked q8/q4 rows, int32 tiles, scales */
+    int xp_cap, xp_stride; /* max_cols; max_cols rounded up to whole cache lines */
+    int amx;               /* q8 and q4 (with AMX-BF16 also bf16) prefill run on AMX tiles */
+    int alone;             /* kernels_alone(): no other thread of the context runs beside this one */
+#if defined(KERNELS_AVX2)
+    const PrefetchPlan* prefetch;
+#endif
+} MatmulThread;
 
 #if defined(KERNELS_AVX2)
 #define FLOAT_PANEL_ROWS 16 /* rows per packed panel (f32 and bf16 prefill, rows_float_packed) */
 #define FLOAT_MAX_PANELS 4 /* panels of 16 rows per packing: prefill's chunks are at most 64 rows */
-static inline float* thread_float_pack(void) {
-    return float_pack_buf + (size_t)kernels_thread_index() * FLOAT_MAX_PANELS * 16 * (size_t)xp_stride;
-}
 /* How many whole 16-row tiles (panels, AMX's B tiles) from row r the next repacking takes: as many
  * as [r, r1) holds, at most max (what the thread's scratch holds). */
 static inline int row_tiles_next(int r, int r1, int max) {
@@ -49,11 +68,11 @@ static inline int row_tiles_next(int r, int r1, int max) {
 
 #if defined(KERNELS_AMX)
 #define AMX_MAX_TILES 4 /* row tiles of 16 per repacking: prefill's chunks are at most 64 rows */
-/* The calling thread's part of amx_wt_buf, in 64-byte multiples: its repacked rows
+/* A thread's part of the AMX scratch, in 64-byte multiples: its repacked rows
  * (AMX_MAX_TILES * 16 rows of cols bytes: q4's widened to a byte each), the int32 tiles of one
  * row of groups (at most cols / 32 tiles of 1 KB, q4's groups), and the rows' scales as floats
  * (AMX_MAX_TILES * 16 rows x at most cols / 32 groups: 2 * cols floats). */
-static inline size_t amx_thread_bytes(void) { return (size_t)(AMX_MAX_TILES * 16 + 32 + 8) * (size_t)xp_stride; }
+static inline size_t amx_thread_bytes(int xp_stride) { return (size_t)(AMX_MAX_TILES * 16 + 32 + 8) * (size_t)xp_stride; }
 #endif
 
 /* Tokens per block of prefill (a multiple of 4, at least 4): as many activation rows of
@@ -64,21 +83,6 @@ static inline int token_block(size_t row_bytes) {
     if (tb < 4) tb = 4;
     return tb & ~3;
 }
-
-#if defined(KERNELS_AVX2)
-/* Decode's software prefetch distances, chosen per CPU at matmul_scratch_init (matmul.c,
- * choose_prefetch; the measurements: docs/design.md#decode-prefetch). */
-typedef struct {
-    const char* name;
-    int q8;       /* bytes ahead in rows_qi_n1; 0: one row block ahead */
-    int q4;       /* bytes ahead in tile_q4 */
-    int bf16;     /* bytes ahead in rows_bf16_n1 (256-bit); 0: none */
-    int bf16_zmm; /* bytes ahead in rows_bf16_n1_zmm (AVX-512 builds); 0: none */
-    int f32;      /* bytes ahead in rows_f32_n1; 0: none */
-    int q4_l2;    /* 1: tile_q4's prefetch goes into L2 (prefetcht1) when one thread decodes (kernels_alone), 0: into L1 */
-} PrefetchPlan;
-extern PrefetchPlan decode_prefetch;
-#endif
 
 /* ---- Helpers that more than one of the SIMD files inline ---- */
 
@@ -161,16 +165,16 @@ ALWAYS_INLINE float scale1(uint16_t h) {
 #define HAVE_Q8_INT8 1 /* q8 and q4 multiply int8 activations; build with -DKERNELS_Q8_F32ACT to keep fp32 ones for q8 */
 
 /* matmul_float.c: rows [r0, r1) of out for n tokens of fp32 activations x. */
-void rows_f32(float* out, const float* x, const Matrix* W, int n, int r0, int r1);
-void rows_bf16(float* out, const float* x, const Matrix* W, int n, int r0, int r1);
-void rows_q8f(float* out, const float* x, const Matrix* W, int n, int r0, int r1); /* q8 x fp32 activations */
+void rows_f32(const MatmulThread* mt, float* out, const float* x, const Matrix* W, int n, int r0, int r1);
+void rows_bf16(const MatmulThread* mt, float* out, const float* x, const Matrix* W, int n, int r0, int r1);
+void rows_q8f(const MatmulThread* mt, float* out, const float* x, const Matrix* W, int n, int r0, int r1); /* q8 x fp32 activations */
 
 /* matmul_int8.c: x quantised per group (quantize_rows), then q8 or q4 weights x those int8 values. */
 #if !defined(KERNELS_Q8_F32ACT)
 void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, int32_t* xgsum, const float* x, int C, int gs, int t0,
                    int t1);
 #endif
-void rows_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const int32_t* xgsum,
+void rows_qi(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const int32_t* xgsum,
              const Matrix* W, int n, int r0, int r1);
 #endif
 
@@ -181,19 +185,19 @@ void rows_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum
 #endif
 
 /* matmul_float.c */
-int float_packed_takes(const Matrix* W, int n);  /* whether rows_float_nn packs W's rows for n tokens */
+int float_packed_takes(const Matrix* W, int n, int xp_cap); /* whether rows_float_nn packs W's rows for n tokens */
 void deinterleave(float* xp, const float* x, int C, int span); /* rows_bf16_n1's activation row */
 int bf16_span(int cols);
-void rows_bf16_n1(float* out, const float* xp, const Matrix* W, int r0, int r1);
+void rows_bf16_n1(const MatmulThread* mt, float* out, const Matrix* W, int r0, int r1); /* x de-interleaved in mt->xp */
 
 /* matmul_int8.c */
 #define Q8_PANEL_ROWS 8 /* rows per q8 panel (rows_q8_packed) */
-int q8_packed_takes(const Matrix* W, int n); /* whether rows_qi_t packs q8 panels for n tokens */
+int q8_packed_takes(const Matrix* W, int n, int xp_cap); /* whether rows_qi_t packs q8 panels for n tokens */
 #endif
 
 #if defined(KERNELS_BF16_DOT) /* matmul_float.c: bf16 weights x bf16 activations (--bf16-activations) */
-int bf16_packed_takes(const Matrix* W, int n);
-void rows_bf16_dot(float* out, const uint16_t* xb, const Matrix* W, int n, int r0, int r1);
+int bf16_packed_takes(const Matrix* W, int n, int xp_cap);
+void rows_bf16_dot(const MatmulThread* mt, float* out, const uint16_t* xb, const Matrix* W, int n, int r0, int r1);
 void bf16_round_rows(uint16_t* xb, const float* x, size_t count);
 #endif
 
@@ -202,13 +206,13 @@ void bf16_round_rows(uint16_t* xb, const float* x, size_t count);
 /* matmul_amx.c */
 int amx_request(void);
 void amx_configure(int K, int T);
-int amx_takes(const Matrix* W, int n);
-int amx_chunk(float* out, const int8_t* xq, const float* xsc, const Matrix* W, int n, int r0, int r1);
+int amx_takes(const Matrix* W, int n, int amx, int xp_cap);
+int amx_chunk(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const Matrix* W, int n, int r0, int r1);
 #endif
 
 #if defined(KERNELS_AMX_BF16) /* matmul_float.c: bf16 weights x fp32 activations split in three bf16 */
 void bf16_split_rows(uint16_t* xs, const float* x, int C, int t0, int t1);
-void rows_bf16_split(float* out, const float* x, const uint16_t* xs, const Matrix* W, int n, int r0, int r1);
+void rows_bf16_split(const MatmulThread* mt, float* out, const float* x, const uint16_t* xs, const Matrix* W, int n, int r0, int r1);
 #endif
 
 #endif /* MATMUL_SHARED_H */

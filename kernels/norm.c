@@ -92,9 +92,9 @@ static void rmsnorm_span(void* ctx, int r0, int r1) {
     for (int r = r0; r < r1; r++) rmsnorm(j->out + (size_t)r * j->n, j->x + (size_t)r * j->n, j->w, j->n, j->eps);
 }
 
-void rmsnorm_rows(float* out, const float* x, const float* w, int n_rows, int n, float eps) {
+void rmsnorm_rows(Kernels* k, float* out, const float* x, const float* w, int n_rows, int n, float eps) {
     RmsnormRows j = {out, x, w, n, eps};
-    parallel_spans(n_rows, 1, (long long)n_rows * n >= RMSNORM_ROWS_PARALLEL, rmsnorm_span, &j);
+    parallel_spans(k, n_rows, 1, (long long)n_rows * n >= RMSNORM_ROWS_PARALLEL, rmsnorm_span, &j);
 }
 
 /* The RMSNorm lab (kernels.h, NORM_VARIANT_*): the formula above with one part switched at a time,

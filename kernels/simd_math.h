@@ -5,9 +5,14 @@
 
 #include <stddef.h>
 
-/* matmul.c's scratch (activation quantisation, each thread's decode row), sized by kernels_init. */
-int matmul_scratch_init(int max_threads, int max_batch, int max_cols);
-void matmul_scratch_free(void);
+/* matmul.c's scratch (activation quantisation, each thread's rows and panels), the prefetch plan
+ * and the AMX and bf16-activation switches of one kernel context, made by kernels_new (threads.c)
+ * and reached through kernels_scratch. NULL when out of memory. */
+typedef struct Kernels Kernels;
+typedef struct MatmulScratch MatmulScratch;
+MatmulScratch* matmul_scratch_new(int max_threads, int max_batch, int max_cols);
+void matmul_scratch_free(MatmulScratch* s);
+MatmulScratch* kernels_scratch(const Kernels* k);
 
 #if !defined(KERNELS_SCALAR) && defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>

@@ -12,6 +12,7 @@
  * when idle every thread sleeps. While another process competes for the cores (the same run-delay
  * test), parallel_for does not dispatch at all: the calling thread runs every item itself. */
 #include <pthread.h>
+#include <sys/syscall.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -42,18 +43,34 @@
 #define CONTENTION_HOLD_NS 1000000000L /* stop spinning (and dispatching) for 1 s, */
 #define CONTENTION_HOLD_MAX_NS 4000000000L /* doubled up to 4 s while the contention persists */
 
-typedef void (*ItemFn)(void*, int);
+typedef void (*ItemFn)(void*, int, int);
 
-/* The current dispatch: `word` packs its generation (high 32 bits) and the next unclaimed item
+/* One thread's looks at its own run delay (contended, below): thread i of a context uses slot i. */
+typedef struct {
+    long last_check_ns;
+    long long last_delay_ns;
+    int delayed_looks; /* looks in a row that saw the run delay above the mark */
+    int fd;            /* /proc/thread-self/schedstat of thread tid; -1: none open */
+    pid_t tid;         /* the calling thread may change between dispatches: its fd is reopened */
+} DelayLook;
+
+typedef struct {
+    Kernels* k;
+    int index; /* 1 .. max_threads - 1 */
+} Worker;
+
+/* A kernel context (kernels.h): its thread pool, its contention watch and its matmul scratch.
+ * The current dispatch: `word` packs its generation (high 32 bits) and the next unclaimed item
  * (low 32 bits). A thread claims item i of generation g by a compare-and-swap (g, i) -> (g, i+1),
  * so an item is only ever run for the dispatch it belongs to, and the dispatching thread waits for
  * the items to be *done*, not for every worker to show up: a worker that is descheduled (its core
  * busy with another process) when a dispatch starts does not hold it up; the others take its share. */
-static struct {
+struct Kernels {
     int n_threads;
-    int max_threads;            /* kernels_init's count: the callers' per-thread scratch is sized for it */
+    int max_threads;            /* kernels_new's count: the per-thread scratch is sized for it */
     int started;                /* workers running */
     pthread_t th[MAX_THREADS];
+    Worker workers[MAX_THREADS];
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_done;
     _Atomic(ItemFn) fn;
@@ -64,15 +81,19 @@ static struct {
     atomic_int quit;
     atomic_int caller_waiting;
     int sleepers;               /* workers in cond_wait (under mu) */
-    long spin_ns;
-} P = {.n_threads = 1, .max_threads = 1, .mu = PTHREAD_MUTEX_INITIALIZER, .cv_work = PTHREAD_COND_INITIALIZER,
-       .cv_done = PTHREAD_COND_INITIALIZER};
+    long spin_ns;               /* KERNELS_SPIN_US, read at kernels_new */
+    atomic_int busy;            /* a parallel_for of this context is running: a nested call runs serially */
+    atomic_int alone;           /* the running parallel_for runs on the calling thread only */
+    /* The contention watch (see contended below). */
+    atomic_long contended_until;   /* no spinning or dispatching before this */
+    atomic_long hold_ns;           /* the length of the next hold */
+    atomic_int hold_unchecked;     /* 1 from a hold's start until its end is looked at */
+    _Atomic long long hold_idle, hold_total; /* cpu_ticks at the hold's start */
+    DelayLook looks[MAX_THREADS];
+    MatmulScratch* scratch;
+};
 
-static _Thread_local int in_worker;  /* nested parallel_for runs serially */
-static _Thread_local int alone;      /* parallel_for runs the current dispatch on this thread only */
-static _Thread_local int thread_index; /* 0: the calling thread; worker i: i + 1 */
-
-int kernels_thread_index(void) { return thread_index; }
+MatmulScratch* kernels_scratch(const Kernels* k) { return k->scratch; }
 
 static long now_ns(void) {
     struct timespec ts;
@@ -102,11 +123,8 @@ static uint32_t gen_of(uint64_t w) { return (uint32_t)(w >> 32); }
  * the contention still there makes the next hold twice as long, up to CONTENTION_HOLD_MAX_NS, and
  * a hold that starts later begins again from CONTENTION_HOLD_NS.
  * Where the schedstat file does not exist (not Linux), the threads always spin and dispatch.
+ * Each context keeps its own watch, each of its threads its own looks (DelayLook).
  * The measurements behind each number: docs/design.md#contention. */
-static atomic_long contended_until;              /* no spinning or dispatching before this */
-static atomic_long hold_ns = CONTENTION_HOLD_NS;  /* the length of the next hold */
-static atomic_int hold_unchecked;                /* 1 from a hold's start until its end is looked at */
-static _Atomic long long hold_idle = -1, hold_total; /* cpu_ticks at the hold's start */
 
 /* The idle (idle + iowait) and total clock ticks, summed over the CPUs this process may run on,
  * from the "cpuN" lines of /proc/stat, and how many CPUs that is; -1 where they cannot be read. */
@@ -136,77 +154,80 @@ static long long cpu_ticks(long long* total, int* n_cpus) {
     return idle;
 }
 
-static void start_hold(long t, long h) {
+static void start_hold(Kernels* k, long t, long h) {
     long long total = 0;
     int n = 0;
-    atomic_store(&hold_idle, cpu_ticks(&total, &n));
-    atomic_store(&hold_total, total);
-    atomic_store(&hold_ns, h);
-    atomic_store(&contended_until, t + h);
-    atomic_store(&hold_unchecked, 1);
+    atomic_store(&k->hold_idle, cpu_ticks(&total, &n));
+    atomic_store(&k->hold_total, total);
+    atomic_store(&k->hold_ns, h);
+    atomic_store(&k->contended_until, t + h);
+    atomic_store(&k->hold_unchecked, 1);
 }
 
 /* Whether another process kept the cores busy during the hold that just ended (see above). */
-static int cores_were_busy(void) {
-    long long total = 0, t0 = atomic_load(&hold_total), i0 = atomic_load(&hold_idle);
+static int cores_were_busy(const Kernels* k) {
+    long long total = 0, t0 = atomic_load(&k->hold_total), i0 = atomic_load(&k->hold_idle);
     int n = 0;
     const long long idle = cpu_ticks(&total, &n);
     if (idle < 0 || i0 < 0 || total - t0 < 20LL * n) return 0; /* unknown, or under 20 ticks (0.2 s) */
     const double spare_cpus = (double)(idle - i0) / (double)(total - t0) * n;
-    return spare_cpus < 0.5 * (P.n_threads - 1);
+    return spare_cpus < 0.5 * (k->n_threads - 1);
 }
 
-static _Thread_local long last_check_ns;
-static _Thread_local long long last_delay_ns;
-static _Thread_local int delayed_looks; /* looks in a row that saw the run delay above the mark */
-static _Thread_local int schedstat_fd = -2;  /* -2: not opened yet, -1: not available */
-
-static long long run_delay_ns(void) {
-    if (schedstat_fd == -2) schedstat_fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
-    if (schedstat_fd < 0) return -1;
+/* The calling thread's run delay in ns (its schedstat file, opened through look), -1 where unknown. */
+static long long run_delay_ns(DelayLook* look) {
+    const pid_t tid = (pid_t)syscall(SYS_gettid);
+    if (look->tid != tid) {
+        if (look->fd >= 0) close(look->fd);
+        look->fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+        look->tid = tid;
+    }
+    if (look->fd < 0) return -1;
     char buf[96];
-    ssize_t k = pread(schedstat_fd, buf, sizeof buf - 1, 0);
-    if (k <= 0) return -1;
-    buf[k] = '\0';
+    ssize_t got = pread(look->fd, buf, sizeof buf - 1, 0);
+    if (got <= 0) return -1;
+    buf[got] = '\0';
     char* p = buf;
     strtoull(p, &p, 10);              /* time on the CPU */
     return (long long)strtoull(p, NULL, 10); /* time waiting on a run queue */
 }
 
-static void close_schedstat(void) {
-    if (schedstat_fd >= 0) close(schedstat_fd);
-    schedstat_fd = -2;
+static void close_look(DelayLook* look) {
+    if (look->fd >= 0) close(look->fd);
+    memset(look, 0, sizeof *look);
+    look->fd = -1;
 }
 
-/* 1 while another process competes for the cores (see above). */
-static int contended(void) {
+/* 1 while another process competes for k's cores (see above); thread: the caller's index in k. */
+static int contended(Kernels* k, int thread) {
+    DelayLook* look = &k->looks[thread];
     long t = now_ns();
-    if (t >= atomic_load(&contended_until) && atomic_exchange(&hold_unchecked, 0) && cores_were_busy())
-        start_hold(t, CONTENTION_HOLD_NS); /* still busy: hold on, without a probe */
-    if (t - last_check_ns > CONTENTION_CHECK_NS) {
-        long long d = run_delay_ns();
+    if (t >= atomic_load(&k->contended_until) && atomic_exchange(&k->hold_unchecked, 0) && cores_were_busy(k))
+        start_hold(k, t, CONTENTION_HOLD_NS); /* still busy: hold on, without a probe */
+    if (t - look->last_check_ns > CONTENTION_CHECK_NS) {
+        long long d = run_delay_ns(look);
         if (d >= 0) {
-            const int delayed = last_check_ns != 0 &&
-                                (d - last_delay_ns) * 100 > (long long)(t - last_check_ns) * CONTENTION_DELAY_PCT;
-            delayed_looks = delayed ? delayed_looks + 1 : 0;
-            if (delayed_looks >= CONTENTION_LOOKS) {
-                long until = atomic_load(&contended_until), h = atomic_load(&hold_ns);
+            const int delayed = look->last_check_ns != 0 && (d - look->last_delay_ns) * 100 >
+                                                               (long long)(t - look->last_check_ns) * CONTENTION_DELAY_PCT;
+            look->delayed_looks = delayed ? look->delayed_looks + 1 : 0;
+            if (look->delayed_looks >= CONTENTION_LOOKS) {
+                long until = atomic_load(&k->contended_until), h = atomic_load(&k->hold_ns);
                 if (t >= until) /* a new hold: after a probe (a hold that just ended) twice as long */
                     h = until != 0 && t - until < 3 * CONTENTION_CHECK_NS
                             ? (2 * h < CONTENTION_HOLD_MAX_NS ? 2 * h : CONTENTION_HOLD_MAX_NS)
                             : CONTENTION_HOLD_NS;
-                start_hold(t, h);
+                start_hold(k, t, h);
             }
-            last_delay_ns = d;
+            look->last_delay_ns = d;
         }
-        last_check_ns = t;
+        look->last_check_ns = t;
     }
-    return t < atomic_load(&contended_until);
+    return t < atomic_load(&k->contended_until);
 }
 
-static long spin_limit_ns(void) {
-    if (P.spin_ns == 0) return 0;
-    return contended() ? 0 : P.spin_ns;
+static long spin_limit_ns(Kernels* k, int thread) {
+    if (k->spin_ns == 0) return 0;
+    return contended(k, thread) ? 0 : k->spin_ns;
 }
 
 /* The item number of a dispatch that is being set up: no item can be claimed. parallel_for closes
@@ -217,106 +238,125 @@ static long spin_limit_ns(void) {
  * which tests/test_kernels.c's parallel_for rounds look for.) */
 #define CLOSED 0x7FFFFFFFu
 
-static void run_items(uint32_t g) {
+static void run_items(Kernels* k, uint32_t g, int thread) {
     for (;;) {
-        uint64_t w = atomic_load(&P.word);
+        uint64_t w = atomic_load(&k->word);
         if (gen_of(w) != g) return;
         if ((uint32_t)w == CLOSED) { /* being set up: opened a few stores from now */
             CPU_RELAX();
             continue;
         }
         int i = (int)(uint32_t)w;
-        int n = atomic_load(&P.n);
-        ItemFn fn = atomic_load(&P.fn);
-        void* ctx = atomic_load(&P.ctx);
+        int n = atomic_load(&k->n);
+        ItemFn fn = atomic_load(&k->fn);
+        void* ctx = atomic_load(&k->ctx);
         if (i >= n) return;
         /* Success means generation g was still open with item i unclaimed, so fn/ctx/n (read above,
          * all seq_cst) are g's: they are only written while the word says CLOSED. */
-        if (!atomic_compare_exchange_weak(&P.word, &w, w + 1)) continue;
-        fn(ctx, i);
-        if (atomic_fetch_add(&P.done, 1) + 1 == n && atomic_load(&P.caller_waiting)) {
-            pthread_mutex_lock(&P.mu);
-            pthread_cond_signal(&P.cv_done);
-            pthread_mutex_unlock(&P.mu);
+        if (!atomic_compare_exchange_weak(&k->word, &w, w + 1)) continue;
+        fn(ctx, i, thread);
+        if (atomic_fetch_add(&k->done, 1) + 1 == n && atomic_load(&k->caller_waiting)) {
+            pthread_mutex_lock(&k->mu);
+            pthread_cond_signal(&k->cv_done);
+            pthread_mutex_unlock(&k->mu);
         }
     }
 }
 
 static void* worker_main(void* arg) {
-    thread_index = (int)(intptr_t)arg;
-    in_worker = 1;
-    uint32_t seen = gen_of(atomic_load(&P.word));
+    const Worker* me = arg;
+    Kernels* k = me->k;
+    const int thread = me->index;
+    uint32_t seen = gen_of(atomic_load(&k->word));
     for (;;) {
-        uint32_t g = gen_of(atomic_load_explicit(&P.word, memory_order_acquire));
-        long spin = g == seen ? spin_limit_ns() : 0;
+        uint32_t g = gen_of(atomic_load_explicit(&k->word, memory_order_acquire));
+        long spin = g == seen ? spin_limit_ns(k, thread) : 0;
         if (spin > 0) {
             long t0 = now_ns();
-            for (int k = 0; g == seen; k++) {
+            for (int i = 0; g == seen; i++) {
                 CPU_RELAX();
-                g = gen_of(atomic_load_explicit(&P.word, memory_order_acquire));
-                if ((k & 63) == 63 && now_ns() - t0 > spin) break;
+                g = gen_of(atomic_load_explicit(&k->word, memory_order_acquire));
+                if ((i & 63) == 63 && now_ns() - t0 > spin) break;
             }
         }
         if (g == seen) {
-            pthread_mutex_lock(&P.mu);
-            P.sleepers++;
-            while ((g = gen_of(atomic_load(&P.word))) == seen && !atomic_load(&P.quit))
-                pthread_cond_wait(&P.cv_work, &P.mu);
-            P.sleepers--;
-            pthread_mutex_unlock(&P.mu);
+            pthread_mutex_lock(&k->mu);
+            k->sleepers++;
+            while ((g = gen_of(atomic_load(&k->word))) == seen && !atomic_load(&k->quit))
+                pthread_cond_wait(&k->cv_work, &k->mu);
+            k->sleepers--;
+            pthread_mutex_unlock(&k->mu);
         }
-        if (atomic_load(&P.quit)) break;
+        if (atomic_load(&k->quit)) break;
         seen = g;
-        run_items(g);
+        run_items(k, g, thread);
     }
-    close_schedstat();
+    close_look(&k->looks[thread]);
     return NULL;
 }
 
-void parallel_for(int n, void (*fn)(void* ctx, int i), void* ctx) {
-    if (n <= 0) return;
-    /* Serially in the calling thread: no workers, a single item, a nested call, or another
-     * process competing for the cores. In the last case a worker that the scheduler takes off its
-     * core in the middle of an item holds up the whole dispatch until it runs again, and with a
-     * few hundred dispatches per decoded token two threads would be slower than one
-     * (docs/design.md#contention). */
-    if (P.started == 0 || n == 1 || in_worker || contended()) {
-        const int outer = alone;
-        if (!in_worker) alone = 1; /* a nested call inherits the dispatch it runs in */
-        for (int i = 0; i < n; i++) fn(ctx, i);
-        alone = outer;
-        return;
-    }
-    uint32_t g = gen_of(atomic_load(&P.word)) + 1;
-    atomic_store(&P.word, ((uint64_t)g << 32) | CLOSED);
-    atomic_store(&P.fn, fn);
-    atomic_store(&P.ctx, ctx);
-    atomic_store(&P.n, n);
-    atomic_store(&P.done, 0);
-    pthread_mutex_lock(&P.mu);
-    atomic_store(&P.word, (uint64_t)g << 32);
-    if (P.sleepers > 0) pthread_cond_broadcast(&P.cv_work);
-    pthread_mutex_unlock(&P.mu);
+/* The index in k of the calling thread, which runs an item of k: a worker's, else 0 (the caller). */
+static int thread_in(const Kernels* k) {
+    const pthread_t self = pthread_self();
+    for (int i = 0; i < k->started; i++)
+        if (pthread_equal(self, k->th[i])) return i + 1;
+    return 0;
+}
 
-    in_worker = 1;
-    run_items(g);
-    in_worker = 0;
+/* Hands items [0, n) to the workers and runs items on the calling thread too until all are done. */
+static void dispatch(Kernels* k, int n, ItemFn fn, void* ctx) {
+    uint32_t g = gen_of(atomic_load(&k->word)) + 1;
+    atomic_store(&k->word, ((uint64_t)g << 32) | CLOSED);
+    atomic_store(&k->fn, fn);
+    atomic_store(&k->ctx, ctx);
+    atomic_store(&k->n, n);
+    atomic_store(&k->done, 0);
+    pthread_mutex_lock(&k->mu);
+    atomic_store(&k->word, (uint64_t)g << 32);
+    if (k->sleepers > 0) pthread_cond_broadcast(&k->cv_work);
+    pthread_mutex_unlock(&k->mu);
 
-    if (atomic_load(&P.done) < n) {
-        long spin = spin_limit_ns();
+    run_items(k, g, 0);
+
+    if (atomic_load(&k->done) < n) {
+        long spin = spin_limit_ns(k, 0);
         long t0 = now_ns();
-        for (int k = 0; atomic_load(&P.done) < n; k++) {
-            if (k > 0) CPU_RELAX();
-            if (spin == 0 || ((k & 63) == 63 && now_ns() - t0 > spin)) {
-                pthread_mutex_lock(&P.mu);
-                atomic_store(&P.caller_waiting, 1);
-                while (atomic_load(&P.done) < n) pthread_cond_wait(&P.cv_done, &P.mu);
-                atomic_store(&P.caller_waiting, 0);
-                pthread_mutex_unlock(&P.mu);
+        for (int i = 0; atomic_load(&k->done) < n; i++) {
+            if (i > 0) CPU_RELAX();
+            if (spin == 0 || ((i & 63) == 63 && now_ns() - t0 > spin)) {
+                pthread_mutex_lock(&k->mu);
+                atomic_store(&k->caller_waiting, 1);
+                while (atomic_load(&k->done) < n) pthread_cond_wait(&k->cv_done, &k->mu);
+                atomic_store(&k->caller_waiting, 0);
+                pthread_mutex_unlock(&k->mu);
                 break;
             }
         }
     }
+}
+
+void parallel_for(Kernels* k, int n, void (*fn)(void* ctx, int i, int thread), void* ctx) {
+    if (n <= 0) return;
+    /* A nested call (from an item of k, on whichever of k's threads runs it) runs serially on that
+     * thread and inherits the running dispatch's kernels_alone. */
+    if (atomic_load(&k->busy)) {
+        const int thread = thread_in(k);
+        for (int i = 0; i < n; i++) fn(ctx, i, thread);
+        return;
+    }
+    atomic_store(&k->busy, 1);
+    /* Serially in the calling thread: no workers, a single item, or another process competing for
+     * the cores. In the last case a worker that the scheduler takes off its core in the middle of
+     * an item holds up the whole dispatch until it runs again, and with a few hundred dispatches
+     * per decoded token two threads would be slower than one (docs/design.md#contention). */
+    if (k->started == 0 || n == 1 || contended(k, 0)) {
+        atomic_store(&k->alone, 1);
+        for (int i = 0; i < n; i++) fn(ctx, i, 0);
+        atomic_store(&k->alone, 0);
+    } else {
+        dispatch(k, n, fn, ctx);
+    }
+    atomic_store(&k->busy, 0);
 }
 
 /* parallel_spans: one contiguous part of [0, n) per thread, cut at multiples of align. */
@@ -326,8 +366,9 @@ typedef struct {
     int n, align, parts;
 } Spans;
 
-static void span_item(void* ctx, int part) {
+static void span_item(void* ctx, int part, int thread) {
     const Spans* s = ctx;
+    (void)thread;
     const long long blocks = (s->n + s->align - 1) / s->align;
     const int begin = (int)(blocks * part / s->parts) * s->align;
     int end = (int)(blocks * (part + 1) / s->parts) * s->align;
@@ -335,30 +376,31 @@ static void span_item(void* ctx, int part) {
     if (end > begin) s->fn(s->ctx, begin, end);
 }
 
-void parallel_spans(int n, int align, int spread, void (*fn)(void* ctx, int begin, int end), void* ctx) {
-    Spans s = {fn, ctx, n, align > 0 ? align : 1, spread ? P.n_threads : 1};
-    parallel_for(s.parts, span_item, &s);
+void parallel_spans(Kernels* k, int n, int align, int spread, void (*fn)(void* ctx, int begin, int end), void* ctx) {
+    Spans s = {fn, ctx, n, align > 0 ? align : 1, spread ? k->n_threads : 1};
+    parallel_for(k, s.parts, span_item, &s);
 }
 
-static void pool_stop(void) {
-    if (P.started == 0) return;
-    pthread_mutex_lock(&P.mu);
-    atomic_store(&P.quit, 1);
-    atomic_store(&P.word, ((uint64_t)(gen_of(atomic_load(&P.word)) + 1) << 32) | CLOSED);
-    pthread_cond_broadcast(&P.cv_work);
-    pthread_mutex_unlock(&P.mu);
-    for (int i = 0; i < P.started; i++) pthread_join(P.th[i], NULL);
-    P.started = 0;
-    atomic_store(&P.quit, 0);
+static void pool_stop(Kernels* k) {
+    if (k->started == 0) return;
+    pthread_mutex_lock(&k->mu);
+    atomic_store(&k->quit, 1);
+    atomic_store(&k->word, ((uint64_t)(gen_of(atomic_load(&k->word)) + 1) << 32) | CLOSED);
+    pthread_cond_broadcast(&k->cv_work);
+    pthread_mutex_unlock(&k->mu);
+    for (int i = 0; i < k->started; i++) pthread_join(k->th[i], NULL);
+    k->started = 0;
+    atomic_store(&k->quit, 0);
 }
 
 /* n_threads - 1 workers (fewer if the system refuses a thread). */
-static void pool_start(int n_threads) {
+static void pool_start(Kernels* k, int n_threads) {
     for (int i = 0; i < n_threads - 1; i++) {
-        if (pthread_create(&P.th[i], NULL, worker_main, (void*)(intptr_t)(i + 1)) != 0) break;
-        P.started++;
+        k->workers[i] = (Worker){k, i + 1};
+        if (pthread_create(&k->th[i], NULL, worker_main, &k->workers[i]) != 0) break;
+        k->started++;
     }
-    P.n_threads = P.started + 1;
+    k->n_threads = k->started + 1;
 }
 
 /* KERNELS_SPIN_US: microseconds a waiting thread spins before it sleeps; a value that is not a
@@ -385,47 +427,65 @@ int kernels_available_cpus(void) {
     return c > 0 ? (int)c : 1;
 }
 
-int kernels_init(int n_threads, int max_batch, int max_cols) {
-    kernels_free();
+Kernels* kernels_new(int n_threads, int max_batch, int max_cols) {
     if (n_threads <= 0) n_threads = kernels_available_cpus();
     if (n_threads > MAX_THREADS) n_threads = MAX_THREADS;
-    P.spin_ns = spin_us_from_env() * 1000L;
-    if (matmul_scratch_init(n_threads, max_batch, max_cols) != 0) return -1;
-    pool_start(n_threads);
-    P.max_threads = P.n_threads;
-    return 0;
-}
-
-int kernels_set_threads(int n_threads) {
-    if (n_threads < 1) n_threads = 1;
-    if (n_threads > P.max_threads) n_threads = P.max_threads;
-    if (n_threads != P.n_threads) {
-        pool_stop();
-        pool_start(n_threads);
+    Kernels* k = calloc(1, sizeof *k);
+    if (!k) return NULL;
+    pthread_mutex_init(&k->mu, NULL);
+    pthread_cond_init(&k->cv_work, NULL);
+    pthread_cond_init(&k->cv_done, NULL);
+    k->n_threads = k->max_threads = 1;
+    k->spin_ns = spin_us_from_env() * 1000L;
+    atomic_init(&k->hold_ns, CONTENTION_HOLD_NS);
+    atomic_init(&k->hold_idle, -1);
+    for (int i = 0; i < MAX_THREADS; i++) k->looks[i].fd = -1;
+    k->scratch = matmul_scratch_new(n_threads, max_batch, max_cols);
+    if (!k->scratch) {
+        kernels_free(k);
+        return NULL;
     }
-    return P.n_threads;
+    pool_start(k, n_threads);
+    k->max_threads = k->n_threads;
+    return k;
 }
 
-void kernels_free(void) {
-    pool_stop();
-    close_schedstat();
-    matmul_scratch_free();
-    P.n_threads = 1;
-    P.max_threads = 1;
+int kernels_set_threads(Kernels* k, int n_threads) {
+    if (n_threads < 1) n_threads = 1;
+    if (n_threads > k->max_threads) n_threads = k->max_threads;
+    if (n_threads != k->n_threads) {
+        pool_stop(k);
+        pool_start(k, n_threads);
+    }
+    return k->n_threads;
 }
 
-int kernels_threads(void) { return P.n_threads; }
+void kernels_free(Kernels* k) {
+    if (!k) return;
+    pool_stop(k);
+    close_look(&k->looks[0]);
+    matmul_scratch_free(k->scratch);
+    pthread_mutex_destroy(&k->mu);
+    pthread_cond_destroy(&k->cv_work);
+    pthread_cond_destroy(&k->cv_done);
+    free(k);
+}
 
-int kernels_alone(void) { return P.started == 0 || alone; }
+int kernels_threads(const Kernels* k) { return k->n_threads; }
 
-const char* kernels_simd_name(void) {
+int kernels_alone(const Kernels* k) { return k->started == 0 || atomic_load(&k->alone); }
+
+const char* kernels_simd_name(const Kernels* k) {
 #if defined(KERNELS_AVX2) && defined(KERNELS_AVX512)
-    return kernels_amx() ? "avx2+avx512+amx" : "avx2+avx512"; /* 512-bit prefill tiles, AMX q8/q4 prefill (matmul_amx.c) */
+    return kernels_amx(k) ? "avx2+avx512+amx" : "avx2+avx512"; /* 512-bit prefill tiles, AMX q8/q4 prefill (matmul_amx.c) */
 #elif defined(KERNELS_AVX2)
+    (void)k;
     return "avx2";
 #elif defined(KERNELS_NEON)
+    (void)k;
     return "neon";
 #else
+    (void)k;
     return "scalar";
 #endif
 }

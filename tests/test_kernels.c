@@ -154,7 +154,7 @@ static const char* tname(WeightType t) {
  *   q8, q4:   the same plus the exact bound of int8 activation quantisation: each activation is
  *             off by at most half its group's step s_x = max|x| / 127, so the error is at most
  *             sum_g s_w[g] * s_x[g] / 2 * sum_{c in g} |q_w[c]| (times 1.001 for fp32 rounding). */
-static int check_matmul(WeightType type, int rows, int cols, int gs, int n) {
+static int check_matmul(Kernels* k, WeightType type, int rows, int cols, int gs, int n) {
     TestMatrix t = make_matrix(type, rows, cols, gs);
     float* x = malloc((size_t)n * cols * sizeof(float));
     float* ref = malloc((size_t)n * rows * sizeof(float));
@@ -162,7 +162,7 @@ static int check_matmul(WeightType type, int rows, int cols, int gs, int n) {
     float* out2 = malloc((size_t)n * rows * sizeof(float));
     for (size_t i = 0; i < (size_t)n * cols; i++) x[i] = frand() * (1.0f + 3.0f * (i % 7 == 0));
     matmul_scalar(ref, x, &t.M, n);
-    matmul(out, x, &t.M, n);
+    matmul(k, out, x, &t.M, n);
     int ok = 1;
     double worst = 0;
     for (int tk = 0; tk < n && ok; tk++) {
@@ -210,10 +210,10 @@ static int check_matmul(WeightType type, int rows, int cols, int gs, int n) {
     float* outs[3] = {out2, out3, out2};
     const Matrix* Ws[3] = {&t.M, &half, &t.M};
     memset(out2, 0, (size_t)n * rows * sizeof(float));
-    matmul_multi(outs, x, Ws, 2, n);
+    matmul_multi(k, outs, x, Ws, 2, n);
     int same = memcmp(out, out2, (size_t)n * rows * sizeof(float)) == 0;
     float* out4 = malloc((size_t)n * half.rows * sizeof(float));
-    matmul(out4, x, &half, n);
+    matmul(k, out4, x, &half, n);
     same = same && memcmp(out3, out4, (size_t)n * half.rows * sizeof(float)) == 0;
     snprintf(what, sizeof what, "matmul_multi %s rows=%d cols=%d n=%d equals matmul", tname(type), rows, cols, n);
     check(same, what);
@@ -234,17 +234,17 @@ static int check_matmul(WeightType type, int rows, int cols, int gs, int n) {
  * rounding, 2e-5 * sum|w x|, far below check_matmul's bound for the quantisation itself, which at
  * thousands of columns is near the size of an output (tokens left out of a block, their outputs
  * zero, failed it by only 1.1x its tolerance). */
-static void check_tokens_alone(WeightType type, int rows, int cols, int gs, int n) {
+static void check_tokens_alone(Kernels* k, WeightType type, int rows, int cols, int gs, int n) {
     TestMatrix t = make_matrix(type, rows, cols, gs);
     float* x = malloc((size_t)n * cols * sizeof(float));
     float* all = malloc((size_t)n * rows * sizeof(float));
     float* one = malloc((size_t)rows * sizeof(float));
     for (size_t i = 0; i < (size_t)n * cols; i++) x[i] = frand();
-    matmul(all, x, &t.M, n);
+    matmul(k, all, x, &t.M, n);
     int ok = 1;
     for (int tk = 0; tk < n && ok; tk++) {
         const float* xt = x + (size_t)tk * cols;
-        matmul(one, xt, &t.M, 1);
+        matmul(k, one, xt, &t.M, 1);
         for (int r = 0; r < rows && ok; r++) {
             double abssum = 0;
             for (int c = 0; c < cols; c++) abssum += fabs((double)t.deq[(size_t)r * cols + c] * xt[c]);
@@ -429,7 +429,7 @@ static void test_rope(void) {
     }
 }
 
-static void test_softmax_swiglu(void) {
+static void test_softmax_swiglu(Kernels* kern) {
     int sizes[] = {1, 5, 8, 9, 100, 1000, 4099};
     for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
         int n = sizes[k];
@@ -453,7 +453,7 @@ static void test_softmax_swiglu(void) {
         snprintf(what, sizeof what, "softmax n=%d", n);
         check(e <= 1e-6 && fabs(sum - 1.0) <= 1e-5, what);
         swiglu_scalar(g, u, n);
-        swiglu(g2, u, n);
+        swiglu(kern, g2, u, n);
         /* tolerance: 2e-6 relative + 1e-7 absolute */
         e = 0;
         int ok = 1;
@@ -523,9 +523,9 @@ static void free_kv(TestKV* t) {
 /* attention_group against the scalar reference; each query alone against its group; and the
  * blocked layout against one array: the same bits, in the SIMD kernels (which continue each sum
  * from block to block in the same order) and in the reference. */
-static void test_attention(void) {
+static void test_attention(const Kernels* k) {
     /* which head_dims and caches take the SIMD kernels, the ones the comparisons below test */
-    const int simd = strcmp(kernels_simd_name(), "scalar") != 0;
+    const int simd = strcmp(kernels_simd_name(k), "scalar") != 0;
     check(attention_simd(128, 0) == simd && attention_simd(48, 0) == simd && attention_simd(80, 0) == simd &&
               !attention_simd(40, 0) && attention_simd(128, 1) == (simd && KV_F16_SIMD) && !attention_simd(40, 1),
           "attention_simd: head_dim 128, 48, 80 on the SIMD kernels (fp16 where widened in registers), 40 not");
@@ -654,24 +654,36 @@ static void test_attention_rows(void) {
 
 static atomic_long pf_sum;
 static atomic_int pf_hits[1000];
-static void pf_fn(void* ctx, int i) {
+static void pf_fn(void* ctx, int i, int thread) {
     (void)ctx;
+    (void)thread;
     atomic_fetch_add(&pf_sum, i);
     atomic_fetch_add(&pf_hits[i], 1);
 }
-static void pf_nested(void* ctx, int i) {
+/* A nested call runs its items on the thread of the item around it, and says so (per-thread
+ * scratch stays the thread's own). */
+static atomic_int pf_nested_bad;
+static void pf_inner(void* ctx, int i, int thread) {
+    if (thread != *(const int*)ctx) atomic_fetch_add(&pf_nested_bad, 1);
+    pf_fn(NULL, i, thread);
+}
+typedef struct {
+    Kernels* k;
+} PfNest;
+static void pf_nested(void* ctx, int i, int thread) {
     (void)i;
-    parallel_for(10, pf_fn, ctx);
+    int outer = thread;
+    parallel_for(((const PfNest*)ctx)->k, 10, pf_inner, &outer);
 }
 
-static void test_parallel_for(void) {
+static void test_parallel_for(Kernels* k) {
     int ns[] = {0, 1, 2, 3, 17, 1000};
     for (int rep = 0; rep < 200; rep++)
-        for (size_t k = 0; k < 6; k++) {
-            int n = ns[k];
+        for (size_t c = 0; c < 6; c++) {
+            int n = ns[c];
             atomic_store(&pf_sum, 0);
             for (int i = 0; i < n; i++) atomic_store(&pf_hits[i], 0);
-            parallel_for(n, pf_fn, NULL);
+            parallel_for(k, n, pf_fn, NULL);
             int ok = atomic_load(&pf_sum) == (long)n * (n - 1) / 2;
             for (int i = 0; i < n; i++) ok &= atomic_load(&pf_hits[i]) == 1;
             if (!ok || rep == 199) {
@@ -682,79 +694,120 @@ static void test_parallel_for(void) {
             }
         }
     atomic_store(&pf_sum, 0);
-    parallel_for(4, pf_nested, NULL);
-    check(atomic_load(&pf_sum) == 4 * 45, "parallel_for nested call runs serially");
+    atomic_store(&pf_nested_bad, 0);
+    PfNest nest = {k};
+    for (int rep = 0; rep < 50; rep++) parallel_for(k, 4, pf_nested, &nest);
+    check(atomic_load(&pf_sum) == 50 * 4 * 45 && atomic_load(&pf_nested_bad) == 0,
+          "parallel_for nested call runs serially, on the thread (and with the index) of the item around it");
 }
 
 static atomic_int pf_worker_items; /* items run by a thread other than the caller */
-static void pf_where(void* ctx, int i) {
+static void pf_where(void* ctx, int i, int thread) {
     (void)ctx;
     (void)i;
-    if (kernels_thread_index() != 0) atomic_fetch_add(&pf_worker_items, 1);
+    if (thread != 0) atomic_fetch_add(&pf_worker_items, 1);
 }
 
 /* kernels_alone (q4 decode's prefetch hint): 1 with one thread and inside a dispatch that runs on
  * the calling thread only; 0 outside dispatches with two threads, and in items a worker runs; a
  * nested call sees what the item around it sees. */
 static atomic_int alone_bad;
-static void alone_inner(void* ctx, int i) {
+typedef struct {
+    Kernels* k;
+    int seen;
+} AloneSeen;
+static void alone_inner(void* ctx, int i, int thread) {
+    const AloneSeen* a = ctx;
     (void)i;
-    if (kernels_alone() != *(const int*)ctx) atomic_fetch_add(&alone_bad, 1);
+    (void)thread;
+    if (kernels_alone(a->k) != a->seen) atomic_fetch_add(&alone_bad, 1);
 }
-static void alone_outer(void* ctx, int i) {
-    (void)ctx;
+static void alone_outer(void* ctx, int i, int thread) {
     (void)i;
-    int seen = kernels_alone();
-    if (kernels_thread_index() != 0 && seen) atomic_fetch_add(&alone_bad, 1);
-    parallel_for(3, alone_inner, &seen);
+    AloneSeen a = {ctx, kernels_alone(ctx)};
+    if (thread != 0 && a.seen) atomic_fetch_add(&alone_bad, 1);
+    parallel_for(a.k, 3, alone_inner, &a);
 }
-static void alone_single(void* ctx, int i) {
-    (void)ctx;
+static void alone_single(void* ctx, int i, int thread) {
     (void)i;
-    if (!kernels_alone()) atomic_fetch_add(&alone_bad, 1);
+    (void)thread;
+    if (!kernels_alone(ctx)) atomic_fetch_add(&alone_bad, 1);
 }
 
 static void test_alone(void) {
-    kernels_init(2, 8, 512);
+    Kernels* k = kernels_new(2, 8, 512);
     int ok = 1;
     for (int threads = 1; threads <= 2; threads++) {
-        kernels_set_threads(threads);
-        ok &= kernels_alone() == (threads == 1);
+        kernels_set_threads(k, threads);
+        ok &= kernels_alone(k) == (threads == 1);
         atomic_store(&alone_bad, 0);
-        parallel_for(1, alone_single, NULL);
-        ok &= kernels_alone() == (threads == 1); /* restored after a serial dispatch */
-        for (int rep = 0; rep < 50; rep++) parallel_for(64, alone_outer, NULL);
-        ok &= atomic_load(&alone_bad) == 0 && kernels_alone() == (threads == 1);
+        parallel_for(k, 1, alone_single, k);
+        ok &= kernels_alone(k) == (threads == 1); /* restored after a serial dispatch */
+        for (int rep = 0; rep < 50; rep++) parallel_for(k, 64, alone_outer, k);
+        ok &= atomic_load(&alone_bad) == 0 && kernels_alone(k) == (threads == 1);
     }
     check(ok, "kernels_alone: 1 with one thread and in a single-item dispatch, 0 in a worker's items, nested calls inherit");
-    kernels_free();
+    kernels_free(k);
 }
 
 /* kernels_set_threads: the bench switches between thread counts in one process. One thread means
- * the caller runs every item; the pool can grow back up to kernels_init's count and no further,
+ * the caller runs every item; the pool can grow back up to kernels_new's count and no further,
  * and parallel_for stays correct across the switches (workers stopped and started each time). */
 static void test_set_threads(void) {
-    kernels_init(2, 8, 512);
+    Kernels* k = kernels_new(2, 8, 512);
     int ok = 1;
     for (int rep = 0; rep < 20; rep++) {
-        ok &= kernels_set_threads(1) == 1 && kernels_threads() == 1;
+        ok &= kernels_set_threads(k, 1) == 1 && kernels_threads(k) == 1;
         atomic_store(&pf_worker_items, 0);
-        parallel_for(64, pf_where, NULL);
+        parallel_for(k, 64, pf_where, NULL);
         ok &= atomic_load(&pf_worker_items) == 0;
-        ok &= kernels_set_threads(rep % 2 ? 2 : 7) == 2 && kernels_threads() == 2;
+        ok &= kernels_set_threads(k, rep % 2 ? 2 : 7) == 2 && kernels_threads(k) == 2;
         atomic_store(&pf_sum, 0);
-        parallel_for(1000, pf_fn, NULL);
+        parallel_for(k, 1000, pf_fn, NULL);
         ok &= atomic_load(&pf_sum) == 1000L * 999 / 2;
     }
     check(ok, "kernels_set_threads: 1 thread runs every item in the caller, 2 (or more asked) gives 2, sums right");
-    kernels_free();
+    kernels_free(k);
+}
+
+/* Two contexts side by side share nothing: interleaved matmuls on each give the bits of each
+ * alone, a thread count changed on one leaves the other's, and freeing one (either order) leaves
+ * the other working. */
+static void test_two_contexts(void) {
+    enum { ROWS = 301, COLS = 512, N = 40 };
+    static float x[N * COLS], want[2][N * ROWS], got[N * ROWS];
+    TestMatrix t = make_matrix(WEIGHT_Q8, ROWS, COLS, 64);
+    for (int i = 0; i < N * COLS; i++) x[i] = frand();
+    int ok = 1;
+    for (int order = 0; order < 2; order++) {
+        Kernels* a = kernels_new(2, N, COLS);
+        matmul(a, want[0], x, &t.M, N);
+        matmul(a, want[1], x, &t.M, 1);
+        Kernels* b = kernels_new(1, N, COLS);
+        ok &= kernels_threads(a) == 2 && kernels_threads(b) == 1;
+        for (int rep = 0; rep < 3; rep++) {
+            matmul(b, got, x, &t.M, N);
+            ok &= memcmp(got, want[0], sizeof(float) * N * ROWS) == 0;
+            matmul(a, got, x, &t.M, 1);
+            ok &= memcmp(got, want[1], sizeof(float) * ROWS) == 0;
+            matmul(a, got, x, &t.M, N);
+            ok &= memcmp(got, want[0], sizeof(float) * N * ROWS) == 0;
+        }
+        Kernels* keep = order == 0 ? b : a;
+        kernels_free(order == 0 ? a : b);
+        matmul(keep, got, x, &t.M, N);
+        ok &= memcmp(got, want[0], sizeof(float) * N * ROWS) == 0;
+        kernels_free(keep);
+    }
+    free_matrix(&t);
+    check(ok, "two kernel contexts: interleaved matmuls bitwise as alone, either freed first, the other still right");
 }
 
 /* rmsnorm_rows and swiglu split long work over the threads (forward's prefill chunks): with one
  * and two threads, above and below the size from which they split, and at lengths whose parts do
  * not divide evenly, the bits of rmsnorm() row by row and of one thread's swiglu. */
 static void test_rows_over_threads(void) {
-    kernels_init(2, 8, 512);
+    Kernels* kern = kernels_new(2, 8, 512);
     const int shapes[][2] = {{1, 1024}, {3, 128}, {257, 128}, {37, 1024}, {300, 130}, {331, 101}};
     int ok = 1;
     for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
@@ -766,23 +819,23 @@ static void test_rows_over_threads(void) {
         for (size_t i = 0; i < total; i++) x[i] = frand() * 4, up[i] = frand() * 3, g1[i] = g2[i] = frand() * 20;
         for (int i = 0; i < n; i++) w[i] = frand();
         for (int r = 0; r < rows; r++) rmsnorm(want + (size_t)r * n, x + (size_t)r * n, w, n, 1e-6f);
-        kernels_set_threads(1);
-        swiglu(g1, up, (int)total);
+        kernels_set_threads(kern, 1);
+        swiglu(kern, g1, up, (int)total);
         for (int threads = 1; threads <= 2; threads++) {
-            kernels_set_threads(threads);
+            kernels_set_threads(kern, threads);
             memset(got, 0, total * sizeof(float));
-            rmsnorm_rows(got, x, w, rows, n, 1e-6f);
+            rmsnorm_rows(kern, got, x, w, rows, n, 1e-6f);
             ok &= memcmp(got, want, total * sizeof(float)) == 0;
             memcpy(got, x, total * sizeof(float)); /* in place, as QK-Norm runs */
-            rmsnorm_rows(got, got, w, rows, n, 1e-6f);
+            rmsnorm_rows(kern, got, got, w, rows, n, 1e-6f);
             ok &= memcmp(got, want, total * sizeof(float)) == 0;
         }
-        swiglu(g2, up, (int)total); /* two threads */
+        swiglu(kern, g2, up, (int)total); /* two threads */
         ok &= memcmp(g1, g2, total * sizeof(float)) == 0;
         free(x), free(w), free(want), free(got), free(up), free(g1), free(g2);
     }
     check(ok, "rmsnorm_rows = rmsnorm row by row, swiglu with 2 threads = with 1, bit for bit (1 and 2 threads)");
-    kernels_free();
+    kernels_free(kern);
 }
 
 /* --bf16-activations (kernels_set_bf16_activations): prefill with bf16 weights multiplies them by
@@ -793,9 +846,10 @@ static void test_rows_over_threads(void) {
 static void test_bf16_activations(void) {
     /* room for every case's n x cols in one matmul: a smaller scratch splits the tokens into
      * batches below the 16 from which the packed panels (and AMX) take over */
-    kernels_init(2, 40, 1027);
-    if (!kernels_set_bf16_activations(1)) {
+    Kernels* kern = kernels_new(2, 40, 1027);
+    if (!kernels_set_bf16_activations(kern, 1)) {
         printf("bf16 activations: skipped, this build has no bf16 dot product (AVX-512 BF16)\n");
+        kernels_free(kern);
         return;
     }
     /* 64 x 1024 x 17 and 50 x 96 x 29 take the packed panels from 16 tokens on (whole panels, an odd
@@ -809,7 +863,7 @@ static void test_bf16_activations(void) {
         float* x = malloc((size_t)n * cols * sizeof(float));
         float* out = malloc((size_t)n * rows * sizeof(float));
         for (size_t i = 0; i < (size_t)n * cols; i++) x[i] = frand() * (1.0f + 3.0f * (i % 7 == 0));
-        matmul(out, x, &t.M, n);
+        matmul(kern, out, x, &t.M, n);
         double worst = 0;
         for (int tk = 0; tk < n; tk++)
             for (int r = 0; r < rows; r++) {
@@ -827,17 +881,17 @@ static void test_bf16_activations(void) {
         check(worst <= 1.0, what);
         /* decode keeps fp32 activations */
         float o1[130], o2[130]; /* rows <= 130 */
-        matmul(o1, x, &t.M, 1);
-        kernels_set_bf16_activations(0);
-        matmul(o2, x, &t.M, 1);
-        kernels_set_bf16_activations(1);
+        matmul(kern, o1, x, &t.M, 1);
+        kernels_set_bf16_activations(kern, 0);
+        matmul(kern, o2, x, &t.M, 1);
+        kernels_set_bf16_activations(kern, 1);
         snprintf(what, sizeof what, "bf16 activations %dx%d: n=1 unchanged", rows, cols);
         check(memcmp(o1, o2, (size_t)rows * sizeof(float)) == 0, what);
         free(x);
         free(out);
         free_matrix(&t);
     }
-    kernels_set_bf16_activations(0);
+    kernels_free(kern);
 }
 
 /* f32 and bf16 weights with the default fp32 activations keep every bit of both (with AMX-BF16
@@ -850,7 +904,7 @@ static void test_bf16_activations(void) {
  * two whole A tiles and a partial one, 17 one and a token, 1 and 5 the other paths. */
 static void test_exact_parts(WeightType type, int random_w) {
     enum { ROWS = 72, COLS = 1024, N = 40 };
-    kernels_init(2, N, COLS);
+    Kernels* k = kernels_new(2, N, COLS);
     TestMatrix t = make_matrix(type, ROWS, COLS, 0);
     int col[ROWS];
     float wr[ROWS];
@@ -868,9 +922,9 @@ static void test_exact_parts(WeightType type, int random_w) {
     for (int i = 0; i < N * COLS; i++)
         x[i] = random_w ? ldexpf(frand() < 0 ? -1.0f : 1.0f, (int)(i % 9) - 4) : frand() * 3.0f;
     const int ns[4] = {1, 5, 17, 40};
-    for (int k = 0; k < 4; k++) {
-        const int n = ns[k];
-        matmul(out, x, &t.M, n);
+    for (int i = 0; i < 4; i++) {
+        const int n = ns[i];
+        matmul(k, out, x, &t.M, n);
         int ok = 1;
         for (int tk = 0; tk < n; tk++)
             for (int r = 0; r < ROWS; r++) ok &= out[(size_t)tk * ROWS + r] == wr[r] * x[(size_t)tk * COLS + col[r]];
@@ -880,12 +934,13 @@ static void test_exact_parts(WeightType type, int random_w) {
         check(ok, what);
     }
     free_matrix(&t);
+    kernels_free(k);
 }
 
 /* A build for a CPU with AMX runs q8 and q4 prefill on it (matmul_int8.c, rows_qi_t; matmul_amx.c) whenever Linux supports
  * the tile state (asked here on its own, ARCH_GET_XCOMP_SUPP) and KERNELS_AMX=0 is not set: so
  * the matmul checks above went through the AMX tiles, not the AVX-512 kernels beside them. */
-static void test_amx_in_use(void) {
+static void test_amx_in_use(const Kernels* k) {
 #if defined(KERNELS_AMX)
     unsigned long supported = 0;
     const char* e = getenv("KERNELS_AMX");
@@ -893,15 +948,15 @@ static void test_amx_in_use(void) {
     const int os_has = syscall(SYS_arch_prctl, 0x1021 /* ARCH_GET_XCOMP_SUPP */, &supported) == 0 &&
                        (supported >> 18 & 1); /* XTILEDATA */
     printf("AMX: %s\n", off ? "off (KERNELS_AMX=0)" : os_has ? "in use" : "not granted by this kernel");
-    check(kernels_amx() == (!off && os_has), "q8/q4 prefill on AMX exactly when the CPU, Linux and KERNELS_AMX allow");
+    check(kernels_amx(k) == (!off && os_has), "q8/q4 prefill on AMX exactly when the CPU, Linux and KERNELS_AMX allow");
 #else
-    check(kernels_amx() == 0, "no AMX in a build without it");
+    check(kernels_amx(k) == 0, "no AMX in a build without it");
 #endif
 }
 
 /* One line for tests/run_tests.py: the SIMD paths this build compiled in and this CPU runs, in the
  * words of its "kernels:" summary. AMX counts only where the kernel granted the tiles. */
-static void print_kernel_paths(void) {
+static void print_kernel_paths(const Kernels* k) {
     printf("kernel paths:");
 #if defined(KERNELS_AVX2)
     printf(" avx2+fma");
@@ -919,10 +974,10 @@ static void print_kernel_paths(void) {
     printf(" avx512-bf16");
 #endif
 #if defined(KERNELS_AMX)
-    if (kernels_amx()) printf(" amx");
+    if (kernels_amx(k)) printf(" amx");
 #endif
 #if defined(KERNELS_AMX_BF16)
-    if (kernels_amx()) printf(" amx-bf16");
+    if (kernels_amx(k)) printf(" amx-bf16");
 #endif
 #if defined(KERNELS_NEON)
     printf(" neon");
@@ -930,21 +985,24 @@ static void print_kernel_paths(void) {
 #if defined(KERNELS_NEON) && defined(__ARM_FEATURE_DOTPROD)
     printf(" neon-dotprod");
 #endif
+    (void)k;
     printf("\n");
 }
 
 int main(void) {
     test_set_threads();
     test_alone();
+    test_two_contexts();
     int threads[2] = {1, 2};
     for (int ti = 0; ti < 2; ti++) {
-        if (kernels_init(threads[ti], 40, 4096) != 0) {
-            printf("kernels_init failed\n");
+        Kernels* kern = kernels_new(threads[ti], 40, 4096);
+        if (!kern) {
+            printf("kernels_new failed\n");
             return 1;
         }
-        printf("kernels: %s, threads: %d\n", kernels_simd_name(), kernels_threads());
-        if (ti == 0) test_amx_in_use();
-        if (ti == 0) print_kernel_paths();
+        printf("kernels: %s, threads: %d\n", kernels_simd_name(kern), kernels_threads(kern));
+        if (ti == 0) test_amx_in_use(kern);
+        if (ti == 0) print_kernel_paths(kern);
         struct { WeightType t; int rows, cols, gs; } cases[] = {
             {WEIGHT_F32, 37, 1027, 0}, {WEIGHT_F32, 64, 1024, 0}, {WEIGHT_F32, 5, 3, 0},
             {WEIGHT_F32, 130, 200, 0}, {WEIGHT_BF16, 37, 1027, 0}, {WEIGHT_BF16, 64, 1024, 0},
@@ -961,41 +1019,42 @@ int main(void) {
         int ns[] = {1, 2, 3, 5, 13, 17, 40}; /* 13 and 17: q8 on AMX with a tile of fewer than 16 tokens */
         for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
             for (size_t k = 0; k < sizeof ns / sizeof *ns; k++)
-                check_matmul(cases[c].t, cases[c].rows, cases[c].cols, cases[c].gs, ns[k]);
+                check_matmul(kern, cases[c].t, cases[c].rows, cases[c].cols, cases[c].gs, ns[k]);
         /* more tokens than the scratch holds (n * cols > max_batch * max_cols): still correct */
-        check_matmul(WEIGHT_Q8, 10, 4096, 64, 41);
-        check_matmul(WEIGHT_Q4, 10, 4096, 32, 41);
+        check_matmul(kern, WEIGHT_Q8, 10, 4096, 64, 41);
+        check_matmul(kern, WEIGHT_Q4, 10, 4096, 32, 41);
         /* the AVX2 panels take f32 from 64 tokens and bf16 from 112: token blocks of 12 (4001
          * columns: 70 = 5 x 12 + 10, tiles of 6, 4 and 1), 16 (3001: 115 = 7 x 16 + 3), 42 (1027:
          * 67 = 42 + 25, 113 = 2 x 42 + 29) */
-        check_matmul(WEIGHT_F32, 34, 4001, 0, 70);
-        check_matmul(WEIGHT_BF16, 33, 3001, 0, 115);
-        check_matmul(WEIGHT_F32, 37, 1027, 0, 67);
-        check_matmul(WEIGHT_BF16, 37, 1027, 0, 113);
-        test_parallel_for();
+        check_matmul(kern, WEIGHT_F32, 34, 4001, 0, 70);
+        check_matmul(kern, WEIGHT_BF16, 33, 3001, 0, 115);
+        check_matmul(kern, WEIGHT_F32, 37, 1027, 0, 67);
+        check_matmul(kern, WEIGHT_BF16, 37, 1027, 0, 113);
+        test_parallel_for(kern);
         test_bf16_activations();
         test_exact_parts(WEIGHT_BF16, 0);
         test_exact_parts(WEIGHT_F32, 0);
         test_exact_parts(WEIGHT_F32, 1);
-        kernels_free();
+        kernels_free(kern);
     }
     /* q8 prefill panels (AVX2 without VNNI) over several token blocks: at 8192 columns a block is
      * 24 tokens, so 50 tokens are 24 + 24 + 2 (tiles of 4, then single tokens) */
-    if (kernels_init(2, 50, 8192) == 0) {
-        check_matmul(WEIGHT_Q8, 24, 8192, 64, 50);
-        check_tokens_alone(WEIGHT_Q8, 24, 8192, 64, 50);
-        kernels_free();
+    Kernels* kern = kernels_new(2, 50, 8192);
+    if (kern) {
+        check_matmul(kern, WEIGHT_Q8, 24, 8192, 64, 50);
+        check_tokens_alone(kern, WEIGHT_Q8, 24, 8192, 64, 50);
+        kernels_free(kern);
     }
     /* q8 and q4 prefill: AMX's tiles and the kernels without it (q8's panels, tile_q4) scale each
      * group's exact int32 sum the same way: the same bits with AMX on and off wherever both take
      * every token (q8 from 40 tokens, where the VNNI build's panels start; 40 and 45 end in a tile
      * of 8 and 13 tokens on AMX; 301 rows: whole tiles, then the rest) */
-    if (kernels_init(2, 48, 512) == 0) {
+    if ((kern = kernels_new(2, 48, 512)) != NULL) {
         static float x[48 * 512], o1[48 * 301], o2[48 * 301];
         const int ns_amx[3] = {40, 45, 48};
         for (int k = 0; k < 2; k++) {
             const WeightType type = k == 0 ? WEIGHT_Q8 : WEIGHT_Q4;
-            if (!kernels_set_amx(1)) {
+            if (!kernels_set_amx(kern, 1)) {
                 printf("%s AMX == without AMX: skipped, no AMX here\n", tname(type));
                 continue;
             }
@@ -1003,17 +1062,17 @@ int main(void) {
             for (int ni = 0; ni < 3; ni++) {
                 const int n = ns_amx[ni];
                 for (int i = 0; i < n * 512; i++) x[i] = frand();
-                kernels_set_amx(1);
-                matmul(o1, x, &t.M, n);
-                kernels_set_amx(0);
-                matmul(o2, x, &t.M, n);
+                kernels_set_amx(kern, 1);
+                matmul(kern, o1, x, &t.M, n);
+                kernels_set_amx(kern, 0);
+                matmul(kern, o2, x, &t.M, n);
                 char what[80];
                 snprintf(what, sizeof what, "matmul %s n=%d: AMX == without AMX, bitwise", tname(type), n);
                 check(memcmp(o1, o2, (size_t)n * 301 * sizeof(float)) == 0, what);
             }
             free_matrix(&t);
         }
-        kernels_free();
+        kernels_free(kern);
     }
     /* 1 and 2 threads give bit-identical matmuls (the split does not change any row's arithmetic);
      * 40 tokens take the AMX tiles (q8, q4) and the packed panels (f32, bf16) where the build has
@@ -1028,16 +1087,18 @@ int main(void) {
                 const int n = ns3[ni];
                 TestMatrix t = make_matrix(types[k], 301, 512, types[k] == WEIGHT_Q4 ? 32 : 64);
                 for (int i = 0; i < n * 512; i++) x[i] = frand();
-                kernels_init(1, 115, 512);
-                if (k == 4 && !kernels_set_bf16_activations(1)) {
+                Kernels* k1 = kernels_new(1, 115, 512);
+                if (k == 4 && !kernels_set_bf16_activations(k1, 1)) {
+                    kernels_free(k1);
                     free_matrix(&t);
                     continue;
                 }
-                matmul(o1, x, &t.M, n);
-                kernels_init(2, 115, 512);
-                kernels_set_bf16_activations(k == 4);
-                matmul(o2, x, &t.M, n);
-                kernels_set_bf16_activations(0);
+                matmul(k1, o1, x, &t.M, n);
+                kernels_free(k1);
+                Kernels* k2 = kernels_new(2, 115, 512);
+                kernels_set_bf16_activations(k2, k == 4);
+                matmul(k2, o2, x, &t.M, n);
+                kernels_free(k2);
                 char what[80];
                 snprintf(what, sizeof what, "matmul %s%s n=%d: 1 thread == 2 threads bitwise", tname(t.M.type),
                          k == 4 ? " (bf16 activations)" : "", n);
@@ -1051,10 +1112,11 @@ int main(void) {
     test_rmsnorm();
     test_rows_over_threads();
     test_rope();
-    test_softmax_swiglu();
-    test_attention();
+    kern = kernels_new(2, 8, 512);
+    test_softmax_swiglu(kern);
+    test_attention(kern);
+    kernels_free(kern);
     test_attention_rows();
-    kernels_free();
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }

@@ -58,8 +58,8 @@ static void check_block(const Transformer* t, int b, int want, const char* when)
 static int run_case(int kv_f16) {
     Transformer t;
     char err[256];
-    transformer_set_kv_f16(kv_f16);
-    if (transformer_load(&t, "models/tinystories.bin", 256, err, sizeof err) != 0) {
+    const TransformerOptions opt = {.ctx = 256, .kv_f16 = kv_f16};
+    if (transformer_load(&t, "models/tinystories.bin", &opt, err, sizeof err) != 0) {
         check(0, err);
         return 1;
     }

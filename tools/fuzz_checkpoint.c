@@ -26,16 +26,14 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!path[0]) {
         snprintf(path, sizeof path, "/tmp/fuzz_checkpoint.%d.bin", (int)getpid());
         atexit(remove_input);
-        transformer_set_threads(1);
     }
     FILE* f = fopen(path, "wb");
     if (!f || fwrite(data, 1, size, f) != size || fclose(f) != 0) abort();
     /* --no-mmap and --kv-cache f16 by the input's size, so that one input always runs the same way */
-    transformer_set_no_mmap((int)(size & 1));
-    transformer_set_kv_f16((int)((size >> 1) & 1));
+    const TransformerOptions opt = {.threads = 1, .ctx = 16, .no_mmap = (int)(size & 1), .kv_f16 = (int)((size >> 1) & 1)};
     Transformer t;
     char err[512] = "";
-    if (transformer_load(&t, path, 16, err, sizeof err) != 0) {
+    if (transformer_load(&t, path, &opt, err, sizeof err) != 0) {
         if (!err[0]) abort(); /* refused without saying why */
         return 0;
     }
