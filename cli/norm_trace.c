@@ -97,7 +97,7 @@ static void json_line(NormTrace* tr, int use, const char* site, int layer, int h
     if (head >= 0) snprintf(which, sizeof which, "%d", head);
     else snprintf(which, sizeof which, "null");
     fprintf(tr->json,
-            "{\"pos\":%d,\"layer\":%d,\"use\":%d,\"site\":\"%s\",\"head\":%s,\"rms_in\":%.9g,\"mean_in\":%.9g,"
+            "{\"position\":%d,\"layer\":%d,\"use\":%d,\"site\":\"%s\",\"head\":%s,\"rms_in\":%.9g,\"mean_in\":%.9g,"
             "\"scale\":%.9g,\"rms_w\":%.9g,\"rms_out\":%.9g}\n",
             pos, layer, use, site, which, st->rms_in, st->mean_in, st->scale, rms_w, st->rms_out);
 }
@@ -122,6 +122,6 @@ void norm_trace_see(NormTrace* tr, int use, const char* site, int layer, const f
 
 void norm_trace_score(NormTrace* tr, int layer, int pos, int head, int kv_head, int n_keys, double max_score) {
     if (tr->json == NULL) return;
-    fprintf(tr->json, "{\"pos\":%d,\"layer\":%d,\"site\":\"attention\",\"head\":%d,\"kv_head\":%d,\"keys\":%d,"
+    fprintf(tr->json, "{\"position\":%d,\"layer\":%d,\"site\":\"attention\",\"head\":%d,\"kv_head\":%d,\"keys\":%d,"
             "\"max_score\":%.9g}\n", pos, layer, head, kv_head, n_keys, max_score);
 }

@@ -7,12 +7,12 @@
  *   the table (--show-norms)       one position (the prompt's last); QK-Norm's heads as min..max
  *   the full table (=all)          every position the model runs, every head of q and k on its own
  *   JSON lines (--norms-json)      every position, every head, one object per line:
- *     {"pos":P,"layer":L,"use":U,"site":"QK-Norm q","head":J,"rms_in":..,"mean_in":..,
+ *     {"position":P,"layer":L,"use":U,"site":"QK-Norm q","head":J,"rms_in":..,"mean_in":..,
  *      "scale":..,"rms_w":..,"rms_out":..}
  *       layer -1: the final norm (after the last layer), reported where forward() runs it: at
  *       every position with --dump-logits, else at the prompt's last one and each generated one;
  *       head null: a site of one D-vector
- *     {"pos":P,"layer":L,"site":"attention","head":J,"kv_head":G,"keys":N,"max_score":..}
+ *     {"position":P,"layer":L,"site":"attention","head":J,"kv_head":G,"keys":N,"max_score":..}
  *       the largest |q.k|/sqrt(d) of query head J over the N keys it attends to (positions 0..P)
  * Nothing here allocates: the caller sizes `scratch` and opens the streams before the token loop. */
 #ifndef NORM_TRACE_H

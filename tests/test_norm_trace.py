@@ -110,7 +110,7 @@ class NormTrace(hf_model.TempDirTestCase):
         with open(path) as f:
             for line in f:
                 obj = json.loads(line)
-                key = (obj['pos'], obj['layer'], obj['site'], obj['head'])
+                key = (obj['position'], obj['layer'], obj['site'], obj['head'])
                 self.assertNotIn(key, got, 'line twice: %s' % line)
                 got[key] = obj
         self.assertEqual(sorted(got, key=repr), sorted(want, key=repr), name + ': the lines')

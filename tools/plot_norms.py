@@ -57,7 +57,7 @@ def site_series(lines, field):
     for o in lines:
         if o['site'] == 'attention':
             continue
-        acc.setdefault(o['site'], {}).setdefault(o['layer'], {}).setdefault(o['pos'], []).append(o[field])
+        acc.setdefault(o['site'], {}).setdefault(o['layer'], {}).setdefault(o['position'], []).append(o[field])
     out = {}
     for site, layers in acc.items():
         out[site] = {layer: sorted((p, sum(v) / len(v), min(v), max(v)) for p, v in by_pos.items())
@@ -394,7 +394,7 @@ def lab(args):
                 if not args.keep:
                     os.remove(ckpt)
         base = runs[True][1]
-        n_pos = 1 + max(o['pos'] for o in base)
+        n_pos = 1 + max(o['position'] for o in base)
         note = '%s, %d positions (prompt and greedy continuation): %s' % (name, n_pos, shorten(args.input))
         sites_pictures(base, args.out_dir, note)
         plot_scores(runs[True], runs[False], os.path.join(args.out_dir, 'norms-qk-scores.svg'), note)
