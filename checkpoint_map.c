@@ -6,11 +6,13 @@
  * MADV_HUGEPAGE reads page cache misses in as 2 MB folios (mm/filemap.c, do_sync_mmap_readahead)
  * and maps such folios with one page-table entry each when the address and the file offset agree
  * modulo 2 MB. A file that was just written (export.py), copied or read with read() sits in the
- * cache in small folios instead; those are written back, dropped and read again, once.
+ * cache in small folios instead, and a default load maps it so: the page cache is shared by every
+ * process, so changing it is left to the user, who can ask for it (CHECKPOINT_REFILL,
+ * --refill-page-cache: write back, drop and read the file again, once).
  *
  * Measured on the development VM (Firecracker + PVM, where each 4 KB page costs a shadow
  * page-table fill): streaming the mapped 1.2 GB file at 1.2-2.6 GB/s in 4 KB pages against
- * 22-33 GB/s in 2 MB pages; anonymous memory 35-40 GB/s. */
+ * 22-33 GB/s in 2 MB pages; anonymous memory 35-40 GB/s (docs/design.md#mapped-weights). */
 #include "checkpoint_map.h"
 
 #include <errno.h>
@@ -39,8 +41,8 @@ void* alloc_huge_anonymous(size_t size) {
 
 /* --no-mmap keeps the file in such memory, like llama.cpp's flag of the same name, read with pread(2)
  * straight into it: the process holds one copy of the file, where copying from a mapping would hold
- * two at the peak (the mapped pages and the copy). The price: parts of the file missing from the
- * page cache come in as small folios, which the next mapped load drops and reads again, once. */
+ * two at the peak (the mapped pages and the copy). Parts of the file missing from the page cache
+ * come in as small folios, which later mapped loads map as they are. */
 static void* read_whole_file(int fd, size_t size) {
     void* buf = alloc_huge_anonymous(size);
     if (buf == NULL) return NULL;
@@ -115,61 +117,66 @@ static long long file_pmd_bytes(const void* start) {
     return kb < 0 ? -1 : kb * 1024;
 }
 
-static void* map_huge(int fd, size_t size) {
-    void* p = map_aligned(fd, size);
-#ifdef MADV_HUGEPAGE
-    if (p != MAP_FAILED) madvise(p, size, MADV_HUGEPAGE); /* a hint: EINVAL without THP is fine */
-#endif
-    return p;
+long long checkpoint_map_huge_bytes(const CheckpointMap* m) {
+    if (m->data == NULL || m->copied) return -1;
+    return file_pmd_bytes(m->data);
 }
 
-/* The mapping, in 2 MB pages where possible; MAP_FAILED with errno set on failure. */
-static char* map_populated(int fd, size_t size, long long* huge_out, int* recached_out) {
-    *huge_out = -1;
-    char* p = map_huge(fd, size);
+/* The mapping at a 2 MB boundary, marked for 2 MB pages and populated; MAP_FAILED with errno set
+ * on failure. The page cache is used as it is. */
+static char* map_populated(int fd, size_t size) {
+    char* p = map_aligned(fd, size);
     if (p == MAP_FAILED) return p;
-    populate(p, size);
-    long long huge = file_pmd_bytes(p);
-#if defined(MADV_HUGEPAGE) && defined(POSIX_FADV_DONTNEED)
-    /* More than 1% of the whole 2 MB stretches in small pages: the cache held the file, or parts
-     * of it, in small folios, which decode reads far slower (docs/design.md#page-cache-repair).
-     * First a probe, so that a system that cannot give file
-     * mappings 2 MB pages (a filesystem without large folios, an older kernel) pays one 2 MB
-     * re-read per load and not the whole file: drop [2 MB, 4 MB) of the cache, map again, and see
-     * whether it came back as one 2 MB page. If so, drop the rest too (fdatasync first: dirty
-     * pages cannot be dropped). */
-    const size_t whole = size / HUGE_PAGE * HUGE_PAGE; /* the most 2 MB pages can cover */
-    if (huge >= 0 && (size_t)huge < whole - whole / 100 && size >= 2 * HUGE_PAGE) {
-        munmap(p, size);
-        fdatasync(fd);
-        posix_fadvise(fd, (off_t)HUGE_PAGE, (off_t)HUGE_PAGE, POSIX_FADV_DONTNEED);
-        p = map_huge(fd, size);
-        if (p == MAP_FAILED) return p;
-        populate(p + HUGE_PAGE, HUGE_PAGE);
-        if (file_pmd_bytes(p) >= (long long)HUGE_PAGE) {
-            /* Pages we have mapped stay; the rest of the file is not mapped by us yet. */
-            posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-            *recached_out = 1;
-        }
-        populate(p, size);
-        huge = file_pmd_bytes(p);
-    }
+#ifdef MADV_HUGEPAGE
+    madvise(p, size, MADV_HUGEPAGE); /* a hint: EINVAL without THP is fine */
 #endif
-    *huge_out = huge;
+    populate(p, size);
     return p;
 }
 
-int checkpoint_map(CheckpointMap* m, int fd, size_t size, int copy) {
+/* CHECKPOINT_REFILL (docs/design.md#page-cache-repair): p maps fd populated; where more than 1% of
+ * the whole 2 MB stretches are in small pages, the cache held the file, or parts of it, in small
+ * folios, which decode reads far slower on some VMs. First a probe, so that a system that cannot
+ * give file mappings 2 MB pages (a filesystem without large folios, an older kernel) pays one 2 MB
+ * re-read and not the whole file: drop [2 MB, 4 MB) of the cache, map again, and see whether it
+ * came back as one 2 MB page. If so, drop the rest too (fdatasync first: dirty pages cannot be
+ * dropped). Both drops act on the system's page cache, for every process that reads the file.
+ * Returns the mapping to use (p, or a new one), MAP_FAILED with errno set on failure. */
+static char* refill_page_cache(int fd, char* p, size_t size, int* refilled) {
+#if defined(MADV_HUGEPAGE) && defined(POSIX_FADV_DONTNEED)
+    const size_t whole = size / HUGE_PAGE * HUGE_PAGE; /* the most 2 MB pages can cover */
+    long long huge = file_pmd_bytes(p);
+    if (huge < 0 || (size_t)huge >= whole - whole / 100 || size < 2 * HUGE_PAGE) return p;
+    munmap(p, size);
+    fdatasync(fd);
+    posix_fadvise(fd, (off_t)HUGE_PAGE, (off_t)HUGE_PAGE, POSIX_FADV_DONTNEED);
+    p = map_aligned(fd, size);
+    if (p == MAP_FAILED) return p;
+    madvise(p, size, MADV_HUGEPAGE);
+    populate(p + HUGE_PAGE, HUGE_PAGE);
+    if (file_pmd_bytes(p) >= (long long)HUGE_PAGE) {
+        /* Pages we have mapped stay; the rest of the file is not mapped by us yet. */
+        posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+        *refilled = 1;
+    }
+    populate(p, size);
+#else
+    (void)fd, (void)size, (void)refilled;
+#endif
+    return p;
+}
+
+int checkpoint_map(CheckpointMap* m, int fd, size_t size, int how) {
     memset(m, 0, sizeof *m);
     m->size = size;
-    if (copy) {
+    if (how == CHECKPOINT_COPIED) {
         m->data = read_whole_file(fd, size);
         if (m->data == NULL) return errno;
         m->copied = 1;
-        m->huge_bytes = -1;
         return 0;
     }
-    char* p = map_populated(fd, size, &m->huge_bytes, &m->recached);
+    char* p = map_populated(fd, size);
+    if (p != MAP_FAILED && how == CHECKPOINT_REFILL) p = refill_page_cache(fd, p, size, &m->refilled);
     if (p == MAP_FAILED) return errno;
     m->data = p;
     return 0;

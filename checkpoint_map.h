@@ -1,9 +1,12 @@
-/* checkpoint_map.h: the checkpoint file in memory, mapped in 2 MB pages where the OS allows it.
+/* checkpoint_map.h: the checkpoint file in memory: mapped read-only (in 2 MB pages where the page
+ * cache holds it so), or read into memory with --no-mmap.
  *
  * Why this is its own job: on Linux a file mapping is served from the page cache, and how fast the
  * weights stream during decode depends on the page size the cache holds them in: on some virtual
  * machines a mapping of 4 KB pages reads several times slower than the same file in 2 MB pages
- * (docs/design.md#mapped-weights). */
+ * (docs/design.md#mapped-weights). By default a load only maps and reads the file; the one step
+ * that changes the system's page cache, the refill, runs only when asked for
+ * (docs/design.md#page-cache-repair). */
 #ifndef CHECKPOINT_MAP_H
 #define CHECKPOINT_MAP_H
 
@@ -13,23 +16,38 @@ typedef struct {
     void* data;          /* the file's bytes: a read-only mapping, or a heap copy (copied = 1) */
     size_t size;         /* the file's size in bytes */
     int copied;          /* 1: read into 2 MB-aligned anonymous memory (--no-mmap), not mapped */
-    long long huge_bytes;  /* bytes of the mapping in 2 MB pages after loading, from
-                            * /proc/self/smaps (FilePmdMapped); -1 where that cannot be read
-                            * and for a copy */
-    int recached;        /* 1: the page cache held the file in small pages, so it was written back,
-                          * dropped and read again in 2 MB pages */
+    int refilled;        /* 1: asked to refill (--refill-page-cache), the loader found the file in
+                          * small pages and dropped and read it again in 2 MB pages */
 } CheckpointMap;
 
-/* Maps the open file fd of size bytes. Linux: the mapping starts on a 2 MB boundary, is marked
- * MADV_HUGEPAGE (page cache misses are read in as 2 MB folios) and populated now, so the first
- * forward pass does not fault page by page; when the cache already held more than 1% of the file
- * in small pages (it was just written, copied or read with read()), those are dropped once and
- * read again. Other systems: a plain mmap. copy != 0 (--no-mmap): no mapping; the file is read
- * (pread, 64 MB at a time) into 2 MB-aligned anonymous memory marked for huge pages, so the process
- * holds one copy of it.
+/* How checkpoint_map loads the file. */
+enum {
+    CHECKPOINT_MAPPED = 0,  /* the default: map it, no change to the system's page cache */
+    CHECKPOINT_COPIED = 1,  /* --no-mmap: read it into the process's own memory */
+    CHECKPOINT_REFILL = 2,  /* --refill-page-cache: map it; where the page cache holds it in small
+                             * pages, write back, drop and read again the file's cached pages */
+};
+
+/* Maps the open file fd of size bytes, as `how` says.
+ * CHECKPOINT_MAPPED, Linux: the mapping starts on a 2 MB boundary, is marked MADV_HUGEPAGE (a
+ * hint for this mapping: page cache misses are read in as 2 MB folios) and populated now, so the
+ * first forward pass does not fault page by page. Pages the cache already holds are mapped as
+ * they are, small or large; nothing is written back, dropped or read twice. Other systems: a
+ * plain mmap.
+ * CHECKPOINT_REFILL: the same, then, where more than 1% of the file is in small pages (it was just
+ * written, copied or read with read()), the file is written back (fdatasync), dropped from the
+ * page cache (POSIX_FADV_DONTNEED: for every process on the system) and read again, after a 2 MB
+ * probe shows that this system gives file mappings 2 MB pages.
+ * CHECKPOINT_COPIED: no mapping; the file is read (pread, 64 MB at a time) into 2 MB-aligned
+ * anonymous memory marked for huge pages, so the process holds one copy of it.
  * Returns 0, or an errno value. */
-int checkpoint_map(CheckpointMap* m, int fd, size_t size, int copy);
+int checkpoint_map(CheckpointMap* m, int fd, size_t size, int how);
 void checkpoint_unmap(CheckpointMap* m);
+
+/* Bytes of m's mapping in 2 MB pages now (FilePmdMapped in /proc/self/smaps: one read of that
+ * file, a few milliseconds); -1 for a copy and where smaps cannot tell. For measuring tools (the
+ * bench): a load never asks. */
+long long checkpoint_map_huge_bytes(const CheckpointMap* m);
 
 /* size bytes of anonymous memory, 2 MB aligned and marked for transparent huge pages (free with
  * free()): where --no-mmap copies the file, and the bench's read buffer, so that the roof is read

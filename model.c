@@ -439,7 +439,10 @@ static int map_checkpoint(Transformer* t, const char* path, uint64_t* size, char
         return fail(err, errlen, path, "file is too large to map on this machine");
     }
     const int no_mmap = t->options.no_mmap != 0;
-    int map_errno = checkpoint_map(&t->map, fd, (size_t)st.st_size, no_mmap);
+    const int how = no_mmap                        ? CHECKPOINT_COPIED
+                    : t->options.refill_page_cache ? CHECKPOINT_REFILL
+                                                   : CHECKPOINT_MAPPED;
+    int map_errno = checkpoint_map(&t->map, fd, (size_t)st.st_size, how);
     close(fd); /* a mapping keeps the file alive */
     if (map_errno != 0)
         return fail(err, errlen, path, "cannot %s: %s", no_mmap ? "read" : "mmap",

@@ -250,6 +250,11 @@ typedef struct {
     int ctx;              /* KV cache positions; <= 0: min(4096, max_seq_len); above max_seq_len: clamped to it */
     int no_mmap;          /* 1: read the file into (huge-page) anonymous memory instead of mapping it, like
                            * llama.cpp's --no-mmap */
+    int refill_page_cache; /* 1 (--refill-page-cache): where the page cache holds the mapped file in
+                           * small pages, write it back, drop it from the cache and read it again in
+                           * 2 MB pages (checkpoint_map.h, CHECKPOINT_REFILL); this changes the
+                           * system's page cache. 0: the file is mapped as the cache holds it.
+                           * Ignored with no_mmap */
     int kv_f16;           /* 1: the KV cache in fp16 (IEEE half) instead of fp32, like llama.cpp's default:
                            * half the cache's memory and half the bytes decode attention reads, for keys
                            * and values rounded to 11 significant bits (every sum stays fp32); 0: fp32,
@@ -266,7 +271,7 @@ typedef struct {
     FileHeader header;        /* a copy of the file's header */
     const uint8_t* tokenizer_data;  /* the tokenizer section, inside the mapping */
     size_t tokenizer_bytes;
-    CheckpointMap map;        /* the file: mapped (in 2 MB pages where possible) or copied */
+    CheckpointMap map;        /* the file: mapped (in 2 MB pages where the page cache has them) or copied */
     struct NormTrace* norm_trace; /* NULL, or --show-norms: forward() reports every RMSNorm call
                                    * site at one position (norm_trace.h) */
     NormLab norm_lab;         /* zero, or the RMSNorm lab's switches (set after transformer_load) */

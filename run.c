@@ -45,6 +45,7 @@ typedef struct {
     int n_thread_counts;
     int thinking, show_thinking, keep_thinking, verbose_prompt; /* chat mode */
     int no_mmap;                 /* read the weights into memory instead of mapping them */
+    int refill_page_cache;       /* --refill-page-cache: TransformerOptions.refill_page_cache */
     int kv_f16;                  /* --kv-cache f16: keys and values cached as IEEE halves */
     int bf16_activations;        /* prefill: bf16 weights x bf16-rounded activations */
     int show_norms;              /* --show-norms: every RMSNorm call site at the prompt's last token;
@@ -97,6 +98,8 @@ static void usage(FILE* out) {
             "  -c, --ctx N            context length (KV cache positions); 0 = min(4096, the model's)\n"
             "      --no-mmap          read the weights into memory (huge pages) instead of mapping\n"
             "                         the file: faster decode where page-cache reads are slow\n"
+            "      --refill-page-cache  model file cached in 4 KB pages: drop it from the system's page\n"
+            "                         cache and read it again in 2 MB pages: faster decode on some VMs\n"
             "      --kv-cache f32|f16 the KV cache's element type (default f32, the reference's);\n"
             "                         f16 halves its memory and decode attention's reads (llama.cpp's\n"
             "                         default), keys and values rounded to 11 significant bits\n"
@@ -243,6 +246,7 @@ static int* switch_field(Options* o, const char* name, int* value) {
         {"--no-think", &o->thinking, 0}, /* chat: the official template's switch-off */
         {"--hide-think", &o->show_thinking, 0},
         {"--no-mmap", &o->no_mmap, 1},
+        {"--refill-page-cache", &o->refill_page_cache, 1},
         {"--bf16-activations", &o->bf16_activations, 1},
         {"--show-norms", &o->show_norms, 1},
     };
@@ -950,7 +954,8 @@ int main(int argc, char** argv) {
     Options o;
     parse_args(argc, argv, &o);
     clamp_threads(&o);
-    const TransformerOptions topt = {.threads = o.threads, .ctx = o.ctx, .no_mmap = o.no_mmap, .kv_f16 = o.kv_f16,
+    const TransformerOptions topt = {.threads = o.threads, .ctx = o.ctx, .no_mmap = o.no_mmap,
+                                     .refill_page_cache = o.refill_page_cache, .kv_f16 = o.kv_f16,
                                      .bf16_activations = o.bf16_activations};
     Transformer t;
     char err[512];
@@ -958,6 +963,8 @@ int main(int argc, char** argv) {
     if (o.ctx > t.config.max_seq_len)
         fprintf(stderr, "run: note: -c %d is more than the model's maximum context of %d; using %d\n", o.ctx,
                 t.config.max_seq_len, t.config.max_seq_len);
+    if (o.refill_page_cache && o.no_mmap)
+        fprintf(stderr, "run: note: --refill-page-cache ignored: --no-mmap reads the file without mapping it\n");
     if (o.bf16_activations && !kernels_bf16_activations(t.kernels))
         fprintf(stderr, "run: note: --bf16-activations ignored: this build has no bf16 dot product (AVX-512 BF16)\n");
 

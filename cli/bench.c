@@ -384,8 +384,28 @@ static DecodeBytes decode_bytes(const Transformer* t, int depth, int n_gen) {
     return b;
 }
 
+/* How the weights are held: copied, or mapped with `huge` bytes in 2 MB pages (-1: unknown), and a
+ * note where the page cache holds much of the file in small pages. */
+static void print_weight_pages(const Transformer* t, long long huge) {
+    const size_t two_mb = (size_t)2 << 20, whole = t->map.size / two_mb * two_mb;
+    if (t->map.copied) {
+        printf("bench: weights read into memory (--no-mmap)\n");
+        return;
+    }
+    if (huge < 0) {
+        printf("bench: weights mapped (page size unknown: no /proc/self/smaps)\n");
+        return;
+    }
+    printf("bench: weights mapped, %.0f of %.0f MB in 2 MB pages%s\n", huge / 1e6, t->map.size / 1e6,
+           t->map.refilled ? " (the page cache held small pages: refilled, --refill-page-cache)" : "");
+    if (whole > 0 && (size_t)huge < whole - whole / 100 && !t->map.refilled)
+        printf("bench: note: the page cache holds the rest of the file in small pages, which read several times "
+               "slower on some VMs; --refill-page-cache drops and reads them again in 2 MB pages where the system "
+               "allows (docs/design.md#page-cache-repair)\n");
+}
+
 /* The table's first lines: the model, its weights in memory, the depth and the bytes per token. */
-static void print_setup(const Transformer* t, int depth, int n_gen, const DecodeBytes* b) {
+static void print_setup(const Transformer* t, long long huge, int depth, int n_gen, const DecodeBytes* b) {
     const Config* c = &t->config;
     printf("bench: %d layers, dim %d, vocab %d, weights %s", c->n_layers, c->dim, c->vocab_size,
            type_name(c->weight_type));
@@ -393,13 +413,7 @@ static void print_setup(const Transformer* t, int depth, int n_gen, const Decode
     printf(", kernels %s%s, decode prefetch %s\n", kernels_simd_name(t->kernels),
            kernels_bf16_activations(t->kernels) && c->weight_type == WEIGHT_BF16 ? ", bf16 activations in prefill" : "",
            kernels_prefetch_plan(t->kernels));
-    if (t->map.copied)
-        printf("bench: weights read into memory (--no-mmap)\n");
-    else if (t->map.huge_bytes < 0)
-        printf("bench: weights mapped (page size unknown: no /proc/self/smaps)\n");
-    else
-        printf("bench: weights mapped, %.0f of %.0f MB in 2 MB pages%s\n", t->map.huge_bytes / 1e6,
-               t->map.size / 1e6, t->map.recached ? " (the page cache held small pages: refilled)" : "");
+    print_weight_pages(t, huge);
     if (depth > 0)
         printf("bench: depth %d: both tests start with %d positions in the KV cache (llama-bench -d)\n", depth,
                depth);
@@ -472,8 +486,8 @@ static TestRow test_row(const ThreadRun* tr, int test, int n, int depth, int n_g
 }
 
 /* One JSON line (bench.h lists its keys). */
-static void print_json_row(const Transformer* t, const ThreadRun* tr, const TestRow* row, int test, int depth,
-                           int reps, int in_cache) {
+static void print_json_row(const Transformer* t, long long huge, const ThreadRun* tr, const TestRow* row, int test,
+                           int depth, int reps, int in_cache) {
     printf("{\"test\": \"%s\", \"threads\": %d, \"depth\": %d, \"tokens_per_s\": %.3f, \"min\": %.3f, "
            "\"max\": %.3f, ", row->name, tr->threads, depth, row->med, row->lo, row->hi);
     if (test == 1 && !in_cache)
@@ -490,10 +504,10 @@ static void print_json_row(const Transformer* t, const ThreadRun* tr, const Test
     printf("\"mem_gbps_best\": %.3f, \"weight_type\": \"%s\", \"cpu_share\": %.3f, ", tr->best,
            type_name(t->config.weight_type), row->share);
     printf("\"prefetch\": \"%s\", ", kernels_prefetch_plan(t->kernels));
-    if (t->map.copied || t->map.huge_bytes < 0)
+    if (huge < 0)
         printf("\"weights\": \"%s\", \"huge_pct\": null, ", t->map.copied ? "copied" : "mapped");
     else
-        printf("\"weights\": \"mapped\", \"huge_pct\": %.1f, ", 100.0 * t->map.huge_bytes / t->map.size);
+        printf("\"weights\": \"mapped\", \"huge_pct\": %.1f, ", 100.0 * huge / t->map.size);
     printf("\"kv_cache\": \"%s\", ", t->state.kv_f16 ? "f16" : "f32");
     print_json_list("reps_tokens_per_s", test == 0 ? tr->pp : tr->tg, reps, "%.3f");
     printf(", ");
@@ -557,8 +571,10 @@ static void note_slow_weight_pages(const ThreadRun* runs, int n_runs, int reps, 
 static void print_results(const Transformer* t, const ThreadRun* runs, int n_runs, int depth, int n_prompt,
                           int n_gen, int reps, int json, double* scratch) {
     const DecodeBytes b = decode_bytes(t, depth, n_gen);
+    /* Read once, after the timed reps: one pass over /proc/self/smaps (milliseconds), -1 for a copy. */
+    const long long huge = checkpoint_map_huge_bytes(&t->map);
     if (!json) {
-        print_setup(t, depth, n_gen, &b);
+        print_setup(t, huge, depth, n_gen, &b);
         print_reads(t, runs, n_runs, depth, n_gen, reps, scratch);
     }
     for (int k = 0; k < n_runs; k++) {
@@ -567,7 +583,7 @@ static void print_results(const Transformer* t, const ThreadRun* runs, int n_run
             int n = test == 0 ? n_prompt : n_gen;
             if (n <= 0) continue;
             const TestRow row = test_row(tr, test, n, depth, n_gen, reps, b.per_token, scratch);
-            if (json) print_json_row(t, tr, &row, test, depth, reps, b.in_cache);
+            if (json) print_json_row(t, huge, tr, &row, test, depth, reps, b.in_cache);
             else print_table_row(tr, &row, test, b.in_cache);
         }
     }

@@ -13,7 +13,8 @@
  *       {"test": "pp512", "threads": 2, "tokens_per_s": <median>, "min": .., "max": ..,
  *        "gbps": .., "roof_pct": .., "mem_gbps": .., "roof_pct_best": .., "mem_gbps_best": ..,
  *        "weight_type": "q8", "cpu_share": 0.97, "weights": "mapped" or "copied" (--no-mmap),
- *        "huge_pct": % of the mapping in 2 MB pages, "reps_tokens_per_s": [each rep's tok/s],
+ *        "huge_pct": % of the mapping in 2 MB pages (read from /proc/self/smaps after the reps;
+ *        null for a copy or without smaps), "reps_tokens_per_s": [each rep's tok/s],
  *        "reps_mem_gbps": [each decode rep's roof], "weights_gbps": .., "roof_pct_weights": ..,
  *        "reps_weights_gbps": [..]}
  *     gbps is the decode's achieved read bandwidth (bytes of weights and KV cache read per token /

@@ -7,13 +7,19 @@
   in what the bench reports (its JSON's "threads");
 * --no-mmap reads the file into its own memory: the logits are the same bytes as with the
   mapping, and the peak resident memory stays near one copy of the file (it was two: the mapped
-  pages and the copy).
+  pages and the copy);
+* --refill-page-cache (documented in --help) loads a freshly written copy of the model, whose page
+  cache is in small pages, to the same logits as the default load, and is ignored with a note
+  beside --no-mmap; the bench reports the share of the mapping in 2 MB pages (huge_pct, measured
+  by the bench itself) and null for a copy. That a default load leaves the page cache alone is
+  tested in tests/test_checkpoint_map.c, with mincore().
 
 Skips, with the reason, when ./run or the model is missing. Standard library only."""
 import json
 import os
 import pty
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -200,6 +206,66 @@ class NoMmap(hf_model.TempDirTestCase):
         self.assertLess(copied, mapped + 0.25 * size,
                         "--no-mmap peak %.1f MB, mapped %.1f MB, file %.1f MB" % (copied / mb, mapped / mb,
                                                                                    size / mb))
+
+
+
+@unittest.skipIf(missing() is not None, missing() or "")
+class RefillPageCache(unittest.TestCase):
+    """On a copy of the shipped model written into build/ (not a temporary folder, which may be a
+    tmpfs): just written, its page cache is in small pages, so the refill runs where the system
+    gives file mappings 2 MB pages."""
+
+    def setUp(self):
+        os.makedirs(os.path.join(ROOT, "build"), exist_ok=True)
+        self.tmp = tempfile.mkdtemp(dir=os.path.join(ROOT, "build"), prefix="refill_test_")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        self.model = os.path.join(self.tmp, "copy.bin")
+        with open(MODEL, "rb") as src, open(self.model, "wb") as dst:
+            dst.write(src.read())
+
+    def logits(self, model, *extra):
+        dump = os.path.join(self.tmp, "logits%d.f32" % len(os.listdir(self.tmp)))
+        p = subprocess.run([RUN, model, "--prompt-ids", "1,2,3,4", "-n", "4", "-t", "0", "--dump-logits", dump]
+                           + list(extra), capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        with open(dump, "rb") as f:
+            return f.read(), p.stderr
+
+    def test_help_documents_it(self):
+        p = subprocess.run([RUN, "--help"], capture_output=True, text=True, timeout=30)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertRegex(p.stdout, r"--refill-page-cache +model file cached in 4 KB pages: drop it from the "
+                                   r"system's page\s+cache and read it again in 2 MB pages")
+
+    def test_same_logits(self):
+        refilled, err = self.logits(self.model, "--refill-page-cache")
+        self.assertNotIn("note", err)
+        default, _ = self.logits(self.model)
+        shipped, _ = self.logits(MODEL)
+        self.assertGreater(len(default), 0)
+        self.assertEqual(refilled, default, "--refill-page-cache changed the logits")
+        self.assertEqual(default, shipped, "a copy of the model gives other logits")
+        copied, err = self.logits(self.model, "--refill-page-cache", "--no-mmap")
+        self.assertIn("run: note: --refill-page-cache ignored: --no-mmap reads the file without mapping it", err)
+        self.assertEqual(copied, default)
+
+    def test_bench_reports_2mb_pages(self):
+        if not os.path.exists("/proc/self/smaps"):
+            self.skipTest("no /proc/self/smaps here: huge_pct is null")
+        short = ["-m", "bench", "--bench-prompt", "2", "--bench-gen", "2", "--bench-reps", "1", "--threads", "1"]
+        for extra, weights in (([], "mapped"), (["--refill-page-cache"], "mapped"), (["--no-mmap"], "copied")):
+            p = subprocess.run([RUN, self.model, "--json"] + short + extra, capture_output=True, text=True,
+                               timeout=120)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            for r in map(json.loads, p.stdout.splitlines()):
+                self.assertEqual(r["weights"], weights)
+                if weights == "copied":
+                    self.assertIsNone(r["huge_pct"])
+                else:
+                    self.assertTrue(0 <= r["huge_pct"] <= 100, r)
+        p = subprocess.run([RUN, self.model] + short, capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertRegex(p.stdout, r"bench: weights mapped, \d+ of 9 MB in 2 MB pages")
 
 
 if __name__ == "__main__":

@@ -68,8 +68,8 @@ def fresh_pages(paths):
     (mapped at a 2 MB boundary with MADV_HUGEPAGE: 2 MB folios) and both programs start the round
     from pages of the same kind and age. Left alone, the two files' cached pages differ in ways
     that move decode by more than the engines do (a GGUF cached for hours can sit half in small
-    pages and stream measurably slower than after a drop and read back; docs/design.md#bench-roof); this engine refills its own checkpoint when it finds it
-    in small pages (checkpoint_map.c), llama.cpp maps the GGUF as the cache holds it."""
+    pages and stream measurably slower than after a drop and read back; docs/design.md#bench-roof); both engines map
+    their file as the cache holds it (this one refills it only with --refill-page-cache)."""
     for path in paths:
         drop_from_page_cache(path)
 
