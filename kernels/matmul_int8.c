@@ -513,32 +513,6 @@ ALWAYS_INLINE void q4_group_sums(__m256i s[], const uint8_t* w, const int8_t* x,
 #endif
 }
 
-#if defined(Q8_ZMM)
-/* q4_group_sums for one token on 512-bit vectors (decode, with VNNI): each 64-byte load is two
- * quarters of the group, v and v + 1 (lanes 0-7 and 8-15), whose activations (the group's 4-byte
- * pieces v and v + 1 for the low nibbles, 4 + v and 5 + v for the high ones) one vpermd spreads
- * over the two halves; at the end the halves are added, row i in lane i. Integer sums, so the same
- * int32 as q4_group_sums, bit for bit. Half the instructions per group
- * (docs/design.md#decode-stream). */
-ALWAYS_INLINE void q4_group_sums1_zmm(__m256i s[1], const uint8_t* w, const int8_t* x) {
-    const __m512i m = _mm512_set1_epi8(15);
-    const __m512i xv = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)x));
-    const __m512i i01 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    const __m512i two = _mm512_set1_epi32(2), four = _mm512_set1_epi32(4);
-    __m512i acc = _mm512_zextsi256_si512(s[0]);
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; h++) { /* quarters 2h and 2h + 1 */
-        const __m512i b = _mm512_loadu_si512((const void*)(w + 64 * h));
-        const __m512i lo = _mm512_and_si512(b, m), hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), m);
-        const __m512i il = h ? _mm512_add_epi32(i01, two) : i01;
-        const __m512i xl = _mm512_permutexvar_epi32(il, xv), xh = _mm512_permutexvar_epi32(_mm512_add_epi32(il, four), xv);
-        __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(lo), "v"(xl)); /* as dpbusd, on zmm */
-        __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(hi), "v"(xh));
-    }
-    s[0] = _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
-}
-#endif
-
 /* The block of rows r .. r+7 (computed whole: the last block is padded with zero rows; rows past
  * R are not stored) x tokens t .. t+TT-1 (TT <= 4). Per group and token: the sums of (q + 8) x,
  * corrected to q x with xgsum (-8 times the group's sum of x, quantize_rows), converted, and
@@ -563,13 +537,7 @@ ALWAYS_INLINE void tile_q4(float* out, const int8_t* xq, const float* xsc, const
         __m256i s[4];
 #pragma GCC unroll 4
         for (int j = 0; j < TT; j++) s[j] = _mm256_set1_epi32(xgsum[(size_t)(t + j) * G + g]);
-#if defined(Q8_ZMM)
-        if (TT == 1)
-            q4_group_sums1_zmm(s, b + Q4_BLOCK_ROWS * sizeof(uint16_t), xq + ((size_t)t * G + g) * Q4_GROUP);
-        else
-#endif
-            q4_group_sums(s, b + Q4_BLOCK_ROWS * sizeof(uint16_t), xq + ((size_t)t * G + g) * Q4_GROUP, (size_t)C,
-                          TT);
+        q4_group_sums(s, b + Q4_BLOCK_ROWS * sizeof(uint16_t), xq + ((size_t)t * G + g) * Q4_GROUP, (size_t)C, TT);
         const __m256 ws = scales8(b); /* the group's 8 rows' scales */
 #pragma GCC unroll 4
         for (int j = 0; j < TT; j++)
