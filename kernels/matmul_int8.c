@@ -255,27 +255,6 @@ ALWAYS_INLINE void qi_step4(__m256i a[4], const uint8_t* wg, size_t gb, int c, _
     for (int i = 0; i < 4; i++) a[i] = qi_dot(a[i], qi_load(wg + (size_t)i * gb, c), xv);
 }
 
-#if defined(KERNELS_AVX512) && defined(Q8_VNNI)
-#define Q8_ZMM 1
-/* A group of 64 of the four rows of a block on 512-bit vectors (decode, with VNNI): each row's
- * 64 weights meet the 64 activations in one vpdpbusd, whose lanes k and k + 8 (columns 4k .. 4k+3
- * and 32 + 4k .. 32 + 4k + 3) are then added: the same 8 int32 lanes, bit for bit, as qi_step4's
- * two 32-column steps, so the result does not depend on the build. a0: the group's lane
- * corrections (qi_acc0). Half the instructions per weight byte of the two 256-bit steps
- * (docs/design.md#decode-stream). */
-ALWAYS_INLINE void qi_group4_zmm(__m256i a[4], const uint8_t* wg, const int8_t* xg, __m256i a0) {
-    const __m512i x = _mm512_loadu_si512((const void*)xg), start = _mm512_zextsi256_si512(a0);
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++) {
-        const __m512i w = _mm512_xor_si512(_mm512_loadu_si512((const void*)(wg + (size_t)i * 64)),
-                                           _mm512_set1_epi8((char)0x80));
-        __m512i acc = start;
-        __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(w), "v"(x)); /* as dpbusd, on zmm */
-        a[i] = _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
-    }
-}
-#endif
-
 /* q8 matrix-vector product (decode): one row block at a time, front to back (its scales,
  * then per group the four rows' values), so the weights are one sequential stream; each group
  * step asks for the bytes pf ahead (choose_prefetch). A layout with the scales apart from the
@@ -312,17 +291,9 @@ ALWAYS_INLINE void rows_qi_n1_gs(const MatmulThread* mt, float* out, const int8_
                 for (int o = 0; o < (int)(4 * gb); o += 64) _mm_prefetch((const char*)wg + pf + o, _MM_HINT_T0);
                 __m256i a[4];
                 const int8_t* xg = xq + (size_t)g * gs;
-#if defined(Q8_ZMM)
-                if (gs == 64) {
-                    qi_group4_zmm(a, wg, xg, qi_acc0(xsum + (size_t)g * 8));
-                } else
-#endif
-                {
-                    a[0] = a[1] = a[2] = a[3] = qi_acc0(xsum + (size_t)g * 8);
+                a[0] = a[1] = a[2] = a[3] = qi_acc0(xsum + (size_t)g * 8);
 #pragma GCC unroll 4
-                    for (int c = 0; c < gs; c += 32)
-                        qi_step4(a, wg, gb, c, _mm256_loadu_si256((const __m256i*)(xg + c)));
-                }
+                for (int c = 0; c < gs; c += 32) qi_step4(a, wg, gb, c, _mm256_loadu_si256((const __m256i*)(xg + c)));
                 t0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[0]), _mm256_set1_ps(sx[0][k]), t0);
                 t1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[1]), _mm256_set1_ps(sx[1][k]), t1);
                 t2 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[2]), _mm256_set1_ps(sx[2][k]), t2);
