@@ -186,35 +186,6 @@ ALWAYS_INLINE __m512 kv_load16(const void* row, size_t i, int F16) {
     return _mm512_loadu_ps((const float*)row + i);
 }
 
-/* weighted_sum's 128 outputs per query from dimension i on, in one pass over the value rows: with
- * 32 vector registers, 2 queries x 128 sums (16 zmm) stay in registers beside a row's 8 value
- * vectors, so each row is read once, not once per 32 dimensions. Each sum runs over t in the same
- * order as in the 32-wide passes, so the result is the same bits. */
-ALWAYS_INLINE void weighted_sum_128(float* out, const float* att, int att_stride, int NQ, const void* values,
-                                    int stride, int n, int d, int i, int add, int F16) {
-    __m512 o[2][8];
-#pragma GCC unroll 2
-    for (int j = 0; j < NQ; j++)
-#pragma GCC unroll 8
-        for (int u = 0; u < 8; u++)
-            o[j][u] = add ? _mm512_loadu_ps(out + (size_t)j * d + i + 16 * u) : _mm512_setzero_ps();
-    for (int t = 0; t < n; t++) {
-        const void* v = kv_at(values, (size_t)t * stride, F16);
-        __m512 vv[8];
-#pragma GCC unroll 8
-        for (int u = 0; u < 8; u++) vv[u] = kv_load16(v, i + 16 * u, F16);
-#pragma GCC unroll 2
-        for (int j = 0; j < NQ; j++) {
-            const __m512 a = _mm512_set1_ps(att[(size_t)j * att_stride + t]);
-#pragma GCC unroll 8
-            for (int u = 0; u < 8; u++) o[j][u] = _mm512_fmadd_ps(a, vv[u], o[j][u]);
-        }
-    }
-#pragma GCC unroll 2
-    for (int j = 0; j < NQ; j++)
-#pragma GCC unroll 8
-        for (int u = 0; u < 8; u++) _mm512_storeu_ps(out + (size_t)j * d + i + 16 * u, o[j][u]);
-}
 #endif
 
 /* weighted_sum's 8 * NU outputs per query from dimension i on (NU 4, or 2 for a head_dim's last
@@ -246,15 +217,11 @@ ALWAYS_INLINE void weighted_sum_pass(float* out, const float* att, int att_strid
 }
 
 /* out_j (+)= sum_{t < n} att[j * att_stride + t] v_t for NQ (1 or 2) queries, 32 outputs per query
- * in registers per pass (128 in one pass with AVX-512, 16 in a last pass where head_dim % 32 is
- * 16); with add, the sums continue from what out holds (the blocks of the cache after the first:
+ * in registers per pass (16 in a last pass where head_dim % 32 is 16); with add, the sums continue from what out holds (the blocks of the cache after the first:
  * the additions run in the same order as over one array). */
 ALWAYS_INLINE void weighted_sum(float* out, const float* att, int att_stride, int NQ, const void* values, int stride,
                                 int n, int d, int add, int F16) {
     int i = 0;
-#if defined(KERNELS_AVX512)
-    for (; i + 128 <= d; i += 128) weighted_sum_128(out, att, att_stride, NQ, values, stride, n, d, i, add, F16);
-#endif
     for (; i + 32 <= d; i += 32) weighted_sum_pass(out, att, att_stride, NQ, values, stride, n, d, i, add, 4, F16);
     if (i < d) weighted_sum_pass(out, att, att_stride, NQ, values, stride, n, d, i, add, 2, F16);
 }

@@ -526,14 +526,11 @@ ALWAYS_INLINE void rows_bf16_n1_pf(float* out, const float* xp, const Matrix* W,
 /* rows_bf16_n1 on 512-bit vectors: a 64-byte load is 32 bf16, the activation row de-interleaved
  * per 32 columns (16 even, then 16 odd), and 128 columns per step into 8 accumulators: half the
  * instructions per weight byte of the ymm kernel, so the core keeps more loads in flight. The
- * plan's bf16_zmm distance (choose_prefetch) says how far ahead it prefetches, if at all. The 64
- * bytes come in as two 32-byte loads joined by vinserti64x4: Zen 4 splits a 512-bit load in two
- * anyway, and reads faster from L2 with 256-bit loads (docs/design.md#decode-stream). Needs
- * cols % 32 == 0. */
+ * plan's bf16_zmm distance (choose_prefetch) says how far ahead it prefetches, if at all
+ * (docs/design.md#decode-stream). Needs cols % 32 == 0. */
 ALWAYS_INLINE void bf16_step32(__m512* a, __m512* b, const uint16_t* w, const float* xp) {
     const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
-    __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)w)),
-                                   _mm256_loadu_si256((const __m256i*)(w + 16)), 1);
+    const __m512i v = _mm512_loadu_si512((const void*)w);
     *a = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), _mm512_load_ps(xp), *a);
     *b = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, hi)), _mm512_load_ps(xp + 16), *b);
 }

@@ -255,27 +255,6 @@ ALWAYS_INLINE void qi_step4(__m256i a[4], const uint8_t* wg, size_t gb, int c, _
     for (int i = 0; i < 4; i++) a[i] = qi_dot(a[i], qi_load(wg + (size_t)i * gb, c), xv);
 }
 
-#if defined(KERNELS_AVX512) && defined(Q8_VNNI)
-#define Q8_ZMM 1
-/* A group of 64 of the four rows of a block on 512-bit vectors (decode, with VNNI): each row's
- * 64 weights meet the 64 activations in one vpdpbusd, whose lanes k and k + 8 (columns 4k .. 4k+3
- * and 32 + 4k .. 32 + 4k + 3) are then added: the same 8 int32 lanes, bit for bit, as qi_step4's
- * two 32-column steps, so the result does not depend on the build. a0: the group's lane
- * corrections (qi_acc0). Half the instructions per weight byte of the two 256-bit steps
- * (docs/design.md#decode-stream). */
-ALWAYS_INLINE void qi_group4_zmm(__m256i a[4], const uint8_t* wg, const int8_t* xg, __m256i a0) {
-    const __m512i x = _mm512_loadu_si512((const void*)xg), start = _mm512_zextsi256_si512(a0);
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++) {
-        const __m512i w = _mm512_xor_si512(_mm512_loadu_si512((const void*)(wg + (size_t)i * 64)),
-                                           _mm512_set1_epi8((char)0x80));
-        __m512i acc = start;
-        __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(w), "v"(x)); /* as dpbusd, on zmm */
-        a[i] = _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
-    }
-}
-#endif
-
 /* q8 matrix-vector product (decode): one row block at a time, front to back (its scales,
  * then per group the four rows' values), so the weights are one sequential stream; each group
  * step asks for the bytes pf ahead (choose_prefetch). A layout with the scales apart from the
@@ -312,17 +291,9 @@ ALWAYS_INLINE void rows_qi_n1_gs(const MatmulThread* mt, float* out, const int8_
                 for (int o = 0; o < (int)(4 * gb); o += 64) _mm_prefetch((const char*)wg + pf + o, _MM_HINT_T0);
                 __m256i a[4];
                 const int8_t* xg = xq + (size_t)g * gs;
-#if defined(Q8_ZMM)
-                if (gs == 64) {
-                    qi_group4_zmm(a, wg, xg, qi_acc0(xsum + (size_t)g * 8));
-                } else
-#endif
-                {
-                    a[0] = a[1] = a[2] = a[3] = qi_acc0(xsum + (size_t)g * 8);
+                a[0] = a[1] = a[2] = a[3] = qi_acc0(xsum + (size_t)g * 8);
 #pragma GCC unroll 4
-                    for (int c = 0; c < gs; c += 32)
-                        qi_step4(a, wg, gb, c, _mm256_loadu_si256((const __m256i*)(xg + c)));
-                }
+                for (int c = 0; c < gs; c += 32) qi_step4(a, wg, gb, c, _mm256_loadu_si256((const __m256i*)(xg + c)));
                 t0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[0]), _mm256_set1_ps(sx[0][k]), t0);
                 t1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[1]), _mm256_set1_ps(sx[1][k]), t1);
                 t2 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[2]), _mm256_set1_ps(sx[2][k]), t2);
@@ -513,32 +484,6 @@ ALWAYS_INLINE void q4_group_sums(__m256i s[], const uint8_t* w, const int8_t* x,
 #endif
 }
 
-#if defined(Q8_ZMM)
-/* q4_group_sums for one token on 512-bit vectors (decode, with VNNI): each 64-byte load is two
- * quarters of the group, v and v + 1 (lanes 0-7 and 8-15), whose activations (the group's 4-byte
- * pieces v and v + 1 for the low nibbles, 4 + v and 5 + v for the high ones) one vpermd spreads
- * over the two halves; at the end the halves are added, row i in lane i. Integer sums, so the same
- * int32 as q4_group_sums, bit for bit. Half the instructions per group
- * (docs/design.md#decode-stream). */
-ALWAYS_INLINE void q4_group_sums1_zmm(__m256i s[1], const uint8_t* w, const int8_t* x) {
-    const __m512i m = _mm512_set1_epi8(15);
-    const __m512i xv = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)x));
-    const __m512i i01 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    const __m512i two = _mm512_set1_epi32(2), four = _mm512_set1_epi32(4);
-    __m512i acc = _mm512_zextsi256_si512(s[0]);
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; h++) { /* quarters 2h and 2h + 1 */
-        const __m512i b = _mm512_loadu_si512((const void*)(w + 64 * h));
-        const __m512i lo = _mm512_and_si512(b, m), hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), m);
-        const __m512i il = h ? _mm512_add_epi32(i01, two) : i01;
-        const __m512i xl = _mm512_permutexvar_epi32(il, xv), xh = _mm512_permutexvar_epi32(_mm512_add_epi32(il, four), xv);
-        __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(lo), "v"(xl)); /* as dpbusd, on zmm */
-        __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(hi), "v"(xh));
-    }
-    s[0] = _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
-}
-#endif
-
 /* The block of rows r .. r+7 (computed whole: the last block is padded with zero rows; rows past
  * R are not stored) x tokens t .. t+TT-1 (TT <= 4). Per group and token: the sums of (q + 8) x,
  * corrected to q x with xgsum (-8 times the group's sum of x, quantize_rows), converted, and
@@ -563,13 +508,7 @@ ALWAYS_INLINE void tile_q4(float* out, const int8_t* xq, const float* xsc, const
         __m256i s[4];
 #pragma GCC unroll 4
         for (int j = 0; j < TT; j++) s[j] = _mm256_set1_epi32(xgsum[(size_t)(t + j) * G + g]);
-#if defined(Q8_ZMM)
-        if (TT == 1)
-            q4_group_sums1_zmm(s, b + Q4_BLOCK_ROWS * sizeof(uint16_t), xq + ((size_t)t * G + g) * Q4_GROUP);
-        else
-#endif
-            q4_group_sums(s, b + Q4_BLOCK_ROWS * sizeof(uint16_t), xq + ((size_t)t * G + g) * Q4_GROUP, (size_t)C,
-                          TT);
+        q4_group_sums(s, b + Q4_BLOCK_ROWS * sizeof(uint16_t), xq + ((size_t)t * G + g) * Q4_GROUP, (size_t)C, TT);
         const __m256 ws = scales8(b); /* the group's 8 rows' scales */
 #pragma GCC unroll 4
         for (int j = 0; j < TT; j++)

@@ -529,7 +529,7 @@ static void test_attention(const Kernels* k) {
     check(attention_simd(128, 0) == simd && attention_simd(48, 0) == simd && attention_simd(80, 0) == simd &&
               !attention_simd(40, 0) && attention_simd(128, 1) == (simd && KV_F16_SIMD) && !attention_simd(40, 1),
           "attention_simd: head_dim 128, 48, 80 on the SIMD kernels (fp16 where widened in registers), 40 not");
-    /* 160: AVX-512's 128-wide weighted sum and a 32-wide pass after it; 48 and 80: a last 16 (the
+    /* 160: five 32-wide passes of the weighted sum; 48 and 80: a last 16 (the
      * shipped model's 48); 40: the scalar reference in every build */
     int dims[] = {128, 64, 40, 160, 48, 80};
     int npos[] = {1, 2, 7, 33, 300};
