@@ -458,10 +458,12 @@ static int split_tokens_padded(const MatmulJob* j) {
 }
 #endif
 
-static void run_job(MatmulJob* j) {
+/* Which copy of the activations the job's kernels read, prepared here once for all threads: the
+ * fp32 rows as they are, or three bf16 parts (AMX-BF16), bf16-rounded rows (--bf16-activations),
+ * a de-interleaved row (bf16 decode, made by each thread), or int8 groups (q8, q4). */
+static void prepare_activations(MatmulJob* j) {
     const MatmulScratch* s = j->s;
     (void)s; /* the scalar build reads no scratch */
-    const int nt = kernels_threads(j->k);
     j->use_qi = 0;
     j->use_xp = 0;
     j->use_xb16 = 0;
@@ -516,6 +518,12 @@ static void run_job(MatmulJob* j) {
         }
     }
 #endif
+}
+
+/* Rows per work item, a multiple of the row alignment every kernel of the job needs. */
+static int chunk_rows(const MatmulJob* j, int nt) {
+    const MatmulScratch* s = j->s;
+    (void)s;
     /* Row chunks: a multiple of 4 rows (8 with q4: whole row blocks); about 32 items per thread
      * for matrix-vector products, and at most 64 rows when n > 1 so the chunk's weights stay in
      * L2 while the token blocks go by.
@@ -550,7 +558,13 @@ static void run_job(MatmulJob* j) {
     if (j->use_split) align = FLOAT_PANEL_ROWS;
 #endif
     chunk = (chunk + align - 1) / align * align;
-    if (chunk < align) chunk = align;
+    return chunk < align ? align : chunk;
+}
+
+static void run_job(MatmulJob* j) {
+    const int nt = kernels_threads(j->k);
+    prepare_activations(j);
+    const int chunk = chunk_rows(j, nt);
     j->first_item[0] = 0;
     for (int m = 0; m < j->n_mats; m++) {
         j->chunk[m] = chunk;
