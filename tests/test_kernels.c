@@ -15,15 +15,7 @@
 #include <unistd.h>
 #endif
 
-static int n_pass, n_fail;
-
-static void check(int ok, const char* what) {
-    if (ok) n_pass++;
-    else {
-        n_fail++;
-        printf("FAIL: %s\n", what);
-    }
-}
+#include "tests/check.h"
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static float frand(void) { /* uniform in [-1, 1) */
@@ -1117,6 +1109,5 @@ int main(void) {
     test_attention(kern);
     kernels_free(kern);
     test_attention_rows();
-    printf("%d passed, %d failed\n", n_pass, n_fail);
-    return n_fail ? 1 : 0;
+    return checks_done();
 }

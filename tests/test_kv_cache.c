@@ -18,16 +18,7 @@
 
 #include "model.h"
 
-static int passed = 0, failed = 0;
-
-static void check(int ok, const char* what) {
-    if (ok) {
-        passed++;
-    } else {
-        failed++;
-        printf("FAIL: %s\n", what);
-    }
-}
+#include "tests/check.h"
 
 /* 1 if every page holding bytes [a, b) is resident, 0 if none is, -1 if some are. */
 static int resident(const void* a, const void* b) {
@@ -93,6 +84,5 @@ int main(void) {
     prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0);
 #endif
     if (run_case(0)) run_case(1); /* without MADV_POPULATE_WRITE the fp16 case has nothing to tell */
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return checks_done();
 }

@@ -13,15 +13,7 @@
 
 #include "kernels/kernels.h"
 
-static int n_pass, n_fail;
-
-static void check(int ok, const char* what) {
-    if (ok) n_pass++;
-    else {
-        n_fail++;
-        printf("FAIL: %s\n", what);
-    }
-}
+#include "tests/check.h"
 
 static unsigned long long rng = 0x2545F4914F6CDD1Dull;
 static float frand(void) { /* uniform in [-1, 1) */
@@ -169,6 +161,5 @@ int main(void) {
     test_unit_rms(x, w, a);
     test_layernorm_identity(x, w, a, c);
     free(x), free(w), free(a), free(b), free(c);
-    printf("%d passed, %d failed\n", n_pass, n_fail);
-    return n_fail ? 1 : 0;
+    return checks_done();
 }

@@ -20,16 +20,7 @@
 #define STEPS 12
 #define FREE_AT 6 /* the first model is freed after this many decode steps */
 
-static int passed = 0, failed = 0;
-
-static void check(int ok, const char* what) {
-    if (ok) {
-        passed++;
-    } else {
-        failed++;
-        printf("FAIL: %s\n", what);
-    }
-}
+#include "tests/check.h"
 
 /* One model's run alone: the logits after the prompt (row 0) and after each decode step, and the
  * tokens it fed (the prompt, then the greedy choice at each step). */
@@ -52,7 +43,7 @@ static int load(Transformer* t, const Run* r) {
     char err[512];
     if (transformer_load(t, MODEL_PATH, &r->opt, err, sizeof err) != 0) {
         printf("FAIL: %s: %s\n", r->name, err);
-        failed++;
+        n_fail++;
         return -1;
     }
     return 0;
@@ -143,6 +134,5 @@ int main(void) {
     }
     free(runs[0].logits);
     free(runs[1].logits);
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return checks_done();
 }
