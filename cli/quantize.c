@@ -315,8 +315,7 @@ static const float* row_values(const Matrix* W, int r, float* scratch) {
         return scratch;
     }
     if (W->type == WEIGHT_F32) return (const float*)W->data + (size_t)r * cols;
-    const uint16_t* h = (const uint16_t*)W->data + (size_t)r * cols;
-    for (size_t c = 0; c < cols; c++) scratch[c] = bf16_to_f32(h[c]);
+    matrix_row(scratch, W, r); /* the embedding lookup's widening */
     return scratch;
 }
 
