@@ -27,6 +27,7 @@
 #include "model.h"
 #include "cli/norm_trace.h"
 #include "cli/quantize.h"
+#include "cli/read_all.h"
 #include "cli/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -547,30 +548,6 @@ static int* parse_prompt_ids(const char* s, int vocab_size, int* n_out) {
     return ids;
 }
 
-/* Standard input to its end, with read(2): at a terminal, one Ctrl-D at the start of a line is the
- * end (a read of 0 bytes), where stdio's buffered reads could ask for a second one. */
-static char* read_all_stdin(size_t* len) {
-    size_t cap = 1 << 16, n = 0;
-    char* buf = malloc(cap);
-    if (buf == NULL) die(1, "out of memory");
-    for (;;) {
-        if (n + 1 >= cap) {
-            cap *= 2;
-            char* bigger = realloc(buf, cap);
-            if (bigger == NULL) die(1, "out of memory");
-            buf = bigger;
-        }
-        ssize_t got = read(STDIN_FILENO, buf + n, cap - n - 1);
-        if (got < 0 && errno == EINTR) continue;
-        if (got < 0) die(1, "cannot read standard input: %s", strerror(errno));
-        if (got == 0) break;
-        n += (size_t)got;
-    }
-    buf[n] = '\0';
-    *len = n;
-    return buf;
-}
-
 static double now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -849,7 +826,8 @@ static int tokenize(const Tokenizer* tok, const Options* o) {
         if (isatty(STDIN_FILENO))
             fputs("run: reading the text to tokenize from standard input: type it, then Ctrl-D on a new line "
                   "(or pass -i TEXT)\n", stderr);
-        text = read_all_stdin(&len);
+        text = read_all(STDIN_FILENO, "standard input", &len);
+        if (text == NULL) exit(1);
     }
     int n = 0;
     int* ids = tokenizer_encode(tok, text, len, &n);

@@ -1,7 +1,9 @@
 /* eval.c: `-m eval` (eval.h): loss, perplexity and top-1 accuracy of the model on a text. */
 #include "eval.h"
+#include "read_all.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,32 +26,6 @@ void eval_score_rows(EvalSums* sums, const float* rows, int n_rows, int vocab_si
     }
 }
 
-/* The whole of f (a file or standard input), NUL-terminated, malloc'ed; NULL after an error line. */
-static char* read_text(FILE* f, const char* name, size_t* len) {
-    size_t cap = 1 << 16, n = 0;
-    char* buf = malloc(cap);
-    for (;;) {
-        if (buf == NULL) {
-            fprintf(stderr, "run: error: out of memory reading %s\n", name);
-            return NULL;
-        }
-        n += fread(buf + n, 1, cap - n - 1, f);
-        if (n + 1 < cap) break;
-        cap *= 2;
-        char* bigger = realloc(buf, cap);
-        if (bigger == NULL) free(buf);
-        buf = bigger;
-    }
-    if (ferror(f)) {
-        fprintf(stderr, "run: error: %s: read failed: %s\n", name, strerror(errno));
-        free(buf);
-        return NULL;
-    }
-    buf[n] = '\0';
-    *len = n;
-    return buf;
-}
-
 /* The tokens to score (malloc'ed): --prompt-ids as given, else the text of -i, --file or standard
  * input, encoded without BOS. NULL after an error line. */
 static int* eval_tokens(const Tokenizer* tok, const EvalOptions* o, int* n) {
@@ -70,13 +46,13 @@ static int* eval_tokens(const Tokenizer* tok, const EvalOptions* o, int* n) {
     if (text) {
         len = strlen(text);
     } else {
-        FILE* f = o->file ? fopen(o->file, "rb") : stdin;
-        if (f == NULL) {
+        const int fd = o->file ? open(o->file, O_RDONLY) : STDIN_FILENO;
+        if (fd < 0) {
             fprintf(stderr, "run: error: %s: cannot open: %s\n", o->file, strerror(errno));
             return NULL;
         }
-        owned = read_text(f, o->file ? o->file : "standard input", &len);
-        if (o->file) fclose(f);
+        owned = read_all(fd, o->file ? o->file : "standard input", &len);
+        if (o->file) close(fd);
         if (owned == NULL) return NULL;
         text = owned;
     }
