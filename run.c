@@ -81,7 +81,7 @@ static void usage(FILE* out) {
             "      --prompt-ids IDS   the prompt as comma-separated token ids, e.g. 9707,11,1879\n"
             "                         (generate mode; eval mode: the tokens to score)\n"
             "  -m, --mode MODE        generate | chat | tokenize | bench | eval (default generate); chat\n"
-            "                         reads one message per line: /clear starts over, /bye ends; eval\n"
+            "                         reads one message per line (/help lists its commands); eval\n"
             "                         scores a text (-i, --file or standard input; or --prompt-ids) in\n"
             "                         windows of -c tokens: loss (nats/token), perplexity, top-1\n"
             "  -y, --system TEXT      system prompt (chat mode)\n"
