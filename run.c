@@ -1,9 +1,9 @@
-/* run.c: the command line of the engine (llama2.c's flags, plus a few).
+/* run.c: the command line of the engine (llama2.c's flags, plus a few): the options, generate and
+ * tokenize; chat, bench, eval and quantize are in cli/.
  *
  *   ./run MODEL.bin [options]          (./run --help lists them)
  *
- * Modes: generate (default) continues a prompt; tokenize prints the ids of a text; chat, bench and
- * eval are in chat.c, bench.c and eval.c. The test contract that other tools depend on:
+ * The test contract that other tools depend on:
  *   --prompt-ids 9707,11,1879   the prompt as token ids (exactly these, no BOS added)
  *   --dump-logits PATH          raw little-endian float32 logits, vocab_size per row: one row for
  *                               every prompt position, then one for every generated token
@@ -27,121 +27,163 @@
 #include "model.h"
 #include "cli/norm_trace.h"
 #include "cli/quantize.h"
-#include "cli/read_all.h"
+#include "cli/read_text.h"
 #include "cli/sampler.h"
 #include "tokenizer/tokenizer.h"
 
+/* The modes as bits, so that an option can name the modes it does something in. */
+enum { GENERATE = 1, CHAT = 2, TOKENIZE = 4, BENCH = 8, EVAL = 16, ANY_MODE = 31 };
+static const char* const MODE_NAMES[] = {"generate", "chat", "tokenize", "bench", "eval"};
+
+/* Every option, in --help's order. In any other mode than its own an option does nothing, and a
+ * note says so. A row with only help is a heading of --help. */
+typedef struct {
+    const char* short_name; /* NULL: none */
+    const char* long_name;
+    const char* arg;        /* the value's name in --help; NULL: a switch, which takes no value */
+    int modes;
+    const char* help;       /* continued lines ('\n') are indented under the first */
+} OptionSpec;
+
+static const OptionSpec OPTIONS[] = {
+    {"-t", "--temperature", "T", GENERATE | CHAT,
+     "sampling temperature in [0,100]; 0 = greedy (default: the model's\ngeneration_config, else 1.0)"},
+    {"-p", "--top-p", "P", GENERATE | CHAT,
+     "top-p (nucleus) sampling in [0,1]; 0 or 1 = off (default: the\nmodel's, else 0.9)"},
+    {"-k", "--top-k", "K", GENERATE | CHAT, "keep the K most likely tokens; 0 = off (default: the model's)"},
+    {NULL, "--min-p", "P", GENERATE | CHAT, "drop tokens below P * the top probability, [0,1]; 0 = off (default)"},
+    {NULL, "--repeat-penalty", "R", GENERATE | CHAT,
+     "repetition penalty over every token seen, (0,100]; 1 = off (default)"},
+    {"-s", "--seed", "S", GENERATE | CHAT,
+     "random seed, a non-negative integer (default: from the clock in\n"
+     "nanoseconds, printed at the end of a sampled generation)"},
+    {"-n", "--steps", "N", GENERATE | CHAT,
+     "tokens to generate, >= 0; 0 = only process the prompt (default 256;\n"
+     "chat mode: per answer, 0 or default = until the context is full)"},
+    {"-i", "--input", "TEXT", GENERATE | CHAT | TOKENIZE | EVAL,
+     "the prompt (tokenize and eval mode: the text; default: standard input)"},
+    {NULL, "--prompt-ids", "IDS", GENERATE | EVAL,
+     "the prompt as comma-separated token ids, e.g. 9707,11,1879\n(eval mode: the tokens to score)"},
+    {"-m", "--mode", "MODE", ANY_MODE,
+     "generate | chat | tokenize | bench | eval (default generate); chat\n"
+     "reads one message per line (/help lists its commands); eval\n"
+     "scores a text (-i, --file or standard input; or --prompt-ids) in\n"
+     "windows of -c tokens: loss (nats/token), perplexity, top-1"},
+    {"-y", "--system", "TEXT", CHAT, "system prompt (chat mode)"},
+    {NULL, "--no-think", NULL, CHAT, "chat mode: switch thinking off (the template's empty think\nblock; same as --thinking 0)"},
+    {NULL, "--hide-think", NULL, CHAT, "chat mode: do not print the thinking (same as --show-thinking 0)"},
+    {NULL, "--thinking", "0|1", CHAT, "chat mode: 1 = Qwen3's thinking mode (default), 0 = no-think"},
+    {NULL, "--show-thinking", "0|1", CHAT, "chat mode: print the thinking (default 1) or hide it"},
+    {NULL, "--keep-thinking", NULL, CHAT,
+     "chat mode: keep earlier answers' thinking in the context and\n"
+     "run only each turn's new text (default: each turn's prompt is\n"
+     "the template's, which drops it; the cache is reused up to\nwhere the two differ)"},
+    {NULL, "--verbose-prompt", NULL, GENERATE | CHAT,
+     "print the prompt's token ids to stderr (chat mode: each turn's,\n"
+     "with how many were already cached, and the answer's)"},
+    {"-c", "--ctx", "N", ANY_MODE, "context length (KV cache positions); 0 = min(4096, the model's)"},
+    {NULL, "--threads", "N", ANY_MODE,
+     "worker threads (default and most: one per CPU this process may\n"
+     "run on); bench mode takes a list, e.g. 1,2: the counts take\nturns rep by rep"},
+    {NULL, "--no-mmap", NULL, ANY_MODE,
+     "read the weights into memory (huge pages) instead of mapping\n"
+     "the file: faster decode where page-cache reads are slow"},
+    {NULL, "--refill-page-cache", NULL, ANY_MODE,
+     "model file cached in 4 KB pages: drop it from the system's page\n"
+     "cache and read it again in 2 MB pages: faster decode on some VMs"},
+    {NULL, "--kv-cache", "f32|f16", ANY_MODE,
+     "the KV cache's element type (default f32, the reference's);\n"
+     "f16 halves its memory and decode attention's reads (llama.cpp's\n"
+     "default), keys and values rounded to 11 significant bits"},
+    {NULL, "--bf16-activations", NULL, ANY_MODE,
+     "prefill of a bf16 model rounds the activations to bf16 and uses\n"
+     "the CPU's bf16 dot product (AVX-512 BF16): llama.cpp's precision,\n"
+     "faster on Zen 4 and with AMX; ignored with a note where the\nbuild has none"},
+    {NULL, "--dump-logits", "PATH", GENERATE | CHAT,
+     "write the logits of every prompt position and every generated\n"
+     "token as raw little-endian float32 (vocab_size per row)"},
+    {NULL, "--show-norms", NULL, GENERATE,
+     "generate mode: print to stderr what each RMSNorm call site\n"
+     "(pre-attention, QK-Norm, pre-MLP, final) does at the prompt's\n"
+     "last token: rms in, scale, rms(w), rms out; --show-norms=all:\n"
+     "the same at every position, every head of q and k on its own"},
+    {NULL, "--norms-json", "PATH", GENERATE,
+     "generate mode: write every RMSNorm call site at every position\n"
+     "and head, and each head's largest |q.k|/sqrt(d), as JSON lines\n(tools/plot_norms.py draws them)"},
+    {NULL, "--file", "PATH", EVAL, "eval mode: the text to score (default: -i, else standard input)"},
+    {NULL, "--json", NULL, BENCH | EVAL,
+     "bench mode: JSON lines; eval mode: one line\n{\"tokens\": N, \"loss\": X, \"ppl\": Y, \"top1\": Z}"},
+    {NULL, "--bench-prompt", "N", BENCH,
+     "bench mode: prefill tokens (default 512; the defaults shrink to\nfit the context, with a note)"},
+    {NULL, "--bench-gen", "N", BENCH, "bench mode: decode tokens (default 128)"},
+    {NULL, "--bench-reps", "N", BENCH, "bench mode: timed repetitions of each test (default 5)"},
+    {NULL, "--bench-depth", "N", BENCH,
+     "bench mode: positions already in the KV cache when each test\nstarts, as llama-bench -d (default 0)"},
+    {"-h", "--help", NULL, ANY_MODE, "this help"},
+    {NULL, NULL, NULL, 0, "RMSNorm lab (generate, chat and eval; each changes the model, for teaching):"},
+    {NULL, "--ablate", "LIST", GENERATE | CHAT | EVAL,
+     "leave out RMSNorm uses, comma-separated: qk-norm, final-norm,\n"
+     "pre-norms (pre-attention and pre-MLP), norm-weight (w = 1:\n"
+     "scale only), norm-scale (the weight only: no 1/rms)"},
+    {NULL, "--norm-eps", "X", GENERATE | CHAT | EVAL, "eps inside every RMSNorm's square root instead of the model's"},
+    {NULL, "--norm", "rmsnorm|layernorm", GENERATE | CHAT | EVAL,
+     "layernorm: subtract the vector's mean first (LayerNorm\n"
+     "without a bias); rmsnorm (default): the model as trained"},
+};
+#define N_OPTIONS (int)(sizeof OPTIONS / sizeof OPTIONS[0])
+
+static void usage(FILE* out) {
+    fputs("Usage:   ./run MODEL.bin [options]\n"
+          "Example: ./run model.bin -n 256 -i \"Once upon a time\"\nOptions:\n", out);
+    for (int k = 0; k < N_OPTIONS; k++) {
+        const OptionSpec* s = &OPTIONS[k];
+        if (s->long_name == NULL) {
+            fprintf(out, "%s\n", s->help);
+            continue;
+        }
+        char names[64];
+        snprintf(names, sizeof names, "  %-2s%s%s%s%s", s->short_name ? s->short_name : "", s->short_name ? ", " : "  ",
+                 s->long_name, s->arg ? " " : "", s->arg ? s->arg : "");
+        if (strlen(names) > 26) fprintf(out, "%s\n%27s", names, ""); /* the help on the next line */
+        else fprintf(out, "%-26s ", names);
+        for (const char* h = s->help; *h; h++) {
+            fputc(*h, out);
+            if (*h == '\n') fprintf(out, "%27s", "");
+        }
+        fputc('\n', out);
+    }
+    fputs("Quantize mode (-m quantize): ./run MODEL.bin -m quantize --dtype q8|q4 -o OUT.bin writes an\n"
+          "  f32 or bf16 checkpoint as q8 or q4 (./run -m quantize --help)\n"
+          "Environment: KERNELS_SPIN_US (idle threads' spin before sleeping, default 200),\n"
+          "  KERNELS_PREFETCH (near|mid|mid-l2|far: decode's weight prefetch, default from the CPU),\n"
+          "  KERNELS_AMX=0 (prefill on the AVX-512 kernels instead of AMX tiles, where the CPU has AMX),\n"
+          "  BENCH_LLC_BYTES (the last-level cache size the bench compares decode's bytes per token\n"
+          "  with, default from /sys; 0 = always give decode's % of roof)\n", out);
+}
+
 typedef struct {
     const char* checkpoint;
-    const char* mode;          /* generate | chat | tokenize | bench | eval */
+    int mode;                  /* GENERATE, CHAT, TOKENIZE, BENCH or EVAL */
+    const char* mode_name;
     const char* prompt;        /* -i */
     const char* prompt_ids;    /* --prompt-ids */
     const char* system_prompt; /* -y */
-    const char* dump_logits;   /* --dump-logits */
-    const char* bench_args[12]; /* bench mode's options, normalised for bench_main (bench.h) */
-    int n_bench_args;
+    const char* dump_logits;
+    const char* norms_json;
+    const char* file;          /* eval mode's text */
     float temperature, top_p, min_p, repeat_penalty;
     int top_k, steps, threads, ctx;
-    const char* thread_counts;   /* --threads as given: a list of counts in bench mode */
+    uint64_t seed;
+    const char* thread_counts; /* --threads as given: in bench mode a list of counts */
     int n_thread_counts;
     int thinking, show_thinking, keep_thinking, verbose_prompt; /* chat mode */
-    int no_mmap;                 /* read the weights into memory instead of mapping them */
-    int refill_page_cache;       /* --refill-page-cache: TransformerOptions.refill_page_cache */
-    int kv_f16;                  /* --kv-cache f16: keys and values cached as IEEE halves */
-    int bf16_activations;        /* prefill: bf16 weights x bf16-rounded activations */
-    int show_norms;              /* --show-norms: every RMSNorm call site at the prompt's last token;
-                                  * 2 (--show-norms=all): at every position, every head */
-    const char* norms_json;      /* --norms-json PATH: the same, all of it, as JSON lines */
-    const char* file;            /* --file: eval mode's text */
-    int json;                    /* --json: bench and eval mode */
-    NormLab norm_lab;            /* --ablate, --norm-eps, --norm: the RMSNorm lab (model.h) */
-    uint64_t seed;
-    int has_temperature, has_top_p, has_top_k, has_seed, has_steps;
-    const char* given[48];       /* the options given, by their long names: for the other-mode notes */
-    int n_given;
+    int no_mmap, refill_page_cache, kv_f16, bf16_activations;   /* TransformerOptions */
+    int show_norms;            /* 1: --show-norms, 2: --show-norms=all */
+    int json;
+    NormLab norm_lab;          /* --ablate, --norm-eps, --norm (model.h) */
+    const char* given[N_OPTIONS]; /* each option's last value ("" for a switch); NULL: not given */
+    int order[N_OPTIONS], n_given; /* the options given, in the order they first came */
 } Options;
-
-static void usage(FILE* out) {
-    fprintf(out,
-            "Usage:   ./run MODEL.bin [options]\n"
-            "Example: ./run model.bin -n 256 -i \"Once upon a time\"\n"
-            "Options:\n"
-            "  -t, --temperature T    sampling temperature in [0,100]; 0 = greedy (default: the model's\n"
-            "                         generation_config, else 1.0)\n"
-            "  -p, --top-p P          top-p (nucleus) sampling in [0,1]; 0 or 1 = off (default: the\n"
-            "                         model's, else 0.9)\n"
-            "  -k, --top-k K          keep the K most likely tokens; 0 = off (default: the model's)\n"
-            "      --min-p P          drop tokens below P * the top probability, [0,1]; 0 = off (default)\n"
-            "      --repeat-penalty R repetition penalty over every token seen, (0,100]; 1 = off (default)\n"
-            "  -s, --seed S           random seed, a non-negative integer (default: from the clock in\n"
-            "                         nanoseconds, printed at the end of a sampled generation)\n"
-            "  -n, --steps N          tokens to generate, >= 0; 0 = only process the prompt (default 256;\n"
-            "                         chat mode: per answer, 0 or default = until the context is full)\n"
-            "  -i, --input TEXT       the prompt (tokenize mode: the text; default: standard input)\n"
-            "      --prompt-ids IDS   the prompt as comma-separated token ids, e.g. 9707,11,1879\n"
-            "                         (generate mode; eval mode: the tokens to score)\n"
-            "  -m, --mode MODE        generate | chat | tokenize | bench | eval (default generate); chat\n"
-            "                         reads one message per line (/help lists its commands); eval\n"
-            "                         scores a text (-i, --file or standard input; or --prompt-ids) in\n"
-            "                         windows of -c tokens: loss (nats/token), perplexity, top-1\n"
-            "  -y, --system TEXT      system prompt (chat mode)\n"
-            "      --no-think         chat mode: switch thinking off (the template's empty think\n"
-            "                         block; same as --thinking 0)\n"
-            "      --hide-think       chat mode: do not print the thinking (same as --show-thinking 0)\n"
-            "      --thinking 0|1     chat mode: 1 = Qwen3's thinking mode (default), 0 = no-think\n"
-            "      --show-thinking 0|1  chat mode: print the thinking (default 1) or hide it\n"
-            "      --keep-thinking    chat mode: keep earlier answers' thinking in the context and\n"
-            "                         run only each turn's new text (default: each turn's prompt is\n"
-            "                         the template's, which drops it; the cache is reused up to\n"
-            "                         where the two differ)\n"
-            "      --verbose-prompt   print the prompt's token ids to stderr (chat mode: each turn's,\n"
-            "                         with how many were already cached, and the answer's)\n"
-            "  -c, --ctx N            context length (KV cache positions); 0 = min(4096, the model's)\n"
-            "      --no-mmap          read the weights into memory (huge pages) instead of mapping\n"
-            "                         the file: faster decode where page-cache reads are slow\n"
-            "      --refill-page-cache  model file cached in 4 KB pages: drop it from the system's page\n"
-            "                         cache and read it again in 2 MB pages: faster decode on some VMs\n"
-            "      --kv-cache f32|f16 the KV cache's element type (default f32, the reference's);\n"
-            "                         f16 halves its memory and decode attention's reads (llama.cpp's\n"
-            "                         default), keys and values rounded to 11 significant bits\n"
-            "      --bf16-activations prefill of a bf16 model rounds the activations to bf16 and uses\n"
-            "                         the CPU's bf16 dot product (AVX-512 BF16): llama.cpp's precision,\n"
-            "                         faster on Zen 4 and with AMX; ignored with a note where the\n"
-            "                         build has none\n"
-            "      --threads N        worker threads (default and most: one per CPU this process may\n"
-            "                         run on); bench mode takes a list, e.g. 1,2: the counts take\n"
-            "                         turns rep by rep\n"
-            "      --dump-logits PATH write the logits of every prompt position and every generated\n"
-            "                         token as raw little-endian float32 (vocab_size per row)\n"
-            "      --show-norms       generate mode: print to stderr what each RMSNorm call site\n"
-            "                         (pre-attention, QK-Norm, pre-MLP, final) does at the prompt's\n"
-            "                         last token: rms in, scale, rms(w), rms out\n"
-            "      --show-norms=all   the same at every position, every head of q and k on its own\n"
-            "      --norms-json PATH  generate mode: write every RMSNorm call site at every position\n"
-            "                         and head, and each head's largest |q.k|/sqrt(d), as JSON lines\n"
-            "                         (tools/plot_norms.py draws them)\n"
-            "      --file PATH        eval mode: the text to score (default: -i, else standard input)\n"
-            "      --json             eval mode: one line {\"tokens\": N, \"loss\": X, \"ppl\": Y, \"top1\": Z}\n"
-            "RMSNorm lab (generate, chat and eval; each changes the model, for teaching):\n"
-            "      --ablate LIST      leave out RMSNorm uses, comma-separated: qk-norm, final-norm,\n"
-            "                         pre-norms (pre-attention and pre-MLP), norm-weight (w = 1:\n"
-            "                         scale only), norm-scale (the weight only: no 1/rms)\n"
-            "      --norm-eps X       eps inside every RMSNorm's square root instead of the model's\n"
-            "      --norm rmsnorm|layernorm  layernorm: subtract the vector's mean first (LayerNorm\n"
-            "                         without a bias); rmsnorm (default): the model as trained\n"
-            "  -h, --help             this help\n"
-            "Bench mode (-m bench): --bench-prompt N (prefill tokens, default 512), --bench-gen N\n"
-            "  (decode tokens, default 128; both defaults shrink to fit the context, with a note),\n"
-            "  --bench-reps N (default 5), --bench-depth N (positions already in the KV cache when\n"
-            "  each test starts, as llama-bench -d; default 0), --json (JSON lines)\n"
-            "Quantize mode (-m quantize): ./run MODEL.bin -m quantize --dtype q8|q4 -o OUT.bin writes an\n"
-            "  f32 or bf16 checkpoint as q8 or q4 (./run -m quantize --help)\n"
-            "Environment: KERNELS_SPIN_US (idle threads' spin before sleeping, default 200),\n"
-            "  KERNELS_PREFETCH (near|mid|mid-l2|far: decode's weight prefetch, default from the CPU),\n"
-            "  KERNELS_AMX=0 (prefill on the AVX-512 kernels instead of AMX tiles, where the CPU has AMX),\n"
-            "  BENCH_LLC_BYTES (the last-level cache size the bench compares decode's bytes per token\n"
-            "  with, default from /sys; 0 = always give decode's %% of roof)\n");
-}
 
 /* One-line error and exit (status 2: bad command line; 1: anything else). */
 static void die(int status, const char* fmt, ...) __attribute__((noreturn, format(printf, 2, 3)));
@@ -188,32 +230,33 @@ static long long parse_int(const char* flag, const char* s, long long lo, long l
 static uint64_t parse_seed(const char* flag, const char* s) {
     char* end;
     errno = 0;
-    if (*s == '-' || *s == '+') die(2, "%s needs a non-negative integer, got '%s'", flag, s);
     unsigned long long v = strtoull(s, &end, 10);
-    if (end == s || *end != '\0' || errno == ERANGE)
+    if (*s == '-' || *s == '+' || end == s || *end != '\0' || errno == ERANGE)
         die(2, "%s needs a non-negative integer, got '%s'", flag, s);
     return (uint64_t)v;
 }
 
-/* Remembers an option given (its long name, once) for warn_other_mode's notes. */
-static void note_given(Options* o, const char* long_name) {
-    for (int k = 0; k < o->n_given; k++)
-        if (strcmp(o->given[k], long_name) == 0) return;
-    if (o->n_given < (int)(sizeof o->given / sizeof o->given[0])) o->given[o->n_given++] = long_name;
-}
-
-/* One note naming the options given from `names` (NULL-terminated), which do nothing in this
- * mode: "run: note: -m tokenize ignores --seed and --steps (generate and chat options)". */
-static void warn_other_mode(const Options* o, const char* const* names, const char* whose) {
-    const char* hit[48];
+/* "9707,11,1879" -> ids (malloc'ed). Every id must be a token of the model. */
+static int* parse_prompt_ids(const char* s, int vocab_size, int* n_out) {
+    int cap = 1;
+    for (const char* c = s; *c; c++) cap += *c == ',';
+    int* ids = malloc((size_t)cap * sizeof(int));
+    if (ids == NULL) die(1, "out of memory");
     int n = 0;
-    for (int k = 0; k < o->n_given; k++)
-        for (const char* const* p = names; *p; p++)
-            if (strcmp(o->given[k], *p) == 0) hit[n++] = *p;
-    if (n == 0) return;
-    fprintf(stderr, "run: note: -m %s ignores ", o->mode);
-    for (int k = 0; k < n; k++) fprintf(stderr, "%s%s", k == 0 ? "" : k == n - 1 ? " and " : ", ", hit[k]);
-    fprintf(stderr, " (%s option%s)\n", whose, n > 1 ? "s" : "");
+    for (const char* c = s;; c++) {
+        char* end;
+        errno = 0;
+        long v = strtol(c, &end, 10);
+        if (end == c || errno == ERANGE) die(2, "--prompt-ids: '%s' is not a comma-separated list of ids", s);
+        if (v < 0 || v >= vocab_size)
+            die(2, "--prompt-ids: id %ld is outside the vocabulary (0 .. %d)", v, vocab_size - 1);
+        ids[n++] = (int)v;
+        for (c = end; *c == ' ';) c++;
+        if (*c == '\0') break;
+        if (*c != ',') die(2, "--prompt-ids: '%s' is not a comma-separated list of ids", s);
+    }
+    *n_out = n;
+    return ids;
 }
 
 /* --ablate LIST: the RMSNorm uses to leave out or change (model.h NormLab), comma-separated. */
@@ -238,134 +281,6 @@ static void parse_ablate(const char* list, NormLab* lab) {
     }
 }
 
-/* Options without a value: each sets one field. Returns the field of the switch called name (and
- * the value it sets in *value), or NULL when name is none. */
-static int* switch_field(Options* o, const char* name, int* value) {
-    const struct { const char* name; int* field; int value; } switches[] = {
-        {"--keep-thinking", &o->keep_thinking, 1},
-        {"--verbose-prompt", &o->verbose_prompt, 1},
-        {"--no-think", &o->thinking, 0}, /* chat: the official template's switch-off */
-        {"--hide-think", &o->show_thinking, 0},
-        {"--no-mmap", &o->no_mmap, 1},
-        {"--refill-page-cache", &o->refill_page_cache, 1},
-        {"--bf16-activations", &o->bf16_activations, 1},
-        {"--show-norms", &o->show_norms, 1},
-    };
-    for (size_t k = 0; k < sizeof switches / sizeof switches[0]; k++) {
-        if (strcmp(name, switches[k].name) == 0) {
-            *value = switches[k].value;
-            return switches[k].field;
-        }
-    }
-    return NULL;
-}
-
-/* The options that take a value, and their short names ("" where none). */
-static const struct { const char* short_name; const char* long_name; } valued_options[] = {
-    {"-t", "--temperature"}, {"-p", "--top-p"}, {"-k", "--top-k"}, {"", "--min-p"},
-    {"", "--repeat-penalty"}, {"-s", "--seed"}, {"-n", "--steps"}, {"-i", "--input"},
-    {"", "--prompt-ids"}, {"-m", "--mode"}, {"-y", "--system"}, {"-c", "--ctx"},
-    {"", "--threads"}, {"", "--dump-logits"}, {"", "--bench-prompt"}, {"", "--bench-gen"},
-    {"", "--bench-reps"}, {"", "--bench-depth"}, {"", "--thinking"}, {"", "--show-thinking"},
-    {"", "--kv-cache"}, {"", "--norms-json"}, {"", "--file"}, {"", "--ablate"}, {"", "--norm-eps"},
-    {"", "--norm"},
-};
-
-/* The long name of the option with a value that name (short or long) is, or NULL. */
-static const char* valued_long_name(const char* name) {
-    for (size_t k = 0; k < sizeof valued_options / sizeof valued_options[0]; k++) {
-        const char* short_name = valued_options[k].short_name;
-        if ((short_name[0] && strcmp(name, short_name) == 0) || strcmp(name, valued_options[k].long_name) == 0)
-            return valued_options[k].long_name;
-    }
-    return NULL;
-}
-
-/* Appends to the options run.c passes on to bench_main. */
-static void add_bench_args(Options* o, const char* a, const char* b) {
-    const int n = b ? 2 : 1;
-    if (o->n_bench_args + n > (int)(sizeof o->bench_args / sizeof o->bench_args[0])) die(2, "too many bench options");
-    o->bench_args[o->n_bench_args++] = a;
-    if (b) o->bench_args[o->n_bench_args++] = b;
-}
-
-/* An option without a value (a switch, --show-norms=all or --json); returns 0 when arg is none. */
-static int parse_switch(Options* o, const char* arg) {
-    if (strcmp(arg, "--show-norms=all") == 0) { /* the one switch that also takes a value */
-        o->show_norms = 2;
-        note_given(o, "--show-norms");
-        return 1;
-    }
-    int value;
-    int* field = switch_field(o, arg, &value);
-    if (field) {
-        *field = value;
-        note_given(o, arg);
-        return 1;
-    }
-    if (strcmp(arg, "--json") == 0) { /* bench and eval mode's only option without a value */
-        note_given(o, arg);
-        o->json = 1;
-        add_bench_args(o, arg, NULL);
-        return 1;
-    }
-    return 0;
-}
-
-/* The sampler's options and -n; returns 0 when long_name is none of them. name is the option as
- * given (short or long), for the messages. */
-static int set_sampling_option(Options* o, const char* long_name, const char* name, const char* value) {
-    if (strcmp(long_name, "--temperature") == 0) {
-        o->temperature = parse_float(name, value, 0.0f, 100.0f, 0);
-        o->has_temperature = 1;
-    } else if (strcmp(long_name, "--top-p") == 0) {
-        o->top_p = parse_float(name, value, 0.0f, 1.0f, 0);
-        o->has_top_p = 1;
-    } else if (strcmp(long_name, "--top-k") == 0) {
-        o->top_k = (int)parse_int(name, value, 0, INT_MAX);
-        o->has_top_k = 1;
-    } else if (strcmp(long_name, "--min-p") == 0) {
-        o->min_p = parse_float(name, value, 0.0f, 1.0f, 0);
-    } else if (strcmp(long_name, "--repeat-penalty") == 0) {
-        o->repeat_penalty = parse_float(name, value, 0.0f, 100.0f, 1);
-    } else if (strcmp(long_name, "--seed") == 0) {
-        o->seed = parse_seed(name, value);
-        o->has_seed = 1;
-    } else if (strcmp(long_name, "--steps") == 0) {
-        o->steps = (int)parse_int(name, value, 0, INT_MAX);
-        o->has_steps = 1;
-    } else {
-        return 0;
-    }
-    return 1;
-}
-
-/* What to run on: the mode, the prompt or text, chat's options; returns 0 for any other option. */
-static int set_input_option(Options* o, const char* long_name, const char* name, const char* value) {
-    if (strcmp(long_name, "--input") == 0) {
-        o->prompt = value;
-    } else if (strcmp(long_name, "--prompt-ids") == 0) {
-        o->prompt_ids = value;
-    } else if (strcmp(long_name, "--mode") == 0) {
-        if (strcmp(value, "generate") && strcmp(value, "chat") && strcmp(value, "tokenize") &&
-            strcmp(value, "bench") && strcmp(value, "eval"))
-            die(2, "%s must be generate, chat, tokenize, bench or eval, got '%s'", name, value);
-        o->mode = value;
-    } else if (strcmp(long_name, "--system") == 0) {
-        o->system_prompt = value;
-    } else if (strcmp(long_name, "--thinking") == 0) {
-        o->thinking = (int)parse_int(name, value, 0, 1);
-    } else if (strcmp(long_name, "--show-thinking") == 0) {
-        o->show_thinking = (int)parse_int(name, value, 0, 1);
-    } else if (strcmp(long_name, "--file") == 0) {
-        if (!value[0]) die(2, "--file needs a file name");
-        o->file = value;
-    } else {
-        return 0;
-    }
-    return 1;
-}
-
 /* --threads N, or in bench mode a list of counts, of which the largest starts the kernels. */
 static void set_threads(Options* o, const char* name, const char* value) {
     int counts[BENCH_MAX_THREAD_COUNTS];
@@ -379,217 +294,207 @@ static void set_threads(Options* o, const char* name, const char* value) {
     o->thread_counts = value;
 }
 
-/* How the engine runs and what it writes beside the text; returns 0 for any other option. */
-static int set_engine_option(Options* o, const char* long_name, const char* name, const char* value) {
-    if (strcmp(long_name, "--ctx") == 0) {
-        o->ctx = (int)parse_int(name, value, 0, INT_MAX);
-    } else if (strcmp(long_name, "--threads") == 0) {
-        set_threads(o, name, value);
-    } else if (strcmp(long_name, "--kv-cache") == 0) {
-        if (strcmp(value, "f32") && strcmp(value, "f16")) die(2, "%s must be f32 or f16, got '%s'", name, value);
-        o->kv_f16 = strcmp(value, "f16") == 0;
-    } else if (strcmp(long_name, "--norms-json") == 0) {
-        if (!value[0]) die(2, "--norms-json needs a file name");
-        o->norms_json = value;
-    } else if (strcmp(long_name, "--dump-logits") == 0) {
-        if (!value[0]) die(2, "--dump-logits needs a file name");
+/* The option opt (its long name; name is as given, for the messages) of generate, chat and the
+ * input, set from value. Returns 0 for any other option. */
+static int set_text_option(Options* o, const char* opt, const char* name, const char* value) {
+    if (strcmp(opt, "--temperature") == 0)
+        o->temperature = parse_float(name, value, 0.0f, 100.0f, 0);
+    else if (strcmp(opt, "--top-p") == 0)
+        o->top_p = parse_float(name, value, 0.0f, 1.0f, 0);
+    else if (strcmp(opt, "--top-k") == 0)
+        o->top_k = (int)parse_int(name, value, 0, INT_MAX);
+    else if (strcmp(opt, "--min-p") == 0)
+        o->min_p = parse_float(name, value, 0.0f, 1.0f, 0);
+    else if (strcmp(opt, "--repeat-penalty") == 0)
+        o->repeat_penalty = parse_float(name, value, 0.0f, 100.0f, 1);
+    else if (strcmp(opt, "--seed") == 0)
+        o->seed = parse_seed(name, value);
+    else if (strcmp(opt, "--steps") == 0)
+        o->steps = (int)parse_int(name, value, 0, INT_MAX);
+    else if (strcmp(opt, "--input") == 0)
+        o->prompt = value;
+    else if (strcmp(opt, "--prompt-ids") == 0)
+        o->prompt_ids = value;
+    else if (strcmp(opt, "--system") == 0)
+        o->system_prompt = value;
+    else if (strcmp(opt, "--thinking") == 0)
+        o->thinking = (int)parse_int(name, value, 0, 1);
+    else if (strcmp(opt, "--show-thinking") == 0)
+        o->show_thinking = (int)parse_int(name, value, 0, 1);
+    else if (strcmp(opt, "--no-think") == 0) /* the official template's switch-off */
+        o->thinking = 0;
+    else if (strcmp(opt, "--hide-think") == 0)
+        o->show_thinking = 0;
+    else if (strcmp(opt, "--keep-thinking") == 0)
+        o->keep_thinking = 1;
+    else if (strcmp(opt, "--verbose-prompt") == 0)
+        o->verbose_prompt = 1;
+    else if (strcmp(opt, "--dump-logits") == 0)
         o->dump_logits = value;
-    } else {
+    else
         return 0;
-    }
     return 1;
 }
 
-/* The RMSNorm lab's options (model.h NormLab); returns 0 for any other option. */
-static int set_norm_lab_option(Options* o, const char* long_name, const char* name, const char* value) {
-    if (strcmp(long_name, "--ablate") == 0) {
+/* The mode, how the engine runs, the RMSNorm lab, the trace and eval; -h prints the help. The bench's
+ * own options are only checked here (bench_main reads them). */
+static void set_other_option(Options* o, const char* opt, const char* name, const char* value) {
+    if (strcmp(opt, "--help") == 0) {
+        usage(stdout);
+        check_stdout();
+        exit(0);
+    } else if (strcmp(opt, "--mode") == 0) {
+        int k = 0;
+        while (k < 5 && strcmp(value, MODE_NAMES[k]) != 0) k++;
+        if (k == 5) die(2, "%s must be generate, chat, tokenize, bench or eval, got '%s'", name, value);
+        o->mode = 1 << k;
+        o->mode_name = MODE_NAMES[k];
+    } else if (strcmp(opt, "--ctx") == 0) {
+        o->ctx = (int)parse_int(name, value, 0, INT_MAX);
+    } else if (strcmp(opt, "--threads") == 0) {
+        set_threads(o, name, value);
+    } else if (strcmp(opt, "--kv-cache") == 0) {
+        if (strcmp(value, "f32") && strcmp(value, "f16")) die(2, "%s must be f32 or f16, got '%s'", name, value);
+        o->kv_f16 = strcmp(value, "f16") == 0;
+    } else if (strcmp(opt, "--no-mmap") == 0) {
+        o->no_mmap = 1;
+    } else if (strcmp(opt, "--refill-page-cache") == 0) {
+        o->refill_page_cache = 1;
+    } else if (strcmp(opt, "--bf16-activations") == 0) {
+        o->bf16_activations = 1;
+    } else if (strcmp(opt, "--show-norms") == 0) {
+        o->show_norms = 1;
+    } else if (strcmp(opt, "--norms-json") == 0) {
+        o->norms_json = value;
+    } else if (strcmp(opt, "--file") == 0) {
+        o->file = value;
+    } else if (strcmp(opt, "--json") == 0) {
+        o->json = 1;
+    } else if (strcmp(opt, "--ablate") == 0) {
         parse_ablate(value, &o->norm_lab);
-    } else if (strcmp(long_name, "--norm-eps") == 0) {
+    } else if (strcmp(opt, "--norm-eps") == 0) {
         o->norm_lab.eps = parse_float(name, value, 0.0f, 100.0f, 0);
         o->norm_lab.has_eps = 1;
-    } else if (strcmp(long_name, "--norm") == 0) {
+    } else if (strcmp(opt, "--norm") == 0) {
         if (strcmp(value, "rmsnorm") && strcmp(value, "layernorm"))
             die(2, "%s must be rmsnorm or layernorm, got '%s'", name, value);
         o->norm_lab.variant &= ~NORM_VARIANT_CENTER;
         if (strcmp(value, "layernorm") == 0) o->norm_lab.variant |= NORM_VARIANT_CENTER;
-    } else {
-        return 0;
+    } else { /* --bench-prompt, --bench-gen, --bench-reps, --bench-depth */
+        parse_int(name, value, 0, 1000000);
     }
-    return 1;
 }
 
-/* An option that takes a value: "-t 0.5", "--temperature 0.5" or "--temperature=0.5", at argv[i].
- * Returns how many of the following arguments it used (1 for a separate value, else 0). */
-static int parse_valued(Options* o, int argc, char** argv, int i) {
+/* The option called name (short or long), or -1. */
+static int find_option(const char* name) {
+    for (int k = 0; k < N_OPTIONS; k++) {
+        const OptionSpec* s = &OPTIONS[k];
+        if (s->long_name && (strcmp(name, s->long_name) == 0 || (s->short_name && strcmp(name, s->short_name) == 0)))
+            return k;
+    }
+    return -1;
+}
+
+/* The value the option long_name was given last ("" for a switch), or NULL when it was not. */
+static const char* given(const Options* o, const char* long_name) { return o->given[find_option(long_name)]; }
+
+/* The option at argv[i]: a switch, "-t 0.5", "--temperature 0.5" or "--temperature=0.5". Returns
+ * how many of the following arguments it took as its value (0 or 1). */
+static int parse_option(Options* o, int argc, char** argv, int i) {
     const char* arg = argv[i];
+    const int all_norms = strcmp(arg, "--show-norms=all") == 0; /* the one switch that takes a value */
+    const char* eq = strncmp(arg, "--", 2) == 0 && !all_norms ? strchr(arg, '=') : NULL;
     char name[64];
-    const char* value = NULL;
-    const char* eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
-    size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+    const size_t len = eq ? (size_t)(eq - arg) : all_norms ? strlen("--show-norms") : strlen(arg);
     if (len >= sizeof name) die(2, "unknown option '%s' (see --help)", arg);
     memcpy(name, arg, len);
     name[len] = '\0';
-    if (eq) value = eq + 1;
-    else if (i + 1 < argc) value = argv[i + 1];
-    const char* long_name = valued_long_name(name);
-    if (long_name == NULL) {
-        int unused;
+    const int k = find_option(name);
+    if (k < 0) die(2, "unknown option '%s' (see --help)", arg);
+    const OptionSpec* spec = &OPTIONS[k];
+    const char* value = "";
+    if (spec->arg == NULL && eq) {
         if (strcmp(name, "--show-norms") == 0) die(2, "--show-norms takes no value or =all, got '%s'", arg);
-        if (switch_field(o, name, &unused) || strcmp(name, "--json") == 0)
-            die(2, "option %s takes no value, got '%s'", name, arg);
-        die(2, "unknown option '%s' (see --help)", arg);
+        die(2, "option %s takes no value, got '%s'", name, arg);
+    } else if (spec->arg) {
+        value = eq ? eq + 1 : i + 1 < argc ? argv[i + 1] : NULL;
+        if (value == NULL) die(2, "option %s needs a value (see --help)", name);
+        if (strcmp(spec->arg, "PATH") == 0 && !value[0]) die(2, "%s needs a file name", spec->long_name);
     }
-    if (value == NULL) die(2, "option %s needs a value (see --help)", name);
-    note_given(o, long_name);
-    if (!set_sampling_option(o, long_name, name, value) && !set_input_option(o, long_name, name, value) &&
-        !set_engine_option(o, long_name, name, value) && !set_norm_lab_option(o, long_name, name, value)) {
-        /* --bench-prompt, --bench-gen, --bench-reps, --bench-depth: checked here, used by bench.c */
-        parse_int(name, value, 0, 1000000);
-        add_bench_args(o, long_name, value);
-    }
-    return eq ? 0 : 1;
+    if (o->given[k] == NULL) o->order[o->n_given++] = k;
+    o->given[k] = value;
+    if (!set_text_option(o, spec->long_name, name, value)) set_other_option(o, spec->long_name, name, value);
+    if (all_norms) o->show_norms = 2;
+    return spec->arg && !eq;
 }
 
-/* Options that contradict each other, or that only bench mode passes on. */
-static void check_combinations(Options* o) {
+/* Options that contradict each other. */
+static void check_combinations(const Options* o) {
     if (o->checkpoint == NULL) {
         usage(stderr);
         die(2, "no checkpoint given");
     }
     if (o->prompt && o->prompt_ids) die(2, "give either -i or --prompt-ids, not both");
-    if (strcmp(o->mode, "bench") == 0 && o->thread_counts) { /* the kernels start the largest */
-        add_bench_args(o, "--threads", o->thread_counts);
-    } else if (o->n_thread_counts > 1) {
+    if (o->n_thread_counts > 1 && o->mode != BENCH)
         die(2, "--threads takes a list of counts only in bench mode (-m bench), got '%s'", o->thread_counts);
-    }
     /* --prompt-ids would leave chat and tokenize reading standard input instead, an error. */
-    const int is_generate = strcmp(o->mode, "generate") == 0, is_eval = strcmp(o->mode, "eval") == 0;
-    if (o->prompt_ids && !is_generate && !is_eval)
-        die(2, "--prompt-ids is for generate mode and eval mode, not -m %s", o->mode);
-    if (is_eval && ((o->prompt != NULL) + (o->prompt_ids != NULL) + (o->file != NULL)) > 1)
+    if (o->prompt_ids && !(o->mode & (GENERATE | EVAL)))
+        die(2, "--prompt-ids is for generate mode and eval mode, not -m %s", o->mode_name);
+    if (o->mode == EVAL && ((o->prompt != NULL) + (o->prompt_ids != NULL) + (o->file != NULL)) > 1)
         die(2, "-m eval scores one text: give one of -i, --file and --prompt-ids");
 }
 
-/* Options of another mode do nothing in this one, which a note says rather than hiding it. */
+/* Options of another mode do nothing in this one, which a note per kind of option says, e.g.
+ * "run: note: -m tokenize ignores --seed and --steps (generate and chat options)". */
 static void note_other_mode_options(const Options* o) {
-    const int is_generate = strcmp(o->mode, "generate") == 0, is_chat = strcmp(o->mode, "chat") == 0;
-    const int is_bench = strcmp(o->mode, "bench") == 0, is_eval = strcmp(o->mode, "eval") == 0;
-    static const char* const chat_only[] = {"--system",   "--no-think",      "--thinking", "--hide-think",
-                                            "--show-thinking", "--keep-thinking", NULL};
-    static const char* const generate_only[] = {"--show-norms", "--norms-json", NULL};
-    static const char* const generate_and_chat[] = {"--temperature", "--top-p",     "--top-k",
-                                                    "--min-p",       "--repeat-penalty", "--seed",
-                                                    "--steps",       "--dump-logits", "--verbose-prompt", NULL};
-    static const char* const not_bench[] = {"--input", NULL};
-    static const char* const bench_only[] = {"--bench-prompt", "--bench-gen", "--bench-reps", "--bench-depth",
-                                             NULL};
-    static const char* const bench_and_eval[] = {"--json", NULL};
-    static const char* const eval_only[] = {"--file", NULL};
-    static const char* const norm_lab[] = {"--ablate", "--norm-eps", "--norm", NULL};
-    if (!is_chat) warn_other_mode(o, chat_only, "-m chat");
-    if (!is_generate) warn_other_mode(o, generate_only, "-m generate");
-    if (!is_generate && !is_chat) warn_other_mode(o, generate_and_chat, "generate and chat");
-    if (is_bench) warn_other_mode(o, not_bench, "generate, chat and tokenize");
-    if (!is_bench) warn_other_mode(o, bench_only, "-m bench");
-    if (!is_bench && !is_eval) warn_other_mode(o, bench_and_eval, "-m bench and -m eval");
-    if (!is_eval) warn_other_mode(o, eval_only, "-m eval");
-    if (!is_generate && !is_chat && !is_eval) warn_other_mode(o, norm_lab, "generate, chat and eval");
+    static const struct { int modes; const char* whose; } kinds[] = {
+        {CHAT, "-m chat"}, {GENERATE, "-m generate"}, {GENERATE | CHAT, "generate and chat"},
+        {GENERATE | CHAT | TOKENIZE | EVAL, "generate, chat, tokenize and eval"}, {BENCH, "-m bench"},
+        {BENCH | EVAL, "-m bench and -m eval"}, {EVAL, "-m eval"}, {GENERATE | CHAT | EVAL, "generate, chat and eval"},
+    };
+    for (size_t g = 0; g < sizeof kinds / sizeof kinds[0]; g++) {
+        if (kinds[g].modes & o->mode) continue;
+        const char* hit[N_OPTIONS];
+        int n = 0;
+        for (int k = 0; k < o->n_given; k++)
+            if (OPTIONS[o->order[k]].modes == kinds[g].modes) hit[n++] = OPTIONS[o->order[k]].long_name;
+        if (n == 0) continue;
+        fprintf(stderr, "run: note: -m %s ignores ", o->mode_name);
+        for (int k = 0; k < n; k++) fprintf(stderr, "%s%s", k == 0 ? "" : k == n - 1 ? " and " : ", ", hit[k]);
+        fprintf(stderr, " (%s option%s)\n", kinds[g].whose, n > 1 ? "s" : "");
+    }
 }
 
 static void parse_args(int argc, char** argv, Options* o) {
     memset(o, 0, sizeof *o);
-    o->mode = "generate";
+    o->mode = GENERATE;
+    o->mode_name = MODE_NAMES[0];
     o->steps = 256;
     o->repeat_penalty = 1.0f;
     o->thinking = 1;
     o->show_thinking = 1;
     for (int i = 1; i < argc; i++) {
         const char* arg = argv[i];
-        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
-            usage(stdout);
-            check_stdout();
-            exit(0);
-        }
-        if (arg[0] != '-' || arg[1] == '\0') { /* the checkpoint */
-            if (o->checkpoint) die(2, "unexpected argument '%s' (the checkpoint is '%s')", arg, o->checkpoint);
+        if (arg[0] == '-' && arg[1] != '\0') {
+            i += parse_option(o, argc, argv, i);
+        } else if (o->checkpoint) {
+            die(2, "unexpected argument '%s' (the checkpoint is '%s')", arg, o->checkpoint);
+        } else {
             o->checkpoint = arg;
-            continue;
         }
-        if (!parse_switch(o, arg)) i += parse_valued(o, argc, argv, i);
     }
     check_combinations(o);
     note_other_mode_options(o);
 }
 
-/* "9707,11,1879" -> ids (malloc'ed). Every id must be a token of the model. */
-static int* parse_prompt_ids(const char* s, int vocab_size, int* n_out) {
-    int cap = 1;
-    for (const char* c = s; *c; c++) cap += *c == ',';
-    int* ids = malloc((size_t)cap * sizeof(int));
-    if (ids == NULL) die(1, "out of memory");
-    int n = 0;
-    const char* c = s;
-    for (;;) {
-        char* end;
-        errno = 0;
-        while (*c == ' ') c++;
-        long v = strtol(c, &end, 10);
-        if (end == c || errno == ERANGE) die(2, "--prompt-ids: '%s' is not a comma-separated list of ids", s);
-        if (v < 0 || v >= vocab_size)
-            die(2, "--prompt-ids: id %ld is outside the vocabulary (0 .. %d)", v, vocab_size - 1);
-        ids[n++] = (int)v;
-        c = end;
-        while (*c == ' ') c++;
-        if (*c == '\0') break;
-        if (*c != ',') die(2, "--prompt-ids: '%s' is not a comma-separated list of ids", s);
-        c++;
-    }
-    *n_out = n;
-    return ids;
-}
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void write_rows(FILE* f, const char* path, const float* rows, int n_rows, int vocab_size) {
-    size_t count = (size_t)n_rows * (size_t)vocab_size;
-    if (fwrite(rows, sizeof(float), count, f) != count) die(1, "%s: write failed", path);
-}
-
-static int is_eos(const FileHeader* h, int id) {
-    for (uint32_t i = 0; i < h->n_eos; i++)
-        if (h->eos_ids[i] == id) return 1;
-    return 0;
-}
-
-/* Prints one generated token: as text through the tokenizer, or as a number when the checkpoint
- * has no tokenizer. */
-static void emit(const Tokenizer* tok, Utf8Stream* stream, int id, int* n_emitted) {
-    if (tok) tokenizer_print(tok, stream, id, 0, stdout);
-    else printf("%s%d", *n_emitted ? " " : "", id);
-    (*n_emitted)++;
-    fflush(stdout);
-}
-
-/* --show-norms and --norms-json (norm_trace.h): the buffers the trace writes through, allocated
- * before the token loop so that it allocates nothing. */
-typedef struct {
-    char* table_buf; /* the table's stdio buffer */
-    char* json_buf;  /* the JSON file's */
-} TraceBuffers;
-
-#define TRACE_STDIO_BUFFER (1 << 16)
-
 /* --show-norms traces the prompt's last token, the one whose logits pick the first generated token;
  * --show-norms=all and --norms-json every position that goes through forward(), the prompt's and
  * each generated token fed back. The table goes to a temporary file and is printed to stderr after
- * the text, into which it would otherwise cut. */
-static void trace_open(NormTrace* tr, TraceBuffers* b, const Options* o, const Config* c, int n_prompt) {
+ * the text, into which it would otherwise cut. The streams' buffers are static so that the token
+ * loop allocates nothing. */
+static void trace_open(NormTrace* tr, const Options* o, const Config* c, int n_prompt) {
+    static char table_buf[1 << 16], json_buf[1 << 16];
     memset(tr, 0, sizeof *tr);
-    memset(b, 0, sizeof *b);
     tr->pos = o->show_norms == 1 ? n_prompt - 1 : -1;
     tr->each_head = o->show_norms == 2;
     tr->scratch = malloc((size_t)(c->dim > c->head_dim ? c->dim : c->head_dim) * sizeof(float));
@@ -597,21 +502,17 @@ static void trace_open(NormTrace* tr, TraceBuffers* b, const Options* o, const C
     if (o->show_norms) {
         tr->table = tmpfile();
         if (tr->table == NULL) die(1, "--show-norms: cannot create a temporary file: %s", strerror(errno));
-        b->table_buf = malloc(TRACE_STDIO_BUFFER);
-        if (b->table_buf == NULL || setvbuf(tr->table, b->table_buf, _IOFBF, TRACE_STDIO_BUFFER) != 0)
-            die(1, "out of memory");
+        setvbuf(tr->table, table_buf, _IOFBF, sizeof table_buf);
     }
     if (o->norms_json) {
         tr->json = fopen(o->norms_json, "w");
         if (tr->json == NULL) die(1, "%s: cannot open for writing: %s", o->norms_json, strerror(errno));
-        b->json_buf = malloc(TRACE_STDIO_BUFFER);
-        if (b->json_buf == NULL || setvbuf(tr->json, b->json_buf, _IOFBF, TRACE_STDIO_BUFFER) != 0)
-            die(1, "out of memory");
+        setvbuf(tr->json, json_buf, _IOFBF, sizeof json_buf);
     }
 }
 
 /* The table to stderr; the JSON file closed (removed if it could not be written whole). */
-static void trace_close(NormTrace* tr, TraceBuffers* b, const Options* o) {
+static void trace_close(NormTrace* tr, const Options* o) {
     if (tr->table) {
         fflush(stdout); /* the text's last line before the table, where both go to one place */
         char chunk[4096];
@@ -625,189 +526,123 @@ static void trace_close(NormTrace* tr, TraceBuffers* b, const Options* o) {
         remove(o->norms_json);
         die(1, "%s: write failed", o->norms_json);
     }
-    free(b->table_buf);
-    free(b->json_buf);
     free(tr->scratch);
 }
 
 /* The prompt: ids given as such, or encoded text (plus BOS when the model has one; Qwen3 has none,
- * QWEN3.md 2.3), or BOS alone when neither is given (malloc'ed; NULL when it is empty). */
+ * QWEN3.md 2.3), or BOS alone when neither is given (malloc'ed; NULL when it is empty). Ends the
+ * run when it is empty or longer than the context; --verbose-prompt shows its ids. */
 static int* read_prompt(const Transformer* t, const Tokenizer* tok, const Options* o, int* n_prompt) {
-    const int V = t->config.vocab_size;
+    const Config* c = &t->config;
+    const int bos = t->header.bos_id >= 0;
     int* prompt = NULL;
     *n_prompt = 0;
     if (o->prompt_ids) {
-        prompt = parse_prompt_ids(o->prompt_ids, V, n_prompt);
+        prompt = parse_prompt_ids(o->prompt_ids, c->vocab_size, n_prompt);
     } else if (o->prompt) {
         if (tok == NULL) die(1, "%s has no tokenizer: give the prompt with --prompt-ids", o->checkpoint);
         int n_text = 0;
         int* text = tokenizer_encode(tok, o->prompt, strlen(o->prompt), &n_text);
-        if (text == NULL) die(1, "out of memory");
-        int bos = t->header.bos_id >= 0;
-        prompt = malloc((size_t)(n_text + bos + 1) * sizeof(int));
+        prompt = text ? malloc((size_t)(n_text + bos + 1) * sizeof(int)) : NULL;
         if (prompt == NULL) die(1, "out of memory");
         if (bos) prompt[0] = t->header.bos_id;
         memcpy(prompt + bos, text, (size_t)n_text * sizeof(int));
         *n_prompt = n_text + bos;
         free(text);
         for (int i = 0; i < *n_prompt; i++)
-            if (prompt[i] < 0 || prompt[i] >= V)
-                die(1, "the tokenizer gave id %d, outside the model's vocabulary of %d", prompt[i], V);
-    } else if (t->header.bos_id >= 0) {
+            if (prompt[i] < 0 || prompt[i] >= c->vocab_size)
+                die(1, "the tokenizer gave id %d, outside the model's vocabulary of %d", prompt[i], c->vocab_size);
+    } else if (bos) {
         prompt = malloc(sizeof(int));
         if (prompt == NULL) die(1, "out of memory");
         prompt[0] = t->header.bos_id;
         *n_prompt = 1;
     }
+    if (*n_prompt == 0 && o->prompt) die(2, "the prompt (-i) is empty and the model has no BOS token to start from");
+    if (*n_prompt == 0) die(2, "no prompt: give -i TEXT or --prompt-ids IDS");
+    if (*n_prompt > c->max_seq_len)
+        die(1, "the prompt has %d tokens, more than the model's context of %d positions", *n_prompt, c->max_seq_len);
+    if (*n_prompt > c->seq_len)
+        die(1, "the prompt has %d tokens, more than the context of %d (raise it with -c, at most %d)", *n_prompt,
+            c->seq_len, c->max_seq_len);
+    if (o->verbose_prompt) {
+        char label[48];
+        snprintf(label, sizeof label, "run: prompt of %d token%s:", *n_prompt, *n_prompt == 1 ? "" : "s");
+        print_token_ids(stderr, label, prompt, *n_prompt);
+    }
     return prompt;
 }
 
-/* A prompt that is empty or longer than the context ends the run; --verbose-prompt shows its ids. */
-static void check_prompt(const Config* c, const Options* o, const int* prompt, int n_prompt) {
-    if (n_prompt == 0 && o->prompt) die(2, "the prompt (-i) is empty and the model has no BOS token to start from");
-    if (n_prompt == 0) die(2, "no prompt: give -i TEXT or --prompt-ids IDS");
-    if (n_prompt > c->max_seq_len)
-        die(1, "the prompt has %d tokens, more than the model's context of %d positions", n_prompt,
-            c->max_seq_len);
-    if (n_prompt > c->seq_len)
-        die(1, "the prompt has %d tokens, more than the context of %d (raise it with -c, at most %d)",
-            n_prompt, c->seq_len, c->max_seq_len);
-    if (o->verbose_prompt) {
-        char label[48];
-        snprintf(label, sizeof label, "run: prompt of %d token%s:", n_prompt, n_prompt == 1 ? "" : "s");
-        print_token_ids(stderr, label, prompt, n_prompt);
-    }
-}
-
-/* --dump-logits: the file, and a buffer for a prefill chunk's rows (NULL without the option). */
-typedef struct {
-    FILE* file;
-    float* chunk_logits;
-    const char* path;
-} LogitsDump;
-
-static LogitsDump open_dump(const Transformer* t, const Options* o) {
-    LogitsDump d = {NULL, NULL, o->dump_logits};
-    if (o->dump_logits) {
-        d.file = fopen(o->dump_logits, "wb");
-        if (d.file == NULL) die(1, "%s: cannot open for writing: %s", o->dump_logits, strerror(errno));
-        d.chunk_logits = malloc((size_t)t->state.max_batch * (size_t)t->config.vocab_size * sizeof(float));
-        if (d.chunk_logits == NULL) die(1, "out of memory");
-    }
-    return d;
-}
-
-/* Prefill: the whole prompt as matrices (QWEN3.md 2.3). With --dump-logits, in chunks of max_batch
- * rows so that every row's logits fit in one buffer. Returns the last position's logits. */
-static float* prefill(Transformer* t, const int* prompt, int n_prompt, const LogitsDump* dump) {
-    float* logits = NULL;
-    if (dump->file) {
-        for (int i = 0; i < n_prompt; i += t->state.max_batch) {
-            int nb = n_prompt - i < t->state.max_batch ? n_prompt - i : t->state.max_batch;
-            logits = forward(t, prompt + i, nb, i, dump->chunk_logits);
-            if (logits == NULL) die(1, "forward pass failed");
-            write_rows(dump->file, dump->path, dump->chunk_logits, nb, t->config.vocab_size);
-        }
-    } else {
-        logits = forward(t, prompt, n_prompt, 0, NULL);
-        if (logits == NULL) die(1, "forward pass failed");
-    }
-    return logits;
-}
-
-/* What the token loop did: tokens generated, run through the model and printed, and whether it
- * stopped at the end of the context. */
-typedef struct {
-    int n_generated, n_decoded, n_emitted, context_full;
-} DecodeCounts;
-
-/* Decode: sample, print, feed the token back, until an end-of-sequence id, -n tokens or the end of
- * the context. history holds the prompt's n_prompt tokens and room for every generated one. */
-static DecodeCounts decode(Transformer* t, const Tokenizer* tok, Sampler* sampler, const Options* o,
-                           float* logits, int* history, int n_prompt, const LogitsDump* dump, Utf8Stream* stream) {
-    const Config* c = &t->config;
-    DecodeCounts n = {0, 0, 0, 0};
-    int pos = n_prompt, n_history = n_prompt;
-    while (n.n_generated < o->steps) {
-        int next = sampler_sample(sampler, logits, history, n_history);
+/* Sample, print, feed the token back, until an end-of-sequence id, -n tokens or the end of the
+ * context (*context_full). history holds the prompt's n_prompt tokens and room for every generated
+ * one. Returns the tokens generated; *n_decoded: those run through the model. */
+static int decode(Transformer* t, const Tokenizer* tok, Sampler* sampler, const Options* o, float* logits,
+                  int* history, int n_prompt, LogitsDump* dump, int* n_decoded, int* context_full) {
+    Utf8Stream stream = {{0}, 0};
+    int n = n_prompt; /* tokens in history, one more than the positions run */
+    while (n - n_prompt < o->steps) {
+        int next = sampler_sample(sampler, logits, history, n);
         if (is_eos(&t->header, next)) break;
-        emit(tok, stream, next, &n.n_emitted);
+        if (tok) tokenizer_print(tok, &stream, next, 0, stdout);
+        else printf("%s%d", n > n_prompt ? " " : "", next); /* no tokenizer: the ids */
+        fflush(stdout);
         if (ferror(stdout)) break; /* nobody reads what follows; check_stdout reports it */
-        history[n_history++] = next;
-        n.n_generated++;
+        history[n++] = next;
         /* The last token is only run through the model when its logits are wanted. */
-        if (n.n_generated == o->steps && dump->file == NULL) break;
-        if (pos >= c->seq_len) {
-            n.context_full = 1;
+        if (n - n_prompt == o->steps && dump->file == NULL) break;
+        if (n > t->config.seq_len) {
+            *context_full = 1;
             break;
         }
-        logits = forward(t, &next, 1, pos, NULL);
-        if (logits == NULL) die(1, "forward pass failed");
-        pos++;
-        n.n_decoded++;
-        if (dump->file) write_rows(dump->file, dump->path, logits, 1, c->vocab_size);
+        logits = forward_dumped(t, &next, 1, n - 1, dump);
+        if (logits == NULL) exit(1);
+        (*n_decoded)++;
     }
-    return n;
+    if (tok) utf8_stream_flush(&stream, stdout);
+    return n - n_prompt;
 }
 
-/* The speed line, and the seed when it came from the clock so that a run can be repeated. */
-static void report_speed(const Options* o, const Sampler* sampler, uint64_t seed, int n_prompt,
-                         const DecodeCounts* n, double prefill_s, double decode_s) {
-    fprintf(stderr, "prompt tokens: %d, prefill: %.1f tok/s, generated tokens: %d, decode: ",
-            n_prompt, n_prompt / (prefill_s > 0 ? prefill_s : 1e-9), n->n_generated);
-    if (n->n_decoded > 0) fprintf(stderr, "%.1f tok/s\n", n->n_decoded / (decode_s > 0 ? decode_s : 1e-9));
-    else fprintf(stderr, "- tok/s\n");
-    if (!o->has_seed && sampler->temperature > 0 && n->n_generated > 0)
-        fprintf(stderr, "seed: %llu (from the clock; -s %llu repeats this run)\n", (unsigned long long)seed,
-                (unsigned long long)seed);
-}
-
-/* seed: the sampler's, reported when it came from the clock so that a run can be repeated. */
-static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, const Options* o, uint64_t seed) {
+/* Returns 0; *n_generated: the tokens generated. */
+static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, const Options* o, int* n_generated) {
     const Config* c = &t->config;
     int n_prompt = 0;
     int* prompt = read_prompt(t, tok, o, &n_prompt);
-    check_prompt(c, o, prompt, n_prompt);
-
-    /* Everything the token loop needs is allocated here, before it. */
-    /* The tokens seen, for the repetition penalty: at most the context plus one last token. */
+    /* Everything the token loop needs is allocated here, before it. The tokens seen, for the
+     * repetition penalty: at most the context plus one last token. */
     int* history = malloc(((size_t)c->seq_len + 2) * sizeof(int));
     if (history == NULL) die(1, "out of memory");
     memcpy(history, prompt, (size_t)n_prompt * sizeof(int));
-    LogitsDump dump = open_dump(t, o);
+    LogitsDump dump;
+    if (logits_dump_open(&dump, o->dump_logits, t) != 0) exit(1);
     NormTrace trace = {0};
-    TraceBuffers trace_buffers = {0};
     if (o->show_norms || o->norms_json) {
-        trace_open(&trace, &trace_buffers, o, c, n_prompt);
+        trace_open(&trace, o, c, n_prompt);
         t->norm_trace = &trace;
     }
-
     if (o->prompt && tok) { /* show the prompt, then the continuation, as llama2.c does */
         fputs(o->prompt, stdout);
         fflush(stdout);
     }
     double t0 = now_seconds();
-    float* logits = prefill(t, prompt, n_prompt, &dump);
+    float* logits = forward_dumped(t, prompt, n_prompt, 0, &dump);
+    if (logits == NULL) exit(1);
     double t1 = now_seconds();
     if (trace.pos >= 0 && trace.json == NULL)
         t->norm_trace = NULL; /* the prompt's last token has been through every call site */
-    Utf8Stream stream = {{0}, 0};
-    DecodeCounts n = decode(t, tok, sampler, o, logits, history, n_prompt, &dump, &stream);
+    int n_decoded = 0, context_full = 0;
+    *n_generated = decode(t, tok, sampler, o, logits, history, n_prompt, &dump, &n_decoded, &context_full);
     double t2 = now_seconds();
     t->norm_trace = NULL;
-    if (tok) utf8_stream_flush(&stream, stdout);
-    if (n.n_emitted > 0 || (o->prompt && tok)) fputc('\n', stdout);
+    if (*n_generated > 0 || (o->prompt && tok)) fputc('\n', stdout);
     check_stdout();
-
-    if (o->show_norms || o->norms_json) trace_close(&trace, &trace_buffers, o);
-    if (n.context_full) {
+    if (o->show_norms || o->norms_json) trace_close(&trace, o);
+    if (context_full) {
         char advice[80];
         fprintf(stderr, "run: the context is full (%d token%s): generation stopped; %s\n", c->seq_len,
                 c->seq_len == 1 ? "" : "s", context_advice(c, advice, sizeof advice));
     }
-    if (dump.file && fclose(dump.file) != 0) die(1, "%s: write failed", o->dump_logits);
-    report_speed(o, sampler, seed, n_prompt, &n, t1 - t0, t2 - t1);
-    free(dump.chunk_logits);
+    if (logits_dump_close(&dump) != 0) exit(1);
+    print_speed(n_prompt, t1 - t0, *n_generated, n_decoded, t2 - t1);
     free(history);
     free(prompt);
     return 0;
@@ -815,20 +650,12 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
 
 static int tokenize(const Tokenizer* tok, const Options* o) {
     if (tok == NULL) die(1, "%s has no tokenizer: tokenize needs one (export with tokenizer.json)", o->checkpoint);
+    if (o->prompt == NULL && isatty(STDIN_FILENO))
+        fputs("run: reading the text to tokenize from standard input: type it, then Ctrl-D on a new line "
+              "(or pass -i TEXT)\n", stderr);
     size_t len;
-    char* text;
-    if (o->prompt) {
-        len = strlen(o->prompt);
-        text = malloc(len + 1);
-        if (text == NULL) die(1, "out of memory");
-        memcpy(text, o->prompt, len + 1);
-    } else {
-        if (isatty(STDIN_FILENO))
-            fputs("run: reading the text to tokenize from standard input: type it, then Ctrl-D on a new line "
-                  "(or pass -i TEXT)\n", stderr);
-        text = read_all(STDIN_FILENO, "standard input", &len);
-        if (text == NULL) exit(1);
-    }
+    char* text = read_text(o->prompt, NULL, &len);
+    if (text == NULL) exit(1);
     int n = 0;
     int* ids = tokenizer_encode(tok, text, len, &n);
     if (ids == NULL) die(1, "out of memory");
@@ -890,6 +717,21 @@ static int run_eval(Transformer* t, const Tokenizer* text_tok, const Options* o)
     return status;
 }
 
+/* bench_main reads its own options (bench.h), given here once each with their values. */
+static int run_bench(Transformer* t, const Options* o) {
+    static const char* const names[] = {"--bench-prompt", "--bench-gen", "--bench-reps", "--bench-depth",
+                                        "--threads", "--json"};
+    const char* args[2 * sizeof names / sizeof names[0]];
+    int n = 0;
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        const char* value = given(o, names[k]);
+        if (value == NULL) continue;
+        args[n++] = names[k];
+        if (value[0]) args[n++] = value; /* "" only for --json, a switch */
+    }
+    return bench_main(t, n, (char**)args);
+}
+
 /* Generate and chat: the sampler, then the mode. */
 static int run_sampling_mode(Transformer* t, const Tokenizer* text_tok, const Options* o) {
     /* Sampling defaults: the model's generation_config (0 in the header means absent), else
@@ -897,32 +739,31 @@ static int run_sampling_mode(Transformer* t, const Tokenizer* text_tok, const Op
      * instead (QWEN3.md 1.2: temperature 0.7, top-p 0.8, top-k 20); the thinking mode's advice
      * (0.6, 0.95, 20) is what Qwen3's generation_config holds. */
     const FileHeader* h = &t->header;
-    float def_temperature = h->temperature > 0 ? h->temperature : 1.0f;
-    float def_top_p = h->top_p > 0 ? h->top_p : 0.9f;
-    int def_top_k = h->top_k;
-    if (strcmp(o->mode, "chat") == 0 && !o->thinking) {
-        def_temperature = 0.7f;
-        def_top_p = 0.8f;
-        def_top_k = 20;
-    }
-    float temperature = o->has_temperature ? o->temperature : def_temperature;
-    float top_p = o->has_top_p ? o->top_p : def_top_p;
-    int top_k = o->has_top_k ? o->top_k : def_top_k;
-    uint64_t seed = o->has_seed ? o->seed : seed_from_clock();
+    const int no_think_chat = o->mode == CHAT && !o->thinking;
+    float temperature = no_think_chat ? 0.7f : h->temperature > 0 ? h->temperature : 1.0f;
+    float top_p = no_think_chat ? 0.8f : h->top_p > 0 ? h->top_p : 0.9f;
+    int top_k = no_think_chat ? 20 : h->top_k;
+    if (given(o, "--temperature")) temperature = o->temperature;
+    if (given(o, "--top-p")) top_p = o->top_p;
+    if (given(o, "--top-k")) top_k = o->top_k;
+    const uint64_t seed = given(o, "--seed") ? o->seed : seed_from_clock();
     Sampler sampler;
     if (sampler_init(&sampler, t->config.vocab_size, temperature, top_p, top_k, o->min_p, o->repeat_penalty,
                      seed) != 0)
         die(1, "out of memory");
-    int status;
-    if (strcmp(o->mode, "chat") == 0) {
-        ChatOptions chat = {o->system_prompt, o->prompt, o->has_steps ? o->steps : 0, o->thinking,
-                            o->show_thinking, o->keep_thinking, o->verbose_prompt, o->dump_logits,
-                            seed, !o->has_seed};
+    int status, n_generated = 0;
+    if (o->mode == CHAT) {
+        ChatOptions chat = {o->system_prompt, o->prompt, given(o, "--steps") ? o->steps : 0, o->thinking,
+                            o->show_thinking, o->keep_thinking, o->verbose_prompt, o->dump_logits};
         if (text_tok == NULL) die(1, "%s has no tokenizer: chat needs one (export with tokenizer.json)", o->checkpoint);
-        status = chat_main(t, text_tok, &sampler, &chat);
+        status = chat_main(t, text_tok, &sampler, &chat, &n_generated);
     } else {
-        status = generate(t, text_tok, &sampler, o, seed);
+        status = generate(t, text_tok, &sampler, o, &n_generated);
     }
+    /* A seed from the clock is printed, so that the run can be repeated. */
+    if (!given(o, "--seed") && temperature > 0 && n_generated > 0)
+        fprintf(stderr, "seed: %llu (from the clock; -s %llu repeats this %s)\n", (unsigned long long)seed,
+                (unsigned long long)seed, o->mode == CHAT ? "chat" : "run");
     sampler_free(&sampler);
     return status;
 }
@@ -952,15 +793,13 @@ int main(int argc, char** argv) {
         die(1, "%s: tokenizer: %s", o.checkpoint, err);
     }
     const Tokenizer* text_tok = tokenizer_size(tok) > 0 ? tok : NULL; /* NULL: ids only */
-
     /* The RMSNorm lab's switches change the forward pass of the modes that run the model on text. */
-    const int is_eval = strcmp(o.mode, "eval") == 0;
-    if (is_eval || strcmp(o.mode, "generate") == 0 || strcmp(o.mode, "chat") == 0) apply_norm_lab(&t, &o);
+    if (o.mode & (GENERATE | CHAT | EVAL)) apply_norm_lab(&t, &o);
 
     int status;
-    if (strcmp(o.mode, "tokenize") == 0) status = tokenize(text_tok, &o);
-    else if (is_eval) status = run_eval(&t, text_tok, &o);
-    else if (strcmp(o.mode, "bench") == 0) status = bench_main(&t, o.n_bench_args, (char**)o.bench_args);
+    if (o.mode == TOKENIZE) status = tokenize(text_tok, &o);
+    else if (o.mode == EVAL) status = run_eval(&t, text_tok, &o);
+    else if (o.mode == BENCH) status = run_bench(&t, &o);
     else status = run_sampling_mode(&t, text_tok, &o);
     tokenizer_free(tok);
     transformer_free(&t);

@@ -12,9 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-/* ------------------------------------------------------------------------------------------- */
-/* String builder                                                                               */
-/* ------------------------------------------------------------------------------------------- */
+/* ---- String builder ---- */
 
 typedef struct {
     char* p;
@@ -43,10 +41,6 @@ static void sadd(Str* s, const char* t, size_t n) {
 static void scat(Str* s, const char* t) { sadd(s, t ? t : "", t ? strlen(t) : 0); }
 
 static char* sdone(Str* s) {
-    if (s->oom) {
-        free(s->p);
-        return NULL;
-    }
     if (!s->p) sadd(s, "", 0);
     if (s->oom) {
         free(s->p);
@@ -87,9 +81,7 @@ static int ends_with(const char* s, const char* suf) {
 
 static const char THINK_EMPTY[] = "<think>\n\n</think>\n\n";
 
-/* ------------------------------------------------------------------------------------------- */
-/* Template                                                                                     */
-/* ------------------------------------------------------------------------------------------- */
+/* ---- Template ---- */
 
 char* chat_render(const ChatMessage* msgs, int n, int add_generation_prompt, int enable_thinking) {
     Str s = {0};
@@ -177,14 +169,69 @@ char* chat_next_turn(const char* user, int enable_thinking, int close_answer) {
     return sdone(&s);
 }
 
-/* ------------------------------------------------------------------------------------------- */
-/* Shared with run.c                                                                            */
-/* ------------------------------------------------------------------------------------------- */
+/* ---- Shared with run.c ---- */
 
-static double now_s(void) {
+double now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int is_eos(const FileHeader* h, int id) {
+    for (uint32_t i = 0; i < h->n_eos; i++)
+        if (h->eos_ids[i] == id) return 1;
+    return 0;
+}
+
+int logits_dump_open(LogitsDump* d, const char* path, const Transformer* t) {
+    *d = (LogitsDump){NULL, NULL, path};
+    if (path == NULL) return 0;
+    d->file = fopen(path, "wb");
+    if (d->file == NULL) {
+        fprintf(stderr, "run: error: %s: cannot open for writing: %s\n", path, strerror(errno));
+        return -1;
+    }
+    d->rows = malloc((size_t)t->state.max_batch * (size_t)t->config.vocab_size * sizeof(float));
+    if (d->rows == NULL) {
+        fprintf(stderr, "run: error: out of memory\n");
+        return -1;
+    }
+    return 0;
+}
+
+int logits_dump_close(LogitsDump* d) {
+    const int failed = d->file && fclose(d->file) != 0;
+    if (failed) fprintf(stderr, "run: error: %s: write failed\n", d->path);
+    free(d->rows);
+    *d = (LogitsDump){NULL, NULL, NULL};
+    return failed ? -1 : 0;
+}
+
+float* forward_dumped(Transformer* t, const int* ids, int n, int pos, LogitsDump* d) {
+    const size_t V = (size_t)t->config.vocab_size;
+    const int max_batch = t->state.max_batch;
+    float* logits = NULL;
+    for (int i = 0; i < n;) {
+        const int nb = d->file && n - i > max_batch ? max_batch : n - i;
+        logits = forward(t, ids + i, nb, pos + i, d->file ? d->rows : NULL);
+        if (logits == NULL) {
+            fprintf(stderr, "run: error: forward pass failed\n");
+            return NULL;
+        }
+        if (d->file && fwrite(d->rows, sizeof(float), (size_t)nb * V, d->file) != (size_t)nb * V) {
+            fprintf(stderr, "run: error: %s: write failed\n", d->path);
+            return NULL;
+        }
+        i += nb;
+    }
+    return logits;
+}
+
+void print_speed(int n_prompt, double prefill_s, int n_generated, int n_decoded, double decode_s) {
+    fprintf(stderr, "prompt tokens: %d, prefill: %.1f tok/s, generated tokens: %d, decode: ", n_prompt,
+            n_prompt / (prefill_s > 0 ? prefill_s : 1e-9), n_generated);
+    if (n_decoded > 0) fprintf(stderr, "%.1f tok/s\n", n_decoded / (decode_s > 0 ? decode_s : 1e-9));
+    else fputs("- tok/s\n", stderr);
 }
 
 const char* context_advice(const Config* c, char* buf, size_t size) {
@@ -201,9 +248,7 @@ void print_token_ids(FILE* out, const char* label, const int* ids, int n) {
     fputc('\n', out);
 }
 
-/* ------------------------------------------------------------------------------------------- */
-/* Ctrl-C and the terminal's attributes                                                         */
-/* ------------------------------------------------------------------------------------------- */
+/* ---- Ctrl-C and the terminal's attributes ---- */
 
 /* SIGINT only sets a flag and writes a byte to a pipe: the token loop checks the flag between
  * tokens, and the wait for the user's line polls the pipe, which wakes it whichever thread the
@@ -288,9 +333,7 @@ static void signals_restore(SignalState* st) {
     wake_pipe[0] = wake_pipe[1] = -1;
 }
 
-/* ------------------------------------------------------------------------------------------- */
-/* The user's lines                                                                             */
-/* ------------------------------------------------------------------------------------------- */
+/* ---- The user's lines ---- */
 
 typedef struct {
     char buf[4096];
@@ -339,9 +382,7 @@ static int input_line(Input* in, Str* line) {
     }
 }
 
-/* ------------------------------------------------------------------------------------------- */
-/* The conversation                                                                             */
-/* ------------------------------------------------------------------------------------------- */
+/* ---- The conversation ---- */
 
 /* The conversation as the template takes it, each message's text owned here: the transcript that
  * /save writes, and (without --keep-thinking) what each turn's prompt renders. */
@@ -373,13 +414,6 @@ static int conversation_first(const Conversation* c) { return c->n && strcmp(c->
 
 static const char* conversation_system(const Conversation* c) {
     return conversation_first(c) ? c->m[0].content : NULL;
-}
-
-/* Drops every message after the system prompt. */
-static void conversation_clear(Conversation* c) {
-    const int first = conversation_first(c);
-    for (int i = first; i < c->n; i++) free((char*)c->m[i].content);
-    c->n = first;
 }
 
 /* Sets the system prompt (text malloc'ed, owned from here); 0, or -1 when out of memory. */
@@ -441,11 +475,6 @@ static int* conversation_fit(const Conversation* c, const Tokenizer* tok, int th
     return ids;
 }
 
-/* Drops the last message (a user message that was not sent). */
-static void conversation_drop_last(Conversation* c) {
-    if (c->n > conversation_first(c)) free((char*)c->m[--c->n].content);
-}
-
 static void conversation_free(Conversation* c) {
     for (int i = 0; i < c->n; i++) free((char*)c->m[i].content);
     free(c->m);
@@ -495,9 +524,7 @@ static int conversation_save(const Conversation* c, const char* path) {
     return failed ? -1 : 0;
 }
 
-/* ------------------------------------------------------------------------------------------- */
-/* The chat loop                                                                                */
-/* ------------------------------------------------------------------------------------------- */
+/* ---- The chat loop ---- */
 
 typedef struct {
     Transformer* t;
@@ -507,34 +534,21 @@ typedef struct {
     Conversation conv;
     int* history;  /* the tokens in the KV cache, [seq_len + 1] */
     int pos, turn; /* tokens cached; turns answered since the cache started */
-    FILE* dump;
-    float* dump_rows;
+    LogitsDump dump;
     int interactive_in, color;
     int im_end, think_open, think_close;
     int generated; /* tokens generated in the whole chat */
     int answered;  /* the last thing printed is an answer */
 } Chat;
 
-/* forward() of n tokens from position pos; with a dump file, in chunks of max_batch rows whose
- * logits all go to the file. The last position's logits, or NULL after an error message. */
-static float* run_tokens(Chat* c, const int* ids, int n, int pos) {
-    Transformer* t = c->t;
-    const int V = t->config.vocab_size, max_batch = t->state.max_batch;
-    float* logits = NULL;
-    for (int i = 0; i < n;) {
-        const int nb = c->dump && n - i > max_batch ? max_batch : n - i;
-        logits = forward(t, ids + i, nb, pos + i, c->dump ? c->dump_rows : NULL);
-        if (!logits) {
-            fprintf(stderr, "chat: forward pass failed\n");
-            return NULL;
-        }
-        if (c->dump && fwrite(c->dump_rows, sizeof(float), (size_t)nb * V, c->dump) != (size_t)nb * V) {
-            fprintf(stderr, "chat: %s: write failed\n", c->o->dump_logits);
-            return NULL;
-        }
-        i += nb;
+/* Drops every message after the system prompt. With --keep-thinking the next turn starts the
+ * cache again: earlier turns cannot leave it. */
+static void clear_conversation(Chat* c) {
+    conversation_drop_before(&c->conv, c->conv.n);
+    if (c->o->keep_thinking) {
+        c->pos = 0;
+        c->turn = 0;
     }
-    return logits;
 }
 
 static const char CHAT_HINT[] =
@@ -564,8 +578,7 @@ static int chat_command(Chat* c, const char* line) {
     if (IS("/help") || IS("/?")) {
         fputs(CHAT_HELP, stderr);
     } else if (IS("/clear")) {
-        conversation_clear(&c->conv);
-        if (c->o->keep_thinking) c->pos = 0, c->turn = 0; /* the next turn starts the cache again */
+        clear_conversation(c);
         fprintf(stderr, "chat: the conversation is cleared\n");
     } else if (IS("/system") && !*arg) {
         const char* sys = conversation_system(&c->conv);
@@ -576,8 +589,7 @@ static int chat_command(Chat* c, const char* line) {
             return COMMAND_FAILED;
         }
         if (c->o->keep_thinking) { /* the cache cannot change its start: the conversation starts over */
-            conversation_clear(&c->conv);
-            c->pos = 0, c->turn = 0;
+            clear_conversation(c);
             fprintf(stderr, "chat: the system prompt is set; --keep-thinking: the conversation starts over\n");
         } else {
             fprintf(stderr, "chat: the system prompt is set\n");
@@ -702,9 +714,7 @@ static int chat_answer(Chat* c, float* logits, int* stopped, int* n_tokens) {
     *stopped = *n_tokens = 0;
     for (;;) {
         const int next = sampler_sample(c->s, logits, c->history, c->pos);
-        int eos = next == c->im_end;
-        for (uint32_t k = 0; k < c->t->header.n_eos && k < MAX_EOS_IDS; k++) eos |= next == c->t->header.eos_ids[k];
-        if (eos) break;
+        if (next == c->im_end || is_eos(&c->t->header, next)) break;
         (*n_tokens)++;
         c->generated++;
         print_answer_token(c, &pr, next);
@@ -724,7 +734,7 @@ static int chat_answer(Chat* c, float* logits, int* stopped, int* n_tokens) {
             break;
         }
         c->history[c->pos] = next;
-        logits = run_tokens(c, &next, 1, c->pos);
+        logits = forward_dumped(c->t, &next, 1, c->pos, &c->dump);
         if (!logits) {
             status = 1;
             break;
@@ -759,11 +769,11 @@ static int chat_turn(Chat* c) {
     int *run, start, n_run;
     const int r = turn_ids(c, &run, &start, &n_run);
     if (r != 0) {
-        if (r > 0) conversation_drop_last(&c->conv);
+        if (r > 0) free((char*)c->conv.m[--c->conv.n].content); /* the message, not sent */
         return r;
     }
-    const double t_prompt = now_s();
-    float* logits = run_tokens(c, run, n_run, start);
+    const double t_prompt = now_seconds();
+    float* logits = forward_dumped(c->t, run, n_run, start, &c->dump);
     if (logits) memcpy(c->history + start, run, (size_t)n_run * sizeof(int));
     free(run);
     if (!logits) return -1;
@@ -775,10 +785,10 @@ static int chat_turn(Chat* c) {
         print_token_ids(stderr, label, c->history, c->pos);
     }
     const int answer_start = c->pos;
-    const double t0 = now_s();
+    const double t0 = now_seconds();
     int stopped, n_tokens;
     const int failed = chat_answer(c, logits, &stopped, &n_tokens);
-    const double dt = now_s() - t0, prompt_s = t0 - t_prompt;
+    const double dt = now_seconds() - t0, prompt_s = t0 - t_prompt;
     const int n_run_answer = c->pos - answer_start;
     if (o->verbose_prompt) {
         char label[64];
@@ -786,11 +796,8 @@ static int chat_turn(Chat* c) {
                  n_run_answer == 1 ? "" : "s");
         print_token_ids(stderr, label, c->history + answer_start, n_run_answer);
     }
-    if (o->prompt) { /* generate mode's line */
-        fprintf(stderr, "prompt tokens: %d, prefill: %.1f tok/s, generated tokens: %d, decode: ", n_run,
-                n_run / (prompt_s > 0 ? prompt_s : 1e-9), n_tokens);
-        if (n_run_answer > 0) fprintf(stderr, "%.1f tok/s\n", n_run_answer / (dt > 0 ? dt : 1e-9));
-        else fprintf(stderr, "- tok/s\n");
+    if (o->prompt) {
+        print_speed(n_run, prompt_s, n_tokens, n_run_answer, dt);
     } else if (c->interactive_in && n_tokens > 1) {
         fprintf(stderr, "[prompt: %d tokens run, %.2f s; answer: %d tokens, %.1f tok/s; context %d/%d]\n", n_run,
                 prompt_s, n_tokens, n_tokens / (dt > 0 ? dt : 1e-9), c->pos, c->t->config.seq_len);
@@ -854,10 +861,6 @@ static int chat_prompt(Chat* c, Input* in, Str* line, int* armed, int* status) {
 /* The checkpoint's chat tokens, the history and the logits file; 0, or 1 after an error message. */
 static int chat_open(Chat* c) {
     const Tokenizer* tok = c->tok;
-    if (!tok || tokenizer_size(tok) == 0) {
-        fprintf(stderr, "chat: the checkpoint has no tokenizer\n");
-        return 1;
-    }
     c->im_end = tokenizer_find(tok, "<|im_end|>");
     /* The template is Qwen's ChatML (chat_render): a model whose tokenizer lacks its tokens (a Llama
      * export, say) would see them as plain text. */
@@ -875,19 +878,7 @@ static int chat_open(Chat* c) {
         fprintf(stderr, "chat: out of memory\n");
         return 1;
     }
-    const char* path = c->o->dump_logits;
-    if (path) {
-        c->dump = fopen(path, "wb");
-        if (!c->dump) {
-            fprintf(stderr, "chat: %s: cannot open for writing: %s\n", path, strerror(errno));
-            return 1;
-        }
-        c->dump_rows = malloc((size_t)c->t->state.max_batch * c->t->config.vocab_size * sizeof(float));
-        if (!c->dump_rows) {
-            fprintf(stderr, "chat: out of memory\n");
-            return 1;
-        }
-    }
+    if (logits_dump_open(&c->dump, c->o->dump_logits, c->t) != 0) return 1;
     const char* sys = c->o->system_prompt;
     if (sys && sys[0] && conversation_add(&c->conv, "system", strdup(sys)) != 0) {
         fprintf(stderr, "chat: out of memory\n");
@@ -898,17 +889,13 @@ static int chat_open(Chat* c) {
 
 /* Frees what chat_open made; returns status, or 1 when the logits file fails to close. */
 static int chat_close(Chat* c, int status) {
-    if (c->dump && fclose(c->dump) != 0 && !status) {
-        fprintf(stderr, "chat: %s: write failed\n", c->o->dump_logits);
-        status = 1;
-    }
-    free(c->dump_rows);
+    if (logits_dump_close(&c->dump) != 0) status = 1;
     conversation_free(&c->conv);
     free(c->history);
     return status;
 }
 
-int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOptions* o) {
+int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOptions* o, int* n_generated) {
     Chat c;
     memset(&c, 0, sizeof c);
     c.t = t, c.tok = tok, c.s = s, c.o = o;
@@ -949,8 +936,6 @@ int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOption
     free(line.p);
     free(in);
     signals_restore(&signals);
-    if (o->seed_from_clock && s->temperature > 0 && c.generated > 0)
-        fprintf(stderr, "seed: %llu (from the clock; -s %llu repeats this chat)\n", (unsigned long long)o->seed,
-                (unsigned long long)o->seed);
+    *n_generated = c.generated;
     return chat_close(&c, status);
 }

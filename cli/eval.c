@@ -1,9 +1,7 @@
 /* eval.c: `-m eval` (eval.h): loss, perplexity and top-1 accuracy of the model on a text. */
 #include "eval.h"
-#include "read_all.h"
+#include "read_text.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +9,16 @@
 #include <time.h>
 #include <unistd.h>
 
-void eval_score_rows(EvalSums* sums, const float* rows, int n_rows, int vocab_size, const int* targets) {
+/* The sums of a scored stretch: what eval prints is computed from them. */
+typedef struct {
+    long long tokens; /* scored tokens */
+    long long top1;   /* of which the argmax of the logits */
+    double nll;       /* sum of -log p(token), natural log */
+} EvalSums;
+
+/* Adds n_rows rows of logits, row i scored against targets[i]: -log softmax(row)[target] in double
+ * (max-subtracted log-sum-exp), and whether target is the row's (first) argmax. */
+static void score_rows(EvalSums* sums, const float* rows, int n_rows, int vocab_size, const int* targets) {
     for (int r = 0; r < n_rows; r++) {
         const float* row = rows + (size_t)r * (size_t)vocab_size;
         int best = 0;
@@ -41,24 +48,10 @@ static int* eval_tokens(const Tokenizer* tok, const EvalOptions* o, int* n) {
         return NULL;
     }
     size_t len = 0;
-    char* owned = NULL;
-    const char* text = o->text;
-    if (text) {
-        len = strlen(text);
-    } else {
-        const int fd = o->file ? open(o->file, O_RDONLY) : STDIN_FILENO;
-        if (fd < 0) {
-            fprintf(stderr, "run: error: %s: cannot open: %s\n", o->file, strerror(errno));
-            return NULL;
-        }
-        owned = read_all(fd, o->file ? o->file : "standard input", &len);
-        if (o->file) close(fd);
-        if (owned == NULL) return NULL;
-        text = owned;
-    }
-    int* ids = tokenizer_encode(tok, text, len, n);
-    if (ids == NULL) fprintf(stderr, "run: error: out of memory\n");
-    free(owned);
+    char* text = read_text(o->text, o->file, &len);
+    int* ids = text ? tokenizer_encode(tok, text, len, n) : NULL;
+    if (text && ids == NULL) fprintf(stderr, "run: error: out of memory\n");
+    free(text);
     return ids;
 }
 
@@ -138,7 +131,7 @@ int eval_main(Transformer* t, const Tokenizer* tok, const EvalOptions* o) {
                 free(ids);
                 return 1;
             }
-            eval_score_rows(&sums, rows, nb, V, ids + w0 + i + 1);
+            score_rows(&sums, rows, nb, V, ids + w0 + i + 1);
             progress(&prog, w0 + i + nb + 1, n, &sums);
         }
     }

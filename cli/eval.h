@@ -17,20 +17,8 @@ typedef struct {
     int json;          /* --json: one line {"tokens": N, "loss": X, "ppl": Y, "top1": Z} */
 } EvalOptions;
 
-/* The sums of a scored stretch: what eval prints is computed from them. */
-typedef struct {
-    long long tokens;  /* scored tokens */
-    long long top1;    /* of which the argmax of the logits */
-    double nll;        /* sum of -log p(token), natural log */
-} EvalSums;
-
-/* Adds n_rows rows of vocab_size logits, row i scored against targets[i]: -log softmax(row)[target]
- * computed in double (max-subtracted log-sum-exp), and whether target is the row's argmax (the
- * first index of the largest logit). */
-void eval_score_rows(EvalSums* sums, const float* rows, int n_rows, int vocab_size, const int* targets);
-
-/* The eval mode. tok may be NULL (a checkpoint without tokenizer) when o->ids is given. Returns 0,
- * or 1 after one error line on stderr. */
+/* tok may be NULL (a checkpoint without tokenizer) when o->ids is given. Returns 0, or 1 after one
+ * error line on stderr. */
 int eval_main(Transformer* t, const Tokenizer* tok, const EvalOptions* o);
 
 #endif
