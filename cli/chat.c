@@ -259,11 +259,11 @@ static volatile sig_atomic_t dim_shown;   /* stdout is a terminal set to dim tex
 static int wake_pipe[2] = {-1, -1};
 
 static const char ATTR_DIM[] = "\033[2m", ATTR_RESET[] = "\033[0m";
-static const int FATAL_SIGNALS[] = {SIGTERM, SIGHUP, SIGQUIT};
-#define N_FATAL_SIGNALS (int)(sizeof FATAL_SIGNALS / sizeof FATAL_SIGNALS[0])
+static const int SIGNALS[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT}; /* Ctrl-C first, then the fatal ones */
+#define N_SIGNALS (int)(sizeof SIGNALS / sizeof SIGNALS[0])
 
 typedef struct {
-    struct sigaction old_int, old_fatal[N_FATAL_SIGNALS];
+    struct sigaction old[N_SIGNALS];
 } SignalState;
 
 static void on_interrupt(int sig) {
@@ -312,22 +312,18 @@ static int signals_install(SignalState* st) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sigemptyset(&sa.sa_mask);
-    sa.sa_handler = on_interrupt;
-    sa.sa_flags = SA_RESTART; /* a write to a slow terminal resumes; the line wait polls the pipe */
-    sigaction(SIGINT, NULL, &st->old_int);
-    if (st->old_int.sa_handler != SIG_IGN) sigaction(SIGINT, &sa, NULL);
-    sa.sa_handler = on_fatal_signal;
-    sa.sa_flags = SA_RESETHAND;
-    for (int i = 0; i < N_FATAL_SIGNALS; i++) {
-        sigaction(FATAL_SIGNALS[i], NULL, &st->old_fatal[i]);
-        if (st->old_fatal[i].sa_handler != SIG_IGN) sigaction(FATAL_SIGNALS[i], &sa, NULL);
+    for (int i = 0; i < N_SIGNALS; i++) {
+        sa.sa_handler = i == 0 ? on_interrupt : on_fatal_signal;
+        /* SA_RESTART: a write to a slow terminal resumes; the line wait polls the pipe */
+        sa.sa_flags = i == 0 ? SA_RESTART : SA_RESETHAND;
+        sigaction(SIGNALS[i], NULL, &st->old[i]);
+        if (st->old[i].sa_handler != SIG_IGN) sigaction(SIGNALS[i], &sa, NULL);
     }
     return 0;
 }
 
 static void signals_restore(SignalState* st) {
-    sigaction(SIGINT, &st->old_int, NULL);
-    for (int i = 0; i < N_FATAL_SIGNALS; i++) sigaction(FATAL_SIGNALS[i], &st->old_fatal[i], NULL);
+    for (int i = 0; i < N_SIGNALS; i++) sigaction(SIGNALS[i], &st->old[i], NULL);
     close(wake_pipe[0]);
     close(wake_pipe[1]);
     wake_pipe[0] = wake_pipe[1] = -1;
@@ -535,7 +531,8 @@ typedef struct {
     int* history;  /* the tokens in the KV cache, [seq_len + 1] */
     int pos, turn; /* tokens cached; turns answered since the cache started */
     LogitsDump dump;
-    int interactive_in, color;
+    int terminal;  /* the messages come from a terminal (stdin is one, and no -i) */
+    int color;     /* stdout is a terminal */
     int im_end, think_open, think_close;
     int generated; /* tokens generated in the whole chat */
     int answered;  /* the last thing printed is an answer */
@@ -648,7 +645,7 @@ static int turn_ids(Chat* c, int** run, int* start, int* n_run) {
         char advice[80];
         fprintf(stderr, "chat: this turn needs %d tokens of context, more than the %d there are; %s%s\n",
                 *start + *n_run + 1, seq_len, context_advice(&c->t->config, advice, sizeof advice),
-                c->interactive_in && !o->prompt ? " (the message was not sent)" : "");
+                c->terminal ? " (the message was not sent)" : "");
         free(ids);
         return 1;
     }
@@ -675,30 +672,29 @@ static void end_dim(void) {
 
 static void print_answer_token(const Chat* c, AnswerPrinter* p, int id) {
     const int show = c->o->show_thinking;
-    if (id == c->think_open && c->think_open >= 0) {
+    if (id == c->think_open) {
         p->in_think = 1;
         if (show && c->color) {
             dim_shown = 1; /* first: a signal from here on resets the attributes */
             fputs(ATTR_DIM, stdout);
         }
-        if (show) tokenizer_print(c->tok, &p->st, id, 0, stdout);
-    } else if (id == c->think_close && c->think_close >= 0) {
+    } else if (id == c->think_close) {
         p->in_think = 0;
         p->after_think = 1;
-        if (show) {
-            tokenizer_print(c->tok, &p->st, id, 0, stdout);
-            utf8_stream_flush(&p->st, stdout);
-            end_dim();
-        }
-    } else if (p->in_think) {
-        if (show) tokenizer_print(c->tok, &p->st, id, 0, stdout);
-    } else {
+    } else if (!p->in_think) {
         size_t len;
         const char* text = tokenizer_token(c->tok, id, &len);
         /* hidden thinking: the blank lines that separate it from the answer are not printed */
         if (p->after_think && !show && text && len && strspn(text, "\n") >= len) return;
         p->after_think = 0;
         tokenizer_print(c->tok, &p->st, id, 0, stdout);
+        return;
+    }
+    if (!show) return;
+    tokenizer_print(c->tok, &p->st, id, 0, stdout);
+    if (id == c->think_close) {
+        utf8_stream_flush(&p->st, stdout);
+        end_dim();
     }
 }
 
@@ -798,7 +794,7 @@ static int chat_turn(Chat* c) {
     }
     if (o->prompt) {
         print_speed(n_run, prompt_s, n_tokens, n_run_answer, dt);
-    } else if (c->interactive_in && n_tokens > 1) {
+    } else if (c->terminal && n_tokens > 1) {
         fprintf(stderr, "[prompt: %d tokens run, %.2f s; answer: %d tokens, %.1f tok/s; context %d/%d]\n", n_run,
                 prompt_s, n_tokens, n_tokens / (dt > 0 ? dt : 1e-9), c->pos, c->t->config.seq_len);
     }
@@ -811,24 +807,24 @@ static int chat_turn(Chat* c) {
         fprintf(stderr, "chat: out of memory\n");
         return -1;
     }
-    return stopped && !(c->interactive_in && !o->prompt) ? 130 : 0;
+    return stopped && !c->terminal ? 130 : 0;
 }
 
 /* What a line read at the prompt asks for. */
-enum { LINE_IS_MESSAGE, LINE_IS_DONE, LINE_LEAVES, LINE_FAILS };
+enum { LINE_IS_MESSAGE, LINE_IS_DONE, LINE_LEAVES };
 
 /* The prompt and the user's next line, into line. A Ctrl-C at the prompt drops what was typed and
  * says how to leave; a second one in a row leaves (*armed: the previous line was such a Ctrl-C).
  * From a pipe a Ctrl-C ends the chat with status 130 (*status). */
 static int chat_prompt(Chat* c, Input* in, Str* line, int* armed, int* status) {
-    if (c->interactive_in) {
+    if (c->terminal) {
         fputs(c->answered ? "\n> " : "> ", stderr); /* a blank line after an answer */
         c->answered = 0;
         fflush(stderr);
     }
     const int r = input_line(in, line);
     if (r == LINE_INTERRUPTED) {
-        if (!c->interactive_in) {
+        if (!c->terminal) {
             *status = 130;
             return LINE_LEAVES;
         }
@@ -840,7 +836,7 @@ static int chat_prompt(Chat* c, Input* in, Str* line, int* armed, int* status) {
     }
     *armed = 0;
     if (r == LINE_EOF) {
-        if (c->interactive_in) fputc('\n', stderr); /* Ctrl-D: end the prompt's line */
+        if (c->terminal) fputc('\n', stderr); /* Ctrl-D: end the prompt's line */
         return LINE_LEAVES;
     }
     if (r == LINE_ERROR) {
@@ -871,7 +867,7 @@ static int chat_open(Chat* c) {
     }
     c->think_open = tokenizer_find(tok, "<think>");
     c->think_close = tokenizer_find(tok, "</think>");
-    c->interactive_in = isatty(STDIN_FILENO);
+    c->terminal = isatty(STDIN_FILENO) && !c->o->prompt;
     c->color = isatty(STDOUT_FILENO);
     c->history = malloc(((size_t)c->t->config.seq_len + 1) * sizeof(int));
     if (!c->history) {
@@ -898,25 +894,24 @@ static int chat_close(Chat* c, int status) {
 int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOptions* o, int* n_generated) {
     Chat c;
     memset(&c, 0, sizeof c);
-    c.t = t, c.tok = tok, c.s = s, c.o = o;
+    c.t = t;
+    c.tok = tok;
+    c.s = s;
+    c.o = o;
     SignalState signals;
     int status = chat_open(&c);
     if (status == 0 && signals_install(&signals) != 0) status = 1;
     if (status) return chat_close(&c, status);
-    if (c.interactive_in && !o->prompt) fputs(CHAT_HINT, stderr);
-    Input* in = calloc(1, sizeof *in);
+    if (c.terminal) fputs(CHAT_HINT, stderr);
+    Input in = {.eof = 0};
     Str line = {0};
     int armed = 0;
-    if (!in) {
-        fprintf(stderr, "chat: out of memory\n");
-        status = 1;
-    }
-    while (in && !status) {
+    while (!status) {
         char* user;
         if (o->prompt) {
             user = strdup(o->prompt);
         } else {
-            const int r = chat_prompt(&c, in, &line, &armed, &status);
+            const int r = chat_prompt(&c, &in, &line, &armed, &status);
             if (r == LINE_LEAVES) break;
             if (r == LINE_IS_DONE) continue;
             user = strdup(line.p);
@@ -929,12 +924,11 @@ int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOption
         const int r = chat_turn(&c);
         /* At a terminal a message too long for the context is not sent and the chat goes on; from
          * a pipe or -i it is an error, so that a script does not go on with a turn missing. */
-        if (r == 1 && c.interactive_in && !o->prompt) continue;
+        if (r == 1 && c.terminal) continue;
         if (r != 0) status = r < 0 ? 1 : r;
         if (o->prompt) break;
     }
     free(line.p);
-    free(in);
     signals_restore(&signals);
     *n_generated = c.generated;
     return chat_close(&c, status);

@@ -7,8 +7,6 @@
 
 int sampler_init(Sampler* s, int vocab_size, float temperature, float top_p, int top_k,
                  float min_p, float repeat_penalty, uint64_t seed) {
-    memset(s, 0, sizeof *s);
-    if (vocab_size <= 0) return -1;
     s->vocab_size = vocab_size;
     s->temperature = temperature;
     s->top_p = top_p;
@@ -19,20 +17,15 @@ int sampler_init(Sampler* s, int vocab_size, float temperature, float top_p, int
     s->candidates = malloc((size_t)vocab_size * sizeof(ProbIndex));
     s->heap = malloc((size_t)vocab_size * sizeof(float));
     s->seen = calloc((size_t)vocab_size, 1);
-    if (s->candidates == NULL || s->heap == NULL || s->seen == NULL) {
-        sampler_free(s);
-        return -1;
-    }
-    return 0;
+    if (s->candidates && s->heap && s->seen) return 0;
+    sampler_free(s);
+    return -1;
 }
 
 void sampler_free(Sampler* s) {
     free(s->candidates);
     free(s->heap);
     free(s->seen);
-    s->heap = NULL;
-    s->candidates = NULL;
-    s->seen = NULL;
 }
 
 /* xorshift64* (Marsaglia's xorshift with Vigna's multiplier), as in llama2.c. */
@@ -43,12 +36,12 @@ static uint32_t random_u32(uint64_t* state) {
     return (uint32_t)((*state * 0x2545F4914F6CDD1Dull) >> 32);
 }
 
-float sampler_random(Sampler* s) { return (float)(random_u32(&s->rng_state) >> 8) / 16777216.0f; }
+/* A uniform float in [0, 1). */
+static float random_float(Sampler* s) { return (float)(random_u32(&s->rng_state) >> 8) / 16777216.0f; }
 
-/* The first index of the largest logit, NaN skipped (0 when every logit is NaN). Two passes: the
- * maximum, then its first position. In one pass, each comparison waits for the previous one's
- * `best`, and the head's 151,936 logits took ~144 us per decoded token, the other thread idle
- * (q4 decode, 2 threads: ~2% of a token); eight independent maxima let the compares overlap. */
+/* The first index of the largest logit, NaN skipped (0 when every logit is NaN). Two passes, the
+ * maximum in eight independent lanes and then its first position: in one pass each comparison
+ * waits for the previous one's result. */
 static int argmax(const float* x, int n) {
     float m[8];
     for (int k = 0; k < 8; k++) m[k] = -INFINITY;
@@ -115,11 +108,6 @@ static void apply_repetition_penalty(Sampler* s, float* logits, const int* histo
         if (history[i] >= 0 && history[i] < V) s->seen[history[i]] = 0;
 }
 
-/* 2. Temperature. */
-static void apply_temperature(float* logits, int V, float temperature) {
-    for (int i = 0; i < V; i++) logits[i] /= temperature;
-}
-
 /* The tokens still in the running, in s->candidates, with weights w = exp(logit - max): the softmax
  * up to its normalisation `mass`; the most likely token has weight 1. They are in two groups: `sure`
  * tokens, certainly inside the top-p nucleus, at cand[0 .. n_sure), and `band` tokens, sorted to
@@ -141,10 +129,8 @@ static void keep_top_k(Sampler* s, const float* logits, float max_logit, Candida
     float threshold = kth_largest(logits, V, s->top_k, s->heap);
     for (int i = 0; i < V; i++) {
         if (logits[i] >= threshold) {
-            c->cand[c->n_band].prob = expf(logits[i] - max_logit);
-            c->cand[c->n_band].index = i;
-            c->mass += c->cand[c->n_band].prob;
-            c->n_band++;
+            c->cand[c->n_band++] = (ProbIndex){expf(logits[i] - max_logit), i};
+            c->mass += c->cand[c->n_band - 1].prob;
         }
     }
 }
@@ -162,7 +148,7 @@ static double weigh_vocabulary(float* logits, int V, float max_logit) {
 /* 6. without any filter: one multinomial draw over the whole vocabulary, nothing to sort. */
 static int draw_from_vocabulary(Sampler* s, const float* weights, double mass) {
     const int V = s->vocab_size;
-    double r = (double)sampler_random(s) * mass, cdf = 0.0;
+    double r = (double)random_float(s) * mass, cdf = 0.0;
     for (int i = 0; i < V; i++) {
         cdf += weights[i];
         if (r < cdf) return i;
@@ -180,20 +166,12 @@ static int draw_from_vocabulary(Sampler* s, const float* weights, double mass) {
  *    less they all lie inside the nucleus (hi may drop to t).
  * This first step keeps the tokens with w >= lo, all in the band for top-p; for min-p alone every
  * one of them is sure. Returns lo. */
-static float keep_above_cutoff(const Sampler* s, const float* weights, Candidates* c) {
+static float keep_above_cutoff(const Sampler* s, const float* weights, int use_top_p, Candidates* c) {
     const int V = s->vocab_size;
-    const int use_top_p = s->top_p > 0.0f && s->top_p < 1.0f;
-    const int use_min_p = s->min_p > 0.0f;
-    float lo = 0.0f;
-    if (use_top_p) lo = (float)((1.0 - s->top_p) / (V - 1) * c->mass);
-    if (use_min_p && s->min_p > lo) lo = s->min_p;
-    for (int i = 0; i < V; i++) {
-        if (weights[i] >= lo) {
-            c->cand[c->n_band].prob = weights[i];
-            c->cand[c->n_band].index = i;
-            c->n_band++;
-        }
-    }
+    float lo = use_top_p ? (float)((1.0 - s->top_p) / (V - 1) * c->mass) : 0.0f;
+    if (s->min_p > lo) lo = s->min_p;
+    for (int i = 0; i < V; i++)
+        if (weights[i] >= lo) c->cand[c->n_band++] = (ProbIndex){weights[i], i};
     if (!use_top_p) { /* min-p alone: every candidate stays */
         c->n_sure = c->n_band;
         c->n_band = 0;
@@ -265,7 +243,7 @@ static void keep_min_p(Candidates* c, float floor_w) {
 static int draw_candidate(Sampler* s, const Candidates* c) {
     double total = 0.0;
     for (int j = 0; j < c->n_sure; j++) total += c->cand[j].prob;
-    double r = (double)sampler_random(s) * total, cdf = 0.0;
+    double r = (double)random_float(s) * total, cdf = 0.0;
     int last = -1;
     for (int j = 0; j < c->n_sure; j++) {
         cdf += c->cand[j].prob;
@@ -279,7 +257,7 @@ int sampler_sample(Sampler* s, float* logits, const int* history, int n_history)
     const int V = s->vocab_size;
     apply_repetition_penalty(s, logits, history, n_history);
     if (s->temperature <= 0.0f) return argmax(logits, V); /* greedy decoding, no randomness */
-    apply_temperature(logits, V, s->temperature);
+    for (int i = 0; i < V; i++) logits[i] /= s->temperature; /* 2. temperature */
     float max_logit = logits[argmax(logits, V)];
     if (!isfinite(max_logit)) return argmax(logits, V);
 
@@ -292,7 +270,7 @@ int sampler_sample(Sampler* s, float* logits, const int* history, int n_history)
     } else {
         c.mass = weigh_vocabulary(logits, V, max_logit);
         if (!use_top_p && !use_min_p) return draw_from_vocabulary(s, logits, c.mass);
-        float lo = keep_above_cutoff(s, logits, &c);
+        float lo = keep_above_cutoff(s, logits, use_top_p, &c);
         if (use_top_p) narrow_top_p_band(s, &c, lo);
     }
     if (c.n_sure + c.n_band == 0 || !(c.mass > 0.0)) return argmax(logits, V);

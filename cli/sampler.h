@@ -29,8 +29,7 @@ typedef struct {
     unsigned char* seen;   /* [vocab_size] scratch for the penalty (all zero between calls) */
 } Sampler;
 
-/* Returns 0, or -1 when out of memory. seed 0 is replaced by a fixed nonzero constant (the same
- * seed always gives the same tokens). */
+/* Returns 0, or -1 when out of memory. The same seed always gives the same tokens. */
 int sampler_init(Sampler* s, int vocab_size, float temperature, float top_p, int top_k,
                  float min_p, float repeat_penalty, uint64_t seed);
 void sampler_free(Sampler* s);
@@ -39,8 +38,5 @@ void sampler_free(Sampler* s);
  * applied in place). history[0 .. n_history-1] are the tokens seen so far (prompt and output), for
  * the repetition penalty; ids outside the vocabulary are ignored. */
 int sampler_sample(Sampler* s, float* logits, const int* history, int n_history);
-
-/* The rng, exposed for tests: a uniform float in [0, 1). */
-float sampler_random(Sampler* s);
 
 #endif
