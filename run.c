@@ -47,88 +47,71 @@ typedef struct {
 
 static const OptionSpec OPTIONS[] = {
     {"-t", "--temperature", "T", GENERATE | CHAT,
-     "sampling temperature in [0,100]; 0 = greedy (default: the model's\ngeneration_config, else 1.0)"},
+     "sampling temperature, [0,100]; 0 = greedy (default: the model's, else 1)"},
     {"-p", "--top-p", "P", GENERATE | CHAT,
-     "top-p (nucleus) sampling in [0,1]; 0 or 1 = off (default: the\nmodel's, else 0.9)"},
+     "top-p (nucleus) sampling, [0,1]; 0 or 1 = off (default: the model's, else 0.9)"},
     {"-k", "--top-k", "K", GENERATE | CHAT, "keep the K most likely tokens; 0 = off (default: the model's)"},
     {NULL, "--min-p", "P", GENERATE | CHAT, "drop tokens below P * the top probability, [0,1]; 0 = off (default)"},
     {NULL, "--repeat-penalty", "R", GENERATE | CHAT,
      "repetition penalty over every token seen, (0,100]; 1 = off (default)"},
-    {"-s", "--seed", "S", GENERATE | CHAT,
-     "random seed, a non-negative integer (default: from the clock in\n"
-     "nanoseconds, printed at the end of a sampled generation)"},
+    {"-s", "--seed", "S", GENERATE | CHAT, "random seed >= 0 (default: from the clock, printed at the end)"},
     {"-n", "--steps", "N", GENERATE | CHAT,
-     "tokens to generate, >= 0; 0 = only process the prompt (default 256;\n"
-     "chat mode: per answer, 0 or default = until the context is full)"},
+     "tokens to generate; 0 = only run the prompt (default 256; chat: per\nanswer, default until the context is full)"},
     {"-i", "--input", "TEXT", GENERATE | CHAT | TOKENIZE | EVAL,
      "the prompt (tokenize and eval mode: the text; default: standard input)"},
     {NULL, "--prompt-ids", "IDS", GENERATE | EVAL,
-     "the prompt as comma-separated token ids, e.g. 9707,11,1879\n(eval mode: the tokens to score)"},
+     "the prompt as token ids, e.g. 9707,11,1879 (eval: the tokens to score)"},
     {"-m", "--mode", "MODE", ANY_MODE,
-     "generate | chat | tokenize | bench | eval (default generate); chat\n"
-     "reads one message per line (/help lists its commands); eval\n"
-     "scores a text (-i, --file or standard input; or --prompt-ids) in\n"
+     "generate | chat | tokenize | bench | eval (default generate); chat reads\n"
+     "one message per line (/help lists its commands); eval scores a text in\n"
      "windows of -c tokens: loss (nats/token), perplexity, top-1"},
-    {"-y", "--system", "TEXT", CHAT, "system prompt (chat mode)"},
-    {NULL, "--no-think", NULL, CHAT, "chat mode: switch thinking off (the template's empty think\nblock; same as --thinking 0)"},
-    {NULL, "--hide-think", NULL, CHAT, "chat mode: do not print the thinking (same as --show-thinking 0)"},
+    {"-y", "--system", "TEXT", CHAT, "chat mode: the system prompt"},
+    {NULL, "--no-think", NULL, CHAT, "chat mode: thinking off, the template's empty think block (--thinking 0)"},
+    {NULL, "--hide-think", NULL, CHAT, "chat mode: do not print the thinking (--show-thinking 0)"},
     {NULL, "--thinking", "0|1", CHAT, "chat mode: 1 = Qwen3's thinking mode (default), 0 = no-think"},
-    {NULL, "--show-thinking", "0|1", CHAT, "chat mode: print the thinking (default 1) or hide it"},
+    {NULL, "--show-thinking", "0|1", CHAT, "chat mode: print the thinking (1, default) or hide it"},
     {NULL, "--keep-thinking", NULL, CHAT,
-     "chat mode: keep earlier answers' thinking in the context and\n"
-     "run only each turn's new text (default: each turn's prompt is\n"
-     "the template's, which drops it; the cache is reused up to\nwhere the two differ)"},
+     "chat mode: keep earlier answers' thinking in the KV cache and run only each\n"
+     "turn's new text (default: the template's prompt, which drops it)"},
     {NULL, "--verbose-prompt", NULL, GENERATE | CHAT,
-     "print the prompt's token ids to stderr (chat mode: each turn's,\n"
-     "with how many were already cached, and the answer's)"},
+     "print the prompt's token ids to stderr (chat: each turn's and answer's)"},
     {"-c", "--ctx", "N", ANY_MODE, "context length (KV cache positions); 0 = min(4096, the model's)"},
     {NULL, "--threads", "N", ANY_MODE,
-     "worker threads (default and most: one per CPU this process may\n"
-     "run on); bench mode takes a list, e.g. 1,2: the counts take\nturns rep by rep"},
-    {NULL, "--no-mmap", NULL, ANY_MODE,
-     "read the weights into memory (huge pages) instead of mapping\n"
-     "the file: faster decode where page-cache reads are slow"},
+     "worker threads (default and most: the CPUs this process may run on);\n"
+     "bench mode: a list, e.g. 1,2, the counts taking turns"},
+    {NULL, "--no-mmap", NULL, ANY_MODE, "read the weights into memory (huge pages) instead of mapping the file"},
     {NULL, "--refill-page-cache", NULL, ANY_MODE,
      "model file cached in 4 KB pages: drop it from the system's page\n"
      "cache and read it again in 2 MB pages: faster decode on some VMs"},
     {NULL, "--kv-cache", "f32|f16", ANY_MODE,
-     "the KV cache's element type (default f32, the reference's);\n"
-     "f16 halves its memory and decode attention's reads (llama.cpp's\n"
-     "default), keys and values rounded to 11 significant bits"},
+     "the KV cache's element type (default f32); f16 halves its memory and\n"
+     "reads, keys and values rounded to 11 significant bits"},
     {NULL, "--bf16-activations", NULL, ANY_MODE,
-     "prefill of a bf16 model rounds the activations to bf16 and uses\n"
-     "the CPU's bf16 dot product (AVX-512 BF16): llama.cpp's precision,\n"
-     "faster on Zen 4 and with AMX; ignored with a note where the\nbuild has none"},
+     "bf16 prefill with the CPU's bf16 dot product (AVX-512 BF16), llama.cpp's\n"
+     "precision; ignored with a note where the build has none"},
     {NULL, "--dump-logits", "PATH", GENERATE | CHAT,
-     "write the logits of every prompt position and every generated\n"
-     "token as raw little-endian float32 (vocab_size per row)"},
+     "write every prompt position's and generated token's logits as raw\nlittle-endian float32 (vocab_size per row)"},
     {NULL, "--show-norms", NULL, GENERATE,
-     "generate mode: print to stderr what each RMSNorm call site\n"
-     "(pre-attention, QK-Norm, pre-MLP, final) does at the prompt's\n"
-     "last token: rms in, scale, rms(w), rms out; --show-norms=all:\n"
-     "the same at every position, every head of q and k on its own"},
+     "print to stderr what each RMSNorm call site does at the prompt's last\n"
+     "token (rms in, scale, rms(w), rms out); =all: every position and head"},
     {NULL, "--norms-json", "PATH", GENERATE,
-     "generate mode: write every RMSNorm call site at every position\n"
-     "and head, and each head's largest |q.k|/sqrt(d), as JSON lines\n(tools/plot_norms.py draws them)"},
+     "every RMSNorm call site at every position and head, and each head's\n"
+     "largest |q.k|/sqrt(d), as JSON lines (tools/plot_norms.py draws them)"},
     {NULL, "--file", "PATH", EVAL, "eval mode: the text to score (default: -i, else standard input)"},
-    {NULL, "--json", NULL, BENCH | EVAL,
-     "bench mode: JSON lines; eval mode: one line\n{\"tokens\": N, \"loss\": X, \"ppl\": Y, \"top1\": Z}"},
-    {NULL, "--bench-prompt", "N", BENCH,
-     "bench mode: prefill tokens (default 512; the defaults shrink to\nfit the context, with a note)"},
-    {NULL, "--bench-gen", "N", BENCH, "bench mode: decode tokens (default 128)"},
+    {NULL, "--json", NULL, BENCH | EVAL, "bench and eval mode: JSON lines"},
+    {NULL, "--bench-prompt", "N", BENCH, "bench mode: prefill tokens (default 512, or what fits the context)"},
+    {NULL, "--bench-gen", "N", BENCH, "bench mode: decode tokens (default 128, or what fits the context)"},
     {NULL, "--bench-reps", "N", BENCH, "bench mode: timed repetitions of each test (default 5)"},
-    {NULL, "--bench-depth", "N", BENCH,
-     "bench mode: positions already in the KV cache when each test\nstarts, as llama-bench -d (default 0)"},
+    {NULL, "--bench-depth", "N", BENCH, "bench mode: positions in the KV cache before each test (default 0)"},
     {"-h", "--help", NULL, ANY_MODE, "this help"},
     {NULL, NULL, NULL, 0, "RMSNorm lab (generate, chat and eval; each changes the model, for teaching):"},
     {NULL, "--ablate", "LIST", GENERATE | CHAT | EVAL,
-     "leave out RMSNorm uses, comma-separated: qk-norm, final-norm,\n"
-     "pre-norms (pre-attention and pre-MLP), norm-weight (w = 1:\n"
-     "scale only), norm-scale (the weight only: no 1/rms)"},
+     "leave out RMSNorm uses: qk-norm, final-norm, pre-norms (pre-attention\n"
+     "and pre-MLP), norm-weight (w = 1), norm-scale (no 1/rms); comma-separated"},
     {NULL, "--norm-eps", "X", GENERATE | CHAT | EVAL, "eps inside every RMSNorm's square root instead of the model's"},
     {NULL, "--norm", "rmsnorm|layernorm", GENERATE | CHAT | EVAL,
-     "layernorm: subtract the vector's mean first (LayerNorm\n"
-     "without a bias); rmsnorm (default): the model as trained"},
+     "layernorm: subtract the vector's mean first (LayerNorm without a bias);\n"
+     "rmsnorm (default): the model as trained"},
 };
 #define N_OPTIONS (int)(sizeof OPTIONS / sizeof OPTIONS[0])
 
@@ -167,19 +150,15 @@ typedef struct {
     const char* mode_name;
     const char* prompt;        /* -i */
     const char* prompt_ids;    /* --prompt-ids */
-    const char* system_prompt; /* -y */
-    const char* dump_logits;
     const char* norms_json;
-    const char* file;          /* eval mode's text */
     float temperature, top_p, min_p, repeat_penalty;
     int top_k, steps, threads, ctx;
     uint64_t seed;
     const char* thread_counts; /* --threads as given: in bench mode a list of counts */
     int n_thread_counts;
-    int thinking, show_thinking, keep_thinking, verbose_prompt; /* chat mode */
-    int no_mmap, refill_page_cache, kv_f16, bf16_activations;   /* TransformerOptions */
+    int thinking, show_thinking; /* chat mode */
+    int kv_f16;
     int show_norms;            /* 1: --show-norms, 2: --show-norms=all */
-    int json;
     NormLab norm_lab;          /* --ablate, --norm-eps, --norm (model.h) */
     const char* given[N_OPTIONS]; /* each option's last value ("" for a switch); NULL: not given */
     int order[N_OPTIONS], n_given; /* the options given, in the order they first came */
@@ -270,7 +249,8 @@ static void parse_ablate(const char* list, NormLab* lab) {
     for (const char* item = list;; item++) {
         size_t len = strcspn(item, ",");
         size_t k = 0;
-        while (k < n_ablations && !(strlen(ablations[k].name) == len && strncmp(item, ablations[k].name, len) == 0)) k++;
+        while (k < n_ablations && !(strlen(ablations[k].name) == len && strncmp(item, ablations[k].name, len) == 0))
+            k++;
         if (k == n_ablations)
             die(2, "--ablate: unknown name '%.*s' (valid: qk-norm, final-norm, pre-norms, norm-weight, norm-scale)",
                 (int)len, item);
@@ -295,7 +275,8 @@ static void set_threads(Options* o, const char* name, const char* value) {
 }
 
 /* The option opt (its long name; name is as given, for the messages) of generate, chat and the
- * input, set from value. Returns 0 for any other option. */
+ * input, set from value. Returns 0 for any other option. Options used as given, a switch or a
+ * string, are read with given() instead. */
 static int set_text_option(Options* o, const char* opt, const char* name, const char* value) {
     if (strcmp(opt, "--temperature") == 0)
         o->temperature = parse_float(name, value, 0.0f, 100.0f, 0);
@@ -315,8 +296,6 @@ static int set_text_option(Options* o, const char* opt, const char* name, const 
         o->prompt = value;
     else if (strcmp(opt, "--prompt-ids") == 0)
         o->prompt_ids = value;
-    else if (strcmp(opt, "--system") == 0)
-        o->system_prompt = value;
     else if (strcmp(opt, "--thinking") == 0)
         o->thinking = (int)parse_int(name, value, 0, 1);
     else if (strcmp(opt, "--show-thinking") == 0)
@@ -325,12 +304,6 @@ static int set_text_option(Options* o, const char* opt, const char* name, const 
         o->thinking = 0;
     else if (strcmp(opt, "--hide-think") == 0)
         o->show_thinking = 0;
-    else if (strcmp(opt, "--keep-thinking") == 0)
-        o->keep_thinking = 1;
-    else if (strcmp(opt, "--verbose-prompt") == 0)
-        o->verbose_prompt = 1;
-    else if (strcmp(opt, "--dump-logits") == 0)
-        o->dump_logits = value;
     else
         return 0;
     return 1;
@@ -356,20 +329,10 @@ static void set_other_option(Options* o, const char* opt, const char* name, cons
     } else if (strcmp(opt, "--kv-cache") == 0) {
         if (strcmp(value, "f32") && strcmp(value, "f16")) die(2, "%s must be f32 or f16, got '%s'", name, value);
         o->kv_f16 = strcmp(value, "f16") == 0;
-    } else if (strcmp(opt, "--no-mmap") == 0) {
-        o->no_mmap = 1;
-    } else if (strcmp(opt, "--refill-page-cache") == 0) {
-        o->refill_page_cache = 1;
-    } else if (strcmp(opt, "--bf16-activations") == 0) {
-        o->bf16_activations = 1;
     } else if (strcmp(opt, "--show-norms") == 0) {
         o->show_norms = 1;
     } else if (strcmp(opt, "--norms-json") == 0) {
         o->norms_json = value;
-    } else if (strcmp(opt, "--file") == 0) {
-        o->file = value;
-    } else if (strcmp(opt, "--json") == 0) {
-        o->json = 1;
     } else if (strcmp(opt, "--ablate") == 0) {
         parse_ablate(value, &o->norm_lab);
     } else if (strcmp(opt, "--norm-eps") == 0) {
@@ -380,7 +343,7 @@ static void set_other_option(Options* o, const char* opt, const char* name, cons
             die(2, "%s must be rmsnorm or layernorm, got '%s'", name, value);
         o->norm_lab.variant &= ~NORM_VARIANT_CENTER;
         if (strcmp(value, "layernorm") == 0) o->norm_lab.variant |= NORM_VARIANT_CENTER;
-    } else { /* --bench-prompt, --bench-gen, --bench-reps, --bench-depth */
+    } else if (strncmp(opt, "--bench-", 8) == 0) { /* read by bench_main */
         parse_int(name, value, 0, 1000000);
     }
 }
@@ -440,7 +403,7 @@ static void check_combinations(const Options* o) {
     /* --prompt-ids would leave chat and tokenize reading standard input instead, an error. */
     if (o->prompt_ids && !(o->mode & (GENERATE | EVAL)))
         die(2, "--prompt-ids is for generate mode and eval mode, not -m %s", o->mode_name);
-    if (o->mode == EVAL && ((o->prompt != NULL) + (o->prompt_ids != NULL) + (o->file != NULL)) > 1)
+    if (o->mode == EVAL && ((o->prompt != NULL) + (o->prompt_ids != NULL) + (given(o, "--file") != NULL)) > 1)
         die(2, "-m eval scores one text: give one of -i, --file and --prompt-ids");
 }
 
@@ -565,7 +528,7 @@ static int* read_prompt(const Transformer* t, const Tokenizer* tok, const Option
     if (*n_prompt > c->seq_len)
         die(1, "the prompt has %d tokens, more than the context of %d (raise it with -c, at most %d)", *n_prompt,
             c->seq_len, c->max_seq_len);
-    if (o->verbose_prompt) {
+    if (given(o, "--verbose-prompt")) {
         char label[48];
         snprintf(label, sizeof label, "run: prompt of %d token%s:", *n_prompt, *n_prompt == 1 ? "" : "s");
         print_token_ids(stderr, label, prompt, *n_prompt);
@@ -613,7 +576,7 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
     if (history == NULL) die(1, "out of memory");
     memcpy(history, prompt, (size_t)n_prompt * sizeof(int));
     LogitsDump dump;
-    if (logits_dump_open(&dump, o->dump_logits, t) != 0) exit(1);
+    if (logits_dump_open(&dump, given(o, "--dump-logits"), t) != 0) exit(1);
     NormTrace trace = {0};
     if (o->show_norms || o->norms_json) {
         trace_open(&trace, o, c, n_prompt);
@@ -711,7 +674,7 @@ static void apply_norm_lab(Transformer* t, const Options* o) {
 static int run_eval(Transformer* t, const Tokenizer* text_tok, const Options* o) {
     int n_ids = 0;
     int* ids = o->prompt_ids ? parse_prompt_ids(o->prompt_ids, t->config.vocab_size, &n_ids) : NULL;
-    EvalOptions eval = {o->prompt, o->file, ids, n_ids, o->json};
+    EvalOptions eval = {o->prompt, given(o, "--file"), ids, n_ids, given(o, "--json") != NULL};
     int status = eval_main(t, text_tok, &eval);
     free(ids);
     return status;
@@ -753,8 +716,9 @@ static int run_sampling_mode(Transformer* t, const Tokenizer* text_tok, const Op
         die(1, "out of memory");
     int status, n_generated = 0;
     if (o->mode == CHAT) {
-        ChatOptions chat = {o->system_prompt, o->prompt, given(o, "--steps") ? o->steps : 0, o->thinking,
-                            o->show_thinking, o->keep_thinking, o->verbose_prompt, o->dump_logits};
+        ChatOptions chat = {given(o, "--system"), o->prompt, given(o, "--steps") ? o->steps : 0, o->thinking,
+                            o->show_thinking, given(o, "--keep-thinking") != NULL,
+                            given(o, "--verbose-prompt") != NULL, given(o, "--dump-logits")};
         if (text_tok == NULL) die(1, "%s has no tokenizer: chat needs one (export with tokenizer.json)", o->checkpoint);
         status = chat_main(t, text_tok, &sampler, &chat, &n_generated);
     } else {
@@ -773,18 +737,19 @@ int main(int argc, char** argv) {
     Options o;
     parse_args(argc, argv, &o);
     clamp_threads(&o);
-    const TransformerOptions topt = {.threads = o.threads, .ctx = o.ctx, .no_mmap = o.no_mmap,
-                                     .refill_page_cache = o.refill_page_cache, .kv_f16 = o.kv_f16,
-                                     .bf16_activations = o.bf16_activations};
+    const TransformerOptions topt = {.threads = o.threads, .ctx = o.ctx, .kv_f16 = o.kv_f16,
+                                     .no_mmap = given(&o, "--no-mmap") != NULL,
+                                     .refill_page_cache = given(&o, "--refill-page-cache") != NULL,
+                                     .bf16_activations = given(&o, "--bf16-activations") != NULL};
     Transformer t;
     char err[512];
     if (transformer_load(&t, o.checkpoint, &topt, err, sizeof err) != 0) die(1, "%s", err);
     if (o.ctx > t.config.max_seq_len)
         fprintf(stderr, "run: note: -c %d is more than the model's maximum context of %d; using %d\n", o.ctx,
                 t.config.max_seq_len, t.config.max_seq_len);
-    if (o.refill_page_cache && o.no_mmap)
+    if (topt.refill_page_cache && topt.no_mmap)
         fprintf(stderr, "run: note: --refill-page-cache ignored: --no-mmap reads the file without mapping it\n");
-    if (o.bf16_activations && !kernels_bf16_activations(t.kernels))
+    if (topt.bf16_activations && !kernels_bf16_activations(t.kernels))
         fprintf(stderr, "run: note: --bf16-activations ignored: this build has no bf16 dot product (AVX-512 BF16)\n");
 
     Tokenizer* tok = tokenizer_new(t.tokenizer_data, t.tokenizer_bytes, err, sizeof err);
