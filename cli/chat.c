@@ -38,15 +38,11 @@ static void sadd(Str* s, const char* t, size_t n) {
     s->p[s->n] = 0;
 }
 
-static void scat(Str* s, const char* t) { sadd(s, t ? t : "", t ? strlen(t) : 0); }
-
-static char* sdone(Str* s) {
-    if (!s->p) sadd(s, "", 0);
-    if (s->oom) {
-        free(s->p);
-        return NULL;
-    }
-    return s->p;
+/* The text written to a memory stream (open_memstream), or NULL when it ran out of memory. */
+static char* close_text(FILE* f, char** text) {
+    if (fclose(f) == 0) return *text; /* *text is final only once the stream is closed */
+    free(*text);
+    return NULL;
 }
 
 /* A view of part of a string. */
@@ -84,12 +80,12 @@ static const char THINK_EMPTY[] = "<think>\n\n</think>\n\n";
 /* ---- Template ---- */
 
 char* chat_render(const ChatMessage* msgs, int n, int add_generation_prompt, int enable_thinking) {
-    Str s = {0};
-    if (n > 0 && msgs[0].role && strcmp(msgs[0].role, "system") == 0) {
-        scat(&s, "<|im_start|>system\n");
-        scat(&s, msgs[0].content);
-        scat(&s, "<|im_end|>\n");
-    }
+    char* text = NULL;
+    size_t size = 0;
+    FILE* f = open_memstream(&text, &size);
+    if (f == NULL) return NULL;
+    if (n > 0 && msgs[0].role && strcmp(msgs[0].role, "system") == 0)
+        fprintf(f, "<|im_start|>system\n%s<|im_end|>\n", msgs[0].content ? msgs[0].content : "");
     /* the last user message that is not a tool response wrapper */
     int last_query = n - 1;
     for (int i = n - 1; i >= 0; i--) {
@@ -104,11 +100,7 @@ char* chat_render(const ChatMessage* msgs, int n, int add_generation_prompt, int
         const char* role = msgs[i].role ? msgs[i].role : "";
         const char* content = msgs[i].content ? msgs[i].content : "";
         if (strcmp(role, "user") == 0 || (strcmp(role, "system") == 0 && i > 0)) {
-            scat(&s, "<|im_start|>");
-            scat(&s, role);
-            scat(&s, "\n");
-            scat(&s, content);
-            scat(&s, "<|im_end|>\n");
+            fprintf(f, "<|im_start|>%s\n%s<|im_end|>\n", role, content);
         } else if (strcmp(role, "assistant") == 0) {
             View c = {content, strlen(content)};
             View r = {"", 0};
@@ -125,30 +117,22 @@ char* chat_render(const ChatMessage* msgs, int n, int add_generation_prompt, int
                     c = lstrip_nl((View){close_last + 8, strlen(close_last + 8)});
                 }
             }
-            scat(&s, "<|im_start|>assistant\n");
+            fputs("<|im_start|>assistant\n", f);
             if (i > last_query && (i == n - 1 || r.n > 0)) {
                 View rs = rstrip_nl(lstrip_nl(r));
-                scat(&s, "<think>\n");
-                sadd(&s, rs.p, rs.n);
-                scat(&s, "\n</think>\n\n");
+                fprintf(f, "<think>\n%.*s\n</think>\n\n", (int)rs.n, rs.p);
                 c = lstrip_nl(c);
             }
-            sadd(&s, c.p, c.n);
-            scat(&s, "<|im_end|>\n");
+            fprintf(f, "%.*s<|im_end|>\n", (int)c.n, c.p);
         } else if (strcmp(role, "tool") == 0) {
-            if (i == 0 || !msgs[i - 1].role || strcmp(msgs[i - 1].role, "tool") != 0) scat(&s, "<|im_start|>user");
-            scat(&s, "\n<tool_response>\n");
-            scat(&s, content);
-            scat(&s, "\n</tool_response>");
-            if (i == n - 1 || !msgs[i + 1].role || strcmp(msgs[i + 1].role, "tool") != 0) scat(&s, "<|im_end|>\n");
+            if (i == 0 || !msgs[i - 1].role || strcmp(msgs[i - 1].role, "tool") != 0) fputs("<|im_start|>user", f);
+            fprintf(f, "\n<tool_response>\n%s\n</tool_response>", content);
+            if (i == n - 1 || !msgs[i + 1].role || strcmp(msgs[i + 1].role, "tool") != 0) fputs("<|im_end|>\n", f);
         }
         /* other roles: the template writes nothing */
     }
-    if (add_generation_prompt) {
-        scat(&s, "<|im_start|>assistant\n");
-        if (!enable_thinking) scat(&s, THINK_EMPTY);
-    }
-    return sdone(&s);
+    if (add_generation_prompt) fprintf(f, "<|im_start|>assistant\n%s", enable_thinking ? "" : THINK_EMPTY);
+    return close_text(f, &text);
 }
 
 char* chat_first_turn(const char* system, const char* user, int enable_thinking) {
@@ -160,13 +144,13 @@ char* chat_first_turn(const char* system, const char* user, int enable_thinking)
 }
 
 char* chat_next_turn(const char* user, int enable_thinking, int close_answer) {
-    Str s = {0};
-    if (close_answer) scat(&s, "<|im_end|>");
-    scat(&s, "\n<|im_start|>user\n");
-    scat(&s, user);
-    scat(&s, "<|im_end|>\n<|im_start|>assistant\n");
-    if (!enable_thinking) scat(&s, THINK_EMPTY);
-    return sdone(&s);
+    char* text = NULL;
+    size_t size = 0;
+    FILE* f = open_memstream(&text, &size);
+    if (f == NULL) return NULL;
+    fprintf(f, "%s\n<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n%s", close_answer ? "<|im_end|>" : "", user,
+            enable_thinking ? "" : THINK_EMPTY);
+    return close_text(f, &text);
 }
 
 /* ---- Shared with run.c ---- */
