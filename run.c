@@ -492,34 +492,29 @@ static void trace_close(NormTrace* tr, const Options* o) {
     free(tr->scratch);
 }
 
-/* The prompt: ids given as such, or encoded text (plus BOS when the model has one; Qwen3 has none,
- * QWEN3.md 2.3), or BOS alone when neither is given (malloc'ed; NULL when it is empty). Ends the
- * run when it is empty or longer than the context; --verbose-prompt shows its ids. */
+/* The prompt (malloc'ed): ids given as such, or encoded text after BOS when the model has one
+ * (Qwen3 has none, QWEN3.md 2.3). Ends the run when it is empty or longer than the context;
+ * --verbose-prompt shows its ids. */
 static int* read_prompt(const Transformer* t, const Tokenizer* tok, const Options* o, int* n_prompt) {
     const Config* c = &t->config;
     const int bos = t->header.bos_id >= 0;
-    int* prompt = NULL;
-    *n_prompt = 0;
+    int* prompt;
     if (o->prompt_ids) {
         prompt = parse_prompt_ids(o->prompt_ids, c->vocab_size, n_prompt);
-    } else if (o->prompt) {
-        if (tok == NULL) die(1, "%s has no tokenizer: give the prompt with --prompt-ids", o->checkpoint);
-        int n_text = 0;
-        int* text = tokenizer_encode(tok, o->prompt, strlen(o->prompt), &n_text);
-        prompt = text ? malloc((size_t)(n_text + bos + 1) * sizeof(int)) : NULL;
+    } else {
+        int n_text = 0, *text = NULL;
+        if (o->prompt && tok == NULL) die(1, "%s has no tokenizer: give the prompt with --prompt-ids", o->checkpoint);
+        if (o->prompt && (text = tokenizer_encode(tok, o->prompt, strlen(o->prompt), &n_text)) == NULL)
+            die(1, "out of memory");
+        prompt = malloc((size_t)(n_text + bos + 1) * sizeof(int));
         if (prompt == NULL) die(1, "out of memory");
         if (bos) prompt[0] = t->header.bos_id;
-        memcpy(prompt + bos, text, (size_t)n_text * sizeof(int));
+        if (text) memcpy(prompt + bos, text, (size_t)n_text * sizeof(int));
         *n_prompt = n_text + bos;
         free(text);
         for (int i = 0; i < *n_prompt; i++)
             if (prompt[i] < 0 || prompt[i] >= c->vocab_size)
                 die(1, "the tokenizer gave id %d, outside the model's vocabulary of %d", prompt[i], c->vocab_size);
-    } else if (bos) {
-        prompt = malloc(sizeof(int));
-        if (prompt == NULL) die(1, "out of memory");
-        prompt[0] = t->header.bos_id;
-        *n_prompt = 1;
     }
     if (*n_prompt == 0 && o->prompt) die(2, "the prompt (-i) is empty and the model has no BOS token to start from");
     if (*n_prompt == 0) die(2, "no prompt: give -i TEXT or --prompt-ids IDS");
@@ -528,11 +523,8 @@ static int* read_prompt(const Transformer* t, const Tokenizer* tok, const Option
     if (*n_prompt > c->seq_len)
         die(1, "the prompt has %d tokens, more than the context of %d (raise it with -c, at most %d)", *n_prompt,
             c->seq_len, c->max_seq_len);
-    if (given(o, "--verbose-prompt")) {
-        char label[48];
-        snprintf(label, sizeof label, "run: prompt of %d token%s:", *n_prompt, *n_prompt == 1 ? "" : "s");
-        print_token_ids(stderr, label, prompt, *n_prompt);
-    }
+    if (given(o, "--verbose-prompt"))
+        print_token_ids(prompt, *n_prompt, "run: prompt of %d token%s:", *n_prompt, *n_prompt == 1 ? "" : "s");
     return prompt;
 }
 

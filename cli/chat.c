@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -226,10 +227,13 @@ const char* context_advice(const Config* c, char* buf, size_t size) {
     return buf;
 }
 
-void print_token_ids(FILE* out, const char* label, const int* ids, int n) {
-    fputs(label, out);
-    for (int i = 0; i < n; i++) fprintf(out, "%s%d", i ? "," : " ", ids[i]);
-    fputc('\n', out);
+void print_token_ids(const int* ids, int n, const char* label, ...) {
+    va_list ap;
+    va_start(ap, label);
+    vfprintf(stderr, label, ap);
+    va_end(ap);
+    for (int i = 0; i < n; i++) fprintf(stderr, "%s%d", i ? "," : " ", ids[i]);
+    fputc('\n', stderr);
 }
 
 /* ---- Ctrl-C and the terminal's attributes ---- */
@@ -477,12 +481,8 @@ static void json_string(FILE* f, const char* s) {
  * valid UTF-8: answers are decoded with U+FFFD for invalid bytes). Written to a temporary file
  * that replaces path only when complete. 0, or -1 after an error message. */
 static int conversation_save(const Conversation* c, const char* path) {
-    char* tmp = malloc(strlen(path) + 16);
-    if (!tmp) {
-        fprintf(stderr, "chat: out of memory\n");
-        return -1;
-    }
-    sprintf(tmp, "%s.tmp%d", path, (int)getpid());
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());
     FILE* f = fopen(tmp, "w");
     if (f) {
         fputs("[", f);
@@ -500,7 +500,6 @@ static int conversation_save(const Conversation* c, const char* path) {
         fprintf(stderr, "chat: %s: cannot write the conversation: %s\n", path, strerror(errno));
         remove(tmp);
     }
-    free(tmp);
     return failed ? -1 : 0;
 }
 
@@ -758,24 +757,18 @@ static int chat_turn(Chat* c) {
     free(run);
     if (!logits) return -1;
     c->pos = start + n_run;
-    if (o->verbose_prompt) {
-        char label[96];
-        snprintf(label, sizeof label, "chat: prompt of %d token%s, %d of them already in the KV cache:", c->pos,
-                 c->pos == 1 ? "" : "s", start);
-        print_token_ids(stderr, label, c->history, c->pos);
-    }
+    if (o->verbose_prompt)
+        print_token_ids(c->history, c->pos, "chat: prompt of %d token%s, %d of them already in the KV cache:", c->pos,
+                        c->pos == 1 ? "" : "s", start);
     const int answer_start = c->pos;
     const double t0 = now_seconds();
     int stopped, n_tokens;
     const int failed = chat_answer(c, logits, &stopped, &n_tokens);
     const double dt = now_seconds() - t0, prompt_s = t0 - t_prompt;
     const int n_run_answer = c->pos - answer_start;
-    if (o->verbose_prompt) {
-        char label[64];
-        snprintf(label, sizeof label, "chat: answer of %d token%s run through the model:", n_run_answer,
-                 n_run_answer == 1 ? "" : "s");
-        print_token_ids(stderr, label, c->history + answer_start, n_run_answer);
-    }
+    if (o->verbose_prompt)
+        print_token_ids(c->history + answer_start, n_run_answer, "chat: answer of %d token%s run through the model:",
+                        n_run_answer, n_run_answer == 1 ? "" : "s");
     if (o->prompt) {
         print_speed(n_run, prompt_s, n_tokens, n_run_answer, dt);
     } else if (c->terminal && n_tokens > 1) {
@@ -876,12 +869,7 @@ static int chat_close(Chat* c, int status) {
 }
 
 int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOptions* o, int* n_generated) {
-    Chat c;
-    memset(&c, 0, sizeof c);
-    c.t = t;
-    c.tok = tok;
-    c.s = s;
-    c.o = o;
+    Chat c = {.t = t, .tok = tok, .s = s, .o = o};
     SignalState signals;
     int status = chat_open(&c);
     if (status == 0 && signals_install(&signals) != 0) status = 1;

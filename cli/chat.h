@@ -94,7 +94,7 @@ void print_speed(int n_prompt, double prefill_s, int n_generated, int n_decoded,
  * supports N)", or that the context is already the model's maximum. Returns buf. */
 const char* context_advice(const Config* c, char* buf, size_t size);
 
-/* --verbose-prompt's line: label, then the ids as " 1,2,3" and a newline. */
-void print_token_ids(FILE* out, const char* label, const int* ids, int n);
+/* --verbose-prompt's line on stderr: the label (a printf format), then the ids as " 1,2,3". */
+void print_token_ids(const int* ids, int n, const char* label, ...) __attribute__((format(printf, 3, 4)));
 
 #endif

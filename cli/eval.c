@@ -99,24 +99,9 @@ static void report(const EvalSums* s, int window, int json) {
     printf("top-1          %.6f\n", top1);
 }
 
-int eval_main(Transformer* t, const Tokenizer* tok, const EvalOptions* o) {
+/* Scores ids[0 .. n-1] in windows of the context length; 0, or 1 after an error line. */
+static int score_text(Transformer* t, const int* ids, int n, float* rows, int json) {
     const int V = t->config.vocab_size, window = t->config.seq_len, B = t->state.max_batch;
-    int n = 0;
-    int* ids = eval_tokens(tok, o, &n);
-    if (ids == NULL) return 1;
-    if (n < 2 || window < 2) {
-        if (window < 2) fprintf(stderr, "run: error: -m eval needs a context (-c) of at least 2 tokens\n");
-        else fprintf(stderr, "run: error: nothing to score: the text is %d token%s, eval needs at least 2\n", n,
-                     n == 1 ? "" : "s");
-        free(ids);
-        return 1;
-    }
-    float* rows = malloc((size_t)B * (size_t)V * sizeof(float));
-    if (rows == NULL) {
-        fprintf(stderr, "run: error: out of memory\n");
-        free(ids);
-        return 1;
-    }
     EvalSums sums = {0, 0, 0.0};
     Progress prog = {isatty(fileno(stderr)), seconds(), 0.0, 0};
     /* Window w holds ids [w0, w0 + len); its positions 0 .. len-2 predict the tokens 1 .. len-1,
@@ -127,8 +112,6 @@ int eval_main(Transformer* t, const Tokenizer* tok, const EvalOptions* o) {
             const int nb = len - 1 - i < B ? len - 1 - i : B;
             if (forward(t, ids + w0 + i, nb, i, rows) == NULL) {
                 fprintf(stderr, "%srun: error: forward pass failed\n", prog.shown && prog.tty ? "\n" : "");
-                free(rows);
-                free(ids);
                 return 1;
             }
             score_rows(&sums, rows, nb, V, ids + w0 + i + 1);
@@ -136,8 +119,26 @@ int eval_main(Transformer* t, const Tokenizer* tok, const EvalOptions* o) {
         }
     }
     if (prog.shown && prog.tty) fprintf(stderr, "\r\033[K"); /* the terminal as it was */
-    report(&sums, window, o->json);
+    report(&sums, window, json);
+    return 0;
+}
+
+int eval_main(Transformer* t, const Tokenizer* tok, const EvalOptions* o) {
+    int n = 0;
+    int* ids = eval_tokens(tok, o, &n);
+    if (ids == NULL) return 1;
+    float* rows = malloc((size_t)t->state.max_batch * (size_t)t->config.vocab_size * sizeof(float));
+    int status = 1;
+    if (t->config.seq_len < 2)
+        fprintf(stderr, "run: error: -m eval needs a context (-c) of at least 2 tokens\n");
+    else if (n < 2)
+        fprintf(stderr, "run: error: nothing to score: the text is %d token%s, eval needs at least 2\n", n,
+                n == 1 ? "" : "s");
+    else if (rows == NULL)
+        fprintf(stderr, "run: error: out of memory\n");
+    else
+        status = score_text(t, ids, n, rows, o->json);
     free(rows);
     free(ids);
-    return 0;
+    return status;
 }
