@@ -333,14 +333,12 @@ enum { LINE_READ, LINE_EOF, LINE_INTERRUPTED, LINE_ERROR };
 static int input_line(Input* in, Str* line) {
     line->n = 0;
     for (;;) {
-        while (in->at < in->n) {
-            const char ch = in->buf[in->at++];
-            if (ch == '\n') {
-                if (line->n && line->p[line->n - 1] == '\r') line->n--;
-                sadd(line, "", 0);
-                return line->oom ? LINE_ERROR : LINE_READ;
-            }
-            sadd(line, &ch, 1);
+        while (in->at < in->n && in->buf[in->at] != '\n') sadd(line, &in->buf[in->at++], 1);
+        if (in->at < in->n || (in->eof && line->n)) { /* a newline, or a last line without one */
+            in->at++;
+            if (line->n && line->p[line->n - 1] == '\r') line->n--;
+            sadd(line, "", 0);
+            return line->oom ? LINE_ERROR : LINE_READ;
         }
         if (take_interrupt()) return LINE_INTERRUPTED;
         if (in->eof) return LINE_EOF;
@@ -356,13 +354,7 @@ static int input_line(Input* in, Str* line) {
         if (r < 0) return LINE_ERROR;
         in->at = 0;
         in->n = (size_t)r;
-        if (r == 0) {
-            in->eof = 1; /* a terminal's Ctrl-D: the next read would wait for more */
-            if (line->n) {
-                sadd(line, "", 0);
-                return line->oom ? LINE_ERROR : LINE_READ;
-            }
-        }
+        in->eof = r == 0; /* a terminal's Ctrl-D: the next read would wait for more */
     }
 }
 
@@ -821,12 +813,9 @@ static int chat_prompt(Chat* c, Input* in, Str* line, int* armed, int* status) {
         *status = 1;
         return LINE_LEAVES;
     }
-    switch (chat_command(c, line->p)) {
-    case COMMAND_LEAVE: return LINE_LEAVES;
-    case COMMAND_DONE: return LINE_IS_DONE;
-    case COMMAND_FAILED: *status = 1; return LINE_LEAVES;
-    default: break;
-    }
+    const int command = chat_command(c, line->p);
+    if (command == COMMAND_FAILED) *status = 1;
+    if (command != COMMAND_NONE) return command == COMMAND_DONE ? LINE_IS_DONE : LINE_LEAVES;
     /* an empty or blank line is no message */
     return line->p[strspn(line->p, " \t\r\v\f")] ? LINE_IS_MESSAGE : LINE_IS_DONE;
 }
