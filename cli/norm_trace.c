@@ -33,6 +33,13 @@ int norm_trace_wants(const NormTrace* tr, int p) {
     return tr->json != NULL || tr->pos < 0 || tr->pos == p;
 }
 
+/* v as text in buf, or none when v < 0 (the final norm's layer, a site of one vector's head). */
+static const char* number_or(char* buf, size_t size, int v, const char* none) {
+    if (v < 0) return none;
+    snprintf(buf, size, "%d", v);
+    return buf;
+}
+
 /* "value" for one vector, "min..max" over several (QK-Norm's heads), in a column of `width`
  * characters (0: the last column, unpadded). */
 static void print_cell(FILE* f, double lo, double hi, int many, int width) {
@@ -61,10 +68,8 @@ static void table_line(NormTrace* tr, int use, const char* site, int layer, cons
                 "layer  use  site           vectors    rms(in)          scale            rms(w)    rms(out)\n",
                 pos, (double)eps);
     char where[16], shape[32];
-    if (layer >= 0) snprintf(where, sizeof where, "%5d", layer);
-    else snprintf(where, sizeof where, "%5s", "-");
     snprintf(shape, sizeof shape, "%d x %d", per_row, width);
-    fprintf(tr->table, "%s  %d    %-13s  %-9s  ", where, use, site, shape);
+    fprintf(tr->table, "%5s  %d    %-13s  %-9s  ", number_or(where, sizeof where, layer, "-"), use, site, shape);
     print_cell(tr->table, lo[0], hi[0], per_row > 1, 17);
     print_cell(tr->table, lo[1], hi[1], per_row > 1, 17);
     fprintf(tr->table, "%-8.4g  ", rms(weight, width));
@@ -83,23 +88,18 @@ static void full_table_line(NormTrace* tr, int use, const char* site, int layer,
                 "  pos  layer  use  site           head  rms(in)     mean(in)     scale       rms(w)      rms(out)\n",
                 (double)eps);
     char where[16], which[16];
-    if (layer >= 0) snprintf(where, sizeof where, "%5d", layer);
-    else snprintf(where, sizeof where, "%5s", "-");
-    if (head >= 0) snprintf(which, sizeof which, "%d", head);
-    else snprintf(which, sizeof which, "-");
-    fprintf(tr->table, "%5d  %s  %d    %-13s  %-4s  %-10.4g  %-11.4g  %-10.4g  %-10.4g  %.4g\n", pos, where, use, site,
-            which, st->rms_in, st->mean_in, st->scale, rms_w, st->rms_out);
+    fprintf(tr->table, "%5d  %5s  %d    %-13s  %-4s  %-10.4g  %-11.4g  %-10.4g  %-10.4g  %.4g\n", pos,
+            number_or(where, sizeof where, layer, "-"), use, site, number_or(which, sizeof which, head, "-"),
+            st->rms_in, st->mean_in, st->scale, rms_w, st->rms_out);
 }
 
 static void json_line(NormTrace* tr, int use, const char* site, int layer, int head, int pos, const NormStats* st,
                       double rms_w) {
     char which[16];
-    if (head >= 0) snprintf(which, sizeof which, "%d", head);
-    else snprintf(which, sizeof which, "null");
     fprintf(tr->json,
             "{\"position\":%d,\"layer\":%d,\"use\":%d,\"site\":\"%s\",\"head\":%s,\"rms_in\":%.9g,\"mean_in\":%.9g,"
             "\"scale\":%.9g,\"rms_w\":%.9g,\"rms_out\":%.9g}\n",
-            pos, layer, use, site, which, st->rms_in, st->mean_in, st->scale, rms_w, st->rms_out);
+            pos, layer, use, site, number_or(which, sizeof which, head, "null"), st->rms_in, st->mean_in, st->scale, rms_w, st->rms_out);
 }
 
 void norm_trace_see(NormTrace* tr, int use, const char* site, int layer, const float* in, const float* weight,

@@ -7,16 +7,12 @@
 
 int sampler_init(Sampler* s, int vocab_size, float temperature, float top_p, int top_k,
                  float min_p, float repeat_penalty, uint64_t seed) {
-    s->vocab_size = vocab_size;
-    s->temperature = temperature;
-    s->top_p = top_p;
-    s->top_k = top_k;
-    s->min_p = min_p;
-    s->repeat_penalty = repeat_penalty;
-    s->rng_state = seed ? seed : 0x9E3779B97F4A7C15ull; /* xorshift never leaves 0 */
-    s->candidates = malloc((size_t)vocab_size * sizeof(ProbIndex));
-    s->heap = malloc((size_t)vocab_size * sizeof(float));
-    s->seen = calloc((size_t)vocab_size, 1);
+    *s = (Sampler){.vocab_size = vocab_size, .temperature = temperature, .top_p = top_p, .top_k = top_k,
+                   .min_p = min_p, .repeat_penalty = repeat_penalty,
+                   .rng_state = seed ? seed : 0x9E3779B97F4A7C15ull, /* xorshift never leaves 0 */
+                   .candidates = malloc((size_t)vocab_size * sizeof(ProbIndex)),
+                   .heap = malloc((size_t)vocab_size * sizeof(float)),
+                   .seen = calloc((size_t)vocab_size, 1)};
     if (s->candidates && s->heap && s->seen) return 0;
     sampler_free(s);
     return -1;
