@@ -364,23 +364,18 @@ static int input_line(Input* in, Str* line) {
  * /save writes, and (without --keep-thinking) what each turn's prompt renders. */
 typedef struct {
     ChatMessage* m;
-    int n, cap;
+    int n;
 } Conversation;
 
 /* Appends a message whose content (malloc'ed, NULL = out of memory) the conversation then owns;
  * 0, or -1 when out of memory. */
 static int conversation_add(Conversation* c, const char* role, char* content) {
-    if (!content) return -1;
-    if (c->n == c->cap) {
-        int cap = c->cap ? 2 * c->cap : 16;
-        ChatMessage* m = realloc(c->m, (size_t)cap * sizeof *m);
-        if (!m) {
-            free(content);
-            return -1;
-        }
-        c->m = m;
-        c->cap = cap;
+    ChatMessage* m = content ? realloc(c->m, (size_t)(c->n + 1) * sizeof *m) : NULL;
+    if (m == NULL) {
+        free(content);
+        return -1;
     }
+    c->m = m;
     c->m[c->n++] = (ChatMessage){role, content, NULL};
     return 0;
 }

@@ -38,18 +38,13 @@ char* chat_first_turn(const char* system, const char* user, int enable_thinking)
  * is not in the KV cache (the chat loop samples it and stops without running it). */
 char* chat_next_turn(const char* user, int enable_thinking, int close_answer);
 
+/* The options of chat mode: run.c's --help describes each. */
 typedef struct {
     const char* system_prompt; /* NULL or "": none */
-    const char* prompt;        /* -i TEXT: answer this one message and return; NULL: read the user's
-                                  messages from stdin, one per line, until EOF or /bye */
+    const char* prompt;        /* -i: answer this one message; NULL: read them from stdin, one a line */
     int steps;                 /* at most this many tokens per answer; <= 0: until the context is full */
-    int thinking;              /* 1: thinking mode (Qwen3's default); 0: no-think (empty think block) */
-    int show_thinking;         /* 1: print the thinking (dim on a terminal); 0: hide it */
-    int keep_thinking;         /* 1: append each turn to the cache (chat_next_turn); 0: each turn's
-                                  prompt is the template's */
-    int verbose_prompt;        /* 1: print each turn's prompt ids and answer ids to stderr */
-    const char* dump_logits;   /* NULL, or a file for the logits of every position run through the
-                                  model, in order (raw float32, vocab_size per row) */
+    int thinking, show_thinking, keep_thinking, verbose_prompt;
+    const char* dump_logits;   /* NULL, or the file for every position's logits, in the order run */
 } ChatOptions;
 
 /* The chat. Each turn's prompt is chat_render of the conversation so far, tokenized whole; the KV
