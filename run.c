@@ -635,9 +635,9 @@ static uint64_t seed_from_clock(void) {
     return x ^ (x >> 31);
 }
 
-/* More threads than the CPUs this process may run on only take turns on them (a 2-CPU machine ran
- * 9x slower with 1000), so --threads is held to that number, with a note; a bench list's larger
- * counts are then run with it too (kernels_set_threads never exceeds the pool's size). */
+/* More threads than the CPUs this process may run on only take turns on them, so --threads is held
+ * to that number, with a note; a bench list's larger counts then run with it too (kernels_set_threads
+ * never exceeds the pool's size). */
 static void clamp_threads(Options* o) {
     cpu_set_t set;
     if (o->threads <= 0 || sched_getaffinity(0, sizeof set, &set) != 0) return;
