@@ -258,12 +258,10 @@ ALWAYS_INLINE void qi_step4(__m256i a[4], const uint8_t* wg, size_t gb, int c, _
  * step asks for the bytes pf ahead (choose_prefetch). A layout with the scales apart from the
  * rows would be a second stream, which costs far more than its 1/16 of the bytes
  * (docs/design.md#checkpoint-layout). Each group's four scales are (weight scale x activation
- * scale), multiplied 8 groups at a time into sx, and gs is a constant where rows_qi_n1 knows it,
- * so the rows' addresses are one pointer plus fixed offsets: fewer instructions per byte, more
- * room for the loads to run ahead of the arithmetic (docs/design.md#decode-stream). */
-ALWAYS_INLINE void rows_qi_n1_gs(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc,
-                                 const int32_t* xsum, const Matrix* W, int r0, int r1, const int gs) {
-    const int C = W->cols, G = C / gs;
+ * scale), multiplied 8 groups at a time into sx (docs/design.md#decode-stream). */
+ALWAYS_INLINE void rows_qi_n1(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc,
+                              const int32_t* xsum, const Matrix* W, int r0, int r1) {
+    const int C = W->cols, gs = W->group_size, G = C / gs;
     const size_t bb = quant_block_bytes(WEIGHT_Q8, C, gs), gb = (size_t)gs;
     const size_t pf = mt->prefetch->q8 ? (size_t)mt->prefetch->q8 : bb;
     int r = r0; /* a multiple of 4: run_job's chunks are */
@@ -308,13 +306,6 @@ ALWAYS_INLINE void rows_qi_n1_gs(const MatmulThread* mt, float* out, const int8_
         q8_scales_float(ws, W, r, 1);
         tile_qi(out, xq, xsc, xsum, W, ws, r, 0, 1, 1, NULL);
     }
-}
-
-/* export.py's q8 default, 64, as a constant; any other group size as it comes. */
-ALWAYS_INLINE void rows_qi_n1(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc,
-                              const int32_t* xsum, const Matrix* W, int r0, int r1) {
-    if (W->group_size == 64) rows_qi_n1_gs(mt, out, xq, xsc, xsum, W, r0, r1, 64);
-    else rows_qi_n1_gs(mt, out, xq, xsc, xsum, W, r0, r1, W->group_size);
 }
 
 /* q8 prefill from packed panels, as q4's row lanes: a panel holds 8 rows with each 32-bit lane
