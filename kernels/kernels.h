@@ -268,6 +268,11 @@ void attention_rows(float* out, const float* q, size_t row_stride, int n_q, int 
  * threads.c. A call from inside an item of k (nested) runs its items serially on that thread. */
 void parallel_for(Kernels* k, int n, void (*fn)(void* ctx, int i, int thread), void* ctx);
 
+/* The compute roof (peak.c): operations per second (a multiply-add is two) of the instruction
+ * that prefill of weight type `type` relies on, measured on every thread of k for about `seconds`;
+ * *instruction names it. 0 where there is none to measure (the scalar build, AMX). */
+double peak_ops(Kernels* k, WeightType type, double seconds, const char** instruction);
+
 /* The reference twins, for the tests. */
 void matmul_scalar(float* out, const float* x, const Matrix* W, int n);
 void rmsnorm_scalar(float* out, const float* x, const float* w, int n, float eps);

@@ -926,6 +926,24 @@ static void print_kernel_paths(const Kernels* k) {
     printf("\n");
 }
 
+/* peak_ops (the bench's compute roof): a rate and the instruction of each format in a SIMD build,
+ * none in the scalar one; the rate itself is the bench's to report, not a test's to judge. */
+static void test_peak_ops(Kernels* kern) {
+    int ok = 1;
+    for (int w = WEIGHT_F32; w <= WEIGHT_Q4; w++) {
+        const char* ins = NULL;
+        const double ops = peak_ops(kern, (WeightType)w, 0.01, &ins);
+#if defined(KERNELS_SCALAR)
+        ok &= ops == 0.0 && strcmp(ins, "scalar") == 0;
+#else
+        const int int8 = w == WEIGHT_Q8 || w == WEIGHT_Q4;
+        if (strcmp(ins, "amx") == 0) ok &= ops == 0.0 && kernels_amx(kern);
+        else ok &= ops > 0.0 && (strcmp(ins, "fp32 fma") == 0) == !int8;
+#endif
+    }
+    check(ok, "peak_ops: a positive rate of fp32 FMA (f32, bf16) or the int8 dot product (q8, q4); none in the scalar build");
+}
+
 int main(void) {
     test_set_threads();
     test_two_contexts();
@@ -939,6 +957,7 @@ int main(void) {
         printf("kernels: %s, threads: %d\n", kernels_simd_name(kern), kernels_threads(kern));
         if (ti == 0) test_amx_in_use(kern);
         if (ti == 0) print_kernel_paths(kern);
+        test_peak_ops(kern);
         struct { WeightType t; int rows, cols, gs; } cases[] = {
             {WEIGHT_F32, 37, 1027, 0}, {WEIGHT_F32, 64, 1024, 0}, {WEIGHT_F32, 5, 3, 0},
             {WEIGHT_F32, 130, 200, 0}, {WEIGHT_BF16, 37, 1027, 0}, {WEIGHT_BF16, 64, 1024, 0},
