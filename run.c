@@ -138,7 +138,7 @@ static void usage(FILE* out) {
     fputs("Quantize mode (-m quantize): ./run MODEL.bin -m quantize --dtype q8|q4 -o OUT.bin writes an\n"
           "  f32 or bf16 checkpoint as q8 or q4 (./run -m quantize --help)\n"
           "Environment: KERNELS_SPIN_US (idle threads' spin before sleeping, default 200),\n"
-          "  KERNELS_PREFETCH (near|mid|mid-l2|far: decode's weight prefetch, default from the CPU),\n"
+          "  KERNELS_PREFETCH (near|mid: decode's weight prefetch, default from the CPU),\n"
           "  KERNELS_AMX=0 (prefill on the AVX-512 kernels instead of AMX tiles, where the CPU has AMX),\n"
           "  BENCH_LLC_BYTES (the last-level cache size the bench compares decode's bytes per token\n"
           "  with, default from /sys; 0 = always give decode's % of roof)\n", out);

@@ -96,8 +96,8 @@ struct MatmulScratch {
 #endif
 };
 
-/* Thread `thread`'s view of s for the twins (kernels_alone(k) as alone). */
-static inline MatmulThread thread_view(const MatmulScratch* s, int thread, int alone) {
+/* Thread `thread`'s view of s for the twins. */
+static inline MatmulThread thread_view(const MatmulScratch* s, int thread) {
     MatmulThread mt;
     mt.xp = s->xp_buf + (size_t)thread * (size_t)s->xp_stride;
     mt.float_pack = NULL;
@@ -112,61 +112,45 @@ static inline MatmulThread thread_view(const MatmulScratch* s, int thread, int a
     mt.xp_cap = s->xp_cap;
     mt.xp_stride = s->xp_stride;
     mt.amx = s->amx_usable;
-    mt.alone = alone;
     return mt;
 }
 
 /* KERNELS_PREFETCH: the decode prefetch plan asked for (used by the AVX2 kernels only, checked in
  * every build so that a mistyped value is reported wherever it is set). */
-enum { PREFETCH_FROM_CPU = -1, PREFETCH_NEAR, PREFETCH_MID, PREFETCH_MID_L2, PREFETCH_FAR };
+enum { PREFETCH_FROM_CPU = -1, PREFETCH_NEAR, PREFETCH_MID };
 static int prefetch_from_env(void) {
     const char* s = getenv("KERNELS_PREFETCH");
     if (!s || !*s) return PREFETCH_FROM_CPU;
     if (strcmp(s, "near") == 0) return PREFETCH_NEAR;
     if (strcmp(s, "mid") == 0) return PREFETCH_MID;
-    if (strcmp(s, "mid-l2") == 0) return PREFETCH_MID_L2;
-    if (strcmp(s, "far") == 0) return PREFETCH_FAR;
-    fprintf(stderr, "warning: KERNELS_PREFETCH=%s is not near, mid, mid-l2 or far; using the CPU's default\n", s);
+    fprintf(stderr, "warning: KERNELS_PREFETCH=%s is not near or mid; using the CPU's default\n", s);
     return PREFETCH_FROM_CPU;
 }
 
 #if defined(KERNELS_AVX2)
-/* How far ahead the matrix-vector products (decode) ask for their weights, and into which cache.
- * The best distance depends on the core, and the CPUs measured disagree, so each gets a plan:
+/* How far ahead the matrix-vector products (decode) ask for their weights, all into L1. The best
+ * distance depends on the core:
  *  - near (AMD family 19h with AVX-512, Zen 4): q8 128 bytes ahead, nothing else. A prefetch far
  *    ahead seems to hold one of the core's few outstanding L1 misses for the whole trip to memory,
  *    while near ones meet lines the hardware prefetcher is already bringing in.
- *  - mid (family 19h without AVX-512, Zen 3): q8 1536, q4 2048, bf16 1024 (2048 in the AVX-512
- *    kernel), f32 2048.
- *  - mid-l2 (Intel): mid, with q4's prefetch into L2 (prefetcht1) when the thread decodes alone
- *    (kernels_alone(): one thread, or a dispatch the pool runs on the calling thread only). An L2
- *    prefetch pays where the memory is slow and costs with two threads.
- *  - far (every other CPU): q8 one row block ahead, q4 2048, no bf16 or f32 prefetch.
- * Everything else goes into L1 (prefetcht0). The measurements behind each number, and which
- * numbers were never measured on the CPU that gets them: docs/design.md#decode-prefetch.
- * KERNELS_PREFETCH=near, mid, mid-l2 or far overrides the choice from the CPU (choose_prefetch). */
-static const PrefetchPlan prefetch_near = {"near", 128, 0, 0, 0, 0, 0},
-                          prefetch_mid = {"mid", 1536, 2048, 1024, 2048, 2048, 0},
-                          prefetch_mid_l2 = {"mid-l2", 1536, 2048, 1024, 2048, 2048, 1},
-                          prefetch_far = {"far", 0, 2048, 0, 0, 0, 0};
+ *  - mid (every other CPU; measured on Zen 3 and Intel): q8 1536, q4 2048, bf16 1024 (2048 in
+ *    the AVX-512 kernel).
+ * f32 has no prefetch: it gained under 10% where it was tried. The measurements:
+ * docs/design.md#decode-prefetch. KERNELS_PREFETCH=near or mid overrides the choice. */
+static const PrefetchPlan prefetch_near = {"near", 128, 0, 0, 0}, prefetch_mid = {"mid", 1536, 2048, 1024, 2048};
 /* Zen 3 and Zen 4 are both AMD family 19h. gcc 12.2's __builtin_cpu_is("znver3") cannot tell
- * them apart: it predates znver4, and its libgcc calls every family-19h model with VAES a
- * znver3, Zen 4 included, which would give Zen 4 Zen 3's plan. AVX-512 is a difference every
- * compiler can see: Zen 4 has it, Zen 3 does not (tests/test_bench.py checks the default). */
+ * them apart (its libgcc calls every family-19h model with VAES a znver3); AVX-512 is a
+ * difference every compiler can see: Zen 4 has it, Zen 3 does not (tests/test_bench.py checks
+ * the default). */
 static PrefetchPlan choose_prefetch(void) {
-    PrefetchPlan plan = prefetch_far;
+    PrefetchPlan plan = prefetch_mid;
 #if defined(__GNUC__)
     __builtin_cpu_init();
-    if (__builtin_cpu_is("amdfam19h")) plan = __builtin_cpu_supports("avx512f") ? prefetch_near : prefetch_mid;
-    if (__builtin_cpu_is("intel")) plan = prefetch_mid_l2;
+    if (__builtin_cpu_is("amdfam19h") && __builtin_cpu_supports("avx512f")) plan = prefetch_near;
 #endif
-    switch (prefetch_from_env()) {
-    case PREFETCH_NEAR: plan = prefetch_near; break;
-    case PREFETCH_MID: plan = prefetch_mid; break;
-    case PREFETCH_MID_L2: plan = prefetch_mid_l2; break;
-    case PREFETCH_FAR: plan = prefetch_far; break;
-    default: break;
-    }
+    const int asked = prefetch_from_env();
+    if (asked == PREFETCH_NEAR) plan = prefetch_near;
+    if (asked == PREFETCH_MID) plan = prefetch_mid;
     return plan;
 }
 
@@ -332,7 +316,7 @@ static void compute_rows(const MatmulJob* j, const MatmulThread* mt, int m, int 
         rows_qi(mt, j->out[m], s->xq_buf, s->xs_buf, s->xsum_buf, s->xgsum_buf, W, j->n, r0, r1);
         return;
     }
-    if (W->type == WEIGHT_Q4) { /* only with -DKERNELS_Q8_F32ACT: q4 has no fp32-activation twin */
+    if (W->type == WEIGHT_Q8 || W->type == WEIGHT_Q4) { /* a group size that is not a multiple of 32 */
         matmul_rows_scalar(j->out[m], j->x, W, j->n, r0, r1);
         return;
     }
@@ -352,8 +336,7 @@ static void compute_rows(const MatmulJob* j, const MatmulThread* mt, int m, int 
 #if defined(KERNELS_AVX2) /* the de-interleaved bf16 path (use_xp) is AVX2-only */
     else if (W->type == WEIGHT_BF16 && j->use_xp) rows_bf16_n1(mt, j->out[m], W, r0, r1);
 #endif
-    else if (W->type == WEIGHT_BF16) rows_bf16(mt, j->out[m], j->x, W, j->n, r0, r1);
-    else rows_q8f(mt, j->out[m], j->x, W, j->n, r0, r1);
+    else rows_bf16(mt, j->out[m], j->x, W, j->n, r0, r1);
 #else
     (void)mt;
     matmul_rows_scalar(j->out[m], j->x, W, j->n, r0, r1);
@@ -377,7 +360,7 @@ static void matmul_item(void* ctx, int item, int thread) {
     int end;
     const int i = claim_chunks(j, thread, 1, &end);
     if (i < 0) return; /* never: there are as many items as chunks */
-    const MatmulThread mt = thread_view(j->s, thread, kernels_alone(j->k));
+    const MatmulThread mt = thread_view(j->s, thread);
     run_chunk(j, &mt, i);
 }
 
@@ -393,7 +376,7 @@ static void matmul_item(void* ctx, int item, int thread) {
 static void matmul_task(void* ctx, int task, int thread) {
     MatmulJob* j = ctx;
     (void)task; /* the range is the calling thread's */
-    const MatmulThread mt = thread_view(j->s, thread, kernels_alone(j->k));
+    const MatmulThread mt = thread_view(j->s, thread);
 #if defined(KERNELS_AVX2) /* a thread that runs two tasks (threads.c's serial fallback) writes its copy twice */
     if (j->use_xp) deinterleave(mt.xp, j->x, j->W[0]->cols, bf16_span(j->W[0]->cols));
 #endif
@@ -405,7 +388,7 @@ static void matmul_task(void* ctx, int task, int thread) {
 /* The activations' per-token preparation before the products (quantize_tokens, round_tokens):
  * items of qtb tokens, about 4 per thread; below 16 tokens one range in the calling thread, where
  * a dispatch would cost more than it saves. Per token, so the split does not change the result. */
-#if (defined(HAVE_Q8_INT8) && !defined(KERNELS_Q8_F32ACT)) || defined(KERNELS_BF16_DOT)
+#if defined(HAVE_Q8_INT8) || defined(KERNELS_BF16_DOT)
 static void prepare_item(void* ctx, int i, int thread) {
     const MatmulJob* j = ctx;
     (void)thread;
@@ -425,7 +408,7 @@ static void prepare_tokens(MatmulJob* j, void (*prepare)(const MatmulJob*, int, 
 }
 #endif
 
-#if defined(HAVE_Q8_INT8) && !defined(KERNELS_Q8_F32ACT)
+#if defined(HAVE_Q8_INT8)
 static void quantize_tokens(const MatmulJob* j, int t0, int t1) {
     quantize_rows(j->s->xq_buf, j->s->xs_buf, j->s->xsum_buf, j->xgsum, j->x, j->W[0]->cols, j->qgs, t0, t1);
 }
@@ -499,7 +482,7 @@ static void prepare_activations(MatmulJob* j) {
         if (any && same) j->use_xp = 1; /* de-interleaved in matmul_task, by each thread */
     }
 #endif
-#if defined(HAVE_Q8_INT8) && !defined(KERNELS_Q8_F32ACT)
+#if defined(HAVE_Q8_INT8)
     const Matrix* W0 = j->W[0];
     if ((W0->type == WEIGHT_Q8 || W0->type == WEIGHT_Q4) && W0->group_size % 32 == 0 &&
         (size_t)j->n * (size_t)W0->cols <= s->xq_cap) {

@@ -1,10 +1,9 @@
 /* matmul_float.c: the SIMD twins of matmul.c's scalar reference (matmul_rows_scalar) for f32 and
- * bf16 weights, and for q8 weights with fp32 activations (a group size that is not a multiple of
- * 32, or a build with -DKERNELS_Q8_F32ACT): AVX2+FMA, with AVX-512 tiles and panels, vdpbf16ps and
+ * bf16 weights: AVX2+FMA, with AVX-512 tiles and panels, vdpbf16ps and
  * AMX-BF16 where the build has them, and NEON. Each computes the rows [r0, r1) of out for all n
  * tokens. Prefill computes tiles of RT weight rows x TT tokens with RT*TT vector accumulators, so
  * each weight vector loaded is used TT times and each activation vector RT times, or from packed
- * panels of 16 rows; bf16 and int8 weights are widened to fp32 in registers, and every sum is fp32.
+ * panels of 16 rows; bf16 weights are widened to fp32 in registers, and every sum is fp32.
  * Decode (n == 1) reads each weight once, as one stream where it can. */
 #include "matmul_shared.h"
 
@@ -53,18 +52,12 @@ int bf16_packed_takes(const Matrix* W, int n, int xp_cap) {
 
 ALWAYS_INLINE __m256 ldw(const void* w, size_t i, WeightType type) {
     if (type == WEIGHT_F32) return _mm256_loadu_ps((const float*)w + i);
-    if (type == WEIGHT_BF16) {
-        __m128i h = _mm_loadu_si128((const __m128i*)((const uint16_t*)w + i));
-        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-    }
-    __m128i b = _mm_loadl_epi64((const __m128i*)((const int8_t*)w + i));
-    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+    __m128i h = _mm_loadu_si128((const __m128i*)((const uint16_t*)w + i));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
 ALWAYS_INLINE float ldw1(const void* w, size_t i, WeightType type) {
-    if (type == WEIGHT_F32) return ((const float*)w)[i];
-    if (type == WEIGHT_BF16) return bf16_to_f32(((const uint16_t*)w)[i]);
-    return (float)((const int8_t*)w)[i];
+    return type == WEIGHT_F32 ? ((const float*)w)[i] : bf16_to_f32(((const uint16_t*)w)[i]);
 }
 
 /* Tile of RT rows x TT tokens over the columns [c0, c1) (c1 - c0 a multiple of 8), added into
@@ -362,17 +355,13 @@ static void rows_float_packed(float* out, const float* x, const Matrix* W, Weigh
 }
 #endif
 
-/* Rows r .. r+RT-1 of tile_float; for q8, RT > 1 only from the first row of a row block (the
- * row loops step by 4 from a multiple of 4), so the tile's rows lie in one block. next: NULL, or
- * (f32, bf16) the next 4 rows, brought into L2 as this tile goes (rows_float_nn). */
+/* Rows r .. r+RT-1 of tile_float. next: NULL, or the next 4 rows, brought into L2 as this tile goes
+ * (rows_float_nn). */
 ALWAYS_INLINE void tile_float(float* out, const float* x, const Matrix* W, WeightType type, int r, int t, int RT,
                               int TT, const void* next) {
 #if defined(KERNELS_AVX512)
-    if (type != WEIGHT_Q8) {
-        tile_float_zmm(out, x, W, type, r, t, RT, TT, next);
-        return;
-    }
-#endif
+    tile_float_zmm(out, x, W, type, r, t, RT, TT, next);
+#else
     const int C = W->cols, R = W->rows;
     const int C8 = C & ~7;
     __m256 acc[4][4];
@@ -380,41 +369,6 @@ ALWAYS_INLINE void tile_float(float* out, const float* x, const Matrix* W, Weigh
     for (int i = 0; i < RT; i++)
 #pragma GCC unroll 4
         for (int j = 0; j < TT; j++) acc[i][j] = _mm256_setzero_ps();
-    if (type == WEIGHT_Q8) {
-        /* weights widened to fp32; the group scale is applied to each group's partial sums */
-        const int gs = W->group_size, G = C / gs;
-        const uint16_t* sc = quant_scales(W, r); /* row r + i's scales at sc + i * G */
-        __m256 tot[4][4];
-#pragma GCC unroll 4
-        for (int i = 0; i < RT; i++)
-#pragma GCC unroll 4
-            for (int j = 0; j < TT; j++) tot[i][j] = _mm256_setzero_ps();
-        float tail[4][4] = {{0}};  /* the last gs % 8 columns of each group, scalar */
-        for (int g = 0; g < G; g++) {
-            const int c8 = g * gs + (gs & ~7), c1 = g * gs + gs;
-            const int8_t* wg = (const int8_t*)quant_group(W, r, g); /* row r + i's values at wg + i * gs */
-            tile_float_acc(acc, x, wg, (size_t)gs, type, C, t, g * gs, c8, RT, TT, NULL);
-#pragma GCC unroll 4
-            for (int i = 0; i < RT; i++) {
-                const float sg = scale1(sc[(size_t)i * G + g]);
-                __m256 sv = _mm256_set1_ps(sg);
-#pragma GCC unroll 4
-                for (int j = 0; j < TT; j++) {
-                    tot[i][j] = _mm256_fmadd_ps(acc[i][j], sv, tot[i][j]);
-                    acc[i][j] = _mm256_setzero_ps();
-                    float s = 0.0f;
-                    for (int c = c8; c < c1; c++)
-                        s += (float)wg[i * gs + c - g * gs] * x[(size_t)(t + j) * C + c];
-                    tail[i][j] += s * sg;
-                }
-            }
-        }
-#pragma GCC unroll 4
-        for (int i = 0; i < RT; i++)
-#pragma GCC unroll 4
-            for (int j = 0; j < TT; j++) out[(size_t)(t + j) * R + r + i] = hsum256(tot[i][j]) + tail[i][j];
-        return;
-    }
     const void* wr = row_ptr(W, r);
     tile_float_acc(acc, x, wr, (size_t)C, type, C, t, 0, C8, RT, TT, next);
 #pragma GCC unroll 4
@@ -426,47 +380,43 @@ ALWAYS_INLINE void tile_float(float* out, const float* x, const Matrix* W, Weigh
                 s += ldw1(wr, (size_t)i * C + c, type) * x[(size_t)(t + j) * C + c];
             out[(size_t)(t + j) * R + r + i] = s;
         }
+#endif
 }
 
-/* Matrix-vector (n == 1) for the cases without a special kernel (bf16 with cols % 16 != 0, q8
- * with fp32 activations): 4 rows at a time, each with two accumulators so the FMA chains overlap;
+/* Matrix-vector (n == 1) for bf16 with cols % 16 != 0: 4 rows at a time, each with two accumulators so the FMA chains overlap;
  * the weights are streamed once. */
 ALWAYS_INLINE void rows_float_n1(float* out, const float* x, const Matrix* W, WeightType type, int r0, int r1) {
     const int C = W->cols;
     const int C16 = C & ~15;
     int r = r0;
-    if (type != WEIGHT_Q8) {
-        for (; r + 4 <= r1; r += 4) {
-            __m256 a[4][2];
+    for (; r + 4 <= r1; r += 4) {
+        __m256 a[4][2];
 #pragma GCC unroll 4
-            for (int i = 0; i < 4; i++) a[i][0] = a[i][1] = _mm256_setzero_ps();
-            for (int c = 0; c < C16; c += 16) {
-                __m256 x0 = _mm256_loadu_ps(x + c), x1 = _mm256_loadu_ps(x + c + 8);
-                __asm__("" : "+v"(x0), "+v"(x1));
-#pragma GCC unroll 4
-                for (int i = 0; i < 4; i++) {
-                    if (type == WEIGHT_F32 || (c & 31) == 0)  /* one prefetch per 64-byte line */
-                        _mm_prefetch((const char*)W->data + ((size_t)(r + i) * C + c) * (type == WEIGHT_F32 ? 4 : 2) + PF_AHEAD,
-                                     _MM_HINT_T0);
-                    a[i][0] = _mm256_fmadd_ps(ldw(W->data, (size_t)(r + i) * C + c, type), x0, a[i][0]);
-                    a[i][1] = _mm256_fmadd_ps(ldw(W->data, (size_t)(r + i) * C + c + 8, type), x1, a[i][1]);
-                }
-            }
+        for (int i = 0; i < 4; i++) a[i][0] = a[i][1] = _mm256_setzero_ps();
+        for (int c = 0; c < C16; c += 16) {
+            __m256 x0 = _mm256_loadu_ps(x + c), x1 = _mm256_loadu_ps(x + c + 8);
+            __asm__("" : "+v"(x0), "+v"(x1));
 #pragma GCC unroll 4
             for (int i = 0; i < 4; i++) {
-                int c = C16;
-                if (c + 8 <= C) {
-                    a[i][0] = _mm256_fmadd_ps(ldw(W->data, (size_t)(r + i) * C + c, type),
-                                              _mm256_loadu_ps(x + c), a[i][0]);
-                    c += 8;
-                }
-                float s = hsum256(_mm256_add_ps(a[i][0], a[i][1]));
-                for (; c < C; c++) s += ldw1(W->data, (size_t)(r + i) * C + c, type) * x[c];
-                out[r + i] = s;
+                if (type == WEIGHT_F32 || (c & 31) == 0)  /* one prefetch per 64-byte line */
+                    _mm_prefetch((const char*)W->data + ((size_t)(r + i) * C + c) * (type == WEIGHT_F32 ? 4 : 2) + PF_AHEAD,
+                                 _MM_HINT_T0);
+                a[i][0] = _mm256_fmadd_ps(ldw(W->data, (size_t)(r + i) * C + c, type), x0, a[i][0]);
+                a[i][1] = _mm256_fmadd_ps(ldw(W->data, (size_t)(r + i) * C + c + 8, type), x1, a[i][1]);
             }
         }
-    } else {
-        for (; r + 4 <= r1; r += 4) tile_float(out, x, W, type, r, 0, 4, 1, NULL);
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            int c = C16;
+            if (c + 8 <= C) {
+                a[i][0] = _mm256_fmadd_ps(ldw(W->data, (size_t)(r + i) * C + c, type),
+                                          _mm256_loadu_ps(x + c), a[i][0]);
+                c += 8;
+            }
+            float s = hsum256(_mm256_add_ps(a[i][0], a[i][1]));
+            for (; c < C; c++) s += ldw1(W->data, (size_t)(r + i) * C + c, type) * x[c];
+            out[r + i] = s;
+        }
     }
     for (; r < r1; r++) tile_float(out, x, W, type, r, 0, 1, 1, NULL);
 }
@@ -590,7 +540,8 @@ void rows_bf16_n1(const MatmulThread* mt, float* out, const Matrix* W, int r0, i
  * streams that each start on a page the hardware prefetcher has not seen, while one row after the
  * other is a single sequential stream (docs/design.md#decode-stream). bf16 does the same
  * (rows_bf16_n1); q8 reads row blocks (rows_qi_n1). */
-ALWAYS_INLINE void rows_f32_n1_pf(float* out, const float* x, const Matrix* W, int r0, int r1, int PF, int pf) {
+static void rows_f32_n1(const MatmulThread* mt, float* out, const float* x, const Matrix* W, int r0, int r1) {
+    (void)mt;
     const int C = W->cols;
     const float* wd = (const float*)W->data;
     for (int r = r0; r < r1; r++) {
@@ -598,10 +549,6 @@ ALWAYS_INLINE void rows_f32_n1_pf(float* out, const float* x, const Matrix* W, i
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         int c = 0;
         for (; c + 32 <= C; c += 32) {
-            if (PF) {
-                _mm_prefetch((const char*)(w + c) + pf, _MM_HINT_T0);
-                _mm_prefetch((const char*)(w + c) + pf + 64, _MM_HINT_T0);
-            }
             a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + c), _mm256_loadu_ps(x + c), a0);
             a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + c + 8), _mm256_loadu_ps(x + c + 8), a1);
             a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + c + 16), _mm256_loadu_ps(x + c + 16), a2);
@@ -613,13 +560,6 @@ ALWAYS_INLINE void rows_f32_n1_pf(float* out, const float* x, const Matrix* W, i
     }
 }
 
-/* The plan's distance (choose_prefetch) as a constant-folded branch, as rows_bf16_n1_zmm. */
-static void rows_f32_n1(const MatmulThread* mt, float* out, const float* x, const Matrix* W, int r0, int r1) {
-    if (mt->prefetch->f32) rows_f32_n1_pf(out, x, W, r0, r1, 1, mt->prefetch->f32);
-    else rows_f32_n1_pf(out, x, W, r0, r1, 0, 0);
-}
-
-
 #elif defined(KERNELS_NEON)
 
 #define TILE_TOKENS 4 /* 32 NEON registers: 16 accumulators + 8 weights + 2 activations */
@@ -630,21 +570,15 @@ ALWAYS_INLINE void ldw8(const void* w, size_t i, WeightType type, float32x4_t* l
     if (type == WEIGHT_F32) {
         *lo = vld1q_f32((const float*)w + i);
         *hi = vld1q_f32((const float*)w + i + 4);
-    } else if (type == WEIGHT_BF16) {
+    } else {
         uint16x8_t h = vld1q_u16((const uint16_t*)w + i);
         *lo = vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h), 16));
         *hi = vreinterpretq_f32_u32(vshll_high_n_u16(h, 16));
-    } else {
-        int16x8_t s = vmovl_s8(vld1_s8((const int8_t*)w + i));
-        *lo = vcvtq_f32_s32(vmovl_s16(vget_low_s16(s)));
-        *hi = vcvtq_f32_s32(vmovl_high_s16(s));
     }
 }
 
 ALWAYS_INLINE float ldw1(const void* w, size_t i, WeightType type) {
-    if (type == WEIGHT_F32) return ((const float*)w)[i];
-    if (type == WEIGHT_BF16) return bf16_to_f32(((const uint16_t*)w)[i]);
-    return (float)((const int8_t*)w)[i];
+    return type == WEIGHT_F32 ? ((const float*)w)[i] : bf16_to_f32(((const uint16_t*)w)[i]);
 }
 
 /* The arm64 twins follow the AVX2 ones in shape (same tiles, same token blocking, same q8
@@ -686,47 +620,6 @@ ALWAYS_INLINE void tile_float(float* out, const float* x, const Matrix* W, Weigh
     for (int i = 0; i < RT; i++)
 #pragma GCC unroll 4
         for (int j = 0; j < TT; j++) acc[i][j] = vdupq_n_f32(0.0f);
-    if (type == WEIGHT_Q8) {
-        /* weights widened to fp32; the group scale is applied to each group's partial sums. A
-         * group size that is not a multiple of 8 (model.c accepts any divisor of the widths)
-         * leaves a few columns per group to the scalar loop. */
-        const int gs = W->group_size, G = C / gs, gv = gs & ~7;
-        const uint16_t* sc = quant_scales(W, r); /* row r + i's scales at sc + i * G */
-        float32x4_t tot[4][4];
-        float tail[4][4];
-#pragma GCC unroll 4
-        for (int i = 0; i < RT; i++)
-#pragma GCC unroll 4
-            for (int j = 0; j < TT; j++) {
-                tot[i][j] = vdupq_n_f32(0.0f);
-                tail[i][j] = 0.0f;
-            }
-        for (int g = 0; g < G; g++) {
-            const int8_t* wg = (const int8_t*)quant_group(W, r, g); /* rows in one block (RT > 1 only from its first row) */
-            tile_float_acc(acc, x, wg, (size_t)gs, type, C, t, g * gs, g * gs + gv, RT, TT);
-#pragma GCC unroll 4
-            for (int i = 0; i < RT; i++) {
-                const float sg = scale1(sc[(size_t)i * G + g]);
-#pragma GCC unroll 4
-                for (int j = 0; j < TT; j++) {
-                    tot[i][j] = vfmaq_n_f32(tot[i][j], acc[i][j], sg);
-                    acc[i][j] = vdupq_n_f32(0.0f);
-                    if (gv < gs) {
-                        float s = 0.0f;
-                        for (int c = gv; c < gs; c++)
-                            s += (float)wg[i * gs + c] * x[(size_t)(t + j) * C + g * gs + c];
-                        tail[i][j] += s * sg;
-                    }
-                }
-            }
-        }
-#pragma GCC unroll 4
-        for (int i = 0; i < RT; i++)
-#pragma GCC unroll 4
-            for (int j = 0; j < TT; j++)
-                out[(size_t)(t + j) * R + r + i] = vaddvq_f32(tot[i][j]) + tail[i][j];
-        return;
-    }
     const int C8 = C & ~7;
     const void* wr = row_ptr(W, r);
     tile_float_acc(acc, x, wr, (size_t)C, type, C, t, 0, C8, RT, TT);
@@ -748,30 +641,26 @@ ALWAYS_INLINE void rows_float_n1(float* out, const float* x, const Matrix* W, We
     const int C = W->cols;
     const int C8 = C & ~7;
     int r = r0;
-    if (type != WEIGHT_Q8) {
-        for (; r + 4 <= r1; r += 4) {
-            float32x4_t a[4][2];
+    for (; r + 4 <= r1; r += 4) {
+        float32x4_t a[4][2];
 #pragma GCC unroll 4
-            for (int i = 0; i < 4; i++) a[i][0] = a[i][1] = vdupq_n_f32(0.0f);
-            for (int c = 0; c < C8; c += 8) {
-                float32x4_t x0 = vld1q_f32(x + c), x1 = vld1q_f32(x + c + 4);
-#pragma GCC unroll 4
-                for (int i = 0; i < 4; i++) {
-                    float32x4_t lo, hi;
-                    ldw8(W->data, (size_t)(r + i) * C + c, type, &lo, &hi);
-                    a[i][0] = vfmaq_f32(a[i][0], lo, x0);
-                    a[i][1] = vfmaq_f32(a[i][1], hi, x1);
-                }
-            }
+        for (int i = 0; i < 4; i++) a[i][0] = a[i][1] = vdupq_n_f32(0.0f);
+        for (int c = 0; c < C8; c += 8) {
+            float32x4_t x0 = vld1q_f32(x + c), x1 = vld1q_f32(x + c + 4);
 #pragma GCC unroll 4
             for (int i = 0; i < 4; i++) {
-                float s = vaddvq_f32(vaddq_f32(a[i][0], a[i][1]));
-                for (int c = C8; c < C; c++) s += ldw1(W->data, (size_t)(r + i) * C + c, type) * x[c];
-                out[r + i] = s;
+                float32x4_t lo, hi;
+                ldw8(W->data, (size_t)(r + i) * C + c, type, &lo, &hi);
+                a[i][0] = vfmaq_f32(a[i][0], lo, x0);
+                a[i][1] = vfmaq_f32(a[i][1], hi, x1);
             }
         }
-    } else {
-        for (; r + 4 <= r1; r += 4) tile_float(out, x, W, type, r, 0, 4, 1, NULL);
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            float s = vaddvq_f32(vaddq_f32(a[i][0], a[i][1]));
+            for (int c = C8; c < C; c++) s += ldw1(W->data, (size_t)(r + i) * C + c, type) * x[c];
+            out[r + i] = s;
+        }
     }
     for (; r < r1; r++) tile_float(out, x, W, type, r, 0, 1, 1, NULL);
 }
@@ -811,7 +700,7 @@ ALWAYS_INLINE void rows_float_nn(const MatmulThread* mt, float* out, const float
              * the next 4 into L2, so that their read overlaps this tile's arithmetic; a few tokens
              * (below the panels) are otherwise memory-latency-bound on the first pass and compute-
              * bound on the others (docs/design.md#short-prompt-prefetch). */
-            const void* next = t0 == 0 && type != WEIGHT_Q8 && r + 8 <= W->rows ? row_ptr(W, r + 4) : NULL;
+            const void* next = t0 == 0 && r + 8 <= W->rows ? row_ptr(W, r + 4) : NULL;
             int t = t0;
             for (; t + TILE_TOKENS <= t1; t += TILE_TOKENS, next = NULL)
                 tile_float(out, x, W, type, r, t, 4, TILE_TOKENS, next);
@@ -1043,10 +932,6 @@ void rows_f32(const MatmulThread* mt, float* out, const float* x, const Matrix* 
 void rows_bf16(const MatmulThread* mt, float* out, const float* x, const Matrix* W, int n, int r0, int r1) {
     if (n == 1) rows_float_n1(out, x, W, WEIGHT_BF16, r0, r1);
     else rows_float_nn(mt, out, x, W, WEIGHT_BF16, n, r0, r1);
-}
-void rows_q8f(const MatmulThread* mt, float* out, const float* x, const Matrix* W, int n, int r0, int r1) {
-    if (n == 1) rows_float_n1(out, x, W, WEIGHT_Q8, r0, r1);
-    else rows_float_nn(mt, out, x, W, WEIGHT_Q8, n, r0, r1);
 }
 
 #endif

@@ -52,7 +52,6 @@ ALWAYS_INLINE void q8_scales_float(float* out, const Matrix* W, int r, int RT) {
             scales_upto8(out + (size_t)i * G + g, sc + (size_t)i * G + g, G - g < 8 ? G - g : 8);
 }
 
-#if !defined(KERNELS_Q8_F32ACT) /* that build multiplies fp32 activations only */
 /* Quantises token rows [t0, t1) of x (width C) to int8 per group of gs (a multiple of 32):
  * s = max|x| / 127, q = round(x / s). Also stores, per group, -128 times the sums of q that land
  * in each of the 8 int32 lanes of the dot product (lane k: the columns c with c % 32 in
@@ -100,7 +99,6 @@ void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, int32_t* xgsum, const f
         }
     }
 }
-#endif
 
 /* The q8 dot product of 32 weights and 32 int8 activations, in three parts: qi_load once per
  * weight vector, qi_acc0 once per group and token (the accumulator's start), qi_dot per weight
@@ -260,12 +258,10 @@ ALWAYS_INLINE void qi_step4(__m256i a[4], const uint8_t* wg, size_t gb, int c, _
  * step asks for the bytes pf ahead (choose_prefetch). A layout with the scales apart from the
  * rows would be a second stream, which costs far more than its 1/16 of the bytes
  * (docs/design.md#checkpoint-layout). Each group's four scales are (weight scale x activation
- * scale), multiplied 8 groups at a time into sx, and gs is a constant where rows_qi_n1 knows it,
- * so the rows' addresses are one pointer plus fixed offsets: fewer instructions per byte, more
- * room for the loads to run ahead of the arithmetic (docs/design.md#decode-stream). */
-ALWAYS_INLINE void rows_qi_n1_gs(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc,
-                                 const int32_t* xsum, const Matrix* W, int r0, int r1, const int gs) {
-    const int C = W->cols, G = C / gs;
+ * scale), multiplied 8 groups at a time into sx (docs/design.md#decode-stream). */
+ALWAYS_INLINE void rows_qi_n1(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc,
+                              const int32_t* xsum, const Matrix* W, int r0, int r1) {
+    const int C = W->cols, gs = W->group_size, G = C / gs;
     const size_t bb = quant_block_bytes(WEIGHT_Q8, C, gs), gb = (size_t)gs;
     const size_t pf = mt->prefetch->q8 ? (size_t)mt->prefetch->q8 : bb;
     int r = r0; /* a multiple of 4: run_job's chunks are */
@@ -310,13 +306,6 @@ ALWAYS_INLINE void rows_qi_n1_gs(const MatmulThread* mt, float* out, const int8_
         q8_scales_float(ws, W, r, 1);
         tile_qi(out, xq, xsc, xsum, W, ws, r, 0, 1, 1, NULL);
     }
-}
-
-/* export.py's q8 default, 64, as a constant; any other group size as it comes. */
-ALWAYS_INLINE void rows_qi_n1(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc,
-                              const int32_t* xsum, const Matrix* W, int r0, int r1) {
-    if (W->group_size == 64) rows_qi_n1_gs(mt, out, xq, xsc, xsum, W, r0, r1, 64);
-    else rows_qi_n1_gs(mt, out, xq, xsc, xsum, W, r0, r1, W->group_size);
 }
 
 /* q8 prefill from packed panels, as q4's row lanes: a panel holds 8 rows with each 32-bit lane
@@ -489,10 +478,9 @@ ALWAYS_INLINE void q4_group_sums(__m256i s[], const uint8_t* w, const int8_t* x,
  * corrected to q x with xgsum (-8 times the group's sum of x, quantize_rows), converted, and
  * scaled into fp32 totals, one row per lane, as AMX scales its tiles (float(s) x the 8 rows'
  * weight scales, then fused with x the activation scale), so q4 prefill has the same bits with
- * AMX on and off. pf: bytes ahead to prefetch as the block is read, 0 for none; into L2 where l2
- * (a constant: the hint is part of the instruction), else into L1. */
+ * AMX on and off. pf: bytes ahead to prefetch into L1 as the block is read, 0 for none. */
 ALWAYS_INLINE void tile_q4(float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum, const Matrix* W, int r,
-                           int t, int TT, int pf, const int l2) {
+                           int t, int TT, int pf) {
     const int C = W->cols, R = W->rows, G = C / Q4_GROUP;
     const uint8_t* b = q4_group(W, r, 0);
     __m256 tot[4];
@@ -501,10 +489,7 @@ ALWAYS_INLINE void tile_q4(float* out, const int8_t* xq, const float* xsc, const
     for (int g = 0; g < G; g++, b += Q4_GROUP_BYTES) {
         if (pf && !(g & 1)) /* two groups: 288 bytes, 4.5 lines (unrolled: gcc kept a loop) */
 #pragma GCC unroll 5
-            for (int o = 0; o < 2 * (int)Q4_GROUP_BYTES; o += 64) {
-                if (l2) _mm_prefetch((const char*)b + pf + o, _MM_HINT_T1);
-                else _mm_prefetch((const char*)b + pf + o, _MM_HINT_T0);
-            }
+            for (int o = 0; o < 2 * (int)Q4_GROUP_BYTES; o += 64) _mm_prefetch((const char*)b + pf + o, _MM_HINT_T0);
         __m256i s[4];
 #pragma GCC unroll 4
         for (int j = 0; j < TT; j++) s[j] = _mm256_set1_epi32(xgsum[(size_t)(t + j) * G + g]);
@@ -534,11 +519,7 @@ static void rows_q4(const MatmulThread* mt, float* out, const int8_t* xq, const 
                     const int32_t* xgsum, const Matrix* W, int n, int r0, int r1) {
     (void)xsum;
     if (n == 1) {
-        const int pf = mt->prefetch->q4;
-        if (mt->prefetch->q4_l2 && mt->alone)
-            for (int r = r0; r < r1; r += Q4_BLOCK_ROWS) tile_q4(out, xq, xsc, xgsum, W, r, 0, 1, pf, 1);
-        else
-            for (int r = r0; r < r1; r += Q4_BLOCK_ROWS) tile_q4(out, xq, xsc, xgsum, W, r, 0, 1, pf, 0);
+        for (int r = r0; r < r1; r += Q4_BLOCK_ROWS) tile_q4(out, xq, xsc, xgsum, W, r, 0, 1, mt->prefetch->q4);
         return;
     }
     int ra = r0; /* AMX did every token of rows [r0, ra) */
@@ -553,8 +534,8 @@ static void rows_q4(const MatmulThread* mt, float* out, const int8_t* xq, const 
              * rows_float_nn; docs/design.md#short-prompt-prefetch) */
             int pf = t0 == 0 && r + Q4_BLOCK_ROWS < W->rows ? (W->cols / Q4_GROUP) * (int)Q4_GROUP_BYTES : 0;
             int t = t0;
-            for (; t + 4 <= t1; t += 4, pf = 0) tile_q4(out, xq, xsc, xgsum, W, r, t, 4, pf, 0);
-            for (; t < t1; t++, pf = 0) tile_q4(out, xq, xsc, xgsum, W, r, t, 1, pf, 0);
+            for (; t + 4 <= t1; t += 4, pf = 0) tile_q4(out, xq, xsc, xgsum, W, r, t, 4, pf);
+            for (; t < t1; t++, pf = 0) tile_q4(out, xq, xsc, xgsum, W, r, t, 1, pf);
         }
     }
 }
@@ -577,7 +558,6 @@ ALWAYS_INLINE void q8_scales_float(float* out, const Matrix* W, int r, int RT) {
 
 /* ---- q8 x int8 activations ---- */
 
-#if !defined(KERNELS_Q8_F32ACT)
 /* Quantises token rows [t0, t1) of x (width C) to int8 per group of gs (a multiple of 16; run_job
  * only comes here for multiples of 32): s = max|x| / 127, q = round(x / s). The scheme of the
  * AVX2 twin, rounded the same way: x * (127 / max) and round to nearest even (vcvtnq_s32_f32,
@@ -612,7 +592,6 @@ void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, int32_t* xgsum, const f
         }
     }
 }
-#endif
 
 /* The 16 q8 weights of a row group from column c (a multiple of 16) on; wrow is the row's group. */
 ALWAYS_INLINE int8x16_t qi_load(const uint8_t* wrow, int c) {

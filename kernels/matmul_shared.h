@@ -28,8 +28,6 @@ typedef struct {
     int q4;       /* bytes ahead in tile_q4 */
     int bf16;     /* bytes ahead in rows_bf16_n1 (256-bit); 0: none */
     int bf16_zmm; /* bytes ahead in rows_bf16_n1_zmm (AVX-512 builds); 0: none */
-    int f32;      /* bytes ahead in rows_f32_n1; 0: none */
-    int q4_l2;    /* 1: tile_q4's prefetch goes into L2 (prefetcht1) when one thread decodes (alone), 0: into L1 */
 } PrefetchPlan;
 #endif
 
@@ -49,7 +47,6 @@ typedef struct {
     uint8_t* amx_wt;       /* AMX: amx_thread_bytes(xp_stride), the thread's repacked q8/q4 rows, int32 tiles, scales */
     int xp_cap, xp_stride; /* max_cols; max_cols rounded up to whole cache lines */
     int amx;               /* q8 and q4 (with AMX-BF16 also bf16) prefill run on AMX tiles */
-    int alone;             /* kernels_alone(): no other thread of the context runs beside this one */
 #if defined(KERNELS_AVX2)
     const PrefetchPlan* prefetch;
 #endif
@@ -162,18 +159,15 @@ ALWAYS_INLINE float scale1(uint16_t h) {
 /* ---- What the files call in each other ---- */
 
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
-#define HAVE_Q8_INT8 1 /* q8 and q4 multiply int8 activations; build with -DKERNELS_Q8_F32ACT to keep fp32 ones for q8 */
+#define HAVE_Q8_INT8 1 /* q8 and q4 multiply int8 activations (a group size that is not a multiple of 32: the scalar reference) */
 
 /* matmul_float.c: rows [r0, r1) of out for n tokens of fp32 activations x. */
 void rows_f32(const MatmulThread* mt, float* out, const float* x, const Matrix* W, int n, int r0, int r1);
 void rows_bf16(const MatmulThread* mt, float* out, const float* x, const Matrix* W, int n, int r0, int r1);
-void rows_q8f(const MatmulThread* mt, float* out, const float* x, const Matrix* W, int n, int r0, int r1); /* q8 x fp32 activations */
 
 /* matmul_int8.c: x quantised per group (quantize_rows), then q8 or q4 weights x those int8 values. */
-#if !defined(KERNELS_Q8_F32ACT)
 void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, int32_t* xgsum, const float* x, int C, int gs, int t0,
                    int t1);
-#endif
 void rows_qi(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const int32_t* xgsum,
              const Matrix* W, int n, int r0, int r1);
 #endif

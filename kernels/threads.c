@@ -83,7 +83,6 @@ struct Kernels {
     int sleepers;               /* workers in cond_wait (under mu) */
     long spin_ns;               /* KERNELS_SPIN_US, read at kernels_new */
     atomic_int busy;            /* a parallel_for of this context is running: a nested call runs serially */
-    atomic_int alone;           /* the running parallel_for runs on the calling thread only */
     /* The contention watch (see contended below). */
     atomic_long contended_until;   /* no spinning or dispatching before this */
     atomic_long hold_ns;           /* the length of the next hold */
@@ -338,7 +337,7 @@ static void dispatch(Kernels* k, int n, ItemFn fn, void* ctx) {
 void parallel_for(Kernels* k, int n, void (*fn)(void* ctx, int i, int thread), void* ctx) {
     if (n <= 0) return;
     /* A nested call (from an item of k, on whichever of k's threads runs it) runs serially on that
-     * thread and inherits the running dispatch's kernels_alone. */
+     * thread. */
     if (atomic_load(&k->busy)) {
         const int thread = thread_in(k);
         for (int i = 0; i < n; i++) fn(ctx, i, thread);
@@ -350,35 +349,11 @@ void parallel_for(Kernels* k, int n, void (*fn)(void* ctx, int i, int thread), v
      * an item holds up the whole dispatch until it runs again, and with a few hundred dispatches
      * per decoded token two threads would be slower than one (docs/design.md#contention). */
     if (k->started == 0 || n == 1 || contended(k, 0)) {
-        atomic_store(&k->alone, 1);
         for (int i = 0; i < n; i++) fn(ctx, i, 0);
-        atomic_store(&k->alone, 0);
     } else {
         dispatch(k, n, fn, ctx);
     }
     atomic_store(&k->busy, 0);
-}
-
-/* parallel_spans: one contiguous part of [0, n) per thread, cut at multiples of align. */
-typedef struct {
-    void (*fn)(void* ctx, int begin, int end);
-    void* ctx;
-    int n, align, parts;
-} Spans;
-
-static void span_item(void* ctx, int part, int thread) {
-    const Spans* s = ctx;
-    (void)thread;
-    const long long blocks = (s->n + s->align - 1) / s->align;
-    const int begin = (int)(blocks * part / s->parts) * s->align;
-    int end = (int)(blocks * (part + 1) / s->parts) * s->align;
-    if (end > s->n) end = s->n;
-    if (end > begin) s->fn(s->ctx, begin, end);
-}
-
-void parallel_spans(Kernels* k, int n, int align, int spread, void (*fn)(void* ctx, int begin, int end), void* ctx) {
-    Spans s = {fn, ctx, n, align > 0 ? align : 1, spread ? k->n_threads : 1};
-    parallel_for(k, s.parts, span_item, &s);
 }
 
 static void pool_stop(Kernels* k) {
@@ -473,7 +448,6 @@ void kernels_free(Kernels* k) {
 
 int kernels_threads(const Kernels* k) { return k->n_threads; }
 
-int kernels_alone(const Kernels* k) { return k->started == 0 || atomic_load(&k->alone); }
 
 const char* kernels_simd_name(const Kernels* k) {
 #if defined(KERNELS_AVX2) && defined(KERNELS_AVX512)

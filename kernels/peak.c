@@ -1,0 +1,210 @@
+/* peak.c: the compute roof. How many operations per second the instruction that prefill of a
+ * weight format relies on can do on this machine, on every thread of a kernel context: the bench
+ * divides a prefill's achieved rate by it (cli/bench.c, compute_roof_pct).
+ *
+ * Each thread runs independent chains of that instruction on values held in registers (no memory
+ * traffic), enough chains to cover its latency on two pipes, until a deadline. A multiply-add
+ * counts as two operations, as the model's operations per token count them:
+ *   f32, and bf16 with fp32 activations (the default)  fp32 FMA, at the prefill kernels' width
+ *   bf16 with --bf16-activations (AVX-512 BF16)         vdpbf16ps: 32 bf16 pairs per zmm
+ *   q8, q4 (int8 activations)                          vpdpbusd with VNNI; without it AVX2's
+ *                                                      vpmaddubsw + vpmaddwd + vpaddd; NEON SDOT,
+ *                                                      or its widening stand-in
+ * Where q8/q4 or bf16 prefill runs on AMX tiles there is no roof (the loop would measure the
+ * vector units, not the tiles): peak_ops returns 0. */
+#include <time.h>
+
+#include "matmul_shared.h"
+
+#define CHAINS 12   /* independent accumulators per thread: latency 4-5 cycles x 2 pipes, with room */
+#define STEPS 2048  /* instructions per chain between two looks at the clock */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef enum { PEAK_FMA, PEAK_BF16_DOT, PEAK_INT8_DOT } PeakKind;
+
+/* The multiply-adds one step of each loop does per chain. */
+#if defined(KERNELS_AVX512)
+#define FMA_LANES 16
+#elif defined(KERNELS_AVX2) || defined(KERNELS_NEON)
+#define FMA_LANES (sizeof(FloatVec) / 4)
+#endif
+
+#if defined(KERNELS_AVX2)
+typedef __m256 FloatVec;
+/* One look's worth of fp32 FMAs; returns a value that depends on every chain. */
+static float fma_steps(float seed) {
+#if defined(KERNELS_AVX512)
+    __m512 a[CHAINS];
+    const __m512 m = _mm512_set1_ps(0.999f), x = _mm512_set1_ps(seed);
+    for (int c = 0; c < CHAINS; c++) a[c] = _mm512_set1_ps((float)c);
+    for (int s = 0; s < STEPS; s++)
+#pragma GCC unroll 12
+        for (int c = 0; c < CHAINS; c++) a[c] = _mm512_fmadd_ps(a[c], m, x);
+    __m512 t = a[0];
+    for (int c = 1; c < CHAINS; c++) t = _mm512_add_ps(t, a[c]);
+    return _mm512_reduce_add_ps(t);
+#else
+    __m256 a[CHAINS];
+    const __m256 m = _mm256_set1_ps(0.999f), x = _mm256_set1_ps(seed);
+    for (int c = 0; c < CHAINS; c++) a[c] = _mm256_set1_ps((float)c);
+    for (int s = 0; s < STEPS; s++)
+#pragma GCC unroll 12
+        for (int c = 0; c < CHAINS; c++) a[c] = _mm256_fmadd_ps(a[c], m, x);
+    __m256 t = a[0];
+    for (int c = 1; c < CHAINS; c++) t = _mm256_add_ps(t, a[c]);
+    return hsum256(t);
+#endif
+}
+
+/* int8 dot products as matmul_int8.c's qi_dot does them: 32 multiply-adds per step and chain. */
+static float int8_steps(float seed) {
+    __m256i a[CHAINS];
+    const __m256i w = _mm256_set1_epi8((char)(int)seed), x = _mm256_set1_epi8(3);
+    for (int c = 0; c < CHAINS; c++) a[c] = _mm256_set1_epi32(c);
+    for (int s = 0; s < STEPS; s++)
+#pragma GCC unroll 12
+        for (int c = 0; c < CHAINS; c++) {
+#if defined(Q8_VNNI) && defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__GNUC__)
+            __asm__("vpdpbusd %2, %1, %0" : "+v"(a[c]) : "v"(w), "v"(x));
+#elif defined(Q8_VNNI)
+            a[c] = _mm256_dpbusd_avx_epi32(a[c], w, x);
+#else
+            const __m256i p = _mm256_maddubs_epi16(w, x);
+            a[c] = _mm256_add_epi32(a[c], _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+#endif
+        }
+    __m256i t = a[0];
+    for (int c = 1; c < CHAINS; c++) t = _mm256_add_epi32(t, a[c]);
+    return (float)_mm256_extract_epi32(t, 0);
+}
+#define INT8_MACS 32
+
+#if defined(KERNELS_BF16_DOT)
+static float bf16_steps(float seed) {
+    __m512 a[CHAINS];
+    const __m512bh w = (__m512bh)_mm512_set1_epi16(0x3f80), x = (__m512bh)_mm512_set1_epi16((short)(0x3f00 + (int)seed));
+    for (int c = 0; c < CHAINS; c++) a[c] = _mm512_set1_ps((float)c);
+    for (int s = 0; s < STEPS; s++)
+#pragma GCC unroll 12
+        for (int c = 0; c < CHAINS; c++) a[c] = _mm512_dpbf16_ps(a[c], w, x);
+    __m512 t = a[0];
+    for (int c = 1; c < CHAINS; c++) t = _mm512_add_ps(t, a[c]);
+    return _mm512_reduce_add_ps(t);
+}
+#define BF16_MACS 32
+#endif
+
+#elif defined(KERNELS_NEON)
+typedef float32x4_t FloatVec;
+static float fma_steps(float seed) {
+    float32x4_t a[CHAINS];
+    const float32x4_t m = vdupq_n_f32(0.999f), x = vdupq_n_f32(seed);
+    for (int c = 0; c < CHAINS; c++) a[c] = vdupq_n_f32((float)c);
+    for (int s = 0; s < STEPS; s++)
+#pragma GCC unroll 12
+        for (int c = 0; c < CHAINS; c++) a[c] = vfmaq_f32(x, a[c], m);
+    float32x4_t t = a[0];
+    for (int c = 1; c < CHAINS; c++) t = vaddq_f32(t, a[c]);
+    return vaddvq_f32(t);
+}
+
+/* As matmul_int8.c's dot16: 16 multiply-adds per step and chain. */
+static float int8_steps(float seed) {
+    int32x4_t a[CHAINS];
+    const int8x16_t w = vdupq_n_s8((int8_t)(int)seed), x = vdupq_n_s8(3);
+    for (int c = 0; c < CHAINS; c++) a[c] = vdupq_n_s32(c);
+    for (int s = 0; s < STEPS; s++)
+#pragma GCC unroll 12
+        for (int c = 0; c < CHAINS; c++) {
+#if defined(__ARM_FEATURE_DOTPROD)
+            a[c] = vdotq_s32(a[c], w, x);
+#else
+            a[c] = vpadalq_s16(a[c], vpaddq_s16(vmull_s8(vget_low_s8(w), vget_low_s8(x)), vmull_high_s8(w, x)));
+#endif
+        }
+    int32x4_t t = a[0];
+    for (int c = 1; c < CHAINS; c++) t = vaddq_s32(t, a[c]);
+    return (float)vaddvq_s32(t);
+}
+#define INT8_MACS 16
+#endif
+
+#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
+typedef struct {
+    PeakKind kind;
+    double deadline;
+    long long steps[256]; /* per thread: looks done (each STEPS x CHAINS instructions) */
+    float sink[256];
+} PeakJob;
+
+static void peak_item(void* ctx, int item, int thread) {
+    PeakJob* j = ctx;
+    (void)item;
+    float s = 0.0f;
+    long long looks = 0;
+    while (now_s() < j->deadline) {
+        const float seed = 1.0f + (float)(looks & 7);
+        if (j->kind == PEAK_INT8_DOT) s += int8_steps(seed);
+#if defined(KERNELS_BF16_DOT)
+        else if (j->kind == PEAK_BF16_DOT) s += bf16_steps(seed);
+#endif
+        else s += fma_steps(seed);
+        looks++;
+    }
+    j->steps[thread] += looks;
+    j->sink[thread] += s;
+}
+#endif
+
+double peak_ops(Kernels* k, WeightType type, double seconds, const char** instruction) {
+    const int int8 = type == WEIGHT_Q8 || type == WEIGHT_Q4;
+    const int bf16_dot = type == WEIGHT_BF16 && kernels_bf16_activations(k);
+#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
+#if defined(KERNELS_AMX)
+    if (kernels_amx(k) && (int8 || type == WEIGHT_BF16)) {
+        *instruction = "amx";
+        return 0.0;
+    }
+#endif
+    PeakJob job;
+    memset(&job, 0, sizeof job);
+    job.kind = int8 ? PEAK_INT8_DOT : bf16_dot ? PEAK_BF16_DOT : PEAK_FMA;
+    double macs = (double)FMA_LANES;
+    *instruction = "fp32 fma";
+    if (int8) {
+        macs = INT8_MACS;
+#if defined(KERNELS_NEON) && defined(__ARM_FEATURE_DOTPROD)
+        *instruction = "sdot";
+#elif defined(KERNELS_NEON)
+        *instruction = "smull+sadalp";
+#elif defined(Q8_VNNI)
+        *instruction = "vpdpbusd";
+#else
+        *instruction = "vpmaddubsw+vpmaddwd";
+#endif
+    }
+#if defined(KERNELS_BF16_DOT)
+    if (bf16_dot) {
+        macs = BF16_MACS;
+        *instruction = "vdpbf16ps";
+    }
+#endif
+    const int nt = kernels_threads(k);
+    const double t0 = now_s();
+    job.deadline = t0 + seconds;
+    parallel_for(k, nt, peak_item, &job);
+    const double wall = now_s() - t0;
+    long long looks = 0;
+    for (int t = 0; t < nt && t < 256; t++) looks += job.steps[t];
+    return (double)looks * STEPS * CHAINS * macs * 2.0 / wall;
+#else
+    (void)k, (void)int8, (void)bf16_dot, (void)seconds;
+    *instruction = "scalar";
+    return 0.0;
+#endif
+}
