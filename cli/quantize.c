@@ -8,9 +8,8 @@
  * widen to exactly the float32 values export.py quantises.
  *
  * The work is a stream: each matrix is cut into chunks of row blocks, the kernel threads quantise
- * a chunk's blocks into the output buffer (claiming small runs of blocks in turn), and the buffer
- * goes to the file in large writes. The input is read once from the mapping and the output written once, so
- * the time is about what reading and writing the bytes costs.
+ * a chunk's blocks into the output buffer, and the buffer goes to the file in large writes, so the
+ * time is about what reading the input once and writing the output once costs.
  */
 #include "quantize.h"
 
@@ -39,9 +38,7 @@
 #define PROGRESS_MIN_BYTES ((uint64_t)64 << 20) /* smaller inputs take a moment: no progress shown */
 #define MAX_PIECES (3 + 16 * 1024)          /* tensors of a checkpoint: MAX_LAYERS (model.c) layers */
 
-/* ---------------------------------------------------------------------------------------------
- * Errors and the temporary file: whatever ends the program early removes it first.
- * --------------------------------------------------------------------------------------------- */
+/* ---- errors: whatever ends the program early removes the temporary file first ---- */
 
 static char tmp_path[PATH_MAX];
 static volatile sig_atomic_t tmp_exists = 0;
@@ -80,17 +77,14 @@ static void catch_signals(void) {
     }
 }
 
-/* ---------------------------------------------------------------------------------------------
- * The command line
- * --------------------------------------------------------------------------------------------- */
+/* ---- the command line ---- */
 
 typedef struct {
     const char* input;
     const char* output;
-    WeightType type;
-    int has_type;
-    int group_size; /* 0: the default */
-    int threads;    /* 0: one per online CPU */
+    const char* dtype; /* "q8" or "q4" */
+    int group_size;    /* 0: the default */
+    int threads;       /* 0: one per online CPU */
 } QuantizeOptions;
 
 static void usage(FILE* out) {
@@ -137,6 +131,7 @@ static int parse_count(const char* flag, const char* s, int lo, int hi) {
 }
 
 static void parse_options(int argc, char** argv, QuantizeOptions* o) {
+    static const char* const names[] = {"-m", "--mode", "--dtype", "-o", "--output", "--group-size", "--threads"};
     memset(o, 0, sizeof *o);
     for (int i = 1; i < argc; i++) {
         const char* arg = argv[i];
@@ -149,26 +144,20 @@ static void parse_options(int argc, char** argv, QuantizeOptions* o) {
             o->input = arg;
             continue;
         }
-        char name[32];
         const char* eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
-        size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
-        if (len >= sizeof name) fail("-m quantize: unknown option '%s' (see ./run -m quantize --help)", arg);
-        memcpy(name, arg, len);
-        name[len] = '\0';
-        const char* value = eq ? eq + 1 : i + 1 < argc ? argv[i + 1] : NULL;
-        const int known = !strcmp(name, "-m") || !strcmp(name, "--mode") || !strcmp(name, "--dtype") ||
-                          !strcmp(name, "-o") || !strcmp(name, "--output") ||
-                          !strcmp(name, "--group-size") || !strcmp(name, "--threads");
-        if (!known) fail("-m quantize: unknown option '%s' (see ./run -m quantize --help)", arg);
+        const size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+        const char* name = NULL;
+        for (size_t k = 0; k < sizeof names / sizeof *names; k++)
+            if (strlen(names[k]) == len && strncmp(arg, names[k], len) == 0) name = names[k];
+        if (!name) fail("-m quantize: unknown option '%s' (see ./run -m quantize --help)", arg);
+        const char* value = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
         if (value == NULL) fail("option %s needs a value (see ./run -m quantize --help)", name);
-        if (!eq) i++;
         if (!strcmp(name, "-m") || !strcmp(name, "--mode")) {
             if (strcmp(value, "quantize") != 0) fail("%s is given twice: quantize and '%s'", name, value);
         } else if (!strcmp(name, "--dtype")) {
             if (strcmp(value, "q8") && strcmp(value, "q4"))
                 fail("--dtype must be q8 or q4, got '%s' (f32 and bf16 come from export.py)", value);
-            o->type = strcmp(value, "q8") == 0 ? WEIGHT_Q8 : WEIGHT_Q4;
-            o->has_type = 1;
+            o->dtype = value;
         } else if (!strcmp(name, "-o") || !strcmp(name, "--output")) {
             if (!value[0]) fail("%s needs a file name", name);
             o->output = value;
@@ -180,9 +169,9 @@ static void parse_options(int argc, char** argv, QuantizeOptions* o) {
         }
     }
     if (o->input == NULL) fail("no checkpoint given (./run MODEL.bin -m quantize --dtype q8|q4 -o OUT.bin)");
-    if (!o->has_type) fail("-m quantize needs --dtype q8 or --dtype q4");
+    if (!o->dtype) fail("-m quantize needs --dtype q8 or --dtype q4");
     if (o->output == NULL) fail("-m quantize needs -o OUT.bin, the file to write");
-    if (o->type == WEIGHT_Q4 && o->group_size != 0 && o->group_size != Q4_GROUP)
+    if (strcmp(o->dtype, "q4") == 0 && o->group_size != 0 && o->group_size != Q4_GROUP)
         fail("q4 groups are %d columns (got --group-size %d)", Q4_GROUP, o->group_size);
 }
 
@@ -196,9 +185,7 @@ static void check_output_path(const char* input, const char* output) {
     }
 }
 
-/* ---------------------------------------------------------------------------------------------
- * Rounding, exactly as export.py rounds
- * --------------------------------------------------------------------------------------------- */
+/* ---- rounding, exactly as export.py rounds ---- */
 
 enum { GROUP_OK = 0, GROUP_NONFINITE, GROUP_OVERFLOW };
 
@@ -272,39 +259,43 @@ static int q8_quantize_group(const float* v, int gs, uint8_t* scale, int8_t* q) 
     return GROUP_OK;
 }
 
-/* One q4 group of 32 values (export.py, quantize_q4, llama.cpp's q4_0): m = the value of largest
- * magnitude (the negative one when w and -w tie), q = round(w * (-8 / m)) + 8 clipped to 15,
- * s = m / -8 rounded to float32 (export.py keeps the scales in array('f')), then to float16; an
- * all-zero group is q = 8 with s = 0. */
-static int q4_quantize_group(const float* v, uint8_t* scale, uint8_t* nib) {
+/* One q4 group of 32 values of row i of a block (export.py, quantize_q4, llama.cpp's q4_0): m = the
+ * value of largest magnitude (the negative one when w and -w tie), q = round(w * (-8 / m)) + 8
+ * clipped to 15, s = m / -8 rounded to float32 (export.py keeps the scales in array('f')), then to
+ * float16; an all-zero group is q = 8 with s = 0. The group's 144 bytes in the block (model.h):
+ * the 8 rows' scales, then byte 4i + k of quarter v holds row i's column 4v + k in its low nibble
+ * and column 16 + 4v + k in its high one. */
+static int q4_quantize_group(const float* v, uint8_t* group, int i) {
     uint32_t pos = 0, neg = 0; /* the largest magnitude among the non-negative / negative values */
-    for (int i = 0; i < Q4_GROUP; i++) {
-        const uint32_t bits = float_bits(v[i]), a = bits & 0x7fffffffu, negative = 0u - (bits >> 31);
+    for (int j = 0; j < Q4_GROUP; j++) {
+        const uint32_t bits = float_bits(v[j]), a = bits & 0x7fffffffu, negative = 0u - (bits >> 31);
         neg = (a & negative) > neg ? a & negative : neg; /* no branch on the sign: it is random */
         pos = (a & ~negative) > pos ? a & ~negative : pos;
     }
     if (pos >= 0x7f800000u || neg >= 0x7f800000u) return GROUP_NONFINITE;
-    if (pos == 0 && neg == 0) {
-        memset(nib, 8, Q4_GROUP);
-        store_half(scale, 0);
-        return GROUP_OK;
+    uint8_t nib[Q4_GROUP];
+    memset(nib, 8, Q4_GROUP);
+    int h = 0;
+    if (pos != 0 || neg != 0) {
+        const double m = neg >= pos ? -(double)float_of_bits(neg) : (double)float_of_bits(pos);
+        h = double_to_half((double)(float)(m / -8.0));
+        if (h < 0) return GROUP_OVERFLOW;
+        const double inv = -8.0 / m;
+        for (int j = 0; j < Q4_GROUP; j++) {
+            double x = rint((double)v[j] * inv) + 8;
+            x = x > 15 ? 15 : x < 0 ? 0 : x; /* only 15 is reached: |w * inv| <= 8 */
+            nib[j] = (uint8_t)x;
+        }
     }
-    const double m = neg >= pos ? -(double)float_of_bits(neg) : (double)float_of_bits(pos);
-    const int h = double_to_half((double)(float)(m / -8.0));
-    if (h < 0) return GROUP_OVERFLOW;
-    store_half(scale, h);
-    const double inv = -8.0 / m;
-    for (int i = 0; i < Q4_GROUP; i++) {
-        double x = rint((double)v[i] * inv) + 8;
-        x = x > 15 ? 15 : x < 0 ? 0 : x; /* only 15 is reached: |w * inv| <= 8 */
-        nib[i] = (uint8_t)x;
-    }
+    store_half(group + QUANT_SCALE_BYTES * i, h);
+    uint8_t* values = group + QUANT_SCALE_BYTES * Q4_BLOCK_ROWS;
+    for (int quarter = 0; quarter < 4; quarter++)
+        for (int k = 0; k < 4; k++)
+            values[32 * quarter + 4 * i + k] = (uint8_t)(nib[4 * quarter + k] | nib[16 + 4 * quarter + k] << 4);
     return GROUP_OK;
 }
 
-/* ---------------------------------------------------------------------------------------------
- * Row blocks (model.h): q8 in blocks of 4 rows, q4 in blocks of 8, the last padded with zero rows
- * --------------------------------------------------------------------------------------------- */
+/* ---- row blocks (model.h): q8's of 4 rows, q4's of 8, the last padded with zero rows ---- */
 
 /* Row r of W as float32: the mapping itself (f32), widened into scratch (bf16), or zeros in
  * scratch for a padding row past the end. */
@@ -319,46 +310,25 @@ static const float* row_values(const Matrix* W, int r, float* scratch) {
     return scratch;
 }
 
-/* Block b of q8: the 4 rows' scales s[4][G], then per group g the 4 rows' values q[g][4][gs].
- * Returns GROUP_OK, or the first problem with *bad_row set. */
-static int q8_quantize_block(const Matrix* W, int b, int gs, uint8_t* out, float* scratch, int* bad_row) {
-    const int G = W->cols / gs;
-    int8_t* values = (int8_t*)(out + QUANT_SCALE_BYTES * Q8_BLOCK_ROWS * (size_t)G);
-    for (int i = 0; i < Q8_BLOCK_ROWS; i++) {
-        const int r = b * Q8_BLOCK_ROWS + i;
+/* Row block b: q8's holds the 4 rows' scales s[4][G], then per group g the 4 rows' values
+ * q[g][4][gs]; q4's is G groups of 144 bytes (q4_quantize_group). Returns GROUP_OK, or the first
+ * problem with *bad_row set. */
+static int quantize_block(const Matrix* W, WeightType type, int gs, int b, uint8_t* out, float* scratch,
+                          int* bad_row) {
+    const int G = W->cols / gs, br = quant_block_rows(type);
+    int8_t* q8_values = (int8_t*)(out + QUANT_SCALE_BYTES * Q8_BLOCK_ROWS * (size_t)G);
+    for (int i = 0; i < br; i++) {
+        const int r = b * br + i;
         const float* v = row_values(W, r, scratch);
         for (int g = 0; g < G; g++) {
-            int status = q8_quantize_group(v + (size_t)g * gs, gs, out + QUANT_SCALE_BYTES * ((size_t)i * G + g),
-                                  values + ((size_t)g * Q8_BLOCK_ROWS + i) * gs);
+            const int status = type == WEIGHT_Q4
+                ? q4_quantize_group(v + (size_t)g * gs, out + (size_t)g * Q4_GROUP_BYTES, i)
+                : q8_quantize_group(v + (size_t)g * gs, gs, out + QUANT_SCALE_BYTES * ((size_t)i * G + g),
+                                    q8_values + ((size_t)g * Q8_BLOCK_ROWS + i) * gs);
             if (status != GROUP_OK) {
                 *bad_row = r;
                 return status;
             }
-        }
-    }
-    return GROUP_OK;
-}
-
-/* Block b of q4: per group g 144 bytes, the 8 rows' scales, then byte 4i + k of quarter v holds
- * row i's column 32g + 4v + k in its low nibble and column 32g + 16 + 4v + k in its high one. */
-static int q4_quantize_block(const Matrix* W, int b, uint8_t* out, float* scratch, int* bad_row) {
-    const int G = W->cols / Q4_GROUP;
-    for (int i = 0; i < Q4_BLOCK_ROWS; i++) {
-        const int r = b * Q4_BLOCK_ROWS + i;
-        const float* v = row_values(W, r, scratch);
-        for (int g = 0; g < G; g++) {
-            uint8_t* group = out + (size_t)g * Q4_GROUP_BYTES;
-            uint8_t nib[Q4_GROUP];
-            int status = q4_quantize_group(v + (size_t)g * Q4_GROUP, group + QUANT_SCALE_BYTES * i, nib);
-            if (status != GROUP_OK) {
-                *bad_row = r;
-                return status;
-            }
-            uint8_t* values = group + QUANT_SCALE_BYTES * Q4_BLOCK_ROWS;
-            for (int quarter = 0; quarter < 4; quarter++)
-                for (int k = 0; k < 4; k++)
-                    values[32 * quarter + 4 * i + k] =
-                        (uint8_t)(nib[4 * quarter + k] | nib[16 + 4 * quarter + k] << 4);
         }
     }
     return GROUP_OK;
@@ -387,8 +357,7 @@ static void quantize_item(void* ctx, int item, int thread) {
         const int b = job->first_block + k;
         uint8_t* out = job->out + (size_t)k * job->block_bytes;
         int bad_row = -1;
-        int status = job->type == WEIGHT_Q8 ? q8_quantize_block(job->src, b, job->group_size, out, scratch, &bad_row)
-                                            : q4_quantize_block(job->src, b, out, scratch, &bad_row);
+        const int status = quantize_block(job->src, job->type, job->group_size, b, out, scratch, &bad_row);
         if (status != GROUP_OK) {
             int expected = GROUP_OK;
             if (atomic_compare_exchange_strong(&job->status, &expected, status))
@@ -397,9 +366,7 @@ static void quantize_item(void* ctx, int item, int thread) {
     }
 }
 
-/* ---------------------------------------------------------------------------------------------
- * The output file
- * --------------------------------------------------------------------------------------------- */
+/* ---- the output file ---- */
 
 typedef struct {
     int fd;
@@ -445,9 +412,7 @@ static void writer_align(Writer* w) {
 
 static uint64_t align_up(uint64_t x) { return (x + CHECKPOINT_ALIGN - 1) / CHECKPOINT_ALIGN * CHECKPOINT_ALIGN; }
 
-/* ---------------------------------------------------------------------------------------------
- * The tensors, in the order of model.h
- * --------------------------------------------------------------------------------------------- */
+/* ---- the tensors, in the order of model.h ---- */
 
 typedef struct {
     char name[48];        /* "embed_tokens", "layer 3 q_proj", ... for progress and errors */
@@ -522,9 +487,7 @@ static int choose_group_size(const Config* c, WeightType type, int requested, co
          type == WEIGHT_Q4 ? "q4" : "q8", widths[0], widths[1], widths[2], type == WEIGHT_Q4 ? Q4_GROUP : 8);
 }
 
-/* ---------------------------------------------------------------------------------------------
- * Progress on stderr: one updating line on a terminal, a line every 10% elsewhere
- * --------------------------------------------------------------------------------------------- */
+/* ---- progress on stderr: one updating line on a terminal, a line every 10% elsewhere ---- */
 
 typedef struct {
     uint64_t done, total;
@@ -553,9 +516,7 @@ static void progress_add(Progress* p, uint64_t bytes, const char* name) {
     fflush(stderr);
 }
 
-/* ---------------------------------------------------------------------------------------------
- * The conversion
- * --------------------------------------------------------------------------------------------- */
+/* ---- the conversion ---- */
 
 static void quantize_matrix(Kernels* k, Writer* w, const Piece* p, WeightType type, int gs, float* const* scratch,
                             Progress* progress) {
@@ -663,7 +624,8 @@ int quantize_main(int argc, char** argv) {
     if (t.config.weight_type == WEIGHT_Q8 || t.config.weight_type == WEIGHT_Q4)
         fail("%s: is already %s; quantise from an f32 or bf16 checkpoint (export.py --dtype f32 or bf16)",
              o.input, t.config.weight_type == WEIGHT_Q8 ? "q8" : "q4");
-    const int gs = choose_group_size(&t.config, o.type, o.group_size, o.input);
+    const WeightType type = strcmp(o.dtype, "q8") == 0 ? WEIGHT_Q8 : WEIGHT_Q4;
+    const int gs = choose_group_size(&t.config, type, o.group_size, o.input);
     static PieceList list; /* large: one entry per tensor */
     list_pieces(&t, &list);
 
@@ -679,7 +641,7 @@ int quantize_main(int argc, char** argv) {
     if (fd < 0) fail("%s: cannot create a file in %s: %s", o.output, dir, strerror(errno));
     tmp_exists = 1;
 
-    write_checkpoint(fd, &t, o.type, gs, &list);
+    write_checkpoint(fd, &t, type, gs, &list);
     if (fsync(fd) != 0) fail("%s: cannot sync to disk: %s", tmp_path, strerror(errno));
     /* Dropped from the page cache as export.py does: the engine maps weights in 2 MB pages only
      * from a cache it fills itself (checkpoint_map.c), and leaves small pages as they are. */
@@ -696,7 +658,7 @@ int quantize_main(int argc, char** argv) {
     struct stat st;
     const double size_mb = stat(o.output, &st) == 0 ? (double)st.st_size / 1e6 : 0;
     fprintf(stderr, "run: wrote %s (%.1f MB, %s, group size %d) in %.1fs on %d thread%s\n", o.output, size_mb,
-            o.type == WEIGHT_Q8 ? "q8" : "q4", gs, now_seconds() - t0, kernels_threads(t.kernels),
+            o.dtype, gs, now_seconds() - t0, kernels_threads(t.kernels),
             kernels_threads(t.kernels) == 1 ? "" : "s");
     transformer_free(&t);
     return 0;
