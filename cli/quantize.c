@@ -36,7 +36,7 @@
 #define ITEM_BYTES ((size_t)64 << 10)       /* ... in items of about this many, which the threads claim
                                              * in turn: one that loses its core takes fewer */
 #define PROGRESS_MIN_BYTES ((uint64_t)64 << 20) /* smaller inputs take a moment: no progress shown */
-#define MAX_PIECES (3 + 16 * 1024)          /* tensors of a checkpoint: MAX_LAYERS (model.c) layers */
+#define MAX_PIECES (3 + 14 * MAX_LAYERS)    /* tensors of a checkpoint: 14 per layer at most */
 
 /* ---- errors: whatever ends the program early removes the temporary file first ---- */
 
@@ -46,7 +46,6 @@ static volatile sig_atomic_t tmp_exists = 0;
 static void fail(const char* fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 static void fail(const char* fmt, ...) {
     if (tmp_exists) unlink(tmp_path);
-    tmp_exists = 0;
     va_list ap;
     va_start(ap, fmt);
     fputs("run: error: ", stderr);
@@ -67,14 +66,9 @@ static void on_signal(int sig) {
 }
 
 static void catch_signals(void) {
-    const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
-    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_signal;
-        sigemptyset(&sa.sa_mask);
-        sigaction(sigs[i], &sa, NULL);
-    }
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    signal(SIGHUP, on_signal);
 }
 
 /* ---- the command line ---- */
@@ -343,7 +337,8 @@ typedef struct {
     int n_blocks, per_item; /* the chunk's blocks, and how many one item holds */
     uint8_t* out;         /* where the chunk's first block goes */
     size_t block_bytes;
-    float* const* scratch; /* a row of floats per kernel thread */
+    float* scratch;       /* a row of row_floats floats per kernel thread */
+    size_t row_floats;
     atomic_int status;    /* GROUP_OK, or the problem found at problem_row */
     atomic_int problem_row;
 } ChunkJob;
@@ -352,7 +347,7 @@ static void quantize_item(void* ctx, int item, int thread) {
     ChunkJob* job = ctx;
     const int begin = item * job->per_item;
     const int end = begin + job->per_item < job->n_blocks ? begin + job->per_item : job->n_blocks;
-    float* scratch = job->scratch[thread];
+    float* scratch = job->scratch + (size_t)thread * job->row_floats;
     for (int k = begin; k < end && atomic_load(&job->status) == GROUP_OK; k++) {
         const int b = job->first_block + k;
         uint8_t* out = job->out + (size_t)k * job->block_bytes;
@@ -427,7 +422,6 @@ typedef struct {
 } PieceList;
 
 static void add_piece(PieceList* list, int layer, const char* what, const Matrix* m, const float* v, int n) {
-    if (list->n == MAX_PIECES) fail("too many tensors");
     Piece* p = &list->items[list->n++];
     if (layer >= 0) snprintf(p->name, sizeof p->name, "layer %d %s", layer, what);
     else snprintf(p->name, sizeof p->name, "%s", what);
@@ -518,29 +512,27 @@ static void progress_add(Progress* p, uint64_t bytes, const char* name) {
 
 /* ---- the conversion ---- */
 
-static void quantize_matrix(Kernels* k, Writer* w, const Piece* p, WeightType type, int gs, float* const* scratch,
-                            Progress* progress) {
+static void quantize_matrix(Kernels* k, Writer* w, const Piece* p, WeightType type, int gs, float* scratch,
+                            size_t row_floats, Progress* progress) {
     const Matrix* src = p->matrix;
     const int br = quant_block_rows(type);
     const int n_blocks = (src->rows + br - 1) / br;
     const size_t block_bytes = quant_block_bytes(type, src->cols, gs);
     const uint64_t in_block_bytes = piece_in_bytes(p) / (uint64_t)src->rows * (uint64_t)br;
-    int per_chunk = (int)(CHUNK_BYTES / block_bytes);
-    if (per_chunk < 1) per_chunk = 1;
-    int per_item = (int)(ITEM_BYTES / block_bytes);
-    if (per_item < 1) per_item = 1;
+    const int per_chunk = block_bytes < CHUNK_BYTES ? (int)(CHUNK_BYTES / block_bytes) : 1;
+    const int per_item = block_bytes < ITEM_BYTES ? (int)(ITEM_BYTES / block_bytes) : 1;
+    const char* dtype = type == WEIGHT_Q4 ? "q4" : "q8";
     for (int b = 0; b < n_blocks; b += per_chunk) {
         const int n = n_blocks - b < per_chunk ? n_blocks - b : per_chunk;
         ChunkJob job = {src, type, gs, b, n, per_item, writer_room(w, (size_t)n * block_bytes), block_bytes,
-                        scratch, GROUP_OK, -1};
+                        scratch, row_floats, GROUP_OK, -1};
         parallel_for(k, (n + per_item - 1) / per_item, quantize_item, &job);
         if (atomic_load(&job.status) == GROUP_NONFINITE)
             fail("tensor %s: row %d holds a NaN or an infinity, which %s cannot store", p->name,
-                 atomic_load(&job.problem_row), type == WEIGHT_Q4 ? "q4" : "q8");
+                 atomic_load(&job.problem_row), dtype);
         if (atomic_load(&job.status) == GROUP_OVERFLOW)
             fail("tensor %s: row %d has a weight too large for %s's float16 scales (|w| above %s)", p->name,
-                 atomic_load(&job.problem_row), type == WEIGHT_Q4 ? "q4" : "q8",
-                 type == WEIGHT_Q4 ? "524,000" : "8,300,000");
+                 atomic_load(&job.problem_row), dtype, type == WEIGHT_Q4 ? "524,000" : "8,300,000");
         w->len += (size_t)n * block_bytes;
         progress_add(progress, (uint64_t)n * in_block_bytes, p->name);
     }
@@ -567,14 +559,12 @@ static FileHeader output_header(const Transformer* t, WeightType type, int gs, c
 /* Writes the whole checkpoint to the open temporary file. */
 static void write_checkpoint(int fd, const Transformer* t, WeightType type, int gs, const PieceList* list) {
     const FileHeader h = output_header(t, type, gs, list);
-    const int n_threads = kernels_threads(t->kernels);
-    float** scratch = calloc((size_t)n_threads, sizeof(float*));
+    const Config* c = &t->config;
+    size_t widest = (size_t)(c->dim > c->hidden_dim ? c->dim : c->hidden_dim);
+    if ((size_t)c->n_heads * c->head_dim > widest) widest = (size_t)c->n_heads * c->head_dim;
+    float* scratch = malloc((size_t)kernels_threads(t->kernels) * widest * sizeof(float));
     Writer w = {fd, malloc(OUT_BUFFER_BYTES), 0, 0};
     if (scratch == NULL || w.buf == NULL) fail("out of memory");
-    int widest = t->config.dim > t->config.hidden_dim ? t->config.dim : t->config.hidden_dim;
-    if (t->config.n_heads * t->config.head_dim > widest) widest = t->config.n_heads * t->config.head_dim;
-    for (int i = 0; i < n_threads; i++)
-        if ((scratch[i] = malloc((size_t)widest * sizeof(float))) == NULL) fail("out of memory");
 
     Progress progress = {0, 0, now_seconds(), 0, 0, isatty(STDERR_FILENO), -1};
     for (int i = 0; i < list->n; i++) progress.total += piece_in_bytes(&list->items[i]);
@@ -586,7 +576,7 @@ static void write_checkpoint(int fd, const Transformer* t, WeightType type, int 
         const Piece* p = &list->items[i];
         writer_align(&w);
         if (p->matrix) {
-            quantize_matrix(t->kernels, &w, p, type, gs, scratch, &progress);
+            quantize_matrix(t->kernels, &w, p, type, gs, scratch, widest, &progress);
         } else {
             writer_put(&w, p->vector, (size_t)p->n * sizeof(float));
             progress_add(&progress, (uint64_t)p->n * sizeof(float), p->name);
@@ -594,11 +584,10 @@ static void write_checkpoint(int fd, const Transformer* t, WeightType type, int 
     }
     writer_align(&w);
     writer_flush(&w);
-    if (w.offset != h.weights_offset + h.weights_bytes) fail("%s: wrote %llu bytes, expected %llu", tmp_path,
-                                                            (unsigned long long)w.offset,
-                                                            (unsigned long long)(h.weights_offset + h.weights_bytes));
+    if (w.offset != h.weights_offset + h.weights_bytes)
+        fail("%s: wrote %llu bytes, expected %llu", tmp_path, (unsigned long long)w.offset,
+             (unsigned long long)(h.weights_offset + h.weights_bytes));
     if (progress.on && progress.tty) fputc('\n', stderr);
-    for (int i = 0; i < n_threads; i++) free(scratch[i]);
     free(scratch);
     free(w.buf);
 }
