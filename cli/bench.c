@@ -119,23 +119,6 @@ static double weight_bytes_per_token(const Transformer* t) {
     return b;
 }
 
-/* The weights one decode step reads, as two spans of the mapping: model.c takes the layers'
- * tensors and then the final norm one after the other (the file's order), so they are one span
- * from the first layer's first tensor to the end of the final norm; the head is the other (the
- * embedding, before the layers, when tied). Returns 0, or -1 if the pointers are not in that
- * order (then the bench reads only its own buffer). */
-static int decode_weight_spans(const Transformer* t, const uint8_t** p, size_t* bytes) {
-    const Weights* w = &t->weights;
-    const uint8_t* first = (const uint8_t*)w->layers[0].input_layernorm;
-    const uint8_t* end = (const uint8_t*)(w->norm + t->config.dim);
-    if (end <= first) return -1;
-    p[0] = first;
-    bytes[0] = (size_t)(end - first);
-    p[1] = w->lm_head.data;
-    bytes[1] = (size_t)matrix_stored_bytes(&w->lm_head);
-    return 0;
-}
-
 /* One line of /sys/devices/system/cpu/cpu0/cache/index<i>/<name> into s ("" where none). */
 static int read_cache_info(int i, const char* name, char* s, int len) {
     char path[96];
@@ -672,11 +655,15 @@ int bench_main(Transformer* t, int argc, char** argv) {
     b.scratch = results + (size_t)4 * b.n_runs * b.reps;
     /* The same streaming read over the weights a decode step reads: on a VM the physical memory
      * behind two copies of one file can read at different speeds (docs/design.md#bench-roof),
-     * which a buffer of the bench's own cannot show. */
-    const uint8_t* wp[2];
-    size_t wbytes[2];
-    if (b.len[1] > 0 && decode_weight_spans(t, wp, wbytes) == 0)
-        read_set_init(&b.weights, t->kernels, wp[0], wbytes[0], wp[1], wbytes[1]); /* sums NULL: no read */
+     * which a buffer of the bench's own cannot show. model.c takes the layers' tensors and then the
+     * final norm in the file's order, so they are one span; the head is the other (the embedding,
+     * before the layers, when tied). Out of memory, sums stays NULL: no such read. */
+    const Weights* w = &t->weights;
+    const uint8_t* first = (const uint8_t*)w->layers[0].input_layernorm;
+    const uint8_t* end = (const uint8_t*)(w->norm + t->config.dim);
+    if (b.len[1] > 0)
+        read_set_init(&b.weights, t->kernels, first, (size_t)(end - first), w->lm_head.data,
+                      (size_t)matrix_stored_bytes(&w->lm_head));
     if (run_tests(&b, results) != 0) {
         fprintf(stderr, "run: error: forward() failed in the bench\n");
         goto done;
