@@ -163,20 +163,6 @@ static double last_level_cache_bytes(void) {
 
 /* ---- the tests ---- */
 
-int bench_parse_threads(const char* s, int* counts, int max_counts) {
-    int n = 0;
-    for (const char* p = s;; p++) {
-        if (*p < '0' || *p > '9' || n == max_counts) return -1;
-        char* end;
-        long v = strtol(p, &end, 10);
-        if (v < 1 || v > 1024) return -1;
-        counts[n++] = (int)v;
-        if (*end == '\0') return n;
-        if (*end != ',') return -1;
-        p = end;
-    }
-}
-
 /* One thread count's results. Test 0 is prefill (ppN), test 1 decode (tgN). */
 typedef struct {
     int threads;       /* what the pool runs: kernels_set_threads may give fewer than asked */
@@ -544,6 +530,20 @@ static void print_results(Bench* b) {
 
 /* ---- the options ---- */
 
+int bench_parse_threads(const char* s, int* counts, int max_counts) {
+    int n = 0;
+    for (const char* p = s;; p++) {
+        if (*p < '0' || *p > '9' || n == max_counts) return -1;
+        char* end;
+        long v = strtol(p, &end, 10);
+        if (v < 1 || v > 1024) return -1;
+        counts[n++] = (int)v;
+        if (*end == '\0') return n;
+        if (*end != ',') return -1;
+        p = end;
+    }
+}
+
 /* The options (bench.h) as run.c passes them on. Returns 0, or the exit status after an error line
  * on stderr. */
 static int parse_bench_args(Bench* b, int argc, char** argv) {
@@ -555,13 +555,13 @@ static int parse_bench_args(Bench* b, int argc, char** argv) {
     b->n_runs = 1;
     b->counts[0] = kernels_threads(b->t->kernels);
     for (int i = 0; i < argc; i++) {
+        const char* value = i + 1 < argc ? argv[i + 1] : "";
         if (strcmp(argv[i], "--json") == 0) b->json = 1;
-        if (i + 1 == argc) break;
         if (strcmp(argv[i], "--threads") == 0)
-            b->n_runs = bench_parse_threads(argv[i + 1], b->counts, BENCH_MAX_THREAD_COUNTS);
+            b->n_runs = bench_parse_threads(value, b->counts, BENCH_MAX_THREAD_COUNTS);
         for (int k = 0; k < 4; k++)
             if (strcmp(argv[i], names[k]) == 0) {
-                *values[k] = atoi(argv[i + 1]);
+                *values[k] = atoi(value);
                 if (k < 2) b->given[k] = 1;
             }
     }
