@@ -31,8 +31,8 @@
 #include "kernels/kernels.h"
 #include "model.h"
 
-#define OUT_BUFFER_BYTES ((size_t)32 << 20) /* written to the file when full */
-#define CHUNK_BYTES ((size_t)4 << 20)       /* output bytes of row blocks per dispatch to the threads */
+#define CHUNK_BYTES ((size_t)4 << 20)       /* output bytes of row blocks per dispatch to the threads,
+                                             * then written to the file in one fwrite */
 #define ITEM_BYTES ((size_t)64 << 10)       /* ... in items of about this many, which the threads claim
                                              * in turn: one that loses its core takes fewer */
 #define PROGRESS_MIN_BYTES ((uint64_t)64 << 20) /* smaller inputs take a moment: no progress shown */
@@ -328,31 +328,39 @@ static int quantize_block(const Matrix* W, WeightType type, int gs, int b, uint8
     return GROUP_OK;
 }
 
-/* One chunk of a matrix's row blocks, spread over the kernel threads. */
+/* What the conversion of every matrix shares. */
 typedef struct {
-    const Matrix* src;
+    Kernels* k;
+    FILE* out;
     WeightType type;
     int group_size;
+    float* scratch;    /* a row of row_floats floats per kernel thread */
+    size_t row_floats;
+} Conversion;
+
+/* One chunk of a matrix's row blocks, spread over the kernel threads. */
+typedef struct {
+    const Conversion* cv;
+    const Matrix* src;
     int first_block;
     int n_blocks, per_item; /* the chunk's blocks, and how many one item holds */
-    uint8_t* out;         /* where the chunk's first block goes */
+    uint8_t* out;           /* where the chunk's first block goes */
     size_t block_bytes;
-    float* scratch;       /* a row of row_floats floats per kernel thread */
-    size_t row_floats;
-    atomic_int status;    /* GROUP_OK, or the problem found at problem_row */
+    atomic_int status;      /* GROUP_OK, or the problem found at problem_row */
     atomic_int problem_row;
 } ChunkJob;
 
 static void quantize_item(void* ctx, int item, int thread) {
     ChunkJob* job = ctx;
+    const Conversion* cv = job->cv;
     const int begin = item * job->per_item;
     const int end = begin + job->per_item < job->n_blocks ? begin + job->per_item : job->n_blocks;
-    float* scratch = job->scratch + (size_t)thread * job->row_floats;
+    float* scratch = cv->scratch + (size_t)thread * cv->row_floats;
     for (int k = begin; k < end && atomic_load(&job->status) == GROUP_OK; k++) {
-        const int b = job->first_block + k;
         uint8_t* out = job->out + (size_t)k * job->block_bytes;
         int bad_row = -1;
-        const int status = quantize_block(job->src, job->type, job->group_size, b, out, scratch, &bad_row);
+        const int status =
+            quantize_block(job->src, cv->type, cv->group_size, job->first_block + k, out, scratch, &bad_row);
         if (status != GROUP_OK) {
             int expected = GROUP_OK;
             if (atomic_compare_exchange_strong(&job->status, &expected, status))
@@ -363,46 +371,15 @@ static void quantize_item(void* ctx, int item, int thread) {
 
 /* ---- the output file ---- */
 
-typedef struct {
-    int fd;
-    uint8_t* buf;
-    size_t len;
-    uint64_t offset; /* file offset of buf[0] */
-} Writer;
-
-static void writer_flush(Writer* w) {
-    for (size_t done = 0; done < w->len;) {
-        ssize_t n = write(w->fd, w->buf + done, w->len - done);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) fail("%s: write failed: %s", tmp_path, n < 0 ? strerror(errno) : "no space written");
-        done += (size_t)n;
-    }
-    w->offset += w->len;
-    w->len = 0;
-}
-
-/* Room for n more bytes at the end of the buffer (n <= OUT_BUFFER_BYTES). */
-static uint8_t* writer_room(Writer* w, size_t n) {
-    if (w->len + n > OUT_BUFFER_BYTES) writer_flush(w);
-    return w->buf + w->len;
-}
-
-static void writer_put(Writer* w, const void* data, size_t n) {
-    while (n > 0) {
-        size_t part = n < OUT_BUFFER_BYTES ? n : OUT_BUFFER_BYTES;
-        memcpy(writer_room(w, part), data, part);
-        w->len += part;
-        data = (const uint8_t*)data + part;
-        n -= part;
-    }
+static void put(FILE* f, const void* data, size_t n) {
+    if (fwrite(data, 1, n, f) != n) fail("%s: write failed: %s", tmp_path, strerror(errno));
 }
 
 /* Zero bytes up to the next multiple of CHECKPOINT_ALIGN: where every tensor starts. */
-static void writer_align(Writer* w) {
-    const uint64_t at = w->offset + w->len;
-    const size_t pad = (size_t)((CHECKPOINT_ALIGN - at % CHECKPOINT_ALIGN) % CHECKPOINT_ALIGN);
-    memset(writer_room(w, pad), 0, pad);
-    w->len += pad;
+static void put_padding(FILE* f) {
+    static const uint8_t zeros[CHECKPOINT_ALIGN];
+    const uint64_t at = (uint64_t)ftello(f);
+    put(f, zeros, (size_t)((CHECKPOINT_ALIGN - at % CHECKPOINT_ALIGN) % CHECKPOINT_ALIGN));
 }
 
 static uint64_t align_up(uint64_t x) { return (x + CHECKPOINT_ALIGN - 1) / CHECKPOINT_ALIGN * CHECKPOINT_ALIGN; }
@@ -512,30 +489,31 @@ static void progress_add(Progress* p, uint64_t bytes, const char* name) {
 
 /* ---- the conversion ---- */
 
-static void quantize_matrix(Kernels* k, Writer* w, const Piece* p, WeightType type, int gs, float* scratch,
-                            size_t row_floats, Progress* progress) {
+static void quantize_matrix(const Conversion* cv, const Piece* p, Progress* progress) {
     const Matrix* src = p->matrix;
-    const int br = quant_block_rows(type);
+    const int br = quant_block_rows(cv->type);
     const int n_blocks = (src->rows + br - 1) / br;
-    const size_t block_bytes = quant_block_bytes(type, src->cols, gs);
+    const size_t block_bytes = quant_block_bytes(cv->type, src->cols, cv->group_size);
     const uint64_t in_block_bytes = piece_in_bytes(p) / (uint64_t)src->rows * (uint64_t)br;
     const int per_chunk = block_bytes < CHUNK_BYTES ? (int)(CHUNK_BYTES / block_bytes) : 1;
     const int per_item = block_bytes < ITEM_BYTES ? (int)(ITEM_BYTES / block_bytes) : 1;
-    const char* dtype = type == WEIGHT_Q4 ? "q4" : "q8";
+    const char* dtype = cv->type == WEIGHT_Q4 ? "q4" : "q8";
+    uint8_t* chunk = malloc((size_t)(per_chunk < n_blocks ? per_chunk : n_blocks) * block_bytes);
+    if (chunk == NULL) fail("out of memory");
     for (int b = 0; b < n_blocks; b += per_chunk) {
         const int n = n_blocks - b < per_chunk ? n_blocks - b : per_chunk;
-        ChunkJob job = {src, type, gs, b, n, per_item, writer_room(w, (size_t)n * block_bytes), block_bytes,
-                        scratch, row_floats, GROUP_OK, -1};
-        parallel_for(k, (n + per_item - 1) / per_item, quantize_item, &job);
+        ChunkJob job = {cv, src, b, n, per_item, chunk, block_bytes, GROUP_OK, -1};
+        parallel_for(cv->k, (n + per_item - 1) / per_item, quantize_item, &job);
         if (atomic_load(&job.status) == GROUP_NONFINITE)
             fail("tensor %s: row %d holds a NaN or an infinity, which %s cannot store", p->name,
                  atomic_load(&job.problem_row), dtype);
         if (atomic_load(&job.status) == GROUP_OVERFLOW)
             fail("tensor %s: row %d has a weight too large for %s's float16 scales (|w| above %s)", p->name,
-                 atomic_load(&job.problem_row), dtype, type == WEIGHT_Q4 ? "524,000" : "8,300,000");
-        w->len += (size_t)n * block_bytes;
+                 atomic_load(&job.problem_row), dtype, cv->type == WEIGHT_Q4 ? "524,000" : "8,300,000");
+        put(cv->out, chunk, (size_t)n * block_bytes);
         progress_add(progress, (uint64_t)n * in_block_bytes, p->name);
     }
+    free(chunk);
 }
 
 /* The output's header: the input's, with the new weight type, and the sections where export.py
@@ -557,39 +535,38 @@ static FileHeader output_header(const Transformer* t, WeightType type, int gs, c
 }
 
 /* Writes the whole checkpoint to the open temporary file. */
-static void write_checkpoint(int fd, const Transformer* t, WeightType type, int gs, const PieceList* list) {
+static void write_checkpoint(FILE* f, const Transformer* t, WeightType type, int gs, const PieceList* list) {
     const FileHeader h = output_header(t, type, gs, list);
     const Config* c = &t->config;
     size_t widest = (size_t)(c->dim > c->hidden_dim ? c->dim : c->hidden_dim);
     if ((size_t)c->n_heads * c->head_dim > widest) widest = (size_t)c->n_heads * c->head_dim;
-    float* scratch = malloc((size_t)kernels_threads(t->kernels) * widest * sizeof(float));
-    Writer w = {fd, malloc(OUT_BUFFER_BYTES), 0, 0};
-    if (scratch == NULL || w.buf == NULL) fail("out of memory");
+    const Conversion cv = {t->kernels, f, type, gs,
+                           malloc((size_t)kernels_threads(t->kernels) * widest * sizeof(float)), widest};
+    if (cv.scratch == NULL) fail("out of memory");
 
     Progress progress = {0, 0, now_seconds(), 0, 0, isatty(STDERR_FILENO), -1};
     for (int i = 0; i < list->n; i++) progress.total += piece_in_bytes(&list->items[i]);
     progress.on = progress.total > PROGRESS_MIN_BYTES;
 
-    writer_put(&w, &h, sizeof h);
-    writer_put(&w, t->tokenizer_data, t->tokenizer_bytes);
+    put(f, &h, sizeof h);
+    put(f, t->tokenizer_data, t->tokenizer_bytes);
     for (int i = 0; i < list->n; i++) {
         const Piece* p = &list->items[i];
-        writer_align(&w);
+        put_padding(f);
         if (p->matrix) {
-            quantize_matrix(t->kernels, &w, p, type, gs, scratch, widest, &progress);
+            quantize_matrix(&cv, p, &progress);
         } else {
-            writer_put(&w, p->vector, (size_t)p->n * sizeof(float));
+            put(f, p->vector, (size_t)p->n * sizeof(float));
             progress_add(&progress, (uint64_t)p->n * sizeof(float), p->name);
         }
     }
-    writer_align(&w);
-    writer_flush(&w);
-    if (w.offset != h.weights_offset + h.weights_bytes)
-        fail("%s: wrote %llu bytes, expected %llu", tmp_path, (unsigned long long)w.offset,
+    put_padding(f);
+    if (fflush(f) != 0) fail("%s: write failed: %s", tmp_path, strerror(errno));
+    if ((uint64_t)ftello(f) != h.weights_offset + h.weights_bytes)
+        fail("%s: wrote %llu bytes, expected %llu", tmp_path, (unsigned long long)ftello(f),
              (unsigned long long)(h.weights_offset + h.weights_bytes));
     if (progress.on && progress.tty) fputc('\n', stderr);
-    free(scratch);
-    free(w.buf);
+    free(cv.scratch);
 }
 
 /* The output's folder, for the temporary name beside it and the sync after the rename. */
@@ -626,16 +603,16 @@ int quantize_main(int argc, char** argv) {
     if (snprintf(tmp_path, sizeof tmp_path, "%s/.%s.%ld.tmp", dir, base, (long)getpid()) >= (int)sizeof tmp_path)
         fail("%s: path too long", o.output);
     catch_signals();
-    int fd = open(tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (fd < 0) fail("%s: cannot create a file in %s: %s", o.output, dir, strerror(errno));
+    FILE* f = fopen(tmp_path, "we"); /* e: O_CLOEXEC */
+    if (f == NULL) fail("%s: cannot create a file in %s: %s", o.output, dir, strerror(errno));
     tmp_exists = 1;
 
-    write_checkpoint(fd, &t, type, gs, &list);
-    if (fsync(fd) != 0) fail("%s: cannot sync to disk: %s", tmp_path, strerror(errno));
+    write_checkpoint(f, &t, type, gs, &list);
+    if (fsync(fileno(f)) != 0) fail("%s: cannot sync to disk: %s", tmp_path, strerror(errno));
     /* Dropped from the page cache as export.py does: the engine maps weights in 2 MB pages only
      * from a cache it fills itself (checkpoint_map.c), and leaves small pages as they are. */
-    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    if (close(fd) != 0) fail("%s: cannot close: %s", tmp_path, strerror(errno));
+    posix_fadvise(fileno(f), 0, 0, POSIX_FADV_DONTNEED);
+    if (fclose(f) != 0) fail("%s: cannot close: %s", tmp_path, strerror(errno));
     if (rename(tmp_path, o.output) != 0) fail("%s: cannot rename %s to it: %s", o.output, tmp_path, strerror(errno));
     tmp_exists = 0;
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* the rename itself on disk too */
