@@ -569,14 +569,6 @@ static void write_checkpoint(FILE* f, const Transformer* t, WeightType type, int
     free(cv.scratch);
 }
 
-/* The output's folder, for the temporary name beside it and the sync after the rename. */
-static void output_dir(const char* output, char* dir, size_t len) {
-    const char* slash = strrchr(output, '/');
-    if (slash == NULL) snprintf(dir, len, ".");
-    else if (slash == output) snprintf(dir, len, "/");
-    else snprintf(dir, len, "%.*s", (int)(slash - output), output);
-}
-
 int quantize_main(int argc, char** argv) {
     QuantizeOptions o;
     parse_options(argc, argv, &o);
@@ -597,9 +589,11 @@ int quantize_main(int argc, char** argv) {
 
     /* Written as .NAME.PID.tmp in the output's folder (export.py's temporary name, which its
      * clean-up of files left by killed runs knows), then synced and renamed over NAME. */
-    char dir[PATH_MAX];
-    output_dir(o.output, dir, sizeof dir);
-    const char* base = strrchr(o.output, '/') ? strrchr(o.output, '/') + 1 : o.output;
+    const char* slash = strrchr(o.output, '/');
+    const char* base = slash ? slash + 1 : o.output;
+    char dir[PATH_MAX]; /* also synced after the rename */
+    if (slash) snprintf(dir, sizeof dir, "%.*s", slash == o.output ? 1 : (int)(slash - o.output), o.output);
+    else snprintf(dir, sizeof dir, ".");
     if (snprintf(tmp_path, sizeof tmp_path, "%s/.%s.%ld.tmp", dir, base, (long)getpid()) >= (int)sizeof tmp_path)
         fail("%s: path too long", o.output);
     catch_signals();
