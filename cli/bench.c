@@ -294,7 +294,7 @@ static double median_of(const Bench* b, const double* v) {
     return median(b->scratch, b->reps);
 }
 
-/* The median over the reps of a[r] / b[r]: rep r of two thread counts ran one after the other, so
+/* The median over the reps of x[r] / y[r]: rep r of two thread counts ran one after the other, so
  * their ratio is steadier on a shared machine than the ratio of the two medians. */
 static double median_ratio(const Bench* b, const double* x, const double* y) {
     for (int r = 0; r < b->reps; r++) b->scratch[r] = x[r] / y[r];
