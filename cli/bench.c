@@ -2,6 +2,7 @@
  * bandwidth, and the machine's own read bandwidth measured in the same run as the roof. */
 #include "bench.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,15 +12,10 @@
 #include "kernels/kernels.h"
 #include "kernels/simd_math.h"
 
-static double now_s(void) {
+/* CLOCK_MONOTONIC: wall time; CLOCK_PROCESS_CPUTIME_ID: CPU time of the whole process. */
+static double seconds(clockid_t clock) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static double cpu_s(void) {  /* CPU time of the whole process (all threads) */
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    clock_gettime(clock, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
@@ -69,19 +65,9 @@ static void read_item(void* ctx, int i, int thread) {
 #endif
 }
 
-static void read_set_free(ReadSet* rs) {
-    free(rs->sums);
-    memset(rs, 0, sizeof *rs);
-}
-
 /* span 1 may be empty (b1 == 0). Returns 0, or -1 when out of memory. */
 static int read_set_init(ReadSet* rs, Kernels* k, const void* p0, size_t b0, const void* p1, size_t b1) {
-    memset(rs, 0, sizeof *rs);
-    rs->k = k;
-    rs->p[0] = p0;
-    rs->p[1] = p1;
-    rs->bytes[0] = b0;
-    rs->bytes[1] = b1;
+    *rs = (ReadSet){{p0, p1}, {b0, b1}, {0}, NULL, k};
     rs->first_item[1] = (int)((b0 + READ_CHUNK - 1) / READ_CHUNK);
     rs->first_item[2] = rs->first_item[1] + (int)((b1 + READ_CHUNK - 1) / READ_CHUNK);
     rs->sums = calloc((size_t)rs->first_item[2] + 1, sizeof(double));
@@ -93,24 +79,14 @@ static double read_set_best(ReadSet* rs, int reps) {
     const int n = rs->first_item[2];
     double best = 0, check = 0;
     for (int r = 0; r < reps; r++) {
-        double t0 = now_s();
+        double t0 = seconds(CLOCK_MONOTONIC);
         parallel_for(rs->k, n, read_item, rs);
-        double dt = now_s() - t0;
+        double dt = seconds(CLOCK_MONOTONIC) - t0;
         const double gbps = (double)(rs->bytes[0] + rs->bytes[1]) / dt / 1e9;
         if (gbps > best) best = gbps;
         for (int i = 0; i < n; i++) check += rs->sums[i];
     }
     return check < 0 ? -1 : best; /* never -1: keeps the reads observable */
-}
-
-/* The roof's buffer: 512 MiB in 2 MB pages like the weights (alloc_huge_anonymous), faulted in
- * and read once. */
-static int read_buffer_init(ReadSet* rs, Kernels* k, uint8_t** buf, size_t bytes) {
-    *buf = alloc_huge_anonymous(bytes);
-    if (!*buf || read_set_init(rs, k, *buf, bytes, NULL, 0) != 0) return -1;
-    memset(*buf, 1, bytes);
-    read_set_best(rs, 1);
-    return 0;
 }
 
 /* ---- bytes read per decode token ---- */
@@ -143,34 +119,22 @@ static double weight_bytes_per_token(const Transformer* t) {
     return b;
 }
 
-/* The weights one decode step reads, as two spans of the mapping: model.c takes the layers'
- * tensors and then the final norm one after the other (the file's order), so they are one span
- * from the first layer's first tensor to the end of the final norm; the head is the other (the
- * embedding, before the layers, when tied). Returns 0, or -1 if the pointers are not in that
- * order (then the bench reads only its own buffer). */
-static int decode_weight_spans(const Transformer* t, const uint8_t** p, size_t* bytes) {
-    const Weights* w = &t->weights;
-    const uint8_t* first = (const uint8_t*)w->layers[0].input_layernorm;
-    const uint8_t* end = (const uint8_t*)(w->norm + t->config.dim);
-    if (t->config.n_layers < 1 || end <= first) return -1;
-    p[0] = first;
-    bytes[0] = (size_t)(end - first);
-    p[1] = w->lm_head.data;
-    bytes[1] = (size_t)matrix_stored_bytes(&w->lm_head);
+/* One line of /sys/devices/system/cpu/cpu0/cache/index<i>/<name> into s ("" where none). */
+static int read_cache_info(int i, const char* name, char* s, int len) {
+    char path[96];
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/%s", i, name);
+    FILE* f = fopen(path, "r");
+    s[0] = '\0';
+    if (!f) return -1;
+    if (!fgets(s, len, f)) s[0] = '\0';
+    s[strcspn(s, "\n")] = '\0';
+    fclose(f);
     return 0;
 }
 
-/* KV cache bytes read by the decode step at position p (keys and values of positions 0 .. p). */
-static double kv_bytes_at(const Transformer* t, int p) {
-    const Config* c = &t->config;
-    return 2.0 * (double)kv_elem_bytes(&t->state) * c->n_layers * (double)(p + 1) * c->n_kv_heads * c->head_dim;
-}
-
-/* ---- the last-level cache ---- */
-
-/* Bytes of the largest data cache of CPU 0 (/sys/devices/system/cpu/cpu0/cache: the highest
- * level of type Data or Unified), or 0 where that cannot be read. BENCH_LLC_BYTES overrides it
- * (0: compare decode with the memory roof whatever its size). */
+/* Bytes of the largest data cache of CPU 0 (the highest level of type Data or Unified), or 0
+ * where that cannot be read. BENCH_LLC_BYTES overrides it (0: compare decode with the memory roof
+ * whatever its size). */
 static double last_level_cache_bytes(void) {
     const char* env = getenv("BENCH_LLC_BYTES");
     if (env && *env) {
@@ -181,30 +145,16 @@ static double last_level_cache_bytes(void) {
     }
     double best = 0;
     int best_level = 0;
-    for (int i = 0; i < 16; i++) {
-        char path[96], type[32] = "", size[32] = "";
-        int level = 0;
-        FILE* f;
-        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
-        if (!(f = fopen(path, "r"))) break;
-        if (fscanf(f, "%d", &level) != 1) level = 0;
-        fclose(f);
-        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/type", i);
-        if ((f = fopen(path, "r"))) {
-            if (fscanf(f, "%31s", type) != 1) type[0] = '\0';
-            fclose(f);
-        }
-        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
-        if ((f = fopen(path, "r"))) {
-            if (fscanf(f, "%31s", size) != 1) size[0] = '\0';
-            fclose(f);
-        }
+    char level[32], type[32], size[32];
+    for (int i = 0; i < 16 && read_cache_info(i, "level", level, sizeof level) == 0; i++) {
+        read_cache_info(i, "type", type, sizeof type);
+        read_cache_info(i, "size", size, sizeof size);
         if (strcmp(type, "Data") != 0 && strcmp(type, "Unified") != 0) continue;
         char* unit;
         double bytes = strtod(size, &unit);
         bytes *= *unit == 'K' ? 1024.0 : *unit == 'M' ? 1048576.0 : *unit == 'G' ? 1073741824.0 : 1.0;
-        if (level > best_level && bytes > 0) {
-            best_level = level;
+        if (atoi(level) > best_level && bytes > 0) {
+            best_level = atoi(level);
             best = bytes;
         }
     }
@@ -213,115 +163,124 @@ static double last_level_cache_bytes(void) {
 
 /* ---- the tests ---- */
 
-static int cmp_double(const void* a, const void* b) {
-    double x = *(const double*)a, y = *(const double*)b;
-    return x < y ? -1 : x > y;
-}
-
-static const char* type_name(WeightType t) {
-    return t == WEIGHT_F32 ? "f32" : t == WEIGHT_BF16 ? "bf16" : t == WEIGHT_Q8 ? "q8" : "q4";
-}
-
-static int int_arg(int argc, char** argv, int i, const char* name, int* out) {
-    if (i + 1 >= argc) {
-        fprintf(stderr, "run: error: %s needs a value\n", name);
-        return -1;
-    }
-    char* end;
-    long v = strtol(argv[i + 1], &end, 10);
-    if (*argv[i + 1] == '\0' || *end != '\0' || v < 0 || v > 1000000) {
-        fprintf(stderr, "run: error: %s must be a whole number, got '%s'\n", name, argv[i + 1]);
-        return -1;
-    }
-    *out = (int)v;
-    return 0;
-}
-
-int bench_parse_threads(const char* s, int* counts, int max_counts) {
-    int n = 0;
-    for (const char* p = s;; p++) {
-        if (*p < '0' || *p > '9' || n == max_counts) return -1;
-        char* end;
-        long v = strtol(p, &end, 10);
-        if (v < 1 || v > 1024) return -1;
-        counts[n++] = (int)v;
-        if (*end == '\0') return n;
-        if (*end != ',') return -1;
-        p = end;
-    }
-}
-
-/* One thread count's results. */
+/* One thread count's results. Test 0 is prefill (ppN), test 1 decode (tgN). */
 typedef struct {
     int threads;       /* what the pool runs: kernels_set_threads may give fewer than asked */
+    int warm_steps;    /* decode steps of the warm-up */
     double best;       /* best streaming read of the run, GB/s */
-    int n_reads, warm_steps;
-    double *pp, *tg;   /* tok/s of each rep, in the order measured */
-    double *rd;        /* the roof of each rep: best streaming read just before and just after its
+    double* tps[2];    /* tok/s of each rep of each test, in the order measured */
+    double* rd;        /* each rep's roof: best streaming read just before and just after its
                         * decode, GB/s */
-    double *wr;        /* the same for a streaming read of the decode's own weights (NULL: none) */
-    double wall[2], cpu[2]; /* summed over the reps: [0] prefill, [1] decode */
+    double* wr;        /* the same for a streaming read of the decode's own weights (NULL: none) */
+    double wall[2], cpu[2]; /* of each test, summed over the reps */
 } ThreadRun;
+
+/* One run of the bench: its options, the runs of each thread count, what a decode token reads. */
+typedef struct {
+    Transformer* t;
+    int len[2];        /* tokens of each test (0: not run) */
+    int given[2];      /* the user gave len[k] (else it is the default, fitted to the context) */
+    int reps, depth, json;
+    int counts[BENCH_MAX_THREAD_COUNTS], n_runs;
+    ThreadRun runs[BENCH_MAX_THREAD_COUNTS];
+    const int* tokens; /* each test's tokens, after the depth's */
+    ReadSet buffer;    /* the bench's own 512 MiB */
+    ReadSet weights;   /* the weights a decode step reads (sums NULL: not measured) */
+    double* scratch;   /* reps doubles */
+    double weight_bytes, bytes_per_token; /* read by one decode token (KV cache: average over tgN) */
+    double llc;        /* the last-level cache's size (0: unknown, or BENCH_LLC_BYTES=0) */
+    int in_cache;      /* bytes_per_token fit in it */
+} Bench;
+
+/* Test 0: one forward() of n tokens; test 1: n forward() calls of one token. From position depth. */
+static int run_test(Transformer* t, const int* tokens, int test, int n, int depth) {
+    if (test == 0) return forward(t, tokens, n, depth, NULL) ? 0 : -1;
+    for (int i = 0; i < n; i++)
+        if (!forward(t, tokens + i, 1, depth + i, NULL)) return -1;
+    return 0;
+}
 
 /* Warm-up: one prefill, then decode steps in windows of 8 until a window is no faster than the
  * best before it (at most 20 s). The first passes over a mapped file can be much slower than the
- * rest: page faults, and on some machines pages that must come back from disk (a freshly mapped
- * file can read several times slower for its first passes; docs/design.md#bench-roof). The figures are meant to be the steady state, as
- * llama-bench's are. Returns the decode steps taken, or -1 if forward() failed. */
-static int warm_up(Transformer* t, const int* tokens, int depth, int n_prompt, int n_gen) {
-    if (n_prompt > 0 && !forward(t, tokens, n_prompt, depth, NULL)) return -1;
-    int steps = 0;
-    if (n_gen > 0) {
-        const int win = n_gen < 8 ? n_gen : 8;
-        double best = 1e30, t_start = now_s();
-        for (;;) {
-            double t0 = now_s();
-            for (int i = 0; i < win; i++)
-                if (!forward(t, tokens + i, 1, depth + i, NULL)) return -1;
-            double dt = now_s() - t0;
-            steps += win;
-            if (dt > 0.95 * best || now_s() - t_start > 20.0) break;
-            if (dt < best) best = dt;
-        }
+ * rest: page faults, and on some machines pages that must come back from disk
+ * (docs/design.md#bench-roof); the figures are the steady state, as llama-bench's are. Returns
+ * the decode steps taken, or -1 if forward() failed. */
+static int warm_up(Bench* b) {
+    if (b->len[0] > 0 && run_test(b->t, b->tokens, 0, b->len[0], b->depth) != 0) return -1;
+    if (b->len[1] <= 0) return 0;
+    const int win = b->len[1] < 8 ? b->len[1] : 8;
+    double best = 1e30, t_start = seconds(CLOCK_MONOTONIC);
+    for (int steps = win;; steps += win) {
+        double t0 = seconds(CLOCK_MONOTONIC);
+        if (run_test(b->t, b->tokens, 1, win, b->depth) != 0) return -1;
+        double dt = seconds(CLOCK_MONOTONIC) - t0;
+        if (dt > 0.95 * best || seconds(CLOCK_MONOTONIC) - t_start > 20.0) return steps;
+        if (dt < best) best = dt;
     }
-    return steps;
 }
 
-/* One rep of each test with tr->threads: prefill of n_prompt tokens, two streaming reads, decode
- * of n_gen tokens, one more read; the best of the three is this rep's roof. The same around the
- * decode for the weights' own pages (wr: two reads before the buffer's, one after). Both tests
- * start at position depth (the cache's positions below it were filled once, bench_main). Returns
- * 0, or -1 if forward() failed. */
-static int measure_rep(Transformer* t, const int* tokens, int depth, int n_prompt, int n_gen, ReadSet* rb,
-                       ReadSet* wr, ThreadRun* tr, int r) {
-    if (n_prompt > 0) {
-        double t0 = now_s(), c0 = cpu_s();
-        if (!forward(t, tokens, n_prompt, depth, NULL)) return -1;
-        double dt = now_s() - t0;
-        tr->pp[r] = n_prompt / dt;
-        tr->wall[0] += dt;
-        tr->cpu[0] += cpu_s() - c0;
-    }
-    if (n_gen > 0) {
-        double w_before = wr ? read_set_best(wr, 2) : 0;
-        double before = read_set_best(rb, 2);
-        double t0 = now_s(), c0 = cpu_s();
-        for (int i = 0; i < n_gen; i++)
-            if (!forward(t, tokens + i, 1, depth + i, NULL)) return -1;
-        double dt = now_s() - t0;
-        tr->tg[r] = n_gen / dt;
-        tr->wall[1] += dt;
-        tr->cpu[1] += cpu_s() - c0;
-        double after = read_set_best(rb, 1);
-        tr->rd[r] = before > after ? before : after;
-        if (tr->rd[r] > tr->best) tr->best = tr->rd[r];
-        tr->n_reads += 3;
-        if (wr) {
-            double w_after = read_set_best(wr, 1);
-            tr->wr[r] = w_before > w_after ? w_before : w_after;
-        }
+/* Rep r of one test: its tok/s, and its wall and CPU time added to the sums. */
+static int time_test(Bench* b, ThreadRun* tr, int test, int r) {
+    double t0 = seconds(CLOCK_MONOTONIC), c0 = seconds(CLOCK_PROCESS_CPUTIME_ID);
+    if (run_test(b->t, b->tokens, test, b->len[test], b->depth) != 0) return -1;
+    double dt = seconds(CLOCK_MONOTONIC) - t0;
+    tr->tps[test][r] = b->len[test] / dt;
+    tr->wall[test] += dt;
+    tr->cpu[test] += seconds(CLOCK_PROCESS_CPUTIME_ID) - c0;
+    return 0;
+}
+
+/* One rep of each test with tr->threads: prefill, two streaming reads, decode, one more read; the
+ * best of the three is this rep's roof. The same around the decode for the weights' own pages
+ * (two reads before the buffer's, one after). Returns 0, or -1 if forward() failed. */
+static int measure_rep(Bench* b, ThreadRun* tr, int r) {
+    if (b->len[0] > 0 && time_test(b, tr, 0, r) != 0) return -1;
+    if (b->len[1] <= 0) return 0;
+    double w_before = tr->wr ? read_set_best(&b->weights, 2) : 0;
+    double before = read_set_best(&b->buffer, 2);
+    if (time_test(b, tr, 1, r) != 0) return -1;
+    double after = read_set_best(&b->buffer, 1);
+    tr->rd[r] = before > after ? before : after;
+    if (tr->rd[r] > tr->best) tr->best = tr->rd[r];
+    if (tr->wr) {
+        double w_after = read_set_best(&b->weights, 1);
+        tr->wr[r] = w_before > w_after ? w_before : w_after;
     }
     return 0;
+}
+
+/* Every thread count's warm-up, then the reps. results: 4 x reps doubles per thread count.
+ * Returns 0, or -1 if forward() failed. */
+static int run_tests(Bench* b, double* results) {
+    /* --bench-depth: the cache's first positions, filled once; the tests (and warm-ups) only write
+     * positions from depth on, so every rep starts from the same depth tokens. */
+    if (b->depth > 0 && !forward(b->t, b->tokens - b->depth, b->depth, 0, NULL)) return -1;
+    /* Each thread count's first reads: 5 passes now, towards the run's best read. */
+    for (int k = 0; k < b->n_runs; k++) {
+        ThreadRun* tr = &b->runs[k];
+        double* v = results + (size_t)4 * k * b->reps;
+        *tr = (ThreadRun){.threads = kernels_set_threads(b->t->kernels, b->counts[k]),
+                          .tps = {v, v + b->reps}, .rd = v + 2 * b->reps,
+                          .wr = b->weights.sums ? v + 3 * b->reps : NULL};
+        tr->best = read_set_best(&b->buffer, 5);
+        if ((tr->warm_steps = warm_up(b)) < 0) return -1;
+    }
+    /* Several thread counts take turns rep by rep (in the opposite order every other rep), so that
+     * a slow phase of a shared machine falls on all of them alike. */
+    for (int r = 0; r < b->reps; r++)
+        for (int i = 0; i < b->n_runs; i++) {
+            ThreadRun* tr = &b->runs[r % 2 ? b->n_runs - 1 - i : i];
+            kernels_set_threads(b->t->kernels, tr->threads);
+            if (measure_rep(b, tr, r) != 0) return -1;
+        }
+    return 0;
+}
+
+/* ---- the results ---- */
+
+static int cmp_double(const void* a, const void* b) {
+    double x = *(const double*)a, y = *(const double*)b;
+    return x < y ? -1 : x > y;
 }
 
 static double median(double* v, int n) { /* sorts v */
@@ -329,59 +288,47 @@ static double median(double* v, int n) { /* sorts v */
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* The median over the reps of a[r] / b[r]: rep r of two thread counts ran one after the other, so
- * their ratio is steadier on a shared machine than the ratio of the two medians. */
-static double median_ratio(const double* a, const double* b, int reps, double* scratch) {
-    for (int r = 0; r < reps; r++) scratch[r] = a[r] / b[r];
-    return median(scratch, reps);
+/* The median of b->reps values, left in order. */
+static double median_of(const Bench* b, const double* v) {
+    memcpy(b->scratch, v, (size_t)b->reps * sizeof(double));
+    return median(b->scratch, b->reps);
 }
 
-/* The median of n values, left in order (scratch: n doubles). */
-static double median_of(const double* v, int n, double* scratch) {
-    memcpy(scratch, v, (size_t)n * sizeof(double));
-    return median(scratch, n);
+/* The median over the reps of x[r] / y[r]: rep r of two thread counts ran one after the other, so
+ * their ratio is steadier on a shared machine than the ratio of the two medians. */
+static double median_ratio(const Bench* b, const double* x, const double* y) {
+    for (int r = 0; r < b->reps; r++) b->scratch[r] = x[r] / y[r];
+    return median(b->scratch, b->reps);
 }
 
 /* Decode as a percentage of the roof: the median over the reps of each rep's GB/s over the read
  * bandwidth measured around that rep. A shared VM's memory speed can move by almost 2x within
  * seconds, so a decode rep is compared with the machine of its own moment; the best read of the
- * whole run, printed as "% of best", sits above the typical read by the run's noise (a few percent with one thread). */
-static double paired_roof_pct(const double* tg, const double* roof, double bytes_per_tok, int reps,
-                              double* scratch) {
-    for (int r = 0; r < reps; r++) scratch[r] = 100.0 * bytes_per_tok * tg[r] / 1e9 / roof[r];
-    return median(scratch, reps);
+ * whole run, printed as "% of best", sits above the typical read by the run's noise. */
+static double paired_roof_pct(const Bench* b, const double* tg, const double* roof) {
+    for (int r = 0; r < b->reps; r++) b->scratch[r] = 100.0 * b->bytes_per_token * tg[r] / 1e9 / roof[r];
+    return median(b->scratch, b->reps);
 }
 
-static void print_json_list(const char* key, const double* v, int n, const char* fmt) {
-    printf("\"%s\": [", key);
-    for (int i = 0; i < n; i++) {
-        printf(i ? ", " : "");
-        printf(fmt, v[i]);
-    }
-    printf("]");
+static const char* type_name(WeightType t) {
+    return t == WEIGHT_F32 ? "f32" : t == WEIGHT_BF16 ? "bf16" : t == WEIGHT_Q8 ? "q8" : "q4";
 }
 
 /* What one decode token reads (weights, and the KV cache averaged over tgN), and whether that fits
  * in the last-level cache. */
-typedef struct {
-    double weights;    /* bytes of weights */
-    double per_token;  /* bytes in all */
-    double llc;        /* the last-level cache's size (0: unknown, or BENCH_LLC_BYTES=0) */
-    int in_cache;
-} DecodeBytes;
-
-static DecodeBytes decode_bytes(const Transformer* t, int depth, int n_gen) {
-    DecodeBytes b;
-    double kv = 0;
-    b.weights = weight_bytes_per_token(t);
-    for (int p = 0; p < n_gen; p++) kv += kv_bytes_at(t, depth + p);
-    b.per_token = n_gen > 0 ? b.weights + kv / n_gen : b.weights;
+static void count_decode_bytes(Bench* b) {
+    const Config* c = &b->t->config;
+    const int n_gen = b->len[1];
+    /* keys and values of positions 0 .. p at decode position p, averaged over depth .. depth + n_gen - 1 */
+    const double kv_per_position = 2.0 * kv_elem_bytes(&b->t->state) * c->n_layers * c->n_kv_heads * c->head_dim;
+    b->weight_bytes = weight_bytes_per_token(b->t);
+    b->bytes_per_token = b->weight_bytes;
+    if (n_gen > 0) b->bytes_per_token += kv_per_position * (b->depth + (n_gen + 1) / 2.0);
     /* Bytes per token that fit in the last-level cache are read from it, not from memory, after the
      * first token: decode is then not bound by memory bandwidth and a % of the memory roof (which
      * can exceed 100) says nothing, so none is given. */
-    b.llc = last_level_cache_bytes();
-    b.in_cache = n_gen > 0 && b.llc > 0 && b.per_token <= b.llc;
-    return b;
+    b->llc = last_level_cache_bytes();
+    b->in_cache = n_gen > 0 && b->llc > 0 && b->bytes_per_token <= b->llc;
 }
 
 /* How the weights are held: copied, or mapped with `huge` bytes in 2 MB pages (-1: unknown), and a
@@ -405,7 +352,8 @@ static void print_weight_pages(const Transformer* t, long long huge) {
 }
 
 /* The table's first lines: the model, its weights in memory, the depth and the bytes per token. */
-static void print_setup(const Transformer* t, long long huge, int depth, int n_gen, const DecodeBytes* b) {
+static void print_setup(const Bench* b, long long huge) {
+    const Transformer* t = b->t;
     const Config* c = &t->config;
     printf("bench: %d layers, dim %d, vocab %d, weights %s", c->n_layers, c->dim, c->vocab_size,
            type_name(c->weight_type));
@@ -414,152 +362,146 @@ static void print_setup(const Transformer* t, long long huge, int depth, int n_g
            kernels_bf16_activations(t->kernels) && c->weight_type == WEIGHT_BF16 ? ", bf16 activations in prefill" : "",
            kernels_prefetch_plan(t->kernels));
     print_weight_pages(t, huge);
-    if (depth > 0)
-        printf("bench: depth %d: both tests start with %d positions in the KV cache (llama-bench -d)\n", depth,
-               depth);
+    if (b->depth > 0)
+        printf("bench: depth %d: both tests start with %d positions in the KV cache (llama-bench -d)\n", b->depth,
+               b->depth);
     printf("bench: bytes read per decode token: %.1f MB weights + %.2f MB KV cache (%s, average over tg%d)\n",
-           b->weights / 1e6, (b->per_token - b->weights) / 1e6, t->state.kv_f16 ? "fp16" : "fp32", n_gen);
+           b->weight_bytes / 1e6, (b->bytes_per_token - b->weight_bytes) / 1e6, t->state.kv_f16 ? "fp16" : "fp32",
+           b->len[1]);
     if (b->in_cache)
         printf("bench: no %% of roof for decode: its %.1f MB per token fit in the %.1f MB last-level cache, "
                "so it is not bound by memory bandwidth (BENCH_LLC_BYTES=0 compares it anyway)\n",
-               b->per_token / 1e6, b->llc / 1e6);
+               b->bytes_per_token / 1e6, b->llc / 1e6);
 }
 
 /* Each thread count's warm-up and read bandwidth, then the table's head. */
-static void print_reads(const Transformer* t, const ThreadRun* runs, int n_runs, int depth, int n_gen, int reps,
-                        double* scratch) {
-    for (int k = 0; k < n_runs; k++) {
+static void print_reads(const Bench* b) {
+    const int n_gen = b->len[1];
+    for (int k = 0; k < b->n_runs; k++) {
+        const ThreadRun* tr = &b->runs[k];
         printf("bench: %d thread%s: warm-up of one prefill and %d decode steps; memory read bandwidth "
-               "(512 MiB streaming reads, same threads): ", runs[k].threads, runs[k].threads == 1 ? "" : "s",
-               runs[k].warm_steps);
-        if (n_gen > 0)
-            printf("around each decode rep %.1f GB/s (median, the roof), ", median_of(runs[k].rd, reps, scratch));
-        printf("best of %d %.1f GB/s", runs[k].n_reads, runs[k].best);
-        const uint8_t* wp[2];
-        size_t wb[2];
-        if (n_gen > 0 && runs[k].wr && decode_weight_spans(t, wp, wb) == 0)
+               "(512 MiB streaming reads, same threads): ", tr->threads, tr->threads == 1 ? "" : "s",
+               tr->warm_steps);
+        if (n_gen > 0) printf("around each decode rep %.1f GB/s (median, the roof), ", median_of(b, tr->rd));
+        printf("best of %d %.1f GB/s", 5 + (n_gen > 0 ? 3 * b->reps : 0), tr->best);
+        if (tr->wr)
             printf("; the weights' own pages (%.1f MB) around each decode rep %.1f GB/s (median)",
-                   (double)(wb[0] + wb[1]) / 1e6, median_of(runs[k].wr, reps, scratch));
+                   (double)(b->weights.bytes[0] + b->weights.bytes[1]) / 1e6, median_of(b, tr->wr));
         printf("\n");
     }
-    if (n_runs > 1)
-        printf("bench: the thread counts take turns, one rep of each after the other\n");
+    if (b->n_runs > 1) printf("bench: the thread counts take turns, one rep of each after the other\n");
     printf("| test   %*s| threads | tok/s median |      min |      max |  GB/s | %% of roof | %% of best | %% of own read | cpu share |\n",
-           depth > 0 ? 9 : 0, "");
+           b->depth > 0 ? 9 : 0, "");
     printf("|--------%.*s|---------|--------------|----------|----------|-------|-----------|-----------|---------------|-----------|\n",
-           depth > 0 ? 9 : 0, "---------");
+           b->depth > 0 ? 9 : 0, "---------");
 }
 
-/* One test's figures for one thread count: test 0 is ppN, test 1 tgN (n tokens). */
+/* One test's figures for one thread count; NAN where there is none (null in the JSON, "-" in the
+ * table). */
 typedef struct {
-    char name[32], label[48];
-    int width;
     double med, lo, hi; /* tok/s over the reps */
     double share;       /* CPU seconds the process got / (wall seconds x threads) */
-    double gbps, roof, pct;
-    int own;            /* a read of the weights' own pages was measured */
-    double own_gbps, own_pct;
+    double gbps, roof, pct, pct_best;
+    double own_gbps, own_pct; /* against a streaming read of the weights' own pages */
 } TestRow;
 
-static TestRow test_row(const ThreadRun* tr, int test, int n, int depth, int n_gen, int reps, double bytes_per_tok,
-                        double* scratch) {
+static TestRow test_row(const Bench* b, const ThreadRun* tr, int test) {
+    const int decode = test == 1, roofed = decode && !b->in_cache;
     TestRow row;
-    memcpy(scratch, test == 0 ? tr->pp : tr->tg, (size_t)reps * sizeof(double));
-    row.med = median(scratch, reps);
-    row.lo = scratch[0];
-    row.hi = scratch[reps - 1];
-    snprintf(row.name, sizeof row.name, "%s%d", test == 0 ? "pp" : "tg", n);
-    if (depth > 0) snprintf(row.label, sizeof row.label, "%s @ d%d", row.name, depth);
-    else snprintf(row.label, sizeof row.label, "%s", row.name);
-    row.width = depth > 0 ? 15 : 6;
+    memcpy(b->scratch, tr->tps[test], (size_t)b->reps * sizeof(double));
+    row.med = median(b->scratch, b->reps);
+    row.lo = b->scratch[0];
+    row.hi = b->scratch[b->reps - 1];
     /* below 1 means the threads waited (for memory, for each other) or, on a shared machine, were
      * descheduled */
     row.share = tr->wall[test] > 0 ? tr->cpu[test] / (tr->wall[test] * tr->threads) : 0;
-    row.gbps = bytes_per_tok * row.med / 1e9;
-    row.roof = n_gen > 0 ? median_of(tr->rd, reps, scratch) : tr->best;
-    row.pct = test == 1 ? paired_roof_pct(tr->tg, tr->rd, bytes_per_tok, reps, scratch) : 0;
-    /* the same against a streaming read of the weights' own pages (null without one) */
-    row.own = test == 1 && tr->wr != NULL;
-    row.own_gbps = row.own ? median_of(tr->wr, reps, scratch) : 0;
-    row.own_pct = row.own ? paired_roof_pct(tr->tg, tr->wr, bytes_per_tok, reps, scratch) : 0;
+    row.gbps = decode ? b->bytes_per_token * row.med / 1e9 : NAN;
+    row.roof = b->len[1] > 0 ? median_of(b, tr->rd) : tr->best;
+    row.pct = roofed ? paired_roof_pct(b, tr->tps[1], tr->rd) : NAN;
+    row.pct_best = roofed ? 100.0 * row.gbps / tr->best : NAN;
+    row.own_gbps = decode && tr->wr ? median_of(b, tr->wr) : NAN;
+    row.own_pct = roofed && tr->wr ? paired_roof_pct(b, tr->tps[1], tr->wr) : NAN;
     return row;
 }
 
-/* One JSON line (bench.h lists its keys). */
-static void print_json_row(const Transformer* t, long long huge, const ThreadRun* tr, const TestRow* row, int test,
-                           int depth, int reps, int in_cache) {
-    printf("{\"test\": \"%s\", \"threads\": %d, \"depth\": %d, \"tokens_per_s\": %.3f, \"min\": %.3f, "
-           "\"max\": %.3f, ", row->name, tr->threads, depth, row->med, row->lo, row->hi);
-    if (test == 1 && !in_cache)
-        printf("\"gbps\": %.3f, \"roof_pct\": %.2f, ", row->gbps, row->pct);
-    else if (test == 1)
-        printf("\"gbps\": %.3f, \"roof_pct\": null, ", row->gbps);
-    else
-        printf("\"gbps\": null, \"roof_pct\": null, ");
-    printf("\"mem_gbps\": %.3f, ", row->roof);
-    if (test == 1 && !in_cache)
-        printf("\"roof_pct_best\": %.2f, ", 100.0 * row->gbps / tr->best);
-    else
-        printf("\"roof_pct_best\": null, ");
-    printf("\"mem_gbps_best\": %.3f, \"weight_type\": \"%s\", \"cpu_share\": %.3f, ", tr->best,
-           type_name(t->config.weight_type), row->share);
-    printf("\"prefetch\": \"%s\", ", kernels_prefetch_plan(t->kernels));
-    if (huge < 0)
-        printf("\"weights\": \"%s\", \"huge_pct\": null, ", t->map.copied ? "copied" : "mapped");
-    else
-        printf("\"weights\": \"mapped\", \"huge_pct\": %.1f, ", 100.0 * huge / t->map.size);
-    printf("\"kv_cache\": \"%s\", ", t->state.kv_f16 ? "f16" : "f32");
-    print_json_list("reps_tokens_per_s", test == 0 ? tr->pp : tr->tg, reps, "%.3f");
-    printf(", ");
-    if (test == 1) print_json_list("reps_mem_gbps", tr->rd, reps, "%.3f");
-    else printf("\"reps_mem_gbps\": null");
-    if (row->own && in_cache) {
-        printf(", \"weights_gbps\": %.3f, \"roof_pct_weights\": null, ", row->own_gbps);
-        print_json_list("reps_weights_gbps", tr->wr, reps, "%.3f");
-    } else if (row->own) {
-        printf(", \"weights_gbps\": %.3f, \"roof_pct_weights\": %.2f, ", row->own_gbps, row->own_pct);
-        print_json_list("reps_weights_gbps", tr->wr, reps, "%.3f");
-    } else {
-        printf(", \"weights_gbps\": null, \"roof_pct_weights\": null, \"reps_weights_gbps\": null");
+static void json_number(const char* key, const char* format, double v) {
+    printf(", \"%s\": ", key);
+    if (isnan(v)) printf("null");
+    else printf(format, v);
+}
+
+static void json_list(const char* key, const double* v, int n) {
+    printf(", \"%s\": ", key);
+    if (!v) {
+        printf("null");
+        return;
     }
+    for (int i = 0; i < n; i++) printf("%s%.3f", i ? ", " : "[", v[i]);
+    printf("]");
+}
+
+/* One JSON line (docs/speed.md lists its keys). */
+static void print_json_row(const Bench* b, long long huge, const ThreadRun* tr, int test) {
+    const Transformer* t = b->t;
+    const TestRow row = test_row(b, tr, test);
+    printf("{\"test\": \"%s%d\", \"threads\": %d, \"depth\": %d", test ? "tg" : "pp", b->len[test], tr->threads,
+           b->depth);
+    json_number("tokens_per_s", "%.3f", row.med);
+    json_number("min", "%.3f", row.lo);
+    json_number("max", "%.3f", row.hi);
+    json_number("gbps", "%.3f", row.gbps);
+    json_number("roof_pct", "%.2f", row.pct);
+    json_number("mem_gbps", "%.3f", row.roof);
+    json_number("roof_pct_best", "%.2f", row.pct_best);
+    json_number("mem_gbps_best", "%.3f", tr->best);
+    printf(", \"weight_type\": \"%s\"", type_name(t->config.weight_type));
+    json_number("cpu_share", "%.3f", row.share);
+    printf(", \"prefetch\": \"%s\", \"weights\": \"%s\"", kernels_prefetch_plan(t->kernels),
+           t->map.copied ? "copied" : "mapped");
+    json_number("huge_pct", "%.1f", huge < 0 ? NAN : 100.0 * huge / t->map.size);
+    printf(", \"kv_cache\": \"%s\"", t->state.kv_f16 ? "f16" : "f32");
+    json_list("reps_tokens_per_s", tr->tps[test], b->reps);
+    json_list("reps_mem_gbps", test ? tr->rd : NULL, b->reps);
+    json_number("weights_gbps", "%.3f", row.own_gbps);
+    json_number("roof_pct_weights", "%.2f", row.own_pct);
+    json_list("reps_weights_gbps", test ? tr->wr : NULL, b->reps);
     printf("}\n");
 }
 
-/* One row of the table; prefill has no bandwidth columns. */
-static void print_table_row(const ThreadRun* tr, const TestRow* row, int test, int in_cache) {
-    if (test == 1) {
-        char own_s[16] = "            -", pct_s[16] = "        -", best_s[16] = "        -";
-        if (row->own && !in_cache) snprintf(own_s, sizeof own_s, "%12.1f%%", row->own_pct);
-        if (!in_cache) {
-            snprintf(pct_s, sizeof pct_s, "%8.1f%%", row->pct);
-            snprintf(best_s, sizeof best_s, "%8.1f%%", 100.0 * row->gbps / tr->best);
-        }
-        printf("| %-*s | %7d | %12.2f | %8.2f | %8.2f | %5.1f | %s | %s | %s | %8.0f%% |\n", row->width,
-               row->label, tr->threads, row->med, row->lo, row->hi, row->gbps, pct_s, best_s, own_s,
-               100 * row->share);
-    } else {
-        printf("| %-*s | %7d | %12.2f | %8.2f | %8.2f |     - |         - |         - |             - | %8.0f%% |\n",
-               row->width, row->label, tr->threads, row->med, row->lo, row->hi, 100 * row->share);
-    }
+/* One cell of the table, right-aligned in width characters. */
+static void table_cell(const char* format, int width, double v) {
+    char s[32] = "-";
+    if (!isnan(v)) snprintf(s, sizeof s, format, v);
+    printf(" %*s |", width, s);
 }
 
-/* Each further thread count's speed against the first's. */
-static void print_ratios(const ThreadRun* runs, int n_runs, int n_prompt, int n_gen, int reps, double* scratch) {
-    for (int k = 1; k < n_runs; k++)
-        for (int test = 0; test < 2; test++) {
-            int n = test == 0 ? n_prompt : n_gen;
-            if (n <= 0) continue;
-            const double *a = test == 0 ? runs[k].pp : runs[k].tg, *b = test == 0 ? runs[0].pp : runs[0].tg;
-            printf("bench: %s%d, %d threads / %d: %.2f (median of the reps' ratios)\n", test == 0 ? "pp" : "tg",
-                   n, runs[k].threads, runs[0].threads, median_ratio(a, b, reps, scratch));
-        }
+static void print_table_row(const Bench* b, const ThreadRun* tr, int test) {
+    const TestRow row = test_row(b, tr, test);
+    char label[48];
+    if (b->depth > 0) snprintf(label, sizeof label, "%s%d @ d%d", test ? "tg" : "pp", b->len[test], b->depth);
+    else snprintf(label, sizeof label, "%s%d", test ? "tg" : "pp", b->len[test]);
+    printf("| %-*s | %7d | %12.2f | %8.2f | %8.2f |", b->depth > 0 ? 15 : 6, label, tr->threads, row.med, row.lo,
+           row.hi);
+    table_cell("%.1f", 5, row.gbps);
+    table_cell("%.1f%%", 9, row.pct);
+    table_cell("%.1f%%", 9, row.pct_best);
+    table_cell("%.1f%%", 13, row.own_pct);
+    printf(" %8.0f%% |\n", 100 * row.share);
 }
 
-/* A weights' read well below the buffer's says where a low % of roof comes from. */
-static void note_slow_weight_pages(const ThreadRun* runs, int n_runs, int reps, double* scratch) {
-    for (int k = 0; k < n_runs; k++) {
+/* After the table: each further thread count's speed against the first's, and a note where the
+ * weights' own pages read well below the buffer (it says where a low % of roof comes from). */
+static void print_comparisons(const Bench* b) {
+    const ThreadRun* runs = b->runs;
+    for (int k = 1; k < b->n_runs; k++)
+        for (int test = 0; test < 2; test++)
+            if (b->len[test] > 0)
+                printf("bench: %s%d, %d threads / %d: %.2f (median of the reps' ratios)\n", test ? "tg" : "pp",
+                       b->len[test], runs[k].threads, runs[0].threads,
+                       median_ratio(b, runs[k].tps[test], runs[0].tps[test]));
+    for (int k = 0; k < b->n_runs; k++) {
         if (!runs[k].wr) continue;
-        const double own = median_of(runs[k].wr, reps, scratch), buf = median_of(runs[k].rd, reps, scratch);
+        const double own = median_of(b, runs[k].wr), buf = median_of(b, runs[k].rd);
         if (own < 0.85 * buf)
             printf("bench: note: with %d thread%s the weights' own pages read at %.1f GB/s, %.0f%% of the buffer's "
                    "%.1f: the memory behind this file's pages is slower than the buffer's (on a VM it can differ "
@@ -568,53 +510,70 @@ static void note_slow_weight_pages(const ThreadRun* runs, int n_runs, int reps, 
     }
 }
 
-static void print_results(const Transformer* t, const ThreadRun* runs, int n_runs, int depth, int n_prompt,
-                          int n_gen, int reps, int json, double* scratch) {
-    const DecodeBytes b = decode_bytes(t, depth, n_gen);
+static void print_results(Bench* b) {
+    count_decode_bytes(b);
     /* Read once, after the timed reps: one pass over /proc/self/smaps (milliseconds), -1 for a copy. */
-    const long long huge = checkpoint_map_huge_bytes(&t->map);
-    if (!json) {
-        print_setup(t, huge, depth, n_gen, &b);
-        print_reads(t, runs, n_runs, depth, n_gen, reps, scratch);
+    const long long huge = checkpoint_map_huge_bytes(&b->t->map);
+    if (!b->json) {
+        print_setup(b, huge);
+        print_reads(b);
     }
-    for (int k = 0; k < n_runs; k++) {
-        const ThreadRun* tr = &runs[k];
+    for (int k = 0; k < b->n_runs; k++)
         for (int test = 0; test < 2; test++) {
-            int n = test == 0 ? n_prompt : n_gen;
-            if (n <= 0) continue;
-            const TestRow row = test_row(tr, test, n, depth, n_gen, reps, b.per_token, scratch);
-            if (json) print_json_row(t, huge, tr, &row, test, depth, reps, b.in_cache);
-            else print_table_row(tr, &row, test, b.in_cache);
+            if (b->len[test] <= 0) continue;
+            if (b->json) print_json_row(b, huge, &b->runs[k], test);
+            else print_table_row(b, &b->runs[k], test);
         }
-    }
-    if (!json) print_ratios(runs, n_runs, n_prompt, n_gen, reps, scratch);
-    if (!json && n_gen > 0) note_slow_weight_pages(runs, n_runs, reps, scratch);
+    if (!b->json) print_comparisons(b);
     fflush(stdout);
 }
 
-/* The default test lengths (pp512, tg128) shrunk to the positions the KV cache has after depth, so
- * that `-m bench` runs on a model of a short context as it is. n_prompt or n_gen is NULL when the
- * user gave it: that one is kept (too_short explains it if it does not fit). Returns the default
- * lengths before shrinking in was[0] (prefill) and was[1] (decode), 0 where none was shrunk. */
-static void fit_defaults(const Config* c, int depth, int* n_prompt, int* n_gen, int was[2]) {
-    const int room = c->seq_len - depth;
-    int* lens[2] = {n_prompt, n_gen};
-    for (int k = 0; k < 2; k++) {
-        was[k] = 0;
-        if (room < 1 || lens[k] == NULL || *lens[k] <= room) continue;
-        was[k] = *lens[k];
-        *lens[k] = room;
+/* ---- the options ---- */
+
+int bench_parse_threads(const char* s, int* counts, int max_counts) {
+    int n = 0;
+    for (const char* p = s;; p++) {
+        if (*p < '0' || *p > '9' || n == max_counts) return -1;
+        char* end;
+        long v = strtol(p, &end, 10);
+        if (v < 1 || v > 1024) return -1;
+        counts[n++] = (int)v;
+        if (*end == '\0') return n;
+        if (*end != ',') return -1;
+        p = end;
     }
 }
 
-/* The note for each shrunk default (on stderr: --json keeps standard output to JSON lines). */
-static void note_fitted(const Config* c, int depth, int n_prompt, int n_gen, const int was[2]) {
-    for (int k = 0; k < 2; k++)
-        if (was[k])
-            fprintf(stderr, "run: note: the bench runs %s%d instead of %s%d: the %s %d positions%s (%s N sets it)\n",
-                    k ? "tg" : "pp", k ? n_gen : n_prompt, k ? "tg" : "pp", was[k],
-                    c->seq_len < c->max_seq_len ? "KV cache (-c) has" : "model's context is", c->seq_len,
-                    depth > 0 ? ", less --bench-depth" : "", k ? "--bench-gen" : "--bench-prompt");
+/* The options (bench.h) as run.c passes them on. Returns 0, or the exit status after an error line
+ * on stderr. */
+static int parse_bench_args(Bench* b, int argc, char** argv) {
+    static const char* const names[] = {"--bench-prompt", "--bench-gen", "--bench-reps", "--bench-depth"};
+    int* const values[] = {&b->len[0], &b->len[1], &b->reps, &b->depth};
+    b->len[0] = 512;
+    b->len[1] = 128;
+    b->reps = 5;
+    b->n_runs = 1;
+    b->counts[0] = kernels_threads(b->t->kernels);
+    for (int i = 0; i < argc; i++) {
+        const char* value = i + 1 < argc ? argv[i + 1] : "";
+        if (strcmp(argv[i], "--json") == 0) b->json = 1;
+        if (strcmp(argv[i], "--threads") == 0)
+            b->n_runs = bench_parse_threads(value, b->counts, BENCH_MAX_THREAD_COUNTS);
+        for (int k = 0; k < 4; k++)
+            if (strcmp(argv[i], names[k]) == 0) {
+                *values[k] = atoi(value);
+                if (k < 2) b->given[k] = 1;
+            }
+    }
+    if (b->reps < 1) {
+        fprintf(stderr, "run: error: --bench-reps must be at least 1, got %d\n", b->reps);
+        return 2;
+    }
+    if (b->len[0] <= 0 && b->len[1] <= 0) {
+        fprintf(stderr, "run: error: nothing to measure: --bench-prompt and --bench-gen are both 0\n");
+        return 2;
+    }
+    return 0;
 }
 
 /* The error for tests longer than the context: what they need, and what to pass instead. */
@@ -637,46 +596,29 @@ static void too_short(const Config* c, int depth, int n_prompt, int n_gen) {
                 "(use -c %d, or give %s)\n", depth + longer, parts, c->seq_len, depth + longer, advice);
 }
 
-/* The options of bench.h, with their defaults. */
-typedef struct {
-    int n_prompt, n_gen, reps, depth, json, prompt_given, gen_given;
-    int counts[BENCH_MAX_THREAD_COUNTS], n_runs;
-} BenchArgs;
-
-/* Returns 0, or the exit status after an error line on stderr. */
-static int parse_bench_args(int argc, char** argv, int default_threads, BenchArgs* a) {
-    *a = (BenchArgs){.n_prompt = 512, .n_gen = 128, .reps = 5, .n_runs = 1};
-    a->counts[0] = default_threads;
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--bench-prompt") == 0) {
-            if (int_arg(argc, argv, i++, "--bench-prompt", &a->n_prompt)) return 2;
-            a->prompt_given = 1;
-        } else if (strcmp(argv[i], "--bench-gen") == 0) {
-            if (int_arg(argc, argv, i++, "--bench-gen", &a->n_gen)) return 2;
-            a->gen_given = 1;
-        } else if (strcmp(argv[i], "--bench-reps") == 0) {
-            if (int_arg(argc, argv, i++, "--bench-reps", &a->reps)) return 2;
-        } else if (strcmp(argv[i], "--bench-depth") == 0) {
-            if (int_arg(argc, argv, i++, "--bench-depth", &a->depth)) return 2;
-        } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
-            a->n_runs = bench_parse_threads(argv[++i], a->counts, BENCH_MAX_THREAD_COUNTS);
-            if (a->n_runs < 1) {
-                fprintf(stderr, "run: error: --threads must be a number or a comma-separated list of up "
-                        "to %d numbers in 1..1024, got '%s'\n", BENCH_MAX_THREAD_COUNTS, argv[i]);
-                return 1;
-            }
-        } else if (strcmp(argv[i], "--json") == 0) {
-            a->json = 1;
+/* The default test lengths (pp512, tg128) shrink to the positions the KV cache has after the
+ * depth, so that `-m bench` runs on a model of a short context as it is; a length the user gave
+ * is kept (too_short explains it if it does not fit). Returns 0, or 1 after too_short's error;
+ * the note for each shrunk default goes to stderr (--json keeps standard output to JSON lines). */
+static int fit_to_context(Bench* b) {
+    const Config* c = &b->t->config;
+    const int room = c->seq_len - b->depth;
+    int was[2] = {0, 0};
+    for (int k = 0; k < 2; k++)
+        if (room >= 1 && !b->given[k] && b->len[k] > room) {
+            was[k] = b->len[k];
+            b->len[k] = room;
         }
+    if (b->depth + (b->len[0] > b->len[1] ? b->len[0] : b->len[1]) > c->seq_len) {
+        too_short(c, b->depth, b->len[0], b->len[1]);
+        return 1;
     }
-    if (a->reps < 1) {
-        fprintf(stderr, "run: error: --bench-reps must be at least 1, got %d\n", a->reps);
-        return 2;
-    }
-    if (a->n_prompt <= 0 && a->n_gen <= 0) {
-        fprintf(stderr, "run: error: nothing to measure: --bench-prompt and --bench-gen are both 0\n");
-        return 2;
-    }
+    for (int k = 0; k < 2; k++)
+        if (was[k])
+            fprintf(stderr, "run: note: the bench runs %s%d instead of %s%d: the %s %d positions%s (%s N sets it)\n",
+                    k ? "tg" : "pp", b->len[k], k ? "tg" : "pp", was[k],
+                    c->seq_len < c->max_seq_len ? "KV cache (-c) has" : "model's context is", c->seq_len,
+                    b->depth > 0 ? ", less --bench-depth" : "", k ? "--bench-gen" : "--bench-prompt");
     return 0;
 }
 
@@ -689,89 +631,49 @@ static void fill_tokens(int* tokens, int n, int vocab_size) {
     }
 }
 
-/* Every thread count's warm-up, then the reps. results holds pp, tg, rd and wr of each rep for each
- * thread count; wr is NULL without a read of the weights' own pages. Returns 0, or -1 if forward()
- * failed. */
-static int run_tests(Transformer* t, const BenchArgs* a, const int* tokens, ThreadRun* runs, double* results,
-                     ReadSet* rb, ReadSet* wr) {
-    const int n_runs = a->n_runs, reps = a->reps, depth = a->depth;
-    /* --bench-depth: the cache's first positions, filled once; the tests (and warm-ups) only write
-     * positions from depth on, so every rep starts from the same depth tokens. */
-    if (depth > 0 && !forward(t, tokens, depth, 0, NULL)) return -1;
-    const int* test_tokens = tokens + depth;
-    /* Each thread count's first reads: 5 passes now, towards the run's best read (the decode reps
-     * add their own, measure_rep). */
-    for (int k = 0; k < n_runs; k++) {
-        ThreadRun* tr = &runs[k];
-        memset(tr, 0, sizeof *tr);
-        tr->threads = kernels_set_threads(t->kernels, a->counts[k]);
-        tr->pp = results + (size_t)(2 * k) * reps;
-        tr->tg = results + (size_t)(2 * k + 1) * reps;
-        tr->rd = results + (size_t)(2 * n_runs + k) * reps;
-        tr->wr = wr ? results + (size_t)(3 * n_runs + k) * reps : NULL;
-        tr->best = read_set_best(rb, 5);
-        tr->n_reads = 5;
-        if ((tr->warm_steps = warm_up(t, test_tokens, depth, a->n_prompt, a->n_gen)) < 0) return -1;
-    }
-    /* Several thread counts take turns rep by rep (in the opposite order every other rep), so that
-     * a slow phase of a shared machine falls on all of them alike. */
-    for (int r = 0; r < reps; r++)
-        for (int i = 0; i < n_runs; i++) {
-            ThreadRun* tr = &runs[r % 2 ? n_runs - 1 - i : i];
-            kernels_set_threads(t->kernels, tr->threads);
-            if (measure_rep(t, test_tokens, depth, a->n_prompt, a->n_gen, rb, wr, tr, r) != 0) return -1;
-        }
-    return 0;
-}
-
 int bench_main(Transformer* t, int argc, char** argv) {
-    BenchArgs a;
-    int status = parse_bench_args(argc, argv, kernels_threads(t->kernels), &a);
+    Bench b = {.t = t};
+    int status = parse_bench_args(&b, argc, argv);
+    if (status == 0) status = fit_to_context(&b);
     if (status != 0) return status;
-    const Config* c = &t->config;
-    int was[2];
-    fit_defaults(c, a.depth, a.prompt_given ? NULL : &a.n_prompt, a.gen_given ? NULL : &a.n_gen, was);
-    int need = a.depth + (a.n_prompt > a.n_gen ? a.n_prompt : a.n_gen);
-    if (need > c->seq_len) {
-        too_short(c, a.depth, a.n_prompt, a.n_gen);
-        return 1;
-    }
-    note_fitted(c, a.depth, a.n_prompt, a.n_gen, was);
-    int n_tok = need > 0 ? need : 1;
-    status = 1;
+    const int n_tok = b.depth + (b.len[0] > b.len[1] ? b.len[0] : b.len[1]);
+    const size_t buffer_bytes = (size_t)512 << 20;
     int* tokens = malloc((size_t)n_tok * sizeof(int));
-    /* per thread count: pp, tg, rd and wr of each rep; then the scratch of print_results */
-    double* results = calloc((size_t)(4 * a.n_runs + 1) * (size_t)a.reps, sizeof(double));
-    ThreadRun runs[BENCH_MAX_THREAD_COUNTS];
-    ReadSet rb = {0}, wr = {0};
-    uint8_t* rb_buf = NULL;
-    const uint8_t* wp[2];
-    size_t wbytes[2];
-    if (!tokens || !results) {
-        fprintf(stderr, "run: error: out of memory\n");
+    /* per thread count: pp, tg, rd and wr of each rep; then the scratch */
+    double* results = calloc((size_t)(4 * b.n_runs + 1) * (size_t)b.reps, sizeof(double));
+    /* The roof's buffer: in 2 MB pages like the weights, faulted in and read once. */
+    uint8_t* buffer = alloc_huge_anonymous(buffer_bytes);
+    status = 1;
+    if (!tokens || !results || !buffer || read_set_init(&b.buffer, t->kernels, buffer, buffer_bytes, NULL, 0) != 0) {
+        fprintf(stderr, "run: error: out of memory%s\n", buffer ? "" : " for the bench's 512 MiB read buffer");
         goto done;
     }
-    fill_tokens(tokens, n_tok, c->vocab_size);
-    if (read_buffer_init(&rb, t->kernels, &rb_buf, (size_t)512 << 20) != 0) {
-        fprintf(stderr, "run: error: out of memory for the bench's 512 MiB read buffer\n");
-        goto done;
-    }
+    memset(buffer, 1, buffer_bytes);
+    read_set_best(&b.buffer, 1);
+    fill_tokens(tokens, n_tok, t->config.vocab_size);
+    b.tokens = tokens + b.depth;
+    b.scratch = results + (size_t)4 * b.n_runs * b.reps;
     /* The same streaming read over the weights a decode step reads: on a VM the physical memory
      * behind two copies of one file can read at different speeds (docs/design.md#bench-roof),
-     * which a buffer of the bench's own cannot show. */
-    const int own = a.n_gen > 0 && decode_weight_spans(t, wp, wbytes) == 0 &&
-                    read_set_init(&wr, t->kernels, wp[0], wbytes[0], wp[1], wbytes[1]) == 0;
-    if (run_tests(t, &a, tokens, runs, results, &rb, own ? &wr : NULL) != 0) {
+     * which a buffer of the bench's own cannot show. model.c takes the layers' tensors and then the
+     * final norm in the file's order, so they are one span; the head is the other (the embedding,
+     * before the layers, when tied). Out of memory, sums stays NULL: no such read. */
+    const Weights* w = &t->weights;
+    const uint8_t* first = (const uint8_t*)w->layers[0].input_layernorm;
+    const uint8_t* end = (const uint8_t*)(w->norm + t->config.dim);
+    if (b.len[1] > 0)
+        read_set_init(&b.weights, t->kernels, first, (size_t)(end - first), w->lm_head.data,
+                      (size_t)matrix_stored_bytes(&w->lm_head));
+    if (run_tests(&b, results) != 0) {
         fprintf(stderr, "run: error: forward() failed in the bench\n");
         goto done;
     }
-    print_results(t, runs, a.n_runs, a.depth, a.n_prompt, a.n_gen, a.reps, a.json,
-                  results + (size_t)4 * a.n_runs * a.reps);
+    print_results(&b);
     status = 0;
 done:
-    read_set_free(&rb);
-    read_set_free(&wr);
-    free(rb_buf);
+    free(b.buffer.sums);
+    free(b.weights.sums);
+    free(buffer);
     free(tokens);
     free(results);
     return status;

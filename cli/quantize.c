@@ -8,9 +8,8 @@
  * widen to exactly the float32 values export.py quantises.
  *
  * The work is a stream: each matrix is cut into chunks of row blocks, the kernel threads quantise
- * a chunk's blocks into the output buffer (claiming small runs of blocks in turn), and the buffer
- * goes to the file in large writes. The input is read once from the mapping and the output written once, so
- * the time is about what reading and writing the bytes costs.
+ * a chunk's blocks into the output buffer, and the buffer goes to the file in large writes, so the
+ * time is about what reading the input once and writing the output once costs.
  */
 #include "quantize.h"
 
@@ -32,16 +31,14 @@
 #include "kernels/kernels.h"
 #include "model.h"
 
-#define OUT_BUFFER_BYTES ((size_t)32 << 20) /* written to the file when full */
-#define CHUNK_BYTES ((size_t)4 << 20)       /* output bytes of row blocks per dispatch to the threads */
+#define CHUNK_BYTES ((size_t)4 << 20)       /* output bytes of row blocks per dispatch to the threads,
+                                             * then written to the file in one fwrite */
 #define ITEM_BYTES ((size_t)64 << 10)       /* ... in items of about this many, which the threads claim
                                              * in turn: one that loses its core takes fewer */
 #define PROGRESS_MIN_BYTES ((uint64_t)64 << 20) /* smaller inputs take a moment: no progress shown */
-#define MAX_PIECES (3 + 16 * 1024)          /* tensors of a checkpoint: MAX_LAYERS (model.c) layers */
+#define MAX_PIECES (3 + 14 * MAX_LAYERS)    /* tensors of a checkpoint: 14 per layer at most */
 
-/* ---------------------------------------------------------------------------------------------
- * Errors and the temporary file: whatever ends the program early removes it first.
- * --------------------------------------------------------------------------------------------- */
+/* ---- errors: whatever ends the program early removes the temporary file first ---- */
 
 static char tmp_path[PATH_MAX];
 static volatile sig_atomic_t tmp_exists = 0;
@@ -49,7 +46,6 @@ static volatile sig_atomic_t tmp_exists = 0;
 static void fail(const char* fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 static void fail(const char* fmt, ...) {
     if (tmp_exists) unlink(tmp_path);
-    tmp_exists = 0;
     va_list ap;
     va_start(ap, fmt);
     fputs("run: error: ", stderr);
@@ -70,27 +66,19 @@ static void on_signal(int sig) {
 }
 
 static void catch_signals(void) {
-    const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
-    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_signal;
-        sigemptyset(&sa.sa_mask);
-        sigaction(sigs[i], &sa, NULL);
-    }
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    signal(SIGHUP, on_signal);
 }
 
-/* ---------------------------------------------------------------------------------------------
- * The command line
- * --------------------------------------------------------------------------------------------- */
+/* ---- the command line ---- */
 
 typedef struct {
     const char* input;
     const char* output;
-    WeightType type;
-    int has_type;
-    int group_size; /* 0: the default */
-    int threads;    /* 0: one per online CPU */
+    const char* dtype; /* "q8" or "q4" */
+    int group_size;    /* 0: the default */
+    int threads;       /* 0: one per online CPU */
 } QuantizeOptions;
 
 static void usage(FILE* out) {
@@ -137,6 +125,7 @@ static int parse_count(const char* flag, const char* s, int lo, int hi) {
 }
 
 static void parse_options(int argc, char** argv, QuantizeOptions* o) {
+    static const char* const names[] = {"-m", "--mode", "--dtype", "-o", "--output", "--group-size", "--threads"};
     memset(o, 0, sizeof *o);
     for (int i = 1; i < argc; i++) {
         const char* arg = argv[i];
@@ -149,26 +138,20 @@ static void parse_options(int argc, char** argv, QuantizeOptions* o) {
             o->input = arg;
             continue;
         }
-        char name[32];
         const char* eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
-        size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
-        if (len >= sizeof name) fail("-m quantize: unknown option '%s' (see ./run -m quantize --help)", arg);
-        memcpy(name, arg, len);
-        name[len] = '\0';
-        const char* value = eq ? eq + 1 : i + 1 < argc ? argv[i + 1] : NULL;
-        const int known = !strcmp(name, "-m") || !strcmp(name, "--mode") || !strcmp(name, "--dtype") ||
-                          !strcmp(name, "-o") || !strcmp(name, "--output") ||
-                          !strcmp(name, "--group-size") || !strcmp(name, "--threads");
-        if (!known) fail("-m quantize: unknown option '%s' (see ./run -m quantize --help)", arg);
+        const size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+        const char* name = NULL;
+        for (size_t k = 0; k < sizeof names / sizeof *names; k++)
+            if (strlen(names[k]) == len && strncmp(arg, names[k], len) == 0) name = names[k];
+        if (!name) fail("-m quantize: unknown option '%s' (see ./run -m quantize --help)", arg);
+        const char* value = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
         if (value == NULL) fail("option %s needs a value (see ./run -m quantize --help)", name);
-        if (!eq) i++;
         if (!strcmp(name, "-m") || !strcmp(name, "--mode")) {
             if (strcmp(value, "quantize") != 0) fail("%s is given twice: quantize and '%s'", name, value);
         } else if (!strcmp(name, "--dtype")) {
             if (strcmp(value, "q8") && strcmp(value, "q4"))
                 fail("--dtype must be q8 or q4, got '%s' (f32 and bf16 come from export.py)", value);
-            o->type = strcmp(value, "q8") == 0 ? WEIGHT_Q8 : WEIGHT_Q4;
-            o->has_type = 1;
+            o->dtype = value;
         } else if (!strcmp(name, "-o") || !strcmp(name, "--output")) {
             if (!value[0]) fail("%s needs a file name", name);
             o->output = value;
@@ -180,9 +163,9 @@ static void parse_options(int argc, char** argv, QuantizeOptions* o) {
         }
     }
     if (o->input == NULL) fail("no checkpoint given (./run MODEL.bin -m quantize --dtype q8|q4 -o OUT.bin)");
-    if (!o->has_type) fail("-m quantize needs --dtype q8 or --dtype q4");
+    if (!o->dtype) fail("-m quantize needs --dtype q8 or --dtype q4");
     if (o->output == NULL) fail("-m quantize needs -o OUT.bin, the file to write");
-    if (o->type == WEIGHT_Q4 && o->group_size != 0 && o->group_size != Q4_GROUP)
+    if (strcmp(o->dtype, "q4") == 0 && o->group_size != 0 && o->group_size != Q4_GROUP)
         fail("q4 groups are %d columns (got --group-size %d)", Q4_GROUP, o->group_size);
 }
 
@@ -196,9 +179,7 @@ static void check_output_path(const char* input, const char* output) {
     }
 }
 
-/* ---------------------------------------------------------------------------------------------
- * Rounding, exactly as export.py rounds
- * --------------------------------------------------------------------------------------------- */
+/* ---- rounding, exactly as export.py rounds ---- */
 
 enum { GROUP_OK = 0, GROUP_NONFINITE, GROUP_OVERFLOW };
 
@@ -272,39 +253,43 @@ static int q8_quantize_group(const float* v, int gs, uint8_t* scale, int8_t* q) 
     return GROUP_OK;
 }
 
-/* One q4 group of 32 values (export.py, quantize_q4, llama.cpp's q4_0): m = the value of largest
- * magnitude (the negative one when w and -w tie), q = round(w * (-8 / m)) + 8 clipped to 15,
- * s = m / -8 rounded to float32 (export.py keeps the scales in array('f')), then to float16; an
- * all-zero group is q = 8 with s = 0. */
-static int q4_quantize_group(const float* v, uint8_t* scale, uint8_t* nib) {
+/* One q4 group of 32 values of row i of a block (export.py, quantize_q4, llama.cpp's q4_0): m = the
+ * value of largest magnitude (the negative one when w and -w tie), q = round(w * (-8 / m)) + 8
+ * clipped to 15, s = m / -8 rounded to float32 (export.py keeps the scales in array('f')), then to
+ * float16; an all-zero group is q = 8 with s = 0. The group's 144 bytes in the block (model.h):
+ * the 8 rows' scales, then byte 4i + k of quarter v holds row i's column 4v + k in its low nibble
+ * and column 16 + 4v + k in its high one. */
+static int q4_quantize_group(const float* v, uint8_t* group, int i) {
     uint32_t pos = 0, neg = 0; /* the largest magnitude among the non-negative / negative values */
-    for (int i = 0; i < Q4_GROUP; i++) {
-        const uint32_t bits = float_bits(v[i]), a = bits & 0x7fffffffu, negative = 0u - (bits >> 31);
+    for (int j = 0; j < Q4_GROUP; j++) {
+        const uint32_t bits = float_bits(v[j]), a = bits & 0x7fffffffu, negative = 0u - (bits >> 31);
         neg = (a & negative) > neg ? a & negative : neg; /* no branch on the sign: it is random */
         pos = (a & ~negative) > pos ? a & ~negative : pos;
     }
     if (pos >= 0x7f800000u || neg >= 0x7f800000u) return GROUP_NONFINITE;
-    if (pos == 0 && neg == 0) {
-        memset(nib, 8, Q4_GROUP);
-        store_half(scale, 0);
-        return GROUP_OK;
+    uint8_t nib[Q4_GROUP];
+    memset(nib, 8, Q4_GROUP);
+    int h = 0;
+    if (pos != 0 || neg != 0) {
+        const double m = neg >= pos ? -(double)float_of_bits(neg) : (double)float_of_bits(pos);
+        h = double_to_half((double)(float)(m / -8.0));
+        if (h < 0) return GROUP_OVERFLOW;
+        const double inv = -8.0 / m;
+        for (int j = 0; j < Q4_GROUP; j++) {
+            double x = rint((double)v[j] * inv) + 8;
+            x = x > 15 ? 15 : x < 0 ? 0 : x; /* only 15 is reached: |w * inv| <= 8 */
+            nib[j] = (uint8_t)x;
+        }
     }
-    const double m = neg >= pos ? -(double)float_of_bits(neg) : (double)float_of_bits(pos);
-    const int h = double_to_half((double)(float)(m / -8.0));
-    if (h < 0) return GROUP_OVERFLOW;
-    store_half(scale, h);
-    const double inv = -8.0 / m;
-    for (int i = 0; i < Q4_GROUP; i++) {
-        double x = rint((double)v[i] * inv) + 8;
-        x = x > 15 ? 15 : x < 0 ? 0 : x; /* only 15 is reached: |w * inv| <= 8 */
-        nib[i] = (uint8_t)x;
-    }
+    store_half(group + QUANT_SCALE_BYTES * i, h);
+    uint8_t* values = group + QUANT_SCALE_BYTES * Q4_BLOCK_ROWS;
+    for (int quarter = 0; quarter < 4; quarter++)
+        for (int k = 0; k < 4; k++)
+            values[32 * quarter + 4 * i + k] = (uint8_t)(nib[4 * quarter + k] | nib[16 + 4 * quarter + k] << 4);
     return GROUP_OK;
 }
 
-/* ---------------------------------------------------------------------------------------------
- * Row blocks (model.h): q8 in blocks of 4 rows, q4 in blocks of 8, the last padded with zero rows
- * --------------------------------------------------------------------------------------------- */
+/* ---- row blocks (model.h): q8's of 4 rows, q4's of 8, the last padded with zero rows ---- */
 
 /* Row r of W as float32: the mapping itself (f32), widened into scratch (bf16), or zeros in
  * scratch for a padding row past the end. */
@@ -319,17 +304,21 @@ static const float* row_values(const Matrix* W, int r, float* scratch) {
     return scratch;
 }
 
-/* Block b of q8: the 4 rows' scales s[4][G], then per group g the 4 rows' values q[g][4][gs].
- * Returns GROUP_OK, or the first problem with *bad_row set. */
-static int q8_quantize_block(const Matrix* W, int b, int gs, uint8_t* out, float* scratch, int* bad_row) {
-    const int G = W->cols / gs;
-    int8_t* values = (int8_t*)(out + QUANT_SCALE_BYTES * Q8_BLOCK_ROWS * (size_t)G);
-    for (int i = 0; i < Q8_BLOCK_ROWS; i++) {
-        const int r = b * Q8_BLOCK_ROWS + i;
+/* Row block b: q8's holds the 4 rows' scales s[4][G], then per group g the 4 rows' values
+ * q[g][4][gs]; q4's is G groups of 144 bytes (q4_quantize_group). Returns GROUP_OK, or the first
+ * problem with *bad_row set. */
+static int quantize_block(const Matrix* W, WeightType type, int gs, int b, uint8_t* out, float* scratch,
+                          int* bad_row) {
+    const int G = W->cols / gs, br = quant_block_rows(type);
+    int8_t* q8_values = (int8_t*)(out + QUANT_SCALE_BYTES * Q8_BLOCK_ROWS * (size_t)G);
+    for (int i = 0; i < br; i++) {
+        const int r = b * br + i;
         const float* v = row_values(W, r, scratch);
         for (int g = 0; g < G; g++) {
-            int status = q8_quantize_group(v + (size_t)g * gs, gs, out + QUANT_SCALE_BYTES * ((size_t)i * G + g),
-                                  values + ((size_t)g * Q8_BLOCK_ROWS + i) * gs);
+            const int status = type == WEIGHT_Q4
+                ? q4_quantize_group(v + (size_t)g * gs, out + (size_t)g * Q4_GROUP_BYTES, i)
+                : q8_quantize_group(v + (size_t)g * gs, gs, out + QUANT_SCALE_BYTES * ((size_t)i * G + g),
+                                    q8_values + ((size_t)g * Q8_BLOCK_ROWS + i) * gs);
             if (status != GROUP_OK) {
                 *bad_row = r;
                 return status;
@@ -339,56 +328,39 @@ static int q8_quantize_block(const Matrix* W, int b, int gs, uint8_t* out, float
     return GROUP_OK;
 }
 
-/* Block b of q4: per group g 144 bytes, the 8 rows' scales, then byte 4i + k of quarter v holds
- * row i's column 32g + 4v + k in its low nibble and column 32g + 16 + 4v + k in its high one. */
-static int q4_quantize_block(const Matrix* W, int b, uint8_t* out, float* scratch, int* bad_row) {
-    const int G = W->cols / Q4_GROUP;
-    for (int i = 0; i < Q4_BLOCK_ROWS; i++) {
-        const int r = b * Q4_BLOCK_ROWS + i;
-        const float* v = row_values(W, r, scratch);
-        for (int g = 0; g < G; g++) {
-            uint8_t* group = out + (size_t)g * Q4_GROUP_BYTES;
-            uint8_t nib[Q4_GROUP];
-            int status = q4_quantize_group(v + (size_t)g * Q4_GROUP, group + QUANT_SCALE_BYTES * i, nib);
-            if (status != GROUP_OK) {
-                *bad_row = r;
-                return status;
-            }
-            uint8_t* values = group + QUANT_SCALE_BYTES * Q4_BLOCK_ROWS;
-            for (int quarter = 0; quarter < 4; quarter++)
-                for (int k = 0; k < 4; k++)
-                    values[32 * quarter + 4 * i + k] =
-                        (uint8_t)(nib[4 * quarter + k] | nib[16 + 4 * quarter + k] << 4);
-        }
-    }
-    return GROUP_OK;
-}
+/* What the conversion of every matrix shares. */
+typedef struct {
+    Kernels* k;
+    FILE* out;
+    WeightType type;
+    int group_size;
+    float* scratch;    /* a row of row_floats floats per kernel thread */
+    size_t row_floats;
+} Conversion;
 
 /* One chunk of a matrix's row blocks, spread over the kernel threads. */
 typedef struct {
+    const Conversion* cv;
     const Matrix* src;
-    WeightType type;
-    int group_size;
     int first_block;
     int n_blocks, per_item; /* the chunk's blocks, and how many one item holds */
-    uint8_t* out;         /* where the chunk's first block goes */
+    uint8_t* out;           /* where the chunk's first block goes */
     size_t block_bytes;
-    float* const* scratch; /* a row of floats per kernel thread */
-    atomic_int status;    /* GROUP_OK, or the problem found at problem_row */
+    atomic_int status;      /* GROUP_OK, or the problem found at problem_row */
     atomic_int problem_row;
 } ChunkJob;
 
 static void quantize_item(void* ctx, int item, int thread) {
     ChunkJob* job = ctx;
+    const Conversion* cv = job->cv;
     const int begin = item * job->per_item;
     const int end = begin + job->per_item < job->n_blocks ? begin + job->per_item : job->n_blocks;
-    float* scratch = job->scratch[thread];
+    float* scratch = cv->scratch + (size_t)thread * cv->row_floats;
     for (int k = begin; k < end && atomic_load(&job->status) == GROUP_OK; k++) {
-        const int b = job->first_block + k;
         uint8_t* out = job->out + (size_t)k * job->block_bytes;
         int bad_row = -1;
-        int status = job->type == WEIGHT_Q8 ? q8_quantize_block(job->src, b, job->group_size, out, scratch, &bad_row)
-                                            : q4_quantize_block(job->src, b, out, scratch, &bad_row);
+        const int status =
+            quantize_block(job->src, cv->type, cv->group_size, job->first_block + k, out, scratch, &bad_row);
         if (status != GROUP_OK) {
             int expected = GROUP_OK;
             if (atomic_compare_exchange_strong(&job->status, &expected, status))
@@ -397,57 +369,22 @@ static void quantize_item(void* ctx, int item, int thread) {
     }
 }
 
-/* ---------------------------------------------------------------------------------------------
- * The output file
- * --------------------------------------------------------------------------------------------- */
+/* ---- the output file ---- */
 
-typedef struct {
-    int fd;
-    uint8_t* buf;
-    size_t len;
-    uint64_t offset; /* file offset of buf[0] */
-} Writer;
-
-static void writer_flush(Writer* w) {
-    for (size_t done = 0; done < w->len;) {
-        ssize_t n = write(w->fd, w->buf + done, w->len - done);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) fail("%s: write failed: %s", tmp_path, n < 0 ? strerror(errno) : "no space written");
-        done += (size_t)n;
-    }
-    w->offset += w->len;
-    w->len = 0;
-}
-
-/* Room for n more bytes at the end of the buffer (n <= OUT_BUFFER_BYTES). */
-static uint8_t* writer_room(Writer* w, size_t n) {
-    if (w->len + n > OUT_BUFFER_BYTES) writer_flush(w);
-    return w->buf + w->len;
-}
-
-static void writer_put(Writer* w, const void* data, size_t n) {
-    while (n > 0) {
-        size_t part = n < OUT_BUFFER_BYTES ? n : OUT_BUFFER_BYTES;
-        memcpy(writer_room(w, part), data, part);
-        w->len += part;
-        data = (const uint8_t*)data + part;
-        n -= part;
-    }
+static void put(FILE* f, const void* data, size_t n) {
+    if (fwrite(data, 1, n, f) != n) fail("%s: write failed: %s", tmp_path, strerror(errno));
 }
 
 /* Zero bytes up to the next multiple of CHECKPOINT_ALIGN: where every tensor starts. */
-static void writer_align(Writer* w) {
-    const uint64_t at = w->offset + w->len;
-    const size_t pad = (size_t)((CHECKPOINT_ALIGN - at % CHECKPOINT_ALIGN) % CHECKPOINT_ALIGN);
-    memset(writer_room(w, pad), 0, pad);
-    w->len += pad;
+static void put_padding(FILE* f) {
+    static const uint8_t zeros[CHECKPOINT_ALIGN];
+    const uint64_t at = (uint64_t)ftello(f);
+    put(f, zeros, (size_t)((CHECKPOINT_ALIGN - at % CHECKPOINT_ALIGN) % CHECKPOINT_ALIGN));
 }
 
 static uint64_t align_up(uint64_t x) { return (x + CHECKPOINT_ALIGN - 1) / CHECKPOINT_ALIGN * CHECKPOINT_ALIGN; }
 
-/* ---------------------------------------------------------------------------------------------
- * The tensors, in the order of model.h
- * --------------------------------------------------------------------------------------------- */
+/* ---- the tensors, in the order of model.h ---- */
 
 typedef struct {
     char name[48];        /* "embed_tokens", "layer 3 q_proj", ... for progress and errors */
@@ -462,7 +399,6 @@ typedef struct {
 } PieceList;
 
 static void add_piece(PieceList* list, int layer, const char* what, const Matrix* m, const float* v, int n) {
-    if (list->n == MAX_PIECES) fail("too many tensors");
     Piece* p = &list->items[list->n++];
     if (layer >= 0) snprintf(p->name, sizeof p->name, "layer %d %s", layer, what);
     else snprintf(p->name, sizeof p->name, "%s", what);
@@ -522,9 +458,7 @@ static int choose_group_size(const Config* c, WeightType type, int requested, co
          type == WEIGHT_Q4 ? "q4" : "q8", widths[0], widths[1], widths[2], type == WEIGHT_Q4 ? Q4_GROUP : 8);
 }
 
-/* ---------------------------------------------------------------------------------------------
- * Progress on stderr: one updating line on a terminal, a line every 10% elsewhere
- * --------------------------------------------------------------------------------------------- */
+/* ---- progress on stderr: one updating line on a terminal, a line every 10% elsewhere ---- */
 
 typedef struct {
     uint64_t done, total;
@@ -553,36 +487,33 @@ static void progress_add(Progress* p, uint64_t bytes, const char* name) {
     fflush(stderr);
 }
 
-/* ---------------------------------------------------------------------------------------------
- * The conversion
- * --------------------------------------------------------------------------------------------- */
+/* ---- the conversion ---- */
 
-static void quantize_matrix(Kernels* k, Writer* w, const Piece* p, WeightType type, int gs, float* const* scratch,
-                            Progress* progress) {
+static void quantize_matrix(const Conversion* cv, const Piece* p, Progress* progress) {
     const Matrix* src = p->matrix;
-    const int br = quant_block_rows(type);
+    const int br = quant_block_rows(cv->type);
     const int n_blocks = (src->rows + br - 1) / br;
-    const size_t block_bytes = quant_block_bytes(type, src->cols, gs);
+    const size_t block_bytes = quant_block_bytes(cv->type, src->cols, cv->group_size);
     const uint64_t in_block_bytes = piece_in_bytes(p) / (uint64_t)src->rows * (uint64_t)br;
-    int per_chunk = (int)(CHUNK_BYTES / block_bytes);
-    if (per_chunk < 1) per_chunk = 1;
-    int per_item = (int)(ITEM_BYTES / block_bytes);
-    if (per_item < 1) per_item = 1;
+    const int per_chunk = block_bytes < CHUNK_BYTES ? (int)(CHUNK_BYTES / block_bytes) : 1;
+    const int per_item = block_bytes < ITEM_BYTES ? (int)(ITEM_BYTES / block_bytes) : 1;
+    const char* dtype = cv->type == WEIGHT_Q4 ? "q4" : "q8";
+    uint8_t* chunk = malloc((size_t)(per_chunk < n_blocks ? per_chunk : n_blocks) * block_bytes);
+    if (chunk == NULL) fail("out of memory");
     for (int b = 0; b < n_blocks; b += per_chunk) {
         const int n = n_blocks - b < per_chunk ? n_blocks - b : per_chunk;
-        ChunkJob job = {src, type, gs, b, n, per_item, writer_room(w, (size_t)n * block_bytes), block_bytes,
-                        scratch, GROUP_OK, -1};
-        parallel_for(k, (n + per_item - 1) / per_item, quantize_item, &job);
+        ChunkJob job = {cv, src, b, n, per_item, chunk, block_bytes, GROUP_OK, -1};
+        parallel_for(cv->k, (n + per_item - 1) / per_item, quantize_item, &job);
         if (atomic_load(&job.status) == GROUP_NONFINITE)
             fail("tensor %s: row %d holds a NaN or an infinity, which %s cannot store", p->name,
-                 atomic_load(&job.problem_row), type == WEIGHT_Q4 ? "q4" : "q8");
+                 atomic_load(&job.problem_row), dtype);
         if (atomic_load(&job.status) == GROUP_OVERFLOW)
             fail("tensor %s: row %d has a weight too large for %s's float16 scales (|w| above %s)", p->name,
-                 atomic_load(&job.problem_row), type == WEIGHT_Q4 ? "q4" : "q8",
-                 type == WEIGHT_Q4 ? "524,000" : "8,300,000");
-        w->len += (size_t)n * block_bytes;
+                 atomic_load(&job.problem_row), dtype, cv->type == WEIGHT_Q4 ? "524,000" : "8,300,000");
+        put(cv->out, chunk, (size_t)n * block_bytes);
         progress_add(progress, (uint64_t)n * in_block_bytes, p->name);
     }
+    free(chunk);
 }
 
 /* The output's header: the input's, with the new weight type, and the sections where export.py
@@ -604,50 +535,38 @@ static FileHeader output_header(const Transformer* t, WeightType type, int gs, c
 }
 
 /* Writes the whole checkpoint to the open temporary file. */
-static void write_checkpoint(int fd, const Transformer* t, WeightType type, int gs, const PieceList* list) {
+static void write_checkpoint(FILE* f, const Transformer* t, WeightType type, int gs, const PieceList* list) {
     const FileHeader h = output_header(t, type, gs, list);
-    const int n_threads = kernels_threads(t->kernels);
-    float** scratch = calloc((size_t)n_threads, sizeof(float*));
-    Writer w = {fd, malloc(OUT_BUFFER_BYTES), 0, 0};
-    if (scratch == NULL || w.buf == NULL) fail("out of memory");
-    int widest = t->config.dim > t->config.hidden_dim ? t->config.dim : t->config.hidden_dim;
-    if (t->config.n_heads * t->config.head_dim > widest) widest = t->config.n_heads * t->config.head_dim;
-    for (int i = 0; i < n_threads; i++)
-        if ((scratch[i] = malloc((size_t)widest * sizeof(float))) == NULL) fail("out of memory");
+    const Config* c = &t->config;
+    size_t widest = (size_t)(c->dim > c->hidden_dim ? c->dim : c->hidden_dim);
+    if ((size_t)c->n_heads * c->head_dim > widest) widest = (size_t)c->n_heads * c->head_dim;
+    const Conversion cv = {t->kernels, f, type, gs,
+                           malloc((size_t)kernels_threads(t->kernels) * widest * sizeof(float)), widest};
+    if (cv.scratch == NULL) fail("out of memory");
 
     Progress progress = {0, 0, now_seconds(), 0, 0, isatty(STDERR_FILENO), -1};
     for (int i = 0; i < list->n; i++) progress.total += piece_in_bytes(&list->items[i]);
     progress.on = progress.total > PROGRESS_MIN_BYTES;
 
-    writer_put(&w, &h, sizeof h);
-    writer_put(&w, t->tokenizer_data, t->tokenizer_bytes);
+    put(f, &h, sizeof h);
+    put(f, t->tokenizer_data, t->tokenizer_bytes);
     for (int i = 0; i < list->n; i++) {
         const Piece* p = &list->items[i];
-        writer_align(&w);
+        put_padding(f);
         if (p->matrix) {
-            quantize_matrix(t->kernels, &w, p, type, gs, scratch, &progress);
+            quantize_matrix(&cv, p, &progress);
         } else {
-            writer_put(&w, p->vector, (size_t)p->n * sizeof(float));
+            put(f, p->vector, (size_t)p->n * sizeof(float));
             progress_add(&progress, (uint64_t)p->n * sizeof(float), p->name);
         }
     }
-    writer_align(&w);
-    writer_flush(&w);
-    if (w.offset != h.weights_offset + h.weights_bytes) fail("%s: wrote %llu bytes, expected %llu", tmp_path,
-                                                            (unsigned long long)w.offset,
-                                                            (unsigned long long)(h.weights_offset + h.weights_bytes));
+    put_padding(f);
+    if (fflush(f) != 0) fail("%s: write failed: %s", tmp_path, strerror(errno));
+    if ((uint64_t)ftello(f) != h.weights_offset + h.weights_bytes)
+        fail("%s: wrote %llu bytes, expected %llu", tmp_path, (unsigned long long)ftello(f),
+             (unsigned long long)(h.weights_offset + h.weights_bytes));
     if (progress.on && progress.tty) fputc('\n', stderr);
-    for (int i = 0; i < n_threads; i++) free(scratch[i]);
-    free(scratch);
-    free(w.buf);
-}
-
-/* The output's folder, for the temporary name beside it and the sync after the rename. */
-static void output_dir(const char* output, char* dir, size_t len) {
-    const char* slash = strrchr(output, '/');
-    if (slash == NULL) snprintf(dir, len, ".");
-    else if (slash == output) snprintf(dir, len, "/");
-    else snprintf(dir, len, "%.*s", (int)(slash - output), output);
+    free(cv.scratch);
 }
 
 int quantize_main(int argc, char** argv) {
@@ -663,28 +582,31 @@ int quantize_main(int argc, char** argv) {
     if (t.config.weight_type == WEIGHT_Q8 || t.config.weight_type == WEIGHT_Q4)
         fail("%s: is already %s; quantise from an f32 or bf16 checkpoint (export.py --dtype f32 or bf16)",
              o.input, t.config.weight_type == WEIGHT_Q8 ? "q8" : "q4");
-    const int gs = choose_group_size(&t.config, o.type, o.group_size, o.input);
+    const WeightType type = strcmp(o.dtype, "q8") == 0 ? WEIGHT_Q8 : WEIGHT_Q4;
+    const int gs = choose_group_size(&t.config, type, o.group_size, o.input);
     static PieceList list; /* large: one entry per tensor */
     list_pieces(&t, &list);
 
     /* Written as .NAME.PID.tmp in the output's folder (export.py's temporary name, which its
      * clean-up of files left by killed runs knows), then synced and renamed over NAME. */
-    char dir[PATH_MAX];
-    output_dir(o.output, dir, sizeof dir);
-    const char* base = strrchr(o.output, '/') ? strrchr(o.output, '/') + 1 : o.output;
+    const char* slash = strrchr(o.output, '/');
+    const char* base = slash ? slash + 1 : o.output;
+    char dir[PATH_MAX]; /* also synced after the rename */
+    if (slash) snprintf(dir, sizeof dir, "%.*s", slash == o.output ? 1 : (int)(slash - o.output), o.output);
+    else snprintf(dir, sizeof dir, ".");
     if (snprintf(tmp_path, sizeof tmp_path, "%s/.%s.%ld.tmp", dir, base, (long)getpid()) >= (int)sizeof tmp_path)
         fail("%s: path too long", o.output);
     catch_signals();
-    int fd = open(tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (fd < 0) fail("%s: cannot create a file in %s: %s", o.output, dir, strerror(errno));
+    FILE* f = fopen(tmp_path, "we"); /* e: O_CLOEXEC */
+    if (f == NULL) fail("%s: cannot create a file in %s: %s", o.output, dir, strerror(errno));
     tmp_exists = 1;
 
-    write_checkpoint(fd, &t, o.type, gs, &list);
-    if (fsync(fd) != 0) fail("%s: cannot sync to disk: %s", tmp_path, strerror(errno));
+    write_checkpoint(f, &t, type, gs, &list);
+    if (fsync(fileno(f)) != 0) fail("%s: cannot sync to disk: %s", tmp_path, strerror(errno));
     /* Dropped from the page cache as export.py does: the engine maps weights in 2 MB pages only
      * from a cache it fills itself (checkpoint_map.c), and leaves small pages as they are. */
-    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    if (close(fd) != 0) fail("%s: cannot close: %s", tmp_path, strerror(errno));
+    posix_fadvise(fileno(f), 0, 0, POSIX_FADV_DONTNEED);
+    if (fclose(f) != 0) fail("%s: cannot close: %s", tmp_path, strerror(errno));
     if (rename(tmp_path, o.output) != 0) fail("%s: cannot rename %s to it: %s", o.output, tmp_path, strerror(errno));
     tmp_exists = 0;
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* the rename itself on disk too */
@@ -696,7 +618,7 @@ int quantize_main(int argc, char** argv) {
     struct stat st;
     const double size_mb = stat(o.output, &st) == 0 ? (double)st.st_size / 1e6 : 0;
     fprintf(stderr, "run: wrote %s (%.1f MB, %s, group size %d) in %.1fs on %d thread%s\n", o.output, size_mb,
-            o.type == WEIGHT_Q8 ? "q8" : "q4", gs, now_seconds() - t0, kernels_threads(t.kernels),
+            o.dtype, gs, now_seconds() - t0, kernels_threads(t.kernels),
             kernels_threads(t.kernels) == 1 ? "" : "s");
     transformer_free(&t);
     return 0;

@@ -1,18 +1,12 @@
-/* quantize.h: `./run MODEL.bin -m quantize --dtype q8|q4 -o OUT.bin`, the checkpoint quantiser.
+/* quantize.h: `./run MODEL.bin -m quantize --dtype q8|q4 -o OUT.bin [--group-size N] [--threads N]`,
+ * the checkpoint quantiser (its options: ./run -m quantize --help).
  *
  * Reads an f32 or bf16 checkpoint (mapped and validated by the loader, model.c) and writes the
  * same model with its matrices in q8 or q4: byte for byte the file that `export.py --dtype q8|q4`
  * writes from the Hugging Face folder the checkpoint came from (the same header, tokenizer
  * section, scales, rounding and row blocks; model.h describes the format). Norm weights and biases
- * stay float32. The rows are quantised on the kernel threads and the output is written under a
- * temporary name in the output's folder, synced and renamed at the end: a failure or Ctrl-C
- * leaves no file behind.
- *
- *   --dtype q8|q4       the stored format (required)
- *   -o, --output PATH   the file to write (required; not the input)
- *   --group-size N      q8's group size, a power of two >= 8 (default 64; halved while it does not
- *                       divide every matrix width, as export.py chooses it); q4's groups are 32
- *   --threads N         threads (default: one per online CPU)
+ * stay float32. The output is written under a temporary name in its folder, synced and renamed at
+ * the end: a failure or Ctrl-C leaves no file behind.
  */
 #ifndef QUANTIZE_H
 #define QUANTIZE_H
