@@ -173,6 +173,7 @@ typedef struct {
                         * decode, GB/s */
     double* wr;        /* the same for a streaming read of the decode's own weights (NULL: none) */
     double wall[2], cpu[2]; /* of each test, summed over the reps */
+    double peak;       /* the compute roof: ops/s of prefill's instruction on these threads (0: none) */
 } ThreadRun;
 
 /* One run of the bench: its options, the runs of each thread count, what a decode token reads. */
@@ -190,6 +191,8 @@ typedef struct {
     double weight_bytes, bytes_per_token; /* read by one decode token (KV cache: average over tgN) */
     double llc;        /* the last-level cache's size (0: unknown, or BENCH_LLC_BYTES=0) */
     int in_cache;      /* bytes_per_token fit in it */
+    double matmul_ops, attention_ops; /* per prefill token: a multiply-add counts 2 */
+    const char* peak_instruction;     /* what peak_ops timed */
 } Bench;
 
 /* Test 0: one forward() of n tokens; test 1: n forward() calls of one token. From position depth. */
@@ -249,6 +252,12 @@ static int measure_rep(Bench* b, ThreadRun* tr, int r) {
     return 0;
 }
 
+/* The compute roof with the pool's current threads: a quarter second of the instruction that
+ * prefill of this weight format relies on (kernels/peak.c). */
+static double compute_roof(Bench* b) {
+    return peak_ops(b->t->kernels, b->t->config.weight_type, 0.25, &b->peak_instruction);
+}
+
 /* Every thread count's warm-up, then the reps. results: 4 x reps doubles per thread count.
  * Returns 0, or -1 if forward() failed. */
 static int run_tests(Bench* b, double* results) {
@@ -264,6 +273,7 @@ static int run_tests(Bench* b, double* results) {
                           .wr = b->weights.sums ? v + 3 * b->reps : NULL};
         tr->best = read_set_best(&b->buffer, 5);
         if ((tr->warm_steps = warm_up(b)) < 0) return -1;
+        if (b->len[0] > 0) tr->peak = compute_roof(b);
     }
     /* Several thread counts take turns rep by rep (in the opposite order every other rep), so that
      * a slow phase of a shared machine falls on all of them alike. */
@@ -273,6 +283,11 @@ static int run_tests(Bench* b, double* results) {
             kernels_set_threads(b->t->kernels, tr->threads);
             if (measure_rep(b, tr, r) != 0) return -1;
         }
+    for (int k = 0; k < b->n_runs && b->len[0] > 0; k++) { /* the better of two looks: before and after the reps */
+        kernels_set_threads(b->t->kernels, b->runs[k].threads);
+        const double again = compute_roof(b);
+        if (again > b->runs[k].peak) b->runs[k].peak = again;
+    }
     return 0;
 }
 
@@ -331,6 +346,21 @@ static void count_decode_bytes(Bench* b) {
     b->in_cache = n_gen > 0 && b->llc > 0 && b->bytes_per_token <= b->llc;
 }
 
+/* The operations of one prefill token (a multiply-add is 2): every layer's matrix products, the
+ * head's once per prompt (only the last position's logits are computed), and attention, whose
+ * token i of the prompt (from 0) scores and sums over depth + i + 1 positions in every query head. */
+static void count_prefill_ops(Bench* b) {
+    const Config* c = &b->t->config;
+    const Weights* w = &b->t->weights;
+    const int n = b->len[0];
+    double layer = 0;
+    const LayerWeights* lw = &w->layers[0];
+    const Matrix* m[7] = {&lw->q_proj, &lw->k_proj, &lw->v_proj, &lw->o_proj, &lw->gate_proj, &lw->up_proj, &lw->down_proj};
+    for (int i = 0; i < 7; i++) layer += 2.0 * m[i]->rows * m[i]->cols;
+    b->matmul_ops = c->n_layers * layer + (n > 0 ? 2.0 * w->lm_head.rows * w->lm_head.cols / n : 0);
+    b->attention_ops = 4.0 * c->n_layers * c->n_heads * c->head_dim * (b->depth + (n + 1) / 2.0);
+}
+
 /* How the weights are held: copied, or mapped with `huge` bytes in 2 MB pages (-1: unknown), and a
  * note where the page cache holds much of the file in small pages. */
 static void print_weight_pages(const Transformer* t, long long huge) {
@@ -368,6 +398,10 @@ static void print_setup(const Bench* b, long long huge) {
     printf("bench: bytes read per decode token: %.1f MB weights + %.2f MB KV cache (%s, average over tg%d)\n",
            b->weight_bytes / 1e6, (b->bytes_per_token - b->weight_bytes) / 1e6, t->state.kv_f16 ? "fp16" : "fp32",
            b->len[1]);
+    if (b->len[0] > 0)
+        printf("bench: operations per prefill token: %.3f G (matrix products %.3f G, attention %.3f G at pp%d's "
+               "average context)\n", (b->matmul_ops + b->attention_ops) / 1e9, b->matmul_ops / 1e9,
+               b->attention_ops / 1e9, b->len[0]);
     if (b->in_cache)
         printf("bench: no %% of roof for decode: its %.1f MB per token fit in the %.1f MB last-level cache, "
                "so it is not bound by memory bandwidth (BENCH_LLC_BYTES=0 compares it anyway)\n",
@@ -387,13 +421,17 @@ static void print_reads(const Bench* b) {
         if (tr->wr)
             printf("; the weights' own pages (%.1f MB) around each decode rep %.1f GB/s (median)",
                    (double)(b->weights.bytes[0] + b->weights.bytes[1]) / 1e6, median_of(b, tr->wr));
+        if (b->len[0] > 0 && tr->peak > 0)
+            printf("; compute roof (%s, same threads) %.1f Gop/s", b->peak_instruction, tr->peak / 1e9);
+        else if (b->len[0] > 0)
+            printf("; no compute roof (%s)", b->peak_instruction);
         printf("\n");
     }
     if (b->n_runs > 1) printf("bench: the thread counts take turns, one rep of each after the other\n");
-    printf("| test   %*s| threads | tok/s median |      min |      max |  GB/s | %% of roof | %% of best | %% of own read | cpu share |\n",
-           b->depth > 0 ? 9 : 0, "");
-    printf("|--------%.*s|---------|--------------|----------|----------|-------|-----------|-----------|---------------|-----------|\n",
-           b->depth > 0 ? 9 : 0, "---------");
+    printf("| test   %*s| threads | tok/s median |      min |      max |  GB/s | %% of roof | %% of best | %% of own read | cpu share "
+           "|  Gop/s | %% of compute |\n", b->depth > 0 ? 9 : 0, "");
+    printf("|--------%.*s|---------|--------------|----------|----------|-------|-----------|-----------|---------------|-----------"
+           "|--------|--------------|\n", b->depth > 0 ? 9 : 0, "---------");
 }
 
 /* One test's figures for one thread count; NAN where there is none (null in the JSON, "-" in the
@@ -403,6 +441,7 @@ typedef struct {
     double share;       /* CPU seconds the process got / (wall seconds x threads) */
     double gbps, roof, pct, pct_best;
     double own_gbps, own_pct; /* against a streaming read of the weights' own pages */
+    double ops, gops, peak_gops, compute_pct; /* prefill: per token, achieved, the compute roof */
 } TestRow;
 
 static TestRow test_row(const Bench* b, const ThreadRun* tr, int test) {
@@ -421,6 +460,10 @@ static TestRow test_row(const Bench* b, const ThreadRun* tr, int test) {
     row.pct_best = roofed ? 100.0 * row.gbps / tr->best : NAN;
     row.own_gbps = decode && tr->wr ? median_of(b, tr->wr) : NAN;
     row.own_pct = roofed && tr->wr ? paired_roof_pct(b, tr->tps[1], tr->wr) : NAN;
+    row.ops = decode ? NAN : b->matmul_ops + b->attention_ops;
+    row.gops = row.ops * row.med / 1e9;
+    row.peak_gops = !decode && tr->peak > 0 ? tr->peak / 1e9 : NAN;
+    row.compute_pct = 100.0 * row.gops / row.peak_gops;
     return row;
 }
 
@@ -465,6 +508,12 @@ static void print_json_row(const Bench* b, long long huge, const ThreadRun* tr, 
     json_number("weights_gbps", "%.3f", row.own_gbps);
     json_number("roof_pct_weights", "%.2f", row.own_pct);
     json_list("reps_weights_gbps", test ? tr->wr : NULL, b->reps);
+    json_number("ops_per_token", "%.0f", row.ops);
+    json_number("gops", "%.3f", row.gops);
+    json_number("peak_gops", "%.3f", row.peak_gops);
+    json_number("compute_roof_pct", "%.2f", row.compute_pct);
+    if (test == 0) printf(", \"peak_instruction\": \"%s\"", b->peak_instruction ? b->peak_instruction : "none");
+    else printf(", \"peak_instruction\": null");
     printf("}\n");
 }
 
@@ -486,7 +535,10 @@ static void print_table_row(const Bench* b, const ThreadRun* tr, int test) {
     table_cell("%.1f%%", 9, row.pct);
     table_cell("%.1f%%", 9, row.pct_best);
     table_cell("%.1f%%", 13, row.own_pct);
-    printf(" %8.0f%% |\n", 100 * row.share);
+    printf(" %8.0f%% |", 100 * row.share);
+    table_cell("%.1f", 6, row.gops);
+    table_cell("%.1f%%", 12, row.compute_pct);
+    printf("\n");
 }
 
 /* After the table: each further thread count's speed against the first's, and a note where the
@@ -512,6 +564,7 @@ static void print_comparisons(const Bench* b) {
 
 static void print_results(Bench* b) {
     count_decode_bytes(b);
+    count_prefill_ops(b);
     /* Read once, after the timed reps: one pass over /proc/self/smaps (milliseconds), -1 for a copy. */
     const long long huge = checkpoint_map_huge_bytes(&b->t->map);
     if (!b->json) {

@@ -32,7 +32,8 @@ RUN = os.environ.get("QWEN3_RUN") or os.path.join(ROOT, "run")  # run_tests.py: 
 MODEL = os.path.join(ROOT, "models", "tinystories.bin")
 KEYS = ["test", "threads", "depth", "tokens_per_s", "min", "max", "gbps", "roof_pct", "mem_gbps",
         "roof_pct_best", "mem_gbps_best", "weight_type", "cpu_share", "prefetch", "weights", "huge_pct",
-        "kv_cache", "reps_tokens_per_s", "reps_mem_gbps", "weights_gbps", "roof_pct_weights", "reps_weights_gbps"]
+        "kv_cache", "reps_tokens_per_s", "reps_mem_gbps", "weights_gbps", "roof_pct_weights", "reps_weights_gbps",
+        "ops_per_token", "gops", "peak_gops", "compute_roof_pct", "peak_instruction"]
 FLAG_QK_NORM, FLAG_QKV_BIAS, FLAG_TIED_EMBED = 1, 2, 4
 
 
@@ -78,6 +79,18 @@ def decode_bytes_per_token(path, n_gen, kv_elem=4, depth=0):
     total += vocab * dim * 4 + dim * 4                        # head (tied or not) + one embedding row
     kv = sum(2 * kv_elem * n_layers * (p + 1) * n_kv * hd for p in range(depth, depth + n_gen)) / n_gen
     return total + kv
+
+
+def prefill_ops_per_token(path, n_prompt, depth=0):
+    """Operations (a multiply-add is 2) of one token of a prompt of n_prompt tokens: every layer's
+    matrix products, the head's once per prompt, and attention over depth + i + 1 positions for
+    prompt token i in every query head (model.h FileHeader)."""
+    with open(path, "rb") as f:
+        head = f.read(64)
+    (_, dim, hidden, n_layers, n_heads, n_kv, hd, vocab) = struct.unpack_from("<8I", head, 12)
+    per_layer = 2 * (n_heads * hd * dim + 2 * n_kv * hd * dim + dim * n_heads * hd + 3 * hidden * dim)
+    mean_ctx = sum(depth + i + 1 for i in range(n_prompt)) / n_prompt
+    return n_layers * per_layer + 2 * vocab * dim / n_prompt + 4 * n_layers * n_heads * hd * mean_ctx
 
 
 def layers_kv(path):
@@ -143,6 +156,7 @@ class BenchMode(unittest.TestCase):
             self.assertEqual((min(reps), max(reps)), (r["min"], r["max"]))
             self.assertEqual(median(reps), r["tokens_per_s"])
             if r["test"].startswith("pp"):
+                self.assert_compute_roof(r, prefill_ops_per_token(MODEL, 8))
                 self.assertIsNone(r["gbps"])
                 self.assertIsNone(r["roof_pct"])
                 self.assertIsNone(r["roof_pct_best"])
@@ -163,6 +177,8 @@ class BenchMode(unittest.TestCase):
                 self.assertLessEqual(abs(r["roof_pct_best"] - ratio),
                                      PCT + 100 * quotient_error(r["gbps"], r["mem_gbps_best"], DEC3, DEC3),
                                      (r["roof_pct_best"], ratio))
+                for key in ("ops_per_token", "gops", "peak_gops", "compute_roof_pct", "peak_instruction"):
+                    self.assertIsNone(r[key], key)
                 own = r["reps_weights_gbps"]
                 self.assertEqual(len(own), 3)
                 self.assertGreater(min(own), 0)
@@ -178,6 +194,25 @@ class BenchMode(unittest.TestCase):
         bound = DEC3 + DEC3 * bytes_per_token / 1e9 + 1e-9 * want
         self.assertLessEqual(abs(r["gbps"] - want), bound,
                              "gbps %.3f, tok/s x bytes per token %.6f" % (r["gbps"], want))
+
+    def assert_compute_roof(self, r, ops):
+        """A prefill row: its operations per token as counted here (printed whole), the achieved
+        rate ops x tok/s, and the percentage of the compute roof that rate is; or, where the build
+        has no roof to measure (scalar, AMX), no rate or percentage and the reason."""
+        self.assertLessEqual(abs(r["ops_per_token"] - ops), 0.5 + 1e-9 * ops, (r["ops_per_token"], ops))
+        want = r["tokens_per_s"] * ops / 1e9
+        self.assertLessEqual(abs(r["gops"] - want), DEC3 + DEC3 * ops / 1e9 + 1e-9 * want, (r["gops"], want))
+        if r["peak_instruction"] in ("scalar", "amx"):
+            self.assertIsNone(r["peak_gops"])
+            self.assertIsNone(r["compute_roof_pct"])
+            return
+        self.assertIn(r["peak_instruction"], ("fp32 fma", "vdpbf16ps", "vpdpbusd", "vpmaddubsw+vpmaddwd", "sdot",
+                                              "smull+sadalp"))
+        self.assertEqual(r["peak_instruction"] == "fp32 fma", r["weight_type"] in ("f32", "bf16"), r)
+        self.assertGreater(r["peak_gops"], 0)
+        pct = 100 * r["gops"] / r["peak_gops"]
+        self.assertLessEqual(abs(r["compute_roof_pct"] - pct),
+                             PCT + 100 * quotient_error(r["gops"], r["peak_gops"], DEC3, DEC3), (r["compute_roof_pct"], pct))
 
     def assert_paired_pct(self, pct, reps, reads, bytes_per_token):
         paired = [100 * tok * bytes_per_token / 1e9 / rd for tok, rd in zip(reps, reads)]
@@ -217,6 +252,7 @@ class BenchMode(unittest.TestCase):
         recs = self.json_lines("--threads", "1", "--bench-prompt", "8", "--bench-gen", "16",
                                "--bench-reps", "1", "--bench-depth", "200")
         self.assertEqual([(r["test"], r["depth"]) for r in recs], [("pp8", 200), ("tg16", 200)])
+        self.assert_compute_roof(recs[0], prefill_ops_per_token(MODEL, 8, depth=200))
         r = recs[1]
         self.assert_gbps(r, decode_bytes_per_token(MODEL, 16, depth=200))
         p = run("-m", "bench", "--bench-prompt", "8", "--bench-gen", "16", "--bench-depth", "250")
