@@ -74,7 +74,7 @@ class CompareTool(unittest.TestCase):
             self.assertEqual(f.read().splitlines(), [f"{gguf} {t} 8 4 1" for t in (1, 2, 1, 2)])
 
         # The engine's medians, per round, straight from the log's JSON lines.
-        engine, r = {}, 0
+        engine, json_compute, r = {}, {}, 0
         with open(log) as f:
             for line in f:
                 m = re.match(r"== round (\d+) q8 engine", line)
@@ -83,12 +83,14 @@ class CompareTool(unittest.TestCase):
                 elif line.startswith("{") and r:
                     j = json.loads(line)
                     engine[(r, j["test"], j["threads"])] = j["tokens_per_s"]
+                    if j["test"] == "pp8":
+                        json_compute[(r, j["threads"])] = j["compute_roof_pct"]
         self.assertEqual(len(engine), 8, engine)  # 2 rounds x pp8, tg4 x 1, 2 threads
 
         rows = {}
         for line in p.stdout.splitlines():
             cells = [c.strip() for c in line.strip("|").split("|")]
-            if len(cells) == 8 and cells[0] == "q8":
+            if len(cells) == 9 and cells[0] == "q8":
                 rows[(cells[2], int(cells[1]))] = cells
         self.assertEqual(sorted(rows), [("pp8", 1), ("pp8", 2), ("tg4", 1), ("tg4", 2)])
         lowest = {}
@@ -102,9 +104,12 @@ class CompareTool(unittest.TestCase):
             if test == "tg4":
                 self.assertEqual(cells[6].count("%"), 2, cells)  # a roof share per round
                 self.assertEqual(cells[7].count("%"), 2, cells)  # and one of the weights' own read
+                self.assertEqual(cells[8], "- / -")  # decode has no compute roof
             else:
-                self.assertEqual(cells[6], "- / -")  # prefill has no roof
+                self.assertEqual(cells[6], "- / -")  # prefill has no memory roof
                 self.assertEqual(cells[7], "- / -")
+                compute = [json_compute[(k, t)] for k in (1, 2)]  # but one of compute, where the build has one
+                self.assertEqual(cells[8], " / ".join("-" if c is None else f"{c:.0f}%" for c in compute), cells)
         self.assertIn(f"lowest prefill ratio (this engine / llama.cpp): {lowest['pp']:.2f}", p.stdout)
         self.assertIn(f"lowest decode ratio (this engine / llama.cpp): {lowest['tg']:.2f}", p.stdout)
 

@@ -17,7 +17,8 @@ the same minutes; a shared machine changes speed from minute to minute, so the t
 round's figures apart instead of pooling them. llama.cpp's figure is its mean over the reps (what
 llama-bench prints), this engine's its median; the ratio is this engine / llama.cpp in that round;
 the roof is this engine's paired memory read (bench.c), "own read" the same against a streaming
-read of its checkpoint's own pages (older logs may have none).
+read of its checkpoint's own pages, "compute" prefill against the compute roof (older logs may
+have neither).
 
 The models are the random Qwen3-0.6B shape under --dir (default build/bench, shared with `make
 bench`): the Hugging Face folder and this engine's checkpoints from tools/bench_models.py (as
@@ -162,6 +163,7 @@ def read_log(path):
                 cell["engine"] = j["tokens_per_s"]
                 cell["roof"] = j.get("roof_pct")
                 cell["own"] = j.get("roof_pct_weights")
+                cell["compute"] = j.get("compute_roof_pct")
     return rows
 
 
@@ -169,8 +171,8 @@ def table(rows, formats=None):
     """The markdown table: a row per format, thread count and test, each cell its rounds'
     figures joined by ' / '; then the lowest ratio of each test."""
     order = {f: i for i, f in enumerate(formats or ["q8", "q4", "bf16", "f32"])}
-    lines = ["| weights | threads | test | llama.cpp tok/s | this engine tok/s | ratio | % of roof | % of own read |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| weights | threads | test | llama.cpp tok/s | this engine tok/s | ratio | % of roof | % of own read "
+             "| % of compute |", "|---|---|---|---|---|---|---|---|---|"]
     lowest = {}
     pages = {k[1]: rows[k] for k in rows if k[0] == "pages"}
     fresh = {k[1]: rows[k] for k in rows if k[0] == "fresh"}
@@ -183,11 +185,12 @@ def table(rows, formats=None):
         ratios = [c["engine"] / c["llama"] for c in rounds]
         kind = test[:2]
         lowest[kind] = min(lowest.get(kind, ratios[0]), *ratios)
-        roof, own = (" / ".join("-" if c.get(k) is None else f"{c[k]:.0f}%" for c in rounds) for k in ("roof", "own"))
+        roof, own, compute = (" / ".join("-" if c.get(k) is None else f"{c[k]:.0f}%" for c in rounds)
+                              for k in ("roof", "own", "compute"))
         llama = " / ".join(f"{c['llama']:.1f}" for c in rounds)
         engine = " / ".join(f"{c['engine']:.1f}" for c in rounds)
         ratio = " / ".join(f"{x:.2f}" for x in ratios)
-        lines.append(f"| {fmt} | {t} | {test} | {llama} | {engine} | {ratio} | {roof} | {own} |")
+        lines.append(f"| {fmt} | {t} | {test} | {llama} | {engine} | {ratio} | {roof} | {own} | {compute} |")
     if lowest:
         lines.append("")
     for kind, name in (("pp", "prefill"), ("tg", "decode")):
