@@ -46,8 +46,6 @@ void tokenizer_print(const Tokenizer* t, Utf8Stream* s, int id, int show_special
 /* Writes out whatever is still held (as U+FFFD: an incomplete character at the end). */
 void utf8_stream_flush(Utf8Stream* s, FILE* out);
 
-/* ---- Additions (tokenizer engineer) ---- */
-
 /* Decodes n ids into a malloc'ed, NUL-terminated string (free it): the tokens' bytes concatenated,
  * invalid UTF-8 replaced by U+FFFD as in the reference decoder, special tokens left out when
  * skip_special is nonzero, unknown ids contribute nothing. *len (if not NULL) gets the length
