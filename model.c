@@ -1,16 +1,14 @@
 /* model.c: loading a Qwen3 checkpoint (memory-mapped, validated, never copied) and the forward pass.
  *
  * The file layout is documented at the top of model.h; the math follows QWEN3.md section 2. The
- * forward pass is one function, forward(), written in the style of llama2.c: every weight is a named
- * pointer, every step says which part of the spec it implements, and every operation that costs
- * time goes through the kernels of kernels.h (which pick SIMD or scalar code; nothing here knows
- * which); only the residual and bias additions stay inline, and the RoPE tables are computed here
- * once at load.
+ * forward pass is one function, forward(), in the style of llama2.c: every weight is a named
+ * pointer, every step cites the spec, and every operation that costs time goes through the kernels
+ * of kernels.h (SIMD or scalar; nothing here knows which).
  *
- * Citations: QWEN3.md is the project's spec of Qwen3 (../shared/QWEN3.md, beside the repository;
- * in a clone, docs/spec-sections.md says what each cited section says). "2.2 step 2.4" is its
- * section 2.2, step 4 of the per-layer step 2; "(7.3)" is item 3 of its section 7, the checklist
- * of easy mistakes. The measurements behind the choices here are in docs/design.md.
+ * Citations: QWEN3.md is the project's spec of Qwen3 (../shared/QWEN3.md; docs/spec-sections.md
+ * says what each cited section says). "2.2 step 2.4" is its section 2.2, step 4 of the per-layer
+ * step 2; "(7.3)" is item 3 of its section 7, the checklist of easy mistakes. The measurements
+ * behind the choices here are in docs/design.md.
  */
 #include "model.h"
 #include "cli/norm_trace.h"
@@ -39,9 +37,7 @@
  * 40,960 positions, but a cache that large costs 9 GB in fp32 for 0.6B). */
 #define DEFAULT_CTX 4096
 
-/* ---------------------------------------------------------------------------------------------
- * Loading
- * --------------------------------------------------------------------------------------------- */
+/* ---- Loading ---- */
 
 /* Writes "PATH: message" into err and returns -1. */
 static int fail(char* err, size_t errlen, const char* path, const char* fmt, ...) {
@@ -56,8 +52,8 @@ static int fail(char* err, size_t errlen, const char* path, const char* fmt, ...
 }
 
 /* Walks the tensor list of model.h: each tensor starts at the next multiple of CHECKPOINT_ALIGN
- * and must end inside the weights section. All offsets are uint64_t and every addition is checked,
- * so a hostile header cannot wrap around. */
+ * and must end inside the weights section. Offsets are uint64_t and start inside the file
+ * (check_sections), and a tensor has fewer than 2^31 values, so no sum here can wrap around. */
 typedef struct {
     const uint8_t* base;  /* the mapped file */
     uint64_t pos;         /* the end of the previous tensor (a file offset) */
@@ -73,11 +69,8 @@ static const void* take(TensorWalk* w, uint64_t bytes, const char* what, int lay
     char name[64];
     if (layer >= 0) snprintf(name, sizeof name, "layer %d %s", layer, what);
     else snprintf(name, sizeof name, "%s", what);
-    uint64_t start = w->pos + (CHECKPOINT_ALIGN - 1);
-    if (start < w->pos) goto overflow;
-    start -= start % CHECKPOINT_ALIGN;
+    uint64_t start = (w->pos + CHECKPOINT_ALIGN - 1) / CHECKPOINT_ALIGN * CHECKPOINT_ALIGN;
     uint64_t stop = start + bytes;
-    if (stop < start) goto overflow;
     if (stop > w->end) {
         w->failed = 1;
         fail(w->err, w->errlen, w->path,
@@ -88,10 +81,6 @@ static const void* take(TensorWalk* w, uint64_t bytes, const char* what, int lay
     }
     w->pos = stop;
     return w->base + start;
-overflow:
-    w->failed = 1;
-    fail(w->err, w->errlen, w->path, "tensor %s: offset overflows", name);
-    return NULL;
 }
 
 /* A MATRIX of model.h: rows*cols values in the header's weight type (q8, q4: blocks of 4 or 8
@@ -107,21 +96,13 @@ static const float* take_vector(TensorWalk* w, int n, const char* what, int laye
     return take(w, (uint64_t)n * 4, what, layer);
 }
 
-/* calloc(a * b) with the multiplication checked. */
-static void* alloc_array(size_t a, size_t b) {
-    if (b != 0 && a > SIZE_MAX / b) return NULL;
-    return calloc(a ? a : 1, b ? b : 1);
-}
-
 /* The header's format: magic, version, architecture and flags. Returns 0 or -1 with err set. */
 static int check_format(const FileHeader* h, const char* path, char* err, size_t errlen) {
     if (memcmp(h->magic, CHECKPOINT_MAGIC, 4) != 0)
         return fail(err, errlen, path, "not a checkpoint of this engine (bad magic; convert the "
                                        "model with export.py)");
-    /* Version 1 laid q8 matrices out differently (all int8 rows, then all scales), version 2 q4
-     * matrices (blocks of 4 rows, each row's values in column order), version 3 q4 with float32
-     * scales, versions 1 to 4 q8 with float32 scales; the rest is the same, so their f32 and bf16
-     * files read as they are, and the q4 files of version 4 too. */
+    /* Versions before 5 differ only in their q8 layout and before 4 in their q4 layout (model.h),
+     * so their f32 and bf16 files read as they are. */
     if (h->version < 1 || h->version > CHECKPOINT_VERSION)
         return fail(err, errlen, path, "checkpoint version %u, this engine reads versions 1 to %d",
                     h->version, CHECKPOINT_VERSION);
@@ -216,8 +197,14 @@ static int check_constants(const FileHeader* h, const char* path, char* err, siz
     return 0;
 }
 
-/* The Config of a checked header; seq_len is ctx, held to the model's context (0: the default). */
-static void fill_config(Config* c, const FileHeader* h, int ctx) {
+/* Checks every header field and fills the Config; seq_len is ctx, held to the model's context
+ * (<= 0: the default). Returns 0 or -1 with err set. */
+static int read_config(Transformer* t, const char* path, int ctx, char* err, size_t errlen) {
+    const FileHeader* h = &t->header;
+    if (check_format(h, path, err, errlen) != 0 || check_sizes(h, path, err, errlen) != 0 ||
+        check_weight_type(h, path, err, errlen) != 0 || check_constants(h, path, err, errlen) != 0)
+        return -1;
+    Config* c = &t->config;
     c->dim = (int)h->dim;
     c->hidden_dim = (int)h->hidden_dim;
     c->n_layers = (int)h->n_layers;
@@ -228,27 +215,11 @@ static void fill_config(Config* c, const FileHeader* h, int ctx) {
     c->max_seq_len = (int)h->max_seq_len;
     c->rms_norm_eps = h->rms_norm_eps;
     c->rope_theta = h->rope_theta;
-    c->arch = (int)h->arch;
     c->flags = (int)h->flags;
     c->weight_type = (WeightType)h->weight_type;
     c->group_size = (int)h->group_size;
-
-    if (ctx <= 0) {
-        c->seq_len = c->max_seq_len < DEFAULT_CTX ? c->max_seq_len : DEFAULT_CTX;
-    } else if (ctx > c->max_seq_len) { /* run.c says so */
-        c->seq_len = c->max_seq_len;
-    } else {
-        c->seq_len = ctx;
-    }
-}
-
-/* Checks every header field; fills the Config. Returns 0 or -1 with err set. */
-static int read_config(Transformer* t, const char* path, int ctx, char* err, size_t errlen) {
-    const FileHeader* h = &t->header;
-    if (check_format(h, path, err, errlen) != 0 || check_sizes(h, path, err, errlen) != 0 ||
-        check_weight_type(h, path, err, errlen) != 0 || check_constants(h, path, err, errlen) != 0)
-        return -1;
-    fill_config(&t->config, h, ctx);
+    c->seq_len = ctx <= 0 ? DEFAULT_CTX : ctx;
+    if (c->seq_len > c->max_seq_len) c->seq_len = c->max_seq_len; /* run.c says so */
     return 0;
 }
 
@@ -262,7 +233,7 @@ static int map_weights(Transformer* t, const char* path, char* err, size_t errle
     TensorWalk walk = {t->map.data, h->weights_offset, h->weights_offset + h->weights_bytes, path, err,
                        errlen, 0};
 
-    w->layers = alloc_array((size_t)L, sizeof(LayerWeights));
+    w->layers = calloc((size_t)L, sizeof(LayerWeights));
     if (w->layers == NULL) return fail(err, errlen, path, "out of memory");
     w->embed_tokens = take_matrix(&walk, c, V, D, "embed_tokens", -1);
     for (int l = 0; l < L; l++) {
@@ -324,20 +295,13 @@ static size_t attention_scratch_rows(const Config* c) {
     return (size_t)(rows > ATTENTION_QUERY_TILE ? rows : ATTENTION_QUERY_TILE);
 }
 
-/* The KV cache (keys and values alike) in blocks of kv_block_len() positions (KV_BLOCK_LEN for
- * fp32 elements, twice that for halves: the same bytes); a block holds every
- * layer's and kv head's rows of its positions, [block][layer][kv head][position in block][d], so
- * the cache grows in position order and can sit in 2 MB pages without mapping more than the
- * positions reached (plus the rest of a block and of its last 2 MB page); within a block each kv
- * head's rows are one run of 128 x 512 bytes (Qwen3's head_dim) that attention reads as a stream.
- * The fp16 cache's blocks hold twice the positions, so its runs are as long in bytes. Both
- * choices are measured in docs/design.md#kv-cache. */
+/* The KV cache (keys and values alike) in blocks of kv_block_len() positions,
+ * [block][layer][kv head][position in block][d]: the cache grows in position order, so its 2 MB
+ * pages map little more than the positions reached, and a kv head's rows in a block are one run
+ * (128 x 512 bytes for Qwen3's head_dim; an fp16 block holds twice the positions in as many bytes)
+ * that attention reads as a stream (docs/design.md#kv-cache). */
 static size_t kv_block_elems(const Config* c, int block_len) {
     return (size_t)c->n_layers * c->n_kv_heads * (size_t)block_len * c->head_dim;
-}
-
-static size_t kv_cache_elems(const Config* c, int block_len) {
-    return (size_t)((c->seq_len + block_len - 1) / block_len) * kv_block_elems(c, block_len);
 }
 
 /* Where layer l, kv head h, position p sits in either cache, in elements (floats, or halves with
@@ -355,32 +319,33 @@ static void kv_store(const RunState* s, void* cache, size_t at, const float* x, 
         memcpy((float*)cache + at, x, (size_t)n * sizeof(float));
 }
 
-static int alloc_state(Transformer* t, int n_threads) {
+static int alloc_state(Transformer* t, int n_threads, int kv_f16) {
     const Config* c = &t->config;
     RunState* s = &t->state;
     size_t B = MAX_BATCH, D = (size_t)c->dim, F = (size_t)c->hidden_dim;
     size_t q_dim = (size_t)c->n_heads * c->head_dim, kv_dim = (size_t)c->n_kv_heads * c->head_dim;
     size_t seq = (size_t)c->seq_len;
     s->max_batch = MAX_BATCH;
-    s->x = alloc_array(B * D, sizeof(float));
-    s->xb = alloc_array(B * D, sizeof(float));
-    s->q = alloc_array(B * q_dim, sizeof(float));
-    s->k = alloc_array(B * kv_dim, sizeof(float));
-    s->v = alloc_array(B * kv_dim, sizeof(float));
-    s->att_out = alloc_array(B * q_dim, sizeof(float));
-    s->proj = alloc_array(B * D, sizeof(float));
-    s->gate = alloc_array(B * F, sizeof(float));
-    s->up = alloc_array(B * F, sizeof(float));
-    s->att = alloc_array((size_t)n_threads * attention_scratch_rows(c) * seq, sizeof(float));
-    s->logits = alloc_array((size_t)c->vocab_size, sizeof(float));
+    s->x = calloc(B * D, sizeof(float));
+    s->xb = calloc(B * D, sizeof(float));
+    s->q = calloc(B * q_dim, sizeof(float));
+    s->k = calloc(B * kv_dim, sizeof(float));
+    s->v = calloc(B * kv_dim, sizeof(float));
+    s->att_out = calloc(B * q_dim, sizeof(float));
+    s->proj = calloc(B * D, sizeof(float));
+    s->gate = calloc(B * F, sizeof(float));
+    s->up = calloc(B * F, sizeof(float));
+    s->att = calloc((size_t)n_threads * attention_scratch_rows(c) * seq, sizeof(float));
+    s->logits = calloc((size_t)c->vocab_size, sizeof(float));
     /* The cache is the one big allocation (whole blocks of positions, twice), mapped lazily: memory
      * is only used for the blocks reached (populate_kv_cache). */
-    s->kv_f16 = t->options.kv_f16 != 0;
-    size_t kv_bytes = kv_cache_elems(c, kv_block_len(s)) * kv_elem_bytes(s);
+    s->kv_f16 = kv_f16 != 0;
+    const int bl = kv_block_len(s);
+    size_t kv_bytes = (size_t)((c->seq_len + bl - 1) / bl) * kv_block_elems(c, bl) * kv_elem_bytes(s);
     s->key_cache = alloc_huge_anonymous(kv_bytes);
     s->value_cache = alloc_huge_anonymous(kv_bytes);
-    s->rope_cos = alloc_array(seq * (size_t)(c->head_dim / 2), sizeof(float));
-    s->rope_sin = alloc_array(seq * (size_t)(c->head_dim / 2), sizeof(float));
+    s->rope_cos = calloc(seq * (size_t)(c->head_dim / 2), sizeof(float));
+    s->rope_sin = calloc(seq * (size_t)(c->head_dim / 2), sizeof(float));
     if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->att_out || !s->proj || !s->gate ||
         !s->up || !s->att || !s->logits || !s->key_cache || !s->value_cache || !s->rope_cos ||
         !s->rope_sin)
@@ -390,27 +355,16 @@ static int alloc_state(Transformer* t, int n_threads) {
 }
 
 static void free_state(RunState* s) {
-    free(s->x);
-    free(s->xb);
-    free(s->q);
-    free(s->k);
-    free(s->v);
-    free(s->att_out);
-    free(s->proj);
-    free(s->gate);
-    free(s->up);
-    free(s->att);
-    free(s->logits);
-    free(s->key_cache);
-    free(s->value_cache);
-    free(s->rope_cos);
-    free(s->rope_sin);
+    void* buffers[] = {s->x, s->xb, s->q, s->k, s->v, s->att_out, s->proj, s->gate, s->up, s->att,
+                       s->logits, s->key_cache, s->value_cache, s->rope_cos, s->rope_sin};
+    for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++) free(buffers[i]);
     memset(s, 0, sizeof *s);
 }
 
 /* Maps (or with --no-mmap reads) the file at path, a regular file at least a header long; its size
  * in *size. Returns 0, or -1 with err set and nothing mapped. */
-static int map_checkpoint(Transformer* t, const char* path, uint64_t* size, char* err, size_t errlen) {
+static int map_checkpoint(Transformer* t, const char* path, const TransformerOptions* o, uint64_t* size,
+                          char* err, size_t errlen) {
     /* stat before open: opening a FIFO for reading waits for a writer, forever if none comes. */
     struct stat st;
     if (stat(path, &st) != 0) return fail(err, errlen, path, "cannot open: %s", strerror(errno));
@@ -425,10 +379,6 @@ static int map_checkpoint(Transformer* t, const char* path, uint64_t* size, char
         close(fd);
         return fail(err, errlen, path, "cannot stat: %s", strerror(e));
     }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return fail(err, errlen, path, "not a regular file");
-    }
     if ((uint64_t)st.st_size < sizeof(FileHeader)) {
         close(fd);
         return fail(err, errlen, path, "file is %lld byte%s, too short for the %zu-byte checkpoint header",
@@ -438,15 +388,11 @@ static int map_checkpoint(Transformer* t, const char* path, uint64_t* size, char
         close(fd);
         return fail(err, errlen, path, "file is too large to map on this machine");
     }
-    const int no_mmap = t->options.no_mmap != 0;
-    const int how = no_mmap                        ? CHECKPOINT_COPIED
-                    : t->options.refill_page_cache ? CHECKPOINT_REFILL
-                                                   : CHECKPOINT_MAPPED;
+    const int how = o->no_mmap ? CHECKPOINT_COPIED : o->refill_page_cache ? CHECKPOINT_REFILL : CHECKPOINT_MAPPED;
     int map_errno = checkpoint_map(&t->map, fd, (size_t)st.st_size, how);
     close(fd); /* a mapping keeps the file alive */
     if (map_errno != 0)
-        return fail(err, errlen, path, "cannot %s: %s", no_mmap ? "read" : "mmap",
-                    strerror(map_errno));
+        return fail(err, errlen, path, "cannot %s: %s", o->no_mmap ? "read" : "mmap", strerror(map_errno));
     *size = (uint64_t)st.st_size;
     return 0;
 }
@@ -471,9 +417,9 @@ static int check_sections(const FileHeader* h, uint64_t size, const char* path, 
 
 /* The model's own kernel context: its thread pool (options.threads, default the CPUs this process
  * may run on, at most 256) and scratch sized for the widest matrix. */
-static int start_kernels(Transformer* t, const char* path, char* err, size_t errlen) {
+static int start_kernels(Transformer* t, const TransformerOptions* o, const char* path, char* err, size_t errlen) {
     const Config* c = &t->config;
-    int n_threads = t->options.threads;
+    int n_threads = o->threads;
     if (n_threads <= 0) n_threads = kernels_available_cpus();
     if (n_threads > 256) n_threads = 256;
     int max_cols = c->dim;
@@ -481,47 +427,34 @@ static int start_kernels(Transformer* t, const char* path, char* err, size_t err
     if (c->n_heads * c->head_dim > max_cols) max_cols = c->n_heads * c->head_dim;
     t->kernels = kernels_new(n_threads, MAX_BATCH, max_cols);
     if (!t->kernels) return fail(err, errlen, path, "out of memory for the scratch of %d kernel threads", n_threads);
-    kernels_set_bf16_activations(t->kernels, t->options.bf16_activations);
+    kernels_set_bf16_activations(t->kernels, o->bf16_activations);
     return 0;
 }
 
 int transformer_load(Transformer* t, const char* path, const TransformerOptions* opt, char* err, size_t errlen) {
+    const TransformerOptions o = opt ? *opt : (TransformerOptions){0};
     memset(t, 0, sizeof *t);
-    if (opt) t->options = *opt;
     if (err && errlen) err[0] = '\0';
-    {
-        const uint32_t one = 1;
-        if (*(const uint8_t*)&one != 1)
-            return fail(err, errlen, path, "this engine needs a little-endian machine");
-    }
+    const uint32_t one = 1;
+    if (*(const uint8_t*)&one != 1) return fail(err, errlen, path, "this engine needs a little-endian machine");
     uint64_t size = 0;
-    if (map_checkpoint(t, path, &size, err, errlen) != 0) return -1;
-    const void* data = t->map.data;
-    memcpy(&t->header, data, sizeof(FileHeader));
+    if (map_checkpoint(t, path, &o, &size, err, errlen) != 0) return -1;
+    memcpy(&t->header, t->map.data, sizeof(FileHeader));
     const FileHeader* h = &t->header;
-
-    if (read_config(t, path, t->options.ctx, err, errlen) != 0) goto fail_unmap;
-    if (check_sections(h, size, path, err, errlen) != 0) goto fail_unmap;
-    t->tokenizer_data = (const uint8_t*)data + h->tokenizer_offset;
+    if (read_config(t, path, o.ctx, err, errlen) != 0 || check_sections(h, size, path, err, errlen) != 0 ||
+        map_weights(t, path, err, errlen) != 0 || start_kernels(t, &o, path, err, errlen) != 0) {
+        transformer_free(t);
+        return -1;
+    }
+    t->tokenizer_data = (const uint8_t*)t->map.data + h->tokenizer_offset;
     t->tokenizer_bytes = (size_t)h->tokenizer_bytes;
-
-    if (map_weights(t, path, err, errlen) != 0) goto fail_unmap;
-    if (start_kernels(t, path, err, errlen) != 0) goto fail_unmap;
-    if (alloc_state(t, kernels_threads(t->kernels)) != 0) {
+    if (alloc_state(t, kernels_threads(t->kernels), o.kv_f16) != 0) {
         fail(err, errlen, path, "out of memory for the run state (KV cache of %d positions: try a "
              "smaller -c/--ctx)", t->config.seq_len);
-        goto fail_kernels;
+        transformer_free(t);
+        return -1;
     }
     return 0;
-
-fail_kernels:
-    kernels_free(t->kernels);
-fail_unmap:
-    free_state(&t->state);
-    free(t->weights.layers);
-    checkpoint_unmap(&t->map);
-    memset(t, 0, sizeof *t);
-    return -1;
 }
 
 void transformer_free(Transformer* t) {
@@ -533,17 +466,13 @@ void transformer_free(Transformer* t) {
     memset(t, 0, sizeof *t);
 }
 
-/* ---------------------------------------------------------------------------------------------
- * The forward pass
- * --------------------------------------------------------------------------------------------- */
+/* ---- The forward pass ---- */
 
 /* One attention job: the kv heads of a batch, split over the kernel threads. Decode (one row): task
- * i takes a contiguous range of kv heads, each its GQA group of query heads (attention_group loads
- * each key and value once per pair of the group's query heads: once for Qwen3-0.6B's 2, twice for
- * the 4 of 4B and 8B). Prefill: the work is (block of ATTENTION_BLOCK_ROWS
- * rows, kv head) pairs, and task i takes pairs i, i + n_tasks, i + 2 n_tasks, ...: interleaving
- * balances the work, because the causal mask makes later rows longer. Each task has its own score
- * scratch in state.att (attention_scratch_rows * seq_len floats). */
+ * i takes a contiguous range of kv heads, each with its GQA group of query heads. Prefill: the
+ * work is (block of ATTENTION_BLOCK_ROWS rows, kv head) pairs, task i taking pairs i, i + n_tasks,
+ * i + 2 n_tasks, ...: interleaving balances the work, as the causal mask makes later rows longer.
+ * Each task has its own score scratch in state.att (attention_scratch_rows * seq_len floats). */
 typedef struct {
     const Transformer* t;
     int layer, n_rows, pos0, n_tasks;
@@ -593,12 +522,11 @@ static void attention_task(void* ctx, int task, int thread) {
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
 #endif
 
-/* The KV cache's pages are mapped before a chunk writes its positions: one MADV_POPULATE_WRITE
- * call maps a whole range for a small part of what a write fault per 4 KB page costs
- * (docs/design.md#kv-cache). Whole blocks
- * (kv_offset) are populated, in 2 MB pages where the system gives them (alloc_huge_anonymous):
- * memory stays what the blocks reached use, plus the rest of their last 2 MB page
- * (tests/test_kv_cache.c). Where the call does not exist or fails, the writes fault the pages in. */
+/* Maps the KV cache's pages for positions below `end` before a chunk writes them: one
+ * MADV_POPULATE_WRITE call costs a small part of a write fault per 4 KB page
+ * (docs/design.md#kv-cache). Whole blocks are populated, so memory stays what the blocks reached
+ * use, plus the rest of their last 2 MB page (tests/test_kv_cache.c). Where the call does not
+ * exist or fails, the writes fault the pages in. */
 static void populate_kv_cache(Transformer* t, int end) {
 #ifdef MADV_POPULATE_WRITE
     const Config* c = &t->config;

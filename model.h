@@ -172,7 +172,7 @@ typedef struct {
     int seq_len;       /* the KV cache size actually allocated (-c/--ctx, at most max_seq_len) */
     float rms_norm_eps;
     double rope_theta;
-    int arch, flags;
+    int flags;
     WeightType weight_type;
     int group_size;
 } Config;
@@ -243,8 +243,8 @@ typedef struct {
     float eps;
 } NormLab;
 
-/* How transformer_load sets a model up; all zero is the default. The model keeps a copy
- * (Transformer.options), and nothing else in the process changes what a load does. */
+/* How transformer_load sets a model up; all zero is the default. Nothing else in the process
+ * changes what a load does. */
 typedef struct {
     int threads;          /* kernel threads, the caller's included; <= 0: one per CPU this process may run on */
     int ctx;              /* KV cache positions; <= 0: min(4096, max_seq_len); above max_seq_len: clamped to it */
@@ -275,7 +275,6 @@ typedef struct {
     struct NormTrace* norm_trace; /* NULL, or --show-norms: forward() reports every RMSNorm call
                                    * site at one position (norm_trace.h) */
     NormLab norm_lab;         /* zero, or the RMSNorm lab's switches (set after transformer_load) */
-    TransformerOptions options; /* as given to transformer_load */
     Kernels* kernels;         /* this model's threads and matmul scratch (kernels.h): forward() passes
                                * it to every kernel that uses them */
 } Transformer;
