@@ -65,9 +65,7 @@ struct Tokenizer {
     uint32_t chat_template_len;
 };
 
-/* ------------------------------------------------------------------------------------------- */
-/* Small helpers                                                                                */
-/* ------------------------------------------------------------------------------------------- */
+/* ---- Small helpers ---- */
 
 static uint32_t rd32(const uint8_t* p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
@@ -115,9 +113,7 @@ static int vocab_find(const Tokenizer* t, const uint8_t* s, size_t n, int new_id
     }
 }
 
-/* ------------------------------------------------------------------------------------------- */
-/* Loading                                                                                      */
-/* ------------------------------------------------------------------------------------------- */
+/* ---- Loading ---- */
 
 typedef struct {
     const uint8_t* p;
@@ -337,48 +333,47 @@ const char* tokenizer_chat_template(const Tokenizer* t, size_t* len) {
     return t && t->chat_template ? (const char*)t->chat_template : "";
 }
 
-/* ------------------------------------------------------------------------------------------- */
-/* UTF-8                                                                                        */
-/* ------------------------------------------------------------------------------------------- */
+/* ---- UTF-8 ---- */
 
 /* A byte that is not part of a valid UTF-8 sequence decodes to INVALID_BASE + byte: it has no
  * Unicode properties (ut_props gives 0: the "other" class), combining class 0, and is written
  * back as that byte. */
 #define INVALID_BASE 0x110000u
 
+/* Bytes a character with lead byte c needs in all (0: c cannot start one). */
+static int utf8_need(uint8_t c) {
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) return 2;
+    if (c >= 0xE0 && c <= 0xEF) return 3;
+    if (c >= 0xF0 && c <= 0xF4) return 4;
+    return 0;
+}
+
+/* Whether c can be the k-th byte (k >= 1) of a character whose lead byte is lead: the ranges
+ * after E0, ED, F0 and F4 rule out overlong forms, surrogates and code points above U+10FFFF. */
+static int utf8_cont_ok(uint8_t lead, int k, uint8_t c) {
+    if (k == 1) {
+        if (lead == 0xE0) return c >= 0xA0 && c <= 0xBF;
+        if (lead == 0xED) return c >= 0x80 && c <= 0x9F;
+        if (lead == 0xF0) return c >= 0x90 && c <= 0xBF;
+        if (lead == 0xF4) return c >= 0x80 && c <= 0x8F;
+    }
+    return (c & 0xC0) == 0x80;
+}
+
 /* Decodes the character at s[i] (i < n); *l gets its length in bytes (1 for an invalid byte). */
 static inline uint32_t utf8_next(const uint8_t* s, size_t n, size_t i, int* l) {
-    uint32_t c = s[i];
-    if (c < 0x80) {
-        *l = 1;
-        return c;
-    }
-    size_t left = n - i;
-    if (c >= 0xC2 && c <= 0xDF) {
-        if (left >= 2 && (s[i + 1] & 0xC0) == 0x80) {
-            *l = 2;
-            return (c & 0x1F) << 6 | (s[i + 1] & 0x3F);
-        }
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        if (left >= 3 && (s[i + 1] & 0xC0) == 0x80 && (s[i + 2] & 0xC0) == 0x80) {
-            uint32_t v = (c & 0x0F) << 12 | (uint32_t)(s[i + 1] & 0x3F) << 6 | (s[i + 2] & 0x3F);
-            if (v >= 0x800 && (v < 0xD800 || v > 0xDFFF)) {
-                *l = 3;
-                return v;
-            }
-        }
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        if (left >= 4 && (s[i + 1] & 0xC0) == 0x80 && (s[i + 2] & 0xC0) == 0x80 && (s[i + 3] & 0xC0) == 0x80) {
-            uint32_t v = (c & 0x07) << 18 | (uint32_t)(s[i + 1] & 0x3F) << 12 | (uint32_t)(s[i + 2] & 0x3F) << 6 |
-                         (s[i + 3] & 0x3F);
-            if (v >= 0x10000 && v <= 0x10FFFF) {
-                *l = 4;
-                return v;
-            }
-        }
-    }
+    int need = utf8_need(s[i]);
     *l = 1;
-    return INVALID_BASE + c;
+    if (need == 1) return s[i];
+    if (need == 0 || n - i < (size_t)need) return INVALID_BASE + s[i];
+    uint32_t c = s[i] & (0xFFu >> (need + 1));
+    for (int k = 1; k < need; k++) {
+        if (!utf8_cont_ok(s[i], k, s[i + k])) return INVALID_BASE + s[i];
+        c = c << 6 | (s[i + k] & 0x3F);
+    }
+    *l = need;
+    return c;
 }
 
 /* Writes c as UTF-8 (an invalid byte as itself) to o; returns the number of bytes. */
@@ -394,9 +389,7 @@ static int utf8_put(uint32_t c, uint8_t* o) {
     return n;
 }
 
-/* ------------------------------------------------------------------------------------------- */
-/* Growable buffers                                                                             */
-/* ------------------------------------------------------------------------------------------- */
+/* ---- Growable buffers ---- */
 
 /* p (an array of *cap elements of `size` bytes) grown to hold at least `need`, doubling; NULL when
  * out of memory (p is then still valid). */
@@ -446,9 +439,7 @@ static inline void ids_add(Ids* v, int id) {
     v->p[v->n++] = id;
 }
 
-/* ------------------------------------------------------------------------------------------- */
-/* NFC                                                                                          */
-/* ------------------------------------------------------------------------------------------- */
+/* ---- NFC ---- */
 
 typedef struct {
     uint32_t c;   /* code point (or INVALID_BASE + byte) */
@@ -553,9 +544,7 @@ static const uint8_t* nfc(const uint8_t* s, size_t n, size_t* out_n, Bytes* out,
     return out->p;
 }
 
-/* ------------------------------------------------------------------------------------------- */
-/* Pre-tokenizer: the Split regex as a scanner                                                  */
-/* ------------------------------------------------------------------------------------------- */
+/* ---- Pre-tokenizer: the Split regex as a scanner ---- */
 
 static inline int is_crlf(uint32_t c) { return c == '\r' || c == '\n'; }
 
@@ -634,9 +623,7 @@ static size_t next_piece(const uint8_t* s, size_t n, size_t i, int max_digits) {
     return (size_t)l0;
 }
 
-/* ------------------------------------------------------------------------------------------- */
-/* BPE                                                                                          */
-/* ------------------------------------------------------------------------------------------- */
+/* ---- BPE ---- */
 
 typedef struct {
     int id;           /* -1: merged into its left neighbour (heap method) */
@@ -847,9 +834,7 @@ int* tokenizer_encode(const Tokenizer* t, const char* text, size_t len, int* n_i
     return out.p;
 }
 
-/* ------------------------------------------------------------------------------------------- */
-/* Decoding                                                                                     */
-/* ------------------------------------------------------------------------------------------- */
+/* ---- Decoding ---- */
 
 typedef struct {
     FILE* f;
@@ -862,26 +847,6 @@ static void sink_put(Sink* k, const void* s, size_t n) {
 }
 
 static const uint8_t REPLACEMENT[3] = {0xEF, 0xBF, 0xBD};
-
-/* Bytes a character with lead byte c needs in all (0: c cannot start one). */
-static int utf8_need(uint8_t c) {
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) return 2;
-    if (c >= 0xE0 && c <= 0xEF) return 3;
-    if (c >= 0xF0 && c <= 0xF4) return 4;
-    return 0;
-}
-
-/* Whether c can be the k-th byte (k >= 1) of a character whose lead byte is lead. */
-static int utf8_cont_ok(uint8_t lead, int k, uint8_t c) {
-    if (k == 1) {
-        if (lead == 0xE0) return c >= 0xA0 && c <= 0xBF;
-        if (lead == 0xED) return c >= 0x80 && c <= 0x9F;
-        if (lead == 0xF0) return c >= 0x90 && c <= 0xBF;
-        if (lead == 0xF4) return c >= 0x80 && c <= 0x8F;
-    }
-    return (c & 0xC0) == 0x80;
-}
 
 /* Feeds bytes through the stream: complete characters are written, an invalid sequence (a maximal
  * subpart, as Rust's from_utf8_lossy and the W3C/Unicode recommendation) becomes one U+FFFD. */
@@ -955,9 +920,7 @@ char* tokenizer_decode(const Tokenizer* t, const int* ids, int n, int skip_speci
     if (len) *len = b.n - 1;
     return (char*)b.p;
 }
-/* ------------------------------------------------------------------------------------------- */
-/* Helpers exposed for tests                                                                    */
-/* ------------------------------------------------------------------------------------------- */
+/* ---- Helpers exposed for tests ---- */
 
 char* tokenizer_nfc(const char* s, size_t n, size_t* out_n) {
     Bytes b = {0};
