@@ -39,14 +39,22 @@
 
 /* ---- Loading ---- */
 
-/* Writes "PATH: message" into err and returns -1. */
-static int fail(char* err, size_t errlen, const char* path, const char* fmt, ...) {
-    if (err == NULL || errlen == 0) return -1;
-    int n = snprintf(err, errlen, "%s: ", path);
-    if (n < 0 || (size_t)n >= errlen) return -1;
+/* Where a load reports its one error line, "PATH: problem". */
+typedef struct {
+    const char* path;
+    char* buf;
+    size_t len;
+} LoadError;
+
+/* Writes "PATH: message" into e's buffer and returns -1. */
+static int fail(const LoadError* e, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(const LoadError* e, const char* fmt, ...) {
+    if (e->buf == NULL || e->len == 0) return -1;
+    int n = snprintf(e->buf, e->len, "%s: ", e->path);
+    if (n < 0 || (size_t)n >= e->len) return -1;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
+    vsnprintf(e->buf + n, e->len - (size_t)n, fmt, ap);
     va_end(ap);
     return -1;
 }
@@ -58,9 +66,7 @@ typedef struct {
     const uint8_t* base;  /* the mapped file */
     uint64_t pos;         /* the end of the previous tensor (a file offset) */
     uint64_t end;         /* the end of the weights section */
-    const char* path;
-    char* err;
-    size_t errlen;
+    const LoadError* e;
     int failed;
 } TensorWalk;
 
@@ -73,10 +79,9 @@ static const void* take(TensorWalk* w, uint64_t bytes, const char* what, int lay
     uint64_t stop = start + bytes;
     if (stop > w->end) {
         w->failed = 1;
-        fail(w->err, w->errlen, w->path,
-             "tensor %s (%llu bytes at offset %llu) ends past the weights section (which ends at "
-             "%llu): the file is truncated or its header does not match its tensors",
-             name, (unsigned long long)bytes, (unsigned long long)start, (unsigned long long)w->end);
+        fail(w->e, "tensor %s (%llu bytes at offset %llu) ends past the weights section (which ends at %llu): the "
+             "file is truncated or its header does not match its tensors", name, (unsigned long long)bytes,
+             (unsigned long long)start, (unsigned long long)w->end);
         return NULL;
     }
     w->pos = stop;
@@ -96,30 +101,27 @@ static const float* take_vector(TensorWalk* w, int n, const char* what, int laye
     return take(w, (uint64_t)n * 4, what, layer);
 }
 
-/* The header's format: magic, version, architecture and flags. Returns 0 or -1 with err set. */
-static int check_format(const FileHeader* h, const char* path, char* err, size_t errlen) {
+/* The header's format: magic, version, architecture and flags. Returns 0 or -1 with the error written. */
+static int check_format(const FileHeader* h, const LoadError* e) {
     if (memcmp(h->magic, CHECKPOINT_MAGIC, 4) != 0)
-        return fail(err, errlen, path, "not a checkpoint of this engine (bad magic; convert the "
-                                       "model with export.py)");
+        return fail(e, "not a checkpoint of this engine (bad magic; convert the model with export.py)");
     /* Versions before 5 differ only in their q8 layout and before 4 in their q4 layout (model.h),
      * so their f32 and bf16 files read as they are. */
     if (h->version < 1 || h->version > CHECKPOINT_VERSION)
-        return fail(err, errlen, path, "checkpoint version %u, this engine reads versions 1 to %d",
-                    h->version, CHECKPOINT_VERSION);
+        return fail(e, "checkpoint version %u, this engine reads versions 1 to %d", h->version, CHECKPOINT_VERSION);
+    const char* quant = h->weight_type == WEIGHT_Q4 ? "q4" : "q8";
     if ((h->version < 5 && h->weight_type == WEIGHT_Q8) || (h->version < 4 && h->weight_type == WEIGHT_Q4))
-        return fail(err, errlen, path, "a %s checkpoint of version %u, whose %s layout this engine "
-                                       "no longer reads: export it again with export.py",
-                    h->weight_type == WEIGHT_Q4 ? "q4" : "q8", h->version,
-                    h->weight_type == WEIGHT_Q4 ? "q4" : "q8");
+        return fail(e, "a %s checkpoint of version %u, whose %s layout this engine no longer reads: export it "
+                    "again with export.py", quant, h->version, quant);
     if (h->arch < ARCH_QWEN3 || h->arch > ARCH_LLAMA)
-        return fail(err, errlen, path, "unknown architecture %u", h->arch);
+        return fail(e, "unknown architecture %u", h->arch);
     if (h->flags & ~(uint32_t)(FLAG_QK_NORM | FLAG_QKV_BIAS | FLAG_TIED_EMBED))
-        return fail(err, errlen, path, "unknown flags 0x%x", h->flags);
+        return fail(e, "unknown flags 0x%x", h->flags);
     return 0;
 }
 
 /* The model's sizes: each in its range, the heads consistent, every matrix indexable. */
-static int check_sizes(const FileHeader* h, const char* path, char* err, size_t errlen) {
+static int check_sizes(const FileHeader* h, const LoadError* e) {
     /* The bounds are model.h's CHECKPOINT LIMITS; export.py refuses a model outside them. */
     struct { const char* name; uint32_t value, max; } sizes[] = {
         {"dim", h->dim, MAX_DIM},
@@ -133,76 +135,68 @@ static int check_sizes(const FileHeader* h, const char* path, char* err, size_t 
     };
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         if (sizes[i].value == 0 || sizes[i].value > sizes[i].max)
-            return fail(err, errlen, path, "%s = %u is out of range (1 .. %u)", sizes[i].name,
-                        sizes[i].value, sizes[i].max);
+            return fail(e, "%s = %u is out of range (1 .. %u)", sizes[i].name, sizes[i].value, sizes[i].max);
     if (h->n_heads % h->n_kv_heads != 0)
-        return fail(err, errlen, path, "n_heads = %u is not a multiple of n_kv_heads = %u",
-                    h->n_heads, h->n_kv_heads);
+        return fail(e, "n_heads = %u is not a multiple of n_kv_heads = %u", h->n_heads, h->n_kv_heads);
     if (h->head_dim % 2 != 0)
-        return fail(err, errlen, path, "head_dim = %u is odd (RoPE rotates pairs)", h->head_dim);
-    if ((uint64_t)h->n_heads * h->head_dim > MAX_HIDDEN)
-        return fail(err, errlen, path, "n_heads * head_dim = %llu is out of range",
-                    (unsigned long long)h->n_heads * h->head_dim);
-    /* The kernels index a matrix with int arithmetic: every matrix must have < 2^31 values. */
+        return fail(e, "head_dim = %u is odd (RoPE rotates pairs)", h->head_dim);
     uint64_t q_dim = (uint64_t)h->n_heads * h->head_dim;
+    if (q_dim > MAX_HIDDEN) return fail(e, "n_heads * head_dim = %llu is out of range", (unsigned long long)q_dim);
+    /* The kernels index a matrix with int arithmetic: every matrix must have < 2^31 values. */
     uint64_t widest = h->dim > h->hidden_dim ? h->dim : h->hidden_dim;
     if (q_dim > widest) widest = q_dim;
     uint64_t tallest = h->vocab_size > h->hidden_dim ? h->vocab_size : h->hidden_dim;
     if (q_dim > tallest) tallest = q_dim;
     if (widest * tallest > (uint64_t)MAX_MATRIX_VALUES)
-        return fail(err, errlen, path, "matrices with more than 2^31 values are not supported");
+        return fail(e, "matrices with more than 2^31 values are not supported");
     return 0;
 }
 
 /* The weight type and its group size, which must divide every row length that is quantised. */
-static int check_weight_type(const FileHeader* h, const char* path, char* err, size_t errlen) {
+static int check_weight_type(const FileHeader* h, const LoadError* e) {
     uint64_t q_dim = (uint64_t)h->n_heads * h->head_dim;
     if (h->weight_type > WEIGHT_Q4)
-        return fail(err, errlen, path, "unknown weight type %u", h->weight_type);
+        return fail(e, "unknown weight type %u", h->weight_type);
     if (h->weight_type == WEIGHT_Q4 && h->group_size != Q4_GROUP)
-        return fail(err, errlen, path, "q4 group size %u: this engine's q4 has groups of %d",
-                    h->group_size, Q4_GROUP);
+        return fail(e, "q4 group size %u: this engine's q4 has groups of %d", h->group_size, Q4_GROUP);
     if (h->weight_type == WEIGHT_Q8 || h->weight_type == WEIGHT_Q4) {
         if (h->group_size == 0 || h->dim % h->group_size || h->hidden_dim % h->group_size ||
             q_dim % h->group_size)
-            return fail(err, errlen, path,
-                        "%s group size %u must be nonzero and divide dim %u, hidden_dim %u and "
-                        "n_heads*head_dim %llu", h->weight_type == WEIGHT_Q4 ? "q4" : "q8",
-                        h->group_size, h->dim, h->hidden_dim,
+            return fail(e, "%s group size %u must be nonzero and divide dim %u, hidden_dim %u and n_heads*head_dim "
+                        "%llu", h->weight_type == WEIGHT_Q4 ? "q4" : "q8", h->group_size, h->dim, h->hidden_dim,
                         (unsigned long long)q_dim);
     } else if (h->group_size != 0) {
-        return fail(err, errlen, path, "group_size = %u for an unquantised checkpoint (must be 0)",
-                    h->group_size);
+        return fail(e, "group_size = %u for an unquantised checkpoint (must be 0)", h->group_size);
     }
     return 0;
 }
 
 /* The constants (RMSNorm's eps, RoPE's base), the special tokens and the generation defaults. */
-static int check_constants(const FileHeader* h, const char* path, char* err, size_t errlen) {
+static int check_constants(const FileHeader* h, const LoadError* e) {
     if (!(h->rms_norm_eps > 0.0f && h->rms_norm_eps < 1.0f))
-        return fail(err, errlen, path, "rms_norm_eps = %g is not in (0, 1)", h->rms_norm_eps);
+        return fail(e, "rms_norm_eps = %g is not in (0, 1)", h->rms_norm_eps);
     if (!(h->rope_theta > 0.0 && h->rope_theta < MAX_ROPE_THETA))
-        return fail(err, errlen, path, "rope_theta = %g is not a positive number", h->rope_theta);
+        return fail(e, "rope_theta = %g is not a positive number", h->rope_theta);
     if (h->bos_id < -1 || h->bos_id >= (int32_t)h->vocab_size)
-        return fail(err, errlen, path, "bos_id = %d is not -1 or a token id", h->bos_id);
+        return fail(e, "bos_id = %d is not -1 or a token id", h->bos_id);
     if (h->n_eos > MAX_EOS_IDS)
-        return fail(err, errlen, path, "n_eos = %u is more than %d", h->n_eos, MAX_EOS_IDS);
+        return fail(e, "n_eos = %u is more than %d", h->n_eos, MAX_EOS_IDS);
     for (uint32_t i = 0; i < h->n_eos; i++)
         if (h->eos_ids[i] < 0)
-            return fail(err, errlen, path, "eos id %d is negative", h->eos_ids[i]);
+            return fail(e, "eos id %d is negative", h->eos_ids[i]);
     if (!(h->temperature >= 0.0f && h->temperature <= MAX_TEMPERATURE) ||
         !(h->top_p >= 0.0f && h->top_p <= MAX_TOP_P) || h->top_k < 0)
-        return fail(err, errlen, path, "generation defaults out of range (temperature %g, top_p "
-                    "%g, top_k %d)", h->temperature, h->top_p, h->top_k);
+        return fail(e, "generation defaults out of range (temperature %g, top_p %g, top_k %d)", h->temperature,
+                    h->top_p, h->top_k);
     return 0;
 }
 
 /* Checks every header field and fills the Config; seq_len is ctx, held to the model's context
- * (<= 0: the default). Returns 0 or -1 with err set. */
-static int read_config(Transformer* t, const char* path, int ctx, char* err, size_t errlen) {
+ * (<= 0: the default). Returns 0 or -1 with the error written. */
+static int read_config(Transformer* t, int ctx, const LoadError* e) {
     const FileHeader* h = &t->header;
-    if (check_format(h, path, err, errlen) != 0 || check_sizes(h, path, err, errlen) != 0 ||
-        check_weight_type(h, path, err, errlen) != 0 || check_constants(h, path, err, errlen) != 0)
+    if (check_format(h, e) != 0 || check_sizes(h, e) != 0 ||
+        check_weight_type(h, e) != 0 || check_constants(h, e) != 0)
         return -1;
     Config* c = &t->config;
     c->dim = (int)h->dim;
@@ -224,17 +218,16 @@ static int read_config(Transformer* t, const char* path, int ctx, char* err, siz
 }
 
 /* Points every weight into the mapping, in the order of model.h. */
-static int map_weights(Transformer* t, const char* path, char* err, size_t errlen) {
+static int map_weights(Transformer* t, const LoadError* e) {
     const Config* c = &t->config;
     const FileHeader* h = &t->header;
     Weights* w = &t->weights;
     int D = c->dim, F = c->hidden_dim, L = c->n_layers, V = c->vocab_size;
     int q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim, d = c->head_dim;
-    TensorWalk walk = {t->map.data, h->weights_offset, h->weights_offset + h->weights_bytes, path, err,
-                       errlen, 0};
+    TensorWalk walk = {t->map.data, h->weights_offset, h->weights_offset + h->weights_bytes, e, 0};
 
     w->layers = calloc((size_t)L, sizeof(LayerWeights));
-    if (w->layers == NULL) return fail(err, errlen, path, "out of memory");
+    if (w->layers == NULL) return fail(e, "out of memory");
     w->embed_tokens = take_matrix(&walk, c, V, D, "embed_tokens", -1);
     for (int l = 0; l < L; l++) {
         LayerWeights* lw = &w->layers[l];
@@ -263,9 +256,8 @@ static int map_weights(Transformer* t, const char* path, char* err, size_t errle
     /* export.py pads the section to a multiple of 64 after the last tensor; anything more means the
      * header describes a different model than the one stored. */
     if (walk.end - walk.pos >= CHECKPOINT_ALIGN)
-        return fail(err, errlen, path, "the weights section has %llu bytes after the last tensor: "
-                    "the header does not match the tensors",
-                    (unsigned long long)(walk.end - walk.pos));
+        return fail(e, "the weights section has %llu bytes after the last tensor: the header does not match the "
+                    "tensors", (unsigned long long)(walk.end - walk.pos));
     return 0;
 }
 
@@ -362,62 +354,60 @@ static void free_state(RunState* s) {
 }
 
 /* Maps (or with --no-mmap reads) the file at path, a regular file at least a header long; its size
- * in *size. Returns 0, or -1 with err set and nothing mapped. */
-static int map_checkpoint(Transformer* t, const char* path, const TransformerOptions* o, uint64_t* size,
-                          char* err, size_t errlen) {
+ * in *size. Returns 0, or -1 with the error written and nothing mapped. */
+static int map_checkpoint(Transformer* t, const TransformerOptions* o, uint64_t* size, const LoadError* e) {
     /* stat before open: opening a FIFO for reading waits for a writer, forever if none comes. */
     struct stat st;
-    if (stat(path, &st) != 0) return fail(err, errlen, path, "cannot open: %s", strerror(errno));
+    if (stat(e->path, &st) != 0) return fail(e, "cannot open: %s", strerror(errno));
     if (!S_ISREG(st.st_mode))
-        return fail(err, errlen, path, "not a regular file (%s)", S_ISDIR(st.st_mode) ? "a directory"
-                                                                  : S_ISFIFO(st.st_mode) ? "a FIFO"
-                                                                  : "a device or socket");
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return fail(err, errlen, path, "cannot open: %s", strerror(errno));
+        return fail(e, "not a regular file (%s)",
+                    S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket");
+    int fd = open(e->path, O_RDONLY);
+    if (fd < 0) return fail(e, "cannot open: %s", strerror(errno));
     if (fstat(fd, &st) != 0) {
-        int e = errno;
+        int code = errno;
         close(fd);
-        return fail(err, errlen, path, "cannot stat: %s", strerror(e));
+        return fail(e, "cannot stat: %s", strerror(code));
     }
     if ((uint64_t)st.st_size < sizeof(FileHeader)) {
         close(fd);
-        return fail(err, errlen, path, "file is %lld byte%s, too short for the %zu-byte checkpoint header",
+        return fail(e, "file is %lld byte%s, too short for the %zu-byte checkpoint header",
                     (long long)st.st_size, st.st_size == 1 ? "" : "s", sizeof(FileHeader));
     }
     if ((uint64_t)st.st_size > (uint64_t)SIZE_MAX) {
         close(fd);
-        return fail(err, errlen, path, "file is too large to map on this machine");
+        return fail(e, "file is too large to map on this machine");
     }
     const int how = o->no_mmap ? CHECKPOINT_COPIED : o->refill_page_cache ? CHECKPOINT_REFILL : CHECKPOINT_MAPPED;
     int map_errno = checkpoint_map(&t->map, fd, (size_t)st.st_size, how);
     close(fd); /* a mapping keeps the file alive */
     if (map_errno != 0)
-        return fail(err, errlen, path, "cannot %s: %s", o->no_mmap ? "read" : "mmap", strerror(map_errno));
+        return fail(e, "cannot %s: %s", o->no_mmap ? "read" : "mmap", strerror(map_errno));
     *size = (uint64_t)st.st_size;
     return 0;
 }
 
 /* The two sections: inside the file, after the header, not overlapping, no wrap-around. */
-static int check_sections(const FileHeader* h, uint64_t size, const char* path, char* err, size_t errlen) {
+static int check_sections(const FileHeader* h, uint64_t size, const LoadError* e) {
     if (h->tokenizer_offset < sizeof(FileHeader) || h->tokenizer_offset > size ||
         h->tokenizer_bytes > size - h->tokenizer_offset)
-        return fail(err, errlen, path, "tokenizer section [%llu, +%llu) is not inside the %llu-byte file (truncated?)",
+        return fail(e, "tokenizer section [%llu, +%llu) is not inside the %llu-byte file (truncated?)",
                     (unsigned long long)h->tokenizer_offset, (unsigned long long)h->tokenizer_bytes,
                     (unsigned long long)size);
     if (h->weights_offset < sizeof(FileHeader) || h->weights_offset > size ||
         h->weights_bytes > size - h->weights_offset)
-        return fail(err, errlen, path, "weights section [%llu, +%llu) is not inside the %llu-byte file "
-                    "(truncated?)", (unsigned long long)h->weights_offset,
-                    (unsigned long long)h->weights_bytes, (unsigned long long)size);
+        return fail(e, "weights section [%llu, +%llu) is not inside the %llu-byte file (truncated?)",
+                    (unsigned long long)h->weights_offset, (unsigned long long)h->weights_bytes,
+                    (unsigned long long)size);
     if (h->tokenizer_offset < h->weights_offset + h->weights_bytes &&
         h->weights_offset < h->tokenizer_offset + h->tokenizer_bytes)
-        return fail(err, errlen, path, "the tokenizer and weights sections overlap");
+        return fail(e, "the tokenizer and weights sections overlap");
     return 0;
 }
 
 /* The model's own kernel context: its thread pool (options.threads, default the CPUs this process
  * may run on, at most 256) and scratch sized for the widest matrix. */
-static int start_kernels(Transformer* t, const TransformerOptions* o, const char* path, char* err, size_t errlen) {
+static int start_kernels(Transformer* t, const TransformerOptions* o, const LoadError* e) {
     const Config* c = &t->config;
     int n_threads = o->threads;
     if (n_threads <= 0) n_threads = kernels_available_cpus();
@@ -426,7 +416,7 @@ static int start_kernels(Transformer* t, const TransformerOptions* o, const char
     if (c->hidden_dim > max_cols) max_cols = c->hidden_dim;
     if (c->n_heads * c->head_dim > max_cols) max_cols = c->n_heads * c->head_dim;
     t->kernels = kernels_new(n_threads, MAX_BATCH, max_cols);
-    if (!t->kernels) return fail(err, errlen, path, "out of memory for the scratch of %d kernel threads", n_threads);
+    if (!t->kernels) return fail(e, "out of memory for the scratch of %d kernel threads", n_threads);
     kernels_set_bf16_activations(t->kernels, o->bf16_activations);
     return 0;
 }
@@ -434,22 +424,23 @@ static int start_kernels(Transformer* t, const TransformerOptions* o, const char
 int transformer_load(Transformer* t, const char* path, const TransformerOptions* opt, char* err, size_t errlen) {
     const TransformerOptions o = opt ? *opt : (TransformerOptions){0};
     memset(t, 0, sizeof *t);
+    const LoadError e = {path, err, errlen};
     if (err && errlen) err[0] = '\0';
     const uint32_t one = 1;
-    if (*(const uint8_t*)&one != 1) return fail(err, errlen, path, "this engine needs a little-endian machine");
+    if (*(const uint8_t*)&one != 1) return fail(&e, "this engine needs a little-endian machine");
     uint64_t size = 0;
-    if (map_checkpoint(t, path, &o, &size, err, errlen) != 0) return -1;
+    if (map_checkpoint(t, &o, &size, &e) != 0) return -1;
     memcpy(&t->header, t->map.data, sizeof(FileHeader));
     const FileHeader* h = &t->header;
-    if (read_config(t, path, o.ctx, err, errlen) != 0 || check_sections(h, size, path, err, errlen) != 0 ||
-        map_weights(t, path, err, errlen) != 0 || start_kernels(t, &o, path, err, errlen) != 0) {
+    if (read_config(t, o.ctx, &e) != 0 || check_sections(h, size, &e) != 0 || map_weights(t, &e) != 0 ||
+        start_kernels(t, &o, &e) != 0) {
         transformer_free(t);
         return -1;
     }
     t->tokenizer_data = (const uint8_t*)t->map.data + h->tokenizer_offset;
     t->tokenizer_bytes = (size_t)h->tokenizer_bytes;
     if (alloc_state(t, kernels_threads(t->kernels), o.kv_f16) != 0) {
-        fail(err, errlen, path, "out of memory for the run state (KV cache of %d positions: try a "
+        fail(&e, "out of memory for the run state (KV cache of %d positions: try a "
              "smaller -c/--ctx)", t->config.seq_len);
         transformer_free(t);
         return -1;
