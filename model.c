@@ -29,9 +29,7 @@
  * chunks. Each chunk reads every weight once: with 256 rows the matmuls are compute-bound, and
  * the activation buffers stay modest (for Qwen3-0.6B about 16 MB, touched only as far as a prompt
  * reaches). docs/design.md#prefill-chunks has the measurement. */
-#ifndef MAX_BATCH
 #define MAX_BATCH 256
-#endif
 
 /* Default KV cache size when the caller gives no context length (QWEN3.md 1.1: the models allow
  * 40,960 positions, but a cache that large costs 9 GB in fp32 for 0.6B). */

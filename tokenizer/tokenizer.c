@@ -61,8 +61,6 @@ struct Tokenizer {
     uint32_t vocab_mask;
     Added* added;         /* sorted longest first */
     uint8_t added_first[256];
-    const uint8_t* chat_template;
-    uint32_t chat_template_len;
 };
 
 /* ---- Small helpers ---- */
@@ -208,8 +206,7 @@ static int read_section(Tokenizer* t, Reader* r, Section* sec, char* err, size_t
         if (id >= MAX_VOCAB) return tok_error(err, errlen, "tokenizer section: added token id %u is too large", id);
         if ((int64_t)id + 1 > sec->size) sec->size = (int64_t)id + 1;
     }
-    t->chat_template_len = r_u32(r);
-    t->chat_template = r_bytes(r, t->chat_template_len);
+    r_bytes(r, r_u32(r)); /* the chat template: chat.c renders Qwen3's natively */
     if (r->bad) return tok_error(err, errlen, "tokenizer section: truncated chat template");
     if (r->pos != n) return tok_error(err, errlen, "tokenizer section: %zu unexpected bytes at its end", n - r->pos);
     return 0;
@@ -326,11 +323,6 @@ int tokenizer_is_special(const Tokenizer* t, int id) {
 int tokenizer_find(const Tokenizer* t, const char* s) {
     if (!t || !s || t->size == 0) return -1;
     return vocab_find(t, (const uint8_t*)s, strlen(s), -1);
-}
-
-const char* tokenizer_chat_template(const Tokenizer* t, size_t* len) {
-    if (len) *len = t ? t->chat_template_len : 0;
-    return t && t->chat_template ? (const char*)t->chat_template : "";
 }
 
 /* ---- UTF-8 ---- */
@@ -903,7 +895,6 @@ char* tokenizer_decode(const Tokenizer* t, const int* ids, int n, int skip_speci
     Bytes b = {0};
     Utf8Stream st = {{0}, 0};
     Sink k = {NULL, &b};
-    bytes_reserve(&b, 64);
     for (int i = 0; i < n; i++) {
         size_t l;
         const char* p = tokenizer_token(t, ids[i], &l);
@@ -920,6 +911,7 @@ char* tokenizer_decode(const Tokenizer* t, const int* ids, int n, int skip_speci
     if (len) *len = b.n - 1;
     return (char*)b.p;
 }
+
 /* ---- Helpers exposed for tests ---- */
 
 char* tokenizer_nfc(const char* s, size_t n, size_t* out_n) {

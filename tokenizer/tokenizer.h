@@ -52,10 +52,6 @@ void utf8_stream_flush(Utf8Stream* s, FILE* out);
  * without the NUL. NULL when out of memory. */
 char* tokenizer_decode(const Tokenizer* t, const int* ids, int n, int skip_special, size_t* len);
 
-/* The chat template stored in the checkpoint (tokenizer_config.json's Jinja text, informational;
- * chat.c renders Qwen3's template natively). "" with *len = 0 when there is none. */
-const char* tokenizer_chat_template(const Tokenizer* t, size_t* len);
-
 /* Unicode NFC of n bytes of UTF-8 (bytes that are not valid UTF-8 are kept as they are). Returns a
  * malloc'ed, NUL-terminated copy (free it), *out_n its length; NULL when out of memory. */
 char* tokenizer_nfc(const char* s, size_t n, size_t* out_n);
