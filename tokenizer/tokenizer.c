@@ -631,7 +631,6 @@ typedef struct {
 
 #define ARRAY_BPE_MAX 48   /* pieces up to this many bytes use the simple array method */
 #define CACHE_MAX_PIECE 32 /* pieces up to this many bytes are cached */
-#define CACHE_SLOTS 8192   /* a power of two */
 
 /* A cached piece and its ids (key_len 0: empty). */
 typedef struct {
@@ -640,12 +639,18 @@ typedef struct {
     int ids[CACHE_MAX_PIECE];
 } CacheEntry;
 
+/* The piece cache: open addressing over the entries themselves, doubled when half full. */
+typedef struct {
+    CacheEntry* slots;  /* NULL: no cache */
+    uint32_t mask, used;
+} Cache;
+
 /* The scratch of one tokenizer_encode call, so that the tokenizer itself stays read-only. */
 typedef struct {
     Symbol* sym;
     HeapItem* heap;         /* twice as long as sym: a piece of m symbols never holds more than 2m */
     size_t cap, heap_cap;
-    CacheEntry* cache;      /* NULL, or CACHE_SLOTS entries: piece bytes -> ids, direct-mapped */
+    Cache cache;
     Bytes nfc;
     Marks marks;
 } Work;
@@ -729,6 +734,24 @@ static void bpe_heap(const Tokenizer* t, Symbol* sym, HeapItem* heap, int m, Ids
     for (int i = 0; i >= 0; i = sym[i].next) ids_add(out, sym[i].id);
 }
 
+/* The entry of piece s[0..n), or the empty slot where it goes. */
+static CacheEntry* cache_slot(const Cache* c, const uint8_t* s, size_t n) {
+    for (uint32_t h = hash_bytes(s, n) & c->mask;; h = (h + 1) & c->mask) {
+        CacheEntry* e = &c->slots[h];
+        if (e->key_len == 0 || (e->key_len == n && memcmp(e->key, s, n) == 0)) return e;
+    }
+}
+
+/* Doubles the table; out of memory, the old one stays (and takes no more entries once full). */
+static void cache_grow(Cache* c) {
+    Cache bigger = {calloc(((size_t)c->mask + 1) * 2, sizeof *c->slots), c->mask * 2 + 1, c->used};
+    if (!bigger.slots) return;
+    for (uint32_t i = 0; i <= c->mask; i++)
+        if (c->slots[i].key_len) *cache_slot(&bigger, c->slots[i].key, c->slots[i].key_len) = c->slots[i];
+    free(c->slots);
+    *c = bigger;
+}
+
 /* Encodes one pre-tokenized piece. */
 static void encode_piece(const Tokenizer* t, Work* w, const uint8_t* s, size_t n, Ids* out) {
     if (n == 1) {
@@ -743,9 +766,9 @@ static void encode_piece(const Tokenizer* t, Work* w, const uint8_t* s, size_t n
         }
     }
     CacheEntry* ce = NULL;
-    if (w->cache && n <= CACHE_MAX_PIECE) {
-        ce = &w->cache[hash_bytes(s, n) & (CACHE_SLOTS - 1)];
-        if (ce->key_len == n && memcmp(ce->key, s, n) == 0) {
+    if (w->cache.slots && n <= CACHE_MAX_PIECE) {
+        ce = cache_slot(&w->cache, s, n);
+        if (ce->key_len) {
             for (int i = 0; i < ce->n_ids; i++) ids_add(out, ce->ids[i]);
             return;
         }
@@ -764,11 +787,12 @@ static void encode_piece(const Tokenizer* t, Work* w, const uint8_t* s, size_t n
     size_t before = out->n;
     if (m <= ARRAY_BPE_MAX) bpe_array(t, sym, m, out);
     else bpe_heap(t, sym, heap, m, out);
-    if (ce && !out->oom) {
+    if (ce && !out->oom && w->cache.used < w->cache.mask) { /* one slot stays empty: lookups end */
         memcpy(ce->key, s, n);
         ce->key_len = (uint8_t)n;
         ce->n_ids = (uint8_t)(out->n - before);
         memcpy(ce->ids, out->p + before, ce->n_ids * sizeof *ce->ids);
+        if (++w->cache.used * 2 > w->cache.mask + 1) cache_grow(&w->cache);
     }
 }
 
@@ -793,7 +817,10 @@ int* tokenizer_encode(const Tokenizer* t, const char* text, size_t len, int* n_i
     if (!t || t->size == 0 || !text) return out.p; /* no tokenizer: no ids */
     const uint8_t* s = (const uint8_t*)text;
     Work w = {0};
-    if (len > 256) w.cache = calloc(CACHE_SLOTS, sizeof *w.cache); /* the cache pays off on longer texts only */
+    if (len > 256) { /* the cache pays off on longer texts only */
+        w.cache.slots = calloc(4096, sizeof *w.cache.slots);
+        w.cache.mask = 4095;
+    }
     size_t seg = 0;
     for (size_t i = 0; i < len;) {
         const Added* hit = NULL;
@@ -815,7 +842,7 @@ int* tokenizer_encode(const Tokenizer* t, const char* text, size_t len, int* n_i
     encode_segment(t, &w, s + seg, len - seg, &out);
     free(w.sym);
     free(w.heap);
-    free(w.cache);
+    free(w.cache.slots);
     free(w.nfc.p);
     free(w.marks.p);
     if (out.oom) {
