@@ -535,8 +535,6 @@ static void populate_kv_cache(Transformer* t, int end) {
         }
     }
     s->kv_populated = blocks * bl < c->seq_len ? blocks * bl : c->seq_len;
-#else
-    (void)t, (void)end;
 #endif
 }
 

@@ -41,6 +41,12 @@ typedef struct {
 } MergeSlot;
 
 typedef struct {
+    const uint8_t* s;  /* its bytes (NULL: an unknown id) */
+    uint32_t len;
+    uint8_t special;   /* an added token marked special */
+} Token;
+
+typedef struct {
     const uint8_t* s;
     uint32_t len;
     int id;
@@ -51,9 +57,7 @@ struct Tokenizer {
     uint32_t flags;
     int max_digits;    /* 1 (Qwen2 regex) or 3 (Llama 3 regex) */
     int ignore_merges; /* a piece that is a vocabulary token is taken whole (Llama 3) */
-    const uint8_t** tok;  /* [size] bytes of each id (NULL: unknown id) */
-    uint32_t* tok_len;    /* [size] */
-    uint8_t* special;     /* [size] */
+    Token* tok;           /* [size] */
     int byte_id[256];     /* id of the single-byte token of each byte, -1 if none */
     MergeSlot* merges;
     uint32_t merge_mask;
@@ -107,7 +111,7 @@ static int vocab_find(const Tokenizer* t, const uint8_t* s, size_t n, int new_id
             if (new_id >= 0) t->vocab_slots[h] = new_id;
             return -1;
         }
-        if (t->tok_len[id] == n && memcmp(t->tok[id], s, n) == 0) return id; /* the first one wins */
+        if (t->tok[id].len == n && memcmp(t->tok[id].s, s, n) == 0) return id; /* the first one wins */
     }
 }
 
@@ -218,14 +222,12 @@ static int alloc_tables(Tokenizer* t, const Section* sec, char* err, size_t errl
     t->n_added = (int)sec->n_added;
     t->size = (int)sec->size;
     t->tok = calloc((size_t)sec->size, sizeof *t->tok);
-    t->tok_len = calloc((size_t)sec->size, sizeof *t->tok_len);
-    t->special = calloc((size_t)sec->size, 1);
     t->added = calloc(sec->n_added ? sec->n_added : 1, sizeof *t->added);
     t->vocab_mask = pow2_at_least(((uint64_t)sec->n_vocab + sec->n_added) * 2) - 1;
     t->vocab_slots = malloc(((size_t)t->vocab_mask + 1) * sizeof *t->vocab_slots);
     t->merge_mask = pow2_at_least((uint64_t)sec->n_merges * 2) - 1;
     t->merges = malloc(((size_t)t->merge_mask + 1) * sizeof *t->merges);
-    if (!t->tok || !t->tok_len || !t->special || !t->added || !t->vocab_slots || !t->merges)
+    if (!t->tok || !t->added || !t->vocab_slots || !t->merges)
         return tok_error(err, errlen, "tokenizer: out of memory");
     memset(t->vocab_slots, 0xff, ((size_t)t->vocab_mask + 1) * sizeof *t->vocab_slots);
     memset(t->merges, 0xff, ((size_t)t->merge_mask + 1) * sizeof *t->merges);
@@ -239,10 +241,9 @@ static int alloc_tables(Tokenizer* t, const Section* sec, char* err, size_t errl
 static int load_tables(Tokenizer* t, const Section* sec, char* err, size_t errlen) {
     const uint8_t* p = sec->vocab;
     for (uint32_t i = 0; i < sec->n_vocab; i++) {
-        t->tok_len[i] = rd32(p);
-        t->tok[i] = p + 4;
-        p += 4 + (size_t)t->tok_len[i];
-        if (t->tok_len[i] == 1 && t->byte_id[t->tok[i][0]] < 0) t->byte_id[t->tok[i][0]] = (int)i;
+        t->tok[i] = (Token){p + 4, rd32(p), 0};
+        if (t->tok[i].len == 1 && t->byte_id[p[4]] < 0) t->byte_id[p[4]] = (int)i;
+        p += 4 + (size_t)t->tok[i].len;
     }
     for (uint32_t i = 0; i < sec->n_merges; i++) {
         const uint8_t* m = sec->merges + 12 * (size_t)i;
@@ -261,17 +262,15 @@ static int load_tables(Tokenizer* t, const Section* sec, char* err, size_t errle
         uint32_t id = rd32(p), special = rd32(p + 4), len = rd32(p + 8);
         t->added[i] = (Added){p + 12, len, (int)id};
         p += 12 + (size_t)len;
-        t->tok[id] = t->added[i].s;
-        t->tok_len[id] = len;
-        t->special[id] = special != 0;
+        t->tok[id] = (Token){t->added[i].s, len, special != 0};
         if (len) t->added_first[t->added[i].s[0]] = 1;
     }
     qsort(t->added, sec->n_added, sizeof *t->added, cmp_added);
     for (uint32_t i = 0; i < sec->n_added; i++) {
         int id = t->added[i].id;
-        vocab_find(t, t->tok[id], t->tok_len[id], id);
+        vocab_find(t, t->tok[id].s, t->tok[id].len, id);
     }
-    for (int i = 0; i < t->n_vocab; i++) vocab_find(t, t->tok[i], t->tok_len[i], i);
+    for (int i = 0; i < t->n_vocab; i++) vocab_find(t, t->tok[i].s, t->tok[i].len, i);
     return 0;
 }
 
@@ -297,8 +296,6 @@ Tokenizer* tokenizer_new(const uint8_t* data, size_t n, char* err, size_t errlen
 void tokenizer_free(Tokenizer* t) {
     if (!t) return;
     free(t->tok);
-    free(t->tok_len);
-    free(t->special);
     free(t->added);
     free(t->vocab_slots);
     free(t->merges);
@@ -308,16 +305,16 @@ void tokenizer_free(Tokenizer* t) {
 int tokenizer_size(const Tokenizer* t) { return t ? t->size : 0; }
 
 const char* tokenizer_token(const Tokenizer* t, int id, size_t* len) {
-    if (!t || id < 0 || id >= t->size || !t->tok[id]) {
+    if (!t || id < 0 || id >= t->size || !t->tok[id].s) {
         if (len) *len = 0;
         return NULL;
     }
-    if (len) *len = t->tok_len[id];
-    return (const char*)t->tok[id];
+    if (len) *len = t->tok[id].len;
+    return (const char*)t->tok[id].s;
 }
 
 int tokenizer_is_special(const Tokenizer* t, int id) {
-    return t && id >= 0 && id < t->size && t->special[id];
+    return t && id >= 0 && id < t->size && t->tok[id].special;
 }
 
 int tokenizer_find(const Tokenizer* t, const char* s) {
