@@ -1,18 +1,13 @@
 /* checkpoint_map.c: the checkpoint file in memory, mapped in 2 MB pages where the OS allows it.
  *
  * Decode reads every weight once per token, so the weights' page size decides how much address
- * translation each gigabyte costs. Anonymous memory gets transparent huge pages; a file mapping
- * gets whatever folio size the page cache holds the file in. On Linux 6.x a mapping marked
- * MADV_HUGEPAGE reads page cache misses in as 2 MB folios (mm/filemap.c, do_sync_mmap_readahead)
- * and maps such folios with one page-table entry each when the address and the file offset agree
- * modulo 2 MB. A file that was just written (export.py), copied or read with read() sits in the
- * cache in small folios instead, and a default load maps it so: the page cache is shared by every
- * process, so changing it is left to the user, who can ask for it (CHECKPOINT_REFILL,
- * --refill-page-cache: write back, drop and read the file again, once).
- *
- * Measured on the development VM (Firecracker + PVM, where each 4 KB page costs a shadow
- * page-table fill): streaming the mapped 1.2 GB file at 1.2-2.6 GB/s in 4 KB pages against
- * 22-33 GB/s in 2 MB pages; anonymous memory 35-40 GB/s (docs/design.md#mapped-weights). */
+ * translation each gigabyte costs (docs/design.md#mapped-weights). Anonymous memory gets
+ * transparent huge pages; a file mapping gets whatever folio size the page cache holds the file
+ * in. On Linux 6.x a mapping marked MADV_HUGEPAGE reads page cache misses in as 2 MB folios
+ * (mm/filemap.c, do_sync_mmap_readahead) and maps such folios with one page-table entry each when
+ * the address and the file offset agree modulo 2 MB. A file that was just written, copied or read
+ * with read() sits in the cache in small folios instead, and a default load maps it so: the page
+ * cache is shared by every process, so changing it is left to the user (CHECKPOINT_REFILL). */
 #include "checkpoint_map.h"
 
 #include <errno.h>
@@ -39,10 +34,8 @@ void* alloc_huge_anonymous(size_t size) {
     return buf;
 }
 
-/* --no-mmap keeps the file in such memory, like llama.cpp's flag of the same name, read with pread(2)
- * straight into it: the process holds one copy of the file, where copying from a mapping would hold
- * two at the peak (the mapped pages and the copy). Parts of the file missing from the page cache
- * come in as small folios, which later mapped loads map as they are. */
+/* --no-mmap keeps the file in such memory, read with pread(2) straight into it: the process holds
+ * one copy of the file, where copying from a mapping would hold two at the peak. */
 static void* read_whole_file(int fd, size_t size) {
     void* buf = alloc_huge_anonymous(size);
     if (buf == NULL) return NULL;
@@ -122,18 +115,6 @@ long long checkpoint_map_huge_bytes(const CheckpointMap* m) {
     return file_pmd_bytes(m->data);
 }
 
-/* The mapping at a 2 MB boundary, marked for 2 MB pages and populated; MAP_FAILED with errno set
- * on failure. The page cache is used as it is. */
-static char* map_populated(int fd, size_t size) {
-    char* p = map_aligned(fd, size);
-    if (p == MAP_FAILED) return p;
-#ifdef MADV_HUGEPAGE
-    madvise(p, size, MADV_HUGEPAGE); /* a hint: EINVAL without THP is fine */
-#endif
-    populate(p, size);
-    return p;
-}
-
 /* CHECKPOINT_REFILL (docs/design.md#page-cache-repair): p maps fd populated; where more than 1% of
  * the whole 2 MB stretches are in small pages, the cache held the file, or parts of it, in small
  * folios, which decode reads far slower on some VMs. First a probe, so that a system that cannot
@@ -160,8 +141,6 @@ static char* refill_page_cache(int fd, char* p, size_t size, int* refilled) {
         *refilled = 1;
     }
     populate(p, size);
-#else
-    (void)fd, (void)size, (void)refilled;
 #endif
     return p;
 }
@@ -175,8 +154,13 @@ int checkpoint_map(CheckpointMap* m, int fd, size_t size, int how) {
         m->copied = 1;
         return 0;
     }
-    char* p = map_populated(fd, size);
-    if (p != MAP_FAILED && how == CHECKPOINT_REFILL) p = refill_page_cache(fd, p, size, &m->refilled);
+    char* p = map_aligned(fd, size);
+    if (p == MAP_FAILED) return errno;
+#ifdef MADV_HUGEPAGE
+    madvise(p, size, MADV_HUGEPAGE); /* a hint: EINVAL without THP is fine */
+#endif
+    populate(p, size);
+    if (how == CHECKPOINT_REFILL) p = refill_page_cache(fd, p, size, &m->refilled);
     if (p == MAP_FAILED) return errno;
     m->data = p;
     return 0;

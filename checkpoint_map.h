@@ -29,18 +29,15 @@ enum {
 };
 
 /* Maps the open file fd of size bytes, as `how` says.
- * CHECKPOINT_MAPPED, Linux: the mapping starts on a 2 MB boundary, is marked MADV_HUGEPAGE (a
- * hint for this mapping: page cache misses are read in as 2 MB folios) and populated now, so the
- * first forward pass does not fault page by page. Pages the cache already holds are mapped as
- * they are, small or large; nothing is written back, dropped or read twice. Other systems: a
+ * CHECKPOINT_MAPPED, Linux: the mapping starts on a 2 MB boundary, is marked MADV_HUGEPAGE (page
+ * cache misses are read in as 2 MB folios) and populated now, so the first forward pass does not
+ * fault page by page; pages the cache already holds are mapped as they are. Other systems: a
  * plain mmap.
- * CHECKPOINT_REFILL: the same, then, where more than 1% of the file is in small pages (it was just
- * written, copied or read with read()), the file is written back (fdatasync), dropped from the
- * page cache (POSIX_FADV_DONTNEED: for every process on the system) and read again, after a 2 MB
- * probe shows that this system gives file mappings 2 MB pages.
- * CHECKPOINT_COPIED: no mapping; the file is read (pread, 64 MB at a time) into 2 MB-aligned
- * anonymous memory marked for huge pages, so the process holds one copy of it.
- * Returns 0, or an errno value. */
+ * CHECKPOINT_REFILL: the same, then, where more than 1% of the file is in small pages, the file is
+ * written back, dropped from the page cache (for every process on the system) and read again,
+ * after a 2 MB probe shows that this system gives file mappings 2 MB pages.
+ * CHECKPOINT_COPIED: no mapping; the file is read into 2 MB-aligned anonymous memory marked for
+ * huge pages. Returns 0, or an errno value. */
 int checkpoint_map(CheckpointMap* m, int fd, size_t size, int how);
 void checkpoint_unmap(CheckpointMap* m);
 

@@ -1,16 +1,14 @@
 /* model.c: loading a Qwen3 checkpoint (memory-mapped, validated, never copied) and the forward pass.
  *
  * The file layout is documented at the top of model.h; the math follows QWEN3.md section 2. The
- * forward pass is one function, forward(), written in the style of llama2.c: every weight is a named
- * pointer, every step says which part of the spec it implements, and every operation that costs
- * time goes through the kernels of kernels.h (which pick SIMD or scalar code; nothing here knows
- * which); only the residual and bias additions stay inline, and the RoPE tables are computed here
- * once at load.
+ * forward pass is one function, forward(), in the style of llama2.c: every weight is a named
+ * pointer, every step cites the spec, and every operation that costs time goes through the kernels
+ * of kernels.h (SIMD or scalar; nothing here knows which).
  *
- * Citations: QWEN3.md is the project's spec of Qwen3 (../shared/QWEN3.md, beside the repository;
- * in a clone, docs/spec-sections.md says what each cited section says). "2.2 step 2.4" is its
- * section 2.2, step 4 of the per-layer step 2; "(7.3)" is item 3 of its section 7, the checklist
- * of easy mistakes. The measurements behind the choices here are in docs/design.md.
+ * Citations: QWEN3.md is the project's spec of Qwen3 (../shared/QWEN3.md; docs/spec-sections.md
+ * says what each cited section says). "2.2 step 2.4" is its section 2.2, step 4 of the per-layer
+ * step 2; "(7.3)" is item 3 of its section 7, the checklist of easy mistakes. The measurements
+ * behind the choices here are in docs/design.md.
  */
 #include "model.h"
 #include "cli/norm_trace.h"
@@ -31,40 +29,42 @@
  * chunks. Each chunk reads every weight once: with 256 rows the matmuls are compute-bound, and
  * the activation buffers stay modest (for Qwen3-0.6B about 16 MB, touched only as far as a prompt
  * reaches). docs/design.md#prefill-chunks has the measurement. */
-#ifndef MAX_BATCH
 #define MAX_BATCH 256
-#endif
 
 /* Default KV cache size when the caller gives no context length (QWEN3.md 1.1: the models allow
  * 40,960 positions, but a cache that large costs 9 GB in fp32 for 0.6B). */
 #define DEFAULT_CTX 4096
 
-/* ---------------------------------------------------------------------------------------------
- * Loading
- * --------------------------------------------------------------------------------------------- */
+/* ---- Loading ---- */
 
-/* Writes "PATH: message" into err and returns -1. */
-static int fail(char* err, size_t errlen, const char* path, const char* fmt, ...) {
-    if (err == NULL || errlen == 0) return -1;
-    int n = snprintf(err, errlen, "%s: ", path);
-    if (n < 0 || (size_t)n >= errlen) return -1;
+/* Where a load reports its one error line, "PATH: problem". */
+typedef struct {
+    const char* path;
+    char* buf;
+    size_t len;
+} LoadError;
+
+/* Writes "PATH: message" into e's buffer and returns -1. */
+static int fail(const LoadError* e, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(const LoadError* e, const char* fmt, ...) {
+    if (e->buf == NULL || e->len == 0) return -1;
+    int n = snprintf(e->buf, e->len, "%s: ", e->path);
+    if (n < 0 || (size_t)n >= e->len) return -1;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
+    vsnprintf(e->buf + n, e->len - (size_t)n, fmt, ap);
     va_end(ap);
     return -1;
 }
 
 /* Walks the tensor list of model.h: each tensor starts at the next multiple of CHECKPOINT_ALIGN
- * and must end inside the weights section. All offsets are uint64_t and every addition is checked,
- * so a hostile header cannot wrap around. */
+ * and must end inside the weights section. Offsets are uint64_t and start inside the file
+ * (check_sections), and a tensor has fewer than 2^31 values, so no sum here can wrap around. */
 typedef struct {
     const uint8_t* base;  /* the mapped file */
     uint64_t pos;         /* the end of the previous tensor (a file offset) */
     uint64_t end;         /* the end of the weights section */
-    const char* path;
-    char* err;
-    size_t errlen;
+    const LoadError* e;
     int failed;
 } TensorWalk;
 
@@ -73,25 +73,17 @@ static const void* take(TensorWalk* w, uint64_t bytes, const char* what, int lay
     char name[64];
     if (layer >= 0) snprintf(name, sizeof name, "layer %d %s", layer, what);
     else snprintf(name, sizeof name, "%s", what);
-    uint64_t start = w->pos + (CHECKPOINT_ALIGN - 1);
-    if (start < w->pos) goto overflow;
-    start -= start % CHECKPOINT_ALIGN;
+    uint64_t start = (w->pos + CHECKPOINT_ALIGN - 1) / CHECKPOINT_ALIGN * CHECKPOINT_ALIGN;
     uint64_t stop = start + bytes;
-    if (stop < start) goto overflow;
     if (stop > w->end) {
         w->failed = 1;
-        fail(w->err, w->errlen, w->path,
-             "tensor %s (%llu bytes at offset %llu) ends past the weights section (which ends at "
-             "%llu): the file is truncated or its header does not match its tensors",
-             name, (unsigned long long)bytes, (unsigned long long)start, (unsigned long long)w->end);
+        fail(w->e, "tensor %s (%llu bytes at offset %llu) ends past the weights section (which ends at %llu): the "
+             "file is truncated or its header does not match its tensors", name, (unsigned long long)bytes,
+             (unsigned long long)start, (unsigned long long)w->end);
         return NULL;
     }
     w->pos = stop;
     return w->base + start;
-overflow:
-    w->failed = 1;
-    fail(w->err, w->errlen, w->path, "tensor %s: offset overflows", name);
-    return NULL;
 }
 
 /* A MATRIX of model.h: rows*cols values in the header's weight type (q8, q4: blocks of 4 or 8
@@ -107,38 +99,27 @@ static const float* take_vector(TensorWalk* w, int n, const char* what, int laye
     return take(w, (uint64_t)n * 4, what, layer);
 }
 
-/* calloc(a * b) with the multiplication checked. */
-static void* alloc_array(size_t a, size_t b) {
-    if (b != 0 && a > SIZE_MAX / b) return NULL;
-    return calloc(a ? a : 1, b ? b : 1);
-}
-
-/* The header's format: magic, version, architecture and flags. Returns 0 or -1 with err set. */
-static int check_format(const FileHeader* h, const char* path, char* err, size_t errlen) {
+/* The header's format: magic, version, architecture and flags. Returns 0 or -1 with the error written. */
+static int check_format(const FileHeader* h, const LoadError* e) {
     if (memcmp(h->magic, CHECKPOINT_MAGIC, 4) != 0)
-        return fail(err, errlen, path, "not a checkpoint of this engine (bad magic; convert the "
-                                       "model with export.py)");
-    /* Version 1 laid q8 matrices out differently (all int8 rows, then all scales), version 2 q4
-     * matrices (blocks of 4 rows, each row's values in column order), version 3 q4 with float32
-     * scales, versions 1 to 4 q8 with float32 scales; the rest is the same, so their f32 and bf16
-     * files read as they are, and the q4 files of version 4 too. */
+        return fail(e, "not a checkpoint of this engine (bad magic; convert the model with export.py)");
+    /* Versions before 5 differ only in their q8 layout and before 4 in their q4 layout (model.h),
+     * so their f32 and bf16 files read as they are. */
     if (h->version < 1 || h->version > CHECKPOINT_VERSION)
-        return fail(err, errlen, path, "checkpoint version %u, this engine reads versions 1 to %d",
-                    h->version, CHECKPOINT_VERSION);
+        return fail(e, "checkpoint version %u, this engine reads versions 1 to %d", h->version, CHECKPOINT_VERSION);
+    const char* quant = h->weight_type == WEIGHT_Q4 ? "q4" : "q8";
     if ((h->version < 5 && h->weight_type == WEIGHT_Q8) || (h->version < 4 && h->weight_type == WEIGHT_Q4))
-        return fail(err, errlen, path, "a %s checkpoint of version %u, whose %s layout this engine "
-                                       "no longer reads: export it again with export.py",
-                    h->weight_type == WEIGHT_Q4 ? "q4" : "q8", h->version,
-                    h->weight_type == WEIGHT_Q4 ? "q4" : "q8");
+        return fail(e, "a %s checkpoint of version %u, whose %s layout this engine no longer reads: export it "
+                    "again with export.py", quant, h->version, quant);
     if (h->arch < ARCH_QWEN3 || h->arch > ARCH_LLAMA)
-        return fail(err, errlen, path, "unknown architecture %u", h->arch);
+        return fail(e, "unknown architecture %u", h->arch);
     if (h->flags & ~(uint32_t)(FLAG_QK_NORM | FLAG_QKV_BIAS | FLAG_TIED_EMBED))
-        return fail(err, errlen, path, "unknown flags 0x%x", h->flags);
+        return fail(e, "unknown flags 0x%x", h->flags);
     return 0;
 }
 
 /* The model's sizes: each in its range, the heads consistent, every matrix indexable. */
-static int check_sizes(const FileHeader* h, const char* path, char* err, size_t errlen) {
+static int check_sizes(const FileHeader* h, const LoadError* e) {
     /* The bounds are model.h's CHECKPOINT LIMITS; export.py refuses a model outside them. */
     struct { const char* name; uint32_t value, max; } sizes[] = {
         {"dim", h->dim, MAX_DIM},
@@ -152,72 +133,70 @@ static int check_sizes(const FileHeader* h, const char* path, char* err, size_t 
     };
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         if (sizes[i].value == 0 || sizes[i].value > sizes[i].max)
-            return fail(err, errlen, path, "%s = %u is out of range (1 .. %u)", sizes[i].name,
-                        sizes[i].value, sizes[i].max);
+            return fail(e, "%s = %u is out of range (1 .. %u)", sizes[i].name, sizes[i].value, sizes[i].max);
     if (h->n_heads % h->n_kv_heads != 0)
-        return fail(err, errlen, path, "n_heads = %u is not a multiple of n_kv_heads = %u",
-                    h->n_heads, h->n_kv_heads);
+        return fail(e, "n_heads = %u is not a multiple of n_kv_heads = %u", h->n_heads, h->n_kv_heads);
     if (h->head_dim % 2 != 0)
-        return fail(err, errlen, path, "head_dim = %u is odd (RoPE rotates pairs)", h->head_dim);
-    if ((uint64_t)h->n_heads * h->head_dim > MAX_HIDDEN)
-        return fail(err, errlen, path, "n_heads * head_dim = %llu is out of range",
-                    (unsigned long long)h->n_heads * h->head_dim);
-    /* The kernels index a matrix with int arithmetic: every matrix must have < 2^31 values. */
+        return fail(e, "head_dim = %u is odd (RoPE rotates pairs)", h->head_dim);
     uint64_t q_dim = (uint64_t)h->n_heads * h->head_dim;
+    if (q_dim > MAX_HIDDEN) return fail(e, "n_heads * head_dim = %llu is out of range", (unsigned long long)q_dim);
+    /* The kernels index a matrix with int arithmetic: every matrix must have < 2^31 values. */
     uint64_t widest = h->dim > h->hidden_dim ? h->dim : h->hidden_dim;
     if (q_dim > widest) widest = q_dim;
     uint64_t tallest = h->vocab_size > h->hidden_dim ? h->vocab_size : h->hidden_dim;
     if (q_dim > tallest) tallest = q_dim;
     if (widest * tallest > (uint64_t)MAX_MATRIX_VALUES)
-        return fail(err, errlen, path, "matrices with more than 2^31 values are not supported");
+        return fail(e, "matrices with more than 2^31 values are not supported");
     return 0;
 }
 
 /* The weight type and its group size, which must divide every row length that is quantised. */
-static int check_weight_type(const FileHeader* h, const char* path, char* err, size_t errlen) {
+static int check_weight_type(const FileHeader* h, const LoadError* e) {
     uint64_t q_dim = (uint64_t)h->n_heads * h->head_dim;
     if (h->weight_type > WEIGHT_Q4)
-        return fail(err, errlen, path, "unknown weight type %u", h->weight_type);
+        return fail(e, "unknown weight type %u", h->weight_type);
     if (h->weight_type == WEIGHT_Q4 && h->group_size != Q4_GROUP)
-        return fail(err, errlen, path, "q4 group size %u: this engine's q4 has groups of %d",
-                    h->group_size, Q4_GROUP);
+        return fail(e, "q4 group size %u: this engine's q4 has groups of %d", h->group_size, Q4_GROUP);
     if (h->weight_type == WEIGHT_Q8 || h->weight_type == WEIGHT_Q4) {
         if (h->group_size == 0 || h->dim % h->group_size || h->hidden_dim % h->group_size ||
             q_dim % h->group_size)
-            return fail(err, errlen, path,
-                        "%s group size %u must be nonzero and divide dim %u, hidden_dim %u and "
-                        "n_heads*head_dim %llu", h->weight_type == WEIGHT_Q4 ? "q4" : "q8",
-                        h->group_size, h->dim, h->hidden_dim,
+            return fail(e, "%s group size %u must be nonzero and divide dim %u, hidden_dim %u and n_heads*head_dim "
+                        "%llu", h->weight_type == WEIGHT_Q4 ? "q4" : "q8", h->group_size, h->dim, h->hidden_dim,
                         (unsigned long long)q_dim);
     } else if (h->group_size != 0) {
-        return fail(err, errlen, path, "group_size = %u for an unquantised checkpoint (must be 0)",
-                    h->group_size);
+        return fail(e, "group_size = %u for an unquantised checkpoint (must be 0)", h->group_size);
     }
     return 0;
 }
 
 /* The constants (RMSNorm's eps, RoPE's base), the special tokens and the generation defaults. */
-static int check_constants(const FileHeader* h, const char* path, char* err, size_t errlen) {
+static int check_constants(const FileHeader* h, const LoadError* e) {
     if (!(h->rms_norm_eps > 0.0f && h->rms_norm_eps < 1.0f))
-        return fail(err, errlen, path, "rms_norm_eps = %g is not in (0, 1)", h->rms_norm_eps);
+        return fail(e, "rms_norm_eps = %g is not in (0, 1)", h->rms_norm_eps);
     if (!(h->rope_theta > 0.0 && h->rope_theta < MAX_ROPE_THETA))
-        return fail(err, errlen, path, "rope_theta = %g is not a positive number", h->rope_theta);
+        return fail(e, "rope_theta = %g is not a positive number", h->rope_theta);
     if (h->bos_id < -1 || h->bos_id >= (int32_t)h->vocab_size)
-        return fail(err, errlen, path, "bos_id = %d is not -1 or a token id", h->bos_id);
+        return fail(e, "bos_id = %d is not -1 or a token id", h->bos_id);
     if (h->n_eos > MAX_EOS_IDS)
-        return fail(err, errlen, path, "n_eos = %u is more than %d", h->n_eos, MAX_EOS_IDS);
+        return fail(e, "n_eos = %u is more than %d", h->n_eos, MAX_EOS_IDS);
     for (uint32_t i = 0; i < h->n_eos; i++)
         if (h->eos_ids[i] < 0)
-            return fail(err, errlen, path, "eos id %d is negative", h->eos_ids[i]);
+            return fail(e, "eos id %d is negative", h->eos_ids[i]);
     if (!(h->temperature >= 0.0f && h->temperature <= MAX_TEMPERATURE) ||
         !(h->top_p >= 0.0f && h->top_p <= MAX_TOP_P) || h->top_k < 0)
-        return fail(err, errlen, path, "generation defaults out of range (temperature %g, top_p "
-                    "%g, top_k %d)", h->temperature, h->top_p, h->top_k);
+        return fail(e, "generation defaults out of range (temperature %g, top_p %g, top_k %d)", h->temperature,
+                    h->top_p, h->top_k);
     return 0;
 }
 
-/* The Config of a checked header; seq_len is ctx, held to the model's context (0: the default). */
-static void fill_config(Config* c, const FileHeader* h, int ctx) {
+/* Checks every header field and fills the Config; seq_len is ctx, held to the model's context
+ * (<= 0: the default). Returns 0 or -1 with the error written. */
+static int read_config(Transformer* t, int ctx, const LoadError* e) {
+    const FileHeader* h = &t->header;
+    if (check_format(h, e) != 0 || check_sizes(h, e) != 0 ||
+        check_weight_type(h, e) != 0 || check_constants(h, e) != 0)
+        return -1;
+    Config* c = &t->config;
     c->dim = (int)h->dim;
     c->hidden_dim = (int)h->hidden_dim;
     c->n_layers = (int)h->n_layers;
@@ -228,42 +207,25 @@ static void fill_config(Config* c, const FileHeader* h, int ctx) {
     c->max_seq_len = (int)h->max_seq_len;
     c->rms_norm_eps = h->rms_norm_eps;
     c->rope_theta = h->rope_theta;
-    c->arch = (int)h->arch;
     c->flags = (int)h->flags;
     c->weight_type = (WeightType)h->weight_type;
     c->group_size = (int)h->group_size;
-
-    if (ctx <= 0) {
-        c->seq_len = c->max_seq_len < DEFAULT_CTX ? c->max_seq_len : DEFAULT_CTX;
-    } else if (ctx > c->max_seq_len) { /* run.c says so */
-        c->seq_len = c->max_seq_len;
-    } else {
-        c->seq_len = ctx;
-    }
-}
-
-/* Checks every header field; fills the Config. Returns 0 or -1 with err set. */
-static int read_config(Transformer* t, const char* path, int ctx, char* err, size_t errlen) {
-    const FileHeader* h = &t->header;
-    if (check_format(h, path, err, errlen) != 0 || check_sizes(h, path, err, errlen) != 0 ||
-        check_weight_type(h, path, err, errlen) != 0 || check_constants(h, path, err, errlen) != 0)
-        return -1;
-    fill_config(&t->config, h, ctx);
+    c->seq_len = ctx <= 0 ? DEFAULT_CTX : ctx;
+    if (c->seq_len > c->max_seq_len) c->seq_len = c->max_seq_len; /* run.c says so */
     return 0;
 }
 
 /* Points every weight into the mapping, in the order of model.h. */
-static int map_weights(Transformer* t, const char* path, char* err, size_t errlen) {
+static int map_weights(Transformer* t, const LoadError* e) {
     const Config* c = &t->config;
     const FileHeader* h = &t->header;
     Weights* w = &t->weights;
     int D = c->dim, F = c->hidden_dim, L = c->n_layers, V = c->vocab_size;
     int q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim, d = c->head_dim;
-    TensorWalk walk = {t->map.data, h->weights_offset, h->weights_offset + h->weights_bytes, path, err,
-                       errlen, 0};
+    TensorWalk walk = {t->map.data, h->weights_offset, h->weights_offset + h->weights_bytes, e, 0};
 
-    w->layers = alloc_array((size_t)L, sizeof(LayerWeights));
-    if (w->layers == NULL) return fail(err, errlen, path, "out of memory");
+    w->layers = calloc((size_t)L, sizeof(LayerWeights));
+    if (w->layers == NULL) return fail(e, "out of memory");
     w->embed_tokens = take_matrix(&walk, c, V, D, "embed_tokens", -1);
     for (int l = 0; l < L; l++) {
         LayerWeights* lw = &w->layers[l];
@@ -292,9 +254,8 @@ static int map_weights(Transformer* t, const char* path, char* err, size_t errle
     /* export.py pads the section to a multiple of 64 after the last tensor; anything more means the
      * header describes a different model than the one stored. */
     if (walk.end - walk.pos >= CHECKPOINT_ALIGN)
-        return fail(err, errlen, path, "the weights section has %llu bytes after the last tensor: "
-                    "the header does not match the tensors",
-                    (unsigned long long)(walk.end - walk.pos));
+        return fail(e, "the weights section has %llu bytes after the last tensor: the header does not match the "
+                    "tensors", (unsigned long long)(walk.end - walk.pos));
     return 0;
 }
 
@@ -324,20 +285,13 @@ static size_t attention_scratch_rows(const Config* c) {
     return (size_t)(rows > ATTENTION_QUERY_TILE ? rows : ATTENTION_QUERY_TILE);
 }
 
-/* The KV cache (keys and values alike) in blocks of kv_block_len() positions (KV_BLOCK_LEN for
- * fp32 elements, twice that for halves: the same bytes); a block holds every
- * layer's and kv head's rows of its positions, [block][layer][kv head][position in block][d], so
- * the cache grows in position order and can sit in 2 MB pages without mapping more than the
- * positions reached (plus the rest of a block and of its last 2 MB page); within a block each kv
- * head's rows are one run of 128 x 512 bytes (Qwen3's head_dim) that attention reads as a stream.
- * The fp16 cache's blocks hold twice the positions, so its runs are as long in bytes. Both
- * choices are measured in docs/design.md#kv-cache. */
+/* The KV cache (keys and values alike) in blocks of kv_block_len() positions,
+ * [block][layer][kv head][position in block][d]: the cache grows in position order, so its 2 MB
+ * pages map little more than the positions reached, and a kv head's rows in a block are one run
+ * (128 x 512 bytes for Qwen3's head_dim; an fp16 block holds twice the positions in as many bytes)
+ * that attention reads as a stream (docs/design.md#kv-cache). */
 static size_t kv_block_elems(const Config* c, int block_len) {
     return (size_t)c->n_layers * c->n_kv_heads * (size_t)block_len * c->head_dim;
-}
-
-static size_t kv_cache_elems(const Config* c, int block_len) {
-    return (size_t)((c->seq_len + block_len - 1) / block_len) * kv_block_elems(c, block_len);
 }
 
 /* Where layer l, kv head h, position p sits in either cache, in elements (floats, or halves with
@@ -355,32 +309,33 @@ static void kv_store(const RunState* s, void* cache, size_t at, const float* x, 
         memcpy((float*)cache + at, x, (size_t)n * sizeof(float));
 }
 
-static int alloc_state(Transformer* t, int n_threads) {
+static int alloc_state(Transformer* t, int n_threads, int kv_f16) {
     const Config* c = &t->config;
     RunState* s = &t->state;
     size_t B = MAX_BATCH, D = (size_t)c->dim, F = (size_t)c->hidden_dim;
     size_t q_dim = (size_t)c->n_heads * c->head_dim, kv_dim = (size_t)c->n_kv_heads * c->head_dim;
     size_t seq = (size_t)c->seq_len;
     s->max_batch = MAX_BATCH;
-    s->x = alloc_array(B * D, sizeof(float));
-    s->xb = alloc_array(B * D, sizeof(float));
-    s->q = alloc_array(B * q_dim, sizeof(float));
-    s->k = alloc_array(B * kv_dim, sizeof(float));
-    s->v = alloc_array(B * kv_dim, sizeof(float));
-    s->att_out = alloc_array(B * q_dim, sizeof(float));
-    s->proj = alloc_array(B * D, sizeof(float));
-    s->gate = alloc_array(B * F, sizeof(float));
-    s->up = alloc_array(B * F, sizeof(float));
-    s->att = alloc_array((size_t)n_threads * attention_scratch_rows(c) * seq, sizeof(float));
-    s->logits = alloc_array((size_t)c->vocab_size, sizeof(float));
+    s->x = calloc(B * D, sizeof(float));
+    s->xb = calloc(B * D, sizeof(float));
+    s->q = calloc(B * q_dim, sizeof(float));
+    s->k = calloc(B * kv_dim, sizeof(float));
+    s->v = calloc(B * kv_dim, sizeof(float));
+    s->att_out = calloc(B * q_dim, sizeof(float));
+    s->proj = calloc(B * D, sizeof(float));
+    s->gate = calloc(B * F, sizeof(float));
+    s->up = calloc(B * F, sizeof(float));
+    s->att = calloc((size_t)n_threads * attention_scratch_rows(c) * seq, sizeof(float));
+    s->logits = calloc((size_t)c->vocab_size, sizeof(float));
     /* The cache is the one big allocation (whole blocks of positions, twice), mapped lazily: memory
      * is only used for the blocks reached (populate_kv_cache). */
-    s->kv_f16 = t->options.kv_f16 != 0;
-    size_t kv_bytes = kv_cache_elems(c, kv_block_len(s)) * kv_elem_bytes(s);
+    s->kv_f16 = kv_f16 != 0;
+    const int bl = kv_block_len(s);
+    size_t kv_bytes = (size_t)((c->seq_len + bl - 1) / bl) * kv_block_elems(c, bl) * kv_elem_bytes(s);
     s->key_cache = alloc_huge_anonymous(kv_bytes);
     s->value_cache = alloc_huge_anonymous(kv_bytes);
-    s->rope_cos = alloc_array(seq * (size_t)(c->head_dim / 2), sizeof(float));
-    s->rope_sin = alloc_array(seq * (size_t)(c->head_dim / 2), sizeof(float));
+    s->rope_cos = calloc(seq * (size_t)(c->head_dim / 2), sizeof(float));
+    s->rope_sin = calloc(seq * (size_t)(c->head_dim / 2), sizeof(float));
     if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->att_out || !s->proj || !s->gate ||
         !s->up || !s->att || !s->logits || !s->key_cache || !s->value_cache || !s->rope_cos ||
         !s->rope_sin)
@@ -390,138 +345,105 @@ static int alloc_state(Transformer* t, int n_threads) {
 }
 
 static void free_state(RunState* s) {
-    free(s->x);
-    free(s->xb);
-    free(s->q);
-    free(s->k);
-    free(s->v);
-    free(s->att_out);
-    free(s->proj);
-    free(s->gate);
-    free(s->up);
-    free(s->att);
-    free(s->logits);
-    free(s->key_cache);
-    free(s->value_cache);
-    free(s->rope_cos);
-    free(s->rope_sin);
+    void* buffers[] = {s->x, s->xb, s->q, s->k, s->v, s->att_out, s->proj, s->gate, s->up, s->att,
+                       s->logits, s->key_cache, s->value_cache, s->rope_cos, s->rope_sin};
+    for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++) free(buffers[i]);
     memset(s, 0, sizeof *s);
 }
 
 /* Maps (or with --no-mmap reads) the file at path, a regular file at least a header long; its size
- * in *size. Returns 0, or -1 with err set and nothing mapped. */
-static int map_checkpoint(Transformer* t, const char* path, uint64_t* size, char* err, size_t errlen) {
+ * in *size. Returns 0, or -1 with the error written and nothing mapped. */
+static int map_checkpoint(Transformer* t, const TransformerOptions* o, uint64_t* size, const LoadError* e) {
     /* stat before open: opening a FIFO for reading waits for a writer, forever if none comes. */
     struct stat st;
-    if (stat(path, &st) != 0) return fail(err, errlen, path, "cannot open: %s", strerror(errno));
+    if (stat(e->path, &st) != 0) return fail(e, "cannot open: %s", strerror(errno));
     if (!S_ISREG(st.st_mode))
-        return fail(err, errlen, path, "not a regular file (%s)", S_ISDIR(st.st_mode) ? "a directory"
-                                                                  : S_ISFIFO(st.st_mode) ? "a FIFO"
-                                                                  : "a device or socket");
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return fail(err, errlen, path, "cannot open: %s", strerror(errno));
+        return fail(e, "not a regular file (%s)",
+                    S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket");
+    int fd = open(e->path, O_RDONLY);
+    if (fd < 0) return fail(e, "cannot open: %s", strerror(errno));
     if (fstat(fd, &st) != 0) {
-        int e = errno;
+        int code = errno;
         close(fd);
-        return fail(err, errlen, path, "cannot stat: %s", strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return fail(err, errlen, path, "not a regular file");
+        return fail(e, "cannot stat: %s", strerror(code));
     }
     if ((uint64_t)st.st_size < sizeof(FileHeader)) {
         close(fd);
-        return fail(err, errlen, path, "file is %lld byte%s, too short for the %zu-byte checkpoint header",
+        return fail(e, "file is %lld byte%s, too short for the %zu-byte checkpoint header",
                     (long long)st.st_size, st.st_size == 1 ? "" : "s", sizeof(FileHeader));
     }
     if ((uint64_t)st.st_size > (uint64_t)SIZE_MAX) {
         close(fd);
-        return fail(err, errlen, path, "file is too large to map on this machine");
+        return fail(e, "file is too large to map on this machine");
     }
-    const int no_mmap = t->options.no_mmap != 0;
-    const int how = no_mmap                        ? CHECKPOINT_COPIED
-                    : t->options.refill_page_cache ? CHECKPOINT_REFILL
-                                                   : CHECKPOINT_MAPPED;
+    const int how = o->no_mmap ? CHECKPOINT_COPIED : o->refill_page_cache ? CHECKPOINT_REFILL : CHECKPOINT_MAPPED;
     int map_errno = checkpoint_map(&t->map, fd, (size_t)st.st_size, how);
     close(fd); /* a mapping keeps the file alive */
     if (map_errno != 0)
-        return fail(err, errlen, path, "cannot %s: %s", no_mmap ? "read" : "mmap",
-                    strerror(map_errno));
+        return fail(e, "cannot %s: %s", o->no_mmap ? "read" : "mmap", strerror(map_errno));
     *size = (uint64_t)st.st_size;
     return 0;
 }
 
 /* The two sections: inside the file, after the header, not overlapping, no wrap-around. */
-static int check_sections(const FileHeader* h, uint64_t size, const char* path, char* err, size_t errlen) {
+static int check_sections(const FileHeader* h, uint64_t size, const LoadError* e) {
     if (h->tokenizer_offset < sizeof(FileHeader) || h->tokenizer_offset > size ||
         h->tokenizer_bytes > size - h->tokenizer_offset)
-        return fail(err, errlen, path, "tokenizer section [%llu, +%llu) is not inside the %llu-byte file (truncated?)",
+        return fail(e, "tokenizer section [%llu, +%llu) is not inside the %llu-byte file (truncated?)",
                     (unsigned long long)h->tokenizer_offset, (unsigned long long)h->tokenizer_bytes,
                     (unsigned long long)size);
     if (h->weights_offset < sizeof(FileHeader) || h->weights_offset > size ||
         h->weights_bytes > size - h->weights_offset)
-        return fail(err, errlen, path, "weights section [%llu, +%llu) is not inside the %llu-byte file "
-                    "(truncated?)", (unsigned long long)h->weights_offset,
-                    (unsigned long long)h->weights_bytes, (unsigned long long)size);
+        return fail(e, "weights section [%llu, +%llu) is not inside the %llu-byte file (truncated?)",
+                    (unsigned long long)h->weights_offset, (unsigned long long)h->weights_bytes,
+                    (unsigned long long)size);
     if (h->tokenizer_offset < h->weights_offset + h->weights_bytes &&
         h->weights_offset < h->tokenizer_offset + h->tokenizer_bytes)
-        return fail(err, errlen, path, "the tokenizer and weights sections overlap");
+        return fail(e, "the tokenizer and weights sections overlap");
     return 0;
 }
 
 /* The model's own kernel context: its thread pool (options.threads, default the CPUs this process
  * may run on, at most 256) and scratch sized for the widest matrix. */
-static int start_kernels(Transformer* t, const char* path, char* err, size_t errlen) {
+static int start_kernels(Transformer* t, const TransformerOptions* o, const LoadError* e) {
     const Config* c = &t->config;
-    int n_threads = t->options.threads;
+    int n_threads = o->threads;
     if (n_threads <= 0) n_threads = kernels_available_cpus();
     if (n_threads > 256) n_threads = 256;
     int max_cols = c->dim;
     if (c->hidden_dim > max_cols) max_cols = c->hidden_dim;
     if (c->n_heads * c->head_dim > max_cols) max_cols = c->n_heads * c->head_dim;
     t->kernels = kernels_new(n_threads, MAX_BATCH, max_cols);
-    if (!t->kernels) return fail(err, errlen, path, "out of memory for the scratch of %d kernel threads", n_threads);
-    kernels_set_bf16_activations(t->kernels, t->options.bf16_activations);
+    if (!t->kernels) return fail(e, "out of memory for the scratch of %d kernel threads", n_threads);
+    kernels_set_bf16_activations(t->kernels, o->bf16_activations);
     return 0;
 }
 
 int transformer_load(Transformer* t, const char* path, const TransformerOptions* opt, char* err, size_t errlen) {
+    const TransformerOptions o = opt ? *opt : (TransformerOptions){0};
     memset(t, 0, sizeof *t);
-    if (opt) t->options = *opt;
+    const LoadError e = {path, err, errlen};
     if (err && errlen) err[0] = '\0';
-    {
-        const uint32_t one = 1;
-        if (*(const uint8_t*)&one != 1)
-            return fail(err, errlen, path, "this engine needs a little-endian machine");
-    }
+    const uint32_t one = 1;
+    if (*(const uint8_t*)&one != 1) return fail(&e, "this engine needs a little-endian machine");
     uint64_t size = 0;
-    if (map_checkpoint(t, path, &size, err, errlen) != 0) return -1;
-    const void* data = t->map.data;
-    memcpy(&t->header, data, sizeof(FileHeader));
+    if (map_checkpoint(t, &o, &size, &e) != 0) return -1;
+    memcpy(&t->header, t->map.data, sizeof(FileHeader));
     const FileHeader* h = &t->header;
-
-    if (read_config(t, path, t->options.ctx, err, errlen) != 0) goto fail_unmap;
-    if (check_sections(h, size, path, err, errlen) != 0) goto fail_unmap;
-    t->tokenizer_data = (const uint8_t*)data + h->tokenizer_offset;
+    if (read_config(t, o.ctx, &e) != 0 || check_sections(h, size, &e) != 0 || map_weights(t, &e) != 0 ||
+        start_kernels(t, &o, &e) != 0) {
+        transformer_free(t);
+        return -1;
+    }
+    t->tokenizer_data = (const uint8_t*)t->map.data + h->tokenizer_offset;
     t->tokenizer_bytes = (size_t)h->tokenizer_bytes;
-
-    if (map_weights(t, path, err, errlen) != 0) goto fail_unmap;
-    if (start_kernels(t, path, err, errlen) != 0) goto fail_unmap;
-    if (alloc_state(t, kernels_threads(t->kernels)) != 0) {
-        fail(err, errlen, path, "out of memory for the run state (KV cache of %d positions: try a "
+    if (alloc_state(t, kernels_threads(t->kernels), o.kv_f16) != 0) {
+        fail(&e, "out of memory for the run state (KV cache of %d positions: try a "
              "smaller -c/--ctx)", t->config.seq_len);
-        goto fail_kernels;
+        transformer_free(t);
+        return -1;
     }
     return 0;
-
-fail_kernels:
-    kernels_free(t->kernels);
-fail_unmap:
-    free_state(&t->state);
-    free(t->weights.layers);
-    checkpoint_unmap(&t->map);
-    memset(t, 0, sizeof *t);
-    return -1;
 }
 
 void transformer_free(Transformer* t) {
@@ -533,17 +455,13 @@ void transformer_free(Transformer* t) {
     memset(t, 0, sizeof *t);
 }
 
-/* ---------------------------------------------------------------------------------------------
- * The forward pass
- * --------------------------------------------------------------------------------------------- */
+/* ---- The forward pass ---- */
 
 /* One attention job: the kv heads of a batch, split over the kernel threads. Decode (one row): task
- * i takes a contiguous range of kv heads, each its GQA group of query heads (attention_group loads
- * each key and value once per pair of the group's query heads: once for Qwen3-0.6B's 2, twice for
- * the 4 of 4B and 8B). Prefill: the work is (block of ATTENTION_BLOCK_ROWS
- * rows, kv head) pairs, and task i takes pairs i, i + n_tasks, i + 2 n_tasks, ...: interleaving
- * balances the work, because the causal mask makes later rows longer. Each task has its own score
- * scratch in state.att (attention_scratch_rows * seq_len floats). */
+ * i takes a contiguous range of kv heads, each with its GQA group of query heads. Prefill: the
+ * work is (block of ATTENTION_BLOCK_ROWS rows, kv head) pairs, task i taking pairs i, i + n_tasks,
+ * i + 2 n_tasks, ...: interleaving balances the work, as the causal mask makes later rows longer.
+ * Each task has its own score scratch in state.att (attention_scratch_rows * seq_len floats). */
 typedef struct {
     const Transformer* t;
     int layer, n_rows, pos0, n_tasks;
@@ -593,12 +511,11 @@ static void attention_task(void* ctx, int task, int thread) {
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
 #endif
 
-/* The KV cache's pages are mapped before a chunk writes its positions: one MADV_POPULATE_WRITE
- * call maps a whole range for a small part of what a write fault per 4 KB page costs
- * (docs/design.md#kv-cache). Whole blocks
- * (kv_offset) are populated, in 2 MB pages where the system gives them (alloc_huge_anonymous):
- * memory stays what the blocks reached use, plus the rest of their last 2 MB page
- * (tests/test_kv_cache.c). Where the call does not exist or fails, the writes fault the pages in. */
+/* Maps the KV cache's pages for positions below `end` before a chunk writes them: one
+ * MADV_POPULATE_WRITE call costs a small part of a write fault per 4 KB page
+ * (docs/design.md#kv-cache). Whole blocks are populated, so memory stays what the blocks reached
+ * use, plus the rest of their last 2 MB page (tests/test_kv_cache.c). Where the call does not
+ * exist or fails, the writes fault the pages in. */
 static void populate_kv_cache(Transformer* t, int end) {
 #ifdef MADV_POPULATE_WRITE
     const Config* c = &t->config;
@@ -618,8 +535,6 @@ static void populate_kv_cache(Transformer* t, int end) {
         }
     }
     s->kv_populated = blocks * bl < c->seq_len ? blocks * bl : c->seq_len;
-#else
-    (void)t, (void)end;
 #endif
 }
 

@@ -39,28 +39,24 @@
  *   WEIGHT_F32   rows*cols float32
  *   WEIGHT_BF16  rows*cols bfloat16 (the top 16 bits of a float32)
  *   WEIGHT_Q8    int8 q in groups of gs = group_size consecutive columns of a row, one float16
- *                (IEEE binary16) scale s per group: w = s * q (export.py: s = max|w| / 127
- *                rounded to float16, q = round(w / s)). cols is a multiple of gs; G = cols / gs.
- *                Stored in blocks of 4 rows (the last block padded with zero rows), one after
- *                another; block b holds rows 4b .. 4b+3:
+ *                scale s per group: w = s * q (export.py: s = max|w| / 127 rounded to float16,
+ *                q = round(w / s)). cols is a multiple of gs; G = cols / gs. Stored in blocks of
+ *                4 rows (the last padded with zero rows); block b holds rows 4b .. 4b+3:
  *                  float16 s[4][G]          the scales of row 4b+i, group g at s[i][g]
  *                  int8    q[G][4][gs]      group g of row 4b+i at q[g][i]
  *                so a block is 4*cols + 8*G bytes, read front to back by the matrix-vector
- *                kernel as one stream (kernels.h: quant_scales, quant_group). Files of versions
- *                2 to 4 had float32 scales, version 1 files stored all int8 rows, then all
- *                scales; the engine refuses both (export again).
- *   WEIGHT_Q4    4-bit q in [-8, 7] in groups of gs = 32 columns, one float16 (IEEE binary16)
- *                scale s per group: w = s * q (export.py: m = the group's value of largest
- *                magnitude, q = round(w * -8 / m) clipped to 7, s = m / -8 rounded to float16, as
- *                llama.cpp's q4_0), stored as q + 8. In blocks of 8 rows (the last padded with
- *                zero rows); block b holds rows 8b .. 8b+7 as G groups of 144 bytes, group g:
+ *                kernel as one stream (kernels.h: quant_scales, quant_group).
+ *   WEIGHT_Q4    4-bit q in [-8, 7] in groups of gs = 32 columns, one float16 scale s per group:
+ *                w = s * q (export.py, as llama.cpp's q4_0: m = the group's value of largest
+ *                magnitude, q = round(w * -8 / m) clipped to 7, s = m / -8 rounded to float16),
+ *                stored as q + 8. In blocks of 8 rows (the last padded with zero rows); block b
+ *                holds rows 8b .. 8b+7 as G groups of 144 bytes, group g:
  *                  float16 s[8]             the scales of row 8b+i, group g at s[i]
  *                  uint8   q[4][8][4]       q[v][i][k]: row 8b+i, column 32g + 4v + k in the low
  *                                           nibble, column 32g + 16 + 4v + k in the high nibble
  *                so the 32-bit lane i of each 32-byte quarter v is one row (kernels.h: q4_group).
- *                A block is 4*cols + 16*G bytes (4.5 bits per weight). Version 3 files had
- *                float32 scales (160-byte groups), version 2 files q4 in the blocks of 4 rows of
- *                q8, each row's group as 16 bytes in column order; the engine refuses both.
+ *                A block is 4*cols + 16*G bytes (4.5 bits per weight).
+ *   Versions before 5 stored q8, and before 4 q4, in other layouts; the engine refuses those files.
  * Norm weights and biases are always float32 (they are tiny, and bf16 -> f32 is exact).
  *
  * The tokenizer section (read by tokenizer.c, written by export.py):
@@ -172,7 +168,7 @@ typedef struct {
     int seq_len;       /* the KV cache size actually allocated (-c/--ctx, at most max_seq_len) */
     float rms_norm_eps;
     double rope_theta;
-    int arch, flags;
+    int flags;
     WeightType weight_type;
     int group_size;
 } Config;
@@ -243,22 +239,18 @@ typedef struct {
     float eps;
 } NormLab;
 
-/* How transformer_load sets a model up; all zero is the default. The model keeps a copy
- * (Transformer.options), and nothing else in the process changes what a load does. */
+/* How transformer_load sets a model up; all zero is the default. Nothing else in the process
+ * changes what a load does. */
 typedef struct {
     int threads;          /* kernel threads, the caller's included; <= 0: one per CPU this process may run on */
     int ctx;              /* KV cache positions; <= 0: min(4096, max_seq_len); above max_seq_len: clamped to it */
     int no_mmap;          /* 1: read the file into (huge-page) anonymous memory instead of mapping it, like
                            * llama.cpp's --no-mmap */
-    int refill_page_cache; /* 1 (--refill-page-cache): where the page cache holds the mapped file in
-                           * small pages, write it back, drop it from the cache and read it again in
-                           * 2 MB pages (checkpoint_map.h, CHECKPOINT_REFILL); this changes the
-                           * system's page cache. 0: the file is mapped as the cache holds it.
-                           * Ignored with no_mmap */
-    int kv_f16;           /* 1: the KV cache in fp16 (IEEE half) instead of fp32, like llama.cpp's default:
-                           * half the cache's memory and half the bytes decode attention reads, for keys
-                           * and values rounded to 11 significant bits (every sum stays fp32); 0: fp32,
-                           * what the reference computes */
+    int refill_page_cache; /* 1: map the file, then refill the system's page cache in 2 MB pages where it
+                           * holds the file in small ones (checkpoint_map.h, CHECKPOINT_REFILL) */
+    int kv_f16;           /* 1: the KV cache in fp16 (IEEE half), like llama.cpp's default: half the
+                           * memory and bytes read, keys and values rounded to 11 significant bits
+                           * (every sum stays fp32); 0: fp32, what the reference computes */
     int bf16_activations; /* 1: prefill with bf16 weights rounds the activations to bf16 (kernels.h,
                            * kernels_set_bf16_activations); ignored where the build has no bf16 dot
                            * product: kernels_bf16_activations(t->kernels) says whether it is on */
@@ -275,7 +267,6 @@ typedef struct {
     struct NormTrace* norm_trace; /* NULL, or --show-norms: forward() reports every RMSNorm call
                                    * site at one position (norm_trace.h) */
     NormLab norm_lab;         /* zero, or the RMSNorm lab's switches (set after transformer_load) */
-    TransformerOptions options; /* as given to transformer_load */
     Kernels* kernels;         /* this model's threads and matmul scratch (kernels.h): forward() passes
                                * it to every kernel that uses them */
 } Transformer;

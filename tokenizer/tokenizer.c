@@ -1,7 +1,7 @@
 /* tokenizer.c: Qwen3's byte-level BPE tokenizer (QWEN3.md section 4), read from the tokenizer
  * section of the checkpoint (layout in model.h).
  *
- * Encoding pipeline, exactly as the reference (Rust `tokenizers` with tokenizer.json):
+ * Encoding, exactly as the reference (Rust `tokenizers` with tokenizer.json):
  *   1. split off the added tokens (<|im_start|>, <think>, ...) where they occur in the raw text,
  *      leftmost-longest, special or not;
  *   2. NFC-normalise each remaining segment (unicode_tables.c, with the Unicode 9.0 data of the
@@ -30,10 +30,7 @@
 #include "model.h"
 #include "unicode_tables.h"
 
-/* The Split regex of Qwen2/Qwen2.5/Qwen3, and Llama 3's (numbers in runs of up to three). */
-static const char QWEN2_REGEX[] =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
-    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+/* Llama 3's Split regex: Qwen2's above with numbers in runs of up to three. */
 static const char LLAMA3_REGEX[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
@@ -44,20 +41,23 @@ typedef struct {
 } MergeSlot;
 
 typedef struct {
+    const uint8_t* s;  /* its bytes (NULL: an unknown id) */
+    uint32_t len;
+    uint8_t special;   /* an added token marked special */
+} Token;
+
+typedef struct {
     const uint8_t* s;
     uint32_t len;
     int id;
 } Added;
 
 struct Tokenizer {
-    int n_vocab, n_merges, n_added, size;
+    int n_vocab, n_added, size;
     uint32_t flags;
     int max_digits;    /* 1 (Qwen2 regex) or 3 (Llama 3 regex) */
     int ignore_merges; /* a piece that is a vocabulary token is taken whole (Llama 3) */
-    int monotone;      /* every token is made by one merge, and a merge's inputs by earlier ones */
-    const uint8_t** tok;  /* [size] bytes of each id (NULL: unknown id) */
-    uint32_t* tok_len;    /* [size] */
-    uint8_t* special;     /* [size] */
+    Token* tok;           /* [size] */
     int byte_id[256];     /* id of the single-byte token of each byte, -1 if none */
     MergeSlot* merges;
     uint32_t merge_mask;
@@ -65,13 +65,9 @@ struct Tokenizer {
     uint32_t vocab_mask;
     Added* added;         /* sorted longest first */
     uint8_t added_first[256];
-    const uint8_t* chat_template;
-    uint32_t chat_template_len;
 };
 
-/* ------------------------------------------------------------------------------------------- */
-/* Small helpers                                                                                */
-/* ------------------------------------------------------------------------------------------- */
+/* ---- Small helpers ---- */
 
 static uint32_t rd32(const uint8_t* p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
@@ -84,8 +80,7 @@ static uint32_t hash_bytes(const uint8_t* s, size_t n) {
 }
 
 static inline uint32_t hash_pair(uint32_t a, uint32_t b) {
-    uint64_t k = ((uint64_t)a << 32 | b) * 0x9E3779B97F4A7C15ull;
-    return (uint32_t)(k >> 32);
+    return (uint32_t)(((uint64_t)a << 32 | b) * 0x9E3779B97F4A7C15ull >> 32);
 }
 
 static uint32_t pow2_at_least(uint64_t n) {
@@ -94,45 +89,33 @@ static uint32_t pow2_at_least(uint64_t n) {
     return p;
 }
 
-/* Merge (rank, result) of the pair (a, b); returns 0 when the pair is no merge. */
-static inline int merge_lookup(const Tokenizer* t, uint32_t a, uint32_t b, uint32_t* rank, uint32_t* result) {
-    if (!t->merges) return 0;
-    for (uint32_t h = hash_pair(a, b) & t->merge_mask;; h = (h + 1) & t->merge_mask) {
+#define NO_RANK UINT32_MAX
+
+/* The rank of the merge of the pair (a, b), its result in *result; NO_RANK when there is none. */
+static inline uint32_t merge_rank(const Tokenizer* t, int a, int b, uint32_t* result) {
+    for (uint32_t h = hash_pair((uint32_t)a, (uint32_t)b) & t->merge_mask;; h = (h + 1) & t->merge_mask) {
         const MergeSlot* m = &t->merges[h];
-        if (m->left == UINT32_MAX) return 0;
-        if (m->left == a && m->right == b) {
-            *rank = m->rank;
+        if (m->left == UINT32_MAX) return NO_RANK;
+        if (m->left == (uint32_t)a && m->right == (uint32_t)b) {
             *result = m->result;
-            return 1;
+            return m->rank;
         }
     }
 }
 
-static int vocab_lookup(const Tokenizer* t, const uint8_t* s, size_t n) {
-    if (!t->vocab_slots) return -1;
+/* The id whose bytes are s[0..n), or -1 (after recording new_id as theirs when new_id >= 0). */
+static int vocab_find(const Tokenizer* t, const uint8_t* s, size_t n, int new_id) {
     for (uint32_t h = hash_bytes(s, n) & t->vocab_mask;; h = (h + 1) & t->vocab_mask) {
         int32_t id = t->vocab_slots[h];
-        if (id < 0) return -1;
-        if (t->tok_len[id] == n && memcmp(t->tok[id], s, n) == 0) return id;
-    }
-}
-
-static void vocab_insert(Tokenizer* t, int id) {
-    const uint8_t* s = t->tok[id];
-    size_t n = t->tok_len[id];
-    for (uint32_t h = hash_bytes(s, n) & t->vocab_mask;; h = (h + 1) & t->vocab_mask) {
-        int32_t other = t->vocab_slots[h];
-        if (other < 0) {
-            t->vocab_slots[h] = id;
-            return;
+        if (id < 0) {
+            if (new_id >= 0) t->vocab_slots[h] = new_id;
+            return -1;
         }
-        if (t->tok_len[other] == n && memcmp(t->tok[other], s, n) == 0) return; /* first one wins */
+        if (t->tok[id].len == n && memcmp(t->tok[id].s, s, n) == 0) return id; /* the first one wins */
     }
 }
 
-/* ------------------------------------------------------------------------------------------- */
-/* Loading                                                                                      */
-/* ------------------------------------------------------------------------------------------- */
+/* ---- Loading ---- */
 
 typedef struct {
     const uint8_t* p;
@@ -145,9 +128,8 @@ static uint32_t r_u32(Reader* r) {
         r->bad = 1;
         return 0;
     }
-    uint32_t v = rd32(r->p + r->pos);
     r->pos += 4;
-    return v;
+    return rd32(r->p + r->pos - 4);
 }
 
 static const uint8_t* r_bytes(Reader* r, uint32_t len) {
@@ -155,9 +137,8 @@ static const uint8_t* r_bytes(Reader* r, uint32_t len) {
         r->bad = 1;
         return NULL;
     }
-    const uint8_t* s = r->p + r->pos;
     r->pos += len;
-    return s;
+    return r->p + r->pos - len;
 }
 
 static int cmp_added(const void* a, const void* b) {
@@ -179,8 +160,8 @@ static int tok_error(char* err, size_t errlen, const char* fmt, ...) {
     return -1;
 }
 
-/* Where the parts of the tokenizer section are (layout in model.h), found by walking it once with
- * every length checked against the section's size; the tables are filled from them afterwards. */
+/* Where the parts of the tokenizer section are, found by walking it once with every length
+ * checked against the section's size; the tables are filled from them afterwards. */
 typedef struct {
     uint32_t n_vocab, n_merges, n_added;
     const uint8_t* vocab;  /* n_vocab entries: u32 length, bytes */
@@ -189,8 +170,9 @@ typedef struct {
     int64_t size;          /* ids: the vocabulary and every added token's id */
 } Section;
 
-/* The header: magic, counts, flags and the Split regex, which picks the pre-tokenizer. */
-static int read_section_header(Tokenizer* t, Reader* r, Section* sec, char* err, size_t errlen) {
+/* The header (whose Split regex picks the pre-tokenizer), then the vocabulary, the merges, the
+ * added tokens and the chat template, which must fill the section exactly. */
+static int read_section(Tokenizer* t, Reader* r, Section* sec, char* err, size_t errlen) {
     const size_t n = r->n;
     const uint8_t* magic = r_bytes(r, 4);
     if (!magic || memcmp(magic, "QTOK", 4) != 0)
@@ -206,29 +188,17 @@ static int read_section_header(Tokenizer* t, Reader* r, Section* sec, char* err,
     if (sec->n_vocab > (n - r->pos) / 4 || sec->n_merges > (n - r->pos) / 12 || sec->n_added > (n - r->pos) / 12)
         return tok_error(err, errlen, "tokenizer section: counts (%u vocab, %u merges, %u added) exceed its %zu bytes",
                          sec->n_vocab, sec->n_merges, sec->n_added, n);
-    t->n_vocab = (int)sec->n_vocab;
-    t->n_merges = (int)sec->n_merges;
-    t->n_added = (int)sec->n_added;
-    if (regex_len == sizeof QWEN2_REGEX - 1 && memcmp(regex, QWEN2_REGEX, regex_len) == 0) {
-        t->max_digits = 1;
-    } else if (regex_len == sizeof LLAMA3_REGEX - 1 && memcmp(regex, LLAMA3_REGEX, regex_len) == 0) {
+    if (regex_len == sizeof LLAMA3_REGEX - 1 && memcmp(regex, LLAMA3_REGEX, regex_len) == 0) {
         t->max_digits = 3;
         t->ignore_merges = 1; /* Llama 3's tokenizer.json has "ignore_merges": true */
     }
     /* any other regex: the Qwen2 scanner is used (export.py warns that encoding may differ) */
-    return 0;
-}
 
-/* The vocabulary, the merges, the added tokens (whose largest id sets the size) and the chat
- * template, each checked to lie inside the section, which they must fill exactly. */
-static int find_section_parts(Tokenizer* t, Reader* r, Section* sec, char* err, size_t errlen) {
-    const size_t n = r->n;
     sec->vocab = r->p + r->pos;
     for (uint32_t i = 0; i < sec->n_vocab; i++) r_bytes(r, r_u32(r));
     if (r->bad) return tok_error(err, errlen, "tokenizer section: truncated vocabulary");
-    sec->merges = r_bytes(r, 0);
-    if (r->bad || (uint64_t)sec->n_merges * 12 > n - r->pos)
-        return tok_error(err, errlen, "tokenizer section: truncated merges");
+    if ((uint64_t)sec->n_merges * 12 > n - r->pos) return tok_error(err, errlen, "tokenizer section: truncated merges");
+    sec->merges = r->p + r->pos;
     r->pos += (size_t)sec->n_merges * 12;
     sec->added = r->p + r->pos;
     sec->size = sec->n_vocab;
@@ -240,9 +210,7 @@ static int find_section_parts(Tokenizer* t, Reader* r, Section* sec, char* err, 
         if (id >= MAX_VOCAB) return tok_error(err, errlen, "tokenizer section: added token id %u is too large", id);
         if ((int64_t)id + 1 > sec->size) sec->size = (int64_t)id + 1;
     }
-    uint32_t tlen = r_u32(r);
-    t->chat_template = r_bytes(r, tlen);
-    t->chat_template_len = tlen;
+    r_bytes(r, r_u32(r)); /* the chat template: chat.c renders Qwen3's natively */
     if (r->bad) return tok_error(err, errlen, "tokenizer section: truncated chat template");
     if (r->pos != n) return tok_error(err, errlen, "tokenizer section: %zu unexpected bytes at its end", n - r->pos);
     return 0;
@@ -250,93 +218,60 @@ static int find_section_parts(Tokenizer* t, Reader* r, Section* sec, char* err, 
 
 /* The per-id arrays and the two hash tables (every slot empty). */
 static int alloc_tables(Tokenizer* t, const Section* sec, char* err, size_t errlen) {
+    t->n_vocab = (int)sec->n_vocab;
+    t->n_added = (int)sec->n_added;
     t->size = (int)sec->size;
     t->tok = calloc((size_t)sec->size, sizeof *t->tok);
-    t->tok_len = calloc((size_t)sec->size, sizeof *t->tok_len);
-    t->special = calloc((size_t)sec->size, 1);
     t->added = calloc(sec->n_added ? sec->n_added : 1, sizeof *t->added);
     t->vocab_mask = pow2_at_least(((uint64_t)sec->n_vocab + sec->n_added) * 2) - 1;
     t->vocab_slots = malloc(((size_t)t->vocab_mask + 1) * sizeof *t->vocab_slots);
     t->merge_mask = pow2_at_least((uint64_t)sec->n_merges * 2) - 1;
     t->merges = malloc(((size_t)t->merge_mask + 1) * sizeof *t->merges);
-    if (!t->tok || !t->tok_len || !t->special || !t->added || !t->vocab_slots || !t->merges)
+    if (!t->tok || !t->added || !t->vocab_slots || !t->merges)
         return tok_error(err, errlen, "tokenizer: out of memory");
     memset(t->vocab_slots, 0xff, ((size_t)t->vocab_mask + 1) * sizeof *t->vocab_slots);
     memset(t->merges, 0xff, ((size_t)t->merge_mask + 1) * sizeof *t->merges);
     return 0;
 }
 
-/* Each token's bytes, and the single-byte token of each byte (the first one wins). */
-static void load_vocabulary(Tokenizer* t, const Section* sec) {
+/* Fills the tables: each token's bytes (and the single-byte token of each byte, the first one
+ * wins), the merge hash (left, right) -> (rank, result), the added tokens sorted longest first for
+ * the split of step 1, and the hash of token bytes, added tokens first so tokenizer_find prefers
+ * them. */
+static int load_tables(Tokenizer* t, const Section* sec, char* err, size_t errlen) {
     const uint8_t* p = sec->vocab;
     for (uint32_t i = 0; i < sec->n_vocab; i++) {
-        uint32_t len = rd32(p);
-        t->tok[i] = p + 4;
-        t->tok_len[i] = len;
-        p += 4 + (size_t)len;
-        if (len == 1 && t->byte_id[t->tok[i][0]] < 0) t->byte_id[t->tok[i][0]] = (int)i;
+        t->tok[i] = (Token){p + 4, rd32(p), 0};
+        if (t->tok[i].len == 1 && t->byte_id[p[4]] < 0) t->byte_id[p[4]] = (int)i;
+        p += 4 + (size_t)t->tok[i].len;
     }
-}
-
-/* The merge hash: (left, right) -> (rank, result); every id must be a vocabulary token. */
-static int load_merges(Tokenizer* t, const Section* sec, char* err, size_t errlen) {
-    const uint8_t* m = sec->merges;
     for (uint32_t i = 0; i < sec->n_merges; i++) {
-        uint32_t a = rd32(m + 12 * (size_t)i), b = rd32(m + 12 * (size_t)i + 4), c = rd32(m + 12 * (size_t)i + 8);
+        const uint8_t* m = sec->merges + 12 * (size_t)i;
+        uint32_t a = rd32(m), b = rd32(m + 4), c = rd32(m + 8);
         if (a >= sec->n_vocab || b >= sec->n_vocab || c >= sec->n_vocab)
             return tok_error(err, errlen,
                              "tokenizer section: merge %u (%u, %u -> %u) uses an id outside the vocabulary of %u",
                              i, a, b, c, sec->n_vocab);
-        for (uint32_t h = hash_pair(a, b) & t->merge_mask;; h = (h + 1) & t->merge_mask) {
-            MergeSlot* slot = &t->merges[h];
-            if (slot->left == UINT32_MAX) {
-                *slot = (MergeSlot){a, b, i, c};
-                break;
-            }
-            if (slot->left == a && slot->right == b) break; /* a repeated pair keeps its lowest rank */
-        }
+        uint32_t h = hash_pair(a, b) & t->merge_mask;
+        while (t->merges[h].left != UINT32_MAX && (t->merges[h].left != a || t->merges[h].right != b))
+            h = (h + 1) & t->merge_mask;
+        if (t->merges[h].left == UINT32_MAX) t->merges[h] = (MergeSlot){a, b, i, c}; /* a repeated pair keeps its lowest rank */
     }
-    return 0;
-}
-
-/* Monotone merges (true for Qwen's: token 256 + k is made by merge k): then a pair that a merge
- * creates always has a higher rank than that merge, which the bucket method for very long pieces
- * relies on. */
-static int check_monotone(Tokenizer* t, const Section* sec, char* err, size_t errlen) {
-    const uint8_t* m = sec->merges;
-    int32_t* made_by = malloc((size_t)(sec->n_vocab ? sec->n_vocab : 1) * sizeof *made_by);
-    if (!made_by) return tok_error(err, errlen, "tokenizer: out of memory");
-    memset(made_by, 0xff, (size_t)sec->n_vocab * sizeof *made_by);
-    t->monotone = 1;
-    for (uint32_t i = 0; i < sec->n_merges && t->monotone; i++) {
-        uint32_t c = rd32(m + 12 * (size_t)i + 8);
-        if (made_by[c] >= 0) t->monotone = 0;
-        made_by[c] = (int32_t)i;
-    }
-    for (uint32_t i = 0; i < sec->n_merges && t->monotone; i++) {
-        uint32_t a = rd32(m + 12 * (size_t)i), b = rd32(m + 12 * (size_t)i + 4);
-        if (made_by[a] >= (int32_t)i || made_by[b] >= (int32_t)i) t->monotone = 0;
-    }
-    free(made_by);
-    return 0;
-}
-
-/* The added tokens: their bytes under their ids, sorted longest first for the split of step 1. */
-static void load_added(Tokenizer* t, const Section* sec) {
-    const uint8_t* p = sec->added;
+    p = sec->added;
     for (uint32_t i = 0; i < sec->n_added; i++) {
         uint32_t id = rd32(p), special = rd32(p + 4), len = rd32(p + 8);
-        Added* a = &t->added[i];
-        a->id = (int)id;
-        a->s = p + 12;
-        a->len = len;
+        t->added[i] = (Added){p + 12, len, (int)id};
         p += 12 + (size_t)len;
-        t->tok[id] = a->s;
-        t->tok_len[id] = len;
-        t->special[id] = special != 0;
-        if (len) t->added_first[a->s[0]] = 1;
+        t->tok[id] = (Token){t->added[i].s, len, special != 0};
+        if (len) t->added_first[t->added[i].s[0]] = 1;
     }
     qsort(t->added, sec->n_added, sizeof *t->added, cmp_added);
+    for (uint32_t i = 0; i < sec->n_added; i++) {
+        int id = t->added[i].id;
+        vocab_find(t, t->tok[id].s, t->tok[id].len, id);
+    }
+    for (int i = 0; i < t->n_vocab; i++) vocab_find(t, t->tok[i].s, t->tok[i].len, i);
+    return 0;
 }
 
 Tokenizer* tokenizer_new(const uint8_t* data, size_t n, char* err, size_t errlen) {
@@ -350,28 +285,17 @@ Tokenizer* tokenizer_new(const uint8_t* data, size_t n, char* err, size_t errlen
     if (n == 0 || !data) return t; /* no tokenizer in the checkpoint */
     Reader r = {data, n, 0, 0};
     Section sec = {0};
-    if (read_section_header(t, &r, &sec, err, errlen) != 0 || find_section_parts(t, &r, &sec, err, errlen) != 0 ||
-        alloc_tables(t, &sec, err, errlen) != 0) {
+    if (read_section(t, &r, &sec, err, errlen) != 0 || alloc_tables(t, &sec, err, errlen) != 0 ||
+        load_tables(t, &sec, err, errlen) != 0) {
         tokenizer_free(t);
         return NULL;
     }
-    load_vocabulary(t, &sec);
-    if (load_merges(t, &sec, err, errlen) != 0 || check_monotone(t, &sec, err, errlen) != 0) {
-        tokenizer_free(t);
-        return NULL;
-    }
-    load_added(t, &sec);
-    /* added tokens first, so tokenizer_find prefers them */
-    for (uint32_t i = 0; i < sec.n_added; i++) vocab_insert(t, t->added[i].id);
-    for (uint32_t i = 0; i < sec.n_vocab; i++) vocab_insert(t, (int)i);
     return t;
 }
 
 void tokenizer_free(Tokenizer* t) {
     if (!t) return;
     free(t->tok);
-    free(t->tok_len);
-    free(t->special);
     free(t->added);
     free(t->vocab_slots);
     free(t->merges);
@@ -381,104 +305,91 @@ void tokenizer_free(Tokenizer* t) {
 int tokenizer_size(const Tokenizer* t) { return t ? t->size : 0; }
 
 const char* tokenizer_token(const Tokenizer* t, int id, size_t* len) {
-    if (!t || id < 0 || id >= t->size || !t->tok[id]) {
+    if (!t || id < 0 || id >= t->size || !t->tok[id].s) {
         if (len) *len = 0;
         return NULL;
     }
-    if (len) *len = t->tok_len[id];
-    return (const char*)t->tok[id];
+    if (len) *len = t->tok[id].len;
+    return (const char*)t->tok[id].s;
 }
 
 int tokenizer_is_special(const Tokenizer* t, int id) {
-    return t && id >= 0 && id < t->size && t->special[id];
+    return t && id >= 0 && id < t->size && t->tok[id].special;
 }
 
 int tokenizer_find(const Tokenizer* t, const char* s) {
-    if (!t || !s) return -1;
-    return vocab_lookup(t, (const uint8_t*)s, strlen(s));
+    if (!t || !s || t->size == 0) return -1;
+    return vocab_find(t, (const uint8_t*)s, strlen(s), -1);
 }
 
-const char* tokenizer_chat_template(const Tokenizer* t, size_t* len) {
-    if (len) *len = t ? t->chat_template_len : 0;
-    return t && t->chat_template ? (const char*)t->chat_template : "";
-}
-
-/* ------------------------------------------------------------------------------------------- */
-/* UTF-8                                                                                        */
-/* ------------------------------------------------------------------------------------------- */
+/* ---- UTF-8 ---- */
 
 /* A byte that is not part of a valid UTF-8 sequence decodes to INVALID_BASE + byte: it has no
- * Unicode properties (the "other" class), combining class 0, and is written back as that byte. */
+ * Unicode properties (ut_props gives 0: the "other" class), combining class 0, and is written
+ * back as that byte. */
 #define INVALID_BASE 0x110000u
+
+/* Bytes a character with lead byte c needs in all (0: c cannot start one). */
+static int utf8_need(uint8_t c) {
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) return 2;
+    if (c >= 0xE0 && c <= 0xEF) return 3;
+    if (c >= 0xF0 && c <= 0xF4) return 4;
+    return 0;
+}
+
+/* Whether c can be the k-th byte (k >= 1) of a character whose lead byte is lead: the ranges
+ * after E0, ED, F0 and F4 rule out overlong forms, surrogates and code points above U+10FFFF. */
+static int utf8_cont_ok(uint8_t lead, int k, uint8_t c) {
+    if (k == 1) {
+        if (lead == 0xE0) return c >= 0xA0 && c <= 0xBF;
+        if (lead == 0xED) return c >= 0x80 && c <= 0x9F;
+        if (lead == 0xF0) return c >= 0x90 && c <= 0xBF;
+        if (lead == 0xF4) return c >= 0x80 && c <= 0x8F;
+    }
+    return (c & 0xC0) == 0x80;
+}
 
 /* Decodes the character at s[i] (i < n); *l gets its length in bytes (1 for an invalid byte). */
 static inline uint32_t utf8_next(const uint8_t* s, size_t n, size_t i, int* l) {
-    uint32_t c = s[i];
-    if (c < 0x80) {
-        *l = 1;
-        return c;
-    }
-    size_t left = n - i;
-    if (c >= 0xC2 && c <= 0xDF) {
-        if (left >= 2 && (s[i + 1] & 0xC0) == 0x80) {
-            *l = 2;
-            return (c & 0x1F) << 6 | (s[i + 1] & 0x3F);
-        }
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        if (left >= 3 && (s[i + 1] & 0xC0) == 0x80 && (s[i + 2] & 0xC0) == 0x80) {
-            uint32_t v = (c & 0x0F) << 12 | (uint32_t)(s[i + 1] & 0x3F) << 6 | (s[i + 2] & 0x3F);
-            if (v >= 0x800 && (v < 0xD800 || v > 0xDFFF)) {
-                *l = 3;
-                return v;
-            }
-        }
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        if (left >= 4 && (s[i + 1] & 0xC0) == 0x80 && (s[i + 2] & 0xC0) == 0x80 && (s[i + 3] & 0xC0) == 0x80) {
-            uint32_t v = (c & 0x07) << 18 | (uint32_t)(s[i + 1] & 0x3F) << 12 | (uint32_t)(s[i + 2] & 0x3F) << 6 |
-                         (s[i + 3] & 0x3F);
-            if (v >= 0x10000 && v <= 0x10FFFF) {
-                *l = 4;
-                return v;
-            }
-        }
-    }
+    int need = utf8_need(s[i]);
     *l = 1;
-    return INVALID_BASE + c;
+    if (need == 1) return s[i];
+    if (need == 0 || n - i < (size_t)need) return INVALID_BASE + s[i];
+    uint32_t c = s[i] & (0xFFu >> (need + 1));
+    for (int k = 1; k < need; k++) {
+        if (!utf8_cont_ok(s[i], k, s[i + k])) return INVALID_BASE + s[i];
+        c = c << 6 | (s[i + k] & 0x3F);
+    }
+    *l = need;
+    return c;
 }
 
+/* Writes c as UTF-8 (an invalid byte as itself) to o; returns the number of bytes. */
 static int utf8_put(uint32_t c, uint8_t* o) {
+    static const uint8_t lead[5] = {0, 0, 0xC0, 0xE0, 0xF0};
     if (c >= INVALID_BASE) {
         o[0] = (uint8_t)(c - INVALID_BASE);
         return 1;
     }
-    if (c < 0x80) {
-        o[0] = (uint8_t)c;
-        return 1;
-    }
-    if (c < 0x800) {
-        o[0] = (uint8_t)(0xC0 | c >> 6);
-        o[1] = (uint8_t)(0x80 | (c & 0x3F));
-        return 2;
-    }
-    if (c < 0x10000) {
-        o[0] = (uint8_t)(0xE0 | c >> 12);
-        o[1] = (uint8_t)(0x80 | (c >> 6 & 0x3F));
-        o[2] = (uint8_t)(0x80 | (c & 0x3F));
-        return 3;
-    }
-    o[0] = (uint8_t)(0xF0 | c >> 18);
-    o[1] = (uint8_t)(0x80 | (c >> 12 & 0x3F));
-    o[2] = (uint8_t)(0x80 | (c >> 6 & 0x3F));
-    o[3] = (uint8_t)(0x80 | (c & 0x3F));
-    return 4;
+    int n = c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4;
+    for (int i = n - 1; i > 0; i--, c >>= 6) o[i] = (uint8_t)(0x80 | (c & 0x3F));
+    o[0] = (uint8_t)(lead[n] | c);
+    return n;
 }
 
-/* Unicode properties (UT_* bits); 0 for invalid bytes. */
-static inline unsigned props_of(uint32_t c) { return c < INVALID_BASE ? ut_props(c) : 0; }
+/* ---- Growable buffers ---- */
 
-/* ------------------------------------------------------------------------------------------- */
-/* Growable buffers                                                                             */
-/* ------------------------------------------------------------------------------------------- */
+/* p (an array of *cap elements of `size` bytes) grown to hold at least `need`, doubling; NULL when
+ * out of memory (p is then still valid). */
+static void* grow(void* p, size_t* cap, size_t need, size_t size) {
+    if (need <= *cap && p) return p;
+    size_t c = *cap ? *cap : 64;
+    while (c < need) c *= 2;
+    void* q = realloc(p, c * size);
+    if (q) *cap = c;
+    return q;
+}
 
 typedef struct {
     uint8_t* p;
@@ -487,18 +398,10 @@ typedef struct {
 } Bytes;
 
 static int bytes_reserve(Bytes* b, size_t extra) {
-    if (b->oom) return 0;
-    if (b->cap - b->n >= extra) return 1;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap - b->n < extra) cap *= 2;
-    uint8_t* p = realloc(b->p, cap);
-    if (!p) {
-        b->oom = 1;
-        return 0;
-    }
-    b->p = p;
-    b->cap = cap;
-    return 1;
+    uint8_t* p = b->oom ? NULL : grow(b->p, &b->cap, b->n + extra, 1);
+    if (p) b->p = p;
+    else b->oom = 1;
+    return p != NULL;
 }
 
 static void bytes_add(Bytes* b, const void* s, size_t n) {
@@ -514,18 +417,10 @@ typedef struct {
 } Ids;
 
 static int ids_reserve(Ids* v, size_t extra) {
-    if (v->oom) return 0;
-    if (v->cap - v->n >= extra) return 1;
-    size_t cap = v->cap ? v->cap : 64;
-    while (cap - v->n < extra) cap *= 2;
-    int* p = realloc(v->p, cap * sizeof *p);
-    if (!p) {
-        v->oom = 1;
-        return 0;
-    }
-    v->p = p;
-    v->cap = cap;
-    return 1;
+    int* p = v->oom ? NULL : grow(v->p, &v->cap, v->n + extra, sizeof *v->p);
+    if (p) v->p = p;
+    else v->oom = 1;
+    return p != NULL;
 }
 
 static inline void ids_add(Ids* v, int id) {
@@ -533,33 +428,28 @@ static inline void ids_add(Ids* v, int id) {
     v->p[v->n++] = id;
 }
 
-/* ------------------------------------------------------------------------------------------- */
-/* NFC                                                                                          */
-/* ------------------------------------------------------------------------------------------- */
+/* ---- NFC ---- */
 
 typedef struct {
-    uint32_t* cp;
-    uint8_t* cc;
+    uint32_t c;   /* code point (or INVALID_BASE + byte) */
+    uint8_t ccc;  /* its canonical combining class */
+} Mark;
+
+typedef struct {
+    Mark* p;
     size_t cap;
-} CpBuf;
+} Marks;
 
 /* Normalises the characters s[0..n) (a stretch that starts at a "safe" character or at the start of
  * the segment, and ends before a safe character or at its end) and appends the result to out. */
-static void nfc_stretch(const uint8_t* s, size_t n, Bytes* out, CpBuf* cb) {
-    size_t need = n * UT_MAX_DECOMP + 1; /* each byte decomposes into at most UT_MAX_DECOMP characters */
-    if (need > cb->cap) {
-        uint32_t* cp = realloc(cb->cp, need * sizeof *cp);
-        if (cp) cb->cp = cp;
-        uint8_t* cc = realloc(cb->cc, need);
-        if (cc) cb->cc = cc;
-        if (!cp || !cc) {
-            out->oom = 1;
-            return;
-        }
-        cb->cap = need;
+static void nfc_stretch(const uint8_t* s, size_t n, Bytes* out, Marks* buf) {
+    /* each byte decomposes into at most UT_MAX_DECOMP characters */
+    Mark* c = grow(buf->p, &buf->cap, n * UT_MAX_DECOMP + 1, sizeof *c);
+    if (!c) {
+        out->oom = 1;
+        return;
     }
-    uint32_t* c = cb->cp;
-    uint8_t* k = cb->cc;
+    buf->p = c;
     size_t m = 0;
     /* full canonical decomposition */
     for (size_t i = 0; i < n;) {
@@ -567,72 +457,63 @@ static void nfc_stretch(const uint8_t* s, size_t n, Bytes* out, CpBuf* cb) {
         uint32_t ch = utf8_next(s, n, i, &l);
         i += (size_t)l;
         if (ch >= INVALID_BASE) {
-            c[m] = ch;
-            k[m++] = 0;
+            c[m++] = (Mark){ch, 0};
             continue;
         }
         uint32_t d[UT_MAX_DECOMP];
         int nd = ut_decompose(ch, d);
-        for (int j = 0; j < nd; j++) {
-            c[m] = d[j];
-            k[m++] = (uint8_t)ut_ccc(d[j]);
-        }
+        for (int j = 0; j < nd; j++) c[m++] = (Mark){d[j], (uint8_t)ut_ccc(d[j])};
     }
     /* canonical ordering: stable sort of every run of non-zero combining classes */
     for (size_t i = 1; i < m; i++) {
-        if (k[i] == 0) continue;
+        if (c[i].ccc == 0) continue;
+        Mark x = c[i];
         size_t j = i;
-        uint32_t ch = c[i];
-        uint8_t cl = k[i];
-        while (j > 0 && k[j - 1] > cl) {
-            c[j] = c[j - 1];
-            k[j] = k[j - 1];
-            j--;
-        }
-        c[j] = ch;
-        k[j] = cl;
+        for (; j > 0 && c[j - 1].ccc > x.ccc; j--) c[j] = c[j - 1];
+        c[j] = x;
     }
     /* canonical composition */
     if (m > 0) {
         size_t starter = 0, w = 1;
-        int starter_ok = k[0] == 0;
-        int last = k[0] == 0 ? 0 : 256;
+        int starter_ok = c[0].ccc == 0;
+        int last = c[0].ccc == 0 ? 0 : 256;
         for (size_t i = 1; i < m; i++) {
-            uint32_t ch = c[i];
-            int cl = k[i];
-            uint32_t comp = (starter_ok && (last < cl || last == 0)) ? ut_compose(c[starter], ch) : 0;
+            Mark x = c[i];
+            uint32_t comp = (starter_ok && (last < x.ccc || last == 0)) ? ut_compose(c[starter].c, x.c) : 0;
             if (comp) {
-                c[starter] = comp;
+                c[starter].c = comp;
                 continue;
             }
-            if (cl == 0) {
+            if (x.ccc == 0) {
                 starter = w;
                 starter_ok = 1;
             }
-            last = cl;
-            c[w] = ch;
-            k[w++] = (uint8_t)cl;
+            last = x.ccc;
+            c[w++] = x;
         }
         m = w;
     }
     if (!bytes_reserve(out, m * 4)) return;
-    for (size_t i = 0; i < m; i++) out->n += (size_t)utf8_put(c[i], out->p + out->n);
+    for (size_t i = 0; i < m; i++) out->n += (size_t)utf8_put(c[i].c, out->p + out->n);
+}
+
+/* The end of the run of characters from s[j] on that are unsafe (unsafe = 1) or safe (0) for NFC;
+ * *last gets the start of the run's last character (unchanged when the run is empty). */
+static size_t nfc_run(const uint8_t* s, size_t n, size_t j, int unsafe, size_t* last) {
+    while (j < n) {
+        int l = 1;
+        uint32_t ch = s[j] < 0x80 ? s[j] : utf8_next(s, n, j, &l); /* ASCII is safe */
+        if (((ut_props(ch) & UT_UNSAFE) != 0) != unsafe) break;
+        *last = j;
+        j += (size_t)l;
+    }
+    return j;
 }
 
 /* NFC of s[0..n). Returns s itself when it is already NFC (no unsafe character), else out->p. */
-static const uint8_t* nfc(const uint8_t* s, size_t n, size_t* out_n, Bytes* out, CpBuf* cb) {
-    size_t i = 0, safe = 0; /* safe: start of the last safe character (or 0) */
-    while (i < n) {
-        if (s[i] < 0x80) { /* ASCII is safe */
-            safe = i++;
-            continue;
-        }
-        int l;
-        uint32_t ch = utf8_next(s, n, i, &l);
-        if (props_of(ch) & UT_UNSAFE) break;
-        safe = i;
-        i += (size_t)l;
-    }
+static const uint8_t* nfc(const uint8_t* s, size_t n, size_t* out_n, Bytes* out, Marks* buf) {
+    size_t safe = 0, unused;                 /* safe: start of the last safe character (or 0) */
+    size_t i = nfc_run(s, n, 0, 0, &safe);   /* the first unsafe character */
     if (i == n) {
         *out_n = n;
         return s;
@@ -640,43 +521,36 @@ static const uint8_t* nfc(const uint8_t* s, size_t n, size_t* out_n, Bytes* out,
     out->n = 0;
     size_t done = 0;
     while (i < n) {
-        /* s[i] is unsafe: the stretch starts at the last safe character before it */
-        size_t start = safe;
-        bytes_add(out, s + done, start - done);
-        while (i < n) {
-            int l;
-            uint32_t ch = utf8_next(s, n, i, &l);
-            if (!(props_of(ch) & UT_UNSAFE)) break;
-            i += (size_t)l;
-        }
-        nfc_stretch(s + start, i - start, out, cb);
-        done = i;
-        /* skip safe characters, remembering the last one */
-        safe = i;
-        while (i < n) {
-            int l;
-            uint32_t ch = utf8_next(s, n, i, &l);
-            if (props_of(ch) & UT_UNSAFE) break;
-            safe = i;
-            i += (size_t)l;
-        }
+        /* a stretch from the last safe character before an unsafe one to the next safe one */
+        bytes_add(out, s + done, safe - done);
+        done = nfc_run(s, n, i, 1, &unused);
+        nfc_stretch(s + safe, done - safe, out, buf);
+        safe = done;
+        i = nfc_run(s, n, done, 0, &safe);
     }
     bytes_add(out, s + done, n - done);
     *out_n = out->n;
     return out->p;
 }
 
-/* ------------------------------------------------------------------------------------------- */
-/* Pre-tokenizer: the Split regex as a scanner                                                  */
-/* ------------------------------------------------------------------------------------------- */
+/* ---- Pre-tokenizer: the Split regex as a scanner ---- */
 
 static inline int is_crlf(uint32_t c) { return c == '\r' || c == '\n'; }
+
+/* The end of the run of characters from s[j] on that have one of the properties in mask (want 1)
+ * or none of them (want 0). */
+static size_t run_end(const uint8_t* s, size_t n, size_t j, unsigned mask, int want) {
+    int l;
+    while (j < n && ((ut_props(utf8_next(s, n, j, &l)) & mask) != 0) == want) j += (size_t)l;
+    return j;
+}
 
 /* Length in bytes of the piece that starts at s[i] (i < n). */
 static size_t next_piece(const uint8_t* s, size_t n, size_t i, int max_digits) {
     int l0, l;
     uint32_t c0 = utf8_next(s, n, i, &l0);
-    unsigned p0 = props_of(c0);
+    unsigned p0 = ut_props(c0);
+    const unsigned OTHER = UT_WS | UT_L | UT_N; /* [^\s\p{L}\p{N}] lacks all three */
     size_t j;
 
     /* 1. (?i:'s|'t|'re|'ve|'m|'ll|'d) */
@@ -693,41 +567,30 @@ static size_t next_piece(const uint8_t* s, size_t n, size_t i, int max_digits) {
         j = i + (size_t)l0;
     } else if (!is_crlf(c0) && !(p0 & UT_N) && i + (size_t)l0 < n) {
         uint32_t c1 = utf8_next(s, n, i + (size_t)l0, &l);
-        if (props_of(c1) & UT_L) j = i + (size_t)l0 + (size_t)l;
+        if (ut_props(c1) & UT_L) j = i + (size_t)l0 + (size_t)l;
     }
-    if (j > i) {
-        while (j < n) {
-            uint32_t c = utf8_next(s, n, j, &l);
-            if (!(props_of(c) & UT_L)) break;
-            j += (size_t)l;
-        }
-        return j - i;
-    }
+    if (j > i) return run_end(s, n, j, UT_L, 1) - i;
     /* 3. \p{N} (Llama 3: \p{N}{1,3}) */
     if (p0 & UT_N) {
         j = i + (size_t)l0;
         for (int d = 1; d < max_digits && j < n; d++) {
             uint32_t c = utf8_next(s, n, j, &l);
-            if (!(props_of(c) & UT_N)) break;
+            if (!(ut_props(c) & UT_N)) break;
             j += (size_t)l;
         }
         return j - i;
     }
     /* 4. ' '?[^\s\p{L}\p{N}]+[\r\n]* */
     j = i;
-    if (!(p0 & (UT_WS | UT_L | UT_N))) {
+    if (!(p0 & OTHER)) {
         j = i + (size_t)l0;
     } else if (c0 == ' ' && i + 1 < n) {
         uint32_t c1 = utf8_next(s, n, i + 1, &l);
-        if (!(props_of(c1) & (UT_WS | UT_L | UT_N))) j = i + 1 + (size_t)l;
+        if (!(ut_props(c1) & OTHER)) j = i + 1 + (size_t)l;
     }
     if (j > i) {
-        while (j < n) {
-            uint32_t c = utf8_next(s, n, j, &l);
-            if (props_of(c) & (UT_WS | UT_L | UT_N)) break;
-            j += (size_t)l;
-        }
-        while (j < n && (s[j] == '\r' || s[j] == '\n')) j++;
+        j = run_end(s, n, j, OTHER, 0);
+        while (j < n && is_crlf(s[j])) j++;
         return j - i;
     }
     /* c0 is white space: find its run, the end of its last CR/LF and the start of its last character */
@@ -735,7 +598,7 @@ static size_t next_piece(const uint8_t* s, size_t n, size_t i, int max_digits) {
     j = i;
     while (j < n) {
         uint32_t c = utf8_next(s, n, j, &l);
-        if (!(props_of(c) & UT_WS)) break;
+        if (!(ut_props(c) & UT_WS)) break;
         last = j;
         j += (size_t)l;
         if (is_crlf(c)) end_nl = j;
@@ -749,60 +612,45 @@ static size_t next_piece(const uint8_t* s, size_t n, size_t i, int max_digits) {
     return (size_t)l0;
 }
 
-/* ------------------------------------------------------------------------------------------- */
-/* BPE                                                                                          */
-/* ------------------------------------------------------------------------------------------- */
+/* ---- BPE ---- */
+
+typedef struct {
+    int id;           /* -1: merged into its left neighbour (heap method) */
+    int prev, next;   /* neighbours in the list (heap method); -1: none */
+    uint32_t rank;    /* array method: the rank of the pair (this, next) */
+    uint32_t result;  /* array method: that merge's result */
+} Symbol;
 
 typedef struct {
     uint32_t rank;
     int pos; /* index of the left symbol */
 } HeapItem;
 
-typedef struct {
-    int* id;
-    int* next;
-    int* prev;
-    uint32_t* rank; /* array method: rank of the pair (i, i+1) */
-    uint32_t* res;
-    HeapItem* heap;
-    size_t cap;
-    /* bucket method (very long pieces, monotone merges): per rank a list of positions */
-    uint32_t* bucket_head;  /* [n_merges]: 1 + index of the first entry, 0 = empty */
-    struct BucketEntry { int pos; uint32_t next; }* bentries;
-    size_t n_bentries, cap_bentries;
-    uint32_t* rank_heap;
-    size_t n_rank_heap, cap_rank_heap;
-    int* sorted;
-    size_t cap_sorted;
-    /* cache of short pieces: bytes -> ids */
-    uint32_t* cache_slots; /* index into cache entries + 1, 0 = empty */
-    uint32_t cache_mask;
-    Bytes cache_keys;   /* concatenated piece bytes */
-    Ids cache_ids;      /* concatenated ids */
-    struct CacheEntry { uint32_t key_off, key_len, ids_off, ids_len; }* entries;
-    size_t n_entries, cap_entries;
-} Work;
+#define ARRAY_BPE_MAX 48   /* pieces up to this many bytes use the simple array method */
+#define CACHE_MAX_PIECE 32 /* pieces up to this many bytes are cached */
 
-static int work_reserve(Work* w, size_t n) {
-    if (n <= w->cap) return 1;
-    size_t cap = w->cap ? w->cap : 256;
-    while (cap < n) cap *= 2;
-    int* id = realloc(w->id, cap * sizeof *id);
-    if (id) w->id = id;
-    int* nx = realloc(w->next, cap * sizeof *nx);
-    if (nx) w->next = nx;
-    int* pv = realloc(w->prev, cap * sizeof *pv);
-    if (pv) w->prev = pv;
-    uint32_t* rk = realloc(w->rank, cap * sizeof *rk);
-    if (rk) w->rank = rk;
-    uint32_t* rs = realloc(w->res, cap * sizeof *rs);
-    if (rs) w->res = rs;
-    HeapItem* hp = realloc(w->heap, 2 * cap * sizeof *hp);
-    if (hp) w->heap = hp;
-    if (!id || !nx || !pv || !rk || !rs || !hp) return 0;
-    w->cap = cap;
-    return 1;
-}
+/* A cached piece and its ids (key_len 0: empty). */
+typedef struct {
+    uint8_t key[CACHE_MAX_PIECE];
+    uint8_t key_len, n_ids;
+    int ids[CACHE_MAX_PIECE];
+} CacheEntry;
+
+/* The piece cache: open addressing over the entries themselves, doubled when half full. */
+typedef struct {
+    CacheEntry* slots;  /* NULL: no cache */
+    uint32_t mask, used;
+} Cache;
+
+/* The scratch of one tokenizer_encode call, so that the tokenizer itself stays read-only. */
+typedef struct {
+    Symbol* sym;
+    HeapItem* heap;         /* twice as long as sym: a piece of m symbols never holds more than 2m */
+    size_t cap, heap_cap;
+    Cache cache;
+    Bytes nfc;
+    Marks marks;
+} Work;
 
 static inline int heap_less(HeapItem a, HeapItem b) { return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos); }
 
@@ -832,222 +680,73 @@ static HeapItem heap_pop(HeapItem* h, size_t* n) {
     return top;
 }
 
-#define NO_RANK UINT32_MAX
-#define ARRAY_BPE_MAX 48 /* pieces up to this many bytes use the simple array method */
-
-
-#define BUCKET_BPE_MIN 1024 /* pieces of at least this many bytes use the bucket method */
-
-static int int_cmp(const void* a, const void* b) {
-    int x = *(const int*)a, y = *(const int*)b;
-    return (x > y) - (x < y);
-}
-
-static int bucket_push(Work* w, uint32_t rank, int pos) {
-    if (w->n_bentries == w->cap_bentries) {
-        size_t cap = w->cap_bentries ? w->cap_bentries * 2 : 4096;
-        void* p = realloc(w->bentries, cap * sizeof *w->bentries);
-        if (!p) return 0;
-        w->bentries = p;
-        w->cap_bentries = cap;
-    }
-    if (w->bucket_head[rank] == 0) { /* a new rank: into the min-heap of ranks */
-        if (w->n_rank_heap == w->cap_rank_heap) {
-            size_t cap = w->cap_rank_heap ? w->cap_rank_heap * 2 : 1024;
-            void* p = realloc(w->rank_heap, cap * sizeof *w->rank_heap);
-            if (!p) return 0;
-            w->rank_heap = p;
-            w->cap_rank_heap = cap;
-        }
-        uint32_t* h = w->rank_heap;
-        size_t i = w->n_rank_heap++;
-        while (i > 0 && h[(i - 1) / 2] > rank) {
-            h[i] = h[(i - 1) / 2];
-            i = (i - 1) / 2;
-        }
-        h[i] = rank;
-    }
-    w->bentries[w->n_bentries] = (struct BucketEntry){pos, w->bucket_head[rank]};
-    w->bucket_head[rank] = (uint32_t)++w->n_bentries;
-    return 1;
-}
-
-static uint32_t rank_pop(Work* w) {
-    uint32_t* h = w->rank_heap;
-    uint32_t top = h[0], x = h[--w->n_rank_heap];
-    size_t n = w->n_rank_heap, i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && h[c + 1] < h[c]) c++;
-        if (h[c] >= x) break;
-        h[i] = h[c];
-        i = c;
-    }
-    if (n) h[i] = x;
-    return top;
-}
-
-/* BPE for very long pieces when the merges are monotone: a merge of rank r only creates pairs of
- * rank > r, so the ranks are processed in increasing order (a heap of the distinct ranks present),
- * each rank's positions left to right. Same result as the heap method; about linear time.
- * Returns 0 when out of memory (then nothing was appended). */
-static int bpe_buckets(const Tokenizer* t, Work* w, int m, Ids* out) {
-    int* id = w->id;
-    int* next = w->next;
-    int* prev = w->prev;
-    if (!w->bucket_head) {
-        w->bucket_head = calloc((size_t)t->n_merges + 1, sizeof *w->bucket_head);
-        if (!w->bucket_head) return 0;
-    }
-    w->n_bentries = 0;
-    w->n_rank_heap = 0;
-    int ok = 1;
-    for (int i = 0; i < m; i++) {
-        next[i] = i + 1 < m ? i + 1 : -1;
-        prev[i] = i - 1;
-    }
-    for (int i = 0; i + 1 < m && ok; i++) {
-        uint32_t rk, rs;
-        if (merge_lookup(t, (uint32_t)id[i], (uint32_t)id[i + 1], &rk, &rs)) ok = bucket_push(w, rk, i);
-    }
-    while (ok && w->n_rank_heap > 0) {
-        uint32_t r = rank_pop(w);
-        size_t k = 0;
-        for (uint32_t e = w->bucket_head[r]; e; e = w->bentries[e - 1].next) k++;
-        if (k > w->cap_sorted) {
-            int* p = realloc(w->sorted, k * 2 * sizeof *p);
-            if (!p) {
-                ok = 0;
-                break;
-            }
-            w->sorted = p;
-            w->cap_sorted = k * 2;
-        }
-        k = 0;
-        for (uint32_t e = w->bucket_head[r]; e; e = w->bentries[e - 1].next) w->sorted[k++] = w->bentries[e - 1].pos;
-        w->bucket_head[r] = 0;
-        qsort(w->sorted, k, sizeof *w->sorted, int_cmp);
-        for (size_t j = 0; j < k && ok; j++) {
-            int a = w->sorted[j];
-            if (id[a] < 0) continue;
-            int b = next[a];
-            if (b < 0) continue;
-            uint32_t rk, rs;
-            if (!merge_lookup(t, (uint32_t)id[a], (uint32_t)id[b], &rk, &rs) || rk != r) continue; /* stale */
-            id[a] = (int)rs;
-            id[b] = -1;
-            next[a] = next[b];
-            if (next[b] >= 0) prev[next[b]] = a;
-            if (prev[a] >= 0 && merge_lookup(t, (uint32_t)id[prev[a]], (uint32_t)id[a], &rk, &rs)) ok = bucket_push(w, rk, prev[a]);
-            if (ok && next[a] >= 0 && merge_lookup(t, (uint32_t)id[a], (uint32_t)id[next[a]], &rk, &rs)) ok = bucket_push(w, rk, a);
-        }
-    }
-    /* leave the bucket heads empty for the next piece */
-    while (w->n_rank_heap > 0) w->bucket_head[rank_pop(w)] = 0;
-    if (!ok) return 0;
-    for (int i = 0; i >= 0; i = next[i]) ids_add(out, id[i]);
-    return 1;
-}
-
-/* BPE on the m symbols w->id[0..m) (one per byte); appends the resulting ids to out. */
-static void bpe(const Tokenizer* t, Work* w, int m, Ids* out) {
-    int* id = w->id;
-    if (m <= ARRAY_BPE_MAX) {
-        uint32_t* rank = w->rank;
-        uint32_t* res = w->res;
+/* Short pieces: an array of symbols with each adjacent pair's rank; after a merge only the two
+ * neighbouring pairs are looked up again. */
+static void bpe_array(const Tokenizer* t, Symbol* sym, int m, Ids* out) {
+    for (int i = 0; i + 1 < m; i++) sym[i].rank = merge_rank(t, sym[i].id, sym[i + 1].id, &sym[i].result);
+    while (m > 1) {
+        int best = -1;
+        uint32_t best_rank = NO_RANK;
         for (int i = 0; i + 1 < m; i++)
-            if (!merge_lookup(t, (uint32_t)id[i], (uint32_t)id[i + 1], &rank[i], &res[i])) rank[i] = NO_RANK;
-        while (m > 1) {
-            int best = -1;
-            uint32_t br = NO_RANK;
-            for (int i = 0; i + 1 < m; i++)
-                if (rank[i] < br) {
-                    br = rank[i];
-                    best = i;
-                }
-            if (best < 0) break;
-            id[best] = (int)res[best];
-            for (int i = best + 1; i + 1 < m; i++) {
-                id[i] = id[i + 1];
-                rank[i] = rank[i + 1];
-                res[i] = res[i + 1];
+            if (sym[i].rank < best_rank) {
+                best_rank = sym[i].rank;
+                best = i;
             }
-            m--;
-            if (best > 0 && !merge_lookup(t, (uint32_t)id[best - 1], (uint32_t)id[best], &rank[best - 1], &res[best - 1]))
-                rank[best - 1] = NO_RANK;
-            if (best + 1 < m && !merge_lookup(t, (uint32_t)id[best], (uint32_t)id[best + 1], &rank[best], &res[best]))
-                rank[best] = NO_RANK;
-        }
-        if (!ids_reserve(out, (size_t)m)) return;
-        memcpy(out->p + out->n, id, (size_t)m * sizeof *id);
-        out->n += (size_t)m;
-        return;
+        if (best < 0) break;
+        sym[best].id = (int)sym[best].result;
+        memmove(&sym[best + 1], &sym[best + 2], (size_t)(m - best - 2) * sizeof *sym);
+        m--;
+        if (best > 0) sym[best - 1].rank = merge_rank(t, sym[best - 1].id, sym[best].id, &sym[best - 1].result);
+        if (best + 1 < m) sym[best].rank = merge_rank(t, sym[best].id, sym[best + 1].id, &sym[best].result);
     }
-    if (m >= BUCKET_BPE_MIN && t->monotone) {
-        if (!bpe_buckets(t, w, m, out)) out->oom = 1;
-        return;
-    }
-    /* linked list of symbols + binary heap of candidate merges ordered by (rank, position) */
-    int* next = w->next;
-    int* prev = w->prev;
-    HeapItem* heap = w->heap;
+    for (int i = 0; i < m; i++) ids_add(out, sym[i].id);
+}
+
+/* Long pieces: a linked list of symbols and a binary heap of candidate merges ordered by (rank,
+ * position); a candidate whose symbols have changed since it was pushed is skipped. */
+static void bpe_heap(const Tokenizer* t, Symbol* sym, HeapItem* heap, int m, Ids* out) {
     size_t hn = 0;
+    uint32_t rk, rs = 0;
     for (int i = 0; i < m; i++) {
-        next[i] = i + 1 < m ? i + 1 : -1;
-        prev[i] = i - 1;
+        sym[i].next = i + 1 < m ? i + 1 : -1;
+        sym[i].prev = i - 1;
     }
-    for (int i = 0; i + 1 < m; i++) {
-        uint32_t rk, rs;
-        if (merge_lookup(t, (uint32_t)id[i], (uint32_t)id[i + 1], &rk, &rs)) heap_push(heap, &hn, (HeapItem){rk, i});
-    }
+    for (int i = 0; i + 1 < m; i++)
+        if ((rk = merge_rank(t, sym[i].id, sym[i + 1].id, &rs)) != NO_RANK) heap_push(heap, &hn, (HeapItem){rk, i});
     while (hn > 0) {
         HeapItem top = heap_pop(heap, &hn);
-        int a = top.pos;
-        if (id[a] < 0) continue;  /* merged into its left neighbour */
-        int b = next[a];
-        if (b < 0) continue;
-        uint32_t rk, rs;
-        if (!merge_lookup(t, (uint32_t)id[a], (uint32_t)id[b], &rk, &rs) || rk != top.rank) continue; /* stale */
-        id[a] = (int)rs;
-        id[b] = -1;
-        next[a] = next[b];
-        if (next[b] >= 0) prev[next[b]] = a;
-        if (prev[a] >= 0 && merge_lookup(t, (uint32_t)id[prev[a]], (uint32_t)id[a], &rk, &rs))
-            heap_push(heap, &hn, (HeapItem){rk, prev[a]});
-        if (next[a] >= 0 && merge_lookup(t, (uint32_t)id[a], (uint32_t)id[next[a]], &rk, &rs))
-            heap_push(heap, &hn, (HeapItem){rk, a});
+        Symbol* a = &sym[top.pos];
+        if (a->id < 0 || a->next < 0) continue;
+        Symbol* b = &sym[a->next];
+        if (merge_rank(t, a->id, b->id, &rs) != top.rank) continue; /* stale */
+        a->id = (int)rs;
+        b->id = -1;
+        a->next = b->next;
+        if (b->next >= 0) sym[b->next].prev = top.pos;
+        if (a->prev >= 0 && (rk = merge_rank(t, sym[a->prev].id, a->id, &rs)) != NO_RANK)
+            heap_push(heap, &hn, (HeapItem){rk, a->prev});
+        if (a->next >= 0 && (rk = merge_rank(t, a->id, sym[a->next].id, &rs)) != NO_RANK)
+            heap_push(heap, &hn, (HeapItem){rk, top.pos});
     }
-    for (int i = 0; i >= 0; i = next[i]) ids_add(out, id[i]);
+    for (int i = 0; i >= 0; i = sym[i].next) ids_add(out, sym[i].id);
 }
 
-#define CACHE_MAX_PIECE 32 /* pieces up to this many bytes are cached */
-
-static int cache_find(const Work* w, const uint8_t* s, size_t n, uint32_t h, uint32_t* slot) {
-    for (uint32_t k = h & w->cache_mask;; k = (k + 1) & w->cache_mask) {
-        uint32_t e = w->cache_slots[k];
-        if (!e) {
-            *slot = k;
-            return -1;
-        }
-        const struct CacheEntry* ce = &w->entries[e - 1];
-        if (ce->key_len == n && memcmp(w->cache_keys.p + ce->key_off, s, n) == 0) return (int)(e - 1);
+/* The entry of piece s[0..n), or the empty slot where it goes. */
+static CacheEntry* cache_slot(const Cache* c, const uint8_t* s, size_t n) {
+    for (uint32_t h = hash_bytes(s, n) & c->mask;; h = (h + 1) & c->mask) {
+        CacheEntry* e = &c->slots[h];
+        if (e->key_len == 0 || (e->key_len == n && memcmp(e->key, s, n) == 0)) return e;
     }
 }
 
-static void cache_grow(Work* w) {
-    uint32_t cap = (w->cache_mask + 1) * 2;
-    uint32_t* slots = calloc(cap, sizeof *slots);
-    if (!slots) return;
-    for (size_t e = 0; e < w->n_entries; e++) {
-        const struct CacheEntry* ce = &w->entries[e];
-        uint32_t k = hash_bytes(w->cache_keys.p + ce->key_off, ce->key_len) & (cap - 1);
-        while (slots[k]) k = (k + 1) & (cap - 1);
-        slots[k] = (uint32_t)e + 1;
-    }
-    free(w->cache_slots);
-    w->cache_slots = slots;
-    w->cache_mask = cap - 1;
+/* Doubles the table; out of memory, the old one stays (and takes no more entries once full). */
+static void cache_grow(Cache* c) {
+    Cache bigger = {calloc(((size_t)c->mask + 1) * 2, sizeof *c->slots), c->mask * 2 + 1, c->used};
+    if (!bigger.slots) return;
+    for (uint32_t i = 0; i <= c->mask; i++)
+        if (c->slots[i].key_len) *cache_slot(&bigger, c->slots[i].key, c->slots[i].key_len) = c->slots[i];
+    free(c->slots);
+    *c = bigger;
 }
 
 /* Encodes one pre-tokenized piece. */
@@ -1057,58 +756,47 @@ static void encode_piece(const Tokenizer* t, Work* w, const uint8_t* s, size_t n
         return;
     }
     if (t->ignore_merges) {
-        int id = vocab_lookup(t, s, n);
+        int id = vocab_find(t, s, n, -1);
         if (id >= 0 && id < t->n_vocab) {
             ids_add(out, id);
             return;
         }
     }
-    uint32_t h = 0, slot = 0;
-    int use_cache = n <= CACHE_MAX_PIECE && w->cache_slots;
-    if (use_cache) {
-        h = hash_bytes(s, n);
-        int e = cache_find(w, s, n, h, &slot);
-        if (e >= 0) {
-            const struct CacheEntry* ce = &w->entries[e];
-            if (!ids_reserve(out, ce->ids_len)) return;
-            memcpy(out->p + out->n, w->cache_ids.p + ce->ids_off, ce->ids_len * sizeof(int));
-            out->n += ce->ids_len;
+    CacheEntry* ce = NULL;
+    if (w->cache.slots && n <= CACHE_MAX_PIECE) {
+        ce = cache_slot(&w->cache, s, n);
+        if (ce->key_len) {
+            for (int i = 0; i < ce->n_ids; i++) ids_add(out, ce->ids[i]);
             return;
         }
     }
-    if (!work_reserve(w, n)) {
+    Symbol* sym = grow(w->sym, &w->cap, n, sizeof *sym);
+    HeapItem* heap = sym ? grow(w->heap, &w->heap_cap, 2 * n, sizeof *heap) : NULL;
+    if (sym) w->sym = sym;
+    if (heap) w->heap = heap;
+    if (!heap) {
         out->oom = 1;
         return;
     }
     int m = 0;
     for (size_t i = 0; i < n; i++)
-        if (t->byte_id[s[i]] >= 0) w->id[m++] = t->byte_id[s[i]]; /* a byte without a token is dropped */
+        if (t->byte_id[s[i]] >= 0) sym[m++].id = t->byte_id[s[i]]; /* a byte without a token is dropped */
     size_t before = out->n;
-    bpe(t, w, m, out);
-    if (use_cache && !out->oom) {
-        if (w->n_entries == w->cap_entries) {
-            size_t cap = w->cap_entries ? w->cap_entries * 2 : 1024;
-            void* p = realloc(w->entries, cap * sizeof *w->entries);
-            if (!p) return;
-            w->entries = p;
-            w->cap_entries = cap;
-        }
-        size_t k = out->n - before;
-        struct CacheEntry ce = {(uint32_t)w->cache_keys.n, (uint32_t)n, (uint32_t)w->cache_ids.n, (uint32_t)k};
-        bytes_add(&w->cache_keys, s, n);
-        if (!ids_reserve(&w->cache_ids, k) || w->cache_keys.oom) return;
-        memcpy(w->cache_ids.p + w->cache_ids.n, out->p + before, k * sizeof(int));
-        w->cache_ids.n += k;
-        w->entries[w->n_entries++] = ce;
-        w->cache_slots[slot] = (uint32_t)w->n_entries;
-        if (w->n_entries * 2 > w->cache_mask + 1) cache_grow(w);
+    if (m <= ARRAY_BPE_MAX) bpe_array(t, sym, m, out);
+    else bpe_heap(t, sym, heap, m, out);
+    if (ce && !out->oom && w->cache.used < w->cache.mask) { /* one slot stays empty: lookups end */
+        memcpy(ce->key, s, n);
+        ce->key_len = (uint8_t)n;
+        ce->n_ids = (uint8_t)(out->n - before);
+        memcpy(ce->ids, out->p + before, ce->n_ids * sizeof *ce->ids);
+        if (++w->cache.used * 2 > w->cache.mask + 1) cache_grow(&w->cache);
     }
 }
 
-static void encode_segment(const Tokenizer* t, Work* w, const uint8_t* s, size_t n, Ids* out, Bytes* nb, CpBuf* cb) {
+static void encode_segment(const Tokenizer* t, Work* w, const uint8_t* s, size_t n, Ids* out) {
     if (n == 0) return;
-    if (t->flags & TOK_FLAG_NFC) s = nfc(s, n, &n, nb, cb);
-    if (nb->oom) {
+    if (t->flags & TOK_FLAG_NFC) s = nfc(s, n, &n, &w->nfc, &w->marks);
+    if (w->nfc.oom) {
         out->oom = 1;
         return;
     }
@@ -1126,51 +814,34 @@ int* tokenizer_encode(const Tokenizer* t, const char* text, size_t len, int* n_i
     if (!t || t->size == 0 || !text) return out.p; /* no tokenizer: no ids */
     const uint8_t* s = (const uint8_t*)text;
     Work w = {0};
-    Bytes nb = {0};
-    CpBuf cb = {0};
-    if (len > 256) { /* the piece cache pays off on longer texts only */
-        w.cache_mask = 4095;
-        w.cache_slots = calloc(w.cache_mask + 1, sizeof *w.cache_slots);
+    if (len > 256) { /* the cache pays off on longer texts only */
+        w.cache.slots = calloc(4096, sizeof *w.cache.slots);
+        w.cache.mask = 4095;
     }
     size_t seg = 0;
     for (size_t i = 0; i < len;) {
+        const Added* hit = NULL;
         if (t->added_first[s[i]]) {
-            const Added* hit = NULL;
-            for (int k = 0; k < t->n_added; k++) { /* sorted longest first */
+            for (int k = 0; k < t->n_added && !hit; k++) { /* sorted longest first */
                 const Added* a = &t->added[k];
-                if (a->len && a->len <= len - i && memcmp(s + i, a->s, a->len) == 0) {
-                    hit = a;
-                    break;
-                }
-            }
-            if (hit) {
-                encode_segment(t, &w, s + seg, i - seg, &out, &nb, &cb);
-                ids_add(&out, hit->id);
-                i += hit->len;
-                seg = i;
-                continue;
+                if (a->len && a->len <= len - i && memcmp(s + i, a->s, a->len) == 0) hit = a;
             }
         }
-        i++;
+        if (!hit) {
+            i++;
+            continue;
+        }
+        encode_segment(t, &w, s + seg, i - seg, &out);
+        ids_add(&out, hit->id);
+        i += hit->len;
+        seg = i;
     }
-    encode_segment(t, &w, s + seg, len - seg, &out, &nb, &cb);
-    free(w.id);
-    free(w.next);
-    free(w.prev);
-    free(w.rank);
-    free(w.res);
+    encode_segment(t, &w, s + seg, len - seg, &out);
+    free(w.sym);
     free(w.heap);
-    free(w.bucket_head);
-    free(w.bentries);
-    free(w.rank_heap);
-    free(w.sorted);
-    free(w.cache_slots);
-    free(w.cache_keys.p);
-    free(w.cache_ids.p);
-    free(w.entries);
-    free(nb.p);
-    free(cb.cp);
-    free(cb.cc);
+    free(w.cache.slots);
+    free(w.nfc.p);
+    free(w.marks.p);
     if (out.oom) {
         free(out.p);
         return NULL;
@@ -1179,9 +850,7 @@ int* tokenizer_encode(const Tokenizer* t, const char* text, size_t len, int* n_i
     return out.p;
 }
 
-/* ------------------------------------------------------------------------------------------- */
-/* Decoding                                                                                     */
-/* ------------------------------------------------------------------------------------------- */
+/* ---- Decoding ---- */
 
 typedef struct {
     FILE* f;
@@ -1194,26 +863,6 @@ static void sink_put(Sink* k, const void* s, size_t n) {
 }
 
 static const uint8_t REPLACEMENT[3] = {0xEF, 0xBF, 0xBD};
-
-/* Bytes a character with lead byte c needs in all (0: c cannot start one). */
-static int utf8_need(uint8_t c) {
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) return 2;
-    if (c >= 0xE0 && c <= 0xEF) return 3;
-    if (c >= 0xF0 && c <= 0xF4) return 4;
-    return 0;
-}
-
-/* Whether c can be the k-th byte (k >= 1) of a character whose lead byte is lead. */
-static int utf8_cont_ok(uint8_t lead, int k, uint8_t c) {
-    if (k == 1) {
-        if (lead == 0xE0) return c >= 0xA0 && c <= 0xBF;
-        if (lead == 0xED) return c >= 0x80 && c <= 0x9F;
-        if (lead == 0xF0) return c >= 0x90 && c <= 0xBF;
-        if (lead == 0xF4) return c >= 0x80 && c <= 0x8F;
-    }
-    return (c & 0xC0) == 0x80;
-}
 
 /* Feeds bytes through the stream: complete characters are written, an invalid sequence (a maximal
  * subpart, as Rust's from_utf8_lossy and the W3C/Unicode recommendation) becomes one U+FFFD. */
@@ -1270,7 +919,6 @@ char* tokenizer_decode(const Tokenizer* t, const int* ids, int n, int skip_speci
     Bytes b = {0};
     Utf8Stream st = {{0}, 0};
     Sink k = {NULL, &b};
-    bytes_reserve(&b, 64);
     for (int i = 0; i < n; i++) {
         size_t l;
         const char* p = tokenizer_token(t, ids[i], &l);
@@ -1288,23 +936,20 @@ char* tokenizer_decode(const Tokenizer* t, const int* ids, int n, int skip_speci
     return (char*)b.p;
 }
 
-/* ------------------------------------------------------------------------------------------- */
-/* Helpers exposed for tests                                                                    */
-/* ------------------------------------------------------------------------------------------- */
+/* ---- Helpers exposed for tests ---- */
 
 char* tokenizer_nfc(const char* s, size_t n, size_t* out_n) {
     Bytes b = {0};
-    CpBuf cb = {0};
+    Marks marks = {0};
     size_t m;
-    const uint8_t* r = nfc((const uint8_t*)s, n, &m, &b, &cb);
+    const uint8_t* r = nfc((const uint8_t*)s, n, &m, &b, &marks);
     char* out = b.oom ? NULL : malloc(m + 1);
     if (out) {
         if (m) memcpy(out, r, m);
         out[m] = 0;
     }
     free(b.p);
-    free(cb.cp);
-    free(cb.cc);
+    free(marks.p);
     if (out_n) *out_n = out ? m : 0;
     return out;
 }

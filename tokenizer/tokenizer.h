@@ -46,17 +46,11 @@ void tokenizer_print(const Tokenizer* t, Utf8Stream* s, int id, int show_special
 /* Writes out whatever is still held (as U+FFFD: an incomplete character at the end). */
 void utf8_stream_flush(Utf8Stream* s, FILE* out);
 
-/* ---- Additions (tokenizer engineer) ---- */
-
 /* Decodes n ids into a malloc'ed, NUL-terminated string (free it): the tokens' bytes concatenated,
  * invalid UTF-8 replaced by U+FFFD as in the reference decoder, special tokens left out when
  * skip_special is nonzero, unknown ids contribute nothing. *len (if not NULL) gets the length
  * without the NUL. NULL when out of memory. */
 char* tokenizer_decode(const Tokenizer* t, const int* ids, int n, int skip_special, size_t* len);
-
-/* The chat template stored in the checkpoint (tokenizer_config.json's Jinja text, informational;
- * chat.c renders Qwen3's template natively). "" with *len = 0 when there is none. */
-const char* tokenizer_chat_template(const Tokenizer* t, size_t* len);
 
 /* Unicode NFC of n bytes of UTF-8 (bytes that are not valid UTF-8 are kept as they are). Returns a
  * malloc'ed, NUL-terminated copy (free it), *out_n its length; NULL when out of memory. */
