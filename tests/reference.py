@@ -237,13 +237,14 @@ class Reference:
         return list(struct.unpack('<%de' % len(x), struct.pack('<%de' % len(x), *x)))
 
     def forward(self, tokens, eps=None, rope='half', skip_qk_norm=False, gqa='div', kv_f16=False, norms=None,
-                scores=None, ablate=(), layernorm=False):
+                scores=None, ablate=(), layernorm=False, head=None):
         """Logits (a list of V floats) for every position of tokens (positions 0..len-1). ablate,
         layernorm (and eps): the RMSNorm lab's switches (Reference.lab_norm). norms: a
         list that receives (position, layer, site, vectors, weight) at every RMSNorm call site,
         what the vectors are before the norm (layer -1: the final norm; the sites as ./run
         --show-norms names them). scores: a list that receives (position, layer, query head,
-        scores), the head's q.k/sqrt(d) for every key it attends to (positions 0..position)."""
+        scores), the head's q.k/sqrt(d) for every key it attends to (positions 0..position).
+        head='embedding': the mistake of an untied model's logits taken from the embedding."""
         def see(pos, layer, site, vectors, weight):
             if norms is not None:
                 norms.append((pos, layer, site, [list(v) for v in vectors], weight))
@@ -312,7 +313,7 @@ class Reference:
                 x = [a + b for a, b in zip(x, self.matvec(w['down'], act))]
             see(pos, -1, 'final norm', [x], self.norm)
             h = norm(x, self.norm, 'final-norm')
-            out.append(self.matvec(self.lm_head, h))
+            out.append(self.matvec(self.embed if head == 'embedding' else self.lm_head, h))
         return out
 
 

@@ -57,7 +57,12 @@ VARIANTS = {
     # head_dim 32 != hidden/heads = 16 (q width 128 != 64).
     'qwen3_f32_untied_sharded_gqa4_hd32': (
         dict(dtype='F32', tie=False, shards=3, n_heads=4, n_kv_heads=1, head_dim=32),
-        [5, 6, 7, 8, 300 - 10, 9], 10, ('rope', 'qk_norm')),
+        [5, 6, 7, 8, 300 - 10, 9], 10, ('rope', 'qk_norm', 'head')),
+    # Qwen3 8B/14B as Hugging Face ships them: BF16, untied lm_head in the same file; GQA 4.
+    # (q8 and q4 go through the C quantiser from a bf16 export, as for the random 8B bench model.)
+    'qwen3_bf16_untied_gqa4': (
+        dict(tie=False, n_heads=4, n_kv_heads=1, seed=12),
+        P8, 6, ('rope', 'qk_norm', 'head')),
     # Qwen3-0.6B style: tied WITH a redundant stored lm_head.weight, 2 shards; GQA 1;
     # head_dim 24 (q width 96: q8 groups fall back to 32).
     'qwen3_bf16_tied_lmhead_gqa1_hd24': (
@@ -81,7 +86,7 @@ VARIANTS = {
     'llama_f32_untied_sharded_gqa1': (
         dict(arch='llama', dtype='F32', head_dim=None, n_kv_heads=4, tie=False, rms_norm_eps=1e-5,
              rope_theta=10000.0, shards=2, seed=4),
-        [1, 2, 3, 4, 5, 6], 6, ('rope',)),
+        [1, 2, 3, 4, 5, 6], 6, ('rope', 'head')),
     # Llama 3.2 style: explicit head_dim 32 != 64/4, GQA 2, tied, BF16; no rope_theta key in
     # config.json (transformers' default, 10000, applies).
     'llama_bf16_tied_gqa2_hd32': (
@@ -111,6 +116,7 @@ MISTAKES = {
     'rope': dict(rope='interleaved'),
     'qk_norm': dict(skip_qk_norm=True),
     'gqa': dict(gqa='mod'),
+    'head': dict(head='embedding'),  # untied variants only: the head taken from the embedding
 }
 
 RESULTS = []  # (variant, dtype, rows, err vs stored weights, err vs source, top-1 agreement)
@@ -231,7 +237,7 @@ class TestReference(unittest.TestCase):
             self.assertLess(rel_error([got], [expect]), 1e-12, arch)
 
     def test_mistakes_change_the_reference(self):
-        d, _ = self.write('mis', dtype='F32', qk_gain=0.01, seed=7)
+        d, _ = self.write('mis', dtype='F32', qk_gain=0.01, seed=7, tie=False)  # untied: 'head' shows
         ref = Reference(d)
         ids = P8
         good = ref.forward(ids)

@@ -1,12 +1,21 @@
 #!/usr/bin/env python3
-"""bench_models.py: the random Qwen3-0.6B-shape checkpoints that `make bench` and
+"""bench_models.py: the random Qwen3 checkpoints of one dense size that `make bench` and
 tools/llama_cpp/compare.py measure, each written only where it is missing.
 
-    python3 tools/bench_models.py DIR FORMAT...        # e.g. build/bench q8 q4 bf16 f32
+    python3 tools/bench_models.py DIR FORMAT... [--size 0.6b|1.7b|4b|8b|14b]   # e.g. build/bench q8 q4
 
-DIR/hf is the Hugging Face folder from tools/make_random_qwen3.py (about 1.2 GB, written once).
-DIR/qwen3-0.6b-FORMAT.bin is export.py's checkpoint, written again also when the engine (--run,
-default ./run) cannot read it, e.g. a file of an older layout. Python 3 standard library.
+DIR/hf (0.6b) or DIR/hf-SIZE (the other sizes) is the Hugging Face folder from
+tools/make_random_qwen3.py (2 bytes a parameter: 1.2 GB for 0.6b, 16.4 GB for 8b), written once.
+DIR/qwen3-SIZE-FORMAT.bin is export.py's checkpoint (q8 and q4 through a temporary bf16 export and
+./run -m quantize when ./run is built), written again also when the engine (--run, default ./run)
+cannot read it, e.g. a file of an older layout. The paths of the checkpoints that are there in the
+end are printed on standard output, one a line, for `make bench` to run.
+
+A format is skipped, with a line on stderr that says why, when its checkpoint would be larger than
+half of this machine's memory (the bench reads every weight for each token, from the page cache: a
+file that does not stay there measures the disk), or when writing it (with the Hugging Face folder
+and the temporary export it needs) would not fit in the free space of DIR's disk. Python 3 standard
+library.
 """
 import argparse
 import os
@@ -14,18 +23,32 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+from make_random_qwen3 import SIZES, len_of, size_config, tensor_list  # noqa: E402
+
 FORMATS = ("q8", "q4", "bf16", "f32")
+# Checkpoint bytes per parameter, a little above what export.py writes for 0.6b (the scales of
+# q8's groups of 64 and q4's of 32, and the tokenizer, included).
+BYTES_PER_PARAM = {"f32": 4.0, "bf16": 2.0, "q8": 1.04, "q4": 0.57}
 
 
-def checkpoint(directory, fmt):
-    return os.path.join(directory, f"qwen3-0.6b-{fmt}.bin")
+def hf_folder(directory, size="0.6b"):
+    return os.path.join(directory, "hf" if size == "0.6b" else f"hf-{size}")
+
+
+def checkpoint(directory, fmt, size="0.6b"):
+    return os.path.join(directory, f"qwen3-{size}-{fmt}.bin")
+
+
+def parameters(size):
+    return sum(len_of(shape) for _, shape, _ in tensor_list(size_config(size)))
 
 
 def step(cmd, what, who):
-    """Runs a command that writes a file (its output passed through); exits with a message naming
-    the command if it fails."""
+    """Runs a command that writes a file (its output passed through to stderr); exits with a
+    message naming the command if it fails."""
     print(f"{who}: {what}", file=sys.stderr, flush=True)
-    if subprocess.run(cmd, cwd=ROOT).returncode != 0:
+    if subprocess.run(cmd, cwd=ROOT, stdout=sys.stderr).returncode != 0:
         sys.exit(f"{who}: {what} failed: {' '.join(cmd)}")
 
 
@@ -37,16 +60,53 @@ def readable(run, ckpt):
                           stderr=subprocess.DEVNULL).returncode == 0
 
 
-def ensure(directory, formats, run, who="bench_models.py"):
-    """Writes what is missing; returns {format: checkpoint path}."""
-    hf = os.path.join(directory, "hf")
-    if not os.path.exists(os.path.join(hf, "model.safetensors")):
-        step([sys.executable, "tools/make_random_qwen3.py", hf], f"writing the random model in {hf}", who)
+def too_large(size, fmt):
+    """Why the checkpoint does not fit this machine's memory, or None."""
+    nbytes = BYTES_PER_PARAM[fmt] * parameters(size)
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if nbytes > ram / 2:
+        return (f"about {nbytes / 1e9:.1f} GB, more than half of this machine's {ram / 1e9:.1f} GB "
+                "of memory")
+    return None
+
+
+def no_room(directory, size, fmt):
+    """Why writing the checkpoint (and the Hugging Face folder when missing, and the temporary
+    bf16 export of q8 and q4) does not fit the free disk space of directory, or None."""
+    params = parameters(size)
+    parts = [(f"the {fmt} file", BYTES_PER_PARAM[fmt] * params)]
+    if not os.path.exists(os.path.join(hf_folder(directory, size), "model.safetensors")):
+        parts.append(("the Hugging Face folder", 2.0 * params))
+    if fmt in ("q8", "q4"):
+        parts.append(("a temporary bf16 export", 2.0 * params))
+    need = sum(n for _, n in parts)
+    st = os.statvfs(directory)
+    free = st.f_bavail * st.f_frsize
+    if need > free:
+        detail = " + ".join(f"{what} {n / 1e9:.1f}" for what, n in parts)
+        return f"needs about {need / 1e9:.1f} GB of disk ({detail}), {free / 1e9:.1f} GB free in {directory}"
+    return None
+
+
+def ensure(directory, formats, run, who="bench_models.py", size="0.6b"):
+    """Writes what is missing and fits; returns {format: checkpoint path} of those that are there."""
+    os.makedirs(directory, exist_ok=True)
+    hf = hf_folder(directory, size)
     paths = {}
     for f in formats:
-        paths[f] = checkpoint(directory, f)
-        if not readable(run, paths[f]):
-            step([sys.executable, "export.py", hf, paths[f], "--dtype", f], f"exporting {paths[f]}", who)
+        ckpt = checkpoint(directory, f, size)
+        why = too_large(size, f)
+        if why is None and not readable(run, ckpt):
+            why = no_room(directory, size, f)
+            if why is None:
+                if not os.path.exists(os.path.join(hf, "model.safetensors")):
+                    step([sys.executable, "tools/make_random_qwen3.py", hf, "--size", size],
+                         f"writing the random {size} model in {hf}", who)
+                step([sys.executable, "export.py", hf, ckpt, "--dtype", f], f"exporting {ckpt}", who)
+        if why:
+            print(f"{who}: skipping {f} of {size}: {why}", file=sys.stderr, flush=True)
+        else:
+            paths[f] = ckpt
     return paths
 
 
@@ -54,11 +114,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("dir", help="where the models live (make bench: build/bench)")
     ap.add_argument("formats", nargs="+", choices=FORMATS, metavar="FORMAT", help=" | ".join(FORMATS))
+    ap.add_argument("--size", choices=list(SIZES), default="0.6b", help="the Qwen3 dense size (default 0.6b)")
     ap.add_argument("--run", default=os.path.join(ROOT, "run"), help="the engine that must read them; default ./run")
     a = ap.parse_args()
     if not os.access(a.run, os.X_OK):
         sys.exit(f"bench_models.py: {a.run}: no engine there; build it with make (or give --run)")
-    ensure(a.dir, a.formats, a.run)
+    for path in ensure(a.dir, a.formats, a.run, size=a.size).values():
+        print(path)
 
 
 if __name__ == "__main__":

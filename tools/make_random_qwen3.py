@@ -1,34 +1,39 @@
 #!/usr/bin/env python3
-"""make_random_qwen3.py: a random checkpoint with the real Qwen3-0.6B shape, for speed tests.
+"""make_random_qwen3.py: a random checkpoint with the real shape of a Qwen3 dense size, for speed tests.
 
-    python3 tools/make_random_qwen3.py OUT_DIR [--config config.json] [--layers N] [--seed S]
-                                               [--tokenizer DIR]
-    python3 export.py OUT_DIR out.bin --dtype f32|bf16|q8
+    python3 tools/make_random_qwen3.py OUT_DIR [--size 0.6b|1.7b|4b|8b|14b | --config config.json]
+                                               [--layers N] [--seed S] [--tokenizer DIR] [--config-only]
+    python3 export.py OUT_DIR out.bin --dtype f32|bf16|q8|q4
 
 Writes OUT_DIR/config.json, generation_config.json and model.safetensors (BF16, the tensor names of
-QWEN3.md 3.3, tie_word_embeddings true, so no lm_head.weight) in Hugging Face layout. The shape comes
-from ../shared/qwen3-0.6b/config.json next to the repository when it exists (or --config), else
-from the numbers embedded below (the same ones). With --tokenizer DIR (default:
-../shared/qwen3-tokenizer when it exists) tokenizer.json and tokenizer_config.json are copied too.
+QWEN3.md 3.3) in Hugging Face layout. --size picks the shape of QWEN3.md 1.1, embedded below
+(default 0.6b); --config takes it from a config.json instead. 0.6B, 1.7B and 4B tie the head to the
+embedding (no lm_head.weight); 8B and 14B store lm_head.weight [vocab, hidden] as Hugging Face does.
+With --tokenizer DIR (default: ../shared/qwen3-tokenizer when it exists) tokenizer.json and
+tokenizer_config.json are copied too. --config-only writes everything but model.safetensors and
+says how large it would be.
 
-The weights are random but not meaningless in scale: projections are uniform with standard
-deviation 1/sqrt(in_features) so activations stay O(1), norm weights are 1. For speed a block of
-random bf16 values is generated once and written repeatedly (each tensor from another offset).
-Python 3 standard library only; a 0.6B checkpoint (1.2 GB) takes seconds.
+The weights are random but not meaningless in scale: projections (and an untied head) are uniform
+with standard deviation 1/sqrt(in_features) so activations stay O(1), norm weights are 1. For speed
+a block of random bf16 values is generated once and written repeatedly (each tensor from another
+offset), so memory stays small for every size. model.safetensors is written under a temporary name
+and renamed when complete; a failed or interrupted run leaves none. Python 3 standard library only;
+0.6B (1.2 GB) takes seconds, 8B (16.4 GB) about as long as the disk needs to write it.
 """
 import argparse
 import json
 import os
 import random
 import shutil
+import signal
 import struct
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHARED = os.path.normpath(os.path.join(HERE, "..", "..", "shared"))
 
-# Qwen/Qwen3-0.6B config.json (QWEN3.md 1.1), used when no config file is found.
-DEFAULT_CONFIG = {
+# Qwen/Qwen3-0.6B config.json (QWEN3.md 1.1); the other sizes change only the fields of SIZES.
+BASE_CONFIG = {
     "architectures": ["Qwen3ForCausalLM"],
     "attention_bias": False,
     "attention_dropout": 0.0,
@@ -57,6 +62,16 @@ DEFAULT_CONFIG = {
     "vocab_size": 151936,
 }
 
+# The dense sizes (QWEN3.md 1.1): hidden, intermediate, layers, attention heads, kv heads, tied head.
+# Every size has head_dim 128 and vocabulary 151936.
+SIZES = {
+    "0.6b": (1024, 3072, 28, 16, 8, True),
+    "1.7b": (2048, 6144, 28, 16, 8, True),
+    "4b": (2560, 9728, 36, 32, 8, True),
+    "8b": (4096, 12288, 36, 32, 8, False),
+    "14b": (5120, 17408, 40, 40, 8, False),
+}
+
 DEFAULT_GENERATION = {
     "bos_token_id": 151643,
     "do_sample": True,
@@ -65,9 +80,11 @@ DEFAULT_GENERATION = {
     "temperature": 0.6,
     "top_k": 20,
     "top_p": 0.95,
+    "transformers_version": "4.51.0",
 }
 
 BLOCK_VALUES = 1 << 20  # random bf16 values generated once (2 MiB), written repeatedly
+PROGRESS_BYTES = 256 << 20  # files at least this large show their progress
 
 
 def bf16_bits(x):
@@ -108,7 +125,7 @@ def tensor_list(cfg):
         ]
     out.append(("model.norm.weight", [D], "norm"))
     if not cfg.get("tie_word_embeddings", False):
-        out.append(("lm_head.weight", [V, D], "embed"))
+        out.append(("lm_head.weight", [V, D], "proj"))  # logits O(1), and other values than the embedding
     return out
 
 
@@ -123,83 +140,144 @@ def write_repeated(f, block, nbytes, start):
         pos = 0
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("out_dir")
-    ap.add_argument("--config", help="a config.json to take the shape from")
-    ap.add_argument("--layers", type=int, help="override num_hidden_layers (smaller test files)")
-    ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--tokenizer", metavar="DIR",
-                    help="copy tokenizer.json and tokenizer_config.json from DIR")
-    args = ap.parse_args()
+def size_config(size):
+    """config.json of a dense size: the 0.6B file with the fields of SIZES changed."""
+    D, F, L, H, K, tie = SIZES[size]
+    cfg = dict(BASE_CONFIG)
+    cfg.update(hidden_size=D, intermediate_size=F, num_hidden_layers=L, max_window_layers=L,
+               num_attention_heads=H, num_key_value_heads=K, tie_word_embeddings=tie)
+    return cfg
 
-    cfg_path = args.config or os.path.join(SHARED, "qwen3-0.6b", "config.json")
-    if os.path.exists(cfg_path):
-        with open(cfg_path, encoding="utf-8") as f:
-            cfg = json.load(f)
-    elif args.config:
-        sys.exit(f"make_random_qwen3.py: error: {cfg_path}: not found")
-    else:
-        cfg = dict(DEFAULT_CONFIG)
-    if args.layers is not None:
-        if args.layers < 1:
-            sys.exit("make_random_qwen3.py: error: --layers must be at least 1")
-        cfg["num_hidden_layers"] = args.layers
-        cfg["max_window_layers"] = args.layers
-    gen_path = os.path.join(os.path.dirname(cfg_path), "generation_config.json")
-    gen = DEFAULT_GENERATION
-    if os.path.exists(gen_path):
-        with open(gen_path, encoding="utf-8") as f:
-            gen = json.load(f)
 
-    os.makedirs(args.out_dir, exist_ok=True)
-    with open(os.path.join(args.out_dir, "config.json"), "w", encoding="utf-8") as f:
-        json.dump(cfg, f, indent=2)
-    with open(os.path.join(args.out_dir, "generation_config.json"), "w", encoding="utf-8") as f:
-        json.dump(gen, f, indent=2)
+def len_of(shape):
+    """The number of values of a tensor of this shape."""
+    n = 1
+    for s in shape:
+        n *= s
+    return n
 
-    tok_dir = args.tokenizer or os.path.join(SHARED, "qwen3-tokenizer")
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        src = os.path.join(tok_dir, name)
-        if os.path.exists(src):
-            shutil.copyfile(src, os.path.join(args.out_dir, name))
-        elif args.tokenizer:
-            sys.exit(f"make_random_qwen3.py: error: {src}: not found")
 
-    rng = random.Random(args.seed)
-    tensors = tensor_list(cfg)
-    D = cfg["hidden_size"]
+def safetensors_header(tensors):
+    """The header bytes (JSON padded to 8 bytes) and the data size of BF16 tensors stored in order."""
     header, offset = {}, 0
     for name, shape, _ in tensors:
-        n = 2
-        for s in shape:
-            n *= s
+        n = 2 * len_of(shape)
         header[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [offset, offset + n]}
         offset += n
     header["__metadata__"] = {"format": "pt"}
     hbytes = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    hbytes += b" " * (-len(hbytes) % 8)
+    return hbytes + b" " * (-len(hbytes) % 8), offset
 
+
+def write_safetensors(path, tensors, rng):
+    """Streams the tensors into path through path + ".tmp" (removed if anything fails), one line
+    of progress on stderr per 10% when the file is large."""
+    hbytes, total = safetensors_header(tensors)
     # one block per kind of tensor: projections scaled by 1/sqrt(in), embeddings 0.3 (QWEN3-like
     # RMS of the residual stream), norms exactly 1.0 (bf16 0x3F80)
     blocks = {"proj": {}, "embed": random_block(rng, 0.3), "norm": struct.pack("<H", 0x3F80) * 4096}
-    path = os.path.join(args.out_dir, "model.safetensors")
-    with open(path + ".tmp", "wb") as f:
-        f.write(struct.pack("<Q", len(hbytes)))
-        f.write(hbytes)
-        for name, shape, kind in tensors:
-            nbytes = header[name]["data_offsets"][1] - header[name]["data_offsets"][0]
-            if kind == "proj":
-                fan_in = shape[1]
-                if fan_in not in blocks["proj"]:
-                    blocks["proj"][fan_in] = random_block(rng, 1.0 / fan_in ** 0.5)
-                block = blocks["proj"][fan_in]
-            else:
-                block = blocks[kind]
-            write_repeated(f, block, nbytes, 2 * rng.randrange(len(block) // 2))
-    os.replace(path + ".tmp", path)
-    print(f"{args.out_dir}: {len(tensors)} tensors, {offset / 1e9:.2f} GB of BF16 weights "
-          f"(dim {D}, {cfg['num_hidden_layers']} layers, vocab {cfg['vocab_size']})")
+    done, shown = 0, 0
+    try:
+        with open(path + ".tmp", "wb") as f:
+            f.write(struct.pack("<Q", len(hbytes)))
+            f.write(hbytes)
+            for _, shape, kind in tensors:
+                if kind == "proj":
+                    fan_in = shape[1]
+                    if fan_in not in blocks["proj"]:
+                        blocks["proj"][fan_in] = random_block(rng, 1.0 / fan_in ** 0.5)
+                    block = blocks["proj"][fan_in]
+                else:
+                    block = blocks[kind]
+                nbytes = 2 * len_of(shape)
+                write_repeated(f, block, nbytes, 2 * rng.randrange(len(block) // 2))
+                done += nbytes
+                if total >= PROGRESS_BYTES and 10 * done // total > shown:
+                    shown = 10 * done // total
+                    print(f"make_random_qwen3.py: {100 * done // total:3d}%  {done / 1e9:.1f}/{total / 1e9:.1f} GB",
+                          file=sys.stderr, flush=True)
+        os.replace(path + ".tmp", path)
+    except BaseException:
+        if os.path.exists(path + ".tmp"):
+            os.unlink(path + ".tmp")
+        raise
+
+
+def load_config(args):
+    """The config of --config, or of --size, with --layers applied; exits with a message if the
+    file cannot be read."""
+    if args.config:
+        try:
+            with open(args.config, encoding="utf-8") as f:
+                cfg = json.load(f)
+        except (OSError, ValueError) as e:
+            sys.exit(f"make_random_qwen3.py: error: {args.config}: {e}")
+    else:
+        cfg = size_config(args.size)
+    if args.layers is not None:
+        cfg["num_hidden_layers"] = args.layers
+        cfg["max_window_layers"] = args.layers
+    return cfg
+
+
+def check_free_space(directory, nbytes):
+    """Exits with a message when nbytes (and some room to spare) do not fit on directory's disk."""
+    st = os.statvfs(directory)
+    free = st.f_bavail * st.f_frsize
+    if free < nbytes + (64 << 20):
+        sys.exit(f"make_random_qwen3.py: error: {directory}: {nbytes / 1e9:.1f} GB to write, "
+                 f"{free / 1e9:.1f} GB free on its disk")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out_dir")
+    shape = ap.add_mutually_exclusive_group()
+    shape.add_argument("--size", choices=list(SIZES), default="0.6b",
+                       help="the Qwen3 dense size whose shape to use (default 0.6b)")
+    shape.add_argument("--config", help="a config.json to take the shape from instead")
+    ap.add_argument("--layers", type=int, help="override num_hidden_layers (smaller test files)")
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--tokenizer", metavar="DIR",
+                    help="copy tokenizer.json and tokenizer_config.json from DIR")
+    ap.add_argument("--config-only", action="store_true",
+                    help="write the JSON and tokenizer files, not model.safetensors")
+    args = ap.parse_args()
+    if args.layers is not None and args.layers < 1:
+        ap.error("--layers must be at least 1")
+    cfg = load_config(args)
+    tensors = tensor_list(cfg)
+    params = sum(len_of(shape) for _, shape, _ in tensors)
+
+    tok_dir = args.tokenizer or os.path.join(SHARED, "qwen3-tokenizer")
+    tok_files = [os.path.join(tok_dir, name) for name in ("tokenizer.json", "tokenizer_config.json")]
+    if args.tokenizer:
+        for src in tok_files:
+            if not os.path.exists(src):
+                sys.exit(f"make_random_qwen3.py: error: {src}: not found")
+    os.makedirs(args.out_dir, exist_ok=True)
+    if not args.config_only:
+        check_free_space(args.out_dir, 2 * params)
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # cleans up too
+        try:
+            write_safetensors(os.path.join(args.out_dir, "model.safetensors"), tensors,
+                              random.Random(args.seed))
+        except KeyboardInterrupt:
+            sys.exit("make_random_qwen3.py: interrupted; no model.safetensors written")
+        except OSError as e:
+            sys.exit(f"make_random_qwen3.py: error: {e.filename or args.out_dir}: {e.strerror or e}; "
+                     "no model.safetensors written")
+    for name, value in (("config.json", cfg), ("generation_config.json", DEFAULT_GENERATION)):
+        with open(os.path.join(args.out_dir, name), "w", encoding="utf-8") as f:
+            json.dump(value, f, indent=2)
+    for src in tok_files:
+        if os.path.exists(src):
+            shutil.copyfile(src, os.path.join(args.out_dir, os.path.basename(src)))
+    head = "tied head" if cfg.get("tie_word_embeddings", False) else "untied head"
+    print(f"{args.out_dir}: {len(tensors)} tensors, {params / 1e9:.3f}B parameters, "
+          f"{2 * params / 1e9:.2f} GB of BF16 weights (dim {cfg['hidden_size']}, "
+          f"{cfg['num_hidden_layers']} layers, vocab {cfg['vocab_size']}, {head})"
+          + ("; model.safetensors not written (--config-only)" if args.config_only else ""))
 
 
 if __name__ == "__main__":
