@@ -61,26 +61,29 @@ static float fma_steps(float seed) {
 #endif
 }
 
-/* int8 dot products as matmul_int8.c's qi_dot does them: 32 multiply-adds per step and chain. */
-static float int8_steps(float seed) {
-    __m256i a[CHAINS];
-    const __m256i w = _mm256_set1_epi8((char)(int)seed), x = _mm256_set1_epi8(3);
-    for (int c = 0; c < CHAINS; c++) a[c] = _mm256_set1_epi32(c);
-    for (int s = 0; s < STEPS; s++)
-#pragma GCC unroll 12
-        for (int c = 0; c < CHAINS; c++) {
+/* int8 dot products as matmul_int8.c's qi_dot does them: 32 multiply-adds per step and chain. The
+ * accumulators are named, not an array: gcc 12 keeps inline asm operands of an array in memory,
+ * and its vpdpbusd intrinsic shuffles registers (matmul_int8.c's dpbusd says why the asm). */
 #if defined(Q8_VNNI) && defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__GNUC__)
-            __asm__("vpdpbusd %2, %1, %0" : "+v"(a[c]) : "v"(w), "v"(x));
+#define INT8_STEP(acc) __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(w), "v"(x))
 #elif defined(Q8_VNNI)
-            a[c] = _mm256_dpbusd_avx_epi32(a[c], w, x);
+#define INT8_STEP(acc) acc = _mm256_dpbusd_avx_epi32(acc, w, x)
 #else
-            const __m256i p = _mm256_maddubs_epi16(w, x);
-            a[c] = _mm256_add_epi32(a[c], _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+#define INT8_STEP(acc) acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), one16))
 #endif
-        }
-    __m256i t = a[0];
-    for (int c = 1; c < CHAINS; c++) t = _mm256_add_epi32(t, a[c]);
-    return (float)_mm256_extract_epi32(t, 0);
+static float int8_steps(float seed) {
+    const __m256i w = _mm256_set1_epi8((char)(int)seed), x = _mm256_set1_epi8(3), one16 = _mm256_set1_epi16(1);
+    (void)one16;
+    __m256i a0 = _mm256_set1_epi32(0), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0,
+            a9 = a0, a10 = a0, a11 = a0;
+    for (int s = 0; s < STEPS; s++) {
+        INT8_STEP(a0); INT8_STEP(a1); INT8_STEP(a2); INT8_STEP(a3); INT8_STEP(a4); INT8_STEP(a5);
+        INT8_STEP(a6); INT8_STEP(a7); INT8_STEP(a8); INT8_STEP(a9); INT8_STEP(a10); INT8_STEP(a11);
+    }
+    const __m256i t = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(a0, a1), _mm256_add_epi32(a2, a3)),
+                                       _mm256_add_epi32(_mm256_add_epi32(a4, a5), _mm256_add_epi32(a6, a7)));
+    const __m256i u = _mm256_add_epi32(_mm256_add_epi32(a8, a9), _mm256_add_epi32(a10, a11));
+    return (float)_mm256_extract_epi32(_mm256_add_epi32(t, u), 0);
 }
 #define INT8_MACS 32
 
