@@ -549,7 +549,7 @@ static void see_norm(const Transformer* t, int use, const char* site, int layer,
 /* One RMSNorm call site of n_rows vectors of n values: rmsnorm_rows as Qwen3 computes it, or, for a
  * student, what the RMSNorm lab's switches (Transformer.norm_lab: --ablate, --norm-eps, --norm
  * layernorm) make of it. skip_bit is the NORM_SKIP_* switch that leaves this site out. With no
- * switch this is exactly rmsnorm_rows(out, x, w, n_rows, n, eps). */
+ * switch this is exactly rmsnorm_rows(t->kernels, out, x, w, n_rows, n, eps). */
 static void norm_site(const Transformer* t, int skip_bit, float* out, const float* x, const float* w, int n_rows,
                       int n, float eps) {
     const NormLab* lab = &t->norm_lab;
@@ -559,7 +559,7 @@ static void norm_site(const Transformer* t, int skip_bit, float* out, const floa
     } else if (lab->variant) {
         rmsnorm_variant_rows(out, x, w, n_rows, n, eps, lab->variant);
     } else {
-        rmsnorm_rows(out, x, w, n_rows, n, eps);
+        rmsnorm_rows(t->kernels, out, x, w, n_rows, n, eps);
     }
 }
 
@@ -688,7 +688,7 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
             float* const gate_up[2] = {s->gate, s->up};
             const Matrix* const w_gate_up[2] = {&lw->gate_proj, &lw->up_proj};
             matmul_multi(t->kernels, gate_up, s->xb, w_gate_up, 2, nb);
-            swiglu(s->gate, s->up, nb * F);  /* gate = silu(gate) * up */
+            swiglu(t->kernels, s->gate, s->up, nb * F);  /* gate = silu(gate) * up */
             matmul(t->kernels, s->proj, s->gate, &lw->down_proj, nb);
             for (size_t i = 0; i < (size_t)nb * D; i++) s->x[i] += s->proj[i];
         }

@@ -143,7 +143,7 @@ static inline int q4_value(const Matrix* W, int r, int c) {
 /* A kernel context: the thread pool, the matmul scratch (activation quantisation, each thread's
  * rows and panels), decode's prefetch plan and the AMX and bf16-activation switches. Each model
  * owns one (model.c, Transformer.kernels) and passes it to the kernels that use threads or
- * scratch (matmul, matmul_multi, parallel_for); the
+ * scratch (matmul, matmul_multi, rmsnorm_rows, swiglu, parallel_for, parallel_spans); the
  * per-vector kernels (rmsnorm, rope, softmax, attention_group, ...) need none. Two contexts share
  * nothing, so two models in one process run and free independently. One context serves one
  * calling thread at a time. */
@@ -198,8 +198,9 @@ void matrix_row(float* out, const Matrix* W, int row);
 void rmsnorm(float* out, const float* x, const float* w, int n, float eps);
 
 /* rmsnorm() over n_rows vectors of n values laid out one after another (row r at x + r * n, its
- * result at out + r * n). */
-void rmsnorm_rows(float* out, const float* x, const float* w, int n_rows, int n, float eps);
+ * result at out + r * n), spread over the kernel threads when there are many; the same bits as
+ * n_rows calls of rmsnorm(). */
+void rmsnorm_rows(Kernels* k, float* out, const float* x, const float* w, int n_rows, int n, float eps);
 
 /* The RMSNorm lab's variants of rmsnorm_rows (model.c, NormLab), for teaching, not speed (scalar):
  *   NORM_VARIANT_CENTER        x - mean(x) first: LayerNorm without a bias
@@ -218,7 +219,7 @@ void rope(float* x, int n_heads, int head_dim, const float* cos_t, const float* 
 void softmax(float* x, int n);
 
 /* SwiGLU's gate (QWEN3.md 2.2 step 2.11): gate[i] = silu(gate[i]) * up[i], silu(z) = z / (1 + e^-z). */
-void swiglu(float* gate, const float* up, int n);
+void swiglu(Kernels* k, float* gate, const float* up, int n); /* long rows spread over the kernel threads, the same bits */
 
 /* One kv head's cached keys and values. The cache holds positions in blocks (model.c, the KV
  * cache): position t's key is at keys + (t / block_len) * block_stride + (t % block_len) * stride,
@@ -267,6 +268,12 @@ void attention_rows(float* out, const float* q, size_t row_stride, int n_q, int 
  * most 200 us (not at all while another process competes for the cores), then sleep: see
  * threads.c. A call from inside an item of k (nested) runs its items serially on that thread. */
 void parallel_for(Kernels* k, int n, void (*fn)(void* ctx, int i, int thread), void* ctx);
+
+/* Runs fn(ctx, begin, end) over [0, n) cut into one contiguous span per thread of k (spread != 0)
+ * or as one span on the calling thread (spread == 0: too little work to be worth a dispatch). The
+ * cuts fall on multiples of align, so a kernel whose vector body and scalar tail depend on where a
+ * span starts gives the same bits as one call over [0, n). */
+void parallel_spans(Kernels* k, int n, int align, int spread, void (*fn)(void* ctx, int begin, int end), void* ctx);
 
 /* The compute roof (peak.c): operations per second (a multiply-add is two) of the instruction
  * that prefill of weight type `type` relies on, measured on every thread of k for about `seconds`;

@@ -73,10 +73,28 @@ void rmsnorm(float* out, const float* x, const float* w, int n, float eps) {
 #endif
 
 /* RMSNorm of n_rows vectors of n values laid out one after another (a batch's rows, or every head
- * of every row for QK-Norm), each exactly as rmsnorm() above. On one thread: spreading the rows
- * over the threads gained under 10% (docs/design.md#elementwise). */
-void rmsnorm_rows(float* out, const float* x, const float* w, int n_rows, int n, float eps) {
-    for (int r = 0; r < n_rows; r++) rmsnorm(out + (size_t)r * n, x + (size_t)r * n, w, n, eps);
+ * of every row for QK-Norm): each vector exactly as rmsnorm() above, so the result does not depend
+ * on the thread count. Where there is enough work (a prefill chunk) the rows are split over the
+ * kernel threads; otherwise the calling thread would do it alone while the others wait
+ * (docs/design.md#elementwise). */
+#define RMSNORM_ROWS_PARALLEL (32 * 1024) /* values; a dispatch costs a few microseconds */
+
+typedef struct {
+    float* out;
+    const float* x;
+    const float* w;
+    int n;
+    float eps;
+} RmsnormRows;
+
+static void rmsnorm_span(void* ctx, int r0, int r1) {
+    const RmsnormRows* j = ctx;
+    for (int r = r0; r < r1; r++) rmsnorm(j->out + (size_t)r * j->n, j->x + (size_t)r * j->n, j->w, j->n, j->eps);
+}
+
+void rmsnorm_rows(Kernels* k, float* out, const float* x, const float* w, int n_rows, int n, float eps) {
+    RmsnormRows j = {out, x, w, n, eps};
+    parallel_spans(k, n_rows, 1, (long long)n_rows * n >= RMSNORM_ROWS_PARALLEL, rmsnorm_span, &j);
 }
 
 /* The RMSNorm lab (kernels.h, NORM_VARIANT_*): the formula above with one part switched at a time,

@@ -356,6 +356,28 @@ void parallel_for(Kernels* k, int n, void (*fn)(void* ctx, int i, int thread), v
     atomic_store(&k->busy, 0);
 }
 
+/* parallel_spans: one contiguous part of [0, n) per thread, cut at multiples of align. */
+typedef struct {
+    void (*fn)(void* ctx, int begin, int end);
+    void* ctx;
+    int n, align, parts;
+} Spans;
+
+static void span_item(void* ctx, int part, int thread) {
+    const Spans* s = ctx;
+    (void)thread;
+    const long long blocks = (s->n + s->align - 1) / s->align;
+    const int begin = (int)(blocks * part / s->parts) * s->align;
+    int end = (int)(blocks * (part + 1) / s->parts) * s->align;
+    if (end > s->n) end = s->n;
+    if (end > begin) s->fn(s->ctx, begin, end);
+}
+
+void parallel_spans(Kernels* k, int n, int align, int spread, void (*fn)(void* ctx, int begin, int end), void* ctx) {
+    Spans s = {fn, ctx, n, align > 0 ? align : 1, spread ? k->n_threads : 1};
+    parallel_for(k, s.parts, span_item, &s);
+}
+
 static void pool_stop(Kernels* k) {
     if (k->started == 0) return;
     pthread_mutex_lock(&k->mu);

@@ -445,7 +445,7 @@ static void test_softmax_swiglu(Kernels* kern) {
         snprintf(what, sizeof what, "softmax n=%d", n);
         check(e <= 1e-6 && fabs(sum - 1.0) <= 1e-5, what);
         swiglu_scalar(g, u, n);
-        swiglu(g2, u, n);
+        swiglu(kern, g2, u, n);
         /* tolerance: 2e-6 relative + 1e-7 absolute */
         e = 0;
         int ok = 1;
@@ -753,26 +753,39 @@ static void test_two_contexts(void) {
     check(ok, "two kernel contexts: interleaved matmuls bitwise as alone, either freed first, the other still right");
 }
 
-/* rmsnorm_rows: rmsnorm() row by row, bit for bit, also in place (as QK-Norm runs). */
-static void test_rmsnorm_rows(void) {
-    const int shapes[][2] = {{1, 1024}, {3, 128}, {37, 1024}, {331, 101}};
+/* rmsnorm_rows and swiglu split long work over the threads (forward's prefill chunks): with one
+ * and two threads, above and below the size from which they split, and at lengths whose parts do
+ * not divide evenly, the bits of rmsnorm() row by row and of one thread's swiglu. */
+static void test_rows_over_threads(void) {
+    Kernels* kern = kernels_new(2, 8, 512);
+    const int shapes[][2] = {{1, 1024}, {3, 128}, {257, 128}, {37, 1024}, {300, 130}, {331, 101}};
     int ok = 1;
     for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
         const int rows = shapes[k][0], n = shapes[k][1];
         const size_t total = (size_t)rows * n;
         float *x = malloc(total * sizeof(float)), *w = malloc(n * sizeof(float));
         float *want = malloc(total * sizeof(float)), *got = malloc(total * sizeof(float));
-        for (size_t i = 0; i < total; i++) x[i] = frand() * 4;
+        float *up = malloc(total * sizeof(float)), *g1 = malloc(total * sizeof(float)), *g2 = malloc(total * sizeof(float));
+        for (size_t i = 0; i < total; i++) x[i] = frand() * 4, up[i] = frand() * 3, g1[i] = g2[i] = frand() * 20;
         for (int i = 0; i < n; i++) w[i] = frand();
         for (int r = 0; r < rows; r++) rmsnorm(want + (size_t)r * n, x + (size_t)r * n, w, n, 1e-6f);
-        rmsnorm_rows(got, x, w, rows, n, 1e-6f);
-        ok &= memcmp(got, want, total * sizeof(float)) == 0;
-        memcpy(got, x, total * sizeof(float));
-        rmsnorm_rows(got, got, w, rows, n, 1e-6f);
-        ok &= memcmp(got, want, total * sizeof(float)) == 0;
-        free(x), free(w), free(want), free(got);
+        kernels_set_threads(kern, 1);
+        swiglu(kern, g1, up, (int)total);
+        for (int threads = 1; threads <= 2; threads++) {
+            kernels_set_threads(kern, threads);
+            memset(got, 0, total * sizeof(float));
+            rmsnorm_rows(kern, got, x, w, rows, n, 1e-6f);
+            ok &= memcmp(got, want, total * sizeof(float)) == 0;
+            memcpy(got, x, total * sizeof(float)); /* in place, as QK-Norm runs */
+            rmsnorm_rows(kern, got, got, w, rows, n, 1e-6f);
+            ok &= memcmp(got, want, total * sizeof(float)) == 0;
+        }
+        swiglu(kern, g2, up, (int)total); /* two threads */
+        ok &= memcmp(g1, g2, total * sizeof(float)) == 0;
+        free(x), free(w), free(want), free(got), free(up), free(g1), free(g2);
     }
-    check(ok, "rmsnorm_rows = rmsnorm row by row, bit for bit, also in place");
+    check(ok, "rmsnorm_rows = rmsnorm row by row, swiglu with 2 threads = with 1, bit for bit (1 and 2 threads)");
+    kernels_free(kern);
 }
 
 /* --bf16-activations (kernels_set_bf16_activations): prefill with bf16 weights multiplies them by
@@ -1065,7 +1078,7 @@ int main(void) {
     test_float_to_half();
     test_matrix_row();
     test_rmsnorm();
-    test_rmsnorm_rows();
+    test_rows_over_threads();
     test_rope();
     kern = kernels_new(2, 8, 512);
     test_softmax_swiglu(kern);
