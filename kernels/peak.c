@@ -169,7 +169,11 @@ double peak_ops(Kernels* k, WeightType type, double seconds, const char** instru
     const int bf16_dot = type == WEIGHT_BF16 && kernels_bf16_activations(k);
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
 #if defined(KERNELS_AMX)
-    if (kernels_amx(k) && (int8 || type == WEIGHT_BF16)) {
+    int on_amx = int8;
+#if defined(KERNELS_AMX_BF16)
+    on_amx |= type == WEIGHT_BF16;
+#endif
+    if (kernels_amx(k) && on_amx) {
         *instruction = "amx";
         return 0.0;
     }
