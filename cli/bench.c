@@ -399,7 +399,7 @@ static void print_setup(const Bench* b, long long huge) {
            b->weight_bytes / 1e6, (b->bytes_per_token - b->weight_bytes) / 1e6, t->state.kv_f16 ? "fp16" : "fp32",
            b->len[1]);
     if (b->len[0] > 0)
-        printf("bench: operations per prefill token: %.3f G (matrix products %.3f G, attention %.3f G at pp%d's "
+        printf("bench: operations per prefill token: %.4g G (matrix products %.4g G, attention %.4g G at pp%d's "
                "average context)\n", (b->matmul_ops + b->attention_ops) / 1e9, b->matmul_ops / 1e9,
                b->attention_ops / 1e9, b->len[0]);
     if (b->in_cache)
