@@ -37,6 +37,19 @@ print(f"pp{{npr}}{{at}} {{t}} t: {{100.0 * t:8.2f}} ± {{1.0:6.2f}} tok/s  [{{10
 print(f"tg{{ng}}{{at}} {{t}} t: {{10.0 * t:8.2f}} ± {{0.5:6.2f}} tok/s  [{{10.0 * t:.2f}}]")
 """
 
+# upstream llama-bench stand-in (-m GGUF -t T -p N -n N -r R -o jsonl [-d D]): one JSON line per
+# test with its average tok/s, prefill 200 x threads, decode 20 x threads; argv to CALLS.
+FAKE_UPSTREAM = """#!{python}
+import json, sys
+a = sys.argv[1:]
+opt = dict(zip(a[0::2], a[1::2]))
+with open({calls!r}, "a") as f:
+    f.write(" ".join(a) + "\\n")
+t, d = int(opt["-t"]), int(opt.get("-d", 0))
+for n_prompt, n_gen, rate in ((int(opt["-p"]), 0, 200.0), (0, int(opt["-n"]), 20.0)):
+    print(json.dumps({{"n_prompt": n_prompt, "n_gen": n_gen, "n_depth": d, "n_threads": t, "avg_ts": rate * t}}))
+"""
+
 
 class CompareTool(unittest.TestCase):
     def setUp(self):
@@ -156,6 +169,30 @@ class CompareTool(unittest.TestCase):
         tests = [c.strip() for line in p.stdout.splitlines() for c in line.strip("|").split("|")[2:3]
                  if line.startswith("| q8")]
         self.assertEqual(tests, ["pp8 @ d100", "tg4 @ d100"])
+
+    def test_upstream_llama_bench_and_size(self):
+        """--llama-bench runs upstream's llama-bench with its own options and -o jsonl, and the
+        table takes its avg_ts; --size picks the files of that shape (qwen3-SIZE-*)."""
+        os.symlink(MODEL, os.path.join(self.dir, "qwen3-1.7b-q8.bin"))
+        gguf = os.path.join(self.dir, "qwen3-1.7b-q8_0.gguf")
+        shutil.copy(os.path.join(self.dir, "qwen3-0.6b-q8_0.gguf"), gguf)
+        upstream = os.path.join(self.dir, "llama-bench")
+        with open(upstream, "w") as f:
+            f.write(FAKE_UPSTREAM.format(python=sys.executable, calls=self.calls))
+        os.chmod(upstream, 0o755)
+        p = self.tool("--llama-bench", upstream, "--size", "1.7b", "--dir", self.dir, "--formats", "q8",
+                      "--threads", "1,2", "--rounds", "1", "--prompt", "8", "--gen", "4", "--reps", "1",
+                      "--log", os.path.join(self.dir, "log.txt"))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        with open(self.calls) as f:
+            self.assertEqual(f.read().splitlines(),
+                             [f"-m {gguf} -t {t} -p 8 -n 4 -r 1 -o jsonl" for t in (1, 2)])
+        llama = {}
+        for line in p.stdout.splitlines():
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if len(cells) == 9 and cells[0] == "q8":
+                llama[(cells[2], int(cells[1]))] = cells[3]
+        self.assertEqual(llama, {("pp8", 1): "200.0", ("pp8", 2): "400.0", ("tg4", 1): "20.0", ("tg4", 2): "40.0"})
 
     def test_keep_pages(self):
         """--keep-pages: no drop, no mark; the page reads are still made and shown."""

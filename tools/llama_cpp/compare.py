@@ -7,6 +7,8 @@ side-by-side table of prefill and decode tok/s (docs/speed.md#beside-llamacpp).
     python3 tools/llama_cpp/compare.py --table build/bench/compare.log   # the table again
     python3 tools/llama_cpp/compare.py --depth 2048 --engine-args="--kv-cache f16"
                                                    # both start with 2048 positions cached
+    python3 tools/llama_cpp/compare.py --size 1.7b --formats q8,q4 --llama-bench LLAMA_CPP/build/bin/llama-bench
+                                                   # another size, against upstream's own llama-bench
 
 Per round and format: both files dropped from the page cache and read back by tools/page_read.c
 (unless --keep-pages; see fresh_pages), which also prints how fast each file's pages stream (one
@@ -20,7 +22,11 @@ the roof is this engine's paired memory read (bench.c), "own read" the same agai
 read of its checkpoint's own pages, "compute" prefill against the compute roof (older logs may
 have neither).
 
-The models are the random Qwen3-0.6B shape under --dir (default build/bench, shared with `make
+--llama-bench PATH runs upstream llama.cpp's own `llama-bench -m GGUF -t T -p PROMPT -n GEN -r REPS
+-o jsonl` instead of lbench (its avg_ts is the figure), for a build of an upstream checkout
+(tools/llama_cpp/build_upstream.sh). --size picks the model shape (0.6b, 1.7b, 4b, 8b, 14b).
+
+The models are the random Qwen3 shape of --size (default 0.6b) under --dir (default build/bench, shared with `make
 bench`): the Hugging Face folder and this engine's checkpoints from tools/bench_models.py (as
 `make bench` writes them), llama.cpp's GGUF files from tools/make_random_gguf.py, each written
 only when missing (a checkpoint also when this engine cannot read it, e.g. an older layout).
@@ -81,11 +87,14 @@ def fail(msg):
 
 def prepare(a, formats):
     """The files the rounds read, written where missing; returns {format: (checkpoint, gguf)}."""
-    ckpts = bench_models.ensure(a.dir, formats, a.run, "compare.py")
-    hf = os.path.join(a.dir, "hf")
+    ckpts = bench_models.ensure(a.dir, formats, a.run, "compare.py", a.size)
+    hf = bench_models.hf_folder(a.dir, a.size)
     files = {}
-    for f in formats:
-        gguf = os.path.join(a.dir, f"qwen3-0.6b-{GGUF_TYPE[f]}.gguf")
+    for f in [f for f in formats if f in ckpts]:
+        gguf = os.path.join(a.dir, f"qwen3-{a.size}-{GGUF_TYPE[f]}.gguf")
+        if not os.path.exists(gguf) and not os.path.exists(os.path.join(hf, "config.json")):
+            bench_models.step([sys.executable, "tools/make_random_qwen3.py", hf, "--size", a.size, "--config-only"],
+                              f"writing {hf}/config.json", "compare.py")
         if not os.path.exists(gguf):
             bench_models.step([sys.executable, "tools/make_random_gguf.py", hf, gguf, "--type", GGUF_TYPE[f]],
                               f"writing {gguf}", "compare.py")
@@ -95,6 +104,7 @@ def prepare(a, formats):
 
 def measure(a, formats, threads, log):
     files = prepare(a, formats)
+    formats = [f for f in formats if f in files]
     page_read = page_read_tool()
     with open(log, "w") as out:
         for r in range(1, a.rounds + 1):
@@ -106,8 +116,13 @@ def measure(a, formats, threads, log):
                     fresh_pages([gguf, ckpt])
                     out.write(f"== round {r} {f} fresh pages: both files dropped from the page cache\n")
                 runs = [("pages", [page_read, gguf, ckpt])] if page_read else []
-                runs += [(f"llama {t}", [a.lbench, gguf, str(t), str(a.prompt), str(a.gen), str(a.reps)]
-                         + ([str(a.depth)] if a.depth else [])) for t in threads]
+                if a.llama_bench:
+                    runs += [(f"llama {t}", [a.llama_bench, "-m", gguf, "-t", str(t), "-p", str(a.prompt), "-n",
+                                             str(a.gen), "-r", str(a.reps), "-o", "jsonl"]
+                              + (["-d", str(a.depth)] if a.depth else [])) for t in threads]
+                else:
+                    runs += [(f"llama {t}", [a.lbench, gguf, str(t), str(a.prompt), str(a.gen), str(a.reps)]
+                             + ([str(a.depth)] if a.depth else [])) for t in threads]
                 runs.append(("engine", [a.run, ckpt, "-m", "bench", "--threads", ",".join(map(str, threads)),
                                         "--bench-prompt", str(a.prompt), "--bench-gen", str(a.gen),
                                         "--bench-reps", str(a.reps), "--json"]
@@ -156,6 +171,11 @@ def read_log(path):
             if m and who == "llama":
                 cell = rows.setdefault((fmt, m[1] + m[2] + (m[3] or ""), int(m[4])), {}).setdefault(r, {})
                 cell["llama"] = float(m[5])
+            elif line.startswith("{") and who == "llama":  # upstream llama-bench -o jsonl
+                j = json.loads(line)
+                test = (f"pp{j['n_prompt']}" if j["n_gen"] == 0 else f"tg{j['n_gen']}") + \
+                    (f" @ d{j['n_depth']}" if j.get("n_depth") else "")
+                rows.setdefault((fmt, test, j["n_threads"]), {}).setdefault(r, {})["llama"] = j["avg_ts"]
             elif line.startswith("{") and who == "engine":
                 j = json.loads(line)
                 test = j["test"] + (f" @ d{j['depth']}" if j.get("depth") else "")
@@ -217,6 +237,9 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lbench", default=os.path.join(ROOT, "build", "llama_cpp", "native", "lbench"),
                     help="llama.cpp's bench harness (tools/llama_cpp/build.sh); default %(default)s")
+    ap.add_argument("--llama-bench", help="upstream llama.cpp's llama-bench, used instead of --lbench")
+    ap.add_argument("--size", default="0.6b", choices=sorted(bench_models.SIZES),
+                    help="the model shape; default %(default)s")
     ap.add_argument("--run", default=os.path.join(ROOT, "run"), help="this engine; default ./run")
     ap.add_argument("--dir", default=os.path.join(ROOT, "build", "bench"),
                     help="where the models are (written when missing); default build/bench")
@@ -253,7 +276,9 @@ def main():
         fail(f"--threads {a.threads!r}: a list of thread counts such as 1,2")
     if a.rounds < 1 or a.prompt < 1 or a.gen < 1 or a.reps < 1 or min(threads) < 1 or a.depth < 0:
         fail("--rounds, --prompt, --gen, --reps and --threads must be positive, --depth not negative")
-    if not os.access(a.lbench, os.X_OK):
+    if a.llama_bench and not os.access(a.llama_bench, os.X_OK):
+        fail(f"{a.llama_bench}: no llama-bench there")
+    if not a.llama_bench and not os.access(a.lbench, os.X_OK):
         fail(f"{a.lbench}: no llama.cpp bench harness there; build it with "
              "tools/llama_cpp/build.sh (or give --lbench)")
     if not os.access(a.run, os.X_OK):
