@@ -27,15 +27,12 @@ static double now_s(void) {
 
 typedef enum { PEAK_FMA, PEAK_BF16_DOT, PEAK_INT8_DOT } PeakKind;
 
-/* The multiply-adds one step of each loop does per chain. */
-#if defined(KERNELS_AVX512)
-#define FMA_LANES 16
-#elif defined(KERNELS_AVX2) || defined(KERNELS_NEON)
-#define FMA_LANES (sizeof(FloatVec) / 4)
-#endif
-
 #if defined(KERNELS_AVX2)
-typedef __m256 FloatVec;
+#if defined(KERNELS_AVX512)
+#define FMA_LANES 16 /* the multiply-adds of one FMA step per chain */
+#else
+#define FMA_LANES 8
+#endif
 /* One look's worth of fp32 FMAs; returns a value that depends on every chain. */
 static float fma_steps(float seed) {
 #if defined(KERNELS_AVX512)
@@ -103,7 +100,7 @@ static float bf16_steps(float seed) {
 #endif
 
 #elif defined(KERNELS_NEON)
-typedef float32x4_t FloatVec;
+#define FMA_LANES 4
 static float fma_steps(float seed) {
     float32x4_t a[CHAINS];
     const float32x4_t m = vdupq_n_f32(0.999f), x = vdupq_n_f32(seed);
