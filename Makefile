@@ -29,7 +29,7 @@ endif
 
 COMPILE = $(CC) $(REQUIRED_FLAGS) $(NATIVE) $(CFLAGS) $(CPPFLAGS)
 KERNEL_SRC := $(wildcard kernels/*.c)
-ENGINE_SRC := model.c checkpoint_map.c $(KERNEL_SRC) $(wildcard tokenizer/*.c) $(wildcard cli/*.c)
+ENGINE_SRC := model.c $(KERNEL_SRC) $(wildcard tokenizer/*.c) $(wildcard cli/*.c)
 # B is the build folder; `make test-scalar` builds the scalar reference in build/scalar beside it.
 B ?= build
 ENGINE_OBJ := $(ENGINE_SRC:%.c=$(B)/obj/%.o)

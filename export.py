@@ -962,7 +962,7 @@ def export(folder, out_path, dtype_name, group_size, tokenizer_dir, jobs=None):
             # On disk before the rename, so a crash cannot leave a partial file under the final
             # name. Then the cached copy is dropped: written pages sit in the page cache in small
             # pages, and the engine maps weights in 2 MB pages only from a cache it fills itself
-            # (checkpoint_map.c; it leaves a cache in small pages as it is unless asked to refill it).
+            # (model.c, map_file; it leaves a cache in small pages as it is).
             f.flush()
             os.fsync(f.fileno())
             if hasattr(os, "posix_fadvise"):

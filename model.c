@@ -35,6 +35,101 @@
  * 40,960 positions, but a cache that large costs 9 GB in fp32 for 0.6B). */
 #define DEFAULT_CTX 4096
 
+/* ---- The checkpoint file in memory ----
+ *
+ * Decode reads every weight once per token, so the weights' page size decides how much address
+ * translation each gigabyte costs (docs/design.md#mapped-weights). Anonymous memory gets
+ * transparent huge pages; a file mapping gets whatever folio size the page cache holds the file
+ * in. On Linux 6.x a mapping marked MADV_HUGEPAGE reads page cache misses in as 2 MB folios
+ * (mm/filemap.c, do_sync_mmap_readahead) and maps such folios with one page-table entry each when
+ * the address and the file offset agree modulo 2 MB. A file that was just written, copied or read
+ * with read() sits in the cache in small folios instead, and a load maps it so: the page cache is
+ * shared by every process, so a load never changes it; a user who wants the file back in 2 MB
+ * pages drops it with tools/drop_page_cache.py (docs/design.md#small-file-pages). */
+
+#define HUGE_PAGE ((size_t)2 << 20)
+
+void* alloc_huge_anonymous(size_t size) {
+    size_t alloc = (size + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+    void* buf = NULL;
+    if (posix_memalign(&buf, HUGE_PAGE, alloc) != 0) {
+        errno = ENOMEM;
+        return NULL;
+    }
+#ifdef MADV_HUGEPAGE
+    madvise(buf, alloc, MADV_HUGEPAGE); /* a hint; without THP the memory still works */
+#endif
+    return buf;
+}
+
+/* mmap(fd) read-only at an address that is a multiple of 2 MB (a 2 MB page can only back a 2 MB
+ * aligned stretch of addresses that maps a 2 MB aligned stretch of the file, which starts at
+ * offset 0 here): reserve size + 2 MB, map the file over the first aligned address, give back the
+ * rest of the reservation. Returns MAP_FAILED with errno set on failure. */
+static void* map_aligned(int fd, size_t size) {
+    char* area = mmap(NULL, size + HUGE_PAGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (area == MAP_FAILED) return MAP_FAILED;
+    char* start = (char*)(((uintptr_t)area + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+    void* p = mmap(start, size, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0);
+    if (p == MAP_FAILED) {
+        int e = errno;
+        munmap(area, size + HUGE_PAGE);
+        errno = e;
+        return MAP_FAILED;
+    }
+    /* Both lengths round up to whole pages, and HUGE_PAGE is a whole number of pages, so the
+     * reservation's tail past the mapping is HUGE_PAGE - (start - area) long. */
+    size_t head = (size_t)(start - area), page = (size_t)sysconf(_SC_PAGESIZE);
+    if (head > 0) munmap(area, head);
+    munmap(start + (size + page - 1) / page * page, HUGE_PAGE - head); /* never empty: head < 2 MB */
+    return p;
+}
+
+/* Faults in [p, p + n) now rather than page by page in the first forward pass. */
+static void populate(const char* p, size_t n) {
+#ifdef MADV_POPULATE_READ
+    if (madvise((void*)p, n, MADV_POPULATE_READ) == 0) return;
+#endif
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    volatile char sink = 0;
+    for (size_t i = 0; i < n; i += page) sink ^= p[i];
+    (void)sink;
+}
+
+/* The file mapped at a 2 MB boundary, marked MADV_HUGEPAGE (page cache misses are read in as
+ * 2 MB folios) and populated; pages the cache already holds are mapped as they are. Returns
+ * MAP_FAILED with errno set on failure. */
+static void* map_file(int fd, size_t size) {
+    void* p = map_aligned(fd, size);
+    if (p == MAP_FAILED) return MAP_FAILED;
+#ifdef MADV_HUGEPAGE
+    madvise(p, size, MADV_HUGEPAGE); /* a hint: EINVAL without THP is fine */
+#endif
+    populate(p, size);
+    return p;
+}
+
+/* The mapping's FilePmdMapped in /proc/self/smaps: one read of that file, a few milliseconds. */
+long long transformer_huge_page_bytes(const Transformer* t) {
+    FILE* f = t->file ? fopen("/proc/self/smaps", "r") : NULL;
+    if (f == NULL) return -1;
+    char line[4096];
+    int ours = 0;
+    long long kb = -1;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        /* A mapping's header line is "lo-hi perms ..."; its field lines are "Name: value kB". */
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) {
+            if (ours) break;
+            ours = lo == (unsigned long)(uintptr_t)t->file;
+        } else if (ours && sscanf(line, "FilePmdMapped: %lld kB", &kb) == 1) {
+            break;
+        }
+    }
+    fclose(f);
+    return kb < 0 ? -1 : kb * 1024;
+}
+
 /* ---- Loading ---- */
 
 /* Where a load reports its one error line, "PATH: problem". */
@@ -222,7 +317,7 @@ static int map_weights(Transformer* t, const LoadError* e) {
     Weights* w = &t->weights;
     int D = c->dim, F = c->hidden_dim, L = c->n_layers, V = c->vocab_size;
     int q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim, d = c->head_dim;
-    TensorWalk walk = {t->map.data, h->weights_offset, h->weights_offset + h->weights_bytes, e, 0};
+    TensorWalk walk = {t->file, h->weights_offset, h->weights_offset + h->weights_bytes, e, 0};
 
     w->layers = calloc((size_t)L, sizeof(LayerWeights));
     if (w->layers == NULL) return fail(e, "out of memory");
@@ -351,9 +446,9 @@ static void free_state(RunState* s) {
     memset(s, 0, sizeof *s);
 }
 
-/* Maps (or with --no-mmap reads) the file at path, a regular file at least a header long; its size
- * in *size. Returns 0, or -1 with the error written and nothing mapped. */
-static int map_checkpoint(Transformer* t, const TransformerOptions* o, uint64_t* size, const LoadError* e) {
+/* Maps the file at path, a regular file at least a header long, into t->file. Returns 0, or -1
+ * with the error written and nothing mapped. */
+static int map_checkpoint(Transformer* t, const LoadError* e) {
     /* stat before open: opening a FIFO for reading waits for a writer, forever if none comes. */
     struct stat st;
     if (stat(e->path, &st) != 0) return fail(e, "cannot open: %s", strerror(errno));
@@ -376,12 +471,12 @@ static int map_checkpoint(Transformer* t, const TransformerOptions* o, uint64_t*
         close(fd);
         return fail(e, "file is too large to map on this machine");
     }
-    const int how = o->no_mmap ? CHECKPOINT_COPIED : o->refill_page_cache ? CHECKPOINT_REFILL : CHECKPOINT_MAPPED;
-    int map_errno = checkpoint_map(&t->map, fd, (size_t)st.st_size, how);
+    void* p = map_file(fd, (size_t)st.st_size);
+    int map_errno = errno;
     close(fd); /* a mapping keeps the file alive */
-    if (map_errno != 0)
-        return fail(e, "cannot %s: %s", o->no_mmap ? "read" : "mmap", strerror(map_errno));
-    *size = (uint64_t)st.st_size;
+    if (p == MAP_FAILED) return fail(e, "cannot mmap: %s", strerror(map_errno));
+    t->file = p;
+    t->file_size = (size_t)st.st_size;
     return 0;
 }
 
@@ -426,16 +521,15 @@ int transformer_load(Transformer* t, const char* path, const TransformerOptions*
     if (err && errlen) err[0] = '\0';
     const uint32_t one = 1;
     if (*(const uint8_t*)&one != 1) return fail(&e, "this engine needs a little-endian machine");
-    uint64_t size = 0;
-    if (map_checkpoint(t, &o, &size, &e) != 0) return -1;
-    memcpy(&t->header, t->map.data, sizeof(FileHeader));
+    if (map_checkpoint(t, &e) != 0) return -1;
+    memcpy(&t->header, t->file, sizeof(FileHeader));
     const FileHeader* h = &t->header;
-    if (read_config(t, o.ctx, &e) != 0 || check_sections(h, size, &e) != 0 || map_weights(t, &e) != 0 ||
+    if (read_config(t, o.ctx, &e) != 0 || check_sections(h, t->file_size, &e) != 0 || map_weights(t, &e) != 0 ||
         start_kernels(t, &o, &e) != 0) {
         transformer_free(t);
         return -1;
     }
-    t->tokenizer_data = (const uint8_t*)t->map.data + h->tokenizer_offset;
+    t->tokenizer_data = t->file + h->tokenizer_offset;
     t->tokenizer_bytes = (size_t)h->tokenizer_bytes;
     if (alloc_state(t, kernels_threads(t->kernels), o.kv_f16) != 0) {
         fail(&e, "out of memory for the run state (KV cache of %d positions: try a "
@@ -447,11 +541,11 @@ int transformer_load(Transformer* t, const char* path, const TransformerOptions*
 }
 
 void transformer_free(Transformer* t) {
-    if (t->map.data == NULL) return;
+    if (t->file == NULL) return;
     kernels_free(t->kernels);
     free_state(&t->state);
     free(t->weights.layers);
-    checkpoint_unmap(&t->map);
+    munmap((void*)t->file, t->file_size);
     memset(t, 0, sizeof *t);
 }
 
@@ -603,7 +697,7 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
     const float eps = c->rms_norm_eps;        /* from the header: 1e-6 for Qwen3, not 1e-5 (7.4) */
 
     /* Bad arguments return NULL instead of reading outside the cache or the embedding. */
-    if (t->map.data == NULL || tokens == NULL || n <= 0 || pos < 0 || pos > c->seq_len - n) return NULL;
+    if (t->file == NULL || tokens == NULL || n <= 0 || pos < 0 || pos > c->seq_len - n) return NULL;
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= V) return NULL;
 

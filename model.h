@@ -81,7 +81,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "checkpoint_map.h"
 #include "kernels/kernels.h"
 
 #define CHECKPOINT_MAGIC "QW3C"
@@ -244,10 +243,6 @@ typedef struct {
 typedef struct {
     int threads;          /* kernel threads, the caller's included; <= 0: one per CPU this process may run on */
     int ctx;              /* KV cache positions; <= 0: min(4096, max_seq_len); above max_seq_len: clamped to it */
-    int no_mmap;          /* 1: read the file into (huge-page) anonymous memory instead of mapping it, like
-                           * llama.cpp's --no-mmap */
-    int refill_page_cache; /* 1: map the file, then refill the system's page cache in 2 MB pages where it
-                           * holds the file in small ones (checkpoint_map.h, CHECKPOINT_REFILL) */
     int kv_f16;           /* 1: the KV cache in fp16 (IEEE half), like llama.cpp's default: half the
                            * memory and bytes read, keys and values rounded to 11 significant bits
                            * (every sum stays fp32); 0: fp32, what the reference computes */
@@ -263,7 +258,8 @@ typedef struct {
     FileHeader header;        /* a copy of the file's header */
     const uint8_t* tokenizer_data;  /* the tokenizer section, inside the mapping */
     size_t tokenizer_bytes;
-    CheckpointMap map;        /* the file: mapped (in 2 MB pages where the page cache has them) or copied */
+    const uint8_t* file;      /* the checkpoint, mapped read-only at a 2 MB boundary (model.c, map_file) */
+    size_t file_size;
     struct NormTrace* norm_trace; /* NULL, or --show-norms: forward() reports every RMSNorm call
                                    * site at one position (norm_trace.h) */
     NormLab norm_lab;         /* zero, or the RMSNorm lab's switches (set after transformer_load) */
@@ -277,6 +273,12 @@ typedef struct {
  * Returns 0, or -1 after writing one line "PATH: problem" into err. */
 int transformer_load(Transformer* t, const char* path, const TransformerOptions* opt, char* err, size_t errlen);
 void transformer_free(Transformer* t);
+
+/* For the bench: bytes of t's mapped file in 2 MB pages now (-1 where /proc/self/smaps cannot tell). */
+long long transformer_huge_page_bytes(const Transformer* t);
+
+/* 2 MB-aligned anonymous memory marked for huge pages, freed with free(): the KV cache, the bench's buffer. */
+void* alloc_huge_anonymous(size_t size);
 
 /* Runs n tokens at positions pos .. pos+n-1 through the model (prefill when n > 1, decode when
  * n == 1), appending their keys and values to the KV cache. pos + n must be <= config.seq_len.

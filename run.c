@@ -79,10 +79,6 @@ static const OptionSpec OPTIONS[] = {
     {NULL, "--threads", "N", ANY_MODE,
      "worker threads (default and most: the CPUs this process may run on);\n"
      "bench mode: a list, e.g. 1,2, the counts taking turns"},
-    {NULL, "--no-mmap", NULL, ANY_MODE, "read the weights into memory (huge pages) instead of mapping the file"},
-    {NULL, "--refill-page-cache", NULL, ANY_MODE,
-     "model file cached in 4 KB pages: drop it from the system's page\n"
-     "cache and read it again in 2 MB pages: faster decode on some VMs"},
     {NULL, "--kv-cache", "f32|f16", ANY_MODE,
      "the KV cache's element type (default f32); f16 halves its memory and\n"
      "reads, keys and values rounded to 11 significant bits"},
@@ -730,8 +726,6 @@ int main(int argc, char** argv) {
     parse_args(argc, argv, &o);
     clamp_threads(&o);
     const TransformerOptions topt = {.threads = o.threads, .ctx = o.ctx, .kv_f16 = o.kv_f16,
-                                     .no_mmap = given(&o, "--no-mmap") != NULL,
-                                     .refill_page_cache = given(&o, "--refill-page-cache") != NULL,
                                      .bf16_activations = given(&o, "--bf16-activations") != NULL};
     Transformer t;
     char err[512];
@@ -739,8 +733,6 @@ int main(int argc, char** argv) {
     if (o.ctx > t.config.max_seq_len)
         fprintf(stderr, "run: note: -c %d is more than the model's maximum context of %d; using %d\n", o.ctx,
                 t.config.max_seq_len, t.config.max_seq_len);
-    if (topt.refill_page_cache && topt.no_mmap)
-        fprintf(stderr, "run: note: --refill-page-cache ignored: --no-mmap reads the file without mapping it\n");
     if (topt.bf16_activations && !kernels_bf16_activations(t.kernels))
         fprintf(stderr, "run: note: --bf16-activations ignored: this build has no bf16 dot product (AVX-512 BF16)\n");
 

@@ -8,7 +8,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "checkpoint_map.h"
 #include "kernels/kernels.h"
 #include "kernels/simd_math.h"
 
@@ -361,24 +360,19 @@ static void count_prefill_ops(Bench* b) {
     b->attention_ops = 4.0 * c->n_layers * c->n_heads * c->head_dim * (b->depth + (n + 1) / 2.0);
 }
 
-/* How the weights are held: copied, or mapped with `huge` bytes in 2 MB pages (-1: unknown), and a
- * note where the page cache holds much of the file in small pages. */
+/* The mapped weights' `huge` bytes in 2 MB pages (-1: unknown), and a note where the page cache
+ * holds much of the file in small pages. */
 static void print_weight_pages(const Transformer* t, long long huge) {
-    const size_t two_mb = (size_t)2 << 20, whole = t->map.size / two_mb * two_mb;
-    if (t->map.copied) {
-        printf("bench: weights read into memory (--no-mmap)\n");
-        return;
-    }
+    const size_t two_mb = (size_t)2 << 20, whole = t->file_size / two_mb * two_mb;
     if (huge < 0) {
         printf("bench: weights mapped (page size unknown: no /proc/self/smaps)\n");
         return;
     }
-    printf("bench: weights mapped, %.0f of %.0f MB in 2 MB pages%s\n", huge / 1e6, t->map.size / 1e6,
-           t->map.refilled ? " (the page cache held small pages: refilled, --refill-page-cache)" : "");
-    if (whole > 0 && (size_t)huge < whole - whole / 100 && !t->map.refilled)
+    printf("bench: weights mapped, %.0f of %.0f MB in 2 MB pages\n", huge / 1e6, t->file_size / 1e6);
+    if (whole > 0 && (size_t)huge < whole - whole / 100)
         printf("bench: note: the page cache holds the rest of the file in small pages, which read several times "
-               "slower on some VMs; --refill-page-cache drops and reads them again in 2 MB pages where the system "
-               "allows (docs/design.md#page-cache-repair)\n");
+               "slower on some VMs; after python3 tools/drop_page_cache.py MODEL the next run reads the file again "
+               "in 2 MB pages where the system allows (docs/design.md#small-file-pages)\n");
 }
 
 /* The table's first lines: the model, its weights in memory, the depth and the bytes per token. */
@@ -499,9 +493,8 @@ static void print_json_row(const Bench* b, long long huge, const ThreadRun* tr, 
     json_number("mem_gbps_best", "%.3f", tr->best);
     printf(", \"weight_type\": \"%s\"", type_name(t->config.weight_type));
     json_number("cpu_share", "%.3f", row.share);
-    printf(", \"prefetch\": \"%s\", \"weights\": \"%s\"", kernels_prefetch_plan(t->kernels),
-           t->map.copied ? "copied" : "mapped");
-    json_number("huge_pct", "%.1f", huge < 0 ? NAN : 100.0 * huge / t->map.size);
+    printf(", \"prefetch\": \"%s\", \"weights\": \"mapped\"", kernels_prefetch_plan(t->kernels));
+    json_number("huge_pct", "%.1f", huge < 0 ? NAN : 100.0 * huge / t->file_size);
     printf(", \"kv_cache\": \"%s\"", t->state.kv_f16 ? "f16" : "f32");
     json_list("reps_tokens_per_s", tr->tps[test], b->reps);
     json_list("reps_mem_gbps", test ? tr->rd : NULL, b->reps);
@@ -565,8 +558,8 @@ static void print_comparisons(const Bench* b) {
 static void print_results(Bench* b) {
     count_decode_bytes(b);
     count_prefill_ops(b);
-    /* Read once, after the timed reps: one pass over /proc/self/smaps (milliseconds), -1 for a copy. */
-    const long long huge = checkpoint_map_huge_bytes(&b->t->map);
+    /* Read once, after the timed reps: one pass over /proc/self/smaps (milliseconds). */
+    const long long huge = transformer_huge_page_bytes(b->t);
     if (!b->json) {
         print_setup(b, huge);
         print_reads(b);

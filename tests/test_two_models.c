@@ -4,8 +4,8 @@
  * with exactly the logits each gives alone, and either can be freed first while the other goes on.
  *
  * The two are the shipped model (models/tinystories.bin) loaded twice with different options:
- * A with 2 threads, a context of 256 and the fp32 cache; B with 1 thread, a context of 128, the
- * fp16 cache and the file read into memory (--no-mmap). Each runs a prompt of PROMPT tokens
+ * A with 2 threads, a context of 256 and the fp32 cache; B with 1 thread, a context of 128 and the
+ * fp16 cache, each with its own mapping of the file. Each runs a prompt of PROMPT tokens
  * (prefill) and then STEPS decode steps of the greedy token; first alone (load, run, free), then
  * both loaded at once with every call interleaved, the first model freed halfway. Every step's
  * logits are compared bit for bit with the run alone. */
@@ -125,7 +125,7 @@ int main(void) {
     }
     fclose(f);
     Run runs[2] = {{.opt = {.threads = 2, .ctx = 256}, .name = "A"},
-                   {.opt = {.threads = 1, .ctx = 128, .kv_f16 = 1, .no_mmap = 1}, .name = "B"}};
+                   {.opt = {.threads = 1, .ctx = 128, .kv_f16 = 1}, .name = "B"}};
     if (run_alone(&runs[0]) == 0 && run_alone(&runs[1]) == 0) {
         check(memcmp(runs[0].logits, runs[1].logits, (size_t)runs[0].vocab * sizeof(float)) != 0,
               "A and B differ (fp32 and fp16 caches), so a mixed-up state would show");

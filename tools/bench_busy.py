@@ -2,7 +2,7 @@
 """bench_busy.py: decode speed with 1 and 2 threads, on a quiet machine and beside a busy core.
 
     python3 tools/bench_busy.py MODEL.bin [MODEL.bin ...] [--rounds 4] [--gen 32] [--run ./run]
-                                [-- extra ./run arguments, e.g. --no-mmap]
+                                [-- extra ./run arguments, e.g. --kv-cache f16]
 
 Issue 4 asks that two threads are never slower than one, also when another process keeps a core
 busy. Each round runs `./run MODEL -m bench --threads 1,2 --json` twice, once quiet and once beside

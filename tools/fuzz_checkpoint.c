@@ -1,13 +1,13 @@
 /* fuzz_checkpoint.c: libFuzzer target for the checkpoint loader (not built by the Makefile).
  *
  *   clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -I. -o /tmp/fuzz_checkpoint \
- *       tools/fuzz_checkpoint.c model.c checkpoint_map.c $(find kernels tokenizer cli -name '*.c') -lm -lpthread
+ *       tools/fuzz_checkpoint.c model.c $(find kernels tokenizer cli -name '*.c') -lm -lpthread
  *   /tmp/fuzz_checkpoint -max_total_time=600 CORPUS_DIR SEEDS_DIR
  *
  * SEEDS_DIR: small checkpoints written by export.py (tests/hf_model.py's tiny models in each
  * format), which libFuzzer mutates. Each input is written to a file and loaded as ./run loads a
- * checkpoint (transformer_load with a context of 16; mapped or read into memory, with an fp32 or
- * an fp16 KV cache, by the input's size); whatever loads also runs a two-token prefill, a decode
+ * checkpoint (transformer_load with a context of 16, with an fp32 or an fp16 KV cache by the
+ * input's size); whatever loads also runs a two-token prefill, a decode
  * step, and its tokenizer section (tokenizer_new, an encode and a decode). Checks: no crash, no
  * sanitizer report, no leak; a file the loader refuses must come with a message. */
 #include <stdio.h>
@@ -29,8 +29,8 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     FILE* f = fopen(path, "wb");
     if (!f || fwrite(data, 1, size, f) != size || fclose(f) != 0) abort();
-    /* --no-mmap and --kv-cache f16 by the input's size, so that one input always runs the same way */
-    const TransformerOptions opt = {.threads = 1, .ctx = 16, .no_mmap = (int)(size & 1), .kv_f16 = (int)((size >> 1) & 1)};
+    /* --kv-cache f16 by the input's size, so that one input always runs the same way */
+    const TransformerOptions opt = {.threads = 1, .ctx = 16, .kv_f16 = (int)(size & 1)};
     Transformer t;
     char err[512] = "";
     if (transformer_load(&t, path, &opt, err, sizeof err) != 0) {

@@ -7,7 +7,7 @@
  *   build/page_read FILE...      one line per file: "FILE: MB, GB/s (best of 5), % in 2 MB pages"
  *
  * Passive: the file is mapped as this engine maps a checkpoint (at a 2 MB boundary, with
- * MADV_HUGEPAGE) but its page cache is never dropped or refilled, so the pages read are the ones
+ * MADV_HUGEPAGE) but its page cache is never dropped or read again, so the pages read are the ones
  * the next program to map the file gets. (compare.py drops both files from the page cache just
  * before, unless --keep-pages, so that this warm-up reads them back in 2 MB pages.) One warm-up
  * pass (it also faults the mapping in), then five timed passes. Linux; elsewhere the share of 2 MB

@@ -76,7 +76,7 @@ def fresh_pages(paths):
     from pages of the same kind and age. Left alone, the two files' cached pages differ in ways
     that move decode by more than the engines do (a GGUF cached for hours can sit half in small
     pages and stream measurably slower than after a drop and read back; docs/design.md#bench-roof); both engines map
-    their file as the cache holds it (this one refills it only with --refill-page-cache)."""
+    their file as the cache holds it and never change the cache themselves."""
     for path in paths:
         drop_from_page_cache(path)
 
