@@ -1,5 +1,6 @@
 /* eval.c: `-m eval` (eval.h): loss, perplexity and top-1 accuracy of the model on a text. */
 #include "eval.h"
+#include "generation.h"
 #include "read_text.h"
 
 #include <math.h>
@@ -55,12 +56,6 @@ static int* eval_tokens(const Tokenizer* tok, const EvalOptions* o, int* n) {
     return ids;
 }
 
-static double seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Progress on stderr: in place at a terminal, otherwise one line a second once a second has
  * passed (a short run prints nothing there). */
 typedef struct {
@@ -70,7 +65,7 @@ typedef struct {
 } Progress;
 
 static void progress(Progress* p, int done, int total, const EvalSums* s) {
-    const double now = seconds();
+    const double now = now_seconds();
     if (now - p->last < (p->tty ? 0.1 : 1.0) || (!p->tty && now - p->start < 1.0)) return;
     p->last = now;
     p->shown = 1;
@@ -103,7 +98,7 @@ static void report(const EvalSums* s, int window, int json) {
 static int score_text(Transformer* t, const int* ids, int n, float* rows, int json) {
     const int V = t->config.vocab_size, window = t->config.seq_len, B = t->state.max_batch;
     EvalSums sums = {0, 0, 0.0};
-    Progress prog = {isatty(fileno(stderr)), seconds(), 0.0, 0};
+    Progress prog = {isatty(fileno(stderr)), now_seconds(), 0.0, 0};
     /* Window w holds ids [w0, w0 + len); its positions 0 .. len-2 predict the tokens 1 .. len-1,
      * so its last token goes in only as a target. Prefill in chunks of max_batch rows. */
     for (int w0 = 0; w0 < n - 1; w0 += window) {

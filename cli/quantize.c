@@ -12,6 +12,7 @@
  * time is about what reading the input once and writing the output once costs.
  */
 #include "quantize.h"
+#include "generation.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -465,12 +466,6 @@ typedef struct {
     double t0, last_shown;
     int on, tty, decile;
 } Progress;
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void progress_add(Progress* p, uint64_t bytes, const char* name) {
     p->done += bytes;

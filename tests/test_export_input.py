@@ -379,7 +379,7 @@ class Limits(ExportRefuses):
         self.assertEqual(header, export.LIMITS)
         # The loader uses the table, and keeps no limits of its own beside it.
         sources = ''
-        for name in ('model.c', 'tokenizer/tokenizer.c', 'cli/chat.c'):
+        for name in ('model.c', 'tokenizer/tokenizer.c', 'cli/chat.c', 'cli/generation.c'):
             with open(os.path.join(hf_model.ROOT, name)) as f:
                 sources += f.read()
         for name in header:

@@ -1,0 +1,89 @@
+/* generation.c: what generate (run.c) and the chat loop share. */
+#include "generation.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int is_eos(const FileHeader* h, int id) {
+    for (uint32_t i = 0; i < h->n_eos; i++)
+        if (h->eos_ids[i] == id) return 1;
+    return 0;
+}
+
+int logits_dump_open(LogitsDump* d, const char* path, const Transformer* t) {
+    *d = (LogitsDump){NULL, NULL, path};
+    if (path == NULL) return 0;
+    d->file = fopen(path, "wb");
+    if (d->file == NULL) {
+        fprintf(stderr, "run: error: %s: cannot open for writing: %s\n", path, strerror(errno));
+        return -1;
+    }
+    d->rows = malloc((size_t)t->state.max_batch * (size_t)t->config.vocab_size * sizeof(float));
+    if (d->rows == NULL) {
+        fprintf(stderr, "run: error: out of memory\n");
+        return -1;
+    }
+    return 0;
+}
+
+int logits_dump_close(LogitsDump* d) {
+    const int failed = d->file && fclose(d->file) != 0;
+    if (failed) fprintf(stderr, "run: error: %s: write failed\n", d->path);
+    free(d->rows);
+    *d = (LogitsDump){NULL, NULL, NULL};
+    return failed ? -1 : 0;
+}
+
+float* forward_dumped(Transformer* t, const int* ids, int n, int pos, LogitsDump* d) {
+    const size_t V = (size_t)t->config.vocab_size;
+    const int max_batch = t->state.max_batch;
+    float* logits = NULL;
+    for (int i = 0; i < n;) {
+        const int nb = d->file && n - i > max_batch ? max_batch : n - i;
+        logits = forward(t, ids + i, nb, pos + i, d->file ? d->rows : NULL);
+        if (logits == NULL) {
+            fprintf(stderr, "run: error: forward pass failed\n");
+            return NULL;
+        }
+        if (d->file && fwrite(d->rows, sizeof(float), (size_t)nb * V, d->file) != (size_t)nb * V) {
+            fprintf(stderr, "run: error: %s: write failed\n", d->path);
+            return NULL;
+        }
+        i += nb;
+    }
+    return logits;
+}
+
+void print_speed(int n_prompt, double prefill_s, int n_generated, int n_decoded, double decode_s) {
+    fprintf(stderr, "prompt tokens: %d, prefill: %.1f tok/s, generated tokens: %d, decode: ", n_prompt,
+            n_prompt / (prefill_s > 0 ? prefill_s : 1e-9), n_generated);
+    if (n_decoded > 0) fprintf(stderr, "%.1f tok/s\n", n_decoded / (decode_s > 0 ? decode_s : 1e-9));
+    else fputs("- tok/s\n", stderr);
+}
+
+const char* context_advice(const Config* c, char* buf, size_t size) {
+    if (c->seq_len < c->max_seq_len)
+        snprintf(buf, size, "a larger -c/--ctx allows more (the model supports %d)", c->max_seq_len);
+    else
+        snprintf(buf, size, "%d is the model's maximum", c->max_seq_len);
+    return buf;
+}
+
+void print_token_ids(const int* ids, int n, const char* label, ...) {
+    va_list ap;
+    va_start(ap, label);
+    vfprintf(stderr, label, ap);
+    va_end(ap);
+    for (int i = 0; i < n; i++) fprintf(stderr, "%s%d", i ? "," : " ", ids[i]);
+    fputc('\n', stderr);
+}

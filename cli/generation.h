@@ -1,0 +1,40 @@
+/* generation.h: what generate (run.c) and the chat loop (chat.c) share; errors are one line on
+ * stderr. */
+#ifndef GENERATION_H
+#define GENERATION_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "model.h"
+
+/* --dump-logits: the file and room for one prefill chunk's rows. */
+typedef struct {
+    FILE* file; /* NULL: no dump */
+    float* rows;
+    const char* path;
+} LogitsDump;
+
+/* 0 (path NULL: no dump), or -1 after an error line. */
+int logits_dump_open(LogitsDump* d, const char* path, const Transformer* t);
+/* 0, or -1 after an error line when the file could not be written whole. */
+int logits_dump_close(LogitsDump* d);
+
+/* forward() of n tokens from position pos; with a dump, in chunks of max_batch rows whose logits
+ * all go to the file. The last position's logits, or NULL after an error line. */
+float* forward_dumped(Transformer* t, const int* ids, int n, int pos, LogitsDump* d);
+
+int is_eos(const FileHeader* h, int id);
+double now_seconds(void);
+
+/* The line that ends a run: prompt tokens, prefill tok/s, generated tokens, decode tok/s. */
+void print_speed(int n_prompt, double prefill_s, int n_generated, int n_decoded, double decode_s);
+
+/* What a full context leaves the user to do, into buf: "a larger -c/--ctx allows more (the model
+ * supports N)", or that the context is already the model's maximum. Returns buf. */
+const char* context_advice(const Config* c, char* buf, size_t size);
+
+/* --verbose-prompt's line on stderr: the label (a printf format), then the ids as " 1,2,3". */
+void print_token_ids(const int* ids, int n, const char* label, ...) __attribute__((format(printf, 3, 4)));
+
+#endif
