@@ -147,21 +147,16 @@ ALWAYS_INLINE void scores_step(__m256 a[2][4], const float* q, int NQ, const voi
 
 /* att[j][t] = (q_j . k_t) * scale for NQ (1 or 2) queries; head_dim a multiple of 16: four
  * accumulators per query over each 32 dimensions, the first two over a last 16 (head_dim 48 of the
- * shipped model: 32 + 16). With prefetch_values set, value row t is prefetched while key row t is
- * read, so the values stream in beside the keys and the weighted sum finds them in cache
- * (docs/design.md#attention-decode). An fp16 cache's values go into L2 instead (prefetcht1),
- * which is faster for halves and not for floats (docs/design.md#kv-cache-f16). */
+ * shipped model: 32 + 16). With prefetch_values set, value row t is prefetched into L2 while key
+ * row t is read, so the values stream in beside the keys and the weighted sum finds them in cache
+ * (docs/design.md#attention-decode); into L1 they would evict the keys that the weighted sum
+ * brings into L2 for the next chunk. */
 ALWAYS_INLINE void scores(float* att, int att_stride, const float* q, int NQ, const void* keys,
                           const void* prefetch_values, int stride, int n, int d, float scale, int F16) {
     for (int t = 0; t < n; t++) {
         const void* k = kv_at(keys, (size_t)t * stride, F16);
         const char* v = prefetch_values ? kv_at(prefetch_values, (size_t)t * stride, F16) : NULL;
-        for (int i = 0; v && i < d * (F16 ? 2 : 4); i += 64) {
-            if (F16)
-                _mm_prefetch(v + i, _MM_HINT_T1); /* halves: into L2 (see above) */
-            else
-                _mm_prefetch(v + i, _MM_HINT_T0);
-        }
+        for (int i = 0; v && i < d * (F16 ? 2 : 4); i += 64) _mm_prefetch(v + i, _MM_HINT_T1);
         __m256 a[2][4];
 #pragma GCC unroll 2
         for (int j = 0; j < NQ; j++)
@@ -189,9 +184,11 @@ ALWAYS_INLINE __m512 kv_load16(const void* row, size_t i, int F16) {
 #endif
 
 /* weighted_sum's 8 * NU outputs per query from dimension i on (NU 4, or 2 for a head_dim's last
- * 16), in registers for one pass over the value rows. */
+ * 16), in registers for one pass over the value rows; the same dimensions of next_keys' first
+ * n_next rows are prefetched into L2 on the way (see weighted_sum). */
 ALWAYS_INLINE void weighted_sum_pass(float* out, const float* att, int att_stride, int NQ, const void* values,
-                                     int stride, int n, int d, int i, int add, int NU, int F16) {
+                                     const void* next_keys, int n_next, int stride, int n, int d, int i, int add,
+                                     int NU, int F16) {
     __m256 o[2][4];
 #pragma GCC unroll 2
     for (int j = 0; j < NQ; j++)
@@ -200,6 +197,9 @@ ALWAYS_INLINE void weighted_sum_pass(float* out, const float* att, int att_strid
             o[j][u] = add ? _mm256_loadu_ps(out + (size_t)j * d + i + 8 * u) : _mm256_setzero_ps();
     for (int t = 0; t < n; t++) {
         const void* v = kv_at(values, (size_t)t * stride, F16);
+        if (t < n_next)
+            for (int b = 0; b < 8 * NU * (F16 ? 2 : 4); b += 64)
+                _mm_prefetch((const char*)kv_at(next_keys, (size_t)t * stride + i, F16) + b, _MM_HINT_T1);
         __m256 vv[4];
 #pragma GCC unroll 4
         for (int u = 0; u < NU; u++) vv[u] = kv_load8(v, i + 8 * u, F16);
@@ -217,13 +217,18 @@ ALWAYS_INLINE void weighted_sum_pass(float* out, const float* att, int att_strid
 }
 
 /* out_j (+)= sum_{t < n} att[j * att_stride + t] v_t for NQ (1 or 2) queries, 32 outputs per query
- * in registers per pass (16 in a last pass where head_dim % 32 is 16); with add, the sums continue from what out holds (the blocks of the cache after the first:
- * the additions run in the same order as over one array). */
-ALWAYS_INLINE void weighted_sum(float* out, const float* att, int att_stride, int NQ, const void* values, int stride,
-                                int n, int d, int add, int F16) {
+ * in registers per pass (16 in a last pass where head_dim % 32 is 16); with add, the sums continue
+ * from what out holds (the blocks of the cache after the first: the additions run in the same order
+ * as over one array). Meanwhile the first n_next key rows at next_keys (the next chunk's) are
+ * prefetched into L2, a line per row per pass, so that memory keeps streaming while the sum
+ * works from cache, as it does during the scores, which prefetch the values
+ * (docs/design.md#attention-decode). */
+ALWAYS_INLINE void weighted_sum(float* out, const float* att, int att_stride, int NQ, const void* values,
+                                const void* next_keys, int n_next, int stride, int n, int d, int add, int F16) {
     int i = 0;
-    for (; i + 32 <= d; i += 32) weighted_sum_pass(out, att, att_stride, NQ, values, stride, n, d, i, add, 4, F16);
-    if (i < d) weighted_sum_pass(out, att, att_stride, NQ, values, stride, n, d, i, add, 2, F16);
+    for (; i + 32 <= d; i += 32)
+        weighted_sum_pass(out, att, att_stride, NQ, values, next_keys, n_next, stride, n, d, i, add, 4, F16);
+    if (i < d) weighted_sum_pass(out, att, att_stride, NQ, values, next_keys, n_next, stride, n, d, i, add, 2, F16);
 }
 
 #if defined(KERNELS_AVX512)
@@ -454,7 +459,7 @@ ALWAYS_INLINE void scores(float* att, int att_stride, const float* q, int NQ, co
     for (int t = 0; t < n; t++) {
         const void* k = kv_at(keys, (size_t)t * stride, F16);
         const char* v = prefetch_values ? kv_at(prefetch_values, (size_t)t * stride, F16) : NULL;
-        for (int i = 0; v && i < d * (F16 ? 2 : 4); i += 64) __builtin_prefetch(v + i, 0, 3);
+        for (int i = 0; v && i < d * (F16 ? 2 : 4); i += 64) __builtin_prefetch(v + i, 0, 2); /* into L2 */
         float32x4_t a[2][4];
         for (int j = 0; j < NQ; j++)
             for (int u = 0; u < 4; u++) a[j][u] = vdupq_n_f32(0.0f);
@@ -470,15 +475,18 @@ ALWAYS_INLINE void scores(float* att, int att_stride, const float* q, int NQ, co
     }
 }
 
-/* As the AVX2 weighted_sum, 16 outputs per query per pass. */
-ALWAYS_INLINE void weighted_sum(float* out, const float* att, int att_stride, int NQ, const void* values, int stride,
-                                int n, int d, int add, int F16) {
+/* As the AVX2 weighted_sum, 16 outputs per query per pass (the next chunk's keys into L2 a line
+ * per row whenever a pass starts a line, unmeasured on arm64 like the value prefetch). */
+ALWAYS_INLINE void weighted_sum(float* out, const float* att, int att_stride, int NQ, const void* values,
+                                const void* next_keys, int n_next, int stride, int n, int d, int add, int F16) {
     for (int i = 0; i < d; i += 16) {
         float32x4_t o[2][4];
         for (int j = 0; j < NQ; j++)
             for (int u = 0; u < 4; u++) o[j][u] = add ? vld1q_f32(out + (size_t)j * d + i + 4 * u) : vdupq_n_f32(0.0f);
         for (int t = 0; t < n; t++) {
             const void* v = kv_at(values, (size_t)t * stride, F16);
+            if (t < n_next && i * (F16 ? 2 : 4) % 64 == 0)
+                __builtin_prefetch(kv_at(next_keys, (size_t)t * stride + i, F16), 0, 2);
             float32x4_t vv[4];
             for (int u = 0; u < 4; u++) vv[u] = kv_load4(v, i + 4 * u, F16);
             for (int j = 0; j < NQ; j++) {
@@ -587,7 +595,9 @@ void softmax(float* x, int n) {
 /* Scores, softmax and weighted sum of NQ (1 or 2, a constant) queries, in one pass over the cache:
  * per chunk of ATTENTION_DECODE_CHUNK positions the scores (which, with prefetch, bring the chunk's
  * values into cache as they go, see scores), their exponentials against each query's running
- * maximum, and the chunk's weighted sum, which then finds the values in cache. Where a chunk raises
+ * maximum, and the chunk's weighted sum, which then finds the values in cache and, with prefetch,
+ * brings the next chunk's keys into L2 as it goes (weighted_sum): memory streams through both
+ * halves of a chunk instead of idling while one of them works from cache. Where a chunk raises
  * a query's maximum from m to m', what the chunks before summed (output and total weight) is
  * scaled by exp(m - m') first; one division by the total weight ends it. The softmax of Milakov
  * and Gimelshein's "Online normalizer calculation for softmax" (2018), per chunk rather than per
@@ -620,7 +630,12 @@ ALWAYS_INLINE void attend_queries(float* out, const float* q, int NQ, const KVRo
         }
         for (int p = c0, n; p < c1; p += n) {
             n = kv_block(kv, p, c1, &off);
-            weighted_sum(out, att + p, n_pos, NQ, kv_at(kv->values, off, F16), kv->stride, n, d, p > 0, F16);
+            size_t next = 0;
+            int n_next = 0;
+            if (prefetch && p + ATTENTION_DECODE_CHUNK < n_pos)
+                n_next = kv_block(kv, p + ATTENTION_DECODE_CHUNK, n_pos, &next);
+            weighted_sum(out, att + p, n_pos, NQ, kv_at(kv->values, off, F16), kv_at(kv->keys, next, F16),
+                         n_next < n ? n_next : n, kv->stride, n, d, p > 0, F16);
         }
     }
     for (int j = 0; j < NQ; j++) scale_row(out + (size_t)j * d, d, 1.0f / total[j]);
