@@ -524,7 +524,7 @@ static int chunk_rows(const MatmulJob* j, int nt) {
     /* AMX's row tiles and the f32/bf16 panels start at multiples of 16 in every chunk, so which
      * rows take them (and so their rounding) does not depend on the thread count */
 #if defined(KERNELS_AVX2)
-    if (j->use_qi && q8_packed_takes(j->W[0], j->n, s->xp_cap)) align = Q8_PANEL_ROWS;
+    if (j->use_qi && q8_packed_takes(j->W[0], j->n, s->xp_cap)) align = QP_ROWS;
 #endif
 #if defined(KERNELS_AMX)
     if (j->use_qi && amx_takes(j->W[0], j->n, s->amx_usable, s->xp_cap)) align = AMX_ROWS; /* 16: the q8 panels' 8 as well */
