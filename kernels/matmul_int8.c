@@ -368,17 +368,13 @@ ALWAYS_INLINE QPf qp_scale(QPf tot, QPi s, const float* ws, float xs) {
 ALWAYS_INLINE void qp_store(float* out, QPf v) { _mm256_storeu_ps(out, v); }
 #endif
 
-/* Whether rows_qi_t packs q8 panels for n tokens (run_job aligns its chunks to QP_ROWS rows when
- * so). Packing pays once tile_qi's passes over the chunk cost more than it: with AVX2's sign trick
- * from 20 tokens, with VNNI, where tile_qi is quicker, from 40 (the crossovers against tile_qi
- * with its prefetch of the next block: docs/design.md#prefill-panels). */
-#if defined(Q8_VNNI)
-#define QP_MIN_TOKENS 40
-#else
-#define QP_MIN_TOKENS 20
-#endif
-int q8_packed_takes(const Matrix* W, int n, int xp_cap) {
-    return W->type == WEIGHT_Q8 && n >= QP_MIN_TOKENS && W->cols <= xp_cap;
+/* Whether rows_qi_t (q8) or rows_q4 packs panels for n tokens (run_job aligns its chunks to
+ * QP_ROWS rows when so). Packing pays once the tiles' passes over the chunk cost more than it:
+ * from 24 tokens for q8 and q4 with 512-bit VNNI (Zen 4), about where AVX2's sign trick crossed
+ * too (docs/design.md#prefill-panels). */
+#define QP_MIN_TOKENS 24
+int qi_packed_takes(const Matrix* W, int n, int xp_cap) {
+    return (W->type == WEIGHT_Q8 || W->type == WEIGHT_Q4) && n >= QP_MIN_TOKENS && W->cols <= xp_cap;
 }
 
 /* Rows [r, r + QP_ROWS) as a panel: columns c .. c+3 (c a multiple of 4) at panel + QP_ROWS * c,
@@ -406,9 +402,36 @@ static void q8_pack_panel(int8_t* panel, float* ps, const Matrix* W, int r) {
     }
 }
 
+/* q4 rows [r, r + QP_ROWS) (QP_ROWS / 8 row blocks) as a panel of q8's layout: quarter v of a
+ * block's group is already 8 rows x 4 columns per lane (columns 4v .. 4v+3 in the low nibbles,
+ * 16+4v .. 16+4v+3 in the high ones), so the nibbles need only be widened to bytes: q = nibble - 8,
+ * with VNNI stored as q + 128 like q8's weights. The scales are the block's 8 per group. */
+static void q4_pack_panel(int8_t* panel, float* ps, const Matrix* W, int r) {
+    const int G = W->cols / Q4_GROUP;
+    const __m256i m = _mm256_set1_epi8(15);
+#if defined(Q8_VNNI)
+    const __m256i off = _mm256_set1_epi8(120);
+#else
+    const __m256i off = _mm256_set1_epi8(-8);
+#endif
+    for (int g = 0; g < G; g++)
+        for (int h = 0; h < QP_ROWS; h += 8) {
+            const uint8_t* b = q4_group(W, r + h, g);
+            _mm256_storeu_ps(ps + (size_t)QP_ROWS * g + h, scales8(b));
+            for (int v = 0; v < 4; v++) {
+                const __m256i q = _mm256_loadu_si256((const __m256i*)(b + Q4_BLOCK_ROWS * sizeof(uint16_t) + 32 * v));
+                const __m256i lo = _mm256_add_epi8(_mm256_and_si256(q, m), off);
+                const __m256i hi = _mm256_add_epi8(_mm256_and_si256(_mm256_srli_epi16(q, 4), m), off);
+                int8_t* p = panel + (size_t)QP_ROWS * ((size_t)g * Q4_GROUP + 4 * v) + 4 * h;
+                _mm256_storeu_si256((__m256i*)p, lo);
+                _mm256_storeu_si256((__m256i*)(p + QP_ROWS * 16), hi);
+            }
+        }
+}
+
 /* out rows [r, r + QP_ROWS) x tokens t .. t+TT-1 (TT <= QP_TOKENS: 8 where there are 32 vector
  * registers, 4 in AVX2's 16) from one panel. */
-ALWAYS_INLINE void tile_q8_packed(float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum,
+ALWAYS_INLINE void tile_qi_packed(float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum,
                                   const int8_t* panel, const float* ps, const Matrix* W, int r, int t, int TT) {
     const int C = W->cols, R = W->rows, gs = W->group_size, G = C / gs;
     QPf tot[QP_TOKENS];
@@ -446,8 +469,8 @@ ALWAYS_INLINE void tile_q8_packed(float* out, const int8_t* xq, const float* xsc
 /* Whole panels of QP_ROWS rows from r0 (a multiple of QP_ROWS: run_job's chunks are) x tokens
  * [ta, n), at most 64 rows per packing; per block of tokens (token_block) each panel meets the
  * block's tokens QP_TOKENS at a time, then 4, then 1. Returns the first row not done (the rest:
- * rows_qi_tiles). */
-static int rows_q8_packed(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum,
+ * rows_qi_tiles, or tile_q4). */
+static int rows_qi_packed(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum,
                           const Matrix* W, int ta, int n, int r0, int r1) {
     const int C = W->cols, G = C / W->group_size;
     const int max_panels = FLOAT_MAX_PANELS * FLOAT_PANEL_ROWS / QP_ROWS;
@@ -457,7 +480,8 @@ static int rows_q8_packed(const MatmulThread* mt, float* out, const int8_t* xq, 
     while (r1 - r0 >= QP_ROWS) {
         const int np = (r1 - r0) / QP_ROWS < max_panels ? (r1 - r0) / QP_ROWS : max_panels;
         for (int p = 0; p < np; p++)
-            q8_pack_panel(panels + (size_t)p * QP_ROWS * C, ps + (size_t)p * QP_ROWS * G, W, r0 + QP_ROWS * p);
+            (W->type == WEIGHT_Q4 ? q4_pack_panel : q8_pack_panel)(panels + (size_t)p * QP_ROWS * C,
+                                                                  ps + (size_t)p * QP_ROWS * G, W, r0 + QP_ROWS * p);
         for (int t0 = ta; t0 < n; t0 += tb) {
             const int t1 = t0 + tb < n ? t0 + tb : n;
             for (int p = 0; p < np; p++) {
@@ -465,9 +489,9 @@ static int rows_q8_packed(const MatmulThread* mt, float* out, const int8_t* xq, 
                 const float* pps = ps + (size_t)p * QP_ROWS * G;
                 const int r = r0 + QP_ROWS * p;
                 int t = t0;
-                for (; t + QP_TOKENS <= t1; t += QP_TOKENS) tile_q8_packed(out, xq, xsc, xgsum, pp, pps, W, r, t, QP_TOKENS);
-                for (; t + 4 <= t1; t += 4) tile_q8_packed(out, xq, xsc, xgsum, pp, pps, W, r, t, 4);
-                for (; t < t1; t++) tile_q8_packed(out, xq, xsc, xgsum, pp, pps, W, r, t, 1);
+                for (; t + QP_TOKENS <= t1; t += QP_TOKENS) tile_qi_packed(out, xq, xsc, xgsum, pp, pps, W, r, t, QP_TOKENS);
+                for (; t + 4 <= t1; t += 4) tile_qi_packed(out, xq, xsc, xgsum, pp, pps, W, r, t, 4);
+                for (; t < t1; t++) tile_qi_packed(out, xq, xsc, xgsum, pp, pps, W, r, t, 1);
             }
         }
         r0 += QP_ROWS * np;
@@ -538,7 +562,8 @@ ALWAYS_INLINE void tile_q4(float* out, const int8_t* xq, const float* xsc, const
             for (int o = 0; o < 2 * (int)Q4_GROUP_BYTES; o += 64) _mm_prefetch((const char*)b + pf + o, _MM_HINT_T0);
         __m256i s[4];
 #pragma GCC unroll 4
-        for (int j = 0; j < TT; j++) s[j] = _mm256_set1_epi32(xgsum[(size_t)(t + j) * G + g] / 16); /* -8 x the sum */
+        for (int j = 0; j < TT; j++) /* -8 x the sum: a vector shift, cheaper than dividing in a general register */
+            s[j] = _mm256_srai_epi32(_mm256_set1_epi32(xgsum[(size_t)(t + j) * G + g]), 4);
         q4_group_sums(s, b + Q4_BLOCK_ROWS * sizeof(uint16_t), xq + ((size_t)t * G + g) * Q4_GROUP, (size_t)C, TT);
         const __m256 ws = scales8(b); /* the group's 8 rows' scales */
 #pragma GCC unroll 4
@@ -572,10 +597,12 @@ static void rows_q4(const MatmulThread* mt, float* out, const int8_t* xq, const 
 #if defined(KERNELS_AMX)
     if (amx_takes(W, n, mt->amx, mt->xp_cap)) ra = amx_chunk(mt, out, xq, xsc, W, n, r0, r1);
 #endif
+    int rp = ra; /* the panels did every token of rows [ra, rp) */
+    if (qi_packed_takes(W, n, mt->xp_cap)) rp = rows_qi_packed(mt, out, xq, xsc, xgsum, W, 0, n, ra, r1);
     const int tb = token_block((size_t)W->cols);
     for (int t0 = 0; t0 < n; t0 += tb) {
         const int t1 = t0 + tb < n ? t0 + tb : n;
-        for (int r = ra; r < r1; r += Q4_BLOCK_ROWS) {
+        for (int r = rp; r < r1; r += Q4_BLOCK_ROWS) {
             /* the first tile over this block prefetches the next one, a block ahead (as
              * rows_float_nn; docs/design.md#short-prompt-prefetch) */
             int pf = t0 == 0 && r + Q4_BLOCK_ROWS < W->rows ? (W->cols / Q4_GROUP) * (int)Q4_GROUP_BYTES : 0;
@@ -787,7 +814,7 @@ ALWAYS_INLINE void rows_qi_t(const MatmulThread* mt, float* out, const int8_t* x
 #endif
     int rp = ra; /* the panels did every token of rows [ra, rp) */
 #if defined(KERNELS_AVX2)
-    if (q8_packed_takes(W, n, mt->xp_cap)) rp = rows_q8_packed(mt, out, xq, xsc, xgsum, W, 0, n, ra, r1);
+    if (qi_packed_takes(W, n, mt->xp_cap)) rp = rows_qi_packed(mt, out, xq, xsc, xgsum, W, 0, n, ra, r1);
 #else
     (void)xgsum;
 #endif

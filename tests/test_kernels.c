@@ -984,7 +984,9 @@ int main(void) {
             {WEIGHT_Q4, 37, 192, 32}, {WEIGHT_Q4, 67, 1024, 32}, {WEIGHT_Q4, 33, 96, 32},
             {WEIGHT_Q4, 130, 3072, 32}, {WEIGHT_Q4, 13, 32, 32}, {WEIGHT_Q4, 6, 160, 32}, /* odd G */
         };
-        int ns[] = {1, 2, 3, 5, 13, 17, 40}; /* 13 and 17: q8 on AMX with a tile of fewer than 16 tokens */
+        /* 13 and 17: q8 on AMX with a tile of fewer than 16 tokens; 29: the q8 and q4 panels' tiles
+         * of 8, 4 and 1 tokens */
+        int ns[] = {1, 2, 3, 5, 13, 17, 29, 40};
         for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
             for (size_t k = 0; k < sizeof ns / sizeof *ns; k++)
                 check_matmul(kern, cases[c].t, cases[c].rows, cases[c].cols, cases[c].gs, ns[k]);
