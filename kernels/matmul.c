@@ -527,7 +527,7 @@ static int chunk_rows(const MatmulJob* j, int nt) {
     if (j->use_qi && qi_packed_takes(j->W[0], j->n, s->xp_cap)) align = QP_ROWS;
 #endif
 #if defined(KERNELS_AMX)
-    if (j->use_qi && amx_takes(j->W[0], j->n, s->amx_usable, s->xp_cap)) align = AMX_ROWS; /* 16: the q8 panels' 8 as well */
+    if (j->use_qi && amx_takes(j->W[0], j->n, s->amx_usable, s->xp_cap)) align = AMX_ROWS; /* 16: QP_ROWS too */
 #endif
 #if defined(KERNELS_AVX2)
     if (!j->use_qi && !j->use_xb16 && !j->use_split)

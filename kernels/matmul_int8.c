@@ -57,7 +57,7 @@ ALWAYS_INLINE void q8_scales_float(float* out, const Matrix* W, int r, int RT) {
  * in each of the 8 int32 lanes of the dot product (lane k: the columns c with c % 32 in
  * 4k .. 4k+3), the start of the accumulator (qi_acc0 below), and, when xgsum is not NULL (q4
  * weights, the q8 panels with VNNI), -128 times the sum of all the group's q there (tile_q4,
- * tile_q8_packed). */
+ * tile_qi_packed). */
 void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, int32_t* xgsum, const float* x, int C, int gs,
                           int t0, int t1) {
     const int G = C / gs;
@@ -460,7 +460,8 @@ ALWAYS_INLINE void tile_qi_packed(float* out, const int8_t* xq, const float* xsc
             }
         }
 #pragma GCC unroll 8
-        for (int j = 0; j < TT; j++) tot[j] = qp_scale(tot[j], s[j], ps + (size_t)QP_ROWS * g, xsc[(size_t)(t + j) * G + g]);
+        for (int j = 0; j < TT; j++)
+            tot[j] = qp_scale(tot[j], s[j], ps + (size_t)QP_ROWS * g, xsc[(size_t)(t + j) * G + g]);
     }
 #pragma GCC unroll 8
     for (int j = 0; j < TT; j++) qp_store(out + (size_t)(t + j) * R + r, tot[j]);
@@ -489,7 +490,8 @@ static int rows_qi_packed(const MatmulThread* mt, float* out, const int8_t* xq, 
                 const float* pps = ps + (size_t)p * QP_ROWS * G;
                 const int r = r0 + QP_ROWS * p;
                 int t = t0;
-                for (; t + QP_TOKENS <= t1; t += QP_TOKENS) tile_qi_packed(out, xq, xsc, xgsum, pp, pps, W, r, t, QP_TOKENS);
+                for (; t + QP_TOKENS <= t1; t += QP_TOKENS)
+                    tile_qi_packed(out, xq, xsc, xgsum, pp, pps, W, r, t, QP_TOKENS);
                 for (; t + 4 <= t1; t += 4) tile_qi_packed(out, xq, xsc, xgsum, pp, pps, W, r, t, 4);
                 for (; t < t1; t++) tile_qi_packed(out, xq, xsc, xgsum, pp, pps, W, r, t, 1);
             }

@@ -1015,10 +1015,10 @@ int main(void) {
         check_tokens_alone(kern, WEIGHT_Q8, 24, 8192, 64, 50);
         kernels_free(kern);
     }
-    /* q8 and q4 prefill: AMX's tiles and the kernels without it (q8's panels, tile_q4) scale each
+    /* q8 and q4 prefill: AMX's tiles and the kernels without it (the panels, tile_q4) scale each
      * group's exact int32 sum the same way: the same bits with AMX on and off wherever both take
-     * every token (q8 from 40 tokens, where the VNNI build's panels start; 40 and 45 end in a tile
-     * of 8 and 13 tokens on AMX; 301 rows: whole tiles, then the rest) */
+     * every token (from 24 tokens the panels do; 40 and 45 end in a tile of 8 and 13 tokens on
+     * AMX; 301 rows: whole tiles, then the rest) */
     if ((kern = kernels_new(2, 48, 512)) != NULL) {
         static float x[48 * 512], o1[48 * 301], o2[48 * 301];
         const int ns_amx[3] = {40, 45, 48};
