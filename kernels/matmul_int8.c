@@ -371,10 +371,16 @@ ALWAYS_INLINE void qp_store(float* out, QPf v) { _mm256_storeu_ps(out, v); }
 /* Whether rows_qi_t (q8) or rows_q4 packs panels for n tokens (run_job aligns its chunks to
  * QP_ROWS rows when so). Packing pays once the tiles' passes over the chunk cost more than it:
  * from 24 tokens for q8 and q4 with 512-bit VNNI (Zen 4), about where AVX2's sign trick crossed
- * too (docs/design.md#prefill-panels). */
+ * too. q4 takes them only with VNNI: without it tile_q4's int16 sums (two instructions per 32
+ * weights and token) beat the sign trick's four (docs/design.md#prefill-panels). */
 #define QP_MIN_TOKENS 24
 int qi_packed_takes(const Matrix* W, int n, int xp_cap) {
-    return (W->type == WEIGHT_Q8 || W->type == WEIGHT_Q4) && n >= QP_MIN_TOKENS && W->cols <= xp_cap;
+#if defined(Q8_VNNI)
+    const int q4 = W->type == WEIGHT_Q4;
+#else
+    const int q4 = 0;
+#endif
+    return (W->type == WEIGHT_Q8 || q4) && n >= QP_MIN_TOKENS && W->cols <= xp_cap;
 }
 
 /* Rows [r, r + QP_ROWS) as a panel: columns c .. c+3 (c a multiple of 4) at panel + QP_ROWS * c,
@@ -402,18 +408,14 @@ static void q8_pack_panel(int8_t* panel, float* ps, const Matrix* W, int r) {
     }
 }
 
+#if defined(Q8_VNNI)
 /* q4 rows [r, r + QP_ROWS) (QP_ROWS / 8 row blocks) as a panel of q8's layout: quarter v of a
  * block's group is already 8 rows x 4 columns per lane (columns 4v .. 4v+3 in the low nibbles,
- * 16+4v .. 16+4v+3 in the high ones), so the nibbles need only be widened to bytes: q = nibble - 8,
- * with VNNI stored as q + 128 like q8's weights. The scales are the block's 8 per group. */
+ * 16+4v .. 16+4v+3 in the high ones), so the nibbles need only be widened to bytes, stored as
+ * q + 128 = nibble + 120 like q8's weights. The scales are the block's 8 per group. */
 static void q4_pack_panel(int8_t* panel, float* ps, const Matrix* W, int r) {
     const int G = W->cols / Q4_GROUP;
-    const __m256i m = _mm256_set1_epi8(15);
-#if defined(Q8_VNNI)
-    const __m256i off = _mm256_set1_epi8(120);
-#else
-    const __m256i off = _mm256_set1_epi8(-8);
-#endif
+    const __m256i m = _mm256_set1_epi8(15), off = _mm256_set1_epi8(120);
     for (int g = 0; g < G; g++)
         for (int h = 0; h < QP_ROWS; h += 8) {
             const uint8_t* b = q4_group(W, r + h, g);
@@ -428,6 +430,7 @@ static void q4_pack_panel(int8_t* panel, float* ps, const Matrix* W, int r) {
             }
         }
 }
+#endif
 
 /* out rows [r, r + QP_ROWS) x tokens t .. t+TT-1 (TT <= QP_TOKENS: 8 where there are 32 vector
  * registers, 4 in AVX2's 16) from one panel. */
@@ -480,9 +483,17 @@ static int rows_qi_packed(const MatmulThread* mt, float* out, const int8_t* xq, 
     const int tb = token_block((size_t)C);
     while (r1 - r0 >= QP_ROWS) {
         const int np = (r1 - r0) / QP_ROWS < max_panels ? (r1 - r0) / QP_ROWS : max_panels;
-        for (int p = 0; p < np; p++)
-            (W->type == WEIGHT_Q4 ? q4_pack_panel : q8_pack_panel)(panels + (size_t)p * QP_ROWS * C,
-                                                                  ps + (size_t)p * QP_ROWS * G, W, r0 + QP_ROWS * p);
+        for (int p = 0; p < np; p++) {
+            int8_t* panel = panels + (size_t)p * QP_ROWS * C;
+            float* scales = ps + (size_t)p * QP_ROWS * G;
+#if defined(Q8_VNNI)
+            if (W->type == WEIGHT_Q4) {
+                q4_pack_panel(panel, scales, W, r0 + QP_ROWS * p);
+                continue;
+            }
+#endif
+            q8_pack_panel(panel, scales, W, r0 + QP_ROWS * p);
+        }
         for (int t0 = ta; t0 < n; t0 += tb) {
             const int t1 = t0 + tb < n ? t0 + tb : n;
             for (int p = 0; p < np; p++) {
