@@ -495,7 +495,7 @@ static void prepare_activations(MatmulJob* j) {
             j->qgs = W0->group_size;
             j->xgsum = W0->type == WEIGHT_Q4 ? s->xgsum_buf : NULL;
 #if defined(KERNELS_AVX2) && defined(Q8_VNNI)
-            if (q8_packed_takes(W0, j->n, s->xp_cap)) j->xgsum = s->xgsum_buf; /* the q8 panels' starting sums */
+            if (qi_packed_takes(W0, j->n, s->xp_cap)) j->xgsum = s->xgsum_buf; /* the panels' starting sums */
 #endif
             prepare_tokens(j, quantize_tokens);
         }
@@ -524,10 +524,10 @@ static int chunk_rows(const MatmulJob* j, int nt) {
     /* AMX's row tiles and the f32/bf16 panels start at multiples of 16 in every chunk, so which
      * rows take them (and so their rounding) does not depend on the thread count */
 #if defined(KERNELS_AVX2)
-    if (j->use_qi && q8_packed_takes(j->W[0], j->n, s->xp_cap)) align = Q8_PANEL_ROWS;
+    if (j->use_qi && qi_packed_takes(j->W[0], j->n, s->xp_cap)) align = QP_ROWS;
 #endif
 #if defined(KERNELS_AMX)
-    if (j->use_qi && amx_takes(j->W[0], j->n, s->amx_usable, s->xp_cap)) align = AMX_ROWS; /* 16: the q8 panels' 8 as well */
+    if (j->use_qi && amx_takes(j->W[0], j->n, s->amx_usable, s->xp_cap)) align = AMX_ROWS; /* 16: QP_ROWS too */
 #endif
 #if defined(KERNELS_AVX2)
     if (!j->use_qi && !j->use_xb16 && !j->use_split)

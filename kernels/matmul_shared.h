@@ -185,8 +185,13 @@ int bf16_span(int cols);
 void rows_bf16_n1(const MatmulThread* mt, float* out, const Matrix* W, int r0, int r1); /* x de-interleaved in mt->xp */
 
 /* matmul_int8.c */
-#define Q8_PANEL_ROWS 8 /* rows per q8 panel (rows_q8_packed) */
-int q8_packed_takes(const Matrix* W, int n, int xp_cap); /* whether rows_qi_t packs q8 panels for n tokens */
+/* rows per q8 or q4 panel (rows_qi_packed): one vector of int32 lanes, a zmm with 512-bit VNNI */
+#if defined(Q8_VNNI) && defined(KERNELS_AVX512)
+#define QP_ROWS 16
+#else
+#define QP_ROWS 8
+#endif
+int qi_packed_takes(const Matrix* W, int n, int xp_cap); /* whether q8 or q4 prefill packs panels for n tokens */
 #endif
 
 #if defined(KERNELS_BF16_DOT) /* matmul_float.c: bf16 weights x bf16 activations (--bf16-activations) */

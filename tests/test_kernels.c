@@ -984,7 +984,9 @@ int main(void) {
             {WEIGHT_Q4, 37, 192, 32}, {WEIGHT_Q4, 67, 1024, 32}, {WEIGHT_Q4, 33, 96, 32},
             {WEIGHT_Q4, 130, 3072, 32}, {WEIGHT_Q4, 13, 32, 32}, {WEIGHT_Q4, 6, 160, 32}, /* odd G */
         };
-        int ns[] = {1, 2, 3, 5, 13, 17, 40}; /* 13 and 17: q8 on AMX with a tile of fewer than 16 tokens */
+        /* 13 and 17: q8 on AMX with a tile of fewer than 16 tokens; 29: the q8 and q4 panels' tiles
+         * of 8, 4 and 1 tokens */
+        int ns[] = {1, 2, 3, 5, 13, 17, 29, 40};
         for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
             for (size_t k = 0; k < sizeof ns / sizeof *ns; k++)
                 check_matmul(kern, cases[c].t, cases[c].rows, cases[c].cols, cases[c].gs, ns[k]);
@@ -1013,10 +1015,10 @@ int main(void) {
         check_tokens_alone(kern, WEIGHT_Q8, 24, 8192, 64, 50);
         kernels_free(kern);
     }
-    /* q8 and q4 prefill: AMX's tiles and the kernels without it (q8's panels, tile_q4) scale each
+    /* q8 and q4 prefill: AMX's tiles and the kernels without it (the panels, tile_q4) scale each
      * group's exact int32 sum the same way: the same bits with AMX on and off wherever both take
-     * every token (q8 from 40 tokens, where the VNNI build's panels start; 40 and 45 end in a tile
-     * of 8 and 13 tokens on AMX; 301 rows: whole tiles, then the rest) */
+     * every token (from 24 tokens the panels do; 40 and 45 end in a tile of 8 and 13 tokens on
+     * AMX; 301 rows: whole tiles, then the rest) */
     if ((kern = kernels_new(2, 48, 512)) != NULL) {
         static float x[48 * 512], o1[48 * 301], o2[48 * 301];
         const int ns_amx[3] = {40, 45, 48};
