@@ -308,8 +308,13 @@ static int claim_chunks(MatmulJob* j, int thread, int batch, int* end) {
     return -1;
 }
 
-static void compute_rows(const MatmulJob* j, const MatmulThread* mt, int m, int r0, int r1) {
+/* Chunk i of the job: which matrix and rows it is, then the kernel for them. */
+static void run_chunk(const MatmulJob* j, const MatmulThread* mt, int i) {
+    int m = 0;
+    while (i >= j->first_item[m + 1]) m++;
     const Matrix* W = j->W[m];
+    const int r0 = (i - j->first_item[m]) * j->chunk[m];
+    const int r1 = r0 + j->chunk[m] < W->rows ? r0 + j->chunk[m] : W->rows;
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
     const MatmulScratch* s = j->s;
     if (j->use_qi) {
@@ -341,15 +346,6 @@ static void compute_rows(const MatmulJob* j, const MatmulThread* mt, int m, int 
     (void)mt;
     matmul_rows_scalar(j->out[m], j->x, W, j->n, r0, r1);
 #endif
-}
-
-static void run_chunk(const MatmulJob* j, const MatmulThread* mt, int i) {
-    int m = 0;
-    while (i >= j->first_item[m + 1]) m++;
-    const int r0 = (i - j->first_item[m]) * j->chunk[m];
-    int r1 = r0 + j->chunk[m];
-    if (r1 > j->W[m]->rows) r1 = j->W[m]->rows;
-    compute_rows(j, mt, m, r0, r1);
 }
 
 /* Prefill: one pool item per chunk, claimed one at a time, so a thread that the scheduler takes
@@ -563,17 +559,7 @@ static void run_job(MatmulJob* j) {
     else parallel_for(j->k, n_items, matmul_item, j);
 }
 
-void matmul(Kernels* k, float* out, const float* x, const Matrix* W, int n) {
-    MatmulJob j;
-    j.k = k;
-    j.s = kernels_scratch(k);
-    j.out[0] = out;
-    j.W[0] = W;
-    j.n_mats = 1;
-    j.x = x;
-    j.n = n;
-    run_job(&j);
-}
+void matmul(Kernels* k, float* out, const float* x, const Matrix* W, int n) { matmul_multi(k, &out, x, &W, 1, n); }
 
 void matmul_multi(Kernels* k, float* const* outs, const float* x, const Matrix* const* Ws, int n_mats, int n) {
     MatmulJob j;
