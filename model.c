@@ -373,11 +373,10 @@ static void rope_tables(const Config* c, float* cos_t, float* sin_t) {
  * (docs/design.md#attention-prefill). */
 #define ATTENTION_BLOCK_ROWS 32
 
-/* Score rows of one thread's attention scratch: a GQA group's (decode) or a block of rows' (prefill:
- * every query of ATTENTION_BLOCK_ROWS rows, attention_rows). */
-static size_t attention_scratch_rows(const Config* c) {
-    int rows = ATTENTION_BLOCK_ROWS * (c->n_heads / c->n_kv_heads);
-    return (size_t)(rows > ATTENTION_QUERY_TILE ? rows : ATTENTION_QUERY_TILE);
+/* Floats of one thread's attention scratch: enough for a block of ATTENTION_BLOCK_ROWS rows'
+ * queries over the whole context (attention_rows), and so for a GQA group's decode too. */
+static size_t attention_scratch_floats(const Config* c) {
+    return attention_rows_scratch(c->n_heads / c->n_kv_heads, ATTENTION_BLOCK_ROWS, c->seq_len, c->head_dim);
 }
 
 /* The KV cache (keys and values alike) in blocks of kv_block_len() positions,
@@ -420,7 +419,7 @@ static int alloc_state(Transformer* t, int n_threads, int kv_f16) {
     s->proj = calloc(B * D, sizeof(float));
     s->gate = calloc(B * F, sizeof(float));
     s->up = calloc(B * F, sizeof(float));
-    s->att = calloc((size_t)n_threads * attention_scratch_rows(c) * seq, sizeof(float));
+    s->att = calloc((size_t)n_threads * attention_scratch_floats(c), sizeof(float));
     s->logits = calloc((size_t)c->vocab_size, sizeof(float));
     /* The cache is the one big allocation (whole blocks of positions, twice), mapped lazily: memory
      * is only used for the blocks reached (populate_kv_cache). */
@@ -555,7 +554,7 @@ void transformer_free(Transformer* t) {
  * i takes a contiguous range of kv heads, each with its GQA group of query heads. Prefill: the
  * work is (block of ATTENTION_BLOCK_ROWS rows, kv head) pairs, task i taking pairs i, i + n_tasks,
  * i + 2 n_tasks, ...: interleaving balances the work, as the causal mask makes later rows longer.
- * Each task has its own score scratch in state.att (attention_scratch_rows * seq_len floats). */
+ * Each task has its own score scratch in state.att (attention_scratch_floats). */
 typedef struct {
     const Transformer* t;
     int layer, n_rows, pos0, n_tasks;
@@ -587,7 +586,7 @@ static void attention_task(void* ctx, int task, int thread) {
     (void)thread; /* the scratch is the task's */
     const Config* c = &job->t->config;
     const int K = c->n_kv_heads;
-    float* scratch = job->t->state.att + (size_t)task * attention_scratch_rows(c) * c->seq_len;
+    float* scratch = job->t->state.att + (size_t)task * attention_scratch_floats(c);
     if (job->n_rows == 1) {
         for (int kv = task * K / job->n_tasks; kv < (task + 1) * K / job->n_tasks; kv++)
             attend(job, 0, 1, kv, scratch);

@@ -203,9 +203,9 @@ typedef struct {
     float* proj;     /* [B, dim]   o_proj / down_proj output, before the residual add */
     float* gate;     /* [B, F]     Wgate h, then silu(Wgate h) * Wup h in place (swiglu), down_proj's input */
     float* up;       /* [B, F] */
-    float* att;      /* [n_threads, max(32 * H/K, 4), seq_len]  each thread's attention scores: one
-                      * GQA group's (decode) or every query of a block of 32 batch rows (prefill;
-                      * model.c, attention_scratch_rows) */
+    float* att;      /* [n_threads, attention_rows_scratch(H/K, 32, seq_len, d)]  each thread's attention
+                      * scratch: one GQA group's scores (decode) or every query of a block of 32
+                      * batch rows (prefill; model.c, attention_scratch_floats) */
     float* logits;   /* [vocab]    logits of the last position */
     void* key_cache;     /* [seq_len / kv_block_len() (rounded up), L, K, kv_block_len(), d]  keys after
                           * QK-Norm and RoPE, in blocks of positions (model.c, kv_offset) */

@@ -172,17 +172,6 @@ ALWAYS_INLINE void scores(float* att, int att_stride, const float* q, int NQ, co
     }
 }
 
-#if defined(KERNELS_AVX512)
-/* 16 elements of a cache row from element i on, as fp32 (kv_load8's 512-bit twin). */
-ALWAYS_INLINE __m512 kv_load16(const void* row, size_t i, int F16) {
-#if defined(KERNELS_KV_F16)
-    if (F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)((const uint16_t*)row + i)));
-#endif
-    return _mm512_loadu_ps((const float*)row + i);
-}
-
-#endif
-
 /* weighted_sum's 8 * NU outputs per query from dimension i on (NU 4, or 2 for a head_dim's last
  * 16), in registers for one pass over the value rows; the same dimensions of next_keys' first
  * n_next rows are prefetched into L2 on the way (see weighted_sum). */
@@ -232,100 +221,82 @@ ALWAYS_INLINE void weighted_sum(float* out, const float* att, int att_stride, in
 }
 
 #if defined(KERNELS_AVX512)
-/* hsum of each of 16 vectors, as one vector: lane k = the sum of a[k]'s 16 lanes. Four rounds of
- * pairwise adds of shuffled vectors (45 instructions where 16 separate horizontal sums take ~130);
- * every add joins lanes of one source vector, so each lane's sum runs in the same order whatever
- * the other 15 vectors hold. */
-ALWAYS_INLINE __m512 hsum16x16(const __m512 a[16]) {
-    __m512 b[8], c[4];
-    for (int k = 0; k < 8; k++) /* per 128-bit lane: (x0+x2, y0+y2, x1+x3, y1+y3) of x = a[2k], y = a[2k+1] */
-        b[k] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * k], a[2 * k + 1]), _mm512_unpackhi_ps(a[2 * k], a[2 * k + 1]));
-    for (int k = 0; k < 4; k++) { /* per 128-bit lane L: that lane's sums of a[4k .. 4k+3] */
-        const __m512d x = _mm512_castps_pd(b[2 * k]), y = _mm512_castps_pd(b[2 * k + 1]);
-        c[k] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
-    }
-    const __m512 d01 = _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x44), _mm512_shuffle_f32x4(c[0], c[1], 0xEE));
-    const __m512 d23 = _mm512_add_ps(_mm512_shuffle_f32x4(c[2], c[3], 0x44), _mm512_shuffle_f32x4(c[2], c[3], 0xEE));
-    return _mm512_add_ps(_mm512_shuffle_f32x4(d01, d23, 0x88), _mm512_shuffle_f32x4(d01, d23, 0xDD));
+/* Prefill on 512-bit vectors (attend_lanes below) puts the queries in the lanes: 16 queries per
+ * vector, the block's queries transposed once (Qt[i][j] = q_j[i]), so that a key's element i,
+ * broadcast, meets 16 queries in one FMA, and every step after that (the causal mask, the softmax,
+ * the weighted sum) is vertical: no horizontal sum anywhere, where a tile with the dimensions in
+ * the lanes ends each (query, key) pair with one. docs/design.md#attention-prefill */
+#define LANES 16
+#define LANE_KEYS 6 /* keys per score tile: 6 x 4 vectors of queries in 24 accumulators */
+
+/* Element i of a cache row, as fp32 in every lane. */
+ALWAYS_INLINE __m512 kv_bcast(const void* row, size_t i, int F16) {
+#if defined(KERNELS_KV_F16)
+    if (F16) return _mm512_cvtph_ps(_mm256_set1_epi16((short)((const uint16_t*)row)[i]));
+#endif
+    return _mm512_set1_ps(((const float*)row)[i]);
 }
 
-/* Prefill on 512-bit vectors: a tile of NQ (<= 4) queries x NT (<= 4) keys, 16 accumulators over
- * 16 dimensions each, summed at the end by hsum16x16 (query j, key t in lane 4j + t). Against the
- * 256-bit tile of 4 x 3 below, twice the products per instruction and a third of the horizontal
- * work per pair. S[j * s_stride + t] = (q_j . k_t) * scale, the sum for a (query, key) pair in the
- * same order whatever the other queries and keys of the tile. */
-ALWAYS_INLINE void score_tile(float* S, size_t s_stride, const float* const* qp, int NQ, const void* k, int stride,
-                              int NT, int d, float scale, int F16) {
-    __m512 a[16];
-#pragma GCC unroll 16
-    for (int u = 0; u < 16; u++) a[u] = _mm512_setzero_ps();
-    for (int i = 0; i < d; i += 16) {
-        __m512 kv[4];
+/* S[k * nl + 16 v + lane] = (q . key k) * scale for NK keys (rows of keys at stride) and QV
+ * vectors of queries (Qt: [d][nl]). Each sum runs over the dimensions in order, one FMA each,
+ * whatever the other queries and keys of the tile. */
+ALWAYS_INLINE void lane_scores(float* S, int nl, const float* Qt, const void* keys, int stride, int NK, int QV, int d,
+                               float scale, int F16) {
+    __m512 a[LANE_KEYS][4];
+#pragma GCC unroll 6
+    for (int k = 0; k < NK; k++)
 #pragma GCC unroll 4
-        for (int t = 0; t < 4; t++) {
-            kv[t] = t < NT ? kv_load16(k, (size_t)t * stride + i, F16) : _mm512_setzero_ps();
-            __asm__("" : "+v"(kv[t])); /* in a register: gcc would fold the load into each FMA */
+        for (int v = 0; v < QV; v++) a[k][v] = _mm512_setzero_ps();
+    for (int i = 0; i < d; i++) {
+        __m512 qv[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < QV; v++) {
+            qv[v] = _mm512_loadu_ps(Qt + (size_t)i * nl + LANES * v);
+            __asm__("" : "+v"(qv[v])); /* in a register: gcc would fold the load into each FMA */
         }
+#pragma GCC unroll 6
+        for (int k = 0; k < NK; k++) {
+            const __m512 kb = kv_bcast(kv_at(keys, (size_t)k * stride, F16), i, F16);
 #pragma GCC unroll 4
-        for (int j = 0; j < 4; j++)
-            if (j < NQ) {
-                __m512 qv = _mm512_loadu_ps(qp[j] + i);
-                __asm__("" : "+v"(qv));
-#pragma GCC unroll 4
-                for (int t = 0; t < 4; t++)
-                    if (t < NT) a[4 * j + t] = _mm512_fmadd_ps(qv, kv[t], a[4 * j + t]);
-            }
+            for (int v = 0; v < QV; v++) a[k][v] = _mm512_fmadd_ps(qv[v], kb, a[k][v]);
+        }
     }
-    float sums[16];
-    _mm512_storeu_ps(sums, _mm512_mul_ps(hsum16x16(a), _mm512_set1_ps(scale)));
-    for (int j = 0; j < NQ; j++)
-        for (int t = 0; t < NT; t++) S[(size_t)j * s_stride + t] = sums[4 * j + t];
+    const __m512 vs = _mm512_set1_ps(scale);
+#pragma GCC unroll 6
+    for (int k = 0; k < NK; k++)
+#pragma GCC unroll 4
+        for (int v = 0; v < QV; v++) _mm512_storeu_ps(S + (size_t)k * nl + LANES * v, _mm512_mul_ps(a[k][v], vs));
 }
-#define SCORE_TILE_KEYS 4
 
-/* out_j (+)= sum_{t < n} P[j * p_stride + t] v_t for NQ (<= 4) queries, 16 * NU (NU <= 4) outputs
- * per query in registers per pass: per position NU loads of v and NQ broadcasts for NU * NQ FMAs.
- * add: as in weighted_sum. */
-ALWAYS_INLINE void weighted_sum_tile_pass(float* const* op, const float* P, size_t p_stride, int NQ, const void* values,
-                                          int stride, int n, int i, int add, int NU, int F16) {
+/* Ot[i][lanes] (+)= sum_{t < n} P[t][lanes] v_t[i] for the 4 dimensions from i0 and QV vectors of
+ * queries; add: continue the sums in Ot (a chunk after the first). */
+ALWAYS_INLINE void lane_weighted_sum(float* Ot, int nl, const float* P, const void* values, int stride, int n, int i0,
+                                     int QV, int add, int F16) {
     __m512 o[4][4];
 #pragma GCC unroll 4
-    for (int j = 0; j < 4; j++)
+    for (int u = 0; u < 4; u++)
 #pragma GCC unroll 4
-        for (int u = 0; u < NU; u++)
-            o[j][u] = add && j < NQ ? _mm512_loadu_ps(op[j] + i + 16 * u) : _mm512_setzero_ps();
+        for (int v = 0; v < QV; v++)
+            o[u][v] = add ? _mm512_loadu_ps(Ot + (size_t)(i0 + u) * nl + LANES * v) : _mm512_setzero_ps();
     for (int t = 0; t < n; t++) {
-        const void* v = kv_at(values, (size_t)t * stride, F16);
-        __m512 vv[4];
+        __m512 p[4];
 #pragma GCC unroll 4
-        for (int u = 0; u < NU; u++) {
-            vv[u] = kv_load16(v, i + 16 * u, F16);
-            __asm__("" : "+v"(vv[u]));
+        for (int v = 0; v < QV; v++) {
+            p[v] = _mm512_loadu_ps(P + (size_t)t * nl + LANES * v);
+            __asm__("" : "+v"(p[v]));
         }
+        const void* row = kv_at(values, (size_t)t * stride, F16);
 #pragma GCC unroll 4
-        for (int j = 0; j < 4; j++)
-            if (j < NQ) {
-                const __m512 a = _mm512_set1_ps(P[(size_t)j * p_stride + t]);
+        for (int u = 0; u < 4; u++) {
+            const __m512 vb = kv_bcast(row, i0 + u, F16);
 #pragma GCC unroll 4
-                for (int u = 0; u < NU; u++) o[j][u] = _mm512_fmadd_ps(a, vv[u], o[j][u]);
-            }
+            for (int v = 0; v < QV; v++) o[u][v] = _mm512_fmadd_ps(p[v], vb, o[u][v]);
+        }
     }
 #pragma GCC unroll 4
-    for (int j = 0; j < 4; j++)
-        if (j < NQ)
+    for (int u = 0; u < 4; u++)
 #pragma GCC unroll 4
-            for (int u = 0; u < NU; u++) _mm512_storeu_ps(op[j] + i + 16 * u, o[j][u]);
-}
-
-/* out_j (+)= sum_{t < n} P[j * p_stride + t] v_t: passes of 64 outputs per query, then one of the
- * 48, 32 or 16 left (head_dim a multiple of 16). */
-ALWAYS_INLINE void weighted_sum_tile(float* const* op, const float* P, size_t p_stride, int NQ, const void* values,
-                                     int stride, int n, int d, int add, int F16) {
-    int i = 0;
-    for (; i + 64 <= d; i += 64) weighted_sum_tile_pass(op, P, p_stride, NQ, values, stride, n, i, add, 4, F16);
-    if (i + 48 == d) weighted_sum_tile_pass(op, P, p_stride, NQ, values, stride, n, i, add, 3, F16);
-    else if (i + 32 == d) weighted_sum_tile_pass(op, P, p_stride, NQ, values, stride, n, i, add, 2, F16);
-    else if (i + 16 == d) weighted_sum_tile_pass(op, P, p_stride, NQ, values, stride, n, i, add, 1, F16);
+        for (int v = 0; v < QV; v++) _mm512_storeu_ps(Ot + (size_t)(i0 + u) * nl + LANES * v, o[u][v]);
 }
 #else
 /* Prefill (attention_rows): a tile of NQ (<= 4) queries x NT (<= 3) keys, one accumulator per
@@ -676,7 +647,142 @@ void attention_rows_scalar(float* out, const float* q, size_t row_stride, int n_
                                head_dim, scale, att);
 }
 
-#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
+#if defined(KERNELS_AVX512)
+/* Query j of a prefill block: head j % n_q of row j / n_q. */
+ALWAYS_INLINE size_t query_at(int j, int n_q, size_t row_stride, int d) {
+    return (size_t)(j / n_q) * row_stride + (size_t)(j % n_q) * d;
+}
+
+/* Qt[i][j] = q_j[i] for the n queries, zeros in the lanes up to nl; 16 x 16 blocks at a time. */
+static void transpose_queries(float* Qt, int nl, const float* q, size_t row_stride, int n_q, int n, int d) {
+    for (int j0 = 0; j0 < nl; j0 += LANES)
+        for (int i = 0; i < d; i += LANES) {
+            __m512i r[LANES];
+            for (int l = 0; l < LANES; l++)
+                r[l] = j0 + l < n ? _mm512_loadu_si512(q + query_at(j0 + l, n_q, row_stride, d) + i)
+                                  : _mm512_setzero_si512();
+            transpose16_epi32(r);
+            for (int k = 0; k < LANES; k++) _mm512_storeu_si512(Qt + (size_t)(i + k) * nl + j0, r[k]);
+        }
+}
+
+/* out of query j = Ot[.][j] * inv[j], transposed back 16 x 16 at a time. */
+static void transpose_outputs(float* out, size_t row_stride, int n_q, int n, int d, const float* Ot, int nl,
+                              const float* inv) {
+    for (int j0 = 0; j0 < n; j0 += LANES)
+        for (int i = 0; i < d; i += LANES) {
+            __m512i r[LANES];
+            const __m512 s = _mm512_loadu_ps(inv + j0);
+            for (int k = 0; k < LANES; k++)
+                r[k] = _mm512_castps_si512(_mm512_mul_ps(_mm512_loadu_ps(Ot + (size_t)(i + k) * nl + j0), s));
+            transpose16_epi32(r);
+            for (int l = 0; l < LANES && j0 + l < n; l++)
+                _mm512_storeu_si512(out + query_at(j0 + l, n_q, row_stride, d) + i, r[l]);
+        }
+}
+
+/* e^x on 16 lanes: exp256 on each half. */
+ALWAYS_INLINE __m512 exp512(__m512 x) {
+    const __m256 lo = exp256(_mm512_castps512_ps256(x)), hi = exp256(_mm512_extractf32x8_ps(x, 1));
+    return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+}
+
+/* One vector of queries' softmax over the keys, key t's scores at S + t * nl: each lane over its
+ * own first npos[lane] keys, zeros after them. The exponentials stay in S unscaled (the weighted
+ * sum divides once at the end); returns 1 / their sum per lane. */
+static __m512 lane_softmax(float* S, int nl, int n_all, __m512i npos) {
+    __m512 m = _mm512_set1_ps(-INFINITY), sum = _mm512_setzero_ps();
+    for (int t = 0; t < n_all; t++) {
+        const __mmask16 in = _mm512_cmpgt_epi32_mask(npos, _mm512_set1_epi32(t));
+        m = _mm512_mask_max_ps(m, in, m, _mm512_loadu_ps(S + (size_t)t * nl));
+    }
+    for (int t = 0; t < n_all; t++) {
+        const __mmask16 in = _mm512_cmpgt_epi32_mask(npos, _mm512_set1_epi32(t));
+        float* s = S + (size_t)t * nl;
+        const __m512 e = _mm512_maskz_mov_ps(in, exp512(_mm512_sub_ps(_mm512_loadu_ps(s), m)));
+        _mm512_storeu_ps(s, e);
+        sum = _mm512_add_ps(sum, e);
+    }
+    return _mm512_div_ps(_mm512_set1_ps(1.0f), sum);
+}
+
+/* lane_scores and lane_weighted_sum over all nv vectors of queries, 4 at a time (QV a constant in
+ * each call, so the accumulators stay in registers). */
+ALWAYS_INLINE void scores_all(float* S, int nl, int nv, const float* Qt, const void* keys, int stride, int NK, int d,
+                              float scale, int F16) {
+    int v = 0;
+    for (; v + 4 <= nv; v += 4) lane_scores(S + LANES * v, nl, Qt + LANES * v, keys, stride, NK, 4, d, scale, F16);
+    if (nv - v == 3) lane_scores(S + LANES * v, nl, Qt + LANES * v, keys, stride, NK, 3, d, scale, F16);
+    if (nv - v == 2) lane_scores(S + LANES * v, nl, Qt + LANES * v, keys, stride, NK, 2, d, scale, F16);
+    if (nv - v == 1) lane_scores(S + LANES * v, nl, Qt + LANES * v, keys, stride, NK, 1, d, scale, F16);
+}
+
+ALWAYS_INLINE void weighted_sum_all(float* Ot, int nl, int nv, const float* P, const void* values, int stride, int n,
+                                    int d, int add, int F16) {
+    for (int i = 0; i < d; i += 4) {
+        int v = 0;
+        for (; v + 4 <= nv; v += 4)
+            lane_weighted_sum(Ot + LANES * v, nl, P + LANES * v, values, stride, n, i, 4, add, F16);
+        if (nv - v == 3) lane_weighted_sum(Ot + LANES * v, nl, P + LANES * v, values, stride, n, i, 3, add, F16);
+        if (nv - v == 2) lane_weighted_sum(Ot + LANES * v, nl, P + LANES * v, values, stride, n, i, 2, add, F16);
+        if (nv - v == 1) lane_weighted_sum(Ot + LANES * v, nl, P + LANES * v, values, stride, n, i, 1, add, F16);
+    }
+}
+
+/* Prefill with the queries in the lanes: the block's n = n_rows * n_q queries, nl with padding,
+ * and in att the scores S [n_all][nl], then Qt and Ot [d][nl] (attention_rows_scratch). Every
+ * key's scores for all the queries (4 keys at a time, read once from the cache), each query's
+ * softmax over its own causal length, then the weighted sum in chunks of ATTENTION_KEY_CHUNK
+ * positions (the chunk's weights and values stay in cache while the dimensions go by). A query's
+ * sums run in the same order whichever queries share its vector and however the cache is
+ * blocked, so its result is the same bits. */
+#define ATTENTION_KEY_CHUNK 64
+
+ALWAYS_INLINE void attend_lanes(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const KVRows* kv,
+                                int first_n_pos, int d, float scale, float* att, int F16) {
+    const int n = n_rows * n_q, nl = (n + LANES - 1) / LANES * LANES, nv = nl / LANES;
+    const int n_all = first_n_pos + n_rows - 1;
+    float* S = att;
+    float* Qt = S + (size_t)n_all * nl;
+    float* Ot = Qt + (size_t)d * nl;
+    transpose_queries(Qt, nl, q, row_stride, n_q, n, d);
+    size_t off;
+    for (int b0 = 0; b0 < n_all; b0 += kv->block_len) {
+        const int nb = kv_block(kv, b0, n_all, &off);
+        const void* keys = kv_at(kv->keys, off, F16);
+        int t = 0;
+        for (; t + LANE_KEYS <= nb; t += LANE_KEYS)
+            scores_all(S + (size_t)(b0 + t) * nl, nl, nv, Qt, kv_at(keys, (size_t)t * kv->stride, F16), kv->stride,
+                       LANE_KEYS, d, scale, F16);
+        for (; t < nb; t++)
+            scores_all(S + (size_t)(b0 + t) * nl, nl, nv, Qt, kv_at(keys, (size_t)t * kv->stride, F16), kv->stride, 1,
+                       d, scale, F16);
+    }
+    float* inv = Qt; /* the queries are spent: their first row holds the sums' inverses */
+    for (int v = 0; v < nv; v++) {
+        int npos[LANES];
+        for (int l = 0; l < LANES; l++) {
+            const int j = LANES * v + l;
+            npos[l] = j < n ? first_n_pos + j / n_q : 0;
+        }
+        _mm512_storeu_ps(inv + LANES * v, lane_softmax(S + LANES * v, nl, n_all, _mm512_loadu_si512(npos)));
+    }
+    for (int b0 = 0; b0 < n_all; b0 += kv->block_len) {
+        const int nb = kv_block(kv, b0, n_all, &off);
+        const void* values = kv_at(kv->values, off, F16);
+        for (int c0 = 0; c0 < nb; c0 += ATTENTION_KEY_CHUNK) {
+            const int c = nb - c0 < ATTENTION_KEY_CHUNK ? nb - c0 : ATTENTION_KEY_CHUNK;
+            weighted_sum_all(Ot, nl, nv, S + (size_t)(b0 + c0) * nl, kv_at(values, (size_t)c0 * kv->stride, F16),
+                             kv->stride, c, d, b0 + c0 > 0, F16);
+        }
+    }
+    transpose_outputs(out, row_stride, n_q, n, d, Ot, nl, inv);
+}
+#endif
+
+#define ATTENTION_QUERY_TILE 4 /* queries per tile of attend_query_tiles */
+
+#if (defined(KERNELS_AVX2) && !defined(KERNELS_AVX512)) || defined(KERNELS_NEON)
 /* Prefill: the block's n = n_rows * n_q queries (query j is head j % n_q of row j / n_q) in tiles
  * of NQ <= ATTENTION_QUERY_TILE. Each tile scores every key its last row sees (the tile's n_max);
  * each query's softmax runs over its own causal length and zeros the rest up to n_max, so the
@@ -769,13 +875,20 @@ ALWAYS_INLINE void attend_query_tiles(float* out, const float* q, size_t row_str
 }
 #endif
 
-/* Prefill attention: the block's n_rows * n_q queries in tiles of ATTENTION_QUERY_TILE, each chunk
- * of keys and values meeting every tile (attend_query_tiles). The scratch holds all the queries'
- * scores. A tile of queries x keys needs far fewer loads per FMA than one attention_group call
- * per row (docs/design.md#attention-prefill). */
+/* Prefill attention: the block's n_rows * n_q queries together, so that each key and value is read
+ * once for all of them: with AVX-512 the queries in the lanes (attend_lanes), else in tiles of
+ * ATTENTION_QUERY_TILE, each chunk of keys and values meeting every tile (attend_query_tiles).
+ * Either needs far fewer loads per FMA than one attention_group call per row
+ * (docs/design.md#attention-prefill). */
 void attention_rows(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const KVRows* kv,
                     int first_n_pos, int head_dim, float scale, float* att) {
-#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
+#if defined(KERNELS_AVX512)
+    if (attention_simd(head_dim, kv->f16)) {
+        if (kv->f16) attend_lanes(out, q, row_stride, n_q, n_rows, kv, first_n_pos, head_dim, scale, att, 1);
+        else attend_lanes(out, q, row_stride, n_q, n_rows, kv, first_n_pos, head_dim, scale, att, 0);
+        return;
+    }
+#elif defined(KERNELS_AVX2) || defined(KERNELS_NEON)
     if (attention_simd(head_dim, kv->f16) && n_q <= ATTENTION_MAX_TILES * ATTENTION_QUERY_TILE) {
         const int part = ATTENTION_MAX_TILES * ATTENTION_QUERY_TILE / n_q; /* rows per pass of attend_query_tiles */
         for (int r = 0; r < n_rows; r += part) {
@@ -789,4 +902,15 @@ void attention_rows(float* out, const float* q, size_t row_stride, int n_q, int 
     }
 #endif
     attention_rows_scalar(out, q, row_stride, n_q, n_rows, kv, first_n_pos, head_dim, scale, att);
+}
+
+size_t attention_rows_scratch(int n_q, int n_rows, int max_pos, int head_dim) {
+    const size_t n = (size_t)n_q * (size_t)n_rows;
+#if defined(KERNELS_AVX512)
+    const size_t nl = (n + LANES - 1) / LANES * LANES; /* attend_lanes: S, Qt and Ot */
+    return nl * ((size_t)max_pos + 2 * (size_t)head_dim);
+#else
+    (void)head_dim;
+    return (n > ATTENTION_QUERY_TILE ? n : ATTENTION_QUERY_TILE) * (size_t)max_pos;
+#endif
 }

@@ -256,11 +256,12 @@ int attention_simd(int head_dim, int f16);
  * heads are at q + r * row_stride (head j at + j * head_dim), its outputs at out + r * row_stride,
  * and it sees positions 0 .. first_n_pos + r - 1 of the kv head. Each query gets attention_group's
  * result up to float rounding (its sums run in another order), and the same bits whichever rows
- * share its block. att is scratch of max(n_rows * n_q, ATTENTION_QUERY_TILE) * (first_n_pos + n_rows - 1)
- * floats: the scores of all the block's queries. */
-#define ATTENTION_QUERY_TILE 4
+ * share its block. att is scratch of attention_rows_scratch(n_q, n_rows, first_n_pos + n_rows - 1,
+ * head_dim) floats (or more): the scores of all the block's queries and, with AVX-512, the
+ * queries and outputs transposed. */
 void attention_rows(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const KVRows* kv,
                     int first_n_pos, int head_dim, float scale, float* att);
+size_t attention_rows_scratch(int n_q, int n_rows, int max_pos, int head_dim);
 
 /* Runs fn(ctx, i, thread) for i in [0, n) on k's threads (the caller's thread included) and
  * returns when all are done; thread is the index of the thread running the item (0: the caller,

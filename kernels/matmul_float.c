@@ -60,6 +60,7 @@ ALWAYS_INLINE float ldw1(const void* w, size_t i, WeightType type) {
     return type == WEIGHT_F32 ? ((const float*)w)[i] : bf16_to_f32(((const uint16_t*)w)[i]);
 }
 
+#if !defined(KERNELS_AVX512) /* the 256-bit tile_float; AVX-512 has tile_float_zmm */
 /* Tile of RT rows x TT tokens over the columns [c0, c1) (c1 - c0 a multiple of 8), added into
  * acc (not reduced). Weight (row i of the tile, column c) is element i * rs + (c - c0) of wb. The
  * 4 x 4 and 4 x 3 cases (TILE_TOKENS) are spelled out with named registers: gcc otherwise reloads
@@ -134,6 +135,7 @@ ALWAYS_INLINE void tile_float_acc(__m256 acc[4][4], const float* x, const void* 
         }
     }
 }
+#endif
 
 #if defined(KERNELS_AVX512)
 /* tile_float for f32 and bf16 on 512-bit vectors: twice the products per FMA of the ymm tile, with

@@ -101,32 +101,6 @@ ALWAYS_INLINE const char* prefetch_next_rows(const char* next, size_t bytes) {
     return next + bytes;
 }
 
-#if defined(KERNELS_AVX512)
-/* 16 rows of 16 four-byte words, in place: r[j] becomes the column j of what came in. Three
- * rounds of interleaving (32-bit, 64-bit, 128-bit lanes), 64 shuffles. */
-ALWAYS_INLINE void transpose16_epi32(__m512i r[16]) {
-    __m512i b[16], c[16];
-    for (int i = 0; i < 16; i += 2) {
-        b[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);     /* per 128-bit lane L: r_i[4L], r_i+1[4L], r_i[4L+1], r_i+1[4L+1] */
-        b[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]); /* the same for 4L+2, 4L+3 */
-    }
-    for (int q = 0; q < 16; q += 4) { /* c[q + k], lane L: rows q .. q+3 of column 4L + k */
-        c[q] = _mm512_unpacklo_epi64(b[q], b[q + 2]);
-        c[q + 1] = _mm512_unpackhi_epi64(b[q], b[q + 2]);
-        c[q + 2] = _mm512_unpacklo_epi64(b[q + 1], b[q + 3]);
-        c[q + 3] = _mm512_unpackhi_epi64(b[q + 1], b[q + 3]);
-    }
-    for (int k = 0; k < 4; k++) { /* column 4L + k: lane L of c[k], c[4+k], c[8+k], c[12+k] */
-        const __m512i d0 = _mm512_shuffle_i32x4(c[k], c[4 + k], 0x44), d1 = _mm512_shuffle_i32x4(c[k], c[4 + k], 0xEE);
-        const __m512i d2 = _mm512_shuffle_i32x4(c[8 + k], c[12 + k], 0x44), d3 = _mm512_shuffle_i32x4(c[8 + k], c[12 + k], 0xEE);
-        r[k] = _mm512_shuffle_i32x4(d0, d2, 0x88);
-        r[4 + k] = _mm512_shuffle_i32x4(d0, d2, 0xDD);
-        r[8 + k] = _mm512_shuffle_i32x4(d1, d3, 0x88);
-        r[12 + k] = _mm512_shuffle_i32x4(d1, d3, 0xDD);
-    }
-}
-#endif
-
 /* 8 rows of 8 four-byte words (floats, or q8's groups of 4 values), in place: r[j] becomes the
  * column j of what came in (the AVX2 panels: f32/bf16 here, q8 in q8_pack_panel). */
 ALWAYS_INLINE void transpose8_ps(__m256 r[8]) {

@@ -582,15 +582,15 @@ static void test_attention(const Kernels* k) {
 static void test_attention_rows(void) {
     int dims[] = {128, 64, 40, 48};
     int groups[] = {1, 2, 3, 5};
-    int nrows[] = {1, 2, 3, 7, 8};
+    int nrows[] = {1, 2, 3, 7, 8, 13}; /* 13 rows x 5 heads: more than 4 vectors of 16 queries (AVX-512) */
     int firsts[] = {1, 5, 70};
     for (size_t a = 0; a < 4; a++)
         for (size_t g = 0; g < 4; g++)
-            for (size_t rr = 0; rr < 5; rr++)
+            for (size_t rr = 0; rr < 6; rr++)
                 for (size_t f = 0; f < 3; f++) {
                     int d = dims[a], nq = groups[g], R = nrows[rr], n0 = firsts[f];
                     int stride = d * 2 + 8, n_pos = n0 + R - 1, row = nq * d + 16; /* rows apart, with a gap */
-                    size_t scratch = (size_t)(R * nq > ATTENTION_QUERY_TILE ? R * nq : ATTENTION_QUERY_TILE) * n_pos;
+                    size_t scratch = attention_rows_scratch(nq, R, n_pos, d);
                     TestKV kv = make_kv(n_pos, d, stride);
                     float* q = malloc((size_t)R * row * sizeof(float));
                     float* o1 = calloc((size_t)R * row, sizeof(float));
