@@ -220,164 +220,6 @@ ALWAYS_INLINE void weighted_sum(float* out, const float* att, int att_stride, in
     if (i < d) weighted_sum_pass(out, att, att_stride, NQ, values, next_keys, n_next, stride, n, d, i, add, 2, F16);
 }
 
-#if defined(KERNELS_AVX512)
-/* Prefill on 512-bit vectors (attend_lanes below) puts the queries in the lanes: 16 queries per
- * vector, the block's queries transposed once (Qt[i][j] = q_j[i]), so that a key's element i,
- * broadcast, meets 16 queries in one FMA, and every step after that (the causal mask, the softmax,
- * the weighted sum) is vertical: no horizontal sum anywhere, where a tile with the dimensions in
- * the lanes ends each (query, key) pair with one. docs/design.md#attention-prefill */
-#define LANES 16
-#define LANE_KEYS 6 /* keys per score tile: 6 x 4 vectors of queries in 24 accumulators */
-
-/* Element i of a cache row, as fp32 in every lane. */
-ALWAYS_INLINE __m512 kv_bcast(const void* row, size_t i, int F16) {
-#if defined(KERNELS_KV_F16)
-    if (F16) return _mm512_cvtph_ps(_mm256_set1_epi16((short)((const uint16_t*)row)[i]));
-#endif
-    return _mm512_set1_ps(((const float*)row)[i]);
-}
-
-/* S[k * nl + 16 v + lane] = (q . key k) * scale for NK keys (rows of keys at stride) and QV
- * vectors of queries (Qt: [d][nl]). Each sum runs over the dimensions in order, one FMA each,
- * whatever the other queries and keys of the tile. */
-ALWAYS_INLINE void lane_scores(float* S, int nl, const float* Qt, const void* keys, int stride, int NK, int QV, int d,
-                               float scale, int F16) {
-    __m512 a[LANE_KEYS][4];
-#pragma GCC unroll 6
-    for (int k = 0; k < NK; k++)
-#pragma GCC unroll 4
-        for (int v = 0; v < QV; v++) a[k][v] = _mm512_setzero_ps();
-    for (int i = 0; i < d; i++) {
-        __m512 qv[4];
-#pragma GCC unroll 4
-        for (int v = 0; v < QV; v++) {
-            qv[v] = _mm512_loadu_ps(Qt + (size_t)i * nl + LANES * v);
-            __asm__("" : "+v"(qv[v])); /* in a register: gcc would fold the load into each FMA */
-        }
-#pragma GCC unroll 6
-        for (int k = 0; k < NK; k++) {
-            const __m512 kb = kv_bcast(kv_at(keys, (size_t)k * stride, F16), i, F16);
-#pragma GCC unroll 4
-            for (int v = 0; v < QV; v++) a[k][v] = _mm512_fmadd_ps(qv[v], kb, a[k][v]);
-        }
-    }
-    const __m512 vs = _mm512_set1_ps(scale);
-#pragma GCC unroll 6
-    for (int k = 0; k < NK; k++)
-#pragma GCC unroll 4
-        for (int v = 0; v < QV; v++) _mm512_storeu_ps(S + (size_t)k * nl + LANES * v, _mm512_mul_ps(a[k][v], vs));
-}
-
-/* Ot[i][lanes] (+)= sum_{t < n} P[t][lanes] v_t[i] for the 4 dimensions from i0 and QV vectors of
- * queries; add: continue the sums in Ot (a chunk after the first). */
-ALWAYS_INLINE void lane_weighted_sum(float* Ot, int nl, const float* P, const void* values, int stride, int n, int i0,
-                                     int QV, int add, int F16) {
-    __m512 o[4][4];
-#pragma GCC unroll 4
-    for (int u = 0; u < 4; u++)
-#pragma GCC unroll 4
-        for (int v = 0; v < QV; v++)
-            o[u][v] = add ? _mm512_loadu_ps(Ot + (size_t)(i0 + u) * nl + LANES * v) : _mm512_setzero_ps();
-    for (int t = 0; t < n; t++) {
-        __m512 p[4];
-#pragma GCC unroll 4
-        for (int v = 0; v < QV; v++) {
-            p[v] = _mm512_loadu_ps(P + (size_t)t * nl + LANES * v);
-            __asm__("" : "+v"(p[v]));
-        }
-        const void* row = kv_at(values, (size_t)t * stride, F16);
-#pragma GCC unroll 4
-        for (int u = 0; u < 4; u++) {
-            const __m512 vb = kv_bcast(row, i0 + u, F16);
-#pragma GCC unroll 4
-            for (int v = 0; v < QV; v++) o[u][v] = _mm512_fmadd_ps(p[v], vb, o[u][v]);
-        }
-    }
-#pragma GCC unroll 4
-    for (int u = 0; u < 4; u++)
-#pragma GCC unroll 4
-        for (int v = 0; v < QV; v++) _mm512_storeu_ps(Ot + (size_t)(i0 + u) * nl + LANES * v, o[u][v]);
-}
-#else
-/* Prefill (attention_rows): a tile of NQ (<= 4) queries x NT (<= 3) keys, one accumulator per
- * pair: per 8 dimensions NQ + NT loads for NQ * NT FMAs, where scores above do NQ + 1 loads for
- * NQ FMAs and a horizontal sum per key. S[j * s_stride + t] = (q_j . k_t) * scale. The sum for a
- * (query, key) pair runs in the same order whatever the other queries and keys of the tile. */
-ALWAYS_INLINE void score_tile(float* S, size_t s_stride, const float* const* qp, int NQ, const void* k, int stride,
-                              int NT, int d, float scale, int F16) {
-    __m256 a[4][3];
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; j++)
-#pragma GCC unroll 3
-        for (int t = 0; t < 3; t++) a[j][t] = _mm256_setzero_ps();
-    for (int i = 0; i < d; i += 8) {
-        __m256 kv[3];
-#pragma GCC unroll 3
-        for (int t = 0; t < 3; t++)
-            if (t < NT) {
-                kv[t] = kv_load8(k, (size_t)t * stride + i, F16);
-                __asm__("" : "+v"(kv[t])); /* in a register: gcc would fold the load into each FMA */
-            }
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++)
-            if (j < NQ) {
-                __m256 qv = _mm256_loadu_ps(qp[j] + i);
-                __asm__("" : "+v"(qv));
-#pragma GCC unroll 3
-                for (int t = 0; t < 3; t++)
-                    if (t < NT) a[j][t] = _mm256_fmadd_ps(qv, kv[t], a[j][t]);
-            }
-    }
-    const __m128 vs = _mm_set1_ps(scale);
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; j++)
-        if (j < NQ) { /* lanes 0..2 of s: the three keys' sums */
-            __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[j][0], a[j][1]), _mm256_hadd_ps(a[j][2], a[j][2]));
-            __m128 s = _mm_mul_ps(_mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)), vs);
-            float sums[4];
-            _mm_storeu_ps(sums, s);
-            for (int t = 0; t < NT; t++) S[(size_t)j * s_stride + t] = sums[t];
-        }
-}
-
-/* out_j (+)= sum_{t < n} P[j * p_stride + t] v_t for NQ (<= 4) queries, 16 outputs per query in
- * registers per pass: per position 2 loads of v and NQ broadcasts for 2 NQ FMAs. add: as in
- * weighted_sum. */
-ALWAYS_INLINE void weighted_sum_tile(float* const* op, const float* P, size_t p_stride, int NQ, const void* values,
-                                     int stride, int n, int d, int add, int F16) {
-    for (int i = 0; i < d; i += 16) {
-        __m256 o[4][2];
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) {
-            o[j][0] = o[j][1] = _mm256_setzero_ps();
-            if (add && j < NQ) {
-                o[j][0] = _mm256_loadu_ps(op[j] + i);
-                o[j][1] = _mm256_loadu_ps(op[j] + i + 8);
-            }
-        }
-        for (int t = 0; t < n; t++) {
-            const void* v = kv_at(values, (size_t)t * stride, F16);
-            __m256 v0 = kv_load8(v, i, F16), v1 = kv_load8(v, i + 8, F16);
-            __asm__("" : "+v"(v0), "+v"(v1));
-#pragma GCC unroll 4
-            for (int j = 0; j < 4; j++)
-                if (j < NQ) {
-                    __m256 a = _mm256_broadcast_ss(P + (size_t)j * p_stride + t);
-                    o[j][0] = _mm256_fmadd_ps(a, v0, o[j][0]);
-                    o[j][1] = _mm256_fmadd_ps(a, v1, o[j][1]);
-                }
-        }
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++)
-            if (j < NQ) {
-                _mm256_storeu_ps(op[j] + i, o[j][0]);
-                _mm256_storeu_ps(op[j] + i + 8, o[j][1]);
-            }
-    }
-}
-#define SCORE_TILE_KEYS 3
-#endif
-
 #elif defined(KERNELS_NEON)
 /* 4 elements of a cache row from element i on, as fp32 (halves widened by fcvtl). */
 ALWAYS_INLINE float32x4_t kv_load4(const void* row, size_t i, int F16) {
@@ -467,56 +309,6 @@ ALWAYS_INLINE void weighted_sum(float* out, const float* att, int att_stride, in
         }
         for (int j = 0; j < NQ; j++)
             for (int u = 0; u < 4; u++) vst1q_f32(out + (size_t)j * d + i + 4 * u, o[j][u]);
-    }
-}
-
-/* As the AVX2 score_tile, 4 dimensions per step. */
-ALWAYS_INLINE void score_tile(float* S, size_t s_stride, const float* const* qp, int NQ, const void* k, int stride,
-                              int NT, int d, float scale, int F16) {
-    float32x4_t a[4][3];
-    for (int j = 0; j < 4; j++)
-        for (int t = 0; t < 3; t++) a[j][t] = vdupq_n_f32(0.0f);
-    for (int i = 0; i < d; i += 4) {
-        float32x4_t kv[3];
-        for (int t = 0; t < 3; t++)
-            if (t < NT) kv[t] = kv_load4(k, (size_t)t * stride + i, F16);
-        for (int j = 0; j < 4; j++)
-            if (j < NQ) {
-                float32x4_t qv = vld1q_f32(qp[j] + i);
-                for (int t = 0; t < 3; t++)
-                    if (t < NT) a[j][t] = vfmaq_f32(a[j][t], qv, kv[t]);
-            }
-    }
-    for (int j = 0; j < 4; j++)
-        if (j < NQ) { /* lanes 0..2: the three keys' sums */
-            float32x4_t s = vpaddq_f32(vpaddq_f32(a[j][0], a[j][1]), vpaddq_f32(a[j][2], a[j][2]));
-            float sums[4];
-            vst1q_f32(sums, vmulq_n_f32(s, scale));
-            for (int t = 0; t < NT; t++) S[(size_t)j * s_stride + t] = sums[t];
-        }
-}
-#define SCORE_TILE_KEYS 3
-
-/* As the AVX2 weighted_sum_tile, 16 outputs per query per pass. */
-ALWAYS_INLINE void weighted_sum_tile(float* const* op, const float* P, size_t p_stride, int NQ, const void* values,
-                                     int stride, int n, int d, int add, int F16) {
-    for (int i = 0; i < d; i += 16) {
-        float32x4_t o[4][4];
-        for (int j = 0; j < 4; j++)
-            for (int u = 0; u < 4; u++) o[j][u] = add && j < NQ ? vld1q_f32(op[j] + i + 4 * u) : vdupq_n_f32(0.0f);
-        for (int t = 0; t < n; t++) {
-            const void* v = kv_at(values, (size_t)t * stride, F16);
-            float32x4_t vv[4];
-            for (int u = 0; u < 4; u++) vv[u] = kv_load4(v, i + 4 * u, F16);
-            for (int j = 0; j < 4; j++)
-                if (j < NQ) {
-                    float a = P[(size_t)j * p_stride + t];
-                    for (int u = 0; u < 4; u++) o[j][u] = vfmaq_n_f32(o[j][u], vv[u], a);
-                }
-        }
-        for (int j = 0; j < 4; j++)
-            if (j < NQ)
-                for (int u = 0; u < 4; u++) vst1q_f32(op[j] + i + 4 * u, o[j][u]);
     }
 }
 
@@ -647,95 +439,257 @@ void attention_rows_scalar(float* out, const float* q, size_t row_stride, int n_
                                head_dim, scale, att);
 }
 
+#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
+/* ---- Prefill: the queries in the lanes ----
+ * attend_lanes puts LANES queries in a vector (16 with AVX-512, 8 with AVX2, 4 with NEON): the
+ * block's queries are transposed once (Qt[i][j] = q_j[i]), so that a key's element i, broadcast,
+ * meets LANES queries in one FMA, and every step after that (the causal mask, the softmax, the
+ * weighted sum) is vertical: no horizontal sum anywhere, where a tile with the dimensions in the
+ * lanes ends each (query, key) pair with one. It is written once, over the vector operations
+ * below. docs/design.md#attention-prefill */
 #if defined(KERNELS_AVX512)
+typedef __m512 vec;
+#define LANES 16
+#define LANE_VECS 4 /* a score tile: 4 keys x up to LANE_VECS vectors of queries */
+ALWAYS_INLINE vec v_load(const float* p) { return _mm512_loadu_ps(p); }
+ALWAYS_INLINE vec v_load_halves(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p)); }
+ALWAYS_INLINE void v_store(float* p, vec v) { _mm512_storeu_ps(p, v); }
+ALWAYS_INLINE vec v_set1(float x) { return _mm512_set1_ps(x); }
+ALWAYS_INLINE vec v_fma(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
+ALWAYS_INLINE vec v_mul(vec a, vec b) { return _mm512_mul_ps(a, b); }
+ALWAYS_INLINE vec v_add(vec a, vec b) { return _mm512_add_ps(a, b); }
+ALWAYS_INLINE vec v_sub(vec a, vec b) { return _mm512_sub_ps(a, b); }
+ALWAYS_INLINE vec v_max(vec a, vec b) { return _mm512_max_ps(a, b); }
+ALWAYS_INLINE vec v_div(vec a, vec b) { return _mm512_div_ps(a, b); }
+ALWAYS_INLINE vec v_exp(vec x) {
+    const __m256 lo = exp256(_mm512_castps512_ps256(x)), hi = exp256(_mm512_extractf32x8_ps(x, 1));
+    return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+}
+ALWAYS_INLINE vec v_if_less(vec a, vec b, vec x, vec y) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_LT_OQ), y, x);
+}
+ALWAYS_INLINE void v_transpose(vec r[LANES]) {
+    __m512i t[LANES];
+    for (int k = 0; k < LANES; k++) t[k] = _mm512_castps_si512(r[k]);
+    transpose16_epi32(t);
+    for (int k = 0; k < LANES; k++) r[k] = _mm512_castsi512_ps(t[k]);
+}
+#elif defined(KERNELS_AVX2)
+typedef __m256 vec;
+#define LANES 8
+#define LANE_VECS 3 /* 12 accumulators of the 16 ymm registers */
+ALWAYS_INLINE vec v_load(const float* p) { return _mm256_loadu_ps(p); }
+#if defined(KERNELS_KV_F16)
+ALWAYS_INLINE vec v_load_halves(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p)); }
+#else
+ALWAYS_INLINE vec v_load_halves(const uint16_t* p) { return _mm256_setzero_ps(); } /* never called (attention_simd) */
+#endif
+ALWAYS_INLINE void v_store(float* p, vec v) { _mm256_storeu_ps(p, v); }
+ALWAYS_INLINE vec v_set1(float x) { return _mm256_set1_ps(x); }
+ALWAYS_INLINE vec v_fma(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
+ALWAYS_INLINE vec v_mul(vec a, vec b) { return _mm256_mul_ps(a, b); }
+ALWAYS_INLINE vec v_add(vec a, vec b) { return _mm256_add_ps(a, b); }
+ALWAYS_INLINE vec v_sub(vec a, vec b) { return _mm256_sub_ps(a, b); }
+ALWAYS_INLINE vec v_max(vec a, vec b) { return _mm256_max_ps(a, b); }
+ALWAYS_INLINE vec v_div(vec a, vec b) { return _mm256_div_ps(a, b); }
+ALWAYS_INLINE vec v_exp(vec x) { return exp256(x); }
+ALWAYS_INLINE vec v_if_less(vec a, vec b, vec x, vec y) {
+    return _mm256_blendv_ps(y, x, _mm256_cmp_ps(a, b, _CMP_LT_OQ));
+}
+ALWAYS_INLINE void v_transpose(vec r[LANES]) { transpose8_ps(r); }
+#else
+typedef float32x4_t vec;
+#define LANES 4
+#define LANE_VECS 4
+ALWAYS_INLINE vec v_load(const float* p) { return vld1q_f32(p); }
+ALWAYS_INLINE vec v_load_halves(const uint16_t* p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
+ALWAYS_INLINE void v_store(float* p, vec v) { vst1q_f32(p, v); }
+ALWAYS_INLINE vec v_set1(float x) { return vdupq_n_f32(x); }
+ALWAYS_INLINE vec v_fma(vec a, vec b, vec c) { return vfmaq_f32(c, a, b); }
+ALWAYS_INLINE vec v_mul(vec a, vec b) { return vmulq_f32(a, b); }
+ALWAYS_INLINE vec v_add(vec a, vec b) { return vaddq_f32(a, b); }
+ALWAYS_INLINE vec v_sub(vec a, vec b) { return vsubq_f32(a, b); }
+ALWAYS_INLINE vec v_max(vec a, vec b) { return vmaxq_f32(a, b); }
+ALWAYS_INLINE vec v_div(vec a, vec b) { return vdivq_f32(a, b); }
+ALWAYS_INLINE vec v_exp(vec x) { return exp128(x); }
+ALWAYS_INLINE vec v_if_less(vec a, vec b, vec x, vec y) { return vbslq_f32(vcltq_f32(a, b), x, y); }
+ALWAYS_INLINE void v_transpose(vec r[LANES]) {
+    const float32x4x2_t a = vtrnq_f32(r[0], r[1]), b = vtrnq_f32(r[2], r[3]);
+    r[0] = vcombine_f32(vget_low_f32(a.val[0]), vget_low_f32(b.val[0]));
+    r[1] = vcombine_f32(vget_low_f32(a.val[1]), vget_low_f32(b.val[1]));
+    r[2] = vcombine_f32(vget_high_f32(a.val[0]), vget_high_f32(b.val[0]));
+    r[3] = vcombine_f32(vget_high_f32(a.val[1]), vget_high_f32(b.val[1]));
+}
+#endif
+
+/* Keeps a vector in a register: on x86 gcc would fold its load into each FMA that uses it. */
+#if defined(KERNELS_AVX2)
+#define IN_REGISTER(x) __asm__("" : "+v"(x))
+#else
+#define IN_REGISTER(x) (void)0
+#endif
+
+/* S[k * nl + LANES v + lane] = (q . key k) * scale for NK (<= 4) keys (rows at stride) and QV
+ * vectors of queries (Qt: [d][nl]). Each sum runs over the dimensions in order, one FMA each,
+ * whatever the other queries and keys of the tile. */
+ALWAYS_INLINE void lane_scores(float* S, int nl, const float* Qt, const float* keys, int stride, int NK, int QV, int d,
+                               float scale) {
+    vec a[4][LANE_VECS];
+#pragma GCC unroll 4
+    for (int k = 0; k < NK; k++)
+#pragma GCC unroll 4
+        for (int v = 0; v < QV; v++) a[k][v] = v_set1(0.0f);
+    for (int i = 0; i < d; i++) {
+        vec qv[LANE_VECS];
+#pragma GCC unroll 4
+        for (int v = 0; v < QV; v++) {
+            qv[v] = v_load(Qt + (size_t)i * nl + LANES * v);
+            IN_REGISTER(qv[v]);
+        }
+#pragma GCC unroll 4
+        for (int k = 0; k < NK; k++) {
+            const vec kb = v_set1(keys[(size_t)k * stride + i]);
+#pragma GCC unroll 4
+            for (int v = 0; v < QV; v++) a[k][v] = v_fma(qv[v], kb, a[k][v]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < NK; k++)
+#pragma GCC unroll 4
+        for (int v = 0; v < QV; v++) v_store(S + (size_t)k * nl + LANES * v, v_mul(a[k][v], v_set1(scale)));
+}
+
+/* Ot[i][lanes] (+)= sum_{t < n} P[t][lanes] v_t[i] for the 4 dimensions from i0 and QV vectors of
+ * queries; add: continue the sums in Ot (a chunk after the first). */
+ALWAYS_INLINE void lane_weighted_sum(float* Ot, int nl, const float* P, const float* values, int stride, int n, int i0,
+                                     int QV, int add) {
+    vec o[4][LANE_VECS];
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; u++)
+#pragma GCC unroll 4
+        for (int v = 0; v < QV; v++) o[u][v] = add ? v_load(Ot + (size_t)(i0 + u) * nl + LANES * v) : v_set1(0.0f);
+    for (int t = 0; t < n; t++) {
+        vec p[LANE_VECS];
+#pragma GCC unroll 4
+        for (int v = 0; v < QV; v++) {
+            p[v] = v_load(P + (size_t)t * nl + LANES * v);
+            IN_REGISTER(p[v]);
+        }
+        const float* row = values + (size_t)t * stride;
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) {
+            const vec vb = v_set1(row[i0 + u]);
+#pragma GCC unroll 4
+            for (int v = 0; v < QV; v++) o[u][v] = v_fma(p[v], vb, o[u][v]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; u++)
+#pragma GCC unroll 4
+        for (int v = 0; v < QV; v++) v_store(Ot + (size_t)(i0 + u) * nl + LANES * v, o[u][v]);
+}
+
+/* lane_scores and lane_weighted_sum over all nv vectors of queries, LANE_VECS at a time (QV a
+ * constant in each call, so the accumulators stay in registers). */
+ALWAYS_INLINE void scores_all(float* S, int nl, int nv, const float* Qt, const float* keys, int stride, int NK, int d,
+                              float scale) {
+    int v = 0;
+    for (; v + LANE_VECS <= nv; v += LANE_VECS)
+        lane_scores(S + LANES * v, nl, Qt + LANES * v, keys, stride, NK, LANE_VECS, d, scale);
+    if (LANE_VECS > 3 && nv - v == 3) lane_scores(S + LANES * v, nl, Qt + LANES * v, keys, stride, NK, 3, d, scale);
+    if (nv - v == 2) lane_scores(S + LANES * v, nl, Qt + LANES * v, keys, stride, NK, 2, d, scale);
+    if (nv - v == 1) lane_scores(S + LANES * v, nl, Qt + LANES * v, keys, stride, NK, 1, d, scale);
+}
+
+ALWAYS_INLINE void weighted_sum_all(float* Ot, int nl, int nv, const float* P, const float* values, int stride, int n,
+                                    int d, int add) {
+    for (int i = 0; i < d; i += 4) {
+        int v = 0;
+        for (; v + LANE_VECS <= nv; v += LANE_VECS)
+            lane_weighted_sum(Ot + LANES * v, nl, P + LANES * v, values, stride, n, i, LANE_VECS, add);
+        if (LANE_VECS > 3 && nv - v == 3)
+            lane_weighted_sum(Ot + LANES * v, nl, P + LANES * v, values, stride, n, i, 3, add);
+        if (nv - v == 2) lane_weighted_sum(Ot + LANES * v, nl, P + LANES * v, values, stride, n, i, 2, add);
+        if (nv - v == 1) lane_weighted_sum(Ot + LANES * v, nl, P + LANES * v, values, stride, n, i, 1, add);
+    }
+}
+
+/* The scores of every vector of queries against keys [0, n) of a run (rows at stride): 4 keys at a
+ * time, then one. */
+ALWAYS_INLINE void chunk_scores(float* S, int nl, int nv, const float* Qt, const float* keys, int stride, int n,
+                                int d, float scale) {
+    int t = 0;
+    for (; t + 4 <= n; t += 4)
+        scores_all(S + (size_t)t * nl, nl, nv, Qt, keys + (size_t)t * stride, stride, 4, d, scale);
+    for (; t < n; t++) scores_all(S + (size_t)t * nl, nl, nv, Qt, keys + (size_t)t * stride, stride, 1, d, scale);
+}
+
+/* Rows [0, n) of a cache run (at stride, elements) as fp32 rows: the run itself in an fp32 cache
+ * (*fstride = stride), else widened into buf (*fstride = d), so that the kernels above read fp32
+ * only and a half is widened once per block of queries, not once per query vector. */
+ALWAYS_INLINE const float* rows_fp32(const void* rows, int stride, int n, int d, float* buf, int* fstride, int F16) {
+    *fstride = F16 ? d : stride;
+    if (!F16) return rows;
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < d; i += LANES)
+            v_store(buf + (size_t)t * d + i, v_load_halves((const uint16_t*)rows + (size_t)t * stride + i));
+    return buf;
+}
+
+/* One vector of queries' softmax over the keys, key t's scores at S + t * nl: each lane over its
+ * own first npos[lane] keys, zeros after them. The exponentials stay in S unscaled (the weighted
+ * sum is divided once at the end); returns 1 / their sum per lane. */
+static vec lane_softmax(float* S, int nl, int n_all, vec npos) {
+    vec m = v_set1(-INFINITY), sum = v_set1(0.0f);
+    for (int t = 0; t < n_all; t++) {
+        const float* s = S + (size_t)t * nl;
+        m = v_if_less(v_set1((float)t), npos, v_max(m, v_load(s)), m);
+    }
+    for (int t = 0; t < n_all; t++) {
+        float* s = S + (size_t)t * nl;
+        const vec e = v_if_less(v_set1((float)t), npos, v_exp(v_sub(v_load(s), m)), v_set1(0.0f));
+        v_store(s, e);
+        sum = v_add(sum, e);
+    }
+    return v_div(v_set1(1.0f), sum);
+}
+
 /* Query j of a prefill block: head j % n_q of row j / n_q. */
 ALWAYS_INLINE size_t query_at(int j, int n_q, size_t row_stride, int d) {
     return (size_t)(j / n_q) * row_stride + (size_t)(j % n_q) * d;
 }
 
-/* Qt[i][j] = q_j[i] for the n queries, zeros in the lanes up to nl; 16 x 16 blocks at a time. */
+/* Qt[i][j] = q_j[i] for the n queries, zeros in the lanes up to nl; LANES x LANES at a time. */
 static void transpose_queries(float* Qt, int nl, const float* q, size_t row_stride, int n_q, int n, int d) {
     for (int j0 = 0; j0 < nl; j0 += LANES)
         for (int i = 0; i < d; i += LANES) {
-            __m512i r[LANES];
+            vec r[LANES];
             for (int l = 0; l < LANES; l++)
-                r[l] = j0 + l < n ? _mm512_loadu_si512(q + query_at(j0 + l, n_q, row_stride, d) + i)
-                                  : _mm512_setzero_si512();
-            transpose16_epi32(r);
-            for (int k = 0; k < LANES; k++) _mm512_storeu_si512(Qt + (size_t)(i + k) * nl + j0, r[k]);
+                r[l] = j0 + l < n ? v_load(q + query_at(j0 + l, n_q, row_stride, d) + i) : v_set1(0.0f);
+            v_transpose(r);
+            for (int k = 0; k < LANES; k++) v_store(Qt + (size_t)(i + k) * nl + j0, r[k]);
         }
 }
 
-/* out of query j = Ot[.][j] * inv[j], transposed back 16 x 16 at a time. */
+/* out of query j = Ot[.][j] * inv[j], transposed back LANES x LANES at a time. */
 static void transpose_outputs(float* out, size_t row_stride, int n_q, int n, int d, const float* Ot, int nl,
                               const float* inv) {
     for (int j0 = 0; j0 < n; j0 += LANES)
         for (int i = 0; i < d; i += LANES) {
-            __m512i r[LANES];
-            const __m512 s = _mm512_loadu_ps(inv + j0);
-            for (int k = 0; k < LANES; k++)
-                r[k] = _mm512_castps_si512(_mm512_mul_ps(_mm512_loadu_ps(Ot + (size_t)(i + k) * nl + j0), s));
-            transpose16_epi32(r);
-            for (int l = 0; l < LANES && j0 + l < n; l++)
-                _mm512_storeu_si512(out + query_at(j0 + l, n_q, row_stride, d) + i, r[l]);
+            vec r[LANES];
+            for (int k = 0; k < LANES; k++) r[k] = v_mul(v_load(Ot + (size_t)(i + k) * nl + j0), v_load(inv + j0));
+            v_transpose(r);
+            for (int l = 0; l < LANES && j0 + l < n; l++) v_store(out + query_at(j0 + l, n_q, row_stride, d) + i, r[l]);
         }
 }
 
-/* e^x on 16 lanes: exp256 on each half. */
-ALWAYS_INLINE __m512 exp512(__m512 x) {
-    const __m256 lo = exp256(_mm512_castps512_ps256(x)), hi = exp256(_mm512_extractf32x8_ps(x, 1));
-    return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
-}
-
-/* One vector of queries' softmax over the keys, key t's scores at S + t * nl: each lane over its
- * own first npos[lane] keys, zeros after them. The exponentials stay in S unscaled (the weighted
- * sum divides once at the end); returns 1 / their sum per lane. */
-static __m512 lane_softmax(float* S, int nl, int n_all, __m512i npos) {
-    __m512 m = _mm512_set1_ps(-INFINITY), sum = _mm512_setzero_ps();
-    for (int t = 0; t < n_all; t++) {
-        const __mmask16 in = _mm512_cmpgt_epi32_mask(npos, _mm512_set1_epi32(t));
-        m = _mm512_mask_max_ps(m, in, m, _mm512_loadu_ps(S + (size_t)t * nl));
-    }
-    for (int t = 0; t < n_all; t++) {
-        const __mmask16 in = _mm512_cmpgt_epi32_mask(npos, _mm512_set1_epi32(t));
-        float* s = S + (size_t)t * nl;
-        const __m512 e = _mm512_maskz_mov_ps(in, exp512(_mm512_sub_ps(_mm512_loadu_ps(s), m)));
-        _mm512_storeu_ps(s, e);
-        sum = _mm512_add_ps(sum, e);
-    }
-    return _mm512_div_ps(_mm512_set1_ps(1.0f), sum);
-}
-
-/* lane_scores and lane_weighted_sum over all nv vectors of queries, 4 at a time (QV a constant in
- * each call, so the accumulators stay in registers). */
-ALWAYS_INLINE void scores_all(float* S, int nl, int nv, const float* Qt, const void* keys, int stride, int NK, int d,
-                              float scale, int F16) {
-    int v = 0;
-    for (; v + 4 <= nv; v += 4) lane_scores(S + LANES * v, nl, Qt + LANES * v, keys, stride, NK, 4, d, scale, F16);
-    if (nv - v == 3) lane_scores(S + LANES * v, nl, Qt + LANES * v, keys, stride, NK, 3, d, scale, F16);
-    if (nv - v == 2) lane_scores(S + LANES * v, nl, Qt + LANES * v, keys, stride, NK, 2, d, scale, F16);
-    if (nv - v == 1) lane_scores(S + LANES * v, nl, Qt + LANES * v, keys, stride, NK, 1, d, scale, F16);
-}
-
-ALWAYS_INLINE void weighted_sum_all(float* Ot, int nl, int nv, const float* P, const void* values, int stride, int n,
-                                    int d, int add, int F16) {
-    for (int i = 0; i < d; i += 4) {
-        int v = 0;
-        for (; v + 4 <= nv; v += 4)
-            lane_weighted_sum(Ot + LANES * v, nl, P + LANES * v, values, stride, n, i, 4, add, F16);
-        if (nv - v == 3) lane_weighted_sum(Ot + LANES * v, nl, P + LANES * v, values, stride, n, i, 3, add, F16);
-        if (nv - v == 2) lane_weighted_sum(Ot + LANES * v, nl, P + LANES * v, values, stride, n, i, 2, add, F16);
-        if (nv - v == 1) lane_weighted_sum(Ot + LANES * v, nl, P + LANES * v, values, stride, n, i, 1, add, F16);
-    }
-}
-
-/* Prefill with the queries in the lanes: the block's n = n_rows * n_q queries, nl with padding,
- * and in att the scores S [n_all][nl], then Qt and Ot [d][nl] (attention_rows_scratch). Every
- * key's scores for all the queries (4 keys at a time, read once from the cache), each query's
- * softmax over its own causal length, then the weighted sum in chunks of ATTENTION_KEY_CHUNK
- * positions (the chunk's weights and values stay in cache while the dimensions go by). A query's
- * sums run in the same order whichever queries share its vector and however the cache is
- * blocked, so its result is the same bits. */
+/* The block's n = n_rows * n_q queries, nl with padding, and in att the scores S [n_all][nl], Qt
+ * and Ot [d][nl], and a chunk of halves widened (attention_rows_scratch): every key's scores for
+ * all the queries (4 keys at a time, each read once from the cache), each query's softmax over its
+ * own causal length, then the weighted sum, all in chunks of ATTENTION_KEY_CHUNK positions (a
+ * chunk's weights and values stay in cache while the dimensions go by). A query's sums run in the same order
+ * whichever queries share its vector and however the cache is blocked, so its result is the same
+ * bits. */
 #define ATTENTION_KEY_CHUNK 64
 
 ALWAYS_INLINE void attend_lanes(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const KVRows* kv,
@@ -745,159 +699,50 @@ ALWAYS_INLINE void attend_lanes(float* out, const float* q, size_t row_stride, i
     float* S = att;
     float* Qt = S + (size_t)n_all * nl;
     float* Ot = Qt + (size_t)d * nl;
+    float* widened = Ot + (size_t)d * nl;
     transpose_queries(Qt, nl, q, row_stride, n_q, n, d);
     size_t off;
+    int fs;
     for (int b0 = 0; b0 < n_all; b0 += kv->block_len) {
         const int nb = kv_block(kv, b0, n_all, &off);
-        const void* keys = kv_at(kv->keys, off, F16);
-        int t = 0;
-        for (; t + LANE_KEYS <= nb; t += LANE_KEYS)
-            scores_all(S + (size_t)(b0 + t) * nl, nl, nv, Qt, kv_at(keys, (size_t)t * kv->stride, F16), kv->stride,
-                       LANE_KEYS, d, scale, F16);
-        for (; t < nb; t++)
-            scores_all(S + (size_t)(b0 + t) * nl, nl, nv, Qt, kv_at(keys, (size_t)t * kv->stride, F16), kv->stride, 1,
-                       d, scale, F16);
+        for (int c0 = 0; c0 < nb; c0 += ATTENTION_KEY_CHUNK) {
+            const int c = nb - c0 < ATTENTION_KEY_CHUNK ? nb - c0 : ATTENTION_KEY_CHUNK;
+            const void* run = kv_at(kv->keys, off + (size_t)c0 * kv->stride, F16);
+            const float* k = rows_fp32(run, kv->stride, c, d, widened, &fs, F16);
+            chunk_scores(S + (size_t)(b0 + c0) * nl, nl, nv, Qt, k, fs, c, d, scale);
+        }
     }
     float* inv = Qt; /* the queries are spent: their first row holds the sums' inverses */
     for (int v = 0; v < nv; v++) {
-        int npos[LANES];
+        float npos[LANES];
         for (int l = 0; l < LANES; l++) {
             const int j = LANES * v + l;
-            npos[l] = j < n ? first_n_pos + j / n_q : 0;
+            npos[l] = j < n ? (float)(first_n_pos + j / n_q) : 0.0f; /* exact: positions < 2^24 */
         }
-        _mm512_storeu_ps(inv + LANES * v, lane_softmax(S + LANES * v, nl, n_all, _mm512_loadu_si512(npos)));
+        v_store(inv + LANES * v, lane_softmax(S + LANES * v, nl, n_all, v_load(npos)));
     }
     for (int b0 = 0; b0 < n_all; b0 += kv->block_len) {
         const int nb = kv_block(kv, b0, n_all, &off);
-        const void* values = kv_at(kv->values, off, F16);
         for (int c0 = 0; c0 < nb; c0 += ATTENTION_KEY_CHUNK) {
             const int c = nb - c0 < ATTENTION_KEY_CHUNK ? nb - c0 : ATTENTION_KEY_CHUNK;
-            weighted_sum_all(Ot, nl, nv, S + (size_t)(b0 + c0) * nl, kv_at(values, (size_t)c0 * kv->stride, F16),
-                             kv->stride, c, d, b0 + c0 > 0, F16);
+            const void* run = kv_at(kv->values, off + (size_t)c0 * kv->stride, F16);
+            const float* v = rows_fp32(run, kv->stride, c, d, widened, &fs, F16);
+            weighted_sum_all(Ot, nl, nv, S + (size_t)(b0 + c0) * nl, v, fs, c, d, b0 + c0 > 0);
         }
     }
     transpose_outputs(out, row_stride, n_q, n, d, Ot, nl, inv);
 }
 #endif
 
-#define ATTENTION_QUERY_TILE 4 /* queries per tile of attend_query_tiles */
-
-#if (defined(KERNELS_AVX2) && !defined(KERNELS_AVX512)) || defined(KERNELS_NEON)
-/* Prefill: the block's n = n_rows * n_q queries (query j is head j % n_q of row j / n_q) in tiles
- * of NQ <= ATTENTION_QUERY_TILE. Each tile scores every key its last row sees (the tile's n_max);
- * each query's softmax runs over its own causal length and zeros the rest up to n_max, so the
- * weighted sum runs to the same length for all. The keys and values are taken in chunks of
- * ATTENTION_KEY_CHUNK positions, and every tile meets a chunk before the next one comes: one read
- * of the chunk from L2 into L1 serves all n queries, where a pass per tile would read the whole
- * cache of the kv head once per 4 queries (docs/design.md#attention-prefill). The sums run in the
- * same order as in one pass (weighted_sum_tile continues each sum from out after the first
- * chunk), so the results are the same bits. */
-#define ATTENTION_KEY_CHUNK 64
-#define ATTENTION_MAX_TILES 64 /* query tiles per pass; attention_rows splits more rows into parts */
-
-/* The end of the chunk of keys from c0 that a tile meets: the chunk's, the block's (block_end)
- * or the tile's last position (n_max), whichever comes first. */
-static inline int chunk_end(int c0, int block_end, int n_max) {
-    int c1 = c0 + ATTENTION_KEY_CHUNK < block_end ? c0 + ATTENTION_KEY_CHUNK : block_end;
-    return c1 < n_max ? c1 : n_max;
-}
-
-typedef struct {
-    const float* qp[ATTENTION_QUERY_TILE];
-    float* op[ATTENTION_QUERY_TILE];
-    int NQ, n_max; /* queries in the tile, positions its last row sees */
-    float* S;      /* its scores: query j's at S + j * n_all */
-} QueryTile;
-
-/* The tile's scores against keys [c0, c1) of the block that starts at position b0 (its keys at
- * keys); NQ is the tile's, a constant where it is ATTENTION_QUERY_TILE, so the tile's branches
- * fold away. */
-ALWAYS_INLINE void score_chunk(const QueryTile* tl, int n_all, const void* keys, int b0, int c0, int c1, int stride,
-                               int d, float scale, int NQ, int F16) {
-    int t = c0;
-    for (; t + SCORE_TILE_KEYS <= c1; t += SCORE_TILE_KEYS)
-        score_tile(tl->S + t, n_all, tl->qp, NQ, kv_at(keys, (size_t)(t - b0) * stride, F16), stride,
-                   SCORE_TILE_KEYS, d, scale, F16);
-    if (t < c1)
-        score_tile(tl->S + t, n_all, tl->qp, NQ, kv_at(keys, (size_t)(t - b0) * stride, F16), stride, c1 - t, d, scale,
-                   F16);
-}
-
-ALWAYS_INLINE void attend_query_tiles(float* out, const float* q, size_t row_stride, int n_q, int n_rows,
-                                      const KVRows* kv, int first_n_pos, int d, float scale, float* att, int F16) {
-    enum { T = ATTENTION_QUERY_TILE };
-    const int n = n_rows * n_q, n_all = first_n_pos + n_rows - 1, n_tiles = (n + T - 1) / T;
-    QueryTile tiles[ATTENTION_MAX_TILES];
-    for (int k = 0; k < n_tiles; k++) {
-        QueryTile* tl = &tiles[k];
-        const int j0 = k * T;
-        tl->NQ = n - j0 < T ? n - j0 : T;
-        for (int j = 0; j < tl->NQ; j++) {
-            size_t at = (size_t)((j0 + j) / n_q) * row_stride + (size_t)((j0 + j) % n_q) * d;
-            tl->qp[j] = q + at;
-            tl->op[j] = out + at;
-        }
-        tl->n_max = first_n_pos + (j0 + tl->NQ - 1) / n_q;
-        tl->S = att + (size_t)j0 * n_all;
-    }
-    size_t off;
-    for (int b0 = 0; b0 < n_all; b0 += kv->block_len) {
-        const int nb = kv_block(kv, b0, n_all, &off);
-        const void* keys = kv_at(kv->keys, off, F16);
-        for (int c0 = b0; c0 < b0 + nb; c0 += ATTENTION_KEY_CHUNK) /* a chunk: keys [c0, c1) of one block */
-            for (int k = 0; k < n_tiles; k++) {
-                const QueryTile* tl = &tiles[k];
-                const int c1 = chunk_end(c0, b0 + nb, tl->n_max);
-                if (tl->NQ == T) score_chunk(tl, n_all, keys, b0, c0, c1, kv->stride, d, scale, T, F16);
-                else score_chunk(tl, n_all, keys, b0, c0, c1, kv->stride, d, scale, tl->NQ, F16);
-            }
-    }
-    for (int k = 0; k < n_tiles; k++)
-        for (int j = 0; j < tiles[k].NQ; j++) {
-            const int n_pos = first_n_pos + (k * T + j) / n_q; /* causal: this query's row sees this many */
-            float* sj = tiles[k].S + (size_t)j * n_all;
-            softmax(sj, n_pos);
-            for (int u = n_pos; u < tiles[k].n_max; u++) sj[u] = 0.0f;
-        }
-    for (int b0 = 0; b0 < n_all; b0 += kv->block_len) {
-        const int nb = kv_block(kv, b0, n_all, &off);
-        const void* values = kv_at(kv->values, off, F16);
-        for (int c0 = b0; c0 < b0 + nb; c0 += ATTENTION_KEY_CHUNK)
-            for (int k = 0; k < n_tiles; k++) {
-                const QueryTile* tl = &tiles[k];
-                const int c1 = chunk_end(c0, b0 + nb, tl->n_max);
-                if (c1 <= c0) continue;
-                const void* v = kv_at(values, (size_t)(c0 - b0) * kv->stride, F16);
-                if (tl->NQ == T) weighted_sum_tile(tl->op, tl->S + c0, n_all, T, v, kv->stride, c1 - c0, d, c0 > 0, F16);
-                else weighted_sum_tile(tl->op, tl->S + c0, n_all, tl->NQ, v, kv->stride, c1 - c0, d, c0 > 0, F16);
-            }
-    }
-}
-#endif
-
-/* Prefill attention: the block's n_rows * n_q queries together, so that each key and value is read
- * once for all of them: with AVX-512 the queries in the lanes (attend_lanes), else in tiles of
- * ATTENTION_QUERY_TILE, each chunk of keys and values meeting every tile (attend_query_tiles).
- * Either needs far fewer loads per FMA than one attention_group call per row
+/* Prefill attention: the block's n_rows * n_q queries together, the queries in the lanes
+ * (attend_lanes), so that each key and value is read once for all of them
  * (docs/design.md#attention-prefill). */
 void attention_rows(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const KVRows* kv,
                     int first_n_pos, int head_dim, float scale, float* att) {
-#if defined(KERNELS_AVX512)
+#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
     if (attention_simd(head_dim, kv->f16)) {
         if (kv->f16) attend_lanes(out, q, row_stride, n_q, n_rows, kv, first_n_pos, head_dim, scale, att, 1);
         else attend_lanes(out, q, row_stride, n_q, n_rows, kv, first_n_pos, head_dim, scale, att, 0);
-        return;
-    }
-#elif defined(KERNELS_AVX2) || defined(KERNELS_NEON)
-    if (attention_simd(head_dim, kv->f16) && n_q <= ATTENTION_MAX_TILES * ATTENTION_QUERY_TILE) {
-        const int part = ATTENTION_MAX_TILES * ATTENTION_QUERY_TILE / n_q; /* rows per pass of attend_query_tiles */
-        for (int r = 0; r < n_rows; r += part) {
-            const int m = n_rows - r < part ? n_rows - r : part;
-            float* o = out + (size_t)r * row_stride;
-            const float* qr = q + (size_t)r * row_stride;
-            if (kv->f16) attend_query_tiles(o, qr, row_stride, n_q, m, kv, first_n_pos + r, head_dim, scale, att, 1);
-            else attend_query_tiles(o, qr, row_stride, n_q, m, kv, first_n_pos + r, head_dim, scale, att, 0);
-        }
         return;
     }
 #endif
@@ -906,11 +751,11 @@ void attention_rows(float* out, const float* q, size_t row_stride, int n_q, int 
 
 size_t attention_rows_scratch(int n_q, int n_rows, int max_pos, int head_dim) {
     const size_t n = (size_t)n_q * (size_t)n_rows;
-#if defined(KERNELS_AVX512)
-    const size_t nl = (n + LANES - 1) / LANES * LANES; /* attend_lanes: S, Qt and Ot */
-    return nl * ((size_t)max_pos + 2 * (size_t)head_dim);
+#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
+    const size_t nl = (n + LANES - 1) / LANES * LANES; /* attend_lanes: S, Qt, Ot and a chunk widened */
+    return nl * ((size_t)max_pos + 2 * (size_t)head_dim) + ATTENTION_KEY_CHUNK * (size_t)head_dim;
 #else
     (void)head_dim;
-    return (n > ATTENTION_QUERY_TILE ? n : ATTENTION_QUERY_TILE) * (size_t)max_pos;
+    return n * (size_t)max_pos;
 #endif
 }

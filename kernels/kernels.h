@@ -257,7 +257,7 @@ int attention_simd(int head_dim, int f16);
  * and it sees positions 0 .. first_n_pos + r - 1 of the kv head. Each query gets attention_group's
  * result up to float rounding (its sums run in another order), and the same bits whichever rows
  * share its block. att is scratch of attention_rows_scratch(n_q, n_rows, first_n_pos + n_rows - 1,
- * head_dim) floats (or more): the scores of all the block's queries and, with AVX-512, the
+ * head_dim) floats (or more): the scores of all the block's queries and, in SIMD builds, the
  * queries and outputs transposed. */
 void attention_rows(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const KVRows* kv,
                     int first_n_pos, int head_dim, float scale, float* att);

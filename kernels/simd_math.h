@@ -1,5 +1,5 @@
 /* simd_math.h: private helpers of the kernel files (not part of the kernels.h interface):
- * horizontal sums, a vector exp and (AVX-512) a 16 x 16 transpose. */
+ * horizontal sums, a vector exp and the 8 x 8 and (AVX-512) 16 x 16 transposes. */
 #ifndef SIMD_MATH_H
 #define SIMD_MATH_H
 
@@ -80,6 +80,26 @@ static inline __m256 exp256(__m256 x) {
     __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     __m256 res = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
     return _mm256_andnot_ps(under, res);
+}
+
+/* 8 rows of 8 four-byte words (floats, or q8's groups of 4 values), in place: r[j] becomes the
+ * column j of what came in (the AVX2 panels: f32/bf16 here, q8 in q8_pack_panel). */
+static inline void transpose8_ps(__m256 r[8]) {
+    __m256 a[8], b[8];
+    for (int i = 0; i < 8; i += 2) {
+        a[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);     /* per 128-bit half H: r_i[4H], r_i+1[4H], r_i[4H+1], r_i+1[4H+1] */
+        a[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]); /* the same for 4H+2, 4H+3 */
+    }
+    for (int q = 0; q < 8; q += 4) { /* b[q + k], half H: rows q .. q+3 of column 4H + k */
+        b[q] = _mm256_shuffle_ps(a[q], a[q + 2], 0x44);
+        b[q + 1] = _mm256_shuffle_ps(a[q], a[q + 2], 0xEE);
+        b[q + 2] = _mm256_shuffle_ps(a[q + 1], a[q + 3], 0x44);
+        b[q + 3] = _mm256_shuffle_ps(a[q + 1], a[q + 3], 0xEE);
+    }
+    for (int k = 0; k < 4; k++) { /* column k: the low halves of b[k] (rows 0-3) and b[4 + k] (4-7); 4 + k: the high */
+        r[k] = _mm256_permute2f128_ps(b[k], b[4 + k], 0x20);
+        r[4 + k] = _mm256_permute2f128_ps(b[k], b[4 + k], 0x31);
+    }
 }
 
 #if defined(KERNELS_AVX512)
