@@ -677,7 +677,8 @@ static void transpose_outputs(float* out, size_t row_stride, int n_q, int n, int
     for (int j0 = 0; j0 < n; j0 += LANES)
         for (int i = 0; i < d; i += LANES) {
             vec r[LANES];
-            for (int k = 0; k < LANES; k++) r[k] = v_mul(v_load(Ot + (size_t)(i + k) * nl + j0), v_load(inv + j0));
+            const vec s = v_load(inv + j0);
+            for (int k = 0; k < LANES; k++) r[k] = v_mul(v_load(Ot + (size_t)(i + k) * nl + j0), s);
             v_transpose(r);
             for (int l = 0; l < LANES && j0 + l < n; l++) v_store(out + query_at(j0 + l, n_q, row_stride, d) + i, r[l]);
         }
