@@ -688,9 +688,9 @@ static void transpose_outputs(float* out, size_t row_stride, int n_q, int n, int
  * and Ot [d][nl], and a chunk of halves widened (attention_rows_scratch): every key's scores for
  * all the queries (4 keys at a time, each read once from the cache), each query's softmax over its
  * own causal length, then the weighted sum, all in chunks of ATTENTION_KEY_CHUNK positions (a
- * chunk's weights and values stay in cache while the dimensions go by). A query's sums run in the same order
- * whichever queries share its vector and however the cache is blocked, so its result is the same
- * bits. */
+ * chunk's weights and values stay in cache while the dimensions go by). A query's sums run in the
+ * same order whichever queries share its vector and however the cache is blocked, so its result
+ * is the same bits. */
 #define ATTENTION_KEY_CHUNK 64
 
 ALWAYS_INLINE void attend_lanes(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const KVRows* kv,
