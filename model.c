@@ -31,10 +31,6 @@
  * reaches). docs/design.md#prefill-chunks has the measurement. */
 #define MAX_BATCH 256
 
-/* Default KV cache size when the caller gives no context length (QWEN3.md 1.1: the models allow
- * 40,960 positions, but a cache that large costs 9 GB in fp32 for 0.6B). */
-#define DEFAULT_CTX 4096
-
 /* ---- The checkpoint file in memory ----
  *
  * Decode reads every weight once per token, so the weights' page size decides how much address

@@ -238,11 +238,15 @@ typedef struct {
     float eps;
 } NormLab;
 
+/* The KV cache's positions when the caller gives no context length, at most the model's (QWEN3.md
+ * 1.1: the models allow 40,960 positions, but a cache that large costs 9 GB in fp32 for 0.6B). */
+#define DEFAULT_CTX 4096
+
 /* How transformer_load sets a model up; all zero is the default. Nothing else in the process
  * changes what a load does. */
 typedef struct {
     int threads;          /* kernel threads, the caller's included; <= 0: one per CPU this process may run on */
-    int ctx;              /* KV cache positions; <= 0: min(4096, max_seq_len); above max_seq_len: clamped to it */
+    int ctx;              /* KV cache positions; <= 0: min(DEFAULT_CTX, max_seq_len); above max_seq_len: clamped to it */
     int kv_f16;           /* 1: the KV cache in fp16 (IEEE half), like llama.cpp's default: half the
                            * memory and bytes read, keys and values rounded to 11 significant bits
                            * (every sum stays fp32); 0: fp32, what the reference computes */

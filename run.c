@@ -75,7 +75,7 @@ static const OptionSpec OPTIONS[] = {
      "turn's new text (default: the template's prompt, which drops it)"},
     {NULL, "--verbose-prompt", NULL, GENERATE | CHAT,
      "print the prompt's token ids to stderr (chat: each turn's and answer's)"},
-    {"-c", "--ctx", "N", ANY_MODE, "context length (KV cache positions); 0 = min(4096, the model's)"},
+    {"-c", "--ctx", "N", ANY_MODE, "context length (KV cache positions); 0 = min(4096, the model's);\nbench mode: at least what its tests take"},
     {NULL, "--threads", "N", ANY_MODE,
      "worker threads (default and most: the CPUs this process may run on);\n"
      "bench mode: a list, e.g. 1,2, the counts taking turns"},
@@ -668,11 +668,11 @@ static int run_eval(Transformer* t, const Tokenizer* text_tok, const Options* o)
     return status;
 }
 
-/* bench_main reads its own options (bench.h), given here once each with their values. */
-static int run_bench(Transformer* t, const Options* o) {
+/* The bench's own options (bench.h) as it reads them: each given one once, with its value, in
+ * args (room for 12). Returns how many there are. */
+static int bench_args(const Options* o, const char** args) {
     static const char* const names[] = {"--bench-prompt", "--bench-gen", "--bench-reps", "--bench-depth",
                                         "--threads", "--json"};
-    const char* args[2 * sizeof names / sizeof names[0]];
     int n = 0;
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         const char* value = given(o, names[k]);
@@ -680,7 +680,21 @@ static int run_bench(Transformer* t, const Options* o) {
         args[n++] = names[k];
         if (value[0]) args[n++] = value; /* "" only for --json, a switch */
     }
-    return bench_main(t, n, (char**)args);
+    return n;
+}
+
+static int run_bench(Transformer* t, const Options* o) {
+    const char* args[12];
+    return bench_main(t, bench_args(o, args), (char**)args);
+}
+
+/* The KV cache's positions: -c, or in bench mode without it what the tests take when that is more
+ * than the default (bench_positions; the model's context still bounds it). */
+static int context_positions(const Options* o) {
+    if (o->mode != BENCH || o->ctx > 0) return o->ctx;
+    const char* args[12];
+    const int need = bench_positions(bench_args(o, args), (char**)args);
+    return need > DEFAULT_CTX ? need : 0;
 }
 
 /* Generate and chat: the sampler, then the mode. */
@@ -725,7 +739,7 @@ int main(int argc, char** argv) {
     Options o;
     parse_args(argc, argv, &o);
     clamp_threads(&o);
-    const TransformerOptions topt = {.threads = o.threads, .ctx = o.ctx, .kv_f16 = o.kv_f16,
+    const TransformerOptions topt = {.threads = o.threads, .ctx = context_positions(&o), .kv_f16 = o.kv_f16,
                                      .bf16_activations = given(&o, "--bf16-activations") != NULL};
     Transformer t;
     char err[512];

@@ -590,16 +590,15 @@ int bench_parse_threads(const char* s, int* counts, int max_counts) {
     }
 }
 
-/* The options (bench.h) as run.c passes them on. Returns 0, or the exit status after an error line
- * on stderr. */
-static int parse_bench_args(Bench* b, int argc, char** argv) {
+/* The options (bench.h) as run.c passes them on, into b (the defaults where one is not given);
+ * --threads keeps b->counts[0] unless it is given. */
+static void read_bench_args(Bench* b, int argc, char** argv) {
     static const char* const names[] = {"--bench-prompt", "--bench-gen", "--bench-reps", "--bench-depth"};
     int* const values[] = {&b->len[0], &b->len[1], &b->reps, &b->depth};
     b->len[0] = 512;
     b->len[1] = 128;
     b->reps = 5;
     b->n_runs = 1;
-    b->counts[0] = kernels_threads(b->t->kernels);
     for (int i = 0; i < argc; i++) {
         const char* value = i + 1 < argc ? argv[i + 1] : "";
         if (strcmp(argv[i], "--json") == 0) b->json = 1;
@@ -611,6 +610,18 @@ static int parse_bench_args(Bench* b, int argc, char** argv) {
                 if (k < 2) b->given[k] = 1;
             }
     }
+}
+
+int bench_positions(int argc, char** argv) {
+    Bench b = {0};
+    read_bench_args(&b, argc, argv);
+    return b.depth + (b.len[0] > b.len[1] ? b.len[0] : b.len[1]);
+}
+
+/* read_bench_args, then the checks. Returns 0, or the exit status after an error line on stderr. */
+static int parse_bench_args(Bench* b, int argc, char** argv) {
+    b->counts[0] = kernels_threads(b->t->kernels);
+    read_bench_args(b, argc, argv);
     if (b->reps < 1) {
         fprintf(stderr, "run: error: --bench-reps must be at least 1, got %d\n", b->reps);
         return 2;

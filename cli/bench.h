@@ -3,7 +3,8 @@
  *   --bench-prompt N   prefill test ppN: N prompt tokens in one forward() call (default 512, or
  *                      the KV cache's positions after the depth where fewer, with a note on stderr)
  *   --bench-gen N      decode test tgN: N tokens one at a time (default 128, fitted the same way)
- *   --bench-depth N    positions already in the KV cache when each test starts (default 0)
+ *   --bench-depth N    positions already in the KV cache when each test starts (default 0;
+ *                      without -c the cache is sized for the depth and the tests)
  *   --bench-reps N     timed repetitions of each test after one warm-up (default 5)
  *   --threads N,M,...  the thread counts to measure (default: the kernels' count, which must be
  *                      the largest in the list): each count gets its own warm-up and roof, then
@@ -26,6 +27,11 @@
  * prints the results on stdout. Returns 0, or after an error line on stderr 2 (options that
  * measure nothing) or 1 (anything else, e.g. a context too small for the tests). */
 int bench_main(Transformer* t, int argc, char** argv);
+
+/* The KV cache positions the tests take with these options (the same argc, argv): --bench-depth
+ * plus the longer of --bench-prompt and --bench-gen, their defaults where not given. run.c sizes
+ * the cache to them when -c is not given, as llama-bench sizes its own. */
+int bench_positions(int argc, char** argv);
 
 /* "1,2,4" -> counts[0..n-1]; each in 1..1024. Returns n, or -1 if s is not such a list of at most
  * max_counts numbers. BENCH_MAX_THREAD_COUNTS is the most the bench takes. */

@@ -259,6 +259,36 @@ class BenchMode(unittest.TestCase):
         self.assertEqual(p.returncode, 1)
         self.assertIn("needs a context of 266 positions", p.stderr)
 
+    def test_depth_sizes_the_cache_without_c(self):
+        """Without -c the KV cache holds what the tests take, as llama-bench's -d needs no other
+        option: a depth past the default 4,096 positions runs (it used to stop at "use -c 4104"),
+        and a -c given too small is still the error that names the -c needed. A tiny random
+        model of 8,192 positions, exported here."""
+        import shutil
+        import sys
+        import tempfile
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import hf_model
+        why = hf_model.missing_tools()
+        if why:
+            self.skipTest(why)
+        tmp = tempfile.mkdtemp(prefix="qwen3_bench_depth_")
+        self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
+        hf_model.write_model(os.path.join(tmp, "hf"), hf_model.Spec(max_position_embeddings=8192))
+        model = os.path.join(tmp, "model.bin")
+        p = hf_model.run_export(os.path.join(tmp, "hf"), model)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        args = [RUN, model, "-m", "bench", "--json", "--threads", "1", "--bench-depth", "4100", "--bench-prompt",
+                "4", "--bench-gen", "4", "--bench-reps", "1"]
+        p = subprocess.run(args, capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        self.assertEqual([(json.loads(line)["test"], json.loads(line)["depth"]) for line in p.stdout.splitlines()],
+                         [("pp4", 4100), ("tg4", 4100)])
+        p = subprocess.run(args + ["-c", "4096"], capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("needs a context of 4104 positions (--bench-depth 4100 + --bench-prompt 4), the KV cache has "
+                      "4096 (use -c 4104", p.stderr)
+
     def test_default_is_the_kernels_thread_count(self):
         recs = self.json_lines("--threads", "1", "--bench-prompt", "0", "--bench-gen", "2",
                                "--bench-reps", "1")
