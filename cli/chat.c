@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,13 +43,14 @@ static void sadd(Str* s, const char* t, size_t n) {
 /* SIGINT only sets a flag and writes a byte to a pipe: the token loop checks the flag between
  * tokens, and the wait for the user's line polls the pipe, which wakes it whichever thread the
  * signal lands on. SIGTERM, SIGHUP and SIGQUIT keep their usual effect, after resetting the
- * terminal's text attributes when stdout shows the thinking dim. */
+ * terminal's text attributes when stdout shows the thinking dim; Ctrl-Z (SIGTSTP) resets them
+ * before the process stops and sets the dim again when it continues. */
 static volatile sig_atomic_t interrupted; /* a Ctrl-C not yet taken */
 static volatile sig_atomic_t dim_shown;   /* stdout is a terminal set to dim text */
 static int wake_pipe[2] = {-1, -1};
 
 static const char ATTR_DIM[] = "\033[2m", ATTR_RESET[] = "\033[0m";
-static const int SIGNALS[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT}; /* Ctrl-C first, then the fatal ones */
+static const int SIGNALS[] = {SIGINT, SIGTSTP, SIGTERM, SIGHUP, SIGQUIT}; /* Ctrl-C, Ctrl-Z, the fatal ones */
 #define N_SIGNALS (int)(sizeof SIGNALS / sizeof SIGNALS[0])
 
 typedef struct {
@@ -60,6 +62,29 @@ static void on_interrupt(int sig) {
     const int saved_errno = errno;
     interrupted = 1;
     ssize_t r = write(wake_pipe[1], "", 1); /* non-blocking: a full pipe is awake already */
+    (void)r;
+    errno = saved_errno;
+}
+
+/* Stops the process as SIGTSTP's default action does, with the dim switched off meanwhile: the
+ * default action for the moment of a raise (the signal unblocked in this thread), then this
+ * handler again. In an orphaned process group the kernel discards the stop and raise returns at once. */
+static void on_stop_signal(int sig) {
+    const int saved_errno = errno;
+    ssize_t r = 0;
+    if (dim_shown) r = write(STDOUT_FILENO, ATTR_RESET, sizeof ATTR_RESET - 1);
+    struct sigaction dfl, mine;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(sig, &dfl, &mine);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, sig);
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+    raise(sig); /* stops here until SIGCONT */
+    sigaction(sig, &mine, NULL);
+    if (dim_shown) r = write(STDOUT_FILENO, ATTR_DIM, sizeof ATTR_DIM - 1);
     (void)r;
     errno = saved_errno;
 }
@@ -102,9 +127,10 @@ static int signals_install(SignalState* st) {
     memset(&sa, 0, sizeof sa);
     sigemptyset(&sa.sa_mask);
     for (int i = 0; i < N_SIGNALS; i++) {
-        sa.sa_handler = i == 0 ? on_interrupt : on_fatal_signal;
+        const int fatal = i >= 2;
+        sa.sa_handler = i == 0 ? on_interrupt : i == 1 ? on_stop_signal : on_fatal_signal;
         /* SA_RESTART: a write to a slow terminal resumes; the line wait polls the pipe */
-        sa.sa_flags = i == 0 ? SA_RESTART : SA_RESETHAND;
+        sa.sa_flags = fatal ? SA_RESETHAND : SA_RESTART;
         sigaction(SIGNALS[i], NULL, &st->old[i]);
         if (st->old[i].sa_handler != SIG_IGN) sigaction(SIGNALS[i], &sa, NULL);
     }

@@ -10,6 +10,8 @@ waits for the line on stderr that says the chat got there, so nothing depends on
   is in the next turn's prompt (the KV cache and the conversation agree), the dim thinking is
   followed by the attribute reset ESC[0m, and two Ctrl-C at the prompt leave with status 0.
 - SIGTERM while the thinking is shown dim: the process dies of the signal after writing ESC[0m.
+- Ctrl-Z (SIGTSTP) there: ESC[0m before the process stops, ESC[2m when it continues (the chat runs
+  as a shell's job would, a process group of its own in the test's session, so the stop is real).
 - the commands (/help, /bye = /quit = /exit, /clear, /system, /save, unknown ones), the one-line
   hint at a terminal only, the seed printed when it came from the clock (and repeating the chat
   with it), generate's speed line for -m chat -i.
@@ -44,14 +46,23 @@ WRITE_SYSCALL = {'x86_64': '1', 'aarch64': '64'}.get(os.uname().machine)
 DEADLINE = 60  # seconds: a guard against a hung chat, not a measurement
 
 
+def process_state(pid):
+    """The state letter of /proc/PID/stat ('T': stopped)."""
+    with open('/proc/%d/stat' % pid) as f:
+        return f.read().rsplit(')', 1)[1].split()[0]
+
+
 def ids_of(text):
     return [int(x) for x in text.split(',') if x]
 
 
 class TerminalChat:
-    """./run with a pseudo-terminal as stdin, stdout and controlling terminal; stderr on a pipe."""
+    """./run with a pseudo-terminal as stdin, stdout and controlling terminal; stderr on a pipe.
+    job=True: the terminal is not the controlling one, and the chat is a process group of its own
+    in this test's session, as a shell's job is (a stop signal stops it; in a session of its own
+    the kernel would discard the stop, the group being orphaned)."""
 
-    def __init__(self, args):
+    def __init__(self, args, job=False):
         self.master, slave = pty.openpty()
         attrs = termios.tcgetattr(slave)
         attrs[0] |= termios.IXON  # Ctrl-S / Ctrl-Q stop and restart output
@@ -62,7 +73,8 @@ class TerminalChat:
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
         self.p = subprocess.Popen([hf_model.RUN] + args, stdin=slave, stdout=slave, stderr=subprocess.PIPE,
-                                  cwd=hf_model.ROOT, start_new_session=True, preexec_fn=controlling_terminal)
+                                  cwd=hf_model.ROOT, start_new_session=not job,
+                                  preexec_fn=(lambda: os.setpgid(0, 0)) if job else controlling_terminal)
         os.close(slave)
         self.out, self.err, self.err_at = b'', b'', 0
 
@@ -163,8 +175,8 @@ class ChatTerminal(hf_model.TempDirTestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         return [int(x) for x in p.stdout.split()]
 
-    def terminal(self, *args):
-        chat = TerminalChat([self.ckpt, '-m', 'chat', '-t', '0', '--verbose-prompt'] + list(args))
+    def terminal(self, *args, job=False):
+        chat = TerminalChat([self.ckpt, '-m', 'chat', '-t', '0', '--verbose-prompt'] + list(args), job=job)
         self.addCleanup(chat.close)
         return chat
 
@@ -241,6 +253,36 @@ class ChatTerminal(hf_model.TempDirTestCase):
         chat.type(CTRL_Q)  # output restarts
         self.assertEqual(chat.finish(), -signal.SIGTERM, chat.err)
         self.assertTrue(chat.out.endswith(RESET), chat.out)
+
+    @unittest.skipUnless(WRITE_SYSCALL and os.path.exists('/proc/self/syscall'),
+                         'needs /proc/PID/syscall and a known write syscall number')
+    def test_ctrl_z_resets_the_dim_until_the_chat_continues(self):
+        """Ctrl-Z (SIGTSTP) while the thinking is shown dim: ESC[0m is written before the process
+        stops, so the shell is not left dim, ESC[2m again when it continues, and the chat goes on."""
+        chat = self.terminal('-c', '256', '-n', '20', job=True)
+        chat.wait_err(NEXT_PROMPT)
+        chat.type(CTRL_S + b'hello there\n')  # the answer's first write (dim <think>) waits
+        chat.wait_err(PROMPT_RE)
+        chat.wait_blocked_writing_stdout()
+        chat.p.send_signal(signal.SIGTSTP)
+        chat.type(CTRL_Q)  # output restarts
+        deadline = time.monotonic() + DEADLINE
+        while process_state(chat.p.pid) != 'T':
+            self.assertLess(time.monotonic(), deadline, 'the chat never stopped')
+            chat.pump(0.01)
+        while chat.pump(0.2) and select.select([chat.master], [], [], 0)[0]:
+            pass
+        # The answer's own write waits to be restarted after the stop: the handler's reset is last.
+        self.assertTrue(chat.out.endswith(RESET), chat.out)
+        stopped_at = len(chat.out)
+        chat.p.send_signal(signal.SIGCONT)
+        chat.wait_err(ANSWER_RE)
+        chat.wait_err(NEXT_PROMPT)
+        # The handler's ESC[2m, then the restarted write's own.
+        self.assertTrue(chat.out[stopped_at:].startswith(DIM + DIM), chat.out[stopped_at:])
+        chat.type(CTRL_D)
+        self.assertEqual(chat.finish(), 0, chat.err)
+        self.assertIn(RESET, chat.out[stopped_at:])
 
     def test_ctrl_d_leaves_at_once(self):
         chat = self.terminal('-n', '3')
