@@ -45,11 +45,20 @@ int logits_dump_close(LogitsDump* d) {
 }
 
 float* forward_dumped(Transformer* t, const int* ids, int n, int pos, LogitsDump* d) {
+    return forward_prompt(t, ids, n, pos, d, NULL, NULL, NULL);
+}
+
+float* forward_prompt(Transformer* t, const int* ids, int n, int pos, LogitsDump* d, int (*between)(void*, int, int),
+                      void* ctx, int* stopped) {
     const size_t V = (size_t)t->config.vocab_size;
     const int max_batch = t->state.max_batch;
     float* logits = NULL;
     for (int i = 0; i < n;) {
-        const int nb = d->file && n - i > max_batch ? max_batch : n - i;
+        if (i > 0 && between && between(ctx, i, n)) {
+            *stopped = 1;
+            return NULL;
+        }
+        const int nb = (d->file || between) && n - i > max_batch ? max_batch : n - i;
         logits = forward(t, ids + i, nb, pos + i, d->file ? d->rows : NULL);
         if (logits == NULL) {
             fprintf(stderr, "run: error: forward pass failed\n");

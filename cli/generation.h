@@ -24,6 +24,13 @@ int logits_dump_close(LogitsDump* d);
  * all go to the file. The last position's logits, or NULL after an error line. */
 float* forward_dumped(Transformer* t, const int* ids, int n, int pos, LogitsDump* d);
 
+/* forward_dumped for a prompt, a chunk of max_batch positions at a time (forward() makes the same
+ * chunks itself, so the logits are the same bits), with between(ctx, done, n) called before each
+ * chunk after the first: it may show progress, and returns nonzero to stop there (*stopped = 1,
+ * NULL returned). */
+float* forward_prompt(Transformer* t, const int* ids, int n, int pos, LogitsDump* d, int (*between)(void*, int, int),
+                      void* ctx, int* stopped);
+
 int is_eos(const FileHeader* h, int id);
 double now_seconds(void);
 

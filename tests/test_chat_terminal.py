@@ -9,6 +9,9 @@ waits for the line on stderr that says the chat got there, so nothing depends on
   first write blocks; the Ctrl-C then lands inside the answer. The chat goes on, the partial answer
   is in the next turn's prompt (the KV cache and the conversation agree), the dim thinking is
   followed by the attribute reset ESC[0m, and two Ctrl-C at the prompt leave with status 0.
+- Ctrl-C during a prompt of more than one chunk (256 positions): with stderr on a terminal whose
+  output is stopped, the progress line after the first chunk waits and the Ctrl-C lands there; the
+  message is not sent, and the next turn's prompt has none of it.
 - SIGTERM while the thinking is shown dim: the process dies of the signal after writing ESC[0m.
 - Ctrl-Z (SIGTSTP) there: ESC[0m before the process stops, ESC[2m when it continues (the chat runs
   as a shell's job would, a process group of its own in the test's session, so the stop is real).
@@ -60,27 +63,40 @@ class TerminalChat:
     """./run with a pseudo-terminal as stdin, stdout and controlling terminal; stderr on a pipe.
     job=True: the terminal is not the controlling one, and the chat is a process group of its own
     in this test's session, as a shell's job is (a stop signal stops it; in a session of its own
-    the kernel would discard the stop, the group being orphaned)."""
+    the kernel would discard the stop, the group being orphaned). stderr_terminal=True: stderr on a
+    second pseudo-terminal (err_master; Ctrl-S typed there stops its output), read as the pipe is."""
 
-    def __init__(self, args, job=False):
+    def __init__(self, args, job=False, stderr_terminal=False):
         self.master, slave = pty.openpty()
         attrs = termios.tcgetattr(slave)
         attrs[0] |= termios.IXON  # Ctrl-S / Ctrl-Q stop and restart output
         attrs[3] |= termios.ISIG | termios.ICANON | termios.ECHO  # Ctrl-C: SIGINT; lines
         termios.tcsetattr(slave, termios.TCSANOW, attrs)
+        err_slave = None
+        if stderr_terminal:
+            self.err_master, err_slave = pty.openpty()
+            attrs = termios.tcgetattr(err_slave)
+            attrs[0] |= termios.IXON
+            attrs[1] &= ~termios.OPOST  # the bytes as written (no \n -> \r\n)
+            termios.tcsetattr(err_slave, termios.TCSANOW, attrs)
 
         def controlling_terminal():
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
-        self.p = subprocess.Popen([hf_model.RUN] + args, stdin=slave, stdout=slave, stderr=subprocess.PIPE,
+        self.p = subprocess.Popen([hf_model.RUN] + args, stdin=slave, stdout=slave,
+                                  stderr=err_slave if stderr_terminal else subprocess.PIPE,
                                   cwd=hf_model.ROOT, start_new_session=not job,
                                   preexec_fn=(lambda: os.setpgid(0, 0)) if job else controlling_terminal)
         os.close(slave)
+        self.errf = self.p.stderr
+        if stderr_terminal:
+            os.close(err_slave)
+            self.errf = os.fdopen(self.err_master, 'rb', buffering=0)
         self.out, self.err, self.err_at = b'', b'', 0
 
     def pump(self, timeout):
         """Reads what stdout (with the terminal's echo) and stderr have; False at the end of both."""
-        fds = [fd for fd in (self.master, self.p.stderr.fileno() if self.p.stderr else None) if fd is not None]
+        fds = [fd for fd in (self.master, self.errf.fileno() if self.errf else None) if fd is not None]
         if not fds:
             return False
         for fd in select.select(fds, [], [], timeout)[0]:
@@ -96,8 +112,8 @@ class TerminalChat:
             else:
                 self.err += data
                 if not data:
-                    self.p.stderr.close()
-                    self.p.stderr = None
+                    self.errf.close()
+                    self.errf = None
         return True
 
     def wait_err(self, pattern):
@@ -113,16 +129,16 @@ class TerminalChat:
                 raise AssertionError('stderr never showed %r; status %s; stderr:\n%s' %
                                      (pattern, self.p.poll(), self.err.decode('utf-8', 'replace')))
 
-    def wait_blocked_writing_stdout(self):
-        """Waits until the chat's main thread sleeps in write(1, ...) (stdout stopped by Ctrl-S)."""
+    def wait_blocked_writing_stdout(self, fd=1):
+        """Waits until the chat's main thread sleeps in write(fd, ...) (output stopped by Ctrl-S)."""
         deadline = time.monotonic() + DEADLINE
         while time.monotonic() < deadline:
             with open('/proc/%d/syscall' % self.p.pid) as f:
                 fields = f.read().split()
-            if fields[:2] == [WRITE_SYSCALL, '0x1']:
+            if fields[:2] == [WRITE_SYSCALL, hex(fd)]:
                 return
             self.pump(0.01)
-        raise AssertionError('the chat never blocked writing to stdout')
+        raise AssertionError('the chat never blocked writing to fd %d' % fd)
 
     def type(self, data):
         os.write(self.master, data)
@@ -136,8 +152,8 @@ class TerminalChat:
         if self.p.poll() is None:
             self.p.kill()
         status = self.p.wait()
-        while self.pump(0) and (self.master or self.p.stderr):
-            if not select.select([fd for fd in (self.master, self.p.stderr and self.p.stderr.fileno()) if fd],
+        while self.pump(0) and (self.master or self.errf):
+            if not select.select([fd for fd in (self.master, self.errf and self.errf.fileno()) if fd],
                                  [], [], 0)[0]:
                 break
         self.close()
@@ -150,7 +166,7 @@ class TerminalChat:
         if self.master is not None:
             os.close(self.master)
             self.master = None
-        for f in (self.p.stdin, self.p.stderr):
+        for f in (self.p.stdin, self.errf):
             if f:
                 f.close()
 
@@ -284,6 +300,50 @@ class ChatTerminal(hf_model.TempDirTestCase):
         self.assertEqual(chat.finish(), 0, chat.err)
         self.assertIn(RESET, chat.out[stopped_at:])
 
+    @unittest.skipUnless(WRITE_SYSCALL and os.path.exists('/proc/self/syscall'),
+                         'needs /proc/PID/syscall and a known write syscall number')
+    def test_ctrl_c_during_a_long_prompt_drops_the_message(self):
+        """A prompt longer than one chunk of the forward pass (256 positions) shows its progress on
+        a terminal's stderr and stops between chunks at a Ctrl-C: the message is not sent, the
+        chat goes on, and the next turn's prompt has no trace of it. stderr's output is stopped
+        (Ctrl-S there), so the progress line after the first chunk waits; the Ctrl-C comes then.
+        A model of 1,024 positions, exported here."""
+        d = self.fresh_dir('long')
+        hf_model.write_model(os.path.join(d, 'hf'), hf_model.Spec(max_position_embeddings=1024, seed=13))
+        ckpt = os.path.join(d, 'model.bin')
+        p = hf_model.run_export(os.path.join(d, 'hf'), ckpt, dtype='f32')
+        self.assertEqual(p.returncode, 0, p.stderr)
+        long_message = 'once upon a time there was a little cat ' * 12
+        p = hf_model.run_engine([ckpt, '-m', 'tokenize', '-i', long_message])
+        self.assertGreater(len(p.stdout.split()), 300, 'the message needs more than one chunk of 256')
+        chat = TerminalChat([ckpt, '-m', 'chat', '-t', '0', '--verbose-prompt', '-n', '3'], stderr_terminal=True)
+        self.addCleanup(chat.close)
+        chat.wait_err(r'> ')
+        chat.type(b'hello there\n')
+        first = chat.wait_err(PROMPT_RE)
+        answer = chat.wait_err(ANSWER_RE)
+        chat.wait_err(NEXT_PROMPT)
+        os.write(chat.err_master, CTRL_S)
+        chat.type(long_message.encode() + b'\n')
+        chat.wait_blocked_writing_stdout(fd=2)  # the progress line after the first chunk
+        chat.type(CTRL_C)
+        os.write(chat.err_master, CTRL_Q)
+        # the line written over, then cleared before the chat says what happened
+        progress = chat.wait_err(r'\rchat: prompt 256/(\d+) tokens\r\x1b\[Kchat: Ctrl-C: the message was not sent\n> ')
+        self.assertGreater(int(progress.group(1)), 256)
+        chat.type(b'and again\n')
+        second = chat.wait_err(PROMPT_RE)
+        chat.wait_err(ANSWER_RE)
+        chat.wait_err(NEXT_PROMPT)
+        chat.type(CTRL_D)
+        self.assertEqual(chat.finish(), 0, chat.err)
+        p1, ans1, p2 = ids_of(first.group(3)), ids_of(answer.group(2)), ids_of(second.group(3))
+        # the first turn, its answer, then the new message in the template (tens of tokens): none
+        # of the long one's 300 and more
+        self.assertEqual(p2[:len(p1) + len(ans1)], p1 + ans1)
+        self.assertLess(len(p2), len(p1) + len(ans1) + 100, p2)
+        self.assertNotRegex(chat.err[:progress.start()].decode(), r'prompt \d+/')  # a short prompt shows none
+
     def test_ctrl_d_leaves_at_once(self):
         chat = self.terminal('-n', '3')
         chat.wait_err(NEXT_PROMPT)
@@ -303,7 +363,7 @@ class ChatTerminal(hf_model.TempDirTestCase):
                              preexec_fn=lambda: fcntl.ioctl(1, termios.TIOCSCTTY, 0))
         os.close(slave)
         chat = TerminalChat.__new__(TerminalChat)
-        chat.master, chat.p, chat.out, chat.err, chat.err_at = master, p, b'', b'', 0
+        chat.master, chat.p, chat.errf, chat.out, chat.err, chat.err_at = master, p, p.stderr, b'', b'', 0
         self.addCleanup(chat.close)
         attrs = termios.tcgetattr(master)
         attrs[0] |= termios.IXON
