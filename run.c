@@ -570,14 +570,17 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
         trace_open(&trace, o, c, n_prompt);
         t->norm_trace = &trace;
     }
+    double t0 = now_seconds();
+    PromptProgress progress = {"run", isatty(STDERR_FILENO), 0, NULL}; /* a long prompt's, on a terminal */
+    int stopped = 0;
+    float* logits = forward_prompt(t, prompt, n_prompt, 0, &dump, prompt_progress, &progress, &stopped);
+    prompt_progress_end(&progress);
+    if (logits == NULL) exit(1);
+    double t1 = now_seconds();
     if (o->prompt && tok) { /* show the prompt, then the continuation, as llama2.c does */
         fputs(o->prompt, stdout);
         fflush(stdout);
     }
-    double t0 = now_seconds();
-    float* logits = forward_dumped(t, prompt, n_prompt, 0, &dump);
-    if (logits == NULL) exit(1);
-    double t1 = now_seconds();
     if (trace.pos >= 0 && trace.json == NULL)
         t->norm_trace = NULL; /* the prompt's last token has been through every call site */
     int n_decoded = 0, context_full = 0;

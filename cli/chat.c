@@ -553,23 +553,6 @@ static int chat_answer(Chat* c, float* logits, int* stopped, int* n_tokens) {
     return status;
 }
 
-/* A long prompt between two of its chunks (forward_prompt): at a terminal, how far it is, on one
- * line of stderr written over; a Ctrl-C stops it there. */
-typedef struct {
-    int progress; /* show it: the chat and stderr are at a terminal */
-    int shown;    /* the line is on the screen */
-} PromptProgress;
-
-static int prompt_between(void* ctx, int done, int n) {
-    PromptProgress* p = ctx;
-    if (p->progress) {
-        fprintf(stderr, "\rchat: prompt %d/%d tokens", done, n);
-        fflush(stderr);
-        p->shown = 1;
-    }
-    return interrupted != 0;
-}
-
 /* One turn for the conversation's last message, the user's: the prompt run after what the cache
  * shares with it, then the answer, which joins the conversation (also when Ctrl-C stopped it).
  * Returns 0; 1 when the message was not sent (too long, or a Ctrl-C during its prompt: it left the
@@ -584,10 +567,10 @@ static int chat_turn(Chat* c) {
         return r;
     }
     const double t_prompt = now_seconds();
-    PromptProgress progress = {c->terminal && isatty(STDERR_FILENO), 0};
+    PromptProgress progress = {"chat", c->terminal && isatty(STDERR_FILENO), 0, &interrupted};
     int cut = 0;
-    float* logits = forward_prompt(c->t, run, n_run, start, &c->dump, prompt_between, &progress, &cut);
-    if (progress.shown) fputs("\r\033[K", stderr); /* the progress line goes */
+    float* logits = forward_prompt(c->t, run, n_run, start, &c->dump, prompt_progress, &progress, &cut);
+    prompt_progress_end(&progress);
     if (logits) memcpy(c->history + start, run, (size_t)n_run * sizeof(int));
     free(run);
     if (cut) { /* the cache holds the conversation up to start; after it, part of this prompt */

@@ -73,6 +73,21 @@ float* forward_prompt(Transformer* t, const int* ids, int n, int pos, LogitsDump
     return logits;
 }
 
+int prompt_progress(void* ctx, int done, int n) {
+    PromptProgress* p = ctx;
+    if (p->show) {
+        fprintf(stderr, "\r%s: prompt %d/%d tokens", p->label, done, n);
+        fflush(stderr);
+        p->shown = 1;
+    }
+    return p->stop && *p->stop;
+}
+
+void prompt_progress_end(PromptProgress* p) {
+    if (p->shown) fputs("\r\033[K", stderr);
+    p->shown = 0;
+}
+
 void print_speed(int n_prompt, double prefill_s, int n_generated, int n_decoded, double decode_s) {
     fprintf(stderr, "prompt tokens: %d, prefill: %.1f tok/s, generated tokens: %d, decode: ", n_prompt,
             n_prompt / (prefill_s > 0 ? prefill_s : 1e-9), n_generated);

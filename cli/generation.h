@@ -3,6 +3,7 @@
 #ifndef GENERATION_H
 #define GENERATION_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -30,6 +31,17 @@ float* forward_dumped(Transformer* t, const int* ids, int n, int pos, LogitsDump
  * NULL returned). */
 float* forward_prompt(Transformer* t, const int* ids, int n, int pos, LogitsDump* d, int (*between)(void*, int, int),
                       void* ctx, int* stopped);
+
+/* forward_prompt's between for a prompt: where show, "\r<label>: prompt <done>/<n> tokens" on
+ * stderr, one line written over (prompt_progress_end clears it); stops where *stop is set (stop
+ * NULL: never). */
+typedef struct {
+    const char* label;
+    int show, shown;
+    volatile sig_atomic_t* stop;
+} PromptProgress;
+int prompt_progress(void* ctx, int done, int n);
+void prompt_progress_end(PromptProgress* p);
 
 int is_eos(const FileHeader* h, int id);
 double now_seconds(void);

@@ -15,6 +15,8 @@
   saying so, where the system gives file mappings none). That a load leaves the page cache alone
   is tested in tests/test_mapped_weights.c.
 
+* a prompt of more than one chunk shows its progress where stderr is a terminal, nothing elsewhere.
+
 Skips, with the reason, when ./run or the model is missing. Standard library only."""
 import json
 import os
@@ -103,6 +105,65 @@ class TokenizeInput(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(p.stdout, run("-m", "tokenize", "-i", "Once upon a time").stdout)
         self.assertEqual(p.stderr, "")
+
+
+class PromptProgress(unittest.TestCase):
+    """A prompt of more than one chunk (256 positions) shows its progress on stderr when stderr is
+    a terminal, one line written over and cleared before the run's own lines, and nothing when it
+    is not; generate's output is the same either way. A tiny random model of 1,024 positions,
+    exported here."""
+
+    @classmethod
+    def setUpClass(cls):
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import hf_model
+        cls.why = hf_model.missing_tools()
+        if cls.why:
+            return
+        cls.tmp = tempfile.mkdtemp(prefix="qwen3_progress_")
+        hf_model.write_model(os.path.join(cls.tmp, "hf"), hf_model.Spec(max_position_embeddings=1024))
+        cls.ckpt = os.path.join(cls.tmp, "model.bin")
+        p = hf_model.run_export(os.path.join(cls.tmp, "hf"), cls.ckpt)
+        assert p.returncode == 0, p.stderr
+
+    @classmethod
+    def tearDownClass(cls):
+        if not cls.why:
+            shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def generate(self, n_ids, stderr_terminal):
+        if self.why:
+            self.skipTest(self.why)
+        args = [RUN, self.ckpt, "--prompt-ids", ",".join(str(1 + i % 200) for i in range(n_ids)), "-n", "4",
+                "-t", "0"]
+        if not stderr_terminal:
+            p = subprocess.run(args, capture_output=True, timeout=120)
+            return p.stdout, p.stderr
+        master, slave = pty.openpty()
+        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=slave)
+        os.close(slave)
+        err = b""
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: the run closed its side
+                data = b""
+            if not data:
+                break
+            err += data
+        os.close(master)
+        out = p.communicate(timeout=120)[0]
+        self.assertEqual(p.returncode, 0, err)
+        return out, err
+
+    def test_progress_on_a_terminal_only(self):
+        out_tty, err_tty = self.generate(600, True)
+        self.assertRegex(err_tty, rb"^\rrun: prompt 256/600 tokens\rrun: prompt 512/600 tokens\r\x1b\[Kprompt tokens: 600")
+        out_pipe, err_pipe = self.generate(600, False)
+        self.assertNotIn(b"run: prompt", err_pipe)
+        self.assertEqual(out_tty, out_pipe)
+        _, err_short = self.generate(200, True)  # one chunk: nothing to show
+        self.assertNotIn(b"run: prompt", err_short)
 
 
 @unittest.skipIf(missing() is not None, missing() or "")
