@@ -257,16 +257,21 @@ class ChatTerminal(hf_model.TempDirTestCase):
         self.assertIn(DIM, chat.out)
         self.assertIn(RESET, chat.out[chat.out.rindex(DIM):], chat.out)
 
+    def signal_while_dim(self, chat, sig):
+        """Sends sig while the chat writes its answer's first, dim, token (stdout stopped by Ctrl-S,
+        so the write waits), then lets the output go on."""
+        chat.wait_err(NEXT_PROMPT)
+        chat.type(CTRL_S + b'hello there\n')
+        chat.wait_err(PROMPT_RE)
+        chat.wait_blocked_writing_stdout()
+        chat.p.send_signal(sig)
+        chat.type(CTRL_Q)
+
     @unittest.skipUnless(WRITE_SYSCALL and os.path.exists('/proc/self/syscall'),
                          'needs /proc/PID/syscall and a known write syscall number')
     def test_sigterm_resets_the_dim_attribute(self):
         chat = self.terminal('-c', '256')
-        chat.wait_err(NEXT_PROMPT)
-        chat.type(CTRL_S + b'hello there\n')  # the answer's first write (dim <think>) waits
-        chat.wait_err(PROMPT_RE)
-        chat.wait_blocked_writing_stdout()
-        chat.p.send_signal(signal.SIGTERM)
-        chat.type(CTRL_Q)  # output restarts
+        self.signal_while_dim(chat, signal.SIGTERM)
         self.assertEqual(chat.finish(), -signal.SIGTERM, chat.err)
         self.assertTrue(chat.out.endswith(RESET), chat.out)
 
@@ -276,12 +281,7 @@ class ChatTerminal(hf_model.TempDirTestCase):
         """Ctrl-Z (SIGTSTP) while the thinking is shown dim: ESC[0m is written before the process
         stops, so the shell is not left dim, ESC[2m again when it continues, and the chat goes on."""
         chat = self.terminal('-c', '256', '-n', '20', job=True)
-        chat.wait_err(NEXT_PROMPT)
-        chat.type(CTRL_S + b'hello there\n')  # the answer's first write (dim <think>) waits
-        chat.wait_err(PROMPT_RE)
-        chat.wait_blocked_writing_stdout()
-        chat.p.send_signal(signal.SIGTSTP)
-        chat.type(CTRL_Q)  # output restarts
+        self.signal_while_dim(chat, signal.SIGTSTP)
         deadline = time.monotonic() + DEADLINE
         while process_state(chat.p.pid) != 'T':
             self.assertLess(time.monotonic(), deadline, 'the chat never stopped')
