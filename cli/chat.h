@@ -29,8 +29,8 @@ typedef struct {
  * chunks' progress shows when stderr is a terminal); Ctrl-C twice in a row at the prompt, Ctrl-D
  * or /bye leave. From a pipe or with -i a Ctrl-C ends the chat with status 130. The dim attributes
  * of the thinking are reset on every way out, SIGTERM, SIGHUP and SIGQUIT included, and while
- * Ctrl-Z stops the process. Returns 0, 130, or 1 after an
- * error message on stderr; *n_generated: the tokens generated in the whole chat. */
+ * Ctrl-Z stops the process. Returns 0, 130, or 1 after an error message on stderr; *n_generated:
+ * the tokens generated in the whole chat. */
 int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOptions* o, int* n_generated);
 
 #endif
