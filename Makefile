@@ -28,7 +28,7 @@ ifeq ($(filter -j%,$(MAKEFLAGS)),)
 endif
 
 COMPILE = $(CC) $(REQUIRED_FLAGS) $(NATIVE) $(CFLAGS) $(CPPFLAGS)
-KERNEL_SRC := $(wildcard kernels/*.c)
+KERNEL_SRC := $(wildcard kernels/*.c kernels/x86/*.c kernels/arm/*.c)
 ENGINE_SRC := model.c $(KERNEL_SRC) $(wildcard tokenizer/*.c) $(wildcard cli/*.c)
 # B is the build folder; `make test-scalar` builds the scalar reference in build/scalar beside it.
 B ?= build

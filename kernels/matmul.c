@@ -1,7 +1,8 @@
 /* matmul.c: y = W x for f32, bf16, q8 and q4 weights, and the embedding-row lookup. The scalar
  * reference comes first; then the scratch, decode's prefetch plan, and the parallel driver, which
  * splits a product's rows over the threads and hands each chunk to a SIMD twin of the reference:
- * matmul_float.c (f32, bf16), matmul_int8.c (q8, q4), matmul_amx.c (their prefill on AMX). */
+ * x86/ or arm/, matmul_float.c (f32, bf16) and matmul_int8.c (q8, q4); x86/matmul_amx.c (their
+ * prefill on AMX). */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,8 +1,10 @@
 /* matmul_shared.h: what the matmul files share (private to them; the engine's interface is
  * kernels.h). matmul.c holds the scalar reference, the scratch and the parallel driver, which
- * picks for each product one of the SIMD twins in matmul_float.c (f32 and bf16 weights, and q8 with
- * fp32 activations), matmul_int8.c (q8 and q4 weights x int8 activations) or matmul_amx.c (q8 and
- * q4 prefill on AMX tiles). Here: the scratch those files use, the helpers more than one of them
+ * picks for each product one of the SIMD twins, kept by instruction set: x86/ (AVX2, AVX-512,
+ * VNNI, AMX) and arm/ (NEON), each with matmul_float.c (f32 and bf16 weights) and matmul_int8.c
+ * (q8 and q4 weights x int8 activations), and x86/matmul_amx.c (q8 and q4 prefill on AMX tiles).
+ * The loops over row and token tiles that both sets share are matmul_float_tiles.h and
+ * matmul_int8_tiles.h. Here: the scratch those files use, the helpers more than one of them
  * inlines, and the functions they call in each other. No file keeps state: the scratch, the
  * prefetch plan and the switches belong to a kernel context (kernels.h, Kernels) and reach the
  * twins in a MatmulThread. */
@@ -16,6 +18,11 @@
 #include "simd_math.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* Row r of an f32 or bf16 matrix. */
+ALWAYS_INLINE const void* row_ptr(const Matrix* W, int r) {
+    return (const char*)W->data + (size_t)r * (size_t)W->cols * (W->type == WEIGHT_F32 ? 4 : 2);
+}
 
 /* ---- What a SIMD twin gets from the kernel context that runs it ---- */
 
@@ -115,11 +122,11 @@ ALWAYS_INLINE float scale1(uint16_t h) {
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
 #define HAVE_Q8_INT8 1 /* q8 and q4 multiply int8 activations (a group size that is not a multiple of 32: the scalar reference) */
 
-/* matmul_float.c: rows [r0, r1) of out for n tokens of fp32 activations x. */
+/* matmul_float.c (x86/ or arm/): rows [r0, r1) of out for n tokens of fp32 activations x. */
 void rows_f32(const MatmulThread* mt, float* out, const float* x, const Matrix* W, int n, int r0, int r1);
 void rows_bf16(const MatmulThread* mt, float* out, const float* x, const Matrix* W, int n, int r0, int r1);
 
-/* matmul_int8.c: x quantised per group (quantize_rows), then q8 or q4 weights x those int8 values. */
+/* matmul_int8.c (x86/ or arm/): x quantised per group (quantize_rows), then q8 or q4 weights x those int8 values. */
 void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, int32_t* xgsum, const float* x, int C, int gs, int t0,
                    int t1);
 void rows_qi(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const int32_t* xgsum,
@@ -132,13 +139,13 @@ void rows_qi(const MatmulThread* mt, float* out, const int8_t* xq, const float* 
 #define Q8_VNNI 1
 #endif
 
-/* matmul_float.c */
+/* x86/matmul_float.c */
 int float_packed_takes(const Matrix* W, int n, int xp_cap); /* whether rows_float_nn packs W's rows for n tokens */
 void deinterleave(float* xp, const float* x, int C, int span); /* rows_bf16_n1's activation row */
 int bf16_span(int cols);
 void rows_bf16_n1(const MatmulThread* mt, float* out, const Matrix* W, int r0, int r1); /* x de-interleaved in mt->xp */
 
-/* matmul_int8.c */
+/* x86/matmul_int8.c */
 /* rows per q8 or q4 panel (rows_qi_packed): one vector of int32 lanes, a zmm with 512-bit VNNI */
 #if defined(Q8_VNNI) && defined(KERNELS_AVX512)
 #define QP_ROWS 16
@@ -148,7 +155,7 @@ void rows_bf16_n1(const MatmulThread* mt, float* out, const Matrix* W, int r0, i
 int qi_packed_takes(const Matrix* W, int n, int xp_cap); /* whether q8 or q4 prefill packs panels for n tokens */
 #endif
 
-#if defined(KERNELS_BF16_DOT) /* matmul_float.c: bf16 weights x bf16 activations (--bf16-activations) */
+#if defined(KERNELS_BF16_DOT) /* x86/matmul_float.c: bf16 weights x bf16 activations (--bf16-activations) */
 int bf16_packed_takes(const Matrix* W, int n, int xp_cap);
 void rows_bf16_dot(const MatmulThread* mt, float* out, const uint16_t* xb, const Matrix* W, int n, int r0, int r1);
 void bf16_round_rows(uint16_t* xb, const float* x, size_t count);
@@ -156,14 +163,14 @@ void bf16_round_rows(uint16_t* xb, const float* x, size_t count);
 
 #if defined(KERNELS_AMX)
 #define AMX_ROWS 16 /* output rows per B tile, tokens per A tile */
-/* matmul_amx.c */
+/* x86/matmul_amx.c */
 int amx_request(void);
 void amx_configure(int K, int T);
 int amx_takes(const Matrix* W, int n, int amx, int xp_cap);
 int amx_chunk(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const Matrix* W, int n, int r0, int r1);
 #endif
 
-#if defined(KERNELS_AMX_BF16) /* matmul_float.c: bf16 weights x fp32 activations split in three bf16 */
+#if defined(KERNELS_AMX_BF16) /* x86/matmul_float.c: bf16 weights x fp32 activations split in three bf16 */
 void bf16_split_rows(uint16_t* xs, const float* x, int C, int t0, int t1);
 void rows_bf16_split(const MatmulThread* mt, float* out, const float* x, const uint16_t* xs, const Matrix* W, int n, int r0, int r1);
 #endif

@@ -58,9 +58,9 @@ static float fma_steps(float seed) {
 #endif
 }
 
-/* int8 dot products as matmul_int8.c's qi_dot does them: 32 multiply-adds per step and chain. The
+/* int8 dot products as x86/matmul_int8.c's qi_dot does them: 32 multiply-adds per step and chain. The
  * accumulators are named, not an array: gcc 12 keeps inline asm operands of an array in memory,
- * and its vpdpbusd intrinsic shuffles registers (matmul_int8.c's dpbusd says why the asm). */
+ * and its vpdpbusd intrinsic shuffles registers (x86/matmul_int8.c's dpbusd says why the asm). */
 #if defined(Q8_VNNI) && defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__GNUC__)
 #define INT8_STEP(acc) __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(w), "v"(x))
 #elif defined(Q8_VNNI)
@@ -121,7 +121,7 @@ static float fma_steps(float seed) {
     return vaddvq_f32(t);
 }
 
-/* As matmul_int8.c's dot16: 16 multiply-adds per step and chain. */
+/* As arm/matmul_int8.c's dot16: 16 multiply-adds per step and chain. */
 static float int8_steps(float seed) {
     int32x4_t a[CHAINS];
     const int8x16_t w = vdupq_n_s8((int8_t)(int)seed), x = vdupq_n_s8(3);

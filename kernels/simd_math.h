@@ -17,7 +17,7 @@ MatmulScratch* kernels_scratch(const Kernels* k);
 #if !defined(KERNELS_SCALAR) && defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define KERNELS_AVX2 1
-/* With AVX-512 (F, BW, VL) matmul_float.c and matmul_int8.c add 512-bit prefill tiles (f32, bf16) and 512-bit decode
+/* With AVX-512 (F, BW, VL) x86/matmul_float.c and x86/matmul_int8.c add 512-bit prefill tiles (f32, bf16) and 512-bit decode
  * kernels (bf16; q8 with VNNI), and attention.c a 512-bit weighted sum for decode; everything
  * else stays on the AVX2 twins. */
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
@@ -36,7 +36,7 @@ MatmulScratch* kernels_scratch(const Kernels* k);
 #endif
 /* With AMX (tile registers and their int8 product, Intel Sapphire Rapids and later) on Linux, q8
  * and q4 prefill multiply tiles of 16 tokens x 16 rows x 64 (q4: 32) columns per instruction, where the kernel
- * grants the tile state (matmul_amx.c, amx_request; kernels_amx() says whether it did). */
+ * grants the tile state (x86/matmul_amx.c, amx_request; kernels_amx() says whether it did). */
 #if defined(__AMXTILE__) && defined(__AMXINT8__) /* clang's spelling of gcc's __AMX_TILE__, __AMX_INT8__ */
 #define KERNELS_HAS_AMX_INT8 1
 #endif
@@ -48,7 +48,7 @@ MatmulScratch* kernels_scratch(const Kernels* k);
 #endif
 /* With AMX-BF16 too, bf16 prefill multiplies tiles of 16 tokens x 16 rows x 32 columns of bf16
  * into fp32 tiles: the activations rounded to bf16 (`--bf16-activations`,
- * matmul_float.c rows_bf16_packed) or, by default, split into three bf16 parts (rows_bf16_split). */
+ * x86/matmul_float.c rows_bf16_packed) or, by default, split into three bf16 parts (rows_bf16_split). */
 #if defined(KERNELS_AMX) && defined(KERNELS_BF16_DOT) && (defined(__AMX_BF16__) || defined(__AMXBF16__))
 #define KERNELS_AMX_BF16 1
 #endif

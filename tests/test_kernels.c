@@ -845,7 +845,7 @@ static void test_bf16_activations(void) {
 }
 
 /* f32 and bf16 weights with the default fp32 activations keep every bit of both (with AMX-BF16
- * a bf16 model's activations go in as three bf16 parts, matmul_float.c bf16_split_rows; elsewhere as
+ * a bf16 model's activations go in as three bf16 parts, x86/matmul_float.c bf16_split_rows; elsewhere as
  * fp32). With one nonzero weight per row the output is w x[c], exact in fp32 when w or x[c] is a
  * power of two, whatever the order of the sum. So: random 24-bit activations and power-of-two
  * weights (an activation rounded to bf16 would be off by up to 2^-9 of the output, two parts
@@ -887,7 +887,7 @@ static void test_exact_parts(WeightType type, int random_w) {
     kernels_free(k);
 }
 
-/* A build for a CPU with AMX runs q8 and q4 prefill on it (matmul_int8.c, rows_qi_t; matmul_amx.c) whenever Linux supports
+/* A build for a CPU with AMX runs q8 and q4 prefill on it (matmul_int8_tiles.h, rows_qi_t; x86/matmul_amx.c) whenever Linux supports
  * the tile state (asked here on its own, ARCH_GET_XCOMP_SUPP) and KERNELS_AMX=0 is not set: so
  * the matmul checks above went through the AMX tiles, not the AVX-512 kernels beside them. */
 static void test_amx_in_use(const Kernels* k) {

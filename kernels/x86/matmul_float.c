@@ -1,18 +1,15 @@
-/* matmul_float.c: the SIMD twins of matmul.c's scalar reference (matmul_rows_scalar) for f32 and
- * bf16 weights: AVX2+FMA, with AVX-512 tiles and panels, vdpbf16ps and
- * AMX-BF16 where the build has them, and NEON. Each computes the rows [r0, r1) of out for all n
- * tokens. Prefill computes tiles of RT weight rows x TT tokens with RT*TT vector accumulators, so
- * each weight vector loaded is used TT times and each activation vector RT times, or from packed
- * panels of 16 rows; bf16 weights are widened to fp32 in registers, and every sum is fp32.
- * Decode (n == 1) reads each weight once, as one stream where it can. */
-#include "matmul_shared.h"
-
-/* Row r of an f32 or bf16 matrix. */
-ALWAYS_INLINE const void* row_ptr(const Matrix* W, int r) {
-    return (const char*)W->data + (size_t)r * (size_t)W->cols * (W->type == WEIGHT_F32 ? 4 : 2);
-}
+/* x86/matmul_float.c: the x86 twins of matmul.c's scalar reference (matmul_rows_scalar) for f32
+ * and bf16 weights: AVX2+FMA, with AVX-512 tiles and panels, vdpbf16ps and AMX-BF16 where the
+ * build has them. Each computes the rows [r0, r1) of out for all n tokens. Prefill computes tiles
+ * of RT weight rows x TT tokens with RT*TT vector accumulators, so each weight vector loaded is
+ * used TT times and each activation vector RT times, or from packed panels of 16 rows; bf16
+ * weights are widened to fp32 in registers, and every sum is fp32. Decode (n == 1) reads each
+ * weight once, as one stream where it can. The loops over row and token tiles are
+ * matmul_float_tiles.h's, shared with arm/matmul_float.c. */
+#include "../matmul_shared.h"
 
 #if defined(KERNELS_AVX2)
+
 /* Whether rows_float_nn packs W's rows for n tokens (run_job aligns its row chunks to 16 when so).
  * Below the thresholds the 4 x 3 (AVX2) or 4 x 4 (AVX-512) tiles are quicker: with few tokens
  * the weights' one pass from memory bounds the product (the tiles overlap it with their
@@ -562,159 +559,7 @@ static void rows_f32_n1(const MatmulThread* mt, float* out, const float* x, cons
     }
 }
 
-#elif defined(KERNELS_NEON)
-
-#define TILE_TOKENS 4 /* 32 NEON registers: 16 accumulators + 8 weights + 2 activations */
-
-/* Eight weights of one row as two fp32 vectors. bf16 is the top half of an fp32 (QWEN3.md 2.6),
- * so widening each u16 with a shift by 16 is the exact conversion, done in registers. */
-ALWAYS_INLINE void ldw8(const void* w, size_t i, WeightType type, float32x4_t* lo, float32x4_t* hi) {
-    if (type == WEIGHT_F32) {
-        *lo = vld1q_f32((const float*)w + i);
-        *hi = vld1q_f32((const float*)w + i + 4);
-    } else {
-        uint16x8_t h = vld1q_u16((const uint16_t*)w + i);
-        *lo = vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h), 16));
-        *hi = vreinterpretq_f32_u32(vshll_high_n_u16(h, 16));
-    }
-}
-
-ALWAYS_INLINE float ldw1(const void* w, size_t i, WeightType type) {
-    return type == WEIGHT_F32 ? ((const float*)w)[i] : bf16_to_f32(((const uint16_t*)w)[i]);
-}
-
-/* The arm64 twins follow the AVX2 ones in shape (same tiles, same token blocking, same q8
- * scheme) at half the vector width. They are checked for correctness under qemu-aarch64 only:
- * no tuning or prefetch distances are chosen here, because none could be measured (no arm64
- * hardware; docs/design.md#arm64). */
-
-/* Tile of RT rows x TT tokens over the columns [c0, c1) (c1 - c0 a multiple of 8), added into
- * acc (not reduced); weight (row i of the tile, column c) is element i * rs + (c - c0) of wb.
- * Both halves of each 8-column step go into the same accumulator so that a 4 x 4 tile needs 16
- * accumulators + 8 weight + 2 activation registers: it fits in the 32 NEON registers without
- * spilling. */
-ALWAYS_INLINE void tile_float_acc(float32x4_t acc[4][4], const float* x, const void* wb, size_t rs, WeightType type,
-                                  int C, int t, int c0, int c1, int RT, int TT) {
-    for (int c = c0; c < c1; c += 8) {
-        float32x4_t wl[4], wh[4];
-#pragma GCC unroll 4
-        for (int i = 0; i < RT; i++) ldw8(wb, (size_t)i * rs + (size_t)(c - c0), type, &wl[i], &wh[i]);
-#pragma GCC unroll 4
-        for (int j = 0; j < TT; j++) {
-            const float* xj = x + (size_t)(t + j) * C + c;
-            float32x4_t xl = vld1q_f32(xj), xh = vld1q_f32(xj + 4);
-#pragma GCC unroll 4
-            for (int i = 0; i < RT; i++) {
-                acc[i][j] = vfmaq_f32(acc[i][j], wl[i], xl);
-                acc[i][j] = vfmaq_f32(acc[i][j], wh[i], xh);
-            }
-        }
-    }
-}
-
-/* next: the AVX2 twin's L2 prefetch of the next rows, not used here (not measured on arm64). */
-ALWAYS_INLINE void tile_float(float* out, const float* x, const Matrix* W, WeightType type, int r, int t, int RT,
-                              int TT, const void* next) {
-    (void)next;
-    const int C = W->cols, R = W->rows;
-    float32x4_t acc[4][4];
-#pragma GCC unroll 4
-    for (int i = 0; i < RT; i++)
-#pragma GCC unroll 4
-        for (int j = 0; j < TT; j++) acc[i][j] = vdupq_n_f32(0.0f);
-    const int C8 = C & ~7;
-    const void* wr = row_ptr(W, r);
-    tile_float_acc(acc, x, wr, (size_t)C, type, C, t, 0, C8, RT, TT);
-#pragma GCC unroll 4
-    for (int i = 0; i < RT; i++)
-#pragma GCC unroll 4
-        for (int j = 0; j < TT; j++) {
-            float s = vaddvq_f32(acc[i][j]);
-            for (int c = C8; c < C; c++)
-                s += ldw1(wr, (size_t)i * C + c, type) * x[(size_t)(t + j) * C + c];
-            out[(size_t)(t + j) * R + r + i] = s;
-        }
-}
-
-/* Matrix-vector (n == 1): 4 rows at a time, each with two accumulators (one per half of the
- * 8-column step) so consecutive FMAs of a row do not wait on each other; the weights are
- * streamed once and the activation vectors are shared by the 4 rows. */
-ALWAYS_INLINE void rows_float_n1(float* out, const float* x, const Matrix* W, WeightType type, int r0, int r1) {
-    const int C = W->cols;
-    const int C8 = C & ~7;
-    int r = r0;
-    for (; r + 4 <= r1; r += 4) {
-        float32x4_t a[4][2];
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; i++) a[i][0] = a[i][1] = vdupq_n_f32(0.0f);
-        for (int c = 0; c < C8; c += 8) {
-            float32x4_t x0 = vld1q_f32(x + c), x1 = vld1q_f32(x + c + 4);
-#pragma GCC unroll 4
-            for (int i = 0; i < 4; i++) {
-                float32x4_t lo, hi;
-                ldw8(W->data, (size_t)(r + i) * C + c, type, &lo, &hi);
-                a[i][0] = vfmaq_f32(a[i][0], lo, x0);
-                a[i][1] = vfmaq_f32(a[i][1], hi, x1);
-            }
-        }
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; i++) {
-            float s = vaddvq_f32(vaddq_f32(a[i][0], a[i][1]));
-            for (int c = C8; c < C; c++) s += ldw1(W->data, (size_t)(r + i) * C + c, type) * x[c];
-            out[r + i] = s;
-        }
-    }
-    for (; r < r1; r++) tile_float(out, x, W, type, r, 0, 1, 1, NULL);
-}
-
-/* The f32 matrix-vector product: the generic four-row kernel (the AVX2 twin's one row at a time
- * is measured on x86 only). */
-static void rows_f32_n1(const MatmulThread* mt, float* out, const float* x, const Matrix* W, int r0, int r1) {
-    (void)mt;
-    rows_float_n1(out, x, W, WEIGHT_F32, r0, r1);
-}
-#endif /* KERNELS_AVX2 / KERNELS_NEON */
-
-#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
-/* ---- Blocking shared by both twins: the loops over row and token tiles call the tile functions
- * (tile_float) and matrix-vector kernels (rows_f32_n1, rows_float_n1) of the SIMD block above,
- * which have the same names and shapes on each target. ---- */
-
-/* Token-blocked matrix-matrix product for rows [r0, r1): the activation block (tb tokens) stays in
- * L2 while every weight tile of the chunk is used against it. */
-ALWAYS_INLINE void rows_float_nn(const MatmulThread* mt, float* out, const float* x, const Matrix* W, WeightType type,
-                                int n, int r0, int r1) {
-#if defined(KERNELS_AVX2)
-    if (float_packed_takes(W, n, mt->xp_cap)) { /* whole panels of 16 rows (from a multiple of 16: run_job's chunks are) */
-        for (int np; (np = row_tiles_next(r0, r1, FLOAT_MAX_PANELS)) > 0; r0 += np * FLOAT_PANEL_ROWS)
-            rows_float_packed(out, x, W, type, n, r0, np, mt->float_pack);
-    }
-#else
-    (void)mt;
-#endif
-    const int C = W->cols;
-    const int tb = token_block((size_t)C * sizeof(float));
-    for (int t0 = 0; t0 < n; t0 += tb) {
-        int t1 = t0 + tb < n ? t0 + tb : n;
-        int r = r0;
-        for (; r + 4 <= r1; r += 4) {
-            /* While the first token block's first tile reads these 4 rows from memory, it brings
-             * the next 4 into L2, so that their read overlaps this tile's arithmetic; a few tokens
-             * (below the panels) are otherwise memory-latency-bound on the first pass and compute-
-             * bound on the others (docs/design.md#short-prompt-prefetch). */
-            const void* next = t0 == 0 && r + 8 <= W->rows ? row_ptr(W, r + 4) : NULL;
-            int t = t0;
-            for (; t + TILE_TOKENS <= t1; t += TILE_TOKENS, next = NULL)
-                tile_float(out, x, W, type, r, t, 4, TILE_TOKENS, next);
-            for (; t < t1; t++, next = NULL) tile_float(out, x, W, type, r, t, 4, 1, next);
-        }
-        for (; r < r1; r++) {
-            int t = t0;
-            for (; t + 4 <= t1; t += 4) tile_float(out, x, W, type, r, t, 1, 4, NULL);
-            for (; t < t1; t++) tile_float(out, x, W, type, r, t, 1, 1, NULL);
-        }
-    }
-}
+#include "../matmul_float_tiles.h"
 
 #if defined(KERNELS_BF16_DOT)
 /* Prefill with bf16 weights and bf16 activations (kernels_set_bf16_activations): vdpbf16ps
@@ -927,13 +772,4 @@ void rows_bf16_split(const MatmulThread* mt, float* out, const float* x, const u
 }
 #endif
 
-void rows_f32(const MatmulThread* mt, float* out, const float* x, const Matrix* W, int n, int r0, int r1) {
-    if (n == 1) rows_f32_n1(mt, out, x, W, r0, r1);
-    else rows_float_nn(mt, out, x, W, WEIGHT_F32, n, r0, r1);
-}
-void rows_bf16(const MatmulThread* mt, float* out, const float* x, const Matrix* W, int n, int r0, int r1) {
-    if (n == 1) rows_float_n1(out, x, W, WEIGHT_BF16, r0, r1);
-    else rows_float_nn(mt, out, x, W, WEIGHT_BF16, n, r0, r1);
-}
-
-#endif
+#endif /* KERNELS_AVX2 */

@@ -1,0 +1,120 @@
+/* arm/matmul_float.c: the NEON twins of matmul.c's scalar reference (matmul_rows_scalar) for f32
+ * and bf16 weights, in the shape of x86/matmul_float.c's 256-bit tiles: tiles of 4 rows x 4
+ * tokens, bf16 widened to fp32 in registers, every sum fp32. Checked for correctness under
+ * qemu-aarch64 only. The loops over row and token tiles are matmul_float_tiles.h's. */
+#include "../matmul_shared.h"
+
+#if defined(KERNELS_NEON)
+
+#define TILE_TOKENS 4 /* 32 NEON registers: 16 accumulators + 8 weights + 2 activations */
+
+/* Eight weights of one row as two fp32 vectors. bf16 is the top half of an fp32 (QWEN3.md 2.6),
+ * so widening each u16 with a shift by 16 is the exact conversion, done in registers. */
+ALWAYS_INLINE void ldw8(const void* w, size_t i, WeightType type, float32x4_t* lo, float32x4_t* hi) {
+    if (type == WEIGHT_F32) {
+        *lo = vld1q_f32((const float*)w + i);
+        *hi = vld1q_f32((const float*)w + i + 4);
+    } else {
+        uint16x8_t h = vld1q_u16((const uint16_t*)w + i);
+        *lo = vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h), 16));
+        *hi = vreinterpretq_f32_u32(vshll_high_n_u16(h, 16));
+    }
+}
+
+ALWAYS_INLINE float ldw1(const void* w, size_t i, WeightType type) {
+    return type == WEIGHT_F32 ? ((const float*)w)[i] : bf16_to_f32(((const uint16_t*)w)[i]);
+}
+
+/* The arm64 twins follow the AVX2 ones in shape (same tiles, same token blocking, same q8
+ * scheme) at half the vector width. They are checked for correctness under qemu-aarch64 only:
+ * no tuning or prefetch distances are chosen here, because none could be measured (no arm64
+ * hardware; docs/design.md#arm64). */
+
+/* Tile of RT rows x TT tokens over the columns [c0, c1) (c1 - c0 a multiple of 8), added into
+ * acc (not reduced); weight (row i of the tile, column c) is element i * rs + (c - c0) of wb.
+ * Both halves of each 8-column step go into the same accumulator so that a 4 x 4 tile needs 16
+ * accumulators + 8 weight + 2 activation registers: it fits in the 32 NEON registers without
+ * spilling. */
+ALWAYS_INLINE void tile_float_acc(float32x4_t acc[4][4], const float* x, const void* wb, size_t rs, WeightType type,
+                                  int C, int t, int c0, int c1, int RT, int TT) {
+    for (int c = c0; c < c1; c += 8) {
+        float32x4_t wl[4], wh[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < RT; i++) ldw8(wb, (size_t)i * rs + (size_t)(c - c0), type, &wl[i], &wh[i]);
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) {
+            const float* xj = x + (size_t)(t + j) * C + c;
+            float32x4_t xl = vld1q_f32(xj), xh = vld1q_f32(xj + 4);
+#pragma GCC unroll 4
+            for (int i = 0; i < RT; i++) {
+                acc[i][j] = vfmaq_f32(acc[i][j], wl[i], xl);
+                acc[i][j] = vfmaq_f32(acc[i][j], wh[i], xh);
+            }
+        }
+    }
+}
+
+/* next: the AVX2 twin's L2 prefetch of the next rows, not used here (not measured on arm64). */
+ALWAYS_INLINE void tile_float(float* out, const float* x, const Matrix* W, WeightType type, int r, int t, int RT,
+                              int TT, const void* next) {
+    (void)next;
+    const int C = W->cols, R = W->rows;
+    float32x4_t acc[4][4];
+#pragma GCC unroll 4
+    for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) acc[i][j] = vdupq_n_f32(0.0f);
+    const int C8 = C & ~7;
+    const void* wr = row_ptr(W, r);
+    tile_float_acc(acc, x, wr, (size_t)C, type, C, t, 0, C8, RT, TT);
+#pragma GCC unroll 4
+    for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) {
+            float s = vaddvq_f32(acc[i][j]);
+            for (int c = C8; c < C; c++)
+                s += ldw1(wr, (size_t)i * C + c, type) * x[(size_t)(t + j) * C + c];
+            out[(size_t)(t + j) * R + r + i] = s;
+        }
+}
+
+/* Matrix-vector (n == 1): 4 rows at a time, each with two accumulators (one per half of the
+ * 8-column step) so consecutive FMAs of a row do not wait on each other; the weights are
+ * streamed once and the activation vectors are shared by the 4 rows. */
+ALWAYS_INLINE void rows_float_n1(float* out, const float* x, const Matrix* W, WeightType type, int r0, int r1) {
+    const int C = W->cols;
+    const int C8 = C & ~7;
+    int r = r0;
+    for (; r + 4 <= r1; r += 4) {
+        float32x4_t a[4][2];
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) a[i][0] = a[i][1] = vdupq_n_f32(0.0f);
+        for (int c = 0; c < C8; c += 8) {
+            float32x4_t x0 = vld1q_f32(x + c), x1 = vld1q_f32(x + c + 4);
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
+                float32x4_t lo, hi;
+                ldw8(W->data, (size_t)(r + i) * C + c, type, &lo, &hi);
+                a[i][0] = vfmaq_f32(a[i][0], lo, x0);
+                a[i][1] = vfmaq_f32(a[i][1], hi, x1);
+            }
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            float s = vaddvq_f32(vaddq_f32(a[i][0], a[i][1]));
+            for (int c = C8; c < C; c++) s += ldw1(W->data, (size_t)(r + i) * C + c, type) * x[c];
+            out[r + i] = s;
+        }
+    }
+    for (; r < r1; r++) tile_float(out, x, W, type, r, 0, 1, 1, NULL);
+}
+
+/* The f32 matrix-vector product: the generic four-row kernel (the AVX2 twin's one row at a time
+ * is measured on x86 only). */
+static void rows_f32_n1(const MatmulThread* mt, float* out, const float* x, const Matrix* W, int r0, int r1) {
+    (void)mt;
+    rows_float_n1(out, x, W, WEIGHT_F32, r0, r1);
+}
+
+#include "../matmul_float_tiles.h"
+#endif /* KERNELS_NEON */

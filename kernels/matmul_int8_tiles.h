@@ -1,0 +1,63 @@
+/* matmul_int8_tiles.h: the loops over row and token tiles of the q8 product, shared by the
+ * instruction sets' twins. Included once, at the end of x86/matmul_int8.c or arm/matmul_int8.c
+ * (whichever the build targets), after the twin's tile_qi, rows_qi_n1 and rows_q4, which have
+ * the same names and shapes on each target. */
+#ifndef MATMUL_INT8_TILES_H
+#define MATMUL_INT8_TILES_H
+
+/* n tokens x rows [r0, r1) in tiles of Q8_TILE_ROWS rows x Q8_TILE_TOKENS tokens. */
+ALWAYS_INLINE void rows_qi_tiles(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc,
+                                 const int32_t* xsum, const Matrix* W, int n, int r0, int r1) {
+    const int C = W->cols, G = C / W->group_size;
+    const int tb = token_block((size_t)C);
+    float* ws = mt->xp; /* the row block's scales as floats: 4 * C / group_size <= C floats */
+    for (int t0 = 0; t0 < n; t0 += tb) {
+        int t1 = t0 + tb < n ? t0 + tb : n;
+        int r = r0;
+        for (; r + 4 <= r1; r += 4) {
+            /* the first tile over this block brings the next one into L2, as in rows_float_nn
+             * (docs/design.md#short-prompt-prefetch) */
+            const char* next = t0 == 0 && r + 8 <= W->rows ? (const char*)quant_scales(W, r + 4) : NULL;
+            q8_scales_float(ws, W, r, 4);
+            int t = t0;
+            for (; t + Q8_TILE_TOKENS <= t1; t += Q8_TILE_TOKENS)
+                for (int h = 0; h < 4; h += Q8_TILE_ROWS, next = NULL)
+                    tile_qi(out, xq, xsc, xsum, W, ws + (size_t)h * G, r + h, t, Q8_TILE_ROWS, Q8_TILE_TOKENS, next);
+            for (; t < t1; t++, next = NULL) tile_qi(out, xq, xsc, xsum, W, ws, r, t, 4, 1, next);
+        }
+        for (; r < r1; r++) {
+            q8_scales_float(ws, W, r, 1);
+            int t = t0;
+            for (; t + 4 <= t1; t += 4) tile_qi(out, xq, xsc, xsum, W, ws, r, t, 1, 4, NULL);
+            for (; t < t1; t++) tile_qi(out, xq, xsc, xsum, W, ws, r, t, 1, 1, NULL);
+        }
+    }
+}
+
+ALWAYS_INLINE void rows_qi_t(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc,
+                             const int32_t* xsum, const int32_t* xgsum, const Matrix* W, int n, int r0, int r1) {
+    if (n == 1) {
+        rows_qi_n1(mt, out, xq, xsc, xsum, W, r0, r1);
+        return;
+    }
+    int ra = r0; /* AMX did every token of rows [r0, ra) */
+#if defined(KERNELS_AMX)
+    if (amx_takes(W, n, mt->amx, mt->xp_cap)) ra = amx_chunk(mt, out, xq, xsc, W, n, r0, r1);
+#endif
+    int rp = ra; /* the panels did every token of rows [ra, rp) */
+#if defined(KERNELS_AVX2)
+    if (qi_packed_takes(W, n, mt->xp_cap)) rp = rows_qi_packed(mt, out, xq, xsc, xgsum, W, 0, n, ra, r1);
+#else
+    (void)xgsum;
+#endif
+    rows_qi_tiles(mt, out, xq, xsc, xsum, W, n, rp, r1);
+}
+
+/* q8 or q4 weights x int8 activations, each with its own kernel. */
+void rows_qi(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
+             const int32_t* xgsum, const Matrix* W, int n, int r0, int r1) {
+    if (W->type == WEIGHT_Q4) rows_q4(mt, out, xq, xsc, xsum, xgsum, W, n, r0, r1);
+    else rows_qi_t(mt, out, xq, xsc, xsum, xgsum, W, n, r0, r1);
+}
+
+#endif /* MATMUL_INT8_TILES_H */
