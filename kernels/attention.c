@@ -67,7 +67,9 @@ void float_to_half_row_scalar(uint16_t* out, const float* x, int n) {
 /* The cache arrays hold fp32 or halves (KVRows.f16); the SIMD kernels below take that as F16, a
  * constant in each inlined copy, so the fp32 copies compile to the code a kernel written for fp32
  * alone would be (no run-time test of the element type in the loops). kv_at: element i's address. */
+#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
 ALWAYS_INLINE const void* kv_at(const void* base, size_t i, int F16) { return (const char*)base + i * (F16 ? 2 : 4); }
+#endif
 
 /* The SIMD twins take the group's queries two at a time: every key and value vector is loaded once
  * for both (2 query heads per kv head in Qwen3-0.6B). The pairing alone gains little; the value

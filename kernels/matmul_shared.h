@@ -81,7 +81,7 @@ static inline size_t amx_thread_bytes(int xp_stride) { return (size_t)(AMX_MAX_T
 
 /* Tokens per block of prefill (a multiple of 4, at least 4): as many activation rows of
  * row_bytes each as fit in 192 KB, so the block stays in L2 while the weight tiles of a chunk meet
- * it (rows_float_nn, rows_bf16_dot, rows_qi_t, rows_q4). */
+ * it (rows_float_nn, rows_bf16_dot, rows_qi, rows_q4). */
 static inline int token_block(size_t row_bytes) {
     int tb = (int)(((size_t)192 * 1024) / row_bytes);
     if (tb < 4) tb = 4;

@@ -19,11 +19,13 @@
 #define CHAINS 12   /* independent accumulators per thread: latency 4-5 cycles x 2 pipes, with room */
 #define STEPS 2048  /* instructions per chain between two looks at the clock */
 
+#if defined(KERNELS_AVX2) || defined(KERNELS_NEON) /* the scalar build times no loop */
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+#endif
 
 typedef enum { PEAK_FMA, PEAK_BF16_DOT, PEAK_INT8_DOT } PeakKind;
 

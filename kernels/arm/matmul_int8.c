@@ -11,7 +11,7 @@
 #define Q8_TILE_ROWS 4
 
 /* q8: the G scales of rows r .. r+RT-1 (one row block) as floats, row r + i's at out + i * G (as
- * the AVX2 twin's, for the shared rows_qi_t). */
+ * the AVX2 twin's, for the shared rows_qi). */
 ALWAYS_INLINE void q8_scales_float(float* out, const Matrix* W, int r, int RT) {
     const int G = W->cols / W->group_size;
     const uint16_t* sc = quant_scales(W, r);
@@ -195,7 +195,7 @@ static void tile_q4(float* out, const int8_t* xq, const float* xsc, const Matrix
 }
 
 /* Rows [r0, r1) (r0 a multiple of 8: run_job's chunks are) for n tokens, a block of tokens at a
- * time as rows_qi_t. */
+ * time as rows_qi. */
 static void rows_q4(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
                     const int32_t* xgsum, const Matrix* W, int n, int r0, int r1) {
     (void)mt;

@@ -369,7 +369,7 @@ ALWAYS_INLINE QPf qp_scale(QPf tot, QPi s, const float* ws, float xs) {
 ALWAYS_INLINE void qp_store(float* out, QPf v) { _mm256_storeu_ps(out, v); }
 #endif
 
-/* Whether rows_qi_t (q8) or rows_q4 packs panels for n tokens (run_job aligns its chunks to
+/* Whether rows_qi (q8) or rows_q4 packs panels for n tokens (run_job aligns its chunks to
  * QP_ROWS rows when so). Packing pays once the tiles' passes over the chunk cost more than it:
  * from 24 tokens for q8 and q4 with 512-bit VNNI (Zen 4), about where AVX2's sign trick crossed
  * too. q4 takes them only with VNNI: without it tile_q4's int16 sums (two instructions per 32
@@ -598,7 +598,7 @@ ALWAYS_INLINE void tile_q4(float* out, const int8_t* xq, const float* xsc, const
 }
 
 /* Rows [r0, r1) (r0 a multiple of 8: run_job's chunks are) for n tokens: decode walks the row
- * blocks with the prefetch; prefill keeps a block of tokens in L2 (as rows_qi_t) while each row
+ * blocks with the prefetch; prefill keeps a block of tokens in L2 (as rows_qi) while each row
  * block of the chunk meets them 4 at a time; with AMX, whole tiles of 16 rows take it (amx_chunk). */
 static void rows_q4(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
                     const int32_t* xgsum, const Matrix* W, int n, int r0, int r1) {
