@@ -1,7 +1,8 @@
 /* arm/matmul_float.c: the NEON twins of matmul.c's scalar reference (matmul_rows_scalar) for f32
  * and bf16 weights, in the shape of x86/matmul_float.c's 256-bit tiles: tiles of 4 rows x 4
  * tokens, bf16 widened to fp32 in registers, every sum fp32. Checked for correctness under
- * qemu-aarch64 only. The loops over row and token tiles are matmul_float_tiles.h's. */
+ * qemu-aarch64 only: no tuning or prefetch distance is chosen here, because none could be measured
+ * (docs/design.md#arm64). The loops over row and token tiles are matmul_float_tiles.h's. */
 #include "../matmul_shared.h"
 
 #if defined(KERNELS_NEON)
@@ -24,11 +25,6 @@ ALWAYS_INLINE void ldw8(const void* w, size_t i, WeightType type, float32x4_t* l
 ALWAYS_INLINE float ldw1(const void* w, size_t i, WeightType type) {
     return type == WEIGHT_F32 ? ((const float*)w)[i] : bf16_to_f32(((const uint16_t*)w)[i]);
 }
-
-/* The arm64 twins follow the AVX2 ones in shape (same tiles, same token blocking, same q8
- * scheme) at half the vector width. They are checked for correctness under qemu-aarch64 only:
- * no tuning or prefetch distances are chosen here, because none could be measured (no arm64
- * hardware; docs/design.md#arm64). */
 
 /* Tile of RT rows x TT tokens over the columns [c0, c1) (c1 - c0 a multiple of 8), added into
  * acc (not reduced); weight (row i of the tile, column c) is element i * rs + (c - c0) of wb.
