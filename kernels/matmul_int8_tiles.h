@@ -34,17 +34,15 @@ ALWAYS_INLINE void rows_qi_tiles(const MatmulThread* mt, float* out, const int8_
     }
 }
 
-/* q8 or q4 weights x int8 activations for rows [r0, r1): q4 has its own kernel (rows_q4); q8 takes
- * the matrix-vector kernel for one token, and for a prompt AMX's whole tiles first, then the
- * packed panels, then the tiles for what is left. */
+/* q8 or q4 weights x int8 activations for rows [r0, r1): one token takes the matrix-vector
+ * kernel of its format; a prompt takes AMX's whole tiles first, then the packed panels, then the
+ * format's tiles for what is left. */
 void rows_qi(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
              const int32_t* xgsum, const Matrix* W, int n, int r0, int r1) {
-    if (W->type == WEIGHT_Q4) {
-        rows_q4(mt, out, xq, xsc, xsum, xgsum, W, n, r0, r1);
-        return;
-    }
+    const int q4 = W->type == WEIGHT_Q4;
     if (n == 1) {
-        rows_qi_n1(mt, out, xq, xsc, xsum, W, r0, r1);
+        if (q4) rows_q4(mt, out, xq, xsc, xgsum, W, 1, r0, r1);
+        else rows_qi_n1(mt, out, xq, xsc, xsum, W, r0, r1);
         return;
     }
     int ra = r0; /* AMX did every token of rows [r0, ra) */
@@ -55,7 +53,8 @@ void rows_qi(const MatmulThread* mt, float* out, const int8_t* xq, const float* 
 #if defined(KERNELS_AVX2)
     if (qi_packed_takes(W, n, mt->xp_cap)) rp = rows_qi_packed(mt, out, xq, xsc, xgsum, W, 0, n, ra, r1);
 #endif
-    rows_qi_tiles(mt, out, xq, xsc, xsum, W, n, rp, r1);
+    if (q4) rows_q4(mt, out, xq, xsc, xgsum, W, n, rp, r1);
+    else rows_qi_tiles(mt, out, xq, xsc, xsum, W, n, rp, r1);
 }
 
 #endif /* MATMUL_INT8_TILES_H */

@@ -195,11 +195,10 @@ static void tile_q4(float* out, const int8_t* xq, const float* xsc, const Matrix
 }
 
 /* Rows [r0, r1) (r0 a multiple of 8: run_job's chunks are) for n tokens, a block of tokens at a
- * time as rows_qi. */
-static void rows_q4(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
-                    const int32_t* xgsum, const Matrix* W, int n, int r0, int r1) {
+ * time as rows_qi_tiles. */
+static void rows_q4(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum,
+                    const Matrix* W, int n, int r0, int r1) {
     (void)mt;
-    (void)xsum;
     (void)xgsum;
     const int tb = token_block((size_t)W->cols);
     for (int t0 = 0; t0 < n; t0 += tb) {

@@ -369,7 +369,7 @@ ALWAYS_INLINE QPf qp_scale(QPf tot, QPi s, const float* ws, float xs) {
 ALWAYS_INLINE void qp_store(float* out, QPf v) { _mm256_storeu_ps(out, v); }
 #endif
 
-/* Whether rows_qi (q8) or rows_q4 packs panels for n tokens (run_job aligns its chunks to
+/* Whether rows_qi packs q8 or q4 panels for n tokens (run_job aligns its chunks to
  * QP_ROWS rows when so). Packing pays once the tiles' passes over the chunk cost more than it:
  * from 24 tokens for q8 and q4 with 512-bit VNNI (Zen 4), about where AVX2's sign trick crossed
  * too. q4 takes them only with VNNI: without it tile_q4's int16 sums (two instructions per 32
@@ -598,25 +598,18 @@ ALWAYS_INLINE void tile_q4(float* out, const int8_t* xq, const float* xsc, const
 }
 
 /* Rows [r0, r1) (r0 a multiple of 8: run_job's chunks are) for n tokens: decode walks the row
- * blocks with the prefetch; prefill keeps a block of tokens in L2 (as rows_qi) while each row
- * block of the chunk meets them 4 at a time; with AMX, whole tiles of 16 rows take it (amx_chunk). */
-static void rows_q4(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
-                    const int32_t* xgsum, const Matrix* W, int n, int r0, int r1) {
-    (void)xsum;
+ * blocks with the prefetch; prefill keeps a block of tokens in L2 (as rows_qi_tiles) while each
+ * row block meets them 4 at a time (the rows that AMX or the panels did not take: rows_qi). */
+static void rows_q4(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum,
+                    const Matrix* W, int n, int r0, int r1) {
     if (n == 1) {
         for (int r = r0; r < r1; r += Q4_BLOCK_ROWS) tile_q4(out, xq, xsc, xgsum, W, r, 0, 1, mt->prefetch->q4);
         return;
     }
-    int ra = r0; /* AMX did every token of rows [r0, ra) */
-#if defined(KERNELS_AMX)
-    if (amx_takes(W, n, mt->amx, mt->xp_cap)) ra = amx_chunk(mt, out, xq, xsc, W, n, r0, r1);
-#endif
-    int rp = ra; /* the panels did every token of rows [ra, rp) */
-    if (qi_packed_takes(W, n, mt->xp_cap)) rp = rows_qi_packed(mt, out, xq, xsc, xgsum, W, 0, n, ra, r1);
     const int tb = token_block((size_t)W->cols);
     for (int t0 = 0; t0 < n; t0 += tb) {
         const int t1 = t0 + tb < n ? t0 + tb : n;
-        for (int r = rp; r < r1; r += Q4_BLOCK_ROWS) {
+        for (int r = r0; r < r1; r += Q4_BLOCK_ROWS) {
             /* the first tile over this block prefetches the next one, a block ahead (as
              * rows_float_nn; docs/design.md#short-prompt-prefetch) */
             int pf = t0 == 0 && r + Q4_BLOCK_ROWS < W->rows ? (W->cols / Q4_GROUP) * (int)Q4_GROUP_BYTES : 0;
