@@ -11,8 +11,8 @@
  * Weights are fp32, bf16, q8 or q4; activations between the kernels are fp32, and every sum of
  * products accumulates in fp32, or in int32 inside a group where both factors are integers: with
  * q8 and q4 weights the SIMD builds quantise the activation row to int8 per group at run time
- * (as llama.cpp's q8_0 does; x86/ and arm/matmul_int8.c, quantize_rows), multiply int8 by int8, and add the groups'
- * int32 sums times their two scales in fp32. So the quantised twins differ from matmul_scalar
+ * (as llama.cpp's q8_0 does; quantize_rows in x86/ and arm/matmul_int8.c), multiply int8 by
+ * int8, and add the groups' int32 sums times their two scales in fp32. So the quantised twins differ from matmul_scalar
  * (which keeps fp32 activations and applies each weight group's scale to the group's sum of q * x,
  * the dequantised product regrouped as the twins group it) by the activation's rounding, and
  * the tests bound that (tests/test_kernels.c; end to end, tests/test_model.py).

@@ -126,7 +126,8 @@ ALWAYS_INLINE float scale1(uint16_t h) {
 void rows_f32(const MatmulThread* mt, float* out, const float* x, const Matrix* W, int n, int r0, int r1);
 void rows_bf16(const MatmulThread* mt, float* out, const float* x, const Matrix* W, int n, int r0, int r1);
 
-/* matmul_int8.c (x86/ or arm/): x quantised per group (quantize_rows), then q8 or q4 weights x those int8 values. */
+/* matmul_int8.c (x86/ or arm/): x quantised per group (quantize_rows), then q8 or q4 weights x
+ * those int8 values. */
 void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, int32_t* xgsum, const float* x, int C, int gs, int t0,
                    int t1);
 void rows_qi(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const int32_t* xgsum,

@@ -17,9 +17,9 @@ MatmulScratch* kernels_scratch(const Kernels* k);
 #if !defined(KERNELS_SCALAR) && defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define KERNELS_AVX2 1
-/* With AVX-512 (F, BW, VL) x86/matmul_float.c and x86/matmul_int8.c add 512-bit prefill tiles (f32, bf16) and 512-bit decode
- * kernels (bf16; q8 with VNNI), and attention.c a 512-bit weighted sum for decode; everything
- * else stays on the AVX2 twins. */
+/* With AVX-512 (F, BW, VL) x86/matmul_float.c adds 512-bit prefill tiles and panels (f32, bf16)
+ * and bf16 decode on zmm, x86/matmul_int8.c 16-row q8 / q4 panels (with VNNI), and attention.c
+ * prefill's 16 query lanes; everything else stays on the AVX2 twins. */
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #define KERNELS_AVX512 1
 #endif

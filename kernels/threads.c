@@ -473,7 +473,8 @@ int kernels_threads(const Kernels* k) { return k->n_threads; }
 
 const char* kernels_simd_name(const Kernels* k) {
 #if defined(KERNELS_AVX2) && defined(KERNELS_AVX512)
-    return kernels_amx(k) ? "avx2+avx512+amx" : "avx2+avx512"; /* 512-bit prefill tiles, AMX q8/q4 prefill (x86/matmul_amx.c) */
+    /* 512-bit prefill tiles; AMX q8 / q4 prefill (x86/matmul_amx.c) */
+    return kernels_amx(k) ? "avx2+avx512+amx" : "avx2+avx512";
 #elif defined(KERNELS_AVX2)
     (void)k;
     return "avx2";

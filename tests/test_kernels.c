@@ -887,9 +887,10 @@ static void test_exact_parts(WeightType type, int random_w) {
     kernels_free(k);
 }
 
-/* A build for a CPU with AMX runs q8 and q4 prefill on it (matmul_int8_tiles.h, rows_qi; x86/matmul_amx.c) whenever Linux supports
- * the tile state (asked here on its own, ARCH_GET_XCOMP_SUPP) and KERNELS_AMX=0 is not set: so
- * the matmul checks above went through the AMX tiles, not the AVX-512 kernels beside them. */
+/* A build for a CPU with AMX runs q8 and q4 prefill on it (rows_qi in matmul_int8_tiles.h;
+ * x86/matmul_amx.c) whenever Linux supports the tile state (asked here on its own,
+ * ARCH_GET_XCOMP_SUPP) and KERNELS_AMX=0 is not set: so the matmul checks above went through the
+ * AMX tiles, not the AVX-512 kernels beside them. */
 static void test_amx_in_use(const Kernels* k) {
 #if defined(KERNELS_AMX)
     unsigned long supported = 0;
