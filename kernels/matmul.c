@@ -270,8 +270,8 @@ typedef struct MatmulJob {
     MatmulScratch* s;    /* k's */
     float* out[MAX_MULTI];
     const Matrix* W[MAX_MULTI];
-    int chunk[MAX_MULTI];
-    int first_item[MAX_MULTI + 1];
+    int chunk;           /* rows per chunk (chunk_rows) */
+    int first_item[MAX_MULTI + 1]; /* matrix m's chunks are first_item[m] .. first_item[m + 1] - 1 */
     int n_mats;
     const float* x;
     int n;
@@ -309,77 +309,69 @@ static int claim_chunks(MatmulJob* j, int thread, int batch, int* end) {
     return -1;
 }
 
-/* Chunk i of the job: which matrix and rows it is, then the kernel for them. */
-static void run_chunk(const MatmulJob* j, const MatmulThread* mt, int i) {
-    int m = 0;
-    while (i >= j->first_item[m + 1]) m++;
-    const Matrix* W = j->W[m];
-    const int r0 = (i - j->first_item[m]) * j->chunk[m];
-    const int r1 = r0 + j->chunk[m] < W->rows ? r0 + j->chunk[m] : W->rows;
-#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
-    const MatmulScratch* s = j->s;
-    if (j->use_qi) {
-        rows_qi(mt, j->out[m], s->xq_buf, s->xs_buf, s->xsum_buf, s->xgsum_buf, W, j->n, r0, r1);
-        return;
-    }
-    if (W->type == WEIGHT_Q8 || W->type == WEIGHT_Q4) { /* a group size that is not a multiple of 32 */
-        matmul_rows_scalar(j->out[m], j->x, W, j->n, r0, r1);
-        return;
-    }
-#if defined(KERNELS_BF16_DOT)
-    if (j->use_xb16) {
-        rows_bf16_dot(mt, j->out[m], s->xb16_buf, W, j->n, r0, r1);
-        return;
-    }
-#endif
-#if defined(KERNELS_AMX_BF16)
-    if (j->use_split) {
-        rows_bf16_split(mt, j->out[m], j->x, s->xb16_buf, W, j->n, r0, r1);
-        return;
-    }
-#endif
-    if (W->type == WEIGHT_F32) rows_f32(mt, j->out[m], j->x, W, j->n, r0, r1);
-#if defined(KERNELS_AVX2) /* the de-interleaved bf16 path (use_xp) is AVX2-only */
-    else if (W->type == WEIGHT_BF16 && j->use_xp) rows_bf16_n1(mt, j->out[m], W, r0, r1);
-#endif
-    else rows_bf16(mt, j->out[m], j->x, W, j->n, r0, r1);
-#else
-    (void)mt;
-    matmul_rows_scalar(j->out[m], j->x, W, j->n, r0, r1);
-#endif
-}
-
-/* Prefill: one pool item per chunk, claimed one at a time, so a thread that the scheduler takes
- * off its core between two chunks holds nothing up. */
-static void matmul_item(void* ctx, int item, int thread) {
-    MatmulJob* j = ctx;
-    (void)item; /* which chunk is claim_chunks' choice */
-    int end;
-    const int i = claim_chunks(j, thread, 1, &end);
-    if (i < 0) return; /* never: there are as many items as chunks */
-    const MatmulThread mt = thread_view(j->s, thread);
-    run_chunk(j, &mt, i);
-}
-
-/* Decode: one pool task per thread, which takes the chunks of its own range CLAIM_BATCH per atomic
- * and then helps the other ranges one chunk at a time. A decoded token has ~9,000 chunks (32 per
+/* The pool's task: row chunks of the job's matrices, each on the twin that prepare_activations
+ * chose for it.
+ * Decode: one task per thread, which takes the chunks of its own range CLAIM_BATCH per atomic and
+ * then helps the other ranges one chunk at a time. A decoded token has ~9,000 chunks (32 per
  * thread in each of ~140 matmuls) and every claim is a locked instruction, which waits for the
- * weight loads in flight; one item per chunk would add two more per chunk (the pool's item
+ * weight loads in flight; one task per chunk would add two more per chunk (the pool's task
  * counter and its done count, shared by both cores). A worker taken off its core between two
  * chunks holds the dispatch up until it runs again, but threads.c runs everything in the caller
- * once it sees another process on the cores. docs/design.md#row-chunks */
+ * once it sees another process on the cores (docs/design.md#row-chunks).
+ * Prefill: one task per chunk, claimed one at a time, so a thread that the scheduler takes off
+ * its core between two chunks holds nothing up. */
 #define CLAIM_BATCH 4
 
 static void matmul_task(void* ctx, int task, int thread) {
     MatmulJob* j = ctx;
-    (void)task; /* the range is the calling thread's */
-    const MatmulThread mt = thread_view(j->s, thread);
+    (void)task; /* which chunks is claim_chunks' choice */
+    const MatmulScratch* s = j->s;
+    const MatmulThread mt = thread_view(s, thread);
+    const int n = j->n;
+    (void)s; /* the scalar build reads no scratch */
 #if defined(KERNELS_AVX2) /* a thread that runs two tasks (threads.c's serial fallback) writes its copy twice */
     if (j->use_xp) deinterleave(mt.xp, j->x, j->W[0]->cols, bf16_span(j->W[0]->cols));
 #endif
-    int c, end;
-    while ((c = claim_chunks(j, thread, CLAIM_BATCH, &end)) >= 0)
-        for (; c < end; c++) run_chunk(j, &mt, c);
+    int i, end;
+    while ((i = claim_chunks(j, thread, n == 1 ? CLAIM_BATCH : 1, &end)) >= 0) {
+        for (; i < end; i++) {
+            int m = 0;
+            while (i >= j->first_item[m + 1]) m++;
+            float* out = j->out[m];
+            const Matrix* W = j->W[m];
+            const int r0 = (i - j->first_item[m]) * j->chunk;
+            const int r1 = r0 + j->chunk < W->rows ? r0 + j->chunk : W->rows;
+#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
+            if (j->use_qi && n == 1 && W->type == WEIGHT_Q8)
+                rows_qi_n1(&mt, out, s->xq_buf, s->xs_buf, s->xsum_buf, W, r0, r1);
+            else if (j->use_qi && n == 1)
+                rows_q4(&mt, out, s->xq_buf, s->xs_buf, s->xgsum_buf, W, 1, r0, r1);
+            else if (j->use_qi)
+                rows_qi(&mt, out, s->xq_buf, s->xs_buf, s->xsum_buf, s->xgsum_buf, W, n, r0, r1);
+            else if (W->type == WEIGHT_Q8 || W->type == WEIGHT_Q4) /* a group size that is not a multiple of 32 */
+                matmul_rows_scalar(out, j->x, W, n, r0, r1);
+#if defined(KERNELS_BF16_DOT)
+            else if (j->use_xb16)
+                rows_bf16_dot(&mt, out, s->xb16_buf, W, n, r0, r1);
+#endif
+#if defined(KERNELS_AMX_BF16)
+            else if (j->use_split)
+                rows_bf16_split(&mt, out, j->x, s->xb16_buf, W, n, r0, r1);
+#endif
+            else if (W->type == WEIGHT_F32)
+                rows_f32(&mt, out, j->x, W, n, r0, r1);
+#if defined(KERNELS_AVX2) /* the de-interleaved bf16 decode (use_xp) is AVX2-only */
+            else if (j->use_xp)
+                rows_bf16_n1(&mt, out, W, r0, r1);
+#endif
+            else
+                rows_bf16(&mt, out, j->x, W, n, r0, r1);
+#else
+            matmul_rows_scalar(out, j->x, W, n, r0, r1);
+#endif
+        }
+        if (n > 1) return; /* prefill: one chunk per task */
+    }
 }
 
 /* The activations' per-token preparation before the products (quantize_tokens, round_tokens):
@@ -541,36 +533,13 @@ static int chunk_rows(const MatmulJob* j, int nt) {
     return chunk < align ? align : chunk;
 }
 
-static void run_job(MatmulJob* j) {
-    const int nt = kernels_threads(j->k);
-    prepare_activations(j);
-    const int chunk = chunk_rows(j, nt);
-    j->first_item[0] = 0;
-    for (int m = 0; m < j->n_mats; m++) {
-        j->chunk[m] = chunk;
-        j->first_item[m + 1] = j->first_item[m] + (j->W[m]->rows + chunk - 1) / chunk;
-    }
-    const int n_items = j->first_item[j->n_mats];
-    j->n_ranges = nt < MAX_RANGES ? nt : MAX_RANGES;
-    for (int k = 0; k < j->n_ranges; k++) {
-        atomic_init(&j->range[k].next, (int)((long long)n_items * k / j->n_ranges));
-        j->range[k].end = (int)((long long)n_items * (k + 1) / j->n_ranges);
-    }
-    if (j->n == 1) parallel_for(j->k, nt, matmul_task, j);
-    else parallel_for(j->k, n_items, matmul_item, j);
-}
-
 void matmul(Kernels* k, float* out, const float* x, const Matrix* W, int n) { matmul_multi(k, &out, x, &W, 1, n); }
 
 void matmul_multi(Kernels* k, float* const* outs, const float* x, const Matrix* const* Ws, int n_mats, int n) {
-    MatmulJob j;
-    while (n_mats > MAX_MULTI) {
+    for (; n_mats > MAX_MULTI; outs += MAX_MULTI, Ws += MAX_MULTI, n_mats -= MAX_MULTI)
         matmul_multi(k, outs, x, Ws, MAX_MULTI, n);
-        outs += MAX_MULTI;
-        Ws += MAX_MULTI;
-        n_mats -= MAX_MULTI;
-    }
     if (n_mats <= 0) return;
+    MatmulJob j;
     j.k = k;
     j.s = kernels_scratch(k);
     for (int m = 0; m < n_mats; m++) {
@@ -580,7 +549,18 @@ void matmul_multi(Kernels* k, float* const* outs, const float* x, const Matrix* 
     j.n_mats = n_mats;
     j.x = x;
     j.n = n;
-    run_job(&j);
+    prepare_activations(&j);
+    const int nt = kernels_threads(k);
+    j.chunk = chunk_rows(&j, nt);
+    j.first_item[0] = 0;
+    for (int m = 0; m < n_mats; m++) j.first_item[m + 1] = j.first_item[m] + (j.W[m]->rows + j.chunk - 1) / j.chunk;
+    const int n_items = j.first_item[n_mats];
+    j.n_ranges = nt < MAX_RANGES ? nt : MAX_RANGES;
+    for (int r = 0; r < j.n_ranges; r++) {
+        atomic_init(&j.range[r].next, (int)((long long)n_items * r / j.n_ranges));
+        j.range[r].end = (int)((long long)n_items * (r + 1) / j.n_ranges);
+    }
+    parallel_for(k, n == 1 ? nt : n_items, matmul_task, &j);
 }
 
 #if !defined(KERNELS_AVX2)

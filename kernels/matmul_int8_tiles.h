@@ -1,7 +1,7 @@
-/* matmul_int8_tiles.h: the loops over row and token tiles of the q8 product, shared by the
- * instruction sets' twins. Included once, at the end of x86/matmul_int8.c or arm/matmul_int8.c
- * (whichever the build targets), after the twin's tile_qi, rows_qi_n1 and rows_q4, which have
- * the same names and shapes on each target. */
+/* matmul_int8_tiles.h: the loops over row and token tiles of a prompt's q8 product, shared by
+ * the instruction sets' twins. Included once, at the end of x86/matmul_int8.c or
+ * arm/matmul_int8.c (whichever the build targets), after the twin's tile_qi and rows_q4, which
+ * have the same names and shapes on each target. */
 #ifndef MATMUL_INT8_TILES_H
 #define MATMUL_INT8_TILES_H
 
@@ -34,17 +34,11 @@ ALWAYS_INLINE void rows_qi_tiles(const MatmulThread* mt, float* out, const int8_
     }
 }
 
-/* q8 or q4 weights x int8 activations for rows [r0, r1): one token takes the matrix-vector
- * kernel of its format; a prompt takes AMX's whole tiles first, then the packed panels, then the
- * format's tiles for what is left. */
+/* A prompt's q8 or q4 weights x int8 activations for rows [r0, r1): AMX's whole tiles first, then
+ * the packed panels, then the format's tiles for what is left. (One token goes straight to
+ * rows_qi_n1 or rows_q4.) */
 void rows_qi(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
              const int32_t* xgsum, const Matrix* W, int n, int r0, int r1) {
-    const int q4 = W->type == WEIGHT_Q4;
-    if (n == 1) {
-        if (q4) rows_q4(mt, out, xq, xsc, xgsum, W, 1, r0, r1);
-        else rows_qi_n1(mt, out, xq, xsc, xsum, W, r0, r1);
-        return;
-    }
     int ra = r0; /* AMX did every token of rows [r0, ra) */
 #if defined(KERNELS_AMX)
     if (amx_takes(W, n, mt->amx, mt->xp_cap)) ra = amx_chunk(mt, out, xq, xsc, W, n, r0, r1);
@@ -53,7 +47,7 @@ void rows_qi(const MatmulThread* mt, float* out, const int8_t* xq, const float* 
 #if defined(KERNELS_AVX2)
     if (qi_packed_takes(W, n, mt->xp_cap)) rp = rows_qi_packed(mt, out, xq, xsc, xgsum, W, 0, n, ra, r1);
 #endif
-    if (q4) rows_q4(mt, out, xq, xsc, xgsum, W, n, rp, r1);
+    if (W->type == WEIGHT_Q4) rows_q4(mt, out, xq, xsc, xgsum, W, n, rp, r1);
     else rows_qi_tiles(mt, out, xq, xsc, xsum, W, n, rp, r1);
 }
 

@@ -34,7 +34,7 @@ typedef struct {
     int q8;       /* bytes ahead in rows_qi_n1; 0: one row block ahead */
     int q4;       /* bytes ahead in tile_q4 */
     int bf16;     /* bytes ahead in rows_bf16_n1 (256-bit); 0: none */
-    int bf16_zmm; /* bytes ahead in rows_bf16_n1_zmm (AVX-512 builds); 0: none */
+    int bf16_zmm; /* bytes ahead in rows_bf16_n1_zmm_pf (AVX-512 builds); 0: none */
 } PrefetchPlan;
 #endif
 
@@ -130,8 +130,12 @@ void rows_bf16(const MatmulThread* mt, float* out, const float* x, const Matrix*
  * those int8 values. */
 void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, int32_t* xgsum, const float* x, int C, int gs, int t0,
                    int t1);
-void rows_qi(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const int32_t* xgsum,
+void rows_qi_n1(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
+                const Matrix* W, int r0, int r1); /* q8, one token */
+void rows_q4(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum,
              const Matrix* W, int n, int r0, int r1);
+void rows_qi(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const int32_t* xgsum,
+             const Matrix* W, int n, int r0, int r1); /* q8 or q4, a prompt */
 #endif
 
 #if defined(KERNELS_AVX2)

@@ -55,6 +55,15 @@ def process_state(pid):
         return f.read().rsplit(')', 1)[1].split()[0]
 
 
+def as_at_a_terminal():
+    """In the chat's process before it starts: SIGINT and SIGQUIT at their defaults, as a shell
+    leaves them for a job in the foreground. A test run started in the background by a shell
+    without job control (`make test &` in a script) has them ignored, and the chat keeps a signal
+    it inherits ignored (nohup's convention), so Ctrl-C would do nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 def ids_of(text):
     return [int(x) for x in text.split(',') if x]
 
@@ -80,13 +89,16 @@ class TerminalChat:
             attrs[1] &= ~termios.OPOST  # the bytes as written (no \n -> \r\n)
             termios.tcsetattr(err_slave, termios.TCSANOW, attrs)
 
-        def controlling_terminal():
-            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+        def start():
+            as_at_a_terminal()
+            if job:
+                os.setpgid(0, 0)
+            else:
+                fcntl.ioctl(0, termios.TIOCSCTTY, 0)  # the controlling terminal
 
         self.p = subprocess.Popen([hf_model.RUN] + args, stdin=slave, stdout=slave,
                                   stderr=err_slave if stderr_terminal else subprocess.PIPE,
-                                  cwd=hf_model.ROOT, start_new_session=not job,
-                                  preexec_fn=(lambda: os.setpgid(0, 0)) if job else controlling_terminal)
+                                  cwd=hf_model.ROOT, start_new_session=not job, preexec_fn=start)
         os.close(slave)
         self.errf = self.p.stderr
         if stderr_terminal:
@@ -360,7 +372,7 @@ class ChatTerminal(hf_model.TempDirTestCase):
         p = subprocess.Popen([hf_model.RUN, self.ckpt, '-m', 'chat', '-t', '0', '-c', '256', '--verbose-prompt'],
                              stdin=subprocess.PIPE, stdout=slave, stderr=subprocess.PIPE, cwd=hf_model.ROOT,
                              start_new_session=True,
-                             preexec_fn=lambda: fcntl.ioctl(1, termios.TIOCSCTTY, 0))
+                             preexec_fn=lambda: (as_at_a_terminal(), fcntl.ioctl(1, termios.TIOCSCTTY, 0)))
         os.close(slave)
         chat = TerminalChat.__new__(TerminalChat)
         chat.master, chat.p, chat.errf, chat.out, chat.err, chat.err_at = master, p, p.stderr, b'', b'', 0

@@ -21,7 +21,7 @@ ALWAYS_INLINE void q8_scales_float(float* out, const Matrix* W, int r, int RT) {
 
 /* ---- q8 x int8 activations ---- */
 
-/* Quantises token rows [t0, t1) of x (width C) to int8 per group of gs (a multiple of 16; run_job
+/* Quantises token rows [t0, t1) of x (width C) to int8 per group of gs (a multiple of 16; the driver
  * only comes here for multiples of 32): s = max|x| / 127, q = round(x / s). The scheme of the
  * AVX2 twin, rounded the same way: x * (127 / max) and round to nearest even (vcvtnq_s32_f32,
  * as _mm256_cvtps_epi32 does under the default MXCSR), so both targets quantise alike. xsum and
@@ -145,8 +145,8 @@ ALWAYS_INLINE void tile_qi(float* out, const int8_t* xq, const float* xsc, const
 /* The q8 matrix-vector product: tile_qi's own TT == 1 path, which also reads a row block
  * front to back (the AVX2 twin's written-out kernel and its prefetch distance are measured on
  * x86 only). */
-ALWAYS_INLINE void rows_qi_n1(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc,
-                              const int32_t* xsum, const Matrix* W, int r0, int r1) {
+void rows_qi_n1(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
+                const Matrix* W, int r0, int r1) {
     float* ws = mt->xp;
     for (int r = r0; r < r1;) {
         const int RT = r + 4 <= r1 ? 4 : 1;
@@ -194,9 +194,9 @@ static void tile_q4(float* out, const int8_t* xq, const float* xsc, const Matrix
     for (int i = 0; i < Q4_BLOCK_ROWS && r + i < R; i++) out[(size_t)t * R + r + i] = o[i];
 }
 
-/* Rows [r0, r1) (r0 a multiple of 8: run_job's chunks are) for n tokens, a block of tokens at a
+/* Rows [r0, r1) (r0 a multiple of 8: the driver's chunks are) for n tokens, a block of tokens at a
  * time as rows_qi_tiles. */
-static void rows_q4(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum,
+void rows_q4(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum,
                     const Matrix* W, int n, int r0, int r1) {
     (void)mt;
     (void)xgsum;

@@ -32,7 +32,7 @@
 /* int8 columns per tile product: a q4 group, or 64 of a q8 group. */
 static inline int amx_k(const Matrix* W) { return W->type == WEIGHT_Q4 ? Q4_GROUP : 64; }
 
-/* Whether W x n tokens run on AMX (run_job aligns its row chunks to 16 when so). The repacking
+/* Whether W x n tokens run on AMX (the driver aligns its row chunks to 16 when so). The repacking
  * pays from 13 tokens for q8 and from 32 for q4, whose nibbles it widens; below that tile_qi /
  * tile_q4 with their prefetch of the next block are quicker (docs/design.md#amx). */
 int amx_takes(const Matrix* W, int n, int amx, int xp_cap) {
@@ -192,7 +192,7 @@ static void amx_rows(float* out, const int8_t* xq, const float* xsc, const Matri
     _tile_release();
 }
 
-/* Whole tiles of 16 rows (from r0, a multiple of 16: run_job's chunks are) x all n tokens on AMX,
+/* Whole tiles of 16 rows (from r0, a multiple of 16: the driver's chunks are) x all n tokens on AMX,
  * in pieces of at most AMX_MAX_TILES row tiles (the thread's scratch). Returns the first row not
  * done; the caller does the rest (fewer than 16 rows). */
 int amx_chunk(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const Matrix* W, int n, int r0,

@@ -10,7 +10,7 @@
 
 #if defined(KERNELS_AVX2)
 
-/* Whether rows_float_nn packs W's rows for n tokens (run_job aligns its row chunks to 16 when so).
+/* Whether rows_float_nn packs W's rows for n tokens (the driver aligns its row chunks to 16 when so).
  * Below the thresholds the 4 x 3 (AVX2) or 4 x 4 (AVX-512) tiles are quicker: with few tokens
  * the weights' one pass from memory bounds the product (the tiles overlap it with their
  * arithmetic, prefetching the next rows), and the packing's writes and second read cost more
@@ -505,12 +505,6 @@ ALWAYS_INLINE void rows_bf16_n1_zmm_pf(float* out, const float* xp, const Matrix
     }
 }
 
-/* The plan's distance (bf16_zmm) as a constant-folded branch: the copy without prefetch has no
- * prefetch instruction in its loop. */
-static void rows_bf16_n1_zmm(const PrefetchPlan* plan, float* out, const float* xp, const Matrix* W, int r0, int r1) {
-    if (plan->bf16_zmm) rows_bf16_n1_zmm_pf(out, xp, W, r0, r1, 1, plan->bf16_zmm);
-    else rows_bf16_n1_zmm_pf(out, xp, W, r0, r1, 0, 0);
-}
 #endif
 
 /* The activation span of rows_bf16_n1's de-interleaved row: 32 columns for the zmm kernel. */
@@ -522,15 +516,19 @@ int bf16_span(int cols) {
     return 16;
 }
 
+/* The plan's distance as a constant-folded branch: the copy without prefetch has no prefetch
+ * instruction in its loop. */
 void rows_bf16_n1(const MatmulThread* mt, float* out, const Matrix* W, int r0, int r1) {
     const float* xp = mt->xp;
+    const PrefetchPlan* plan = mt->prefetch;
 #if defined(KERNELS_AVX512)
     if (bf16_span(W->cols) == 32) {
-        rows_bf16_n1_zmm(mt->prefetch, out, xp, W, r0, r1);
+        if (plan->bf16_zmm) rows_bf16_n1_zmm_pf(out, xp, W, r0, r1, 1, plan->bf16_zmm);
+        else rows_bf16_n1_zmm_pf(out, xp, W, r0, r1, 0, 0);
         return;
     }
 #endif
-    if (mt->prefetch->bf16) rows_bf16_n1_pf(out, xp, W, r0, r1, 1, mt->prefetch->bf16);
+    if (plan->bf16) rows_bf16_n1_pf(out, xp, W, r0, r1, 1, plan->bf16);
     else rows_bf16_n1_pf(out, xp, W, r0, r1, 0, 0);
 }
 
@@ -696,7 +694,7 @@ static void rows_bf16_packed(const MatmulThread* mt, float* out, const uint16_t*
 }
 
 /* Rows [r0, r1) x n tokens: whole panels of 16 rows where bf16_packed_takes (from a multiple of
- * 16: run_job's chunks are), the rest blocked as rows_float_nn (a block of tokens stays in L2). */
+ * 16: the driver's chunks are), the rest blocked as rows_float_nn (a block of tokens stays in L2). */
 void rows_bf16_dot(const MatmulThread* mt, float* out, const uint16_t* xb, const Matrix* W, int n, int r0, int r1) {
     if (bf16_packed_takes(W, n, mt->xp_cap)) {
         for (int np; (np = row_tiles_next(r0, r1, FLOAT_MAX_PANELS)) > 0; r0 += np * FLOAT_PANEL_ROWS)

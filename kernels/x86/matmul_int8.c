@@ -261,12 +261,12 @@ ALWAYS_INLINE void qi_step4(__m256i a[4], const uint8_t* wg, size_t gb, int c, _
  * rows would be a second stream, which costs far more than its 1/16 of the bytes
  * (docs/design.md#checkpoint-layout). Each group's four scales are (weight scale x activation
  * scale), multiplied 8 groups at a time into sx (docs/design.md#decode-stream). */
-ALWAYS_INLINE void rows_qi_n1(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc,
-                              const int32_t* xsum, const Matrix* W, int r0, int r1) {
+void rows_qi_n1(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
+                const Matrix* W, int r0, int r1) {
     const int C = W->cols, gs = W->group_size, G = C / gs;
     const size_t bb = quant_block_bytes(WEIGHT_Q8, C, gs), gb = (size_t)gs;
     const size_t pf = mt->prefetch->q8 ? (size_t)mt->prefetch->q8 : bb;
-    int r = r0; /* a multiple of 4: run_job's chunks are */
+    int r = r0; /* a multiple of 4: the driver's chunks are */
     for (; r + 4 <= r1; r += 4) {
         const uint16_t* s0 = quant_scales(W, r);
         const uint8_t* wg = quant_group(W, r, 0);
@@ -369,7 +369,7 @@ ALWAYS_INLINE QPf qp_scale(QPf tot, QPi s, const float* ws, float xs) {
 ALWAYS_INLINE void qp_store(float* out, QPf v) { _mm256_storeu_ps(out, v); }
 #endif
 
-/* Whether rows_qi packs q8 or q4 panels for n tokens (run_job aligns its chunks to
+/* Whether rows_qi packs q8 or q4 panels for n tokens (the driver aligns its chunks to
  * QP_ROWS rows when so). Packing pays once the tiles' passes over the chunk cost more than it:
  * from 24 tokens for q8 and q4 with 512-bit VNNI (Zen 4), about where AVX2's sign trick crossed
  * too. q4 takes them only with VNNI: without it tile_q4's int16 sums (two instructions per 32
@@ -471,7 +471,7 @@ ALWAYS_INLINE void tile_qi_packed(float* out, const int8_t* xq, const float* xsc
     for (int j = 0; j < TT; j++) qp_store(out + (size_t)(t + j) * R + r, tot[j]);
 }
 
-/* Whole panels of QP_ROWS rows from r0 (a multiple of QP_ROWS: run_job's chunks are) x tokens
+/* Whole panels of QP_ROWS rows from r0 (a multiple of QP_ROWS: the driver's chunks are) x tokens
  * [ta, n), at most 64 rows per packing; per block of tokens (token_block) each panel meets the
  * block's tokens QP_TOKENS at a time, then 4, then 1. Returns the first row not done (the rest:
  * rows_qi_tiles, or tile_q4). */
@@ -597,10 +597,10 @@ ALWAYS_INLINE void tile_q4(float* out, const int8_t* xq, const float* xsc, const
     }
 }
 
-/* Rows [r0, r1) (r0 a multiple of 8: run_job's chunks are) for n tokens: decode walks the row
+/* Rows [r0, r1) (r0 a multiple of 8: the driver's chunks are) for n tokens: decode walks the row
  * blocks with the prefetch; prefill keeps a block of tokens in L2 (as rows_qi_tiles) while each
  * row block meets them 4 at a time (the rows that AMX or the panels did not take: rows_qi). */
-static void rows_q4(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum,
+void rows_q4(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum,
                     const Matrix* W, int n, int r0, int r1) {
     if (n == 1) {
         for (int r = r0; r < r1; r += Q4_BLOCK_ROWS) tile_q4(out, xq, xsc, xgsum, W, r, 0, 1, mt->prefetch->q4);
