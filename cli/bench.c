@@ -382,8 +382,11 @@ static void print_setup(const Bench* b, long long huge) {
     printf("bench: %d layers, dim %d, vocab %d, weights %s", c->n_layers, c->dim, c->vocab_size,
            type_name(c->weight_type));
     if (c->group_size) printf(" (groups of %d)", c->group_size);
-    printf(", kernels %s%s, decode prefetch %s\n", kernels_simd_name(t->kernels),
+    const int float_weights = c->weight_type == WEIGHT_F32 || c->weight_type == WEIGHT_BF16;
+    const int x86 = strncmp(kernels_simd_name(t->kernels), "avx2", 4) == 0;
+    printf(", kernels %s%s%s, decode prefetch %s\n", kernels_simd_name(t->kernels),
            kernels_bf16_activations(t->kernels) && c->weight_type == WEIGHT_BF16 ? ", bf16 activations in prefill" : "",
+           float_weights && x86 && !kernels_float_panels(t->kernels) ? ", prefill without packed panels" : "",
            kernels_prefetch_plan(t->kernels));
     print_weight_pages(t, huge);
     if (b->depth > 0)

@@ -169,6 +169,11 @@ int kernels_amx(const Kernels* k);
 /* Turns AMX off (0) or back on where kernels_new was granted it; returns kernels_amx(k). For
  * tests that compare the two paths. */
 int kernels_set_amx(Kernels* k, int on);
+/* 1 when f32 and bf16 prefill take packed panels from their thresholds on (an x86 build; off by
+ * default with AVX-512 on Zen 4, or as KERNELS_FLOAT_PANELS=0 or 1 says). The setter turns them
+ * on or off (x86 builds only) and returns kernels_float_panels(k): for tests of both paths. */
+int kernels_float_panels(const Kernels* k);
+int kernels_set_float_panels(Kernels* k, int on);
 
 /* --bf16-activations: prefill (n > 1) with bf16 weights multiplies them by the activations
  * rounded to bf16 (up to 2^-8 relative error each), with the CPU's bf16 dot product, where the

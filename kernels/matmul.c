@@ -92,6 +92,7 @@ struct MatmulScratch {
     int bf16_activations;
     int amx_granted;       /* amx_request's answer when the context was made */
     int amx_usable;        /* q8 and q4 prefill run on AMX tiles (kernels_set_amx) */
+    int float_panels;      /* f32 and bf16 prefill may take packed panels (kernels_set_float_panels) */
 #if defined(KERNELS_AVX2)
     PrefetchPlan prefetch;
 #endif
@@ -113,7 +114,53 @@ static inline MatmulThread thread_view(const MatmulScratch* s, int thread) {
     mt.xp_cap = s->xp_cap;
     mt.xp_stride = s->xp_stride;
     mt.amx = s->amx_usable;
+    mt.float_panels = s->float_panels;
     return mt;
+}
+
+/* Whether the CPU is an AMD Zen 4. Zen 3 and Zen 4 are both AMD family 19h, and gcc 12.2's
+ * __builtin_cpu_is("znver3") cannot tell them apart (its libgcc calls every family-19h model with
+ * VAES a znver3); AVX-512 is a difference every compiler can see: Zen 4 has it, Zen 3 does not
+ * (tests/test_bench.py checks the defaults that follow from it). */
+#if defined(KERNELS_AVX2)
+static int cpu_is_zen4(void) {
+#if defined(__GNUC__)
+    __builtin_cpu_init();
+    return __builtin_cpu_is("amdfam19h") && __builtin_cpu_supports("avx512f");
+#else
+    return 0;
+#endif
+}
+#endif
+
+/* Whether f32 and bf16 prefill take the packed panels (rows_float_packed) from their thresholds
+ * on. Everywhere but in an AVX-512 build on Zen 4, where the 4 x 4 zmm tiles alone are faster at
+ * every prompt length measured (docs/design.md#prefill-panels). KERNELS_FLOAT_PANELS=0 or 1
+ * overrides the choice (for measuring on another CPU); read in every build, as KERNELS_AMX is. */
+static int choose_float_panels(void) {
+    int on = 1;
+#if defined(KERNELS_AVX512)
+    on = !cpu_is_zen4();
+#endif
+    const char* e = getenv("KERNELS_FLOAT_PANELS");
+    if (e && (strcmp(e, "0") == 0 || strcmp(e, "1") == 0)) on = e[0] == '1';
+    else if (e && *e) fprintf(stderr, "warning: KERNELS_FLOAT_PANELS=%s is not 0 or 1; using the CPU's default\n", e);
+#if !defined(KERNELS_AVX2)
+    on = 0; /* the panels are AVX2 and AVX-512 code */
+#endif
+    return on;
+}
+
+int kernels_float_panels(const Kernels* k) { return kernels_scratch(k)->float_panels; }
+
+int kernels_set_float_panels(Kernels* k, int on) {
+    MatmulScratch* s = kernels_scratch(k);
+#if defined(KERNELS_AVX2)
+    s->float_panels = on != 0;
+#else
+    (void)on;
+#endif
+    return s->float_panels;
 }
 
 /* KERNELS_PREFETCH: the decode prefetch plan asked for (used by the AVX2 kernels only, checked in
@@ -139,16 +186,8 @@ static int prefetch_from_env(void) {
  * f32 has no prefetch: it gained under 10% where it was tried. The measurements:
  * docs/design.md#decode-prefetch. KERNELS_PREFETCH=near or mid overrides the choice. */
 static const PrefetchPlan prefetch_near = {"near", 128, 0, 0, 0}, prefetch_mid = {"mid", 1536, 2048, 1024, 2048};
-/* Zen 3 and Zen 4 are both AMD family 19h. gcc 12.2's __builtin_cpu_is("znver3") cannot tell
- * them apart (its libgcc calls every family-19h model with VAES a znver3); AVX-512 is a
- * difference every compiler can see: Zen 4 has it, Zen 3 does not (tests/test_bench.py checks
- * the default). */
 static PrefetchPlan choose_prefetch(void) {
-    PrefetchPlan plan = prefetch_mid;
-#if defined(__GNUC__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_is("amdfam19h") && __builtin_cpu_supports("avx512f")) plan = prefetch_near;
-#endif
+    PrefetchPlan plan = cpu_is_zen4() ? prefetch_near : prefetch_mid;
     const int asked = prefetch_from_env();
     if (asked == PREFETCH_NEAR) plan = prefetch_near;
     if (asked == PREFETCH_MID) plan = prefetch_mid;
@@ -188,6 +227,7 @@ MatmulScratch* matmul_scratch_new(int max_threads, int max_batch, int max_cols) 
 #else
     (void)prefetch_from_env();
 #endif
+    s->float_panels = choose_float_panels();
     if (max_batch < 1) max_batch = 1;
     if (max_cols < 1) max_cols = 1;
     if (max_threads < 1) max_threads = 1;
@@ -521,7 +561,7 @@ static int chunk_rows(const MatmulJob* j, int nt) {
 #if defined(KERNELS_AVX2)
     if (!j->use_qi && !j->use_xb16 && !j->use_split)
         for (int m = 0; m < j->n_mats; m++)
-            if (float_packed_takes(j->W[m], j->n, s->xp_cap)) align = FLOAT_PANEL_ROWS;
+            if (float_packed_takes(j->W[m], j->n, s->float_panels, s->xp_cap)) align = FLOAT_PANEL_ROWS;
 #endif
 #if defined(KERNELS_BF16_DOT)
     if (j->use_xb16 && bf16_packed_takes(j->W[0], j->n, s->xp_cap)) align = FLOAT_PANEL_ROWS;

@@ -10,7 +10,7 @@
 ALWAYS_INLINE void rows_float_nn(const MatmulThread* mt, float* out, const float* x, const Matrix* W, WeightType type,
                                 int n, int r0, int r1) {
 #if defined(KERNELS_AVX2)
-    if (float_packed_takes(W, n, mt->xp_cap)) { /* whole panels of 16 rows (from a multiple of 16: the driver's chunks are) */
+    if (float_packed_takes(W, n, mt->float_panels, mt->xp_cap)) { /* whole panels of 16 rows (from a multiple of 16: the driver's chunks are) */
         for (int np; (np = row_tiles_next(r0, r1, FLOAT_MAX_PANELS)) > 0; r0 += np * FLOAT_PANEL_ROWS)
             rows_float_packed(out, x, W, type, n, r0, np, mt->float_pack);
     }

@@ -54,6 +54,7 @@ typedef struct {
     uint8_t* amx_wt;       /* AMX: amx_thread_bytes(xp_stride), the thread's repacked q8/q4 rows, int32 tiles, scales */
     int xp_cap, xp_stride; /* max_cols; max_cols rounded up to whole cache lines */
     int amx;               /* q8 and q4 (with AMX-BF16 also bf16) prefill run on AMX tiles */
+    int float_panels;      /* AVX2: f32 and bf16 prefill may take packed panels (float_packed_takes) */
 #if defined(KERNELS_AVX2)
     const PrefetchPlan* prefetch;
 #endif
@@ -145,7 +146,7 @@ void rows_qi(const MatmulThread* mt, float* out, const int8_t* xq, const float* 
 #endif
 
 /* x86/matmul_float.c */
-int float_packed_takes(const Matrix* W, int n, int xp_cap); /* whether rows_float_nn packs W's rows for n tokens */
+int float_packed_takes(const Matrix* W, int n, int panels, int xp_cap); /* whether rows_float_nn packs W's rows for n tokens */
 void deinterleave(float* xp, const float* x, int C, int span); /* rows_bf16_n1's activation row */
 int bf16_span(int cols);
 void rows_bf16_n1(const MatmulThread* mt, float* out, const Matrix* W, int r0, int r1); /* x de-interleaved in mt->xp */

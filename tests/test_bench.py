@@ -316,6 +316,28 @@ class BenchMode(unittest.TestCase):
                            env=dict(os.environ, KERNELS_PREFETCH="mid"))
         self.assertIn("decode prefetch mid\n", p.stdout)
 
+    def test_float_panels_choice_is_reported(self):
+        """f32 and bf16 prefill leave out the packed panels in an AVX-512 build on Zen 4, where the
+        tiles alone are faster (docs/design.md#prefill-panels), and take them on every other x86
+        CPU; the bench's first line says when they are off (the shipped model is f32), and
+        KERNELS_FLOAT_PANELS=0 or 1 overrides the CPU's choice."""
+        def first_line(env):
+            base = {k: v for k, v in os.environ.items() if k != "KERNELS_FLOAT_PANELS"}
+            p = subprocess.run([RUN, MODEL, "-m", "bench", "--threads", "1", "--bench-prompt", "2", "--bench-gen",
+                                "0", "--bench-reps", "1"], capture_output=True, text=True, timeout=300,
+                               env=dict(base, **env))
+            self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+            return p.stdout.splitlines()[0]
+        line = first_line({})
+        if "kernels avx2" not in line:
+            self.skipTest("this build has no packed panels (not x86-64 with AVX2): " + line)
+        self.assertIn("weights f32", line)
+        off = "prefill without packed panels" in line
+        if expected_plan() is not None:  # "near": Zen 4
+            self.assertEqual(off, expected_plan() == "near" and "avx512" in line, line)
+        self.assertIn("prefill without packed panels", first_line({"KERNELS_FLOAT_PANELS": "0"}))
+        self.assertNotIn("without packed panels", first_line({"KERNELS_FLOAT_PANELS": "1"}))
+
     def test_table_shows_both_counts_and_their_ratio(self):
         if usable_cpus() < 2:
             self.skipTest("one CPU: --threads 2 would run with 1")

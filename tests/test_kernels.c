@@ -958,6 +958,24 @@ static void test_peak_ops(Kernels* kern) {
     check(ok, "peak_ops: a positive rate of fp32 FMA (f32, bf16) or the int8 dot product (q8, q4); none in the scalar build");
 }
 
+/* f32 and bf16 prefill the other way than this CPU's default (kernels_float_panels): the packed
+ * panels where the tiles alone are the default (AVX-512 on Zen 4), the tiles alone elsewhere, so
+ * that an x86 build checks both wherever it runs. */
+static void test_float_panels_switched(Kernels* k) {
+    const int panels = kernels_float_panels(k);
+    if (kernels_set_float_panels(k, !panels) == panels) return; /* no panels in this build */
+    const int ns[3] = {5, 29, 40};
+    for (int i = 0; i < 3; i++) {
+        check_matmul(k, WEIGHT_F32, 37, 1027, 0, ns[i]);
+        check_matmul(k, WEIGHT_BF16, 64, 1024, 0, ns[i]);
+        check_matmul(k, WEIGHT_F32, 130, 200, 0, ns[i]);
+    }
+    check_matmul(k, WEIGHT_F32, 34, 4001, 0, 70);
+    check_matmul(k, WEIGHT_BF16, 33, 3001, 0, 115);
+    check_matmul(k, WEIGHT_BF16, 37, 1027, 0, 113);
+    kernels_set_float_panels(k, panels);
+}
+
 int main(void) {
     test_set_threads();
     test_two_contexts();
@@ -1001,6 +1019,7 @@ int main(void) {
         check_matmul(kern, WEIGHT_BF16, 33, 3001, 0, 115);
         check_matmul(kern, WEIGHT_F32, 37, 1027, 0, 67);
         check_matmul(kern, WEIGHT_BF16, 37, 1027, 0, 113);
+        test_float_panels_switched(kern);
         test_parallel_for(kern);
         test_bf16_activations();
         test_exact_parts(WEIGHT_BF16, 0);
@@ -1049,16 +1068,19 @@ int main(void) {
      * 40 tokens take the AMX tiles (q8, q4) and the packed panels (f32, bf16) where the build has
      * them, whose row tiles must not depend on where the chunks start */
     {
-        /* the fifth: bf16 with --bf16-activations (its own panels), where the build has them */
-        const WeightType types[5] = {WEIGHT_Q8, WEIGHT_Q4, WEIGHT_F32, WEIGHT_BF16, WEIGHT_BF16};
+        /* the fifth: bf16 with --bf16-activations (its own panels), where the build has them; the
+         * third and fourth with the f32/bf16 panels on, the last two with them off, whatever this
+         * CPU's default */
+        const WeightType types[7] = {WEIGHT_Q8, WEIGHT_Q4, WEIGHT_F32, WEIGHT_BF16, WEIGHT_BF16, WEIGHT_F32, WEIGHT_BF16};
         static float x[115 * 512], o1[115 * 301], o2[115 * 301];
         const int ns3[4] = {3, 40, 70, 115}; /* the AVX2 panels take f32 from 64 tokens, bf16 from 112 */
-        for (int k = 0; k < 5; k++)
+        for (int k = 0; k < 7; k++)
             for (int ni = 0; ni < 4; ni++) {
                 const int n = ns3[ni];
                 TestMatrix t = make_matrix(types[k], 301, 512, types[k] == WEIGHT_Q4 ? 32 : 64);
                 for (int i = 0; i < n * 512; i++) x[i] = frand();
                 Kernels* k1 = kernels_new(1, 115, 512);
+                kernels_set_float_panels(k1, k < 5);
                 if (k == 4 && !kernels_set_bf16_activations(k1, 1)) {
                     kernels_free(k1);
                     free_matrix(&t);
@@ -1067,12 +1089,13 @@ int main(void) {
                 matmul(k1, o1, x, &t.M, n);
                 kernels_free(k1);
                 Kernels* k2 = kernels_new(2, 115, 512);
+                kernels_set_float_panels(k2, k < 5);
                 kernels_set_bf16_activations(k2, k == 4);
                 matmul(k2, o2, x, &t.M, n);
                 kernels_free(k2);
                 char what[80];
                 snprintf(what, sizeof what, "matmul %s%s n=%d: 1 thread == 2 threads bitwise", tname(t.M.type),
-                         k == 4 ? " (bf16 activations)" : "", n);
+                         k == 4 ? " (bf16 activations)" : k >= 5 ? " (no panels)" : "", n);
                 check(memcmp(o1, o2, (size_t)n * 301 * sizeof(float)) == 0, what);
                 free_matrix(&t);
             }

@@ -10,19 +10,19 @@
 
 #if defined(KERNELS_AVX2)
 
-/* Whether rows_float_nn packs W's rows for n tokens (the driver aligns its row chunks to 16 when so).
- * Below the thresholds the 4 x 3 (AVX2) or 4 x 4 (AVX-512) tiles are quicker: with few tokens
- * the weights' one pass from memory bounds the product (the tiles overlap it with their
- * arithmetic, prefetching the next rows), and the packing's writes and second read cost more
- * than the panels' tiles gain. The thresholds are where the two crossed
- * (docs/design.md#prefill-panels). */
-int float_packed_takes(const Matrix* W, int n, int xp_cap) {
+/* Whether rows_float_nn packs W's rows for n tokens (the driver aligns its row chunks to 16 when so),
+ * with panels on for this context (MatmulThread.float_panels). Below the thresholds the 4 x 3
+ * (AVX2) or 4 x 4 (AVX-512) tiles are quicker: with few tokens the weights' one pass from memory
+ * bounds the product (the tiles overlap it with their arithmetic, prefetching the next rows), and
+ * the packing's writes and second read cost more than the panels' tiles gain. The thresholds are
+ * where the two crossed (docs/design.md#prefill-panels). */
+int float_packed_takes(const Matrix* W, int n, int panels, int xp_cap) {
 #if defined(KERNELS_AVX512)
     const int min_tokens = W->type == WEIGHT_F32 ? 24 : 40;
 #else
     const int min_tokens = W->type == WEIGHT_F32 ? 64 : 112;
 #endif
-    return (W->type == WEIGHT_F32 || W->type == WEIGHT_BF16) && n >= min_tokens && W->cols <= xp_cap;
+    return panels && (W->type == WEIGHT_F32 || W->type == WEIGHT_BF16) && n >= min_tokens && W->cols <= xp_cap;
 }
 #if defined(KERNELS_BF16_DOT)
 /* The same for rows_bf16_dot (bf16 activations), whose panels take whole 32-column steps. */
