@@ -407,6 +407,7 @@ static void matmul_task(void* ctx, int task, int thread) {
             else
                 rows_bf16(&mt, out, j->x, W, n, r0, r1);
 #else
+            (void)mt;
             matmul_rows_scalar(out, j->x, W, n, r0, r1);
 #endif
         }
