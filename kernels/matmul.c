@@ -349,8 +349,8 @@ static int claim_chunks(MatmulJob* j, int thread, int batch, int* end) {
     return -1;
 }
 
-/* The pool's task: row chunks of the job's matrices, each on the twin that prepare_activations
- * chose for it.
+/* The pool's task: row chunks of the job's matrices, each on the twin for its weights and the copy
+ * of the activations that prepare_activations made.
  * Decode: one task per thread, which takes the chunks of its own range CLAIM_BATCH per atomic and
  * then helps the other ranges one chunk at a time. A decoded token has ~9,000 chunks (32 per
  * thread in each of ~140 matmuls) and every claim is a locked instruction, which waits for the
@@ -368,7 +368,6 @@ static void matmul_task(void* ctx, int task, int thread) {
     const MatmulScratch* s = j->s;
     const MatmulThread mt = thread_view(s, thread);
     const int n = j->n;
-    (void)s; /* the scalar build reads no scratch */
 #if defined(KERNELS_AVX2) /* a thread that runs two tasks (threads.c's serial fallback) writes its copy twice */
     if (j->use_xp) deinterleave(mt.xp, j->x, j->W[0]->cols, bf16_span(j->W[0]->cols));
 #endif
