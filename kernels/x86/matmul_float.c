@@ -38,9 +38,11 @@ int bf16_packed_takes(const Matrix* W, int n, int xp_cap) {
 /* Tokens per float prefill tile (rows_float_nn): a 4 x 4 f32 tile needs 16 accumulators + 4
  * activations + 1 weight, which fits in the 32 vector registers of an AVX-512 build (also for
  * ymm code) but not in AVX2's 16, where gcc spills in the inner loop; there 4 x 3 fits
- * (docs/design.md#prefill-tiles). From float_packed_takes' thresholds on, f32 and bf16 take the
- * packed panels instead (rows_float_packed); this tile is left to fewer tokens, the rows after a
- * chunk's last whole panel, and q8 whose group size is not a multiple of 32. */
+ * (docs/design.md#prefill-tiles). Where the panels are on (MatmulThread.float_panels: not with
+ * AVX-512 on Zen 4, where this tile runs all of f32 and bf16 prefill), f32 and bf16 take them
+ * from float_packed_takes' thresholds on (rows_float_packed); this tile is then left to fewer
+ * tokens, the rows after a chunk's last whole panel, and q8 whose group size is not a multiple
+ * of 32. */
 #if defined(__AVX512F__)
 #define TILE_TOKENS 4
 #else
