@@ -60,79 +60,46 @@ ALWAYS_INLINE float ldw1(const void* w, size_t i, WeightType type) {
 }
 
 #if !defined(KERNELS_AVX512) /* the 256-bit tile_float; AVX-512 has tile_float_zmm */
-/* Tile of RT rows x TT tokens over the columns [c0, c1) (c1 - c0 a multiple of 8), added into
- * acc (not reduced). Weight (row i of the tile, column c) is element i * rs + (c - c0) of wb. The
- * 4 x 4 and 4 x 3 cases (TILE_TOKENS) are spelled out with named registers: gcc otherwise reloads
- * the operands from L1 on every FMA and runs at half the speed clang gets from the generic loop.
- * With TT == 3 the fourth token's lines are dead code and vanish. next: NULL, or f32/bf16 weights
+/* Rows r .. r+RT-1 x tokens t .. t+TT-1 on 256-bit vectors, each accumulator over 8 columns, the
+ * last C % 8 columns added in scalar. The activation and weight vectors of a step are pinned in
+ * registers by an empty asm: gcc otherwise folds each load into every FMA that uses it (16 loads
+ * per step instead of 8) and runs at half the speed clang gets. next: NULL, or f32/bf16 weights
  * to bring into L2 at the pace this tile reads its own (4 rows x 8 columns per step: one 64-byte
  * line of bf16, two of f32; rows_float_nn). */
-ALWAYS_INLINE void tile_float_acc(__m256 acc[4][4], const float* x, const void* wb, size_t rs, WeightType type, int C,
-                                  int t, int c0, int c1, int RT, int TT, const char* next) {
+ALWAYS_INLINE void tile_float_ymm(float* out, const float* x, const Matrix* W, WeightType type, int r, int t, int RT,
+                                  int TT, const char* next) {
+    const int C = W->cols, R = W->rows, C8 = C & ~7;
+    const void* wr = row_ptr(W, r);
     const size_t next_step = type == WEIGHT_F32 ? 128 : 64;
-    if (RT == 4 && (TT == 4 || TT == 3)) {
-        const __m256 z = _mm256_setzero_ps();
-        __m256 a00 = acc[0][0], a01 = acc[0][1], a02 = acc[0][2], a03 = TT == 4 ? acc[0][3] : z;
-        __m256 a10 = acc[1][0], a11 = acc[1][1], a12 = acc[1][2], a13 = TT == 4 ? acc[1][3] : z;
-        __m256 a20 = acc[2][0], a21 = acc[2][1], a22 = acc[2][2], a23 = TT == 4 ? acc[2][3] : z;
-        __m256 a30 = acc[3][0], a31 = acc[3][1], a32 = acc[3][2], a33 = TT == 4 ? acc[3][3] : z;
-        const float* x0 = x + (size_t)t * C;
-        const float* x1 = x0 + C;
-        const float* x2 = x1 + C;
-        const float* x3 = x2 + C; /* read only when TT == 4 */
-        for (int c = c0; c < c1; c += 8) {
-            const size_t w0 = (size_t)(c - c0), w1 = w0 + rs, w2 = w1 + rs, w3 = w2 + rs;
-            if (next) next = prefetch_next_rows(next, next_step);
-            __m256 v0 = _mm256_loadu_ps(x0 + c), v1 = _mm256_loadu_ps(x1 + c);
-            __m256 v2 = _mm256_loadu_ps(x2 + c), v3 = TT == 4 ? _mm256_loadu_ps(x3 + c) : z;
-            /* keep the activation vectors in registers (gcc would fold each load into every FMA
-             * that uses it: 16 loads instead of 4) */
-            __asm__("" : "+v"(v0), "+v"(v1), "+v"(v2));
-            if (TT == 4) __asm__("" : "+v"(v3));
-            __m256 w = ldw(wb, w0, type);
-            __asm__("" : "+v"(w));
-            a00 = _mm256_fmadd_ps(w, v0, a00);
-            a01 = _mm256_fmadd_ps(w, v1, a01);
-            a02 = _mm256_fmadd_ps(w, v2, a02);
-            if (TT == 4) a03 = _mm256_fmadd_ps(w, v3, a03);
-            w = ldw(wb, w1, type);
-            __asm__("" : "+v"(w));
-            a10 = _mm256_fmadd_ps(w, v0, a10);
-            a11 = _mm256_fmadd_ps(w, v1, a11);
-            a12 = _mm256_fmadd_ps(w, v2, a12);
-            if (TT == 4) a13 = _mm256_fmadd_ps(w, v3, a13);
-            w = ldw(wb, w2, type);
-            __asm__("" : "+v"(w));
-            a20 = _mm256_fmadd_ps(w, v0, a20);
-            a21 = _mm256_fmadd_ps(w, v1, a21);
-            a22 = _mm256_fmadd_ps(w, v2, a22);
-            if (TT == 4) a23 = _mm256_fmadd_ps(w, v3, a23);
-            w = ldw(wb, w3, type);
-            __asm__("" : "+v"(w));
-            a30 = _mm256_fmadd_ps(w, v0, a30);
-            a31 = _mm256_fmadd_ps(w, v1, a31);
-            a32 = _mm256_fmadd_ps(w, v2, a32);
-            if (TT == 4) a33 = _mm256_fmadd_ps(w, v3, a33);
-        }
-        acc[0][0] = a00, acc[0][1] = a01, acc[0][2] = a02;
-        acc[1][0] = a10, acc[1][1] = a11, acc[1][2] = a12;
-        acc[2][0] = a20, acc[2][1] = a21, acc[2][2] = a22;
-        acc[3][0] = a30, acc[3][1] = a31, acc[3][2] = a32;
-        if (TT == 4) acc[0][3] = a03, acc[1][3] = a13, acc[2][3] = a23, acc[3][3] = a33;
-        return;
-    }
-    for (int c = c0; c < c1; c += 8) {
-        if (next) next = prefetch_next_rows(next, next_step);
-        __m256 wv[4];
+    __m256 acc[4][4];
 #pragma GCC unroll 4
-        for (int i = 0; i < RT; i++) wv[i] = ldw(wb, (size_t)i * rs + (size_t)(c - c0), type);
+    for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) acc[i][j] = _mm256_setzero_ps();
+    for (int c = 0; c < C8; c += 8) {
+        if (next) next = prefetch_next_rows(next, next_step);
+        __m256 xv[4];
 #pragma GCC unroll 4
         for (int j = 0; j < TT; j++) {
-            __m256 xv = _mm256_loadu_ps(x + (size_t)(t + j) * C + c);
+            xv[j] = _mm256_loadu_ps(x + (size_t)(t + j) * C + c);
+            __asm__("" : "+v"(xv[j]));
+        }
 #pragma GCC unroll 4
-            for (int i = 0; i < RT; i++) acc[i][j] = _mm256_fmadd_ps(wv[i], xv, acc[i][j]);
+        for (int i = 0; i < RT; i++) {
+            __m256 w = ldw(wr, (size_t)i * C + c, type);
+            __asm__("" : "+v"(w));
+#pragma GCC unroll 4
+            for (int j = 0; j < TT; j++) acc[i][j] = _mm256_fmadd_ps(w, xv[j], acc[i][j]);
         }
     }
+#pragma GCC unroll 4
+    for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) {
+            float s = hsum256(acc[i][j]);
+            for (int c = C8; c < C; c++) s += ldw1(wr, (size_t)i * C + c, type) * x[(size_t)(t + j) * C + c];
+            out[(size_t)(t + j) * R + r + i] = s;
+        }
 }
 #endif
 
@@ -153,7 +120,7 @@ ALWAYS_INLINE void tile_float_zmm_step(__m512 acc[4][4], const float* x, const v
 #pragma GCC unroll 4
     for (int j = 0; j < TT; j++) {
         xv[j] = _mm512_maskz_loadu_ps(k, x + (size_t)(t + j) * C + c);
-        __asm__("" : "+v"(xv[j])); /* in a register, not folded into each FMA (see tile_float_acc) */
+        __asm__("" : "+v"(xv[j])); /* in a register, not folded into each FMA (see tile_float_ymm) */
     }
 #pragma GCC unroll 4
     for (int i = 0; i < RT; i++) {
@@ -363,24 +330,7 @@ ALWAYS_INLINE void tile_float(float* out, const float* x, const Matrix* W, Weigh
 #if defined(KERNELS_AVX512)
     tile_float_zmm(out, x, W, type, r, t, RT, TT, next);
 #else
-    const int C = W->cols, R = W->rows;
-    const int C8 = C & ~7;
-    __m256 acc[4][4];
-#pragma GCC unroll 4
-    for (int i = 0; i < RT; i++)
-#pragma GCC unroll 4
-        for (int j = 0; j < TT; j++) acc[i][j] = _mm256_setzero_ps();
-    const void* wr = row_ptr(W, r);
-    tile_float_acc(acc, x, wr, (size_t)C, type, C, t, 0, C8, RT, TT, next);
-#pragma GCC unroll 4
-    for (int i = 0; i < RT; i++)
-#pragma GCC unroll 4
-        for (int j = 0; j < TT; j++) {
-            float s = hsum256(acc[i][j]);
-            for (int c = C8; c < C; c++)
-                s += ldw1(wr, (size_t)i * C + c, type) * x[(size_t)(t + j) * C + c];
-            out[(size_t)(t + j) * R + r + i] = s;
-        }
+    tile_float_ymm(out, x, W, type, r, t, RT, TT, next);
 #endif
 }
 
