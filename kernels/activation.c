@@ -55,6 +55,10 @@ static void swiglu_part(void* ctx, int i0, int i1) {
 }
 
 void swiglu(Kernels* k, float* gate, const float* up, int n) {
+    if (n < SWIGLU_PARALLEL) { /* little work (a decoded token): here, no dispatch */
+        swiglu_span(gate, up, n);
+        return;
+    }
     Swiglu j = {gate, up};
-    parallel_spans(k, n, 64, n >= SWIGLU_PARALLEL, swiglu_part, &j);
+    parallel_spans(k, n, 64, swiglu_part, &j);
 }

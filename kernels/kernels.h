@@ -275,11 +275,10 @@ size_t attention_rows_scratch(int n_q, int n_rows, int max_pos, int head_dim);
  * threads.c. A call from inside an item of k (nested) runs its items serially on that thread. */
 void parallel_for(Kernels* k, int n, void (*fn)(void* ctx, int i, int thread), void* ctx);
 
-/* Runs fn(ctx, begin, end) over [0, n) cut into one contiguous span per thread of k (spread != 0)
- * or as one span on the calling thread (spread == 0: too little work to be worth a dispatch). The
- * cuts fall on multiples of align, so a kernel whose vector body and scalar tail depend on where a
- * span starts gives the same bits as one call over [0, n). */
-void parallel_spans(Kernels* k, int n, int align, int spread, void (*fn)(void* ctx, int begin, int end), void* ctx);
+/* Runs fn(ctx, begin, end) over [0, n) cut into one contiguous span per thread of k. The cuts fall
+ * on multiples of align, so a kernel whose vector body and scalar tail depend on where a span
+ * starts gives the same bits as one call over [0, n). */
+void parallel_spans(Kernels* k, int n, int align, void (*fn)(void* ctx, int begin, int end), void* ctx);
 
 /* The compute roof (peak.c): operations per second (a multiply-add is two) of the instruction
  * that prefill of weight type `type` relies on, measured on every thread of k for about `seconds`;

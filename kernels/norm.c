@@ -93,8 +93,12 @@ static void rmsnorm_span(void* ctx, int r0, int r1) {
 }
 
 void rmsnorm_rows(Kernels* k, float* out, const float* x, const float* w, int n_rows, int n, float eps) {
+    if ((long long)n_rows * n < RMSNORM_ROWS_PARALLEL) { /* little work (a decoded token): here, no dispatch */
+        for (int r = 0; r < n_rows; r++) rmsnorm(out + (size_t)r * n, x + (size_t)r * n, w, n, eps);
+        return;
+    }
     RmsnormRows j = {out, x, w, n, eps};
-    parallel_spans(k, n_rows, 1, (long long)n_rows * n >= RMSNORM_ROWS_PARALLEL, rmsnorm_span, &j);
+    parallel_spans(k, n_rows, 1, rmsnorm_span, &j);
 }
 
 /* The RMSNorm lab (kernels.h, NORM_VARIANT_*): the formula above with one part switched at a time,

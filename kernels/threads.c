@@ -373,8 +373,8 @@ static void span_item(void* ctx, int part, int thread) {
     if (end > begin) s->fn(s->ctx, begin, end);
 }
 
-void parallel_spans(Kernels* k, int n, int align, int spread, void (*fn)(void* ctx, int begin, int end), void* ctx) {
-    Spans s = {fn, ctx, n, align > 0 ? align : 1, spread ? k->n_threads : 1};
+void parallel_spans(Kernels* k, int n, int align, void (*fn)(void* ctx, int begin, int end), void* ctx) {
+    Spans s = {fn, ctx, n, align > 0 ? align : 1, k->n_threads};
     parallel_for(k, s.parts, span_item, &s);
 }
 
