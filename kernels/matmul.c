@@ -255,7 +255,7 @@ MatmulScratch* matmul_scratch_new(int max_threads, int max_batch, int max_cols) 
     }
 #endif
 #if defined(KERNELS_BF16_DOT)
-    size_t xb16_cap = s->xq_cap;
+    size_t xb16_cap = s->xq_cap + (size_t)16 * (size_t)max_cols; /* bf16_block_rows: whole blocks of 16 tokens */
 #if defined(KERNELS_AMX_BF16) /* bf16_split_rows: three parts, tokens up to a whole A tile */
     s->split_cap = (size_t)((max_batch + 15) / 16 * 16) * (size_t)max_cols; /* an A tile: 16 tokens */
     xb16_cap = 3 * s->split_cap;
@@ -425,14 +425,14 @@ static void prepare_item(void* ctx, int i, int thread) {
     j->prepare(j, t0, t1);
 }
 
-static void prepare_tokens(MatmulJob* j, void (*prepare)(const MatmulJob*, int, int)) {
+static void prepare_tokens(MatmulJob* j, void (*prepare)(const MatmulJob*, int, int), int align) {
     const int nt = kernels_threads(j->k);
     j->prepare = prepare;
     if (j->n < 16) {
         prepare(j, 0, j->n);
         return;
     }
-    j->qtb = (j->n + nt * 4 - 1) / (nt * 4);
+    j->qtb = ((j->n + nt * 4 - 1) / (nt * 4) + align - 1) / align * align;
     parallel_for(j->k, (j->n + j->qtb - 1) / j->qtb, prepare_item, j);
 }
 #endif
@@ -444,6 +444,9 @@ static void quantize_tokens(const MatmulJob* j, int t0, int t1) {
 #endif
 
 #if defined(KERNELS_BF16_DOT)
+static void block_tokens(const MatmulJob* j, int t0, int t1) {
+    bf16_block_rows((uint32_t*)(void*)j->s->xb16_buf, j->x, j->W[0]->cols, j->n, t0, t1);
+}
 static void round_tokens(const MatmulJob* j, int t0, int t1) {
     const size_t C = (size_t)j->W[0]->cols;
     bf16_round_rows(j->s->xb16_buf + (size_t)t0 * C, j->x + (size_t)t0 * C, (size_t)(t1 - t0) * C);
@@ -484,7 +487,7 @@ static void prepare_activations(MatmulJob* j) {
     const int n16 = split_tokens_padded(j);
     if (n16 > 0) {
         const int C = j->W[0]->cols;
-        prepare_tokens(j, split_tokens);
+        prepare_tokens(j, split_tokens, 1);
         /* the last A tile's rows beyond n: zeros (their C rows are not stored) */
         memset(s->xb16_buf + (size_t)j->n * 3 * C, 0, (size_t)(n16 - j->n) * 3 * C * sizeof(uint16_t));
         j->use_split = 1;
@@ -496,7 +499,8 @@ static void prepare_activations(MatmulJob* j) {
         for (int m = 0; m < j->n_mats; m++)
             if (j->W[m]->type != WEIGHT_BF16 || j->W[m]->cols != j->W[0]->cols) all = 0;
         if (all) {
-            prepare_tokens(j, round_tokens);
+            if (bf16_blocked_takes(j->W[0], j->n, s->amx_usable, s->xp_cap)) prepare_tokens(j, block_tokens, 16);
+            else prepare_tokens(j, round_tokens, 1);
             j->use_xb16 = 1;
         }
     }
@@ -526,7 +530,7 @@ static void prepare_activations(MatmulJob* j) {
 #if defined(KERNELS_AVX2) && defined(Q8_VNNI)
             if (qi_packed_takes(W0, j->n, s->xp_cap)) j->xgsum = s->xgsum_buf; /* the panels' starting sums */
 #endif
-            prepare_tokens(j, quantize_tokens);
+            prepare_tokens(j, quantize_tokens, 1);
         }
     }
 #endif

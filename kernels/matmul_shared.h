@@ -165,6 +165,8 @@ int qi_packed_takes(const Matrix* W, int n, int xp_cap); /* whether q8 or q4 pre
 int bf16_packed_takes(const Matrix* W, int n, int xp_cap);
 void rows_bf16_dot(const MatmulThread* mt, float* out, const uint16_t* xb, const Matrix* W, int n, int r0, int r1);
 void bf16_round_rows(uint16_t* xb, const float* x, size_t count);
+void bf16_block_rows(uint32_t* xt, const float* x, int C, int n, int t0, int t1);
+int bf16_blocked_takes(const Matrix* W, int n, int amx, int xp_cap);
 #endif
 
 #if defined(KERNELS_AMX)

@@ -795,18 +795,21 @@ static void test_rows_over_threads(void) {
  * Decode (n == 1) keeps fp32 activations: bitwise the result without the option. */
 static void test_bf16_activations(void) {
     /* room for every case's n x cols in one matmul: a smaller scratch splits the tokens into
-     * batches below the 16 from which the packed panels (and AMX) take over */
-    Kernels* kern = kernels_new(2, 40, 1027);
+     * smaller batches than the case means to test */
+    Kernels* kern = kernels_new(2, 112, 1088);
     if (!kernels_set_bf16_activations(kern, 1)) {
         printf("bf16 activations: skipped, this build has no bf16 dot product (AVX-512 BF16)\n");
         kernels_free(kern);
         return;
     }
-    /* 64 x 1024 x 17 and 50 x 96 x 29 take the packed panels from 16 tokens on (whole panels, an odd
-     * one, rows left over, token tiles of 12, 4 and 1; with AMX-BF16 the first 16 tokens on AMX
-     * tiles, two panels and one); 130 x 200 x 40 does not (200 columns) */
-    struct { int rows, cols, n; } cases[] = {{37, 1027, 5}, {64, 1024, 17}, {9, 13, 2}, {130, 200, 40}, {11, 80, 3},
-                                             {50, 96, 29}};
+    /* From 16 tokens on, where the columns are a multiple of 32: with AMX-BF16 the first 16
+     * tokens on AMX tiles and the rest on the packed panels (64 x 1024 x 17, 50 x 96 x 29: whole
+     * panels, an odd one, rows left over, token tiles of 12, 4 and 1), elsewhere the blocked
+     * activations (tiles of 8 rows x 48 or 16 tokens, rows left over one at a time, token blocks
+     * of 96, or of 48 above 1,024 columns: 19 x 64 x 112, 24 x 1088 x 100). 130 x 200 x 40 takes
+     * neither (200 columns), nor do fewer than 16 tokens. */
+    struct { int rows, cols, n; } cases[] = {{37, 1027, 5}, {64, 1024, 17}, {9, 13, 2},     {130, 200, 40},
+                                             {11, 80, 3},   {50, 96, 29},   {19, 64, 112}, {24, 1088, 100}};
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         const int rows = cases[k].rows, cols = cases[k].cols, n = cases[k].n;
         TestMatrix t = make_matrix(WEIGHT_BF16, rows, cols, 0);

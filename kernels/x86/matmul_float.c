@@ -25,10 +25,14 @@ int float_packed_takes(const Matrix* W, int n, int panels, int xp_cap) {
     return panels && (W->type == WEIGHT_F32 || W->type == WEIGHT_BF16) && n >= min_tokens && W->cols <= xp_cap;
 }
 #if defined(KERNELS_BF16_DOT)
-/* The same for rows_bf16_dot (bf16 activations), whose panels take whole 32-column steps. */
+/* The same for rows_bf16_dot (bf16 activations): whole 32-column steps, from 16 tokens on (the
+ * AMX-BF16 panels, or the blocked activations). */
 int bf16_packed_takes(const Matrix* W, int n, int xp_cap) {
     return W->type == WEIGHT_BF16 && n >= 16 && W->cols % 32 == 0 && W->cols <= xp_cap;
 }
+/* Whether rows_bf16_dot takes the activations in blocks of 16 tokens (bf16_block_rows): from
+ * the same 16 tokens on, where AMX-BF16 does not take the product. */
+int bf16_blocked_takes(const Matrix* W, int n, int amx, int xp_cap) { return !amx && bf16_packed_takes(W, n, xp_cap); }
 #endif
 
 #ifndef PF_AHEAD
@@ -197,7 +201,7 @@ ALWAYS_INLINE void tile_packed(float* out, const char* xt, size_t xstride, const
 #pragma GCC unroll 12
         for (int j = 0; j < TT; j++) {
             const char* xk = xt + (size_t)j * xstride + (size_t)4 * k;
-#if defined(KERNELS_BF16_DOT)
+#if defined(KERNELS_AMX_BF16)
             if (dot) {
                 int32_t pair;
                 memcpy(&pair, xk, sizeof pair);
@@ -515,7 +519,7 @@ static void rows_f32_n1(const MatmulThread* mt, float* out, const float* x, cons
 /* Prefill with bf16 weights and bf16 activations (kernels_set_bf16_activations): vdpbf16ps
  * multiplies 32 pairs of bf16 and adds them into 16 fp32 lanes, twice the products per
  * instruction of widening the weights to fp32 for FMAs. The activations are rounded to bf16
- * (nearest even) once per matmul (bf16_round_rows), which is what llama.cpp does with bf16
+ * (nearest even) once per matmul (bf16_round_rows, bf16_block_rows), which is what llama.cpp does with bf16
  * weights and what a Hugging Face model run in bfloat16 does between its layers; the products
  * of two bf16 are exact in fp32, the sums are fp32 (docs/design.md#bf16-activations). A tile:
  * rows r .. r+RT-1 x tokens t .. t+TT-1, the last columns loaded under a mask (zeros beyond C). */
@@ -545,12 +549,12 @@ ALWAYS_INLINE void tile_bf16_dot(float* out, const uint16_t* xb, const Matrix* W
         for (int j = 0; j < TT; j++) out[(size_t)(t + j) * R + r + i] = _mm512_reduce_add_ps(acc[i][j]);
 }
 
-/* The packed panels of rows_float_packed for vdpbf16ps: a panel holds 16 rows with each 32-bit
- * lane one row's pair of bf16 weights (columns 2k, 2k + 1), so vector k of the panel is the 16
- * rows' pair k, transposed straight from the rows (no widening); a token's pair k is broadcast to
- * every lane and one vdpbf16ps adds both products into each row's fp32 lane. Tiles of 12 tokens x
- * 32 rows as there: 2 vector loads and 12 broadcasts per 24 instructions of 32 products each,
- * where tile_bf16_dot (4 x 4) loads 8 vectors per 16 and ends with 16 horizontal sums.
+#if defined(KERNELS_AMX_BF16)
+/* AMX-BF16's weights, packed: a panel holds 16 rows with each 32-bit lane one row's pair of bf16
+ * weights (columns 2k, 2k + 1), so vector k of the panel is the 16 rows' pair k, transposed
+ * straight from the rows (no widening). The tokens after the last whole AMX tile meet it in
+ * panel_tiles' vdpbf16ps tiles: a token's pair k broadcast to every lane, one vdpbf16ps adds
+ * both products into each row's fp32 lane.
  * Rows [r, r + 16) as a panel, C a multiple of 32: pair k at panel + 16 * k. */
 static void bf16_pack_panel(uint32_t* panel, const Matrix* W, int r) {
     const int C = W->cols;
@@ -563,7 +567,6 @@ static void bf16_pack_panel(uint32_t* panel, const Matrix* W, int r) {
     }
 }
 
-#if defined(KERNELS_AMX_BF16)
 /* The panels are AMX-BF16's B layout already: TDPBF16PS adds the products of A (16 tokens x 32
  * bf16 columns, straight from the activations) and B (16 pair-rows x 16 output rows, 16
  * consecutive panel vectors: 1 KB) into C, 16 tokens x 16 rows of fp32, which stays in the tile
@@ -624,34 +627,130 @@ ALWAYS_INLINE void amx_bf16_rows(float* out, const uint16_t* xb, int parts, cons
     }
     _tile_release();
 }
-#endif
 
 /* Rows [r0, r0 + 16 * np) (np <= FLOAT_MAX_PANELS) for all n tokens, packed into the thread's
- * float-panel scratch (a bf16 panel is half a float one), then panel_tiles' vdpbf16ps tiles; with
- * AMX-BF16, whole tiles of 16 tokens on AMX first and the last tokens on the panel tiles. */
+ * float-panel scratch (a bf16 panel is half a float one): whole tiles of 16 tokens on AMX, the
+ * last tokens on the panel tiles. */
 static void rows_bf16_packed(const MatmulThread* mt, float* out, const uint16_t* xb, const Matrix* W, int n, int r0,
                              int np) {
     const int C = W->cols, R = W->rows;
     uint32_t* packed = (uint32_t*)(void*)mt->float_pack;
     for (int p = 0; p < np; p++) bf16_pack_panel(packed + (size_t)p * 8 * C, W, r0 + 16 * p);
-    int t = 0;
-#if defined(KERNELS_AMX_BF16)
-    if (mt->amx) {
-        t = n / AMX_ROWS * AMX_ROWS;
-        amx_bf16_rows(out, xb, 1, packed, C, R, r0, np, t);
-    }
-#endif
+    const int t = n / AMX_ROWS * AMX_ROWS;
+    amx_bf16_rows(out, xb, 1, packed, C, R, r0, np, t);
     panel_tiles(out + (size_t)t * R, (const char*)(xb + (size_t)t * C), (size_t)C * sizeof(uint16_t), packed, C / 2,
                 R, r0, n - t, np, 1);
 }
+#endif
 
-/* Rows [r0, r1) x n tokens: whole panels of 16 rows where bf16_packed_takes (from a multiple of
- * 16: the driver's chunks are), the rest blocked as rows_float_nn (a block of tokens stays in L2). */
+/* Tokens [t0, t1) of x (width C, a multiple of 32; t0 a multiple of 16) rounded to bf16 as
+ * bf16_round_rows does, into blocks of 16 tokens: pair k (columns 2k, 2k + 1) of the block's 16
+ * tokens is one vector, at xt + (b * C / 2 + k) * 16 words for block b; tokens from n on are
+ * zeros. rows_bf16_blocked reads them. */
+void bf16_block_rows(uint32_t* xt, const float* x, int C, int n, int t0, int t1) {
+    for (int b = t0 / 16; b * 16 < t1; b++)
+        for (int c = 0; c < C; c += 32) {
+            __m512i v[16];
+            for (int i = 0; i < 16; i++) {
+                const float* xr = x + (size_t)(b * 16 + i) * C + c;
+                v[i] = b * 16 + i < n ? (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(xr + 16), _mm512_loadu_ps(xr))
+                                      : _mm512_setzero_si512();
+            }
+            transpose16_epi32(v);
+            for (int k = 0; k < 16; k++)
+                _mm512_storeu_si512((void*)(xt + ((size_t)b * (C / 2) + c / 2 + k) * 16), v[k]);
+        }
+}
+
+/* out rows [r, r + RT) (8, or 1) x the 16 * TV tokens from t (TV: 3 or 1 vectors of 16 tokens;
+ * those from n on are not stored), with the activations in blocks (bf16_block_rows; xt: t's
+ * block). Per column pair k, each vector of 16 tokens meets each row's pair k broadcast straight
+ * from the checkpoint's row, so the weights are never repacked: 8 broadcasts and 3 loads per 24
+ * vdpbf16ps. Each output is one fp32 sum over its column pairs in order. The lanes hold tokens,
+ * so the outputs go out through a 16 x 16 transpose (8 rows of two vectors of tokens). */
+ALWAYS_INLINE void tile_bf16_blocked(float* out, const uint32_t* xt, const uint16_t* w, int C, int R, int r, int t,
+                                     int n, int RT, int TV) {
+    const size_t bw = (size_t)C / 2 * 16; /* words per block of 16 tokens */
+    __m512 acc[8][3];
+#pragma GCC unroll 8
+    for (int i = 0; i < RT; i++)
+#pragma GCC unroll 3
+        for (int v = 0; v < TV; v++) acc[i][v] = _mm512_setzero_ps();
+    for (int k = 0; k < C / 2; k++) {
+        __m512i xv[3];
+#pragma GCC unroll 3
+        for (int v = 0; v < TV; v++) xv[v] = _mm512_loadu_si512((const void*)(xt + v * bw + (size_t)16 * k));
+#pragma GCC unroll 8
+        for (int i = 0; i < RT; i++) {
+            int32_t pair;
+            memcpy(&pair, w + (size_t)i * C + 2 * (size_t)k, sizeof pair);
+            const __m512i wb = _mm512_set1_epi32(pair);
+#pragma GCC unroll 3
+            for (int v = 0; v < TV; v++) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], (__m512bh)xv[v], (__m512bh)wb);
+        }
+    }
+    if (RT == 1) {
+        for (int v = 0; v < TV; v++) {
+            float o[16];
+            _mm512_storeu_ps(o, acc[0][v]);
+            for (int l = 0; l < 16 && t + 16 * v + l < n; l++) out[(size_t)(t + 16 * v + l) * R + r] = o[l];
+        }
+        return;
+    }
+    for (int v = 0; v < TV; v += 2) {
+        __m512i m[16]; /* rows 0-7 of vector v, then of vector v + 1 */
+        for (int i = 0; i < 8; i++) {
+            m[i] = _mm512_castps_si512(acc[i][v]);
+            m[8 + i] = v + 1 < TV ? _mm512_castps_si512(acc[i][v + 1]) : _mm512_setzero_si512();
+        }
+        transpose16_epi32(m); /* m[l]: token t + 16v + l's 8 rows, then token t + 16(v + 1) + l's */
+        for (int l = 0; l < 16; l++) { /* only a single vector (TV 1) can reach past n */
+            const int ta = t + 16 * v + l;
+            const __m512d o = _mm512_castsi512_pd(m[l]);
+            if (ta < n) _mm256_storeu_ps(out + (size_t)ta * R + r, _mm256_castpd_ps(_mm512_castpd512_pd256(o)));
+            if (v + 1 < TV) _mm256_storeu_ps(out + (size_t)(ta + 16) * R + r, _mm256_castpd_ps(_mm512_extractf64x4_pd(o, 1)));
+        }
+    }
+}
+
+/* Rows [r0, r1) x n tokens from the blocked activations: per block of 96 tokens (48 for rows over
+ * 1,024 columns: the block and the chunk's rows stay in L2), tiles of 8 rows x 48 tokens, then x
+ * 16, and the last rows one at a time. */
+static void rows_bf16_blocked(float* out, const uint32_t* xt, const Matrix* W, int n, int r0, int r1) {
+    const int C = W->cols, R = W->rows;
+    const size_t bw = (size_t)C / 2 * 16;
+    const int tb = token_block((size_t)C * sizeof(uint16_t)) >= 96 ? 96 : 48;
+    for (int t0 = 0; t0 < n; t0 += tb) {
+        const int t1 = t0 + tb < n ? t0 + tb : n;
+        int r = r0;
+        for (; r + 8 <= r1; r += 8) {
+            const uint16_t* w = (const uint16_t*)W->data + (size_t)r * C;
+            int t = t0;
+            for (; t + 48 <= t1; t += 48) tile_bf16_blocked(out, xt + (size_t)(t / 16) * bw, w, C, R, r, t, n, 8, 3);
+            for (; t < t1; t += 16) tile_bf16_blocked(out, xt + (size_t)(t / 16) * bw, w, C, R, r, t, n, 8, 1);
+        }
+        for (; r < r1; r++) {
+            const uint16_t* w = (const uint16_t*)W->data + (size_t)r * C;
+            for (int t = t0; t < t1; t += 16) tile_bf16_blocked(out, xt + (size_t)(t / 16) * bw, w, C, R, r, t, n, 1, 1);
+        }
+    }
+}
+
+/* Rows [r0, r1) x n tokens: from bf16_packed_takes on, the activations in blocks
+ * (rows_bf16_blocked), or with AMX-BF16 whole panels of 16 rows (from a multiple of 16: the
+ * driver's chunks are); the rest, and shorter prompts, in 4 x 4 tiles blocked as rows_float_nn
+ * (a block of tokens stays in L2). */
 void rows_bf16_dot(const MatmulThread* mt, float* out, const uint16_t* xb, const Matrix* W, int n, int r0, int r1) {
-    if (bf16_packed_takes(W, n, mt->xp_cap)) {
+    if (bf16_blocked_takes(W, n, mt->amx, mt->xp_cap)) {
+        rows_bf16_blocked(out, (const uint32_t*)(const void*)xb, W, n, r0, r1);
+        return;
+    }
+#if defined(KERNELS_AMX_BF16)
+    if (mt->amx && bf16_packed_takes(W, n, mt->xp_cap)) {
         for (int np; (np = row_tiles_next(r0, r1, FLOAT_MAX_PANELS)) > 0; r0 += np * FLOAT_PANEL_ROWS)
             rows_bf16_packed(mt, out, xb, W, n, r0, np);
     }
+#endif
     const int tb = token_block((size_t)W->cols * sizeof(uint16_t));
     for (int t0 = 0; t0 < n; t0 += tb) {
         const int t1 = t0 + tb < n ? t0 + tb : n;
