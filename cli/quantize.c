@@ -65,10 +65,11 @@ static void on_signal(int sig) {
     raise(sig);
 }
 
+/* A signal that the parent left ignored (nohup, a script's `cmd &`) stays ignored, as in the chat. */
 static void catch_signals(void) {
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
-    signal(SIGHUP, on_signal);
+    const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
+        if (signal(sigs[i], on_signal) == SIG_IGN) signal(sigs[i], SIG_IGN);
 }
 
 /* ---- the command line ---- */

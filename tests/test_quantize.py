@@ -255,9 +255,11 @@ class NothingLeftBehind(InTempDir):
                            'NaN')
         self.fails_cleanly(self.spoiled_source('inf', lambda row: row[:63] + [float('-inf')]), 'infinity')
 
-    def test_ctrl_c(self):
-        """SIGINT once the progress shows the run under way: the temporary file is removed."""
-        d = self.fresh_dir('ctrl_c')
+    def medium_source(self):
+        """An f32 checkpoint of about 90 MB: above the 64 MB from which quantize shows progress."""
+        src = os.path.join(self.tmp, 'medium.f32.bin')
+        if os.path.exists(src):
+            return src
         hf = os.path.join(self.tmp, 'hf_medium')
         tok = os.path.join(self.tmp, 'hf_tok')
         hf_model.write_model(tok, Spec())  # its tokenizer files, small
@@ -275,12 +277,22 @@ class NothingLeftBehind(InTempDir):
         gen['eos_token_id'] = [hf_model.IM_END_ID, hf_model.ENDOFTEXT_ID]
         with open(os.path.join(hf, 'generation_config.json'), 'w') as f:
             json.dump(gen, f)
-        src = os.path.join(self.tmp, 'medium.f32.bin')  # about 90 MB: above the 64 MB that shows progress
         p = export(hf, src, '--dtype', 'f32')
         self.assertEqual(p.returncode, 0, p.stderr)
-        out = os.path.join(d, 'out.bin')
-        proc = subprocess.Popen([hf_model.RUN, src, '-m', 'quantize', '--dtype', 'q8', '-o', out, '--threads', '1'],
-                                stderr=subprocess.PIPE, text=True)
+        return src
+
+    def start_quantize(self, d, sigint):
+        """./run -m quantize of medium_source() into d, started with SIGINT at `sigint` (a terminal's
+        foreground job has it at its default; a script's `cmd &` ignored)."""
+        src = self.medium_source()
+        return subprocess.Popen([hf_model.RUN, src, '-m', 'quantize', '--dtype', 'q8', '-o', os.path.join(d, 'out.bin'),
+                                 '--threads', '1'], stderr=subprocess.PIPE, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))
+
+    def test_ctrl_c(self):
+        """SIGINT once the progress shows the run under way: the temporary file is removed."""
+        d = self.fresh_dir('ctrl_c')
+        proc = self.start_quantize(d, signal.SIG_DFL)
         first = proc.stderr.readline()
         self.assertIn('run: quantize', first)
         self.assertTrue(any(n.endswith('.tmp') for n in os.listdir(d)), os.listdir(d))
@@ -292,6 +304,18 @@ class NothingLeftBehind(InTempDir):
         self.assertEqual(proc.returncode, -signal.SIGINT, rest)
         self.assertIn('interrupted; no output written', rest)
         self.assertEqual(os.listdir(d), [])
+
+    def test_ignored_sigint_stays_ignored(self):
+        """Started with SIGINT ignored (nohup, a script's `cmd &`), a SIGINT does not stop the run."""
+        d = self.fresh_dir('sigint_ignored')
+        proc = self.start_quantize(d, signal.SIG_IGN)
+        first = proc.stderr.readline()
+        self.assertIn('run: quantize', first)
+        proc.send_signal(signal.SIGINT)
+        rest = proc.stderr.read()
+        proc.wait(timeout=120)
+        self.assertEqual(proc.returncode, 0, rest)
+        self.assertEqual(os.listdir(d), ['out.bin'])
 
 
 class ExportUsesIt(InTempDir):
