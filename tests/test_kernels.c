@@ -1071,9 +1071,9 @@ int main(void) {
      * 40 tokens take the AMX tiles (q8, q4) and the packed panels (f32, bf16) where the build has
      * them, whose row tiles must not depend on where the chunks start */
     {
-        /* the fifth: bf16 with --bf16-activations (its own panels), where the build has them; the
-         * third and fourth with the f32/bf16 panels on, the last two with them off, whatever this
-         * CPU's default */
+        /* the fifth: bf16 with --bf16-activations (its blocked activations, or AMX's panels), where
+         * the build has them; the third and fourth with the f32/bf16 panels on, the last two with
+         * them off, whatever this CPU's default */
         const WeightType types[7] = {WEIGHT_Q8, WEIGHT_Q4, WEIGHT_F32, WEIGHT_BF16, WEIGHT_BF16, WEIGHT_F32, WEIGHT_BF16};
         static float x[115 * 512], o1[115 * 301], o2[115 * 301];
         const int ns3[4] = {3, 40, 70, 115}; /* the AVX2 panels take f32 from 64 tokens, bf16 from 112 */
