@@ -519,10 +519,11 @@ static void rows_f32_n1(const MatmulThread* mt, float* out, const float* x, cons
 /* Prefill with bf16 weights and bf16 activations (kernels_set_bf16_activations): vdpbf16ps
  * multiplies 32 pairs of bf16 and adds them into 16 fp32 lanes, twice the products per
  * instruction of widening the weights to fp32 for FMAs. The activations are rounded to bf16
- * (nearest even) once per matmul (bf16_round_rows, bf16_block_rows), which is what llama.cpp does with bf16
- * weights and what a Hugging Face model run in bfloat16 does between its layers; the products
- * of two bf16 are exact in fp32, the sums are fp32 (docs/design.md#bf16-activations). A tile:
- * rows r .. r+RT-1 x tokens t .. t+TT-1, the last columns loaded under a mask (zeros beyond C). */
+ * (nearest even) once per matmul (bf16_round_rows, or bf16_block_rows), which is what llama.cpp
+ * does with bf16 weights and what a Hugging Face model run in bfloat16 does between its layers;
+ * the products of two bf16 are exact in fp32, the sums are fp32
+ * (docs/design.md#bf16-activations). A tile: rows r .. r+RT-1 x tokens t .. t+TT-1, the last
+ * columns loaded under a mask (zeros beyond C). */
 ALWAYS_INLINE void tile_bf16_dot(float* out, const uint16_t* xb, const Matrix* W, int r, int t, int RT, int TT) {
     const int C = W->cols, R = W->rows;
     const uint16_t* w = (const uint16_t*)W->data + (size_t)r * C;
@@ -708,7 +709,8 @@ ALWAYS_INLINE void tile_bf16_blocked(float* out, const uint32_t* xt, const uint1
             const int ta = t + 16 * v + l;
             const __m512d o = _mm512_castsi512_pd(m[l]);
             if (ta < n) _mm256_storeu_ps(out + (size_t)ta * R + r, _mm256_castpd_ps(_mm512_castpd512_pd256(o)));
-            if (v + 1 < TV) _mm256_storeu_ps(out + (size_t)(ta + 16) * R + r, _mm256_castpd_ps(_mm512_extractf64x4_pd(o, 1)));
+            if (v + 1 < TV)
+                _mm256_storeu_ps(out + (size_t)(ta + 16) * R + r, _mm256_castpd_ps(_mm512_extractf64x4_pd(o, 1)));
         }
     }
 }
@@ -731,7 +733,8 @@ static void rows_bf16_blocked(float* out, const uint32_t* xt, const Matrix* W, i
         }
         for (; r < r1; r++) {
             const uint16_t* w = (const uint16_t*)W->data + (size_t)r * C;
-            for (int t = t0; t < t1; t += 16) tile_bf16_blocked(out, xt + (size_t)(t / 16) * bw, w, C, R, r, t, n, 1, 1);
+            for (int t = t0; t < t1; t += 16)
+                tile_bf16_blocked(out, xt + (size_t)(t / 16) * bw, w, C, R, r, t, n, 1, 1);
         }
     }
 }
