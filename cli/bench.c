@@ -11,14 +11,16 @@
 #include "kernels/kernels.h"
 #include "kernels/simd_math.h"
 
-/* CLOCK_MONOTONIC: wall time; CLOCK_PROCESS_CPUTIME_ID: CPU time of the whole process. */
+/* Test 0 is prefill (ppN), test 1 decode (tgN). */
+static const char* const TEST_NAME[2] = {"pp", "tg"};
+static const char* const TYPE_NAME[] = {[WEIGHT_F32] = "f32", [WEIGHT_BF16] = "bf16", [WEIGHT_Q8] = "q8",
+                                        [WEIGHT_Q4] = "q4"};
+
 static double seconds(clockid_t clock) {
     struct timespec ts;
     clock_gettime(clock, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
-
-/* ---- memory bandwidth ---- */
 
 /* A streaming read over up to two spans of memory, in items of READ_CHUNK bytes that the threads
  * claim in turn: the bench's own buffer (one span), or the weights a decode token reads (two). */
@@ -34,7 +36,6 @@ typedef struct {
 
 static void read_item(void* ctx, int i, int thread) {
     const ReadSet* rs = ctx;
-    (void)thread;
     const int s = i >= rs->first_item[1];
     size_t a = (size_t)(i - rs->first_item[s]) * READ_CHUNK;
     size_t b = a + READ_CHUNK < rs->bytes[s] ? a + READ_CHUNK : rs->bytes[s];
@@ -75,20 +76,15 @@ static int read_set_init(ReadSet* rs, Kernels* k, const void* p0, size_t b0, con
 
 /* GB/s of the best of `reps` passes. */
 static double read_set_best(ReadSet* rs, int reps) {
-    const int n = rs->first_item[2];
-    double best = 0, check = 0;
+    double best = 0;
     for (int r = 0; r < reps; r++) {
         double t0 = seconds(CLOCK_MONOTONIC);
-        parallel_for(rs->k, n, read_item, rs);
+        parallel_for(rs->k, rs->first_item[2], read_item, rs);
         double dt = seconds(CLOCK_MONOTONIC) - t0;
-        const double gbps = (double)(rs->bytes[0] + rs->bytes[1]) / dt / 1e9;
-        if (gbps > best) best = gbps;
-        for (int i = 0; i < n; i++) check += rs->sums[i];
+        best = fmax(best, (double)(rs->bytes[0] + rs->bytes[1]) / dt / 1e9);
     }
-    return check < 0 ? -1 : best; /* never -1: keeps the reads observable */
+    return best;
 }
-
-/* ---- bytes read per decode token ---- */
 
 static double matrix_bytes(const Matrix* m) {
     double n = (double)m->rows * (double)m->cols;
@@ -97,36 +93,15 @@ static double matrix_bytes(const Matrix* m) {
     return (double)quant_bytes(m->type, (size_t)n) + (double)QUANT_SCALE_BYTES * n / m->group_size;
 }
 
-/* Weights read by one decode step (every matrix including the head, the embedding row, norms,
- * biases), without the KV cache. */
-static double weight_bytes_per_token(const Transformer* t) {
-    const Config* c = &t->config;
-    const Weights* w = &t->weights;
-    double b = 0;
-    for (int l = 0; l < c->n_layers; l++) {
-        const LayerWeights* lw = &w->layers[l];
-        b += matrix_bytes(&lw->q_proj) + matrix_bytes(&lw->k_proj) + matrix_bytes(&lw->v_proj);
-        b += matrix_bytes(&lw->o_proj);
-        b += matrix_bytes(&lw->gate_proj) + matrix_bytes(&lw->up_proj) + matrix_bytes(&lw->down_proj);
-        b += 2.0 * 4 * c->dim;  /* the two RMSNorm weights */
-        if (lw->q_norm) b += 2.0 * 4 * c->head_dim;
-        if (lw->q_bias) b += 4.0 * (c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
-    }
-    b += 4.0 * c->dim;                                                  /* final norm */
-    b += matrix_bytes(&w->lm_head);                                     /* the head */
-    b += matrix_bytes(&w->embed_tokens) / (double)w->embed_tokens.rows; /* one embedding row */
-    return b;
-}
-
-/* One line of /sys/devices/system/cpu/cpu0/cache/index<i>/<name> into s ("" where none). */
-static int read_cache_info(int i, const char* name, char* s, int len) {
+/* The first word of /sys/devices/system/cpu/cpu0/cache/index<i>/<name> into word[32] ("" where
+ * none). Returns -1 where there is no such file. */
+static int read_cache_info(int i, const char* name, char* word) {
     char path[96];
     snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/%s", i, name);
     FILE* f = fopen(path, "r");
-    s[0] = '\0';
+    word[0] = '\0';
     if (!f) return -1;
-    if (!fgets(s, len, f)) s[0] = '\0';
-    s[strcspn(s, "\n")] = '\0';
+    if (fscanf(f, "%31s", word) != 1) word[0] = '\0';
     fclose(f);
     return 0;
 }
@@ -145,14 +120,14 @@ static double last_level_cache_bytes(void) {
     double best = 0;
     int best_level = 0;
     char level[32], type[32], size[32];
-    for (int i = 0; i < 16 && read_cache_info(i, "level", level, sizeof level) == 0; i++) {
-        read_cache_info(i, "type", type, sizeof type);
-        read_cache_info(i, "size", size, sizeof size);
-        if (strcmp(type, "Data") != 0 && strcmp(type, "Unified") != 0) continue;
+    for (int i = 0; i < 16 && read_cache_info(i, "level", level) == 0; i++) {
+        read_cache_info(i, "type", type);
+        read_cache_info(i, "size", size);
         char* unit;
         double bytes = strtod(size, &unit);
         bytes *= *unit == 'K' ? 1024.0 : *unit == 'M' ? 1048576.0 : *unit == 'G' ? 1073741824.0 : 1.0;
-        if (atoi(level) > best_level && bytes > 0) {
+        const int data = strcmp(type, "Data") == 0 || strcmp(type, "Unified") == 0;
+        if (data && atoi(level) > best_level && bytes > 0) {
             best_level = atoi(level);
             best = bytes;
         }
@@ -160,22 +135,19 @@ static double last_level_cache_bytes(void) {
     return best;
 }
 
-/* ---- the tests ---- */
-
-/* One thread count's results. Test 0 is prefill (ppN), test 1 decode (tgN). */
+/* One thread count's results. */
 typedef struct {
     int threads;       /* what the pool runs: kernels_set_threads may give fewer than asked */
     int warm_steps;    /* decode steps of the warm-up */
     double best;       /* best streaming read of the run, GB/s */
     double* tps[2];    /* tok/s of each rep of each test, in the order measured */
-    double* rd;        /* each rep's roof: best streaming read just before and just after its
-                        * decode, GB/s */
+    double* rd;        /* each rep's roof, GB/s: the best streaming read just before and after its decode */
     double* wr;        /* the same for a streaming read of the decode's own weights (NULL: none) */
     double wall[2], cpu[2]; /* of each test, summed over the reps */
     double peak;       /* the compute roof: ops/s of prefill's instruction on these threads (0: none) */
 } ThreadRun;
 
-/* One run of the bench: its options, the runs of each thread count, what a decode token reads. */
+/* One run of the bench: its options, the runs of each thread count, what a token costs. */
 typedef struct {
     Transformer* t;
     int len[2];        /* tokens of each test (0: not run) */
@@ -194,7 +166,12 @@ typedef struct {
     const char* peak_instruction;     /* what peak_ops timed */
 } Bench;
 
-/* Test 0: one forward() of n tokens; test 1: n forward() calls of one token. From position depth. */
+/* The KV cache positions the tests take: the depth and the longer test. */
+static int positions_needed(const Bench* b) {
+    return b->depth + (b->len[0] > b->len[1] ? b->len[0] : b->len[1]);
+}
+
+/* n tokens of one test from position depth. */
 static int run_test(Transformer* t, const int* tokens, int test, int n, int depth) {
     if (test == 0) return forward(t, tokens, n, depth, NULL) ? 0 : -1;
     for (int i = 0; i < n; i++)
@@ -203,10 +180,9 @@ static int run_test(Transformer* t, const int* tokens, int test, int n, int dept
 }
 
 /* Warm-up: one prefill, then decode steps in windows of 8 until a window is no faster than the
- * best before it (at most 20 s). The first passes over a mapped file can be much slower than the
- * rest: page faults, and on some machines pages that must come back from disk
- * (docs/design.md#bench-roof); the figures are the steady state, as llama-bench's are. Returns
- * the decode steps taken, or -1 if forward() failed. */
+ * best before it (at most 20 s). The first passes over a mapped file can be much slower (page
+ * faults, on some machines pages back from disk: docs/design.md#bench-roof); the figures are the
+ * steady state, as llama-bench's are. Returns the decode steps taken, or -1 if forward() failed. */
 static int warm_up(Bench* b) {
     if (b->len[0] > 0 && run_test(b->t, b->tokens, 0, b->len[0], b->depth) != 0) return -1;
     if (b->len[1] <= 0) return 0;
@@ -238,23 +214,20 @@ static int time_test(Bench* b, ThreadRun* tr, int test, int r) {
 static int measure_rep(Bench* b, ThreadRun* tr, int r) {
     if (b->len[0] > 0 && time_test(b, tr, 0, r) != 0) return -1;
     if (b->len[1] <= 0) return 0;
-    double w_before = tr->wr ? read_set_best(&b->weights, 2) : 0;
-    double before = read_set_best(&b->buffer, 2);
+    const double own_before = tr->wr ? read_set_best(&b->weights, 2) : 0;
+    const double before = read_set_best(&b->buffer, 2);
     if (time_test(b, tr, 1, r) != 0) return -1;
-    double after = read_set_best(&b->buffer, 1);
-    tr->rd[r] = before > after ? before : after;
-    if (tr->rd[r] > tr->best) tr->best = tr->rd[r];
-    if (tr->wr) {
-        double w_after = read_set_best(&b->weights, 1);
-        tr->wr[r] = w_before > w_after ? w_before : w_after;
-    }
+    tr->rd[r] = fmax(before, read_set_best(&b->buffer, 1));
+    tr->best = fmax(tr->best, tr->rd[r]);
+    if (tr->wr) tr->wr[r] = fmax(own_before, read_set_best(&b->weights, 1));
     return 0;
 }
 
-/* The compute roof with the pool's current threads: a quarter second of the instruction that
- * prefill of this weight format relies on (kernels/peak.c). */
-static double compute_roof(Bench* b) {
-    return peak_ops(b->t->kernels, b->t->config.weight_type, 0.25, &b->peak_instruction);
+/* One look at the compute roof with tr->threads, kept where better than the one before: a quarter
+ * second of the instruction that prefill of this weight format relies on (kernels/peak.c). */
+static void look_at_compute_roof(Bench* b, ThreadRun* tr) {
+    kernels_set_threads(b->t->kernels, tr->threads);
+    tr->peak = fmax(tr->peak, peak_ops(b->t->kernels, b->t->config.weight_type, 0.25, &b->peak_instruction));
 }
 
 /* Every thread count's warm-up, then the reps. results: 4 x reps doubles per thread count.
@@ -263,16 +236,15 @@ static int run_tests(Bench* b, double* results) {
     /* --bench-depth: the cache's first positions, filled once; the tests (and warm-ups) only write
      * positions from depth on, so every rep starts from the same depth tokens. */
     if (b->depth > 0 && !forward(b->t, b->tokens - b->depth, b->depth, 0, NULL)) return -1;
-    /* Each thread count's first reads: 5 passes now, towards the run's best read. */
     for (int k = 0; k < b->n_runs; k++) {
         ThreadRun* tr = &b->runs[k];
         double* v = results + (size_t)4 * k * b->reps;
         *tr = (ThreadRun){.threads = kernels_set_threads(b->t->kernels, b->counts[k]),
                           .tps = {v, v + b->reps}, .rd = v + 2 * b->reps,
                           .wr = b->weights.sums ? v + 3 * b->reps : NULL};
-        tr->best = read_set_best(&b->buffer, 5);
+        tr->best = read_set_best(&b->buffer, 5); /* towards the run's best read */
         if ((tr->warm_steps = warm_up(b)) < 0) return -1;
-        if (b->len[0] > 0) tr->peak = compute_roof(b);
+        if (b->len[0] > 0) look_at_compute_roof(b, tr);
     }
     /* Several thread counts take turns rep by rep (in the opposite order every other rep), so that
      * a slow phase of a shared machine falls on all of them alike. */
@@ -282,105 +254,72 @@ static int run_tests(Bench* b, double* results) {
             kernels_set_threads(b->t->kernels, tr->threads);
             if (measure_rep(b, tr, r) != 0) return -1;
         }
-    for (int k = 0; k < b->n_runs && b->len[0] > 0; k++) { /* the better of two looks: before and after the reps */
-        kernels_set_threads(b->t->kernels, b->runs[k].threads);
-        const double again = compute_roof(b);
-        if (again > b->runs[k].peak) b->runs[k].peak = again;
-    }
+    for (int k = 0; k < b->n_runs && b->len[0] > 0; k++) /* a second look, after the reps */
+        look_at_compute_roof(b, &b->runs[k]);
     return 0;
 }
-
-/* ---- the results ---- */
 
 static int cmp_double(const void* a, const void* b) {
     double x = *(const double*)a, y = *(const double*)b;
     return x < y ? -1 : x > y;
 }
 
-static double median(double* v, int n) { /* sorts v */
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+/* The median over the reps of scale * x[r] / y[r] (y NULL: of x[r]); b->scratch holds the values
+ * sorted after it. Two thread counts' rep r ran one after the other, so the median of their ratios
+ * is steadier on a shared machine than the ratio of their medians. */
+static double median_of(const Bench* b, const double* x, const double* y, double scale) {
+    for (int r = 0; r < b->reps; r++) b->scratch[r] = y ? scale * x[r] / y[r] : x[r];
+    qsort(b->scratch, (size_t)b->reps, sizeof(double), cmp_double);
+    const int n = b->reps;
+    return n % 2 ? b->scratch[n / 2] : 0.5 * (b->scratch[n / 2 - 1] + b->scratch[n / 2]);
 }
 
-/* The median of b->reps values, left in order. */
-static double median_of(const Bench* b, const double* v) {
-    memcpy(b->scratch, v, (size_t)b->reps * sizeof(double));
-    return median(b->scratch, b->reps);
-}
-
-/* The median over the reps of x[r] / y[r]: rep r of two thread counts ran one after the other, so
- * their ratio is steadier on a shared machine than the ratio of the two medians. */
-static double median_ratio(const Bench* b, const double* x, const double* y) {
-    for (int r = 0; r < b->reps; r++) b->scratch[r] = x[r] / y[r];
-    return median(b->scratch, b->reps);
-}
-
-/* Decode as a percentage of the roof: the median over the reps of each rep's GB/s over the read
- * bandwidth measured around that rep. A shared VM's memory speed can move by almost 2x within
- * seconds, so a decode rep is compared with the machine of its own moment; the best read of the
- * whole run, printed as "% of best", sits above the typical read by the run's noise. */
-static double paired_roof_pct(const Bench* b, const double* tg, const double* roof) {
-    for (int r = 0; r < b->reps; r++) b->scratch[r] = 100.0 * b->bytes_per_token * tg[r] / 1e9 / roof[r];
-    return median(b->scratch, b->reps);
-}
-
-static const char* type_name(WeightType t) {
-    return t == WEIGHT_F32 ? "f32" : t == WEIGHT_BF16 ? "bf16" : t == WEIGHT_Q8 ? "q8" : "q4";
-}
-
-/* What one decode token reads (weights, and the KV cache averaged over tgN), and whether that fits
- * in the last-level cache. */
-static void count_decode_bytes(Bench* b) {
-    const Config* c = &b->t->config;
-    const int n_gen = b->len[1];
-    /* keys and values of positions 0 .. p at decode position p, averaged over depth .. depth + n_gen - 1 */
-    const double kv_per_position = 2.0 * kv_elem_bytes(&b->t->state) * c->n_layers * c->n_kv_heads * c->head_dim;
-    b->weight_bytes = weight_bytes_per_token(b->t);
-    b->bytes_per_token = b->weight_bytes;
-    if (n_gen > 0) b->bytes_per_token += kv_per_position * (b->depth + (n_gen + 1) / 2.0);
-    /* Bytes per token that fit in the last-level cache are read from it, not from memory, after the
-     * first token: decode is then not bound by memory bandwidth and a % of the memory roof (which
-     * can exceed 100) says nothing, so none is given. */
-    b->llc = last_level_cache_bytes();
-    b->in_cache = n_gen > 0 && b->llc > 0 && b->bytes_per_token <= b->llc;
-}
-
-/* The operations of one prefill token (a multiply-add is 2): every layer's matrix products, the
- * head's once per prompt (only the last position's logits are computed), and attention, whose
- * token i of the prompt (from 0) scores and sums over depth + i + 1 positions in every query head. */
-static void count_prefill_ops(Bench* b) {
+/* What one decode token reads: every matrix including the head, the embedding row, norms, biases,
+ * and the KV cache averaged over tgN; whether that fits in the last-level cache. And the operations
+ * of one prefill token (a multiply-add is 2): every layer's matrix products, the head's once per
+ * prompt (only the last position's logits are computed), and attention, whose token i of the
+ * prompt (from 0) scores and sums over depth + i + 1 positions in every query head. */
+static void count_per_token(Bench* b) {
     const Config* c = &b->t->config;
     const Weights* w = &b->t->weights;
-    const int n = b->len[0];
-    double layer = 0;
-    const LayerWeights* lw = &w->layers[0];
-    const Matrix* m[7] = {&lw->q_proj, &lw->k_proj, &lw->v_proj, &lw->o_proj, &lw->gate_proj, &lw->up_proj, &lw->down_proj};
-    for (int i = 0; i < 7; i++) layer += 2.0 * m[i]->rows * m[i]->cols;
-    b->matmul_ops = c->n_layers * layer + (n > 0 ? 2.0 * w->lm_head.rows * w->lm_head.cols / n : 0);
-    b->attention_ops = 4.0 * c->n_layers * c->n_heads * c->head_dim * (b->depth + (n + 1) / 2.0);
-}
-
-/* The mapped weights' `huge` bytes in 2 MB pages (-1: unknown), and a note where the page cache
- * holds much of the file in small pages. */
-static void print_weight_pages(const Transformer* t, long long huge) {
-    const size_t two_mb = (size_t)2 << 20, whole = t->file_size / two_mb * two_mb;
-    if (huge < 0) {
-        printf("bench: weights mapped (page size unknown: no /proc/self/smaps)\n");
-        return;
+    const int n_prompt = b->len[0], n_gen = b->len[1];
+    double bytes = 0, ops = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        const LayerWeights* lw = &w->layers[l];
+        const Matrix* m[7] = {&lw->q_proj, &lw->k_proj, &lw->v_proj, &lw->o_proj, &lw->gate_proj, &lw->up_proj,
+                              &lw->down_proj};
+        for (int i = 0; i < 7; i++) {
+            bytes += matrix_bytes(m[i]);
+            ops += 2.0 * m[i]->rows * m[i]->cols;
+        }
+        bytes += 2.0 * 4 * c->dim; /* the two RMSNorm weights */
+        if (lw->q_norm) bytes += 2.0 * 4 * c->head_dim;
+        if (lw->q_bias) bytes += 4.0 * (c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
     }
-    printf("bench: weights mapped, %.0f of %.0f MB in 2 MB pages\n", huge / 1e6, t->file_size / 1e6);
-    if (whole > 0 && (size_t)huge < whole - whole / 100)
-        printf("bench: note: the page cache holds the rest of the file in small pages, which read several times "
-               "slower on some VMs; after python3 tools/drop_page_cache.py MODEL the next run reads the file again "
-               "in 2 MB pages where the system allows (docs/design.md#small-file-pages)\n");
+    bytes += 4.0 * c->dim;                                           /* final norm */
+    bytes += matrix_bytes(&w->lm_head);                              /* the head */
+    bytes += matrix_bytes(&w->embed_tokens) / w->embed_tokens.rows; /* one embedding row */
+    b->weight_bytes = bytes;
+    /* keys and values of positions 0 .. p at decode position p, averaged over depth .. depth + n_gen - 1 */
+    const double kv_per_position = 2.0 * kv_elem_bytes(&b->t->state) * c->n_layers * c->n_kv_heads * c->head_dim;
+    b->bytes_per_token = b->weight_bytes;
+    if (n_gen > 0) b->bytes_per_token += kv_per_position * (b->depth + (n_gen + 1) / 2.0);
+    /* Bytes per token that fit in the last-level cache are read from it after the first token: such
+     * a decode is not bound by memory and a % of the memory roof (it can exceed 100) says nothing. */
+    b->llc = last_level_cache_bytes();
+    b->in_cache = n_gen > 0 && b->llc > 0 && b->bytes_per_token <= b->llc;
+    b->matmul_ops = ops + (n_prompt > 0 ? 2.0 * w->lm_head.rows * w->lm_head.cols / n_prompt : 0);
+    b->attention_ops = 4.0 * c->n_layers * c->n_heads * c->head_dim * (b->depth + (n_prompt + 1) / 2.0);
 }
 
-/* The table's first lines: the model, its weights in memory, the depth and the bytes per token. */
-static void print_setup(const Bench* b, long long huge) {
+/* The text before the table's rows: the model, its weights in memory (huge: bytes in 2 MB pages,
+ * -1: unknown), the depth, what a token costs, each thread count's warm-up and roofs, the head. */
+static void print_head(const Bench* b, long long huge) {
     const Transformer* t = b->t;
     const Config* c = &t->config;
+    const size_t two_mb = (size_t)2 << 20, whole = t->file_size / two_mb * two_mb;
     printf("bench: %d layers, dim %d, vocab %d, weights %s", c->n_layers, c->dim, c->vocab_size,
-           type_name(c->weight_type));
+           TYPE_NAME[c->weight_type]);
     if (c->group_size) printf(" (groups of %d)", c->group_size);
     const int float_weights = c->weight_type == WEIGHT_F32 || c->weight_type == WEIGHT_BF16;
     const int x86 = strncmp(kernels_simd_name(t->kernels), "avx2", 4) == 0;
@@ -388,7 +327,12 @@ static void print_setup(const Bench* b, long long huge) {
            kernels_bf16_activations(t->kernels) && c->weight_type == WEIGHT_BF16 ? ", bf16 activations in prefill" : "",
            float_weights && x86 && !kernels_float_panels(t->kernels) ? ", prefill without packed panels" : "",
            kernels_prefetch_plan(t->kernels));
-    print_weight_pages(t, huge);
+    if (huge < 0) printf("bench: weights mapped (page size unknown: no /proc/self/smaps)\n");
+    else printf("bench: weights mapped, %.0f of %.0f MB in 2 MB pages\n", huge / 1e6, t->file_size / 1e6);
+    if (huge >= 0 && whole > 0 && (size_t)huge < whole - whole / 100)
+        printf("bench: note: the page cache holds the rest of the file in small pages, which read several times "
+               "slower on some VMs; after python3 tools/drop_page_cache.py MODEL the next run reads the file again "
+               "in 2 MB pages where the system allows (docs/design.md#small-file-pages)\n");
     if (b->depth > 0)
         printf("bench: depth %d: both tests start with %d positions in the KV cache (llama-bench -d)\n", b->depth,
                b->depth);
@@ -403,21 +347,16 @@ static void print_setup(const Bench* b, long long huge) {
         printf("bench: no %% of roof for decode: its %.1f MB per token fit in the %.1f MB last-level cache, "
                "so it is not bound by memory bandwidth (BENCH_LLC_BYTES=0 compares it anyway)\n",
                b->bytes_per_token / 1e6, b->llc / 1e6);
-}
-
-/* Each thread count's warm-up and read bandwidth, then the table's head. */
-static void print_reads(const Bench* b) {
-    const int n_gen = b->len[1];
     for (int k = 0; k < b->n_runs; k++) {
         const ThreadRun* tr = &b->runs[k];
         printf("bench: %d thread%s: warm-up of one prefill and %d decode steps; memory read bandwidth "
                "(512 MiB streaming reads, same threads): ", tr->threads, tr->threads == 1 ? "" : "s",
                tr->warm_steps);
-        if (n_gen > 0) printf("around each decode rep %.1f GB/s (median, the roof), ", median_of(b, tr->rd));
-        printf("best of %d %.1f GB/s", 5 + (n_gen > 0 ? 3 * b->reps : 0), tr->best);
+        if (b->len[1] > 0) printf("around each decode rep %.1f GB/s (median, the roof), ", median_of(b, tr->rd, NULL, 1));
+        printf("best of %d %.1f GB/s", 5 + (b->len[1] > 0 ? 3 * b->reps : 0), tr->best);
         if (tr->wr)
             printf("; the weights' own pages (%.1f MB) around each decode rep %.1f GB/s (median)",
-                   (double)(b->weights.bytes[0] + b->weights.bytes[1]) / 1e6, median_of(b, tr->wr));
+                   (double)(b->weights.bytes[0] + b->weights.bytes[1]) / 1e6, median_of(b, tr->wr, NULL, 1));
         if (b->len[0] > 0 && tr->peak > 0)
             printf("; compute roof (%s, same threads) %.1f Gop/s", b->peak_instruction, tr->peak / 1e9);
         else if (b->len[0] > 0)
@@ -443,20 +382,24 @@ typedef struct {
 
 static TestRow test_row(const Bench* b, const ThreadRun* tr, int test) {
     const int decode = test == 1, roofed = decode && !b->in_cache;
+    /* % of roof: the median over the reps of each rep's GB/s over the read bandwidth measured around
+     * that rep. A shared VM's memory speed can move by almost 2x within seconds, so a decode rep is
+     * compared with the machine of its own moment; the best read of the whole run ("% of best")
+     * sits above the typical read by the run's noise. */
+    const double to_pct = 100.0 * b->bytes_per_token / 1e9; /* tok/s x to_pct / roof GB/s = % of roof */
     TestRow row;
-    memcpy(b->scratch, tr->tps[test], (size_t)b->reps * sizeof(double));
-    row.med = median(b->scratch, b->reps);
+    row.med = median_of(b, tr->tps[test], NULL, 1);
     row.lo = b->scratch[0];
     row.hi = b->scratch[b->reps - 1];
     /* below 1 means the threads waited (for memory, for each other) or, on a shared machine, were
      * descheduled */
     row.share = tr->wall[test] > 0 ? tr->cpu[test] / (tr->wall[test] * tr->threads) : 0;
     row.gbps = decode ? b->bytes_per_token * row.med / 1e9 : NAN;
-    row.roof = b->len[1] > 0 ? median_of(b, tr->rd) : tr->best;
-    row.pct = roofed ? paired_roof_pct(b, tr->tps[1], tr->rd) : NAN;
+    row.roof = b->len[1] > 0 ? median_of(b, tr->rd, NULL, 1) : tr->best;
+    row.pct = roofed ? median_of(b, tr->tps[1], tr->rd, to_pct) : NAN;
     row.pct_best = roofed ? 100.0 * row.gbps / tr->best : NAN;
-    row.own_gbps = decode && tr->wr ? median_of(b, tr->wr) : NAN;
-    row.own_pct = roofed && tr->wr ? paired_roof_pct(b, tr->tps[1], tr->wr) : NAN;
+    row.own_gbps = decode && tr->wr ? median_of(b, tr->wr, NULL, 1) : NAN;
+    row.own_pct = roofed && tr->wr ? median_of(b, tr->tps[1], tr->wr, to_pct) : NAN;
     row.ops = decode ? NAN : b->matmul_ops + b->attention_ops;
     row.gops = row.ops * row.med / 1e9;
     row.peak_gops = !decode && tr->peak > 0 ? tr->peak / 1e9 : NAN;
@@ -472,19 +415,15 @@ static void json_number(const char* key, const char* format, double v) {
 
 static void json_list(const char* key, const double* v, int n) {
     printf(", \"%s\": ", key);
-    if (!v) {
-        printf("null");
-        return;
-    }
-    for (int i = 0; i < n; i++) printf("%s%.3f", i ? ", " : "[", v[i]);
-    printf("]");
+    for (int i = 0; v && i < n; i++) printf("%s%.3f", i ? ", " : "[", v[i]);
+    printf(v ? "]" : "null");
 }
 
 /* One JSON line (docs/speed.md lists its keys). */
 static void print_json_row(const Bench* b, long long huge, const ThreadRun* tr, int test) {
     const Transformer* t = b->t;
     const TestRow row = test_row(b, tr, test);
-    printf("{\"test\": \"%s%d\", \"threads\": %d, \"depth\": %d", test ? "tg" : "pp", b->len[test], tr->threads,
+    printf("{\"test\": \"%s%d\", \"threads\": %d, \"depth\": %d", TEST_NAME[test], b->len[test], tr->threads,
            b->depth);
     json_number("tokens_per_s", "%.3f", row.med);
     json_number("min", "%.3f", row.lo);
@@ -494,7 +433,7 @@ static void print_json_row(const Bench* b, long long huge, const ThreadRun* tr, 
     json_number("mem_gbps", "%.3f", row.roof);
     json_number("roof_pct_best", "%.2f", row.pct_best);
     json_number("mem_gbps_best", "%.3f", tr->best);
-    printf(", \"weight_type\": \"%s\"", type_name(t->config.weight_type));
+    printf(", \"weight_type\": \"%s\"", TYPE_NAME[t->config.weight_type]);
     json_number("cpu_share", "%.3f", row.share);
     printf(", \"prefetch\": \"%s\", \"weights\": \"mapped\"", kernels_prefetch_plan(t->kernels));
     json_number("huge_pct", "%.1f", huge < 0 ? NAN : 100.0 * huge / t->file_size);
@@ -508,9 +447,8 @@ static void print_json_row(const Bench* b, long long huge, const ThreadRun* tr, 
     json_number("gops", "%.3f", row.gops);
     json_number("peak_gops", "%.3f", row.peak_gops);
     json_number("compute_roof_pct", "%.2f", row.compute_pct);
-    if (test == 0) printf(", \"peak_instruction\": \"%s\"", b->peak_instruction ? b->peak_instruction : "none");
-    else printf(", \"peak_instruction\": null");
-    printf("}\n");
+    if (test == 0) printf(", \"peak_instruction\": \"%s\"}\n", b->peak_instruction ? b->peak_instruction : "none");
+    else printf(", \"peak_instruction\": null}\n");
 }
 
 /* One cell of the table, right-aligned in width characters. */
@@ -523,8 +461,8 @@ static void table_cell(const char* format, int width, double v) {
 static void print_table_row(const Bench* b, const ThreadRun* tr, int test) {
     const TestRow row = test_row(b, tr, test);
     char label[48];
-    if (b->depth > 0) snprintf(label, sizeof label, "%s%d @ d%d", test ? "tg" : "pp", b->len[test], b->depth);
-    else snprintf(label, sizeof label, "%s%d", test ? "tg" : "pp", b->len[test]);
+    int n = snprintf(label, sizeof label, "%s%d", TEST_NAME[test], b->len[test]);
+    if (b->depth > 0) snprintf(label + n, sizeof label - n, " @ d%d", b->depth);
     printf("| %-*s | %7d | %12.2f | %8.2f | %8.2f |", b->depth > 0 ? 15 : 6, label, tr->threads, row.med, row.lo,
            row.hi);
     table_cell("%.1f", 5, row.gbps);
@@ -544,12 +482,12 @@ static void print_comparisons(const Bench* b) {
     for (int k = 1; k < b->n_runs; k++)
         for (int test = 0; test < 2; test++)
             if (b->len[test] > 0)
-                printf("bench: %s%d, %d threads / %d: %.2f (median of the reps' ratios)\n", test ? "tg" : "pp",
+                printf("bench: %s%d, %d threads / %d: %.2f (median of the reps' ratios)\n", TEST_NAME[test],
                        b->len[test], runs[k].threads, runs[0].threads,
-                       median_ratio(b, runs[k].tps[test], runs[0].tps[test]));
+                       median_of(b, runs[k].tps[test], runs[0].tps[test], 1));
     for (int k = 0; k < b->n_runs; k++) {
         if (!runs[k].wr) continue;
-        const double own = median_of(b, runs[k].wr), buf = median_of(b, runs[k].rd);
+        const double own = median_of(b, runs[k].wr, NULL, 1), buf = median_of(b, runs[k].rd, NULL, 1);
         if (own < 0.85 * buf)
             printf("bench: note: with %d thread%s the weights' own pages read at %.1f GB/s, %.0f%% of the buffer's "
                    "%.1f: the memory behind this file's pages is slower than the buffer's (on a VM it can differ "
@@ -559,14 +497,10 @@ static void print_comparisons(const Bench* b) {
 }
 
 static void print_results(Bench* b) {
-    count_decode_bytes(b);
-    count_prefill_ops(b);
+    count_per_token(b);
     /* Read once, after the timed reps: one pass over /proc/self/smaps (milliseconds). */
     const long long huge = transformer_huge_page_bytes(b->t);
-    if (!b->json) {
-        print_setup(b, huge);
-        print_reads(b);
-    }
+    if (!b->json) print_head(b, huge);
     for (int k = 0; k < b->n_runs; k++)
         for (int test = 0; test < 2; test++) {
             if (b->len[test] <= 0) continue;
@@ -576,8 +510,6 @@ static void print_results(Bench* b) {
     if (!b->json) print_comparisons(b);
     fflush(stdout);
 }
-
-/* ---- the options ---- */
 
 int bench_parse_threads(const char* s, int* counts, int max_counts) {
     int n = 0;
@@ -618,13 +550,17 @@ static void read_bench_args(Bench* b, int argc, char** argv) {
 int bench_positions(int argc, char** argv) {
     Bench b = {0};
     read_bench_args(&b, argc, argv);
-    return b.depth + (b.len[0] > b.len[1] ? b.len[0] : b.len[1]);
+    return positions_needed(&b);
 }
 
-/* read_bench_args, then the checks. Returns 0, or the exit status after an error line on stderr. */
-static int parse_bench_args(Bench* b, int argc, char** argv) {
-    b->counts[0] = kernels_threads(b->t->kernels);
-    read_bench_args(b, argc, argv);
+/* The checks of the options. The default test lengths (pp512, tg128) shrink to the positions the
+ * KV cache has after the depth, so that `-m bench` runs on a model of a short context as it is,
+ * with a note on stderr (--json keeps standard output to JSON lines); a length the user gave is
+ * kept. Returns 0, or the exit status after an error line on stderr. */
+static int check_and_fit(Bench* b) {
+    const Config* c = &b->t->config;
+    const int room = c->seq_len - b->depth;
+    int was[2] = {0, 0};
     if (b->reps < 1) {
         fprintf(stderr, "run: error: --bench-reps must be at least 1, got %d\n", b->reps);
         return 2;
@@ -633,50 +569,31 @@ static int parse_bench_args(Bench* b, int argc, char** argv) {
         fprintf(stderr, "run: error: nothing to measure: --bench-prompt and --bench-gen are both 0\n");
         return 2;
     }
-    return 0;
-}
-
-/* The error for tests longer than the context: what they need, and what to pass instead. */
-static void too_short(const Config* c, int depth, int n_prompt, int n_gen) {
-    const int longer = n_prompt > n_gen ? n_prompt : n_gen;
-    const char* which = n_prompt >= n_gen ? "--bench-prompt" : "--bench-gen";
-    char parts[96], advice[96];
-    if (depth > 0) snprintf(parts, sizeof parts, "--bench-depth %d + %s %d", depth, which, longer);
-    else snprintf(parts, sizeof parts, "%s %d", which, longer);
-    const int limit = c->seq_len < c->max_seq_len ? c->seq_len : c->max_seq_len;
-    if (depth >= limit)
-        snprintf(advice, sizeof advice, "--bench-depth below %d", limit);
-    else
-        snprintf(advice, sizeof advice, "--bench-prompt and --bench-gen at most %d", limit - depth);
-    if (depth + longer > c->max_seq_len)
-        fprintf(stderr, "run: error: the bench needs a context of %d positions (%s), more than the model's %d: "
-                "give %s\n", depth + longer, parts, c->max_seq_len, advice);
-    else
-        fprintf(stderr, "run: error: the bench needs a context of %d positions (%s), the KV cache has %d "
-                "(use -c %d, or give %s)\n", depth + longer, parts, c->seq_len, depth + longer, advice);
-}
-
-/* The default test lengths (pp512, tg128) shrink to the positions the KV cache has after the
- * depth, so that `-m bench` runs on a model of a short context as it is; a length the user gave
- * is kept (too_short explains it if it does not fit). Returns 0, or 1 after too_short's error;
- * the note for each shrunk default goes to stderr (--json keeps standard output to JSON lines). */
-static int fit_to_context(Bench* b) {
-    const Config* c = &b->t->config;
-    const int room = c->seq_len - b->depth;
-    int was[2] = {0, 0};
     for (int k = 0; k < 2; k++)
         if (room >= 1 && !b->given[k] && b->len[k] > room) {
             was[k] = b->len[k];
             b->len[k] = room;
         }
-    if (b->depth + (b->len[0] > b->len[1] ? b->len[0] : b->len[1]) > c->seq_len) {
-        too_short(c, b->depth, b->len[0], b->len[1]);
+    const int need = positions_needed(b);
+    if (need > c->seq_len) { /* what the tests need, and what to pass instead */
+        const char* which = b->len[0] >= b->len[1] ? "--bench-prompt" : "--bench-gen";
+        char parts[96], advice[96];
+        if (b->depth > 0) snprintf(parts, sizeof parts, "--bench-depth %d + %s %d", b->depth, which, need - b->depth);
+        else snprintf(parts, sizeof parts, "%s %d", which, need);
+        if (room < 1) snprintf(advice, sizeof advice, "--bench-depth below %d", c->seq_len);
+        else snprintf(advice, sizeof advice, "--bench-prompt and --bench-gen at most %d", room);
+        if (need > c->max_seq_len)
+            fprintf(stderr, "run: error: the bench needs a context of %d positions (%s), more than the model's %d: "
+                    "give %s\n", need, parts, c->max_seq_len, advice);
+        else
+            fprintf(stderr, "run: error: the bench needs a context of %d positions (%s), the KV cache has %d "
+                    "(use -c %d, or give %s)\n", need, parts, c->seq_len, need, advice);
         return 1;
     }
     for (int k = 0; k < 2; k++)
         if (was[k])
             fprintf(stderr, "run: note: the bench runs %s%d instead of %s%d: the %s %d positions%s (%s N sets it)\n",
-                    k ? "tg" : "pp", b->len[k], k ? "tg" : "pp", was[k],
+                    TEST_NAME[k], b->len[k], TEST_NAME[k], was[k],
                     c->seq_len < c->max_seq_len ? "KV cache (-c) has" : "model's context is", c->seq_len,
                     b->depth > 0 ? ", less --bench-depth" : "", k ? "--bench-gen" : "--bench-prompt");
     return 0;
@@ -692,11 +609,11 @@ static void fill_tokens(int* tokens, int n, int vocab_size) {
 }
 
 int bench_main(Transformer* t, int argc, char** argv) {
-    Bench b = {.t = t};
-    int status = parse_bench_args(&b, argc, argv);
-    if (status == 0) status = fit_to_context(&b);
+    Bench b = {.t = t, .counts = {kernels_threads(t->kernels)}};
+    read_bench_args(&b, argc, argv);
+    int status = check_and_fit(&b);
     if (status != 0) return status;
-    const int n_tok = b.depth + (b.len[0] > b.len[1] ? b.len[0] : b.len[1]);
+    const int n_tok = positions_needed(&b);
     const size_t buffer_bytes = (size_t)512 << 20;
     int* tokens = malloc((size_t)n_tok * sizeof(int));
     /* per thread count: pp, tg, rd and wr of each rep; then the scratch */

@@ -1,36 +1,32 @@
 /* bench.h: `./run MODEL -m bench`, a llama-bench-like speed test of the loaded model.
  *
- *   --bench-prompt N   prefill test ppN: N prompt tokens in one forward() call (default 512, or
- *                      the KV cache's positions after the depth where fewer, with a note on stderr)
- *   --bench-gen N      decode test tgN: N tokens one at a time (default 128, fitted the same way)
- *   --bench-depth N    positions already in the KV cache when each test starts (default 0;
- *                      without -c the cache is sized for the depth and the tests)
+ *   --bench-prompt N   prefill test ppN: N prompt tokens in one forward() call (default 512)
+ *   --bench-gen N      decode test tgN: N tokens one at a time (default 128)
+ *   --bench-depth N    positions already in the KV cache when each test starts (default 0)
  *   --bench-reps N     timed repetitions of each test after one warm-up (default 5)
- *   --threads N,M,...  the thread counts to measure (default: the kernels' count, which must be
- *                      the largest in the list): each count gets its own warm-up and roof, then
- *                      the counts take turns rep by rep
+ *   --threads N,M,...  the thread counts to measure, each with its own warm-up and roof, taking
+ *                      turns rep by rep (default: the kernels' count, which must be the largest)
  *   --json             one JSON object per test and thread count and line instead of the table
  *
- * The roof is the machine's read bandwidth, measured in the same run with the same threads: a
- * streaming read of the bench's own buffer around each decode rep, and one of the weights a decode
- * step reads in their own pages. Where decode's bytes per token fit in the last-level cache
- * (sysfs's largest data cache of CPU 0, or BENCH_LLC_BYTES; 0 = never) no percentage of the roof
- * is given. docs/speed.md#the-bench describes the table's columns and every JSON key. Token ids
- * are fixed pseudo-random ids; EOS is ignored. */
+ * A default length that does not fit the KV cache after the depth shrinks to it, with a note on
+ * stderr. The roof is the machine's read bandwidth, measured in the same run with the same
+ * threads: a streaming read of the bench's own buffer around each decode rep, and one of the
+ * weights a decode step reads in their own pages. Where decode's bytes per token fit in the
+ * last-level cache (sysfs's largest data cache of CPU 0, or BENCH_LLC_BYTES; 0 = never) no
+ * percentage of the roof is given. docs/speed.md#the-bench describes the table's columns and every
+ * JSON key. Token ids are fixed pseudo-random ids; EOS is ignored. */
 #ifndef BENCH_H
 #define BENCH_H
 
 #include "model.h"
 
-/* Runs the tests on t with the options above, as run.c passes them on (already checked there:
- * each value a whole number in 0..1000000, --threads a list bench_parse_threads takes), and
- * prints the results on stdout. Returns 0, or after an error line on stderr 2 (options that
+/* Runs the tests on t with the options above as run.c passes them on (each value checked there),
+ * and prints the results on stdout. Returns 0, or after an error line on stderr 2 (options that
  * measure nothing) or 1 (anything else, e.g. a context too small for the tests). */
 int bench_main(Transformer* t, int argc, char** argv);
 
-/* The KV cache positions the tests take with these options (the same argc, argv): --bench-depth
- * plus the longer of --bench-prompt and --bench-gen, their defaults where not given. run.c sizes
- * the cache to them when -c is not given, as llama-bench sizes its own. */
+/* The KV cache positions the tests take with these options: --bench-depth plus the longer test.
+ * Without -c run.c sizes the cache to them, as llama-bench sizes its own. */
 int bench_positions(int argc, char** argv);
 
 /* "1,2,4" -> counts[0..n-1]; each in 1..1024. Returns n, or -1 if s is not such a list of at most
