@@ -352,7 +352,8 @@ static void print_head(const Bench* b, long long huge) {
         printf("bench: %d thread%s: warm-up of one prefill and %d decode steps; memory read bandwidth "
                "(512 MiB streaming reads, same threads): ", tr->threads, tr->threads == 1 ? "" : "s",
                tr->warm_steps);
-        if (b->len[1] > 0) printf("around each decode rep %.1f GB/s (median, the roof), ", median_of(b, tr->rd, NULL, 1));
+        if (b->len[1] > 0)
+            printf("around each decode rep %.1f GB/s (median, the roof), ", median_of(b, tr->rd, NULL, 1));
         printf("best of %d %.1f GB/s", 5 + (b->len[1] > 0 ? 3 * b->reps : 0), tr->best);
         if (tr->wr)
             printf("; the weights' own pages (%.1f MB) around each decode rep %.1f GB/s (median)",
