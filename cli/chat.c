@@ -12,8 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-/* ---- String builder ---- */
-
+/* The user's line, NUL-terminated (oom: it ran out of memory). */
 typedef struct {
     char* p;
     size_t n, cap;
@@ -52,13 +51,16 @@ static int wake_pipe[2] = {-1, -1};
 static const char ATTR_DIM[] = "\033[2m", ATTR_RESET[] = "\033[0m";
 static const int SIGNALS[] = {SIGINT, SIGTSTP, SIGTERM, SIGHUP, SIGQUIT}; /* Ctrl-C, Ctrl-Z, the fatal ones */
 #define N_SIGNALS (int)(sizeof SIGNALS / sizeof SIGNALS[0])
+static struct sigaction old_actions[N_SIGNALS];
 
-typedef struct {
-    struct sigaction old[N_SIGNALS];
-} SignalState;
+/* For the signal handlers: writes attr (async-signal-safe) when stdout shows the dim. */
+static void write_if_dim(const char* attr) {
+    if (!dim_shown) return;
+    ssize_t r = write(STDOUT_FILENO, attr, strlen(attr));
+    (void)r;
+}
 
 static void on_interrupt(int sig) {
-    (void)sig;
     const int saved_errno = errno;
     interrupted = 1;
     ssize_t r = write(wake_pipe[1], "", 1); /* non-blocking: a full pipe is awake already */
@@ -71,11 +73,8 @@ static void on_interrupt(int sig) {
  * handler again. In an orphaned process group the kernel discards the stop and raise returns at once. */
 static void on_stop_signal(int sig) {
     const int saved_errno = errno;
-    ssize_t r = 0;
-    if (dim_shown) r = write(STDOUT_FILENO, ATTR_RESET, sizeof ATTR_RESET - 1);
-    struct sigaction dfl, mine;
-    memset(&dfl, 0, sizeof dfl);
-    dfl.sa_handler = SIG_DFL;
+    write_if_dim(ATTR_RESET);
+    struct sigaction dfl = {.sa_handler = SIG_DFL}, mine;
     sigemptyset(&dfl.sa_mask);
     sigaction(sig, &dfl, &mine);
     sigset_t set;
@@ -84,23 +83,18 @@ static void on_stop_signal(int sig) {
     pthread_sigmask(SIG_UNBLOCK, &set, NULL);
     raise(sig); /* stops here until SIGCONT */
     sigaction(sig, &mine, NULL);
-    if (dim_shown) r = write(STDOUT_FILENO, ATTR_DIM, sizeof ATTR_DIM - 1);
-    (void)r;
+    write_if_dim(ATTR_DIM);
     errno = saved_errno;
 }
 
 static void on_fatal_signal(int sig) {
-    if (dim_shown) {
-        ssize_t r = write(STDOUT_FILENO, ATTR_RESET, sizeof ATTR_RESET - 1);
-        (void)r;
-    }
+    write_if_dim(ATTR_RESET);
     raise(sig); /* SA_RESETHAND restored the default action, which runs when this handler returns */
 }
 
 static void drain_wake_pipe(void) {
     char buf[64];
-    while (read(wake_pipe[0], buf, sizeof buf) > 0) {
-    }
+    while (read(wake_pipe[0], buf, sizeof buf) > 0) continue;
 }
 
 /* 1 (and the Ctrl-C is taken) when one came since the last call. */
@@ -113,32 +107,26 @@ static int take_interrupt(void) {
 
 /* A signal ignored when the chat starts (nohup, a background job) stays ignored. 0, or -1 after
  * an error message. */
-static int signals_install(SignalState* st) {
-    if (pipe(wake_pipe) != 0) {
+static int signals_install(void) {
+    if (pipe2(wake_pipe, O_NONBLOCK | O_CLOEXEC) != 0) {
         fprintf(stderr, "chat: cannot create a pipe: %s\n", strerror(errno));
         return -1;
     }
-    for (int i = 0; i < 2; i++) {
-        fcntl(wake_pipe[i], F_SETFL, O_NONBLOCK);
-        fcntl(wake_pipe[i], F_SETFD, FD_CLOEXEC);
-    }
     interrupted = dim_shown = 0;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
+    struct sigaction sa = {0};
     sigemptyset(&sa.sa_mask);
     for (int i = 0; i < N_SIGNALS; i++) {
-        const int fatal = i >= 2;
         sa.sa_handler = i == 0 ? on_interrupt : i == 1 ? on_stop_signal : on_fatal_signal;
         /* SA_RESTART: a write to a slow terminal resumes; the line wait polls the pipe */
-        sa.sa_flags = fatal ? SA_RESETHAND : SA_RESTART;
-        sigaction(SIGNALS[i], NULL, &st->old[i]);
-        if (st->old[i].sa_handler != SIG_IGN) sigaction(SIGNALS[i], &sa, NULL);
+        sa.sa_flags = i >= 2 ? SA_RESETHAND : SA_RESTART;
+        sigaction(SIGNALS[i], NULL, &old_actions[i]);
+        if (old_actions[i].sa_handler != SIG_IGN) sigaction(SIGNALS[i], &sa, NULL);
     }
     return 0;
 }
 
-static void signals_restore(SignalState* st) {
-    for (int i = 0; i < N_SIGNALS; i++) sigaction(SIGNALS[i], &st->old[i], NULL);
+static void signals_restore(void) {
+    for (int i = 0; i < N_SIGNALS; i++) sigaction(SIGNALS[i], &old_actions[i], NULL);
     close(wake_pipe[0]);
     close(wake_pipe[1]);
     wake_pipe[0] = wake_pipe[1] = -1;
@@ -194,8 +182,7 @@ typedef struct {
     int n;
 } Conversation;
 
-/* Appends a message whose content (malloc'ed, NULL = out of memory) the conversation then owns;
- * 0, or -1 when out of memory. */
+/* Appends a message that owns content (malloc'ed; NULL: out of memory). 0, or -1 when out of memory. */
 static int conversation_add(Conversation* c, const char* role, char* content) {
     ChatMessage* m = content ? realloc(c->m, (size_t)(c->n + 1) * sizeof *m) : NULL;
     if (m == NULL) {
@@ -207,6 +194,8 @@ static int conversation_add(Conversation* c, const char* role, char* content) {
     return 0;
 }
 
+static void conversation_drop_last(Conversation* c) { free((char*)c->m[--c->n].content); }
+
 /* The index of the first message after the system prompt (0 or 1). */
 static int conversation_first(const Conversation* c) { return c->n && strcmp(c->m[0].role, "system") == 0; }
 
@@ -216,8 +205,7 @@ static const char* conversation_system(const Conversation* c) {
 
 /* Sets the system prompt (text malloc'ed, owned from here); 0, or -1 when out of memory. */
 static int conversation_set_system(Conversation* c, char* text) {
-    if (!text) return -1;
-    if (conversation_first(c)) {
+    if (text && conversation_first(c)) {
         free((char*)c->m[0].content);
         c->m[0].content = text;
         return 0;
@@ -304,7 +292,7 @@ static int conversation_save(const Conversation* c, const char* path) {
             fputs(i ? ",\n  {\"role\": " : "\n  {\"role\": ", f);
             json_string(f, c->m[i].role);
             fputs(", \"content\": ", f);
-            json_string(f, c->m[i].content ? c->m[i].content : "");
+            json_string(f, c->m[i].content);
             fputc('}', f);
         }
         fputs(c->n ? "\n]\n" : "]\n", f);
@@ -316,7 +304,6 @@ static int conversation_save(const Conversation* c, const char* path) {
     }
     return failed ? -1 : 0;
 }
-
 /* ---- The chat loop ---- */
 
 typedef struct {
@@ -333,16 +320,21 @@ typedef struct {
     int im_end, think_open, think_close;
     int generated; /* tokens generated in the whole chat */
     int answered;  /* the last thing printed is an answer */
+    Utf8Stream out;              /* the answer being printed */
+    int in_think, after_think;   /* inside its thinking, or right after it */
 } Chat;
+
+/* The error line for a failed allocation; returns status. */
+static int out_of_memory(int status) {
+    fprintf(stderr, "chat: out of memory\n");
+    return status;
+}
 
 /* Drops every message after the system prompt. With --keep-thinking the next turn starts the
  * cache again: earlier turns cannot leave it. */
 static void clear_conversation(Chat* c) {
     conversation_drop_before(&c->conv, c->conv.n);
-    if (c->o->keep_thinking) {
-        c->pos = 0;
-        c->turn = 0;
-    }
+    if (c->o->keep_thinking) c->pos = c->turn = 0;
 }
 
 static const char CHAT_HINT[] =
@@ -378,10 +370,7 @@ static int chat_command(Chat* c, const char* line) {
         const char* sys = conversation_system(&c->conv);
         fprintf(stderr, sys ? "chat: the system prompt: %s\n" : "chat: no system prompt\n", sys);
     } else if (IS("/system")) {
-        if (conversation_set_system(&c->conv, strdup(arg)) != 0) {
-            fprintf(stderr, "chat: out of memory\n");
-            return COMMAND_FAILED;
-        }
+        if (conversation_set_system(&c->conv, strdup(arg)) != 0) return out_of_memory(COMMAND_FAILED);
         if (c->o->keep_thinking) { /* the cache cannot change its start: the conversation starts over */
             clear_conversation(c);
             fprintf(stderr, "chat: the system prompt is set; --keep-thinking: the conversation starts over\n");
@@ -400,22 +389,21 @@ static int chat_command(Chat* c, const char* line) {
     return COMMAND_DONE;
 }
 
-/* The ids to run for the user's message (the conversation's last message) from *start, into
- * *run (malloc'ed, *n_run of them). Without --keep-thinking, when the template's prompt would fill
- * more than three quarters of the context the oldest turns leave the conversation (the system
- * prompt stays). Returns 0; 1 when the message does not fit even so (after saying so; the
- * conversation is left as it was, the message included); -1 after an error message. */
+/* The ids to run from *start for the user's message (the conversation's last), into *run (malloc'ed,
+ * *n_run of them); without --keep-thinking, the oldest turns leave where the prompt would fill more
+ * than 3/4 of the context. Returns 0; 1 when the message does not fit even so (said; the
+ * conversation is left as it was); -1 after an error message. */
 static int turn_ids(Chat* c, int** run, int* start, int* n_run) {
     const ChatOptions* o = c->o;
     const int seq_len = c->t->config.seq_len, V = c->t->config.vocab_size;
     int n = 0, from = 0, dropped = 0, *ids;
+    *start = c->pos;
     if (o->keep_thinking) { /* the previous answer's <|im_end|> was sampled, not run: close_answer */
         const char* user = c->conv.m[c->conv.n - 1].content;
         char* text = c->turn == 0 ? chat_first_turn(conversation_system(&c->conv), user, o->thinking)
                                   : chat_next_turn(user, o->thinking, 1);
         ids = text ? tokenizer_encode(c->tok, text, strlen(text), &n) : NULL;
         free(text);
-        *start = c->pos;
     } else {
         ids = conversation_fit(&c->conv, c->tok, o->thinking, seq_len - seq_len / 4, &n, &from, &dropped);
         /* After the longest prefix the cache shares with this prompt (the previous turn's prompt,
@@ -424,24 +412,22 @@ static int turn_ids(Chat* c, int** run, int* start, int* n_run) {
         *start = 0;
         while (ids && *start < c->pos && *start < n && c->history[*start] == ids[*start]) (*start)++;
         if (*start == n) *start = n - 1;
-        if (ids) memmove(ids, ids + *start, (size_t)(n - *start) * sizeof *ids);
+        n -= *start;
+        if (ids) memmove(ids, ids + *start, (size_t)n * sizeof *ids);
     }
-    if (!ids) {
-        fprintf(stderr, "chat: out of memory\n");
-        return -1;
-    }
+    if (!ids) return out_of_memory(-1);
     *run = ids;
-    *n_run = o->keep_thinking ? n : n - *start;
-    for (int i = 0; i < *n_run; i++)
+    *n_run = n;
+    for (int i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= V) {
             fprintf(stderr, "chat: the tokenizer gave id %d, outside the model's vocabulary of %d\n", ids[i], V);
             free(ids);
             return -1;
         }
-    if (*start + *n_run >= seq_len) {
+    if (*start + n >= seq_len) {
         char advice[80];
         fprintf(stderr, "chat: this turn needs %d tokens of context, more than the %d there are; %s%s\n",
-                *start + *n_run + 1, seq_len, context_advice(&c->t->config, advice, sizeof advice),
+                *start + n + 1, seq_len, context_advice(&c->t->config, advice, sizeof advice),
                 c->terminal ? " (the message was not sent)" : "");
         free(ids);
         return 1;
@@ -454,12 +440,6 @@ static int turn_ids(Chat* c, int** run, int* start, int* n_run) {
     return 0;
 }
 
-/* How the answer is being printed: the thinking dim on a terminal, or hidden. */
-typedef struct {
-    Utf8Stream st;
-    int in_think, after_think;
-} AnswerPrinter;
-
 static void end_dim(void) {
     if (!dim_shown) return;
     fputs(ATTR_RESET, stdout);
@@ -467,52 +447,53 @@ static void end_dim(void) {
     dim_shown = 0;
 }
 
-static void print_answer_token(const Chat* c, AnswerPrinter* p, int id) {
+/* The thinking is printed dim on a terminal, or not at all (--hide-think). */
+static void print_answer_token(Chat* c, int id) {
     const int show = c->o->show_thinking;
+    const int thinking = c->in_think || id == c->think_open || id == c->think_close;
     if (id == c->think_open) {
-        p->in_think = 1;
+        c->in_think = 1;
         if (show && c->color) {
             dim_shown = 1; /* first: a signal from here on resets the attributes */
             fputs(ATTR_DIM, stdout);
         }
     } else if (id == c->think_close) {
-        p->in_think = 0;
-        p->after_think = 1;
-    } else if (!p->in_think) {
+        c->in_think = 0;
+        c->after_think = 1;
+    } else if (!c->in_think) {
         size_t len;
         const char* text = tokenizer_token(c->tok, id, &len);
         /* hidden thinking: the blank lines that separate it from the answer are not printed */
-        if (p->after_think && !show && text && len && strspn(text, "\n") >= len) return;
-        p->after_think = 0;
-        tokenizer_print(c->tok, &p->st, id, 0, stdout);
-        return;
+        if (c->after_think && !show && text && len && strspn(text, "\n") >= len) return;
+        c->after_think = 0;
     }
-    if (!show) return;
-    tokenizer_print(c->tok, &p->st, id, 0, stdout);
+    if (thinking && !show) return;
+    tokenizer_print(c->tok, &c->out, id, 0, stdout);
     if (id == c->think_close) {
-        utf8_stream_flush(&p->st, stdout);
+        utf8_stream_flush(&c->out, stdout);
         end_dim();
     }
 }
 
-/* Samples and streams the answer from logits (the prompt's last), each token printed then run
- * through the model, so that the cache and history hold exactly what was printed. Stops at the
- * end of the turn, -n tokens, a full context, or a Ctrl-C (*stopped = 1). Returns 0, or 1 after an
- * error message (or when --keep-thinking cannot go on). *n_tokens: the tokens generated. */
+/* Samples and streams the answer from logits (the prompt's last), each token printed then run, so
+ * that the cache and history hold exactly what was printed, until the end of the turn, -n tokens, a
+ * full context or a Ctrl-C (*stopped = 1). *n_tokens: the tokens generated. Returns 0, or 1 after
+ * an error message (or when --keep-thinking cannot go on). */
 static int chat_answer(Chat* c, float* logits, int* stopped, int* n_tokens) {
     const ChatOptions* o = c->o;
     const int seq_len = c->t->config.seq_len;
-    AnswerPrinter pr = {{{0}, 0}, 0, 0};
     int status = 0;
     *stopped = *n_tokens = 0;
+    c->out = (Utf8Stream){0};
+    c->in_think = c->after_think = 0;
     for (;;) {
         const int next = sampler_sample(c->s, logits, c->history, c->pos);
         if (next == c->im_end || is_eos(&c->t->header, next)) break;
         (*n_tokens)++;
         c->generated++;
-        print_answer_token(c, &pr, next);
+        print_answer_token(c, next);
         fflush(stdout);
-        if (ferror(stdout)) break; /* nobody reads the answer: reported by the caller */
+        if (ferror(stdout)) break; /* nobody reads the answer: reported below */
         if (c->pos >= seq_len) { /* no room to keep this token */
             char advice[80];
             if (o->keep_thinking) {
@@ -542,7 +523,7 @@ static int chat_answer(Chat* c, float* logits, int* stopped, int* n_tokens) {
             break;
         }
     }
-    utf8_stream_flush(&pr.st, stdout);
+    utf8_stream_flush(&c->out, stdout);
     end_dim();
     fputc('\n', stdout);
     if (take_interrupt()) *stopped = 1; /* during the prompt or the last token: still this answer's */
@@ -553,19 +534,16 @@ static int chat_answer(Chat* c, float* logits, int* stopped, int* n_tokens) {
     return status;
 }
 
-/* One turn for the conversation's last message, the user's: the prompt run after what the cache
- * shares with it, then the answer, which joins the conversation (also when Ctrl-C stopped it).
- * Returns 0; 1 when the message was not sent (too long, or a Ctrl-C during its prompt: it left the
- * conversation); 130 when a Ctrl-C stopped a chat that does not read a terminal; -1 after an
- * error message. */
+/* One turn for the user's message (the conversation's last): its prompt, then the answer, which joins
+ * the conversation (also when Ctrl-C stopped it). Returns 0; 1 when the message was not sent (too
+ * long, or a Ctrl-C during its prompt: it left the conversation); 130 when a Ctrl-C stopped a chat
+ * that does not read a terminal; -1 after an error message. */
 static int chat_turn(Chat* c) {
     const ChatOptions* o = c->o;
     int *run, start, n_run;
     const int r = turn_ids(c, &run, &start, &n_run);
-    if (r != 0) {
-        if (r > 0) free((char*)c->conv.m[--c->conv.n].content); /* the message, not sent */
-        return r;
-    }
+    if (r > 0) conversation_drop_last(&c->conv); /* the message, not sent */
+    if (r != 0) return r;
     const double t_prompt = now_seconds();
     PromptProgress progress = {"chat", c->terminal && isatty(STDERR_FILENO), 0, &interrupted};
     int cut = 0;
@@ -575,7 +553,7 @@ static int chat_turn(Chat* c) {
     free(run);
     if (cut) { /* the cache holds the conversation up to start; after it, part of this prompt */
         take_interrupt();
-        free((char*)c->conv.m[--c->conv.n].content);
+        conversation_drop_last(&c->conv);
         c->pos = start;
         if (!c->terminal) return 130;
         fputs("chat: Ctrl-C: the message was not sent\n", stderr);
@@ -591,12 +569,12 @@ static int chat_turn(Chat* c) {
     int stopped, n_tokens;
     const int failed = chat_answer(c, logits, &stopped, &n_tokens);
     const double dt = now_seconds() - t0, prompt_s = t0 - t_prompt;
-    const int n_run_answer = c->pos - answer_start;
+    const int n_answer = c->pos - answer_start; /* the tokens run: the last one sampled may not be */
     if (o->verbose_prompt)
-        print_token_ids(c->history + answer_start, n_run_answer, "chat: answer of %d token%s run through the model:",
-                        n_run_answer, n_run_answer == 1 ? "" : "s");
+        print_token_ids(c->history + answer_start, n_answer, "chat: answer of %d token%s run through the model:",
+                        n_answer, n_answer == 1 ? "" : "s");
     if (o->prompt) {
-        print_speed(n_run, prompt_s, n_tokens, n_run_answer, dt);
+        print_speed(n_run, prompt_s, n_tokens, n_answer, dt);
     } else if (c->terminal && n_tokens > 1) {
         fprintf(stderr, "[prompt: %d tokens run, %.2f s; answer: %d tokens, %.1f tok/s; context %d/%d]\n", n_run,
                 prompt_s, n_tokens, n_tokens / (dt > 0 ? dt : 1e-9), c->pos, c->t->config.seq_len);
@@ -605,11 +583,8 @@ static int chat_turn(Chat* c) {
     c->answered = 1;
     if (failed) return -1;
     /* the answer as text, as the template takes it next turn (its thinking dropped there) */
-    if (conversation_add(&c->conv, "assistant",
-                         tokenizer_decode(c->tok, c->history + answer_start, n_run_answer, 0, NULL)) != 0) {
-        fprintf(stderr, "chat: out of memory\n");
-        return -1;
-    }
+    char* answer = tokenizer_decode(c->tok, c->history + answer_start, n_answer, 0, NULL);
+    if (conversation_add(&c->conv, "assistant", answer) != 0) return out_of_memory(-1);
     return stopped && !c->terminal ? 130 : 0;
 }
 
@@ -658,8 +633,7 @@ static int chat_prompt(Chat* c, Input* in, Str* line, int* armed, int* status) {
 static int chat_open(Chat* c) {
     const Tokenizer* tok = c->tok;
     c->im_end = tokenizer_find(tok, "<|im_end|>");
-    /* The template is Qwen's ChatML (chat_render): a model whose tokenizer lacks its tokens (a Llama
-     * export, say) would see them as plain text. */
+    /* The template is ChatML: a tokenizer without its tokens (a Llama export, say) would see plain text. */
     if (tokenizer_find(tok, "<|im_start|>") < 0 || c->im_end < 0) {
         fprintf(stderr, "chat: the checkpoint's tokenizer has no <|im_start|> / <|im_end|> tokens, so it has "
                         "no ChatML chat template; use generate mode (-i TEXT)\n");
@@ -670,16 +644,10 @@ static int chat_open(Chat* c) {
     c->terminal = isatty(STDIN_FILENO) && !c->o->prompt;
     c->color = isatty(STDOUT_FILENO);
     c->history = malloc(((size_t)c->t->config.seq_len + 1) * sizeof(int));
-    if (!c->history) {
-        fprintf(stderr, "chat: out of memory\n");
-        return 1;
-    }
+    if (!c->history) return out_of_memory(1);
     if (logits_dump_open(&c->dump, c->o->dump_logits, c->t) != 0) return 1;
     const char* sys = c->o->system_prompt;
-    if (sys && sys[0] && conversation_add(&c->conv, "system", strdup(sys)) != 0) {
-        fprintf(stderr, "chat: out of memory\n");
-        return 1;
-    }
+    if (sys && sys[0] && conversation_add(&c->conv, "system", strdup(sys)) != 0) return out_of_memory(1);
     return 0;
 }
 
@@ -693,27 +661,21 @@ static int chat_close(Chat* c, int status) {
 
 int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOptions* o, int* n_generated) {
     Chat c = {.t = t, .tok = tok, .s = s, .o = o};
-    SignalState signals;
     int status = chat_open(&c);
-    if (status == 0 && signals_install(&signals) != 0) status = 1;
+    if (status == 0 && signals_install() != 0) status = 1;
     if (status) return chat_close(&c, status);
     if (c.terminal) fputs(CHAT_HINT, stderr);
     Input in = {.eof = 0};
     Str line = {0};
     int armed = 0;
     while (!status) {
-        char* user;
-        if (o->prompt) {
-            user = strdup(o->prompt);
-        } else {
+        if (!o->prompt) {
             const int r = chat_prompt(&c, &in, &line, &armed, &status);
             if (r == LINE_LEAVES) break;
             if (r == LINE_IS_DONE) continue;
-            user = strdup(line.p);
         }
-        if (conversation_add(&c.conv, "user", user) != 0) {
-            fprintf(stderr, "chat: out of memory\n");
-            status = 1;
+        if (conversation_add(&c.conv, "user", strdup(o->prompt ? o->prompt : line.p)) != 0) {
+            status = out_of_memory(1);
             break;
         }
         const int r = chat_turn(&c);
@@ -724,7 +686,7 @@ int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOption
         if (o->prompt) break;
     }
     free(line.p);
-    signals_restore(&signals);
+    signals_restore();
     *n_generated = c.generated;
     return chat_close(&c, status);
 }

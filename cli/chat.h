@@ -24,13 +24,12 @@ typedef struct {
  * keep_thinking each turn's text is appended instead, and a full context ends the chat.
  *
  * When stdin is a terminal: a "> " prompt and a one-line hint (stderr); lines whose first word is
- * a command (/help lists them) are not sent; Ctrl-C stops the answer (what was printed stays in the
- * conversation and the cache), or between two chunks of a long prompt drops the message (the
- * chunks' progress shows when stderr is a terminal); Ctrl-C twice in a row at the prompt, Ctrl-D
- * or /bye leave. From a pipe or with -i a Ctrl-C ends the chat with status 130. The dim attributes
- * of the thinking are reset on every way out, SIGTERM, SIGHUP and SIGQUIT included, and while
- * Ctrl-Z stops the process. Returns 0, 130, or 1 after an error message on stderr; *n_generated:
- * the tokens generated in the whole chat. */
+ * a command (/help lists them) are not sent; Ctrl-C stops the answer (what was printed stays), or
+ * between two chunks of a long prompt drops the message; Ctrl-C twice at the prompt, Ctrl-D or
+ * /bye leave. From a pipe or with -i a Ctrl-C ends the chat with status 130. The thinking's dim
+ * attribute is reset on every way out, SIGTERM, SIGHUP and SIGQUIT included, and while Ctrl-Z
+ * stops the process. Returns 0, 130, or 1 after an error message; *n_generated: the tokens
+ * generated in the whole chat. */
 int chat_main(Transformer* t, const Tokenizer* tok, Sampler* s, const ChatOptions* o, int* n_generated);
 
 #endif

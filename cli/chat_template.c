@@ -5,13 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The text written to a memory stream (open_memstream), or NULL when it ran out of memory. */
-static char* close_text(FILE* f, char** text) {
-    if (fclose(f) == 0) return *text; /* *text is final only once the stream is closed */
-    free(*text);
-    return NULL;
-}
-
 /* A view of part of a string. */
 typedef struct {
     const char* p;
@@ -36,29 +29,28 @@ static const char* find_last(View v, const char* needle) {
     return NULL;
 }
 
-static int starts_with(const char* s, const char* pre) { return strncmp(s, pre, strlen(pre)) == 0; }
-static int ends_with(const char* s, const char* suf) {
-    size_t a = strlen(s), b = strlen(suf);
-    return a >= b && memcmp(s + a - b, suf, b) == 0;
+static int has_role(const ChatMessage* m, const char* role) { return m->role && strcmp(m->role, role) == 0; }
+
+/* A user message that wraps a tool's response. */
+static int is_tool_response(const char* s) {
+    static const char open[] = "<tool_response>", close[] = "</tool_response>";
+    const size_t n = strlen(s), k = sizeof close - 1;
+    return strncmp(s, open, sizeof open - 1) == 0 && n >= k && strcmp(s + n - k, close) == 0;
 }
 
 static const char THINK_EMPTY[] = "<think>\n\n</think>\n\n";
-
-/* ---- Template ---- */
 
 char* chat_render(const ChatMessage* msgs, int n, int add_generation_prompt, int enable_thinking) {
     char* text = NULL;
     size_t size = 0;
     FILE* f = open_memstream(&text, &size);
     if (f == NULL) return NULL;
-    if (n > 0 && msgs[0].role && strcmp(msgs[0].role, "system") == 0)
+    if (n > 0 && has_role(&msgs[0], "system"))
         fprintf(f, "<|im_start|>system\n%s<|im_end|>\n", msgs[0].content ? msgs[0].content : "");
     /* the last user message that is not a tool response wrapper */
     int last_query = n - 1;
     for (int i = n - 1; i >= 0; i--) {
-        const char* c = msgs[i].content ? msgs[i].content : "";
-        if (msgs[i].role && strcmp(msgs[i].role, "user") == 0 &&
-            !(starts_with(c, "<tool_response>") && ends_with(c, "</tool_response>"))) {
+        if (has_role(&msgs[i], "user") && !is_tool_response(msgs[i].content ? msgs[i].content : "")) {
             last_query = i;
             break;
         }
@@ -92,14 +84,16 @@ char* chat_render(const ChatMessage* msgs, int n, int add_generation_prompt, int
             }
             fprintf(f, "%.*s<|im_end|>\n", (int)c.n, c.p);
         } else if (strcmp(role, "tool") == 0) {
-            if (i == 0 || !msgs[i - 1].role || strcmp(msgs[i - 1].role, "tool") != 0) fputs("<|im_start|>user", f);
+            if (i == 0 || !has_role(&msgs[i - 1], "tool")) fputs("<|im_start|>user", f);
             fprintf(f, "\n<tool_response>\n%s\n</tool_response>", content);
-            if (i == n - 1 || !msgs[i + 1].role || strcmp(msgs[i + 1].role, "tool") != 0) fputs("<|im_end|>\n", f);
+            if (i == n - 1 || !has_role(&msgs[i + 1], "tool")) fputs("<|im_end|>\n", f);
         }
         /* other roles: the template writes nothing */
     }
     if (add_generation_prompt) fprintf(f, "<|im_start|>assistant\n%s", enable_thinking ? "" : THINK_EMPTY);
-    return close_text(f, &text);
+    if (fclose(f) == 0) return text; /* text is final only once the stream is closed */
+    free(text);
+    return NULL;
 }
 
 char* chat_first_turn(const char* system, const char* user, int enable_thinking) {
@@ -111,11 +105,9 @@ char* chat_first_turn(const char* system, const char* user, int enable_thinking)
 }
 
 char* chat_next_turn(const char* user, int enable_thinking, int close_answer) {
-    char* text = NULL;
-    size_t size = 0;
-    FILE* f = open_memstream(&text, &size);
-    if (f == NULL) return NULL;
-    fprintf(f, "%s\n<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n%s", close_answer ? "<|im_end|>" : "", user,
-            enable_thinking ? "" : THINK_EMPTY);
-    return close_text(f, &text);
+    char* text;
+    if (asprintf(&text, "%s\n<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n%s",
+                 close_answer ? "<|im_end|>" : "", user, enable_thinking ? "" : THINK_EMPTY) < 0)
+        return NULL;
+    return text;
 }

@@ -1,14 +1,10 @@
-/* chat_template.h: Qwen3's chat template (ChatML with thinking, QWEN3.md section 5).
- *
- * Two ways to use the template:
- *   - chat_render: a whole conversation -> the exact string the Jinja template in
- *     tokenizer_config.json gives (no tools), including its removal of the thinking of assistant
- *     turns before the last user query. The chat loop renders every turn's prompt with it and runs
- *     only the tokens after the part the KV cache already holds.
- *   - chat_first_turn / chat_next_turn: the pieces of text to APPEND to what is already in the KV
- *     cache (`--keep-thinking`): earlier assistant turns keep their thinking in the cache.
- * Every function returns a malloc'ed NUL-terminated string (free it), or NULL when out of memory.
- */
+/* chat_template.h: Qwen3's chat template (ChatML with thinking, QWEN3.md section 5), two ways:
+ *   - chat_render: a whole conversation -> the exact string of the Jinja template in
+ *     tokenizer_config.json (no tools), which drops the thinking of assistant turns before the last
+ *     user query. The chat loop renders every turn's prompt with it.
+ *   - chat_first_turn / chat_next_turn: the text to APPEND to what the KV cache holds
+ *     (`--keep-thinking`): earlier answers keep their thinking in the cache.
+ * Every function returns a malloc'ed NUL-terminated string (free it), or NULL when out of memory. */
 #ifndef CHAT_TEMPLATE_H
 #define CHAT_TEMPLATE_H
 

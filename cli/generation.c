@@ -96,10 +96,8 @@ void print_speed(int n_prompt, double prefill_s, int n_generated, int n_decoded,
 }
 
 const char* context_advice(const Config* c, char* buf, size_t size) {
-    if (c->seq_len < c->max_seq_len)
-        snprintf(buf, size, "a larger -c/--ctx allows more (the model supports %d)", c->max_seq_len);
-    else
-        snprintf(buf, size, "%d is the model's maximum", c->max_seq_len);
+    snprintf(buf, size, c->seq_len < c->max_seq_len ? "a larger -c/--ctx allows more (the model supports %d)"
+                                                    : "%d is the model's maximum", c->max_seq_len);
     return buf;
 }
 

@@ -1,5 +1,4 @@
-/* generation.h: what generate (run.c) and the chat loop (chat.c) share; errors are one line on
- * stderr. */
+/* generation.h: what generate (run.c) and the chat loop (chat.c) share; errors are one line on stderr. */
 #ifndef GENERATION_H
 #define GENERATION_H
 
@@ -21,20 +20,18 @@ int logits_dump_open(LogitsDump* d, const char* path, const Transformer* t);
 /* 0, or -1 after an error line when the file could not be written whole. */
 int logits_dump_close(LogitsDump* d);
 
-/* forward() of n tokens from position pos; with a dump, in chunks of max_batch rows whose logits
- * all go to the file. The last position's logits, or NULL after an error line. */
+/* forward() of n tokens from position pos; with a dump, in chunks of max_batch rows whose logits all
+ * go to the file. The last position's logits, or NULL after an error line. */
 float* forward_dumped(Transformer* t, const int* ids, int n, int pos, LogitsDump* d);
 
-/* forward_dumped for a prompt, a chunk of max_batch positions at a time (forward() makes the same
- * chunks itself, so the logits are the same bits), with between(ctx, done, n) called before each
- * chunk after the first: it may show progress, and returns nonzero to stop there (*stopped = 1,
- * NULL returned). */
+/* forward_dumped a chunk of max_batch positions at a time (forward()'s own chunks: the same bits),
+ * with between(ctx, done, n) before each chunk after the first: it may show progress, and returns
+ * nonzero to stop there (*stopped = 1, NULL returned). */
 float* forward_prompt(Transformer* t, const int* ids, int n, int pos, LogitsDump* d, int (*between)(void*, int, int),
                       void* ctx, int* stopped);
 
-/* forward_prompt's between for a prompt: where show, "\r<label>: prompt <done>/<n> tokens" on
- * stderr, one line written over (prompt_progress_end clears it); stops where *stop is set (stop
- * NULL: never). */
+/* forward_prompt's between: where show, "\r<label>: prompt <done>/<n> tokens" on stderr, one line
+ * written over (prompt_progress_end clears it); stops where *stop is set (stop NULL: never). */
 typedef struct {
     const char* label;
     int show, shown;

@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 char* read_text(const char* text, const char* path, size_t* len) {
-    const char* name = path ? path : "standard input";
     if (text) {
         *len = strlen(text);
         char* copy = strdup(text);
@@ -21,33 +20,28 @@ char* read_text(const char* text, const char* path, size_t* len) {
         fprintf(stderr, "run: error: %s: cannot open: %s\n", path, strerror(errno));
         return NULL;
     }
+    const char* name = path ? path : "standard input";
     size_t cap = 1 << 16, n = 0;
     char* buf = malloc(cap);
-    for (;;) {
-        if (buf == NULL) {
-            fprintf(stderr, "run: error: out of memory reading %s\n", name);
-            break;
-        }
+    ssize_t got = 1; /* stays > 0 until the end of the file or a read error */
+    while (buf && got != 0) {
         if (n + 1 >= cap) {
             char* bigger = realloc(buf, cap *= 2);
             if (bigger == NULL) free(buf);
             buf = bigger;
-            continue;
-        }
-        ssize_t got = read(fd, buf + n, cap - n - 1);
-        if (got < 0 && errno == EINTR) continue;
-        if (got < 0) {
+        } else if ((got = read(fd, buf + n, cap - n - 1)) > 0) {
+            n += (size_t)got;
+        } else if (got < 0 && errno != EINTR) {
             fprintf(stderr, "run: error: cannot read %s: %s\n", name, strerror(errno));
             free(buf);
             buf = NULL;
-            break;
         }
-        if (got == 0) {
-            buf[n] = '\0';
-            *len = n;
-            break;
-        }
-        n += (size_t)got;
+    }
+    if (buf) {
+        buf[n] = '\0';
+        *len = n;
+    } else if (got > 0) { /* the loop ended on a failed allocation */
+        fprintf(stderr, "run: error: out of memory reading %s\n", name);
     }
     if (path) close(fd);
     return buf;

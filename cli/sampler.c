@@ -24,16 +24,16 @@ void sampler_free(Sampler* s) {
     free(s->seen);
 }
 
-/* xorshift64* (Marsaglia's xorshift with Vigna's multiplier), as in llama2.c. */
-static uint32_t random_u32(uint64_t* state) {
-    *state ^= *state >> 12;
-    *state ^= *state << 25;
-    *state ^= *state >> 27;
-    return (uint32_t)((*state * 0x2545F4914F6CDD1Dull) >> 32);
+/* A uniform float in [0, 1) from xorshift64* (Marsaglia's xorshift with Vigna's multiplier), as in
+ * llama2.c. */
+static float random_float(Sampler* s) {
+    uint64_t* x = &s->rng_state;
+    *x ^= *x >> 12;
+    *x ^= *x << 25;
+    *x ^= *x >> 27;
+    const uint32_t bits = (uint32_t)((*x * 0x2545F4914F6CDD1Dull) >> 32);
+    return (float)(bits >> 8) / 16777216.0f;
 }
-
-/* A uniform float in [0, 1). */
-static float random_float(Sampler* s) { return (float)(random_u32(&s->rng_state) >> 8) / 16777216.0f; }
 
 /* The first index of the largest logit, NaN skipped (0 when every logit is NaN). Two passes, the
  * maximum in eight independent lanes and then its first position: in one pass each comparison
@@ -183,27 +183,23 @@ static void narrow_top_p_band(const Sampler* s, Candidates* c, float lo) {
     while (c->n_band > 256) {
         float mid = expf(0.5f * (logf(lo > 1e-30f ? lo : 1e-30f) + logf(hi)));
         if (!(mid > lo && mid < hi)) break; /* float resolution reached */
+        /* the band's w >= mid first, in their order, and the mass of every token with w >= mid */
         ProbIndex* b = band(c);
         double above = c->sure_mass;
-        for (int j = 0; j < c->n_band; j++)
-            if (b[j].prob >= mid) above += b[j].prob;
         int kept = 0;
+        for (int j = 0; j < c->n_band; j++) {
+            if (b[j].prob < mid) continue;
+            above += b[j].prob;
+            const ProbIndex tmp = b[kept];
+            b[kept++] = b[j];
+            b[j] = tmp;
+        }
         if (above >= target) { /* the nucleus is inside w >= mid: drop the rest of the band */
             lo = mid;
-            for (int j = 0; j < c->n_band; j++)
-                if (b[j].prob >= mid) b[kept++] = b[j];
             c->n_band = kept;
-        } else { /* every w >= mid is in the nucleus: move those to the sure tokens */
+        } else { /* every w >= mid is in the nucleus: they become sure tokens */
             hi = mid;
-            for (int j = 0; j < c->n_band; j++) {
-                if (b[j].prob >= mid) {
-                    ProbIndex tmp = b[kept];
-                    b[kept] = b[j];
-                    b[j] = tmp;
-                    c->sure_mass += b[kept].prob;
-                    kept++;
-                }
-            }
+            c->sure_mass = above;
             c->n_sure += kept;
             c->n_band -= kept;
         }
