@@ -588,8 +588,7 @@ static int chat_turn(Chat* c) {
     return stopped && !c->terminal ? 130 : 0;
 }
 
-/* What a line read at the prompt asks for. */
-enum { LINE_IS_MESSAGE, LINE_IS_DONE, LINE_LEAVES };
+enum { LINE_IS_MESSAGE, LINE_IS_DONE, LINE_LEAVES }; /* what a line read at the prompt asks for */
 
 /* The prompt and the user's next line, into line. A Ctrl-C at the prompt drops what was typed and
  * says how to leave; a second one in a row leaves (*armed: the previous line was such a Ctrl-C).
