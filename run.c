@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,16 +20,15 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <sched.h>
 
 #include "cli/bench.h"
 #include "cli/chat.h"
 #include "cli/eval.h"
-#include "model.h"
 #include "cli/norm_trace.h"
 #include "cli/quantize.h"
 #include "cli/read_text.h"
 #include "cli/sampler.h"
+#include "model.h"
 #include "tokenizer/tokenizer.h"
 
 /* The modes as bits, so that an option can name the modes it does something in. */
@@ -151,8 +151,7 @@ typedef struct {
     float temperature, top_p, min_p, repeat_penalty;
     int top_k, steps, threads, ctx;
     uint64_t seed;
-    const char* thread_counts; /* --threads as given: in bench mode a list of counts */
-    int n_thread_counts;
+    int n_thread_counts;       /* --threads: more than 1 only for a bench list */
     int thinking, show_thinking; /* chat mode */
     int kv_f16;
     int show_norms;            /* 1: --show-norms, 2: --show-norms=all */
@@ -180,6 +179,8 @@ static void check_stdout(void) {
     if (fflush(stdout) != 0 || ferror(stdout))
         die(1, "standard output: write failed%s%s", errno ? ": " : "", errno ? strerror(errno) : "");
 }
+
+static int streq(const char* a, const char* b) { return strcmp(a, b) == 0; }
 
 /* A number in [lo, hi], or in (lo, hi] when lo_open; anything else ends the run with a message that
  * states that range. A value too large for a float ("1e39") is out of the range, not "not a number". */
@@ -212,6 +213,12 @@ static uint64_t parse_seed(const char* flag, const char* s) {
     return (uint64_t)v;
 }
 
+/* 0 for value a, 1 for value b; anything else ends the run. */
+static int parse_choice(const char* flag, const char* value, const char* a, const char* b) {
+    if (!streq(value, a) && !streq(value, b)) die(2, "%s must be %s or %s, got '%s'", flag, a, b, value);
+    return streq(value, b);
+}
+
 /* "9707,11,1879" -> ids (malloc'ed). Every id must be a token of the model. */
 static int* parse_prompt_ids(const char* s, int vocab_size, int* n_out) {
     int cap = 1;
@@ -242,13 +249,11 @@ static void parse_ablate(const char* list, NormLab* lab) {
         {"pre-norms", NORM_SKIP_PRE, 0},       {"norm-weight", 0, NORM_VARIANT_UNIT_WEIGHT},
         {"norm-scale", 0, NORM_VARIANT_NO_SCALE},
     };
-    const size_t n_ablations = sizeof ablations / sizeof ablations[0];
     for (const char* item = list;; item++) {
-        size_t len = strcspn(item, ",");
-        size_t k = 0;
-        while (k < n_ablations && !(strlen(ablations[k].name) == len && strncmp(item, ablations[k].name, len) == 0))
-            k++;
-        if (k == n_ablations)
+        const size_t len = strcspn(item, ",");
+        int k = 0;
+        while (k < 5 && !(strlen(ablations[k].name) == len && strncmp(item, ablations[k].name, len) == 0)) k++;
+        if (k == 5)
             die(2, "--ablate: unknown name '%.*s' (valid: qk-norm, final-norm, pre-norms, norm-weight, norm-scale)",
                 (int)len, item);
         lab->skip |= ablations[k].skip;
@@ -256,6 +261,14 @@ static void parse_ablate(const char* list, NormLab* lab) {
         item += len;
         if (*item == '\0') break;
     }
+}
+
+static void set_mode(Options* o, const char* name, const char* value) {
+    int k = 0;
+    while (k < 5 && !streq(value, MODE_NAMES[k])) k++;
+    if (k == 5) die(2, "%s must be generate, chat, tokenize, bench or eval, got '%s'", name, value);
+    o->mode = 1 << k;
+    o->mode_name = MODE_NAMES[k];
 }
 
 /* --threads N, or in bench mode a list of counts, of which the largest starts the kernels. */
@@ -268,89 +281,49 @@ static void set_threads(Options* o, const char* name, const char* value) {
     o->threads = 0;
     for (int k = 0; k < o->n_thread_counts; k++)
         if (counts[k] > o->threads) o->threads = counts[k];
-    o->thread_counts = value;
 }
 
-/* The option opt (its long name; name is as given, for the messages) of generate, chat and the
- * input, set from value. Returns 0 for any other option. Options used as given, a switch or a
- * string, are read with given() instead. */
-static int set_text_option(Options* o, const char* opt, const char* name, const char* value) {
-    if (strcmp(opt, "--temperature") == 0)
-        o->temperature = parse_float(name, value, 0.0f, 100.0f, 0);
-    else if (strcmp(opt, "--top-p") == 0)
-        o->top_p = parse_float(name, value, 0.0f, 1.0f, 0);
-    else if (strcmp(opt, "--top-k") == 0)
-        o->top_k = (int)parse_int(name, value, 0, INT_MAX);
-    else if (strcmp(opt, "--min-p") == 0)
-        o->min_p = parse_float(name, value, 0.0f, 1.0f, 0);
-    else if (strcmp(opt, "--repeat-penalty") == 0)
-        o->repeat_penalty = parse_float(name, value, 0.0f, 100.0f, 1);
-    else if (strcmp(opt, "--seed") == 0)
-        o->seed = parse_seed(name, value);
-    else if (strcmp(opt, "--steps") == 0)
-        o->steps = (int)parse_int(name, value, 0, INT_MAX);
-    else if (strcmp(opt, "--input") == 0)
-        o->prompt = value;
-    else if (strcmp(opt, "--prompt-ids") == 0)
-        o->prompt_ids = value;
-    else if (strcmp(opt, "--thinking") == 0)
-        o->thinking = (int)parse_int(name, value, 0, 1);
-    else if (strcmp(opt, "--show-thinking") == 0)
-        o->show_thinking = (int)parse_int(name, value, 0, 1);
-    else if (strcmp(opt, "--no-think") == 0) /* the official template's switch-off */
-        o->thinking = 0;
-    else if (strcmp(opt, "--hide-think") == 0)
-        o->show_thinking = 0;
-    else
-        return 0;
-    return 1;
-}
-
-/* The mode, how the engine runs, the RMSNorm lab, the trace and eval; -h prints the help. The bench's
- * own options are only checked here (bench_main reads them). */
-static void set_other_option(Options* o, const char* opt, const char* name, const char* value) {
-    if (strcmp(opt, "--help") == 0) {
+/* The option opt (its long name; name is as given, for the messages) set from value. The switches
+ * not named here are read with given(); the bench's own options are only checked here (bench_main
+ * reads them). */
+static void set_option(Options* o, const char* opt, const char* name, const char* value) {
+    if (streq(opt, "--help")) {
         usage(stdout);
         check_stdout();
         exit(0);
-    } else if (strcmp(opt, "--mode") == 0) {
-        int k = 0;
-        while (k < 5 && strcmp(value, MODE_NAMES[k]) != 0) k++;
-        if (k == 5) die(2, "%s must be generate, chat, tokenize, bench or eval, got '%s'", name, value);
-        o->mode = 1 << k;
-        o->mode_name = MODE_NAMES[k];
-    } else if (strcmp(opt, "--ctx") == 0) {
-        o->ctx = (int)parse_int(name, value, 0, INT_MAX);
-    } else if (strcmp(opt, "--threads") == 0) {
-        set_threads(o, name, value);
-    } else if (strcmp(opt, "--kv-cache") == 0) {
-        if (strcmp(value, "f32") && strcmp(value, "f16")) die(2, "%s must be f32 or f16, got '%s'", name, value);
-        o->kv_f16 = strcmp(value, "f16") == 0;
-    } else if (strcmp(opt, "--show-norms") == 0) {
-        o->show_norms = 1;
-    } else if (strcmp(opt, "--norms-json") == 0) {
-        o->norms_json = value;
-    } else if (strcmp(opt, "--ablate") == 0) {
-        parse_ablate(value, &o->norm_lab);
-    } else if (strcmp(opt, "--norm-eps") == 0) {
-        o->norm_lab.eps = parse_float(name, value, 0.0f, 100.0f, 0);
-        o->norm_lab.has_eps = 1;
-    } else if (strcmp(opt, "--norm") == 0) {
-        if (strcmp(value, "rmsnorm") && strcmp(value, "layernorm"))
-            die(2, "%s must be rmsnorm or layernorm, got '%s'", name, value);
-        o->norm_lab.variant &= ~NORM_VARIANT_CENTER;
-        if (strcmp(value, "layernorm") == 0) o->norm_lab.variant |= NORM_VARIANT_CENTER;
-    } else if (strncmp(opt, "--bench-", 8) == 0) { /* read by bench_main */
-        parse_int(name, value, 0, 1000000);
     }
+    if (streq(opt, "--temperature")) o->temperature = parse_float(name, value, 0.0f, 100.0f, 0);
+    else if (streq(opt, "--top-p")) o->top_p = parse_float(name, value, 0.0f, 1.0f, 0);
+    else if (streq(opt, "--top-k")) o->top_k = (int)parse_int(name, value, 0, INT_MAX);
+    else if (streq(opt, "--min-p")) o->min_p = parse_float(name, value, 0.0f, 1.0f, 0);
+    else if (streq(opt, "--repeat-penalty")) o->repeat_penalty = parse_float(name, value, 0.0f, 100.0f, 1);
+    else if (streq(opt, "--seed")) o->seed = parse_seed(name, value);
+    else if (streq(opt, "--steps")) o->steps = (int)parse_int(name, value, 0, INT_MAX);
+    else if (streq(opt, "--input")) o->prompt = value;
+    else if (streq(opt, "--prompt-ids")) o->prompt_ids = value;
+    else if (streq(opt, "--thinking")) o->thinking = (int)parse_int(name, value, 0, 1);
+    else if (streq(opt, "--show-thinking")) o->show_thinking = (int)parse_int(name, value, 0, 1);
+    else if (streq(opt, "--no-think")) o->thinking = 0; /* the official template's switch-off */
+    else if (streq(opt, "--hide-think")) o->show_thinking = 0;
+    else if (streq(opt, "--mode")) set_mode(o, name, value);
+    else if (streq(opt, "--ctx")) o->ctx = (int)parse_int(name, value, 0, INT_MAX);
+    else if (streq(opt, "--threads")) set_threads(o, name, value);
+    else if (streq(opt, "--kv-cache")) o->kv_f16 = parse_choice(name, value, "f32", "f16");
+    else if (streq(opt, "--show-norms")) o->show_norms = streq(value, "all") ? 2 : 1;
+    else if (streq(opt, "--norms-json")) o->norms_json = value;
+    else if (streq(opt, "--ablate")) parse_ablate(value, &o->norm_lab);
+    else if (streq(opt, "--norm-eps")) o->norm_lab.eps = parse_float(name, value, 0.0f, 100.0f, 0);
+    else if (streq(opt, "--norm"))
+        o->norm_lab.variant = (o->norm_lab.variant & ~NORM_VARIANT_CENTER) |
+                              (parse_choice(name, value, "rmsnorm", "layernorm") ? NORM_VARIANT_CENTER : 0);
+    else if (strncmp(opt, "--bench-", 8) == 0) parse_int(name, value, 0, 1000000);
 }
 
 /* The option called name (short or long), or -1. */
 static int find_option(const char* name) {
     for (int k = 0; k < N_OPTIONS; k++) {
         const OptionSpec* s = &OPTIONS[k];
-        if (s->long_name && (strcmp(name, s->long_name) == 0 || (s->short_name && strcmp(name, s->short_name) == 0)))
-            return k;
+        if (s->long_name && (streq(name, s->long_name) || (s->short_name && streq(name, s->short_name)))) return k;
     }
     return -1;
 }
@@ -358,33 +331,33 @@ static int find_option(const char* name) {
 /* The value the option long_name was given last ("" for a switch), or NULL when it was not. */
 static const char* given(const Options* o, const char* long_name) { return o->given[find_option(long_name)]; }
 
-/* The option at argv[i]: a switch, "-t 0.5", "--temperature 0.5" or "--temperature=0.5". Returns
- * how many of the following arguments it took as its value (0 or 1). */
+/* The option at argv[i]: a switch, "-t 0.5", "--temperature 0.5" or "--temperature=0.5" (and the one
+ * switch with a value, "--show-norms=all"). Returns how many of the following arguments it took as
+ * its value (0 or 1). */
 static int parse_option(Options* o, int argc, char** argv, int i) {
     const char* arg = argv[i];
-    const int all_norms = strcmp(arg, "--show-norms=all") == 0; /* the one switch that takes a value */
-    const char* eq = strncmp(arg, "--", 2) == 0 && !all_norms ? strchr(arg, '=') : NULL;
+    const char* eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
+    const size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
     char name[64];
-    const size_t len = eq ? (size_t)(eq - arg) : all_norms ? strlen("--show-norms") : strlen(arg);
     if (len >= sizeof name) die(2, "unknown option '%s' (see --help)", arg);
     memcpy(name, arg, len);
     name[len] = '\0';
     const int k = find_option(name);
     if (k < 0) die(2, "unknown option '%s' (see --help)", arg);
     const OptionSpec* spec = &OPTIONS[k];
-    const char* value = "";
-    if (spec->arg == NULL && eq) {
-        if (strcmp(name, "--show-norms") == 0) die(2, "--show-norms takes no value or =all, got '%s'", arg);
+    const char* value = eq ? eq + 1 : "";
+    if (spec->arg == NULL && eq && !streq(arg, "--show-norms=all")) {
+        if (streq(name, "--show-norms")) die(2, "--show-norms takes no value or =all, got '%s'", arg);
         die(2, "option %s takes no value, got '%s'", name, arg);
-    } else if (spec->arg) {
-        value = eq ? eq + 1 : i + 1 < argc ? argv[i + 1] : NULL;
-        if (value == NULL) die(2, "option %s needs a value (see --help)", name);
-        if (strcmp(spec->arg, "PATH") == 0 && !value[0]) die(2, "%s needs a file name", spec->long_name);
     }
+    if (spec->arg && !eq) {
+        if (i + 1 == argc) die(2, "option %s needs a value (see --help)", name);
+        value = argv[i + 1];
+    }
+    if (spec->arg && streq(spec->arg, "PATH") && !value[0]) die(2, "%s needs a file name", spec->long_name);
     if (o->given[k] == NULL) o->order[o->n_given++] = k;
     o->given[k] = value;
-    if (!set_text_option(o, spec->long_name, name, value)) set_other_option(o, spec->long_name, name, value);
-    if (all_norms) o->show_norms = 2;
+    set_option(o, spec->long_name, name, value);
     return spec->arg && !eq;
 }
 
@@ -396,7 +369,7 @@ static void check_combinations(const Options* o) {
     }
     if (o->prompt && o->prompt_ids) die(2, "give either -i or --prompt-ids, not both");
     if (o->n_thread_counts > 1 && o->mode != BENCH)
-        die(2, "--threads takes a list of counts only in bench mode (-m bench), got '%s'", o->thread_counts);
+        die(2, "--threads takes a list of counts only in bench mode (-m bench), got '%s'", given(o, "--threads"));
     /* --prompt-ids would leave chat and tokenize reading standard input instead, an error. */
     if (o->prompt_ids && !(o->mode & (GENERATE | EVAL)))
         die(2, "--prompt-ids is for generate mode and eval mode, not -m %s", o->mode_name);
@@ -435,14 +408,11 @@ static void parse_args(int argc, char** argv, Options* o) {
     o->show_thinking = 1;
     for (int i = 1; i < argc; i++) {
         const char* arg = argv[i];
-        if (arg[0] == '-' && arg[1] != '\0') {
-            i += parse_option(o, argc, argv, i);
-        } else if (o->checkpoint) {
-            die(2, "unexpected argument '%s' (the checkpoint is '%s')", arg, o->checkpoint);
-        } else {
-            o->checkpoint = arg;
-        }
+        if (arg[0] == '-' && arg[1] != '\0') i += parse_option(o, argc, argv, i);
+        else if (o->checkpoint) die(2, "unexpected argument '%s' (the checkpoint is '%s')", arg, o->checkpoint);
+        else o->checkpoint = arg;
     }
+    o->norm_lab.has_eps = given(o, "--norm-eps") != NULL;
     check_combinations(o);
     note_other_mode_options(o);
 }
@@ -554,8 +524,8 @@ static int decode(Transformer* t, const Tokenizer* tok, Sampler* sampler, const 
     return n - n_prompt;
 }
 
-/* Returns 0; *n_generated: the tokens generated. */
-static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, const Options* o, int* n_generated) {
+/* Returns the tokens generated. */
+static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, const Options* o) {
     const Config* c = &t->config;
     int n_prompt = 0;
     int* prompt = read_prompt(t, tok, o, &n_prompt);
@@ -585,10 +555,10 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
     if (trace.pos >= 0 && trace.json == NULL)
         t->norm_trace = NULL; /* the prompt's last token has been through every call site */
     int n_decoded = 0, context_full = 0;
-    *n_generated = decode(t, tok, sampler, o, logits, history, n_prompt, &dump, &n_decoded, &context_full);
+    const int n_generated = decode(t, tok, sampler, o, logits, history, n_prompt, &dump, &n_decoded, &context_full);
     double t2 = now_seconds();
     t->norm_trace = NULL;
-    if (*n_generated > 0 || (o->prompt && tok)) fputc('\n', stdout);
+    if (n_generated > 0 || (o->prompt && tok)) fputc('\n', stdout);
     check_stdout();
     if (o->show_norms || o->norms_json) trace_close(&trace, o);
     if (context_full) {
@@ -597,10 +567,10 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
                 c->seq_len == 1 ? "" : "s", context_advice(c, advice, sizeof advice));
     }
     if (logits_dump_close(&dump) != 0) exit(1);
-    print_speed(n_prompt, t1 - t0, *n_generated, n_decoded, t2 - t1);
+    print_speed(n_prompt, t1 - t0, n_generated, n_decoded, t2 - t1);
     free(history);
     free(prompt);
-    return 0;
+    return n_generated;
 }
 
 static int tokenize(const Tokenizer* tok, const Options* o) {
@@ -645,7 +615,7 @@ static void clamp_threads(Options* o) {
     if (cpus < 1 || o->threads <= cpus) return;
     if (o->n_thread_counts > 1)
         fprintf(stderr, "run: note: --threads %s: counts above the %d CPU%s this process may run on are run with %d\n",
-                o->thread_counts, cpus, cpus == 1 ? "" : "s", cpus);
+                given(o, "--threads"), cpus, cpus == 1 ? "" : "s", cpus);
     else
         fprintf(stderr, "run: note: --threads %d is more than the %d CPU%s this process may run on; using %d\n",
                 o->threads, cpus, cpus == 1 ? "" : "s", cpus);
@@ -720,7 +690,7 @@ static int run_sampling_mode(Transformer* t, const Tokenizer* text_tok, const Op
     if (sampler_init(&sampler, t->config.vocab_size, temperature, top_p, top_k, o->min_p, o->repeat_penalty,
                      seed) != 0)
         die(1, "out of memory");
-    int status, n_generated = 0;
+    int status = 0, n_generated = 0;
     if (o->mode == CHAT) {
         ChatOptions chat = {given(o, "--system"), o->prompt, given(o, "--steps") ? o->steps : 0, o->thinking,
                             o->show_thinking, given(o, "--keep-thinking") != NULL,
@@ -728,7 +698,7 @@ static int run_sampling_mode(Transformer* t, const Tokenizer* text_tok, const Op
         if (text_tok == NULL) die(1, "%s has no tokenizer: chat needs one (export with tokenizer.json)", o->checkpoint);
         status = chat_main(t, text_tok, &sampler, &chat, &n_generated);
     } else {
-        status = generate(t, text_tok, &sampler, o, &n_generated);
+        n_generated = generate(t, text_tok, &sampler, o);
     }
     /* A seed from the clock is printed, so that the run can be repeated. */
     if (!given(o, "--seed") && temperature > 0 && n_generated > 0)
@@ -753,7 +723,6 @@ int main(int argc, char** argv) {
                 t.config.max_seq_len, t.config.max_seq_len);
     if (topt.bf16_activations && !kernels_bf16_activations(t.kernels))
         fprintf(stderr, "run: note: --bf16-activations ignored: this build has no bf16 dot product (AVX-512 BF16)\n");
-
     Tokenizer* tok = tokenizer_new(t.tokenizer_data, t.tokenizer_bytes, err, sizeof err);
     if (tok == NULL) {
         transformer_free(&t);
@@ -762,7 +731,6 @@ int main(int argc, char** argv) {
     const Tokenizer* text_tok = tokenizer_size(tok) > 0 ? tok : NULL; /* NULL: ids only */
     /* The RMSNorm lab's switches change the forward pass of the modes that run the model on text. */
     if (o.mode & (GENERATE | CHAT | EVAL)) apply_norm_lab(&t, &o);
-
     int status;
     if (o.mode == TOKENIZE) status = tokenize(text_tok, &o);
     else if (o.mode == EVAL) status = run_eval(&t, text_tok, &o);

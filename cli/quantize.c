@@ -38,8 +38,7 @@
 #define PROGRESS_MIN_BYTES ((uint64_t)64 << 20) /* smaller inputs take a moment: no progress shown */
 #define MAX_PIECES (3 + 14 * MAX_LAYERS)    /* tensors of a checkpoint: 14 per layer at most */
 
-/* ---- errors: whatever ends the program early removes the temporary file first ---- */
-
+/* Whatever ends the program early removes the temporary file first. */
 static char tmp_path[PATH_MAX];
 static volatile sig_atomic_t tmp_exists = 0;
 
@@ -72,7 +71,7 @@ static void catch_signals(void) {
         if (signal(sigs[i], on_signal) == SIG_IGN) signal(sigs[i], SIG_IGN);
 }
 
-/* ---- the command line ---- */
+static int streq(const char* a, const char* b) { return strcmp(a, b) == 0; }
 
 typedef struct {
     const char* input;
@@ -82,35 +81,30 @@ typedef struct {
     int threads;       /* 0: one per online CPU */
 } QuantizeOptions;
 
-static void usage(FILE* out) {
-    fprintf(out,
-            "Usage:   ./run MODEL.bin -m quantize --dtype q8|q4 -o OUT.bin [--group-size N] [--threads N]\n"
-            "Writes MODEL.bin (an f32 or bf16 checkpoint) with its matrices quantised: the same bytes\n"
-            "as `export.py --dtype q8|q4` writes from the model's Hugging Face folder.\n"
-            "Options:\n"
-            "      --dtype q8|q4      q8: int8 in groups of --group-size columns; q4: 4-bit in groups\n"
-            "                         of 32 (both with a float16 scale per group; model.h)\n"
-            "  -o, --output PATH      the checkpoint to write (not MODEL.bin itself)\n"
-            "      --group-size N     q8's group size, a power of two >= 8 (default 64, halved until it\n"
-            "                         divides every matrix width, as export.py does); q4 takes only 32\n"
-            "      --threads N        threads (default: one per online CPU)\n"
-            "  -h, --help             this help\n");
+static void usage(void) {
+    fputs("Usage:   ./run MODEL.bin -m quantize --dtype q8|q4 -o OUT.bin [--group-size N] [--threads N]\n"
+          "Writes MODEL.bin (an f32 or bf16 checkpoint) with its matrices quantised: the same bytes\n"
+          "as `export.py --dtype q8|q4` writes from the model's Hugging Face folder.\n"
+          "Options:\n"
+          "      --dtype q8|q4      q8: int8 in groups of --group-size columns; q4: 4-bit in groups\n"
+          "                         of 32 (both with a float16 scale per group; model.h)\n"
+          "  -o, --output PATH      the checkpoint to write (not MODEL.bin itself)\n"
+          "      --group-size N     q8's group size, a power of two >= 8 (default 64, halved until it\n"
+          "                         divides every matrix width, as export.py does); q4 takes only 32\n"
+          "      --threads N        threads (default: one per online CPU)\n"
+          "  -h, --help             this help\n",
+          stdout);
 }
 
 int quantize_requested(int argc, char** argv) {
     for (int i = 1; i < argc; i++) {
+        const char* arg = argv[i];
         /* the text of a prompt or system prompt is never an option, whatever it says */
-        static const char* const text_options[] = {"-i", "--input", "-y", "--system", "--file"};
-        int is_text_option = 0;
-        for (size_t k = 0; k < sizeof text_options / sizeof *text_options; k++)
-            is_text_option |= strcmp(argv[i], text_options[k]) == 0;
-        if (is_text_option) {
-            i++; /* its value */
-            continue;
-        }
-        if (strcmp(argv[i], "--mode=quantize") == 0) return 1;
-        if ((strcmp(argv[i], "-m") == 0 || strcmp(argv[i], "--mode") == 0) && i + 1 < argc &&
-            strcmp(argv[i + 1], "quantize") == 0)
+        if (streq(arg, "-i") || streq(arg, "--input") || streq(arg, "-y") || streq(arg, "--system") ||
+            streq(arg, "--file"))
+            i++;
+        else if (streq(arg, "--mode=quantize") ||
+                 ((streq(arg, "-m") || streq(arg, "--mode")) && i + 1 < argc && streq(argv[i + 1], "quantize")))
             return 1;
     }
     return 0;
@@ -125,13 +119,31 @@ static int parse_count(const char* flag, const char* s, int lo, int hi) {
     return (int)v;
 }
 
+static void set_option(QuantizeOptions* o, const char* name, const char* value) {
+    if (streq(name, "-m") || streq(name, "--mode")) {
+        if (!streq(value, "quantize")) fail("%s is given twice: quantize and '%s'", name, value);
+    } else if (streq(name, "--dtype")) {
+        if (!streq(value, "q8") && !streq(value, "q4"))
+            fail("--dtype must be q8 or q4, got '%s' (f32 and bf16 come from export.py)", value);
+        o->dtype = value;
+    } else if (streq(name, "-o") || streq(name, "--output")) {
+        if (!value[0]) fail("%s needs a file name", name);
+        o->output = value;
+    } else if (streq(name, "--group-size")) {
+        o->group_size = parse_count(name, value, 8, 1 << 20);
+        if (o->group_size & (o->group_size - 1)) fail("--group-size must be a power of two >= 8, got %s", value);
+    } else {
+        o->threads = parse_count(name, value, 1, 1024);
+    }
+}
+
 static void parse_options(int argc, char** argv, QuantizeOptions* o) {
     static const char* const names[] = {"-m", "--mode", "--dtype", "-o", "--output", "--group-size", "--threads"};
     memset(o, 0, sizeof *o);
     for (int i = 1; i < argc; i++) {
         const char* arg = argv[i];
-        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
-            usage(stdout);
+        if (streq(arg, "-h") || streq(arg, "--help")) {
+            usage();
             exit(fflush(stdout) == 0 ? 0 : 1);
         }
         if (arg[0] != '-' || arg[1] == '\0') {
@@ -147,37 +159,22 @@ static void parse_options(int argc, char** argv, QuantizeOptions* o) {
         if (!name) fail("-m quantize: unknown option '%s' (see ./run -m quantize --help)", arg);
         const char* value = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
         if (value == NULL) fail("option %s needs a value (see ./run -m quantize --help)", name);
-        if (!strcmp(name, "-m") || !strcmp(name, "--mode")) {
-            if (strcmp(value, "quantize") != 0) fail("%s is given twice: quantize and '%s'", name, value);
-        } else if (!strcmp(name, "--dtype")) {
-            if (strcmp(value, "q8") && strcmp(value, "q4"))
-                fail("--dtype must be q8 or q4, got '%s' (f32 and bf16 come from export.py)", value);
-            o->dtype = value;
-        } else if (!strcmp(name, "-o") || !strcmp(name, "--output")) {
-            if (!value[0]) fail("%s needs a file name", name);
-            o->output = value;
-        } else if (!strcmp(name, "--group-size")) {
-            o->group_size = parse_count(name, value, 8, 1 << 20);
-            if (o->group_size & (o->group_size - 1)) fail("--group-size must be a power of two >= 8, got %s", value);
-        } else {
-            o->threads = parse_count(name, value, 1, 1024);
-        }
+        set_option(o, name, value);
     }
     if (o->input == NULL) fail("no checkpoint given (./run MODEL.bin -m quantize --dtype q8|q4 -o OUT.bin)");
     if (!o->dtype) fail("-m quantize needs --dtype q8 or --dtype q4");
     if (o->output == NULL) fail("-m quantize needs -o OUT.bin, the file to write");
-    if (strcmp(o->dtype, "q4") == 0 && o->group_size != 0 && o->group_size != Q4_GROUP)
+    if (streq(o->dtype, "q4") && o->group_size != 0 && o->group_size != Q4_GROUP)
         fail("q4 groups are %d columns (got --group-size %d)", Q4_GROUP, o->group_size);
 }
 
 /* Refuses an output that would replace the input, or that cannot be a file. */
 static void check_output_path(const char* input, const char* output) {
     struct stat in, out;
-    if (stat(output, &out) == 0) {
-        if (S_ISDIR(out.st_mode)) fail("%s: is a directory; give a file name for the checkpoint", output);
-        if (stat(input, &in) == 0 && in.st_dev == out.st_dev && in.st_ino == out.st_ino)
-            fail("%s: is the input checkpoint; write the quantised one somewhere else", output);
-    }
+    if (stat(output, &out) != 0) return;
+    if (S_ISDIR(out.st_mode)) fail("%s: is a directory; give a file name for the checkpoint", output);
+    if (stat(input, &in) == 0 && in.st_dev == out.st_dev && in.st_ino == out.st_ino)
+        fail("%s: is the input checkpoint; write the quantised one somewhere else", output);
 }
 
 /* ---- rounding, exactly as export.py rounds ---- */
@@ -196,13 +193,8 @@ static int double_to_half(double x) {
     if (a < 0x1p-14) return sign | (int)rint(a * 0x1p24);
     /* a = 1.f * 2^e with e in -14 .. 15, the half's exponent: a * 2^(10 - e) in [1024, 2048)
      * rounds to its 11 significant bits (2048 carries into the exponent, as it should). */
-    uint64_t bits;
-    memcpy(&bits, &a, sizeof bits);
-    const int e = (int)(bits >> 52) - 1023;
-    const uint64_t scale_bits = (uint64_t)(1023 + 10 - e) << 52;
-    double scale;
-    memcpy(&scale, &scale_bits, sizeof scale);
-    const int q = (int)rint(a * scale);
+    const int e = ilogb(a);
+    const int q = (int)rint(ldexp(a, 10 - e));
     return sign | (((e + 15) << 10) + (q - 1024));
 }
 
@@ -241,15 +233,10 @@ static int q8_quantize_group(const float* v, int gs, uint8_t* scale, int8_t* q) 
     if (h < 0) return GROUP_OVERFLOW;
     store_half(scale, h);
     const double s = half_to_float((uint16_t)h);
-    if (!(s > 0)) {
-        memset(q, 0, (size_t)gs);
-        return GROUP_OK;
-    }
-    const double inv = 1.0 / s;
+    const double inv = s > 0 ? 1.0 / s : 0.0; /* s = 0: every q is 0 */
     for (int i = 0; i < gs; i++) {
-        double x = rint((double)v[i] * inv);
-        x = x > 127 ? 127 : x < -127 ? -127 : x;
-        q[i] = (int8_t)x;
+        const double x = rint((double)v[i] * inv);
+        q[i] = (int8_t)(x > 127 ? 127 : x < -127 ? -127 : x);
     }
     return GROUP_OK;
 }
@@ -277,9 +264,8 @@ static int q4_quantize_group(const float* v, uint8_t* group, int i) {
         if (h < 0) return GROUP_OVERFLOW;
         const double inv = -8.0 / m;
         for (int j = 0; j < Q4_GROUP; j++) {
-            double x = rint((double)v[j] * inv) + 8;
-            x = x > 15 ? 15 : x < 0 ? 0 : x; /* only 15 is reached: |w * inv| <= 8 */
-            nib[j] = (uint8_t)x;
+            const double x = rint((double)v[j] * inv) + 8;
+            nib[j] = (uint8_t)(x > 15 ? 15 : x < 0 ? 0 : x); /* only 15 is reached: |w * inv| <= 8 */
         }
     }
     store_half(group + QUANT_SCALE_BYTES * i, h);
@@ -295,13 +281,9 @@ static int q4_quantize_group(const float* v, uint8_t* group, int i) {
 /* Row r of W as float32: the mapping itself (f32), widened into scratch (bf16), or zeros in
  * scratch for a padding row past the end. */
 static const float* row_values(const Matrix* W, int r, float* scratch) {
-    const size_t cols = (size_t)W->cols;
-    if (r >= W->rows) {
-        memset(scratch, 0, cols * sizeof(float));
-        return scratch;
-    }
-    if (W->type == WEIGHT_F32) return (const float*)W->data + (size_t)r * cols;
-    matrix_row(scratch, W, r); /* the embedding lookup's widening */
+    if (r >= W->rows) memset(scratch, 0, (size_t)W->cols * sizeof(float));
+    else if (W->type == WEIGHT_F32) return (const float*)W->data + (size_t)r * (size_t)W->cols;
+    else matrix_row(scratch, W, r); /* the embedding lookup's widening */
     return scratch;
 }
 
@@ -358,15 +340,11 @@ static void quantize_item(void* ctx, int item, int thread) {
     const int end = begin + job->per_item < job->n_blocks ? begin + job->per_item : job->n_blocks;
     float* scratch = cv->scratch + (size_t)thread * cv->row_floats;
     for (int k = begin; k < end && atomic_load(&job->status) == GROUP_OK; k++) {
-        uint8_t* out = job->out + (size_t)k * job->block_bytes;
-        int bad_row = -1;
-        const int status =
-            quantize_block(job->src, cv->type, cv->group_size, job->first_block + k, out, scratch, &bad_row);
-        if (status != GROUP_OK) {
-            int expected = GROUP_OK;
-            if (atomic_compare_exchange_strong(&job->status, &expected, status))
-                atomic_store(&job->problem_row, bad_row);
-        }
+        int bad_row = -1, expected = GROUP_OK;
+        const int status = quantize_block(job->src, cv->type, cv->group_size, job->first_block + k,
+                                          job->out + (size_t)k * job->block_bytes, scratch, &bad_row);
+        if (status != GROUP_OK && atomic_compare_exchange_strong(&job->status, &expected, status))
+            atomic_store(&job->problem_row, bad_row);
     }
 }
 
@@ -376,14 +354,14 @@ static void put(FILE* f, const void* data, size_t n) {
     if (fwrite(data, 1, n, f) != n) fail("%s: write failed: %s", tmp_path, strerror(errno));
 }
 
+static uint64_t align_up(uint64_t x) { return (x + CHECKPOINT_ALIGN - 1) / CHECKPOINT_ALIGN * CHECKPOINT_ALIGN; }
+
 /* Zero bytes up to the next multiple of CHECKPOINT_ALIGN: where every tensor starts. */
 static void put_padding(FILE* f) {
     static const uint8_t zeros[CHECKPOINT_ALIGN];
     const uint64_t at = (uint64_t)ftello(f);
-    put(f, zeros, (size_t)((CHECKPOINT_ALIGN - at % CHECKPOINT_ALIGN) % CHECKPOINT_ALIGN));
+    put(f, zeros, (size_t)(align_up(at) - at));
 }
-
-static uint64_t align_up(uint64_t x) { return (x + CHECKPOINT_ALIGN - 1) / CHECKPOINT_ALIGN * CHECKPOINT_ALIGN; }
 
 /* ---- the tensors, in the order of model.h ---- */
 
@@ -394,47 +372,45 @@ typedef struct {
     int n;
 } Piece;
 
-typedef struct {
-    Piece items[MAX_PIECES];
-    int n;
-} PieceList;
-
-static void add_piece(PieceList* list, int layer, const char* what, const Matrix* m, const float* v, int n) {
-    Piece* p = &list->items[list->n++];
+static void add_piece(Piece* pieces, int* n, int layer, const char* what, const Matrix* m, const float* v, int len) {
+    Piece* p = &pieces[(*n)++];
     if (layer >= 0) snprintf(p->name, sizeof p->name, "layer %d %s", layer, what);
     else snprintf(p->name, sizeof p->name, "%s", what);
     p->matrix = m;
     p->vector = v;
-    p->n = n;
+    p->n = len;
 }
 
-static void list_pieces(const Transformer* t, PieceList* list) {
+/* Fills pieces; returns how many there are. */
+static int list_pieces(const Transformer* t, Piece* pieces) {
     const Config* c = &t->config;
     const Weights* w = &t->weights;
     const int D = c->dim, q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
-    list->n = 0;
-    add_piece(list, -1, "embed_tokens", &w->embed_tokens, NULL, 0);
+    const int bias = c->flags & FLAG_QKV_BIAS;
+    int n = 0;
+    add_piece(pieces, &n, -1, "embed_tokens", &w->embed_tokens, NULL, 0);
     for (int l = 0; l < c->n_layers; l++) {
         const LayerWeights* lw = &w->layers[l];
-        add_piece(list, l, "input_layernorm", NULL, lw->input_layernorm, D);
-        add_piece(list, l, "q_proj", &lw->q_proj, NULL, 0);
-        if (c->flags & FLAG_QKV_BIAS) add_piece(list, l, "q_bias", NULL, lw->q_bias, q_dim);
-        add_piece(list, l, "k_proj", &lw->k_proj, NULL, 0);
-        if (c->flags & FLAG_QKV_BIAS) add_piece(list, l, "k_bias", NULL, lw->k_bias, kv_dim);
-        add_piece(list, l, "v_proj", &lw->v_proj, NULL, 0);
-        if (c->flags & FLAG_QKV_BIAS) add_piece(list, l, "v_bias", NULL, lw->v_bias, kv_dim);
+        add_piece(pieces, &n, l, "input_layernorm", NULL, lw->input_layernorm, D);
+        add_piece(pieces, &n, l, "q_proj", &lw->q_proj, NULL, 0);
+        if (bias) add_piece(pieces, &n, l, "q_bias", NULL, lw->q_bias, q_dim);
+        add_piece(pieces, &n, l, "k_proj", &lw->k_proj, NULL, 0);
+        if (bias) add_piece(pieces, &n, l, "k_bias", NULL, lw->k_bias, kv_dim);
+        add_piece(pieces, &n, l, "v_proj", &lw->v_proj, NULL, 0);
+        if (bias) add_piece(pieces, &n, l, "v_bias", NULL, lw->v_bias, kv_dim);
         if (c->flags & FLAG_QK_NORM) {
-            add_piece(list, l, "q_norm", NULL, lw->q_norm, c->head_dim);
-            add_piece(list, l, "k_norm", NULL, lw->k_norm, c->head_dim);
+            add_piece(pieces, &n, l, "q_norm", NULL, lw->q_norm, c->head_dim);
+            add_piece(pieces, &n, l, "k_norm", NULL, lw->k_norm, c->head_dim);
         }
-        add_piece(list, l, "o_proj", &lw->o_proj, NULL, 0);
-        add_piece(list, l, "post_attention_layernorm", NULL, lw->post_attention_layernorm, D);
-        add_piece(list, l, "gate_proj", &lw->gate_proj, NULL, 0);
-        add_piece(list, l, "up_proj", &lw->up_proj, NULL, 0);
-        add_piece(list, l, "down_proj", &lw->down_proj, NULL, 0);
+        add_piece(pieces, &n, l, "o_proj", &lw->o_proj, NULL, 0);
+        add_piece(pieces, &n, l, "post_attention_layernorm", NULL, lw->post_attention_layernorm, D);
+        add_piece(pieces, &n, l, "gate_proj", &lw->gate_proj, NULL, 0);
+        add_piece(pieces, &n, l, "up_proj", &lw->up_proj, NULL, 0);
+        add_piece(pieces, &n, l, "down_proj", &lw->down_proj, NULL, 0);
     }
-    add_piece(list, -1, "norm", NULL, w->norm, D);
-    if (!(c->flags & FLAG_TIED_EMBED)) add_piece(list, -1, "lm_head", &w->lm_head, NULL, 0);
+    add_piece(pieces, &n, -1, "norm", NULL, w->norm, D);
+    if (!(c->flags & FLAG_TIED_EMBED)) add_piece(pieces, &n, -1, "lm_head", &w->lm_head, NULL, 0);
+    return n;
 }
 
 /* The piece as stored in the output (type: the quantised one) and as read from the input. */
@@ -452,15 +428,14 @@ static uint64_t piece_in_bytes(const Piece* p) {
  * power of two below it (at least 8) that does; q4: 32. export.py's choose_group_size. */
 static int choose_group_size(const Config* c, WeightType type, int requested, const char* path) {
     const int widths[3] = {c->dim, c->hidden_dim, c->n_heads * c->head_dim};
-    int g = type == WEIGHT_Q4 ? Q4_GROUP : requested ? requested : 64;
-    for (; g >= (type == WEIGHT_Q4 ? Q4_GROUP : 8); g /= 2)
+    const int smallest = type == WEIGHT_Q4 ? Q4_GROUP : 8;
+    for (int g = type == WEIGHT_Q4 ? Q4_GROUP : requested ? requested : 64; g >= smallest; g /= 2)
         if (widths[0] % g == 0 && widths[1] % g == 0 && widths[2] % g == 0) return g;
     fail("%s: %s needs every input width ([%d, %d, %d]) to be a multiple of %d", path,
-         type == WEIGHT_Q4 ? "q4" : "q8", widths[0], widths[1], widths[2], type == WEIGHT_Q4 ? Q4_GROUP : 8);
+         type == WEIGHT_Q4 ? "q4" : "q8", widths[0], widths[1], widths[2], smallest);
 }
 
-/* ---- progress on stderr: one updating line on a terminal, a line every 10% elsewhere ---- */
-
+/* Progress on stderr: one updating line on a terminal, a line every 10% elsewhere. */
 typedef struct {
     uint64_t done, total;
     double t0, last_shown;
@@ -513,7 +488,7 @@ static void quantize_matrix(const Conversion* cv, const Piece* p, Progress* prog
 
 /* The output's header: the input's, with the new weight type, and the sections where export.py
  * puts them (the tokenizer right after the header, the tensors at the next multiple of 64). */
-static FileHeader output_header(const Transformer* t, WeightType type, int gs, const PieceList* list) {
+static FileHeader output_header(const Transformer* t, WeightType type, int gs, const Piece* pieces, int n) {
     FileHeader h = t->header;
     h.version = CHECKPOINT_VERSION;
     h.weight_type = (uint32_t)type;
@@ -524,35 +499,35 @@ static FileHeader output_header(const Transformer* t, WeightType type, int gs, c
     h.tokenizer_bytes = t->tokenizer_bytes;
     h.weights_offset = align_up(h.tokenizer_offset + h.tokenizer_bytes);
     uint64_t end = h.weights_offset;
-    for (int i = 0; i < list->n; i++) end = align_up(end) + piece_out_bytes(&list->items[i], type, gs);
+    for (int i = 0; i < n; i++) end = align_up(end) + piece_out_bytes(&pieces[i], type, gs);
     h.weights_bytes = align_up(end) - h.weights_offset;
     return h;
 }
 
 /* Writes the whole checkpoint to the open temporary file. */
-static void write_checkpoint(FILE* f, const Transformer* t, WeightType type, int gs, const PieceList* list) {
-    const FileHeader h = output_header(t, type, gs, list);
+static void write_checkpoint(FILE* f, const Transformer* t, WeightType type, int gs) {
+    static Piece pieces[MAX_PIECES]; /* large: one entry per tensor */
+    const int n = list_pieces(t, pieces);
+    const FileHeader h = output_header(t, type, gs, pieces, n);
     const Config* c = &t->config;
     size_t widest = (size_t)(c->dim > c->hidden_dim ? c->dim : c->hidden_dim);
     if ((size_t)c->n_heads * c->head_dim > widest) widest = (size_t)c->n_heads * c->head_dim;
     const Conversion cv = {t->kernels, f, type, gs,
                            malloc((size_t)kernels_threads(t->kernels) * widest * sizeof(float)), widest};
     if (cv.scratch == NULL) fail("out of memory");
-
     Progress progress = {0, 0, now_seconds(), 0, 0, isatty(STDERR_FILENO), -1};
-    for (int i = 0; i < list->n; i++) progress.total += piece_in_bytes(&list->items[i]);
+    for (int i = 0; i < n; i++) progress.total += piece_in_bytes(&pieces[i]);
     progress.on = progress.total > PROGRESS_MIN_BYTES;
 
     put(f, &h, sizeof h);
     put(f, t->tokenizer_data, t->tokenizer_bytes);
-    for (int i = 0; i < list->n; i++) {
-        const Piece* p = &list->items[i];
+    for (int i = 0; i < n; i++) {
         put_padding(f);
-        if (p->matrix) {
-            quantize_matrix(&cv, p, &progress);
+        if (pieces[i].matrix) {
+            quantize_matrix(&cv, &pieces[i], &progress);
         } else {
-            put(f, p->vector, (size_t)p->n * sizeof(float));
-            progress_add(&progress, (uint64_t)p->n * sizeof(float), p->name);
+            put(f, pieces[i].vector, (size_t)pieces[i].n * sizeof(float));
+            progress_add(&progress, (uint64_t)pieces[i].n * sizeof(float), pieces[i].name);
         }
     }
     put_padding(f);
@@ -569,7 +544,6 @@ int quantize_main(int argc, char** argv) {
     parse_options(argc, argv, &o);
     check_output_path(o.input, o.output);
     const double t0 = now_seconds();
-
     const TransformerOptions topt = {.threads = o.threads, .ctx = 1};
     Transformer t;
     char err[512];
@@ -577,26 +551,23 @@ int quantize_main(int argc, char** argv) {
     if (t.config.weight_type == WEIGHT_Q8 || t.config.weight_type == WEIGHT_Q4)
         fail("%s: is already %s; quantise from an f32 or bf16 checkpoint (export.py --dtype f32 or bf16)",
              o.input, t.config.weight_type == WEIGHT_Q8 ? "q8" : "q4");
-    const WeightType type = strcmp(o.dtype, "q8") == 0 ? WEIGHT_Q8 : WEIGHT_Q4;
+    const WeightType type = streq(o.dtype, "q8") ? WEIGHT_Q8 : WEIGHT_Q4;
     const int gs = choose_group_size(&t.config, type, o.group_size, o.input);
-    static PieceList list; /* large: one entry per tensor */
-    list_pieces(&t, &list);
 
     /* Written as .NAME.PID.tmp in the output's folder (export.py's temporary name, which its
      * clean-up of files left by killed runs knows), then synced and renamed over NAME. */
     const char* slash = strrchr(o.output, '/');
-    const char* base = slash ? slash + 1 : o.output;
     char dir[PATH_MAX]; /* also synced after the rename */
     if (slash) snprintf(dir, sizeof dir, "%.*s", slash == o.output ? 1 : (int)(slash - o.output), o.output);
     else snprintf(dir, sizeof dir, ".");
-    if (snprintf(tmp_path, sizeof tmp_path, "%s/.%s.%ld.tmp", dir, base, (long)getpid()) >= (int)sizeof tmp_path)
+    if (snprintf(tmp_path, sizeof tmp_path, "%s/.%s.%ld.tmp", dir, slash ? slash + 1 : o.output, (long)getpid()) >=
+        (int)sizeof tmp_path)
         fail("%s: path too long", o.output);
     catch_signals();
     FILE* f = fopen(tmp_path, "we"); /* e: O_CLOEXEC */
     if (f == NULL) fail("%s: cannot create a file in %s: %s", o.output, dir, strerror(errno));
     tmp_exists = 1;
-
-    write_checkpoint(f, &t, type, gs, &list);
+    write_checkpoint(f, &t, type, gs);
     if (fsync(fileno(f)) != 0) fail("%s: cannot sync to disk: %s", tmp_path, strerror(errno));
     /* Dropped from the page cache as export.py does: the engine maps weights in 2 MB pages only
      * from a cache it fills itself (model.c, map_file), and leaves small pages as they are. */
@@ -609,12 +580,11 @@ int quantize_main(int argc, char** argv) {
         fsync(dfd);
         close(dfd);
     }
-
     struct stat st;
     const double size_mb = stat(o.output, &st) == 0 ? (double)st.st_size / 1e6 : 0;
+    const int threads = kernels_threads(t.kernels);
     fprintf(stderr, "run: wrote %s (%.1f MB, %s, group size %d) in %.1fs on %d thread%s\n", o.output, size_mb,
-            o.dtype, gs, now_seconds() - t0, kernels_threads(t.kernels),
-            kernels_threads(t.kernels) == 1 ? "" : "s");
+            o.dtype, gs, now_seconds() - t0, threads, threads == 1 ? "" : "s");
     transformer_free(&t);
     return 0;
 }
