@@ -573,22 +573,28 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
     return n_generated;
 }
 
+/* The text of -i, of the file path or of standard input, encoded (malloc'ed): tokenize and eval. */
+static int* encode_text(const Tokenizer* tok, const char* text, const char* path, int* n) {
+    size_t len;
+    char* s = read_text(text, path, &len);
+    if (s == NULL) exit(1);
+    int* ids = tokenizer_encode(tok, s, len, n);
+    if (ids == NULL) die(1, "out of memory");
+    free(s);
+    return ids;
+}
+
 static int tokenize(const Tokenizer* tok, const Options* o) {
     if (tok == NULL) die(1, "%s has no tokenizer: tokenize needs one (export with tokenizer.json)", o->checkpoint);
     if (o->prompt == NULL && isatty(STDIN_FILENO))
         fputs("run: reading the text to tokenize from standard input: type it, then Ctrl-D on a new line "
               "(or pass -i TEXT)\n", stderr);
-    size_t len;
-    char* text = read_text(o->prompt, NULL, &len);
-    if (text == NULL) exit(1);
     int n = 0;
-    int* ids = tokenizer_encode(tok, text, len, &n);
-    if (ids == NULL) die(1, "out of memory");
+    int* ids = encode_text(tok, o->prompt, NULL, &n);
     for (int i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
     putchar('\n');
     check_stdout();
     free(ids);
-    free(text);
     return 0;
 }
 
@@ -634,10 +640,12 @@ static void apply_norm_lab(Transformer* t, const Options* o) {
 }
 
 static int run_eval(Transformer* t, const Tokenizer* text_tok, const Options* o) {
-    int n_ids = 0;
-    int* ids = o->prompt_ids ? parse_prompt_ids(o->prompt_ids, t->config.vocab_size, &n_ids) : NULL;
-    EvalOptions eval = {o->prompt, given(o, "--file"), ids, n_ids, given(o, "--json") != NULL};
-    int status = eval_main(t, text_tok, &eval);
+    int n = 0;
+    int* ids = NULL;
+    if (o->prompt_ids) ids = parse_prompt_ids(o->prompt_ids, t->config.vocab_size, &n);
+    else if (text_tok) ids = encode_text(text_tok, o->prompt, given(o, "--file"), &n);
+    else die(1, "the checkpoint has no tokenizer: give the tokens with --prompt-ids");
+    const int status = eval_main(t, ids, n, given(o, "--json") != NULL);
     free(ids);
     return status;
 }
@@ -657,17 +665,11 @@ static int bench_args(const Options* o, const char** args) {
     return n;
 }
 
-static int run_bench(Transformer* t, const Options* o) {
-    const char* args[12];
-    return bench_main(t, bench_args(o, args), (char**)args);
-}
-
 /* The KV cache's positions: -c, or in bench mode without it what the tests take when that is more
  * than the default (bench_positions; the model's context still bounds it). */
-static int context_positions(const Options* o) {
+static int context_positions(const Options* o, int bench_argc, const char** bench_argv) {
     if (o->mode != BENCH || o->ctx > 0) return o->ctx;
-    const char* args[12];
-    const int need = bench_positions(bench_args(o, args), (char**)args);
+    const int need = bench_positions(bench_argc, (char**)bench_argv);
     return need > DEFAULT_CTX ? need : 0;
 }
 
@@ -713,7 +715,10 @@ int main(int argc, char** argv) {
     Options o;
     parse_args(argc, argv, &o);
     clamp_threads(&o);
-    const TransformerOptions topt = {.threads = o.threads, .ctx = context_positions(&o), .kv_f16 = o.kv_f16,
+    const char* bench_argv[12];
+    const int bench_argc = bench_args(&o, bench_argv);
+    const TransformerOptions topt = {.threads = o.threads, .ctx = context_positions(&o, bench_argc, bench_argv),
+                                     .kv_f16 = o.kv_f16,
                                      .bf16_activations = given(&o, "--bf16-activations") != NULL};
     Transformer t;
     char err[512];
@@ -734,7 +739,7 @@ int main(int argc, char** argv) {
     int status;
     if (o.mode == TOKENIZE) status = tokenize(text_tok, &o);
     else if (o.mode == EVAL) status = run_eval(&t, text_tok, &o);
-    else if (o.mode == BENCH) status = run_bench(&t, &o);
+    else if (o.mode == BENCH) status = bench_main(&t, bench_argc, (char**)bench_argv);
     else status = run_sampling_mode(&t, text_tok, &o);
     tokenizer_free(tok);
     transformer_free(&t);

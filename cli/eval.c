@@ -1,12 +1,10 @@
 /* eval.c: `-m eval` (eval.h): loss, perplexity and top-1 accuracy of the model on a text. */
 #include "eval.h"
 #include "generation.h"
-#include "read_text.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 
 /* The sums of a scored stretch: what eval prints is computed from them. */
@@ -31,28 +29,6 @@ static void score_rows(EvalSums* sums, const float* rows, int n_rows, int vocab_
         sums->top1 += best == targets[r];
         sums->tokens++;
     }
-}
-
-/* The tokens to score (malloc'ed): --prompt-ids as given, else the text of -i, --file or standard
- * input, encoded without BOS. NULL after an error line. */
-static int* eval_tokens(const Tokenizer* tok, const EvalOptions* o, int* n) {
-    if (o->ids) {
-        int* ids = malloc((size_t)(o->n_ids > 0 ? o->n_ids : 1) * sizeof(int));
-        if (ids) memcpy(ids, o->ids, (size_t)o->n_ids * sizeof(int));
-        else fprintf(stderr, "run: error: out of memory\n");
-        *n = o->n_ids;
-        return ids;
-    }
-    if (tok == NULL) {
-        fprintf(stderr, "run: error: the checkpoint has no tokenizer: give the tokens with --prompt-ids\n");
-        return NULL;
-    }
-    size_t len = 0;
-    char* text = read_text(o->text, o->file, &len);
-    int* ids = text ? tokenizer_encode(tok, text, len, n) : NULL;
-    if (text && ids == NULL) fprintf(stderr, "run: error: out of memory\n");
-    free(text);
-    return ids;
 }
 
 /* Progress on stderr: in place at a terminal, otherwise one line a second once a second has
@@ -117,10 +93,7 @@ static int score_text(Transformer* t, const int* ids, int n, float* rows, int js
     return 0;
 }
 
-int eval_main(Transformer* t, const Tokenizer* tok, const EvalOptions* o) {
-    int n = 0;
-    int* ids = eval_tokens(tok, o, &n);
-    if (ids == NULL) return 1;
+int eval_main(Transformer* t, const int* ids, int n, int json) {
     float* rows = malloc((size_t)t->state.max_batch * (size_t)t->config.vocab_size * sizeof(float));
     int status = 1;
     if (t->config.seq_len < 2)
@@ -131,8 +104,7 @@ int eval_main(Transformer* t, const Tokenizer* tok, const EvalOptions* o) {
     else if (rows == NULL)
         fprintf(stderr, "run: error: out of memory\n");
     else
-        status = score_text(t, ids, n, rows, o->json);
+        status = score_text(t, ids, n, rows, json);
     free(rows);
-    free(ids);
     return status;
 }

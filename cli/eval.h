@@ -7,18 +7,10 @@
 #define EVAL_H
 
 #include "model.h"
-#include "tokenizer/tokenizer.h"
 
-typedef struct {
-    const char* text;  /* -i: the text; NULL: file, else standard input */
-    const char* file;  /* --file */
-    const int* ids;    /* --prompt-ids: the tokens themselves (then text and file are NULL) */
-    int n_ids;
-    int json;          /* --json: one line {"tokens": N, "loss": X, "ppl": Y, "top1": Z} */
-} EvalOptions;
-
-/* tok may be NULL (a checkpoint without tokenizer) when o->ids is given. Returns 0, or 1 after one
+/* Scores the n tokens ids (run.c reads them: --prompt-ids, or the text of -i, --file or standard
+ * input). json: one line {"tokens": N, "loss": X, "ppl": Y, "top1": Z}. Returns 0, or 1 after one
  * error line on stderr. */
-int eval_main(Transformer* t, const Tokenizer* tok, const EvalOptions* o);
+int eval_main(Transformer* t, const int* ids, int n, int json);
 
 #endif
