@@ -147,7 +147,6 @@ typedef struct {
     const char* mode_name;
     const char* prompt;        /* -i */
     const char* prompt_ids;    /* --prompt-ids */
-    const char* norms_json;
     float temperature, top_p, min_p, repeat_penalty;
     int top_k, steps, threads, ctx;
     uint64_t seed;
@@ -310,7 +309,6 @@ static void set_option(Options* o, const char* opt, const char* name, const char
     else if (streq(opt, "--threads")) set_threads(o, name, value);
     else if (streq(opt, "--kv-cache")) o->kv_f16 = parse_choice(name, value, "f32", "f16");
     else if (streq(opt, "--show-norms")) o->show_norms = streq(value, "all") ? 2 : 1;
-    else if (streq(opt, "--norms-json")) o->norms_json = value;
     else if (streq(opt, "--ablate")) parse_ablate(value, &o->norm_lab);
     else if (streq(opt, "--norm-eps")) o->norm_lab.eps = parse_float(name, value, 0.0f, 100.0f, 0);
     else if (streq(opt, "--norm"))
@@ -422,27 +420,31 @@ static void parse_args(int argc, char** argv, Options* o) {
  * each generated token fed back. The table goes to a temporary file and is printed to stderr after
  * the text, into which it would otherwise cut. The streams' buffers are static so that the token
  * loop allocates nothing. */
-static void trace_open(NormTrace* tr, const Options* o, const Config* c, int n_prompt) {
+static void trace_open(NormTrace* tr, Transformer* t, const Options* o, int n_prompt) {
     static char table_buf[1 << 16], json_buf[1 << 16];
+    const char* json_path = given(o, "--norms-json");
     memset(tr, 0, sizeof *tr);
+    if (!o->show_norms && !json_path) return;
     tr->pos = o->show_norms == 1 ? n_prompt - 1 : -1;
     tr->each_head = o->show_norms == 2;
-    tr->scratch = malloc((size_t)(c->dim > c->head_dim ? c->dim : c->head_dim) * sizeof(float));
+    tr->scratch = malloc((size_t)(t->config.dim > t->config.head_dim ? t->config.dim : t->config.head_dim) *
+                         sizeof(float));
     if (tr->scratch == NULL) die(1, "out of memory");
     if (o->show_norms) {
         tr->table = tmpfile();
         if (tr->table == NULL) die(1, "--show-norms: cannot create a temporary file: %s", strerror(errno));
         setvbuf(tr->table, table_buf, _IOFBF, sizeof table_buf);
     }
-    if (o->norms_json) {
-        tr->json = fopen(o->norms_json, "w");
-        if (tr->json == NULL) die(1, "%s: cannot open for writing: %s", o->norms_json, strerror(errno));
+    if (json_path) {
+        tr->json = fopen(json_path, "w");
+        if (tr->json == NULL) die(1, "%s: cannot open for writing: %s", json_path, strerror(errno));
         setvbuf(tr->json, json_buf, _IOFBF, sizeof json_buf);
     }
+    t->norm_trace = tr;
 }
 
 /* The table to stderr; the JSON file closed (removed if it could not be written whole). */
-static void trace_close(NormTrace* tr, const Options* o) {
+static void trace_close(NormTrace* tr, const char* json_path) {
     if (tr->table) {
         fflush(stdout); /* the text's last line before the table, where both go to one place */
         char chunk[4096];
@@ -453,8 +455,8 @@ static void trace_close(NormTrace* tr, const Options* o) {
         fclose(tr->table);
     }
     if (tr->json && (ferror(tr->json) | fclose(tr->json)) != 0) {
-        remove(o->norms_json);
-        die(1, "%s: write failed", o->norms_json);
+        remove(json_path);
+        die(1, "%s: write failed", json_path);
     }
     free(tr->scratch);
 }
@@ -495,36 +497,8 @@ static int* read_prompt(const Transformer* t, const Tokenizer* tok, const Option
     return prompt;
 }
 
-/* Sample, print, feed the token back, until an end-of-sequence id, -n tokens or the end of the
- * context (*context_full). history holds the prompt's n_prompt tokens and room for every generated
- * one. Returns the tokens generated; *n_decoded: those run through the model. */
-static int decode(Transformer* t, const Tokenizer* tok, Sampler* sampler, const Options* o, float* logits,
-                  int* history, int n_prompt, LogitsDump* dump, int* n_decoded, int* context_full) {
-    Utf8Stream stream = {{0}, 0};
-    int n = n_prompt; /* tokens in history, one more than the positions run */
-    while (n - n_prompt < o->steps) {
-        int next = sampler_sample(sampler, logits, history, n);
-        if (is_eos(&t->header, next)) break;
-        if (tok) tokenizer_print(tok, &stream, next, 0, stdout);
-        else printf("%s%d", n > n_prompt ? " " : "", next); /* no tokenizer: the ids */
-        fflush(stdout);
-        if (ferror(stdout)) break; /* nobody reads what follows; check_stdout reports it */
-        history[n++] = next;
-        /* The last token is only run through the model when its logits are wanted. */
-        if (n - n_prompt == o->steps && dump->file == NULL) break;
-        if (n > t->config.seq_len) {
-            *context_full = 1;
-            break;
-        }
-        logits = forward_dumped(t, &next, 1, n - 1, dump);
-        if (logits == NULL) exit(1);
-        (*n_decoded)++;
-    }
-    if (tok) utf8_stream_flush(&stream, stdout);
-    return n - n_prompt;
-}
-
-/* Returns the tokens generated. */
+/* Runs the prompt, then samples, prints and feeds back one token at a time until an end-of-sequence
+ * id, -n tokens or the end of the context. Returns the tokens generated. */
 static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, const Options* o) {
     const Config* c = &t->config;
     int n_prompt = 0;
@@ -536,41 +510,56 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
     memcpy(history, prompt, (size_t)n_prompt * sizeof(int));
     LogitsDump dump;
     if (logits_dump_open(&dump, given(o, "--dump-logits"), t) != 0) exit(1);
-    NormTrace trace = {0};
-    if (o->show_norms || o->norms_json) {
-        trace_open(&trace, o, c, n_prompt);
-        t->norm_trace = &trace;
-    }
-    double t0 = now_seconds();
+    NormTrace trace;
+    trace_open(&trace, t, o, n_prompt);
+    const double t0 = now_seconds();
     PromptProgress progress = {"run", isatty(STDERR_FILENO), 0, NULL}; /* a long prompt's, on a terminal */
     int stopped = 0;
     float* logits = forward_prompt(t, prompt, n_prompt, 0, &dump, prompt_progress, &progress, &stopped);
     prompt_progress_end(&progress);
     if (logits == NULL) exit(1);
-    double t1 = now_seconds();
+    const double t1 = now_seconds();
     if (o->prompt && tok) { /* show the prompt, then the continuation, as llama2.c does */
         fputs(o->prompt, stdout);
         fflush(stdout);
     }
     if (trace.pos >= 0 && trace.json == NULL)
         t->norm_trace = NULL; /* the prompt's last token has been through every call site */
+    Utf8Stream stream = {{0}, 0};
+    int n = n_prompt; /* tokens in history, one more than the positions run */
     int n_decoded = 0, context_full = 0;
-    const int n_generated = decode(t, tok, sampler, o, logits, history, n_prompt, &dump, &n_decoded, &context_full);
-    double t2 = now_seconds();
+    while (n - n_prompt < o->steps) {
+        int next = sampler_sample(sampler, logits, history, n);
+        if (is_eos(&t->header, next)) break;
+        if (tok) tokenizer_print(tok, &stream, next, 0, stdout);
+        else printf("%s%d", n > n_prompt ? " " : "", next); /* no tokenizer: the ids */
+        fflush(stdout);
+        if (ferror(stdout)) break; /* nobody reads what follows; check_stdout reports it */
+        history[n++] = next;
+        /* The last token is only run through the model when its logits are wanted. */
+        if (n - n_prompt == o->steps && dump.file == NULL) break;
+        context_full = n > c->seq_len;
+        if (context_full) break;
+        logits = forward_dumped(t, &next, 1, n - 1, &dump);
+        if (logits == NULL) exit(1);
+        n_decoded++;
+    }
+    if (tok) utf8_stream_flush(&stream, stdout);
+    const double t2 = now_seconds();
     t->norm_trace = NULL;
-    if (n_generated > 0 || (o->prompt && tok)) fputc('\n', stdout);
+    if (n > n_prompt || (o->prompt && tok)) fputc('\n', stdout);
     check_stdout();
-    if (o->show_norms || o->norms_json) trace_close(&trace, o);
+    trace_close(&trace, given(o, "--norms-json"));
     if (context_full) {
         char advice[80];
         fprintf(stderr, "run: the context is full (%d token%s): generation stopped; %s\n", c->seq_len,
                 c->seq_len == 1 ? "" : "s", context_advice(c, advice, sizeof advice));
     }
     if (logits_dump_close(&dump) != 0) exit(1);
-    print_speed(n_prompt, t1 - t0, n_generated, n_decoded, t2 - t1);
+    print_speed(n_prompt, t1 - t0, n - n_prompt, n_decoded, t2 - t1);
     free(history);
     free(prompt);
-    return n_generated;
+    return n - n_prompt;
 }
 
 /* The text of -i, of the file path or of standard input, encoded (malloc'ed): tokenize and eval. */

@@ -18,15 +18,11 @@ static double rms(const float* x, int n) {
 }
 
 static NormStats norm_stats(const float* x, const float* w, int n, float eps, float* out) {
-    NormStats st;
     double sum = 0.0;
     for (int i = 0; i < n; i++) sum += x[i];
     rmsnorm_scalar(out, x, w, n, eps);
-    st.rms_in = rms(x, n);
-    st.mean_in = sum / n;
-    st.scale = 1.0 / sqrt(st.rms_in * st.rms_in + (double)eps);
-    st.rms_out = rms(out, n);
-    return st;
+    const double rms_in = rms(x, n);
+    return (NormStats){rms_in, sum / n, 1.0 / sqrt(rms_in * rms_in + (double)eps), rms(out, n)};
 }
 
 int norm_trace_wants(const NormTrace* tr, int p) {

@@ -36,11 +36,9 @@ int norm_trace_wants(const NormTrace* tr, int p);
 /* One call site of RMSNorm use `use` (1 pre-attention, 2 QK-Norm, 3 pre-MLP, 4 final norm),
  * called `site`, in layer `layer` (-1: after the last layer). `in` holds the nb rows of the chunk
  * that starts at position p0, each row per_row vectors of width values (QK-Norm: every head of q,
- * or of k; the other uses: one vector of dim = hidden_size). For each traced row, reports over
- * that row's vectors the RMS and mean of what goes in, the scale 1/sqrt(mean(x^2) + eps) RMSNorm
- * multiplies it by, the RMS of the weight, and the RMS of what comes out, recomputed from the same
- * input with norm.c's scalar reference (the engine's own output is the SIMD twin's, equal to
- * float rounding). */
+ * or of k; the other uses: one vector of dim values). For each traced row it reports the RMS and
+ * mean of what goes in, the scale 1/sqrt(mean(x^2) + eps), the RMS of the weight and of what comes
+ * out, recomputed with norm.c's scalar reference (the engine's SIMD output equals it to rounding). */
 void norm_trace_see(NormTrace* tr, int use, const char* site, int layer, const float* in, const float* weight,
                     int per_row, int width, int p0, int nb, float eps);
 

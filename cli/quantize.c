@@ -177,8 +177,6 @@ static void check_output_path(const char* input, const char* output) {
         fail("%s: is the input checkpoint; write the quantised one somewhere else", output);
 }
 
-/* ---- rounding, exactly as export.py rounds ---- */
-
 enum { GROUP_OK = 0, GROUP_NONFINITE, GROUP_OVERFLOW };
 
 /* double -> IEEE binary16 bits, rounded to nearest, ties to even, from the double itself (one
@@ -276,10 +274,8 @@ static int q4_quantize_group(const float* v, uint8_t* group, int i) {
     return GROUP_OK;
 }
 
-/* ---- row blocks (model.h): q8's of 4 rows, q4's of 8, the last padded with zero rows ---- */
-
-/* Row r of W as float32: the mapping itself (f32), widened into scratch (bf16), or zeros in
- * scratch for a padding row past the end. */
+/* Row r of W as float32: the mapping itself (f32), widened into scratch (bf16), or zeros in scratch
+ * for a padding row past the end (the last row block, model.h, is padded with zero rows). */
 static const float* row_values(const Matrix* W, int r, float* scratch) {
     if (r >= W->rows) memset(scratch, 0, (size_t)W->cols * sizeof(float));
     else if (W->type == WEIGHT_F32) return (const float*)W->data + (size_t)r * (size_t)W->cols;
@@ -348,8 +344,6 @@ static void quantize_item(void* ctx, int item, int thread) {
     }
 }
 
-/* ---- the output file ---- */
-
 static void put(FILE* f, const void* data, size_t n) {
     if (fwrite(data, 1, n, f) != n) fail("%s: write failed: %s", tmp_path, strerror(errno));
 }
@@ -363,8 +357,7 @@ static void put_padding(FILE* f) {
     put(f, zeros, (size_t)(align_up(at) - at));
 }
 
-/* ---- the tensors, in the order of model.h ---- */
-
+/* A tensor of the checkpoint, in the order of model.h. */
 typedef struct {
     char name[48];        /* "embed_tokens", "layer 3 q_proj", ... for progress and errors */
     const Matrix* matrix; /* quantised; NULL for a float32 vector, copied as it is */
@@ -439,12 +432,12 @@ static int choose_group_size(const Config* c, WeightType type, int requested, co
 typedef struct {
     uint64_t done, total;
     double t0, last_shown;
-    int on, tty, decile;
+    int tty, decile;
 } Progress;
 
 static void progress_add(Progress* p, uint64_t bytes, const char* name) {
     p->done += bytes;
-    if (!p->on) return;
+    if (p->total <= PROGRESS_MIN_BYTES) return;
     const double now = now_seconds(), elapsed = now - p->t0;
     const int decile = (int)(10 * p->done / p->total);
     if (p->tty ? now - p->last_shown < 0.1 && p->done < p->total : decile <= p->decile) return;
@@ -456,8 +449,6 @@ static void progress_add(Progress* p, uint64_t bytes, const char* name) {
             (unsigned long long)(p->total >> 20), eta, p->tty ? 32 : 0, name, p->tty ? "" : "\n");
     fflush(stderr);
 }
-
-/* ---- the conversion ---- */
 
 static void quantize_matrix(const Conversion* cv, const Piece* p, Progress* progress) {
     const Matrix* src = p->matrix;
@@ -515,9 +506,8 @@ static void write_checkpoint(FILE* f, const Transformer* t, WeightType type, int
     const Conversion cv = {t->kernels, f, type, gs,
                            malloc((size_t)kernels_threads(t->kernels) * widest * sizeof(float)), widest};
     if (cv.scratch == NULL) fail("out of memory");
-    Progress progress = {0, 0, now_seconds(), 0, 0, isatty(STDERR_FILENO), -1};
+    Progress progress = {0, 0, now_seconds(), 0, isatty(STDERR_FILENO), -1};
     for (int i = 0; i < n; i++) progress.total += piece_in_bytes(&pieces[i]);
-    progress.on = progress.total > PROGRESS_MIN_BYTES;
 
     put(f, &h, sizeof h);
     put(f, t->tokenizer_data, t->tokenizer_bytes);
@@ -535,7 +525,7 @@ static void write_checkpoint(FILE* f, const Transformer* t, WeightType type, int
     if ((uint64_t)ftello(f) != h.weights_offset + h.weights_bytes)
         fail("%s: wrote %llu bytes, expected %llu", tmp_path, (unsigned long long)ftello(f),
              (unsigned long long)(h.weights_offset + h.weights_bytes));
-    if (progress.on && progress.tty) fputc('\n', stderr);
+    if (progress.total > PROGRESS_MIN_BYTES && progress.tty) fputc('\n', stderr);
     free(cv.scratch);
 }
 
