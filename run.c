@@ -461,6 +461,17 @@ static void trace_close(NormTrace* tr, const char* json_path) {
     free(tr->scratch);
 }
 
+/* The text of -i, of the file path or of standard input, encoded (malloc'ed): tokenize and eval. */
+static int* encode_text(const Tokenizer* tok, const char* text, const char* path, int* n) {
+    size_t len;
+    char* s = read_text(text, path, &len);
+    if (s == NULL) exit(1);
+    int* ids = tokenizer_encode(tok, s, len, n);
+    if (ids == NULL) die(1, "out of memory");
+    free(s);
+    return ids;
+}
+
 /* The prompt (malloc'ed): ids given as such, or encoded text after BOS when the model has one
  * (Qwen3 has none, QWEN3.md 2.3). Ends the run when it is empty or longer than the context;
  * --verbose-prompt shows its ids. */
@@ -471,10 +482,9 @@ static int* read_prompt(const Transformer* t, const Tokenizer* tok, const Option
     if (o->prompt_ids) {
         prompt = parse_prompt_ids(o->prompt_ids, c->vocab_size, n_prompt);
     } else {
-        int n_text = 0, *text = NULL;
         if (o->prompt && tok == NULL) die(1, "%s has no tokenizer: give the prompt with --prompt-ids", o->checkpoint);
-        if (o->prompt && (text = tokenizer_encode(tok, o->prompt, strlen(o->prompt), &n_text)) == NULL)
-            die(1, "out of memory");
+        int n_text = 0;
+        int* text = o->prompt ? encode_text(tok, o->prompt, NULL, &n_text) : NULL;
         prompt = malloc((size_t)(n_text + bos + 1) * sizeof(int));
         if (prompt == NULL) die(1, "out of memory");
         if (bos) prompt[0] = t->header.bos_id;
@@ -502,12 +512,10 @@ static int* read_prompt(const Transformer* t, const Tokenizer* tok, const Option
 static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, const Options* o) {
     const Config* c = &t->config;
     int n_prompt = 0;
-    int* prompt = read_prompt(t, tok, o, &n_prompt);
     /* Everything the token loop needs is allocated here, before it. The tokens seen, for the
-     * repetition penalty: at most the context plus one last token. */
-    int* history = malloc(((size_t)c->seq_len + 2) * sizeof(int));
+     * repetition penalty: the prompt, then the rest of the context plus one last token. */
+    int* history = realloc(read_prompt(t, tok, o, &n_prompt), ((size_t)c->seq_len + 2) * sizeof(int));
     if (history == NULL) die(1, "out of memory");
-    memcpy(history, prompt, (size_t)n_prompt * sizeof(int));
     LogitsDump dump;
     if (logits_dump_open(&dump, given(o, "--dump-logits"), t) != 0) exit(1);
     NormTrace trace;
@@ -515,7 +523,7 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
     const double t0 = now_seconds();
     PromptProgress progress = {"run", isatty(STDERR_FILENO), 0, NULL}; /* a long prompt's, on a terminal */
     int stopped = 0;
-    float* logits = forward_prompt(t, prompt, n_prompt, 0, &dump, prompt_progress, &progress, &stopped);
+    float* logits = forward_prompt(t, history, n_prompt, 0, &dump, prompt_progress, &progress, &stopped);
     prompt_progress_end(&progress);
     if (logits == NULL) exit(1);
     const double t1 = now_seconds();
@@ -558,19 +566,7 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
     if (logits_dump_close(&dump) != 0) exit(1);
     print_speed(n_prompt, t1 - t0, n - n_prompt, n_decoded, t2 - t1);
     free(history);
-    free(prompt);
     return n - n_prompt;
-}
-
-/* The text of -i, of the file path or of standard input, encoded (malloc'ed): tokenize and eval. */
-static int* encode_text(const Tokenizer* tok, const char* text, const char* path, int* n) {
-    size_t len;
-    char* s = read_text(text, path, &len);
-    if (s == NULL) exit(1);
-    int* ids = tokenizer_encode(tok, s, len, n);
-    if (ids == NULL) die(1, "out of memory");
-    free(s);
-    return ids;
 }
 
 static int tokenize(const Tokenizer* tok, const Options* o) {

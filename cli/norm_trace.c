@@ -45,18 +45,10 @@ static void print_cell(FILE* f, double lo, double hi, int many, int width) {
     fprintf(f, "%-*s", width, cell);
 }
 
-/* The default table: one line per call site at one position, QK-Norm's heads as min..max. */
-static void table_line(NormTrace* tr, int use, const char* site, int layer, const float* row, const float* weight,
-                       int per_row, int width, int pos, float eps) {
-    double lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
-    for (int v = 0; v < per_row; v++) {
-        NormStats st = norm_stats(row + (size_t)v * (size_t)width, weight, width, eps, tr->scratch);
-        const double cols[3] = {st.rms_in, st.scale, st.rms_out};
-        for (int k = 0; k < 3; k++) {
-            lo[k] = cols[k] < lo[k] ? cols[k] : lo[k];
-            hi[k] = cols[k] > hi[k] ? cols[k] : hi[k];
-        }
-    }
+/* The default table: one line per call site at one position, QK-Norm's heads as min..max of the
+ * columns rms(in), scale and rms(out). */
+static void table_line(NormTrace* tr, int use, const char* site, int layer, const double lo[3], const double hi[3],
+                       int per_row, int width, int pos, double rms_w, float eps) {
     if (tr->lines++ == 0)
         fprintf(tr->table,
                 "RMSNorm at each call site, position %d: out = w * (x * scale), scale = 1/sqrt(mean(x^2) + eps),\n"
@@ -68,7 +60,7 @@ static void table_line(NormTrace* tr, int use, const char* site, int layer, cons
     fprintf(tr->table, "%5s  %d    %-13s  %-9s  ", number_or(where, sizeof where, layer, "-"), use, site, shape);
     print_cell(tr->table, lo[0], hi[0], per_row > 1, 17);
     print_cell(tr->table, lo[1], hi[1], per_row > 1, 17);
-    fprintf(tr->table, "%-8.4g  ", rms(weight, width));
+    fprintf(tr->table, "%-8.4g  ", rms_w);
     print_cell(tr->table, lo[2], hi[2], per_row > 1, 0);
     fputc('\n', tr->table);
 }
@@ -95,24 +87,30 @@ static void json_line(NormTrace* tr, int use, const char* site, int layer, int h
     fprintf(tr->json,
             "{\"position\":%d,\"layer\":%d,\"use\":%d,\"site\":\"%s\",\"head\":%s,\"rms_in\":%.9g,\"mean_in\":%.9g,"
             "\"scale\":%.9g,\"rms_w\":%.9g,\"rms_out\":%.9g}\n",
-            pos, layer, use, site, number_or(which, sizeof which, head, "null"), st->rms_in, st->mean_in, st->scale, rms_w, st->rms_out);
+            pos, layer, use, site, number_or(which, sizeof which, head, "null"), st->rms_in, st->mean_in, st->scale,
+            rms_w, st->rms_out);
 }
 
 void norm_trace_see(NormTrace* tr, int use, const char* site, int layer, const float* in, const float* weight,
                     int per_row, int width, int p0, int nb, float eps) {
     const double rms_w = rms(weight, width);
-    for (int r = 0; r < nb; r++) {
-        if (!norm_trace_wants(tr, p0 + r)) continue;
-        const float* row = in + (size_t)r * (size_t)per_row * (size_t)width;
-        const int in_table = tr->table != NULL && (tr->pos < 0 || tr->pos == p0 + r);
-        if (in_table && !tr->each_head) table_line(tr, use, site, layer, row, weight, per_row, width, p0 + r, eps);
-        if (!tr->json && !(in_table && tr->each_head)) continue;
+    for (int pos = p0; pos < p0 + nb; pos++) {
+        if (!norm_trace_wants(tr, pos)) continue;
+        const int in_table = tr->table != NULL && (tr->pos < 0 || tr->pos == pos);
+        double lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
         for (int v = 0; v < per_row; v++) {
-            NormStats st = norm_stats(row + (size_t)v * (size_t)width, weight, width, eps, tr->scratch);
+            const float* x = in + ((size_t)(pos - p0) * (size_t)per_row + (size_t)v) * (size_t)width;
+            const NormStats st = norm_stats(x, weight, width, eps, tr->scratch);
             const int head = per_row > 1 ? v : -1;
-            if (in_table && tr->each_head) full_table_line(tr, use, site, layer, head, p0 + r, &st, rms_w, eps);
-            if (tr->json) json_line(tr, use, site, layer, head, p0 + r, &st, rms_w);
+            if (in_table && tr->each_head) full_table_line(tr, use, site, layer, head, pos, &st, rms_w, eps);
+            if (tr->json) json_line(tr, use, site, layer, head, pos, &st, rms_w);
+            const double cols[3] = {st.rms_in, st.scale, st.rms_out};
+            for (int k = 0; k < 3; k++) {
+                lo[k] = cols[k] < lo[k] ? cols[k] : lo[k];
+                hi[k] = cols[k] > hi[k] ? cols[k] : hi[k];
+            }
         }
+        if (in_table && !tr->each_head) table_line(tr, use, site, layer, lo, hi, per_row, width, pos, rms_w, eps);
     }
 }
 

@@ -363,6 +363,7 @@ typedef struct {
     const Matrix* matrix; /* quantised; NULL for a float32 vector, copied as it is */
     const float* vector;
     int n;
+    uint64_t in_bytes;    /* as read from the input */
 } Piece;
 
 static void add_piece(Piece* pieces, int* n, int layer, const char* what, const Matrix* m, const float* v, int len) {
@@ -372,6 +373,7 @@ static void add_piece(Piece* pieces, int* n, int layer, const char* what, const 
     p->matrix = m;
     p->vector = v;
     p->n = len;
+    p->in_bytes = m ? matrix_stored_bytes(m) : (uint64_t)len * sizeof(float);
 }
 
 /* Fills pieces; returns how many there are. */
@@ -406,15 +408,11 @@ static int list_pieces(const Transformer* t, Piece* pieces) {
     return n;
 }
 
-/* The piece as stored in the output (type: the quantised one) and as read from the input. */
+/* The piece as stored in the output (type: the quantised one). */
 static uint64_t piece_out_bytes(const Piece* p, WeightType type, int gs) {
-    if (!p->matrix) return (uint64_t)p->n * sizeof(float);
+    if (!p->matrix) return p->in_bytes;
     const Matrix m = {type, p->matrix->rows, p->matrix->cols, gs, NULL};
     return matrix_stored_bytes(&m);
-}
-
-static uint64_t piece_in_bytes(const Piece* p) {
-    return p->matrix ? matrix_stored_bytes(p->matrix) : (uint64_t)p->n * sizeof(float);
 }
 
 /* q8: the requested group size (default 64) if it divides every matrix width, else the largest
@@ -455,7 +453,7 @@ static void quantize_matrix(const Conversion* cv, const Piece* p, Progress* prog
     const int br = quant_block_rows(cv->type);
     const int n_blocks = (src->rows + br - 1) / br;
     const size_t block_bytes = quant_block_bytes(cv->type, src->cols, cv->group_size);
-    const uint64_t in_block_bytes = piece_in_bytes(p) / (uint64_t)src->rows * (uint64_t)br;
+    const uint64_t in_block_bytes = p->in_bytes / (uint64_t)src->rows * (uint64_t)br;
     const int per_chunk = block_bytes < CHUNK_BYTES ? (int)(CHUNK_BYTES / block_bytes) : 1;
     const int per_item = block_bytes < ITEM_BYTES ? (int)(ITEM_BYTES / block_bytes) : 1;
     const char* dtype = cv->type == WEIGHT_Q4 ? "q4" : "q8";
@@ -507,7 +505,7 @@ static void write_checkpoint(FILE* f, const Transformer* t, WeightType type, int
                            malloc((size_t)kernels_threads(t->kernels) * widest * sizeof(float)), widest};
     if (cv.scratch == NULL) fail("out of memory");
     Progress progress = {0, 0, now_seconds(), 0, isatty(STDERR_FILENO), -1};
-    for (int i = 0; i < n; i++) progress.total += piece_in_bytes(&pieces[i]);
+    for (int i = 0; i < n; i++) progress.total += pieces[i].in_bytes;
 
     put(f, &h, sizeof h);
     put(f, t->tokenizer_data, t->tokenizer_bytes);
@@ -517,7 +515,7 @@ static void write_checkpoint(FILE* f, const Transformer* t, WeightType type, int
             quantize_matrix(&cv, &pieces[i], &progress);
         } else {
             put(f, pieces[i].vector, (size_t)pieces[i].n * sizeof(float));
-            progress_add(&progress, (uint64_t)pieces[i].n * sizeof(float), pieces[i].name);
+            progress_add(&progress, pieces[i].in_bytes, pieces[i].name);
         }
     }
     put_padding(f);
