@@ -160,8 +160,7 @@ typedef struct {
 } Options;
 
 /* One-line error and exit (status 2: bad command line; 1: anything else). */
-static void die(int status, const char* fmt, ...) __attribute__((noreturn, format(printf, 2, 3)));
-static void die(int status, const char* fmt, ...) {
+static __attribute__((noreturn, format(printf, 2, 3))) void die(int status, const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     fputs("run: error: ", stderr);
@@ -397,13 +396,8 @@ static void note_other_mode_options(const Options* o) {
 }
 
 static void parse_args(int argc, char** argv, Options* o) {
-    memset(o, 0, sizeof *o);
-    o->mode = GENERATE;
-    o->mode_name = MODE_NAMES[0];
-    o->steps = 256;
-    o->repeat_penalty = 1.0f;
-    o->thinking = 1;
-    o->show_thinking = 1;
+    *o = (Options){.mode = GENERATE, .mode_name = MODE_NAMES[0], .steps = 256, .repeat_penalty = 1.0f,
+                   .thinking = 1, .show_thinking = 1};
     for (int i = 1; i < argc; i++) {
         const char* arg = argv[i];
         if (arg[0] == '-' && arg[1] != '\0') i += parse_option(o, argc, argv, i);

@@ -42,8 +42,7 @@
 static char tmp_path[PATH_MAX];
 static volatile sig_atomic_t tmp_exists = 0;
 
-static void fail(const char* fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
-static void fail(const char* fmt, ...) {
+static __attribute__((noreturn, format(printf, 1, 2))) void fail(const char* fmt, ...) {
     if (tmp_exists) unlink(tmp_path);
     va_list ap;
     va_start(ap, fmt);
