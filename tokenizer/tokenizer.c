@@ -1,24 +1,19 @@
 /* tokenizer.c: Qwen3's byte-level BPE tokenizer (QWEN3.md section 4), read from the tokenizer
- * section of the checkpoint (layout in model.h).
- *
- * Encoding, exactly as the reference (Rust `tokenizers` with tokenizer.json):
- *   1. split off the added tokens (<|im_start|>, <think>, ...) where they occur in the raw text,
- *      leftmost-longest, special or not;
- *   2. NFC-normalise each remaining segment (unicode_tables.c, with the Unicode 9.0 data of the
- *      reference's normalizer; only the stretches around characters that NFC can change are
- *      touched, the rest is copied);
+ * section of the checkpoint (layout in model.h). Encoding, exactly as the reference (Rust
+ * `tokenizers` with tokenizer.json):
+ *   1. split off the added tokens (<|im_start|>, <think>, ...) in the raw text, leftmost-longest,
+ *      special or not;
+ *   2. NFC-normalise each remaining segment (Unicode 9.0 data, as the reference's normalizer),
+ *      touching only the stretches around characters that NFC can change;
  *   3. pre-tokenize with a hand-written scanner equivalent to the Split regex
  *        (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
- *      (one branch per alternative, tried in order; \s = Unicode White_Space; the classes are
- *      Unicode 16.0, as in the reference's regex engine);
- *   4. BPE on the bytes of each piece, on token ids: one id per byte (the single-byte token), then
- *      repeatedly merge the adjacent pair of lowest merge rank, leftmost among equals. Merges are
- *      found by a hash of (left id, right id). Short pieces use an array, long ones a binary heap
- *      over a linked list, so the cost is O(n log n) per piece;
+ *      (one branch per alternative, in order; \s = Unicode White_Space; Unicode 16.0 classes, as
+ *      the reference's regex engine);
+ *   4. BPE on the token ids of each piece's bytes: repeatedly merge the adjacent pair of lowest
+ *      rank, leftmost among equals (short pieces in an array, long ones with a heap: O(n log n));
  *   5. a per-call cache of short pieces (most words repeat) skips step 4 for repeated pieces.
- * No BOS is added. Bytes that are not valid UTF-8 (and NUL) are kept: each invalid byte is one
- * unit of the "other" class (like punctuation) and is encoded by its single-byte token, so
- * decode(encode(x)) gives back the same bytes for them.
+ * No BOS is added. Each byte that is not valid UTF-8 (and NUL) is one unit of the "other" class
+ * (like punctuation) encoded by its single-byte token, so decode(encode(x)) keeps it.
  */
 #include "tokenizer.h"
 
@@ -35,8 +30,11 @@ static const char LLAMA3_REGEX[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
+#define NO_RANK UINT32_MAX
+
+/* A slot of the merge hash; an empty one is all ones (left UINT32_MAX, rank NO_RANK). */
 typedef struct {
-    uint32_t left, right;  /* left == UINT32_MAX: empty slot */
+    uint32_t left, right;
     uint32_t rank, result;
 } MergeSlot;
 
@@ -79,28 +77,26 @@ static uint32_t hash_bytes(const uint8_t* s, size_t n) {
     return h ^ (h >> 15);
 }
 
-static inline uint32_t hash_pair(uint32_t a, uint32_t b) {
-    return (uint32_t)(((uint64_t)a << 32 | b) * 0x9E3779B97F4A7C15ull >> 32);
-}
-
 static uint32_t pow2_at_least(uint64_t n) {
     uint32_t p = 16;
     while (p < n && p < (1u << 30)) p <<= 1;
     return p;
 }
 
-#define NO_RANK UINT32_MAX
+/* The slot of the merge of the pair (a, b), or the empty slot where it goes. */
+static inline MergeSlot* merge_slot(const Tokenizer* t, uint32_t a, uint32_t b) {
+    uint32_t hash = (uint32_t)(((uint64_t)a << 32 | b) * 0x9E3779B97F4A7C15ull >> 32);
+    for (uint32_t h = hash & t->merge_mask;; h = (h + 1) & t->merge_mask) {
+        MergeSlot* m = &t->merges[h];
+        if (m->left == UINT32_MAX || (m->left == a && m->right == b)) return m;
+    }
+}
 
 /* The rank of the merge of the pair (a, b), its result in *result; NO_RANK when there is none. */
 static inline uint32_t merge_rank(const Tokenizer* t, int a, int b, uint32_t* result) {
-    for (uint32_t h = hash_pair((uint32_t)a, (uint32_t)b) & t->merge_mask;; h = (h + 1) & t->merge_mask) {
-        const MergeSlot* m = &t->merges[h];
-        if (m->left == UINT32_MAX) return NO_RANK;
-        if (m->left == (uint32_t)a && m->right == (uint32_t)b) {
-            *result = m->result;
-            return m->rank;
-        }
-    }
+    const MergeSlot* m = merge_slot(t, (uint32_t)a, (uint32_t)b);
+    *result = m->result;
+    return m->rank;
 }
 
 /* The id whose bytes are s[0..n), or -1 (after recording new_id as theirs when new_id >= 0). */
@@ -123,22 +119,19 @@ typedef struct {
     int bad;
 } Reader;
 
-static uint32_t r_u32(Reader* r) {
-    if (r->bad || r->n - r->pos < 4) {
-        r->bad = 1;
-        return 0;
-    }
-    r->pos += 4;
-    return rd32(r->p + r->pos - 4);
-}
-
-static const uint8_t* r_bytes(Reader* r, uint32_t len) {
+/* The next len bytes of the section; NULL (and r->bad set) when it ends first. */
+static const uint8_t* r_bytes(Reader* r, size_t len) {
     if (r->bad || r->n - r->pos < len) {
         r->bad = 1;
         return NULL;
     }
     r->pos += len;
     return r->p + r->pos - len;
+}
+
+static uint32_t r_u32(Reader* r) {
+    const uint8_t* p = r_bytes(r, 4);
+    return p ? rd32(p) : 0;
 }
 
 static int cmp_added(const void* a, const void* b) {
@@ -149,8 +142,7 @@ static int cmp_added(const void* a, const void* b) {
 }
 
 /* Writes the message into err (when there is room for one) and returns -1. */
-static int tok_error(char* err, size_t errlen, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
-static int tok_error(char* err, size_t errlen, const char* fmt, ...) {
+static int __attribute__((format(printf, 3, 4))) tok_error(char* err, size_t errlen, const char* fmt, ...) {
     if (err && errlen) {
         va_list ap;
         va_start(ap, fmt);
@@ -188,18 +180,16 @@ static int read_section(Tokenizer* t, Reader* r, Section* sec, char* err, size_t
     if (sec->n_vocab > (n - r->pos) / 4 || sec->n_merges > (n - r->pos) / 12 || sec->n_added > (n - r->pos) / 12)
         return tok_error(err, errlen, "tokenizer section: counts (%u vocab, %u merges, %u added) exceed its %zu bytes",
                          sec->n_vocab, sec->n_merges, sec->n_added, n);
+    /* any regex but Llama 3's gets the Qwen2 scanner (export.py warns that encoding may differ) */
     if (regex_len == sizeof LLAMA3_REGEX - 1 && memcmp(regex, LLAMA3_REGEX, regex_len) == 0) {
         t->max_digits = 3;
         t->ignore_merges = 1; /* Llama 3's tokenizer.json has "ignore_merges": true */
     }
-    /* any other regex: the Qwen2 scanner is used (export.py warns that encoding may differ) */
-
     sec->vocab = r->p + r->pos;
     for (uint32_t i = 0; i < sec->n_vocab; i++) r_bytes(r, r_u32(r));
     if (r->bad) return tok_error(err, errlen, "tokenizer section: truncated vocabulary");
-    if ((uint64_t)sec->n_merges * 12 > n - r->pos) return tok_error(err, errlen, "tokenizer section: truncated merges");
-    sec->merges = r->p + r->pos;
-    r->pos += (size_t)sec->n_merges * 12;
+    sec->merges = r_bytes(r, (size_t)sec->n_merges * 12);
+    if (r->bad) return tok_error(err, errlen, "tokenizer section: truncated merges");
     sec->added = r->p + r->pos;
     sec->size = sec->n_vocab;
     for (uint32_t i = 0; i < sec->n_added; i++) {
@@ -216,8 +206,11 @@ static int read_section(Tokenizer* t, Reader* r, Section* sec, char* err, size_t
     return 0;
 }
 
-/* The per-id arrays and the two hash tables (every slot empty). */
-static int alloc_tables(Tokenizer* t, const Section* sec, char* err, size_t errlen) {
+/* Fills the tables: each token's bytes (and the single-byte token of each byte, the first one
+ * wins), the merge hash (left, right) -> (rank, result), the added tokens sorted longest first for
+ * the split of step 1, and the hash of token bytes, added tokens first so tokenizer_find prefers
+ * them. */
+static int load_tables(Tokenizer* t, const Section* sec, char* err, size_t errlen) {
     t->n_vocab = (int)sec->n_vocab;
     t->n_added = (int)sec->n_added;
     t->size = (int)sec->size;
@@ -227,18 +220,10 @@ static int alloc_tables(Tokenizer* t, const Section* sec, char* err, size_t errl
     t->vocab_slots = malloc(((size_t)t->vocab_mask + 1) * sizeof *t->vocab_slots);
     t->merge_mask = pow2_at_least((uint64_t)sec->n_merges * 2) - 1;
     t->merges = malloc(((size_t)t->merge_mask + 1) * sizeof *t->merges);
-    if (!t->tok || !t->added || !t->vocab_slots || !t->merges)
-        return tok_error(err, errlen, "tokenizer: out of memory");
+    if (!t->tok || !t->added || !t->vocab_slots || !t->merges) return tok_error(err, errlen, "tokenizer: out of memory");
     memset(t->vocab_slots, 0xff, ((size_t)t->vocab_mask + 1) * sizeof *t->vocab_slots);
     memset(t->merges, 0xff, ((size_t)t->merge_mask + 1) * sizeof *t->merges);
-    return 0;
-}
 
-/* Fills the tables: each token's bytes (and the single-byte token of each byte, the first one
- * wins), the merge hash (left, right) -> (rank, result), the added tokens sorted longest first for
- * the split of step 1, and the hash of token bytes, added tokens first so tokenizer_find prefers
- * them. */
-static int load_tables(Tokenizer* t, const Section* sec, char* err, size_t errlen) {
     const uint8_t* p = sec->vocab;
     for (uint32_t i = 0; i < sec->n_vocab; i++) {
         t->tok[i] = (Token){p + 4, rd32(p), 0};
@@ -252,23 +237,21 @@ static int load_tables(Tokenizer* t, const Section* sec, char* err, size_t errle
             return tok_error(err, errlen,
                              "tokenizer section: merge %u (%u, %u -> %u) uses an id outside the vocabulary of %u",
                              i, a, b, c, sec->n_vocab);
-        uint32_t h = hash_pair(a, b) & t->merge_mask;
-        while (t->merges[h].left != UINT32_MAX && (t->merges[h].left != a || t->merges[h].right != b))
-            h = (h + 1) & t->merge_mask;
-        if (t->merges[h].left == UINT32_MAX) t->merges[h] = (MergeSlot){a, b, i, c}; /* a repeated pair keeps its lowest rank */
+        MergeSlot* slot = merge_slot(t, a, b);
+        if (slot->left == UINT32_MAX) *slot = (MergeSlot){a, b, i, c}; /* a repeated pair keeps its lowest rank */
     }
     p = sec->added;
     for (uint32_t i = 0; i < sec->n_added; i++) {
         uint32_t id = rd32(p), special = rd32(p + 4), len = rd32(p + 8);
         t->added[i] = (Added){p + 12, len, (int)id};
+        t->tok[id] = (Token){p + 12, len, special != 0};
+        if (len) t->added_first[p[12]] = 1;
         p += 12 + (size_t)len;
-        t->tok[id] = (Token){t->added[i].s, len, special != 0};
-        if (len) t->added_first[t->added[i].s[0]] = 1;
     }
     qsort(t->added, sec->n_added, sizeof *t->added, cmp_added);
-    for (uint32_t i = 0; i < sec->n_added; i++) {
-        int id = t->added[i].id;
-        vocab_find(t, t->tok[id].s, t->tok[id].len, id);
+    for (int i = 0; i < t->n_added; i++) {
+        const Token* a = &t->tok[t->added[i].id]; /* the last of the added tokens that share an id */
+        vocab_find(t, a->s, a->len, t->added[i].id);
     }
     for (int i = 0; i < t->n_vocab; i++) vocab_find(t, t->tok[i].s, t->tok[i].len, i);
     return 0;
@@ -285,8 +268,7 @@ Tokenizer* tokenizer_new(const uint8_t* data, size_t n, char* err, size_t errlen
     if (n == 0 || !data) return t; /* no tokenizer in the checkpoint */
     Reader r = {data, n, 0, 0};
     Section sec = {0};
-    if (read_section(t, &r, &sec, err, errlen) != 0 || alloc_tables(t, &sec, err, errlen) != 0 ||
-        load_tables(t, &sec, err, errlen) != 0) {
+    if (read_section(t, &r, &sec, err, errlen) != 0 || load_tables(t, &sec, err, errlen) != 0) {
         tokenizer_free(t);
         return NULL;
     }
@@ -305,12 +287,9 @@ void tokenizer_free(Tokenizer* t) {
 int tokenizer_size(const Tokenizer* t) { return t ? t->size : 0; }
 
 const char* tokenizer_token(const Tokenizer* t, int id, size_t* len) {
-    if (!t || id < 0 || id >= t->size || !t->tok[id].s) {
-        if (len) *len = 0;
-        return NULL;
-    }
-    if (len) *len = t->tok[id].len;
-    return (const char*)t->tok[id].s;
+    int known = t && id >= 0 && id < t->size && t->tok[id].s;
+    if (len) *len = known ? t->tok[id].len : 0;
+    return known ? (const char*)t->tok[id].s : NULL;
 }
 
 int tokenizer_is_special(const Tokenizer* t, int id) {
@@ -325,8 +304,8 @@ int tokenizer_find(const Tokenizer* t, const char* s) {
 /* ---- UTF-8 ---- */
 
 /* A byte that is not part of a valid UTF-8 sequence decodes to INVALID_BASE + byte: it has no
- * Unicode properties (ut_props gives 0: the "other" class), combining class 0, and is written
- * back as that byte. */
+ * Unicode properties (ut_props gives 0: the "other" class; no decomposition, combining class 0),
+ * and is written back as that byte. */
 #define INVALID_BASE 0x110000u
 
 /* Bytes a character with lead byte c needs in all (0: c cannot start one). */
@@ -378,54 +357,41 @@ static int utf8_put(uint32_t c, uint8_t* o) {
     return n;
 }
 
-/* ---- Growable buffers ---- */
+/* ---- Growable arrays ---- */
 
-/* p (an array of *cap elements of `size` bytes) grown to hold at least `need`, doubling; NULL when
- * out of memory (p is then still valid). */
-static void* grow(void* p, size_t* cap, size_t need, size_t size) {
-    if (need <= *cap && p) return p;
-    size_t c = *cap ? *cap : 64;
-    while (c < need) c *= 2;
-    void* q = realloc(p, c * size);
-    if (q) *cap = c;
-    return q;
-}
-
+/* An array of n elements (capacity cap) that grows by doubling; oom, once set by a failed
+ * allocation, stays set and the array takes no more room. */
 typedef struct {
-    uint8_t* p;
+    void* p;
     size_t n, cap;
     int oom;
-} Bytes;
+} Vec;
 
-static int bytes_reserve(Bytes* b, size_t extra) {
-    uint8_t* p = b->oom ? NULL : grow(b->p, &b->cap, b->n + extra, 1);
-    if (p) b->p = p;
-    else b->oom = 1;
-    return p != NULL;
+/* Room for extra more elements of `size` bytes; 0 when out of memory. */
+static int vec_reserve(Vec* v, size_t extra, size_t size) {
+    if (v->oom) return 0;
+    if (v->n + extra <= v->cap && v->p) return 1;
+    size_t cap = v->cap ? v->cap : 64;
+    while (cap < v->n + extra) cap *= 2;
+    void* p = realloc(v->p, cap * size);
+    if (!p) {
+        v->oom = 1;
+        return 0;
+    }
+    v->p = p;
+    v->cap = cap;
+    return 1;
 }
 
-static void bytes_add(Bytes* b, const void* s, size_t n) {
-    if (!bytes_reserve(b, n)) return;
-    if (n) memcpy(b->p + b->n, s, n);
+static void bytes_add(Vec* b, const void* s, size_t n) {
+    if (!vec_reserve(b, n, 1)) return;
+    if (n) memcpy((uint8_t*)b->p + b->n, s, n);
     b->n += n;
 }
 
-typedef struct {
-    int* p;
-    size_t n, cap;
-    int oom;
-} Ids;
-
-static int ids_reserve(Ids* v, size_t extra) {
-    int* p = v->oom ? NULL : grow(v->p, &v->cap, v->n + extra, sizeof *v->p);
-    if (p) v->p = p;
-    else v->oom = 1;
-    return p != NULL;
-}
-
-static inline void ids_add(Ids* v, int id) {
-    if (v->n == v->cap && !ids_reserve(v, 1)) return;
-    v->p[v->n++] = id;
+static inline void ids_add(Vec* v, int id) {
+    if (v->n == v->cap && !vec_reserve(v, 1, sizeof(int))) return;
+    ((int*)v->p)[v->n++] = id;
 }
 
 /* ---- NFC ---- */
@@ -435,66 +401,53 @@ typedef struct {
     uint8_t ccc;  /* its canonical combining class */
 } Mark;
 
-typedef struct {
-    Mark* p;
-    size_t cap;
-} Marks;
-
-/* Normalises the characters s[0..n) (a stretch that starts at a "safe" character or at the start of
- * the segment, and ends before a safe character or at its end) and appends the result to out. */
-static void nfc_stretch(const uint8_t* s, size_t n, Bytes* out, Marks* buf) {
+/* Normalises the characters s[0..n) (n > 0: a stretch that starts at a "safe" character or at the
+ * start of the segment, and ends before a safe character or at its end) and appends the result to
+ * out; marks is scratch. */
+static void nfc_stretch(const uint8_t* s, size_t n, Vec* out, Vec* marks) {
     /* each byte decomposes into at most UT_MAX_DECOMP characters */
-    Mark* c = grow(buf->p, &buf->cap, n * UT_MAX_DECOMP + 1, sizeof *c);
-    if (!c) {
+    if (!vec_reserve(marks, n * UT_MAX_DECOMP + 1, sizeof(Mark))) {
         out->oom = 1;
         return;
     }
-    buf->p = c;
+    Mark* c = marks->p;
     size_t m = 0;
     /* full canonical decomposition */
     for (size_t i = 0; i < n;) {
         int l;
         uint32_t ch = utf8_next(s, n, i, &l);
         i += (size_t)l;
-        if (ch >= INVALID_BASE) {
-            c[m++] = (Mark){ch, 0};
-            continue;
-        }
         uint32_t d[UT_MAX_DECOMP];
         int nd = ut_decompose(ch, d);
         for (int j = 0; j < nd; j++) c[m++] = (Mark){d[j], (uint8_t)ut_ccc(d[j])};
     }
     /* canonical ordering: stable sort of every run of non-zero combining classes */
     for (size_t i = 1; i < m; i++) {
-        if (c[i].ccc == 0) continue;
         Mark x = c[i];
         size_t j = i;
-        for (; j > 0 && c[j - 1].ccc > x.ccc; j--) c[j] = c[j - 1];
+        for (; x.ccc && j > 0 && c[j - 1].ccc > x.ccc; j--) c[j] = c[j - 1];
         c[j] = x;
     }
     /* canonical composition */
-    if (m > 0) {
-        size_t starter = 0, w = 1;
-        int starter_ok = c[0].ccc == 0;
-        int last = c[0].ccc == 0 ? 0 : 256;
-        for (size_t i = 1; i < m; i++) {
-            Mark x = c[i];
-            uint32_t comp = (starter_ok && (last < x.ccc || last == 0)) ? ut_compose(c[starter].c, x.c) : 0;
-            if (comp) {
-                c[starter].c = comp;
-                continue;
-            }
-            if (x.ccc == 0) {
-                starter = w;
-                starter_ok = 1;
-            }
-            last = x.ccc;
-            c[w++] = x;
+    size_t starter = 0, w = 1;
+    int starter_ok = c[0].ccc == 0;
+    int last = starter_ok ? 0 : 256;
+    for (size_t i = 1; i < m; i++) {
+        Mark x = c[i];
+        uint32_t comp = (starter_ok && (last < x.ccc || last == 0)) ? ut_compose(c[starter].c, x.c) : 0;
+        if (comp) {
+            c[starter].c = comp;
+            continue;
         }
-        m = w;
+        if (x.ccc == 0) {
+            starter = w;
+            starter_ok = 1;
+        }
+        last = x.ccc;
+        c[w++] = x;
     }
-    if (!bytes_reserve(out, m * 4)) return;
-    for (size_t i = 0; i < m; i++) out->n += (size_t)utf8_put(c[i].c, out->p + out->n);
+    if (!vec_reserve(out, w * 4, 1)) return;
+    for (size_t i = 0; i < w; i++) out->n += (size_t)utf8_put(c[i].c, (uint8_t*)out->p + out->n);
 }
 
 /* The end of the run of characters from s[j] on that are unsafe (unsafe = 1) or safe (0) for NFC;
@@ -511,7 +464,7 @@ static size_t nfc_run(const uint8_t* s, size_t n, size_t j, int unsafe, size_t* 
 }
 
 /* NFC of s[0..n). Returns s itself when it is already NFC (no unsafe character), else out->p. */
-static const uint8_t* nfc(const uint8_t* s, size_t n, size_t* out_n, Bytes* out, Marks* buf) {
+static const uint8_t* nfc(const uint8_t* s, size_t n, size_t* out_n, Vec* out, Vec* marks) {
     size_t safe = 0, unused;                 /* safe: start of the last safe character (or 0) */
     size_t i = nfc_run(s, n, 0, 0, &safe);   /* the first unsafe character */
     if (i == n) {
@@ -524,7 +477,7 @@ static const uint8_t* nfc(const uint8_t* s, size_t n, size_t* out_n, Bytes* out,
         /* a stretch from the last safe character before an unsafe one to the next safe one */
         bytes_add(out, s + done, safe - done);
         done = nfc_run(s, n, i, 1, &unused);
-        nfc_stretch(s + safe, done - safe, out, buf);
+        nfc_stretch(s + safe, done - safe, out, marks);
         safe = done;
         i = nfc_run(s, n, done, 0, &safe);
     }
@@ -545,6 +498,11 @@ static size_t run_end(const uint8_t* s, size_t n, size_t j, unsigned mask, int w
     return j;
 }
 
+/* The ASCII byte s[i] in lower case; 0 past the end or for a non-ASCII byte. */
+static uint8_t ascii_lower(const uint8_t* s, size_t n, size_t i) {
+    return i < n && s[i] < 0x80 ? s[i] | 0x20 : 0;
+}
+
 /* Length in bytes of the piece that starts at s[i] (i < n). */
 static size_t next_piece(const uint8_t* s, size_t n, size_t i, int max_digits) {
     int l0, l;
@@ -554,12 +512,10 @@ static size_t next_piece(const uint8_t* s, size_t n, size_t i, int max_digits) {
     size_t j;
 
     /* 1. (?i:'s|'t|'re|'ve|'m|'ll|'d) */
-    if (c0 == '\'' && i + 1 < n) {
-        uint8_t a = s[i + 1] | 0x20, b = i + 2 < n ? (s[i + 2] | 0x20) : 0;
-        int ascii_a = s[i + 1] < 0x80, ascii_b = i + 2 < n && s[i + 2] < 0x80;
-        if (ascii_a && (a == 's' || a == 't' || a == 'm' || a == 'd')) return 2;
-        if (ascii_a && ascii_b && ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')))
-            return 3;
+    if (c0 == '\'') {
+        uint8_t a = ascii_lower(s, n, i + 1), b = ascii_lower(s, n, i + 2);
+        if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
+        if ((b == 'e' && (a == 'r' || a == 'v')) || (a == 'l' && b == 'l')) return 3;
     }
     /* 2. [^\r\n\p{L}\p{N}]?\p{L}+ */
     j = i;
@@ -573,11 +529,7 @@ static size_t next_piece(const uint8_t* s, size_t n, size_t i, int max_digits) {
     /* 3. \p{N} (Llama 3: \p{N}{1,3}) */
     if (p0 & UT_N) {
         j = i + (size_t)l0;
-        for (int d = 1; d < max_digits && j < n; d++) {
-            uint32_t c = utf8_next(s, n, j, &l);
-            if (!(ut_props(c) & UT_N)) break;
-            j += (size_t)l;
-        }
+        for (int d = 1; d < max_digits && j < n && (ut_props(utf8_next(s, n, j, &l)) & UT_N); d++) j += (size_t)l;
         return j - i;
     }
     /* 4. ' '?[^\s\p{L}\p{N}]+[\r\n]* */
@@ -636,41 +588,29 @@ typedef struct {
     int ids[CACHE_MAX_PIECE];
 } CacheEntry;
 
-/* The piece cache: open addressing over the entries themselves, doubled when half full. */
-typedef struct {
-    CacheEntry* slots;  /* NULL: no cache */
-    uint32_t mask, used;
-} Cache;
-
 /* The scratch of one tokenizer_encode call, so that the tokenizer itself stays read-only. */
 typedef struct {
-    Symbol* sym;
-    HeapItem* heap;         /* twice as long as sym: a piece of m symbols never holds more than 2m */
-    size_t cap, heap_cap;
-    Cache cache;
-    Bytes nfc;
-    Marks marks;
+    Vec sym, heap;  /* Symbol, HeapItem; a piece of m symbols never holds more than 2m candidates */
+    Vec nfc, marks;
+    CacheEntry* cache; /* direct-mapped by the piece's hash (a new piece replaces the old); NULL: none */
+    uint32_t cache_mask;
 } Work;
 
 static inline int heap_less(HeapItem a, HeapItem b) { return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos); }
 
 static void heap_push(HeapItem* h, size_t* n, HeapItem x) {
     size_t i = (*n)++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!heap_less(x, h[p])) break;
-        h[i] = h[p];
-        i = p;
+    while (i > 0 && heap_less(x, h[(i - 1) / 2])) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
     }
     h[i] = x;
 }
 
 static HeapItem heap_pop(HeapItem* h, size_t* n) {
     HeapItem top = h[0], x = h[--(*n)];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= *n) break;
+    size_t i = 0, c;
+    while ((c = 2 * i + 1) < *n) {
         if (c + 1 < *n && heap_less(h[c + 1], h[c])) c++;
         if (!heap_less(h[c], x)) break;
         h[i] = h[c];
@@ -682,7 +622,7 @@ static HeapItem heap_pop(HeapItem* h, size_t* n) {
 
 /* Short pieces: an array of symbols with each adjacent pair's rank; after a merge only the two
  * neighbouring pairs are looked up again. */
-static void bpe_array(const Tokenizer* t, Symbol* sym, int m, Ids* out) {
+static void bpe_array(const Tokenizer* t, Symbol* sym, int m, Vec* out) {
     for (int i = 0; i + 1 < m; i++) sym[i].rank = merge_rank(t, sym[i].id, sym[i + 1].id, &sym[i].result);
     while (m > 1) {
         int best = -1;
@@ -702,55 +642,56 @@ static void bpe_array(const Tokenizer* t, Symbol* sym, int m, Ids* out) {
     for (int i = 0; i < m; i++) ids_add(out, sym[i].id);
 }
 
+/* Pushes the candidate merge of sym[pos] with its right neighbour, if that pair has a merge. */
+static inline void push_pair(const Tokenizer* t, const Symbol* sym, int pos, HeapItem* heap, size_t* hn) {
+    uint32_t result;
+    if (pos < 0 || sym[pos].next < 0) return;
+    uint32_t rank = merge_rank(t, sym[pos].id, sym[sym[pos].next].id, &result);
+    if (rank != NO_RANK) heap_push(heap, hn, (HeapItem){rank, pos});
+}
+
 /* Long pieces: a linked list of symbols and a binary heap of candidate merges ordered by (rank,
  * position); a candidate whose symbols have changed since it was pushed is skipped. */
-static void bpe_heap(const Tokenizer* t, Symbol* sym, HeapItem* heap, int m, Ids* out) {
+static void bpe_heap(const Tokenizer* t, Symbol* sym, HeapItem* heap, int m, Vec* out) {
     size_t hn = 0;
-    uint32_t rk, rs = 0;
     for (int i = 0; i < m; i++) {
-        sym[i].next = i + 1 < m ? i + 1 : -1;
         sym[i].prev = i - 1;
+        sym[i].next = i + 1 < m ? i + 1 : -1;
     }
-    for (int i = 0; i + 1 < m; i++)
-        if ((rk = merge_rank(t, sym[i].id, sym[i + 1].id, &rs)) != NO_RANK) heap_push(heap, &hn, (HeapItem){rk, i});
+    for (int i = 0; i + 1 < m; i++) push_pair(t, sym, i, heap, &hn);
     while (hn > 0) {
         HeapItem top = heap_pop(heap, &hn);
         Symbol* a = &sym[top.pos];
         if (a->id < 0 || a->next < 0) continue;
         Symbol* b = &sym[a->next];
-        if (merge_rank(t, a->id, b->id, &rs) != top.rank) continue; /* stale */
-        a->id = (int)rs;
+        uint32_t result;
+        if (merge_rank(t, a->id, b->id, &result) != top.rank) continue; /* stale */
+        a->id = (int)result;
         b->id = -1;
         a->next = b->next;
         if (b->next >= 0) sym[b->next].prev = top.pos;
-        if (a->prev >= 0 && (rk = merge_rank(t, sym[a->prev].id, a->id, &rs)) != NO_RANK)
-            heap_push(heap, &hn, (HeapItem){rk, a->prev});
-        if (a->next >= 0 && (rk = merge_rank(t, a->id, sym[a->next].id, &rs)) != NO_RANK)
-            heap_push(heap, &hn, (HeapItem){rk, top.pos});
+        push_pair(t, sym, a->prev, heap, &hn);
+        push_pair(t, sym, top.pos, heap, &hn);
     }
     for (int i = 0; i >= 0; i = sym[i].next) ids_add(out, sym[i].id);
 }
 
-/* The entry of piece s[0..n), or the empty slot where it goes. */
-static CacheEntry* cache_slot(const Cache* c, const uint8_t* s, size_t n) {
-    for (uint32_t h = hash_bytes(s, n) & c->mask;; h = (h + 1) & c->mask) {
-        CacheEntry* e = &c->slots[h];
-        if (e->key_len == 0 || (e->key_len == n && memcmp(e->key, s, n) == 0)) return e;
+/* BPE of the bytes s[0..n): one symbol per byte (a byte without a token is dropped), merged. */
+static void bpe(const Tokenizer* t, Work* w, const uint8_t* s, size_t n, Vec* out) {
+    if (!vec_reserve(&w->sym, n, sizeof(Symbol)) || !vec_reserve(&w->heap, 2 * n, sizeof(HeapItem))) {
+        out->oom = 1;
+        return;
     }
-}
-
-/* Doubles the table; out of memory, the old one stays (and takes no more entries once full). */
-static void cache_grow(Cache* c) {
-    Cache bigger = {calloc(((size_t)c->mask + 1) * 2, sizeof *c->slots), c->mask * 2 + 1, c->used};
-    if (!bigger.slots) return;
-    for (uint32_t i = 0; i <= c->mask; i++)
-        if (c->slots[i].key_len) *cache_slot(&bigger, c->slots[i].key, c->slots[i].key_len) = c->slots[i];
-    free(c->slots);
-    *c = bigger;
+    Symbol* sym = w->sym.p;
+    int m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (t->byte_id[s[i]] >= 0) sym[m++].id = t->byte_id[s[i]];
+    if (m <= ARRAY_BPE_MAX) bpe_array(t, sym, m, out);
+    else bpe_heap(t, sym, w->heap.p, m, out);
 }
 
 /* Encodes one pre-tokenized piece. */
-static void encode_piece(const Tokenizer* t, Work* w, const uint8_t* s, size_t n, Ids* out) {
+static void encode_piece(const Tokenizer* t, Work* w, const uint8_t* s, size_t n, Vec* out) {
     if (n == 1) {
         if (t->byte_id[s[0]] >= 0) ids_add(out, t->byte_id[s[0]]);
         return;
@@ -763,37 +704,24 @@ static void encode_piece(const Tokenizer* t, Work* w, const uint8_t* s, size_t n
         }
     }
     CacheEntry* ce = NULL;
-    if (w->cache.slots && n <= CACHE_MAX_PIECE) {
-        ce = cache_slot(&w->cache, s, n);
-        if (ce->key_len) {
+    if (w->cache && n <= CACHE_MAX_PIECE) {
+        ce = &w->cache[hash_bytes(s, n) & w->cache_mask];
+        if (ce->key_len == n && memcmp(ce->key, s, n) == 0) {
             for (int i = 0; i < ce->n_ids; i++) ids_add(out, ce->ids[i]);
             return;
         }
     }
-    Symbol* sym = grow(w->sym, &w->cap, n, sizeof *sym);
-    HeapItem* heap = sym ? grow(w->heap, &w->heap_cap, 2 * n, sizeof *heap) : NULL;
-    if (sym) w->sym = sym;
-    if (heap) w->heap = heap;
-    if (!heap) {
-        out->oom = 1;
-        return;
-    }
-    int m = 0;
-    for (size_t i = 0; i < n; i++)
-        if (t->byte_id[s[i]] >= 0) sym[m++].id = t->byte_id[s[i]]; /* a byte without a token is dropped */
     size_t before = out->n;
-    if (m <= ARRAY_BPE_MAX) bpe_array(t, sym, m, out);
-    else bpe_heap(t, sym, heap, m, out);
-    if (ce && !out->oom && w->cache.used < w->cache.mask) { /* one slot stays empty: lookups end */
+    bpe(t, w, s, n, out);
+    if (ce && !out->oom) {
         memcpy(ce->key, s, n);
         ce->key_len = (uint8_t)n;
         ce->n_ids = (uint8_t)(out->n - before);
-        memcpy(ce->ids, out->p + before, ce->n_ids * sizeof *ce->ids);
-        if (++w->cache.used * 2 > w->cache.mask + 1) cache_grow(&w->cache);
+        memcpy(ce->ids, (int*)out->p + before, ce->n_ids * sizeof *ce->ids);
     }
 }
 
-static void encode_segment(const Tokenizer* t, Work* w, const uint8_t* s, size_t n, Ids* out) {
+static void encode_segment(const Tokenizer* t, Work* w, const uint8_t* s, size_t n, Vec* out) {
     if (n == 0) return;
     if (t->flags & TOK_FLAG_NFC) s = nfc(s, n, &n, &w->nfc, &w->marks);
     if (w->nfc.oom) {
@@ -807,39 +735,46 @@ static void encode_segment(const Tokenizer* t, Work* w, const uint8_t* s, size_t
     }
 }
 
+/* Where the first added token in s[from..len) starts (the longest of those that start at the
+ * same byte goes in *hit); len, with *hit NULL, when there is none. */
+static size_t next_added(const Tokenizer* t, const uint8_t* s, size_t len, size_t from, const Added** hit) {
+    for (size_t i = from; i < len; i++) {
+        if (!t->added_first[s[i]]) continue;
+        for (int k = 0; k < t->n_added; k++) { /* sorted longest first */
+            const Added* a = &t->added[k];
+            if (a->len && a->len <= len - i && memcmp(s + i, a->s, a->len) == 0) {
+                *hit = a;
+                return i;
+            }
+        }
+    }
+    *hit = NULL;
+    return len;
+}
+
 int* tokenizer_encode(const Tokenizer* t, const char* text, size_t len, int* n_ids) {
     *n_ids = 0;
-    Ids out = {0};
-    if (!ids_reserve(&out, len / 3 + 16)) return NULL;
+    Vec out = {0};
+    if (!vec_reserve(&out, len / 3 + 16, sizeof(int))) return NULL;
     if (!t || t->size == 0 || !text) return out.p; /* no tokenizer: no ids */
     const uint8_t* s = (const uint8_t*)text;
     Work w = {0};
-    if (len > 256) { /* the cache pays off on longer texts only */
-        w.cache.slots = calloc(4096, sizeof *w.cache.slots);
-        w.cache.mask = 4095;
+    if (len > 256) { /* the cache pays off on longer texts only; it holds 4096 to 131072 pieces */
+        size_t slots = len / 8 < 131072 ? len / 8 : 131072;
+        w.cache_mask = pow2_at_least(slots > 4096 ? slots : 4096) - 1;
+        w.cache = calloc((size_t)w.cache_mask + 1, sizeof *w.cache);
     }
-    size_t seg = 0;
-    for (size_t i = 0; i < len;) {
-        const Added* hit = NULL;
-        if (t->added_first[s[i]]) {
-            for (int k = 0; k < t->n_added && !hit; k++) { /* sorted longest first */
-                const Added* a = &t->added[k];
-                if (a->len && a->len <= len - i && memcmp(s + i, a->s, a->len) == 0) hit = a;
-            }
-        }
-        if (!hit) {
-            i++;
-            continue;
-        }
+    for (size_t seg = 0;;) {
+        const Added* hit;
+        size_t i = next_added(t, s, len, seg, &hit);
         encode_segment(t, &w, s + seg, i - seg, &out);
+        if (!hit) break;
         ids_add(&out, hit->id);
-        i += hit->len;
-        seg = i;
+        seg = i + hit->len;
     }
-    encode_segment(t, &w, s + seg, len - seg, &out);
-    free(w.sym);
-    free(w.heap);
-    free(w.cache.slots);
+    free(w.sym.p);
+    free(w.heap.p);
+    free(w.cache);
     free(w.nfc.p);
     free(w.marks.p);
     if (out.oom) {
@@ -852,95 +787,67 @@ int* tokenizer_encode(const Tokenizer* t, const char* text, size_t len, int* n_i
 
 /* ---- Decoding ---- */
 
-typedef struct {
-    FILE* f;
-    Bytes* b;
-} Sink;
-
-static void sink_put(Sink* k, const void* s, size_t n) {
-    if (k->f) fwrite(s, 1, n, k->f);
-    if (k->b) bytes_add(k->b, s, n);
-}
-
 static const uint8_t REPLACEMENT[3] = {0xEF, 0xBF, 0xBD};
+
+static void put(FILE* out, const void* p, size_t n) {
+    if (out) fwrite(p, 1, n, out);
+}
 
 /* Feeds bytes through the stream: complete characters are written, an invalid sequence (a maximal
  * subpart, as Rust's from_utf8_lossy and the W3C/Unicode recommendation) becomes one U+FFFD. */
-static void stream_feed(Utf8Stream* st, const uint8_t* s, size_t n, Sink* k) {
-    size_t run = 0; /* start of a run of ASCII/complete bytes written in one go */
+static void stream_feed(Utf8Stream* st, const uint8_t* s, size_t n, FILE* out) {
     for (size_t i = 0; i < n; i++) {
-        uint8_t c = s[i];
-        if (st->n_pending == 0) {
-            int need = utf8_need(c);
-            if (need == 1) continue; /* ASCII: part of the run */
-            sink_put(k, s + run, i - run);
-            run = i + 1;
-            if (need == 0) {
-                sink_put(k, REPLACEMENT, 3);
-            } else {
-                st->pending[0] = c;
-                st->n_pending = 1;
-            }
+        if (st->n_pending > 0 && !utf8_cont_ok(st->pending[0], st->n_pending, s[i])) {
+            put(out, REPLACEMENT, 3); /* and s[i] starts afresh */
+            st->n_pending = 0;
+        }
+        if (st->n_pending == 0 && utf8_need(s[i]) == 0) {
+            put(out, REPLACEMENT, 3);
             continue;
         }
-        /* inside a character: run == i here */
-        int need = utf8_need(st->pending[0]);
-        if (utf8_cont_ok(st->pending[0], st->n_pending, c)) {
-            st->pending[st->n_pending++] = c;
-            if (st->n_pending == need) {
-                sink_put(k, st->pending, (size_t)need);
-                st->n_pending = 0;
-            }
-            run = i + 1;
-        } else {
-            sink_put(k, REPLACEMENT, 3);
+        st->pending[st->n_pending++] = s[i];
+        if (st->n_pending == utf8_need(st->pending[0])) {
+            put(out, st->pending, (size_t)st->n_pending);
             st->n_pending = 0;
-            run = i;
-            i--; /* this byte starts afresh */
         }
     }
-    if (st->n_pending == 0) sink_put(k, s + run, n - run);
 }
 
 void tokenizer_print(const Tokenizer* t, Utf8Stream* s, int id, int show_special, FILE* out) {
     size_t len;
     const char* p = tokenizer_token(t, id, &len);
     if (!p || (!show_special && tokenizer_is_special(t, id))) return;
-    Sink k = {out, NULL};
-    stream_feed(s, (const uint8_t*)p, len, &k);
+    stream_feed(s, (const uint8_t*)p, len, out);
 }
 
 void utf8_stream_flush(Utf8Stream* s, FILE* out) {
-    if (s->n_pending > 0 && out) fwrite(REPLACEMENT, 1, 3, out);
+    if (s->n_pending > 0) put(out, REPLACEMENT, 3);
     s->n_pending = 0;
 }
 
 char* tokenizer_decode(const Tokenizer* t, const int* ids, int n, int skip_special, size_t* len) {
-    Bytes b = {0};
-    Utf8Stream st = {{0}, 0};
-    Sink k = {NULL, &b};
-    for (int i = 0; i < n; i++) {
-        size_t l;
-        const char* p = tokenizer_token(t, ids[i], &l);
-        if (!p || (skip_special && tokenizer_is_special(t, ids[i]))) continue;
-        stream_feed(&st, (const uint8_t*)p, l, &k);
+    char* text = NULL;
+    size_t size = 0;
+    FILE* f = open_memstream(&text, &size); /* text stays NUL-terminated */
+    if (f) {
+        Utf8Stream st = {{0}, 0};
+        for (int i = 0; i < n; i++) tokenizer_print(t, &st, ids[i], !skip_special, f);
+        utf8_stream_flush(&st, f);
+        int failed = ferror(f);
+        if (fclose(f) != 0 || failed) {
+            free(text);
+            text = NULL;
+            size = 0;
+        }
     }
-    if (st.n_pending) bytes_add(&b, REPLACEMENT, 3);
-    bytes_add(&b, "", 1);
-    if (b.oom) {
-        free(b.p);
-        if (len) *len = 0;
-        return NULL;
-    }
-    if (len) *len = b.n - 1;
-    return (char*)b.p;
+    if (len) *len = size;
+    return text;
 }
 
 /* ---- Helpers exposed for tests ---- */
 
 char* tokenizer_nfc(const char* s, size_t n, size_t* out_n) {
-    Bytes b = {0};
-    Marks marks = {0};
+    Vec b = {0}, marks = {0};
     size_t m;
     const uint8_t* r = nfc((const uint8_t*)s, n, &m, &b, &marks);
     char* out = b.oom ? NULL : malloc(m + 1);

@@ -40,10 +40,10 @@ typedef struct {
     int n_pending;
 } Utf8Stream;
 
-/* Writes the bytes of token id to out through the stream (special tokens are written only when
- * show_special is nonzero). Invalid sequences are written as U+FFFD. */
+/* Writes the bytes of token id to out through the stream (special tokens only when show_special
+ * is nonzero); invalid sequences as U+FFFD. utf8_stream_flush writes what is still held (an
+ * incomplete character at the end) as U+FFFD. */
 void tokenizer_print(const Tokenizer* t, Utf8Stream* s, int id, int show_special, FILE* out);
-/* Writes out whatever is still held (as U+FFFD: an incomplete character at the end). */
 void utf8_stream_flush(Utf8Stream* s, FILE* out);
 
 /* Decodes n ids into a malloc'ed, NUL-terminated string (free it): the tokens' bytes concatenated,
@@ -52,12 +52,10 @@ void utf8_stream_flush(Utf8Stream* s, FILE* out);
  * without the NUL. NULL when out of memory. */
 char* tokenizer_decode(const Tokenizer* t, const int* ids, int n, int skip_special, size_t* len);
 
-/* Unicode NFC of n bytes of UTF-8 (bytes that are not valid UTF-8 are kept as they are). Returns a
- * malloc'ed, NUL-terminated copy (free it), *out_n its length; NULL when out of memory. */
+/* For tests: the Unicode NFC of n bytes of UTF-8 (invalid bytes kept as they are) as a malloc'ed,
+ * NUL-terminated copy (free it) of length *out_n, NULL when out of memory; and the length in bytes
+ * of the pre-tokenizer's piece (the Qwen2/Qwen3 Split regex) that starts at byte i < n of s. */
 char* tokenizer_nfc(const char* s, size_t n, size_t* out_n);
-
-/* The pre-tokenizer on its own (for tests): the length in bytes of the piece of the Qwen2/Qwen3
- * Split regex that starts at byte i of s[0..n) (i < n). */
 size_t tokenizer_next_piece(const char* s, size_t n, size_t i);
 
 #endif
