@@ -573,11 +573,6 @@ typedef struct {
     uint32_t result;  /* array method: that merge's result */
 } Symbol;
 
-typedef struct {
-    uint32_t rank;
-    int pos; /* index of the left symbol */
-} HeapItem;
-
 #define ARRAY_BPE_MAX 48   /* pieces up to this many bytes use the simple array method */
 #define CACHE_MAX_PIECE 32 /* pieces up to this many bytes are cached */
 
@@ -590,29 +585,31 @@ typedef struct {
 
 /* The scratch of one tokenizer_encode call, so that the tokenizer itself stays read-only. */
 typedef struct {
-    Vec sym, heap;  /* Symbol, HeapItem; a piece of m symbols never holds more than 2m candidates */
+    Vec sym, heap;  /* Symbol, Candidate; a piece of m symbols never holds more than 2m candidates */
     Vec nfc, marks;
     CacheEntry* cache; /* direct-mapped by the piece's hash (a new piece replaces the old); NULL: none */
     uint32_t cache_mask;
 } Work;
 
-static inline int heap_less(HeapItem a, HeapItem b) { return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos); }
+/* A candidate merge for the heap: its rank in the high half, the index of its left symbol in the
+ * low half, so that the smallest number is the lowest rank, leftmost among equals. */
+typedef uint64_t Candidate;
 
-static void heap_push(HeapItem* h, size_t* n, HeapItem x) {
+static void heap_push(Candidate* h, size_t* n, Candidate x) {
     size_t i = (*n)++;
-    while (i > 0 && heap_less(x, h[(i - 1) / 2])) {
+    while (i > 0 && x < h[(i - 1) / 2]) {
         h[i] = h[(i - 1) / 2];
         i = (i - 1) / 2;
     }
     h[i] = x;
 }
 
-static HeapItem heap_pop(HeapItem* h, size_t* n) {
-    HeapItem top = h[0], x = h[--(*n)];
+static Candidate heap_pop(Candidate* h, size_t* n) {
+    Candidate top = h[0], x = h[--(*n)];
     size_t i = 0, c;
     while ((c = 2 * i + 1) < *n) {
-        if (c + 1 < *n && heap_less(h[c + 1], h[c])) c++;
-        if (!heap_less(h[c], x)) break;
+        if (c + 1 < *n && h[c + 1] < h[c]) c++;
+        if (h[c] >= x) break;
         h[i] = h[c];
         i = c;
     }
@@ -643,16 +640,16 @@ static void bpe_array(const Tokenizer* t, Symbol* sym, int m, Vec* out) {
 }
 
 /* Pushes the candidate merge of sym[pos] with its right neighbour, if that pair has a merge. */
-static inline void push_pair(const Tokenizer* t, const Symbol* sym, int pos, HeapItem* heap, size_t* hn) {
+static inline void push_pair(const Tokenizer* t, const Symbol* sym, int pos, Candidate* heap, size_t* hn) {
     uint32_t result;
     if (pos < 0 || sym[pos].next < 0) return;
     uint32_t rank = merge_rank(t, sym[pos].id, sym[sym[pos].next].id, &result);
-    if (rank != NO_RANK) heap_push(heap, hn, (HeapItem){rank, pos});
+    if (rank != NO_RANK) heap_push(heap, hn, (Candidate)rank << 32 | (uint32_t)pos);
 }
 
 /* Long pieces: a linked list of symbols and a binary heap of candidate merges ordered by (rank,
  * position); a candidate whose symbols have changed since it was pushed is skipped. */
-static void bpe_heap(const Tokenizer* t, Symbol* sym, HeapItem* heap, int m, Vec* out) {
+static void bpe_heap(const Tokenizer* t, Symbol* sym, Candidate* heap, int m, Vec* out) {
     size_t hn = 0;
     for (int i = 0; i < m; i++) {
         sym[i].prev = i - 1;
@@ -660,25 +657,26 @@ static void bpe_heap(const Tokenizer* t, Symbol* sym, HeapItem* heap, int m, Vec
     }
     for (int i = 0; i + 1 < m; i++) push_pair(t, sym, i, heap, &hn);
     while (hn > 0) {
-        HeapItem top = heap_pop(heap, &hn);
-        Symbol* a = &sym[top.pos];
+        Candidate top = heap_pop(heap, &hn);
+        int pos = (int)(uint32_t)top;
+        Symbol* a = &sym[pos];
         if (a->id < 0 || a->next < 0) continue;
         Symbol* b = &sym[a->next];
         uint32_t result;
-        if (merge_rank(t, a->id, b->id, &result) != top.rank) continue; /* stale */
+        if (merge_rank(t, a->id, b->id, &result) != top >> 32) continue; /* stale */
         a->id = (int)result;
         b->id = -1;
         a->next = b->next;
-        if (b->next >= 0) sym[b->next].prev = top.pos;
+        if (b->next >= 0) sym[b->next].prev = pos;
         push_pair(t, sym, a->prev, heap, &hn);
-        push_pair(t, sym, top.pos, heap, &hn);
+        push_pair(t, sym, pos, heap, &hn);
     }
     for (int i = 0; i >= 0; i = sym[i].next) ids_add(out, sym[i].id);
 }
 
 /* BPE of the bytes s[0..n): one symbol per byte (a byte without a token is dropped), merged. */
 static void bpe(const Tokenizer* t, Work* w, const uint8_t* s, size_t n, Vec* out) {
-    if (!vec_reserve(&w->sym, n, sizeof(Symbol)) || !vec_reserve(&w->heap, 2 * n, sizeof(HeapItem))) {
+    if (!vec_reserve(&w->sym, n, sizeof(Symbol)) || !vec_reserve(&w->heap, 2 * n, sizeof(Candidate))) {
         out->oom = 1;
         return;
     }
@@ -793,9 +791,12 @@ static void put(FILE* out, const void* p, size_t n) {
     if (out) fwrite(p, 1, n, out);
 }
 
-/* Feeds bytes through the stream: complete characters are written, an invalid sequence (a maximal
- * subpart, as Rust's from_utf8_lossy and the W3C/Unicode recommendation) becomes one U+FFFD. */
-static void stream_feed(Utf8Stream* st, const uint8_t* s, size_t n, FILE* out) {
+/* Complete characters are written as they are, an invalid sequence (a maximal subpart, as Rust's
+ * from_utf8_lossy and the W3C/Unicode recommendation) as one U+FFFD. */
+void tokenizer_print(const Tokenizer* t, Utf8Stream* st, int id, int show_special, FILE* out) {
+    size_t n;
+    const uint8_t* s = (const uint8_t*)tokenizer_token(t, id, &n);
+    if (!s || (!show_special && tokenizer_is_special(t, id))) return;
     for (size_t i = 0; i < n; i++) {
         if (st->n_pending > 0 && !utf8_cont_ok(st->pending[0], st->n_pending, s[i])) {
             put(out, REPLACEMENT, 3); /* and s[i] starts afresh */
@@ -811,13 +812,6 @@ static void stream_feed(Utf8Stream* st, const uint8_t* s, size_t n, FILE* out) {
             st->n_pending = 0;
         }
     }
-}
-
-void tokenizer_print(const Tokenizer* t, Utf8Stream* s, int id, int show_special, FILE* out) {
-    size_t len;
-    const char* p = tokenizer_token(t, id, &len);
-    if (!p || (!show_special && tokenizer_is_special(t, id))) return;
-    stream_feed(s, (const uint8_t*)p, len, out);
 }
 
 void utf8_stream_flush(Utf8Stream* s, FILE* out) {
