@@ -583,12 +583,18 @@ typedef struct {
     int ids[CACHE_MAX_PIECE];
 } CacheEntry;
 
+/* The piece cache: open addressing over the entries themselves, sized from the text's length, that
+ * takes no more pieces once half full (so probes stay short and always end). */
+typedef struct {
+    CacheEntry* slots;  /* NULL: no cache */
+    uint32_t mask, used;
+} Cache;
+
 /* The scratch of one tokenizer_encode call, so that the tokenizer itself stays read-only. */
 typedef struct {
     Vec sym, heap;  /* Symbol, Candidate; a piece of m symbols never holds more than 2m candidates */
     Vec nfc, marks;
-    CacheEntry* cache; /* direct-mapped by the piece's hash (a new piece replaces the old); NULL: none */
-    uint32_t cache_mask;
+    Cache cache;
 } Work;
 
 /* A candidate merge for the heap: its rank in the high half, the index of its left symbol in the
@@ -688,6 +694,14 @@ static void bpe(const Tokenizer* t, Work* w, const uint8_t* s, size_t n, Vec* ou
     else bpe_heap(t, sym, w->heap.p, m, out);
 }
 
+/* The entry of piece s[0..n), or the empty slot where it goes. */
+static CacheEntry* cache_slot(const Cache* c, const uint8_t* s, size_t n) {
+    for (uint32_t h = hash_bytes(s, n) & c->mask;; h = (h + 1) & c->mask) {
+        CacheEntry* e = &c->slots[h];
+        if (e->key_len == 0 || (e->key_len == n && memcmp(e->key, s, n) == 0)) return e;
+    }
+}
+
 /* Encodes one pre-tokenized piece. */
 static void encode_piece(const Tokenizer* t, Work* w, const uint8_t* s, size_t n, Vec* out) {
     if (n == 1) {
@@ -702,20 +716,21 @@ static void encode_piece(const Tokenizer* t, Work* w, const uint8_t* s, size_t n
         }
     }
     CacheEntry* ce = NULL;
-    if (w->cache && n <= CACHE_MAX_PIECE) {
-        ce = &w->cache[hash_bytes(s, n) & w->cache_mask];
-        if (ce->key_len == n && memcmp(ce->key, s, n) == 0) {
+    if (w->cache.slots && n <= CACHE_MAX_PIECE) {
+        ce = cache_slot(&w->cache, s, n);
+        if (ce->key_len) {
             for (int i = 0; i < ce->n_ids; i++) ids_add(out, ce->ids[i]);
             return;
         }
     }
     size_t before = out->n;
     bpe(t, w, s, n, out);
-    if (ce && !out->oom) {
+    if (ce && !out->oom && w->cache.used * 2 < w->cache.mask) {
         memcpy(ce->key, s, n);
         ce->key_len = (uint8_t)n;
         ce->n_ids = (uint8_t)(out->n - before);
         memcpy(ce->ids, (int*)out->p + before, ce->n_ids * sizeof *ce->ids);
+        w->cache.used++;
     }
 }
 
@@ -757,10 +772,10 @@ int* tokenizer_encode(const Tokenizer* t, const char* text, size_t len, int* n_i
     if (!t || t->size == 0 || !text) return out.p; /* no tokenizer: no ids */
     const uint8_t* s = (const uint8_t*)text;
     Work w = {0};
-    if (len > 256) { /* the cache pays off on longer texts only; it holds 4096 to 131072 pieces */
+    if (len > 256) { /* the cache pays off on longer texts only; 4096 to 131072 slots */
         size_t slots = len / 8 < 131072 ? len / 8 : 131072;
-        w.cache_mask = pow2_at_least(slots > 4096 ? slots : 4096) - 1;
-        w.cache = calloc((size_t)w.cache_mask + 1, sizeof *w.cache);
+        w.cache.mask = pow2_at_least(slots > 4096 ? slots : 4096) - 1;
+        w.cache.slots = calloc((size_t)w.cache.mask + 1, sizeof *w.cache.slots);
     }
     for (size_t seg = 0;;) {
         const Added* hit;
@@ -772,7 +787,7 @@ int* tokenizer_encode(const Tokenizer* t, const char* text, size_t len, int* n_i
     }
     free(w.sym.p);
     free(w.heap.p);
-    free(w.cache);
+    free(w.cache.slots);
     free(w.nfc.p);
     free(w.marks.p);
     if (out.oom) {
