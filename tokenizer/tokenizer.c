@@ -220,7 +220,8 @@ static int load_tables(Tokenizer* t, const Section* sec, char* err, size_t errle
     t->vocab_slots = malloc(((size_t)t->vocab_mask + 1) * sizeof *t->vocab_slots);
     t->merge_mask = pow2_at_least((uint64_t)sec->n_merges * 2) - 1;
     t->merges = malloc(((size_t)t->merge_mask + 1) * sizeof *t->merges);
-    if (!t->tok || !t->added || !t->vocab_slots || !t->merges) return tok_error(err, errlen, "tokenizer: out of memory");
+    if (!t->tok || !t->added || !t->vocab_slots || !t->merges)
+        return tok_error(err, errlen, "tokenizer: out of memory");
     memset(t->vocab_slots, 0xff, ((size_t)t->vocab_mask + 1) * sizeof *t->vocab_slots);
     memset(t->merges, 0xff, ((size_t)t->merge_mask + 1) * sizeof *t->merges);
 
@@ -498,11 +499,6 @@ static size_t run_end(const uint8_t* s, size_t n, size_t j, unsigned mask, int w
     return j;
 }
 
-/* The ASCII byte s[i] in lower case; 0 past the end or for a non-ASCII byte. */
-static uint8_t ascii_lower(const uint8_t* s, size_t n, size_t i) {
-    return i < n && s[i] < 0x80 ? s[i] | 0x20 : 0;
-}
-
 /* Length in bytes of the piece that starts at s[i] (i < n). */
 static size_t next_piece(const uint8_t* s, size_t n, size_t i, int max_digits) {
     int l0, l;
@@ -512,8 +508,8 @@ static size_t next_piece(const uint8_t* s, size_t n, size_t i, int max_digits) {
     size_t j;
 
     /* 1. (?i:'s|'t|'re|'ve|'m|'ll|'d) */
-    if (c0 == '\'') {
-        uint8_t a = ascii_lower(s, n, i + 1), b = ascii_lower(s, n, i + 2);
+    if (c0 == '\'' && i + 1 < n && s[i + 1] < 0x80) { /* ASCII letters in either case */
+        uint8_t a = s[i + 1] | 0x20, b = i + 2 < n && s[i + 2] < 0x80 ? s[i + 2] | 0x20 : 0;
         if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
         if ((b == 'e' && (a == 'r' || a == 'v')) || (a == 'l' && b == 'l')) return 3;
     }
