@@ -1,21 +1,17 @@
 /* model.c: loading a Qwen3 checkpoint (memory-mapped, validated, never copied) and the forward pass.
  *
- * The file layout is documented at the top of model.h; the math follows QWEN3.md section 2. The
- * forward pass is one function, forward(), in the style of llama2.c: every weight is a named
- * pointer, every step cites the spec, and every operation that costs time goes through the kernels
- * of kernels.h (SIMD or scalar; nothing here knows which).
- *
- * Citations: QWEN3.md is the project's spec of Qwen3 (../shared/QWEN3.md; docs/spec-sections.md
- * says what each cited section says). "2.2 step 2.4" is its section 2.2, step 4 of the per-layer
- * step 2; "(7.3)" is item 3 of its section 7, the checklist of easy mistakes. The measurements
- * behind the choices here are in docs/design.md.
- */
+ * The file layout is documented at the top of model.h. forward() is one function in the style of
+ * llama2.c: every weight is a named pointer, every step cites the spec, and every operation that
+ * costs time goes through the kernels of kernels.h (SIMD or scalar; nothing here knows which).
+ * The spec is QWEN3.md (../shared/QWEN3.md; docs/spec-sections.md says what each cited section
+ * says): "2.2 step 2.4" is its section 2.2, step 4 of the per-layer step 2; "(7.3)" is item 3 of
+ * its section 7, the checklist of easy mistakes. docs/design.md has the measurements behind the
+ * choices here. */
 #include "model.h"
 #include "cli/norm_trace.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -25,24 +21,22 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* How many positions one batch (one matmul) holds: prompts longer than this are processed in
- * chunks. Each chunk reads every weight once: with 256 rows the matmuls are compute-bound, and
- * the activation buffers stay modest (for Qwen3-0.6B about 16 MB, touched only as far as a prompt
- * reaches). docs/design.md#prefill-chunks has the measurement. */
+/* How many positions one batch (one matmul) holds; longer prompts go through in chunks. Each chunk
+ * reads every weight once: with 256 rows the matmuls are compute-bound, and the activation buffers
+ * stay modest (about 16 MB for Qwen3-0.6B, touched only as far as a prompt reaches; docs/design.md#prefill-chunks). */
 #define MAX_BATCH 256
 
 /* ---- The checkpoint file in memory ----
  *
  * Decode reads every weight once per token, so the weights' page size decides how much address
  * translation each gigabyte costs (docs/design.md#mapped-weights). Anonymous memory gets
- * transparent huge pages; a file mapping gets whatever folio size the page cache holds the file
- * in. On Linux 6.x a mapping marked MADV_HUGEPAGE reads page cache misses in as 2 MB folios
- * (mm/filemap.c, do_sync_mmap_readahead) and maps such folios with one page-table entry each when
- * the address and the file offset agree modulo 2 MB. A file that was just written, copied or read
- * with read() sits in the cache in small folios instead, and a load maps it so: the page cache is
- * shared by every process, so a load never changes it; a user who wants the file back in 2 MB
- * pages drops it with tools/drop_page_cache.py (docs/design.md#small-file-pages). */
-
+ * transparent huge pages; a file mapping gets the folio size the page cache holds the file in.
+ * On Linux 6.x a mapping marked MADV_HUGEPAGE reads page cache misses in as 2 MB folios
+ * (mm/filemap.c, do_sync_mmap_readahead) and maps each with one page-table entry when the address
+ * and the file offset agree modulo 2 MB. A file just written, copied or read with read() sits in
+ * the cache in small folios and is mapped so: the cache is shared by every process, so a load
+ * leaves it alone; tools/drop_page_cache.py drops the file so that it comes back in 2 MB pages
+ * (docs/design.md#small-file-pages). */
 #define HUGE_PAGE ((size_t)2 << 20)
 
 void* alloc_huge_anonymous(size_t size) {
@@ -58,51 +52,36 @@ void* alloc_huge_anonymous(size_t size) {
     return buf;
 }
 
-/* mmap(fd) read-only at an address that is a multiple of 2 MB (a 2 MB page can only back a 2 MB
- * aligned stretch of addresses that maps a 2 MB aligned stretch of the file, which starts at
- * offset 0 here): reserve size + 2 MB, map the file over the first aligned address, give back the
- * rest of the reservation. Returns MAP_FAILED with errno set on failure. */
-static void* map_aligned(int fd, size_t size) {
+/* mmap(fd) read-only at a multiple of 2 MB, marked MADV_HUGEPAGE and populated (pages the cache
+ * already holds are mapped as they are). A 2 MB page can only back a 2 MB aligned stretch of
+ * addresses that maps a 2 MB aligned stretch of the file (here from offset 0): reserve size + 2 MB,
+ * map the file over the first aligned address, give back the rest. MAP_FAILED and errno on failure. */
+static void* map_file(int fd, size_t size) {
     char* area = mmap(NULL, size + HUGE_PAGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (area == MAP_FAILED) return MAP_FAILED;
     char* start = (char*)(((uintptr_t)area + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
-    void* p = mmap(start, size, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0);
-    if (p == MAP_FAILED) {
+    if (mmap(start, size, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0) == MAP_FAILED) {
         int e = errno;
         munmap(area, size + HUGE_PAGE);
         errno = e;
         return MAP_FAILED;
     }
     /* Both lengths round up to whole pages, and HUGE_PAGE is a whole number of pages, so the
-     * reservation's tail past the mapping is HUGE_PAGE - (start - area) long. */
+     * reservation's tail past the mapping is HUGE_PAGE - head long: never empty. */
     size_t head = (size_t)(start - area), page = (size_t)sysconf(_SC_PAGESIZE);
     if (head > 0) munmap(area, head);
-    munmap(start + (size + page - 1) / page * page, HUGE_PAGE - head); /* never empty: head < 2 MB */
-    return p;
-}
-
-/* Faults in [p, p + n) now rather than page by page in the first forward pass. */
-static void populate(const char* p, size_t n) {
-#ifdef MADV_POPULATE_READ
-    if (madvise((void*)p, n, MADV_POPULATE_READ) == 0) return;
-#endif
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    volatile char sink = 0;
-    for (size_t i = 0; i < n; i += page) sink ^= p[i];
-    (void)sink;
-}
-
-/* The file mapped at a 2 MB boundary, marked MADV_HUGEPAGE (page cache misses are read in as
- * 2 MB folios) and populated; pages the cache already holds are mapped as they are. Returns
- * MAP_FAILED with errno set on failure. */
-static void* map_file(int fd, size_t size) {
-    void* p = map_aligned(fd, size);
-    if (p == MAP_FAILED) return MAP_FAILED;
+    munmap(start + (size + page - 1) / page * page, HUGE_PAGE - head);
 #ifdef MADV_HUGEPAGE
-    madvise(p, size, MADV_HUGEPAGE); /* a hint: EINVAL without THP is fine */
+    madvise(start, size, MADV_HUGEPAGE); /* a hint: EINVAL without THP is fine */
 #endif
-    populate(p, size);
-    return p;
+    /* Fault the file in now rather than page by page in the first forward pass. */
+#ifdef MADV_POPULATE_READ
+    if (madvise(start, size, MADV_POPULATE_READ) == 0) return start;
+#endif
+    volatile char sink = 0;
+    for (size_t i = 0; i < size; i += page) sink ^= start[i];
+    (void)sink;
+    return start;
 }
 
 /* The mapping's FilePmdMapped in /proc/self/smaps: one read of that file, a few milliseconds. */
@@ -112,15 +91,13 @@ long long transformer_huge_page_bytes(const Transformer* t) {
     char line[4096];
     int ours = 0;
     long long kb = -1;
-    while (fgets(line, sizeof line, f)) {
+    /* A mapping's header line is "lo-hi perms ..."; its field lines are "Name: value kB". */
+    while (kb < 0 && fgets(line, sizeof line, f)) {
         unsigned long lo, hi;
-        /* A mapping's header line is "lo-hi perms ..."; its field lines are "Name: value kB". */
-        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) {
-            if (ours) break;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2)
             ours = lo == (unsigned long)(uintptr_t)t->file;
-        } else if (ours && sscanf(line, "FilePmdMapped: %lld kB", &kb) == 1) {
-            break;
-        }
+        else if (ours)
+            sscanf(line, "FilePmdMapped: %lld kB", &kb);
     }
     fclose(f);
     return kb < 0 ? -1 : kb * 1024;
@@ -136,8 +113,7 @@ typedef struct {
 } LoadError;
 
 /* Writes "PATH: message" into e's buffer and returns -1. */
-static int fail(const LoadError* e, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(const LoadError* e, const char* fmt, ...) {
+static int __attribute__((format(printf, 2, 3))) fail(const LoadError* e, const char* fmt, ...) {
     if (e->buf == NULL || e->len == 0) return -1;
     int n = snprintf(e->buf, e->len, "%s: ", e->path);
     if (n < 0 || (size_t)n >= e->len) return -1;
@@ -148,46 +124,37 @@ static int fail(const LoadError* e, const char* fmt, ...) {
     return -1;
 }
 
-/* Walks the tensor list of model.h: each tensor starts at the next multiple of CHECKPOINT_ALIGN
- * and must end inside the weights section. Offsets are uint64_t and start inside the file
- * (check_sections), and a tensor has fewer than 2^31 values, so no sum here can wrap around. */
-typedef struct {
-    const uint8_t* base;  /* the mapped file */
-    uint64_t pos;         /* the end of the previous tensor (a file offset) */
-    uint64_t end;         /* the end of the weights section */
-    const LoadError* e;
-    int failed;
-} TensorWalk;
-
-static const void* take(TensorWalk* w, uint64_t bytes, const char* what, int layer) {
-    if (w->failed) return NULL;
-    char name[64];
-    if (layer >= 0) snprintf(name, sizeof name, "layer %d %s", layer, what);
-    else snprintf(name, sizeof name, "%s", what);
-    uint64_t start = (w->pos + CHECKPOINT_ALIGN - 1) / CHECKPOINT_ALIGN * CHECKPOINT_ALIGN;
-    uint64_t stop = start + bytes;
-    if (stop > w->end) {
-        w->failed = 1;
-        fail(w->e, "tensor %s (%llu bytes at offset %llu) ends past the weights section (which ends at %llu): the "
-             "file is truncated or its header does not match its tensors", name, (unsigned long long)bytes,
-             (unsigned long long)start, (unsigned long long)w->end);
-        return NULL;
-    }
-    w->pos = stop;
-    return w->base + start;
+static uint64_t max3(uint64_t a, uint64_t b, uint64_t c) {
+    return a > b ? (a > c ? a : c) : (b > c ? b : c);
 }
 
-/* A MATRIX of model.h: rows*cols values in the header's weight type (q8, q4: blocks of 4 or 8
- * rows with their scales, the last block padded with zero rows). */
-static Matrix take_matrix(TensorWalk* w, const Config* c, int rows, int cols, const char* what,
-                          int layer) {
-    Matrix m = {c->weight_type, rows, cols, c->group_size, NULL}; /* rows * cols < 2^31, checked by the caller */
-    m.data = take(w, matrix_stored_bytes(&m), what, layer);
-    return m;
-}
-
-static const float* take_vector(TensorWalk* w, int n, const char* what, int layer) {
-    return take(w, (uint64_t)n * 4, what, layer);
+/* Maps the file at path, a regular file at least a header long, into t->file. Returns 0, or -1
+ * with the error written and nothing mapped. */
+static int map_checkpoint(Transformer* t, const LoadError* e) {
+    /* stat before open: opening a FIFO for reading waits for a writer, forever if none comes. */
+    struct stat st;
+    if (stat(e->path, &st) != 0) return fail(e, "cannot open: %s", strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return fail(e, "not a regular file (%s)",
+                    S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket");
+    int fd = open(e->path, O_RDONLY);
+    if (fd < 0) return fail(e, "cannot open: %s", strerror(errno));
+    void* p = MAP_FAILED;
+    int rc = 0;
+    if (fstat(fd, &st) != 0)
+        rc = fail(e, "cannot stat: %s", strerror(errno));
+    else if ((uint64_t)st.st_size < sizeof(FileHeader))
+        rc = fail(e, "file is %lld byte%s, too short for the %zu-byte checkpoint header", (long long)st.st_size,
+                  st.st_size == 1 ? "" : "s", sizeof(FileHeader));
+    else if ((uint64_t)st.st_size > (uint64_t)SIZE_MAX)
+        rc = fail(e, "file is too large to map on this machine");
+    else if ((p = map_file(fd, (size_t)st.st_size)) == MAP_FAILED)
+        rc = fail(e, "cannot mmap: %s", strerror(errno));
+    close(fd); /* a mapping keeps the file alive */
+    if (rc != 0) return -1;
+    t->file = p;
+    t->file_size = (size_t)st.st_size;
+    return 0;
 }
 
 /* The header's format: magic, version, architecture and flags. Returns 0 or -1 with the error written. */
@@ -209,18 +176,15 @@ static int check_format(const FileHeader* h, const LoadError* e) {
     return 0;
 }
 
-/* The model's sizes: each in its range, the heads consistent, every matrix indexable. */
+/* The model's sizes: each in its range (model.h's CHECKPOINT LIMITS), the heads consistent, every
+ * matrix indexable; then the weight type and its group size, which must divide every row length
+ * that is quantised. */
 static int check_sizes(const FileHeader* h, const LoadError* e) {
-    /* The bounds are model.h's CHECKPOINT LIMITS; export.py refuses a model outside them. */
     struct { const char* name; uint32_t value, max; } sizes[] = {
-        {"dim", h->dim, MAX_DIM},
-        {"hidden_dim", h->hidden_dim, MAX_HIDDEN},
-        {"n_layers", h->n_layers, MAX_LAYERS},
-        {"n_heads", h->n_heads, MAX_HEADS},
-        {"n_kv_heads", h->n_kv_heads, MAX_HEADS},
-        {"head_dim", h->head_dim, MAX_HEAD_DIM},
-        {"vocab_size", h->vocab_size, MAX_VOCAB},
-        {"max_seq_len", h->max_seq_len, MAX_POSITIONS},
+        {"dim", h->dim, MAX_DIM}, {"hidden_dim", h->hidden_dim, MAX_HIDDEN},
+        {"n_layers", h->n_layers, MAX_LAYERS}, {"n_heads", h->n_heads, MAX_HEADS},
+        {"n_kv_heads", h->n_kv_heads, MAX_HEADS}, {"head_dim", h->head_dim, MAX_HEAD_DIM},
+        {"vocab_size", h->vocab_size, MAX_VOCAB}, {"max_seq_len", h->max_seq_len, MAX_POSITIONS},
     };
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         if (sizes[i].value == 0 || sizes[i].value > sizes[i].max)
@@ -232,25 +196,14 @@ static int check_sizes(const FileHeader* h, const LoadError* e) {
     uint64_t q_dim = (uint64_t)h->n_heads * h->head_dim;
     if (q_dim > MAX_HIDDEN) return fail(e, "n_heads * head_dim = %llu is out of range", (unsigned long long)q_dim);
     /* The kernels index a matrix with int arithmetic: every matrix must have < 2^31 values. */
-    uint64_t widest = h->dim > h->hidden_dim ? h->dim : h->hidden_dim;
-    if (q_dim > widest) widest = q_dim;
-    uint64_t tallest = h->vocab_size > h->hidden_dim ? h->vocab_size : h->hidden_dim;
-    if (q_dim > tallest) tallest = q_dim;
-    if (widest * tallest > (uint64_t)MAX_MATRIX_VALUES)
+    if (max3(h->dim, h->hidden_dim, q_dim) * max3(h->vocab_size, h->hidden_dim, q_dim) > MAX_MATRIX_VALUES)
         return fail(e, "matrices with more than 2^31 values are not supported");
-    return 0;
-}
-
-/* The weight type and its group size, which must divide every row length that is quantised. */
-static int check_weight_type(const FileHeader* h, const LoadError* e) {
-    uint64_t q_dim = (uint64_t)h->n_heads * h->head_dim;
     if (h->weight_type > WEIGHT_Q4)
         return fail(e, "unknown weight type %u", h->weight_type);
     if (h->weight_type == WEIGHT_Q4 && h->group_size != Q4_GROUP)
         return fail(e, "q4 group size %u: this engine's q4 has groups of %d", h->group_size, Q4_GROUP);
     if (h->weight_type == WEIGHT_Q8 || h->weight_type == WEIGHT_Q4) {
-        if (h->group_size == 0 || h->dim % h->group_size || h->hidden_dim % h->group_size ||
-            q_dim % h->group_size)
+        if (h->group_size == 0 || h->dim % h->group_size || h->hidden_dim % h->group_size || q_dim % h->group_size)
             return fail(e, "%s group size %u must be nonzero and divide dim %u, hidden_dim %u and n_heads*head_dim "
                         "%llu", h->weight_type == WEIGHT_Q4 ? "q4" : "q8", h->group_size, h->dim, h->hidden_dim,
                         (unsigned long long)q_dim);
@@ -280,67 +233,116 @@ static int check_constants(const FileHeader* h, const LoadError* e) {
     return 0;
 }
 
-/* Checks every header field and fills the Config; seq_len is ctx, held to the model's context
- * (<= 0: the default). Returns 0 or -1 with the error written. */
+/* The two sections: inside the file, after the header, not overlapping, no wrap-around. */
+static int check_sections(const FileHeader* h, uint64_t size, const LoadError* e) {
+    const struct { const char* name; uint64_t offset, bytes; } sections[] = {
+        {"tokenizer", h->tokenizer_offset, h->tokenizer_bytes}, {"weights", h->weights_offset, h->weights_bytes}};
+    for (int i = 0; i < 2; i++) {
+        uint64_t offset = sections[i].offset, bytes = sections[i].bytes;
+        if (offset < sizeof(FileHeader) || offset > size || bytes > size - offset)
+            return fail(e, "%s section [%llu, +%llu) is not inside the %llu-byte file (truncated?)", sections[i].name,
+                        (unsigned long long)offset, (unsigned long long)bytes, (unsigned long long)size);
+    }
+    if (h->tokenizer_offset < h->weights_offset + h->weights_bytes &&
+        h->weights_offset < h->tokenizer_offset + h->tokenizer_bytes)
+        return fail(e, "the tokenizer and weights sections overlap");
+    return 0;
+}
+
+/* Checks every header field and the sections, and fills the Config; seq_len is ctx (<= 0: the
+ * default) held to the model's context. Returns 0 or -1 with the error written. */
 static int read_config(Transformer* t, int ctx, const LoadError* e) {
     const FileHeader* h = &t->header;
-    if (check_format(h, e) != 0 || check_sizes(h, e) != 0 ||
-        check_weight_type(h, e) != 0 || check_constants(h, e) != 0)
+    if (check_format(h, e) != 0 || check_sizes(h, e) != 0 || check_constants(h, e) != 0 ||
+        check_sections(h, t->file_size, e) != 0)
         return -1;
-    Config* c = &t->config;
-    c->dim = (int)h->dim;
-    c->hidden_dim = (int)h->hidden_dim;
-    c->n_layers = (int)h->n_layers;
-    c->n_heads = (int)h->n_heads;
-    c->n_kv_heads = (int)h->n_kv_heads;
-    c->head_dim = (int)h->head_dim;
-    c->vocab_size = (int)h->vocab_size;
-    c->max_seq_len = (int)h->max_seq_len;
-    c->rms_norm_eps = h->rms_norm_eps;
-    c->rope_theta = h->rope_theta;
-    c->flags = (int)h->flags;
-    c->weight_type = (WeightType)h->weight_type;
-    c->group_size = (int)h->group_size;
-    c->seq_len = ctx <= 0 ? DEFAULT_CTX : ctx;
-    if (c->seq_len > c->max_seq_len) c->seq_len = c->max_seq_len; /* run.c says so */
+    const int max_seq_len = (int)h->max_seq_len, seq_len = ctx <= 0 ? DEFAULT_CTX : ctx;
+    t->config = (Config){
+        .dim = (int)h->dim, .hidden_dim = (int)h->hidden_dim, .n_layers = (int)h->n_layers,
+        .n_heads = (int)h->n_heads, .n_kv_heads = (int)h->n_kv_heads, .head_dim = (int)h->head_dim,
+        .vocab_size = (int)h->vocab_size, .max_seq_len = max_seq_len,
+        .seq_len = seq_len < max_seq_len ? seq_len : max_seq_len,
+        .rms_norm_eps = h->rms_norm_eps, .rope_theta = h->rope_theta, .flags = (int)h->flags,
+        .weight_type = (WeightType)h->weight_type, .group_size = (int)h->group_size,
+    };
     return 0;
+}
+
+/* Walks the tensor list of model.h: each tensor starts at the next multiple of CHECKPOINT_ALIGN
+ * and must end inside the weights section. Offsets are uint64_t and start inside the file
+ * (check_sections), and a tensor has fewer than 2^31 values, so no sum here can wrap around. */
+typedef struct {
+    const uint8_t* base;  /* the mapped file */
+    uint64_t pos, end;    /* file offsets: the end of the previous tensor, the end of the weights section */
+    const Config* c;
+    int layer;            /* the layer being walked, for the error; -1: outside the layers */
+    const LoadError* e;
+    int failed;
+} TensorWalk;
+
+static const void* take(TensorWalk* w, uint64_t bytes, const char* what) {
+    uint64_t start = (w->pos + CHECKPOINT_ALIGN - 1) / CHECKPOINT_ALIGN * CHECKPOINT_ALIGN;
+    if (w->failed) return NULL;
+    if (start + bytes > w->end) {
+        char layer[32] = "";
+        if (w->layer >= 0) snprintf(layer, sizeof layer, "layer %d ", w->layer);
+        w->failed = 1;
+        fail(w->e, "tensor %s%s (%llu bytes at offset %llu) ends past the weights section (which ends at %llu): the "
+             "file is truncated or its header does not match its tensors", layer, what, (unsigned long long)bytes,
+             (unsigned long long)start, (unsigned long long)w->end);
+        return NULL;
+    }
+    w->pos = start + bytes;
+    return w->base + start;
+}
+
+/* A MATRIX of model.h in the header's weight type; rows * cols < 2^31 (check_sizes). */
+static Matrix take_matrix(TensorWalk* w, int rows, int cols, const char* what) {
+    Matrix m = {w->c->weight_type, rows, cols, w->c->group_size, NULL};
+    m.data = take(w, matrix_stored_bytes(&m), what);
+    return m;
+}
+
+static const float* take_vector(TensorWalk* w, int n, const char* what) {
+    return take(w, (uint64_t)n * sizeof(float), what);
 }
 
 /* Points every weight into the mapping, in the order of model.h. */
 static int map_weights(Transformer* t, const LoadError* e) {
     const Config* c = &t->config;
-    const FileHeader* h = &t->header;
     Weights* w = &t->weights;
-    int D = c->dim, F = c->hidden_dim, L = c->n_layers, V = c->vocab_size;
-    int q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim, d = c->head_dim;
-    TensorWalk walk = {t->file, h->weights_offset, h->weights_offset + h->weights_bytes, e, 0};
+    const int D = c->dim, F = c->hidden_dim, V = c->vocab_size, d = c->head_dim;
+    const int q_dim = c->n_heads * d, kv_dim = c->n_kv_heads * d, bias = c->flags & FLAG_QKV_BIAS;
+    const uint64_t start = t->header.weights_offset;
+    TensorWalk walk = {t->file, start, start + t->header.weights_bytes, c, -1, e, 0};
 
-    w->layers = calloc((size_t)L, sizeof(LayerWeights));
+    w->layers = calloc((size_t)c->n_layers, sizeof(LayerWeights));
     if (w->layers == NULL) return fail(e, "out of memory");
-    w->embed_tokens = take_matrix(&walk, c, V, D, "embed_tokens", -1);
-    for (int l = 0; l < L; l++) {
+    w->embed_tokens = take_matrix(&walk, V, D, "embed_tokens");
+    for (int l = 0; l < c->n_layers; l++) {
         LayerWeights* lw = &w->layers[l];
-        lw->input_layernorm = take_vector(&walk, D, "input_layernorm", l);
-        lw->q_proj = take_matrix(&walk, c, q_dim, D, "q_proj", l);
-        if (c->flags & FLAG_QKV_BIAS) lw->q_bias = take_vector(&walk, q_dim, "q_bias", l);
-        lw->k_proj = take_matrix(&walk, c, kv_dim, D, "k_proj", l);
-        if (c->flags & FLAG_QKV_BIAS) lw->k_bias = take_vector(&walk, kv_dim, "k_bias", l);
-        lw->v_proj = take_matrix(&walk, c, kv_dim, D, "v_proj", l);
-        if (c->flags & FLAG_QKV_BIAS) lw->v_bias = take_vector(&walk, kv_dim, "v_bias", l);
+        walk.layer = l;
+        lw->input_layernorm = take_vector(&walk, D, "input_layernorm");
+        lw->q_proj = take_matrix(&walk, q_dim, D, "q_proj");
+        if (bias) lw->q_bias = take_vector(&walk, q_dim, "q_bias");
+        lw->k_proj = take_matrix(&walk, kv_dim, D, "k_proj");
+        if (bias) lw->k_bias = take_vector(&walk, kv_dim, "k_bias");
+        lw->v_proj = take_matrix(&walk, kv_dim, D, "v_proj");
+        if (bias) lw->v_bias = take_vector(&walk, kv_dim, "v_bias");
         if (c->flags & FLAG_QK_NORM) {
-            lw->q_norm = take_vector(&walk, d, "q_norm", l);
-            lw->k_norm = take_vector(&walk, d, "k_norm", l);
+            lw->q_norm = take_vector(&walk, d, "q_norm");
+            lw->k_norm = take_vector(&walk, d, "k_norm");
         }
-        lw->o_proj = take_matrix(&walk, c, D, q_dim, "o_proj", l);
-        lw->post_attention_layernorm = take_vector(&walk, D, "post_attention_layernorm", l);
-        lw->gate_proj = take_matrix(&walk, c, F, D, "gate_proj", l);
-        lw->up_proj = take_matrix(&walk, c, F, D, "up_proj", l);
-        lw->down_proj = take_matrix(&walk, c, D, F, "down_proj", l);
+        lw->o_proj = take_matrix(&walk, D, q_dim, "o_proj");
+        lw->post_attention_layernorm = take_vector(&walk, D, "post_attention_layernorm");
+        lw->gate_proj = take_matrix(&walk, F, D, "gate_proj");
+        lw->up_proj = take_matrix(&walk, F, D, "up_proj");
+        lw->down_proj = take_matrix(&walk, D, F, "down_proj");
     }
-    w->norm = take_vector(&walk, D, "norm", -1);
+    walk.layer = -1;
+    w->norm = take_vector(&walk, D, "norm");
     /* QWEN3.md 2.2 step 4 and 7.7: a tied model's output projection is the embedding matrix. */
-    if (c->flags & FLAG_TIED_EMBED) w->lm_head = w->embed_tokens;
-    else w->lm_head = take_matrix(&walk, c, V, D, "lm_head", -1);
+    w->lm_head = c->flags & FLAG_TIED_EMBED ? w->embed_tokens : take_matrix(&walk, V, D, "lm_head");
     if (walk.failed) return -1;
     /* export.py pads the section to a multiple of 64 after the last tensor; anything more means the
      * header describes a different model than the one stored. */
@@ -378,14 +380,12 @@ static size_t attention_scratch_floats(const Config* c) {
 /* The KV cache (keys and values alike) in blocks of kv_block_len() positions,
  * [block][layer][kv head][position in block][d]: the cache grows in position order, so its 2 MB
  * pages map little more than the positions reached, and a kv head's rows in a block are one run
- * (128 x 512 bytes for Qwen3's head_dim; an fp16 block holds twice the positions in as many bytes)
- * that attention reads as a stream (docs/design.md#kv-cache). */
+ * that attention reads as a stream (64 KB for Qwen3's head_dim; docs/design.md#kv-cache). */
 static size_t kv_block_elems(const Config* c, int block_len) {
     return (size_t)c->n_layers * c->n_kv_heads * (size_t)block_len * c->head_dim;
 }
 
-/* Where layer l, kv head h, position p sits in either cache, in elements (floats, or halves with
- * state.kv_f16). */
+/* Where layer l, kv head h, position p sits in either cache, in elements (floats or halves). */
 static size_t kv_offset(const Config* c, int block_len, int l, int h, int p) {
     size_t row = ((size_t)l * c->n_kv_heads + (size_t)h) * (size_t)block_len + (size_t)(p % block_len);
     return (size_t)(p / block_len) * kv_block_elems(c, block_len) + row * c->head_dim;
@@ -399,24 +399,20 @@ static void kv_store(const RunState* s, void* cache, size_t at, const float* x, 
         memcpy((float*)cache + at, x, (size_t)n * sizeof(float));
 }
 
-static int alloc_state(Transformer* t, int n_threads, int kv_f16) {
+/* The activations and the KV cache. Returns 0 or -1 with the error written. */
+static int alloc_state(Transformer* t, int kv_f16, const LoadError* e) {
     const Config* c = &t->config;
+    const int n_threads = kernels_threads(t->kernels);
     RunState* s = &t->state;
-    size_t B = MAX_BATCH, D = (size_t)c->dim, F = (size_t)c->hidden_dim;
-    size_t q_dim = (size_t)c->n_heads * c->head_dim, kv_dim = (size_t)c->n_kv_heads * c->head_dim;
-    size_t seq = (size_t)c->seq_len;
+    const size_t B = MAX_BATCH, D = (size_t)c->dim, F = (size_t)c->hidden_dim, half = (size_t)c->head_dim / 2;
+    const size_t q_dim = (size_t)c->n_heads * c->head_dim, kv_dim = (size_t)c->n_kv_heads * c->head_dim;
+    const struct { float** buf; size_t floats; } buffers[] = {
+        {&s->x, B * D}, {&s->xb, B * D}, {&s->q, B * q_dim}, {&s->k, B * kv_dim}, {&s->v, B * kv_dim},
+        {&s->att_out, B * q_dim}, {&s->proj, B * D}, {&s->gate, B * F}, {&s->up, B * F},
+        {&s->att, (size_t)n_threads * attention_scratch_floats(c)}, {&s->logits, (size_t)c->vocab_size},
+        {&s->rope_cos, (size_t)c->seq_len * half}, {&s->rope_sin, (size_t)c->seq_len * half},
+    };
     s->max_batch = MAX_BATCH;
-    s->x = calloc(B * D, sizeof(float));
-    s->xb = calloc(B * D, sizeof(float));
-    s->q = calloc(B * q_dim, sizeof(float));
-    s->k = calloc(B * kv_dim, sizeof(float));
-    s->v = calloc(B * kv_dim, sizeof(float));
-    s->att_out = calloc(B * q_dim, sizeof(float));
-    s->proj = calloc(B * D, sizeof(float));
-    s->gate = calloc(B * F, sizeof(float));
-    s->up = calloc(B * F, sizeof(float));
-    s->att = calloc((size_t)n_threads * attention_scratch_floats(c), sizeof(float));
-    s->logits = calloc((size_t)c->vocab_size, sizeof(float));
     /* The cache is the one big allocation (whole blocks of positions, twice), mapped lazily: memory
      * is only used for the blocks reached (populate_kv_cache). */
     s->kv_f16 = kv_f16 != 0;
@@ -424,72 +420,13 @@ static int alloc_state(Transformer* t, int n_threads, int kv_f16) {
     size_t kv_bytes = (size_t)((c->seq_len + bl - 1) / bl) * kv_block_elems(c, bl) * kv_elem_bytes(s);
     s->key_cache = alloc_huge_anonymous(kv_bytes);
     s->value_cache = alloc_huge_anonymous(kv_bytes);
-    s->rope_cos = calloc(seq * (size_t)(c->head_dim / 2), sizeof(float));
-    s->rope_sin = calloc(seq * (size_t)(c->head_dim / 2), sizeof(float));
-    if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->att_out || !s->proj || !s->gate ||
-        !s->up || !s->att || !s->logits || !s->key_cache || !s->value_cache || !s->rope_cos ||
-        !s->rope_sin)
-        return -1;
+    int ok = s->key_cache && s->value_cache;
+    for (size_t i = 0; ok && i < sizeof buffers / sizeof buffers[0]; i++)
+        ok = (*buffers[i].buf = calloc(buffers[i].floats, sizeof(float))) != NULL;
+    if (!ok)
+        return fail(e, "out of memory for the run state (KV cache of %d positions: try a smaller -c/--ctx)",
+                    c->seq_len);
     rope_tables(c, s->rope_cos, s->rope_sin);
-    return 0;
-}
-
-static void free_state(RunState* s) {
-    void* buffers[] = {s->x, s->xb, s->q, s->k, s->v, s->att_out, s->proj, s->gate, s->up, s->att,
-                       s->logits, s->key_cache, s->value_cache, s->rope_cos, s->rope_sin};
-    for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++) free(buffers[i]);
-    memset(s, 0, sizeof *s);
-}
-
-/* Maps the file at path, a regular file at least a header long, into t->file. Returns 0, or -1
- * with the error written and nothing mapped. */
-static int map_checkpoint(Transformer* t, const LoadError* e) {
-    /* stat before open: opening a FIFO for reading waits for a writer, forever if none comes. */
-    struct stat st;
-    if (stat(e->path, &st) != 0) return fail(e, "cannot open: %s", strerror(errno));
-    if (!S_ISREG(st.st_mode))
-        return fail(e, "not a regular file (%s)",
-                    S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket");
-    int fd = open(e->path, O_RDONLY);
-    if (fd < 0) return fail(e, "cannot open: %s", strerror(errno));
-    if (fstat(fd, &st) != 0) {
-        int code = errno;
-        close(fd);
-        return fail(e, "cannot stat: %s", strerror(code));
-    }
-    if ((uint64_t)st.st_size < sizeof(FileHeader)) {
-        close(fd);
-        return fail(e, "file is %lld byte%s, too short for the %zu-byte checkpoint header",
-                    (long long)st.st_size, st.st_size == 1 ? "" : "s", sizeof(FileHeader));
-    }
-    if ((uint64_t)st.st_size > (uint64_t)SIZE_MAX) {
-        close(fd);
-        return fail(e, "file is too large to map on this machine");
-    }
-    void* p = map_file(fd, (size_t)st.st_size);
-    int map_errno = errno;
-    close(fd); /* a mapping keeps the file alive */
-    if (p == MAP_FAILED) return fail(e, "cannot mmap: %s", strerror(map_errno));
-    t->file = p;
-    t->file_size = (size_t)st.st_size;
-    return 0;
-}
-
-/* The two sections: inside the file, after the header, not overlapping, no wrap-around. */
-static int check_sections(const FileHeader* h, uint64_t size, const LoadError* e) {
-    if (h->tokenizer_offset < sizeof(FileHeader) || h->tokenizer_offset > size ||
-        h->tokenizer_bytes > size - h->tokenizer_offset)
-        return fail(e, "tokenizer section [%llu, +%llu) is not inside the %llu-byte file (truncated?)",
-                    (unsigned long long)h->tokenizer_offset, (unsigned long long)h->tokenizer_bytes,
-                    (unsigned long long)size);
-    if (h->weights_offset < sizeof(FileHeader) || h->weights_offset > size ||
-        h->weights_bytes > size - h->weights_offset)
-        return fail(e, "weights section [%llu, +%llu) is not inside the %llu-byte file (truncated?)",
-                    (unsigned long long)h->weights_offset, (unsigned long long)h->weights_bytes,
-                    (unsigned long long)size);
-    if (h->tokenizer_offset < h->weights_offset + h->weights_bytes &&
-        h->weights_offset < h->tokenizer_offset + h->tokenizer_bytes)
-        return fail(e, "the tokenizer and weights sections overlap");
     return 0;
 }
 
@@ -497,12 +434,9 @@ static int check_sections(const FileHeader* h, uint64_t size, const LoadError* e
  * may run on, at most 256) and scratch sized for the widest matrix. */
 static int start_kernels(Transformer* t, const TransformerOptions* o, const LoadError* e) {
     const Config* c = &t->config;
-    int n_threads = o->threads;
-    if (n_threads <= 0) n_threads = kernels_available_cpus();
+    int n_threads = o->threads > 0 ? o->threads : kernels_available_cpus();
     if (n_threads > 256) n_threads = 256;
-    int max_cols = c->dim;
-    if (c->hidden_dim > max_cols) max_cols = c->hidden_dim;
-    if (c->n_heads * c->head_dim > max_cols) max_cols = c->n_heads * c->head_dim;
+    int max_cols = (int)max3(c->dim, c->hidden_dim, (uint64_t)c->n_heads * c->head_dim);
     t->kernels = kernels_new(n_threads, MAX_BATCH, max_cols);
     if (!t->kernels) return fail(e, "out of memory for the scratch of %d kernel threads", n_threads);
     kernels_set_bf16_activations(t->kernels, o->bf16_activations);
@@ -511,34 +445,30 @@ static int start_kernels(Transformer* t, const TransformerOptions* o, const Load
 
 int transformer_load(Transformer* t, const char* path, const TransformerOptions* opt, char* err, size_t errlen) {
     const TransformerOptions o = opt ? *opt : (TransformerOptions){0};
-    memset(t, 0, sizeof *t);
     const LoadError e = {path, err, errlen};
+    memset(t, 0, sizeof *t);
     if (err && errlen) err[0] = '\0';
     const uint32_t one = 1;
     if (*(const uint8_t*)&one != 1) return fail(&e, "this engine needs a little-endian machine");
     if (map_checkpoint(t, &e) != 0) return -1;
     memcpy(&t->header, t->file, sizeof(FileHeader));
-    const FileHeader* h = &t->header;
-    if (read_config(t, o.ctx, &e) != 0 || check_sections(h, t->file_size, &e) != 0 || map_weights(t, &e) != 0 ||
-        start_kernels(t, &o, &e) != 0) {
+    if (read_config(t, o.ctx, &e) != 0 || map_weights(t, &e) != 0 || start_kernels(t, &o, &e) != 0 ||
+        alloc_state(t, o.kv_f16, &e) != 0) {
         transformer_free(t);
         return -1;
     }
-    t->tokenizer_data = t->file + h->tokenizer_offset;
-    t->tokenizer_bytes = (size_t)h->tokenizer_bytes;
-    if (alloc_state(t, kernels_threads(t->kernels), o.kv_f16) != 0) {
-        fail(&e, "out of memory for the run state (KV cache of %d positions: try a "
-             "smaller -c/--ctx)", t->config.seq_len);
-        transformer_free(t);
-        return -1;
-    }
+    t->tokenizer_data = t->file + t->header.tokenizer_offset;
+    t->tokenizer_bytes = (size_t)t->header.tokenizer_bytes;
     return 0;
 }
 
 void transformer_free(Transformer* t) {
     if (t->file == NULL) return;
     kernels_free(t->kernels);
-    free_state(&t->state);
+    RunState* s = &t->state;
+    void* buffers[] = {s->x, s->xb, s->q, s->k, s->v, s->att_out, s->proj, s->gate, s->up, s->att,
+                       s->logits, s->key_cache, s->value_cache, s->rope_cos, s->rope_sin};
+    for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++) free(buffers[i]);
     free(t->weights.layers);
     munmap((void*)t->file, t->file_size);
     memset(t, 0, sizeof *t);
@@ -546,11 +476,10 @@ void transformer_free(Transformer* t) {
 
 /* ---- The forward pass ---- */
 
-/* One attention job: the kv heads of a batch, split over the kernel threads. Decode (one row): task
- * i takes a contiguous range of kv heads, each with its GQA group of query heads. Prefill: the
- * work is (block of ATTENTION_BLOCK_ROWS rows, kv head) pairs, task i taking pairs i, i + n_tasks,
- * i + 2 n_tasks, ...: interleaving balances the work, as the causal mask makes later rows longer.
- * Each task has its own score scratch in state.att (attention_scratch_floats). */
+/* One attention job: the kv heads of a batch split over the kernel threads, each task with its own
+ * score scratch in state.att. Decode (one row): task i takes a contiguous range of kv heads, each
+ * with its GQA group of query heads. Prefill: task i takes the (block of ATTENTION_BLOCK_ROWS rows,
+ * kv head) pairs i, i + n_tasks, ...: interleaved, since the causal mask makes later rows longer. */
 typedef struct {
     const Transformer* t;
     int layer, n_rows, pos0, n_tasks;
@@ -564,9 +493,9 @@ static void attend(const AttentionJob* job, int r, int n, int kv, float* scratch
     int H = c->n_heads, d = c->head_dim;
     int group = c->n_heads / c->n_kv_heads;        /* GQA: query heads per kv head (QWEN3.md 2.5) */
     float scale = 1.0f / sqrtf((float)d);          /* 1/sqrt(head_dim), not dim/heads (7.1) */
-    int h0 = kv * group;                           /* contiguous groups: heads kv*G .. kv*G+G-1, not h mod K */
     int n_pos = job->pos0 + r + 1;                 /* causal: positions 0 .. pos of row r */
-    size_t at = (size_t)r * H * d + (size_t)h0 * d; /* row r's first query head of the group */
+    /* Row r's first query head of the group: groups are contiguous, heads kv*G .. kv*G+G-1, not h mod K. */
+    size_t at = ((size_t)r * H + (size_t)kv * group) * d;
     const int bl = kv_block_len(s);
     size_t head = kv_offset(c, bl, job->layer, kv, 0) * kv_elem_bytes(s); /* kv head kv's rows in the first block, bytes */
     KVRows rows = {(const char*)s->key_cache + head, (const char*)s->value_cache + head, d, bl, kv_block_elems(c, bl),
@@ -601,10 +530,9 @@ static void attention_task(void* ctx, int task, int thread) {
 #endif
 
 /* Maps the KV cache's pages for positions below `end` before a chunk writes them: one
- * MADV_POPULATE_WRITE call costs a small part of a write fault per 4 KB page
- * (docs/design.md#kv-cache). Whole blocks are populated, so memory stays what the blocks reached
- * use, plus the rest of their last 2 MB page (tests/test_kv_cache.c). Where the call does not
- * exist or fails, the writes fault the pages in. */
+ * MADV_POPULATE_WRITE call costs a small part of a write fault per 4 KB page (docs/design.md#kv-cache).
+ * Whole blocks are populated, so memory stays what the blocks reached use, plus the rest of their
+ * last 2 MB page (tests/test_kv_cache.c). Where the call does not exist or fails, the writes fault them in. */
 static void populate_kv_cache(Transformer* t, int end) {
 #ifdef MADV_POPULATE_WRITE
     const Config* c = &t->config;
@@ -627,28 +555,24 @@ static void populate_kv_cache(Transformer* t, int end) {
 #endif
 }
 
-/* --show-norms (norm_trace.h): an RMSNorm call site's vectors just before the call, reported when
- * they hold the traced position; nothing when the trace is off. */
-static void see_norm(const Transformer* t, int use, const char* site, int layer, const float* in, const float* w,
-                     int per_row, int width, int p0, int nb) {
-    if (t->norm_trace)
-        norm_trace_see(t->norm_trace, use, site, layer, in, w, per_row, width, p0, nb, t->config.rms_norm_eps);
-}
-
-/* One RMSNorm call site of n_rows vectors of n values: rmsnorm_rows as Qwen3 computes it, or, for a
- * student, what the RMSNorm lab's switches (Transformer.norm_lab: --ablate, --norm-eps, --norm
- * layernorm) make of it. skip_bit is the NORM_SKIP_* switch that leaves this site out. With no
- * switch this is exactly rmsnorm_rows(t->kernels, out, x, w, n_rows, n, eps). */
-static void norm_site(const Transformer* t, int skip_bit, float* out, const float* x, const float* w, int n_rows,
-                      int n, float eps) {
+/* RMSNorm use 1 to 4 of forward() (named site in layer `layer` for --show-norms, norm_trace.h) on
+ * n_rows batch rows of per_row vectors of n values, row 0 at position p0. As Qwen3 computes it this
+ * is rmsnorm_rows(t->kernels, out, x, w, n_rows * per_row, n, eps); the RMSNorm lab's switches
+ * (Transformer.norm_lab: --ablate, --norm-eps, --norm layernorm) change it for a student. */
+static void norm_site(const Transformer* t, int use, const char* site, int layer, float* out, const float* x,
+                      const float* w, int n_rows, int per_row, int n, int p0, float eps) {
+    static const int skip_bit[5] = {0, NORM_SKIP_PRE, NORM_SKIP_QK, NORM_SKIP_PRE, NORM_SKIP_FINAL};
     const NormLab* lab = &t->norm_lab;
+    const int vectors = n_rows * per_row;
+    if (t->norm_trace) /* the vectors just before the call, reported when they hold the traced position */
+        norm_trace_see(t->norm_trace, use, site, layer, x, w, per_row, n, p0, n_rows, t->config.rms_norm_eps);
     if (lab->has_eps) eps = lab->eps;
-    if (lab->skip & skip_bit) {
-        if (out != x) memcpy(out, x, (size_t)n_rows * (size_t)n * sizeof(float));
+    if (lab->skip & skip_bit[use]) {
+        if (out != x) memcpy(out, x, (size_t)vectors * (size_t)n * sizeof(float));
     } else if (lab->variant) {
-        rmsnorm_variant_rows(out, x, w, n_rows, n, eps, lab->variant);
+        rmsnorm_variant_rows(out, x, w, vectors, n, eps, lab->variant);
     } else {
-        rmsnorm_rows(t->kernels, out, x, w, n_rows, n, eps);
+        rmsnorm_rows(t->kernels, out, x, w, vectors, n, eps);
     }
 }
 
@@ -710,10 +634,8 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
         for (int l = 0; l < L; l++) {
             const LayerWeights* lw = &w->layers[l];
 
-            /* 2.2 step 2.1: pre-norm residual block: attention reads a normalised copy of x (every
-             * row of the chunk, each on its own). */
-            see_norm(t, 1, "pre-attention", l, s->x, lw->input_layernorm, 1, D, p0, nb);
-            norm_site(t, NORM_SKIP_PRE, s->xb, s->x, lw->input_layernorm, nb, D, eps);  /* RMSNorm use 1 of 4: pre-attention */
+            /* 2.2 step 2.1: pre-norm residual block: attention reads a normalised copy of each row of x. */
+            norm_site(t, 1, "pre-attention", l, s->xb, s->x, lw->input_layernorm, nb, 1, D, p0, eps);  /* RMSNorm use 1 of 4: pre-attention */
 
             /* 2.2 step 2.2: the q, k, v projections, in one dispatch to the threads since they
              * read the same input (biases: Qwen2 only, QWEN3.md 6). */
@@ -728,42 +650,35 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
                 }
             }
 
-            /* 2.2 step 2.4: Qwen3's QK-Norm: two [d] weights per layer, q_norm shared by every query
-             * head and k_norm by every key head, each head normalised on its own, after the
-             * projection, before RoPE (7.2); v is not normalised. A row of q is H heads of d values
-             * and the rows follow one another, so q is nb * H vectors of d (k: nb * K). */
+            /* 2.2 step 2.4: Qwen3's QK-Norm: q_norm [d] shared by every query head and k_norm by
+             * every key head, each head normalised on its own, after the projection, before RoPE
+             * (7.2); v is not normalised. A row of q is H heads of d values (k: K heads). */
             if (lw->q_norm) {
-                see_norm(t, 2, "QK-Norm q", l, s->q, lw->q_norm, H, d, p0, nb);
-                norm_site(t, NORM_SKIP_QK, s->q, s->q, lw->q_norm, nb * H, d, eps);  /* RMSNorm use 2 of 4: QK-Norm on every q head (before RoPE) */
-                see_norm(t, 2, "QK-Norm k", l, s->k, lw->k_norm, K, d, p0, nb);
-                norm_site(t, NORM_SKIP_QK, s->k, s->k, lw->k_norm, nb * K, d, eps);  /* RMSNorm use 2 of 4: QK-Norm on every k head (before RoPE) */
+                norm_site(t, 2, "QK-Norm q", l, s->q, s->q, lw->q_norm, nb, H, d, p0, eps);  /* RMSNorm use 2 of 4: QK-Norm on every q head (before RoPE) */
+                norm_site(t, 2, "QK-Norm k", l, s->k, s->k, lw->k_norm, nb, K, d, p0, eps);  /* RMSNorm use 2 of 4: QK-Norm on every k head (before RoPE) */
             }
 
             for (int r = 0; r < nb; r++) {
-                float* q = ROW(s->q, r, q_dim);  /* H heads of d values, head j at q + j*d */
-                float* k = ROW(s->k, r, kv_dim); /* K heads of d values */
                 /* 2.2 step 2.5: RoPE (section 2.4) at this row's position, pairs (i, i + d/2) (7.3). */
                 const float* cos_p = ROW(s->rope_cos, p0 + r, d / 2);
                 const float* sin_p = ROW(s->rope_sin, p0 + r, d / 2);
-                rope(q, H, d, cos_p, sin_p);
-                rope(k, K, d, cos_p, sin_p);
-                /* 2.2 step 2.6: the cache stores keys after QK-Norm and RoPE (7.5), rounded to
-                 * halves with --kv-cache f16 (kv_store); each kv head's
-                 * positions one after another within a block (kv_offset), so attention reads a
-                 * head's keys (and values) as a few long streams. */
+                rope(ROW(s->q, r, q_dim), H, d, cos_p, sin_p);
+                rope(ROW(s->k, r, kv_dim), K, d, cos_p, sin_p);
+                /* 2.2 step 2.6: the cache stores keys after QK-Norm and RoPE (7.5), as halves with
+                 * --kv-cache f16; each kv head's positions follow one another within a block
+                 * (kv_offset), so attention reads a head's keys and values as a few long streams. */
                 for (int h = 0; h < K; h++) {
                     size_t at = kv_offset(c, kv_block_len(s), l, h, p0 + r);
-                    kv_store(s, s->key_cache, at, k + h * d, d);
+                    kv_store(s, s->key_cache, at, ROW(s->k, r, kv_dim) + h * d, d);
                     kv_store(s, s->value_cache, at, ROW(s->v, r, kv_dim) + h * d, d);
                 }
             }
             see_scores(t, l, p0, nb); /* --norms-json: each head's largest score, with or without QK-Norm */
 
-            /* 2.2 step 2.7: causal attention of every row and query head, spread over the threads
-             * (attention_task above; attend() has the GQA head mapping, the 1/sqrt(d) scale and
-             * the causal length). The textbook form, scores, softmax, weighted sum of the values,
-             * is attention_group_ref in attention.c; the SIMD decode path computes the same
-             * softmax in one pass over the cache (an online softmax, attend_queries). */
+            /* 2.2 step 2.7: causal attention of every row and query head over the threads (attend()
+             * has the GQA head mapping, the 1/sqrt(d) scale and the causal length). The textbook
+             * form (scores, softmax, weighted sum of the values) is attention_group_ref in
+             * attention.c; the SIMD decode path does it in one pass over the cache (online softmax). */
             AttentionJob job = {t, l, nb, p0, kernels_threads(t->kernels)};
             parallel_for(t->kernels, job.n_tasks, attention_task, &job);
 
@@ -772,8 +687,7 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
             for (size_t i = 0; i < (size_t)nb * D; i++) s->x[i] += s->proj[i];
 
             /* 2.2 steps 2.10-2.12: SwiGLU MLP on a normalised copy of x, residual add. */
-            see_norm(t, 3, "pre-MLP", l, s->x, lw->post_attention_layernorm, 1, D, p0, nb);
-            norm_site(t, NORM_SKIP_PRE, s->xb, s->x, lw->post_attention_layernorm, nb, D, eps);  /* RMSNorm use 3 of 4: pre-MLP */
+            norm_site(t, 3, "pre-MLP", l, s->xb, s->x, lw->post_attention_layernorm, nb, 1, D, p0, eps);  /* RMSNorm use 3 of 4: pre-MLP */
             float* const gate_up[2] = {s->gate, s->up};
             const Matrix* const w_gate_up[2] = {&lw->gate_proj, &lw->up_proj};
             matmul_multi(t->kernels, gate_up, s->xb, w_gate_up, 2, nb);
@@ -786,16 +700,12 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
          * without all_logits only the last row of the last chunk goes through the head, the
          * biggest matmul of the model (V x D). */
         const int last_chunk = c0 + nb == n;
-        const int first_row = all_logits ? 0 : (last_chunk ? nb - 1 : nb);
-        see_norm(t, 4, "final norm", -1, ROW(s->x, first_row, D), w->norm, 1, D, p0 + first_row, nb - first_row);
-        norm_site(t, NORM_SKIP_FINAL, ROW(s->xb, first_row, D), ROW(s->x, first_row, D), w->norm, nb - first_row, D, eps);  /* RMSNorm use 4 of 4: final norm */
-        if (all_logits) {
-            float* out = ROW(all_logits, c0, V);
-            matmul(t->kernels, out, s->xb, &w->lm_head, nb);
-            if (last_chunk) memcpy(s->logits, ROW(out, nb - 1, V), (size_t)V * sizeof(float));
-        } else if (last_chunk) {
-            matmul(t->kernels, s->logits, ROW(s->xb, nb - 1, D), &w->lm_head, 1);
-        }
+        if (!all_logits && !last_chunk) continue;
+        const int r0 = all_logits ? 0 : nb - 1; /* the first row that needs logits */
+        norm_site(t, 4, "final norm", -1, ROW(s->xb, r0, D), ROW(s->x, r0, D), w->norm, nb - r0, 1, D, p0 + r0, eps);  /* RMSNorm use 4 of 4: final norm */
+        float* logits = all_logits ? ROW(all_logits, c0, V) : s->logits;  /* the logits of rows r0 .. nb-1 */
+        matmul(t->kernels, logits, ROW(s->xb, r0, D), &w->lm_head, nb - r0);
+        if (all_logits && last_chunk) memcpy(s->logits, ROW(logits, nb - 1, V), (size_t)V * sizeof(float));
     }
     return s->logits;
 }

@@ -148,12 +148,9 @@ typedef struct {
     float temperature;        /* generation_config defaults (0 when absent) */
     float top_p;
     int32_t top_k;
-    uint32_t reserved0;
-    uint32_t reserved1;
-    uint64_t tokenizer_offset;
-    uint64_t tokenizer_bytes;
-    uint64_t weights_offset;
-    uint64_t weights_bytes;
+    uint32_t reserved0, reserved1;
+    uint64_t tokenizer_offset, tokenizer_bytes;  /* the tokenizer section: its file offset and length */
+    uint64_t weights_offset, weights_bytes;      /* the tensors: their section's file offset and length */
     uint8_t reserved[256 - 160];  /* zero */
 } FileHeader;
 
@@ -196,28 +193,21 @@ typedef struct {
     int max_batch;
     float* x;        /* [B, dim]   the residual stream */
     float* xb;       /* [B, dim]   h: normalised input of attention / MLP / lm_head (the final norm) */
-    float* q;        /* [B, H*d] */
-    float* k;        /* [B, K*d] */
-    float* v;        /* [B, K*d] */
+    float *q, *k, *v;  /* [B, H*d], [B, K*d], [B, K*d] */
     float* att_out;  /* [B, H*d]   o: attention output, before o_proj */
     float* proj;     /* [B, dim]   o_proj / down_proj output, before the residual add */
     float* gate;     /* [B, F]     Wgate h, then silu(Wgate h) * Wup h in place (swiglu), down_proj's input */
     float* up;       /* [B, F] */
-    float* att;      /* [n_threads, attention_rows_scratch(H/K, 32, seq_len, d)]  each thread's attention
-                      * scratch: one GQA group's scores (decode) or every query of a block of 32
-                      * batch rows (prefill; model.c, attention_scratch_floats) */
+    float* att;      /* [n_threads, attention_scratch_floats (model.c)]  each thread's attention scratch */
     float* logits;   /* [vocab]    logits of the last position */
-    void* key_cache;     /* [seq_len / kv_block_len() (rounded up), L, K, kv_block_len(), d]  keys after
-                          * QK-Norm and RoPE, in blocks of positions (model.c, kv_offset) */
-    void* value_cache;   /* the same for the values */
+    void *key_cache, *value_cache; /* [seq_len / kv_block_len() (rounded up), L, K, kv_block_len(), d]  keys
+                                    * after QK-Norm and RoPE, and values, in blocks of positions (model.c, kv_offset) */
     int kv_f16;          /* the caches' elements: 0 float, 1 IEEE half (uint16_t) */
     int kv_populated;    /* cache pages of positions below this are mapped (populate_kv_cache) */
-    float* rope_cos;     /* [seq_len, d/2]  cos(p * inv_freq[i]) */
-    float* rope_sin;     /* [seq_len, d/2] */
+    float *rope_cos, *rope_sin; /* [seq_len, d/2]  cos and sin of p * inv_freq[i] */
 } RunState;
 
-/* Positions per block of an fp32 KV cache; an fp16 one has twice as many, the same bytes (model.c,
- * "The KV cache"). */
+/* Positions per block of an fp32 KV cache; an fp16 one has twice as many, the same bytes (model.c, kv_block_elems). */
 #define KV_BLOCK_LEN 128
 
 static inline int kv_block_len(const RunState* s) { return s->kv_f16 ? 2 * KV_BLOCK_LEN : KV_BLOCK_LEN; }
@@ -227,9 +217,9 @@ static inline size_t kv_elem_bytes(const RunState* s) { return s->kv_f16 ? sizeo
  * what forward() does at its RMSNorm call sites, to see on a trained model why each use matters.
  * All zero (the default): the model as trained, the same bits as without the lab. */
 enum {
-    NORM_SKIP_PRE = 1,    /* pre-attention and pre-MLP: attention and the MLP read x itself */
-    NORM_SKIP_QK = 2,     /* QK-Norm: q and k heads go to RoPE as projected */
-    NORM_SKIP_FINAL = 4,  /* the final norm: lm_head reads the residual stream itself */
+    NORM_SKIP_PRE = 1,    /* uses 1 and 3, pre-attention and pre-MLP: attention and the MLP read x */
+    NORM_SKIP_QK = 2,     /* use 2, QK-Norm: q and k heads go to RoPE as projected */
+    NORM_SKIP_FINAL = 4,  /* use 4, the final norm: lm_head reads the residual stream itself */
 };
 typedef struct {
     int skip;      /* NORM_SKIP_* bits: call sites left out (their output is their input) */
@@ -247,12 +237,12 @@ typedef struct {
 typedef struct {
     int threads;          /* kernel threads, the caller's included; <= 0: one per CPU this process may run on */
     int ctx;              /* KV cache positions; <= 0: min(DEFAULT_CTX, max_seq_len); above max_seq_len: clamped to it */
-    int kv_f16;           /* 1: the KV cache in fp16 (IEEE half), like llama.cpp's default: half the
-                           * memory and bytes read, keys and values rounded to 11 significant bits
-                           * (every sum stays fp32); 0: fp32, what the reference computes */
+    int kv_f16;           /* 1: the KV cache in fp16 (IEEE half), like llama.cpp's default: half the memory
+                           * and bytes read, keys and values rounded to 11 significant bits (every sum
+                           * stays fp32); 0: fp32, what the reference computes */
     int bf16_activations; /* 1: prefill with bf16 weights rounds the activations to bf16 (kernels.h,
-                           * kernels_set_bf16_activations); ignored where the build has no bf16 dot
-                           * product: kernels_bf16_activations(t->kernels) says whether it is on */
+                           * kernels_set_bf16_activations) where the build has a bf16 dot product:
+                           * kernels_bf16_activations(t->kernels) says whether it is on */
 } TransformerOptions;
 
 typedef struct {
@@ -264,11 +254,9 @@ typedef struct {
     size_t tokenizer_bytes;
     const uint8_t* file;      /* the checkpoint, mapped read-only at a 2 MB boundary (model.c, map_file) */
     size_t file_size;
-    struct NormTrace* norm_trace; /* NULL, or --show-norms: forward() reports every RMSNorm call
-                                   * site at one position (norm_trace.h) */
+    struct NormTrace* norm_trace; /* NULL, or --show-norms: forward() reports its RMSNorm calls (norm_trace.h) */
     NormLab norm_lab;         /* zero, or the RMSNorm lab's switches (set after transformer_load) */
-    Kernels* kernels;         /* this model's threads and matmul scratch (kernels.h): forward() passes
-                               * it to every kernel that uses them */
+    Kernels* kernels;         /* this model's threads and matmul scratch (kernels.h), for every kernel call */
 } Transformer;
 
 /* Maps and validates the checkpoint, starts the model's own kernel threads and allocates its run
