@@ -1,12 +1,11 @@
 /* model.c: loading a Qwen3 checkpoint (memory-mapped, validated, never copied) and the forward pass.
  *
- * The file layout is documented at the top of model.h. forward() is one function in the style of
- * llama2.c: every weight is a named pointer, every step cites the spec, and every operation that
- * costs time goes through the kernels of kernels.h (SIMD or scalar; nothing here knows which).
- * The spec is QWEN3.md (../shared/QWEN3.md; docs/spec-sections.md says what each cited section
- * says): "2.2 step 2.4" is its section 2.2, step 4 of the per-layer step 2; "(7.3)" is item 3 of
- * its section 7, the checklist of easy mistakes. docs/design.md has the measurements behind the
- * choices here. */
+ * The file layout is documented at the top of model.h; docs/design.md has the measurements behind
+ * the choices here. forward() is one function in the style of llama2.c: every weight is a named
+ * pointer, every step cites the spec, and every operation that costs time goes through the kernels
+ * of kernels.h (SIMD or scalar; nothing here knows which). The spec is QWEN3.md (../shared/QWEN3.md;
+ * docs/spec-sections.md says what each cited section says): "2.2 step 2.4" is its section 2.2,
+ * step 4 of the per-layer step 2; "(7.3)" is item 3 of its section 7, the checklist of easy mistakes. */
 #include "model.h"
 #include "cli/norm_trace.h"
 
@@ -402,14 +401,13 @@ static void kv_store(const RunState* s, void* cache, size_t at, const float* x, 
 /* The activations and the KV cache. Returns 0 or -1 with the error written. */
 static int alloc_state(Transformer* t, int kv_f16, const LoadError* e) {
     const Config* c = &t->config;
-    const int n_threads = kernels_threads(t->kernels);
     RunState* s = &t->state;
     const size_t B = MAX_BATCH, D = (size_t)c->dim, F = (size_t)c->hidden_dim, half = (size_t)c->head_dim / 2;
     const size_t q_dim = (size_t)c->n_heads * c->head_dim, kv_dim = (size_t)c->n_kv_heads * c->head_dim;
     const struct { float** buf; size_t floats; } buffers[] = {
-        {&s->x, B * D}, {&s->xb, B * D}, {&s->q, B * q_dim}, {&s->k, B * kv_dim}, {&s->v, B * kv_dim},
-        {&s->att_out, B * q_dim}, {&s->proj, B * D}, {&s->gate, B * F}, {&s->up, B * F},
-        {&s->att, (size_t)n_threads * attention_scratch_floats(c)}, {&s->logits, (size_t)c->vocab_size},
+        {&s->x, B * D}, {&s->xb, B * D}, {&s->proj, B * D}, {&s->q, B * q_dim}, {&s->att_out, B * q_dim},
+        {&s->k, B * kv_dim}, {&s->v, B * kv_dim}, {&s->gate, B * F}, {&s->up, B * F}, {&s->logits, (size_t)c->vocab_size},
+        {&s->att, (size_t)kernels_threads(t->kernels) * attention_scratch_floats(c)},
         {&s->rope_cos, (size_t)c->seq_len * half}, {&s->rope_sin, (size_t)c->seq_len * half},
     };
     s->max_batch = MAX_BATCH;
@@ -485,8 +483,7 @@ typedef struct {
     int layer, n_rows, pos0, n_tasks;
 } AttentionJob;
 
-/* The query heads of kv head kv in batch rows r .. r + n - 1, row r + i against the cached
- * positions 0 .. pos0 + r + i. */
+/* The query heads of kv head kv in batch rows r .. r+n-1, row r+i against cached positions 0 .. pos0+r+i. */
 static void attend(const AttentionJob* job, int r, int n, int kv, float* scratch) {
     const Config* c = &job->t->config;
     const RunState* s = &job->t->state;
@@ -535,23 +532,23 @@ static void attention_task(void* ctx, int task, int thread) {
  * last 2 MB page (tests/test_kv_cache.c). Where the call does not exist or fails, the writes fault them in. */
 static void populate_kv_cache(Transformer* t, int end) {
 #ifdef MADV_POPULATE_WRITE
-    const Config* c = &t->config;
     RunState* s = &t->state;
+    const int seq_len = t->config.seq_len;
     if (end <= s->kv_populated) return;
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
     const int bl = kv_block_len(s);
-    const size_t block = kv_block_elems(c, bl) * kv_elem_bytes(s);
+    const size_t block = kv_block_elems(&t->config, bl) * kv_elem_bytes(s);
     const int blocks = (end + bl - 1) / bl;
     char* const caches[2] = {(char*)s->key_cache, (char*)s->value_cache};
     for (int which = 0; which < 2; which++) {
         uintptr_t a = (uintptr_t)(caches[which] + (size_t)(s->kv_populated / bl) * block) & ~(page - 1);
         uintptr_t b = (uintptr_t)(caches[which] + (size_t)blocks * block);
         if (madvise((void*)a, b - a, MADV_POPULATE_WRITE) != 0) {
-            s->kv_populated = c->seq_len; /* not supported here: leave it to the page faults */
+            s->kv_populated = seq_len; /* not supported here: leave it to the page faults */
             return;
         }
     }
-    s->kv_populated = blocks * bl < c->seq_len ? blocks * bl : c->seq_len;
+    s->kv_populated = blocks * bl < seq_len ? blocks * bl : seq_len;
 #endif
 }
 
@@ -579,9 +576,8 @@ static void norm_site(const Transformer* t, int use, const char* site, int layer
 /* Row r of a batch buffer whose rows are `width` floats wide. */
 #define ROW(buf, r, width) ((buf) + (size_t)(r) * (size_t)(width))
 
-/* --norms-json (norm_trace.h): for each traced row of the chunk, each query head's largest
- * |q.k|/sqrt(d) over the keys it attends to, read back from the cache (after QK-Norm and RoPE, as
- * attention reads them); nothing when the trace is off. */
+/* --norms-json (norm_trace.h): each traced row's query heads' largest |q.k|/sqrt(d) over the keys
+ * they attend to, read back from the cache (after QK-Norm and RoPE, as attention reads them). */
 static void see_scores(const Transformer* t, int l, int p0, int nb) {
     NormTrace* tr = t->norm_trace;
     if (tr == NULL || tr->json == NULL) return;
@@ -642,13 +638,12 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
             float* const qkv[3] = {s->q, s->k, s->v};
             const Matrix* const w_qkv[3] = {&lw->q_proj, &lw->k_proj, &lw->v_proj};
             matmul_multi(t->kernels, qkv, s->xb, w_qkv, 3, nb);
-            if (lw->q_bias) {
+            if (lw->q_bias)
                 for (int r = 0; r < nb; r++) {
                     for (int i = 0; i < q_dim; i++) ROW(s->q, r, q_dim)[i] += lw->q_bias[i];
                     for (int i = 0; i < kv_dim; i++) ROW(s->k, r, kv_dim)[i] += lw->k_bias[i];
                     for (int i = 0; i < kv_dim; i++) ROW(s->v, r, kv_dim)[i] += lw->v_bias[i];
                 }
-            }
 
             /* 2.2 step 2.4: Qwen3's QK-Norm: q_norm [d] shared by every query head and k_norm by
              * every key head, each head normalised on its own, after the projection, before RoPE
@@ -664,9 +659,7 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
                 const float* sin_p = ROW(s->rope_sin, p0 + r, d / 2);
                 rope(ROW(s->q, r, q_dim), H, d, cos_p, sin_p);
                 rope(ROW(s->k, r, kv_dim), K, d, cos_p, sin_p);
-                /* 2.2 step 2.6: the cache stores keys after QK-Norm and RoPE (7.5), as halves with
-                 * --kv-cache f16; each kv head's positions follow one another within a block
-                 * (kv_offset), so attention reads a head's keys and values as a few long streams. */
+                /* 2.2 step 2.6: the cache stores keys after QK-Norm and RoPE (7.5); halves with --kv-cache f16. */
                 for (int h = 0; h < K; h++) {
                     size_t at = kv_offset(c, kv_block_len(s), l, h, p0 + r);
                     kv_store(s, s->key_cache, at, ROW(s->k, r, kv_dim) + h * d, d);

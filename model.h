@@ -196,8 +196,7 @@ typedef struct {
     float *q, *k, *v;  /* [B, H*d], [B, K*d], [B, K*d] */
     float* att_out;  /* [B, H*d]   o: attention output, before o_proj */
     float* proj;     /* [B, dim]   o_proj / down_proj output, before the residual add */
-    float* gate;     /* [B, F]     Wgate h, then silu(Wgate h) * Wup h in place (swiglu), down_proj's input */
-    float* up;       /* [B, F] */
+    float *gate, *up; /* [B, F]   Wgate h and Wup h; swiglu leaves silu(Wgate h) * Wup h in gate for down_proj */
     float* att;      /* [n_threads, attention_scratch_floats (model.c)]  each thread's attention scratch */
     float* logits;   /* [vocab]    logits of the last position */
     void *key_cache, *value_cache; /* [seq_len / kv_block_len() (rounded up), L, K, kv_block_len(), d]  keys
