@@ -236,12 +236,12 @@ typedef struct {
 typedef struct {
     int threads;          /* kernel threads, the caller's included; <= 0: one per CPU this process may run on */
     int ctx;              /* KV cache positions; <= 0: min(DEFAULT_CTX, max_seq_len); above max_seq_len: clamped to it */
-    int kv_f16;           /* 1: the KV cache in fp16 (IEEE half), like llama.cpp's default: half the memory
-                           * and bytes read, keys and values rounded to 11 significant bits (every sum
-                           * stays fp32); 0: fp32, what the reference computes */
+    int kv_f16;           /* 1: the KV cache in fp16 (IEEE half), like llama.cpp's default: half the
+                           * memory and bytes read, keys and values rounded to 11 significant bits
+                           * (every sum stays fp32); 0: fp32, what the reference computes */
     int bf16_activations; /* 1: prefill with bf16 weights rounds the activations to bf16 (kernels.h,
-                           * kernels_set_bf16_activations) where the build has a bf16 dot product:
-                           * kernels_bf16_activations(t->kernels) says whether it is on */
+                           * kernels_set_bf16_activations); ignored where the build has no bf16 dot
+                           * product: kernels_bf16_activations(t->kernels) says whether it is on */
 } TransformerOptions;
 
 typedef struct {
