@@ -64,27 +64,35 @@ void float_to_half_row_scalar(uint16_t* out, const float* x, int n) {
     for (int i = 0; i < n; i++) out[i] = float_to_half(x[i]);
 }
 
-/* The cache arrays hold fp32 or halves (KVRows.f16); the SIMD kernels below take that as F16, a
- * constant in each inlined copy, so the fp32 copies compile to the code a kernel written for fp32
- * alone would be (no run-time test of the element type in the loops). kv_at: element i's address. */
-#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
-ALWAYS_INLINE const void* kv_at(const void* base, size_t i, int F16) { return (const char*)base + i * (F16 ? 2 : 4); }
-#endif
-
-/* The SIMD twins take the group's queries two at a time: every key and value vector is loaded once
- * for both (2 query heads per kv head in Qwen3-0.6B). The pairing alone gains little; the value
- * prefetch in scores is what makes decode attention fast (see there). Per query, the sums run in
- * the same order as for a query alone, so the result does not depend on how queries are
- * paired. */
+/* The decode kernels are written once, over the vector operations below: 8 lanes (ymm, in AVX-512
+ * builds too) or NEON's 4. */
 #if defined(KERNELS_AVX2)
-/* 8 elements of a cache row from element i on, as fp32 (halves widened by F16C's vcvtph2ps).
- * Without F16C the F16 copies are never called (attention_group and attention_rows take the
- * scalar reference for an fp16 cache then). */
-ALWAYS_INLINE __m256 kv_load8(const void* row, size_t i, int F16) {
+typedef __m256 dvec;
+#define DLANES 8
+/* DLANES elements of a cache row from element i on, as fp32 (halves widened by F16C's vcvtph2ps).
+ * Without F16C the F16 copies are never called (attention_simd sends an fp16 cache to the scalar
+ * reference then). */
+ALWAYS_INLINE dvec d_load_kv(const void* row, size_t i, int F16) {
 #if defined(KERNELS_KV_F16)
     if (F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)((const uint16_t*)row + i)));
 #endif
     return _mm256_loadu_ps((const float*)row + i);
+}
+ALWAYS_INLINE dvec d_load(const float* p) { return _mm256_loadu_ps(p); }
+ALWAYS_INLINE void d_store(float* p, dvec v) { _mm256_storeu_ps(p, v); }
+ALWAYS_INLINE dvec d_set1(float x) { return _mm256_set1_ps(x); }
+ALWAYS_INLINE dvec d_broadcast(const float* p) { return _mm256_broadcast_ss(p); }
+ALWAYS_INLINE dvec d_fma(dvec a, dvec b, dvec c) { return _mm256_fmadd_ps(a, b, c); }
+ALWAYS_INLINE dvec d_add(dvec a, dvec b) { return _mm256_add_ps(a, b); }
+ALWAYS_INLINE dvec d_sub(dvec a, dvec b) { return _mm256_sub_ps(a, b); }
+ALWAYS_INLINE dvec d_mul(dvec a, dvec b) { return _mm256_mul_ps(a, b); }
+ALWAYS_INLINE dvec d_max(dvec a, dvec b) { return _mm256_max_ps(a, b); }
+ALWAYS_INLINE dvec d_exp(dvec x) { return exp256(x); }
+ALWAYS_INLINE float d_sum(dvec v) { return hsum256(v); }
+ALWAYS_INLINE float d_max_lane(dvec v) {
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    return _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
 }
 
 void float_to_half_row(uint16_t* out, const float* x, int n) {
@@ -97,27 +105,60 @@ void float_to_half_row(uint16_t* out, const float* x, int n) {
     float_to_half_row_scalar(out + i, x + i, n - i);
 }
 
-/* x[i] = exp(x[i] - m), where m = max(*max, every x[i]), which is stored back in *max; returns the
- * sum of the exponentials. softmax's first two steps, and decode attention's per chunk of positions
- * (attend_queries). */
+#elif defined(KERNELS_NEON)
+typedef float32x4_t dvec;
+#define DLANES 4
+/* Halves widened by fcvtl. */
+ALWAYS_INLINE dvec d_load_kv(const void* row, size_t i, int F16) {
+    if (F16) return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t*)row + i)));
+    return vld1q_f32((const float*)row + i);
+}
+ALWAYS_INLINE dvec d_load(const float* p) { return vld1q_f32(p); }
+ALWAYS_INLINE void d_store(float* p, dvec v) { vst1q_f32(p, v); }
+ALWAYS_INLINE dvec d_set1(float x) { return vdupq_n_f32(x); }
+ALWAYS_INLINE dvec d_broadcast(const float* p) { return vld1q_dup_f32(p); }
+ALWAYS_INLINE dvec d_fma(dvec a, dvec b, dvec c) { return vfmaq_f32(c, a, b); }
+ALWAYS_INLINE dvec d_add(dvec a, dvec b) { return vaddq_f32(a, b); }
+ALWAYS_INLINE dvec d_sub(dvec a, dvec b) { return vsubq_f32(a, b); }
+ALWAYS_INLINE dvec d_mul(dvec a, dvec b) { return vmulq_f32(a, b); }
+ALWAYS_INLINE dvec d_max(dvec a, dvec b) { return vmaxq_f32(a, b); }
+ALWAYS_INLINE dvec d_exp(dvec x) { return exp128(x); }
+ALWAYS_INLINE float d_sum(dvec v) { return vaddvq_f32(v); }
+ALWAYS_INLINE float d_max_lane(dvec v) { return vmaxvq_f32(v); }
+
+void float_to_half_row(uint16_t* out, const float* x, int n) {
+    int i = 0;
+    for (; i + 4 <= n; i += 4) vst1_u16(out + i, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(x + i))));
+    float_to_half_row_scalar(out + i, x + i, n - i);
+}
+
+#else
+void softmax(float* x, int n) { softmax_scalar(x, n); }
+void float_to_half_row(uint16_t* out, const float* x, int n) { float_to_half_row_scalar(out, x, n); }
+#endif
+
+#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
+/* The cache arrays hold fp32 or halves (KVRows.f16); the SIMD kernels take that as F16, a constant
+ * in each inlined copy, so the fp32 copies test no element type in loops. kv_at: element i's address. */
+ALWAYS_INLINE const void* kv_at(const void* base, size_t i, int F16) { return (const char*)base + i * (F16 ? 2 : 4); }
+
+/* x[i] = exp(x[i] - m), m = max(*max, every x[i]) stored back in *max; returns the sum of the
+ * exponentials: softmax's first two steps, and decode attention's per chunk (attend_queries). */
 ALWAYS_INLINE float exp_shifted(float* x, int n, float* max) {
     int i = 0;
-    __m256 vm = _mm256_set1_ps(*max);
-    for (; i + 8 <= n; i += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(x + i));
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vm), _mm256_extractf128_ps(vm, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    float m = _mm_cvtss_f32(m4);
+    dvec vm = d_set1(*max);
+    for (; i + DLANES <= n; i += DLANES) vm = d_max(vm, d_load(x + i));
+    float m = d_max_lane(vm);
     for (; i < n; i++)
         if (x[i] > m) m = x[i];
-    vm = _mm256_set1_ps(m);
-    __m256 vs = _mm256_setzero_ps();
-    for (i = 0; i + 8 <= n; i += 8) {
-        __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
-        _mm256_storeu_ps(x + i, e);
-        vs = _mm256_add_ps(vs, e);
+    vm = d_set1(m);
+    dvec vs = d_set1(0.0f);
+    for (i = 0; i + DLANES <= n; i += DLANES) {
+        const dvec e = d_exp(d_sub(d_load(x + i), vm));
+        d_store(x + i, e);
+        vs = d_add(vs, e);
     }
-    float sum = hsum256(vs);
+    float sum = d_sum(vs);
     for (; i < n; i++) {
         x[i] = expf(x[i] - m);
         sum += x[i];
@@ -129,211 +170,96 @@ ALWAYS_INLINE float exp_shifted(float* x, int n, float* max) {
 /* x[0 .. n) *= s (softmax's last step; gcc 12 -O2 leaves the plain loop scalar). */
 ALWAYS_INLINE void scale_row(float* x, int n, float s) {
     int i = 0;
-    const __m256 vs = _mm256_set1_ps(s);
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vs));
+    const dvec vs = d_set1(s);
+    for (; i + DLANES <= n; i += DLANES) d_store(x + i, d_mul(d_load(x + i), vs));
     for (; i < n; i++) x[i] *= s;
 }
 
+/* Decode takes the group's queries two at a time: every key and value vector is loaded once for
+ * both (2 query heads per kv head in Qwen3-0.6B). The pairing alone gains little; the value
+ * prefetch in scores is what makes decode attention fast. Per query, the sums run in the same
+ * order as for a query alone, so the result does not depend on how queries are paired. */
 #define DIM_STEP 16 /* head_dim a multiple of this takes the SIMD path */
 
-/* a[j][u] += q_j * k over the 8 dimensions from i + 8u on, for u < NU (4, or 2 for a last 16). */
-ALWAYS_INLINE void scores_step(__m256 a[2][4], const float* q, int NQ, const void* k, int d, int i, int NU, int F16) {
+/* a[j][u] += q_j * k over the DLANES dimensions from i + DLANES u on, for u < NU (4, or 2 for a
+ * head_dim's last 2 DLANES). */
+ALWAYS_INLINE void scores_step(dvec a[2][4], const float* q, int NQ, const void* k, int d, int i, int NU, int F16) {
 #pragma GCC unroll 4
     for (int u = 0; u < NU; u++) {
-        __m256 kv = kv_load8(k, i + 8 * u, F16);
+        const dvec kv = d_load_kv(k, i + DLANES * u, F16);
 #pragma GCC unroll 2
-        for (int j = 0; j < NQ; j++)
-            a[j][u] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)j * d + i + 8 * u), kv, a[j][u]);
+        for (int j = 0; j < NQ; j++) a[j][u] = d_fma(d_load(q + (size_t)j * d + i + DLANES * u), kv, a[j][u]);
     }
 }
 
-/* att[j][t] = (q_j . k_t) * scale for NQ (1 or 2) queries; head_dim a multiple of 16: four
- * accumulators per query over each 32 dimensions, the first two over a last 16 (head_dim 48 of the
- * shipped model: 32 + 16). With prefetch_values set, value row t is prefetched into L2 while key
- * row t is read, so the values stream in beside the keys and the weighted sum finds them in cache
- * (docs/design.md#attention-decode); into L1 they would evict the keys that the weighted sum
- * brings into L2 for the next chunk. */
-ALWAYS_INLINE void scores(float* att, int att_stride, const float* q, int NQ, const void* keys,
-                          const void* prefetch_values, int stride, int n, int d, float scale, int F16) {
-    for (int t = 0; t < n; t++) {
-        const void* k = kv_at(keys, (size_t)t * stride, F16);
-        const char* v = prefetch_values ? kv_at(prefetch_values, (size_t)t * stride, F16) : NULL;
-        for (int i = 0; v && i < d * (F16 ? 2 : 4); i += 64) _mm_prefetch(v + i, _MM_HINT_T1);
-        __m256 a[2][4];
-#pragma GCC unroll 2
-        for (int j = 0; j < NQ; j++)
-#pragma GCC unroll 4
-            for (int u = 0; u < 4; u++) a[j][u] = _mm256_setzero_ps();
-        int i = 0;
-        for (; i + 32 <= d; i += 32) scores_step(a, q, NQ, k, d, i, 4, F16);
-        if (i < d) scores_step(a, q, NQ, k, d, i, 2, F16); /* the last 16 */
-#pragma GCC unroll 2
-        for (int j = 0; j < NQ; j++)
-            att[(size_t)j * att_stride + t] =
-                hsum256(_mm256_add_ps(_mm256_add_ps(a[j][0], a[j][1]), _mm256_add_ps(a[j][2], a[j][3]))) * scale;
-    }
-}
-
-/* weighted_sum's 8 * NU outputs per query from dimension i on (NU 4, or 2 for a head_dim's last
- * 16), in registers for one pass over the value rows; the same dimensions of next_keys' first
- * n_next rows are prefetched into L2 on the way (see weighted_sum). */
-ALWAYS_INLINE void weighted_sum_pass(float* out, const float* att, int att_stride, int NQ, const void* values,
-                                     const void* next_keys, int n_next, int stride, int n, int d, int i, int add,
-                                     int NU, int F16) {
-    __m256 o[2][4];
-#pragma GCC unroll 2
-    for (int j = 0; j < NQ; j++)
-#pragma GCC unroll 4
-        for (int u = 0; u < NU; u++)
-            o[j][u] = add ? _mm256_loadu_ps(out + (size_t)j * d + i + 8 * u) : _mm256_setzero_ps();
-    for (int t = 0; t < n; t++) {
-        const void* v = kv_at(values, (size_t)t * stride, F16);
-        if (t < n_next)
-            for (int b = 0; b < 8 * NU * (F16 ? 2 : 4); b += 64)
-                _mm_prefetch((const char*)kv_at(next_keys, (size_t)t * stride + i, F16) + b, _MM_HINT_T1);
-        __m256 vv[4];
-#pragma GCC unroll 4
-        for (int u = 0; u < NU; u++) vv[u] = kv_load8(v, i + 8 * u, F16);
-#pragma GCC unroll 2
-        for (int j = 0; j < NQ; j++) {
-            __m256 a = _mm256_broadcast_ss(att + (size_t)j * att_stride + t);
-#pragma GCC unroll 4
-            for (int u = 0; u < NU; u++) o[j][u] = _mm256_fmadd_ps(a, vv[u], o[j][u]);
-        }
-    }
-#pragma GCC unroll 2
-    for (int j = 0; j < NQ; j++)
-#pragma GCC unroll 4
-        for (int u = 0; u < NU; u++) _mm256_storeu_ps(out + (size_t)j * d + i + 8 * u, o[j][u]);
-}
-
-/* out_j (+)= sum_{t < n} att[j * att_stride + t] v_t for NQ (1 or 2) queries, 32 outputs per query
- * in registers per pass (16 in a last pass where head_dim % 32 is 16); with add, the sums continue
- * from what out holds (the blocks of the cache after the first: the additions run in the same order
- * as over one array). Meanwhile the first n_next key rows at next_keys (the next chunk's) are
- * prefetched into L2, a line per row per pass, so that memory keeps streaming while the sum
- * works from cache, as it does during the scores, which prefetch the values
- * (docs/design.md#attention-decode). */
-ALWAYS_INLINE void weighted_sum(float* out, const float* att, int att_stride, int NQ, const void* values,
-                                const void* next_keys, int n_next, int stride, int n, int d, int add, int F16) {
-    int i = 0;
-    for (; i + 32 <= d; i += 32)
-        weighted_sum_pass(out, att, att_stride, NQ, values, next_keys, n_next, stride, n, d, i, add, 4, F16);
-    if (i < d) weighted_sum_pass(out, att, att_stride, NQ, values, next_keys, n_next, stride, n, d, i, add, 2, F16);
-}
-
-#elif defined(KERNELS_NEON)
-/* 4 elements of a cache row from element i on, as fp32 (halves widened by fcvtl). */
-ALWAYS_INLINE float32x4_t kv_load4(const void* row, size_t i, int F16) {
-    if (F16) return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t*)row + i)));
-    return vld1q_f32((const float*)row + i);
-}
-
-void float_to_half_row(uint16_t* out, const float* x, int n) {
-    int i = 0;
-    for (; i + 4 <= n; i += 4) vst1_u16(out + i, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(x + i))));
-    float_to_half_row_scalar(out + i, x + i, n - i);
-}
-
-/* As the AVX2 exp_shifted. */
-ALWAYS_INLINE float exp_shifted(float* x, int n, float* max) {
-    int i = 0;
-    float32x4_t vm = vdupq_n_f32(*max);
-    for (; i + 4 <= n; i += 4) vm = vmaxq_f32(vm, vld1q_f32(x + i));
-    float m = vmaxvq_f32(vm);
-    for (; i < n; i++)
-        if (x[i] > m) m = x[i];
-    float32x4_t vmm = vdupq_n_f32(m), vs = vdupq_n_f32(0.0f);
-    for (i = 0; i + 4 <= n; i += 4) {
-        float32x4_t e = exp128(vsubq_f32(vld1q_f32(x + i), vmm));
-        vst1q_f32(x + i, e);
-        vs = vaddq_f32(vs, e);
-    }
-    float sum = vaddvq_f32(vs);
-    for (; i < n; i++) {
-        x[i] = expf(x[i] - m);
-        sum += x[i];
-    }
-    *max = m;
-    return sum;
-}
-
-/* As the AVX2 scale_row. */
-ALWAYS_INLINE void scale_row(float* x, int n, float s) {
-    int i = 0;
-    for (; i + 4 <= n; i += 4) vst1q_f32(x + i, vmulq_n_f32(vld1q_f32(x + i), s));
-    for (; i < n; i++) x[i] *= s;
-}
-
-#define DIM_STEP 16
-
-/* As the AVX2 scores, 16 dimensions per step (four 4-lane accumulators per query); the value
- * prefetch is kept for the same reason, unmeasured on arm64. */
+/* att[j][t] = (q_j . k_t) * scale for NQ (1 or 2) queries: four accumulators per query over each
+ * 4 DLANES dimensions, the first two over a last 2 DLANES (head_dim 48 on AVX2: 32 + 16). With
+ * prefetch_values set, value row t is prefetched into L2 while key row t is read, so the values
+ * stream in beside the keys and the weighted sum finds them in cache; into L1 they would evict the
+ * keys that the weighted sum brings into L2 for the next chunk (docs/design.md#attention-decode). */
 ALWAYS_INLINE void scores(float* att, int att_stride, const float* q, int NQ, const void* keys,
                           const void* prefetch_values, int stride, int n, int d, float scale, int F16) {
     for (int t = 0; t < n; t++) {
         const void* k = kv_at(keys, (size_t)t * stride, F16);
         const char* v = prefetch_values ? kv_at(prefetch_values, (size_t)t * stride, F16) : NULL;
         for (int i = 0; v && i < d * (F16 ? 2 : 4); i += 64) __builtin_prefetch(v + i, 0, 2); /* into L2 */
-        float32x4_t a[2][4];
+        dvec a[2][4];
+#pragma GCC unroll 2
         for (int j = 0; j < NQ; j++)
-            for (int u = 0; u < 4; u++) a[j][u] = vdupq_n_f32(0.0f);
-        for (int i = 0; i < d; i += 16)
-            for (int u = 0; u < 4; u++) {
-                float32x4_t kv = kv_load4(k, i + 4 * u, F16);
-                for (int j = 0; j < NQ; j++)
-                    a[j][u] = vfmaq_f32(a[j][u], vld1q_f32(q + (size_t)j * d + i + 4 * u), kv);
-            }
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++) a[j][u] = d_set1(0.0f);
+        int i = 0;
+        for (; i + 4 * DLANES <= d; i += 4 * DLANES) scores_step(a, q, NQ, k, d, i, 4, F16);
+        if (i < d) scores_step(a, q, NQ, k, d, i, 2, F16);
+#pragma GCC unroll 2
         for (int j = 0; j < NQ; j++)
-            att[(size_t)j * att_stride + t] =
-                vaddvq_f32(vaddq_f32(vaddq_f32(a[j][0], a[j][1]), vaddq_f32(a[j][2], a[j][3]))) * scale;
+            att[(size_t)j * att_stride + t] = d_sum(d_add(d_add(a[j][0], a[j][1]), d_add(a[j][2], a[j][3]))) * scale;
     }
 }
 
-/* As the AVX2 weighted_sum, 16 outputs per query per pass (the next chunk's keys into L2 a line
- * per row whenever a pass starts a line, unmeasured on arm64 like the value prefetch). */
+/* weighted_sum's DLANES NU outputs per query from dimension i on (NU 4, or 2 for a head_dim's last
+ * 2 DLANES), in registers for one pass over the value rows; the same dimensions of next_keys' first
+ * n_next rows are prefetched into L2 on the way. */
+ALWAYS_INLINE void weighted_sum_pass(float* out, const float* att, int att_stride, int NQ, const void* values,
+                                     const void* next_keys, int n_next, int stride, int n, int d, int i, int add,
+                                     int NU, int F16) {
+    dvec o[2][4];
+#pragma GCC unroll 2
+    for (int j = 0; j < NQ; j++)
+#pragma GCC unroll 4
+        for (int u = 0; u < NU; u++) o[j][u] = add ? d_load(out + (size_t)j * d + i + DLANES * u) : d_set1(0.0f);
+    for (int t = 0; t < n; t++) {
+        const void* v = kv_at(values, (size_t)t * stride, F16);
+        if (t < n_next)
+            for (int b = 0; b < DLANES * NU * (F16 ? 2 : 4); b += 64)
+                __builtin_prefetch((const char*)kv_at(next_keys, (size_t)t * stride + i, F16) + b, 0, 2);
+        dvec vv[4];
+#pragma GCC unroll 4
+        for (int u = 0; u < NU; u++) vv[u] = d_load_kv(v, i + DLANES * u, F16);
+#pragma GCC unroll 2
+        for (int j = 0; j < NQ; j++) {
+            const dvec a = d_broadcast(att + (size_t)j * att_stride + t);
+#pragma GCC unroll 4
+            for (int u = 0; u < NU; u++) o[j][u] = d_fma(a, vv[u], o[j][u]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int j = 0; j < NQ; j++)
+#pragma GCC unroll 4
+        for (int u = 0; u < NU; u++) d_store(out + (size_t)j * d + i + DLANES * u, o[j][u]);
+}
+
+/* out_j (+)= sum_{t < n} att[j * att_stride + t] v_t for NQ (1 or 2) queries, in passes of 4 DLANES
+ * outputs per query (2 DLANES in a last one); with add, the sums continue from out (a block after
+ * the first: the same order as over one array). Meanwhile the next chunk's first n_next key rows
+ * are prefetched into L2, so that memory keeps streaming while the sum works from cache. */
 ALWAYS_INLINE void weighted_sum(float* out, const float* att, int att_stride, int NQ, const void* values,
                                 const void* next_keys, int n_next, int stride, int n, int d, int add, int F16) {
-    for (int i = 0; i < d; i += 16) {
-        float32x4_t o[2][4];
-        for (int j = 0; j < NQ; j++)
-            for (int u = 0; u < 4; u++) o[j][u] = add ? vld1q_f32(out + (size_t)j * d + i + 4 * u) : vdupq_n_f32(0.0f);
-        for (int t = 0; t < n; t++) {
-            const void* v = kv_at(values, (size_t)t * stride, F16);
-            if (t < n_next && i * (F16 ? 2 : 4) % 64 == 0)
-                __builtin_prefetch(kv_at(next_keys, (size_t)t * stride + i, F16), 0, 2);
-            float32x4_t vv[4];
-            for (int u = 0; u < 4; u++) vv[u] = kv_load4(v, i + 4 * u, F16);
-            for (int j = 0; j < NQ; j++) {
-                float a = att[(size_t)j * att_stride + t];
-                for (int u = 0; u < 4; u++) o[j][u] = vfmaq_n_f32(o[j][u], vv[u], a);
-            }
-        }
-        for (int j = 0; j < NQ; j++)
-            for (int u = 0; u < 4; u++) vst1q_f32(out + (size_t)j * d + i + 4 * u, o[j][u]);
-    }
+    int i = 0;
+    for (; i + 4 * DLANES <= d; i += 4 * DLANES)
+        weighted_sum_pass(out, att, att_stride, NQ, values, next_keys, n_next, stride, n, d, i, add, 4, F16);
+    if (i < d) weighted_sum_pass(out, att, att_stride, NQ, values, next_keys, n_next, stride, n, d, i, add, 2, F16);
 }
-
-#else
-void softmax(float* x, int n) { softmax_scalar(x, n); }
-void float_to_half_row(uint16_t* out, const float* x, int n) { float_to_half_row_scalar(out, x, n); }
-#endif
-
-/* The SIMD kernels take head_dim a multiple of DIM_STEP, and for halves a build that widens them
- * in registers (KERNELS_KV_F16); else the scalar reference runs. */
-int attention_simd(int head_dim, int f16) {
-#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
-#if !defined(KERNELS_KV_F16)
-    if (f16) return 0;
-#endif
-    return head_dim % DIM_STEP == 0;
-#else
-    (void)head_dim, (void)f16;
-    return 0;
-#endif
-}
-
-#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
 
 /* The kernels above read rows at a fixed stride, and the cache keeps its positions in blocks
  * (KVRows), so the loops below call them a run of rows at a time: this one is positions [p, p + its
@@ -357,20 +283,16 @@ void softmax(float* x, int n) {
     scale_row(x, n, 1.0f / exp_shifted(x, n, &m));
 }
 
-/* Scores, softmax and weighted sum of NQ (1 or 2, a constant) queries, in one pass over the cache:
- * per chunk of ATTENTION_DECODE_CHUNK positions the scores (which, with prefetch, bring the chunk's
- * values into cache as they go, see scores), their exponentials against each query's running
- * maximum, and the chunk's weighted sum, which then finds the values in cache and, with prefetch,
- * brings the next chunk's keys into L2 as it goes (weighted_sum): memory streams through both
- * halves of a chunk instead of idling while one of them works from cache. Where a chunk raises
- * a query's maximum from m to m', what the chunks before summed (output and total weight) is
- * scaled by exp(m - m') first; one division by the total weight ends it. The softmax of Milakov
- * and Gimelshein's "Online normalizer calculation for softmax" (2018), per chunk rather than per
- * position. The chunks run in the same order whatever the cache's blocks, and each chunk through
- * its blocks in order, so the result does not depend on the block length (the tests compare a
- * blocked cache with one array bit for bit). Two passes (every position's scores, a softmax,
- * then the weighted sum) would find the values prefetched in the first partly gone from the cache
- * by the second once the cache is long. Measured on one CPU only, and level at best on another:
+/* Scores, softmax and weighted sum of NQ (1 or 2, a constant) queries in one pass over the cache,
+ * ATTENTION_DECODE_CHUNK positions at a time: the chunk's scores (prefetching its values), their
+ * exponentials against each query's running maximum, then its weighted sum (prefetching the next
+ * chunk's keys), so that memory streams through both halves of a chunk instead of idling while one
+ * works from cache. Where a chunk raises a query's maximum from m to m', what was summed before
+ * (output and total weight) is scaled by exp(m - m'); one division ends it: Milakov and
+ * Gimelshein's online softmax (2018), per chunk. The chunks are the same whatever the cache's
+ * blocks, so the result does not depend on the block length (the tests compare a blocked cache
+ * with one array bit for bit). Two passes would find the values prefetched in the first partly
+ * evicted by the second at long caches. Measured on one CPU, level on another:
  * docs/design.md#attention-decode. */
 ALWAYS_INLINE void attend_queries(float* out, const float* q, int NQ, const KVRows* kv, int n_pos, int d, float scale,
                                   float* att, int prefetch, int F16) {
@@ -420,14 +342,26 @@ ALWAYS_INLINE void attend_group(float* out, const float* q, int n_q, const KVRow
 }
 #endif
 
+/* The SIMD kernels take head_dim a multiple of DIM_STEP, and for halves a build that widens them
+ * in registers (KERNELS_KV_F16); else the scalar reference runs. */
+int attention_simd(int head_dim, int f16) {
+#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
+#if !defined(KERNELS_KV_F16)
+    if (f16) return 0;
+#endif
+    return head_dim % DIM_STEP == 0;
+#else
+    (void)head_dim, (void)f16;
+    return 0;
+#endif
+}
+
 void attention_group(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int head_dim, float scale,
                      float* att) {
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
     if (attention_simd(head_dim, kv->f16)) {
-        if (kv->f16)
-            attend_group(out, q, n_q, kv, n_pos, head_dim, scale, att, 1);
-        else
-            attend_group(out, q, n_q, kv, n_pos, head_dim, scale, att, 0);
+        if (kv->f16) attend_group(out, q, n_q, kv, n_pos, head_dim, scale, att, 1);
+        else attend_group(out, q, n_q, kv, n_pos, head_dim, scale, att, 0);
         return;
     }
 #endif
@@ -447,8 +381,7 @@ void attention_rows_scalar(float* out, const float* q, size_t row_stride, int n_
  * block's queries are transposed once (Qt[i][j] = q_j[i]), so that a key's element i, broadcast,
  * meets LANES queries in one FMA, and every step after that (the causal mask, the softmax, the
  * weighted sum) is vertical: no horizontal sum anywhere, where a tile with the dimensions in the
- * lanes ends each (query, key) pair with one. It is written once, over the vector operations
- * below. docs/design.md#attention-prefill */
+ * lanes ends each (query, key) pair with one. Written once, over the vector operations below. */
 #if defined(KERNELS_AVX512)
 typedef __m512 vec;
 #define LANES 16
@@ -481,11 +414,7 @@ typedef __m256 vec;
 #define LANES 8
 #define LANE_VECS 3 /* 12 accumulators of the 16 ymm registers */
 ALWAYS_INLINE vec v_load(const float* p) { return _mm256_loadu_ps(p); }
-#if defined(KERNELS_KV_F16)
-ALWAYS_INLINE vec v_load_halves(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p)); }
-#else
-ALWAYS_INLINE vec v_load_halves(const uint16_t* p) { return _mm256_setzero_ps(); } /* never called (attention_simd) */
-#endif
+ALWAYS_INLINE vec v_load_halves(const uint16_t* p) { return d_load_kv(p, 0, 1); }
 ALWAYS_INLINE void v_store(float* p, vec v) { _mm256_storeu_ps(p, v); }
 ALWAYS_INLINE vec v_set1(float x) { return _mm256_set1_ps(x); }
 ALWAYS_INLINE vec v_fma(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
@@ -504,7 +433,7 @@ typedef float32x4_t vec;
 #define LANES 4
 #define LANE_VECS 4
 ALWAYS_INLINE vec v_load(const float* p) { return vld1q_f32(p); }
-ALWAYS_INLINE vec v_load_halves(const uint16_t* p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
+ALWAYS_INLINE vec v_load_halves(const uint16_t* p) { return d_load_kv(p, 0, 1); }
 ALWAYS_INLINE void v_store(float* p, vec v) { vst1q_f32(p, v); }
 ALWAYS_INLINE vec v_set1(float x) { return vdupq_n_f32(x); }
 ALWAYS_INLINE vec v_fma(vec a, vec b, vec c) { return vfmaq_f32(c, a, b); }
@@ -643,10 +572,7 @@ ALWAYS_INLINE const float* rows_fp32(const void* rows, int stride, int n, int d,
  * sum is divided once at the end); returns 1 / their sum per lane. */
 static vec lane_softmax(float* S, int nl, int n_all, vec npos) {
     vec m = v_set1(-INFINITY), sum = v_set1(0.0f);
-    for (int t = 0; t < n_all; t++) {
-        const float* s = S + (size_t)t * nl;
-        m = v_if_less(v_set1((float)t), npos, v_max(m, v_load(s)), m);
-    }
+    for (int t = 0; t < n_all; t++) m = v_if_less(v_set1((float)t), npos, v_max(m, v_load(S + (size_t)t * nl)), m);
     for (int t = 0; t < n_all; t++) {
         float* s = S + (size_t)t * nl;
         const vec e = v_if_less(v_set1((float)t), npos, v_exp(v_sub(v_load(s), m)), v_set1(0.0f));
@@ -706,14 +632,10 @@ ALWAYS_INLINE void attend_lanes(float* out, const float* q, size_t row_stride, i
     transpose_queries(Qt, nl, q, row_stride, n_q, n, d);
     size_t off;
     int fs;
-    for (int b0 = 0; b0 < n_all; b0 += kv->block_len) {
-        const int nb = kv_block(kv, b0, n_all, &off);
-        for (int c0 = 0; c0 < nb; c0 += ATTENTION_KEY_CHUNK) {
-            const int c = nb - c0 < ATTENTION_KEY_CHUNK ? nb - c0 : ATTENTION_KEY_CHUNK;
-            const void* run = kv_at(kv->keys, off + (size_t)c0 * kv->stride, F16);
-            const float* k = rows_fp32(run, kv->stride, c, d, widened, &fs, F16);
-            chunk_scores(S + (size_t)(b0 + c0) * nl, nl, nv, Qt, k, fs, c, d, scale);
-        }
+    for (int p = 0, c; p < n_all; p += c) {
+        c = kv_block(kv, p, n_all - p < ATTENTION_KEY_CHUNK ? n_all : p + ATTENTION_KEY_CHUNK, &off);
+        const float* k = rows_fp32(kv_at(kv->keys, off, F16), kv->stride, c, d, widened, &fs, F16);
+        chunk_scores(S + (size_t)p * nl, nl, nv, Qt, k, fs, c, d, scale);
     }
     float* inv = Qt; /* the queries are spent: their first row holds the sums' inverses */
     for (int v = 0; v < nv; v++) {
@@ -724,14 +646,10 @@ ALWAYS_INLINE void attend_lanes(float* out, const float* q, size_t row_stride, i
         }
         v_store(inv + LANES * v, lane_softmax(S + LANES * v, nl, n_all, v_load(npos)));
     }
-    for (int b0 = 0; b0 < n_all; b0 += kv->block_len) {
-        const int nb = kv_block(kv, b0, n_all, &off);
-        for (int c0 = 0; c0 < nb; c0 += ATTENTION_KEY_CHUNK) {
-            const int c = nb - c0 < ATTENTION_KEY_CHUNK ? nb - c0 : ATTENTION_KEY_CHUNK;
-            const void* run = kv_at(kv->values, off + (size_t)c0 * kv->stride, F16);
-            const float* v = rows_fp32(run, kv->stride, c, d, widened, &fs, F16);
-            weighted_sum_all(Ot, nl, nv, S + (size_t)(b0 + c0) * nl, v, fs, c, d, b0 + c0 > 0);
-        }
+    for (int p = 0, c; p < n_all; p += c) {
+        c = kv_block(kv, p, n_all - p < ATTENTION_KEY_CHUNK ? n_all : p + ATTENTION_KEY_CHUNK, &off);
+        const float* v = rows_fp32(kv_at(kv->values, off, F16), kv->stride, c, d, widened, &fs, F16);
+        weighted_sum_all(Ot, nl, nv, S + (size_t)p * nl, v, fs, c, d, p > 0);
     }
     transpose_outputs(out, row_stride, n_q, n, d, Ot, nl, inv);
 }

@@ -19,54 +19,18 @@
 #define CHAINS 12   /* independent accumulators per thread: latency 4-5 cycles x 2 pipes, with room */
 #define STEPS 2048  /* instructions per chain between two looks at the clock */
 
-#if defined(KERNELS_AVX2) || defined(KERNELS_NEON) /* the scalar build times no loop */
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-#endif
-
 typedef enum { PEAK_FMA, PEAK_BF16_DOT, PEAK_INT8_DOT } PeakKind;
 
 #if defined(KERNELS_AVX2)
-#if defined(KERNELS_AVX512)
-#define FMA_LANES 16 /* the multiply-adds of one FMA step per chain */
-#else
-#define FMA_LANES 8
-#endif
-/* One look's worth of fp32 FMAs; returns a value that depends on every chain. */
-static float fma_steps(float seed) {
-#if defined(KERNELS_AVX512)
-    __m512 a[CHAINS];
-    const __m512 m = _mm512_set1_ps(0.999f), x = _mm512_set1_ps(seed);
-    for (int c = 0; c < CHAINS; c++) a[c] = _mm512_set1_ps((float)c);
-    for (int s = 0; s < STEPS; s++)
-#pragma GCC unroll 12
-        for (int c = 0; c < CHAINS; c++) a[c] = _mm512_fmadd_ps(a[c], m, x);
-    __m512 t = a[0];
-    for (int c = 1; c < CHAINS; c++) t = _mm512_add_ps(t, a[c]);
-    return _mm512_reduce_add_ps(t);
-#else
-    __m256 a[CHAINS];
-    const __m256 m = _mm256_set1_ps(0.999f), x = _mm256_set1_ps(seed);
-    for (int c = 0; c < CHAINS; c++) a[c] = _mm256_set1_ps((float)c);
-    for (int s = 0; s < STEPS; s++)
-#pragma GCC unroll 12
-        for (int c = 0; c < CHAINS; c++) a[c] = _mm256_fmadd_ps(a[c], m, x);
-    __m256 t = a[0];
-    for (int c = 1; c < CHAINS; c++) t = _mm256_add_ps(t, a[c]);
-    return hsum256(t);
-#endif
-}
-
 /* int8 dot products as x86/matmul_int8.c's qi_dot does them: 32 multiply-adds per step and chain. The
  * accumulators are named, not an array: gcc 12 keeps inline asm operands of an array in memory,
  * and its vpdpbusd intrinsic shuffles registers (x86/matmul_int8.c's dpbusd says why the asm). */
 #if defined(Q8_VNNI) && defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__GNUC__)
 #define INT8_STEP(acc) __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(w), "v"(x))
+#define INT8_INSTRUCTION "vpdpbusd"
 #elif defined(Q8_VNNI)
 #define INT8_STEP(acc) acc = _mm256_dpbusd_avx_epi32(acc, w, x)
+#define INT8_INSTRUCTION "vpdpbusd"
 #else
 /* Here the products do not depend on the accumulator: as intrinsics gcc computes them once before
  * the loop and keeps one chain of adds, a roof three times too high. Volatile asm keeps them in
@@ -77,6 +41,7 @@ ALWAYS_INLINE __m256i int8_products(__m256i w, __m256i x, __m256i one16) {
     return p;
 }
 #define INT8_STEP(acc) acc = _mm256_add_epi32(acc, int8_products(w, x, one16))
+#define INT8_INSTRUCTION "vpmaddubsw+vpmaddwd"
 #endif
 static float int8_steps(float seed) {
     const __m256i w = _mm256_set1_epi8((char)(int)seed), x = _mm256_set1_epi8(3), one16 = _mm256_set1_epi16(1);
@@ -110,33 +75,21 @@ static float bf16_steps(float seed) {
 #endif
 
 #elif defined(KERNELS_NEON)
-#define FMA_LANES 4
-static float fma_steps(float seed) {
-    float32x4_t a[CHAINS];
-    const float32x4_t m = vdupq_n_f32(0.999f), x = vdupq_n_f32(seed);
-    for (int c = 0; c < CHAINS; c++) a[c] = vdupq_n_f32((float)c);
-    for (int s = 0; s < STEPS; s++)
-#pragma GCC unroll 12
-        for (int c = 0; c < CHAINS; c++) a[c] = vfmaq_f32(x, a[c], m);
-    float32x4_t t = a[0];
-    for (int c = 1; c < CHAINS; c++) t = vaddq_f32(t, a[c]);
-    return vaddvq_f32(t);
-}
-
 /* As arm/matmul_int8.c's dot16: 16 multiply-adds per step and chain. */
+#if defined(__ARM_FEATURE_DOTPROD)
+#define INT8_STEP(acc) acc = vdotq_s32(acc, w, x)
+#define INT8_INSTRUCTION "sdot"
+#else
+#define INT8_STEP(acc) acc = vpadalq_s16(acc, vpaddq_s16(vmull_s8(vget_low_s8(w), vget_low_s8(x)), vmull_high_s8(w, x)))
+#define INT8_INSTRUCTION "smull+sadalp"
+#endif
 static float int8_steps(float seed) {
     int32x4_t a[CHAINS];
     const int8x16_t w = vdupq_n_s8((int8_t)(int)seed), x = vdupq_n_s8(3);
     for (int c = 0; c < CHAINS; c++) a[c] = vdupq_n_s32(c);
     for (int s = 0; s < STEPS; s++)
 #pragma GCC unroll 12
-        for (int c = 0; c < CHAINS; c++) {
-#if defined(__ARM_FEATURE_DOTPROD)
-            a[c] = vdotq_s32(a[c], w, x);
-#else
-            a[c] = vpadalq_s16(a[c], vpaddq_s16(vmull_s8(vget_low_s8(w), vget_low_s8(x)), vmull_high_s8(w, x)));
-#endif
-        }
+        for (int c = 0; c < CHAINS; c++) INT8_STEP(a[c]);
     int32x4_t t = a[0];
     for (int c = 1; c < CHAINS; c++) t = vaddq_s32(t, a[c]);
     return (float)vaddvq_s32(t);
@@ -144,7 +97,50 @@ static float int8_steps(float seed) {
 #define INT8_MACS 16
 #endif
 
-#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
+#if defined(KERNELS_AVX2) || defined(KERNELS_NEON) /* the scalar build times no loop */
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* fma_steps' vector, at the prefill kernels' width, and its operations (FMA(a, m, x) = a m + x). */
+#if defined(KERNELS_AVX512)
+typedef __m512 fma_vec;
+#define FMA_LANES 16 /* the multiply-adds of one FMA step per chain */
+#define FMA_SET1 _mm512_set1_ps
+#define FMA(a, m, x) _mm512_fmadd_ps(a, m, x)
+#define FMA_ADD _mm512_add_ps
+#define FMA_SUM _mm512_reduce_add_ps
+#elif defined(KERNELS_AVX2)
+typedef __m256 fma_vec;
+#define FMA_LANES 8
+#define FMA_SET1 _mm256_set1_ps
+#define FMA(a, m, x) _mm256_fmadd_ps(a, m, x)
+#define FMA_ADD _mm256_add_ps
+#define FMA_SUM hsum256
+#elif defined(KERNELS_NEON)
+typedef float32x4_t fma_vec;
+#define FMA_LANES 4
+#define FMA_SET1 vdupq_n_f32
+#define FMA(a, m, x) vfmaq_f32(x, a, m)
+#define FMA_ADD vaddq_f32
+#define FMA_SUM vaddvq_f32
+#endif
+
+/* One look's worth of fp32 FMAs; returns a value that depends on every chain. */
+static float fma_steps(float seed) {
+    fma_vec a[CHAINS];
+    const fma_vec m = FMA_SET1(0.999f), x = FMA_SET1(seed);
+    for (int c = 0; c < CHAINS; c++) a[c] = FMA_SET1((float)c);
+    for (int s = 0; s < STEPS; s++)
+#pragma GCC unroll 12
+        for (int c = 0; c < CHAINS; c++) a[c] = FMA(a[c], m, x);
+    fma_vec t = a[0];
+    for (int c = 1; c < CHAINS; c++) t = FMA_ADD(t, a[c]);
+    return FMA_SUM(t);
+}
+
 typedef struct {
     PeakKind kind;
     double deadline;
@@ -185,23 +181,9 @@ double peak_ops(Kernels* k, WeightType type, double seconds, const char** instru
         return 0.0;
     }
 #endif
-    PeakJob job;
-    memset(&job, 0, sizeof job);
-    job.kind = int8 ? PEAK_INT8_DOT : bf16_dot ? PEAK_BF16_DOT : PEAK_FMA;
-    double macs = (double)FMA_LANES;
-    *instruction = "fp32 fma";
-    if (int8) {
-        macs = INT8_MACS;
-#if defined(KERNELS_NEON) && defined(__ARM_FEATURE_DOTPROD)
-        *instruction = "sdot";
-#elif defined(KERNELS_NEON)
-        *instruction = "smull+sadalp";
-#elif defined(Q8_VNNI)
-        *instruction = "vpdpbusd";
-#else
-        *instruction = "vpmaddubsw+vpmaddwd";
-#endif
-    }
+    PeakJob job = {.kind = int8 ? PEAK_INT8_DOT : bf16_dot ? PEAK_BF16_DOT : PEAK_FMA};
+    double macs = int8 ? INT8_MACS : FMA_LANES;
+    *instruction = int8 ? INT8_INSTRUCTION : "fp32 fma";
 #if defined(KERNELS_BF16_DOT)
     if (bf16_dot) {
         macs = BF16_MACS;
