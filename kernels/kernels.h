@@ -1,22 +1,19 @@
 /* kernels.h: the numeric kernels of the forward pass.
  *
- * Each kernel has a scalar reference (name_scalar) and, where it pays, SIMD twins in the same
- * source file, right below the reference: AVX2+FMA on x86-64 (the base), with wider or extra
- * paths where the CPU has AVX-512, VNNI, AVX-512 BF16 or AMX (simd_math.h says which), and NEON
- * on arm64. The plain name (matmul, rmsnorm, ...) is the fastest path compiled in; the forward
- * pass only calls plain names and never sees an intrinsic. Build with -DKERNELS_SCALAR to force
- * the references everywhere. tests/test_kernels.c checks every SIMD twin against its reference;
- * the one kernel without a scalar twin (--bf16-activations, below) against an exact sum.
+ * Each kernel has a scalar reference (name_scalar) and, where it pays, SIMD twins right below it:
+ * AVX2+FMA on x86-64 (the base), with wider or extra paths where the CPU has AVX-512, VNNI,
+ * AVX-512 BF16 or AMX (simd_math.h says which), and NEON on arm64. The plain name (matmul,
+ * rmsnorm, ...) is the fastest path compiled in, and all the forward pass calls; -DKERNELS_SCALAR
+ * forces the references. tests/test_kernels.c checks every twin against its reference, and the
+ * one kernel without a scalar twin (--bf16-activations, below) against an exact sum.
  *
  * Weights are fp32, bf16, q8 or q4; activations between the kernels are fp32, and every sum of
  * products accumulates in fp32, or in int32 inside a group where both factors are integers: with
- * q8 and q4 weights the SIMD builds quantise the activation row to int8 per group at run time
- * (as llama.cpp's q8_0 does; quantize_rows in x86/ and arm/matmul_int8.c), multiply int8 by
- * int8, and add the groups' int32 sums times their two scales in fp32. So the quantised twins differ from matmul_scalar
- * (which keeps fp32 activations and applies each weight group's scale to the group's sum of q * x,
- * the dequantised product regrouped as the twins group it) by the activation's rounding, and
- * the tests bound that (tests/test_kernels.c; end to end, tests/test_model.py).
- */
+ * q8 and q4 weights the SIMD builds quantise the activations to int8 per group at run time (as
+ * llama.cpp's q8_0 does; quantize_rows), multiply int8 by int8 and add the groups' int32 sums
+ * times their two scales in fp32. matmul_scalar keeps fp32 activations (each weight group's scale
+ * times the group's sum of q * x), so the quantised twins differ from it by the activations'
+ * rounding, which the tests bound (tests/test_kernels.c; end to end, tests/test_model.py). */
 #ifndef KERNELS_H
 #define KERNELS_H
 
@@ -76,20 +73,21 @@ static inline uint64_t matrix_stored_bytes(const Matrix* W) {
     return ((uint64_t)W->rows + br - 1) / br * quant_block_bytes(W->type, W->cols, W->group_size);
 }
 
+/* q8: the row block that holds row r. */
+static inline const char* q8_block(const Matrix* W, int r) {
+    return (const char*)W->data + (size_t)(r / Q8_BLOCK_ROWS) * quant_block_bytes(W->type, W->cols, W->group_size);
+}
+
 /* q8: the G float16 scales of row r (half_to_float below). */
 static inline const uint16_t* quant_scales(const Matrix* W, int r) {
-    const char* block = (const char*)W->data +
-                        (size_t)(r / Q8_BLOCK_ROWS) * quant_block_bytes(W->type, W->cols, W->group_size);
-    return (const uint16_t*)block + (size_t)(r % Q8_BLOCK_ROWS) * (size_t)(W->cols / W->group_size);
+    return (const uint16_t*)q8_block(W, r) + (size_t)(r % Q8_BLOCK_ROWS) * (size_t)(W->cols / W->group_size);
 }
 
 /* q8: the group_size values of row r, group g; the next row of the same block follows
  * group_size bytes later. */
 static inline const uint8_t* quant_group(const Matrix* W, int r, int g) {
     const int gs = W->group_size, G = W->cols / gs;
-    const char* block =
-        (const char*)W->data + (size_t)(r / Q8_BLOCK_ROWS) * quant_block_bytes(W->type, W->cols, gs);
-    return (const uint8_t*)(block + QUANT_SCALE_BYTES * Q8_BLOCK_ROWS * (size_t)G) +
+    return (const uint8_t*)q8_block(W, r) + QUANT_SCALE_BYTES * Q8_BLOCK_ROWS * (size_t)G +
            ((size_t)g * Q8_BLOCK_ROWS + (size_t)(r % Q8_BLOCK_ROWS)) * (size_t)gs;
 }
 
@@ -105,22 +103,11 @@ static inline const uint8_t* q4_group(const Matrix* W, int r, int g) {
  * and so is the KV cache with `--kv-cache f16` (float_to_half below). */
 static inline float half_to_float(uint16_t h) {
     const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 31, man = h & 0x3FFu;
-    uint32_t bits;
-    if (exp == 0 && man == 0) {
-        bits = sign;
-    } else if (exp == 0) { /* subnormal: man * 2^-24, normalised into a float */
-        int e = -1;
-        uint32_t m = man;
-        do {
-            m <<= 1;
-            e++;
-        } while (!(m & 0x400u));
-        bits = sign | (uint32_t)(127 - 15 - e) << 23 | (m & 0x3FFu) << 13;
-    } else if (exp == 31) {
-        bits = sign | 0x7F800000u | man << 13;
-    } else {
-        bits = sign | (exp + 127 - 15) << 23 | man << 13;
+    if (exp == 0) { /* zero or subnormal: man * 2^-24, exact in a float */
+        const float small = (float)man * 0x1p-24f;
+        return sign ? -small : small;
     }
+    const uint32_t bits = sign | (exp == 31 ? 0x7F800000u : (exp + 127 - 15) << 23) | man << 13;
     float f;
     memcpy(&f, &bits, sizeof f);
     return f;

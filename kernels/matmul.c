@@ -10,9 +10,7 @@
 
 #include "matmul_shared.h"
 
-/* ---------------------------------------------------------------------------------------------
- * Scalar reference
- * ------------------------------------------------------------------------------------------- */
+/* ---- Scalar reference ---- */
 
 /* q and scale of a quantised weight (kernels.h's layouts). */
 static inline int quant_q(const Matrix* W, int r, int c) {
@@ -24,6 +22,13 @@ static inline float quant_scale(const Matrix* W, int r, int g) {
     return W->type == WEIGHT_Q4 ? q4_scale(W, r, g) : half_to_float(quant_scales(W, r)[g]);
 }
 
+/* W[r][c] as a float (dequantised). */
+static inline float weight_at(const Matrix* W, int r, int c) {
+    if (W->type == WEIGHT_F32) return ((const float*)W->data)[(size_t)r * W->cols + c];
+    if (W->type == WEIGHT_BF16) return bf16_to_f32(((const uint16_t*)W->data)[(size_t)r * W->cols + c]);
+    return quant_scale(W, r, c / W->group_size) * (float)quant_q(W, r, c);
+}
+
 static void matmul_rows_scalar(float* out, const float* x, const Matrix* W, int n, int r0, int r1) {
     const int C = W->cols, R = W->rows;
     for (int t = 0; t < n; t++) {
@@ -31,12 +36,8 @@ static void matmul_rows_scalar(float* out, const float* x, const Matrix* W, int 
         float* ot = out + (size_t)t * R;
         for (int r = r0; r < r1; r++) {
             float s = 0.0f;
-            if (W->type == WEIGHT_F32) {
-                const float* w = (const float*)W->data + (size_t)r * C;
-                for (int c = 0; c < C; c++) s += w[c] * xt[c];
-            } else if (W->type == WEIGHT_BF16) {
-                const uint16_t* w = (const uint16_t*)W->data + (size_t)r * C;
-                for (int c = 0; c < C; c++) s += bf16_to_f32(w[c]) * xt[c];
+            if (W->type == WEIGHT_F32 || W->type == WEIGHT_BF16) {
+                for (int c = 0; c < C; c++) s += weight_at(W, r, c) * xt[c];
             } else {
                 /* sum_c (s_g q_c) x_c with s_g taken out of each group's sum: the dequantised
                  * product, in the order the SIMD twins add (a group, then its scale). */
@@ -57,25 +58,14 @@ void matmul_scalar(float* out, const float* x, const Matrix* W, int n) {
 }
 
 void matrix_row(float* out, const Matrix* W, int row) {
-    const int C = W->cols;
-    if (W->type == WEIGHT_F32) {
-        memcpy(out, (const float*)W->data + (size_t)row * C, (size_t)C * sizeof(float));
-    } else if (W->type == WEIGHT_BF16) {
-        const uint16_t* w = (const uint16_t*)W->data + (size_t)row * C;
-        for (int c = 0; c < C; c++) out[c] = bf16_to_f32(w[c]);
-    } else {
-        for (int c = 0; c < C; c++) out[c] = quant_scale(W, row, c / W->group_size) * (float)quant_q(W, row, c);
-    }
+    for (int c = 0; c < W->cols; c++) out[c] = weight_at(W, row, c);
 }
 
-/* ---------------------------------------------------------------------------------------------
- * Scratch
- * ------------------------------------------------------------------------------------------- */
+/* ---- Scratch, plan and switches ---- */
 
 /* One kernel context's scratch, plan and switches (simd_math.h: matmul_scratch_new). The
  * per-thread parts reach the SIMD twins through thread_view (matmul_shared.h, MatmulThread). */
 struct MatmulScratch {
-    int max_threads;
     float* xp_buf;         /* [max_threads * xp_stride] each thread's scratch row (MatmulThread.xp) */
     int xp_cap, xp_stride; /* max_cols; max_cols rounded up to whole cache lines */
     float* float_pack_buf; /* [max_threads * FLOAT_MAX_PANELS * 16 * xp_stride] each thread's panels (AVX2) */
@@ -100,10 +90,8 @@ struct MatmulScratch {
 
 /* Thread `thread`'s view of s for the twins. */
 static inline MatmulThread thread_view(const MatmulScratch* s, int thread) {
-    MatmulThread mt;
-    mt.xp = s->xp_buf + (size_t)thread * (size_t)s->xp_stride;
-    mt.float_pack = NULL;
-    mt.amx_wt = NULL;
+    MatmulThread mt = {.xp = s->xp_buf + (size_t)thread * (size_t)s->xp_stride, .xp_cap = s->xp_cap,
+                       .xp_stride = s->xp_stride, .amx = s->amx_usable, .float_panels = s->float_panels};
 #if defined(KERNELS_AVX2)
     mt.float_pack = s->float_pack_buf + (size_t)thread * FLOAT_MAX_PANELS * 16 * (size_t)s->xp_stride;
     mt.prefetch = &s->prefetch;
@@ -111,10 +99,6 @@ static inline MatmulThread thread_view(const MatmulScratch* s, int thread) {
 #if defined(KERNELS_AMX)
     if (s->amx_wt_buf) mt.amx_wt = s->amx_wt_buf + (size_t)thread * amx_thread_bytes(s->xp_stride);
 #endif
-    mt.xp_cap = s->xp_cap;
-    mt.xp_stride = s->xp_stride;
-    mt.amx = s->amx_usable;
-    mt.float_panels = s->float_panels;
     return mt;
 }
 
@@ -133,22 +117,31 @@ static int cpu_is_zen4(void) {
 }
 #endif
 
+/* The tuning switches KERNELS_FLOAT_PANELS, KERNELS_PREFETCH and KERNELS_AMX are read in every
+ * build, so that a mistyped value is reported wherever it is set: 0 for the value a, 1 for b, -1
+ * when unset, empty or (after a warning that ends in `otherwise`) anything else. */
+static int env_choice(const char* name, const char* a, const char* b, const char* otherwise) {
+    const char* e = getenv(name);
+    if (!e || !*e) return -1;
+    if (strcmp(e, a) == 0) return 0;
+    if (strcmp(e, b) == 0) return 1;
+    fprintf(stderr, "warning: %s=%s is not %s or %s; %s\n", name, e, a, b, otherwise);
+    return -1;
+}
+
 /* Whether f32 and bf16 prefill take the packed panels (rows_float_packed) from their thresholds
  * on. Everywhere but in an AVX-512 build on Zen 4, where the 4 x 4 zmm tiles alone are faster at
  * every prompt length measured (docs/design.md#prefill-panels). KERNELS_FLOAT_PANELS=0 or 1
- * overrides the choice (for measuring on another CPU); read in every build, as KERNELS_AMX is. */
+ * overrides the choice (for measuring on another CPU). */
 static int choose_float_panels(void) {
-    int on = 1;
+    int on = env_choice("KERNELS_FLOAT_PANELS", "0", "1", "using the CPU's default");
 #if defined(KERNELS_AVX512)
-    on = !cpu_is_zen4();
+    if (on < 0) on = !cpu_is_zen4();
 #endif
-    const char* e = getenv("KERNELS_FLOAT_PANELS");
-    if (e && (strcmp(e, "0") == 0 || strcmp(e, "1") == 0)) on = e[0] == '1';
-    else if (e && *e) fprintf(stderr, "warning: KERNELS_FLOAT_PANELS=%s is not 0 or 1; using the CPU's default\n", e);
 #if !defined(KERNELS_AVX2)
     on = 0; /* the panels are AVX2 and AVX-512 code */
 #endif
-    return on;
+    return on != 0;
 }
 
 int kernels_float_panels(const Kernels* k) { return kernels_scratch(k)->float_panels; }
@@ -163,17 +156,8 @@ int kernels_set_float_panels(Kernels* k, int on) {
     return s->float_panels;
 }
 
-/* KERNELS_PREFETCH: the decode prefetch plan asked for (used by the AVX2 kernels only, checked in
- * every build so that a mistyped value is reported wherever it is set). */
-enum { PREFETCH_FROM_CPU = -1, PREFETCH_NEAR, PREFETCH_MID };
-static int prefetch_from_env(void) {
-    const char* s = getenv("KERNELS_PREFETCH");
-    if (!s || !*s) return PREFETCH_FROM_CPU;
-    if (strcmp(s, "near") == 0) return PREFETCH_NEAR;
-    if (strcmp(s, "mid") == 0) return PREFETCH_MID;
-    fprintf(stderr, "warning: KERNELS_PREFETCH=%s is not near or mid; using the CPU's default\n", s);
-    return PREFETCH_FROM_CPU;
-}
+/* KERNELS_PREFETCH: near (0), mid (1) or the CPU's choice (-1). Used by the AVX2 kernels only. */
+static int prefetch_asked(void) { return env_choice("KERNELS_PREFETCH", "near", "mid", "using the CPU's default"); }
 
 #if defined(KERNELS_AVX2)
 /* How far ahead the matrix-vector products (decode) ask for their weights, all into L1. The best
@@ -187,33 +171,31 @@ static int prefetch_from_env(void) {
  * docs/design.md#decode-prefetch. KERNELS_PREFETCH=near or mid overrides the choice. */
 static const PrefetchPlan prefetch_near = {"near", 128, 0, 0, 0}, prefetch_mid = {"mid", 1536, 2048, 1024, 2048};
 static PrefetchPlan choose_prefetch(void) {
-    PrefetchPlan plan = cpu_is_zen4() ? prefetch_near : prefetch_mid;
-    const int asked = prefetch_from_env();
-    if (asked == PREFETCH_NEAR) plan = prefetch_near;
-    if (asked == PREFETCH_MID) plan = prefetch_mid;
-    return plan;
+    const int asked = prefetch_asked();
+    if (asked < 0) return cpu_is_zen4() ? prefetch_near : prefetch_mid;
+    return asked == 0 ? prefetch_near : prefetch_mid;
 }
-
-const char* kernels_prefetch_plan(const Kernels* k) { return kernels_scratch(k)->prefetch.name; }
 #endif
 
-int kernels_amx(const Kernels* k) { return kernels_scratch(k)->amx_usable; }
-
-/* KERNELS_AMX=0 turns AMX off (for measuring and testing the path without it). Read in every
- * build, so that a bad value gets the same warning whether or not this build has AMX. */
-static int amx_allowed_by_env(void) {
-    const char* e = getenv("KERNELS_AMX");
-    if (e && strcmp(e, "0") == 0) return 0;
-    if (e && *e && strcmp(e, "1") != 0)
-        fprintf(stderr, "warning: KERNELS_AMX=%s is not 0 or 1; AMX stays on where the CPU has it\n", e);
-    return 1;
+const char* kernels_prefetch_plan(const Kernels* k) {
+#if defined(KERNELS_AVX2)
+    return kernels_scratch(k)->prefetch.name;
+#else
+    (void)k;
+    return "none";
+#endif
 }
+
+int kernels_amx(const Kernels* k) { return kernels_scratch(k)->amx_usable; }
 
 int kernels_set_amx(Kernels* k, int on) {
     MatmulScratch* s = kernels_scratch(k);
     s->amx_usable = on && s->amx_granted;
     return s->amx_usable;
 }
+
+/* aligned_alloc wants a size that is a multiple of the alignment. */
+static void* alloc_lines(size_t bytes) { return aligned_alloc(64, (bytes + 63) / 64 * 64); }
 
 /* Everything a context uses is its own; what it learns from the process (the CPU's model for the
  * prefetch plan, KERNELS_PREFETCH and KERNELS_AMX, Linux's grant of the AMX tile state, which is
@@ -225,32 +207,31 @@ MatmulScratch* matmul_scratch_new(int max_threads, int max_batch, int max_cols) 
 #if defined(KERNELS_AVX2)
     s->prefetch = choose_prefetch();
 #else
-    (void)prefetch_from_env();
+    (void)prefetch_asked();
 #endif
     s->float_panels = choose_float_panels();
     if (max_batch < 1) max_batch = 1;
     if (max_cols < 1) max_cols = 1;
     if (max_threads < 1) max_threads = 1;
-    s->max_threads = max_threads;
     s->xq_cap = (size_t)max_batch * (size_t)max_cols;
-    s->xq_buf = aligned_alloc(64, (s->xq_cap + 63) / 64 * 64);
-    s->xs_buf = aligned_alloc(64, ((s->xq_cap / 8 + 1) * sizeof(float) + 63) / 64 * 64);
-    s->xsum_buf = aligned_alloc(64, ((s->xq_cap / 4 + 8) * sizeof(int32_t) + 63) / 64 * 64);
-    s->xgsum_buf = aligned_alloc(64, ((s->xq_cap / 32 + 8) * sizeof(int32_t) + 63) / 64 * 64);
+    s->xq_buf = alloc_lines(s->xq_cap);
+    s->xs_buf = alloc_lines((s->xq_cap / 8 + 1) * sizeof(float));
+    s->xsum_buf = alloc_lines((s->xq_cap / 4 + 8) * sizeof(int32_t));
+    s->xgsum_buf = alloc_lines((s->xq_cap / 32 + 8) * sizeof(int32_t));
     s->xp_cap = max_cols;
     s->xp_stride = (max_cols + 15) / 16 * 16; /* whole cache lines: no line is shared by two threads */
-    s->xp_buf = aligned_alloc(64, (size_t)max_threads * (size_t)s->xp_stride * sizeof(float));
+    s->xp_buf = alloc_lines((size_t)max_threads * (size_t)s->xp_stride * sizeof(float));
     int ok = s->xq_buf && s->xs_buf && s->xsum_buf && s->xgsum_buf && s->xp_buf;
 #if defined(KERNELS_AVX2)
-    s->float_pack_buf =
-        aligned_alloc(64, (size_t)max_threads * FLOAT_MAX_PANELS * 16 * (size_t)s->xp_stride * sizeof(float));
+    s->float_pack_buf = alloc_lines((size_t)max_threads * FLOAT_MAX_PANELS * 16 * (size_t)s->xp_stride * sizeof(float));
     ok = ok && s->float_pack_buf;
 #endif
-    const int amx_allowed = amx_allowed_by_env();
+    /* KERNELS_AMX=0 turns AMX off (for measuring and testing the path without it) */
+    const int amx_allowed = env_choice("KERNELS_AMX", "0", "1", "AMX stays on where the CPU has it") != 0;
 #if defined(KERNELS_AMX)
     s->amx_usable = s->amx_granted = amx_allowed && amx_request();
     if (s->amx_usable) {
-        s->amx_wt_buf = aligned_alloc(64, (size_t)max_threads * amx_thread_bytes(s->xp_stride));
+        s->amx_wt_buf = alloc_lines((size_t)max_threads * amx_thread_bytes(s->xp_stride));
         ok = ok && s->amx_wt_buf;
     }
 #endif
@@ -260,7 +241,7 @@ MatmulScratch* matmul_scratch_new(int max_threads, int max_batch, int max_cols) 
     s->split_cap = (size_t)((max_batch + 15) / 16 * 16) * (size_t)max_cols; /* an A tile: 16 tokens */
     xb16_cap = 3 * s->split_cap;
 #endif
-    s->xb16_buf = aligned_alloc(64, (xb16_cap * sizeof(uint16_t) + 63) / 64 * 64);
+    s->xb16_buf = alloc_lines(xb16_cap * sizeof(uint16_t));
     ok = ok && s->xb16_buf;
 #endif
     (void)amx_allowed;
@@ -291,16 +272,13 @@ int kernels_set_bf16_activations(Kernels* k, int on) {
 #if defined(KERNELS_BF16_DOT)
     s->bf16_activations = on != 0;
 #else
-    s->bf16_activations = 0;
-    (void)on;
+    (void)on; /* stays 0 */
 #endif
     return s->bf16_activations;
 }
 
-/* ---------------------------------------------------------------------------------------------
- * Parallel driver. matmul_multi runs several matrices that share the input x (q/k/v, gate/up) in
- * one dispatch; the q8 activations are quantised once for all of them.
- * ------------------------------------------------------------------------------------------- */
+/* ---- Parallel driver. matmul_multi runs several matrices that share the input x (q/k/v,
+ * gate/up) in one dispatch; the q8 activations are quantised once for all of them. ---- */
 
 #define MAX_MULTI 8
 #define MAX_RANGES 64  /* threads beyond this share ranges */
@@ -320,7 +298,6 @@ typedef struct MatmulJob {
     int use_xp;          /* bf16, n == 1: each thread de-interleaves x into its own part of xp_buf */
     int use_xb16;        /* bf16, n > 1, --bf16-activations: xb16_buf holds x rounded to bf16 */
     int use_split;       /* bf16, n >= 16, fp32 activations, AMX-BF16: xb16_buf holds x split in three bf16 */
-    int qgs;             /* group size of the quantised activations */
     void (*prepare)(const struct MatmulJob*, int t0, int t1); /* prepare_tokens: one range of tokens */
     int qtb;             /* tokens per prepare item */
     int n_ranges;        /* claim_chunks: one range of chunks per thread */
@@ -350,16 +327,11 @@ static int claim_chunks(MatmulJob* j, int thread, int batch, int* end) {
 }
 
 /* The pool's task: row chunks of the job's matrices, each on the twin for its weights and the copy
- * of the activations that prepare_activations made.
- * Decode: one task per thread, which takes the chunks of its own range CLAIM_BATCH per atomic and
- * then helps the other ranges one chunk at a time. A decoded token has ~9,000 chunks (32 per
- * thread in each of ~140 matmuls) and every claim is a locked instruction, which waits for the
- * weight loads in flight; one task per chunk would add two more per chunk (the pool's task
- * counter and its done count, shared by both cores). A worker taken off its core between two
- * chunks holds the dispatch up until it runs again, but threads.c runs everything in the caller
- * once it sees another process on the cores (docs/design.md#row-chunks).
- * Prefill: one task per chunk, claimed one at a time, so a thread that the scheduler takes off
- * its core between two chunks holds nothing up. */
+ * of the activations that prepare_activations made. Decode runs one task per thread, which claims
+ * its own range CLAIM_BATCH chunks per atomic: a token has ~9,000 chunks, every claim is a locked
+ * instruction that waits for the weight loads in flight, and one task per chunk would add two
+ * more (the pool's item counter and done count, shared by the cores). Prefill runs one task per
+ * chunk, so a thread descheduled between two chunks holds nothing up. docs/design.md#row-chunks */
 #define CLAIM_BATCH 4
 
 static void matmul_task(void* ctx, int task, int thread) {
@@ -414,6 +386,16 @@ static void matmul_task(void* ctx, int task, int thread) {
     }
 }
 
+/* Whether every matrix of the job has W[0]'s type and columns, and with `group` its group size
+ * (kernels.h asks the callers of matmul_multi for the first two). */
+static int uniform(const MatmulJob* j, int group) {
+    const Matrix* W0 = j->W[0];
+    for (int m = 1; m < j->n_mats; m++)
+        if (j->W[m]->type != W0->type || j->W[m]->cols != W0->cols || (group && j->W[m]->group_size != W0->group_size))
+            return 0;
+    return 1;
+}
+
 /* The activations' per-token preparation before the products (quantize_tokens, round_tokens):
  * items of qtb tokens, about 4 per thread; below 16 tokens one range in the calling thread, where
  * a dispatch would cost more than it saves. Per token, so the split does not change the result. */
@@ -439,7 +421,8 @@ static void prepare_tokens(MatmulJob* j, void (*prepare)(const MatmulJob*, int, 
 
 #if defined(HAVE_Q8_INT8)
 static void quantize_tokens(const MatmulJob* j, int t0, int t1) {
-    quantize_rows(j->s->xq_buf, j->s->xs_buf, j->s->xsum_buf, j->xgsum, j->x, j->W[0]->cols, j->qgs, t0, t1);
+    const MatmulScratch* s = j->s;
+    quantize_rows(s->xq_buf, s->xs_buf, s->xsum_buf, j->xgsum, j->x, j->W[0]->cols, j->W[0]->group_size, t0, t1);
 }
 #endif
 
@@ -451,26 +434,9 @@ static void round_tokens(const MatmulJob* j, int t0, int t1) {
     const size_t C = (size_t)j->W[0]->cols;
     bf16_round_rows(j->s->xb16_buf + (size_t)t0 * C, j->x + (size_t)t0 * C, (size_t)(t1 - t0) * C);
 }
-#endif
 #if defined(KERNELS_AMX_BF16)
 static void split_tokens(const MatmulJob* j, int t0, int t1) { bf16_split_rows(j->s->xb16_buf, j->x, j->W[0]->cols, t0, t1); }
-
-/* Whether this job's bf16 products take the split activations: all its matrices bf16 of one
- * width (a multiple of 32, as the panels want), AMX granted, from 9 tokens on (the A tiles are
- * padded to 16 tokens with zeros, which below 9 tokens costs more than the 4 x 4 tiles), and the
- * tokens rounded up to 16 within the scratch. Returns that rounded token count (the A tiles'
- * rows), 0 where not. f32 weights are not split: six products per tile did not earn their
- * place against the f32 panels. docs/design.md#amx-bf16 */
-static int split_tokens_padded(const MatmulJob* j) {
-    const MatmulScratch* s = j->s;
-    const int C = j->W[0]->cols, n16 = (j->n + AMX_ROWS - 1) / AMX_ROWS * AMX_ROWS;
-    if (!s->amx_usable || s->bf16_activations || j->n < 9 || C % 32 != 0 || C > s->xp_cap ||
-        (size_t)n16 * (size_t)C > s->split_cap)
-        return 0;
-    for (int m = 0; m < j->n_mats; m++)
-        if (j->W[m]->type != WEIGHT_BF16 || j->W[m]->cols != C) return 0;
-    return n16;
-}
+#endif
 #endif
 
 /* Which copy of the activations the job's kernels read, prepared here once for all threads: the
@@ -478,15 +444,19 @@ static int split_tokens_padded(const MatmulJob* j) {
  * a de-interleaved row (bf16 decode, made by each thread), or int8 groups (q8, q4). */
 static void prepare_activations(MatmulJob* j) {
     const MatmulScratch* s = j->s;
-    (void)s; /* the scalar build reads no scratch */
-    j->use_qi = 0;
-    j->use_xp = 0;
-    j->use_xb16 = 0;
-    j->use_split = 0;
+    const Matrix* W0 = j->W[0];
+    const int C = W0->cols, bf16 = W0->type == WEIGHT_BF16 && uniform(j, 0);
+    (void)s, (void)C, (void)bf16; /* not every build reads them */
+    j->use_qi = j->use_xp = j->use_xb16 = j->use_split = 0;
 #if defined(KERNELS_AMX_BF16)
-    const int n16 = split_tokens_padded(j);
-    if (n16 > 0) {
-        const int C = j->W[0]->cols;
+    /* bf16 weights x the activations split in three bf16 parts: from 9 tokens on (the A tiles are
+     * padded to 16 tokens with zeros, which below 9 tokens costs more than the 4 x 4 tiles), a width
+     * that is a multiple of 32 as the panels want, the tokens rounded up to 16 within the scratch.
+     * f32 weights are not split: six products per tile did not earn their place against the f32
+     * panels. docs/design.md#amx-bf16 */
+    const int n16 = (j->n + AMX_ROWS - 1) / AMX_ROWS * AMX_ROWS;
+    if (bf16 && s->amx_usable && !s->bf16_activations && j->n >= 9 && C % 32 == 0 && C <= s->xp_cap &&
+        (size_t)n16 * (size_t)C <= s->split_cap) {
         prepare_tokens(j, split_tokens, 1);
         /* the last A tile's rows beyond n: zeros (their C rows are not stored) */
         memset(s->xb16_buf + (size_t)j->n * 3 * C, 0, (size_t)(n16 - j->n) * 3 * C * sizeof(uint16_t));
@@ -494,58 +464,35 @@ static void prepare_activations(MatmulJob* j) {
     }
 #endif
 #if defined(KERNELS_BF16_DOT)
-    if (s->bf16_activations && j->n > 1 && (size_t)j->n * (size_t)j->W[0]->cols <= s->xq_cap) {
-        int all = 1;
-        for (int m = 0; m < j->n_mats; m++)
-            if (j->W[m]->type != WEIGHT_BF16 || j->W[m]->cols != j->W[0]->cols) all = 0;
-        if (all) {
-            if (bf16_blocked_takes(j->W[0], j->n, s->amx_usable, s->xp_cap)) prepare_tokens(j, block_tokens, 16);
-            else prepare_tokens(j, round_tokens, 1);
-            j->use_xb16 = 1;
-        }
+    if (bf16 && s->bf16_activations && j->n > 1 && (size_t)j->n * (size_t)C <= s->xq_cap) {
+        if (bf16_blocked_takes(W0, j->n, s->amx_usable, s->xp_cap)) prepare_tokens(j, block_tokens, 16);
+        else prepare_tokens(j, round_tokens, 1);
+        j->use_xb16 = 1;
     }
 #endif
-#if defined(KERNELS_AVX2)
-    if (j->n == 1 && j->W[0]->cols % 16 == 0 && j->W[0]->cols <= s->xp_cap) {
-        int any = 0, same = 1;
-        for (int m = 0; m < j->n_mats; m++) {
-            if (j->W[m]->type == WEIGHT_BF16) any = 1;
-            if (j->W[m]->cols != j->W[0]->cols) same = 0;
-        }
-        if (any && same) j->use_xp = 1; /* de-interleaved in matmul_task, by each thread */
-    }
+#if defined(KERNELS_AVX2) /* de-interleaved in matmul_task, by each thread */
+    j->use_xp = bf16 && j->n == 1 && C % 16 == 0 && C <= s->xp_cap;
 #endif
 #if defined(HAVE_Q8_INT8)
-    const Matrix* W0 = j->W[0];
-    if ((W0->type == WEIGHT_Q8 || W0->type == WEIGHT_Q4) && W0->group_size % 32 == 0 &&
-        (size_t)j->n * (size_t)W0->cols <= s->xq_cap) {
-        int same = 1;
-        for (int m = 1; m < j->n_mats; m++)
-            if (j->W[m]->type != W0->type || j->W[m]->group_size != W0->group_size ||
-                j->W[m]->cols != W0->cols) same = 0;
-        if (same) {
-            j->use_qi = 1;
-            j->qgs = W0->group_size;
-            j->xgsum = W0->type == WEIGHT_Q4 ? s->xgsum_buf : NULL;
+    if ((W0->type == WEIGHT_Q8 || W0->type == WEIGHT_Q4) && W0->group_size % 32 == 0 && uniform(j, 1) &&
+        (size_t)j->n * (size_t)C <= s->xq_cap) {
+        j->use_qi = 1;
+        j->xgsum = W0->type == WEIGHT_Q4 ? s->xgsum_buf : NULL;
 #if defined(KERNELS_AVX2) && defined(Q8_VNNI)
-            if (qi_packed_takes(W0, j->n, s->xp_cap)) j->xgsum = s->xgsum_buf; /* the panels' starting sums */
+        if (qi_packed_takes(W0, j->n, s->xp_cap)) j->xgsum = s->xgsum_buf; /* the panels' starting sums */
 #endif
-            prepare_tokens(j, quantize_tokens, 1);
-        }
+        prepare_tokens(j, quantize_tokens, 1);
     }
 #endif
 }
 
-/* Rows per work item, a multiple of the row alignment every kernel of the job needs. */
+/* Rows per chunk: about 32 chunks per thread for decode (small chunks keep the last one, which the
+ * others may wait for, short), at most 64 rows for prefill so a chunk's weights stay in L2 while
+ * the token blocks go by; a multiple of the row alignment every kernel of the job needs (4, 8 for
+ * q4's row blocks). docs/design.md#row-chunks */
 static int chunk_rows(const MatmulJob* j, int nt) {
     const MatmulScratch* s = j->s;
-    (void)s;
-    /* Row chunks: a multiple of 4 rows (8 with q4: whole row blocks); about 32 items per thread
-     * for matrix-vector products, and at most 64 rows when n > 1 so the chunk's weights stay in
-     * L2 while the token blocks go by.
-     * Each thread walks its own range of chunks (claim_chunks), so small chunks keep its reads one
-     * stream, and the last chunk, which the other threads may wait for, is short
-     * (docs/design.md#row-chunks). */
+    (void)s; /* the scalar build reads no scratch */
     size_t total_rows = 0;
     for (int m = 0; m < j->n_mats; m++) total_rows += (size_t)j->W[m]->rows;
     const int per_thread = j->n == 1 ? 32 : 8;
@@ -558,14 +505,12 @@ static int chunk_rows(const MatmulJob* j, int nt) {
      * rows take them (and so their rounding) does not depend on the thread count */
 #if defined(KERNELS_AVX2)
     if (j->use_qi && qi_packed_takes(j->W[0], j->n, s->xp_cap)) align = QP_ROWS;
-#endif
-#if defined(KERNELS_AMX)
-    if (j->use_qi && amx_takes(j->W[0], j->n, s->amx_usable, s->xp_cap)) align = AMX_ROWS; /* 16: QP_ROWS too */
-#endif
-#if defined(KERNELS_AVX2)
     if (!j->use_qi && !j->use_xb16 && !j->use_split)
         for (int m = 0; m < j->n_mats; m++)
             if (float_packed_takes(j->W[m], j->n, s->float_panels, s->xp_cap)) align = FLOAT_PANEL_ROWS;
+#endif
+#if defined(KERNELS_AMX)
+    if (j->use_qi && amx_takes(j->W[0], j->n, s->amx_usable, s->xp_cap)) align = AMX_ROWS; /* 16: QP_ROWS too */
 #endif
 #if defined(KERNELS_BF16_DOT)
     if (j->use_xb16 && bf16_packed_takes(j->W[0], j->n, s->xp_cap)) align = FLOAT_PANEL_ROWS;
@@ -606,10 +551,3 @@ void matmul_multi(Kernels* k, float* const* outs, const float* x, const Matrix* 
     }
     parallel_for(k, n == 1 ? nt : n_items, matmul_task, &j);
 }
-
-#if !defined(KERNELS_AVX2)
-const char* kernels_prefetch_plan(const Kernels* k) {
-    (void)k;
-    return "none";
-}
-#endif

@@ -1,13 +1,9 @@
 /* matmul_shared.h: what the matmul files share (private to them; the engine's interface is
- * kernels.h). matmul.c holds the scalar reference, the scratch and the parallel driver, which
- * picks for each product one of the SIMD twins, kept by instruction set: x86/ (AVX2, AVX-512,
- * VNNI, AMX) and arm/ (NEON), each with matmul_float.c (f32 and bf16 weights) and matmul_int8.c
- * (q8 and q4 weights x int8 activations), and x86/matmul_amx.c (q8 and q4 prefill on AMX tiles).
- * The loops over row and token tiles that both sets share are matmul_float_tiles.h and
- * matmul_int8_tiles.h. Here: the scratch those files use, the helpers more than one of them
- * inlines, and the functions they call in each other. No file keeps state: the scratch, the
- * prefetch plan and the switches belong to a kernel context (kernels.h, Kernels) and reach the
- * twins in a MatmulThread. */
+ * kernels.h): matmul.c (the scalar reference, the scratch, the parallel driver), the SIMD twins in
+ * x86/ and arm/ (matmul_float.c: f32 and bf16; matmul_int8.c: q8 and q4 x int8 activations;
+ * x86/matmul_amx.c), and the tile loops both sets share (matmul_float_tiles.h,
+ * matmul_int8_tiles.h). No file keeps state: the scratch, the prefetch plan and the switches
+ * belong to a kernel context (kernels.h, Kernels) and reach the twins in a MatmulThread. */
 #ifndef MATMUL_SHARED_H
 #define MATMUL_SHARED_H
 
@@ -27,8 +23,7 @@ ALWAYS_INLINE const void* row_ptr(const Matrix* W, int r) {
 /* ---- What a SIMD twin gets from the kernel context that runs it ---- */
 
 #if defined(KERNELS_AVX2)
-/* Decode's software prefetch distances, chosen per CPU when a context is made (matmul.c,
- * choose_prefetch; the measurements: docs/design.md#decode-prefetch). */
+/* Decode's software prefetch distances (matmul.c, choose_prefetch). */
 typedef struct {
     const char* name;
     int q8;       /* bytes ahead in rows_qi_n1; 0: one row block ahead */
@@ -38,17 +33,14 @@ typedef struct {
 } PrefetchPlan;
 #endif
 
-/* One thread's share of a product: its part of the context's scratch (matmul.c, MatmulScratch),
- * and the context's plan and switches. The driver (matmul.c, thread_view) makes one per task and
- * hands it to the twins, which reach no other state. */
+/* One thread's share of a product: its part of the context's scratch (matmul.c, MatmulScratch)
+ * and the context's plan and switches, made per task by matmul.c's thread_view. The twins reach
+ * no other state. */
 typedef struct {
-    /* The thread's scratch row of max_cols floats: bf16 decode's de-interleaved activations, or
-     * q8's row-block scales as floats (q8_scales_float: at most 4 * cols / 32 floats, since the
-     * int8 path runs only for group sizes that are multiples of 32). For bf16, each thread writes
-     * its own copy at the start of its matmul_task rather than the dispatching thread writing one
-     * shared copy: a line that the other core has read (in the previous product) must be taken
-     * back from it before it can be written, and the other thread would wait for that
-     * (docs/design.md#row-chunks). */
+    /* The thread's row of max_cols floats: bf16 decode's de-interleaved activations (each thread's
+     * own copy: a shared one would have to take back every line the other core read in the
+     * previous product, docs/design.md#row-chunks), or q8's row-block scales as floats
+     * (q8_scales_float: at most 4 * cols / 32, the int8 path needing group sizes of 32k). */
     float* xp;
     float* float_pack;     /* AVX2: FLOAT_MAX_PANELS * 16 * xp_stride floats, the thread's f32/bf16 (or q8) panels */
     uint8_t* amx_wt;       /* AMX: amx_thread_bytes(xp_stride), the thread's repacked q8/q4 rows, int32 tiles, scales */

@@ -1,16 +1,12 @@
 /* threads.c: the kernel threads. A small pthread pool behind parallel_for: n_threads - 1 workers plus
- * the calling thread. Items are claimed one at a time, so a thread that is slow (descheduled,
- * sharing its core with another process) simply takes fewer items.
+ * the calling thread. Items are claimed one at a time (struct Kernels says how), so a thread that is
+ * slow (descheduled, sharing its core with another process) simply takes fewer items.
  *
- * See the comment at P below for how a dispatch is handed out.
- *
- * Waiting: a worker that finds no work spins for a short, bounded time (KERNELS_SPIN_US, default
- * below; not at all while the threads wait for a core that another process holds, see
- * spin_limit_ns) with a pause instruction, then sleeps on a condition variable; the dispatching
- * thread does the same while it waits for the last worker. Decode issues a few hundred dispatches
- * per token, microseconds apart, so the spin saves a futex wake-up per dispatch; between tokens and
- * when idle every thread sleeps. While another process competes for the cores (the same run-delay
- * test), parallel_for does not dispatch at all: the calling thread runs every item itself. */
+ * A thread with nothing to do (a worker between dispatches, the caller waiting for the last item)
+ * spins for at most KERNELS_SPIN_US with a pause instruction, then sleeps on a condition variable:
+ * decode issues a few hundred dispatches per token, microseconds apart, so the spin saves a futex
+ * wake-up per dispatch. While another process competes for the cores (contended, below) nobody
+ * spins and parallel_for does not dispatch: the calling thread runs every item itself. */
 #include <pthread.h>
 #include <sys/syscall.h>
 #include <sched.h>
@@ -102,28 +98,19 @@ static long now_ns(void) {
 
 static uint32_t gen_of(uint64_t w) { return (uint32_t)(w >> 32); }
 
-/* How long to spin before sleeping. Spinning pays only while every kernel thread has a core of
- * its own: it saves a futex wake-up per dispatch. When another process wants a core, a spinning
- * thread burns the share of CPU that the thread it waits for needs, and two threads become slower
- * than one. The sign of that is time spent runnable but not running, which Linux counts per thread
- * (the second field of /proc/thread-self/schedstat, the run delay); counting preemptions does not
- * work, since a virtual machine can preempt each thread about once per 10 ms even when quiet. So
- * each thread reads its run delay at most every CONTENTION_CHECK_NS, and growth above
- * CONTENTION_DELAY_PCT of the wall time since the last look, in CONTENTION_LOOKS looks in a row
- * (one look can be a kernel thread taking the core for a few milliseconds), stops spinning (and
- * dispatching, see parallel_for) for every thread for CONTENTION_HOLD_NS; when that has passed, the
- * next dispatches run on all threads again and measure anew. That probe costs: until the looks
- * see the delay again, every dispatch waits for a thread that shares its core with the neighbour.
- * So a hold's end first asks the CPU counters (/proc/stat, the idle time of the CPUs this process
- * may run on) whether the cores were free during the hold, while only the calling thread ran: if
- * the idle share leaves less than half a core per worker thread, another process kept them busy,
- * and a new hold starts without a probe (cores_were_busy). Only when they were free (or the
- * counters cannot be read) do the dispatches resume and the run delay decide: a probe that finds
- * the contention still there makes the next hold twice as long, up to CONTENTION_HOLD_MAX_NS, and
- * a hold that starts later begins again from CONTENTION_HOLD_NS.
- * Where the schedstat file does not exist (not Linux), the threads always spin and dispatch.
- * Each context keeps its own watch, each of its threads its own looks (DelayLook).
- * The measurements behind each number: docs/design.md#contention. */
+/* The contention detector (docs/design.md#contention has the measurements). Spinning pays only
+ * while every kernel thread has a core of its own; when another process wants one, a spinning
+ * thread burns the CPU that the thread it waits for needs, and a worker preempted mid-item holds
+ * up the dispatch, so two threads become slower than one. The sign is the run delay (time
+ * runnable but not running, the second field of /proc/thread-self/schedstat); counting
+ * preemptions does not work, since a virtual machine preempts each thread about once per 10 ms
+ * even when quiet. Two delayed looks in a row are needed because one can be a kernel thread
+ * taking the core for a few milliseconds. A hold (no spinning, no dispatching) is followed by a
+ * probe: the dispatches resume and the run delay decides again, which costs while the neighbour
+ * is still there, so a hold's end first asks /proc/stat whether the cores stayed busy while only
+ * the caller ran (cores_were_busy) and, if so, holds on without a probe. A probe that finds the
+ * contention still there doubles the next hold. Without the schedstat file (not Linux) the
+ * threads always spin and dispatch. Each context keeps its own watch, each thread its own looks. */
 
 /* The idle (idle + iowait) and total clock ticks, summed over the CPUs this process may run on,
  * from the "cpuN" lines of /proc/stat, and how many CPUs that is; -1 where they cannot be read. */
@@ -140,10 +127,12 @@ static long long cpu_ticks(long long* total, int* n_cpus) {
         if (*p < '0' || *p > '9') continue; /* the "cpu" line: every CPU together */
         const long cpu = strtol(p, &p, 10);
         if (cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET((int)cpu, &set)) continue;
-        long long v[8] = {0}; /* user nice system idle iowait irq softirq steal */
-        for (int k = 0; k < 8; k++) v[k] = strtoll(p, &p, 10);
+        long long v[8]; /* user nice system idle iowait irq softirq steal */
+        for (int k = 0; k < 8; k++) {
+            v[k] = strtoll(p, &p, 10);
+            all += v[k];
+        }
         idle += v[3] + v[4];
-        for (int k = 0; k < 8; k++) all += v[k];
         n++;
     }
     fclose(f);
@@ -163,7 +152,8 @@ static void start_hold(Kernels* k, long t, long h) {
     atomic_store(&k->hold_unchecked, 1);
 }
 
-/* Whether another process kept the cores busy during the hold that just ended (see above). */
+/* Whether another process kept the cores busy during the hold that just ended: the idle share
+ * left less than half a core per worker. */
 static int cores_were_busy(const Kernels* k) {
     long long total = 0, t0 = atomic_load(&k->hold_total), i0 = atomic_load(&k->hold_idle);
     int n = 0;
@@ -193,8 +183,7 @@ static long long run_delay_ns(DelayLook* look) {
 
 static void close_look(DelayLook* look) {
     if (look->fd >= 0) close(look->fd);
-    memset(look, 0, sizeof *look);
-    look->fd = -1;
+    *look = (DelayLook){.fd = -1};
 }
 
 /* 1 while another process competes for k's cores (see above); thread: the caller's index in k. */
@@ -225,16 +214,14 @@ static int contended(Kernels* k, int thread) {
 }
 
 static long spin_limit_ns(Kernels* k, int thread) {
-    if (k->spin_ns == 0) return 0;
-    return contended(k, thread) ? 0 : k->spin_ns;
+    return k->spin_ns == 0 || contended(k, thread) ? 0 : k->spin_ns;
 }
 
-/* The item number of a dispatch that is being set up: no item can be claimed. parallel_for closes
- * the previous dispatch with it before it changes fn/ctx/n, so a worker that read the old word and
- * then the new parameters can never claim an item with them: its compare-and-swap expects the old
- * word. (Without this, a worker could claim item n_old of the finished dispatch while the new
- * parameters were being written, run the new fn on it and count it as done: an index run twice,
- * which tests/test_kernels.c's parallel_for rounds look for.) */
+/* The item number of a dispatch that is being set up: no item can be claimed. dispatch closes the
+ * word with it before it changes fn/ctx/n, so a worker that read the old word and then the new
+ * parameters can never claim an item with them: its compare-and-swap expects the old word.
+ * Otherwise a worker could claim item n_old of the finished dispatch with the new fn and count it
+ * as done: an index run twice, which tests/test_kernels.c's parallel_for rounds look for. */
 #define CLOSED 0x7FFFFFFFu
 
 static void run_items(Kernels* k, uint32_t g, int thread) {
@@ -294,7 +281,7 @@ static void* worker_main(void* arg) {
     return NULL;
 }
 
-/* The index in k of the calling thread, which runs an item of k: a worker's, else 0 (the caller). */
+/* The index in k of the calling thread: a worker's, else 0 (the caller). */
 static int thread_in(const Kernels* k) {
     const pthread_t self = pthread_self();
     for (int i = 0; i < k->started; i++)
@@ -302,7 +289,8 @@ static int thread_in(const Kernels* k) {
     return 0;
 }
 
-/* Hands items [0, n) to the workers and runs items on the calling thread too until all are done. */
+/* Hands items [0, n) to the workers and runs items on the calling thread too until all are done:
+ * it waits for the items, not for every worker to show up. */
 static void dispatch(Kernels* k, int n, ItemFn fn, void* ctx) {
     uint32_t g = gen_of(atomic_load(&k->word)) + 1;
     atomic_store(&k->word, ((uint64_t)g << 32) | CLOSED);
@@ -317,38 +305,29 @@ static void dispatch(Kernels* k, int n, ItemFn fn, void* ctx) {
 
     run_items(k, g, 0);
 
-    if (atomic_load(&k->done) < n) {
-        long spin = spin_limit_ns(k, 0);
-        long t0 = now_ns();
-        for (int i = 0; atomic_load(&k->done) < n; i++) {
-            if (i > 0) CPU_RELAX();
-            if (spin == 0 || ((i & 63) == 63 && now_ns() - t0 > spin)) {
-                pthread_mutex_lock(&k->mu);
-                atomic_store(&k->caller_waiting, 1);
-                while (atomic_load(&k->done) < n) pthread_cond_wait(&k->cv_done, &k->mu);
-                atomic_store(&k->caller_waiting, 0);
-                pthread_mutex_unlock(&k->mu);
-                break;
-            }
-        }
+    if (atomic_load(&k->done) >= n) return;
+    const long spin = spin_limit_ns(k, 0), t0 = now_ns();
+    for (int i = 0; spin > 0; i++) {
+        CPU_RELAX();
+        if (atomic_load(&k->done) >= n) return;
+        if ((i & 63) == 63 && now_ns() - t0 > spin) break;
     }
+    pthread_mutex_lock(&k->mu);
+    atomic_store(&k->caller_waiting, 1);
+    while (atomic_load(&k->done) < n) pthread_cond_wait(&k->cv_done, &k->mu);
+    atomic_store(&k->caller_waiting, 0);
+    pthread_mutex_unlock(&k->mu);
 }
 
 void parallel_for(Kernels* k, int n, void (*fn)(void* ctx, int i, int thread), void* ctx) {
     if (n <= 0) return;
-    /* A nested call (from an item of k, on whichever of k's threads runs it) runs serially on that
-     * thread. */
-    if (atomic_load(&k->busy)) {
+    if (atomic_load(&k->busy)) { /* nested: from an item of k, on whichever thread of k runs it */
         const int thread = thread_in(k);
         for (int i = 0; i < n; i++) fn(ctx, i, thread);
         return;
     }
     atomic_store(&k->busy, 1);
-    /* Serially in the calling thread: no workers, a single item, or another process competing for
-     * the cores. In the last case a worker that the scheduler takes off its core in the middle of
-     * an item holds up the whole dispatch until it runs again, and with a few hundred dispatches
-     * per decoded token two threads would be slower than one (docs/design.md#contention). */
-    if (k->started == 0 || n == 1 || contended(k, 0)) {
+    if (k->started == 0 || n == 1 || contended(k, 0)) { /* serially in the calling thread */
         for (int i = 0; i < n; i++) fn(ctx, i, 0);
     } else {
         dispatch(k, n, fn, ctx);
@@ -400,8 +379,7 @@ static void pool_start(Kernels* k, int n_threads) {
     k->n_threads = k->started + 1;
 }
 
-/* KERNELS_SPIN_US: microseconds a waiting thread spins before it sleeps; a value that is not a
- * whole number >= 0 is reported and the default kept. */
+/* KERNELS_SPIN_US: microseconds a waiting thread spins before it sleeps. */
 static long spin_us_from_env(void) {
     const char* s = getenv("KERNELS_SPIN_US");
     if (!s || !*s) return DEFAULT_SPIN_US;
@@ -470,19 +448,15 @@ void kernels_free(Kernels* k) {
 
 int kernels_threads(const Kernels* k) { return k->n_threads; }
 
-
 const char* kernels_simd_name(const Kernels* k) {
-#if defined(KERNELS_AVX2) && defined(KERNELS_AVX512)
-    /* 512-bit prefill tiles; AMX q8 / q4 prefill (x86/matmul_amx.c) */
+    (void)k;
+#if defined(KERNELS_AVX512) /* implies KERNELS_AVX2 (simd_math.h) */
     return kernels_amx(k) ? "avx2+avx512+amx" : "avx2+avx512";
 #elif defined(KERNELS_AVX2)
-    (void)k;
     return "avx2";
 #elif defined(KERNELS_NEON)
-    (void)k;
     return "neon";
 #else
-    (void)k;
     return "scalar";
 #endif
 }
