@@ -127,13 +127,11 @@ static inline int q4_value(const Matrix* W, int r, int c) {
     return (k < 16 ? b & 15 : b >> 4) - 8;
 }
 
-/* A kernel context: the thread pool, the matmul scratch (activation quantisation, each thread's
- * rows and panels), decode's prefetch plan and the AMX and bf16-activation switches. Each model
- * owns one (model.c, Transformer.kernels) and passes it to the kernels that use threads or
- * scratch (matmul, matmul_multi, rmsnorm_rows, swiglu, parallel_for, parallel_spans); the
- * per-vector kernels (rmsnorm, rope, softmax, attention_group, ...) need none. Two contexts share
- * nothing, so two models in one process run and free independently. One context serves one
- * calling thread at a time. */
+/* A kernel context: the thread pool, the matmul scratch, decode's prefetch plan and the prefill
+ * switches. Each model owns one (model.c, Transformer.kernels) and passes it to the kernels that
+ * take one; the per-vector kernels (rmsnorm, rope, softmax, attention_group, ...) need none. Two
+ * contexts share nothing, so two models in one process run and free independently. One context
+ * serves one calling thread at a time. */
 typedef struct Kernels Kernels;
 
 /* n_threads threads in all (the caller's included; <= 0: kernels_available_cpus()), scratch for
@@ -149,16 +147,14 @@ const char* kernels_simd_name(const Kernels* k); /* "avx2", "avx2+avx512", "avx2
 /* Decode's software prefetch plan (matmul.c, choose_prefetch): "near" or "mid" as chosen from
  * the CPU or KERNELS_PREFETCH in an x86 build, "none" in the others. */
 const char* kernels_prefetch_plan(const Kernels* k);
-/* 1 when k runs q8 and q4 prefill on AMX tiles (an x86 build for a CPU with AMX, on a Linux that
- * grants the tile state, without KERNELS_AMX=0), and with AMX-BF16 bf16 prefill with bf16
- * activations too. */
+/* The prefill paths; each setter (for tests of both paths) returns its getter's answer.
+ * kernels_amx: 1 when q8 and q4 prefill (with AMX-BF16 also bf16 with bf16 activations) run on
+ * AMX tiles: an x86 build for a CPU with AMX, on a Linux that grants the tile state, without
+ * KERNELS_AMX=0; the setter turns AMX off or back on where kernels_new was granted it.
+ * kernels_float_panels: 1 when f32 and bf16 prefill take packed panels from their thresholds on
+ * (x86 builds; off by default with AVX-512 on Zen 4, or as KERNELS_FLOAT_PANELS=0 or 1 says). */
 int kernels_amx(const Kernels* k);
-/* Turns AMX off (0) or back on where kernels_new was granted it; returns kernels_amx(k). For
- * tests that compare the two paths. */
 int kernels_set_amx(Kernels* k, int on);
-/* 1 when f32 and bf16 prefill take packed panels from their thresholds on (an x86 build; off by
- * default with AVX-512 on Zen 4, or as KERNELS_FLOAT_PANELS=0 or 1 says). The setter turns them
- * on or off (x86 builds only) and returns kernels_float_panels(k): for tests of both paths. */
 int kernels_float_panels(const Kernels* k);
 int kernels_set_float_panels(Kernels* k, int on);
 

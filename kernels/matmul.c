@@ -76,16 +76,13 @@ struct MatmulScratch {
     int32_t* xsum_buf;     /* [max_batch * max_cols / 4] 8 partial sums per group (AVX2 twin) */
     int32_t* xgsum_buf;    /* [max_batch * max_cols / 32] one sum per group (AVX2 twin, tile_q4) */
     size_t xq_cap;
-    uint16_t* xb16_buf;    /* [max_batch * max_cols] activations rounded to bf16 (--bf16-activations); with
-                              AMX-BF16 [3 * split_cap]: fp32 activations split in three bf16 */
+    uint16_t* xb16_buf;    /* x rounded to bf16 (--bf16-activations), or with AMX-BF16 split in three */
     size_t split_cap;      /* AMX-BF16: tokens x columns that xb16_buf holds split (max_batch up to a multiple of 16) */
     int bf16_activations;
     int amx_granted;       /* amx_request's answer when the context was made */
     int amx_usable;        /* q8 and q4 prefill run on AMX tiles (kernels_set_amx) */
     int float_panels;      /* f32 and bf16 prefill may take packed panels (kernels_set_float_panels) */
-#if defined(KERNELS_AVX2)
     PrefetchPlan prefetch;
-#endif
 };
 
 /* Thread `thread`'s view of s for the twins. */
@@ -156,35 +153,26 @@ int kernels_set_float_panels(Kernels* k, int on) {
     return s->float_panels;
 }
 
-/* KERNELS_PREFETCH: near (0), mid (1) or the CPU's choice (-1). Used by the AVX2 kernels only. */
-static int prefetch_asked(void) { return env_choice("KERNELS_PREFETCH", "near", "mid", "using the CPU's default"); }
-
-#if defined(KERNELS_AVX2)
-/* How far ahead the matrix-vector products (decode) ask for their weights, all into L1. The best
- * distance depends on the core:
- *  - near (AMD family 19h with AVX-512, Zen 4): q8 128 bytes ahead, nothing else. A prefetch far
- *    ahead seems to hold one of the core's few outstanding L1 misses for the whole trip to memory,
- *    while near ones meet lines the hardware prefetcher is already bringing in.
+/* How far ahead decode's matrix-vector products ask for their weights, all into L1, per core
+ * (docs/design.md#decode-prefetch; KERNELS_PREFETCH=near or mid overrides the choice):
+ *  - near (Zen 4): q8 128 bytes, nothing else. A prefetch far ahead seems to hold one of the
+ *    core's few outstanding L1 misses for the whole trip to memory, while near ones meet lines
+ *    the hardware prefetcher is already bringing in.
  *  - mid (every other CPU; measured on Zen 3 and Intel): q8 1536, q4 2048, bf16 1024 (2048 in
- *    the AVX-512 kernel).
- * f32 has no prefetch: it gained under 10% where it was tried. The measurements:
- * docs/design.md#decode-prefetch. KERNELS_PREFETCH=near or mid overrides the choice. */
-static const PrefetchPlan prefetch_near = {"near", 128, 0, 0, 0}, prefetch_mid = {"mid", 1536, 2048, 1024, 2048};
+ *    the AVX-512 kernel). f32 has none: it gained under 10% where it was tried. */
 static PrefetchPlan choose_prefetch(void) {
-    const int asked = prefetch_asked();
-    if (asked < 0) return cpu_is_zen4() ? prefetch_near : prefetch_mid;
-    return asked == 0 ? prefetch_near : prefetch_mid;
-}
-#endif
-
-const char* kernels_prefetch_plan(const Kernels* k) {
+    const int asked = env_choice("KERNELS_PREFETCH", "near", "mid", "using the CPU's default");
 #if defined(KERNELS_AVX2)
-    return kernels_scratch(k)->prefetch.name;
+    const PrefetchPlan near = {"near", 128, 0, 0, 0}, mid = {"mid", 1536, 2048, 1024, 2048};
+    if (asked < 0) return cpu_is_zen4() ? near : mid;
+    return asked == 0 ? near : mid;
 #else
-    (void)k;
-    return "none";
+    (void)asked;
+    return (PrefetchPlan){"none", 0, 0, 0, 0}; /* only the AVX2 kernels prefetch */
 #endif
 }
+
+const char* kernels_prefetch_plan(const Kernels* k) { return kernels_scratch(k)->prefetch.name; }
 
 int kernels_amx(const Kernels* k) { return kernels_scratch(k)->amx_usable; }
 
@@ -197,18 +185,13 @@ int kernels_set_amx(Kernels* k, int on) {
 /* aligned_alloc wants a size that is a multiple of the alignment. */
 static void* alloc_lines(size_t bytes) { return aligned_alloc(64, (bytes + 63) / 64 * 64); }
 
-/* Everything a context uses is its own; what it learns from the process (the CPU's model for the
- * prefetch plan, KERNELS_PREFETCH and KERNELS_AMX, Linux's grant of the AMX tile state, which is
- * the whole process's and asked for again harmlessly) is read anew here, and none of it changes
- * while the process runs, so two contexts always agree on it. */
+/* What a context learns from the process (the CPU's model, the environment, Linux's grant of the
+ * AMX tile state, the whole process's and asked for again harmlessly) is read anew here; none of
+ * it changes while the process runs, so two contexts always agree on it. */
 MatmulScratch* matmul_scratch_new(int max_threads, int max_batch, int max_cols) {
     MatmulScratch* s = calloc(1, sizeof *s);
     if (!s) return NULL;
-#if defined(KERNELS_AVX2)
     s->prefetch = choose_prefetch();
-#else
-    (void)prefetch_asked();
-#endif
     s->float_panels = choose_float_panels();
     if (max_batch < 1) max_batch = 1;
     if (max_cols < 1) max_cols = 1;
@@ -307,11 +290,10 @@ typedef struct MatmulJob {
     } range[MAX_RANGES];
 } MatmulJob;
 
-/* The next row chunks [first, *end) for the calling thread; returns first, or -1 when none is
- * left. Thread k starts on the k-th of n_ranges contiguous ranges of chunks and takes them in
- * order, up to `batch` per claim, so its weight reads stay one sequential stream from chunk to
- * chunk (each block's prefetch runs into the next chunk); when its range is done it takes the
- * next chunk of another range, one at a time. docs/design.md#row-chunks */
+/* The next row chunks [first, *end) for the calling thread, or -1 when none is left. Thread k takes
+ * the k-th of n_ranges contiguous ranges in order, `batch` per claim, so its weight reads stay one
+ * stream from chunk to chunk (each block's prefetch runs into the next); then it takes the other
+ * ranges' chunks one at a time. docs/design.md#row-chunks */
 static int claim_chunks(MatmulJob* j, int thread, int batch, int* end) {
     const int me = thread % j->n_ranges;
     for (int k = 0; k < j->n_ranges; k++) {
@@ -531,10 +513,8 @@ void matmul_multi(Kernels* k, float* const* outs, const float* x, const Matrix* 
     MatmulJob j;
     j.k = k;
     j.s = kernels_scratch(k);
-    for (int m = 0; m < n_mats; m++) {
-        j.out[m] = outs[m];
-        j.W[m] = Ws[m];
-    }
+    memcpy(j.out, outs, (size_t)n_mats * sizeof *outs);
+    memcpy(j.W, Ws, (size_t)n_mats * sizeof *Ws);
     j.n_mats = n_mats;
     j.x = x;
     j.n = n;

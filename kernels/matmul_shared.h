@@ -22,8 +22,7 @@ ALWAYS_INLINE const void* row_ptr(const Matrix* W, int r) {
 
 /* ---- What a SIMD twin gets from the kernel context that runs it ---- */
 
-#if defined(KERNELS_AVX2)
-/* Decode's software prefetch distances (matmul.c, choose_prefetch). */
+/* Decode's software prefetch distances (matmul.c, choose_prefetch; AVX2 kernels only). */
 typedef struct {
     const char* name;
     int q8;       /* bytes ahead in rows_qi_n1; 0: one row block ahead */
@@ -31,7 +30,6 @@ typedef struct {
     int bf16;     /* bytes ahead in rows_bf16_n1 (256-bit); 0: none */
     int bf16_zmm; /* bytes ahead in rows_bf16_n1_zmm_pf (AVX-512 builds); 0: none */
 } PrefetchPlan;
-#endif
 
 /* One thread's share of a product: its part of the context's scratch (matmul.c, MatmulScratch)
  * and the context's plan and switches, made per task by matmul.c's thread_view. The twins reach
@@ -65,10 +63,9 @@ static inline int row_tiles_next(int r, int r1, int max) {
 
 #if defined(KERNELS_AMX)
 #define AMX_MAX_TILES 4 /* row tiles of 16 per repacking: prefill's chunks are at most 64 rows */
-/* A thread's part of the AMX scratch, in 64-byte multiples: its repacked rows
- * (AMX_MAX_TILES * 16 rows of cols bytes: q4's widened to a byte each), the int32 tiles of one
- * row of groups (at most cols / 32 tiles of 1 KB, q4's groups), and the rows' scales as floats
- * (AMX_MAX_TILES * 16 rows x at most cols / 32 groups: 2 * cols floats). */
+/* A thread's part of the AMX scratch, in 64-byte multiples: its repacked rows (AMX_MAX_TILES * 16
+ * rows of cols bytes, q4's widened to a byte each), the int32 tiles of one row of groups (at most
+ * cols / 32 tiles of 1 KB) and the rows' scales as floats (at most 64 * cols / 32 = 2 * cols). */
 static inline size_t amx_thread_bytes(int xp_stride) { return (size_t)(AMX_MAX_TILES * 16 + 32 + 8) * (size_t)xp_stride; }
 #endif
 

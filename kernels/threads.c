@@ -1,6 +1,8 @@
 /* threads.c: the kernel threads. A small pthread pool behind parallel_for: n_threads - 1 workers plus
- * the calling thread. Items are claimed one at a time (struct Kernels says how), so a thread that is
- * slow (descheduled, sharing its core with another process) simply takes fewer items.
+ * the calling thread. A dispatch is (generation, next item) in one 64-bit word: a thread claims item
+ * i of generation g by a compare-and-swap (g, i) -> (g, i + 1), so an item only ever runs for its
+ * own dispatch, and the caller waits for the items to be done, not for every worker to show up: a
+ * slow worker (descheduled, sharing its core with another process) simply takes fewer items.
  *
  * A thread with nothing to do (a worker between dispatches, the caller waiting for the last item)
  * spins for at most KERNELS_SPIN_US with a pause instruction, then sleeps on a condition variable:
@@ -55,12 +57,7 @@ typedef struct {
     int index; /* 1 .. max_threads - 1 */
 } Worker;
 
-/* A kernel context (kernels.h): its thread pool, its contention watch and its matmul scratch.
- * The current dispatch: `word` packs its generation (high 32 bits) and the next unclaimed item
- * (low 32 bits). A thread claims item i of generation g by a compare-and-swap (g, i) -> (g, i+1),
- * so an item is only ever run for the dispatch it belongs to, and the dispatching thread waits for
- * the items to be *done*, not for every worker to show up: a worker that is descheduled (its core
- * busy with another process) when a dispatch starts does not hold it up; the others take its share. */
+/* A kernel context (kernels.h): its thread pool, its contention watch and its matmul scratch. */
 struct Kernels {
     int n_threads;
     int max_threads;            /* kernels_new's count: the per-thread scratch is sized for it */
@@ -72,7 +69,7 @@ struct Kernels {
     _Atomic(ItemFn) fn;
     _Atomic(void*) ctx;
     atomic_int n;
-    _Atomic uint64_t word;
+    _Atomic uint64_t word;      /* the dispatch's generation (high 32 bits) and next unclaimed item */
     atomic_int done;            /* items of the current dispatch finished */
     atomic_int quit;
     atomic_int caller_waiting;
@@ -98,19 +95,17 @@ static long now_ns(void) {
 
 static uint32_t gen_of(uint64_t w) { return (uint32_t)(w >> 32); }
 
-/* The contention detector (docs/design.md#contention has the measurements). Spinning pays only
- * while every kernel thread has a core of its own; when another process wants one, a spinning
- * thread burns the CPU that the thread it waits for needs, and a worker preempted mid-item holds
- * up the dispatch, so two threads become slower than one. The sign is the run delay (time
- * runnable but not running, the second field of /proc/thread-self/schedstat); counting
- * preemptions does not work, since a virtual machine preempts each thread about once per 10 ms
- * even when quiet. Two delayed looks in a row are needed because one can be a kernel thread
- * taking the core for a few milliseconds. A hold (no spinning, no dispatching) is followed by a
- * probe: the dispatches resume and the run delay decides again, which costs while the neighbour
- * is still there, so a hold's end first asks /proc/stat whether the cores stayed busy while only
- * the caller ran (cores_were_busy) and, if so, holds on without a probe. A probe that finds the
- * contention still there doubles the next hold. Without the schedstat file (not Linux) the
- * threads always spin and dispatch. Each context keeps its own watch, each thread its own looks. */
+/* The contention detector (docs/design.md#contention). Spinning pays only while every kernel
+ * thread has a core of its own; when another process wants one, a spinning thread burns the CPU
+ * that the thread it waits for needs, and a worker preempted mid-item holds up the dispatch: two
+ * threads become slower than one. The sign is the run delay (time runnable but not running, the
+ * second field of /proc/thread-self/schedstat); counting preemptions fails, since a virtual
+ * machine preempts each thread about once per 10 ms even when quiet. Two looks in a row, since
+ * one can be a kernel thread taking the core for a few milliseconds. After a hold the dispatches
+ * resume as a probe, which costs while the neighbour is still there, so a hold's end first asks
+ * /proc/stat whether the cores stayed busy (cores_were_busy) and, if so, holds on without one. A
+ * probe that finds the contention still there doubles the next hold. Without the schedstat file
+ * (not Linux) the threads always spin and dispatch. */
 
 /* The idle (idle + iowait) and total clock ticks, summed over the CPUs this process may run on,
  * from the "cpuN" lines of /proc/stat, and how many CPUs that is; -1 where they cannot be read. */
@@ -136,10 +131,9 @@ static long long cpu_ticks(long long* total, int* n_cpus) {
         n++;
     }
     fclose(f);
-    if (n == 0) return -1;
     *total = all;
     *n_cpus = n;
-    return idle;
+    return n > 0 ? idle : -1;
 }
 
 static void start_hold(Kernels* k, long t, long h) {
@@ -217,11 +211,10 @@ static long spin_limit_ns(Kernels* k, int thread) {
     return k->spin_ns == 0 || contended(k, thread) ? 0 : k->spin_ns;
 }
 
-/* The item number of a dispatch that is being set up: no item can be claimed. dispatch closes the
- * word with it before it changes fn/ctx/n, so a worker that read the old word and then the new
- * parameters can never claim an item with them: its compare-and-swap expects the old word.
- * Otherwise a worker could claim item n_old of the finished dispatch with the new fn and count it
- * as done: an index run twice, which tests/test_kernels.c's parallel_for rounds look for. */
+/* The item number of a dispatch being set up: dispatch closes the word with it before it changes
+ * fn/ctx/n, so a worker that read the old word and then the new parameters cannot claim an item
+ * with them (its compare-and-swap expects the old word), run the new fn on item n_old and count it
+ * done: an index run twice, which tests/test_kernels.c's parallel_for rounds look for. */
 #define CLOSED 0x7FFFFFFFu
 
 static void run_items(Kernels* k, uint32_t g, int thread) {
@@ -281,16 +274,7 @@ static void* worker_main(void* arg) {
     return NULL;
 }
 
-/* The index in k of the calling thread: a worker's, else 0 (the caller). */
-static int thread_in(const Kernels* k) {
-    const pthread_t self = pthread_self();
-    for (int i = 0; i < k->started; i++)
-        if (pthread_equal(self, k->th[i])) return i + 1;
-    return 0;
-}
-
-/* Hands items [0, n) to the workers and runs items on the calling thread too until all are done:
- * it waits for the items, not for every worker to show up. */
+/* Hands items [0, n) to the workers and runs items on the calling thread too until all are done. */
 static void dispatch(Kernels* k, int n, ItemFn fn, void* ctx) {
     uint32_t g = gen_of(atomic_load(&k->word)) + 1;
     atomic_store(&k->word, ((uint64_t)g << 32) | CLOSED);
@@ -322,7 +306,9 @@ static void dispatch(Kernels* k, int n, ItemFn fn, void* ctx) {
 void parallel_for(Kernels* k, int n, void (*fn)(void* ctx, int i, int thread), void* ctx) {
     if (n <= 0) return;
     if (atomic_load(&k->busy)) { /* nested: from an item of k, on whichever thread of k runs it */
-        const int thread = thread_in(k);
+        int thread = 0; /* the caller, unless it is one of the workers */
+        for (int i = 0; i < k->started; i++)
+            if (pthread_equal(pthread_self(), k->th[i])) thread = i + 1;
         for (int i = 0; i < n; i++) fn(ctx, i, thread);
         return;
     }
