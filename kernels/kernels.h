@@ -73,21 +73,20 @@ static inline uint64_t matrix_stored_bytes(const Matrix* W) {
     return ((uint64_t)W->rows + br - 1) / br * quant_block_bytes(W->type, W->cols, W->group_size);
 }
 
-/* q8: the row block that holds row r. */
-static inline const char* q8_block(const Matrix* W, int r) {
-    return (const char*)W->data + (size_t)(r / Q8_BLOCK_ROWS) * quant_block_bytes(W->type, W->cols, W->group_size);
-}
-
 /* q8: the G float16 scales of row r (half_to_float below). */
 static inline const uint16_t* quant_scales(const Matrix* W, int r) {
-    return (const uint16_t*)q8_block(W, r) + (size_t)(r % Q8_BLOCK_ROWS) * (size_t)(W->cols / W->group_size);
+    const char* block = (const char*)W->data +
+                        (size_t)(r / Q8_BLOCK_ROWS) * quant_block_bytes(W->type, W->cols, W->group_size);
+    return (const uint16_t*)block + (size_t)(r % Q8_BLOCK_ROWS) * (size_t)(W->cols / W->group_size);
 }
 
 /* q8: the group_size values of row r, group g; the next row of the same block follows
  * group_size bytes later. */
 static inline const uint8_t* quant_group(const Matrix* W, int r, int g) {
     const int gs = W->group_size, G = W->cols / gs;
-    return (const uint8_t*)q8_block(W, r) + QUANT_SCALE_BYTES * Q8_BLOCK_ROWS * (size_t)G +
+    const char* block =
+        (const char*)W->data + (size_t)(r / Q8_BLOCK_ROWS) * quant_block_bytes(W->type, W->cols, gs);
+    return (const uint8_t*)(block + QUANT_SCALE_BYTES * Q8_BLOCK_ROWS * (size_t)G) +
            ((size_t)g * Q8_BLOCK_ROWS + (size_t)(r % Q8_BLOCK_ROWS)) * (size_t)gs;
 }
 

@@ -292,9 +292,9 @@ static void dispatch(Kernels* k, int n, ItemFn fn, void* ctx) {
     if (atomic_load(&k->done) >= n) return;
     const long spin = spin_limit_ns(k, 0), t0 = now_ns();
     for (int i = 0; spin > 0; i++) {
-        CPU_RELAX();
         if (atomic_load(&k->done) >= n) return;
         if ((i & 63) == 63 && now_ns() - t0 > spin) break;
+        CPU_RELAX();
     }
     pthread_mutex_lock(&k->mu);
     atomic_store(&k->caller_waiting, 1);
