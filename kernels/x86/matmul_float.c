@@ -1,21 +1,19 @@
 /* x86/matmul_float.c: the x86 twins of matmul.c's scalar reference (matmul_rows_scalar) for f32
  * and bf16 weights: AVX2+FMA, with AVX-512 tiles and panels, vdpbf16ps and AMX-BF16 where the
- * build has them. Each computes the rows [r0, r1) of out for all n tokens. Prefill computes tiles
- * of RT weight rows x TT tokens with RT*TT vector accumulators, so each weight vector loaded is
- * used TT times and each activation vector RT times, or from packed panels of 16 rows; bf16
- * weights are widened to fp32 in registers, and every sum is fp32. Decode (n == 1) reads each
- * weight once, as one stream where it can. The loops over row and token tiles are
- * matmul_float_tiles.h's, shared with arm/matmul_float.c. */
+ * build has them. Each computes the rows [r0, r1) of out for all n tokens, bf16 widened to fp32
+ * in registers and every sum fp32. Prefill: tiles of RT weight rows x TT tokens in RT*TT vector
+ * accumulators (each weight vector used TT times, each activation vector RT times), or packed
+ * panels of 16 rows. Decode (n == 1) reads each weight once, as one stream where it can. The
+ * loops over row and token tiles are matmul_float_tiles.h's, shared with arm/matmul_float.c. */
 #include "../matmul_shared.h"
 
 #if defined(KERNELS_AVX2)
 
-/* Whether rows_float_nn packs W's rows for n tokens (the driver aligns its row chunks to 16 when so),
- * with panels on for this context (MatmulThread.float_panels). Below the thresholds the 4 x 3
- * (AVX2) or 4 x 4 (AVX-512) tiles are quicker: with few tokens the weights' one pass from memory
- * bounds the product (the tiles overlap it with their arithmetic, prefetching the next rows), and
- * the packing's writes and second read cost more than the panels' tiles gain. The thresholds are
- * where the two crossed (docs/design.md#prefill-panels). */
+/* Whether rows_float_nn packs W's rows for n tokens (the driver then aligns its row chunks to 16),
+ * with the panels on for this context (MatmulThread.float_panels). Below the thresholds the tiles
+ * are quicker: with few tokens the weights' one pass from memory bounds the product (the tiles
+ * overlap it with their arithmetic, prefetching the next rows), and the packing's writes and
+ * second read cost more than the panels gain (docs/design.md#prefill-panels). */
 int float_packed_takes(const Matrix* W, int n, int panels, int xp_cap) {
 #if defined(KERNELS_AVX512)
     const int min_tokens = W->type == WEIGHT_F32 ? 24 : 40;
@@ -35,18 +33,11 @@ int bf16_packed_takes(const Matrix* W, int n, int xp_cap) {
 int bf16_blocked_takes(const Matrix* W, int n, int amx, int xp_cap) { return !amx && bf16_packed_takes(W, n, xp_cap); }
 #endif
 
-#ifndef PF_AHEAD
-#define PF_AHEAD 512 /* bytes ahead: software prefetch of rows_float_n1's weight streams */
-#endif
-
-/* Tokens per float prefill tile (rows_float_nn): a 4 x 4 f32 tile needs 16 accumulators + 4
- * activations + 1 weight, which fits in the 32 vector registers of an AVX-512 build (also for
- * ymm code) but not in AVX2's 16, where gcc spills in the inner loop; there 4 x 3 fits
- * (docs/design.md#prefill-tiles). Where the panels are on (MatmulThread.float_panels: not with
- * AVX-512 on Zen 4, where this tile runs all of f32 and bf16 prefill), f32 and bf16 take them
- * from float_packed_takes' thresholds on (rows_float_packed); this tile is then left to fewer
- * tokens, the rows after a chunk's last whole panel, and q8 whose group size is not a multiple
- * of 32. */
+/* Tokens per tile_float: a 4 x 4 tile needs 16 accumulators + 4 activations + 1 weight, which fits
+ * in the 32 vector registers of an AVX-512 build (also for ymm code) but not in AVX2's 16, where
+ * gcc spills in the inner loop; there 4 x 3 fits (docs/design.md#prefill-tiles). Where the panels
+ * are on, the tiles take the prompts below float_packed_takes' thresholds and the rows after a
+ * chunk's last whole panel; with AVX-512 on Zen 4 (panels off) all of f32 and bf16 prefill. */
 #if defined(__AVX512F__)
 #define TILE_TOKENS 4
 #else
@@ -63,55 +54,10 @@ ALWAYS_INLINE float ldw1(const void* w, size_t i, WeightType type) {
     return type == WEIGHT_F32 ? ((const float*)w)[i] : bf16_to_f32(((const uint16_t*)w)[i]);
 }
 
-#if !defined(KERNELS_AVX512) /* the 256-bit tile_float; AVX-512 has tile_float_zmm */
-/* Rows r .. r+RT-1 x tokens t .. t+TT-1 on 256-bit vectors, each accumulator over 8 columns, the
- * last C % 8 columns added in scalar. The activation and weight vectors of a step are pinned in
- * registers by an empty asm: gcc otherwise folds each load into every FMA that uses it (16 loads
- * per step instead of 8) and runs at half the speed clang gets. next: NULL, or f32/bf16 weights
- * to bring into L2 at the pace this tile reads its own (4 rows x 8 columns per step: one 64-byte
- * line of bf16, two of f32; rows_float_nn). */
-ALWAYS_INLINE void tile_float_ymm(float* out, const float* x, const Matrix* W, WeightType type, int r, int t, int RT,
-                                  int TT, const char* next) {
-    const int C = W->cols, R = W->rows, C8 = C & ~7;
-    const void* wr = row_ptr(W, r);
-    const size_t next_step = type == WEIGHT_F32 ? 128 : 64;
-    __m256 acc[4][4];
-#pragma GCC unroll 4
-    for (int i = 0; i < RT; i++)
-#pragma GCC unroll 4
-        for (int j = 0; j < TT; j++) acc[i][j] = _mm256_setzero_ps();
-    for (int c = 0; c < C8; c += 8) {
-        if (next) next = prefetch_next_rows(next, next_step);
-        __m256 xv[4];
-#pragma GCC unroll 4
-        for (int j = 0; j < TT; j++) {
-            xv[j] = _mm256_loadu_ps(x + (size_t)(t + j) * C + c);
-            __asm__("" : "+v"(xv[j]));
-        }
-#pragma GCC unroll 4
-        for (int i = 0; i < RT; i++) {
-            __m256 w = ldw(wr, (size_t)i * C + c, type);
-            __asm__("" : "+v"(w));
-#pragma GCC unroll 4
-            for (int j = 0; j < TT; j++) acc[i][j] = _mm256_fmadd_ps(w, xv[j], acc[i][j]);
-        }
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < RT; i++)
-#pragma GCC unroll 4
-        for (int j = 0; j < TT; j++) {
-            float s = hsum256(acc[i][j]);
-            for (int c = C8; c < C; c++) s += ldw1(wr, (size_t)i * C + c, type) * x[(size_t)(t + j) * C + c];
-            out[(size_t)(t + j) * R + r + i] = s;
-        }
-}
-#endif
-
 #if defined(KERNELS_AVX512)
-/* tile_float for f32 and bf16 on 512-bit vectors: twice the products per FMA of the ymm tile, with
- * the 32 registers holding a 4 x 4 tile (16 accumulators, 4 activations, 1 weight). Only the lanes
- * in mask k are loaded (the rest are zero): the last step of a row whose width is not a multiple
- * of 16 needs no scalar tail. */
+/* tile_float on 512-bit vectors: twice the products per FMA of the ymm tile. Only the lanes in
+ * mask k are loaded (the rest are zero), so a row whose width is not a multiple of 16 needs no
+ * scalar tail. */
 ALWAYS_INLINE __m512 ldw_zmm(const void* w, size_t i, WeightType type, __mmask16 k) {
     if (type == WEIGHT_F32) return _mm512_maskz_loadu_ps(k, (const float*)w + i);
     const __m256i h = _mm256_maskz_loadu_epi16(k, (const uint16_t*)w + i);
@@ -155,18 +101,14 @@ ALWAYS_INLINE void tile_float_zmm(float* out, const float* x, const Matrix* W, W
 #pragma GCC unroll 4
         for (int j = 0; j < TT; j++) out[(size_t)(t + j) * R + r + i] = _mm512_reduce_add_ps(acc[i][j]);
 }
-#endif
 
-#if defined(KERNELS_AVX512)
-/* f32 and bf16 prefill on 512-bit vectors with the weights repacked (the GEMM kernels' way): a
- * chunk's rows are first transposed, 16 rows at a time, into panels where column c of the 16
- * rows is one vector (bf16 widened to fp32 on the way); then each vector of 16 rows meets a
- * token's x[c] broadcast from memory in one FMA, and a tile of FLOAT_TILE_TOKENS tokens x 32 rows
- * keeps 24 accumulators with no horizontal sum at the end. tile_float_zmm (4 rows x 4 tokens,
- * each accumulator over 16 columns) loads two vectors per four FMAs and ends with 16 horizontal
- * sums; this one loads 2 vectors and 12 broadcasts per 24 FMAs. Each output is one fp32 sum over
- * the columns in order, one FMA per column (the scalar reference's order, fused).
- * docs/design.md#prefill-panels */
+/* f32 and bf16 prefill on 512-bit vectors from repacked weights (the GEMM kernels' way): a chunk's
+ * rows are transposed, 16 at a time, into panels where column c of the 16 rows is one vector (bf16
+ * widened to fp32 on the way); each such vector meets a token's x[c], broadcast from memory, in
+ * one FMA. A tile of 12 tokens x 32 rows keeps 24 accumulators: 2 loads and 12 broadcasts per 24
+ * FMAs and no horizontal sum, where tile_float_zmm loads 2 vectors per 4 FMAs and ends with 16.
+ * Each output is one fp32 sum over the columns in order, one FMA per column (the scalar
+ * reference's order, fused). docs/design.md#prefill-panels */
 #define FLOAT_TILE_TOKENS 12
 
 /* Rows [r, r + 16) as a panel: column c at panel + 16 * c. */
@@ -256,13 +198,52 @@ static void rows_float_packed(float* out, const float* x, const Matrix* W, Weigh
     panel_tiles(out, (const char*)x, (size_t)C * sizeof(float), (const uint32_t*)(const void*)packed, C, W->rows, r0,
                 n, np, 0);
 }
-#endif
+#else /* AVX2: the 256-bit tile_float and panels */
+/* Rows r .. r+RT-1 x tokens t .. t+TT-1 on 256-bit vectors, each accumulator over 8 columns, the
+ * last C % 8 columns added in scalar. The activation and weight vectors of a step are pinned in
+ * registers by an empty asm: gcc otherwise folds each load into every FMA that uses it (16 loads
+ * per step instead of 8) and runs at half the speed clang gets. next: NULL, or f32/bf16 weights
+ * to bring into L2 at the pace this tile reads its own (4 rows x 8 columns per step: one 64-byte
+ * line of bf16, two of f32; rows_float_nn). */
+ALWAYS_INLINE void tile_float_ymm(float* out, const float* x, const Matrix* W, WeightType type, int r, int t, int RT,
+                                  int TT, const char* next) {
+    const int C = W->cols, R = W->rows, C8 = C & ~7;
+    const void* wr = row_ptr(W, r);
+    const size_t next_step = type == WEIGHT_F32 ? 128 : 64;
+    __m256 acc[4][4];
+#pragma GCC unroll 4
+    for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) acc[i][j] = _mm256_setzero_ps();
+    for (int c = 0; c < C8; c += 8) {
+        if (next) next = prefetch_next_rows(next, next_step);
+        __m256 xv[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) {
+            xv[j] = _mm256_loadu_ps(x + (size_t)(t + j) * C + c);
+            __asm__("" : "+v"(xv[j]));
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < RT; i++) {
+            __m256 w = ldw(wr, (size_t)i * C + c, type);
+            __asm__("" : "+v"(w));
+#pragma GCC unroll 4
+            for (int j = 0; j < TT; j++) acc[i][j] = _mm256_fmadd_ps(w, xv[j], acc[i][j]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) {
+            float s = hsum256(acc[i][j]);
+            for (int c = C8; c < C; c++) s += ldw1(wr, (size_t)i * C + c, type) * x[(size_t)(t + j) * C + c];
+            out[(size_t)(t + j) * R + r + i] = s;
+        }
+}
 
-#if defined(KERNELS_AVX2) && !defined(KERNELS_AVX512)
-/* The packed panels above on AVX2's 16 ymm registers (the issue's Zen 3 has no AVX-512): the same
- * panels of 16 rows (column c of the 16 rows at panel + 16 * c, bf16 widened to fp32), a tile of
- * 6 tokens x 16 rows in 12 accumulators, 2 weight vectors and 1 broadcast: per column 2 loads and
- * 6 broadcasts for 12 FMAs (the BLAS kernels' 6 x 16 shape), where the 4 x 3 tile_float loads 7
+/* The AVX-512 panels on AVX2's 16 ymm registers: the same panels of 16 rows, and a tile of 6
+ * tokens x 16 rows in 12 accumulators, 2 weight vectors and 1 broadcast (the BLAS kernels' 6 x 16
+ * shape): per column 2 loads and 6 broadcasts for 12 FMAs, where the 4 x 3 tile_float loads 7
  * vectors per 12 FMAs and ends with 12 horizontal sums. Each output is one fp32 sum over the
  * columns in order, one FMA per column, so the bits are those of the AVX-512 panels. */
 #define FLOAT_TILE_TOKENS 6
@@ -327,8 +308,7 @@ static void rows_float_packed(float* out, const float* x, const Matrix* W, Weigh
 }
 #endif
 
-/* Rows r .. r+RT-1 of tile_float. next: NULL, or the next 4 rows, brought into L2 as this tile goes
- * (rows_float_nn). */
+/* next: NULL, or the next 4 rows, brought into L2 as this tile goes (rows_float_nn). */
 ALWAYS_INLINE void tile_float(float* out, const float* x, const Matrix* W, WeightType type, int r, int t, int RT,
                               int TT, const void* next) {
 #if defined(KERNELS_AVX512)
@@ -338,8 +318,10 @@ ALWAYS_INLINE void tile_float(float* out, const float* x, const Matrix* W, Weigh
 #endif
 }
 
-/* Matrix-vector (n == 1) for bf16 with cols % 16 != 0: 4 rows at a time, each with two accumulators so the FMA chains overlap;
- * the weights are streamed once. */
+/* Matrix-vector (n == 1) for bf16 with cols % 16 != 0: 4 rows at a time, each with two
+ * accumulators so the FMA chains overlap; the weights are streamed once, with a software prefetch
+ * PF_AHEAD bytes ahead. */
+#define PF_AHEAD 512
 ALWAYS_INLINE void rows_float_n1(float* out, const float* x, const Matrix* W, WeightType type, int r0, int r1) {
     const int C = W->cols;
     const int C16 = C & ~15;
