@@ -360,13 +360,11 @@ ALWAYS_INLINE void rows_float_n1(float* out, const float* x, const Matrix* W, We
 
 /* bf16 matrix-vector product without widening instructions: a 32-byte load holds 16 bf16, and
  * 32-bit lane k holds elements 2k (low half) and 2k+1 (high half), so `lane << 16` is element 2k
- * as an fp32 and `lane & 0xFFFF0000` is element 2k+1. The activation row was de-interleaved once
- * per call (deinterleave with a span of 16: per 16 columns, the 8 even ones then the 8 odd ones), so each 16
- * weights cost one load, a shift, an and and two FMAs. Needs cols % 16 == 0. One row at a time,
- * as rows_f32_n1, so the weights are one sequential stream that the hardware prefetcher follows
- * on its own (four rows side by side are four streams, and read far slower). 64 columns per step
- * into 8 accumulators, not 32 into 4: fewer loop instructions per byte let the core keep more
- * loads in flight. docs/design.md#decode-stream */
+ * as an fp32 and `lane & 0xFFFF0000` is element 2k+1. The activation row is de-interleaved once
+ * per call (span 16: per 16 columns, the 8 even ones then the 8 odd ones), so each 16 weights cost
+ * one load, a shift, an and and two FMAs. Needs cols % 16 == 0. One row at a time, one sequential
+ * stream, as rows_f32_n1. 64 columns per step into 8 accumulators, not 32 into 4: fewer loop
+ * instructions per byte let the core keep more loads in flight. docs/design.md#decode-stream */
 void deinterleave(float* xp, const float* x, int C, int span) {
     const int h = span / 2;
     for (int c = 0; c < C; c += span)
@@ -422,14 +420,15 @@ ALWAYS_INLINE void bf16_step32(__m512* a, __m512* b, const uint16_t* w, const fl
     *b = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, hi)), _mm512_load_ps(xp + 16), *b);
 }
 
-ALWAYS_INLINE void rows_bf16_n1_zmm_pf(float* out, const float* xp, const Matrix* W, int r0, int r1, int PF, int pf) {
+ALWAYS_INLINE void rows_bf16_n1_zmm_pf(float* out, const float* xp, const Matrix* W, int r0, int r1, int prefetch,
+                                       int pf) {
     const int C = W->cols;
     for (int r = r0; r < r1; r++) {
         const uint16_t* w = (const uint16_t*)W->data + (size_t)r * C;
         __m512 a0 = _mm512_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0, b3 = a0;
         int c = 0;
         for (; c + 128 <= C; c += 128) {
-            if (PF)
+            if (prefetch)
                 for (int o = 0; o < 256; o += 64) _mm_prefetch((const char*)(w + c) + pf + o, _MM_HINT_T0);
             bf16_step32(&a0, &b0, w + c, xp + c);
             bf16_step32(&a1, &b1, w + c + 32, xp + c + 32);
@@ -442,7 +441,6 @@ ALWAYS_INLINE void rows_bf16_n1_zmm_pf(float* out, const float* xp, const Matrix
         out[r] = _mm512_reduce_add_ps(_mm512_add_ps(s01, s23));
     }
 }
-
 #endif
 
 /* The activation span of rows_bf16_n1's de-interleaved row: 32 columns for the zmm kernel. */
@@ -533,12 +531,11 @@ ALWAYS_INLINE void tile_bf16_dot(float* out, const uint16_t* xb, const Matrix* W
 }
 
 #if defined(KERNELS_AMX_BF16)
-/* AMX-BF16's weights, packed: a panel holds 16 rows with each 32-bit lane one row's pair of bf16
- * weights (columns 2k, 2k + 1), so vector k of the panel is the 16 rows' pair k, transposed
- * straight from the rows (no widening). The tokens after the last whole AMX tile meet it in
- * panel_tiles' vdpbf16ps tiles: a token's pair k broadcast to every lane, one vdpbf16ps adds
- * both products into each row's fp32 lane.
- * Rows [r, r + 16) as a panel, C a multiple of 32: pair k at panel + 16 * k. */
+/* Rows [r, r + 16) as AMX-BF16's panel (C a multiple of 32): each 32-bit lane one row's pair of
+ * bf16 weights (columns 2k, 2k + 1), so vector k, at panel + 16 * k, is the 16 rows' pair k,
+ * transposed straight from the rows (no widening). The tokens after the last whole AMX tile meet
+ * it in panel_tiles' vdpbf16ps tiles: a token's pair k broadcast to every lane, one vdpbf16ps
+ * adds both products into each row's fp32 lane. */
 static void bf16_pack_panel(uint32_t* panel, const Matrix* W, int r) {
     const int C = W->cols;
     const uint16_t* w = (const uint16_t*)W->data + (size_t)r * C;
@@ -551,15 +548,14 @@ static void bf16_pack_panel(uint32_t* panel, const Matrix* W, int r) {
 }
 
 /* The panels are AMX-BF16's B layout already: TDPBF16PS adds the products of A (16 tokens x 32
- * bf16 columns, straight from the activations) and B (16 pair-rows x 16 output rows, 16
- * consecutive panel vectors: 1 KB) into C, 16 tokens x 16 rows of fp32, which stays in the tile
- * over all the columns (no per-group scales, unlike q8's tiles) and is stored once, straight
- * into out. Activations of `parts` bf16 parts (1: --bf16-activations; 3: fp32 activations split
- * by bf16_split_rows), token t's part q at xb + (t * parts + q) * C: each part's A tile meets
- * the same B tile, and all the products go into the same C tile. Panels p and p + 1 of the np
- * from row r0 (two: a constant at each call) share each A tile and keep two products in flight.
- * rows: tokens in this tile of 16; under 16, the tile's other A rows must be readable (zeros)
- * and C goes through c_tile, of which the first rows are copied. */
+ * bf16 columns, straight from the activations) and B (16 pair-rows x 16 output rows: 16 panel
+ * vectors, 1 KB) into C (16 tokens x 16 rows of fp32), which stays in its tile over all the
+ * columns (no per-group scales, unlike q8's) and is stored once, into out. Activations of `parts`
+ * bf16 parts (1: --bf16-activations; 3: fp32 activations split by bf16_split_rows), token t's
+ * part q at xt + (t * parts + q) * C: each part's A tile meets the same B tile, into the same C.
+ * two (a constant at each call): the panel at b0 and the next share each A tile and keep two
+ * products in flight. rows: tokens in this tile; under 16, the A tile's other rows must be
+ * readable (zeros) and C goes through c_tile, whose first rows are copied. */
 ALWAYS_INLINE void amx_bf16_panels(float* out, size_t os, const uint16_t* xt, size_t xs, int parts, const uint32_t* b0,
                                    int C, int two, int rows) {
     const uint32_t* b1 = b0 + (size_t)8 * C;
