@@ -1,16 +1,16 @@
-/* matmul_float_tiles.h: the loops over row and token tiles of the f32 and bf16 products, shared
- * by the instruction sets' twins. Included once, in x86/matmul_float.c or arm/matmul_float.c
- * (whichever the build targets), after the twin's tile_float, rows_f32_n1 and rows_float_n1,
- * which have the same names and shapes on each target. */
+/* matmul_float_tiles.h: the loops over row and token tiles of the f32 and bf16 products, included
+ * once, at the end of x86/matmul_float.c or arm/matmul_float.c, after the twin's tile_float,
+ * rows_f32_n1 and rows_float_n1 (the same names and shapes on each target). */
 #ifndef MATMUL_FLOAT_TILES_H
 #define MATMUL_FLOAT_TILES_H
 
 /* Token-blocked matrix-matrix product for rows [r0, r1): the activation block (tb tokens) stays in
- * L2 while every weight tile of the chunk is used against it. */
+ * L2 while every weight tile of the chunk is used against it. On x86, from float_packed_takes'
+ * threshold on, whole panels of 16 rows first (from a multiple of 16: the driver's chunks are). */
 ALWAYS_INLINE void rows_float_nn(const MatmulThread* mt, float* out, const float* x, const Matrix* W, WeightType type,
                                 int n, int r0, int r1) {
 #if defined(KERNELS_AVX2)
-    if (float_packed_takes(W, n, mt->float_panels, mt->xp_cap)) { /* whole panels of 16 rows (from a multiple of 16: the driver's chunks are) */
+    if (float_packed_takes(W, n, mt->float_panels, mt->xp_cap)) {
         for (int np; (np = row_tiles_next(r0, r1, FLOAT_MAX_PANELS)) > 0; r0 += np * FLOAT_PANEL_ROWS)
             rows_float_packed(out, x, W, type, n, r0, np, mt->float_pack);
     }
