@@ -3,8 +3,6 @@
 #ifndef SIMD_MATH_H
 #define SIMD_MATH_H
 
-#include <stddef.h>
-
 /* matmul.c's scratch (activation quantisation, each thread's rows and panels), the prefetch plan
  * and the AMX and bf16-activation switches of one kernel context, made by kernels_new (threads.c)
  * and reached through kernels_scratch. NULL when out of memory. */
@@ -35,15 +33,11 @@ MatmulScratch* kernels_scratch(const Kernels* k);
 #define KERNELS_KV_F16 1
 #endif
 /* With AMX (tile registers and their int8 product, Intel Sapphire Rapids and later) on Linux, q8
- * and q4 prefill multiply tiles of 16 tokens x 16 rows x 64 (q4: 32) columns per instruction, where the kernel
- * grants the tile state (x86/matmul_amx.c, amx_request; kernels_amx() says whether it did). */
-#if defined(__AMXTILE__) && defined(__AMXINT8__) /* clang's spelling of gcc's __AMX_TILE__, __AMX_INT8__ */
-#define KERNELS_HAS_AMX_INT8 1
-#endif
-#if defined(__AMX_TILE__) && defined(__AMX_INT8__)
-#define KERNELS_HAS_AMX_INT8 1
-#endif
-#if defined(KERNELS_AVX512) && defined(KERNELS_HAS_AMX_INT8) && defined(__linux__)
+ * and q4 prefill multiply tiles of 16 tokens x 16 rows x 64 (q4: 32) columns per instruction,
+ * where the kernel grants the tile state (x86/matmul_amx.c, amx_request; kernels_amx() says
+ * whether it did). gcc spells the macros __AMX_TILE__, __AMX_INT8__; clang __AMXTILE__, __AMXINT8__. */
+#if defined(KERNELS_AVX512) && defined(__linux__) && \
+    ((defined(__AMX_TILE__) && defined(__AMX_INT8__)) || (defined(__AMXTILE__) && defined(__AMXINT8__)))
 #define KERNELS_AMX 1
 #endif
 /* With AMX-BF16 too, bf16 prefill multiplies tiles of 16 tokens x 16 rows x 32 columns of bf16

@@ -19,16 +19,13 @@ ALWAYS_INLINE void q8_scales_float(float* out, const Matrix* W, int r, int RT) {
         for (int g = 0; g < G; g++) out[(size_t)i * G + g] = scale1(sc[(size_t)i * G + g]);
 }
 
-/* ---- q8 x int8 activations ---- */
-
-/* Quantises token rows [t0, t1) of x (width C) to int8 per group of gs (a multiple of 16; the driver
- * only comes here for multiples of 32): s = max|x| / 127, q = round(x / s). The scheme of the
- * AVX2 twin, rounded the same way: x * (127 / max) and round to nearest even (vcvtnq_s32_f32,
- * as _mm256_cvtps_epi32 does under the default MXCSR), so both targets quantise alike. xsum and
- * xgsum are not written: they serve the AVX2 twin's unsigned x signed products, and SDOT
- * multiplies signed by signed. */
-void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, int32_t* xgsum, const float* x, int C, int gs,
-                          int t0, int t1) {
+/* Quantises token rows [t0, t1) of x (width C) to int8 per group of gs (a multiple of 16; the
+ * driver only comes here for multiples of 32) as the AVX2 twin does: s = max|x| / 127, q = x *
+ * (127 / max|x|) rounded to nearest even (vcvtnq_s32_f32, as _mm256_cvtps_epi32 under the default
+ * MXCSR), so both targets quantise alike. xsum and xgsum are not written: they serve the AVX2 twin's
+ * unsigned x signed products, and SDOT multiplies signed by signed. */
+void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, int32_t* xgsum, const float* x, int C, int gs, int t0,
+                   int t1) {
     const int G = C / gs;
     (void)xsum;
     (void)xgsum;
@@ -122,8 +119,7 @@ ALWAYS_INLINE void tile_qi(float* out, const int8_t* xq, const float* xsc, const
 #pragma GCC unroll 4
             for (int i = 0; i < RT; i++) {
                 int32x4_t s = vpaddq_s32(vpaddq_s32(acc[i][0], acc[i][1]), vpaddq_s32(acc[i][2], acc[i][3]));
-                tot[i] = vfmaq_f32(tot[i], vcvtq_f32_s32(s),
-                                   vmulq_n_f32(xsv, ws_r[(size_t)i * G + g]));
+                tot[i] = vfmaq_f32(tot[i], vcvtq_f32_s32(s), vmulq_n_f32(xsv, ws_r[(size_t)i * G + g]));
             }
         }
     }
@@ -197,7 +193,7 @@ static void tile_q4(float* out, const int8_t* xq, const float* xsc, const Matrix
 /* Rows [r0, r1) (r0 a multiple of 8: the driver's chunks are) for n tokens, a block of tokens at a
  * time as rows_qi_tiles. */
 void rows_q4(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum,
-                    const Matrix* W, int n, int r0, int r1) {
+             const Matrix* W, int n, int r0, int r1) {
     (void)mt;
     (void)xgsum;
     const int tb = token_block((size_t)W->cols);

@@ -9,25 +9,22 @@
 #include <sys/syscall.h> /* arch_prctl: the tile state's permission */
 #include <unistd.h>
 
-/* q8 and q4 prefill on AMX (Intel Sapphire Rapids and later: eight tile registers of up to 16 rows
- * x 64 bytes, and TDPBSSD, which adds the products of a 16 x K int8 tile A and a K x 16 int8 tile
- * B into a 16 x 16 int32 tile C: 16 x 16 x K products in one instruction). K is one group's
- * columns (q4: 32), or 64 of them (q8, whose groups are a multiple of 64: S = gs / 64 products
- * per group). A is 16 tokens' quantised activations of those columns, read straight from xq (row
- * stride C). B must hold the weights "VNNI-packed": its row k holds, for each of 16 output rows,
- * that row's columns 4k .. 4k+3. So each chunk of rows is first repacked once into the thread's
- * scratch (amx_pack: q8's 16 x 16 four-byte words of a group transposed; q4's row lanes are that
- * layout already, two 8-row blocks side by side, the nibbles widened to q = nibble - 8), with the
- * 16 rows' scales of each group as floats, and then every tile of 16 tokens meets it.
- * Each C is the exact int32 sum of one (token, row, group), as the VNNI kernels get it; the
- * group's scales turn it into fp32 (acc += float(C) x w_scale x x_scale: one sum per group, then
- * its scales, where tile_qi keeps two halves of 4 lanes per group, so their fp32 results differ
- * by rounding), because each group has its own two scales. Storing C and that step (16 x 3 vector
- * instructions per tile), not the product, are the bound (amx_rows). A product with 4-row tiles
- * costs most of one with 16-row tiles, which is why the tokens, not the weights' 4-row blocks,
- * are the 16 rows of A (docs/design.md#amx). Tiles of 16 tokens x 16 rows, and a last
- * tile of the n % 16 tokens left (amx_rows); a chunk's rows after its last 16 take the q8 panels
- * or tile_qi (q4: tile_q4), which scale each group as amx_rows does. */
+/* AMX (Intel Sapphire Rapids and later): eight tile registers of up to 16 rows x 64 bytes, and
+ * TDPBSSD, which adds the products of a 16 x K int8 tile A and a K x 16 int8 tile B into a
+ * 16 x 16 int32 tile C in one instruction. K is one group's columns (q4: 32), or 64 of them (q8,
+ * whose groups are a multiple of 64: S = gs / 64 products per group). A is 16 tokens'
+ * activations of those columns, read straight from xq (row stride C): the tokens, not the
+ * weights' 4-row blocks, are A's rows, since a product of 4-row tiles costs most of one of
+ * 16-row tiles (docs/design.md#amx). B's row k holds, for each of 16 output rows, that row's
+ * columns 4k .. 4k+3, so each chunk of rows is repacked once into the thread's scratch
+ * (amx_pack: q8's 16 x 16 four-byte words of a group transposed; q4's row lanes are that layout
+ * already, two 8-row blocks side by side, the nibbles widened to q = nibble - 8), with the 16
+ * rows' scales of each group as floats, and every tile of 16 tokens meets it.
+ * Each C is the exact int32 sum of one (token, row, group), as the VNNI kernels get it, turned
+ * into fp32 by the group's own two scales (acc += float(C) x w_scale x x_scale; tile_qi's two
+ * halves of 4 lanes per group round differently). Storing C and that step (16 x 3 vector
+ * instructions per tile), not the product, are the bound (amx_rows). A chunk's rows after its
+ * last 16 take the q8 panels or tile_qi (q4: tile_q4), which scale each group as amx_rows does. */
 
 /* int8 columns per tile product: a q4 group, or 64 of a q8 group. */
 static inline int amx_k(const Matrix* W) { return W->type == WEIGHT_Q4 ? Q4_GROUP : 64; }

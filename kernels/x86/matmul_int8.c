@@ -10,12 +10,15 @@
 
 /* q8 prefill tiles (tile_qi): 4 tokens, so that a row's four sums share one scaling step; 4 rows
  * where there are 32 vector registers, 2 in AVX2's 16 (16 int32 sums alone would fill them and
- * spill). docs/design.md#prefill-tiles */
+ * spill). docs/design.md#prefill-tiles. The panels' tiles (tile_qi_packed) take QP_TOKENS tokens:
+ * 8 with 32 registers, 4 with 16. */
 #define Q8_TILE_TOKENS 4
 #if defined(__AVX512F__)
 #define Q8_TILE_ROWS 4
+#define QP_TOKENS 8
 #else
 #define Q8_TILE_ROWS 2
+#define QP_TOKENS 4
 #endif
 
 /* Eight float16 scales as floats (scale1 for one). */
@@ -35,11 +38,10 @@ ALWAYS_INLINE __m256 scales8(const void* b) {
 
 /* out[k] = the float of h[k], k < n <= 8: eight at a time where there are eight. */
 ALWAYS_INLINE void scales_upto8(float out[8], const uint16_t* h, int n) {
-    if (n == 8) {
+    if (n == 8)
         _mm256_storeu_ps(out, scales8(h));
-    } else {
+    else
         for (int k = 0; k < n; k++) out[k] = scale1(h[k]);
-    }
 }
 
 /* q8: the G scales of rows r .. r+RT-1 (one row block) as floats, row r + i's at out + i * G.
@@ -59,8 +61,8 @@ ALWAYS_INLINE void q8_scales_float(float* out, const Matrix* W, int r, int RT) {
  * 4k .. 4k+3), the start of the accumulator (qi_acc0 below), and, when xgsum is not NULL (q4
  * weights, the q8 panels with VNNI), -128 times the sum of all the group's q there (tile_q4,
  * tile_qi_packed). */
-void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, int32_t* xgsum, const float* x, int C, int gs,
-                          int t0, int t1) {
+void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, int32_t* xgsum, const float* x, int C, int gs, int t0,
+                   int t1) {
     const int G = C / gs;
     const __m256 signbit = _mm256_set1_ps(-0.0f);
     const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
@@ -102,21 +104,18 @@ void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, int32_t* xgsum, const f
     }
 }
 
-/* The q8 dot product of 32 weights and 32 int8 activations, in three parts: qi_load once per
- * weight vector, qi_acc0 once per group and token (the accumulator's start), qi_dot per weight
- * vector and token. Each 32-bit lane adds the products of 4 neighbouring columns; the lanes are
- * summed at the group's end. The two x86 instructions multiply an unsigned byte by a signed one:
- *  - VNNI (vpdpbusd): the q8 weight as w + 128 (w XOR 0x80, an unsigned byte), so a lane sums
- *    (w + 128) x = w x + 128 x over its columns, and it starts at -128 times the sum of those
- *    columns' x (quantize_rows). One instruction per vector and token, and each lane ends with
- *    exactly the int32 of the plain AVX2 path, so both give the same bits after the fp32 steps.
- *    (One correction for the whole group in lane 0 would give the same total, but with lanes
- *    that are larger and cancel only in the final sum, so the fp32 steps would round
- *    differently from the plain AVX2 build's. docs/design.md#int8-activations)
+/* The q8 dot product of 32 weights and 32 int8 activations: qi_load once per weight vector,
+ * qi_acc0 once per group and token (the accumulator's start), qi_dot per weight vector and token.
+ * Each 32-bit lane adds the products of 4 neighbouring columns; the lanes are summed at the
+ * group's end. Both x86 instructions multiply an unsigned byte by a signed one:
+ *  - VNNI (vpdpbusd; Q8_VNNI, matmul_shared.h): the weight as w + 128 (w XOR 0x80), so a lane
+ *    sums w x + 128 x and starts at -128 times its columns' sum of x (quantize_rows). Each lane
+ *    ends with exactly the plain path's int32, so both give the same bits after the fp32 steps;
+ *    one correction for the whole group in lane 0 would give the same total, but through larger
+ *    lanes that the fp32 steps round differently (docs/design.md#int8-activations).
  *  - plain AVX2 (vpmaddubsw, which saturates pairs at int16): |w| times x with w's sign, pairs of
  *    at most 2 * 128 * 127 < 32768, then vpmaddwd by 1 into int32.
- * (q4 has its own kernel below, tile_q4; it uses dpbusd too.) Q8_VNNI (matmul_shared.h): the build
- * has vpdpbusd. */
+ * q4 has its own kernel, tile_q4 below. */
 #if defined(Q8_VNNI)
 /* acc + per 32-bit lane the sum of its 4 products of an unsigned byte of a by a signed byte of x. */
 ALWAYS_INLINE __m256i dpbusd(__m256i acc, __m256i a, __m256i x) {
@@ -175,16 +174,14 @@ ALWAYS_INLINE __m256i sum_halves4(__m256i a0, __m256i a1, __m256i a2, __m256i a3
 }
 
 /* Rows r .. r+RT-1 (RT 1, 2 or 4, within one row block) x tokens t .. t+TT-1 (TT 1 or 4), 32
- * columns per step. At a group's end, with four tokens, a row's four int32 sums are reduced to
- * their two halves (sum_halves4), converted, and scaled by (weight scale x activation scale) into
- * the row's fp32 total, whose halves are added at the end: one conversion, multiply and fma per
- * four outputs instead of per output. Per output and group that scaling would cost about as much
- * as the group's int8 products on AVX2 (no VNNI: sign, maddubs, madd and add per 32 columns). One
- * token (the tail of a token block) keeps a total per output, scaled lane by lane and summed at
- * the end, the arithmetic of the matrix-vector kernel (rows_qi_n1). Which of the two an output
- * gets depends only on its token's place in the token block, never on the row split, so the
- * thread count cannot change a result (test_kernels: 1 thread == 2 threads and matmul_multi ==
- * matmul, bitwise). ws: the rows' scales as floats (q8_scales_float), row r + i's at ws + i * G.
+ * columns per step. With four tokens, a row's four int32 sums are reduced at a group's end to
+ * their two halves (sum_halves4), converted and scaled into the row's fp32 total, whose halves
+ * are added at the end: one conversion, multiply and fma per four outputs, where per output that
+ * scaling would cost about as much as the group's int8 products on AVX2 without VNNI. One token
+ * (a token block's tail) keeps a total per output, scaled lane by lane and summed at the end, as
+ * rows_qi_n1 does. Which of the two an output gets depends only on its token's place in the token
+ * block, never on the row split, so the thread count cannot change a result (test_kernels checks
+ * it bitwise). ws: the rows' scales as floats (q8_scales_float), row r + i's at ws + i * G.
  * next: NULL, or the next row block, brought into L2 a G-th of it per group (rows_qi_tiles). */
 ALWAYS_INLINE void tile_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const Matrix* W,
                            const float* ws, int r, int t, int RT, int TT, const char* next) {
@@ -313,20 +310,17 @@ void rows_qi_n1(const MatmulThread* mt, float* out, const int8_t* xq, const floa
 /* q8 prefill from packed panels, as q4's row lanes: a panel holds QP_ROWS rows with each 32-bit
  * lane one row's 4 values of columns c .. c+3, so a token's 4 activations of those columns,
  * broadcast to every lane, meet all the panel's rows in one qi_dot, and each group ends with one
- * int32 sum per row (lane) and token: no horizontal step. tile_qi (rows side by side, 32 columns
- * per lane) reduces its lanes with vphaddd at each group's end; here a group's end is a convert,
+ * int32 sum per row (lane) and token: no horizontal step (tile_qi's vphaddd), just a convert,
  * multiply and fma per QP_ROWS outputs (docs/design.md#prefill-panels).
- * With VNNI the panel holds each weight as w + 128 (w XOR 0x80, written once when packing), and
- * one vpdpbusd of it by x adds 128 times the token's 4 activations to every lane; so each lane
- * starts the group at -128 times the token's sum over the group (quantize_rows' xgsum) and ends
- * at the same int32. That sum is tile_qi's exact int32, scaled once per group as AMX does
- * (float(s) x weight scale, then x activation scale, fused into the total). Panels are packed
- * per chunk (<= 64 rows) into the thread's float-panel scratch.
+ * With VNNI the panel holds each weight as w + 128 (XOR 0x80 when packing), so each lane starts
+ * the group at -128 times the token's sum over the group (quantize_rows' xgsum) and ends at
+ * tile_qi's exact int32, scaled once per group as AMX does (float(s) x weight scale, then x
+ * activation scale, fused into the total). Panels are packed per chunk (<= 64 rows) into the
+ * thread's float-panel scratch.
  * With 512-bit VNNI a panel is 16 rows, one zmm (the vpdpbusd rate of two ymm, half the
  * instructions and broadcasts); tiles of 16 rows x 8 tokens keep 8 sums and 8 totals in
  * registers and load one weight vector per 8 products. Elsewhere 8 rows, one ymm. */
 #if defined(Q8_VNNI) && defined(KERNELS_AVX512)
-#define QP_TOKENS 8
 typedef __m512i QPi;
 typedef __m512 QPf;
 typedef __m512i QPw;
@@ -342,11 +336,6 @@ ALWAYS_INLINE QPf qp_scale(QPf tot, QPi s, const float* ws, float xs) {
 }
 ALWAYS_INLINE void qp_store(float* out, QPf v) { _mm512_storeu_ps(out, v); }
 #else
-#if defined(__AVX512F__)
-#define QP_TOKENS 8
-#else
-#define QP_TOKENS 4
-#endif
 typedef __m256i QPi;
 typedef __m256 QPf;
 typedef QW QPw;
@@ -433,8 +422,7 @@ static void q4_pack_panel(int8_t* panel, float* ps, const Matrix* W, int r) {
 }
 #endif
 
-/* out rows [r, r + QP_ROWS) x tokens t .. t+TT-1 (TT <= QP_TOKENS: 8 where there are 32 vector
- * registers, 4 in AVX2's 16) from one panel. */
+/* out rows [r, r + QP_ROWS) x tokens t .. t+TT-1 (TT <= QP_TOKENS) from one panel. */
 ALWAYS_INLINE void tile_qi_packed(float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum,
                                   const int8_t* panel, const float* ps, const Matrix* W, int r, int t, int TT) {
     const int C = W->cols, R = W->rows, gs = W->group_size, G = C / gs;
@@ -446,13 +434,12 @@ ALWAYS_INLINE void tile_qi_packed(float* out, const int8_t* xq, const float* xsc
         const int8_t* xg = xq + (size_t)t * C + (size_t)g * gs;
         QPi s[QP_TOKENS];
 #pragma GCC unroll 8
-        for (int j = 0; j < TT; j++) {
+        for (int j = 0; j < TT; j++)
 #if defined(Q8_VNNI)
             s[j] = qp_set1(xgsum[(size_t)(t + j) * G + g]);
 #else
             s[j] = qp_set1(0);
 #endif
-        }
 #pragma GCC unroll 4
         for (int c = 0; c < gs; c += 4) {
             const QPw wv = qp_load(pg + QP_ROWS * c);
@@ -516,13 +503,12 @@ static int rows_qi_packed(const MatmulThread* mt, float* out, const int8_t* xq, 
 /* q4 (kernels.h's row lanes, groups of 32): a kernel of its own for decode and prefill. A block
  * of 8 rows stores each group as 8 scales and four 32-byte quarters; in quarter v the 32-bit
  * lane i holds row i's columns 4v .. 4v+3 in its low nibbles and 16+4v .. 16+4v+3 in its high
- * ones. So masking (low) or shifting and masking (high) gives 8 rows x 4 columns, and the
- * token's 4 activations of those columns, broadcast to every lane, meet them in one vpmaddubsw
- * (or vpdpbusd): the products of a group end with one row per lane, and no horizontal step is
- * left (rows side by side would need three per 4 groups, and spilled registers in gcc's build).
- * docs/design.md#checkpoint-layout */
-
-/* s[j] += the 8 rows' sums over one group of (q + 8) x for tokens j < TT, lane i = row i.
+ * ones. So masking (low) or shifting and masking (high) gives 8 rows x 4 columns, which the
+ * token's 4 activations of those columns, broadcast, meet in one vpmaddubsw (or vpdpbusd): a
+ * group ends with one row per lane and no horizontal step (rows side by side would need three
+ * per 4 groups, and spilled registers in gcc's build). docs/design.md#checkpoint-layout
+ *
+ * q4_group_sums: s[j] += the 8 rows' sums over one group of (q + 8) x for tokens j < TT, lane i = row i.
  * w: the group's 128 bytes of values; x + j * C: token j's 32 activations of the group. Without
  * VNNI the sums stay int16 until the group's end: a lane of vpmaddubsw is at most
  * 2 * 15 * 128 = 3840 in magnitude, the 8 of a group 30720 < 32768. Both paths give the same
@@ -601,7 +587,7 @@ ALWAYS_INLINE void tile_q4(float* out, const int8_t* xq, const float* xsc, const
  * blocks with the prefetch; prefill keeps a block of tokens in L2 (as rows_qi_tiles) while each
  * row block meets them 4 at a time (the rows that AMX or the panels did not take: rows_qi). */
 void rows_q4(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum,
-                    const Matrix* W, int n, int r0, int r1) {
+             const Matrix* W, int n, int r0, int r1) {
     if (n == 1) {
         for (int r = r0; r < r1; r += Q4_BLOCK_ROWS) tile_q4(out, xq, xsc, xgsum, W, r, 0, 1, mt->prefetch->q4);
         return;
