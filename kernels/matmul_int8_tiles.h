@@ -45,7 +45,7 @@ void rows_qi(const MatmulThread* mt, float* out, const int8_t* xq, const float* 
 #endif
     int rp = ra; /* the panels did every token of rows [ra, rp) */
 #if defined(KERNELS_AVX2)
-    if (qi_packed_takes(W, n, mt->xp_cap)) rp = rows_qi_packed(mt, out, xq, xsc, xgsum, W, 0, n, ra, r1);
+    if (qi_packed_takes(W, n, mt->xp_cap)) rp = rows_qi_packed(mt, out, xq, xsc, xgsum, W, n, ra, r1);
 #endif
     if (W->type == WEIGHT_Q4) rows_q4(mt, out, xq, xsc, xgsum, W, n, rp, r1);
     else rows_qi_tiles(mt, out, xq, xsc, xsum, W, n, rp, r1);

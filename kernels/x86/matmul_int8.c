@@ -167,15 +167,9 @@ ALWAYS_INLINE __m256i qi_dot(__m256i acc, QW p, __m256i x) {
 #endif
 }
 
-/* Four int32 sums of 8 lanes each into one vector: lane k (k < 4) holds a[k]'s lanes 0-3 added,
- * lane 4 + k its lanes 4-7 (integer adds: exact, in any order). */
-ALWAYS_INLINE __m256i sum_halves4(__m256i a0, __m256i a1, __m256i a2, __m256i a3) {
-    return _mm256_hadd_epi32(_mm256_hadd_epi32(a0, a1), _mm256_hadd_epi32(a2, a3));
-}
-
 /* Rows r .. r+RT-1 (RT 1, 2 or 4, within one row block) x tokens t .. t+TT-1 (TT 1 or 4), 32
  * columns per step. With four tokens, a row's four int32 sums are reduced at a group's end to
- * their two halves (sum_halves4), converted and scaled into the row's fp32 total, whose halves
+ * their two halves (vphaddd), converted and scaled into the row's fp32 total, whose halves
  * are added at the end: one conversion, multiply and fma per four outputs, where per output that
  * scaling would cost about as much as the group's int8 products on AVX2 without VNNI. One token
  * (a token block's tail) keeps a total per output, scaled lane by lane and summed at the end, as
@@ -221,7 +215,9 @@ ALWAYS_INLINE void tile_qi(float* out, const int8_t* xq, const float* xsc, const
             const __m256 xs = _mm256_set_m128(x4, x4);
 #pragma GCC unroll 4
             for (int i = 0; i < RT; i++) {
-                const __m256i s = sum_halves4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+                /* lane j < 4: token j's lanes 0-3 added, lane 4 + j its lanes 4-7 (exact in any order) */
+                const __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(acc[i][0], acc[i][1]),
+                                                    _mm256_hadd_epi32(acc[i][2], acc[i][3]));
                 tot[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(_mm256_set1_ps(ws[(size_t)i * G + g]), xs), tot[i]);
             }
         } else {
@@ -458,12 +454,12 @@ ALWAYS_INLINE void tile_qi_packed(float* out, const int8_t* xq, const float* xsc
     for (int j = 0; j < TT; j++) qp_store(out + (size_t)(t + j) * R + r, tot[j]);
 }
 
-/* Whole panels of QP_ROWS rows from r0 (a multiple of QP_ROWS: the driver's chunks are) x tokens
- * [ta, n), at most 64 rows per packing; per block of tokens (token_block) each panel meets the
+/* Whole panels of QP_ROWS rows from r0 (a multiple of QP_ROWS: the driver's chunks are) x all n
+ * tokens, at most 64 rows per packing; per block of tokens (token_block) each panel meets the
  * block's tokens QP_TOKENS at a time, then 4, then 1. Returns the first row not done (the rest:
  * rows_qi_tiles, or tile_q4). */
 static int rows_qi_packed(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum,
-                          const Matrix* W, int ta, int n, int r0, int r1) {
+                          const Matrix* W, int n, int r0, int r1) {
     const int C = W->cols, G = C / W->group_size;
     const int max_panels = FLOAT_MAX_PANELS * FLOAT_PANEL_ROWS / QP_ROWS;
     int8_t* panels = (int8_t*)(void*)mt->float_pack; /* max_panels * QP_ROWS * C bytes, then the scales */
@@ -482,7 +478,7 @@ static int rows_qi_packed(const MatmulThread* mt, float* out, const int8_t* xq, 
 #endif
             q8_pack_panel(panel, scales, W, r0 + QP_ROWS * p);
         }
-        for (int t0 = ta; t0 < n; t0 += tb) {
+        for (int t0 = 0; t0 < n; t0 += tb) {
             const int t1 = t0 + tb < n ? t0 + tb : n;
             for (int p = 0; p < np; p++) {
                 const int8_t* pp = panels + (size_t)p * QP_ROWS * C;
