@@ -150,15 +150,14 @@ ALWAYS_INLINE void amx_scale_tile(float* o, const int32_t* cbuf, const float* ws
 }
 
 /* Tokens [0, n) x rows [r0, r0 + 16 * ntiles) of out, from the repacked wt, ws. Per tile of 16
- * tokens x 16 rows, first every group's int32 tile into cbuf (G x 1 KB; four C tiles in turn, so
- * that a product does not wait for the store of the one before), then the scaling in plain
- * AVX-512 with the 16 accumulators in registers (between tile instructions, which gcc writes as
- * asm with a memory clobber, it would keep them on the stack): faster than scaling each group's
- * tile between the products, and than two token tiles x two row tiles per step
- * (docs/design.md#amx). The last n % 16 tokens take a tile of their own, with A and C
- * configured to that many rows (the instructions then read and write only those): the same
- * products and the same scaling, so every token's result has the same bits as in a full tile,
- * and as the q8 panels' and tile_q4's (which scale a group's exact int32 sum the same way). */
+ * tokens x 16 rows, every group's int32 tile goes to cbuf first (G x 1 KB; four C tiles in turn,
+ * so that a product does not wait for the store of the one before), then the scaling runs in
+ * plain AVX-512 with the 16 accumulators in registers (gcc would keep them on the stack between
+ * the tile instructions, asm with a memory clobber): faster than scaling each group's tile
+ * between the products, and than two token tiles x two row tiles per step (docs/design.md#amx).
+ * The last n % 16 tokens take a tile with A and C configured to that many rows (the instructions
+ * then read and write only those): the same products and scaling, so each token gets the bits of
+ * a full tile, and of the q8 panels and tile_q4. */
 static void amx_rows(float* out, const int8_t* xq, const float* xsc, const Matrix* W, const uint8_t* wt,
                      const float* ws, int32_t* cbuf, int n, int r0, int ntiles) {
     const int C = W->cols, R = W->rows, gs = W->group_size, G = C / gs, K = amx_k(W), S = gs / K;
