@@ -264,6 +264,11 @@ static const char* MERGES[][2] = {
     {"o", "l"},   /* 267 ol */
     {"ll", "ll"}, /* 268 llll */
     {"h", "h"},   /* 269 hh */
+    {"1", "2"},   /* 270 12 */
+    {"12", "3"},  /* 271 123 */
+    {"y", "z"},   /* 272 yz */
+    {"x", "y"},   /* 273 xy */
+    {"xy", "z"},  /* 274 xyz: plain BPE never makes it from "xyz" (yz ranks first) */
 };
 #define N_MERGES (int)(sizeof MERGES / sizeof MERGES[0])
 #define N_VOCAB (256 + N_MERGES)
@@ -485,6 +490,36 @@ static uint32_t rnd(void) {
     rng_state ^= rng_state >> 17;
     rng_state ^= rng_state << 5;
     return rng_state;
+}
+
+static const char LLAMA3_REGEX[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+/* Llama 3's tokenizer (its Split regex, byte-identical, selects it): numbers in pieces of up to
+ * three digits, and a piece that is a vocabulary token taken whole ("ignore_merges"). With the
+ * Qwen2 regex the same section splits every digit and runs plain BPE. */
+static void test_llama3(void) {
+    char err[200];
+    Buf qs = tiny_section(QWEN_REGEX, TOK_FLAG_QWEN2_REGEX | TOK_FLAG_BYTE_LEVEL);
+    Buf ls = tiny_section(LLAMA3_REGEX, TOK_FLAG_BYTE_LEVEL);
+    Tokenizer* q = tokenizer_new(qs.p, qs.n, err, sizeof err);
+    CHECK(q != NULL, "tokenizer_new (Qwen2 regex): %s", err);
+    Tokenizer* l = tokenizer_new(ls.p, ls.n, err, sizeof err);
+    CHECK(l != NULL, "tokenizer_new (Llama 3 regex): %s", err);
+    if (q && l) {
+        ENC(q, "12345", '1', '2', '3', '4', '5');
+        ENC(l, "12345", 271, '4', '5');
+        ENC(l, "1212", 270, '1', '2'); /* pieces "121" (BPE: 12 1) and "2" */
+        ENC(q, "xyz", 'x', 272);
+        ENC(l, "xyz", 274);
+        ENC(l, "xyzz", 'x', 272, 'z'); /* not a token: plain BPE */
+        ENC(l, "hello world 123", 259, 264, ' ', 271);
+    }
+    tokenizer_free(q);
+    tokenizer_free(l);
+    free(qs.p);
+    free(ls.p);
 }
 
 static void test_tiny(void) {
@@ -736,6 +771,7 @@ int main(int argc, char** argv) {
     test_pretokenizer();
     test_nfc();
     test_tiny();
+    test_llama3();
     printf("test_tokenizer_unit: %d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
 }
