@@ -150,11 +150,11 @@ typedef struct {
     float temperature, top_p, min_p, repeat_penalty;
     int top_k, steps, threads, ctx;
     uint64_t seed;
-    int n_thread_counts;       /* --threads: more than 1 only for a bench list */
     int thinking, show_thinking; /* chat mode */
     int kv_f16;
     int show_norms;            /* 1: --show-norms, 2: --show-norms=all */
     NormLab norm_lab;          /* --ablate, --norm-eps, --norm (model.h) */
+    BenchOptions bench;        /* --bench-*, --json, --threads' counts (a list only in bench mode) */
     const char* given[N_OPTIONS]; /* each option's last value ("" for a switch); NULL: not given */
     int order[N_OPTIONS], n_given; /* the options given, in the order they first came */
 } Options;
@@ -269,21 +269,26 @@ static void set_mode(Options* o, const char* name, const char* value) {
     o->mode_name = MODE_NAMES[k];
 }
 
-/* --threads N, or in bench mode a list of counts, of which the largest starts the kernels. */
+/* --threads N, or in bench mode a list of counts "1,2,4", of which the largest starts the kernels. */
 static void set_threads(Options* o, const char* name, const char* value) {
-    int counts[BENCH_MAX_THREAD_COUNTS];
-    o->n_thread_counts = bench_parse_threads(value, counts, BENCH_MAX_THREAD_COUNTS);
-    if (o->n_thread_counts < 1)
-        die(2, "%s must be a number in 1..1024 (bench mode: or a list of up to %d, e.g. 1,2), got '%s'", name,
-            BENCH_MAX_THREAD_COUNTS, value);
+    BenchOptions* b = &o->bench;
+    b->n_threads = 0;
     o->threads = 0;
-    for (int k = 0; k < o->n_thread_counts; k++)
-        if (counts[k] > o->threads) o->threads = counts[k];
+    for (const char* p = value;; p++) {
+        char* end = (char*)p;
+        const long v = *p >= '0' && *p <= '9' ? strtol(p, &end, 10) : 0; /* no sign, no space */
+        if (v < 1 || v > 1024 || b->n_threads == BENCH_MAX_THREAD_COUNTS || (*end != '\0' && *end != ','))
+            die(2, "%s must be a number in 1..1024 (bench mode: or a list of up to %d, e.g. 1,2), got '%s'", name,
+                BENCH_MAX_THREAD_COUNTS, value);
+        b->threads[b->n_threads++] = (int)v;
+        if (v > o->threads) o->threads = (int)v;
+        if (*end == '\0') return;
+        p = end;
+    }
 }
 
 /* The option opt (its long name; name is as given, for the messages) set from value. The switches
- * not named here are read with given(); the bench's own options are only checked here (bench_main
- * reads them). */
+ * not named here are read with given(). */
 static void set_option(Options* o, const char* opt, const char* name, const char* value) {
     if (streq(opt, "--help")) {
         usage(stdout);
@@ -313,7 +318,10 @@ static void set_option(Options* o, const char* opt, const char* name, const char
     else if (streq(opt, "--norm"))
         o->norm_lab.variant = (o->norm_lab.variant & ~NORM_VARIANT_CENTER) |
                               (parse_choice(name, value, "rmsnorm", "layernorm") ? NORM_VARIANT_CENTER : 0);
-    else if (strncmp(opt, "--bench-", 8) == 0) parse_int(name, value, 0, 1000000);
+    else if (streq(opt, "--bench-prompt")) o->bench.len[0] = (int)parse_int(name, value, 0, 1000000);
+    else if (streq(opt, "--bench-gen")) o->bench.len[1] = (int)parse_int(name, value, 0, 1000000);
+    else if (streq(opt, "--bench-reps")) o->bench.reps = (int)parse_int(name, value, 0, 1000000);
+    else if (streq(opt, "--bench-depth")) o->bench.depth = (int)parse_int(name, value, 0, 1000000);
 }
 
 /* The option called name (short or long), or -1. */
@@ -365,7 +373,7 @@ static void check_combinations(const Options* o) {
         die(2, "no checkpoint given");
     }
     if (o->prompt && o->prompt_ids) die(2, "give either -i or --prompt-ids, not both");
-    if (o->n_thread_counts > 1 && o->mode != BENCH)
+    if (o->bench.n_threads > 1 && o->mode != BENCH)
         die(2, "--threads takes a list of counts only in bench mode (-m bench), got '%s'", given(o, "--threads"));
     /* --prompt-ids would leave chat and tokenize reading standard input instead, an error. */
     if (o->prompt_ids && !(o->mode & (GENERATE | EVAL)))
@@ -397,7 +405,7 @@ static void note_other_mode_options(const Options* o) {
 
 static void parse_args(int argc, char** argv, Options* o) {
     *o = (Options){.mode = GENERATE, .mode_name = MODE_NAMES[0], .steps = 256, .repeat_penalty = 1.0f,
-                   .thinking = 1, .show_thinking = 1};
+                   .thinking = 1, .show_thinking = 1, .bench = BENCH_DEFAULTS};
     for (int i = 1; i < argc; i++) {
         const char* arg = argv[i];
         if (arg[0] == '-' && arg[1] != '\0') i += parse_option(o, argc, argv, i);
@@ -405,6 +413,9 @@ static void parse_args(int argc, char** argv, Options* o) {
         else o->checkpoint = arg;
     }
     o->norm_lab.has_eps = given(o, "--norm-eps") != NULL;
+    o->bench.given[0] = given(o, "--bench-prompt") != NULL;
+    o->bench.given[1] = given(o, "--bench-gen") != NULL;
+    o->bench.json = given(o, "--json") != NULL;
     check_combinations(o);
     note_other_mode_options(o);
 }
@@ -598,7 +609,7 @@ static void clamp_threads(Options* o) {
     if (o->threads <= 0 || sched_getaffinity(0, sizeof set, &set) != 0) return;
     const int cpus = CPU_COUNT(&set);
     if (cpus < 1 || o->threads <= cpus) return;
-    if (o->n_thread_counts > 1)
+    if (o->bench.n_threads > 1)
         fprintf(stderr, "run: note: --threads %s: counts above the %d CPU%s this process may run on are run with %d\n",
                 given(o, "--threads"), cpus, cpus == 1 ? "" : "s", cpus);
     else
@@ -629,26 +640,11 @@ static int run_eval(Transformer* t, const Tokenizer* text_tok, const Options* o)
     return status;
 }
 
-/* The bench's own options (bench.h) as it reads them: each given one once, with its value, in
- * args (room for 12). Returns how many there are. */
-static int bench_args(const Options* o, const char** args) {
-    static const char* const names[] = {"--bench-prompt", "--bench-gen", "--bench-reps", "--bench-depth",
-                                        "--threads", "--json"};
-    int n = 0;
-    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
-        const char* value = given(o, names[k]);
-        if (value == NULL) continue;
-        args[n++] = names[k];
-        if (value[0]) args[n++] = value; /* "" only for --json, a switch */
-    }
-    return n;
-}
-
 /* The KV cache's positions: -c, or in bench mode without it what the tests take when that is more
  * than the default (bench_positions; the model's context still bounds it). */
-static int context_positions(const Options* o, int bench_argc, const char** bench_argv) {
+static int context_positions(const Options* o) {
     if (o->mode != BENCH || o->ctx > 0) return o->ctx;
-    const int need = bench_positions(bench_argc, (char**)bench_argv);
+    const int need = bench_positions(&o->bench);
     return need > DEFAULT_CTX ? need : 0;
 }
 
@@ -694,10 +690,7 @@ int main(int argc, char** argv) {
     Options o;
     parse_args(argc, argv, &o);
     clamp_threads(&o);
-    const char* bench_argv[12];
-    const int bench_argc = bench_args(&o, bench_argv);
-    const TransformerOptions topt = {.threads = o.threads, .ctx = context_positions(&o, bench_argc, bench_argv),
-                                     .kv_f16 = o.kv_f16,
+    const TransformerOptions topt = {.threads = o.threads, .ctx = context_positions(&o), .kv_f16 = o.kv_f16,
                                      .bf16_activations = given(&o, "--bf16-activations") != NULL};
     Transformer t;
     char err[512];
@@ -718,7 +711,7 @@ int main(int argc, char** argv) {
     int status;
     if (o.mode == TOKENIZE) status = tokenize(text_tok, &o);
     else if (o.mode == EVAL) status = run_eval(&t, text_tok, &o);
-    else if (o.mode == BENCH) status = bench_main(&t, bench_argc, (char**)bench_argv);
+    else if (o.mode == BENCH) status = bench_main(&t, &o.bench);
     else status = run_sampling_mode(&t, text_tok, &o);
     tokenizer_free(tok);
     transformer_free(&t);

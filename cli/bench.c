@@ -150,8 +150,7 @@ typedef struct {
 /* One run of the bench: its options, the runs of each thread count, what a token costs. */
 typedef struct {
     Transformer* t;
-    int len[2];        /* tokens of each test (0: not run) */
-    int given[2];      /* the user gave len[k] (else it is the default, fitted to the context) */
+    int len[2];        /* tokens of each test (0: not run); a default length is fitted to the context */
     int reps, depth, json;
     int counts[BENCH_MAX_THREAD_COUNTS], n_runs;
     ThreadRun runs[BENCH_MAX_THREAD_COUNTS];
@@ -167,9 +166,9 @@ typedef struct {
 } Bench;
 
 /* The KV cache positions the tests take: the depth and the longer test. */
-static int positions_needed(const Bench* b) {
-    return b->depth + (b->len[0] > b->len[1] ? b->len[0] : b->len[1]);
-}
+static int positions_needed(int depth, const int* len) { return depth + (len[0] > len[1] ? len[0] : len[1]); }
+
+int bench_positions(const BenchOptions* o) { return positions_needed(o->depth, o->len); }
 
 /* n tokens of one test from position depth. */
 static int run_test(Transformer* t, const int* tokens, int test, int n, int depth) {
@@ -512,53 +511,11 @@ static void print_results(Bench* b) {
     fflush(stdout);
 }
 
-int bench_parse_threads(const char* s, int* counts, int max_counts) {
-    int n = 0;
-    for (const char* p = s;; p++) {
-        if (*p < '0' || *p > '9' || n == max_counts) return -1;
-        char* end;
-        long v = strtol(p, &end, 10);
-        if (v < 1 || v > 1024) return -1;
-        counts[n++] = (int)v;
-        if (*end == '\0') return n;
-        if (*end != ',') return -1;
-        p = end;
-    }
-}
-
-/* The options (bench.h) as run.c passes them on, into b (the defaults where one is not given);
- * --threads keeps b->counts[0] unless it is given. */
-static void read_bench_args(Bench* b, int argc, char** argv) {
-    static const char* const names[] = {"--bench-prompt", "--bench-gen", "--bench-reps", "--bench-depth"};
-    int* const values[] = {&b->len[0], &b->len[1], &b->reps, &b->depth};
-    b->len[0] = 512;
-    b->len[1] = 128;
-    b->reps = 5;
-    b->n_runs = 1;
-    for (int i = 0; i < argc; i++) {
-        const char* value = i + 1 < argc ? argv[i + 1] : "";
-        if (strcmp(argv[i], "--json") == 0) b->json = 1;
-        if (strcmp(argv[i], "--threads") == 0)
-            b->n_runs = bench_parse_threads(value, b->counts, BENCH_MAX_THREAD_COUNTS);
-        for (int k = 0; k < 4; k++)
-            if (strcmp(argv[i], names[k]) == 0) {
-                *values[k] = atoi(value);
-                if (k < 2) b->given[k] = 1;
-            }
-    }
-}
-
-int bench_positions(int argc, char** argv) {
-    Bench b = {0};
-    read_bench_args(&b, argc, argv);
-    return positions_needed(&b);
-}
-
 /* The checks of the options. The default test lengths (pp512, tg128) shrink to the positions the
  * KV cache has after the depth, so that `-m bench` runs on a model of a short context as it is,
  * with a note on stderr (--json keeps standard output to JSON lines); a length the user gave is
  * kept. Returns 0, or the exit status after an error line on stderr. */
-static int check_and_fit(Bench* b) {
+static int check_and_fit(Bench* b, const int* given) {
     const Config* c = &b->t->config;
     const int room = c->seq_len - b->depth;
     int was[2] = {0, 0};
@@ -571,11 +528,11 @@ static int check_and_fit(Bench* b) {
         return 2;
     }
     for (int k = 0; k < 2; k++)
-        if (room >= 1 && !b->given[k] && b->len[k] > room) {
+        if (room >= 1 && !given[k] && b->len[k] > room) {
             was[k] = b->len[k];
             b->len[k] = room;
         }
-    const int need = positions_needed(b);
+    const int need = positions_needed(b->depth, b->len);
     if (need > c->seq_len) { /* what the tests need, and what to pass instead */
         const char* which = b->len[0] >= b->len[1] ? "--bench-prompt" : "--bench-gen";
         char parts[96], advice[96];
@@ -609,12 +566,14 @@ static void fill_tokens(int* tokens, int n, int vocab_size) {
     }
 }
 
-int bench_main(Transformer* t, int argc, char** argv) {
-    Bench b = {.t = t, .counts = {kernels_threads(t->kernels)}};
-    read_bench_args(&b, argc, argv);
-    int status = check_and_fit(&b);
+int bench_main(Transformer* t, const BenchOptions* o) {
+    /* Without --threads the kernels' own count is the one measured. */
+    Bench b = {.t = t, .len = {o->len[0], o->len[1]}, .reps = o->reps, .depth = o->depth, .json = o->json,
+               .counts = {kernels_threads(t->kernels)}, .n_runs = o->n_threads > 0 ? o->n_threads : 1};
+    memcpy(b.counts, o->threads, (size_t)o->n_threads * sizeof(int));
+    int status = check_and_fit(&b, o->given);
     if (status != 0) return status;
-    const int n_tok = positions_needed(&b);
+    const int n_tok = positions_needed(b.depth, b.len);
     const size_t buffer_bytes = (size_t)512 << 20;
     int* tokens = malloc((size_t)n_tok * sizeof(int));
     /* per thread count: pp, tg, rd and wr of each rep; then the scratch */

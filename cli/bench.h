@@ -20,18 +20,25 @@
 
 #include "model.h"
 
-/* Runs the tests on t with the options above as run.c passes them on (each value checked there),
- * and prints the results on stdout. Returns 0, or after an error line on stderr 2 (options that
- * measure nothing) or 1 (anything else, e.g. a context too small for the tests). */
-int bench_main(Transformer* t, int argc, char** argv);
+#define BENCH_MAX_THREAD_COUNTS 16
+
+/* The options above, as run.c parses them (each value in its range); bench_main checks the rest.
+ * BENCH_DEFAULTS are the values of the options not given. */
+typedef struct {
+    int len[2];   /* tokens of the prefill and the decode test (0: not run) */
+    int given[2]; /* the user gave len[k]; else it is the default, which shrinks to fit the KV cache */
+    int reps, depth, json;
+    int threads[BENCH_MAX_THREAD_COUNTS], n_threads; /* --threads; n_threads 0: the kernels' count */
+} BenchOptions;
+#define BENCH_DEFAULTS {.len = {512, 128}, .reps = 5}
+
+/* Runs the tests on t and prints the results on stdout. Returns 0, or after an error line on
+ * stderr 2 (options that measure nothing) or 1 (anything else, e.g. a context too small for the
+ * tests). */
+int bench_main(Transformer* t, const BenchOptions* o);
 
 /* The KV cache positions the tests take with these options: --bench-depth plus the longer test.
  * Without -c run.c sizes the cache to them, as llama-bench sizes its own. */
-int bench_positions(int argc, char** argv);
-
-/* "1,2,4" -> counts[0..n-1]; each in 1..1024. Returns n, or -1 if s is not such a list of at most
- * max_counts numbers. BENCH_MAX_THREAD_COUNTS is the most the bench takes. */
-#define BENCH_MAX_THREAD_COUNTS 16
-int bench_parse_threads(const char* s, int* counts, int max_counts);
+int bench_positions(const BenchOptions* o);
 
 #endif
