@@ -380,6 +380,9 @@ static void check_combinations(const Options* o) {
         die(2, "--prompt-ids is for generate mode and eval mode, not -m %s", o->mode_name);
     if (o->mode == EVAL && ((o->prompt != NULL) + (o->prompt_ids != NULL) + (given(o, "--file") != NULL)) > 1)
         die(2, "-m eval scores one text: give one of -i, --file and --prompt-ids");
+    if (o->mode == BENCH && o->bench.reps < 1) die(2, "--bench-reps must be at least 1, got %d", o->bench.reps);
+    if (o->mode == BENCH && o->bench.len[0] <= 0 && o->bench.len[1] <= 0)
+        die(2, "nothing to measure: --bench-prompt and --bench-gen are both 0");
 }
 
 /* Options of another mode do nothing in this one, which a note per kind of option says, e.g.

@@ -511,22 +511,14 @@ static void print_results(Bench* b) {
     fflush(stdout);
 }
 
-/* The checks of the options. The default test lengths (pp512, tg128) shrink to the positions the
- * KV cache has after the depth, so that `-m bench` runs on a model of a short context as it is,
+/* The tests against the KV cache. The default test lengths (pp512, tg128) shrink to the positions
+ * the KV cache has after the depth, so that `-m bench` runs on a model of a short context as it is,
  * with a note on stderr (--json keeps standard output to JSON lines); a length the user gave is
- * kept. Returns 0, or the exit status after an error line on stderr. */
+ * kept. Returns 0, or 1 after an error line on stderr. */
 static int check_and_fit(Bench* b, const int* given) {
     const Config* c = &b->t->config;
     const int room = c->seq_len - b->depth;
     int was[2] = {0, 0};
-    if (b->reps < 1) {
-        fprintf(stderr, "run: error: --bench-reps must be at least 1, got %d\n", b->reps);
-        return 2;
-    }
-    if (b->len[0] <= 0 && b->len[1] <= 0) {
-        fprintf(stderr, "run: error: nothing to measure: --bench-prompt and --bench-gen are both 0\n");
-        return 2;
-    }
     for (int k = 0; k < 2; k++)
         if (room >= 1 && !given[k] && b->len[k] > room) {
             was[k] = b->len[k];

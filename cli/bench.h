@@ -22,8 +22,9 @@
 
 #define BENCH_MAX_THREAD_COUNTS 16
 
-/* The options above, as run.c parses them (each value in its range); bench_main checks the rest.
- * BENCH_DEFAULTS are the values of the options not given. */
+/* The options above, as run.c parses and checks them (each value in its range, reps >= 1, one
+ * test length or both > 0); bench_main fits them to the KV cache. BENCH_DEFAULTS are the values of
+ * the options not given. */
 typedef struct {
     int len[2];   /* tokens of the prefill and the decode test (0: not run) */
     int given[2]; /* the user gave len[k]; else it is the default, which shrinks to fit the KV cache */
@@ -32,9 +33,8 @@ typedef struct {
 } BenchOptions;
 #define BENCH_DEFAULTS {.len = {512, 128}, .reps = 5}
 
-/* Runs the tests on t and prints the results on stdout. Returns 0, or after an error line on
- * stderr 2 (options that measure nothing) or 1 (anything else, e.g. a context too small for the
- * tests). */
+/* Runs the tests on t and prints the results on stdout. Returns 0, or 1 after an error line on
+ * stderr (e.g. a context too small for the tests). */
 int bench_main(Transformer* t, const BenchOptions* o);
 
 /* The KV cache positions the tests take with these options: --bench-depth plus the longer test.

@@ -424,6 +424,17 @@ class BenchMode(unittest.TestCase):
             self.assertNotIn("use -c", p.stderr)
             self.assertEqual(p.stdout, "")
 
+    def test_options_checked_before_the_model_loads(self):
+        """Options that measure nothing are refused at once, before a (possibly large, possibly
+        missing) model is read: the message names the option, not the file."""
+        for args, says in ((("--bench-reps", "0"), "--bench-reps must be at least 1, got 0"),
+                           (("--bench-prompt", "0", "--bench-gen", "0"),
+                            "nothing to measure: --bench-prompt and --bench-gen are both 0")):
+            p = subprocess.run([RUN, "/nonexistent/model.bin", "-m", "bench", *args], capture_output=True,
+                               text=True, timeout=60)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertEqual(p.stderr, "run: error: " + says + "\n")
+
 
 if __name__ == "__main__":
     unittest.main()
