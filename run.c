@@ -249,9 +249,11 @@ static void parse_ablate(const char* list, NormLab* lab) {
     };
     for (const char* item = list;; item++) {
         const size_t len = strcspn(item, ",");
+        const int n_ablations = (int)(sizeof ablations / sizeof ablations[0]);
         int k = 0;
-        while (k < 5 && !(strlen(ablations[k].name) == len && strncmp(item, ablations[k].name, len) == 0)) k++;
-        if (k == 5)
+        while (k < n_ablations && !(strlen(ablations[k].name) == len && strncmp(item, ablations[k].name, len) == 0))
+            k++;
+        if (k == n_ablations)
             die(2, "--ablate: unknown name '%.*s' (valid: qk-norm, final-norm, pre-norms, norm-weight, norm-scale)",
                 (int)len, item);
         lab->skip |= ablations[k].skip;
