@@ -39,7 +39,7 @@ SHIPPED_MODEL := models/tinystories.bin
 STORY_PROMPT ?= Once upon a time
 STORY_FLAGS ?= -n 250
 
-.PHONY: all run test test-scalar bench clean test-arm norm-precision norm-lab FORCE
+.PHONY: all run test test-scalar bench clean test-arm norm-precision norm-lab fuzz-tokenizer FORCE
 # Keep the test programs' objects (make deletes intermediate files otherwise, and relinks next time).
 .SECONDARY:
 
@@ -135,8 +135,20 @@ norm-lab: all
 	$(PYTHON) tools/norm_lab.py
 	$(PYTHON) tools/plot_norms.py lab $(SHIPPED_MODEL) --out-dir docs
 
+# `make fuzz-tokenizer`: the tokenizer under libFuzzer with AddressSanitizer and UBSan (clang
+# only), for FUZZ_SECONDS on FUZZ_CHECKPOINT's tokenizer (tools/fuzz_tokenizer.c: what it checks).
+FUZZ_SECONDS ?= 60
+FUZZ_CHECKPOINT ?= $(SHIPPED_MODEL)
+fuzz-tokenizer:
+	@if ! command -v clang >/dev/null 2>&1; then echo "fuzz-tokenizer: skipped (clang not found)"; exit 0; fi; \
+	mkdir -p $(B)/tools $(B)/fuzz-corpus && \
+	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -I. \
+	  -o $(B)/tools/fuzz_tokenizer tools/fuzz_tokenizer.c $(wildcard tokenizer/*.c) && \
+	TOK_SECTION=$(FUZZ_CHECKPOINT) $(B)/tools/fuzz_tokenizer -max_total_time=$(FUZZ_SECONDS) \
+	  -max_len=4096 $(B)/fuzz-corpus
+
 clean:
-	rm -rf run build/run build/flags build/obj build/obj-avx2 build/libengine.a build/tests build/tools build/arm build/scalar
+	rm -rf run build/run build/flags build/obj build/obj-avx2 build/libengine.a build/tests build/tools build/arm build/scalar build/fuzz-corpus
 
 # `make test-arm`: the kernel tests cross-compiled for arm64 and run under qemu-aarch64 (user mode),
 # once with SDOT (armv8.2-a+dotprod) and once without (armv8-a), so both q8 dot paths of the NEON

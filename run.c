@@ -368,6 +368,34 @@ static int parse_option(Options* o, int argc, char** argv, int i) {
     return spec->arg && !eq;
 }
 
+/* 1 when the mode's value is "quantize" (-m quantize, --mode quantize, --mode=quantize): that mode
+ * takes its own options (quantize.h). The value of every option that takes one, this table's and
+ * quantize's, is skipped, so a prompt or a file name never reads as the mode. */
+static int quantize_requested(int argc, char** argv) {
+    static const char* const quantize_values[] = {"--dtype", "-o", "--output", "--group-size"};
+    for (int i = 1; i < argc; i++) {
+        const char* arg = argv[i];
+        if (arg[0] != '-' || arg[1] == '\0') continue;
+        const char* eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
+        const size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+        char name[64];
+        if (len >= sizeof name) continue;
+        memcpy(name, arg, len);
+        name[len] = '\0';
+        const int k = find_option(name);
+        int takes_value = k >= 0 && OPTIONS[k].arg != NULL;
+        for (size_t q = 0; q < sizeof quantize_values / sizeof *quantize_values; q++)
+            takes_value |= streq(name, quantize_values[q]);
+        if (!takes_value || eq) {
+            if (eq && streq(name, "--mode") && streq(eq + 1, "quantize")) return 1;
+            continue;
+        }
+        if (i + 1 < argc && (streq(name, "-m") || streq(name, "--mode")) && streq(argv[i + 1], "quantize")) return 1;
+        i++;
+    }
+    return 0;
+}
+
 /* Options that contradict each other. */
 static void check_combinations(const Options* o) {
     if (o->checkpoint == NULL) {

@@ -95,20 +95,6 @@ static void usage(void) {
           stdout);
 }
 
-int quantize_requested(int argc, char** argv) {
-    for (int i = 1; i < argc; i++) {
-        const char* arg = argv[i];
-        /* the text of a prompt or system prompt is never an option, whatever it says */
-        if (streq(arg, "-i") || streq(arg, "--input") || streq(arg, "-y") || streq(arg, "--system") ||
-            streq(arg, "--file"))
-            i++;
-        else if (streq(arg, "--mode=quantize") ||
-                 ((streq(arg, "-m") || streq(arg, "--mode")) && i + 1 < argc && streq(argv[i + 1], "quantize")))
-            return 1;
-    }
-    return 0;
-}
-
 static int parse_count(const char* flag, const char* s, int lo, int hi) {
     char* end;
     errno = 0;

@@ -7,9 +7,6 @@
 #ifndef QUANTIZE_H
 #define QUANTIZE_H
 
-/* 1 when argv selects this mode (-m quantize, --mode quantize or --mode=quantize). */
-int quantize_requested(int argc, char** argv);
-
 /* Runs the mode on the whole command line. Returns 0; any error is one line on stderr
  * ("run: error: ...") and exit status 1, with no output file left behind. */
 int quantize_main(int argc, char** argv);

@@ -157,6 +157,13 @@ class Refusals(InTempDir):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertNotIn('quantize:', p.stderr)
 
+    def test_quantize_after_a_value_is_not_the_mode(self):
+        """A file named '-m' is --dump-logits' value, so the 'quantize' after it is a stray argument
+        of generate mode, not the quantize mode."""
+        p = hf_model.run_engine([self.f32, '-i', 'hi', '--dump-logits', '-m', 'quantize'])
+        self.assertEqual(p.returncode, 2, p.stderr)  # a usage error of generate mode
+        self.assertIn("unexpected argument 'quantize'", p.stderr)
+
     def test_already_quantised(self):
         self.refused(self.q8, ['--dtype', 'q4', '-o', 'OUT'], self.q8, 'already q8')
         self.refused(self.q4, ['--dtype', 'q8', '-o', 'OUT'], self.q4, 'already q4')

@@ -1,10 +1,11 @@
-/* fuzz_tokenizer.c: libFuzzer target for the encoder, decoder and NFC (not built by the Makefile).
+/* fuzz_tokenizer.c: libFuzzer target for the encoder, decoder and NFC. `make fuzz-tokenizer` builds it with
+ * clang (ASan and UBSan) and runs it FUZZ_SECONDS (default 60) on the shipped model's tokenizer;
+ * by hand:
  *
- *   clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -I. \
- *       -o /tmp/fuzz_tokenizer tools/fuzz_tokenizer.c $(find tokenizer -name '*.c')
- *   TOK_SECTION=/tmp/qwen3.tok /tmp/fuzz_tokenizer -max_total_time=60 -max_len=4096
+ *   make fuzz-tokenizer FUZZ_SECONDS=600 FUZZ_CHECKPOINT=path/to/qwen3.bin
  *
- * TOK_SECTION: a bare tokenizer section (QTOK), e.g. written with export.py's tokenizer_section().
+ * TOK_SECTION (the program's one input): a checkpoint, whose tokenizer section it takes, or a bare
+ * tokenizer section (QTOK, e.g. written with export.py's tokenizer_section()).
  * Checks: no crash or sanitizer report; every id is known; NFC is idempotent; the tokens' raw bytes
  * concatenated equal the input when the input has no added-token text and is already NFC.
  */
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model.h"
 #include "tokenizer/tokenizer.h"
 
 static Tokenizer* tok;
@@ -21,7 +23,7 @@ static void load(void) {
     const char* path = getenv("TOK_SECTION");
     FILE* f = path ? fopen(path, "rb") : NULL;
     if (!f) {
-        fprintf(stderr, "set TOK_SECTION to a tokenizer section file\n");
+        fprintf(stderr, "set TOK_SECTION to a checkpoint or a tokenizer section file\n");
         abort();
     }
     fseek(f, 0, SEEK_END);
@@ -30,8 +32,17 @@ static void load(void) {
     section = malloc((size_t)n);
     if (fread(section, 1, (size_t)n, f) != (size_t)n) abort();
     fclose(f);
+    const uint8_t* at = section;
+    size_t bytes = (size_t)n;
+    FileHeader h;
+    if (bytes >= sizeof h && memcmp(section, CHECKPOINT_MAGIC, 4) == 0) { /* a checkpoint: its section */
+        memcpy(&h, section, sizeof h);
+        if (h.tokenizer_offset > bytes || h.tokenizer_bytes > bytes - h.tokenizer_offset) abort();
+        at = section + h.tokenizer_offset;
+        bytes = (size_t)h.tokenizer_bytes;
+    }
     char err[256];
-    tok = tokenizer_new(section, (size_t)n, err, sizeof err);
+    tok = tokenizer_new(at, bytes, err, sizeof err);
     if (!tok) {
         fprintf(stderr, "%s\n", err);
         abort();
