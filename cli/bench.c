@@ -530,8 +530,9 @@ static int check_and_fit(Bench* b, const int* given) {
         char parts[96], advice[96];
         if (b->depth > 0) snprintf(parts, sizeof parts, "--bench-depth %d + %s %d", b->depth, which, need - b->depth);
         else snprintf(parts, sizeof parts, "%s %d", which, need);
-        if (room < 1) snprintf(advice, sizeof advice, "--bench-depth below %d", c->seq_len);
-        else snprintf(advice, sizeof advice, "--bench-prompt and --bench-gen at most %d", room);
+        const int limit = need > c->max_seq_len ? c->max_seq_len : c->seq_len; /* the one to advise for */
+        if (limit - b->depth < 1) snprintf(advice, sizeof advice, "--bench-depth below %d", limit);
+        else snprintf(advice, sizeof advice, "--bench-prompt and --bench-gen at most %d", limit - b->depth);
         if (need > c->max_seq_len)
             fprintf(stderr, "run: error: the bench needs a context of %d positions (%s), more than the model's %d: "
                     "give %s\n", need, parts, c->max_seq_len, advice);

@@ -370,6 +370,10 @@ class BenchMode(unittest.TestCase):
         self.assertEqual(p.stderr, "run: error: the bench needs a context of 600 positions (--bench-prompt 600), "
                          "more than the model's 256: give --bench-prompt and --bench-gen at most 256\n")
         self.assertEqual(p.stdout, "")
+        # beyond the model, the advice follows the model's limit, not a smaller -c
+        p = run("-m", "bench", "-c", "64", "--bench-depth", "64", "--bench-prompt", "300", "--bench-gen", "4")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("more than the model's 256: give --bench-prompt and --bench-gen at most 192\n", p.stderr)
 
     def test_defaults_fit_the_context(self):
         """`-m bench` on this model of 256 positions used to stop at "needs a context of 512": the
