@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -512,6 +513,30 @@ static void write_checkpoint(FILE* f, const Transformer* t, WeightType type, int
     free(cv.scratch);
 }
 
+/* Removes what a run writing the same name left when it was killed outright (SIGKILL, a power
+ * cut: no handler ran): .NAME.PID.tmp files in dir whose process no longer exists, as export.py
+ * does for its own. A file of a running process is left alone. */
+static void remove_stale_temporaries(const char* dir, const char* name) {
+    DIR* d = opendir(dir);
+    if (d == NULL) return;
+    const size_t n = strlen(name);
+    for (struct dirent* e; (e = readdir(d)) != NULL;) {
+        const char* f = e->d_name;
+        const size_t len = strlen(f);
+        if (len < n + 7 || f[0] != '.' || strncmp(f + 1, name, n) != 0 || f[n + 1] != '.' ||
+            strcmp(f + len - 4, ".tmp") != 0)
+            continue;
+        char* end;
+        const long pid = strtol(f + n + 2, &end, 10);
+        if (end != f + len - 4 || end == f + n + 2 || pid <= 0 || pid == (long)getpid()) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* running, or not ours to ask */
+        char path[PATH_MAX];
+        if (snprintf(path, sizeof path, "%s/%s", dir, f) < (int)sizeof path && unlink(path) == 0)
+            fprintf(stderr, "run: note: removed %s, left by a run that was killed\n", path);
+    }
+    closedir(d);
+}
+
 int quantize_main(int argc, char** argv) {
     QuantizeOptions o;
     parse_options(argc, argv, &o);
@@ -536,6 +561,7 @@ int quantize_main(int argc, char** argv) {
     if (snprintf(tmp_path, sizeof tmp_path, "%s/.%s.%ld.tmp", dir, slash ? slash + 1 : o.output, (long)getpid()) >=
         (int)sizeof tmp_path)
         fail("%s: path too long", o.output);
+    remove_stale_temporaries(dir, slash ? slash + 1 : o.output);
     catch_signals();
     FILE* f = fopen(tmp_path, "we"); /* e: O_CLOEXEC */
     if (f == NULL) fail("%s: cannot create a file in %s: %s", o.output, dir, strerror(errno));

@@ -3,7 +3,7 @@
  * byte for byte the file `export.py --dtype q8|q4` writes from the model's Hugging Face folder
  * (model.h describes the format); norm weights and biases stay float32. The output is written
  * under a temporary name in its folder, synced and renamed at the end: a failure or Ctrl-C leaves
- * no file behind. */
+ * no file behind, and the temporary of a run killed outright goes at the next run to that name. */
 #ifndef QUANTIZE_H
 #define QUANTIZE_H
 

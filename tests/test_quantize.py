@@ -238,6 +238,23 @@ class NothingLeftBehind(InTempDir):
             f.write(struct.pack('<64f', *spoil(row)))
         return src
 
+    def test_stale_temporary_removed(self):
+        """A temporary file left by a run to the same name that was killed outright (SIGKILL: no
+        handler ran) is removed by the next run; one of a running process is left alone."""
+        src = self.spoiled_source('stale', lambda row: row)  # nothing spoiled: a good source
+        d = self.fresh_dir('stale')
+        gone = subprocess.Popen([sys.executable, '-c', 'pass'])
+        gone.wait()  # its pid now belongs to no process (reuse within this test is not a concern)
+        stale = os.path.join(d, '.out.bin.%d.tmp' % gone.pid)
+        alive = os.path.join(d, '.out.bin.%d.tmp' % os.getpid())
+        for path in (stale, alive):
+            with open(path, 'wb') as f:
+                f.write(b'partial')
+        p = quantize(src, os.path.join(d, 'out.bin'), '--dtype', 'q8')
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn('left by a run that was killed', p.stderr)
+        self.assertEqual(sorted(os.listdir(d)), sorted(['out.bin', os.path.basename(alive)]))
+
     def fails_cleanly(self, src, *must_mention):
         for dtype in ('q8', 'q4'):
             with self.subTest(dtype=dtype):
