@@ -1,6 +1,6 @@
-/* fuzz_tokenizer.c: libFuzzer target for the encoder, decoder and NFC. `make fuzz-tokenizer` builds it with
- * clang (ASan and UBSan) and runs it FUZZ_SECONDS (default 60) on the shipped model's tokenizer;
- * by hand:
+/* fuzz_tokenizer.c: libFuzzer target for the encoder, decoder and NFC. `make fuzz-tokenizer`
+ * builds it with clang (ASan and UBSan) and runs it FUZZ_SECONDS (default 60) on the shipped
+ * model's tokenizer, or on another checkpoint's:
  *
  *   make fuzz-tokenizer FUZZ_SECONDS=600 FUZZ_CHECKPOINT=path/to/qwen3.bin
  *
