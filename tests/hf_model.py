@@ -490,6 +490,20 @@ class TempDirTestCase(unittest.TestCase):
         return d
 
 
+def stale_and_live_temporaries(out_dir, base):
+    """Writes two temporaries for the output out_dir/base as export.py and ./run -m quantize name
+    them, .BASE.PID.tmp: one of a process that has exited (a run killed outright leaves such a
+    file) and one of this test's own, running process. Returns (stale path, live path)."""
+    import subprocess
+    gone = subprocess.Popen([sys.executable, '-c', 'pass'])
+    gone.wait()  # its pid now belongs to no process (reuse within a test is not a concern)
+    paths = [os.path.join(out_dir, '.%s.%d.tmp' % (base, pid)) for pid in (gone.pid, os.getpid())]
+    for path in paths:
+        with open(path, 'wb') as f:
+            f.write(b'partial')
+    return paths
+
+
 def run_export(hf_dir, out_path, dtype=None, timeout=120, extra=()):
     import subprocess
     cmd = [sys.executable, EXPORT, hf_dir, out_path] + (['--dtype', dtype] if dtype else []) + list(extra)

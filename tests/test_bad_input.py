@@ -202,18 +202,11 @@ class ExportErrors(InTempDir):
     def test_stale_temporary_removed(self):
         """A temporary file left by an export that was killed outright (no cleanup could run) is
         removed by the next export to that name; one of a running process is left alone."""
-        import subprocess
         d = os.path.join(self.tmp, 'hf_stale')
         hf_model.write_model(d, Spec())
         out_dir = os.path.join(self.tmp, 'stale_out')
         os.makedirs(out_dir)
-        gone = subprocess.Popen([sys.executable, '-c', 'pass'])
-        gone.wait()  # its pid now belongs to no process (reuse within this test is not a concern)
-        stale = os.path.join(out_dir, '.model.bin.%d.tmp' % gone.pid)
-        alive = os.path.join(out_dir, '.model.bin.%d.tmp' % os.getpid())
-        for path in (stale, alive):
-            with open(path, 'wb') as f:
-                f.write(b'partial')
+        _, alive = hf_model.stale_and_live_temporaries(out_dir, 'model.bin')
         p = hf_model.run_export(d, os.path.join(out_dir, 'model.bin'), 'f32')
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn('left by an export that was killed', p.stderr)

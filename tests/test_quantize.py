@@ -243,13 +243,7 @@ class NothingLeftBehind(InTempDir):
         handler ran) is removed by the next run; one of a running process is left alone."""
         src = self.spoiled_source('stale', lambda row: row)  # nothing spoiled: a good source
         d = self.fresh_dir('stale')
-        gone = subprocess.Popen([sys.executable, '-c', 'pass'])
-        gone.wait()  # its pid now belongs to no process (reuse within this test is not a concern)
-        stale = os.path.join(d, '.out.bin.%d.tmp' % gone.pid)
-        alive = os.path.join(d, '.out.bin.%d.tmp' % os.getpid())
-        for path in (stale, alive):
-            with open(path, 'wb') as f:
-                f.write(b'partial')
+        _, alive = hf_model.stale_and_live_temporaries(d, 'out.bin')
         p = quantize(src, os.path.join(d, 'out.bin'), '--dtype', 'q8')
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn('left by a run that was killed', p.stderr)
