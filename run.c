@@ -338,17 +338,25 @@ static int find_option(const char* name) {
 /* The value the option long_name was given last ("" for a switch), or NULL when it was not. */
 static const char* given(const Options* o, const char* long_name) { return o->given[find_option(long_name)]; }
 
+/* The option's name in arg ("--temperature" of "--temperature=0.5") into name[64], and where its
+ * "=value" starts (NULL when none). Returns 0 when the name does not fit. */
+static int option_name(const char* arg, char name[64], const char** eq) {
+    *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
+    const size_t len = *eq ? (size_t)(*eq - arg) : strlen(arg);
+    if (len >= 64) return 0;
+    memcpy(name, arg, len);
+    name[len] = '\0';
+    return 1;
+}
+
 /* The option at argv[i]: a switch, "-t 0.5", "--temperature 0.5" or "--temperature=0.5" (and the one
  * switch with a value, "--show-norms=all"). Returns how many of the following arguments it took as
  * its value (0 or 1). */
 static int parse_option(Options* o, int argc, char** argv, int i) {
     const char* arg = argv[i];
-    const char* eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
-    const size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+    const char* eq;
     char name[64];
-    if (len >= sizeof name) die(2, "unknown option '%s' (see --help)", arg);
-    memcpy(name, arg, len);
-    name[len] = '\0';
+    if (!option_name(arg, name, &eq)) die(2, "unknown option '%s' (see --help)", arg);
     const int k = find_option(name);
     if (k < 0) die(2, "unknown option '%s' (see --help)", arg);
     const OptionSpec* spec = &OPTIONS[k];
@@ -376,12 +384,9 @@ static int quantize_requested(int argc, char** argv) {
     for (int i = 1; i < argc; i++) {
         const char* arg = argv[i];
         if (arg[0] != '-' || arg[1] == '\0') continue;
-        const char* eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
-        const size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+        const char* eq;
         char name[64];
-        if (len >= sizeof name) continue;
-        memcpy(name, arg, len);
-        name[len] = '\0';
+        if (!option_name(arg, name, &eq)) continue;
         const int k = find_option(name);
         int takes_value = k >= 0 && OPTIONS[k].arg != NULL;
         for (size_t q = 0; q < sizeof quantize_values / sizeof *quantize_values; q++)
