@@ -376,18 +376,18 @@ static size_t attention_scratch_floats(const Config* c) {
     return attention_rows_scratch(c->n_heads / c->n_kv_heads, ATTENTION_BLOCK_ROWS, c->seq_len, c->head_dim);
 }
 
-/* The KV cache (keys and values alike) in blocks of kv_block_len() positions,
+/* The KV cache (keys and values alike) in blocks of KV_BLOCK_LEN positions,
  * [block][layer][kv head][position in block][d]: the cache grows in position order, so its 2 MB
  * pages map little more than the positions reached, and a kv head's rows in a block are one run
  * that attention reads as a stream (64 KB for Qwen3's head_dim; docs/design.md#kv-cache). */
-static size_t kv_block_elems(const Config* c, int block_len) {
-    return (size_t)c->n_layers * c->n_kv_heads * (size_t)block_len * c->head_dim;
+static size_t kv_block_elems(const Config* c) {
+    return (size_t)c->n_layers * c->n_kv_heads * (size_t)KV_BLOCK_LEN * c->head_dim;
 }
 
 /* Where layer l, kv head h, position p sits in either cache, in elements (floats or halves). */
-static size_t kv_offset(const Config* c, int block_len, int l, int h, int p) {
-    size_t row = ((size_t)l * c->n_kv_heads + (size_t)h) * (size_t)block_len + (size_t)(p % block_len);
-    return (size_t)(p / block_len) * kv_block_elems(c, block_len) + row * c->head_dim;
+static size_t kv_offset(const Config* c, int l, int h, int p) {
+    size_t row = ((size_t)l * c->n_kv_heads + (size_t)h) * KV_BLOCK_LEN + (size_t)(p % KV_BLOCK_LEN);
+    return (size_t)(p / KV_BLOCK_LEN) * kv_block_elems(c) + row * c->head_dim;
 }
 
 /* Stores n values at element `at` of a cache: as they are, or rounded to halves. */
@@ -414,8 +414,7 @@ static int alloc_state(Transformer* t, int kv_f16, const LoadError* e) {
     /* The cache is the one big allocation (whole blocks of positions, twice), mapped lazily: memory
      * is only used for the blocks reached (populate_kv_cache). */
     s->kv_f16 = kv_f16 != 0;
-    const int bl = kv_block_len(s);
-    size_t kv_bytes = (size_t)((c->seq_len + bl - 1) / bl) * kv_block_elems(c, bl) * kv_elem_bytes(s);
+    size_t kv_bytes = (size_t)((c->seq_len + KV_BLOCK_LEN - 1) / KV_BLOCK_LEN) * kv_block_elems(c) * kv_elem_bytes(s);
     s->key_cache = alloc_huge_anonymous(kv_bytes);
     s->value_cache = alloc_huge_anonymous(kv_bytes);
     int ok = s->key_cache && s->value_cache;
@@ -493,10 +492,9 @@ static void attend(const AttentionJob* job, int r, int n, int kv, float* scratch
     int n_pos = job->pos0 + r + 1;                 /* causal: positions 0 .. pos of row r */
     /* Row r's first query head of the group: groups are contiguous, heads kv*G .. kv*G+G-1, not h mod K. */
     size_t at = ((size_t)r * H + (size_t)kv * group) * d;
-    const int bl = kv_block_len(s);
-    size_t head = kv_offset(c, bl, job->layer, kv, 0) * kv_elem_bytes(s); /* kv head kv's rows in the first block, bytes */
-    KVRows rows = {(const char*)s->key_cache + head, (const char*)s->value_cache + head, d, bl, kv_block_elems(c, bl),
-                   s->kv_f16};
+    size_t head = kv_offset(c, job->layer, kv, 0) * kv_elem_bytes(s); /* kv head kv's rows in the first block, bytes */
+    KVRows rows = {(const char*)s->key_cache + head, (const char*)s->value_cache + head, d, KV_BLOCK_LEN,
+                   kv_block_elems(c), s->kv_f16};
     if (n == 1)
         attention_group(s->att_out + at, s->q + at, group, &rows, n_pos, d, scale, scratch);
     else
@@ -536,8 +534,8 @@ static void populate_kv_cache(Transformer* t, int end) {
     const int seq_len = t->config.seq_len;
     if (end <= s->kv_populated) return;
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    const int bl = kv_block_len(s);
-    const size_t block = kv_block_elems(&t->config, bl) * kv_elem_bytes(s);
+    const int bl = KV_BLOCK_LEN;
+    const size_t block = kv_block_elems(&t->config) * kv_elem_bytes(s);
     const int blocks = (end + bl - 1) / bl;
     char* const caches[2] = {(char*)s->key_cache, (char*)s->value_cache};
     for (int which = 0; which < 2; which++) {
@@ -590,7 +588,7 @@ static void see_scores(const Transformer* t, int l, int p0, int nb) {
             const float* q = ROW(s->q, r, (size_t)H * d) + (size_t)j * d;
             double best = 0.0;
             for (int p = 0; p <= p0 + r; p++) {
-                size_t at = kv_offset(c, kv_block_len(s), l, j / G, p);
+                size_t at = kv_offset(c, l, j / G, p);
                 double dot = 0.0;
                 for (int i = 0; i < d; i++)
                     dot += (double)q[i] * (s->kv_f16 ? half_to_float(((const uint16_t*)s->key_cache)[at + i])
@@ -637,7 +635,7 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
              * read the same input (biases: Qwen2 only, QWEN3.md 6). */
             float* const qkv[3] = {s->q, s->k, s->v};
             const Matrix* const w_qkv[3] = {&lw->q_proj, &lw->k_proj, &lw->v_proj};
-            matmul_multi(t->kernels, qkv, s->xb, w_qkv, 3, nb);
+            matmul(t->kernels, qkv, s->xb, w_qkv, 3, nb);
             if (lw->q_bias)
                 for (int r = 0; r < nb; r++) {
                     for (int i = 0; i < q_dim; i++) ROW(s->q, r, q_dim)[i] += lw->q_bias[i];
@@ -661,7 +659,7 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
                 rope(ROW(s->k, r, kv_dim), K, d, cos_p, sin_p);
                 /* 2.2 step 2.6: the cache stores keys after QK-Norm and RoPE (7.5); halves with --kv-cache f16. */
                 for (int h = 0; h < K; h++) {
-                    size_t at = kv_offset(c, kv_block_len(s), l, h, p0 + r);
+                    size_t at = kv_offset(c, l, h, p0 + r);
                     kv_store(s, s->key_cache, at, ROW(s->k, r, kv_dim) + h * d, d);
                     kv_store(s, s->value_cache, at, ROW(s->v, r, kv_dim) + h * d, d);
                 }
@@ -676,16 +674,16 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
             parallel_for(t->kernels, job.n_tasks, attention_task, &job);
 
             /* 2.2 steps 2.8-2.9: output projection, residual add. */
-            matmul(t->kernels, s->proj, s->att_out, &lw->o_proj, nb);
+            matmul(t->kernels, (float*[]){s->proj}, s->att_out, (const Matrix*[]){&lw->o_proj}, 1, nb);
             for (size_t i = 0; i < (size_t)nb * D; i++) s->x[i] += s->proj[i];
 
             /* 2.2 steps 2.10-2.12: SwiGLU MLP on a normalised copy of x, residual add. */
             norm_site(t, 3, "pre-MLP", l, s->xb, s->x, lw->post_attention_layernorm, nb, 1, D, p0, eps);  /* RMSNorm use 3 of 4: pre-MLP */
             float* const gate_up[2] = {s->gate, s->up};
             const Matrix* const w_gate_up[2] = {&lw->gate_proj, &lw->up_proj};
-            matmul_multi(t->kernels, gate_up, s->xb, w_gate_up, 2, nb);
+            matmul(t->kernels, gate_up, s->xb, w_gate_up, 2, nb);
             swiglu(t->kernels, s->gate, s->up, nb * F);  /* gate = silu(gate) * up */
-            matmul(t->kernels, s->proj, s->gate, &lw->down_proj, nb);
+            matmul(t->kernels, (float*[]){s->proj}, s->gate, (const Matrix*[]){&lw->down_proj}, 1, nb);
             for (size_t i = 0; i < (size_t)nb * D; i++) s->x[i] += s->proj[i];
         }
 
@@ -697,7 +695,7 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
         const int r0 = all_logits ? 0 : nb - 1; /* the first row that needs logits */
         norm_site(t, 4, "final norm", -1, ROW(s->xb, r0, D), ROW(s->x, r0, D), w->norm, nb - r0, 1, D, p0 + r0, eps);  /* RMSNorm use 4 of 4: final norm */
         float* logits = all_logits ? ROW(all_logits, c0, V) : s->logits;  /* the logits of rows r0 .. nb-1 */
-        matmul(t->kernels, logits, ROW(s->xb, r0, D), &w->lm_head, nb - r0);
+        matmul(t->kernels, (float*[]){logits}, ROW(s->xb, r0, D), (const Matrix*[]){&w->lm_head}, 1, nb - r0);
         if (all_logits && last_chunk) memcpy(s->logits, ROW(logits, nb - 1, V), (size_t)V * sizeof(float));
     }
     return s->logits;

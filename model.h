@@ -199,17 +199,16 @@ typedef struct {
     float *gate, *up; /* [B, F]   Wgate h and Wup h; swiglu leaves silu(Wgate h) * Wup h in gate for down_proj */
     float* att;      /* [n_threads, attention_scratch_floats (model.c)]  each thread's attention scratch */
     float* logits;   /* [vocab]    logits of the last position */
-    void *key_cache, *value_cache; /* [seq_len / kv_block_len() (rounded up), L, K, kv_block_len(), d]  keys
+    void *key_cache, *value_cache; /* [seq_len / KV_BLOCK_LEN (rounded up), L, K, KV_BLOCK_LEN, d]  keys
                                     * after QK-Norm and RoPE, and values, in blocks of positions (model.c, kv_offset) */
     int kv_f16;          /* the caches' elements: 0 float, 1 IEEE half (uint16_t) */
     int kv_populated;    /* cache pages of positions below this are mapped (populate_kv_cache) */
     float *rope_cos, *rope_sin; /* [seq_len, d/2]  cos and sin of p * inv_freq[i] */
 } RunState;
 
-/* Positions per block of an fp32 KV cache; an fp16 one has twice as many, the same bytes (model.c, kv_block_elems). */
+/* Positions per block of the KV cache, fp32 or fp16 (model.c, kv_block_elems). */
 #define KV_BLOCK_LEN 128
 
-static inline int kv_block_len(const RunState* s) { return s->kv_f16 ? 2 * KV_BLOCK_LEN : KV_BLOCK_LEN; }
 static inline size_t kv_elem_bytes(const RunState* s) { return s->kv_f16 ? sizeof(uint16_t) : sizeof(float); }
 
 /* The RMSNorm lab (run.c: --ablate, --norm-eps, --norm layernorm): teaching switches that change

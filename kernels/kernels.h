@@ -166,15 +166,13 @@ int kernels_set_float_panels(Kernels* k, int on);
 int kernels_set_bf16_activations(Kernels* k, int on);
 int kernels_bf16_activations(const Kernels* k); /* 1 while on */
 
-/* out[t*W->rows + r] = sum_c W[r][c] * x[t*W->cols + c]  for t < n, r < W->rows.
+/* outs[m][t*Ws[m]->rows + r] = sum_c Ws[m][r][c] * x[t*cols + c]  for m < n_mats, t < n, r < rows.
  * (y = W x for each of n input rows: a matrix-vector product when n == 1, a matrix-matrix
- * product when n > 1.) Threads split the rows of W. */
-void matmul(Kernels* k, float* out, const float* x, const Matrix* W, int n);
-
-/* The matmuls of several matrices that read the same input x (q/k/v projections, gate/up), in
- * one dispatch to the threads: outs[m] = Ws[m] x for m < n_mats. Every Ws[m] has the same cols
- * and weight type. Same result as n_mats calls of matmul, fewer thread wake-ups. */
-void matmul_multi(Kernels* k, float* const* outs, const float* x, const Matrix* const* Ws, int n_mats, int n);
+ * product when n > 1.) The matrices listed read the same input x (the q/k/v projections,
+ * gate/up; one matrix elsewhere) and have the same cols and weight type: they go to the threads
+ * in one dispatch, and x is prepared (quantised for q8 and q4) once for all of them. Threads split
+ * the rows; the result does not depend on n_mats or on the thread count. */
+void matmul(Kernels* k, float* const* outs, const float* x, const Matrix* const* Ws, int n_mats, int n);
 
 /* out[c] = W[row][c] for c < W->cols, as fp32 (dequantised): the embedding lookup. */
 void matrix_row(float* out, const Matrix* W, int row);

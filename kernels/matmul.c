@@ -260,7 +260,7 @@ int kernels_set_bf16_activations(Kernels* k, int on) {
     return s->bf16_activations;
 }
 
-/* ---- Parallel driver. matmul_multi runs several matrices that share the input x (q/k/v,
+/* ---- Parallel driver. matmul runs several matrices that share the input x (q/k/v,
  * gate/up) in one dispatch; the q8 activations are quantised once for all of them. ---- */
 
 #define MAX_MULTI 8
@@ -369,7 +369,7 @@ static void matmul_task(void* ctx, int task, int thread) {
 }
 
 /* Whether every matrix of the job has W[0]'s type and columns, and with `group` its group size
- * (kernels.h asks the callers of matmul_multi for the first two). */
+ * (kernels.h asks the callers of matmul for the first two). */
 static int uniform(const MatmulJob* j, int group) {
     const Matrix* W0 = j->W[0];
     for (int m = 1; m < j->n_mats; m++)
@@ -504,11 +504,9 @@ static int chunk_rows(const MatmulJob* j, int nt) {
     return chunk < align ? align : chunk;
 }
 
-void matmul(Kernels* k, float* out, const float* x, const Matrix* W, int n) { matmul_multi(k, &out, x, &W, 1, n); }
-
-void matmul_multi(Kernels* k, float* const* outs, const float* x, const Matrix* const* Ws, int n_mats, int n) {
+void matmul(Kernels* k, float* const* outs, const float* x, const Matrix* const* Ws, int n_mats, int n) {
     for (; n_mats > MAX_MULTI; outs += MAX_MULTI, Ws += MAX_MULTI, n_mats -= MAX_MULTI)
-        matmul_multi(k, outs, x, Ws, MAX_MULTI, n);
+        matmul(k, outs, x, Ws, MAX_MULTI, n);
     if (n_mats <= 0) return;
     MatmulJob j;
     j.k = k;

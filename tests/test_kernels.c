@@ -140,6 +140,9 @@ static const char* tname(WeightType t) {
     return t == WEIGHT_F32 ? "f32" : t == WEIGHT_BF16 ? "bf16" : t == WEIGHT_Q8 ? "q8" : "q4";
 }
 
+/* The product of one matrix: matmul takes a list of them. */
+static void matmul_one(Kernels* k, float* out, const float* x, const Matrix* W, int n) { matmul(k, &out, x, &W, 1, n); }
+
 /* Tolerance of an output of a matmul against the reference:
  *   f32/bf16: 2e-5 * sum|w x| (fp32 reassociation; a missing or doubled column is about
  *             sum|w x| / cols >= 3e-4 of it at these sizes, so it is caught);
@@ -154,7 +157,7 @@ static int check_matmul(Kernels* k, WeightType type, int rows, int cols, int gs,
     float* out2 = malloc((size_t)n * rows * sizeof(float));
     for (size_t i = 0; i < (size_t)n * cols; i++) x[i] = frand() * (1.0f + 3.0f * (i % 7 == 0));
     matmul_scalar(ref, x, &t.M, n);
-    matmul(k, out, x, &t.M, n);
+    matmul_one(k, out, x, &t.M, n);
     int ok = 1;
     double worst = 0;
     for (int tk = 0; tk < n && ok; tk++) {
@@ -195,22 +198,21 @@ static int check_matmul(Kernels* k, WeightType type, int rows, int cols, int gs,
              rows, cols, gs, n, worst);
     check(ok, what);
 
-    /* matmul_multi on three matrices (this one twice and a slice of it) equals matmul */
+    /* one matmul call on two matrices (this one and a slice of it) equals a call for each */
     Matrix half = t.M;
     half.rows = rows / 2 > 0 ? rows / 2 : 1;
     float* out3 = malloc((size_t)n * half.rows * sizeof(float));
-    float* outs[3] = {out2, out3, out2};
-    const Matrix* Ws[3] = {&t.M, &half, &t.M};
+    float* outs[2] = {out2, out3};
+    const Matrix* Ws[2] = {&t.M, &half};
     memset(out2, 0, (size_t)n * rows * sizeof(float));
-    matmul_multi(k, outs, x, Ws, 2, n);
+    matmul(k, outs, x, Ws, 2, n);
     int same = memcmp(out, out2, (size_t)n * rows * sizeof(float)) == 0;
     float* out4 = malloc((size_t)n * half.rows * sizeof(float));
-    matmul(k, out4, x, &half, n);
+    matmul_one(k, out4, x, &half, n);
     same = same && memcmp(out3, out4, (size_t)n * half.rows * sizeof(float)) == 0;
-    snprintf(what, sizeof what, "matmul_multi %s rows=%d cols=%d n=%d equals matmul", tname(type), rows, cols, n);
+    snprintf(what, sizeof what, "matmul of two matrices %s rows=%d cols=%d n=%d equals one at a time", tname(type),
+             rows, cols, n);
     check(same, what);
-    (void)Ws[2];
-    (void)outs[2];
     free(out3);
     free(out4);
     free(x);
@@ -232,11 +234,11 @@ static void check_tokens_alone(Kernels* k, WeightType type, int rows, int cols, 
     float* all = malloc((size_t)n * rows * sizeof(float));
     float* one = malloc((size_t)rows * sizeof(float));
     for (size_t i = 0; i < (size_t)n * cols; i++) x[i] = frand();
-    matmul(k, all, x, &t.M, n);
+    matmul_one(k, all, x, &t.M, n);
     int ok = 1;
     for (int tk = 0; tk < n && ok; tk++) {
         const float* xt = x + (size_t)tk * cols;
-        matmul(k, one, xt, &t.M, 1);
+        matmul_one(k, one, xt, &t.M, 1);
         for (int r = 0; r < rows && ok; r++) {
             double abssum = 0;
             for (int c = 0; c < cols; c++) abssum += fabs((double)t.deq[(size_t)r * cols + c] * xt[c]);
@@ -731,21 +733,21 @@ static void test_two_contexts(void) {
     int ok = 1;
     for (int order = 0; order < 2; order++) {
         Kernels* a = kernels_new(2, N, COLS);
-        matmul(a, want[0], x, &t.M, N);
-        matmul(a, want[1], x, &t.M, 1);
+        matmul_one(a, want[0], x, &t.M, N);
+        matmul_one(a, want[1], x, &t.M, 1);
         Kernels* b = kernels_new(1, N, COLS);
         ok &= kernels_threads(a) == 2 && kernels_threads(b) == 1;
         for (int rep = 0; rep < 3; rep++) {
-            matmul(b, got, x, &t.M, N);
+            matmul_one(b, got, x, &t.M, N);
             ok &= memcmp(got, want[0], sizeof(float) * N * ROWS) == 0;
-            matmul(a, got, x, &t.M, 1);
+            matmul_one(a, got, x, &t.M, 1);
             ok &= memcmp(got, want[1], sizeof(float) * ROWS) == 0;
-            matmul(a, got, x, &t.M, N);
+            matmul_one(a, got, x, &t.M, N);
             ok &= memcmp(got, want[0], sizeof(float) * N * ROWS) == 0;
         }
         Kernels* keep = order == 0 ? b : a;
         kernels_free(order == 0 ? a : b);
-        matmul(keep, got, x, &t.M, N);
+        matmul_one(keep, got, x, &t.M, N);
         ok &= memcmp(got, want[0], sizeof(float) * N * ROWS) == 0;
         kernels_free(keep);
     }
@@ -816,7 +818,7 @@ static void test_bf16_activations(void) {
         float* x = malloc((size_t)n * cols * sizeof(float));
         float* out = malloc((size_t)n * rows * sizeof(float));
         for (size_t i = 0; i < (size_t)n * cols; i++) x[i] = frand() * (1.0f + 3.0f * (i % 7 == 0));
-        matmul(kern, out, x, &t.M, n);
+        matmul_one(kern, out, x, &t.M, n);
         double worst = 0;
         for (int tk = 0; tk < n; tk++)
             for (int r = 0; r < rows; r++) {
@@ -834,9 +836,9 @@ static void test_bf16_activations(void) {
         check(worst <= 1.0, what);
         /* decode keeps fp32 activations */
         float o1[130], o2[130]; /* rows <= 130 */
-        matmul(kern, o1, x, &t.M, 1);
+        matmul_one(kern, o1, x, &t.M, 1);
         kernels_set_bf16_activations(kern, 0);
-        matmul(kern, o2, x, &t.M, 1);
+        matmul_one(kern, o2, x, &t.M, 1);
         kernels_set_bf16_activations(kern, 1);
         snprintf(what, sizeof what, "bf16 activations %dx%d: n=1 unchanged", rows, cols);
         check(memcmp(o1, o2, (size_t)rows * sizeof(float)) == 0, what);
@@ -877,7 +879,7 @@ static void test_exact_parts(WeightType type, int random_w) {
     const int ns[4] = {1, 5, 17, 40};
     for (int i = 0; i < 4; i++) {
         const int n = ns[i];
-        matmul(k, out, x, &t.M, n);
+        matmul_one(k, out, x, &t.M, n);
         int ok = 1;
         for (int tk = 0; tk < n; tk++)
             for (int r = 0; r < ROWS; r++) ok &= out[(size_t)tk * ROWS + r] == wr[r] * x[(size_t)tk * COLS + col[r]];
@@ -1056,9 +1058,9 @@ int main(void) {
                 const int n = ns_amx[ni];
                 for (int i = 0; i < n * 512; i++) x[i] = frand();
                 kernels_set_amx(kern, 1);
-                matmul(kern, o1, x, &t.M, n);
+                matmul_one(kern, o1, x, &t.M, n);
                 kernels_set_amx(kern, 0);
-                matmul(kern, o2, x, &t.M, n);
+                matmul_one(kern, o2, x, &t.M, n);
                 char what[80];
                 snprintf(what, sizeof what, "matmul %s n=%d: AMX == without AMX, bitwise", tname(type), n);
                 check(memcmp(o1, o2, (size_t)n * 301 * sizeof(float)) == 0, what);
@@ -1089,12 +1091,12 @@ int main(void) {
                     free_matrix(&t);
                     continue;
                 }
-                matmul(k1, o1, x, &t.M, n);
+                matmul_one(k1, o1, x, &t.M, n);
                 kernels_free(k1);
                 Kernels* k2 = kernels_new(2, 115, 512);
                 kernels_set_float_panels(k2, k < 5);
                 kernels_set_bf16_activations(k2, k == 4);
-                matmul(k2, o2, x, &t.M, n);
+                matmul_one(k2, o2, x, &t.M, n);
                 kernels_free(k2);
                 char what[80];
                 snprintf(what, sizeof what, "matmul %s%s n=%d: 1 thread == 2 threads bitwise", tname(t.M.type),

@@ -510,7 +510,7 @@ class EndToEnd(unittest.TestCase):
         its cached keys and values the same way (Reference.forward(kv_f16=True)) the logits agree
         within TIGHT_TOL (3x on the long prompt, see below), in prefill and decode, GQA 4 and 2, head_dim 32 and 16
         (both on the SIMD attention, which takes multiples of 16), two threads, and a 264-token prompt (chunks of 256 rows; the
-        fp16 cache's blocks are 256 positions, so prefill and decode cross a block). The plain
+        cache's blocks are 128 positions, so prefill and decode cross blocks). The plain
         reference must be farther off than that (the option took effect, and the test can tell
         the two apart)."""
         for variant in ('qwen3_f32_untied_sharded_gqa4_hd32', 'llama_bf16_tied_gqa2_hd32', 'qwen3_bf16_decode_only',

@@ -252,8 +252,7 @@ ALWAYS_INLINE void qi_step4(__m256i a[4], const uint8_t* wg, size_t gb, int c, _
  * then per group the four rows' values), so the weights are one sequential stream; each group
  * step asks for the bytes pf ahead (choose_prefetch). A layout with the scales apart from the
  * rows would be a second stream, which costs far more than its 1/16 of the bytes
- * (docs/design.md#checkpoint-layout). Each group's four scales are (weight scale x activation
- * scale), multiplied 8 groups at a time into sx (docs/design.md#decode-stream). */
+ * (docs/design.md#checkpoint-layout). */
 void rows_qi_n1(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
                 const Matrix* W, int r0, int r1) {
     const int C = W->cols, gs = W->group_size, G = C / gs;
@@ -265,31 +264,18 @@ void rows_qi_n1(const MatmulThread* mt, float* out, const int8_t* xq, const floa
         const uint8_t* wg = quant_group(W, r, 0);
         for (int o = 0; o < (int)(4 * sizeof(uint16_t)) * G; o += 64) _mm_prefetch((const char*)s0 + pf + o, _MM_HINT_T0);
         __m256 t0 = _mm256_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;
-        for (int g0 = 0; g0 < G; g0 += 8) {
-            const int ng = G - g0 < 8 ? G - g0 : 8;
-            float sx[4][8]; /* [row][group g0 + k]: weight scale x activation scale */
-            if (ng == 8) {
-                const __m256 xs8 = _mm256_loadu_ps(xsc + g0);
+        for (int g = 0; g < G; g++, wg += 4 * gb) {
+            for (int o = 0; o < (int)(4 * gb); o += 64) _mm_prefetch((const char*)wg + pf + o, _MM_HINT_T0);
+            __m256i a[4];
+            const int8_t* xg = xq + (size_t)g * gs;
+            a[0] = a[1] = a[2] = a[3] = qi_acc0(xsum + (size_t)g * 8);
 #pragma GCC unroll 4
-                for (int i = 0; i < 4; i++)
-                    _mm256_storeu_ps(sx[i], _mm256_mul_ps(scales8(s0 + (size_t)i * G + g0), xs8));
-            } else {
-                for (int i = 0; i < 4; i++)
-                    for (int k = 0; k < ng; k++) sx[i][k] = scale1(s0[(size_t)i * G + g0 + k]) * xsc[g0 + k];
-            }
-            for (int k = 0; k < ng; k++, wg += 4 * gb) {
-                const int g = g0 + k;
-                for (int o = 0; o < (int)(4 * gb); o += 64) _mm_prefetch((const char*)wg + pf + o, _MM_HINT_T0);
-                __m256i a[4];
-                const int8_t* xg = xq + (size_t)g * gs;
-                a[0] = a[1] = a[2] = a[3] = qi_acc0(xsum + (size_t)g * 8);
-#pragma GCC unroll 4
-                for (int c = 0; c < gs; c += 32) qi_step4(a, wg, gb, c, _mm256_loadu_si256((const __m256i*)(xg + c)));
-                t0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[0]), _mm256_set1_ps(sx[0][k]), t0);
-                t1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[1]), _mm256_set1_ps(sx[1][k]), t1);
-                t2 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[2]), _mm256_set1_ps(sx[2][k]), t2);
-                t3 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[3]), _mm256_set1_ps(sx[3][k]), t3);
-            }
+            for (int c = 0; c < gs; c += 32) qi_step4(a, wg, gb, c, _mm256_loadu_si256((const __m256i*)(xg + c)));
+            const float xs = xsc[g]; /* each row's (weight scale x activation scale) */
+            t0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[0]), _mm256_set1_ps(scale1(s0[g]) * xs), t0);
+            t1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[1]), _mm256_set1_ps(scale1(s0[(size_t)G + g]) * xs), t1);
+            t2 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[2]), _mm256_set1_ps(scale1(s0[(size_t)2 * G + g]) * xs), t2);
+            t3 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[3]), _mm256_set1_ps(scale1(s0[(size_t)3 * G + g]) * xs), t3);
         }
         out[r] = hsum256(t0);
         out[r + 1] = hsum256(t1);
