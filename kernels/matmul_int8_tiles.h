@@ -5,15 +5,31 @@
 #ifndef MATMUL_INT8_TILES_H
 #define MATMUL_INT8_TILES_H
 
-/* n tokens x rows [r0, r1) in tiles of Q8_TILE_ROWS rows x Q8_TILE_TOKENS tokens. */
-ALWAYS_INLINE void rows_qi_tiles(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc,
-                                 const int32_t* xsum, const Matrix* W, int n, int r0, int r1) {
+/* A prompt's q8 or q4 weights x int8 activations for rows [r0, r1): AMX's whole tiles first, then
+ * the packed panels, then the format's tiles for what is left: tile_q4's, or tile_qi's with a
+ * block of tokens in L2 while every row tile of the chunk uses it. (One token goes straight to
+ * rows_qi_n1 or rows_q4.) */
+void rows_qi(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
+             const int32_t* xgsum, const Matrix* W, int n, int r0, int r1) {
+    int ra = r0; /* AMX did every token of rows [r0, ra) */
+#if defined(KERNELS_AMX)
+    if (amx_takes(W, n, mt->amx, mt->xp_cap)) ra = amx_chunk(mt, out, xq, xsc, W, n, r0, r1);
+#endif
+    int rp = ra; /* the panels did every token of rows [ra, rp) */
+#if defined(KERNELS_AVX2)
+    if (qi_packed_takes(W, n, mt->xp_cap)) rp = rows_qi_packed(mt, out, xq, xsc, xgsum, W, n, ra, r1);
+#endif
+    if (W->type == WEIGHT_Q4) {
+        rows_q4(mt, out, xq, xsc, xgsum, W, n, rp, r1);
+        return;
+    }
+    /* q8: the rest in tiles of Q8_TILE_ROWS rows x Q8_TILE_TOKENS tokens */
     const int C = W->cols, G = C / W->group_size;
     const int tb = token_block((size_t)C);
     float* ws = mt->xp; /* the row block's scales as floats: 4 * C / group_size <= C floats */
     for (int t0 = 0; t0 < n; t0 += tb) {
         int t1 = t0 + tb < n ? t0 + tb : n;
-        int r = r0;
+        int r = rp;
         for (; r + 4 <= r1; r += 4) {
             /* the first tile over this block brings the next one into L2, as in rows_float_nn
              * (docs/design.md#short-prompt-prefetch) */
@@ -32,23 +48,6 @@ ALWAYS_INLINE void rows_qi_tiles(const MatmulThread* mt, float* out, const int8_
             for (; t < t1; t++) tile_qi(out, xq, xsc, xsum, W, ws, r, t, 1, 1, NULL);
         }
     }
-}
-
-/* A prompt's q8 or q4 weights x int8 activations for rows [r0, r1): AMX's whole tiles first, then
- * the packed panels, then the format's tiles for what is left. (One token goes straight to
- * rows_qi_n1 or rows_q4.) */
-void rows_qi(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
-             const int32_t* xgsum, const Matrix* W, int n, int r0, int r1) {
-    int ra = r0; /* AMX did every token of rows [r0, ra) */
-#if defined(KERNELS_AMX)
-    if (amx_takes(W, n, mt->amx, mt->xp_cap)) ra = amx_chunk(mt, out, xq, xsc, W, n, r0, r1);
-#endif
-    int rp = ra; /* the panels did every token of rows [ra, rp) */
-#if defined(KERNELS_AVX2)
-    if (qi_packed_takes(W, n, mt->xp_cap)) rp = rows_qi_packed(mt, out, xq, xsc, xgsum, W, n, ra, r1);
-#endif
-    if (W->type == WEIGHT_Q4) rows_q4(mt, out, xq, xsc, xgsum, W, n, rp, r1);
-    else rows_qi_tiles(mt, out, xq, xsc, xsum, W, n, rp, r1);
 }
 
 #endif /* MATMUL_INT8_TILES_H */

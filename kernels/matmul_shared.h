@@ -91,7 +91,7 @@ ALWAYS_INLINE float scale1(uint16_t h) {
 #endif
 }
 
-/* One step of a prefill tile's prefetch of the next rows into L2 (rows_float_nn, rows_qi_tiles):
+/* One step of a prefill tile's prefetch of the next rows into L2 (rows_float_nn, rows_qi):
  * the bytes [next, next + bytes), one request per 64-byte line. Returns where the next step starts. */
 ALWAYS_INLINE const char* prefetch_next_rows(const char* next, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(next + o, _MM_HINT_T1);

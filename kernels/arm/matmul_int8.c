@@ -191,7 +191,7 @@ static void tile_q4(float* out, const int8_t* xq, const float* xsc, const Matrix
 }
 
 /* Rows [r0, r1) (r0 a multiple of 8: the driver's chunks are) for n tokens, a block of tokens at a
- * time as rows_qi_tiles. */
+ * time as rows_qi. */
 void rows_q4(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum,
              const Matrix* W, int n, int r0, int r1) {
     (void)mt;

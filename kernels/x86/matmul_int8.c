@@ -176,7 +176,7 @@ ALWAYS_INLINE __m256i qi_dot(__m256i acc, QW p, __m256i x) {
  * rows_qi_n1 does. Which of the two an output gets depends only on its token's place in the token
  * block, never on the row split, so the thread count cannot change a result (test_kernels checks
  * it bitwise). ws: the rows' scales as floats (q8_scales_float), row r + i's at ws + i * G.
- * next: NULL, or the next row block, brought into L2 a G-th of it per group (rows_qi_tiles). */
+ * next: NULL, or the next row block, brought into L2 a G-th of it per group (rows_qi). */
 ALWAYS_INLINE void tile_qi(float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const Matrix* W,
                            const float* ws, int r, int t, int RT, int TT, const char* next) {
     const int C = W->cols, R = W->rows, gs = W->group_size, G = C / gs;
@@ -443,7 +443,7 @@ ALWAYS_INLINE void tile_qi_packed(float* out, const int8_t* xq, const float* xsc
 /* Whole panels of QP_ROWS rows from r0 (a multiple of QP_ROWS: the driver's chunks are) x all n
  * tokens, at most 64 rows per packing; per block of tokens (token_block) each panel meets the
  * block's tokens QP_TOKENS at a time, then 4, then 1. Returns the first row not done (the rest:
- * rows_qi_tiles, or tile_q4). */
+ * tile_qi's or tile_q4's tiles). */
 static int rows_qi_packed(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum,
                           const Matrix* W, int n, int r0, int r1) {
     const int C = W->cols, G = C / W->group_size;
@@ -566,8 +566,8 @@ ALWAYS_INLINE void tile_q4(float* out, const int8_t* xq, const float* xsc, const
 }
 
 /* Rows [r0, r1) (r0 a multiple of 8: the driver's chunks are) for n tokens: decode walks the row
- * blocks with the prefetch; prefill keeps a block of tokens in L2 (as rows_qi_tiles) while each
- * row block meets them 4 at a time (the rows that AMX or the panels did not take: rows_qi). */
+ * blocks with the prefetch; prefill keeps a block of tokens in L2 (as rows_qi) while each
+ * row block meets them 4 at a time (the rows that AMX or the panels did not take). */
 void rows_q4(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum,
              const Matrix* W, int n, int r0, int r1) {
     if (n == 1) {
