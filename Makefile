@@ -28,18 +28,31 @@ ifeq ($(filter -j%,$(MAKEFLAGS)),)
 endif
 
 COMPILE = $(CC) $(REQUIRED_FLAGS) $(NATIVE) $(CFLAGS) $(CPPFLAGS)
-KERNEL_SRC := $(wildcard kernels/*.c kernels/x86/*.c kernels/arm/*.c)
+# Two builds of one model (kernels/ops.h): the reference kernels and their ops are in kernels/*.c;
+# the fast ones (the thread pool, the product plan, the SIMD product twins) in kernels/fast/. The
+# reference build compiles none of kernels/fast/: one thread, no scratch, nothing read from /proc.
+REF_KERNEL_SRC := $(wildcard kernels/*.c)
+FAST_KERNEL_SRC := $(wildcard kernels/fast/*.c kernels/fast/x86/*.c kernels/fast/arm/*.c)
+ifdef SCALAR
+  KERNEL_SRC := $(REF_KERNEL_SRC)
+else
+  KERNEL_SRC := $(REF_KERNEL_SRC) $(FAST_KERNEL_SRC)
+endif
 ENGINE_SRC := model.c $(KERNEL_SRC) $(wildcard tokenizer/*.c) $(wildcard cli/*.c)
 # B is the build folder; `make test-scalar` builds the scalar reference in build/scalar beside it.
 B ?= build
 ENGINE_OBJ := $(ENGINE_SRC:%.c=$(B)/obj/%.o)
+# test_kernels checks the fast kernels themselves, which the reference build does not have.
 TEST_BIN := $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/test_*.c))
+ifdef SCALAR
+  TEST_BIN := $(filter-out $(B)/tests/test_kernels,$(TEST_BIN))
+endif
 
 SHIPPED_MODEL := models/tinystories.bin
 STORY_PROMPT ?= Once upon a time
 STORY_FLAGS ?= -n 250
 
-.PHONY: all run test test-scalar bench clean test-arm norm-precision norm-lab fuzz-tokenizer FORCE
+.PHONY: all ref run test test-scalar bench clean test-arm norm-precision norm-lab fuzz-tokenizer FORCE
 # Keep the test programs' objects (make deletes intermediate files otherwise, and relinks next time).
 .SECONDARY:
 
@@ -101,10 +114,15 @@ $(B)/tests/test_kernels_avx2: $(B)/obj-avx2/tests/test_kernels.o $(KERNEL_SRC:%.
 test: all $(TEST_BIN) $(TEST_VARIANTS) $(B)/tools/norm_precision
 	BUILD_DIR=$(B) $(PYTHON) tests/run_tests.py $(TESTS)
 
-# The scalar reference build's kernel and model tests (CI runs them after `make test`), built in
-# build/scalar so that ./run stays the native build: the reference paths cannot rot unseen.
+# `make ref`: the reference engine (the same as `make SCALAR=1`), in build/scalar, so that ./run
+# stays the fast build: build/scalar/run.
+ref:
+	@$(MAKE) --no-print-directory SCALAR=1 B=build/scalar all
+
+# The reference build's op and model tests (CI runs them after `make test`), built in build/scalar:
+# the reference paths cannot rot unseen.
 test-scalar:
-	@$(MAKE) --no-print-directory SCALAR=1 B=build/scalar test TESTS="test_kernels test_model"
+	@$(MAKE) --no-print-directory SCALAR=1 B=build/scalar test TESTS="test_ops test_model"
 
 -include $(shell find $(B)/obj $(B)/obj-avx2 -name '*.d' 2>/dev/null)
 

@@ -7,7 +7,6 @@
  * docs/spec-sections.md says what each cited section says): "2.2 step 2.4" is its section 2.2,
  * step 4 of the per-layer step 2; "(7.3)" is item 3 of its section 7, the checklist of easy mistakes. */
 #include "model.h"
-#include "cli/norm_trace.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -365,17 +364,6 @@ static void rope_tables(const Config* c, float* cos_t, float* sin_t) {
     }
 }
 
-/* Prefill's attention runs in blocks of this many batch rows per kv head (attention_task): each
- * block reads its kv head's cache once (attention_rows), so bigger blocks read it fewer times
- * (docs/design.md#attention-prefill). */
-#define ATTENTION_BLOCK_ROWS 32
-
-/* Floats of one thread's attention scratch: enough for a block of ATTENTION_BLOCK_ROWS rows'
- * queries over the whole context (attention_rows), and so for a GQA group's decode too. */
-static size_t attention_scratch_floats(const Config* c) {
-    return attention_rows_scratch(c->n_heads / c->n_kv_heads, ATTENTION_BLOCK_ROWS, c->seq_len, c->head_dim);
-}
-
 /* The KV cache (keys and values alike) in blocks of KV_BLOCK_LEN positions,
  * [block][layer][kv head][position in block][d]: the cache grows in position order, so its 2 MB
  * pages map little more than the positions reached, and a kv head's rows in a block are one run
@@ -407,7 +395,6 @@ static int alloc_state(Transformer* t, int kv_f16, const LoadError* e) {
     const struct { float** buf; size_t floats; } buffers[] = {
         {&s->x, B * D}, {&s->xb, B * D}, {&s->proj, B * D}, {&s->q, B * q_dim}, {&s->att_out, B * q_dim},
         {&s->k, B * kv_dim}, {&s->v, B * kv_dim}, {&s->gate, B * F}, {&s->up, B * F}, {&s->logits, (size_t)c->vocab_size},
-        {&s->att, (size_t)kernels_threads(t->kernels) * attention_scratch_floats(c)},
         {&s->rope_cos, (size_t)c->seq_len * half}, {&s->rope_sin, (size_t)c->seq_len * half},
     };
     s->max_batch = MAX_BATCH;
@@ -427,16 +414,16 @@ static int alloc_state(Transformer* t, int kv_f16, const LoadError* e) {
     return 0;
 }
 
-/* The model's own kernel context: its thread pool (options.threads, default the CPUs this process
- * may run on, at most 256) and scratch sized for the widest matrix. */
-static int start_kernels(Transformer* t, const TransformerOptions* o, const LoadError* e) {
+/* The model's own ops (kernels/ops.h): options.threads threads (default the CPUs this process may
+ * run on), scratch sized for the widest matrix, the largest batch and the whole context. */
+static int start_ops(Transformer* t, const TransformerOptions* o, const LoadError* e) {
     const Config* c = &t->config;
-    int n_threads = o->threads > 0 ? o->threads : kernels_available_cpus();
-    if (n_threads > 256) n_threads = 256;
-    int max_cols = (int)max3(c->dim, c->hidden_dim, (uint64_t)c->n_heads * c->head_dim);
-    t->kernels = kernels_new(n_threads, MAX_BATCH, max_cols);
-    if (!t->kernels) return fail(e, "out of memory for the scratch of %d kernel threads", n_threads);
-    kernels_set_bf16_activations(t->kernels, o->bf16_activations);
+    const OpsSpec spec = {.threads = o->threads, .max_batch = MAX_BATCH,
+                          .max_cols = (int)max3(c->dim, c->hidden_dim, (uint64_t)c->n_heads * c->head_dim),
+                          .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
+                          .max_pos = c->seq_len, .bf16_activations = o->bf16_activations};
+    t->ops = t->kernels = ops_new(&spec);
+    if (!t->kernels) return fail(e, "out of memory for the kernels' threads and scratch");
     return 0;
 }
 
@@ -449,7 +436,7 @@ int transformer_load(Transformer* t, const char* path, const TransformerOptions*
     if (*(const uint8_t*)&one != 1) return fail(&e, "this engine needs a little-endian machine");
     if (map_checkpoint(t, &e) != 0) return -1;
     memcpy(&t->header, t->file, sizeof(FileHeader));
-    if (read_config(t, o.ctx, &e) != 0 || map_weights(t, &e) != 0 || start_kernels(t, &o, &e) != 0 ||
+    if (read_config(t, o.ctx, &e) != 0 || map_weights(t, &e) != 0 || start_ops(t, &o, &e) != 0 ||
         alloc_state(t, o.kv_f16, &e) != 0) {
         transformer_free(t);
         return -1;
@@ -461,9 +448,9 @@ int transformer_load(Transformer* t, const char* path, const TransformerOptions*
 
 void transformer_free(Transformer* t) {
     if (t->file == NULL) return;
-    kernels_free(t->kernels);
+    ops_free(t->kernels);
     RunState* s = &t->state;
-    void* buffers[] = {s->x, s->xb, s->q, s->k, s->v, s->att_out, s->proj, s->gate, s->up, s->att,
+    void* buffers[] = {s->x, s->xb, s->q, s->k, s->v, s->att_out, s->proj, s->gate, s->up,
                        s->logits, s->key_cache, s->value_cache, s->rope_cos, s->rope_sin};
     for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++) free(buffers[i]);
     free(t->weights.layers);
@@ -472,53 +459,6 @@ void transformer_free(Transformer* t) {
 }
 
 /* ---- The forward pass ---- */
-
-/* One attention job: the kv heads of a batch split over the kernel threads, each task with its own
- * score scratch in state.att. Decode (one row): task i takes a contiguous range of kv heads, each
- * with its GQA group of query heads. Prefill: task i takes the (block of ATTENTION_BLOCK_ROWS rows,
- * kv head) pairs i, i + n_tasks, ...: interleaved, since the causal mask makes later rows longer. */
-typedef struct {
-    const Transformer* t;
-    int layer, n_rows, pos0, n_tasks;
-} AttentionJob;
-
-/* The query heads of kv head kv in batch rows r .. r+n-1, row r+i against cached positions 0 .. pos0+r+i. */
-static void attend(const AttentionJob* job, int r, int n, int kv, float* scratch) {
-    const Config* c = &job->t->config;
-    const RunState* s = &job->t->state;
-    int H = c->n_heads, d = c->head_dim;
-    int group = c->n_heads / c->n_kv_heads;        /* GQA: query heads per kv head (QWEN3.md 2.5) */
-    float scale = 1.0f / sqrtf((float)d);          /* 1/sqrt(head_dim), not dim/heads (7.1) */
-    int n_pos = job->pos0 + r + 1;                 /* causal: positions 0 .. pos of row r */
-    /* Row r's first query head of the group: groups are contiguous, heads kv*G .. kv*G+G-1, not h mod K. */
-    size_t at = ((size_t)r * H + (size_t)kv * group) * d;
-    size_t head = kv_offset(c, job->layer, kv, 0) * kv_elem_bytes(s); /* kv head kv's rows in the first block, bytes */
-    KVRows rows = {(const char*)s->key_cache + head, (const char*)s->value_cache + head, d, KV_BLOCK_LEN,
-                   kv_block_elems(c), s->kv_f16};
-    if (n == 1)
-        attention_group(s->att_out + at, s->q + at, group, &rows, n_pos, d, scale, scratch);
-    else
-        attention_rows(s->att_out + at, s->q + at, (size_t)H * d, group, n, &rows, n_pos, d, scale, scratch);
-}
-
-static void attention_task(void* ctx, int task, int thread) {
-    const AttentionJob* job = ctx;
-    (void)thread; /* the scratch is the task's */
-    const Config* c = &job->t->config;
-    const int K = c->n_kv_heads;
-    float* scratch = job->t->state.att + (size_t)task * attention_scratch_floats(c);
-    if (job->n_rows == 1) {
-        for (int kv = task * K / job->n_tasks; kv < (task + 1) * K / job->n_tasks; kv++)
-            attend(job, 0, 1, kv, scratch);
-        return;
-    }
-    const int n_blocks = (job->n_rows + ATTENTION_BLOCK_ROWS - 1) / ATTENTION_BLOCK_ROWS;
-    for (int pair = task; pair < n_blocks * K; pair += job->n_tasks) {
-        int r = pair / K * ATTENTION_BLOCK_ROWS;
-        int n = job->n_rows - r < ATTENTION_BLOCK_ROWS ? job->n_rows - r : ATTENTION_BLOCK_ROWS;
-        attend(job, r, n, pair % K, scratch);
-    }
-}
 
 #if defined(__linux__) && !defined(MADV_POPULATE_WRITE)
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
@@ -550,60 +490,14 @@ static void populate_kv_cache(Transformer* t, int end) {
 #endif
 }
 
-/* RMSNorm use 1 to 4 of forward() (named site in layer `layer` for --show-norms, norm_trace.h) on
- * n_rows batch rows of per_row vectors of n values, row 0 at position p0. As Qwen3 computes it this
- * is rmsnorm_rows(t->kernels, out, x, w, n_rows * per_row, n, eps); the RMSNorm lab's switches
- * (Transformer.norm_lab: --ablate, --norm-eps, --norm layernorm) change it for a student. */
-static void norm_site(const Transformer* t, int use, const char* site, int layer, float* out, const float* x,
-                      const float* w, int n_rows, int per_row, int n, int p0, float eps) {
-    static const int skip_bit[5] = {0, NORM_SKIP_PRE, NORM_SKIP_QK, NORM_SKIP_PRE, NORM_SKIP_FINAL};
-    const NormLab* lab = &t->norm_lab;
-    const int vectors = n_rows * per_row;
-    if (t->norm_trace) /* the vectors just before the call, reported when they hold the traced position */
-        norm_trace_see(t->norm_trace, use, site, layer, x, w, per_row, n, p0, n_rows, t->config.rms_norm_eps);
-    if (lab->has_eps) eps = lab->eps;
-    if (lab->skip & skip_bit[use]) {
-        if (out != x) memcpy(out, x, (size_t)vectors * (size_t)n * sizeof(float));
-    } else if (lab->variant) {
-        rmsnorm_variant_rows(out, x, w, vectors, n, eps, lab->variant);
-    } else {
-        rmsnorm_rows(t->kernels, out, x, w, vectors, n, eps);
-    }
-}
-
 /* Row r of a batch buffer whose rows are `width` floats wide. */
 #define ROW(buf, r, width) ((buf) + (size_t)(r) * (size_t)(width))
-
-/* --norms-json (norm_trace.h): each traced row's query heads' largest |q.k|/sqrt(d) over the keys
- * they attend to, read back from the cache (after QK-Norm and RoPE, as attention reads them). */
-static void see_scores(const Transformer* t, int l, int p0, int nb) {
-    NormTrace* tr = t->norm_trace;
-    if (tr == NULL || tr->json == NULL) return;
-    const Config* c = &t->config;
-    const RunState* s = &t->state;
-    const int H = c->n_heads, d = c->head_dim, G = c->n_heads / c->n_kv_heads;
-    for (int r = 0; r < nb; r++) {
-        if (!norm_trace_wants(tr, p0 + r)) continue;
-        for (int j = 0; j < H; j++) {
-            const float* q = ROW(s->q, r, (size_t)H * d) + (size_t)j * d;
-            double best = 0.0;
-            for (int p = 0; p <= p0 + r; p++) {
-                size_t at = kv_offset(c, l, j / G, p);
-                double dot = 0.0;
-                for (int i = 0; i < d; i++)
-                    dot += (double)q[i] * (s->kv_f16 ? half_to_float(((const uint16_t*)s->key_cache)[at + i])
-                                                     : ((const float*)s->key_cache)[at + i]);
-                best = fabs(dot) > best ? fabs(dot) : best;
-            }
-            norm_trace_score(tr, l, p0 + r, j, j / G, p0 + r + 1, best / sqrt((double)d));
-        }
-    }
-}
 
 float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_logits) {
     const Config* c = &t->config;
     const Weights* w = &t->weights;
     RunState* s = &t->state;
+    const Ops* ops = t->ops;                  /* the kernels (kernels/ops.h): nothing here knows which */
     const int D = c->dim, F = c->hidden_dim, L = c->n_layers, V = c->vocab_size;
     const int H = c->n_heads, K = c->n_kv_heads, d = c->head_dim;
     const int q_dim = H * d, kv_dim = K * d;  /* q is H*d wide, which is not D for 0.6B/4B/32B (7.1) */
@@ -629,13 +523,12 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
             const LayerWeights* lw = &w->layers[l];
 
             /* 2.2 step 2.1: pre-norm residual block: attention reads a normalised copy of each row of x. */
-            norm_site(t, 1, "pre-attention", l, s->xb, s->x, lw->input_layernorm, nb, 1, D, p0, eps);  /* RMSNorm use 1 of 4: pre-attention */
+            ops->rmsnorm(ops, &(NormSite){1, "pre-attention", l, p0, nb, 1}, s->xb, s->x, lw->input_layernorm, D, eps);  /* RMSNorm use 1 of 4: pre-attention */
 
-            /* 2.2 step 2.2: the q, k, v projections, in one dispatch to the threads since they
-             * read the same input (biases: Qwen2 only, QWEN3.md 6). */
-            float* const qkv[3] = {s->q, s->k, s->v};
-            const Matrix* const w_qkv[3] = {&lw->q_proj, &lw->k_proj, &lw->v_proj};
-            matmul(t->kernels, qkv, s->xb, w_qkv, 3, nb);
+            /* 2.2 step 2.2: the q, k, v projections, in one call since they read the same input
+             * (biases: Qwen2 only, QWEN3.md 6). */
+            ops->matmul(ops, (float*[]){s->q, s->k, s->v}, s->xb,
+                        (const Matrix*[]){&lw->q_proj, &lw->k_proj, &lw->v_proj}, 3, nb);
             if (lw->q_bias)
                 for (int r = 0; r < nb; r++) {
                     for (int i = 0; i < q_dim; i++) ROW(s->q, r, q_dim)[i] += lw->q_bias[i];
@@ -647,16 +540,16 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
              * every key head, each head normalised on its own, after the projection, before RoPE
              * (7.2); v is not normalised. A row of q is H heads of d values (k: K heads). */
             if (lw->q_norm) {
-                norm_site(t, 2, "QK-Norm q", l, s->q, s->q, lw->q_norm, nb, H, d, p0, eps);  /* RMSNorm use 2 of 4: QK-Norm on every q head (before RoPE) */
-                norm_site(t, 2, "QK-Norm k", l, s->k, s->k, lw->k_norm, nb, K, d, p0, eps);  /* RMSNorm use 2 of 4: QK-Norm on every k head (before RoPE) */
+                ops->rmsnorm(ops, &(NormSite){2, "QK-Norm q", l, p0, nb, H}, s->q, s->q, lw->q_norm, d, eps);  /* RMSNorm use 2 of 4: QK-Norm on every q head (before RoPE) */
+                ops->rmsnorm(ops, &(NormSite){2, "QK-Norm k", l, p0, nb, K}, s->k, s->k, lw->k_norm, d, eps);  /* RMSNorm use 2 of 4: QK-Norm on every k head (before RoPE) */
             }
 
             for (int r = 0; r < nb; r++) {
                 /* 2.2 step 2.5: RoPE (section 2.4) at this row's position, pairs (i, i + d/2) (7.3). */
                 const float* cos_p = ROW(s->rope_cos, p0 + r, d / 2);
                 const float* sin_p = ROW(s->rope_sin, p0 + r, d / 2);
-                rope(ROW(s->q, r, q_dim), H, d, cos_p, sin_p);
-                rope(ROW(s->k, r, kv_dim), K, d, cos_p, sin_p);
+                ops->rope(ops, ROW(s->q, r, q_dim), H, d, cos_p, sin_p);
+                ops->rope(ops, ROW(s->k, r, kv_dim), K, d, cos_p, sin_p);
                 /* 2.2 step 2.6: the cache stores keys after QK-Norm and RoPE (7.5); halves with --kv-cache f16. */
                 for (int h = 0; h < K; h++) {
                     size_t at = kv_offset(c, l, h, p0 + r);
@@ -664,26 +557,25 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
                     kv_store(s, s->value_cache, at, ROW(s->v, r, kv_dim) + h * d, d);
                 }
             }
-            see_scores(t, l, p0, nb); /* --norms-json: each head's largest score, with or without QK-Norm */
 
-            /* 2.2 step 2.7: causal attention of every row and query head over the threads (attend()
-             * has the GQA head mapping, the 1/sqrt(d) scale and the causal length). The textbook
-             * form (scores, softmax, weighted sum of the values) is attention_group_ref in
-             * attention.c; the SIMD decode path does it in one pass over the cache (online softmax). */
-            AttentionJob job = {t, l, nb, p0, kernels_threads(t->kernels)};
-            parallel_for(t->kernels, job.n_tasks, attention_task, &job);
+            /* 2.2 step 2.7: causal attention of every row and query head: query head j of row r
+             * reads kv head j / (H / K) (GQA, 2.5) at positions 0 .. p0 + r, with scores scaled by
+             * 1/sqrt(d), not by 1/sqrt(D / H) (7.1). */
+            const size_t layer_at = kv_offset(c, l, 0, 0) * kv_elem_bytes(s);
+            const KVRows cache = {(const char*)s->key_cache + layer_at, (const char*)s->value_cache + layer_at, d,
+                                  KV_BLOCK_LEN, kv_block_elems(c), s->kv_f16};
+            ops->attention(ops, &(AttentionCall){s->att_out, s->q, nb, p0, H, K, d, 1.0f / sqrtf((float)d), cache,
+                                                 kv_offset(c, l, 1, 0) - kv_offset(c, l, 0, 0), l});
 
             /* 2.2 steps 2.8-2.9: output projection, residual add. */
-            matmul(t->kernels, (float*[]){s->proj}, s->att_out, (const Matrix*[]){&lw->o_proj}, 1, nb);
+            ops->matmul(ops, (float*[]){s->proj}, s->att_out, (const Matrix*[]){&lw->o_proj}, 1, nb);
             for (size_t i = 0; i < (size_t)nb * D; i++) s->x[i] += s->proj[i];
 
             /* 2.2 steps 2.10-2.12: SwiGLU MLP on a normalised copy of x, residual add. */
-            norm_site(t, 3, "pre-MLP", l, s->xb, s->x, lw->post_attention_layernorm, nb, 1, D, p0, eps);  /* RMSNorm use 3 of 4: pre-MLP */
-            float* const gate_up[2] = {s->gate, s->up};
-            const Matrix* const w_gate_up[2] = {&lw->gate_proj, &lw->up_proj};
-            matmul(t->kernels, gate_up, s->xb, w_gate_up, 2, nb);
-            swiglu(t->kernels, s->gate, s->up, nb * F);  /* gate = silu(gate) * up */
-            matmul(t->kernels, (float*[]){s->proj}, s->gate, (const Matrix*[]){&lw->down_proj}, 1, nb);
+            ops->rmsnorm(ops, &(NormSite){3, "pre-MLP", l, p0, nb, 1}, s->xb, s->x, lw->post_attention_layernorm, D, eps);  /* RMSNorm use 3 of 4: pre-MLP */
+            ops->matmul(ops, (float*[]){s->gate, s->up}, s->xb, (const Matrix*[]){&lw->gate_proj, &lw->up_proj}, 2, nb);
+            ops->swiglu(ops, s->gate, s->up, nb * F);  /* gate = silu(gate) * up */
+            ops->matmul(ops, (float*[]){s->proj}, s->gate, (const Matrix*[]){&lw->down_proj}, 1, nb);
             for (size_t i = 0; i < (size_t)nb * D; i++) s->x[i] += s->proj[i];
         }
 
@@ -693,9 +585,9 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
         const int last_chunk = c0 + nb == n;
         if (!all_logits && !last_chunk) continue;
         const int r0 = all_logits ? 0 : nb - 1; /* the first row that needs logits */
-        norm_site(t, 4, "final norm", -1, ROW(s->xb, r0, D), ROW(s->x, r0, D), w->norm, nb - r0, 1, D, p0 + r0, eps);  /* RMSNorm use 4 of 4: final norm */
+        ops->rmsnorm(ops, &(NormSite){4, "final norm", -1, p0 + r0, nb - r0, 1}, ROW(s->xb, r0, D), ROW(s->x, r0, D), w->norm, D, eps);  /* RMSNorm use 4 of 4: final norm */
         float* logits = all_logits ? ROW(all_logits, c0, V) : s->logits;  /* the logits of rows r0 .. nb-1 */
-        matmul(t->kernels, (float*[]){logits}, ROW(s->xb, r0, D), (const Matrix*[]){&w->lm_head}, 1, nb - r0);
+        ops->matmul(ops, (float*[]){logits}, ROW(s->xb, r0, D), (const Matrix*[]){&w->lm_head}, 1, nb - r0);
         if (all_logits && last_chunk) memcpy(s->logits, ROW(logits, nb - 1, V), (size_t)V * sizeof(float));
     }
     return s->logits;

@@ -81,7 +81,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/kernels.h"
+#include "kernels/ops.h"
 
 #define CHECKPOINT_MAGIC "QW3C"
 #define CHECKPOINT_VERSION 5
@@ -197,7 +197,6 @@ typedef struct {
     float* att_out;  /* [B, H*d]   o: attention output, before o_proj */
     float* proj;     /* [B, dim]   o_proj / down_proj output, before the residual add */
     float *gate, *up; /* [B, F]   Wgate h and Wup h; swiglu leaves silu(Wgate h) * Wup h in gate for down_proj */
-    float* att;      /* [n_threads, attention_scratch_floats (model.c)]  each thread's attention scratch */
     float* logits;   /* [vocab]    logits of the last position */
     void *key_cache, *value_cache; /* [seq_len / KV_BLOCK_LEN (rounded up), L, K, KV_BLOCK_LEN, d]  keys
                                     * after QK-Norm and RoPE, and values, in blocks of positions (model.c, kv_offset) */
@@ -211,21 +210,6 @@ typedef struct {
 
 static inline size_t kv_elem_bytes(const RunState* s) { return s->kv_f16 ? sizeof(uint16_t) : sizeof(float); }
 
-/* The RMSNorm lab (run.c: --ablate, --norm-eps, --norm layernorm): teaching switches that change
- * what forward() does at its RMSNorm call sites, to see on a trained model why each use matters.
- * All zero (the default): the model as trained, the same bits as without the lab. */
-enum {
-    NORM_SKIP_PRE = 1,    /* uses 1 and 3, pre-attention and pre-MLP: attention and the MLP read x */
-    NORM_SKIP_QK = 2,     /* use 2, QK-Norm: q and k heads go to RoPE as projected */
-    NORM_SKIP_FINAL = 4,  /* use 4, the final norm: lm_head reads the residual stream itself */
-};
-typedef struct {
-    int skip;      /* NORM_SKIP_* bits: call sites left out (their output is their input) */
-    int variant;   /* NORM_VARIANT_* bits (kernels.h) applied at every call site still in */
-    int has_eps;   /* 1: eps replaces the config's rms_norm_eps everywhere */
-    float eps;
-} NormLab;
-
 /* The KV cache's positions when the caller gives no context length, at most the model's (QWEN3.md
  * 1.1: the models allow 40,960 positions, but a cache that large costs 9 GB in fp32 for 0.6B). */
 #define DEFAULT_CTX 4096
@@ -238,9 +222,9 @@ typedef struct {
     int kv_f16;           /* 1: the KV cache in fp16 (IEEE half), like llama.cpp's default: half the
                            * memory and bytes read, keys and values rounded to 11 significant bits
                            * (every sum stays fp32); 0: fp32, what the reference computes */
-    int bf16_activations; /* 1: prefill with bf16 weights rounds the activations to bf16 (kernels.h,
-                           * kernels_set_bf16_activations); ignored where the build has no bf16 dot
-                           * product: kernels_bf16_activations(t->kernels) says whether it is on */
+    int bf16_activations; /* 1: prefill with bf16 weights rounds the activations to bf16
+                           * (kernels/fast/fast.h); ignored where the build has no bf16 dot product:
+                           * t->kernels->bf16_activations says whether it is on */
 } TransformerOptions;
 
 typedef struct {
@@ -252,9 +236,9 @@ typedef struct {
     size_t tokenizer_bytes;
     const uint8_t* file;      /* the checkpoint, mapped read-only at a 2 MB boundary (model.c, map_file) */
     size_t file_size;
-    struct NormTrace* norm_trace; /* NULL, or --show-norms: forward() reports its RMSNorm calls (norm_trace.h) */
-    NormLab norm_lab;         /* zero, or the RMSNorm lab's switches (set after transformer_load) */
-    Kernels* kernels;         /* this model's threads and matmul scratch (kernels.h), for every kernel call */
+    Ops* kernels;             /* this model's own ops (kernels/ops.h: the fast ones, or the reference build's) */
+    const Ops* ops;           /* what forward() calls: kernels, or a tool's table in front of them
+                               * (the RMSNorm lab, the --show-norms trace; cli/norm_lab.h, cli/norm_trace.h) */
 } Transformer;
 
 /* Maps and validates the checkpoint, starts the model's own kernel threads and allocates its run

@@ -24,6 +24,7 @@
 #include "cli/bench.h"
 #include "cli/chat.h"
 #include "cli/eval.h"
+#include "cli/norm_lab.h"
 #include "cli/norm_trace.h"
 #include "cli/quantize.h"
 #include "cli/read_text.h"
@@ -153,7 +154,7 @@ typedef struct {
     int thinking, show_thinking; /* chat mode */
     int kv_f16;
     int show_norms;            /* 1: --show-norms, 2: --show-norms=all */
-    NormLab norm_lab;          /* --ablate, --norm-eps, --norm (model.h) */
+    NormLab norm_lab;          /* --ablate, --norm-eps, --norm (cli/norm_lab.h) */
     BenchOptions bench;        /* --bench-*, --json, --threads' counts (a list only in bench mode) */
     const char* given[N_OPTIONS]; /* each option's last value ("" for a switch); NULL: not given */
     int order[N_OPTIONS], n_given; /* the options given, in the order they first came */
@@ -240,7 +241,7 @@ static int* parse_prompt_ids(const char* s, int vocab_size, int* n_out) {
     return ids;
 }
 
-/* --ablate LIST: the RMSNorm uses to leave out or change (model.h NormLab), comma-separated. */
+/* --ablate LIST: the RMSNorm uses to leave out or change (cli/norm_lab.h), comma-separated. */
 static void parse_ablate(const char* list, NormLab* lab) {
     static const struct { const char* name; int skip, variant; } ablations[] = {
         {"qk-norm", NORM_SKIP_QK, 0},          {"final-norm", NORM_SKIP_FINAL, 0},
@@ -483,7 +484,7 @@ static void trace_open(NormTrace* tr, Transformer* t, const Options* o, int n_pr
         if (tr->json == NULL) die(1, "%s: cannot open for writing: %s", json_path, strerror(errno));
         setvbuf(tr->json, json_buf, _IOFBF, sizeof json_buf);
     }
-    t->norm_trace = tr;
+    norm_trace_attach(tr, t);
 }
 
 /* The table to stderr; the JSON file closed (removed if it could not be written whole). */
@@ -575,7 +576,7 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
         fflush(stdout);
     }
     if (trace.pos >= 0 && trace.json == NULL)
-        t->norm_trace = NULL; /* the prompt's last token has been through every call site */
+        norm_trace_detach(&trace, t); /* the prompt's last token has been through every call site */
     Utf8Stream stream = {{0}, 0};
     int n = n_prompt; /* tokens in history, one more than the positions run */
     int n_decoded = 0, context_full = 0;
@@ -597,7 +598,7 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
     }
     if (tok) utf8_stream_flush(&stream, stdout);
     const double t2 = now_seconds();
-    t->norm_trace = NULL;
+    norm_trace_detach(&trace, t);
     if (n > n_prompt || (o->prompt && tok)) fputc('\n', stdout);
     check_stdout();
     trace_close(&trace, given(o, "--norms-json"));
@@ -656,10 +657,10 @@ static void clamp_threads(Options* o) {
     o->threads = cpus;
 }
 
-/* The RMSNorm lab's switches (model.h NormLab) set on the model, with a note where they change
+/* The RMSNorm lab's switches (cli/norm_lab.h) set on the model, with a note where they change
  * nothing or --show-norms does not show them. */
-static void apply_norm_lab(Transformer* t, const Options* o) {
-    t->norm_lab = o->norm_lab;
+static void apply_norm_lab(Transformer* t, NormLabOps* lab, const Options* o) {
+    norm_lab_attach(lab, t, &o->norm_lab);
     if ((o->norm_lab.skip & NORM_SKIP_QK) && !(t->config.flags & FLAG_QK_NORM))
         fprintf(stderr, "run: note: --ablate qk-norm changes nothing: this model has no QK-Norm\n");
     if (o->show_norms && (o->norm_lab.skip || o->norm_lab.variant || o->norm_lab.has_eps))
@@ -736,7 +737,7 @@ int main(int argc, char** argv) {
     if (o.ctx > t.config.max_seq_len)
         fprintf(stderr, "run: note: -c %d is more than the model's maximum context of %d; using %d\n", o.ctx,
                 t.config.max_seq_len, t.config.max_seq_len);
-    if (topt.bf16_activations && !kernels_bf16_activations(t.kernels))
+    if (topt.bf16_activations && !t.kernels->bf16_activations)
         fprintf(stderr, "run: note: --bf16-activations ignored: this build has no bf16 dot product (AVX-512 BF16)\n");
     Tokenizer* tok = tokenizer_new(t.tokenizer_data, t.tokenizer_bytes, err, sizeof err);
     if (tok == NULL) {
@@ -745,7 +746,8 @@ int main(int argc, char** argv) {
     }
     const Tokenizer* text_tok = tokenizer_size(tok) > 0 ? tok : NULL; /* NULL: ids only */
     /* The RMSNorm lab's switches change the forward pass of the modes that run the model on text. */
-    if (o.mode & (GENERATE | CHAT | EVAL)) apply_norm_lab(&t, &o);
+    NormLabOps lab;
+    if (o.mode & (GENERATE | CHAT | EVAL)) apply_norm_lab(&t, &lab, &o);
     int status;
     if (o.mode == TOKENIZE) status = tokenize(text_tok, &o);
     else if (o.mode == EVAL) status = run_eval(&t, text_tok, &o);

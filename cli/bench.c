@@ -8,8 +8,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli/peak.h"
 #include "kernels/kernels.h"
-#include "kernels/simd_math.h"
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 /* Test 0 is prefill (ppN), test 1 decode (tgN). */
 static const char* const TEST_NAME[2] = {"pp", "tg"};
@@ -31,7 +35,7 @@ typedef struct {
     size_t bytes[2];
     int first_item[3]; /* items of span s: first_item[s] .. first_item[s + 1] - 1 */
     double* sums;      /* one per item, so the reads cannot be optimised away */
-    Kernels* k;        /* the model's threads, which read */
+    const Ops* k;      /* the model's ops, whose threads read */
 } ReadSet;
 
 static void read_item(void* ctx, int i, int thread) {
@@ -40,7 +44,7 @@ static void read_item(void* ctx, int i, int thread) {
     size_t a = (size_t)(i - rs->first_item[s]) * READ_CHUNK;
     size_t b = a + READ_CHUNK < rs->bytes[s] ? a + READ_CHUNK : rs->bytes[s];
     const uint8_t* buf = rs->p[s];
-#if defined(KERNELS_AVX2)
+#if defined(__AVX2__)
     __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
     for (size_t o = a; o + 128 <= b; o += 128) {
         const __m256i* p = (const __m256i*)(buf + o);
@@ -66,7 +70,7 @@ static void read_item(void* ctx, int i, int thread) {
 }
 
 /* span 1 may be empty (b1 == 0). Returns 0, or -1 when out of memory. */
-static int read_set_init(ReadSet* rs, Kernels* k, const void* p0, size_t b0, const void* p1, size_t b1) {
+static int read_set_init(ReadSet* rs, const Ops* k, const void* p0, size_t b0, const void* p1, size_t b1) {
     *rs = (ReadSet){{p0, p1}, {b0, b1}, {0}, NULL, k};
     rs->first_item[1] = (int)((b0 + READ_CHUNK - 1) / READ_CHUNK);
     rs->first_item[2] = rs->first_item[1] + (int)((b1 + READ_CHUNK - 1) / READ_CHUNK);
@@ -79,7 +83,7 @@ static double read_set_best(ReadSet* rs, int reps) {
     double best = 0;
     for (int r = 0; r < reps; r++) {
         double t0 = seconds(CLOCK_MONOTONIC);
-        parallel_for(rs->k, rs->first_item[2], read_item, rs);
+        rs->k->parallel_for(rs->k, rs->first_item[2], read_item, rs);
         double dt = seconds(CLOCK_MONOTONIC) - t0;
         best = fmax(best, (double)(rs->bytes[0] + rs->bytes[1]) / dt / 1e9);
     }
@@ -223,9 +227,9 @@ static int measure_rep(Bench* b, ThreadRun* tr, int r) {
 }
 
 /* One look at the compute roof with tr->threads, kept where better than the one before: a quarter
- * second of the instruction that prefill of this weight format relies on (kernels/peak.c). */
+ * second of the instruction that prefill of this weight format relies on (cli/peak.c). */
 static void look_at_compute_roof(Bench* b, ThreadRun* tr) {
-    kernels_set_threads(b->t->kernels, tr->threads);
+    b->t->kernels->set_threads(b->t->kernels, tr->threads);
     tr->peak = fmax(tr->peak, peak_ops(b->t->kernels, b->t->config.weight_type, 0.25, &b->peak_instruction));
 }
 
@@ -238,7 +242,7 @@ static int run_tests(Bench* b, double* results) {
     for (int k = 0; k < b->n_runs; k++) {
         ThreadRun* tr = &b->runs[k];
         double* v = results + (size_t)4 * k * b->reps;
-        *tr = (ThreadRun){.threads = kernels_set_threads(b->t->kernels, b->counts[k]),
+        *tr = (ThreadRun){.threads = b->t->kernels->set_threads(b->t->kernels, b->counts[k]),
                           .tps = {v, v + b->reps}, .rd = v + 2 * b->reps,
                           .wr = b->weights.sums ? v + 3 * b->reps : NULL};
         tr->best = read_set_best(&b->buffer, 5); /* towards the run's best read */
@@ -250,7 +254,7 @@ static int run_tests(Bench* b, double* results) {
     for (int r = 0; r < b->reps; r++)
         for (int i = 0; i < b->n_runs; i++) {
             ThreadRun* tr = &b->runs[r % 2 ? b->n_runs - 1 - i : i];
-            kernels_set_threads(b->t->kernels, tr->threads);
+            b->t->kernels->set_threads(b->t->kernels, tr->threads);
             if (measure_rep(b, tr, r) != 0) return -1;
         }
     for (int k = 0; k < b->n_runs && b->len[0] > 0; k++) /* a second look, after the reps */
@@ -321,11 +325,11 @@ static void print_head(const Bench* b, long long huge) {
            TYPE_NAME[c->weight_type]);
     if (c->group_size) printf(" (groups of %d)", c->group_size);
     const int float_weights = c->weight_type == WEIGHT_F32 || c->weight_type == WEIGHT_BF16;
-    const int x86 = strncmp(kernels_simd_name(t->kernels), "avx2", 4) == 0;
-    printf(", kernels %s%s%s, decode prefetch %s\n", kernels_simd_name(t->kernels),
-           kernels_bf16_activations(t->kernels) && c->weight_type == WEIGHT_BF16 ? ", bf16 activations in prefill" : "",
-           float_weights && x86 && !kernels_float_panels(t->kernels) ? ", prefill without packed panels" : "",
-           kernels_prefetch_plan(t->kernels));
+    const int x86 = strncmp(t->kernels->name, "avx2", 4) == 0;
+    printf(", kernels %s%s%s, decode prefetch %s\n", t->kernels->name,
+           t->kernels->bf16_activations && c->weight_type == WEIGHT_BF16 ? ", bf16 activations in prefill" : "",
+           float_weights && x86 && !t->kernels->float_panels ? ", prefill without packed panels" : "",
+           t->kernels->prefetch);
     if (huge < 0) printf("bench: weights mapped (page size unknown: no /proc/self/smaps)\n");
     else printf("bench: weights mapped, %.0f of %.0f MB in 2 MB pages\n", huge / 1e6, t->file_size / 1e6);
     if (huge >= 0 && whole > 0 && (size_t)huge < whole - whole / 100)
@@ -435,7 +439,7 @@ static void print_json_row(const Bench* b, long long huge, const ThreadRun* tr, 
     json_number("mem_gbps_best", "%.3f", tr->best);
     printf(", \"weight_type\": \"%s\"", TYPE_NAME[t->config.weight_type]);
     json_number("cpu_share", "%.3f", row.share);
-    printf(", \"prefetch\": \"%s\", \"weights\": \"mapped\"", kernels_prefetch_plan(t->kernels));
+    printf(", \"prefetch\": \"%s\", \"weights\": \"mapped\"", t->kernels->prefetch);
     json_number("huge_pct", "%.1f", huge < 0 ? NAN : 100.0 * huge / t->file_size);
     printf(", \"kv_cache\": \"%s\"", t->state.kv_f16 ? "f16" : "f32");
     json_list("reps_tokens_per_s", tr->tps[test], b->reps);
@@ -562,7 +566,7 @@ static void fill_tokens(int* tokens, int n, int vocab_size) {
 int bench_main(Transformer* t, const BenchOptions* o) {
     /* Without --threads the kernels' own count is the one measured. */
     Bench b = {.t = t, .len = {o->len[0], o->len[1]}, .reps = o->reps, .depth = o->depth, .json = o->json,
-               .counts = {kernels_threads(t->kernels)}, .n_runs = o->n_threads > 0 ? o->n_threads : 1};
+               .counts = {t->kernels->threads(t->kernels)}, .n_runs = o->n_threads > 0 ? o->n_threads : 1};
     memcpy(b.counts, o->threads, (size_t)o->n_threads * sizeof(int));
     int status = check_and_fit(&b, o->given);
     if (status != 0) return status;

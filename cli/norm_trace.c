@@ -1,10 +1,11 @@
 /* norm_trace.c: `--show-norms` and `--norms-json`, what each RMSNorm call site does (norm_trace.h).
- * Not on the speed path: forward() checks one pointer per call site when the trace is off. */
+ * Off, it is not in the model's op table at all. */
 #include "norm_trace.h"
 
 #include <math.h>
 
 #include "kernels/kernels.h"
+#include "kernels/ops.h"
 
 /* What RMSNorm does to one vector x of n values with weight w. */
 typedef struct {
@@ -118,4 +119,52 @@ void norm_trace_score(NormTrace* tr, int layer, int pos, int head, int kv_head, 
     if (tr->json == NULL) return;
     fprintf(tr->json, "{\"position\":%d,\"layer\":%d,\"site\":\"attention\",\"head\":%d,\"kv_head\":%d,\"keys\":%d,"
             "\"max_score\":%.9g}\n", pos, layer, head, kv_head, n_keys, max_score);
+}
+
+/* Each traced row's query heads' largest |q.k|/sqrt(d) over the keys they attend to, read back from
+ * the cache (after QK-Norm and RoPE, as attention reads them). */
+static void see_scores(NormTrace* tr, const AttentionCall* a) {
+    const int H = a->n_heads, d = a->head_dim, G = a->n_heads / a->n_kv_heads;
+    for (int r = 0; r < a->rows; r++) {
+        if (!norm_trace_wants(tr, a->p0 + r)) continue;
+        for (int j = 0; j < H; j++) {
+            const float* q = a->q + ((size_t)r * H + (size_t)j) * d;
+            const KVRows kv = attention_kv_head(a, j / G);
+            double best = 0.0;
+            for (int p = 0; p <= a->p0 + r; p++) {
+                const size_t at = kv_row_offset(&kv, p);
+                double dot = 0.0;
+                for (int i = 0; i < d; i++)
+                    dot += (double)q[i] * (kv.f16 ? half_to_float(((const uint16_t*)kv.keys)[at + i])
+                                                  : ((const float*)kv.keys)[at + i]);
+                best = fabs(dot) > best ? fabs(dot) : best;
+            }
+            norm_trace_score(tr, a->layer, a->p0 + r, j, j / G, a->p0 + r + 1, best / sqrt((double)d));
+        }
+    }
+}
+
+static void trace_rmsnorm(const Ops* o, const NormSite* at, float* out, const float* x, const float* w, int n,
+                          float eps) {
+    NormTrace* tr = (NormTrace*)o;
+    norm_trace_see(tr, at->use, at->name, at->layer, x, w, at->per_row, n, at->p0, at->rows, eps);
+    tr->inner->rmsnorm(tr->inner, at, out, x, w, n, eps);
+}
+
+static void trace_attention(const Ops* o, const AttentionCall* a) {
+    NormTrace* tr = (NormTrace*)o;
+    if (tr->json) see_scores(tr, a);
+    tr->inner->attention(tr->inner, a);
+}
+
+void norm_trace_attach(NormTrace* tr, Transformer* t) {
+    tr->inner = t->ops;
+    tr->ops = *t->ops;
+    tr->ops.rmsnorm = trace_rmsnorm;
+    tr->ops.attention = trace_attention;
+    t->ops = &tr->ops;
+}
+
+void norm_trace_detach(NormTrace* tr, Transformer* t) {
+    if (t->ops == &tr->ops) t->ops = tr->inner;
 }

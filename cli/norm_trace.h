@@ -1,7 +1,8 @@
 /* norm_trace.h: `--show-norms` and `--norms-json` (run.c), for a student of RMSNorm: what each of
  * the four RMSNorm call sites of forward() (model.c) does to the vectors it gets.
- * forward() calls norm_trace_see just before each call site, and norm_trace_score once a layer's
- * keys are in the cache, when Transformer.norm_trace is set.
+ * The trace puts its own op table in front of the model's (kernels/ops.h): its rmsnorm reports
+ * what goes into each call (norm_trace_see) and its attention each query head's largest score
+ * (norm_trace_score), then both call the model's own op.
  *
  * Three outputs, any of them on:
  *   the table (--show-norms)       one position (the prompt's last); QK-Norm's heads as min..max
@@ -20,7 +21,11 @@
 
 #include <stdio.h>
 
+#include "model.h"
+
 typedef struct NormTrace {
+    Ops ops;        /* the model's ops with rmsnorm and attention watched (norm_trace_attach) */
+    const Ops* inner;
     int pos;        /* the table's one position, or -1: every position that goes through forward()
                      * (the JSON lines always have every position) */
     int each_head;  /* the table: one line per head of q and k (1), or min..max over them (0) */
@@ -29,6 +34,10 @@ typedef struct NormTrace {
     float* scratch; /* max(dim, head_dim) floats, the caller's */
     int lines;      /* table lines printed so far (the column heads come before the first) */
 } NormTrace;
+
+/* Puts the trace in front of t's ops, and takes it away again. */
+void norm_trace_attach(NormTrace* tr, Transformer* t);
+void norm_trace_detach(NormTrace* tr, Transformer* t);
 
 /* Whether position p is traced (in the table or the JSON lines). */
 int norm_trace_wants(const NormTrace* tr, int p);

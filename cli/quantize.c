@@ -295,7 +295,7 @@ static int quantize_block(const Matrix* W, WeightType type, int gs, int b, uint8
 
 /* What the conversion of every matrix shares. */
 typedef struct {
-    Kernels* k;
+    const Ops* k;
     FILE* out;
     WeightType type;
     int group_size;
@@ -448,7 +448,7 @@ static void quantize_matrix(const Conversion* cv, const Piece* p, Progress* prog
     for (int b = 0; b < n_blocks; b += per_chunk) {
         const int n = n_blocks - b < per_chunk ? n_blocks - b : per_chunk;
         ChunkJob job = {cv, src, b, n, per_item, chunk, block_bytes, GROUP_OK, -1};
-        parallel_for(cv->k, (n + per_item - 1) / per_item, quantize_item, &job);
+        cv->k->parallel_for(cv->k, (n + per_item - 1) / per_item, quantize_item, &job);
         if (atomic_load(&job.status) == GROUP_NONFINITE)
             fail("tensor %s: row %d holds a NaN or an infinity, which %s cannot store", p->name,
                  atomic_load(&job.problem_row), dtype);
@@ -488,7 +488,7 @@ static void write_checkpoint(FILE* f, const Transformer* t, WeightType type, int
     size_t widest = (size_t)(c->dim > c->hidden_dim ? c->dim : c->hidden_dim);
     if ((size_t)c->n_heads * c->head_dim > widest) widest = (size_t)c->n_heads * c->head_dim;
     const Conversion cv = {t->kernels, f, type, gs,
-                           malloc((size_t)kernels_threads(t->kernels) * widest * sizeof(float)), widest};
+                           malloc((size_t)t->kernels->threads(t->kernels) * widest * sizeof(float)), widest};
     if (cv.scratch == NULL) fail("out of memory");
     Progress progress = {0, 0, now_seconds(), 0, isatty(STDERR_FILENO), -1};
     for (int i = 0; i < n; i++) progress.total += pieces[i].in_bytes;
@@ -581,7 +581,7 @@ int quantize_main(int argc, char** argv) {
     }
     struct stat st;
     const double size_mb = stat(o.output, &st) == 0 ? (double)st.st_size / 1e6 : 0;
-    const int threads = kernels_threads(t.kernels);
+    const int threads = t.kernels->threads(t.kernels);
     fprintf(stderr, "run: wrote %s (%.1f MB, %s, group size %d) in %.1fs on %d thread%s\n", o.output, size_mb,
             o.dtype, gs, now_seconds() - t0, threads, threads == 1 ? "" : "s");
     transformer_free(&t);

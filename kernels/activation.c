@@ -11,10 +11,8 @@ void swiglu_scalar(float* gate, const float* up, int n) {
     }
 }
 
-/* swiglu_span: the fastest twin compiled in, on one thread. swiglu() below splits long rows
- * (a prefill chunk's nb x F) over the kernel threads. */
 #if defined(KERNELS_AVX2)
-static void swiglu_span(float* gate, const float* up, int n) {
+void swiglu(float* gate, const float* up, int n) {
     const __m256 one = _mm256_set1_ps(1.0f);
     int i = 0;
     for (; i + 8 <= n; i += 8) {
@@ -26,7 +24,7 @@ static void swiglu_span(float* gate, const float* up, int n) {
     for (; i < n; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 #elif defined(KERNELS_NEON)
-static void swiglu_span(float* gate, const float* up, int n) {
+void swiglu(float* gate, const float* up, int n) {
     int i = 0;
     for (; i + 4 <= n; i += 4) {
         float32x4_t g = vld1q_f32(gate + i);
@@ -37,28 +35,5 @@ static void swiglu_span(float* gate, const float* up, int n) {
     for (; i < n; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 #else
-static void swiglu_span(float* gate, const float* up, int n) { swiglu_scalar(gate, up, n); }
+void swiglu(float* gate, const float* up, int n) { swiglu_scalar(gate, up, n); }
 #endif
-
-/* Spans start at multiples of 64 values, so every value goes through the same code (vector body or
- * scalar tail) as in one call over all n: the bits do not depend on the thread count. */
-#define SWIGLU_PARALLEL (32 * 1024) /* values; below this one thread is quicker than a dispatch */
-
-typedef struct {
-    float* gate;
-    const float* up;
-} Swiglu;
-
-static void swiglu_part(void* ctx, int i0, int i1) {
-    const Swiglu* j = ctx;
-    swiglu_span(j->gate + i0, j->up + i0, i1 - i0);
-}
-
-void swiglu(Kernels* k, float* gate, const float* up, int n) {
-    if (n < SWIGLU_PARALLEL) { /* little work (a decoded token): here, no dispatch */
-        swiglu_span(gate, up, n);
-        return;
-    }
-    Swiglu j = {gate, up};
-    parallel_spans(k, n, 64, swiglu_part, &j);
-}

@@ -1,19 +1,19 @@
-/* kernels.h: the numeric kernels of the forward pass.
- *
- * Each kernel has a scalar reference (name_scalar) and, where it pays, SIMD twins right below it:
- * AVX2+FMA on x86-64 (the base), with wider or extra paths where the CPU has AVX-512, VNNI,
- * AVX-512 BF16 or AMX (simd_math.h says which), and NEON on arm64. The plain name (matmul,
- * rmsnorm, ...) is the fastest path compiled in, and all the forward pass calls; -DKERNELS_SCALAR
- * forces the references. tests/test_kernels.c checks every twin against its reference, and the
- * one kernel without a scalar twin (--bf16-activations, below) against an exact sum.
+/* kernels.h: the numeric kernels of the forward pass, each a scalar reference (name_scalar) and,
+ * right below it in its file, SIMD twins under the plain name: AVX2+FMA on x86-64 (the base), with
+ * wider paths where the CPU has AVX-512, VNNI or AVX-512 BF16 (simd_math.h says which), and NEON on
+ * arm64; -DKERNELS_SCALAR (make SCALAR=1) compiles the references alone. forward() calls none of
+ * them directly: it calls the ops of kernels/ops.h, which run the references (ops_reference.c) or
+ * the twins on threads (fast/ops_fast.c). tests/test_kernels.c checks every twin against its
+ * reference, tests/test_ops.c every op.
  *
  * Weights are fp32, bf16, q8 or q4; activations between the kernels are fp32, and every sum of
  * products accumulates in fp32, or in int32 inside a group where both factors are integers: with
- * q8 and q4 weights the SIMD builds quantise the activations to int8 per group at run time (as
- * llama.cpp's q8_0 does; quantize_rows), multiply int8 by int8 and add the groups' int32 sums
- * times their two scales in fp32. matmul_scalar keeps fp32 activations (each weight group's scale
- * times the group's sum of q * x), so the quantised twins differ from it by the activations'
- * rounding, which the tests bound (tests/test_kernels.c; end to end, tests/test_model.py). */
+ * q8 and q4 weights the SIMD products quantise the activations to int8 per group at run time (as
+ * llama.cpp's q8_0 does; fast/matmul_shared.h, quantize_rows), multiply int8 by int8 and add the
+ * groups' int32 sums times their two scales in fp32. matmul_scalar keeps fp32 activations (each
+ * weight group's scale times the group's sum of q * x), so the quantised twins differ from it by
+ * the activations' rounding, which the tests bound (tests/test_matrix.h; end to end,
+ * tests/test_model.py). */
 #ifndef KERNELS_H
 #define KERNELS_H
 
@@ -55,7 +55,7 @@ static inline size_t quant_bytes(WeightType type, size_t n) {
     return type == WEIGHT_Q4 ? n / 2 : n;
 }
 
-/* Bytes of one group's scale: a float16 (q8 from checkpoint version 5, q4 from 4). */
+/* Bytes of one group's scale: a float16. */
 #define QUANT_SCALE_BYTES sizeof(uint16_t)
 
 /* Bytes of one row block: its rows' G scales each and their values. */
@@ -126,54 +126,6 @@ static inline int q4_value(const Matrix* W, int r, int c) {
     return (k < 16 ? b & 15 : b >> 4) - 8;
 }
 
-/* A kernel context: the thread pool, the matmul scratch, decode's prefetch plan and the prefill
- * switches. Each model owns one (model.c, Transformer.kernels) and passes it to the kernels that
- * take one; the per-vector kernels (rmsnorm, rope, softmax, attention_group, ...) need none. Two
- * contexts share nothing, so two models in one process run and free independently. One context
- * serves one calling thread at a time. */
-typedef struct Kernels Kernels;
-
-/* n_threads threads in all (the caller's included; <= 0: kernels_available_cpus()), scratch for
- * matmuls of up to max_batch rows (tokens) and max_cols input columns. NULL when out of memory. */
-Kernels* kernels_new(int n_threads, int max_batch, int max_cols);
-void kernels_free(Kernels* k); /* stops its threads and frees its scratch; NULL is fine */
-int kernels_threads(const Kernels* k);
-int kernels_available_cpus(void); /* the CPUs this process may run on: the default thread count */
-/* Runs k's kernels on n_threads from now on (1 .. the count kernels_new started, which sized the
- * callers' per-thread scratch): the bench compares thread counts in one process. Returns the count. */
-int kernels_set_threads(Kernels* k, int n_threads);
-const char* kernels_simd_name(const Kernels* k); /* "avx2", "avx2+avx512", "avx2+avx512+amx", "neon" or "scalar" */
-/* Decode's software prefetch plan (matmul.c, choose_prefetch): "near" or "mid" as chosen from
- * the CPU or KERNELS_PREFETCH in an x86 build, "none" in the others. */
-const char* kernels_prefetch_plan(const Kernels* k);
-/* The prefill paths; each setter (for tests of both paths) returns its getter's answer.
- * kernels_amx: 1 when q8 and q4 prefill (with AMX-BF16 also bf16 with bf16 activations) run on
- * AMX tiles: an x86 build for a CPU with AMX, on a Linux that grants the tile state, without
- * KERNELS_AMX=0; the setter turns AMX off or back on where kernels_new was granted it.
- * kernels_float_panels: 1 when f32 and bf16 prefill take packed panels from their thresholds on
- * (x86 builds; off by default with AVX-512 on Zen 4, or as KERNELS_FLOAT_PANELS=0 or 1 says). */
-int kernels_amx(const Kernels* k);
-int kernels_set_amx(Kernels* k, int on);
-int kernels_float_panels(const Kernels* k);
-int kernels_set_float_panels(Kernels* k, int on);
-
-/* --bf16-activations: prefill (n > 1) with bf16 weights multiplies them by the activations
- * rounded to bf16 (up to 2^-8 relative error each), with the CPU's bf16 dot product, where the
- * build has one (AVX-512 BF16): faster, and the precision llama.cpp uses for bf16 weights. Off
- * by default (fp32 activations). Returns 1 if now on, 0 if off or not available. No scalar
- * twin: builds without the instruction ignore the option, and tests/test_kernels.c checks the
- * kernel against the exact sum over the rounded activations. */
-int kernels_set_bf16_activations(Kernels* k, int on);
-int kernels_bf16_activations(const Kernels* k); /* 1 while on */
-
-/* outs[m][t*Ws[m]->rows + r] = sum_c Ws[m][r][c] * x[t*cols + c]  for m < n_mats, t < n, r < rows.
- * (y = W x for each of n input rows: a matrix-vector product when n == 1, a matrix-matrix
- * product when n > 1.) The matrices listed read the same input x (the q/k/v projections,
- * gate/up; one matrix elsewhere) and have the same cols and weight type: they go to the threads
- * in one dispatch, and x is prepared (quantised for q8 and q4) once for all of them. Threads split
- * the rows; the result does not depend on n_mats or on the thread count. */
-void matmul(Kernels* k, float* const* outs, const float* x, const Matrix* const* Ws, int n_mats, int n);
-
 /* out[c] = W[row][c] for c < W->cols, as fp32 (dequantised): the embedding lookup. */
 void matrix_row(float* out, const Matrix* W, int row);
 
@@ -181,19 +133,6 @@ void matrix_row(float* out, const Matrix* W, int row);
  * values of x: normalise, then multiply by the weight as stored (norm.c says why in this order).
  * n is D for the pre-attention, pre-MLP and final norms, head_dim for QK-Norm. out may equal x. */
 void rmsnorm(float* out, const float* x, const float* w, int n, float eps);
-
-/* rmsnorm() over n_rows vectors of n values laid out one after another (row r at x + r * n, its
- * result at out + r * n), spread over the kernel threads when there are many; the same bits as
- * n_rows calls of rmsnorm(). */
-void rmsnorm_rows(Kernels* k, float* out, const float* x, const float* w, int n_rows, int n, float eps);
-
-/* The RMSNorm lab's variants of rmsnorm_rows (model.c, NormLab), for teaching, not speed (scalar):
- *   NORM_VARIANT_CENTER        x - mean(x) first: LayerNorm without a bias
- *   NORM_VARIANT_UNIT_WEIGHT   w = 1: out = x * scale
- *   NORM_VARIANT_NO_SCALE      scale = 1: out = w * x
- * variant = 0 is rmsnorm_scalar row by row. out may equal x. */
-enum { NORM_VARIANT_CENTER = 1, NORM_VARIANT_UNIT_WEIGHT = 2, NORM_VARIANT_NO_SCALE = 4 };
-void rmsnorm_variant_rows(float* out, const float* x, const float* w, int n_rows, int n, float eps, int variant);
 
 /* RoPE with rotate-half pairing (QWEN3.md 2.4) on n_heads head vectors of head_dim values laid
  * out one after another: for i < head_dim/2, (x[i], x[i+head_dim/2]) is rotated by the angle whose
@@ -204,7 +143,7 @@ void rope(float* x, int n_heads, int head_dim, const float* cos_t, const float* 
 void softmax(float* x, int n);
 
 /* SwiGLU's gate (QWEN3.md 2.2 step 2.11): gate[i] = silu(gate[i]) * up[i], silu(z) = z / (1 + e^-z). */
-void swiglu(Kernels* k, float* gate, const float* up, int n); /* long rows spread over the kernel threads, the same bits */
+void swiglu(float* gate, const float* up, int n);
 
 /* One kv head's cached keys and values. The cache holds positions in blocks (model.c, the KV
  * cache): position t's key is at keys + (t / block_len) * block_stride + (t % block_len) * stride,
@@ -248,25 +187,9 @@ void attention_rows(float* out, const float* q, size_t row_stride, int n_q, int 
                     int first_n_pos, int head_dim, float scale, float* att);
 size_t attention_rows_scratch(int n_q, int n_rows, int max_pos, int head_dim);
 
-/* Runs fn(ctx, i, thread) for i in [0, n) on k's threads (the caller's thread included) and
- * returns when all are done; thread is the index of the thread running the item (0: the caller,
- * 1 .. kernels_threads(k) - 1: the workers), for per-thread scratch. Idle threads spin for at
- * most 200 us (not at all while another process competes for the cores), then sleep: see
- * threads.c. A call from inside an item of k (nested) runs its items serially on that thread. */
-void parallel_for(Kernels* k, int n, void (*fn)(void* ctx, int i, int thread), void* ctx);
-
-/* Runs fn(ctx, begin, end) over [0, n) cut into one contiguous span per thread of k. The cuts fall
- * on multiples of align, so a kernel whose vector body and scalar tail depend on where a span
- * starts gives the same bits as one call over [0, n). */
-void parallel_spans(Kernels* k, int n, int align, void (*fn)(void* ctx, int begin, int end), void* ctx);
-
-/* The compute roof (peak.c): operations per second (a multiply-add is two) of the instruction
- * that prefill of weight type `type` relies on, measured on every thread of k for about `seconds`;
- * *instruction names it. 0 where there is none to measure (the scalar build, AMX). */
-double peak_ops(Kernels* k, WeightType type, double seconds, const char** instruction);
-
 /* The reference twins, for the tests. */
 void matmul_scalar(float* out, const float* x, const Matrix* W, int n);
+void matmul_scalar_rows(float* out, const float* x, const Matrix* W, int n, int r0, int r1); /* rows r0 .. r1-1 */
 void rmsnorm_scalar(float* out, const float* x, const float* w, int n, float eps);
 void rope_scalar(float* x, int n_heads, int head_dim, const float* cos_t, const float* sin_t);
 void softmax_scalar(float* x, int n);

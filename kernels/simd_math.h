@@ -3,15 +3,6 @@
 #ifndef SIMD_MATH_H
 #define SIMD_MATH_H
 
-/* matmul.c's scratch (activation quantisation, each thread's rows and panels), the prefetch plan
- * and the AMX and bf16-activation switches of one kernel context, made by kernels_new (threads.c)
- * and reached through kernels_scratch. NULL when out of memory. */
-typedef struct Kernels Kernels;
-typedef struct MatmulScratch MatmulScratch;
-MatmulScratch* matmul_scratch_new(int max_threads, int max_batch, int max_cols);
-void matmul_scratch_free(MatmulScratch* s);
-MatmulScratch* kernels_scratch(const Kernels* k);
-
 #if !defined(KERNELS_SCALAR) && defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define KERNELS_AVX2 1

@@ -82,6 +82,15 @@ def no_amx_kernels_case(binary):
     return c_test_case(binary, {"KERNELS_AMX": "0"})
 
 
+def reference_build():
+    """Whether BUILD_DIR holds the reference build (make SCALAR=1): its compile line says so."""
+    try:
+        with open(os.path.join(BUILD_DIR, "flags")) as f:
+            return "-DKERNELS_SCALAR" in f.read()
+    except OSError:
+        return False
+
+
 def c_cases(wanted):
     """The C test programs of this build (test_kernels also without spinning, built for AVX2 only,
     and without AMX)."""
@@ -89,6 +98,10 @@ def c_cases(wanted):
     for src in sorted(glob.glob(os.path.join(ROOT, "tests", "test_*.c"))):
         binary = os.path.join(BUILD_DIR, "tests", os.path.basename(src)[:-2])
         if not wanted(os.path.basename(binary)):
+            continue
+        if not os.path.exists(binary) and os.path.basename(binary) == "test_kernels" and reference_build():
+            cases.append(c_test_case(binary, skip="test_kernels: the reference build (make SCALAR=1) has no fast "
+                                                  "kernels; test_ops checks its ops"))
             continue
         if not os.path.exists(binary):
             sys.exit(f"run_tests.py: {binary} is not built (run `make test`)")

@@ -7,7 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/kernels.h"
+#include "kernels/fast/fast.h"
+#include "kernels/ops.h"
 #include "kernels/simd_math.h" /* which SIMD paths this build has (KERNELS_AMX) */
 
 #if defined(KERNELS_AMX)
@@ -16,139 +17,12 @@
 #endif
 
 #include "tests/check.h"
-
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static float frand(void) { /* uniform in [-1, 1) */
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((rng >> 40) & 0xFFFFFF) / 8388608.0f - 1.0f;
-}
-
-static uint16_t f32_to_bf16(float f) {
-    union { float f; uint32_t u; } v = {f};
-    return (uint16_t)((v.u + 0x7FFF + ((v.u >> 16) & 1)) >> 16);
-}
-
-typedef struct {
-    Matrix M;
-    void* data;
-    int8_t* q;     /* q8, q4: the integer values, row-major (data holds them in row blocks) */
-    float* scales; /* q8, q4: the scales, row-major [rows][cols / gs] */
-    float* deq;    /* dequantised weights, row-major fp32 */
-} TestMatrix;
-
-/* A float in float16's normal range, its mantissa cut to float16's 10 bits (so exactly a half). */
-static float f16_exact(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u &= ~(uint32_t)0x1FFF;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* The float16 bits of such a float. */
-static uint16_t f16_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return (uint16_t)((u >> 16 & 0x8000u) | (((u >> 23 & 255) - 127 + 15) << 10) | (u >> 13 & 0x3FFu));
-}
-
-static TestMatrix make_matrix(WeightType type, int rows, int cols, int gs) {
-    TestMatrix t;
-    memset(&t, 0, sizeof t);
-    size_t nel = (size_t)rows * cols;
-    t.deq = malloc(nel * sizeof(float));
-    t.M.type = type;
-    t.M.rows = rows;
-    t.M.cols = cols;
-    if (type == WEIGHT_F32) {
-        float* d = malloc(nel * sizeof(float));
-        for (size_t i = 0; i < nel; i++) d[i] = t.deq[i] = frand();
-        t.data = d;
-    } else if (type == WEIGHT_BF16) {
-        uint16_t* d = malloc(nel * sizeof(uint16_t));
-        for (size_t i = 0; i < nel; i++) {
-            d[i] = f32_to_bf16(frand());
-            t.deq[i] = bf16_to_f32(d[i]);
-        }
-        t.data = d;
-    } else {
-        const int qmax = type == WEIGHT_Q4 ? 7 : 127; /* q8: -128 .. 127, q4: -8 .. 7 */
-        int8_t* d = malloc(nel);
-        size_t ng = nel / gs;
-        t.scales = malloc(ng * sizeof(float));
-        for (size_t g = 0; g < ng; g++) {
-            float s = (0.5f + 0.5f * fabsf(frand())) / (float)qmax;
-            s = f16_exact(s); /* q8 and q4 store float16 scales */
-            t.scales[g] = s;
-            for (int c = 0; c < gs; c++) {
-                int q = (int)lrintf(frand() * (float)qmax);
-                if (c == 0 && g % 3 == 0) q = -qmax - 1; /* the value outside [-qmax, qmax] */
-                d[g * gs + c] = (int8_t)q;
-                t.deq[g * gs + c] = s * (float)q;
-            }
-        }
-        t.q = d;
-        /* the row blocks of model.h, written from the layout's description (not with the
-         * kernels.h helpers the kernels use, so a wrong helper shows up as wrong results) */
-        const int G = cols / gs;
-        uint8_t* b;
-        if (type == WEIGHT_Q8) {
-            const int blocks = (rows + 3) / 4;
-            const size_t bb = 4 * (size_t)gs * G + (size_t)8 * G; /* 4 rows' G float16 scales, then values */
-            b = calloc((size_t)blocks, bb);
-            for (int r = 0; r < rows; r++) {
-                uint8_t* blk = b + (size_t)(r / 4) * bb;
-                for (int g = 0; g < G; g++) {
-                    const uint16_t h = f16_bits(t.scales[(size_t)r * G + g]);
-                    memcpy(blk + ((size_t)(r % 4) * G + g) * sizeof h, &h, sizeof h);
-                    memcpy(blk + (size_t)8 * G + ((size_t)g * 4 + r % 4) * gs, d + (size_t)r * cols + (size_t)g * gs, gs);
-                }
-            }
-        } else { /* q4: blocks of 8 rows; per group 8 scales, then byte 32v + 4i + k holds row i's
-                  * columns 4v + k (low nibble) and 16 + 4v + k (high), each as q + 8 */
-            const int blocks = (rows + 7) / 8; /* the padding rows are computed, never stored */
-            b = calloc((size_t)blocks * G, 144);
-            for (int r = 0; r < rows; r++)
-                for (int g = 0; g < G; g++) {
-                    uint8_t* grp = b + ((size_t)(r / 8) * G + g) * 144;
-                    const int8_t* src = d + (size_t)r * cols + (size_t)g * 32;
-                    const uint16_t h = f16_bits(t.scales[(size_t)r * G + g]);
-                    memcpy(grp + (r % 8) * sizeof h, &h, sizeof h);
-                    for (int v = 0; v < 4; v++)
-                        for (int k = 0; k < 4; k++)
-                            grp[16 + 32 * v + 4 * (r % 8) + k] =
-                                (uint8_t)((src[4 * v + k] + 8) | (src[16 + 4 * v + k] + 8) << 4);
-                }
-        }
-        t.data = b;
-        t.M.group_size = gs;
-    }
-    t.M.data = t.data;
-    return t;
-}
-
-static void free_matrix(TestMatrix* t) {
-    free(t->data);
-    free(t->q);
-    free(t->scales);
-    free(t->deq);
-}
-
-static const char* tname(WeightType t) {
-    return t == WEIGHT_F32 ? "f32" : t == WEIGHT_BF16 ? "bf16" : t == WEIGHT_Q8 ? "q8" : "q4";
-}
+#include "tests/test_matrix.h"
 
 /* The product of one matrix: matmul takes a list of them. */
 static void matmul_one(Kernels* k, float* out, const float* x, const Matrix* W, int n) { matmul(k, &out, x, &W, 1, n); }
 
-/* Tolerance of an output of a matmul against the reference:
- *   f32/bf16: 2e-5 * sum|w x| (fp32 reassociation; a missing or doubled column is about
- *             sum|w x| / cols >= 3e-4 of it at these sizes, so it is caught);
- *   q8, q4:   the same plus the exact bound of int8 activation quantisation: each activation is
- *             off by at most half its group's step s_x = max|x| / 127, so the error is at most
- *             sum_g s_w[g] * s_x[g] / 2 * sum_{c in g} |q_w[c]| (times 1.001 for fp32 rounding). */
+/* Each output of the product against the reference within matmul_tolerance (test_matrix.h). */
 static int check_matmul(Kernels* k, WeightType type, int rows, int cols, int gs, int n) {
     TestMatrix t = make_matrix(type, rows, cols, gs);
     float* x = malloc((size_t)n * cols * sizeof(float));
@@ -163,24 +37,8 @@ static int check_matmul(Kernels* k, WeightType type, int rows, int cols, int gs,
     for (int tk = 0; tk < n && ok; tk++) {
         const float* xt = x + (size_t)tk * cols;
         for (int r = 0; r < rows; r++) {
-            double abssum = 0, exact = 0, qbound = 0;
-            for (int c = 0; c < cols; c++) {
-                double p = (double)t.deq[(size_t)r * cols + c] * xt[c];
-                abssum += fabs(p);
-                exact += p;
-            }
-            if (type == WEIGHT_Q8 || type == WEIGHT_Q4) {
-                const int8_t* q = t.q + (size_t)r * cols;
-                for (int g = 0; g < cols / gs; g++) {
-                    double amax = 0, qs = 0;
-                    for (int c = g * gs; c < g * gs + gs; c++) {
-                        if (fabs(xt[c]) > amax) amax = fabs(xt[c]);
-                        qs += abs(q[c]);
-                    }
-                    qbound += t.scales[(size_t)r * (cols / gs) + g] * (amax / 127.0) / 2.0 * qs;
-                }
-            }
-            double tol = 2e-5 * abssum + qbound * 1.001 + 1e-6;
+            double abssum, exact;
+            const double tol = matmul_tolerance(&t, xt, r, &abssum, &exact);
             double e = fabs((double)out[(size_t)tk * rows + r] - ref[(size_t)tk * rows + r]);
             double e_ref = fabs((double)ref[(size_t)tk * rows + r] - exact); /* reference vs double */
             if (e / tol > worst) worst = e / tol;
@@ -423,7 +281,7 @@ static void test_rope(void) {
     }
 }
 
-static void test_softmax_swiglu(Kernels* kern) {
+static void test_softmax_swiglu(void) {
     int sizes[] = {1, 5, 8, 9, 100, 1000, 4099};
     for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
         int n = sizes[k];
@@ -447,7 +305,7 @@ static void test_softmax_swiglu(Kernels* kern) {
         snprintf(what, sizeof what, "softmax n=%d", n);
         check(e <= 1e-6 && fabs(sum - 1.0) <= 1e-5, what);
         swiglu_scalar(g, u, n);
-        swiglu(kern, g2, u, n);
+        swiglu(g2, u, n);
         /* tolerance: 2e-6 relative + 1e-7 absolute */
         e = 0;
         int ok = 1;
@@ -755,41 +613,6 @@ static void test_two_contexts(void) {
     check(ok, "two kernel contexts: interleaved matmuls bitwise as alone, either freed first, the other still right");
 }
 
-/* rmsnorm_rows and swiglu split long work over the threads (forward's prefill chunks): with one
- * and two threads, above and below the size from which they split, and at lengths whose parts do
- * not divide evenly, the bits of rmsnorm() row by row and of one thread's swiglu. */
-static void test_rows_over_threads(void) {
-    Kernels* kern = kernels_new(2, 8, 512);
-    const int shapes[][2] = {{1, 1024}, {3, 128}, {257, 128}, {37, 1024}, {300, 130}, {331, 101}};
-    int ok = 1;
-    for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
-        const int rows = shapes[k][0], n = shapes[k][1];
-        const size_t total = (size_t)rows * n;
-        float *x = malloc(total * sizeof(float)), *w = malloc(n * sizeof(float));
-        float *want = malloc(total * sizeof(float)), *got = malloc(total * sizeof(float));
-        float *up = malloc(total * sizeof(float)), *g1 = malloc(total * sizeof(float)), *g2 = malloc(total * sizeof(float));
-        for (size_t i = 0; i < total; i++) x[i] = frand() * 4, up[i] = frand() * 3, g1[i] = g2[i] = frand() * 20;
-        for (int i = 0; i < n; i++) w[i] = frand();
-        for (int r = 0; r < rows; r++) rmsnorm(want + (size_t)r * n, x + (size_t)r * n, w, n, 1e-6f);
-        kernels_set_threads(kern, 1);
-        swiglu(kern, g1, up, (int)total);
-        for (int threads = 1; threads <= 2; threads++) {
-            kernels_set_threads(kern, threads);
-            memset(got, 0, total * sizeof(float));
-            rmsnorm_rows(kern, got, x, w, rows, n, 1e-6f);
-            ok &= memcmp(got, want, total * sizeof(float)) == 0;
-            memcpy(got, x, total * sizeof(float)); /* in place, as QK-Norm runs */
-            rmsnorm_rows(kern, got, got, w, rows, n, 1e-6f);
-            ok &= memcmp(got, want, total * sizeof(float)) == 0;
-        }
-        swiglu(kern, g2, up, (int)total); /* two threads */
-        ok &= memcmp(g1, g2, total * sizeof(float)) == 0;
-        free(x), free(w), free(want), free(got), free(up), free(g1), free(g2);
-    }
-    check(ok, "rmsnorm_rows = rmsnorm row by row, swiglu with 2 threads = with 1, bit for bit (1 and 2 threads)");
-    kernels_free(kern);
-}
-
 /* --bf16-activations (kernels_set_bf16_activations): prefill with bf16 weights multiplies them by
  * the activations rounded to bf16. Checked against the exact sum over (weight x rounded
  * activation) in double with the fp32 tolerance of check_matmul; at 1024 columns a kernel that
@@ -945,24 +768,6 @@ static void print_kernel_paths(const Kernels* k) {
     printf("\n");
 }
 
-/* peak_ops (the bench's compute roof): a rate and the instruction of each format in a SIMD build,
- * none in the scalar one; the rate itself is the bench's to report, not a test's to judge. */
-static void test_peak_ops(Kernels* kern) {
-    int ok = 1;
-    for (int w = WEIGHT_F32; w <= WEIGHT_Q4; w++) {
-        const char* ins = NULL;
-        const double ops = peak_ops(kern, (WeightType)w, 0.01, &ins);
-#if defined(KERNELS_SCALAR)
-        ok &= ops == 0.0 && strcmp(ins, "scalar") == 0;
-#else
-        const int int8 = w == WEIGHT_Q8 || w == WEIGHT_Q4;
-        if (strcmp(ins, "amx") == 0) ok &= ops == 0.0 && kernels_amx(kern);
-        else ok &= ops > 0.0 && (strcmp(ins, "fp32 fma") == 0) == !int8;
-#endif
-    }
-    check(ok, "peak_ops: a positive rate of fp32 FMA (f32, bf16) or the int8 dot product (q8, q4); none in the scalar build");
-}
-
 /* f32 and bf16 prefill the other way than this CPU's default (kernels_float_panels): the packed
  * panels where the tiles alone are the default (AVX-512 on Zen 4), the tiles alone elsewhere, so
  * that an x86 build checks both wherever it runs. */
@@ -994,7 +799,6 @@ int main(void) {
         printf("kernels: %s, threads: %d\n", kernels_simd_name(kern), kernels_threads(kern));
         if (ti == 0) test_amx_in_use(kern);
         if (ti == 0) print_kernel_paths(kern);
-        test_peak_ops(kern);
         struct { WeightType t; int rows, cols, gs; } cases[] = {
             {WEIGHT_F32, 37, 1027, 0}, {WEIGHT_F32, 64, 1024, 0}, {WEIGHT_F32, 5, 3, 0},
             {WEIGHT_F32, 130, 200, 0}, {WEIGHT_BF16, 37, 1027, 0}, {WEIGHT_BF16, 64, 1024, 0},
@@ -1109,10 +913,9 @@ int main(void) {
     test_float_to_half();
     test_matrix_row();
     test_rmsnorm();
-    test_rows_over_threads();
     test_rope();
     kern = kernels_new(2, 8, 512);
-    test_softmax_swiglu(kern);
+    test_softmax_swiglu();
     test_attention(kern);
     kernels_free(kern);
     test_attention_rows();

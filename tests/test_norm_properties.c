@@ -4,13 +4,14 @@
  *   - a zero vector gives a finite zero (eps keeps 1/sqrt away from 1/0);
  *   - with w = 1 the output has RMS 1 (while mean(x^2) is far above eps);
  *   - LayerNorm without a bias is RMSNorm of the centred vector (checked against a LayerNorm
- *     written here in double), and so is the lab's NORM_VARIANT_CENTER (kernels.h).
+ *     written here in double), and so is the lab's NORM_VARIANT_CENTER (cli/norm_lab.h).
  * Prints "N passed, M failed" and exits non-zero on any failure. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/norm_lab.h"
 #include "kernels/kernels.h"
 
 #include "tests/check.h"

@@ -90,9 +90,9 @@ static void run_side_by_side(const Run runs[2], int first) {
     }
     char what[200];
     snprintf(what, sizeof what, "each model keeps its own options: threads %d and %d, contexts %d and %d, caches %s and %s",
-             kernels_threads(t[0].kernels), kernels_threads(t[1].kernels), t[0].config.seq_len, t[1].config.seq_len,
+             t[0].kernels->threads(t[0].kernels), t[1].kernels->threads(t[1].kernels), t[0].config.seq_len, t[1].config.seq_len,
              t[0].state.kv_f16 ? "fp16" : "fp32", t[1].state.kv_f16 ? "fp16" : "fp32");
-    check(kernels_threads(t[0].kernels) == 2 && kernels_threads(t[1].kernels) == 1 && t[0].config.seq_len == 256 &&
+    check(t[0].kernels->threads(t[0].kernels) == 2 && t[1].kernels->threads(t[1].kernels) == 1 && t[0].config.seq_len == 256 &&
               t[1].config.seq_len == 128 && !t[0].state.kv_f16 && t[1].state.kv_f16 && t[0].kernels != t[1].kernels,
           what);
     int ok_both = 1, ok_after = 1, live[2] = {1, 1};

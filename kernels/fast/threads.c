@@ -6,9 +6,10 @@
  *
  * A thread with nothing to do (a worker between dispatches, the caller waiting for the last item)
  * spins for at most KERNELS_SPIN_US with a pause instruction, then sleeps on a condition variable:
- * decode issues a few hundred dispatches per token, microseconds apart, so the spin saves a futex
- * wake-up per dispatch. While another process competes for the cores (contended, below) nobody
- * spins and parallel_for does not dispatch: the calling thread runs every item itself. */
+ * decode issues about 140 dispatches per token, tens of microseconds apart, so the spin saves a
+ * futex wake-up per dispatch (docs/design.md#thread-pool). While another process competes for the
+ * cores (contended, below) nobody spins and parallel_for does not dispatch: the calling thread runs
+ * every item itself. */
 #include <pthread.h>
 #include <sys/syscall.h>
 #include <sched.h>
@@ -21,8 +22,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kernels.h"
-#include "simd_math.h"
+#include "kernels/kernels.h"
+#include "kernels/simd_math.h"
+#include "kernels/fast/fast.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>

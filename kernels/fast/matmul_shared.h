@@ -10,8 +10,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kernels.h"
-#include "simd_math.h"
+#include "kernels/kernels.h"
+#include "kernels/simd_math.h"
+#include "kernels/fast/fast.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 

@@ -1,5 +1,5 @@
-/* peak.c: the compute roof. How many operations per second the instruction that prefill of a
- * weight format relies on can do on this machine, on every thread of a kernel context: the bench
+/* peak.c: the bench's compute roof. How many operations per second the instruction that prefill of a
+ * weight format relies on can do on this machine, on every thread of the model's ops: the bench
  * divides a prefill's achieved rate by it (cli/bench.c, compute_roof_pct).
  *
  * Each thread runs independent chains of that instruction on values held in registers (no memory
@@ -12,9 +12,11 @@
  *                                                      or its widening stand-in
  * Where q8/q4 or bf16 prefill runs on AMX tiles there is no roof (the loop would measure the
  * vector units, not the tiles): peak_ops returns 0. */
+#include <string.h>
 #include <time.h>
 
-#include "matmul_shared.h"
+#include "cli/peak.h"
+#include "kernels/fast/matmul_shared.h" /* which int8 and bf16 dot products the product kernels use */
 
 #define CHAINS 12   /* independent accumulators per thread: latency 4-5 cycles x 2 pipes, with room */
 #define STEPS 2048  /* instructions per chain between two looks at the clock */
@@ -167,16 +169,16 @@ static void peak_item(void* ctx, int item, int thread) {
 }
 #endif
 
-double peak_ops(Kernels* k, WeightType type, double seconds, const char** instruction) {
+double peak_ops(const Ops* k, WeightType type, double seconds, const char** instruction) {
     const int int8 = type == WEIGHT_Q8 || type == WEIGHT_Q4;
-    const int bf16_dot = type == WEIGHT_BF16 && kernels_bf16_activations(k);
+    const int bf16_dot = type == WEIGHT_BF16 && k->bf16_activations;
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
 #if defined(KERNELS_AMX)
     int on_amx = int8;
 #if defined(KERNELS_AMX_BF16)
     on_amx |= type == WEIGHT_BF16;
 #endif
-    if (kernels_amx(k) && on_amx) {
+    if (strstr(k->name, "amx") && on_amx) {
         *instruction = "amx";
         return 0.0;
     }
@@ -190,10 +192,10 @@ double peak_ops(Kernels* k, WeightType type, double seconds, const char** instru
         *instruction = "vdpbf16ps";
     }
 #endif
-    const int nt = kernels_threads(k);
+    const int nt = k->threads(k);
     const double t0 = now_s();
     job.deadline = t0 + seconds;
-    parallel_for(k, nt, peak_item, &job);
+    k->parallel_for(k, nt, peak_item, &job);
     const double wall = now_s() - t0;
     long long looks = 0;
     for (int t = 0; t < nt && t < 256; t++) looks += job.steps[t];

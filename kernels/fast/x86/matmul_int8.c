@@ -342,9 +342,9 @@ ALWAYS_INLINE void qp_store(float* out, QPf v) { _mm256_storeu_ps(out, v); }
 
 /* Whether rows_qi packs q8 or q4 panels for n tokens (the driver aligns its chunks to
  * QP_ROWS rows when so). Packing pays once the tiles' passes over the chunk cost more than it:
- * from 24 tokens for q8 and q4 with 512-bit VNNI (Zen 4), about where AVX2's sign trick crossed
- * too. q4 takes them only with VNNI: without it tile_q4's int16 sums (two instructions per 32
- * weights and token) beat the sign trick's four (docs/design.md#prefill-panels). */
+ * from 24 tokens, for q8 with or without VNNI; for q4 only with VNNI, since without it tile_q4's
+ * int16 sums (two instructions per 32 weights and token) beat the sign trick's four
+ * (docs/design.md#prefill-panels). */
 #define QP_MIN_TOKENS 24
 int qi_packed_takes(const Matrix* W, int n, int xp_cap) {
 #if defined(Q8_VNNI)
@@ -539,12 +539,14 @@ ALWAYS_INLINE void tile_q4(float* out, const int8_t* xq, const float* xsc, const
 #pragma GCC unroll 4
     for (int j = 0; j < TT; j++) tot[j] = _mm256_setzero_ps();
     for (int g = 0; g < G; g++, b += Q4_GROUP_BYTES) {
-        if (pf && !(g & 1)) /* two groups: 288 bytes, 4.5 lines (unrolled: gcc kept a loop) */
+        if (pf && !(g & 1)) /* two groups: 288 bytes, 4.5 lines (unrolled: gcc otherwise keeps a loop) */
 #pragma GCC unroll 5
             for (int o = 0; o < 2 * (int)Q4_GROUP_BYTES; o += 64) _mm_prefetch((const char*)b + pf + o, _MM_HINT_T0);
         __m256i s[4];
+        /* the lane's start, -8 x the sum (xgsum / 16), by a vector shift: cheaper than a division in
+         * a general register (docs/design.md#prefill-panels) */
 #pragma GCC unroll 4
-        for (int j = 0; j < TT; j++) /* -8 x the sum: a vector shift, cheaper than dividing in a general register */
+        for (int j = 0; j < TT; j++)
             s[j] = _mm256_srai_epi32(_mm256_set1_epi32(xgsum[(size_t)(t + j) * G + g]), 4);
         q4_group_sums(s, b + Q4_BLOCK_ROWS * sizeof(uint16_t), xq + ((size_t)t * G + g) * Q4_GROUP, (size_t)C, TT);
         const __m256 ws = scales8(b); /* the group's 8 rows' scales */

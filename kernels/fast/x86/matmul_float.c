@@ -202,9 +202,9 @@ static void rows_float_packed(float* out, const float* x, const Matrix* W, Weigh
 /* Rows r .. r+RT-1 x tokens t .. t+TT-1 on 256-bit vectors, each accumulator over 8 columns, the
  * last C % 8 columns added in scalar. The activation and weight vectors of a step are pinned in
  * registers by an empty asm: gcc otherwise folds each load into every FMA that uses it (16 loads
- * per step instead of 8) and runs at half the speed clang gets. next: NULL, or f32/bf16 weights
- * to bring into L2 at the pace this tile reads its own (4 rows x 8 columns per step: one 64-byte
- * line of bf16, two of f32; rows_float_nn). */
+ * per step instead of 8), which is slower (docs/design.md#prefill-tiles). next: NULL, or f32/bf16
+ * weights to bring into L2 at the pace this tile reads its own (4 rows x 8 columns per step: one
+ * 64-byte line of bf16, two of f32; rows_float_nn). */
 ALWAYS_INLINE void tile_float_ymm(float* out, const float* x, const Matrix* W, WeightType type, int r, int t, int RT,
                                   int TT, const char* next) {
     const int C = W->cols, R = W->rows, C8 = C & ~7;

@@ -69,8 +69,9 @@ void amx_configure(int K, int T) {
         cfg.rows[t] = t == 2 || t == 3 ? (uint8_t)(K / 4) : (uint8_t)T;
         cfg.colsb[t] = t < 2 ? (uint16_t)K : 64;
     }
-    /* gcc 12 does not see that ldtilecfg reads cfg: out of line (two callers) it dropped the loop's
-     * stores as dead, and the tiles came up unconfigured (SIGILL at the first tile instruction) */
+    /* gcc 12 does not see that ldtilecfg reads cfg: out of line (two callers) it drops the loop's
+     * stores as dead and the first tile instruction meets unconfigured tiles (SIGILL); the empty
+     * asm with cfg as a memory input keeps the stores (docs/design.md#amx) */
     __asm__ volatile("" : : "m"(cfg) : "memory");
     _tile_loadconfig(&cfg);
 }
@@ -135,7 +136,7 @@ ALWAYS_INLINE void amx_scale_tile(float* o, const int32_t* cbuf, const float* ws
                                   int T) {
     __m512 acc[AMX_ROWS];
 #pragma GCC unroll 16
-    for (int j = 0; j < AMX_ROWS; j++) acc[j] = _mm512_setzero_ps(); /* all 16: gcc warned of acc[T..] */
+    for (int j = 0; j < AMX_ROWS; j++) acc[j] = _mm512_setzero_ps(); /* all 16: with T only, gcc warns of acc[T..] */
     for (int g = 0; g < G; g++) {
         const int32_t* c = cbuf + (size_t)g * 256;
         const __m512 wsv = _mm512_loadu_ps(wsi + (size_t)g * AMX_ROWS);

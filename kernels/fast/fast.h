@@ -1,0 +1,77 @@
+/* fast.h: the fast engine behind the seam (kernels/ops.h): a kernel context with its thread pool
+ * (threads.c) and the product driver that plans which SIMD twin multiplies each matrix
+ * (matmul.c). Only the fast ops (ops_fast.c), the fast kernels and their tests include it; the
+ * reference build (make SCALAR=1) compiles none of this folder. */
+#ifndef FAST_H
+#define FAST_H
+
+#include "kernels/kernels.h"
+
+/* A kernel context: the thread pool, the matmul scratch, decode's prefetch plan and the prefill
+ * switches. The fast ops own one each (ops_fast.c); the per-vector kernels (rmsnorm, rope,
+ * softmax, attention_group, ...) need none. Two contexts share nothing, so two models in one
+ * process run and free independently. One context serves one calling thread at a time. */
+typedef struct Kernels Kernels;
+
+/* n_threads threads in all (the caller's included; <= 0: kernels_available_cpus()), scratch for
+ * matmuls of up to max_batch rows (tokens) and max_cols input columns. NULL when out of memory. */
+Kernels* kernels_new(int n_threads, int max_batch, int max_cols);
+void kernels_free(Kernels* k); /* stops its threads and frees its scratch; NULL is fine */
+int kernels_threads(const Kernels* k);
+int kernels_available_cpus(void); /* the CPUs this process may run on: the default thread count */
+/* Runs k's kernels on n_threads from now on (1 .. the count kernels_new started, which sized the
+ * callers' per-thread scratch): the bench compares thread counts in one process. Returns the count. */
+int kernels_set_threads(Kernels* k, int n_threads);
+const char* kernels_simd_name(const Kernels* k); /* "avx2", "avx2+avx512", "avx2+avx512+amx", "neon" or "scalar" */
+/* Decode's software prefetch plan (fast/matmul.c, choose_prefetch): "near" or "mid" as chosen from
+ * the CPU or KERNELS_PREFETCH in an x86 build, "none" in the others. */
+const char* kernels_prefetch_plan(const Kernels* k);
+/* The prefill paths; each setter (for tests of both paths) returns its getter's answer.
+ * kernels_amx: 1 when q8 and q4 prefill (with AMX-BF16 also bf16 with bf16 activations) run on
+ * AMX tiles: an x86 build for a CPU with AMX, on a Linux that grants the tile state, without
+ * KERNELS_AMX=0; the setter turns AMX off or back on where kernels_new was granted it.
+ * kernels_float_panels: 1 when f32 and bf16 prefill take packed panels from their thresholds on
+ * (x86 builds; off by default with AVX-512 on Zen 4, or as KERNELS_FLOAT_PANELS=0 or 1 says). */
+int kernels_amx(const Kernels* k);
+int kernels_set_amx(Kernels* k, int on);
+int kernels_float_panels(const Kernels* k);
+int kernels_set_float_panels(Kernels* k, int on);
+
+/* --bf16-activations: prefill (n > 1) with bf16 weights multiplies them by the activations
+ * rounded to bf16 (up to 2^-8 relative error each), with the CPU's bf16 dot product, where the
+ * build has one (AVX-512 BF16): faster, and the precision llama.cpp uses for bf16 weights. Off
+ * by default (fp32 activations). Returns 1 if now on, 0 if off or not available. No scalar
+ * twin: builds without the instruction ignore the option, and tests/test_kernels.c checks the
+ * kernel against the exact sum over the rounded activations. */
+int kernels_set_bf16_activations(Kernels* k, int on);
+int kernels_bf16_activations(const Kernels* k); /* 1 while on */
+
+/* outs[m][t*Ws[m]->rows + r] = sum_c Ws[m][r][c] * x[t*cols + c]  for m < n_mats, t < n, r < rows.
+ * (y = W x for each of n input rows: a matrix-vector product when n == 1, a matrix-matrix
+ * product when n > 1.) The matrices listed read the same input x (the q/k/v projections,
+ * gate/up; one matrix elsewhere) and have the same cols and weight type: they go to the threads
+ * in one dispatch, and x is prepared (quantised for q8 and q4) once for all of them. Threads split
+ * the rows; the result does not depend on n_mats or on the thread count. */
+void matmul(Kernels* k, float* const* outs, const float* x, const Matrix* const* Ws, int n_mats, int n);
+
+/* Runs fn(ctx, i, thread) for i in [0, n) on k's threads (the caller's thread included) and
+ * returns when all are done; thread is the index of the thread running the item (0: the caller,
+ * 1 .. kernels_threads(k) - 1: the workers), for per-thread scratch. Idle threads spin for at
+ * most 200 us (not at all while another process competes for the cores), then sleep: see
+ * threads.c. A call from inside an item of k (nested) runs its items serially on that thread. */
+void parallel_for(Kernels* k, int n, void (*fn)(void* ctx, int i, int thread), void* ctx);
+
+/* Runs fn(ctx, begin, end) over [0, n) cut into one contiguous span per thread of k. The cuts fall
+ * on multiples of align, so a kernel whose vector body and scalar tail depend on where a span
+ * starts gives the same bits as one call over [0, n). */
+void parallel_spans(Kernels* k, int n, int align, void (*fn)(void* ctx, int begin, int end), void* ctx);
+
+/* matmul.c's scratch (activation quantisation, each thread's rows and panels), the prefetch plan
+ * and the AMX and bf16-activation switches of one kernel context, made by kernels_new (threads.c)
+ * and reached through kernels_scratch. NULL when out of memory. */
+typedef struct MatmulScratch MatmulScratch;
+MatmulScratch* matmul_scratch_new(int max_threads, int max_batch, int max_cols);
+void matmul_scratch_free(MatmulScratch* s);
+MatmulScratch* kernels_scratch(const Kernels* k);
+
+#endif

@@ -1,0 +1,480 @@
+/* matmul.c: y = W x for f32, bf16, q8 and q4 weights, and the embedding-row lookup. The scalar
+ * reference comes first; then the scratch, decode's prefetch plan, and the parallel driver, which
+ * splits a product's rows over the threads and hands each chunk to a SIMD twin of the reference:
+ * x86/ or arm/, matmul_float.c (f32, bf16) and matmul_int8.c (q8, q4); x86/matmul_amx.c (their
+ * prefill on AMX). */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/fast/matmul_shared.h"
+
+/* ---- Scratch, plan and switches ---- */
+
+/* One kernel context's scratch, plan and switches (simd_math.h: matmul_scratch_new). The
+ * per-thread parts reach the SIMD twins through thread_view (matmul_shared.h, MatmulThread). */
+struct MatmulScratch {
+    float* xp_buf;         /* [max_threads * xp_stride] each thread's scratch row (MatmulThread.xp) */
+    int xp_cap, xp_stride; /* max_cols; max_cols rounded up to whole cache lines */
+    float* float_pack_buf; /* [max_threads * FLOAT_MAX_PANELS * 16 * xp_stride] each thread's panels (AVX2) */
+    uint8_t* amx_wt_buf;   /* [max_threads * amx_thread_bytes] each thread's AMX scratch */
+    /* The activations prepared once per product for every thread. */
+    int8_t* xq_buf;        /* [max_batch * max_cols] quantised activations */
+    float* xs_buf;         /* [max_batch * max_cols / 8] their scales */
+    int32_t* xsum_buf;     /* [max_batch * max_cols / 4] 8 partial sums per group (AVX2 twin) */
+    int32_t* xgsum_buf;    /* [max_batch * max_cols / 32] one sum per group (AVX2 twin, tile_q4) */
+    size_t xq_cap;
+    uint16_t* xb16_buf;    /* x rounded to bf16 (--bf16-activations), or with AMX-BF16 split in three */
+    size_t split_cap;      /* AMX-BF16: tokens x columns that xb16_buf holds split (max_batch up to a multiple of 16) */
+    int bf16_activations;
+    int amx_granted;       /* amx_request's answer when the context was made */
+    int amx_usable;        /* q8 and q4 prefill run on AMX tiles (kernels_set_amx) */
+    int float_panels;      /* f32 and bf16 prefill may take packed panels (kernels_set_float_panels) */
+    PrefetchPlan prefetch;
+};
+
+/* Thread `thread`'s view of s for the twins. */
+static inline MatmulThread thread_view(const MatmulScratch* s, int thread) {
+    MatmulThread mt = {.xp = s->xp_buf + (size_t)thread * (size_t)s->xp_stride, .xp_cap = s->xp_cap,
+                       .xp_stride = s->xp_stride, .amx = s->amx_usable, .float_panels = s->float_panels};
+#if defined(KERNELS_AVX2)
+    mt.float_pack = s->float_pack_buf + (size_t)thread * FLOAT_MAX_PANELS * 16 * (size_t)s->xp_stride;
+    mt.prefetch = &s->prefetch;
+#endif
+#if defined(KERNELS_AMX)
+    if (s->amx_wt_buf) mt.amx_wt = s->amx_wt_buf + (size_t)thread * amx_thread_bytes(s->xp_stride);
+#endif
+    return mt;
+}
+
+/* Whether the CPU is an AMD Zen 4. Zen 3 and Zen 4 are both AMD family 19h, and gcc 12.2's
+ * __builtin_cpu_is("znver3") cannot tell them apart (its libgcc calls every family-19h model with
+ * VAES a znver3); AVX-512 is a difference every compiler can see: Zen 4 has it, Zen 3 does not
+ * (tests/test_bench.py checks the defaults that follow from it). */
+#if defined(KERNELS_AVX2)
+static int cpu_is_zen4(void) {
+#if defined(__GNUC__)
+    __builtin_cpu_init();
+    return __builtin_cpu_is("amdfam19h") && __builtin_cpu_supports("avx512f");
+#else
+    return 0;
+#endif
+}
+#endif
+
+/* The tuning switches KERNELS_FLOAT_PANELS, KERNELS_PREFETCH and KERNELS_AMX are read in every
+ * build, so that a mistyped value is reported wherever it is set: 0 for the value a, 1 for b, -1
+ * when unset, empty or (after a warning that ends in `otherwise`) anything else. */
+static int env_choice(const char* name, const char* a, const char* b, const char* otherwise) {
+    const char* e = getenv(name);
+    if (!e || !*e) return -1;
+    if (strcmp(e, a) == 0) return 0;
+    if (strcmp(e, b) == 0) return 1;
+    fprintf(stderr, "warning: %s=%s is not %s or %s; %s\n", name, e, a, b, otherwise);
+    return -1;
+}
+
+/* Whether f32 and bf16 prefill take the packed panels (rows_float_packed) from their thresholds
+ * on. Everywhere but in an AVX-512 build on Zen 4, where the 4 x 4 zmm tiles alone are faster at
+ * every prompt length measured (docs/design.md#prefill-panels). KERNELS_FLOAT_PANELS=0 or 1
+ * overrides the choice (for measuring on another CPU). */
+static int choose_float_panels(void) {
+    int on = env_choice("KERNELS_FLOAT_PANELS", "0", "1", "using the CPU's default");
+#if defined(KERNELS_AVX512)
+    if (on < 0) on = !cpu_is_zen4();
+#endif
+#if !defined(KERNELS_AVX2)
+    on = 0; /* the panels are AVX2 and AVX-512 code */
+#endif
+    return on != 0;
+}
+
+int kernels_float_panels(const Kernels* k) { return kernels_scratch(k)->float_panels; }
+
+int kernels_set_float_panels(Kernels* k, int on) {
+    MatmulScratch* s = kernels_scratch(k);
+#if defined(KERNELS_AVX2)
+    s->float_panels = on != 0;
+#else
+    (void)on;
+#endif
+    return s->float_panels;
+}
+
+/* How far ahead decode's matrix-vector products ask for their weights, all into L1, per core
+ * (docs/design.md#decode-prefetch; KERNELS_PREFETCH=near or mid overrides the choice):
+ *  - near (Zen 4): q8 128 bytes, nothing else. A prefetch far ahead seems to hold one of the
+ *    core's few outstanding L1 misses for the whole trip to memory, while near ones meet lines
+ *    the hardware prefetcher is already bringing in.
+ *  - mid (every other CPU; measured on Zen 3 and Intel): q8 1536, q4 2048, bf16 1024 (2048 in
+ *    the AVX-512 kernel). f32 has none: it gained under 10% where it was tried. */
+static PrefetchPlan choose_prefetch(void) {
+    const int asked = env_choice("KERNELS_PREFETCH", "near", "mid", "using the CPU's default");
+#if defined(KERNELS_AVX2)
+    const PrefetchPlan near = {"near", 128, 0, 0, 0}, mid = {"mid", 1536, 2048, 1024, 2048};
+    if (asked < 0) return cpu_is_zen4() ? near : mid;
+    return asked == 0 ? near : mid;
+#else
+    (void)asked;
+    return (PrefetchPlan){"none", 0, 0, 0, 0}; /* only the AVX2 kernels prefetch */
+#endif
+}
+
+const char* kernels_prefetch_plan(const Kernels* k) { return kernels_scratch(k)->prefetch.name; }
+
+int kernels_amx(const Kernels* k) { return kernels_scratch(k)->amx_usable; }
+
+int kernels_set_amx(Kernels* k, int on) {
+    MatmulScratch* s = kernels_scratch(k);
+    s->amx_usable = on && s->amx_granted;
+    return s->amx_usable;
+}
+
+/* aligned_alloc wants a size that is a multiple of the alignment. */
+static void* alloc_lines(size_t bytes) { return aligned_alloc(64, (bytes + 63) / 64 * 64); }
+
+/* What a context learns from the process (the CPU's model, the environment, Linux's grant of the
+ * AMX tile state, the whole process's and asked for again harmlessly) is read anew here; none of
+ * it changes while the process runs, so two contexts always agree on it. */
+MatmulScratch* matmul_scratch_new(int max_threads, int max_batch, int max_cols) {
+    MatmulScratch* s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->prefetch = choose_prefetch();
+    s->float_panels = choose_float_panels();
+    if (max_batch < 1) max_batch = 1;
+    if (max_cols < 1) max_cols = 1;
+    if (max_threads < 1) max_threads = 1;
+    s->xq_cap = (size_t)max_batch * (size_t)max_cols;
+    s->xq_buf = alloc_lines(s->xq_cap);
+    s->xs_buf = alloc_lines((s->xq_cap / 8 + 1) * sizeof(float));
+    s->xsum_buf = alloc_lines((s->xq_cap / 4 + 8) * sizeof(int32_t));
+    s->xgsum_buf = alloc_lines((s->xq_cap / 32 + 8) * sizeof(int32_t));
+    s->xp_cap = max_cols;
+    s->xp_stride = (max_cols + 15) / 16 * 16; /* whole cache lines: no line is shared by two threads */
+    s->xp_buf = alloc_lines((size_t)max_threads * (size_t)s->xp_stride * sizeof(float));
+    int ok = s->xq_buf && s->xs_buf && s->xsum_buf && s->xgsum_buf && s->xp_buf;
+#if defined(KERNELS_AVX2)
+    s->float_pack_buf = alloc_lines((size_t)max_threads * FLOAT_MAX_PANELS * 16 * (size_t)s->xp_stride * sizeof(float));
+    ok = ok && s->float_pack_buf;
+#endif
+    /* KERNELS_AMX=0 turns AMX off (for measuring and testing the path without it) */
+    const int amx_allowed = env_choice("KERNELS_AMX", "0", "1", "AMX stays on where the CPU has it") != 0;
+#if defined(KERNELS_AMX)
+    s->amx_usable = s->amx_granted = amx_allowed && amx_request();
+    if (s->amx_usable) {
+        s->amx_wt_buf = alloc_lines((size_t)max_threads * amx_thread_bytes(s->xp_stride));
+        ok = ok && s->amx_wt_buf;
+    }
+#endif
+#if defined(KERNELS_BF16_DOT)
+    size_t xb16_cap = s->xq_cap + (size_t)16 * (size_t)max_cols; /* bf16_block_rows: whole blocks of 16 tokens */
+#if defined(KERNELS_AMX_BF16) /* bf16_split_rows: three parts, tokens up to a whole A tile */
+    s->split_cap = (size_t)((max_batch + 15) / 16 * 16) * (size_t)max_cols; /* an A tile: 16 tokens */
+    xb16_cap = 3 * s->split_cap;
+#endif
+    s->xb16_buf = alloc_lines(xb16_cap * sizeof(uint16_t));
+    ok = ok && s->xb16_buf;
+#endif
+    (void)amx_allowed;
+    if (!ok) {
+        matmul_scratch_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void matmul_scratch_free(MatmulScratch* s) {
+    if (!s) return;
+    free(s->xq_buf);
+    free(s->xs_buf);
+    free(s->xsum_buf);
+    free(s->xgsum_buf);
+    free(s->xp_buf);
+    free(s->xb16_buf);
+    free(s->float_pack_buf);
+    free(s->amx_wt_buf);
+    free(s);
+}
+
+int kernels_bf16_activations(const Kernels* k) { return kernels_scratch(k)->bf16_activations; }
+
+int kernels_set_bf16_activations(Kernels* k, int on) {
+    MatmulScratch* s = kernels_scratch(k);
+#if defined(KERNELS_BF16_DOT)
+    s->bf16_activations = on != 0;
+#else
+    (void)on; /* stays 0 */
+#endif
+    return s->bf16_activations;
+}
+
+/* ---- Parallel driver. matmul runs several matrices that share the input x (q/k/v,
+ * gate/up) in one dispatch; the q8 activations are quantised once for all of them. ---- */
+
+#define MAX_MULTI 8
+#define MAX_RANGES 64  /* threads beyond this share ranges */
+
+typedef struct MatmulJob {
+    Kernels* k;
+    MatmulScratch* s;    /* k's */
+    float* out[MAX_MULTI];
+    const Matrix* W[MAX_MULTI];
+    int chunk;           /* rows per chunk (chunk_rows) */
+    int first_item[MAX_MULTI + 1]; /* matrix m's chunks are first_item[m] .. first_item[m + 1] - 1 */
+    int n_mats;
+    const float* x;
+    int n;
+    int use_qi;          /* q8 / q4 weights x int8 activations (quantize_rows) */
+    int32_t* xgsum;      /* s->xgsum_buf for q4 weights and the q8 panels with VNNI, else NULL (quantize_rows skips it) */
+    int use_xp;          /* bf16, n == 1: each thread de-interleaves x into its own part of xp_buf */
+    int use_xb16;        /* bf16, n > 1, --bf16-activations: xb16_buf holds x rounded to bf16 */
+    int use_split;       /* bf16, n >= 16, fp32 activations, AMX-BF16: xb16_buf holds x split in three bf16 */
+    void (*prepare)(const struct MatmulJob*, int t0, int t1); /* prepare_tokens: one range of tokens */
+    int qtb;             /* tokens per prepare item */
+    int n_ranges;        /* claim_chunks: one range of chunks per thread */
+    struct {
+        _Alignas(64) atomic_int next; /* a cache line each, so that claims in different ranges */
+        int end;                      /* do not move one line between the cores */
+    } range[MAX_RANGES];
+} MatmulJob;
+
+/* The next row chunks [first, *end) for the calling thread, or -1 when none is left. Thread k takes
+ * the k-th of n_ranges contiguous ranges in order, `batch` per claim, so its weight reads stay one
+ * stream from chunk to chunk (each block's prefetch runs into the next); then it takes the other
+ * ranges' chunks one at a time. docs/design.md#row-chunks */
+static int claim_chunks(MatmulJob* j, int thread, int batch, int* end) {
+    const int me = thread % j->n_ranges;
+    for (int k = 0; k < j->n_ranges; k++) {
+        const int r = (me + k) % j->n_ranges, n = k == 0 ? batch : 1;
+        if (atomic_load_explicit(&j->range[r].next, memory_order_relaxed) >= j->range[r].end) continue;
+        const int c = atomic_fetch_add(&j->range[r].next, n);
+        if (c < j->range[r].end) {
+            *end = c + n < j->range[r].end ? c + n : j->range[r].end;
+            return c;
+        }
+    }
+    return -1;
+}
+
+/* The pool's task: row chunks of the job's matrices, each on the twin for its weights and the copy
+ * of the activations that prepare_activations made. Decode runs one task per thread, which claims
+ * its own range CLAIM_BATCH chunks per atomic: a token has ~9,000 chunks, every claim is a locked
+ * instruction that waits for the weight loads in flight, and one task per chunk would add two
+ * more (the pool's item counter and done count, shared by the cores). Prefill runs one task per
+ * chunk, so a thread descheduled between two chunks holds nothing up. docs/design.md#row-chunks */
+#define CLAIM_BATCH 4
+
+static void matmul_task(void* ctx, int task, int thread) {
+    MatmulJob* j = ctx;
+    (void)task; /* which chunks is claim_chunks' choice */
+    const MatmulScratch* s = j->s;
+    const MatmulThread mt = thread_view(s, thread);
+    const int n = j->n;
+#if defined(KERNELS_AVX2) /* a thread that runs two tasks (threads.c's serial fallback) writes its copy twice */
+    if (j->use_xp) deinterleave(mt.xp, j->x, j->W[0]->cols, bf16_span(j->W[0]->cols));
+#endif
+    int i, end;
+    while ((i = claim_chunks(j, thread, n == 1 ? CLAIM_BATCH : 1, &end)) >= 0) {
+        for (; i < end; i++) {
+            int m = 0;
+            while (i >= j->first_item[m + 1]) m++;
+            float* out = j->out[m];
+            const Matrix* W = j->W[m];
+            const int r0 = (i - j->first_item[m]) * j->chunk;
+            const int r1 = r0 + j->chunk < W->rows ? r0 + j->chunk : W->rows;
+#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
+            if (j->use_qi && n == 1 && W->type == WEIGHT_Q8)
+                rows_qi_n1(&mt, out, s->xq_buf, s->xs_buf, s->xsum_buf, W, r0, r1);
+            else if (j->use_qi && n == 1)
+                rows_q4(&mt, out, s->xq_buf, s->xs_buf, s->xgsum_buf, W, 1, r0, r1);
+            else if (j->use_qi)
+                rows_qi(&mt, out, s->xq_buf, s->xs_buf, s->xsum_buf, s->xgsum_buf, W, n, r0, r1);
+            else if (W->type == WEIGHT_Q8 || W->type == WEIGHT_Q4) /* a group size that is not a multiple of 32 */
+                matmul_scalar_rows(out, j->x, W, n, r0, r1);
+#if defined(KERNELS_BF16_DOT)
+            else if (j->use_xb16)
+                rows_bf16_dot(&mt, out, s->xb16_buf, W, n, r0, r1);
+#endif
+#if defined(KERNELS_AMX_BF16)
+            else if (j->use_split)
+                rows_bf16_split(&mt, out, j->x, s->xb16_buf, W, n, r0, r1);
+#endif
+            else if (W->type == WEIGHT_F32)
+                rows_f32(&mt, out, j->x, W, n, r0, r1);
+#if defined(KERNELS_AVX2) /* the de-interleaved bf16 decode (use_xp) is AVX2-only */
+            else if (j->use_xp)
+                rows_bf16_n1(&mt, out, W, r0, r1);
+#endif
+            else
+                rows_bf16(&mt, out, j->x, W, n, r0, r1);
+#else
+            (void)mt;
+            matmul_scalar_rows(out, j->x, W, n, r0, r1);
+#endif
+        }
+        if (n > 1) return; /* prefill: one chunk per task */
+    }
+}
+
+/* Whether every matrix of the job has W[0]'s type and columns, and with `group` its group size
+ * (kernels.h asks the callers of matmul for the first two). */
+static int uniform(const MatmulJob* j, int group) {
+    const Matrix* W0 = j->W[0];
+    for (int m = 1; m < j->n_mats; m++)
+        if (j->W[m]->type != W0->type || j->W[m]->cols != W0->cols || (group && j->W[m]->group_size != W0->group_size))
+            return 0;
+    return 1;
+}
+
+/* The activations' per-token preparation before the products (quantize_tokens, round_tokens):
+ * items of qtb tokens, about 4 per thread; below 16 tokens one range in the calling thread, where
+ * a dispatch would cost more than it saves. Per token, so the split does not change the result. */
+#if defined(HAVE_Q8_INT8) || defined(KERNELS_BF16_DOT)
+static void prepare_item(void* ctx, int i, int thread) {
+    const MatmulJob* j = ctx;
+    (void)thread;
+    int t0 = i * j->qtb, t1 = t0 + j->qtb < j->n ? t0 + j->qtb : j->n;
+    j->prepare(j, t0, t1);
+}
+
+static void prepare_tokens(MatmulJob* j, void (*prepare)(const MatmulJob*, int, int), int align) {
+    const int nt = kernels_threads(j->k);
+    j->prepare = prepare;
+    if (j->n < 16) {
+        prepare(j, 0, j->n);
+        return;
+    }
+    j->qtb = ((j->n + nt * 4 - 1) / (nt * 4) + align - 1) / align * align;
+    parallel_for(j->k, (j->n + j->qtb - 1) / j->qtb, prepare_item, j);
+}
+#endif
+
+#if defined(HAVE_Q8_INT8)
+static void quantize_tokens(const MatmulJob* j, int t0, int t1) {
+    const MatmulScratch* s = j->s;
+    quantize_rows(s->xq_buf, s->xs_buf, s->xsum_buf, j->xgsum, j->x, j->W[0]->cols, j->W[0]->group_size, t0, t1);
+}
+#endif
+
+#if defined(KERNELS_BF16_DOT)
+static void block_tokens(const MatmulJob* j, int t0, int t1) {
+    bf16_block_rows((uint32_t*)(void*)j->s->xb16_buf, j->x, j->W[0]->cols, j->n, t0, t1);
+}
+static void round_tokens(const MatmulJob* j, int t0, int t1) {
+    const size_t C = (size_t)j->W[0]->cols;
+    bf16_round_rows(j->s->xb16_buf + (size_t)t0 * C, j->x + (size_t)t0 * C, (size_t)(t1 - t0) * C);
+}
+#if defined(KERNELS_AMX_BF16)
+static void split_tokens(const MatmulJob* j, int t0, int t1) { bf16_split_rows(j->s->xb16_buf, j->x, j->W[0]->cols, t0, t1); }
+#endif
+#endif
+
+/* Which copy of the activations the job's kernels read, prepared here once for all threads: the
+ * fp32 rows as they are, or three bf16 parts (AMX-BF16), bf16-rounded rows (--bf16-activations),
+ * a de-interleaved row (bf16 decode, made by each thread), or int8 groups (q8, q4). */
+static void prepare_activations(MatmulJob* j) {
+    const MatmulScratch* s = j->s;
+    const Matrix* W0 = j->W[0];
+    const int C = W0->cols, bf16 = W0->type == WEIGHT_BF16 && uniform(j, 0);
+    (void)s, (void)C, (void)bf16; /* not every build reads them */
+    j->use_qi = j->use_xp = j->use_xb16 = j->use_split = 0;
+#if defined(KERNELS_AMX_BF16)
+    /* bf16 weights x the activations split in three bf16 parts: from 9 tokens on (the A tiles are
+     * padded to 16 tokens with zeros, which below 9 tokens costs more than the 4 x 4 tiles), a width
+     * that is a multiple of 32 as the panels want, the tokens rounded up to 16 within the scratch.
+     * f32 weights are not split: six products per tile did not earn their place against the f32
+     * panels. docs/design.md#amx-bf16 */
+    const int n16 = (j->n + AMX_ROWS - 1) / AMX_ROWS * AMX_ROWS;
+    if (bf16 && s->amx_usable && !s->bf16_activations && j->n >= 9 && C % 32 == 0 && C <= s->xp_cap &&
+        (size_t)n16 * (size_t)C <= s->split_cap) {
+        prepare_tokens(j, split_tokens, 1);
+        /* the last A tile's rows beyond n: zeros (their C rows are not stored) */
+        memset(s->xb16_buf + (size_t)j->n * 3 * C, 0, (size_t)(n16 - j->n) * 3 * C * sizeof(uint16_t));
+        j->use_split = 1;
+    }
+#endif
+#if defined(KERNELS_BF16_DOT)
+    if (bf16 && s->bf16_activations && j->n > 1 && (size_t)j->n * (size_t)C <= s->xq_cap) {
+        if (bf16_blocked_takes(W0, j->n, s->amx_usable, s->xp_cap)) prepare_tokens(j, block_tokens, 16);
+        else prepare_tokens(j, round_tokens, 1);
+        j->use_xb16 = 1;
+    }
+#endif
+#if defined(KERNELS_AVX2) /* de-interleaved in matmul_task, by each thread */
+    j->use_xp = bf16 && j->n == 1 && C % 16 == 0 && C <= s->xp_cap;
+#endif
+#if defined(HAVE_Q8_INT8)
+    if ((W0->type == WEIGHT_Q8 || W0->type == WEIGHT_Q4) && W0->group_size % 32 == 0 && uniform(j, 1) &&
+        (size_t)j->n * (size_t)C <= s->xq_cap) {
+        j->use_qi = 1;
+        j->xgsum = W0->type == WEIGHT_Q4 ? s->xgsum_buf : NULL;
+#if defined(KERNELS_AVX2) && defined(Q8_VNNI)
+        if (qi_packed_takes(W0, j->n, s->xp_cap)) j->xgsum = s->xgsum_buf; /* the panels' starting sums */
+#endif
+        prepare_tokens(j, quantize_tokens, 1);
+    }
+#endif
+}
+
+/* Rows per chunk: about 32 chunks per thread for decode (small chunks keep the last one, which the
+ * others may wait for, short), at most 64 rows for prefill so a chunk's weights stay in L2 while
+ * the token blocks go by; a multiple of the row alignment every kernel of the job needs (4, 8 for
+ * q4's row blocks). docs/design.md#row-chunks */
+static int chunk_rows(const MatmulJob* j, int nt) {
+    const MatmulScratch* s = j->s;
+    (void)s; /* the scalar build reads no scratch */
+    size_t total_rows = 0;
+    for (int m = 0; m < j->n_mats; m++) total_rows += (size_t)j->W[m]->rows;
+    const int per_thread = j->n == 1 ? 32 : 8;
+    int chunk = (int)((total_rows + (size_t)nt * per_thread - 1) / ((size_t)nt * per_thread));
+    if (j->n > 1 && chunk > 64) chunk = 64;
+    int align = 4;
+    for (int m = 0; m < j->n_mats; m++)
+        if (quant_block_rows(j->W[m]->type) > align) align = quant_block_rows(j->W[m]->type);
+    /* AMX's row tiles and the f32/bf16 panels start at multiples of 16 in every chunk, so which
+     * rows take them (and so their rounding) does not depend on the thread count */
+#if defined(KERNELS_AVX2)
+    if (j->use_qi && qi_packed_takes(j->W[0], j->n, s->xp_cap)) align = QP_ROWS;
+    if (!j->use_qi && !j->use_xb16 && !j->use_split)
+        for (int m = 0; m < j->n_mats; m++)
+            if (float_packed_takes(j->W[m], j->n, s->float_panels, s->xp_cap)) align = FLOAT_PANEL_ROWS;
+#endif
+#if defined(KERNELS_AMX)
+    if (j->use_qi && amx_takes(j->W[0], j->n, s->amx_usable, s->xp_cap)) align = AMX_ROWS; /* 16: QP_ROWS too */
+#endif
+#if defined(KERNELS_BF16_DOT)
+    if (j->use_xb16 && bf16_packed_takes(j->W[0], j->n, s->xp_cap)) align = FLOAT_PANEL_ROWS;
+#endif
+#if defined(KERNELS_AMX_BF16)
+    if (j->use_split) align = FLOAT_PANEL_ROWS;
+#endif
+    chunk = (chunk + align - 1) / align * align;
+    return chunk < align ? align : chunk;
+}
+
+void matmul(Kernels* k, float* const* outs, const float* x, const Matrix* const* Ws, int n_mats, int n) {
+    for (; n_mats > MAX_MULTI; outs += MAX_MULTI, Ws += MAX_MULTI, n_mats -= MAX_MULTI)
+        matmul(k, outs, x, Ws, MAX_MULTI, n);
+    if (n_mats <= 0) return;
+    MatmulJob j;
+    j.k = k;
+    j.s = kernels_scratch(k);
+    memcpy(j.out, outs, (size_t)n_mats * sizeof *outs);
+    memcpy(j.W, Ws, (size_t)n_mats * sizeof *Ws);
+    j.n_mats = n_mats;
+    j.x = x;
+    j.n = n;
+    prepare_activations(&j);
+    const int nt = kernels_threads(k);
+    j.chunk = chunk_rows(&j, nt);
+    j.first_item[0] = 0;
+    for (int m = 0; m < n_mats; m++) j.first_item[m + 1] = j.first_item[m] + (j.W[m]->rows + j.chunk - 1) / j.chunk;
+    const int n_items = j.first_item[n_mats];
+    j.n_ranges = nt < MAX_RANGES ? nt : MAX_RANGES;
+    for (int r = 0; r < j.n_ranges; r++) {
+        atomic_init(&j.range[r].next, (int)((long long)n_items * r / j.n_ranges));
+        j.range[r].end = (int)((long long)n_items * (r + 1) / j.n_ranges);
+    }
+    parallel_for(k, n == 1 ? nt : n_items, matmul_task, &j);
+}

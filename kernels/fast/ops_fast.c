@@ -1,0 +1,161 @@
+/* ops_fast.c: the model's operations on the SIMD twins and a thread pool (fast.h). Each op hands
+ * its work to the pool once: the products through matmul.c's plan, attention as (rows, kv head)
+ * tasks, RMSNorm and SwiGLU as contiguous spans when a prefill chunk makes them long enough to
+ * share. Every op gives the same bits at any thread count. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "kernels/ops.h"
+#include "kernels/fast/fast.h"
+
+/* Prefill's attention runs in blocks of this many batch rows per kv head (attention_task): each
+ * block reads its kv head's cache once (attention_rows), so bigger blocks read it fewer times
+ * (docs/design.md#attention-prefill). */
+#define ATTENTION_BLOCK_ROWS 32
+
+/* Below this many values (a decoded token's norms and gate) the calling thread does the work: a
+ * dispatch costs a few microseconds (docs/design.md#elementwise). */
+#define ELEMENTWISE_PARALLEL (32 * 1024)
+
+typedef struct {
+    Kernels* k;
+    float* att;          /* [max threads, att_floats] each attention task's scratch */
+    size_t att_floats;
+} Fast;
+
+static Kernels* kernels_of(const Ops* o) { return ((const Fast*)o->ctx)->k; }
+
+static void matmul_fast(const Ops* o, float* const* outs, const float* x, const Matrix* const* Ws, int n_mats, int n) {
+    matmul(kernels_of(o), outs, x, Ws, n_mats, n);
+}
+
+/* ---- RMSNorm and SwiGLU: spans of whole vectors, or of 64 values, per thread ---- */
+
+typedef struct {
+    float* out;
+    const float* x;
+    const float* w;
+    int n;
+    float eps;
+} NormSpan;
+
+static void rmsnorm_span(void* ctx, int v0, int v1) {
+    const NormSpan* j = ctx;
+    for (int v = v0; v < v1; v++) rmsnorm(j->out + (size_t)v * j->n, j->x + (size_t)v * j->n, j->w, j->n, j->eps);
+}
+
+static void rmsnorm_fast(const Ops* o, const NormSite* at, float* out, const float* x, const float* w, int n, float eps) {
+    const int vectors = at->rows * at->per_row;
+    NormSpan j = {out, x, w, n, eps};
+    if ((long long)vectors * n < ELEMENTWISE_PARALLEL) rmsnorm_span(&j, 0, vectors);
+    else parallel_spans(kernels_of(o), vectors, 1, rmsnorm_span, &j);
+}
+
+static void rope_fast(const Ops* o, float* x, int n_heads, int head_dim, const float* cos_t, const float* sin_t) {
+    rope(x, n_heads, head_dim, cos_t, sin_t);
+}
+
+typedef struct {
+    float* gate;
+    const float* up;
+} SwigluSpan;
+
+/* Spans start at multiples of 64 values, so every value goes through the same code (vector body
+ * or scalar tail) as in one call over all n. */
+static void swiglu_span(void* ctx, int i0, int i1) {
+    const SwigluSpan* j = ctx;
+    swiglu(j->gate + i0, j->up + i0, i1 - i0);
+}
+
+static void swiglu_fast(const Ops* o, float* gate, const float* up, int n) {
+    SwigluSpan j = {gate, up};
+    if (n < ELEMENTWISE_PARALLEL) swiglu(gate, up, n);
+    else parallel_spans(kernels_of(o), n, 64, swiglu_span, &j);
+}
+
+/* ---- Attention: the kv heads of a batch over the threads ----
+ * Decode (one row): task i takes a contiguous range of kv heads, each with its GQA group of query
+ * heads (attention_group). Prefill: task i takes the (block of ATTENTION_BLOCK_ROWS rows, kv head)
+ * pairs i, i + n_tasks, ...: interleaved, since the causal mask makes later rows longer
+ * (attention_rows). Each task has its own scratch. */
+typedef struct {
+    const AttentionCall* a;
+    const Fast* f;
+    int n_tasks;
+} AttentionJob;
+
+static void attention_task(void* ctx, int task, int thread) {
+    const AttentionJob* job = ctx;
+    const AttentionCall* a = job->a;
+    const int K = a->n_kv_heads, G = a->n_heads / K, d = a->head_dim;
+    const size_t row = (size_t)a->n_heads * d;
+    float* scratch = job->f->att + (size_t)task * job->f->att_floats;
+    if (a->rows == 1) {
+        for (int kv = task * K / job->n_tasks; kv < (task + 1) * K / job->n_tasks; kv++) {
+            const KVRows rows = attention_kv_head(a, kv);
+            const size_t at = (size_t)kv * G * d;
+            attention_group(a->out + at, a->q + at, G, &rows, a->p0 + 1, d, a->scale, scratch);
+        }
+        return;
+    }
+    const int n_blocks = (a->rows + ATTENTION_BLOCK_ROWS - 1) / ATTENTION_BLOCK_ROWS;
+    for (int pair = task; pair < n_blocks * K; pair += job->n_tasks) {
+        const int r = pair / K * ATTENTION_BLOCK_ROWS, kv = pair % K;
+        const int n = a->rows - r < ATTENTION_BLOCK_ROWS ? a->rows - r : ATTENTION_BLOCK_ROWS;
+        const KVRows rows = attention_kv_head(a, kv);
+        const size_t at = (size_t)r * row + (size_t)kv * G * d;
+        attention_rows(a->out + at, a->q + at, row, G, n, &rows, a->p0 + r + 1, d, a->scale, scratch);
+    }
+}
+
+static void attention_fast(const Ops* o, const AttentionCall* a) {
+    AttentionJob job = {a, o->ctx, kernels_threads(kernels_of(o))};
+    parallel_for(kernels_of(o), job.n_tasks, attention_task, &job);
+}
+
+/* ---- For the tools ---- */
+
+static void parallel_for_fast(const Ops* o, int n, void (*fn)(void* ctx, int i, int thread), void* ctx) {
+    parallel_for(kernels_of(o), n, fn, ctx);
+}
+
+static int threads_fast(const Ops* o) { return kernels_threads(kernels_of(o)); }
+
+static int set_threads_fast(const Ops* o, int n) { return kernels_set_threads(kernels_of(o), n); }
+
+static void free_fast(Ops* o) {
+    Fast* f = o->ctx;
+    if (f) {
+        kernels_free(f->k);
+        free(f->att);
+        free(f);
+    }
+    free(o);
+}
+
+Ops* ops_new(const OpsSpec* spec) {
+    Ops* o = calloc(1, sizeof *o);
+    Fast* f = calloc(1, sizeof *f);
+    if (!o || !f) {
+        free(o);
+        free(f);
+        return NULL;
+    }
+    *o = (Ops){matmul_fast, rmsnorm_fast, rope_fast, swiglu_fast, attention_fast, parallel_for_fast, threads_fast,
+               set_threads_fast, free_fast, .ctx = f};
+    int n_threads = spec->threads > 0 ? spec->threads : kernels_available_cpus();
+    if (n_threads > 256) n_threads = 256;
+    f->k = kernels_new(n_threads, spec->max_batch, spec->max_cols);
+    const int group = spec->n_kv_heads > 0 ? spec->n_heads / spec->n_kv_heads : 1;
+    f->att_floats = attention_rows_scratch(group, ATTENTION_BLOCK_ROWS, spec->max_pos, spec->head_dim);
+    if (f->k) f->att = calloc((size_t)kernels_threads(f->k) * f->att_floats, sizeof(float));
+    if (!f->k || !f->att) {
+        free_fast(o);
+        return NULL;
+    }
+    o->name = kernels_simd_name(f->k);
+    o->prefetch = kernels_prefetch_plan(f->k);
+    o->bf16_activations = kernels_set_bf16_activations(f->k, spec->bf16_activations);
+    o->float_panels = kernels_float_panels(f->k);
+    return o;
+}
