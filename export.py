@@ -657,30 +657,50 @@ def warn(msg):
     print(f"export.py: warning: {msg}", file=sys.stderr)
 
 
+# Every tensor of the checkpoint in file order, as model.c's TENSORS names them (model.h, TensorInfo;
+# tests/test_tensor_table.py checks that the two tables and docs/checkpoint.md agree): the engine's
+# name, the Hugging Face name (per layer after "model.layers.{l}."), rows, cols (None: a float32
+# vector), per layer, the flags it needs, the flags with which it is absent.
+TENSORS = [
+    ("embed_tokens", "model.embed_tokens.weight", "vocab_size", "dim", False, 0, 0),
+    ("input_layernorm", "input_layernorm.weight", "dim", None, True, 0, 0),
+    ("q_proj", "self_attn.q_proj.weight", "n_heads*head_dim", "dim", True, 0, 0),
+    ("q_bias", "self_attn.q_proj.bias", "n_heads*head_dim", None, True, FLAG_QKV_BIAS, 0),
+    ("k_proj", "self_attn.k_proj.weight", "n_kv_heads*head_dim", "dim", True, 0, 0),
+    ("k_bias", "self_attn.k_proj.bias", "n_kv_heads*head_dim", None, True, FLAG_QKV_BIAS, 0),
+    ("v_proj", "self_attn.v_proj.weight", "n_kv_heads*head_dim", "dim", True, 0, 0),
+    ("v_bias", "self_attn.v_proj.bias", "n_kv_heads*head_dim", None, True, FLAG_QKV_BIAS, 0),
+    ("q_norm", "self_attn.q_norm.weight", "head_dim", None, True, FLAG_QK_NORM, 0),
+    ("k_norm", "self_attn.k_norm.weight", "head_dim", None, True, FLAG_QK_NORM, 0),
+    ("o_proj", "self_attn.o_proj.weight", "dim", "n_heads*head_dim", True, 0, 0),
+    ("post_attention_layernorm", "post_attention_layernorm.weight", "dim", None, True, 0, 0),
+    ("gate_proj", "mlp.gate_proj.weight", "hidden_dim", "dim", True, 0, 0),
+    ("up_proj", "mlp.up_proj.weight", "hidden_dim", "dim", True, 0, 0),
+    ("down_proj", "mlp.down_proj.weight", "dim", "hidden_dim", True, 0, 0),
+    ("norm", "model.norm.weight", "dim", None, False, 0, 0),
+    ("lm_head", "lm_head.weight", "vocab_size", "dim", False, 0, FLAG_TIED_EMBED),
+]
+
+
 def tensor_plan(c):
-    """(name in the HF folder, shape, is_matrix) in the order of model.h."""
-    D, F, H, K, d, V = (c["dim"], c["hidden_dim"], c["n_heads"], c["n_kv_heads"], c["head_dim"],
-                        c["vocab_size"])
-    plan = [("model.embed_tokens.weight", [V, D], True)]
+    """(name in the HF folder, shape, is_matrix) in file order (TENSORS)."""
+    size = {"dim": c["dim"], "hidden_dim": c["hidden_dim"], "vocab_size": c["vocab_size"],
+            "head_dim": c["head_dim"], "n_heads*head_dim": c["n_heads"] * c["head_dim"],
+            "n_kv_heads*head_dim": c["n_kv_heads"] * c["head_dim"]}
+    stored = lambda t: (c["flags"] & t[5]) == t[5] and not c["flags"] & t[6]
+    n_first = next(i for i, t in enumerate(TENSORS) if t[4])  # the globals before the layers
+    first = [t for t in TENSORS[:n_first] if stored(t)]
+    layer = [t for t in TENSORS[n_first:] if t[4] and stored(t)]
+    last = [t for t in TENSORS[n_first:] if not t[4] and stored(t)]
+
+    def entry(t, prefix=""):
+        shape = [size[t[2]]] + ([size[t[3]]] if t[3] else [])
+        return (prefix + t[1], shape, t[3] is not None)
+
+    plan = [entry(t) for t in first]
     for l in range(c["n_layers"]):
-        p = f"model.layers.{l}."
-        plan.append((p + "input_layernorm.weight", [D], False))
-        for proj, rows in (("q", H * d), ("k", K * d), ("v", K * d)):
-            plan.append((p + f"self_attn.{proj}_proj.weight", [rows, D], True))
-            if c["flags"] & FLAG_QKV_BIAS:
-                plan.append((p + f"self_attn.{proj}_proj.bias", [rows], False))
-        if c["flags"] & FLAG_QK_NORM:
-            plan.append((p + "self_attn.q_norm.weight", [d], False))
-            plan.append((p + "self_attn.k_norm.weight", [d], False))
-        plan.append((p + "self_attn.o_proj.weight", [D, H * d], True))
-        plan.append((p + "post_attention_layernorm.weight", [D], False))
-        plan.append((p + "mlp.gate_proj.weight", [F, D], True))
-        plan.append((p + "mlp.up_proj.weight", [F, D], True))
-        plan.append((p + "mlp.down_proj.weight", [D, F], True))
-    plan.append(("model.norm.weight", [D], False))
-    if not c["flags"] & FLAG_TIED_EMBED:
-        plan.append(("lm_head.weight", [V, D], True))
-    return plan
+        plan += [entry(t, f"model.layers.{l}.") for t in layer]
+    return plan + [entry(t) for t in last]
 
 
 def choose_group_size(c, requested, wtype):

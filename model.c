@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -266,13 +267,14 @@ static int read_config(Transformer* t, int ctx, const LoadError* e) {
     return 0;
 }
 
-/* Walks the tensor list of model.h: each tensor starts at the next multiple of CHECKPOINT_ALIGN
+/* Walks the tensors (TENSORS): each tensor starts at the next multiple of CHECKPOINT_ALIGN
  * and must end inside the weights section. Offsets are uint64_t and start inside the file
  * (check_sections), and a tensor has fewer than 2^31 values, so no sum here can wrap around. */
 typedef struct {
     const uint8_t* base;  /* the mapped file */
     uint64_t pos, end;    /* file offsets: the end of the previous tensor, the end of the weights section */
     const Config* c;
+    Weights* w;           /* where the pointers go */
     int layer;            /* the layer being walked, for the error; -1: outside the layers */
     const LoadError* e;
     int failed;
@@ -294,53 +296,91 @@ static const void* take(TensorWalk* w, uint64_t bytes, const char* what) {
     return w->base + start;
 }
 
-/* A MATRIX of model.h in the header's weight type; rows * cols < 2^31 (check_sizes). */
-static Matrix take_matrix(TensorWalk* w, int rows, int cols, const char* what) {
-    Matrix m = {w->c->weight_type, rows, cols, w->c->group_size, NULL};
-    m.data = take(w, matrix_stored_bytes(&m), what);
-    return m;
+/* Every tensor of the file in its order (model.h, TensorInfo). */
+const TensorInfo TENSORS[] = {
+    /* BEGIN TENSOR TABLE: name, per layer, rows, cols (SIZE_NONE: a float32 vector), only with, not with */
+    {"embed_tokens",             0, SIZE_VOCAB,  SIZE_DIM,    0, 0, offsetof(Weights, embed_tokens)},
+    {"input_layernorm",          1, SIZE_DIM,    SIZE_NONE,   0, 0, offsetof(LayerWeights, input_layernorm)},
+    {"q_proj",                   1, SIZE_Q,      SIZE_DIM,    0, 0, offsetof(LayerWeights, q_proj)},
+    {"q_bias",                   1, SIZE_Q,      SIZE_NONE,   FLAG_QKV_BIAS, 0, offsetof(LayerWeights, q_bias)},
+    {"k_proj",                   1, SIZE_KV,     SIZE_DIM,    0, 0, offsetof(LayerWeights, k_proj)},
+    {"k_bias",                   1, SIZE_KV,     SIZE_NONE,   FLAG_QKV_BIAS, 0, offsetof(LayerWeights, k_bias)},
+    {"v_proj",                   1, SIZE_KV,     SIZE_DIM,    0, 0, offsetof(LayerWeights, v_proj)},
+    {"v_bias",                   1, SIZE_KV,     SIZE_NONE,   FLAG_QKV_BIAS, 0, offsetof(LayerWeights, v_bias)},
+    {"q_norm",                   1, SIZE_HEAD,   SIZE_NONE,   FLAG_QK_NORM, 0, offsetof(LayerWeights, q_norm)},
+    {"k_norm",                   1, SIZE_HEAD,   SIZE_NONE,   FLAG_QK_NORM, 0, offsetof(LayerWeights, k_norm)},
+    {"o_proj",                   1, SIZE_DIM,    SIZE_Q,      0, 0, offsetof(LayerWeights, o_proj)},
+    {"post_attention_layernorm", 1, SIZE_DIM,    SIZE_NONE,   0, 0, offsetof(LayerWeights, post_attention_layernorm)},
+    {"gate_proj",                1, SIZE_HIDDEN, SIZE_DIM,    0, 0, offsetof(LayerWeights, gate_proj)},
+    {"up_proj",                  1, SIZE_HIDDEN, SIZE_DIM,    0, 0, offsetof(LayerWeights, up_proj)},
+    {"down_proj",                1, SIZE_DIM,    SIZE_HIDDEN, 0, 0, offsetof(LayerWeights, down_proj)},
+    {"norm",                     0, SIZE_DIM,    SIZE_NONE,   0, 0, offsetof(Weights, norm)},
+    {"lm_head",                  0, SIZE_VOCAB,  SIZE_DIM,    0, FLAG_TIED_EMBED, offsetof(Weights, lm_head)},
+    /* END TENSOR TABLE */
+};
+const int N_TENSORS = sizeof TENSORS / sizeof TENSORS[0];
+
+int tensor_size(TensorSize s, const Config* c) {
+    switch (s) {
+    case SIZE_DIM: return c->dim;
+    case SIZE_HIDDEN: return c->hidden_dim;
+    case SIZE_VOCAB: return c->vocab_size;
+    case SIZE_Q: return c->n_heads * c->head_dim;
+    case SIZE_KV: return c->n_kv_heads * c->head_dim;
+    case SIZE_HEAD: return c->head_dim;
+    default: return 1;
+    }
 }
 
-static const float* take_vector(TensorWalk* w, int n, const char* what) {
-    return take(w, (uint64_t)n * sizeof(float), what);
+int tensor_stored(const TensorInfo* ti, const Config* c) {
+    return (c->flags & ti->only_with) == ti->only_with && !(c->flags & ti->not_with);
 }
 
-/* Points every weight into the mapping, in the order of model.h. */
+void* tensor_slot(const TensorInfo* ti, Weights* w, int layer) {
+    return ti->per_layer ? (char*)&w->layers[layer] + ti->field : (char*)w + ti->field;
+}
+
+void for_each_tensor(const Config* c, void (*fn)(void* ctx, const TensorInfo* ti, int layer), void* ctx) {
+    int first = 0, end;
+    while (first < N_TENSORS && !TENSORS[first].per_layer) first++;
+    for (end = first; end < N_TENSORS && TENSORS[end].per_layer; end++) {}
+    for (int i = 0; i < first; i++)
+        if (tensor_stored(&TENSORS[i], c)) fn(ctx, &TENSORS[i], -1);
+    for (int l = 0; l < c->n_layers; l++)
+        for (int i = first; i < end; i++)
+            if (tensor_stored(&TENSORS[i], c)) fn(ctx, &TENSORS[i], l);
+    for (int i = end; i < N_TENSORS; i++)
+        if (tensor_stored(&TENSORS[i], c)) fn(ctx, &TENSORS[i], -1);
+}
+
+/* One tensor of the walk: a MATRIX in the header's weight type (rows * cols < 2^31, check_sizes)
+ * or a float32 vector, pointed to where the table says. */
+static void map_tensor(void* ctx, const TensorInfo* ti, int layer) {
+    TensorWalk* walk = ctx;
+    void* slot = tensor_slot(ti, walk->w, layer);
+    const int rows = tensor_size(ti->rows, walk->c);
+    walk->layer = layer;
+    if (ti->cols == SIZE_NONE) {
+        *(const float**)slot = take(walk, (uint64_t)rows * sizeof(float), ti->name);
+        return;
+    }
+    Matrix m = {walk->c->weight_type, rows, tensor_size(ti->cols, walk->c), walk->c->group_size, NULL};
+    m.data = take(walk, matrix_stored_bytes(&m), ti->name);
+    *(Matrix*)slot = m;
+}
+
+/* Points every weight into the mapping, in the order of TENSORS. */
 static int map_weights(Transformer* t, const LoadError* e) {
     const Config* c = &t->config;
     Weights* w = &t->weights;
-    const int D = c->dim, F = c->hidden_dim, V = c->vocab_size, d = c->head_dim;
-    const int q_dim = c->n_heads * d, kv_dim = c->n_kv_heads * d, bias = c->flags & FLAG_QKV_BIAS;
     const uint64_t start = t->header.weights_offset;
-    TensorWalk walk = {t->file, start, start + t->header.weights_bytes, c, -1, e, 0};
+    TensorWalk walk = {t->file, start, start + t->header.weights_bytes, c, w, -1, e, 0};
 
     w->layers = calloc((size_t)c->n_layers, sizeof(LayerWeights));
     if (w->layers == NULL) return fail(e, "out of memory");
-    w->embed_tokens = take_matrix(&walk, V, D, "embed_tokens");
-    for (int l = 0; l < c->n_layers; l++) {
-        LayerWeights* lw = &w->layers[l];
-        walk.layer = l;
-        lw->input_layernorm = take_vector(&walk, D, "input_layernorm");
-        lw->q_proj = take_matrix(&walk, q_dim, D, "q_proj");
-        if (bias) lw->q_bias = take_vector(&walk, q_dim, "q_bias");
-        lw->k_proj = take_matrix(&walk, kv_dim, D, "k_proj");
-        if (bias) lw->k_bias = take_vector(&walk, kv_dim, "k_bias");
-        lw->v_proj = take_matrix(&walk, kv_dim, D, "v_proj");
-        if (bias) lw->v_bias = take_vector(&walk, kv_dim, "v_bias");
-        if (c->flags & FLAG_QK_NORM) {
-            lw->q_norm = take_vector(&walk, d, "q_norm");
-            lw->k_norm = take_vector(&walk, d, "k_norm");
-        }
-        lw->o_proj = take_matrix(&walk, D, q_dim, "o_proj");
-        lw->post_attention_layernorm = take_vector(&walk, D, "post_attention_layernorm");
-        lw->gate_proj = take_matrix(&walk, F, D, "gate_proj");
-        lw->up_proj = take_matrix(&walk, F, D, "up_proj");
-        lw->down_proj = take_matrix(&walk, D, F, "down_proj");
-    }
-    walk.layer = -1;
-    w->norm = take_vector(&walk, D, "norm");
+    for_each_tensor(c, map_tensor, &walk);
     /* QWEN3.md 2.2 step 4 and 7.7: a tied model's output projection is the embedding matrix. */
-    w->lm_head = c->flags & FLAG_TIED_EMBED ? w->embed_tokens : take_matrix(&walk, V, D, "lm_head");
+    if (c->flags & FLAG_TIED_EMBED) w->lm_head = w->embed_tokens;
     if (walk.failed) return -1;
     /* export.py pads the section to a multiple of 64 after the last tensor; anything more means the
      * header describes a different model than the one stored. */

@@ -9,30 +9,16 @@
  *   ...          tokenizer section  [header.tokenizer_offset, + header.tokenizer_bytes)
  *   ...          tensors            [header.weights_offset,   + header.weights_bytes)
  *
- * Tensors follow one another in the fixed order below, and every tensor starts at a file offset
- * that is a multiple of 64, so the engine can point into the mapped file without copying. The
- * padding between them is zero bytes. To find a tensor by hand: start at weights_offset, walk the
- * list, round each start up to 64.
+ * Tensors follow one another in the order of the table TENSORS (model.c; docs/checkpoint.md shows
+ * it), and every tensor starts at a file offset that is a multiple of 64, so the engine can point
+ * into the mapped file without copying. The padding between them is zero bytes. To find a tensor
+ * by hand: start at weights_offset, walk the list, round each start up to 64. In short:
  *
- *   embed_tokens                 [vocab_size, dim]            MATRIX
- *   for each layer l = 0 .. n_layers-1:
- *     input_layernorm            [dim]                        f32
- *     q_proj                     [n_heads*head_dim, dim]      MATRIX
- *     q_bias                     [n_heads*head_dim]           f32   (only with FLAG_QKV_BIAS)
- *     k_proj                     [n_kv_heads*head_dim, dim]   MATRIX
- *     k_bias                     [n_kv_heads*head_dim]        f32   (only with FLAG_QKV_BIAS)
- *     v_proj                     [n_kv_heads*head_dim, dim]   MATRIX
- *     v_bias                     [n_kv_heads*head_dim]        f32   (only with FLAG_QKV_BIAS)
- *     q_norm                     [head_dim]                   f32   (only with FLAG_QK_NORM)
- *     k_norm                     [head_dim]                   f32   (only with FLAG_QK_NORM)
- *     o_proj                     [dim, n_heads*head_dim]      MATRIX
- *     post_attention_layernorm   [dim]                        f32
- *     gate_proj                  [hidden_dim, dim]            MATRIX
- *     up_proj                    [hidden_dim, dim]            MATRIX
- *     down_proj                  [dim, hidden_dim]            MATRIX
- *   norm                         [dim]                        f32
- *   lm_head                      [vocab_size, dim]            MATRIX (absent with FLAG_TIED_EMBED:
- *                                                                      the head is embed_tokens)
+ *   embed_tokens [vocab_size, dim]; then per layer input_layernorm, q_proj (+ q_bias with
+ *   FLAG_QKV_BIAS), k_proj (+ k_bias), v_proj (+ v_bias), q_norm and k_norm (FLAG_QK_NORM), o_proj,
+ *   post_attention_layernorm, gate_proj, up_proj, down_proj; then norm and lm_head (absent with
+ *   FLAG_TIED_EMBED: the head is embed_tokens). Matrices are [out_features, in_features]; norm
+ *   weights and biases are float32 vectors.
  *
  * A MATRIX [rows, cols] is stored row-major ([out_features, in_features], as in PyTorch's
  * nn.Linear) in the header's weight_type:
@@ -56,7 +42,6 @@
  *                                           nibble, column 32g + 16 + 4v + k in the high nibble
  *                so the 32-bit lane i of each 32-byte quarter v is one row (kernels.h: q4_group).
  *                A block is 4*cols + 16*G bytes (4.5 bits per weight).
- *   Versions before 5 stored q8, and before 4 q4, in other layouts; the engine refuses those files.
  * Norm weights and biases are always float32 (they are tiny, and bf16 -> f32 is exact).
  *
  * The tokenizer section (read by tokenizer.c, written by export.py):
@@ -186,6 +171,33 @@ typedef struct {
     const float* norm;     /* [dim]  final RMSNorm */
     Matrix lm_head;        /* [vocab, dim]; equals embed_tokens for tied models */
 } Weights;
+
+/* ---- Every tensor of the checkpoint, named once ----
+ * TENSORS (model.c) lists them in file order: the loader maps them from it, quantize writes them,
+ * the bench counts the bytes a token reads, export.py mirrors it (its TENSORS) and
+ * tests/test_tensor_table.py checks both and docs/checkpoint.md against it. A new tensor is a row
+ * there, a field of Weights or LayerWeights, and its use in forward(). */
+typedef enum { SIZE_NONE, SIZE_DIM, SIZE_HIDDEN, SIZE_VOCAB, SIZE_Q, SIZE_KV, SIZE_HEAD } TensorSize;
+
+typedef struct {
+    const char* name;
+    int per_layer;          /* 0: once (embed_tokens before the layers, the rest after them); 1: every layer */
+    TensorSize rows, cols;  /* cols SIZE_NONE: a float32 vector of rows values; else a MATRIX */
+    int only_with;          /* FLAG_* bits the file must have for the tensor to be stored (0: always) */
+    int not_with;           /* FLAG_* bits with which it is not stored */
+    size_t field;           /* where its pointer goes: offsetof(LayerWeights or Weights, ...) */
+} TensorInfo;
+
+extern const TensorInfo TENSORS[];
+extern const int N_TENSORS;
+
+int tensor_size(TensorSize s, const Config* c);          /* dim, hidden_dim, ... of c; 1 for SIZE_NONE */
+int tensor_stored(const TensorInfo* ti, const Config* c); /* whether c's flags store it */
+/* Where tensor ti of layer l (ignored for a global one) points in w: a Matrix or a const float*. */
+void* tensor_slot(const TensorInfo* ti, Weights* w, int layer);
+
+/* Calls fn(ctx, ti, layer) for every tensor c's file stores, in file order (layer -1: a global one). */
+void for_each_tensor(const Config* c, void (*fn)(void* ctx, const TensorInfo* ti, int layer), void* ctx);
 
 /* Activations for a batch of up to max_batch positions, and the KV cache. Allocated once at load;
  * the token loop allocates nothing. Row t of a batch buffer is at buf + t * width. */

@@ -282,27 +282,32 @@ static double median_of(const Bench* b, const double* x, const double* y, double
  * of one prefill token (a multiply-add is 2): every layer's matrix products, the head's once per
  * prompt (only the last position's logits are computed), and attention, whose token i of the
  * prompt (from 0) scores and sums over depth + i + 1 positions in every query head. */
+typedef struct {
+    const Transformer* t;
+    double bytes, ops; /* a decode token's weight bytes; a prefill token's products' operations */
+} TensorCount;
+
+/* One tensor's part: all of it, but one row of the embedding; a layer's matrices' operations. */
+static void count_tensor(void* ctx, const TensorInfo* ti, int layer) {
+    TensorCount* n = ctx;
+    const void* slot = tensor_slot(ti, (Weights*)&n->t->weights, layer);
+    if (ti->cols == SIZE_NONE) {
+        n->bytes += 4.0 * tensor_size(ti->rows, &n->t->config);
+        return;
+    }
+    const Matrix* m = slot;
+    n->bytes += slot == &n->t->weights.embed_tokens ? matrix_bytes(m) / m->rows : matrix_bytes(m);
+    if (ti->per_layer) n->ops += 2.0 * m->rows * m->cols;
+}
+
 static void count_per_token(Bench* b) {
     const Config* c = &b->t->config;
     const Weights* w = &b->t->weights;
     const int n_prompt = b->len[0], n_gen = b->len[1];
-    double bytes = 0, ops = 0;
-    for (int l = 0; l < c->n_layers; l++) {
-        const LayerWeights* lw = &w->layers[l];
-        const Matrix* m[7] = {&lw->q_proj, &lw->k_proj, &lw->v_proj, &lw->o_proj, &lw->gate_proj, &lw->up_proj,
-                              &lw->down_proj};
-        for (int i = 0; i < 7; i++) {
-            bytes += matrix_bytes(m[i]);
-            ops += 2.0 * m[i]->rows * m[i]->cols;
-        }
-        bytes += 2.0 * 4 * c->dim; /* the two RMSNorm weights */
-        if (lw->q_norm) bytes += 2.0 * 4 * c->head_dim;
-        if (lw->q_bias) bytes += 4.0 * (c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
-    }
-    bytes += 4.0 * c->dim;                                           /* final norm */
-    bytes += matrix_bytes(&w->lm_head);                              /* the head */
-    bytes += matrix_bytes(&w->embed_tokens) / w->embed_tokens.rows; /* one embedding row */
-    b->weight_bytes = bytes;
+    TensorCount count = {b->t, 0, 0};
+    for_each_tensor(c, count_tensor, &count);
+    if (c->flags & FLAG_TIED_EMBED) count.bytes += matrix_bytes(&w->lm_head); /* the head reads all of it */
+    b->weight_bytes = count.bytes;
     /* keys and values of positions 0 .. p at decode position p, averaged over depth .. depth + n_gen - 1 */
     const double kv_per_position = 2.0 * kv_elem_bytes(&b->t->state) * c->n_layers * c->n_kv_heads * c->head_dim;
     b->bytes_per_token = b->weight_bytes;
@@ -311,7 +316,7 @@ static void count_per_token(Bench* b) {
      * a decode is not bound by memory and a % of the memory roof (it can exceed 100) says nothing. */
     b->llc = last_level_cache_bytes();
     b->in_cache = n_gen > 0 && b->llc > 0 && b->bytes_per_token <= b->llc;
-    b->matmul_ops = ops + (n_prompt > 0 ? 2.0 * w->lm_head.rows * w->lm_head.cols / n_prompt : 0);
+    b->matmul_ops = count.ops + (n_prompt > 0 ? 2.0 * w->lm_head.rows * w->lm_head.cols / n_prompt : 0);
     b->attention_ops = 4.0 * c->n_layers * c->n_heads * c->head_dim * (b->depth + (n_prompt + 1) / 2.0);
 }
 

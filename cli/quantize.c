@@ -343,7 +343,7 @@ static void put_padding(FILE* f) {
     put(f, zeros, (size_t)(align_up(at) - at));
 }
 
-/* A tensor of the checkpoint, in the order of model.h. */
+/* A tensor of the checkpoint (model.h, TensorInfo). */
 typedef struct {
     char name[48];        /* "embed_tokens", "layer 3 q_proj", ... for progress and errors */
     const Matrix* matrix; /* quantised; NULL for a float32 vector, copied as it is */
@@ -362,36 +362,28 @@ static void add_piece(Piece* pieces, int* n, int layer, const char* what, const 
     p->in_bytes = m ? matrix_stored_bytes(m) : (uint64_t)len * sizeof(float);
 }
 
-/* Fills pieces; returns how many there are. */
+typedef struct {
+    const Transformer* t;
+    Piece* pieces;
+    int n;
+} PieceList;
+
+static void add_tensor(void* ctx, const TensorInfo* ti, int layer) {
+    PieceList* list = ctx;
+    Weights* w = (Weights*)&list->t->weights; /* the slot is only read */
+    const void* slot = tensor_slot(ti, w, layer);
+    if (ti->cols == SIZE_NONE)
+        add_piece(list->pieces, &list->n, layer, ti->name, NULL, *(const float* const*)slot,
+                  tensor_size(ti->rows, &list->t->config));
+    else
+        add_piece(list->pieces, &list->n, layer, ti->name, slot, NULL, 0);
+}
+
+/* Fills pieces in the order of model.c's TENSORS; returns how many there are. */
 static int list_pieces(const Transformer* t, Piece* pieces) {
-    const Config* c = &t->config;
-    const Weights* w = &t->weights;
-    const int D = c->dim, q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
-    const int bias = c->flags & FLAG_QKV_BIAS;
-    int n = 0;
-    add_piece(pieces, &n, -1, "embed_tokens", &w->embed_tokens, NULL, 0);
-    for (int l = 0; l < c->n_layers; l++) {
-        const LayerWeights* lw = &w->layers[l];
-        add_piece(pieces, &n, l, "input_layernorm", NULL, lw->input_layernorm, D);
-        add_piece(pieces, &n, l, "q_proj", &lw->q_proj, NULL, 0);
-        if (bias) add_piece(pieces, &n, l, "q_bias", NULL, lw->q_bias, q_dim);
-        add_piece(pieces, &n, l, "k_proj", &lw->k_proj, NULL, 0);
-        if (bias) add_piece(pieces, &n, l, "k_bias", NULL, lw->k_bias, kv_dim);
-        add_piece(pieces, &n, l, "v_proj", &lw->v_proj, NULL, 0);
-        if (bias) add_piece(pieces, &n, l, "v_bias", NULL, lw->v_bias, kv_dim);
-        if (c->flags & FLAG_QK_NORM) {
-            add_piece(pieces, &n, l, "q_norm", NULL, lw->q_norm, c->head_dim);
-            add_piece(pieces, &n, l, "k_norm", NULL, lw->k_norm, c->head_dim);
-        }
-        add_piece(pieces, &n, l, "o_proj", &lw->o_proj, NULL, 0);
-        add_piece(pieces, &n, l, "post_attention_layernorm", NULL, lw->post_attention_layernorm, D);
-        add_piece(pieces, &n, l, "gate_proj", &lw->gate_proj, NULL, 0);
-        add_piece(pieces, &n, l, "up_proj", &lw->up_proj, NULL, 0);
-        add_piece(pieces, &n, l, "down_proj", &lw->down_proj, NULL, 0);
-    }
-    add_piece(pieces, &n, -1, "norm", NULL, w->norm, D);
-    if (!(c->flags & FLAG_TIED_EMBED)) add_piece(pieces, &n, -1, "lm_head", &w->lm_head, NULL, 0);
-    return n;
+    PieceList list = {t, pieces, 0};
+    for_each_tensor(&t->config, add_tensor, &list);
+    return list.n;
 }
 
 /* The piece as stored in the output (type: the quantised one). */
