@@ -19,11 +19,18 @@
 #include "tests/check.h"
 #include "tests/test_matrix.h"
 
+/* Fast ops (the kernel context behind them: ops_kernels) for matmuls of up to max_batch tokens and
+ * max_cols columns; attention's part is sized small, since these tests call the kernels directly. */
+static Ops* fast_ops(int threads, int max_batch, int max_cols) {
+    const OpsSpec spec = {threads, max_batch, max_cols, 1, 1, 16, 16, 0};
+    return ops_new(&spec);
+}
+
 /* The product of one matrix: matmul takes a list of them. */
-static void matmul_one(Kernels* k, float* out, const float* x, const Matrix* W, int n) { matmul(k, &out, x, &W, 1, n); }
+static void matmul_one(Ops* k, float* out, const float* x, const Matrix* W, int n) { matmul(k, &out, x, &W, 1, n); }
 
 /* Each output of the product against the reference within matmul_tolerance (test_matrix.h). */
-static int check_matmul(Kernels* k, WeightType type, int rows, int cols, int gs, int n) {
+static int check_matmul(Ops* k, WeightType type, int rows, int cols, int gs, int n) {
     TestMatrix t = make_matrix(type, rows, cols, gs);
     float* x = malloc((size_t)n * cols * sizeof(float));
     float* ref = malloc((size_t)n * rows * sizeof(float));
@@ -86,7 +93,7 @@ static int check_matmul(Kernels* k, WeightType type, int rows, int cols, int gs,
  * rounding, 2e-5 * sum|w x|, far below check_matmul's bound for the quantisation itself, which at
  * thousands of columns is near the size of an output (tokens left out of a block, their outputs
  * zero, failed it by only 1.1x its tolerance). */
-static void check_tokens_alone(Kernels* k, WeightType type, int rows, int cols, int gs, int n) {
+static void check_tokens_alone(Ops* k, WeightType type, int rows, int cols, int gs, int n) {
     TestMatrix t = make_matrix(type, rows, cols, gs);
     float* x = malloc((size_t)n * cols * sizeof(float));
     float* all = malloc((size_t)n * rows * sizeof(float));
@@ -375,9 +382,9 @@ static void free_kv(TestKV* t) {
 /* attention_group against the scalar reference; each query alone against its group; and the
  * blocked layout against one array: the same bits, in the SIMD kernels (which continue each sum
  * from block to block in the same order) and in the reference. */
-static void test_attention(const Kernels* k) {
+static void test_attention(const Ops* k) {
     /* which head_dims and caches take the SIMD kernels, the ones the comparisons below test */
-    const int simd = strcmp(kernels_simd_name(k), "scalar") != 0;
+    const int simd = strcmp(kernels_simd_name(ops_kernels(k)), "scalar") != 0;
     check(attention_simd(128, 0) == simd && attention_simd(48, 0) == simd && attention_simd(80, 0) == simd &&
               !attention_simd(40, 0) && attention_simd(128, 1) == (simd && KV_F16_SIMD) && !attention_simd(40, 1),
           "attention_simd: head_dim 128, 48, 80 on the SIMD kernels (fp16 where widened in registers), 40 not");
@@ -520,22 +527,22 @@ static void pf_inner(void* ctx, int i, int thread) {
     pf_fn(NULL, i, thread);
 }
 typedef struct {
-    Kernels* k;
+    Ops* k;
 } PfNest;
 static void pf_nested(void* ctx, int i, int thread) {
     (void)i;
     int outer = thread;
-    parallel_for(((const PfNest*)ctx)->k, 10, pf_inner, &outer);
+    parallel_for(ops_kernels(((const PfNest*)ctx)->k), 10, pf_inner, &outer);
 }
 
-static void test_parallel_for(Kernels* k) {
+static void test_parallel_for(Ops* k) {
     int ns[] = {0, 1, 2, 3, 17, 1000};
     for (int rep = 0; rep < 200; rep++)
         for (size_t c = 0; c < 6; c++) {
             int n = ns[c];
             atomic_store(&pf_sum, 0);
             for (int i = 0; i < n; i++) atomic_store(&pf_hits[i], 0);
-            parallel_for(k, n, pf_fn, NULL);
+            parallel_for(ops_kernels(k), n, pf_fn, NULL);
             int ok = atomic_load(&pf_sum) == (long)n * (n - 1) / 2;
             for (int i = 0; i < n; i++) ok &= atomic_load(&pf_hits[i]) == 1;
             if (!ok || rep == 199) {
@@ -548,7 +555,7 @@ static void test_parallel_for(Kernels* k) {
     atomic_store(&pf_sum, 0);
     atomic_store(&pf_nested_bad, 0);
     PfNest nest = {k};
-    for (int rep = 0; rep < 50; rep++) parallel_for(k, 4, pf_nested, &nest);
+    for (int rep = 0; rep < 50; rep++) parallel_for(ops_kernels(k), 4, pf_nested, &nest);
     check(atomic_load(&pf_sum) == 50 * 4 * 45 && atomic_load(&pf_nested_bad) == 0,
           "parallel_for nested call runs serially, on the thread (and with the index) of the item around it");
 }
@@ -564,20 +571,20 @@ static void pf_where(void* ctx, int i, int thread) {
  * the caller runs every item; the pool can grow back up to kernels_new's count and no further,
  * and parallel_for stays correct across the switches (workers stopped and started each time). */
 static void test_set_threads(void) {
-    Kernels* k = kernels_new(2, 8, 512);
+    Ops* k = fast_ops(2, 8, 512);
     int ok = 1;
     for (int rep = 0; rep < 20; rep++) {
-        ok &= kernels_set_threads(k, 1) == 1 && kernels_threads(k) == 1;
+        ok &= kernels_set_threads(ops_kernels(k), 1) == 1 && kernels_threads(ops_kernels(k)) == 1;
         atomic_store(&pf_worker_items, 0);
-        parallel_for(k, 64, pf_where, NULL);
+        parallel_for(ops_kernels(k), 64, pf_where, NULL);
         ok &= atomic_load(&pf_worker_items) == 0;
-        ok &= kernels_set_threads(k, rep % 2 ? 2 : 7) == 2 && kernels_threads(k) == 2;
+        ok &= kernels_set_threads(ops_kernels(k), rep % 2 ? 2 : 7) == 2 && kernels_threads(ops_kernels(k)) == 2;
         atomic_store(&pf_sum, 0);
-        parallel_for(k, 1000, pf_fn, NULL);
+        parallel_for(ops_kernels(k), 1000, pf_fn, NULL);
         ok &= atomic_load(&pf_sum) == 1000L * 999 / 2;
     }
     check(ok, "kernels_set_threads: 1 thread runs every item in the caller, 2 (or more asked) gives 2, sums right");
-    kernels_free(k);
+    ops_free(k);
 }
 
 /* Two contexts side by side share nothing: interleaved matmuls on each give the bits of each
@@ -590,11 +597,11 @@ static void test_two_contexts(void) {
     for (int i = 0; i < N * COLS; i++) x[i] = frand();
     int ok = 1;
     for (int order = 0; order < 2; order++) {
-        Kernels* a = kernels_new(2, N, COLS);
+        Ops* a = fast_ops(2, N, COLS);
         matmul_one(a, want[0], x, &t.M, N);
         matmul_one(a, want[1], x, &t.M, 1);
-        Kernels* b = kernels_new(1, N, COLS);
-        ok &= kernels_threads(a) == 2 && kernels_threads(b) == 1;
+        Ops* b = fast_ops(1, N, COLS);
+        ok &= kernels_threads(ops_kernels(a)) == 2 && kernels_threads(ops_kernels(b)) == 1;
         for (int rep = 0; rep < 3; rep++) {
             matmul_one(b, got, x, &t.M, N);
             ok &= memcmp(got, want[0], sizeof(float) * N * ROWS) == 0;
@@ -603,11 +610,11 @@ static void test_two_contexts(void) {
             matmul_one(a, got, x, &t.M, N);
             ok &= memcmp(got, want[0], sizeof(float) * N * ROWS) == 0;
         }
-        Kernels* keep = order == 0 ? b : a;
-        kernels_free(order == 0 ? a : b);
+        Ops* keep = order == 0 ? b : a;
+        ops_free(order == 0 ? a : b);
         matmul_one(keep, got, x, &t.M, N);
         ok &= memcmp(got, want[0], sizeof(float) * N * ROWS) == 0;
-        kernels_free(keep);
+        ops_free(keep);
     }
     free_matrix(&t);
     check(ok, "two kernel contexts: interleaved matmuls bitwise as alone, either freed first, the other still right");
@@ -621,10 +628,10 @@ static void test_two_contexts(void) {
 static void test_bf16_activations(void) {
     /* room for every case's n x cols in one matmul: a smaller scratch splits the tokens into
      * smaller batches than the case means to test */
-    Kernels* kern = kernels_new(2, 112, 1088);
-    if (!kernels_set_bf16_activations(kern, 1)) {
+    Ops* kern = fast_ops(2, 112, 1088);
+    if (!kernels_set_bf16_activations(ops_kernels(kern), 1)) {
         printf("bf16 activations: skipped, this build has no bf16 dot product (AVX-512 BF16)\n");
-        kernels_free(kern);
+        ops_free(kern);
         return;
     }
     /* From 16 tokens on, where the columns are a multiple of 32: with AMX-BF16 the first 16
@@ -660,16 +667,16 @@ static void test_bf16_activations(void) {
         /* decode keeps fp32 activations */
         float o1[130], o2[130]; /* rows <= 130 */
         matmul_one(kern, o1, x, &t.M, 1);
-        kernels_set_bf16_activations(kern, 0);
+        kernels_set_bf16_activations(ops_kernels(kern), 0);
         matmul_one(kern, o2, x, &t.M, 1);
-        kernels_set_bf16_activations(kern, 1);
+        kernels_set_bf16_activations(ops_kernels(kern), 1);
         snprintf(what, sizeof what, "bf16 activations %dx%d: n=1 unchanged", rows, cols);
         check(memcmp(o1, o2, (size_t)rows * sizeof(float)) == 0, what);
         free(x);
         free(out);
         free_matrix(&t);
     }
-    kernels_free(kern);
+    ops_free(kern);
 }
 
 /* f32 and bf16 weights with the default fp32 activations keep every bit of both (with AMX-BF16
@@ -682,7 +689,7 @@ static void test_bf16_activations(void) {
  * two whole A tiles and a partial one, 17 one and a token, 1 and 5 the other paths. */
 static void test_exact_parts(WeightType type, int random_w) {
     enum { ROWS = 72, COLS = 1024, N = 40 };
-    Kernels* k = kernels_new(2, N, COLS);
+    Ops* k = fast_ops(2, N, COLS);
     TestMatrix t = make_matrix(type, ROWS, COLS, 0);
     int col[ROWS];
     float wr[ROWS];
@@ -712,14 +719,14 @@ static void test_exact_parts(WeightType type, int random_w) {
         check(ok, what);
     }
     free_matrix(&t);
-    kernels_free(k);
+    ops_free(k);
 }
 
 /* A build for a CPU with AMX runs q8 and q4 prefill on it (rows_qi in matmul_int8_tiles.h;
  * x86/matmul_amx.c) whenever Linux supports the tile state (asked here on its own,
  * ARCH_GET_XCOMP_SUPP) and KERNELS_AMX=0 is not set: so the matmul checks above went through the
  * AMX tiles, not the AVX-512 kernels beside them. */
-static void test_amx_in_use(const Kernels* k) {
+static void test_amx_in_use(const Ops* k) {
 #if defined(KERNELS_AMX)
     unsigned long supported = 0;
     const char* e = getenv("KERNELS_AMX");
@@ -727,15 +734,15 @@ static void test_amx_in_use(const Kernels* k) {
     const int os_has = syscall(SYS_arch_prctl, 0x1021 /* ARCH_GET_XCOMP_SUPP */, &supported) == 0 &&
                        (supported >> 18 & 1); /* XTILEDATA */
     printf("AMX: %s\n", off ? "off (KERNELS_AMX=0)" : os_has ? "in use" : "not granted by this kernel");
-    check(kernels_amx(k) == (!off && os_has), "q8/q4 prefill on AMX exactly when the CPU, Linux and KERNELS_AMX allow");
+    check(kernels_amx(ops_kernels(k)) == (!off && os_has), "q8/q4 prefill on AMX exactly when the CPU, Linux and KERNELS_AMX allow");
 #else
-    check(kernels_amx(k) == 0, "no AMX in a build without it");
+    check(kernels_amx(ops_kernels(k)) == 0, "no AMX in a build without it");
 #endif
 }
 
 /* One line for tests/run_tests.py: the SIMD paths this build compiled in and this CPU runs, in the
  * words of its "kernels:" summary. AMX counts only where the kernel granted the tiles. */
-static void print_kernel_paths(const Kernels* k) {
+static void print_kernel_paths(const Ops* k) {
     printf("kernel paths:");
 #if defined(KERNELS_AVX2)
     printf(" avx2+fma");
@@ -753,10 +760,10 @@ static void print_kernel_paths(const Kernels* k) {
     printf(" avx512-bf16");
 #endif
 #if defined(KERNELS_AMX)
-    if (kernels_amx(k)) printf(" amx");
+    if (kernels_amx(ops_kernels(k))) printf(" amx");
 #endif
 #if defined(KERNELS_AMX_BF16)
-    if (kernels_amx(k)) printf(" amx-bf16");
+    if (kernels_amx(ops_kernels(k))) printf(" amx-bf16");
 #endif
 #if defined(KERNELS_NEON)
     printf(" neon");
@@ -771,9 +778,9 @@ static void print_kernel_paths(const Kernels* k) {
 /* f32 and bf16 prefill the other way than this CPU's default (kernels_float_panels): the packed
  * panels where the tiles alone are the default (AVX-512 on Zen 4), the tiles alone elsewhere, so
  * that an x86 build checks both wherever it runs. */
-static void test_float_panels_switched(Kernels* k) {
-    const int panels = kernels_float_panels(k);
-    if (kernels_set_float_panels(k, !panels) == panels) return; /* no panels in this build */
+static void test_float_panels_switched(Ops* k) {
+    const int panels = kernels_float_panels(ops_kernels(k));
+    if (kernels_set_float_panels(ops_kernels(k), !panels) == panels) return; /* no panels in this build */
     const int ns[3] = {5, 29, 40};
     for (int i = 0; i < 3; i++) {
         check_matmul(k, WEIGHT_F32, 37, 1027, 0, ns[i]);
@@ -783,7 +790,7 @@ static void test_float_panels_switched(Kernels* k) {
     check_matmul(k, WEIGHT_F32, 34, 4001, 0, 70);
     check_matmul(k, WEIGHT_BF16, 33, 3001, 0, 115);
     check_matmul(k, WEIGHT_BF16, 37, 1027, 0, 113);
-    kernels_set_float_panels(k, panels);
+    kernels_set_float_panels(ops_kernels(k), panels);
 }
 
 int main(void) {
@@ -791,12 +798,12 @@ int main(void) {
     test_two_contexts();
     int threads[2] = {1, 2};
     for (int ti = 0; ti < 2; ti++) {
-        Kernels* kern = kernels_new(threads[ti], 40, 4096);
+        Ops* kern = fast_ops(threads[ti], 40, 4096);
         if (!kern) {
             printf("kernels_new failed\n");
             return 1;
         }
-        printf("kernels: %s, threads: %d\n", kernels_simd_name(kern), kernels_threads(kern));
+        printf("kernels: %s, threads: %d\n", kernels_simd_name(ops_kernels(kern)), kernels_threads(ops_kernels(kern)));
         if (ti == 0) test_amx_in_use(kern);
         if (ti == 0) print_kernel_paths(kern);
         struct { WeightType t; int rows, cols, gs; } cases[] = {
@@ -834,26 +841,26 @@ int main(void) {
         test_exact_parts(WEIGHT_BF16, 0);
         test_exact_parts(WEIGHT_F32, 0);
         test_exact_parts(WEIGHT_F32, 1);
-        kernels_free(kern);
+        ops_free(kern);
     }
     /* q8 prefill panels (AVX2 without VNNI) over several token blocks: at 8192 columns a block is
      * 24 tokens, so 50 tokens are 24 + 24 + 2 (tiles of 4, then single tokens) */
-    Kernels* kern = kernels_new(2, 50, 8192);
+    Ops* kern = fast_ops(2, 50, 8192);
     if (kern) {
         check_matmul(kern, WEIGHT_Q8, 24, 8192, 64, 50);
         check_tokens_alone(kern, WEIGHT_Q8, 24, 8192, 64, 50);
-        kernels_free(kern);
+        ops_free(kern);
     }
     /* q8 and q4 prefill: AMX's tiles and the kernels without it (the panels, tile_q4) scale each
      * group's exact int32 sum the same way: the same bits with AMX on and off wherever both take
      * every token (from 24 tokens the panels do; 40 and 45 end in a tile of 8 and 13 tokens on
      * AMX; 301 rows: whole tiles, then the rest) */
-    if ((kern = kernels_new(2, 48, 512)) != NULL) {
+    if ((kern = fast_ops(2, 48, 512)) != NULL) {
         static float x[48 * 512], o1[48 * 301], o2[48 * 301];
         const int ns_amx[3] = {40, 45, 48};
         for (int k = 0; k < 2; k++) {
             const WeightType type = k == 0 ? WEIGHT_Q8 : WEIGHT_Q4;
-            if (!kernels_set_amx(kern, 1)) {
+            if (!kernels_set_amx(ops_kernels(kern), 1)) {
                 printf("%s AMX == without AMX: skipped, no AMX here\n", tname(type));
                 continue;
             }
@@ -861,9 +868,9 @@ int main(void) {
             for (int ni = 0; ni < 3; ni++) {
                 const int n = ns_amx[ni];
                 for (int i = 0; i < n * 512; i++) x[i] = frand();
-                kernels_set_amx(kern, 1);
+                kernels_set_amx(ops_kernels(kern), 1);
                 matmul_one(kern, o1, x, &t.M, n);
-                kernels_set_amx(kern, 0);
+                kernels_set_amx(ops_kernels(kern), 0);
                 matmul_one(kern, o2, x, &t.M, n);
                 char what[80];
                 snprintf(what, sizeof what, "matmul %s n=%d: AMX == without AMX, bitwise", tname(type), n);
@@ -871,7 +878,7 @@ int main(void) {
             }
             free_matrix(&t);
         }
-        kernels_free(kern);
+        ops_free(kern);
     }
     /* 1 and 2 threads give bit-identical matmuls (the split does not change any row's arithmetic);
      * 40 tokens take the AMX tiles (q8, q4) and the packed panels (f32, bf16) where the build has
@@ -888,20 +895,20 @@ int main(void) {
                 const int n = ns3[ni];
                 TestMatrix t = make_matrix(types[k], 301, 512, types[k] == WEIGHT_Q4 ? 32 : 64);
                 for (int i = 0; i < n * 512; i++) x[i] = frand();
-                Kernels* k1 = kernels_new(1, 115, 512);
-                kernels_set_float_panels(k1, k < 5);
-                if (k == 4 && !kernels_set_bf16_activations(k1, 1)) {
-                    kernels_free(k1);
+                Ops* k1 = fast_ops(1, 115, 512);
+                kernels_set_float_panels(ops_kernels(k1), k < 5);
+                if (k == 4 && !kernels_set_bf16_activations(ops_kernels(k1), 1)) {
+                    ops_free(k1);
                     free_matrix(&t);
                     continue;
                 }
                 matmul_one(k1, o1, x, &t.M, n);
-                kernels_free(k1);
-                Kernels* k2 = kernels_new(2, 115, 512);
-                kernels_set_float_panels(k2, k < 5);
-                kernels_set_bf16_activations(k2, k == 4);
+                ops_free(k1);
+                Ops* k2 = fast_ops(2, 115, 512);
+                kernels_set_float_panels(ops_kernels(k2), k < 5);
+                kernels_set_bf16_activations(ops_kernels(k2), k == 4);
                 matmul_one(k2, o2, x, &t.M, n);
-                kernels_free(k2);
+                ops_free(k2);
                 char what[80];
                 snprintf(what, sizeof what, "matmul %s%s n=%d: 1 thread == 2 threads bitwise", tname(t.M.type),
                          k == 4 ? " (bf16 activations)" : k >= 5 ? " (no panels)" : "", n);
@@ -914,10 +921,10 @@ int main(void) {
     test_matrix_row();
     test_rmsnorm();
     test_rope();
-    kern = kernels_new(2, 8, 512);
+    kern = fast_ops(2, 8, 512);
     test_softmax_swiglu();
     test_attention(kern);
-    kernels_free(kern);
+    ops_free(kern);
     test_attention_rows();
     return checks_done();
 }

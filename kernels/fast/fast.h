@@ -6,6 +6,7 @@
 #define FAST_H
 
 #include "kernels/kernels.h"
+#include "kernels/ops.h"
 
 /* A kernel context: the thread pool, the matmul scratch, decode's prefetch plan and the prefill
  * switches. The fast ops own one each (ops_fast.c); the per-vector kernels (rmsnorm, rope,
@@ -46,13 +47,16 @@ int kernels_set_float_panels(Kernels* k, int on);
 int kernels_set_bf16_activations(Kernels* k, int on);
 int kernels_bf16_activations(const Kernels* k); /* 1 while on */
 
-/* outs[m][t*Ws[m]->rows + r] = sum_c Ws[m][r][c] * x[t*cols + c]  for m < n_mats, t < n, r < rows.
+/* The fast ops' matmul (kernels/ops.h): outs[m][t*Ws[m]->rows + r] = sum_c Ws[m][r][c] * x[t*cols + c]  for m < n_mats, t < n, r < rows.
  * (y = W x for each of n input rows: a matrix-vector product when n == 1, a matrix-matrix
  * product when n > 1.) The matrices listed read the same input x (the q/k/v projections,
  * gate/up; one matrix elsewhere) and have the same cols and weight type: they go to the threads
  * in one dispatch, and x is prepared (quantised for q8 and q4) once for all of them. Threads split
  * the rows; the result does not depend on n_mats or on the thread count. */
-void matmul(Kernels* k, float* const* outs, const float* x, const Matrix* const* Ws, int n_mats, int n);
+void matmul(const Ops* o, float* const* outs, const float* x, const Matrix* const* Ws, int n_mats, int n);
+
+/* The kernel context of fast ops (ops_fast.c), which matmul and the tests reach through the table. */
+Kernels* ops_kernels(const Ops* o);
 
 /* Runs fn(ctx, i, thread) for i in [0, n) on k's threads (the caller's thread included) and
  * returns when all are done; thread is the index of the thread running the item (0: the caller,

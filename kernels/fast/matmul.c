@@ -1,8 +1,9 @@
-/* matmul.c: y = W x for f32, bf16, q8 and q4 weights, and the embedding-row lookup. The scalar
- * reference comes first; then the scratch, decode's prefetch plan, and the parallel driver, which
- * splits a product's rows over the threads and hands each chunk to a SIMD twin of the reference:
- * x86/ or arm/, matmul_float.c (f32, bf16) and matmul_int8.c (q8, q4); x86/matmul_amx.c (their
- * prefill on AMX). */
+/* matmul.c: the fast products. The scratch and decode's prefetch plan of a kernel context; the
+ * plan of each product (plan_product: which kernel, which copy of the activations, which paths,
+ * rows per chunk: every threshold is there); and the driver, which prepares the activations once
+ * and hands the chunks of rows to the threads, each chunk straight to the plan's kernel: x86/ or
+ * arm/, matmul_float.c (f32, bf16) and matmul_int8.c (q8, q4), x86/matmul_amx.c (their prefill on
+ * AMX). The scalar reference they are checked against is kernels/matmul.c. */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,8 +37,7 @@ struct MatmulScratch {
 
 /* Thread `thread`'s view of s for the twins. */
 static inline MatmulThread thread_view(const MatmulScratch* s, int thread) {
-    MatmulThread mt = {.xp = s->xp_buf + (size_t)thread * (size_t)s->xp_stride, .xp_cap = s->xp_cap,
-                       .xp_stride = s->xp_stride, .amx = s->amx_usable, .float_panels = s->float_panels};
+    MatmulThread mt = {.xp = s->xp_buf + (size_t)thread * (size_t)s->xp_stride, .xp_stride = s->xp_stride};
 #if defined(KERNELS_AVX2)
     mt.float_pack = s->float_pack_buf + (size_t)thread * FLOAT_MAX_PANELS * 16 * (size_t)s->xp_stride;
     mt.prefetch = &s->prefetch;
@@ -209,8 +209,129 @@ int kernels_set_bf16_activations(Kernels* k, int on) {
     return s->bf16_activations;
 }
 
-/* ---- Parallel driver. matmul runs several matrices that share the input x (q/k/v,
- * gate/up) in one dispatch; the q8 activations are quantised once for all of them. ---- */
+/* ---- The plan: which kernel multiplies a product's rows, and how they split ---- */
+
+/* A chunk of a quantised matrix whose group size is not a multiple of 32 (the int8 twins' step):
+ * the scalar reference. */
+static void rows_scalar(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1) {
+    matmul_scalar_rows(out, pr->x, W, pr->n, r0, r1);
+}
+
+/* Whether every matrix has Ws[0]'s type and columns, and with `group` its group size (kernels.h
+ * asks the callers of matmul for the first two). */
+static int uniform(const Matrix* const* Ws, int n_mats, int group) {
+    for (int m = 1; m < n_mats; m++)
+        if (Ws[m]->type != Ws[0]->type || Ws[m]->cols != Ws[0]->cols || (group && Ws[m]->group_size != Ws[0]->group_size))
+            return 0;
+    return 1;
+}
+
+/* The paths inside a prefill kernel, each from the number of tokens where it starts to pay
+ * (docs/design.md#prefill-panels, #amx, #amx-bf16):
+ *  - f32 and bf16 packed panels of 16 rows (rows_float_nn), where the context has them on: from
+ *    24 / 40 tokens with AVX-512, 64 / 112 with AVX2. Below, the weights' one pass from memory
+ *    bounds the product, and the tiles overlap it with their arithmetic while the packing's writes
+ *    and second read cost more than the panels gain.
+ *  - q8 panels (rows_qi_packed) from 24 tokens; q4 panels only with VNNI, since without it
+ *    tile_q4's int16 sums (two instructions per 32 weights and token) beat the sign trick's four.
+ *  - AMX tiles from 13 tokens for q8 (groups of a multiple of 64) and 32 for q4, whose nibbles the
+ *    repacking widens; below that tile_qi / tile_q4 with their prefetch are quicker.
+ *  - bf16 x bf16 activations: blocks of 16 tokens, or the AMX-BF16 panels, from 16 tokens on.
+ * Every path needs the widest matrix's columns to fit the threads' scratch rows. */
+static void plan_paths(ProductPlan* p, const MatmulScratch* s, const Matrix* W, int n) {
+    const int fits = W->cols <= s->xp_cap;
+#if defined(KERNELS_AVX512)
+    const int float_min = W->type == WEIGHT_F32 ? 24 : 40;
+#else
+    const int float_min = W->type == WEIGHT_F32 ? 64 : 112;
+#endif
+#if defined(Q8_VNNI)
+    const int q4_panels = W->type == WEIGHT_Q4;
+#else
+    const int q4_panels = 0;
+#endif
+    p->float_packed = s->float_panels && (W->type == WEIGHT_F32 || W->type == WEIGHT_BF16) && n >= float_min && fits;
+    p->qi_packed = (W->type == WEIGHT_Q8 || q4_panels) && n >= 24 && fits;
+    p->amx = s->amx_usable &&
+             (W->type == WEIGHT_Q4 ? n >= 32 : W->type == WEIGHT_Q8 && W->group_size % 64 == 0 && n >= 13) && fits;
+    const int bf16_dot_tiles = W->type == WEIGHT_BF16 && n >= 16 && W->cols % 32 == 0 && fits;
+    p->bf16_blocked = !s->amx_usable && bf16_dot_tiles;
+    p->bf16_packed = s->amx_usable && bf16_dot_tiles;
+#if !defined(KERNELS_AVX2) /* the panels, AMX and the bf16 dot product are x86 code */
+    p->float_packed = p->qi_packed = p->amx = p->bf16_blocked = p->bf16_packed = 0;
+#endif
+}
+
+/* The kernel and the copy of the activations for n tokens of matrices like Ws[0], and where chunks
+ * start: a multiple of the row block (4, q4 8), or of 16 (QP_ROWS for the q8 panels) where
+ * panels or AMX tiles take the chunk, so that which rows take them (and so their rounding) does
+ * not depend on the thread count. */
+static void plan_kernel(ProductPlan* p, const MatmulScratch* s, const Matrix* const* Ws, int n_mats, int n) {
+    const Matrix* W = Ws[0];
+    const int C = W->cols, quant = W->type == WEIGHT_Q8 || W->type == WEIGHT_Q4;
+    const int bf16 = W->type == WEIGHT_BF16 && uniform(Ws, n_mats, 0);
+    p->kernel = rows_scalar;
+    p->prep = PREP_FP32;
+    p->align = quant_block_rows(W->type);
+#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
+    if (quant && W->group_size % 32 == 0 && uniform(Ws, n_mats, 1) && (size_t)n * (size_t)C <= s->xq_cap) {
+        p->kernel = n == 1 ? (W->type == WEIGHT_Q8 ? rows_qi_n1 : rows_q4) : rows_qi;
+        p->prep = PREP_INT8;
+        if (p->qi_packed) p->align = QP_ROWS;
+        if (p->amx) p->align = 16;
+        return;
+    }
+    if (quant) return; /* rows_scalar */
+    p->kernel = W->type == WEIGHT_F32 ? rows_f32 : rows_bf16;
+    if (p->float_packed) p->align = 16;
+#if defined(KERNELS_AMX_BF16) /* from 9 tokens (the A tiles are padded to 16 with zeros), n rounded up to 16 in the scratch */
+    if (bf16 && s->amx_usable && !s->bf16_activations && n >= 9 && C % 32 == 0 && C <= s->xp_cap &&
+        (size_t)((n + 15) / 16 * 16) * (size_t)C <= s->split_cap) {
+        p->kernel = rows_bf16_split;
+        p->prep = PREP_BF16_SPLIT;
+        p->align = 16;
+        return;
+    }
+#endif
+#if defined(KERNELS_BF16_DOT)
+    if (bf16 && s->bf16_activations && n > 1 && (size_t)n * (size_t)C <= s->xq_cap) {
+        p->kernel = rows_bf16_dot;
+        p->prep = p->bf16_blocked ? PREP_BF16_BLOCK : PREP_BF16_ROUND;
+        p->align = p->bf16_blocked || p->bf16_packed ? 16 : 4;
+        return;
+    }
+#endif
+#if defined(KERNELS_AVX2) /* bf16 decode from a de-interleaved row (rows_bf16_n1) */
+    if (bf16 && n == 1 && C % 16 == 0 && C <= s->xp_cap) {
+        p->kernel = rows_bf16_n1;
+        p->prep = PREP_DEINTERLEAVE;
+    }
+#endif
+#endif
+}
+
+/* The whole plan of a product: its kernel and paths, and its rows per chunk: about 32 chunks per
+ * thread for decode (small chunks keep the last one, which the others may wait for, short), at most
+ * 64 rows for prefill so a chunk's weights stay in L2 while the token blocks go by
+ * (docs/design.md#row-chunks). */
+static ProductPlan plan_product(const MatmulScratch* s, const Matrix* const* Ws, int n_mats, int n, int nt) {
+    ProductPlan p = {0};
+    plan_paths(&p, s, Ws[0], n);
+    plan_kernel(&p, s, Ws, n_mats, n);
+    for (int m = 0; m < n_mats; m++)
+        if (quant_block_rows(Ws[m]->type) > p.align) p.align = quant_block_rows(Ws[m]->type);
+    size_t total_rows = 0;
+    for (int m = 0; m < n_mats; m++) total_rows += (size_t)Ws[m]->rows;
+    const int per_thread = n == 1 ? 32 : 8;
+    int chunk = (int)((total_rows + (size_t)nt * per_thread - 1) / ((size_t)nt * per_thread));
+    if (n > 1 && chunk > 64) chunk = 64;
+    chunk = (chunk + p.align - 1) / p.align * p.align;
+    p.chunk = chunk < p.align ? p.align : chunk;
+    return p;
+}
+
+/* ---- The driver: matmul runs several matrices that share the input x (q/k/v, gate/up) in one
+ * dispatch; the activations are prepared once for all of them. ---- */
 
 #define MAX_MULTI 8
 #define MAX_RANGES 64  /* threads beyond this share ranges */
@@ -218,18 +339,12 @@ int kernels_set_bf16_activations(Kernels* k, int on) {
 typedef struct MatmulJob {
     Kernels* k;
     MatmulScratch* s;    /* k's */
+    Product pr;          /* the plan and the prepared activations, as each chunk's kernel reads them */
     float* out[MAX_MULTI];
     const Matrix* W[MAX_MULTI];
-    int chunk;           /* rows per chunk (chunk_rows) */
     int first_item[MAX_MULTI + 1]; /* matrix m's chunks are first_item[m] .. first_item[m + 1] - 1 */
     int n_mats;
-    const float* x;
-    int n;
-    int use_qi;          /* q8 / q4 weights x int8 activations (quantize_rows) */
-    int32_t* xgsum;      /* s->xgsum_buf for q4 weights and the q8 panels with VNNI, else NULL (quantize_rows skips it) */
-    int use_xp;          /* bf16, n == 1: each thread de-interleaves x into its own part of xp_buf */
-    int use_xb16;        /* bf16, n > 1, --bf16-activations: xb16_buf holds x rounded to bf16 */
-    int use_split;       /* bf16, n >= 16, fp32 activations, AMX-BF16: xb16_buf holds x split in three bf16 */
+    int group_sums;      /* PREP_INT8: quantize_rows also sums each group (Product.xgsum) */
     void (*prepare)(const struct MatmulJob*, int t0, int t1); /* prepare_tokens: one range of tokens */
     int qtb;             /* tokens per prepare item */
     int n_ranges;        /* claim_chunks: one range of chunks per thread */
@@ -257,74 +372,32 @@ static int claim_chunks(MatmulJob* j, int thread, int batch, int* end) {
     return -1;
 }
 
-/* The pool's task: row chunks of the job's matrices, each on the twin for its weights and the copy
- * of the activations that prepare_activations made. Decode runs one task per thread, which claims
- * its own range CLAIM_BATCH chunks per atomic: a token has ~9,000 chunks, every claim is a locked
- * instruction that waits for the weight loads in flight, and one task per chunk would add two
- * more (the pool's item counter and done count, shared by the cores). Prefill runs one task per
- * chunk, so a thread descheduled between two chunks holds nothing up. docs/design.md#row-chunks */
+/* The pool's task: row chunks of the job's matrices, each on the plan's kernel. Decode runs one
+ * task per thread, which claims its own range CLAIM_BATCH chunks per atomic: a token has ~9,000
+ * chunks, every claim is a locked instruction that waits for the weight loads in flight, and one
+ * task per chunk would add two more (the pool's item counter and done count, shared by the cores).
+ * Prefill runs one task per chunk, so a thread descheduled between two chunks holds nothing up.
+ * docs/design.md#row-chunks */
 #define CLAIM_BATCH 4
 
 static void matmul_task(void* ctx, int task, int thread) {
     MatmulJob* j = ctx;
-    (void)task; /* which chunks is claim_chunks' choice */
-    const MatmulScratch* s = j->s;
-    const MatmulThread mt = thread_view(s, thread);
-    const int n = j->n;
+    const Product* pr = &j->pr;
+    const MatmulThread mt = thread_view(j->s, thread);
 #if defined(KERNELS_AVX2) /* a thread that runs two tasks (threads.c's serial fallback) writes its copy twice */
-    if (j->use_xp) deinterleave(mt.xp, j->x, j->W[0]->cols, bf16_span(j->W[0]->cols));
+    if (pr->plan.prep == PREP_DEINTERLEAVE) deinterleave(mt.xp, pr->x, j->W[0]->cols, bf16_span(j->W[0]->cols));
 #endif
     int i, end;
-    while ((i = claim_chunks(j, thread, n == 1 ? CLAIM_BATCH : 1, &end)) >= 0) {
+    while ((i = claim_chunks(j, thread, pr->n == 1 ? CLAIM_BATCH : 1, &end)) >= 0) {
         for (; i < end; i++) {
             int m = 0;
             while (i >= j->first_item[m + 1]) m++;
-            float* out = j->out[m];
             const Matrix* W = j->W[m];
-            const int r0 = (i - j->first_item[m]) * j->chunk;
-            const int r1 = r0 + j->chunk < W->rows ? r0 + j->chunk : W->rows;
-#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
-            if (j->use_qi && n == 1 && W->type == WEIGHT_Q8)
-                rows_qi_n1(&mt, out, s->xq_buf, s->xs_buf, s->xsum_buf, W, r0, r1);
-            else if (j->use_qi && n == 1)
-                rows_q4(&mt, out, s->xq_buf, s->xs_buf, s->xgsum_buf, W, 1, r0, r1);
-            else if (j->use_qi)
-                rows_qi(&mt, out, s->xq_buf, s->xs_buf, s->xsum_buf, s->xgsum_buf, W, n, r0, r1);
-            else if (W->type == WEIGHT_Q8 || W->type == WEIGHT_Q4) /* a group size that is not a multiple of 32 */
-                matmul_scalar_rows(out, j->x, W, n, r0, r1);
-#if defined(KERNELS_BF16_DOT)
-            else if (j->use_xb16)
-                rows_bf16_dot(&mt, out, s->xb16_buf, W, n, r0, r1);
-#endif
-#if defined(KERNELS_AMX_BF16)
-            else if (j->use_split)
-                rows_bf16_split(&mt, out, j->x, s->xb16_buf, W, n, r0, r1);
-#endif
-            else if (W->type == WEIGHT_F32)
-                rows_f32(&mt, out, j->x, W, n, r0, r1);
-#if defined(KERNELS_AVX2) /* the de-interleaved bf16 decode (use_xp) is AVX2-only */
-            else if (j->use_xp)
-                rows_bf16_n1(&mt, out, W, r0, r1);
-#endif
-            else
-                rows_bf16(&mt, out, j->x, W, n, r0, r1);
-#else
-            (void)mt;
-            matmul_scalar_rows(out, j->x, W, n, r0, r1);
-#endif
+            const int r0 = (i - j->first_item[m]) * pr->plan.chunk;
+            pr->plan.kernel(&mt, pr, j->out[m], W, r0, r0 + pr->plan.chunk < W->rows ? r0 + pr->plan.chunk : W->rows);
         }
-        if (n > 1) return; /* prefill: one chunk per task */
+        if (pr->n > 1) return; /* prefill: one chunk per task */
     }
-}
-
-/* Whether every matrix of the job has W[0]'s type and columns, and with `group` its group size
- * (kernels.h asks the callers of matmul for the first two). */
-static int uniform(const MatmulJob* j, int group) {
-    const Matrix* W0 = j->W[0];
-    for (int m = 1; m < j->n_mats; m++)
-        if (j->W[m]->type != W0->type || j->W[m]->cols != W0->cols || (group && j->W[m]->group_size != W0->group_size))
-            return 0;
-    return 1;
 }
 
 /* The activations' per-token preparation before the products (quantize_tokens, round_tokens):
@@ -333,148 +406,104 @@ static int uniform(const MatmulJob* j, int group) {
 #if defined(HAVE_Q8_INT8) || defined(KERNELS_BF16_DOT)
 static void prepare_item(void* ctx, int i, int thread) {
     const MatmulJob* j = ctx;
-    (void)thread;
-    int t0 = i * j->qtb, t1 = t0 + j->qtb < j->n ? t0 + j->qtb : j->n;
+    int t0 = i * j->qtb, t1 = t0 + j->qtb < j->pr.n ? t0 + j->qtb : j->pr.n;
     j->prepare(j, t0, t1);
 }
 
 static void prepare_tokens(MatmulJob* j, void (*prepare)(const MatmulJob*, int, int), int align) {
-    const int nt = kernels_threads(j->k);
+    const int nt = kernels_threads(j->k), n = j->pr.n;
     j->prepare = prepare;
-    if (j->n < 16) {
-        prepare(j, 0, j->n);
+    if (n < 16) {
+        prepare(j, 0, n);
         return;
     }
-    j->qtb = ((j->n + nt * 4 - 1) / (nt * 4) + align - 1) / align * align;
-    parallel_for(j->k, (j->n + j->qtb - 1) / j->qtb, prepare_item, j);
+    j->qtb = ((n + nt * 4 - 1) / (nt * 4) + align - 1) / align * align;
+    parallel_for(j->k, (n + j->qtb - 1) / j->qtb, prepare_item, j);
 }
 #endif
 
 #if defined(HAVE_Q8_INT8)
 static void quantize_tokens(const MatmulJob* j, int t0, int t1) {
     const MatmulScratch* s = j->s;
-    quantize_rows(s->xq_buf, s->xs_buf, s->xsum_buf, j->xgsum, j->x, j->W[0]->cols, j->W[0]->group_size, t0, t1);
+    quantize_rows(s->xq_buf, s->xs_buf, s->xsum_buf, j->group_sums ? s->xgsum_buf : NULL, j->pr.x, j->W[0]->cols,
+                  j->W[0]->group_size, t0, t1);
 }
 #endif
 
 #if defined(KERNELS_BF16_DOT)
 static void block_tokens(const MatmulJob* j, int t0, int t1) {
-    bf16_block_rows((uint32_t*)(void*)j->s->xb16_buf, j->x, j->W[0]->cols, j->n, t0, t1);
+    bf16_block_rows((uint32_t*)(void*)j->s->xb16_buf, j->pr.x, j->W[0]->cols, j->pr.n, t0, t1);
 }
 static void round_tokens(const MatmulJob* j, int t0, int t1) {
     const size_t C = (size_t)j->W[0]->cols;
-    bf16_round_rows(j->s->xb16_buf + (size_t)t0 * C, j->x + (size_t)t0 * C, (size_t)(t1 - t0) * C);
+    bf16_round_rows(j->s->xb16_buf + (size_t)t0 * C, j->pr.x + (size_t)t0 * C, (size_t)(t1 - t0) * C);
 }
 #if defined(KERNELS_AMX_BF16)
-static void split_tokens(const MatmulJob* j, int t0, int t1) { bf16_split_rows(j->s->xb16_buf, j->x, j->W[0]->cols, t0, t1); }
+static void split_tokens(const MatmulJob* j, int t0, int t1) { bf16_split_rows(j->s->xb16_buf, j->pr.x, j->W[0]->cols, t0, t1); }
 #endif
 #endif
 
-/* Which copy of the activations the job's kernels read, prepared here once for all threads: the
- * fp32 rows as they are, or three bf16 parts (AMX-BF16), bf16-rounded rows (--bf16-activations),
- * a de-interleaved row (bf16 decode, made by each thread), or int8 groups (q8, q4). */
+/* The copy of the activations the plan's kernel reads, made here once for all threads (the
+ * de-interleaved row of bf16 decode: by each thread, matmul_task). */
 static void prepare_activations(MatmulJob* j) {
     const MatmulScratch* s = j->s;
-    const Matrix* W0 = j->W[0];
-    const int C = W0->cols, bf16 = W0->type == WEIGHT_BF16 && uniform(j, 0);
-    (void)s, (void)C, (void)bf16; /* not every build reads them */
-    j->use_qi = j->use_xp = j->use_xb16 = j->use_split = 0;
-#if defined(KERNELS_AMX_BF16)
-    /* bf16 weights x the activations split in three bf16 parts: from 9 tokens on (the A tiles are
-     * padded to 16 tokens with zeros, which below 9 tokens costs more than the 4 x 4 tiles), a width
-     * that is a multiple of 32 as the panels want, the tokens rounded up to 16 within the scratch.
-     * f32 weights are not split: six products per tile did not earn their place against the f32
-     * panels. docs/design.md#amx-bf16 */
-    const int n16 = (j->n + AMX_ROWS - 1) / AMX_ROWS * AMX_ROWS;
-    if (bf16 && s->amx_usable && !s->bf16_activations && j->n >= 9 && C % 32 == 0 && C <= s->xp_cap &&
-        (size_t)n16 * (size_t)C <= s->split_cap) {
-        prepare_tokens(j, split_tokens, 1);
-        /* the last A tile's rows beyond n: zeros (their C rows are not stored) */
-        memset(s->xb16_buf + (size_t)j->n * 3 * C, 0, (size_t)(n16 - j->n) * 3 * C * sizeof(uint16_t));
-        j->use_split = 1;
-    }
-#endif
-#if defined(KERNELS_BF16_DOT)
-    if (bf16 && s->bf16_activations && j->n > 1 && (size_t)j->n * (size_t)C <= s->xq_cap) {
-        if (bf16_blocked_takes(W0, j->n, s->amx_usable, s->xp_cap)) prepare_tokens(j, block_tokens, 16);
-        else prepare_tokens(j, round_tokens, 1);
-        j->use_xb16 = 1;
-    }
-#endif
-#if defined(KERNELS_AVX2) /* de-interleaved in matmul_task, by each thread */
-    j->use_xp = bf16 && j->n == 1 && C % 16 == 0 && C <= s->xp_cap;
-#endif
+    Product* pr = &j->pr;
+    pr->xq = s->xq_buf;
+    pr->xs = s->xs_buf;
+    pr->xsum = s->xsum_buf;
+    pr->xb16 = s->xb16_buf;
+    pr->xgsum = s->xgsum_buf;
+    switch (pr->plan.prep) {
 #if defined(HAVE_Q8_INT8)
-    if ((W0->type == WEIGHT_Q8 || W0->type == WEIGHT_Q4) && W0->group_size % 32 == 0 && uniform(j, 1) &&
-        (size_t)j->n * (size_t)C <= s->xq_cap) {
-        j->use_qi = 1;
-        j->xgsum = W0->type == WEIGHT_Q4 ? s->xgsum_buf : NULL;
+    case PREP_INT8:
+        /* the groups' sums, which q4's tiles and the q8 panels with VNNI start from */
+        j->group_sums = j->W[0]->type == WEIGHT_Q4;
 #if defined(KERNELS_AVX2) && defined(Q8_VNNI)
-        if (qi_packed_takes(W0, j->n, s->xp_cap)) j->xgsum = s->xgsum_buf; /* the panels' starting sums */
+        j->group_sums |= pr->plan.qi_packed;
 #endif
         prepare_tokens(j, quantize_tokens, 1);
-    }
-#endif
-}
-
-/* Rows per chunk: about 32 chunks per thread for decode (small chunks keep the last one, which the
- * others may wait for, short), at most 64 rows for prefill so a chunk's weights stay in L2 while
- * the token blocks go by; a multiple of the row alignment every kernel of the job needs (4, 8 for
- * q4's row blocks). docs/design.md#row-chunks */
-static int chunk_rows(const MatmulJob* j, int nt) {
-    const MatmulScratch* s = j->s;
-    (void)s; /* the scalar build reads no scratch */
-    size_t total_rows = 0;
-    for (int m = 0; m < j->n_mats; m++) total_rows += (size_t)j->W[m]->rows;
-    const int per_thread = j->n == 1 ? 32 : 8;
-    int chunk = (int)((total_rows + (size_t)nt * per_thread - 1) / ((size_t)nt * per_thread));
-    if (j->n > 1 && chunk > 64) chunk = 64;
-    int align = 4;
-    for (int m = 0; m < j->n_mats; m++)
-        if (quant_block_rows(j->W[m]->type) > align) align = quant_block_rows(j->W[m]->type);
-    /* AMX's row tiles and the f32/bf16 panels start at multiples of 16 in every chunk, so which
-     * rows take them (and so their rounding) does not depend on the thread count */
-#if defined(KERNELS_AVX2)
-    if (j->use_qi && qi_packed_takes(j->W[0], j->n, s->xp_cap)) align = QP_ROWS;
-    if (!j->use_qi && !j->use_xb16 && !j->use_split)
-        for (int m = 0; m < j->n_mats; m++)
-            if (float_packed_takes(j->W[m], j->n, s->float_panels, s->xp_cap)) align = FLOAT_PANEL_ROWS;
-#endif
-#if defined(KERNELS_AMX)
-    if (j->use_qi && amx_takes(j->W[0], j->n, s->amx_usable, s->xp_cap)) align = AMX_ROWS; /* 16: QP_ROWS too */
+        break;
 #endif
 #if defined(KERNELS_BF16_DOT)
-    if (j->use_xb16 && bf16_packed_takes(j->W[0], j->n, s->xp_cap)) align = FLOAT_PANEL_ROWS;
+    case PREP_BF16_BLOCK: prepare_tokens(j, block_tokens, 16); break;
+    case PREP_BF16_ROUND: prepare_tokens(j, round_tokens, 1); break;
 #endif
 #if defined(KERNELS_AMX_BF16)
-    if (j->use_split) align = FLOAT_PANEL_ROWS;
+    case PREP_BF16_SPLIT: {
+        const int n = pr->n, n16 = (n + AMX_ROWS - 1) / AMX_ROWS * AMX_ROWS, C = j->W[0]->cols;
+        prepare_tokens(j, split_tokens, 1);
+        /* the last A tile's rows beyond n: zeros (their C rows are not stored) */
+        memset(s->xb16_buf + (size_t)n * 3 * C, 0, (size_t)(n16 - n) * 3 * C * sizeof(uint16_t));
+        break;
+    }
 #endif
-    chunk = (chunk + align - 1) / align * align;
-    return chunk < align ? align : chunk;
+    default: break;
+    }
 }
 
-void matmul(Kernels* k, float* const* outs, const float* x, const Matrix* const* Ws, int n_mats, int n) {
+void matmul(const Ops* o, float* const* outs, const float* x, const Matrix* const* Ws, int n_mats, int n) {
     for (; n_mats > MAX_MULTI; outs += MAX_MULTI, Ws += MAX_MULTI, n_mats -= MAX_MULTI)
-        matmul(k, outs, x, Ws, MAX_MULTI, n);
+        matmul(o, outs, x, Ws, MAX_MULTI, n);
     if (n_mats <= 0) return;
     MatmulJob j;
-    j.k = k;
-    j.s = kernels_scratch(k);
+    j.k = ops_kernels(o);
+    j.s = kernels_scratch(j.k);
     memcpy(j.out, outs, (size_t)n_mats * sizeof *outs);
     memcpy(j.W, Ws, (size_t)n_mats * sizeof *Ws);
     j.n_mats = n_mats;
-    j.x = x;
-    j.n = n;
+    const int nt = kernels_threads(j.k);
+    j.pr.plan = plan_product(j.s, Ws, n_mats, n, nt);
+    j.pr.x = x;
+    j.pr.n = n;
     prepare_activations(&j);
-    const int nt = kernels_threads(k);
-    j.chunk = chunk_rows(&j, nt);
     j.first_item[0] = 0;
-    for (int m = 0; m < n_mats; m++) j.first_item[m + 1] = j.first_item[m] + (j.W[m]->rows + j.chunk - 1) / j.chunk;
+    for (int m = 0; m < n_mats; m++)
+        j.first_item[m + 1] = j.first_item[m] + (j.W[m]->rows + j.pr.plan.chunk - 1) / j.pr.plan.chunk;
     const int n_items = j.first_item[n_mats];
     j.n_ranges = nt < MAX_RANGES ? nt : MAX_RANGES;
     for (int r = 0; r < j.n_ranges; r++) {
         atomic_init(&j.range[r].next, (int)((long long)n_items * r / j.n_ranges));
         j.range[r].end = (int)((long long)n_items * (r + 1) / j.n_ranges);
     }
-    parallel_for(k, n == 1 ? nt : n_items, matmul_task, &j);
+    parallel_for(j.k, n == 1 ? nt : n_items, matmul_task, &j);
 }

@@ -5,17 +5,17 @@
 #define MATMUL_FLOAT_TILES_H
 
 /* Token-blocked matrix-matrix product for rows [r0, r1): the activation block (tb tokens) stays in
- * L2 while every weight tile of the chunk is used against it. On x86, from float_packed_takes'
- * threshold on, whole panels of 16 rows first (from a multiple of 16: the driver's chunks are). */
+ * L2 while every weight tile of the chunk is used against it. On x86, where the plan says
+ * (packed), whole panels of 16 rows first (from a multiple of 16: the driver's chunks are). */
 ALWAYS_INLINE void rows_float_nn(const MatmulThread* mt, float* out, const float* x, const Matrix* W, WeightType type,
-                                int n, int r0, int r1) {
+                                int n, int packed, int r0, int r1) {
 #if defined(KERNELS_AVX2)
-    if (float_packed_takes(W, n, mt->float_panels, mt->xp_cap)) {
+    if (packed) {
         for (int np; (np = row_tiles_next(r0, r1, FLOAT_MAX_PANELS)) > 0; r0 += np * FLOAT_PANEL_ROWS)
             rows_float_packed(out, x, W, type, n, r0, np, mt->float_pack);
     }
 #else
-    (void)mt;
+    (void)mt, (void)packed;
 #endif
     const int C = W->cols;
     const int tb = token_block((size_t)C * sizeof(float));
@@ -41,13 +41,13 @@ ALWAYS_INLINE void rows_float_nn(const MatmulThread* mt, float* out, const float
     }
 }
 
-void rows_f32(const MatmulThread* mt, float* out, const float* x, const Matrix* W, int n, int r0, int r1) {
-    if (n == 1) rows_f32_n1(mt, out, x, W, r0, r1);
-    else rows_float_nn(mt, out, x, W, WEIGHT_F32, n, r0, r1);
+void rows_f32(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1) {
+    if (pr->n == 1) rows_f32_n1(mt, out, pr->x, W, r0, r1);
+    else rows_float_nn(mt, out, pr->x, W, WEIGHT_F32, pr->n, pr->plan.float_packed, r0, r1);
 }
-void rows_bf16(const MatmulThread* mt, float* out, const float* x, const Matrix* W, int n, int r0, int r1) {
-    if (n == 1) rows_float_n1(out, x, W, WEIGHT_BF16, r0, r1);
-    else rows_float_nn(mt, out, x, W, WEIGHT_BF16, n, r0, r1);
+void rows_bf16(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1) {
+    if (pr->n == 1) rows_float_n1(out, pr->x, W, WEIGHT_BF16, r0, r1);
+    else rows_float_nn(mt, out, pr->x, W, WEIGHT_BF16, pr->n, pr->plan.float_packed, r0, r1);
 }
 
 #endif /* MATMUL_FLOAT_TILES_H */

@@ -9,18 +9,21 @@
  * the packed panels, then the format's tiles for what is left: tile_q4's, or tile_qi's with a
  * block of tokens in L2 while every row tile of the chunk uses it. (One token goes straight to
  * rows_qi_n1 or rows_q4.) */
-void rows_qi(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
-             const int32_t* xgsum, const Matrix* W, int n, int r0, int r1) {
+void rows_qi(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1) {
+    const int8_t* xq = pr->xq;
+    const float* xsc = pr->xs;
+    const int32_t* xsum = pr->xsum;
+    const int n = pr->n;
     int ra = r0; /* AMX did every token of rows [r0, ra) */
 #if defined(KERNELS_AMX)
-    if (amx_takes(W, n, mt->amx, mt->xp_cap)) ra = amx_chunk(mt, out, xq, xsc, W, n, r0, r1);
+    if (pr->plan.amx) ra = amx_chunk(mt, out, xq, xsc, W, n, r0, r1);
 #endif
     int rp = ra; /* the panels did every token of rows [ra, rp) */
 #if defined(KERNELS_AVX2)
-    if (qi_packed_takes(W, n, mt->xp_cap)) rp = rows_qi_packed(mt, out, xq, xsc, xgsum, W, n, ra, r1);
+    if (pr->plan.qi_packed) rp = rows_qi_packed(mt, out, xq, xsc, pr->xgsum, W, n, ra, r1);
 #endif
     if (W->type == WEIGHT_Q4) {
-        rows_q4(mt, out, xq, xsc, xgsum, W, n, rp, r1);
+        rows_q4(mt, pr, out, W, rp, r1);
         return;
     }
     /* q8: the rest in tiles of Q8_TILE_ROWS rows x Q8_TILE_TOKENS tokens */

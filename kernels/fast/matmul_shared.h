@@ -33,8 +33,8 @@ typedef struct {
 } PrefetchPlan;
 
 /* One thread's share of a product: its part of the context's scratch (matmul.c, MatmulScratch)
- * and the context's plan and switches, made per task by matmul.c's thread_view. The twins reach
- * no other state. */
+ * and the context's prefetch plan, made per task by matmul.c's thread_view. The twins reach no
+ * other state. */
 typedef struct {
     /* The thread's row of max_cols floats: bf16 decode's de-interleaved activations (each thread's
      * own copy: a shared one would have to take back every line the other core read in the
@@ -43,13 +43,49 @@ typedef struct {
     float* xp;
     float* float_pack;     /* AVX2: FLOAT_MAX_PANELS * 16 * xp_stride floats, the thread's f32/bf16 (or q8) panels */
     uint8_t* amx_wt;       /* AMX: amx_thread_bytes(xp_stride), the thread's repacked q8/q4 rows, int32 tiles, scales */
-    int xp_cap, xp_stride; /* max_cols; max_cols rounded up to whole cache lines */
-    int amx;               /* q8 and q4 (with AMX-BF16 also bf16) prefill run on AMX tiles */
-    int float_panels;      /* AVX2: f32 and bf16 prefill may take packed panels (float_packed_takes) */
+    int xp_stride;         /* max_cols rounded up to whole cache lines */
 #if defined(KERNELS_AVX2)
     const PrefetchPlan* prefetch;
 #endif
 } MatmulThread;
+
+typedef struct Product Product;
+
+/* A chunk's kernel: rows [r0, r1) of out for every token of the product. */
+typedef void (*RowsKernel)(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1);
+
+/* Which copy of the activations a product's kernel reads (matmul.c prepares it once for all
+ * threads, or each thread its own): the fp32 rows as they are, int8 groups (q8, q4), bf16-rounded
+ * rows or blocks of 16 tokens of them (--bf16-activations), three bf16 parts (AMX-BF16), or a
+ * de-interleaved row (bf16 decode). */
+enum { PREP_FP32, PREP_INT8, PREP_BF16_ROUND, PREP_BF16_BLOCK, PREP_BF16_SPLIT, PREP_DEINTERLEAVE };
+
+/* What matmul.c's plan_product decides for one product, the only place that holds the thresholds:
+ * the kernel every chunk runs, the activations it reads, where chunks start, and the paths that
+ * kernel takes. */
+typedef struct {
+    RowsKernel kernel;
+    int prep;         /* PREP_* */
+    int chunk;        /* rows per chunk, a multiple of align */
+    int align;        /* chunks start at multiples of this (row blocks, panels, tiles) */
+    int amx;          /* rows_qi: whole 16-row tiles on AMX first */
+    int qi_packed;    /* rows_qi: then packed q8 / q4 panels of QP_ROWS rows */
+    int float_packed; /* rows_f32, rows_bf16 (prefill): packed panels of 16 rows first */
+    int bf16_blocked; /* rows_bf16_dot: the activations in blocks of 16 tokens */
+    int bf16_packed;  /* rows_bf16_dot: AMX-BF16 panels of 16 rows first */
+} ProductPlan;
+
+/* A product as its kernel reads it: the plan and the activations (those the plan's prep made). */
+struct Product {
+    ProductPlan plan;
+    int n;                    /* tokens */
+    const float* x;           /* [n, cols] fp32 */
+    const int8_t* xq;         /* PREP_INT8: [n, cols] int8, */
+    const float* xs;          /* their scales, one per group of 32 */
+    const int32_t* xsum;      /* 8 partial sums per group (the AVX2 twin) */
+    const int32_t* xgsum;     /* one sum per group (q4, and the q8 panels with VNNI) */
+    const uint16_t* xb16;     /* PREP_BF16_*: the bf16 copy */
+};
 
 #if defined(KERNELS_AVX2)
 #define FLOAT_PANEL_ROWS 16 /* rows per packed panel (f32 and bf16 prefill, rows_float_packed) */
@@ -113,20 +149,18 @@ ALWAYS_INLINE float scale1(uint16_t h) {
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
 #define HAVE_Q8_INT8 1 /* q8 and q4 multiply int8 activations (a group size that is not a multiple of 32: the scalar reference) */
 
-/* matmul_float.c (x86/ or arm/): rows [r0, r1) of out for n tokens of fp32 activations x. */
-void rows_f32(const MatmulThread* mt, float* out, const float* x, const Matrix* W, int n, int r0, int r1);
-void rows_bf16(const MatmulThread* mt, float* out, const float* x, const Matrix* W, int n, int r0, int r1);
+/* The chunk kernels (RowsKernel), one per (format, decode or prefill) that plan_product names.
+ * matmul_float.c (x86/ or arm/): fp32 activations x. */
+void rows_f32(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1);
+void rows_bf16(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1);
 
 /* matmul_int8.c (x86/ or arm/): x quantised per group (quantize_rows), then q8 or q4 weights x
  * those int8 values. */
 void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, int32_t* xgsum, const float* x, int C, int gs, int t0,
                    int t1);
-void rows_qi_n1(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
-                const Matrix* W, int r0, int r1); /* q8, one token */
-void rows_q4(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum,
-             const Matrix* W, int n, int r0, int r1);
-void rows_qi(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xsum, const int32_t* xgsum,
-             const Matrix* W, int n, int r0, int r1); /* q8 or q4, a prompt */
+void rows_qi_n1(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1); /* q8 decode */
+void rows_q4(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1);
+void rows_qi(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1); /* q8 or q4 prefill */
 #endif
 
 #if defined(KERNELS_AVX2)
@@ -136,10 +170,9 @@ void rows_qi(const MatmulThread* mt, float* out, const int8_t* xq, const float* 
 #endif
 
 /* x86/matmul_float.c */
-int float_packed_takes(const Matrix* W, int n, int panels, int xp_cap); /* whether rows_float_nn packs W's rows for n tokens */
 void deinterleave(float* xp, const float* x, int C, int span); /* rows_bf16_n1's activation row */
 int bf16_span(int cols);
-void rows_bf16_n1(const MatmulThread* mt, float* out, const Matrix* W, int r0, int r1); /* x de-interleaved in mt->xp */
+void rows_bf16_n1(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1); /* x de-interleaved in mt->xp */
 
 /* x86/matmul_int8.c */
 /* rows per q8 or q4 panel (rows_qi_packed): one vector of int32 lanes, a zmm with 512-bit VNNI */
@@ -148,15 +181,12 @@ void rows_bf16_n1(const MatmulThread* mt, float* out, const Matrix* W, int r0, i
 #else
 #define QP_ROWS 8
 #endif
-int qi_packed_takes(const Matrix* W, int n, int xp_cap); /* whether q8 or q4 prefill packs panels for n tokens */
 #endif
 
 #if defined(KERNELS_BF16_DOT) /* x86/matmul_float.c: bf16 weights x bf16 activations (--bf16-activations) */
-int bf16_packed_takes(const Matrix* W, int n, int xp_cap);
-void rows_bf16_dot(const MatmulThread* mt, float* out, const uint16_t* xb, const Matrix* W, int n, int r0, int r1);
+void rows_bf16_dot(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1);
 void bf16_round_rows(uint16_t* xb, const float* x, size_t count);
 void bf16_block_rows(uint32_t* xt, const float* x, int C, int n, int t0, int t1);
-int bf16_blocked_takes(const Matrix* W, int n, int amx, int xp_cap);
 #endif
 
 #if defined(KERNELS_AMX)
@@ -164,13 +194,12 @@ int bf16_blocked_takes(const Matrix* W, int n, int amx, int xp_cap);
 /* x86/matmul_amx.c */
 int amx_request(void);
 void amx_configure(int K, int T);
-int amx_takes(const Matrix* W, int n, int amx, int xp_cap);
 int amx_chunk(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const Matrix* W, int n, int r0, int r1);
 #endif
 
 #if defined(KERNELS_AMX_BF16) /* x86/matmul_float.c: bf16 weights x fp32 activations split in three bf16 */
 void bf16_split_rows(uint16_t* xs, const float* x, int C, int t0, int t1);
-void rows_bf16_split(const MatmulThread* mt, float* out, const float* x, const uint16_t* xs, const Matrix* W, int n, int r0, int r1);
+void rows_bf16_split(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1);
 #endif
 
 #endif /* MATMUL_SHARED_H */

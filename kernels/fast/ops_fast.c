@@ -1,7 +1,7 @@
 /* ops_fast.c: the model's operations on the SIMD twins and a thread pool (fast.h). Each op hands
- * its work to the pool once: the products through matmul.c's plan, attention as (rows, kv head)
- * tasks, RMSNorm and SwiGLU as contiguous spans when a prefill chunk makes them long enough to
- * share. Every op gives the same bits at any thread count. */
+ * its work to the pool once: the products are matmul.c's driver itself, attention goes as (rows,
+ * kv head) tasks, RMSNorm and SwiGLU as contiguous spans when a prefill chunk makes them long
+ * enough to share. Every op gives the same bits at any thread count. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -23,11 +23,7 @@ typedef struct {
     size_t att_floats;
 } Fast;
 
-static Kernels* kernels_of(const Ops* o) { return ((const Fast*)o->ctx)->k; }
-
-static void matmul_fast(const Ops* o, float* const* outs, const float* x, const Matrix* const* Ws, int n_mats, int n) {
-    matmul(kernels_of(o), outs, x, Ws, n_mats, n);
-}
+Kernels* ops_kernels(const Ops* o) { return ((const Fast*)o->ctx)->k; }
 
 /* ---- RMSNorm and SwiGLU: spans of whole vectors, or of 64 values, per thread ---- */
 
@@ -48,7 +44,7 @@ static void rmsnorm_fast(const Ops* o, const NormSite* at, float* out, const flo
     const int vectors = at->rows * at->per_row;
     NormSpan j = {out, x, w, n, eps};
     if ((long long)vectors * n < ELEMENTWISE_PARALLEL) rmsnorm_span(&j, 0, vectors);
-    else parallel_spans(kernels_of(o), vectors, 1, rmsnorm_span, &j);
+    else parallel_spans(ops_kernels(o), vectors, 1, rmsnorm_span, &j);
 }
 
 static void rope_fast(const Ops* o, float* x, int n_heads, int head_dim, const float* cos_t, const float* sin_t) {
@@ -70,7 +66,7 @@ static void swiglu_span(void* ctx, int i0, int i1) {
 static void swiglu_fast(const Ops* o, float* gate, const float* up, int n) {
     SwigluSpan j = {gate, up};
     if (n < ELEMENTWISE_PARALLEL) swiglu(gate, up, n);
-    else parallel_spans(kernels_of(o), n, 64, swiglu_span, &j);
+    else parallel_spans(ops_kernels(o), n, 64, swiglu_span, &j);
 }
 
 /* ---- Attention: the kv heads of a batch over the threads ----
@@ -109,19 +105,19 @@ static void attention_task(void* ctx, int task, int thread) {
 }
 
 static void attention_fast(const Ops* o, const AttentionCall* a) {
-    AttentionJob job = {a, o->ctx, kernels_threads(kernels_of(o))};
-    parallel_for(kernels_of(o), job.n_tasks, attention_task, &job);
+    AttentionJob job = {a, o->ctx, kernels_threads(ops_kernels(o))};
+    parallel_for(ops_kernels(o), job.n_tasks, attention_task, &job);
 }
 
 /* ---- For the tools ---- */
 
 static void parallel_for_fast(const Ops* o, int n, void (*fn)(void* ctx, int i, int thread), void* ctx) {
-    parallel_for(kernels_of(o), n, fn, ctx);
+    parallel_for(ops_kernels(o), n, fn, ctx);
 }
 
-static int threads_fast(const Ops* o) { return kernels_threads(kernels_of(o)); }
+static int threads_fast(const Ops* o) { return kernels_threads(ops_kernels(o)); }
 
-static int set_threads_fast(const Ops* o, int n) { return kernels_set_threads(kernels_of(o), n); }
+static int set_threads_fast(const Ops* o, int n) { return kernels_set_threads(ops_kernels(o), n); }
 
 static void free_fast(Ops* o) {
     Fast* f = o->ctx;
@@ -141,7 +137,7 @@ Ops* ops_new(const OpsSpec* spec) {
         free(f);
         return NULL;
     }
-    *o = (Ops){matmul_fast, rmsnorm_fast, rope_fast, swiglu_fast, attention_fast, parallel_for_fast, threads_fast,
+    *o = (Ops){matmul, rmsnorm_fast, rope_fast, swiglu_fast, attention_fast, parallel_for_fast, threads_fast,
                set_threads_fast, free_fast, .ctx = f};
     int n_threads = spec->threads > 0 ? spec->threads : kernels_available_cpus();
     if (n_threads > 256) n_threads = 256;

@@ -141,8 +141,10 @@ ALWAYS_INLINE void tile_qi(float* out, const int8_t* xq, const float* xsc, const
 /* The q8 matrix-vector product: tile_qi's own TT == 1 path, which also reads a row block
  * front to back (the AVX2 twin's written-out kernel and its prefetch distance are measured on
  * x86 only). */
-void rows_qi_n1(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
-                const Matrix* W, int r0, int r1) {
+void rows_qi_n1(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1) {
+    const int8_t* xq = pr->xq;
+    const float* xsc = pr->xs;
+    const int32_t* xsum = pr->xsum;
     float* ws = mt->xp;
     for (int r = r0; r < r1;) {
         const int RT = r + 4 <= r1 ? 4 : 1;
@@ -192,10 +194,10 @@ static void tile_q4(float* out, const int8_t* xq, const float* xsc, const Matrix
 
 /* Rows [r0, r1) (r0 a multiple of 8: the driver's chunks are) for n tokens, a block of tokens at a
  * time as rows_qi. */
-void rows_q4(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum,
-             const Matrix* W, int n, int r0, int r1) {
-    (void)mt;
-    (void)xgsum;
+void rows_q4(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1) {
+    const int8_t* xq = pr->xq;
+    const float* xsc = pr->xs;
+    const int n = pr->n;
     const int tb = token_block((size_t)W->cols);
     for (int t0 = 0; t0 < n; t0 += tb) {
         const int t1 = t0 + tb < n ? t0 + tb : n;

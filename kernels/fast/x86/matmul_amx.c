@@ -29,14 +29,6 @@
 /* int8 columns per tile product: a q4 group, or 64 of a q8 group. */
 static inline int amx_k(const Matrix* W) { return W->type == WEIGHT_Q4 ? Q4_GROUP : 64; }
 
-/* Whether W x n tokens run on AMX (the driver aligns its row chunks to 16 when so). The repacking
- * pays from 13 tokens for q8 and from 32 for q4, whose nibbles it widens; below that tile_qi /
- * tile_q4 with their prefetch of the next block are quicker (docs/design.md#amx). */
-int amx_takes(const Matrix* W, int n, int amx, int xp_cap) {
-    return amx && (W->type == WEIGHT_Q4 ? n >= 32 : W->type == WEIGHT_Q8 && W->group_size % 64 == 0 && n >= 13) &&
-           W->cols <= xp_cap;
-}
-
 /* The thread's int32 tiles and scales, after its repacked rows in mt->amx_wt (amx_thread_bytes). */
 static inline int32_t* thread_amx_c(const MatmulThread* mt) {
     return (int32_t*)(mt->amx_wt + (size_t)AMX_MAX_TILES * 16 * (size_t)mt->xp_stride);

@@ -9,30 +9,6 @@
 
 #if defined(KERNELS_AVX2)
 
-/* Whether rows_float_nn packs W's rows for n tokens (the driver then aligns its row chunks to 16),
- * with the panels on for this context (MatmulThread.float_panels). Below the thresholds the tiles
- * are quicker: with few tokens the weights' one pass from memory bounds the product (the tiles
- * overlap it with their arithmetic, prefetching the next rows), and the packing's writes and
- * second read cost more than the panels gain (docs/design.md#prefill-panels). */
-int float_packed_takes(const Matrix* W, int n, int panels, int xp_cap) {
-#if defined(KERNELS_AVX512)
-    const int min_tokens = W->type == WEIGHT_F32 ? 24 : 40;
-#else
-    const int min_tokens = W->type == WEIGHT_F32 ? 64 : 112;
-#endif
-    return panels && (W->type == WEIGHT_F32 || W->type == WEIGHT_BF16) && n >= min_tokens && W->cols <= xp_cap;
-}
-#if defined(KERNELS_BF16_DOT)
-/* The same for rows_bf16_dot (bf16 activations): whole 32-column steps, from 16 tokens on (the
- * AMX-BF16 panels, or the blocked activations). */
-int bf16_packed_takes(const Matrix* W, int n, int xp_cap) {
-    return W->type == WEIGHT_BF16 && n >= 16 && W->cols % 32 == 0 && W->cols <= xp_cap;
-}
-/* Whether rows_bf16_dot takes the activations in blocks of 16 tokens (bf16_block_rows): from
- * the same 16 tokens on, where AMX-BF16 does not take the product. */
-int bf16_blocked_takes(const Matrix* W, int n, int amx, int xp_cap) { return !amx && bf16_packed_takes(W, n, xp_cap); }
-#endif
-
 /* Tokens per tile_float: a 4 x 4 tile needs 16 accumulators + 4 activations + 1 weight, which fits
  * in the 32 vector registers of an AVX-512 build (also for ymm code) but not in AVX2's 16, where
  * gcc spills in the inner loop; there 4 x 3 fits (docs/design.md#prefill-tiles). Where the panels
@@ -454,7 +430,7 @@ int bf16_span(int cols) {
 
 /* The plan's distance as a constant-folded branch: the copy without prefetch has no prefetch
  * instruction in its loop. */
-void rows_bf16_n1(const MatmulThread* mt, float* out, const Matrix* W, int r0, int r1) {
+void rows_bf16_n1(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1) {
     const float* xp = mt->xp;
     const PrefetchPlan* plan = mt->prefetch;
 #if defined(KERNELS_AVX512)
@@ -717,17 +693,19 @@ static void rows_bf16_blocked(float* out, const uint32_t* xt, const Matrix* W, i
     }
 }
 
-/* Rows [r0, r1) x n tokens: from bf16_packed_takes on, the activations in blocks
+/* Rows [r0, r1) x n tokens: where the plan says (bf16_blocked), the activations in blocks
  * (rows_bf16_blocked), or with AMX-BF16 whole panels of 16 rows (from a multiple of 16: the
  * driver's chunks are); the rest, and shorter prompts, in 4 x 4 tiles blocked as rows_float_nn
  * (a block of tokens stays in L2). */
-void rows_bf16_dot(const MatmulThread* mt, float* out, const uint16_t* xb, const Matrix* W, int n, int r0, int r1) {
-    if (bf16_blocked_takes(W, n, mt->amx, mt->xp_cap)) {
+void rows_bf16_dot(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1) {
+    const uint16_t* xb = pr->xb16;
+    const int n = pr->n;
+    if (pr->plan.bf16_blocked) {
         rows_bf16_blocked(out, (const uint32_t*)(const void*)xb, W, n, r0, r1);
         return;
     }
 #if defined(KERNELS_AMX_BF16)
-    if (mt->amx && bf16_packed_takes(W, n, mt->xp_cap)) {
+    if (pr->plan.bf16_packed) {
         for (int np; (np = row_tiles_next(r0, r1, FLOAT_MAX_PANELS)) > 0; r0 += np * FLOAT_PANEL_ROWS)
             rows_bf16_packed(mt, out, xb, W, n, r0, np);
     }
@@ -790,15 +768,15 @@ void bf16_split_rows(uint16_t* xs, const float* x, int C, int t0, int t1) {
 /* Rows [r0, r1) x n tokens from the split activations xs (bf16_split_rows, rows up to the next
  * multiple of 16 tokens readable): whole panels of 16 rows on AMX-BF16, the rows left (a matrix
  * whose rows are not a multiple of 16) as rows_float_nn from x. */
-void rows_bf16_split(const MatmulThread* mt, float* out, const float* x, const uint16_t* xs, const Matrix* W, int n,
-                     int r0, int r1) {
-    const int C = W->cols;
+void rows_bf16_split(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1) {
+    const int C = W->cols, n = pr->n;
+    const uint16_t* xs = pr->xb16;
     uint32_t* packed = (uint32_t*)(void*)mt->float_pack;
     for (int np; (np = row_tiles_next(r0, r1, FLOAT_MAX_PANELS)) > 0; r0 += np * FLOAT_PANEL_ROWS) {
         for (int p = 0; p < np; p++) bf16_pack_panel(packed + (size_t)p * 8 * C, W, r0 + 16 * p);
         amx_bf16_rows(out, xs, 3, packed, C, W->rows, r0, np, n);
     }
-    if (r0 < r1) rows_float_nn(mt, out, x, W, WEIGHT_BF16, n, r0, r1);
+    if (r0 < r1) rows_float_nn(mt, out, pr->x, W, WEIGHT_BF16, n, pr->plan.float_packed, r0, r1);
 }
 #endif
 

@@ -253,8 +253,10 @@ ALWAYS_INLINE void qi_step4(__m256i a[4], const uint8_t* wg, size_t gb, int c, _
  * step asks for the bytes pf ahead (choose_prefetch). A layout with the scales apart from the
  * rows would be a second stream, which costs far more than its 1/16 of the bytes
  * (docs/design.md#checkpoint-layout). */
-void rows_qi_n1(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xsum,
-                const Matrix* W, int r0, int r1) {
+void rows_qi_n1(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1) {
+    const int8_t* xq = pr->xq;
+    const float* xsc = pr->xs;
+    const int32_t* xsum = pr->xsum;
     const int C = W->cols, gs = W->group_size, G = C / gs;
     const size_t bb = quant_block_bytes(WEIGHT_Q8, C, gs), gb = (size_t)gs;
     const size_t pf = mt->prefetch->q8 ? (size_t)mt->prefetch->q8 : bb;
@@ -339,21 +341,6 @@ ALWAYS_INLINE QPf qp_scale(QPf tot, QPi s, const float* ws, float xs) {
 }
 ALWAYS_INLINE void qp_store(float* out, QPf v) { _mm256_storeu_ps(out, v); }
 #endif
-
-/* Whether rows_qi packs q8 or q4 panels for n tokens (the driver aligns its chunks to
- * QP_ROWS rows when so). Packing pays once the tiles' passes over the chunk cost more than it:
- * from 24 tokens, for q8 with or without VNNI; for q4 only with VNNI, since without it tile_q4's
- * int16 sums (two instructions per 32 weights and token) beat the sign trick's four
- * (docs/design.md#prefill-panels). */
-#define QP_MIN_TOKENS 24
-int qi_packed_takes(const Matrix* W, int n, int xp_cap) {
-#if defined(Q8_VNNI)
-    const int q4 = W->type == WEIGHT_Q4;
-#else
-    const int q4 = 0;
-#endif
-    return (W->type == WEIGHT_Q8 || q4) && n >= QP_MIN_TOKENS && W->cols <= xp_cap;
-}
 
 /* Rows [r, r + QP_ROWS) as a panel: columns c .. c+3 (c a multiple of 4) at panel + QP_ROWS * c,
  * lane i row r + i's (with VNNI as w + 128); row r + i's scale of group g as a float at
@@ -570,8 +557,11 @@ ALWAYS_INLINE void tile_q4(float* out, const int8_t* xq, const float* xsc, const
 /* Rows [r0, r1) (r0 a multiple of 8: the driver's chunks are) for n tokens: decode walks the row
  * blocks with the prefetch; prefill keeps a block of tokens in L2 (as rows_qi) while each
  * row block meets them 4 at a time (the rows that AMX or the panels did not take). */
-void rows_q4(const MatmulThread* mt, float* out, const int8_t* xq, const float* xsc, const int32_t* xgsum,
-             const Matrix* W, int n, int r0, int r1) {
+void rows_q4(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1) {
+    const int8_t* xq = pr->xq;
+    const float* xsc = pr->xs;
+    const int32_t* xgsum = pr->xgsum;
+    const int n = pr->n;
     if (n == 1) {
         for (int r = r0; r < r1; r += Q4_BLOCK_ROWS) tile_q4(out, xq, xsc, xgsum, W, r, 0, 1, mt->prefetch->q4);
         return;
