@@ -29,7 +29,7 @@ void rows_qi(const MatmulThread* mt, const Product* pr, float* out, const Matrix
     /* q8: the rest in tiles of Q8_TILE_ROWS rows x Q8_TILE_TOKENS tokens */
     const int C = W->cols, G = C / W->group_size;
     const int tb = token_block((size_t)C);
-    float* ws = mt->xp; /* the row block's scales as floats: 4 * C / group_size <= C floats */
+    float* ws = mt->scales; /* the row block's scales as floats */
     for (int t0 = 0; t0 < n; t0 += tb) {
         int t1 = t0 + tb < n ? t0 + tb : n;
         int r = rp;

@@ -38,10 +38,11 @@ typedef struct {
 typedef struct {
     /* The thread's row of max_cols floats: bf16 decode's de-interleaved activations (each thread's
      * own copy: a shared one would have to take back every line the other core read in the
-     * previous product, docs/design.md#row-chunks), or q8's row-block scales as floats
-     * (q8_scales_float: at most 4 * cols / 32, the int8 path needing group sizes of 32k). */
+     * previous product, docs/design.md#row-chunks). */
     float* xp;
-    float* float_pack;     /* AVX2: FLOAT_MAX_PANELS * 16 * xp_stride floats, the thread's f32/bf16 (or q8) panels */
+    float* scales;         /* q8: a row block's scales as floats (q8_scales_float: at most 4 * cols / 32) */
+    float* float_pack;     /* AVX2: FLOAT_MAX_PANELS * 16 * xp_stride floats, the thread's f32/bf16 panels */
+    int8_t* qi_pack;       /* AVX2: qi_pack_bytes(xp_stride), the thread's q8/q4 panels and their scales */
     uint8_t* amx_wt;       /* AMX: amx_thread_bytes(xp_stride), the thread's repacked q8/q4 rows, int32 tiles, scales */
     int xp_stride;         /* max_cols rounded up to whole cache lines */
 #if defined(KERNELS_AVX2)
@@ -90,6 +91,9 @@ struct Product {
 #if defined(KERNELS_AVX2)
 #define FLOAT_PANEL_ROWS 16 /* rows per packed panel (f32 and bf16 prefill, rows_float_packed) */
 #define FLOAT_MAX_PANELS 4 /* panels of 16 rows per packing: prefill's chunks are at most 64 rows */
+/* The q8 / q4 panels of one packing (rows_qi_packed): 64 rows of cols int8 values, then their
+ * scales as floats (64 * cols / 32), in whole cache lines. */
+static inline size_t qi_pack_bytes(int xp_stride) { return (size_t)72 * (size_t)xp_stride; }
 /* How many whole 16-row tiles (panels, AMX's B tiles) from row r the next repacking takes: as many
  * as [r, r1) holds, at most max (what the thread's scratch holds). */
 static inline int row_tiles_next(int r, int r1, int max) {

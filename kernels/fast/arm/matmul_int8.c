@@ -145,7 +145,7 @@ void rows_qi_n1(const MatmulThread* mt, const Product* pr, float* out, const Mat
     const int8_t* xq = pr->xq;
     const float* xsc = pr->xs;
     const int32_t* xsum = pr->xsum;
-    float* ws = mt->xp;
+    float* ws = mt->scales;
     for (int r = r0; r < r1;) {
         const int RT = r + 4 <= r1 ? 4 : 1;
         q8_scales_float(ws, W, r, RT);

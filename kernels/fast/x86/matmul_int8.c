@@ -285,7 +285,7 @@ void rows_qi_n1(const MatmulThread* mt, const Product* pr, float* out, const Mat
         out[r + 3] = hsum256(t3);
     }
     for (; r < r1; r++) {
-        float* ws = mt->xp;
+        float* ws = mt->scales;
         q8_scales_float(ws, W, r, 1);
         tile_qi(out, xq, xsc, xsum, W, ws, r, 0, 1, 1, NULL);
     }
@@ -435,7 +435,7 @@ static int rows_qi_packed(const MatmulThread* mt, float* out, const int8_t* xq, 
                           const Matrix* W, int n, int r0, int r1) {
     const int C = W->cols, G = C / W->group_size;
     const int max_panels = FLOAT_MAX_PANELS * FLOAT_PANEL_ROWS / QP_ROWS;
-    int8_t* panels = (int8_t*)(void*)mt->float_pack; /* max_panels * QP_ROWS * C bytes, then the scales */
+    int8_t* panels = mt->qi_pack; /* max_panels * QP_ROWS * C bytes, then the scales (qi_pack_bytes) */
     float* ps = (float*)(void*)(panels + (size_t)max_panels * QP_ROWS * C);
     const int tb = token_block((size_t)C);
     while (r1 - r0 >= QP_ROWS) {
