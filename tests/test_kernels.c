@@ -722,7 +722,7 @@ static void test_exact_parts(WeightType type, int random_w) {
     ops_free(k);
 }
 
-/* A build for a CPU with AMX runs q8 and q4 prefill on it (rows_qi in matmul_int8_tiles.h;
+/* A build for a CPU with AMX runs q8 and q4 prefill on it (rows_qi in fast/x86/matmul_int8.c;
  * x86/matmul_amx.c) whenever Linux supports the tile state (asked here on its own,
  * ARCH_GET_XCOMP_SUPP) and KERNELS_AMX=0 is not set: so the matmul checks above went through the
  * AMX tiles, not the AVX-512 kernels beside them. */

@@ -279,7 +279,6 @@ static void plan_paths(ProductPlan* p, const MatmulScratch* s, const Matrix* W, 
 static void plan_kernel(ProductPlan* p, const MatmulScratch* s, const Matrix* const* Ws, int n_mats, int n) {
     const Matrix* W = Ws[0];
     const int C = W->cols, quant = W->type == WEIGHT_Q8 || W->type == WEIGHT_Q4;
-    const int bf16 = W->type == WEIGHT_BF16 && uniform(Ws, n_mats, 0);
     p->kernel = rows_scalar;
     p->prep = PREP_FP32;
     p->align = quant_block_rows(W->type);
@@ -294,6 +293,8 @@ static void plan_kernel(ProductPlan* p, const MatmulScratch* s, const Matrix* co
     if (quant) return; /* rows_scalar */
     p->kernel = W->type == WEIGHT_F32 ? rows_f32 : rows_bf16;
     if (p->float_packed) p->align = 16;
+#if defined(KERNELS_AVX2) /* x86/matmul_float.c's other bf16 kernels */
+    const int bf16 = W->type == WEIGHT_BF16 && uniform(Ws, n_mats, 0);
 #if defined(KERNELS_AMX_BF16) /* from 9 tokens (the A tiles are padded to 16 with zeros), n rounded up to 16 in the scratch */
     if (bf16 && s->amx_usable && !s->bf16_activations && n >= 9 && C % 32 == 0 && C <= s->xp_cap &&
         (size_t)((n + 15) / 16 * 16) * (size_t)C <= s->split_cap) {
@@ -311,7 +312,7 @@ static void plan_kernel(ProductPlan* p, const MatmulScratch* s, const Matrix* co
         return;
     }
 #endif
-#if defined(KERNELS_AVX2) /* bf16 decode from a de-interleaved row (rows_bf16_n1) */
+    /* bf16 decode from a de-interleaved row */
     if (bf16 && n == 1 && C % 16 == 0 && C <= s->xp_cap) {
         p->kernel = rows_bf16_n1;
         p->prep = PREP_DEINTERLEAVE;

@@ -178,13 +178,13 @@ void deinterleave(float* xp, const float* x, int C, int span); /* rows_bf16_n1's
 int bf16_span(int cols);
 void rows_bf16_n1(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1); /* x de-interleaved in mt->xp */
 
-/* x86/matmul_int8.c */
+#endif
+
 /* rows per q8 or q4 panel (rows_qi_packed): one vector of int32 lanes, a zmm with 512-bit VNNI */
 #if defined(Q8_VNNI) && defined(KERNELS_AVX512)
 #define QP_ROWS 16
 #else
 #define QP_ROWS 8
-#endif
 #endif
 
 #if defined(KERNELS_BF16_DOT) /* x86/matmul_float.c: bf16 weights x bf16 activations (--bf16-activations) */

@@ -1,8 +1,9 @@
-/* arm/matmul_float.c: the NEON twins of matmul.c's scalar reference (matmul_rows_scalar) for f32
+/* arm/matmul_float.c: the NEON twins of kernels/matmul.c's scalar reference (matmul_scalar_rows) for f32
  * and bf16 weights, in the shape of x86/matmul_float.c's 256-bit tiles: tiles of 4 rows x 4
  * tokens, bf16 widened to fp32 in registers, every sum fp32. Checked for correctness under
  * qemu-aarch64 only: no tuning or prefetch distance is chosen here, because none could be measured
- * (docs/design.md#arm64). The loops over row and token tiles are matmul_float_tiles.h's. */
+ * (docs/design.md#arm64). The loops over row and token tiles are x86/matmul_float.c's without
+ * its packed panels. */
 #include "../matmul_shared.h"
 
 #if defined(KERNELS_NEON)
@@ -112,5 +113,39 @@ static void rows_f32_n1(const MatmulThread* mt, float* out, const float* x, cons
     rows_float_n1(out, x, W, WEIGHT_F32, r0, r1);
 }
 
-#include "../matmul_float_tiles.h"
+/* Token-blocked matrix-matrix product for rows [r0, r1): the activation block (tb tokens) stays in
+ * L2 while every weight tile of the chunk is used against it. */
+ALWAYS_INLINE void rows_float_nn(float* out, const float* x, const Matrix* W, WeightType type, int n, int r0, int r1) {
+    const int C = W->cols;
+    const int tb = token_block((size_t)C * sizeof(float));
+    for (int t0 = 0; t0 < n; t0 += tb) {
+        int t1 = t0 + tb < n ? t0 + tb : n;
+        int r = r0;
+        for (; r + 4 <= r1; r += 4) {
+            /* While the first token block's first tile reads these 4 rows from memory, it brings
+             * the next 4 into L2, so that their read overlaps this tile's arithmetic; a few tokens
+             * (below the panels) are otherwise memory-latency-bound on the first pass and compute-
+             * bound on the others (docs/design.md#short-prompt-prefetch). */
+            const void* next = t0 == 0 && r + 8 <= W->rows ? row_ptr(W, r + 4) : NULL;
+            int t = t0;
+            for (; t + TILE_TOKENS <= t1; t += TILE_TOKENS, next = NULL)
+                tile_float(out, x, W, type, r, t, 4, TILE_TOKENS, next);
+            for (; t < t1; t++, next = NULL) tile_float(out, x, W, type, r, t, 4, 1, next);
+        }
+        for (; r < r1; r++) {
+            int t = t0;
+            for (; t + 4 <= t1; t += 4) tile_float(out, x, W, type, r, t, 1, 4, NULL);
+            for (; t < t1; t++) tile_float(out, x, W, type, r, t, 1, 1, NULL);
+        }
+    }
+}
+
+void rows_f32(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1) {
+    if (pr->n == 1) rows_f32_n1(mt, out, pr->x, W, r0, r1);
+    else rows_float_nn(out, pr->x, W, WEIGHT_F32, pr->n, r0, r1);
+}
+void rows_bf16(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1) {
+    if (pr->n == 1) rows_float_n1(out, pr->x, W, WEIGHT_BF16, r0, r1);
+    else rows_float_nn(out, pr->x, W, WEIGHT_BF16, pr->n, r0, r1);
+}
 #endif /* KERNELS_NEON */

@@ -1,5 +1,5 @@
 /* x86/matmul_amx.c: q8 and q4 prefill on AMX tiles, built where the compiler targets AMX-TILE and
- * AMX-INT8 (-march=native on such a CPU). rows_qi (matmul_int8_tiles.h) hands it a chunk's whole
+ * AMX-INT8 (-march=native on such a CPU). rows_qi (x86/matmul_int8.c) hands it a chunk's whole
  * tiles of 16 rows (amx_chunk) and does the rest. */
 #include "../matmul_shared.h"
 
