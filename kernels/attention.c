@@ -6,8 +6,6 @@
 #include "kernels.h"
 #include "simd_math.h"
 
-#define ALWAYS_INLINE static inline __attribute__((always_inline))
-
 void softmax_scalar(float* x, int n) {
     if (n <= 0) return;
     float m = x[0];
@@ -64,101 +62,50 @@ void float_to_half_row_scalar(uint16_t* out, const float* x, int n) {
     for (int i = 0; i < n; i++) out[i] = float_to_half(x[i]);
 }
 
-/* The decode kernels are written once, over the vector operations below: 8 lanes (ymm, in AVX-512
- * builds too) or NEON's 4. */
-#if defined(KERNELS_AVX2)
-typedef __m256 dvec;
-#define DLANES 8
-/* DLANES elements of a cache row from element i on, as fp32 (halves widened by F16C's vcvtph2ps).
- * Without F16C the F16 copies are never called (attention_simd sends an fp16 cache to the scalar
- * reference then). */
-ALWAYS_INLINE dvec d_load_kv(const void* row, size_t i, int F16) {
-#if defined(KERNELS_KV_F16)
-    if (F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)((const uint16_t*)row + i)));
-#endif
-    return _mm256_loadu_ps((const float*)row + i);
-}
-ALWAYS_INLINE dvec d_load(const float* p) { return _mm256_loadu_ps(p); }
-ALWAYS_INLINE void d_store(float* p, dvec v) { _mm256_storeu_ps(p, v); }
-ALWAYS_INLINE dvec d_set1(float x) { return _mm256_set1_ps(x); }
-ALWAYS_INLINE dvec d_broadcast(const float* p) { return _mm256_broadcast_ss(p); }
-ALWAYS_INLINE dvec d_fma(dvec a, dvec b, dvec c) { return _mm256_fmadd_ps(a, b, c); }
-ALWAYS_INLINE dvec d_add(dvec a, dvec b) { return _mm256_add_ps(a, b); }
-ALWAYS_INLINE dvec d_sub(dvec a, dvec b) { return _mm256_sub_ps(a, b); }
-ALWAYS_INLINE dvec d_mul(dvec a, dvec b) { return _mm256_mul_ps(a, b); }
-ALWAYS_INLINE dvec d_max(dvec a, dvec b) { return _mm256_max_ps(a, b); }
-ALWAYS_INLINE dvec d_exp(dvec x) { return exp256(x); }
-ALWAYS_INLINE float d_sum(dvec v) { return hsum256(v); }
-ALWAYS_INLINE float d_max_lane(dvec v) {
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    return _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
-}
-
+/* FV_LANES at a time where the build rounds to halves in registers (KERNELS_KV_F16), the rest (or
+ * all, without it) by the reference. */
 void float_to_half_row(uint16_t* out, const float* x, int n) {
     int i = 0;
 #if defined(KERNELS_KV_F16)
-    for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128((__m128i*)(out + i),
-                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    for (; i + FV_LANES <= n; i += FV_LANES) fv_store_half(out + i, fv_load(x + i));
 #endif
     float_to_half_row_scalar(out + i, x + i, n - i);
 }
-
-#elif defined(KERNELS_NEON)
-typedef float32x4_t dvec;
-#define DLANES 4
-/* Halves widened by fcvtl. */
-ALWAYS_INLINE dvec d_load_kv(const void* row, size_t i, int F16) {
-    if (F16) return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t*)row + i)));
-    return vld1q_f32((const float*)row + i);
-}
-ALWAYS_INLINE dvec d_load(const float* p) { return vld1q_f32(p); }
-ALWAYS_INLINE void d_store(float* p, dvec v) { vst1q_f32(p, v); }
-ALWAYS_INLINE dvec d_set1(float x) { return vdupq_n_f32(x); }
-ALWAYS_INLINE dvec d_broadcast(const float* p) { return vld1q_dup_f32(p); }
-ALWAYS_INLINE dvec d_fma(dvec a, dvec b, dvec c) { return vfmaq_f32(c, a, b); }
-ALWAYS_INLINE dvec d_add(dvec a, dvec b) { return vaddq_f32(a, b); }
-ALWAYS_INLINE dvec d_sub(dvec a, dvec b) { return vsubq_f32(a, b); }
-ALWAYS_INLINE dvec d_mul(dvec a, dvec b) { return vmulq_f32(a, b); }
-ALWAYS_INLINE dvec d_max(dvec a, dvec b) { return vmaxq_f32(a, b); }
-ALWAYS_INLINE dvec d_exp(dvec x) { return exp128(x); }
-ALWAYS_INLINE float d_sum(dvec v) { return vaddvq_f32(v); }
-ALWAYS_INLINE float d_max_lane(dvec v) { return vmaxvq_f32(v); }
-
-void float_to_half_row(uint16_t* out, const float* x, int n) {
-    int i = 0;
-    for (; i + 4 <= n; i += 4) vst1_u16(out + i, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(x + i))));
-    float_to_half_row_scalar(out + i, x + i, n - i);
-}
-
-#else
-void softmax(float* x, int n) { softmax_scalar(x, n); }
-void float_to_half_row(uint16_t* out, const float* x, int n) { float_to_half_row_scalar(out, x, n); }
-#endif
 
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
-/* The cache arrays hold fp32 or halves (KVRows.f16); the SIMD kernels take that as F16, a constant
+/* The decode kernels are written over simd_math.h's fixed-width vector, fvec: 8 lanes (ymm, in
+ * AVX-512 builds too) or NEON's 4.
+ *
+ * The cache arrays hold fp32 or halves (KVRows.f16); the SIMD kernels take that as F16, a constant
  * in each inlined copy, so the fp32 copies test no element type in loops. kv_at: element i's address. */
 ALWAYS_INLINE const void* kv_at(const void* base, size_t i, int F16) { return (const char*)base + i * (F16 ? 2 : 4); }
+
+/* FV_LANES elements of a cache row from element i on, as fp32. Without KERNELS_KV_F16 the F16
+ * copies are never called (attention_simd sends an fp16 cache to the scalar reference then). */
+ALWAYS_INLINE fvec kv_load(const void* row, size_t i, int F16) {
+#if defined(KERNELS_KV_F16)
+    if (F16) return fv_load_half((const uint16_t*)row + i);
+#endif
+    return fv_load((const float*)row + i);
+}
 
 /* x[i] = exp(x[i] - m), m = max(*max, every x[i]) stored back in *max; returns the sum of the
  * exponentials: softmax's first two steps, and decode attention's per chunk (attend_queries). */
 ALWAYS_INLINE float exp_shifted(float* x, int n, float* max) {
     int i = 0;
-    dvec vm = d_set1(*max);
-    for (; i + DLANES <= n; i += DLANES) vm = d_max(vm, d_load(x + i));
-    float m = d_max_lane(vm);
+    fvec vm = fv_set1(*max);
+    for (; i + FV_LANES <= n; i += FV_LANES) vm = fv_max(vm, fv_load(x + i));
+    float m = fv_hmax(vm);
     for (; i < n; i++)
         if (x[i] > m) m = x[i];
-    vm = d_set1(m);
-    dvec vs = d_set1(0.0f);
-    for (i = 0; i + DLANES <= n; i += DLANES) {
-        const dvec e = d_exp(d_sub(d_load(x + i), vm));
-        d_store(x + i, e);
-        vs = d_add(vs, e);
+    vm = fv_set1(m);
+    fvec vs = fv_set1(0.0f);
+    for (i = 0; i + FV_LANES <= n; i += FV_LANES) {
+        const fvec e = fv_exp(fv_sub(fv_load(x + i), vm));
+        fv_store(x + i, e);
+        vs = fv_add(vs, e);
     }
-    float sum = d_sum(vs);
+    float sum = fv_hsum(vs);
     for (; i < n; i++) {
         x[i] = expf(x[i] - m);
         sum += x[i];
@@ -170,8 +117,8 @@ ALWAYS_INLINE float exp_shifted(float* x, int n, float* max) {
 /* x[0 .. n) *= s (softmax's last step; gcc 12 -O2 leaves the plain loop scalar). */
 ALWAYS_INLINE void scale_row(float* x, int n, float s) {
     int i = 0;
-    const dvec vs = d_set1(s);
-    for (; i + DLANES <= n; i += DLANES) d_store(x + i, d_mul(d_load(x + i), vs));
+    const fvec vs = fv_set1(s);
+    for (; i + FV_LANES <= n; i += FV_LANES) fv_store(x + i, fv_mul(fv_load(x + i), vs));
     for (; i < n; i++) x[i] *= s;
 }
 
@@ -181,19 +128,19 @@ ALWAYS_INLINE void scale_row(float* x, int n, float s) {
  * order as for a query alone, so the result does not depend on how queries are paired. */
 #define DIM_STEP 16 /* head_dim a multiple of this takes the SIMD path */
 
-/* a[j][u] += q_j * k over the DLANES dimensions from i + DLANES u on, for u < NU (4, or 2 for a
- * head_dim's last 2 DLANES). */
-ALWAYS_INLINE void scores_step(dvec a[2][4], const float* q, int NQ, const void* k, int d, int i, int NU, int F16) {
+/* a[j][u] += q_j * k over the FV_LANES dimensions from i + FV_LANES u on, for u < NU (4, or 2 for a
+ * head_dim's last 2 FV_LANES). */
+ALWAYS_INLINE void scores_step(fvec a[2][4], const float* q, int NQ, const void* k, int d, int i, int NU, int F16) {
 #pragma GCC unroll 4
     for (int u = 0; u < NU; u++) {
-        const dvec kv = d_load_kv(k, i + DLANES * u, F16);
+        const fvec kv = kv_load(k, i + FV_LANES * u, F16);
 #pragma GCC unroll 2
-        for (int j = 0; j < NQ; j++) a[j][u] = d_fma(d_load(q + (size_t)j * d + i + DLANES * u), kv, a[j][u]);
+        for (int j = 0; j < NQ; j++) a[j][u] = fv_fma(fv_load(q + (size_t)j * d + i + FV_LANES * u), kv, a[j][u]);
     }
 }
 
 /* att[j][t] = (q_j . k_t) * scale for NQ (1 or 2) queries: four accumulators per query over each
- * 4 DLANES dimensions, the first two over a last 2 DLANES (head_dim 48 on AVX2: 32 + 16). With
+ * 4 FV_LANES dimensions, the first two over a last 2 FV_LANES (head_dim 48 on AVX2: 32 + 16). With
  * prefetch_values set, value row t is prefetched into L2 while key row t is read, so the values
  * stream in beside the keys and the weighted sum finds them in cache; into L1 they would evict the
  * keys that the weighted sum brings into L2 for the next chunk (docs/design.md#attention-decode). */
@@ -203,60 +150,61 @@ ALWAYS_INLINE void scores(float* att, int att_stride, const float* q, int NQ, co
         const void* k = kv_at(keys, (size_t)t * stride, F16);
         const char* v = prefetch_values ? kv_at(prefetch_values, (size_t)t * stride, F16) : NULL;
         for (int i = 0; v && i < d * (F16 ? 2 : 4); i += 64) __builtin_prefetch(v + i, 0, 2); /* into L2 */
-        dvec a[2][4];
+        fvec a[2][4];
 #pragma GCC unroll 2
         for (int j = 0; j < NQ; j++)
 #pragma GCC unroll 4
-            for (int u = 0; u < 4; u++) a[j][u] = d_set1(0.0f);
+            for (int u = 0; u < 4; u++) a[j][u] = fv_set1(0.0f);
         int i = 0;
-        for (; i + 4 * DLANES <= d; i += 4 * DLANES) scores_step(a, q, NQ, k, d, i, 4, F16);
+        for (; i + 4 * FV_LANES <= d; i += 4 * FV_LANES) scores_step(a, q, NQ, k, d, i, 4, F16);
         if (i < d) scores_step(a, q, NQ, k, d, i, 2, F16);
 #pragma GCC unroll 2
         for (int j = 0; j < NQ; j++)
-            att[(size_t)j * att_stride + t] = d_sum(d_add(d_add(a[j][0], a[j][1]), d_add(a[j][2], a[j][3]))) * scale;
+            att[(size_t)j * att_stride + t] =
+                fv_hsum(fv_add(fv_add(a[j][0], a[j][1]), fv_add(a[j][2], a[j][3]))) * scale;
     }
 }
 
-/* weighted_sum's DLANES NU outputs per query from dimension i on (NU 4, or 2 for a head_dim's last
- * 2 DLANES), in registers for one pass over the value rows; the same dimensions of next_keys' first
+/* weighted_sum's FV_LANES NU outputs per query from dimension i on (NU 4, or 2 for a head_dim's last
+ * 2 FV_LANES), in registers for one pass over the value rows; the same dimensions of next_keys' first
  * n_next rows are prefetched into L2 on the way. */
 ALWAYS_INLINE void weighted_sum_pass(float* out, const float* att, int att_stride, int NQ, const void* values,
                                      const void* next_keys, int n_next, int stride, int n, int d, int i, int add,
                                      int NU, int F16) {
-    dvec o[2][4];
+    fvec o[2][4];
 #pragma GCC unroll 2
     for (int j = 0; j < NQ; j++)
 #pragma GCC unroll 4
-        for (int u = 0; u < NU; u++) o[j][u] = add ? d_load(out + (size_t)j * d + i + DLANES * u) : d_set1(0.0f);
+        for (int u = 0; u < NU; u++) o[j][u] = add ? fv_load(out + (size_t)j * d + i + FV_LANES * u) : fv_set1(0.0f);
     for (int t = 0; t < n; t++) {
         const void* v = kv_at(values, (size_t)t * stride, F16);
         if (t < n_next)
-            for (int b = 0; b < DLANES * NU * (F16 ? 2 : 4); b += 64)
+            for (int b = 0; b < FV_LANES * NU * (F16 ? 2 : 4); b += 64)
                 __builtin_prefetch((const char*)kv_at(next_keys, (size_t)t * stride + i, F16) + b, 0, 2);
-        dvec vv[4];
+        fvec vv[4];
 #pragma GCC unroll 4
-        for (int u = 0; u < NU; u++) vv[u] = d_load_kv(v, i + DLANES * u, F16);
+        for (int u = 0; u < NU; u++) vv[u] = kv_load(v, i + FV_LANES * u, F16);
 #pragma GCC unroll 2
         for (int j = 0; j < NQ; j++) {
-            const dvec a = d_broadcast(att + (size_t)j * att_stride + t);
+            const fvec a = fv_broadcast(att + (size_t)j * att_stride + t);
 #pragma GCC unroll 4
-            for (int u = 0; u < NU; u++) o[j][u] = d_fma(a, vv[u], o[j][u]);
+            for (int u = 0; u < NU; u++) o[j][u] = fv_fma(a, vv[u], o[j][u]);
         }
     }
 #pragma GCC unroll 2
     for (int j = 0; j < NQ; j++)
 #pragma GCC unroll 4
-        for (int u = 0; u < NU; u++) d_store(out + (size_t)j * d + i + DLANES * u, o[j][u]);
+        for (int u = 0; u < NU; u++) fv_store(out + (size_t)j * d + i + FV_LANES * u, o[j][u]);
 }
 
-/* out_j (+)= sum_{t < n} att[j * att_stride + t] v_t for NQ (1 or 2) queries, in passes of 4 DLANES
- * outputs per query (2 DLANES in a last one); with add, the sums continue from out (a block after
+/* out_j (+)= sum_{t < n} att[j * att_stride + t] v_t for NQ (1 or 2) queries, in passes of 4 FV_LANES
+ * outputs per query (2 FV_LANES in a last one); with add, the sums continue from out (a block after
  * the first: the same order as over one array). Meanwhile the next chunk's first n_next key rows
  * are prefetched into L2, so that memory keeps streaming while the sum works from cache. */
 ALWAYS_INLINE void weighted_sum(float* out, const float* att, int att_stride, int NQ, const void* values,
                                 const void* next_keys, int n_next, int stride, int n, int d, int add, int F16) {
     int i = 0;
-    for (; i + 4 * DLANES <= d; i += 4 * DLANES)
+    for (; i + 4 * FV_LANES <= d; i += 4 * FV_LANES)
         weighted_sum_pass(out, att, att_stride, NQ, values, next_keys, n_next, stride, n, d, i, add, 4, F16);
     if (i < d) weighted_sum_pass(out, att, att_stride, NQ, values, next_keys, n_next, stride, n, d, i, add, 2, F16);
 }
@@ -340,6 +288,8 @@ ALWAYS_INLINE void attend_group(float* out, const float* q, int n_q, const KVRow
         attend_queries(out + (size_t)j * d, q + (size_t)j * d, 1, kv, n_pos, d, scale, att + (size_t)j * n_pos,
                        j == 0, F16);
 }
+#else
+void softmax(float* x, int n) { softmax_scalar(x, n); }
 #endif
 
 /* The SIMD kernels take head_dim a multiple of DIM_STEP, and for halves a build that widens them
@@ -377,80 +327,17 @@ void attention_rows_scalar(float* out, const float* q, size_t row_stride, int n_
 
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
 /* ---- Prefill: the queries in the lanes ----
- * attend_lanes puts LANES queries in a vector (16 with AVX-512, 8 with AVX2, 4 with NEON): the
+ * attend_lanes puts WV_LANES queries in a vector (16 with AVX-512, 8 with AVX2, 4 with NEON): the
  * block's queries are transposed once (Qt[i][j] = q_j[i]), so that a key's element i, broadcast,
- * meets LANES queries in one FMA, and every step after that (the causal mask, the softmax, the
+ * meets WV_LANES queries in one FMA, and every step after that (the causal mask, the softmax, the
  * weighted sum) is vertical: no horizontal sum anywhere, where a tile with the dimensions in the
- * lanes ends each (query, key) pair with one. Written once, over the vector operations below. */
-#if defined(KERNELS_AVX512)
-typedef __m512 vec;
-#define LANES 16
-#define LANE_VECS 4 /* a score tile: 4 keys x up to LANE_VECS vectors of queries */
-ALWAYS_INLINE vec v_load(const float* p) { return _mm512_loadu_ps(p); }
-ALWAYS_INLINE vec v_load_halves(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p)); }
-ALWAYS_INLINE void v_store(float* p, vec v) { _mm512_storeu_ps(p, v); }
-ALWAYS_INLINE vec v_set1(float x) { return _mm512_set1_ps(x); }
-ALWAYS_INLINE vec v_fma(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
-ALWAYS_INLINE vec v_mul(vec a, vec b) { return _mm512_mul_ps(a, b); }
-ALWAYS_INLINE vec v_add(vec a, vec b) { return _mm512_add_ps(a, b); }
-ALWAYS_INLINE vec v_sub(vec a, vec b) { return _mm512_sub_ps(a, b); }
-ALWAYS_INLINE vec v_max(vec a, vec b) { return _mm512_max_ps(a, b); }
-ALWAYS_INLINE vec v_div(vec a, vec b) { return _mm512_div_ps(a, b); }
-ALWAYS_INLINE vec v_exp(vec x) {
-    const __m256 lo = exp256(_mm512_castps512_ps256(x)), hi = exp256(_mm512_extractf32x8_ps(x, 1));
-    return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
-}
-ALWAYS_INLINE vec v_if_less(vec a, vec b, vec x, vec y) {
-    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_LT_OQ), y, x);
-}
-ALWAYS_INLINE void v_transpose(vec r[LANES]) {
-    __m512i t[LANES];
-    for (int k = 0; k < LANES; k++) t[k] = _mm512_castps_si512(r[k]);
-    transpose16_epi32(t);
-    for (int k = 0; k < LANES; k++) r[k] = _mm512_castsi512_ps(t[k]);
-}
-#elif defined(KERNELS_AVX2)
-typedef __m256 vec;
-#define LANES 8
-#define LANE_VECS 3 /* 12 accumulators of the 16 ymm registers */
-ALWAYS_INLINE vec v_load(const float* p) { return _mm256_loadu_ps(p); }
-ALWAYS_INLINE vec v_load_halves(const uint16_t* p) { return d_load_kv(p, 0, 1); }
-ALWAYS_INLINE void v_store(float* p, vec v) { _mm256_storeu_ps(p, v); }
-ALWAYS_INLINE vec v_set1(float x) { return _mm256_set1_ps(x); }
-ALWAYS_INLINE vec v_fma(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
-ALWAYS_INLINE vec v_mul(vec a, vec b) { return _mm256_mul_ps(a, b); }
-ALWAYS_INLINE vec v_add(vec a, vec b) { return _mm256_add_ps(a, b); }
-ALWAYS_INLINE vec v_sub(vec a, vec b) { return _mm256_sub_ps(a, b); }
-ALWAYS_INLINE vec v_max(vec a, vec b) { return _mm256_max_ps(a, b); }
-ALWAYS_INLINE vec v_div(vec a, vec b) { return _mm256_div_ps(a, b); }
-ALWAYS_INLINE vec v_exp(vec x) { return exp256(x); }
-ALWAYS_INLINE vec v_if_less(vec a, vec b, vec x, vec y) {
-    return _mm256_blendv_ps(y, x, _mm256_cmp_ps(a, b, _CMP_LT_OQ));
-}
-ALWAYS_INLINE void v_transpose(vec r[LANES]) { transpose8_ps(r); }
+ * lanes ends each (query, key) pair with one. Written over simd_math.h's widest vector, wvec. */
+
+/* A score tile: 4 keys x up to LANE_VECS vectors of queries, 4 * LANE_VECS accumulators. */
+#if defined(KERNELS_AVX2) && !defined(KERNELS_AVX512)
+#define LANE_VECS 3 /* 12 of the 16 ymm registers */
 #else
-typedef float32x4_t vec;
-#define LANES 4
-#define LANE_VECS 4
-ALWAYS_INLINE vec v_load(const float* p) { return vld1q_f32(p); }
-ALWAYS_INLINE vec v_load_halves(const uint16_t* p) { return d_load_kv(p, 0, 1); }
-ALWAYS_INLINE void v_store(float* p, vec v) { vst1q_f32(p, v); }
-ALWAYS_INLINE vec v_set1(float x) { return vdupq_n_f32(x); }
-ALWAYS_INLINE vec v_fma(vec a, vec b, vec c) { return vfmaq_f32(c, a, b); }
-ALWAYS_INLINE vec v_mul(vec a, vec b) { return vmulq_f32(a, b); }
-ALWAYS_INLINE vec v_add(vec a, vec b) { return vaddq_f32(a, b); }
-ALWAYS_INLINE vec v_sub(vec a, vec b) { return vsubq_f32(a, b); }
-ALWAYS_INLINE vec v_max(vec a, vec b) { return vmaxq_f32(a, b); }
-ALWAYS_INLINE vec v_div(vec a, vec b) { return vdivq_f32(a, b); }
-ALWAYS_INLINE vec v_exp(vec x) { return exp128(x); }
-ALWAYS_INLINE vec v_if_less(vec a, vec b, vec x, vec y) { return vbslq_f32(vcltq_f32(a, b), x, y); }
-ALWAYS_INLINE void v_transpose(vec r[LANES]) {
-    const float32x4x2_t a = vtrnq_f32(r[0], r[1]), b = vtrnq_f32(r[2], r[3]);
-    r[0] = vcombine_f32(vget_low_f32(a.val[0]), vget_low_f32(b.val[0]));
-    r[1] = vcombine_f32(vget_low_f32(a.val[1]), vget_low_f32(b.val[1]));
-    r[2] = vcombine_f32(vget_high_f32(a.val[0]), vget_high_f32(b.val[0]));
-    r[3] = vcombine_f32(vget_high_f32(a.val[1]), vget_high_f32(b.val[1]));
-}
+#define LANE_VECS 4 /* 16 of the 32 zmm or NEON registers */
 #endif
 
 /* Keeps a vector in a register: on x86 gcc would fold its load into each FMA that uses it. */
@@ -460,64 +347,64 @@ ALWAYS_INLINE void v_transpose(vec r[LANES]) {
 #define IN_REGISTER(x) (void)0
 #endif
 
-/* S[k * nl + LANES v + lane] = (q . key k) * scale for NK (<= 4) keys (rows at stride) and QV
+/* S[k * nl + WV_LANES v + lane] = (q . key k) * scale for NK (<= 4) keys (rows at stride) and QV
  * vectors of queries (Qt: [d][nl]). Each sum runs over the dimensions in order, one FMA each,
  * whatever the other queries and keys of the tile. */
 ALWAYS_INLINE void lane_scores(float* S, int nl, const float* Qt, const float* keys, int stride, int NK, int QV, int d,
                                float scale) {
-    vec a[4][LANE_VECS];
+    wvec a[4][LANE_VECS];
 #pragma GCC unroll 4
     for (int k = 0; k < NK; k++)
 #pragma GCC unroll 4
-        for (int v = 0; v < QV; v++) a[k][v] = v_set1(0.0f);
+        for (int v = 0; v < QV; v++) a[k][v] = wv_set1(0.0f);
     for (int i = 0; i < d; i++) {
-        vec qv[LANE_VECS];
+        wvec qv[LANE_VECS];
 #pragma GCC unroll 4
         for (int v = 0; v < QV; v++) {
-            qv[v] = v_load(Qt + (size_t)i * nl + LANES * v);
+            qv[v] = wv_load(Qt + (size_t)i * nl + WV_LANES * v);
             IN_REGISTER(qv[v]);
         }
 #pragma GCC unroll 4
         for (int k = 0; k < NK; k++) {
-            const vec kb = v_set1(keys[(size_t)k * stride + i]);
+            const wvec kb = wv_set1(keys[(size_t)k * stride + i]);
 #pragma GCC unroll 4
-            for (int v = 0; v < QV; v++) a[k][v] = v_fma(qv[v], kb, a[k][v]);
+            for (int v = 0; v < QV; v++) a[k][v] = wv_fma(qv[v], kb, a[k][v]);
         }
     }
 #pragma GCC unroll 4
     for (int k = 0; k < NK; k++)
 #pragma GCC unroll 4
-        for (int v = 0; v < QV; v++) v_store(S + (size_t)k * nl + LANES * v, v_mul(a[k][v], v_set1(scale)));
+        for (int v = 0; v < QV; v++) wv_store(S + (size_t)k * nl + WV_LANES * v, wv_mul(a[k][v], wv_set1(scale)));
 }
 
 /* Ot[i][lanes] (+)= sum_{t < n} P[t][lanes] v_t[i] for the 4 dimensions from i0 and QV vectors of
  * queries; add: continue the sums in Ot (a chunk after the first). */
 ALWAYS_INLINE void lane_weighted_sum(float* Ot, int nl, const float* P, const float* values, int stride, int n, int i0,
                                      int QV, int add) {
-    vec o[4][LANE_VECS];
+    wvec o[4][LANE_VECS];
 #pragma GCC unroll 4
     for (int u = 0; u < 4; u++)
 #pragma GCC unroll 4
-        for (int v = 0; v < QV; v++) o[u][v] = add ? v_load(Ot + (size_t)(i0 + u) * nl + LANES * v) : v_set1(0.0f);
+        for (int v = 0; v < QV; v++) o[u][v] = add ? wv_load(Ot + (size_t)(i0 + u) * nl + WV_LANES * v) : wv_set1(0.0f);
     for (int t = 0; t < n; t++) {
-        vec p[LANE_VECS];
+        wvec p[LANE_VECS];
 #pragma GCC unroll 4
         for (int v = 0; v < QV; v++) {
-            p[v] = v_load(P + (size_t)t * nl + LANES * v);
+            p[v] = wv_load(P + (size_t)t * nl + WV_LANES * v);
             IN_REGISTER(p[v]);
         }
         const float* row = values + (size_t)t * stride;
 #pragma GCC unroll 4
         for (int u = 0; u < 4; u++) {
-            const vec vb = v_set1(row[i0 + u]);
+            const wvec vb = wv_set1(row[i0 + u]);
 #pragma GCC unroll 4
-            for (int v = 0; v < QV; v++) o[u][v] = v_fma(p[v], vb, o[u][v]);
+            for (int v = 0; v < QV; v++) o[u][v] = wv_fma(p[v], vb, o[u][v]);
         }
     }
 #pragma GCC unroll 4
     for (int u = 0; u < 4; u++)
 #pragma GCC unroll 4
-        for (int v = 0; v < QV; v++) v_store(Ot + (size_t)(i0 + u) * nl + LANES * v, o[u][v]);
+        for (int v = 0; v < QV; v++) wv_store(Ot + (size_t)(i0 + u) * nl + WV_LANES * v, o[u][v]);
 }
 
 /* lane_scores and lane_weighted_sum over all nv vectors of queries, LANE_VECS at a time (QV a
@@ -526,10 +413,11 @@ ALWAYS_INLINE void scores_all(float* S, int nl, int nv, const float* Qt, const f
                               float scale) {
     int v = 0;
     for (; v + LANE_VECS <= nv; v += LANE_VECS)
-        lane_scores(S + LANES * v, nl, Qt + LANES * v, keys, stride, NK, LANE_VECS, d, scale);
-    if (LANE_VECS > 3 && nv - v == 3) lane_scores(S + LANES * v, nl, Qt + LANES * v, keys, stride, NK, 3, d, scale);
-    if (nv - v == 2) lane_scores(S + LANES * v, nl, Qt + LANES * v, keys, stride, NK, 2, d, scale);
-    if (nv - v == 1) lane_scores(S + LANES * v, nl, Qt + LANES * v, keys, stride, NK, 1, d, scale);
+        lane_scores(S + WV_LANES * v, nl, Qt + WV_LANES * v, keys, stride, NK, LANE_VECS, d, scale);
+    if (LANE_VECS > 3 && nv - v == 3)
+        lane_scores(S + WV_LANES * v, nl, Qt + WV_LANES * v, keys, stride, NK, 3, d, scale);
+    if (nv - v == 2) lane_scores(S + WV_LANES * v, nl, Qt + WV_LANES * v, keys, stride, NK, 2, d, scale);
+    if (nv - v == 1) lane_scores(S + WV_LANES * v, nl, Qt + WV_LANES * v, keys, stride, NK, 1, d, scale);
 }
 
 ALWAYS_INLINE void weighted_sum_all(float* Ot, int nl, int nv, const float* P, const float* values, int stride, int n,
@@ -537,11 +425,11 @@ ALWAYS_INLINE void weighted_sum_all(float* Ot, int nl, int nv, const float* P, c
     for (int i = 0; i < d; i += 4) {
         int v = 0;
         for (; v + LANE_VECS <= nv; v += LANE_VECS)
-            lane_weighted_sum(Ot + LANES * v, nl, P + LANES * v, values, stride, n, i, LANE_VECS, add);
+            lane_weighted_sum(Ot + WV_LANES * v, nl, P + WV_LANES * v, values, stride, n, i, LANE_VECS, add);
         if (LANE_VECS > 3 && nv - v == 3)
-            lane_weighted_sum(Ot + LANES * v, nl, P + LANES * v, values, stride, n, i, 3, add);
-        if (nv - v == 2) lane_weighted_sum(Ot + LANES * v, nl, P + LANES * v, values, stride, n, i, 2, add);
-        if (nv - v == 1) lane_weighted_sum(Ot + LANES * v, nl, P + LANES * v, values, stride, n, i, 1, add);
+            lane_weighted_sum(Ot + WV_LANES * v, nl, P + WV_LANES * v, values, stride, n, i, 3, add);
+        if (nv - v == 2) lane_weighted_sum(Ot + WV_LANES * v, nl, P + WV_LANES * v, values, stride, n, i, 2, add);
+        if (nv - v == 1) lane_weighted_sum(Ot + WV_LANES * v, nl, P + WV_LANES * v, values, stride, n, i, 1, add);
     }
 }
 
@@ -561,25 +449,27 @@ ALWAYS_INLINE void chunk_scores(float* S, int nl, int nv, const float* Qt, const
 ALWAYS_INLINE const float* rows_fp32(const void* rows, int stride, int n, int d, float* buf, int* fstride, int F16) {
     *fstride = F16 ? d : stride;
     if (!F16) return rows;
+#if defined(KERNELS_KV_F16) /* else the F16 copies are never called (kv_load) */
     for (int t = 0; t < n; t++)
-        for (int i = 0; i < d; i += LANES)
-            v_store(buf + (size_t)t * d + i, v_load_halves((const uint16_t*)rows + (size_t)t * stride + i));
+        for (int i = 0; i < d; i += WV_LANES)
+            wv_store(buf + (size_t)t * d + i, wv_load_half((const uint16_t*)rows + (size_t)t * stride + i));
+#endif
     return buf;
 }
 
 /* One vector of queries' softmax over the keys, key t's scores at S + t * nl: each lane over its
  * own first npos[lane] keys, zeros after them. The exponentials stay in S unscaled (the weighted
  * sum is divided once at the end); returns 1 / their sum per lane. */
-static vec lane_softmax(float* S, int nl, int n_all, vec npos) {
-    vec m = v_set1(-INFINITY), sum = v_set1(0.0f);
-    for (int t = 0; t < n_all; t++) m = v_if_less(v_set1((float)t), npos, v_max(m, v_load(S + (size_t)t * nl)), m);
+static wvec lane_softmax(float* S, int nl, int n_all, wvec npos) {
+    wvec m = wv_set1(-INFINITY), sum = wv_set1(0.0f);
+    for (int t = 0; t < n_all; t++) m = wv_if_less(wv_set1((float)t), npos, wv_max(m, wv_load(S + (size_t)t * nl)), m);
     for (int t = 0; t < n_all; t++) {
         float* s = S + (size_t)t * nl;
-        const vec e = v_if_less(v_set1((float)t), npos, v_exp(v_sub(v_load(s), m)), v_set1(0.0f));
-        v_store(s, e);
-        sum = v_add(sum, e);
+        const wvec e = wv_if_less(wv_set1((float)t), npos, wv_exp(wv_sub(wv_load(s), m)), wv_set1(0.0f));
+        wv_store(s, e);
+        sum = wv_add(sum, e);
     }
-    return v_div(v_set1(1.0f), sum);
+    return wv_div(wv_set1(1.0f), sum);
 }
 
 /* Query j of a prefill block: head j % n_q of row j / n_q. */
@@ -587,28 +477,29 @@ ALWAYS_INLINE size_t query_at(int j, int n_q, size_t row_stride, int d) {
     return (size_t)(j / n_q) * row_stride + (size_t)(j % n_q) * d;
 }
 
-/* Qt[i][j] = q_j[i] for the n queries, zeros in the lanes up to nl; LANES x LANES at a time. */
+/* Qt[i][j] = q_j[i] for the n queries, zeros in the lanes up to nl; WV_LANES x WV_LANES at a time. */
 static void transpose_queries(float* Qt, int nl, const float* q, size_t row_stride, int n_q, int n, int d) {
-    for (int j0 = 0; j0 < nl; j0 += LANES)
-        for (int i = 0; i < d; i += LANES) {
-            vec r[LANES];
-            for (int l = 0; l < LANES; l++)
-                r[l] = j0 + l < n ? v_load(q + query_at(j0 + l, n_q, row_stride, d) + i) : v_set1(0.0f);
-            v_transpose(r);
-            for (int k = 0; k < LANES; k++) v_store(Qt + (size_t)(i + k) * nl + j0, r[k]);
+    for (int j0 = 0; j0 < nl; j0 += WV_LANES)
+        for (int i = 0; i < d; i += WV_LANES) {
+            wvec r[WV_LANES];
+            for (int l = 0; l < WV_LANES; l++)
+                r[l] = j0 + l < n ? wv_load(q + query_at(j0 + l, n_q, row_stride, d) + i) : wv_set1(0.0f);
+            wv_transpose(r);
+            for (int k = 0; k < WV_LANES; k++) wv_store(Qt + (size_t)(i + k) * nl + j0, r[k]);
         }
 }
 
-/* out of query j = Ot[.][j] * inv[j], transposed back LANES x LANES at a time. */
+/* out of query j = Ot[.][j] * inv[j], transposed back WV_LANES x WV_LANES at a time. */
 static void transpose_outputs(float* out, size_t row_stride, int n_q, int n, int d, const float* Ot, int nl,
                               const float* inv) {
-    for (int j0 = 0; j0 < n; j0 += LANES)
-        for (int i = 0; i < d; i += LANES) {
-            vec r[LANES];
-            const vec s = v_load(inv + j0);
-            for (int k = 0; k < LANES; k++) r[k] = v_mul(v_load(Ot + (size_t)(i + k) * nl + j0), s);
-            v_transpose(r);
-            for (int l = 0; l < LANES && j0 + l < n; l++) v_store(out + query_at(j0 + l, n_q, row_stride, d) + i, r[l]);
+    for (int j0 = 0; j0 < n; j0 += WV_LANES)
+        for (int i = 0; i < d; i += WV_LANES) {
+            wvec r[WV_LANES];
+            const wvec s = wv_load(inv + j0);
+            for (int k = 0; k < WV_LANES; k++) r[k] = wv_mul(wv_load(Ot + (size_t)(i + k) * nl + j0), s);
+            wv_transpose(r);
+            for (int l = 0; l < WV_LANES && j0 + l < n; l++)
+                wv_store(out + query_at(j0 + l, n_q, row_stride, d) + i, r[l]);
         }
 }
 
@@ -623,7 +514,7 @@ static void transpose_outputs(float* out, size_t row_stride, int n_q, int n, int
 
 ALWAYS_INLINE void attend_lanes(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const KVRows* kv,
                                 int first_n_pos, int d, float scale, float* att, int F16) {
-    const int n = n_rows * n_q, nl = (n + LANES - 1) / LANES * LANES, nv = nl / LANES;
+    const int n = n_rows * n_q, nl = (n + WV_LANES - 1) / WV_LANES * WV_LANES, nv = nl / WV_LANES;
     const int n_all = first_n_pos + n_rows - 1;
     float* S = att;
     float* Qt = S + (size_t)n_all * nl;
@@ -639,12 +530,12 @@ ALWAYS_INLINE void attend_lanes(float* out, const float* q, size_t row_stride, i
     }
     float* inv = Qt; /* the queries are spent: their first row holds the sums' inverses */
     for (int v = 0; v < nv; v++) {
-        float npos[LANES];
-        for (int l = 0; l < LANES; l++) {
-            const int j = LANES * v + l;
+        float npos[WV_LANES];
+        for (int l = 0; l < WV_LANES; l++) {
+            const int j = WV_LANES * v + l;
             npos[l] = j < n ? (float)(first_n_pos + j / n_q) : 0.0f; /* exact: positions < 2^24 */
         }
-        v_store(inv + LANES * v, lane_softmax(S + LANES * v, nl, n_all, v_load(npos)));
+        wv_store(inv + WV_LANES * v, lane_softmax(S + WV_LANES * v, nl, n_all, wv_load(npos)));
     }
     for (int p = 0, c; p < n_all; p += c) {
         c = kv_block(kv, p, n_all - p < ATTENTION_KEY_CHUNK ? n_all : p + ATTENTION_KEY_CHUNK, &off);
@@ -673,7 +564,7 @@ void attention_rows(float* out, const float* q, size_t row_stride, int n_q, int 
 size_t attention_rows_scratch(int n_q, int n_rows, int max_pos, int head_dim) {
     const size_t n = (size_t)n_q * (size_t)n_rows;
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
-    const size_t nl = (n + LANES - 1) / LANES * LANES; /* attend_lanes: S, Qt, Ot and a chunk widened */
+    const size_t nl = (n + WV_LANES - 1) / WV_LANES * WV_LANES; /* attend_lanes: S, Qt, Ot and a chunk widened */
     return nl * ((size_t)max_pos + 2 * (size_t)head_dim) + ATTENTION_KEY_CHUNK * (size_t)head_dim;
 #else
     (void)head_dim;

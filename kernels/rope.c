@@ -23,36 +23,17 @@ void rope_scalar(float* x, int n_heads, int head_dim, const float* cos_t, const 
     }
 }
 
-#if defined(KERNELS_AVX2)
+#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
 void rope(float* x, int n_heads, int head_dim, const float* cos_t, const float* sin_t) {
     int half = head_dim / 2;
     for (int h = 0; h < n_heads; h++) {
         float* v = x + (size_t)h * head_dim;
         int i = 0;
-        for (; i + 8 <= half; i += 8) {
-            __m256 a = _mm256_loadu_ps(v + i), b = _mm256_loadu_ps(v + i + half);
-            __m256 c = _mm256_loadu_ps(cos_t + i), s = _mm256_loadu_ps(sin_t + i);
-            _mm256_storeu_ps(v + i, _mm256_sub_ps(_mm256_mul_ps(a, c), _mm256_mul_ps(b, s)));
-            _mm256_storeu_ps(v + i + half, _mm256_add_ps(_mm256_mul_ps(b, c), _mm256_mul_ps(a, s)));
-        }
-        for (; i < half; i++) {
-            float a = v[i], b = v[i + half];
-            v[i] = a * cos_t[i] - b * sin_t[i];
-            v[i + half] = b * cos_t[i] + a * sin_t[i];
-        }
-    }
-}
-#elif defined(KERNELS_NEON)
-void rope(float* x, int n_heads, int head_dim, const float* cos_t, const float* sin_t) {
-    int half = head_dim / 2;
-    for (int h = 0; h < n_heads; h++) {
-        float* v = x + (size_t)h * head_dim;
-        int i = 0;
-        for (; i + 4 <= half; i += 4) {
-            float32x4_t a = vld1q_f32(v + i), b = vld1q_f32(v + i + half);
-            float32x4_t c = vld1q_f32(cos_t + i), s = vld1q_f32(sin_t + i);
-            vst1q_f32(v + i, vsubq_f32(vmulq_f32(a, c), vmulq_f32(b, s)));
-            vst1q_f32(v + i + half, vaddq_f32(vmulq_f32(b, c), vmulq_f32(a, s)));
+        for (; i + FV_LANES <= half; i += FV_LANES) {
+            fvec a = fv_load(v + i), b = fv_load(v + i + half);
+            fvec c = fv_load(cos_t + i), s = fv_load(sin_t + i);
+            fv_store(v + i, fv_sub(fv_mul(a, c), fv_mul(b, s)));
+            fv_store(v + i + half, fv_add(fv_mul(b, c), fv_mul(a, s)));
         }
         for (; i < half; i++) {
             float a = v[i], b = v[i + half];

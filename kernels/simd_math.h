@@ -1,7 +1,34 @@
-/* simd_math.h: private helpers of the kernel files (not part of the kernels.h interface):
- * horizontal sums, a vector exp and the 8 x 8 and (AVX-512) 16 x 16 transposes. */
+/* simd_math.h: private helpers of the kernel files (not part of the kernels.h interface): the
+ * instruction-set macros, horizontal sums, a vector exp, the 8 x 8 and (AVX-512) 16 x 16
+ * transposes, and two families of fp32 vector operations over which a kernel is written once for
+ * every instruction set:
+ *
+ *   fvec, FV_LANES, fv_*   the fixed-width vector: 8 lanes (ymm) on x86, in AVX-512 builds too
+ *                          (docs/design.md#instruction-sets), 4 (a q register) on NEON;
+ *   wvec, WV_LANES, wv_*   the widest vector: 16 lanes (zmm) with AVX-512, else fvec itself.
+ *
+ *   load, store, set1        unaligned loads and stores; every lane x
+ *   add, sub, mul, div, max  lane by lane, each rounded as the instruction does
+ *   fma(a, b, c)             a * b + c, rounded once
+ *   exp                      exp256 / exp128 in each lane
+ *   if_less(a, b, x, y)      x in the lanes where a < b, else y (a NaN compares false)
+ *   transpose(r)             r[LANES] in place: r[j] becomes column j of what came in
+ *   load_half                LANES halves widened exactly; where KERNELS_KV_F16 (wv_: AVX-512 always)
+ *   fv_ only: broadcast(p)   every lane *p
+ *             neg            0 - x on x86, -x on NEON (they differ in the sign of a zero or a NaN)
+ *             hsum, hmax     the sum, the maximum of the lanes (hsum: hsum256's order on x86)
+ *             store_half     rounded to the nearest half; where KERNELS_KV_F16
+ *
+ * Each is one instruction or a fixed sequence, always inlined: a kernel written over them compiles
+ * to the intrinsics it would name itself, so it rounds as they do. */
 #ifndef SIMD_MATH_H
 #define SIMD_MATH_H
+
+#include <stdint.h>
+
+#ifndef ALWAYS_INLINE
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+#endif
 
 #if !defined(KERNELS_SCALAR) && defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -87,6 +114,38 @@ static inline void transpose8_ps(__m256 r[8]) {
     }
 }
 
+typedef __m256 fvec;
+#define FV_LANES 8
+ALWAYS_INLINE fvec fv_load(const float* p) { return _mm256_loadu_ps(p); }
+ALWAYS_INLINE void fv_store(float* p, fvec v) { _mm256_storeu_ps(p, v); }
+ALWAYS_INLINE fvec fv_set1(float x) { return _mm256_set1_ps(x); }
+ALWAYS_INLINE fvec fv_broadcast(const float* p) { return _mm256_broadcast_ss(p); }
+ALWAYS_INLINE fvec fv_add(fvec a, fvec b) { return _mm256_add_ps(a, b); }
+ALWAYS_INLINE fvec fv_sub(fvec a, fvec b) { return _mm256_sub_ps(a, b); }
+ALWAYS_INLINE fvec fv_mul(fvec a, fvec b) { return _mm256_mul_ps(a, b); }
+ALWAYS_INLINE fvec fv_div(fvec a, fvec b) { return _mm256_div_ps(a, b); }
+ALWAYS_INLINE fvec fv_fma(fvec a, fvec b, fvec c) { return _mm256_fmadd_ps(a, b, c); }
+ALWAYS_INLINE fvec fv_max(fvec a, fvec b) { return _mm256_max_ps(a, b); }
+ALWAYS_INLINE fvec fv_neg(fvec x) { return _mm256_sub_ps(_mm256_setzero_ps(), x); }
+ALWAYS_INLINE fvec fv_exp(fvec x) { return exp256(x); }
+ALWAYS_INLINE fvec fv_if_less(fvec a, fvec b, fvec x, fvec y) {
+    return _mm256_blendv_ps(y, x, _mm256_cmp_ps(a, b, _CMP_LT_OQ));
+}
+ALWAYS_INLINE float fv_hsum(fvec v) { return hsum256(v); }
+ALWAYS_INLINE float fv_hmax(fvec v) {
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    return _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+}
+ALWAYS_INLINE void fv_transpose(fvec r[FV_LANES]) { transpose8_ps(r); }
+#if defined(KERNELS_KV_F16)
+/* F16C's vcvtph2ps, vcvtps2ph. */
+ALWAYS_INLINE fvec fv_load_half(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p)); }
+ALWAYS_INLINE void fv_store_half(uint16_t* p, fvec v) {
+    _mm_storeu_si128((__m128i*)p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+#endif
+
 #if defined(KERNELS_AVX512)
 /* 16 rows of 16 four-byte words, in place: r[j] becomes the column j of what came in. Three
  * rounds of interleaving (32-bit, 64-bit, 128-bit lanes), 64 shuffles. */
@@ -111,6 +170,34 @@ static inline void transpose16_epi32(__m512i r[16]) {
         r[12 + k] = _mm512_shuffle_i32x4(d1, d3, 0xDD);
     }
 }
+
+typedef __m512 wvec;
+#define WV_LANES 16
+ALWAYS_INLINE wvec wv_load(const float* p) { return _mm512_loadu_ps(p); }
+ALWAYS_INLINE void wv_store(float* p, wvec v) { _mm512_storeu_ps(p, v); }
+ALWAYS_INLINE wvec wv_set1(float x) { return _mm512_set1_ps(x); }
+ALWAYS_INLINE wvec wv_add(wvec a, wvec b) { return _mm512_add_ps(a, b); }
+ALWAYS_INLINE wvec wv_sub(wvec a, wvec b) { return _mm512_sub_ps(a, b); }
+ALWAYS_INLINE wvec wv_mul(wvec a, wvec b) { return _mm512_mul_ps(a, b); }
+ALWAYS_INLINE wvec wv_div(wvec a, wvec b) { return _mm512_div_ps(a, b); }
+ALWAYS_INLINE wvec wv_fma(wvec a, wvec b, wvec c) { return _mm512_fmadd_ps(a, b, c); }
+ALWAYS_INLINE wvec wv_max(wvec a, wvec b) { return _mm512_max_ps(a, b); }
+/* exp256 on each half: lane for lane the bits of fv_exp. */
+ALWAYS_INLINE wvec wv_exp(wvec x) {
+    const __m256 lo = exp256(_mm512_castps512_ps256(x)), hi = exp256(_mm512_extractf32x8_ps(x, 1));
+    return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+}
+ALWAYS_INLINE wvec wv_if_less(wvec a, wvec b, wvec x, wvec y) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_LT_OQ), y, x);
+}
+ALWAYS_INLINE void wv_transpose(wvec r[WV_LANES]) {
+    __m512i t[WV_LANES];
+    for (int k = 0; k < WV_LANES; k++) t[k] = _mm512_castps_si512(r[k]);
+    transpose16_epi32(t);
+    for (int k = 0; k < WV_LANES; k++) r[k] = _mm512_castsi512_ps(t[k]);
+}
+/* vcvtph2ps on zmm is AVX-512F's own: no F16C needed. */
+ALWAYS_INLINE wvec wv_load_half(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p)); }
 #endif
 
 #elif !defined(KERNELS_SCALAR) && defined(__ARM_NEON)
@@ -137,6 +224,55 @@ static inline float32x4_t exp128(float32x4_t x) {
     float32x4_t res = vmulq_f32(p, vreinterpretq_f32_s32(e));
     return vreinterpretq_f32_u32(vbicq_u32(vreinterpretq_u32_f32(res), under));
 }
+
+typedef float32x4_t fvec;
+#define FV_LANES 4
+ALWAYS_INLINE fvec fv_load(const float* p) { return vld1q_f32(p); }
+ALWAYS_INLINE void fv_store(float* p, fvec v) { vst1q_f32(p, v); }
+ALWAYS_INLINE fvec fv_set1(float x) { return vdupq_n_f32(x); }
+ALWAYS_INLINE fvec fv_broadcast(const float* p) { return vld1q_dup_f32(p); }
+ALWAYS_INLINE fvec fv_add(fvec a, fvec b) { return vaddq_f32(a, b); }
+ALWAYS_INLINE fvec fv_sub(fvec a, fvec b) { return vsubq_f32(a, b); }
+ALWAYS_INLINE fvec fv_mul(fvec a, fvec b) { return vmulq_f32(a, b); }
+ALWAYS_INLINE fvec fv_div(fvec a, fvec b) { return vdivq_f32(a, b); }
+ALWAYS_INLINE fvec fv_fma(fvec a, fvec b, fvec c) { return vfmaq_f32(c, a, b); }
+ALWAYS_INLINE fvec fv_max(fvec a, fvec b) { return vmaxq_f32(a, b); }
+ALWAYS_INLINE fvec fv_neg(fvec x) { return vnegq_f32(x); }
+ALWAYS_INLINE fvec fv_exp(fvec x) { return exp128(x); }
+ALWAYS_INLINE fvec fv_if_less(fvec a, fvec b, fvec x, fvec y) { return vbslq_f32(vcltq_f32(a, b), x, y); }
+ALWAYS_INLINE float fv_hsum(fvec v) { return vaddvq_f32(v); }
+ALWAYS_INLINE float fv_hmax(fvec v) { return vmaxvq_f32(v); }
+ALWAYS_INLINE void fv_transpose(fvec r[FV_LANES]) {
+    const float32x4x2_t a = vtrnq_f32(r[0], r[1]), b = vtrnq_f32(r[2], r[3]);
+    r[0] = vcombine_f32(vget_low_f32(a.val[0]), vget_low_f32(b.val[0]));
+    r[1] = vcombine_f32(vget_low_f32(a.val[1]), vget_low_f32(b.val[1]));
+    r[2] = vcombine_f32(vget_high_f32(a.val[0]), vget_high_f32(b.val[0]));
+    r[3] = vcombine_f32(vget_high_f32(a.val[1]), vget_high_f32(b.val[1]));
+}
+/* fcvtl, fcvtn. */
+ALWAYS_INLINE fvec fv_load_half(const uint16_t* p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
+ALWAYS_INLINE void fv_store_half(uint16_t* p, fvec v) { vst1_u16(p, vreinterpret_u16_f16(vcvt_f16_f32(v))); }
+#endif
+
+/* Without AVX-512 the widest vector is the fixed one. */
+#if (defined(KERNELS_AVX2) && !defined(KERNELS_AVX512)) || defined(KERNELS_NEON)
+typedef fvec wvec;
+#define WV_LANES FV_LANES
+#define wv_load fv_load
+#define wv_store fv_store
+#define wv_set1 fv_set1
+#define wv_add fv_add
+#define wv_sub fv_sub
+#define wv_mul fv_mul
+#define wv_div fv_div
+#define wv_fma fv_fma
+#define wv_max fv_max
+#define wv_exp fv_exp
+#define wv_if_less fv_if_less
+#define wv_transpose fv_transpose
+#if defined(KERNELS_KV_F16)
+#define wv_load_half fv_load_half
+#endif
 #endif
 
 #endif

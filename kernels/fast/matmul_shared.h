@@ -14,7 +14,6 @@
 #include "kernels/simd_math.h"
 #include "kernels/fast/fast.h"
 
-#define ALWAYS_INLINE static inline __attribute__((always_inline))
 
 /* Row r of an f32 or bf16 matrix. */
 ALWAYS_INLINE const void* row_ptr(const Matrix* W, int r) {
