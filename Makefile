@@ -38,7 +38,7 @@ ifdef SCALAR
 else
   KERNEL_SRC := $(REF_KERNEL_SRC) $(FAST_KERNEL_SRC)
 endif
-ENGINE_SRC := model.c $(KERNEL_SRC) $(wildcard tokenizer/*.c) $(wildcard cli/*.c)
+ENGINE_SRC := model.c checkpoint.c $(KERNEL_SRC) $(wildcard tokenizer/*.c) $(wildcard cli/*.c)
 # B is the build folder; `make test-scalar` builds the scalar reference in build/scalar beside it.
 B ?= build
 ENGINE_OBJ := $(ENGINE_SRC:%.c=$(B)/obj/%.o)

@@ -1,300 +1,28 @@
-/* model.c: loading a Qwen3 checkpoint (memory-mapped, validated, never copied) and the forward pass.
+/* model.c: Qwen3's weights, its run state, and the forward pass.
  *
- * The file layout is documented at the top of model.h; docs/design.md has the measurements behind
- * the choices here. forward() is one function in the style of llama2.c: every weight is a named
- * pointer, every step cites the spec, and every operation that costs time goes through the kernels
- * of kernels.h (SIMD or scalar; nothing here knows which). The spec is QWEN3.md (../shared/QWEN3.md;
+ * The file layout is documented at the top of model.h; checkpoint.c maps and checks the file,
+ * and this file points every weight into it (the table TENSORS). forward() is one function in the
+ * style of llama2.c: every weight is a named pointer, every step cites the spec, and every
+ * operation that costs time is an op of kernels/ops.h (the reference kernels or the fast ones;
+ * nothing here knows which). docs/design.md has the measurements behind the choices here. The
+ * spec is QWEN3.md (../shared/QWEN3.md;
  * docs/spec-sections.md says what each cited section says): "2.2 step 2.4" is its section 2.2,
  * step 4 of the per-layer step 2; "(7.3)" is item 3 of its section 7, the checklist of easy mistakes. */
 #include "model.h"
+#include "checkpoint.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 /* How many positions one batch (one matmul) holds; longer prompts go through in chunks. Each chunk
  * reads every weight once: with 256 rows the matmuls are compute-bound, and the activation buffers
  * stay modest (about 16 MB for Qwen3-0.6B, touched only as far as a prompt reaches; docs/design.md#prefill-chunks). */
 #define MAX_BATCH 256
-
-/* ---- The checkpoint file in memory ----
- *
- * Decode reads every weight once per token, so the weights' page size decides how much address
- * translation each gigabyte costs (docs/design.md#mapped-weights). Anonymous memory gets
- * transparent huge pages; a file mapping gets the folio size the page cache holds the file in.
- * On Linux 6.x a mapping marked MADV_HUGEPAGE reads page cache misses in as 2 MB folios
- * (mm/filemap.c, do_sync_mmap_readahead) and maps each with one page-table entry when the address
- * and the file offset agree modulo 2 MB. A file just written, copied or read with read() sits in
- * the cache in small folios and is mapped so: the cache is shared by every process, so a load
- * leaves it alone; tools/drop_page_cache.py drops the file so that it comes back in 2 MB pages
- * (docs/design.md#small-file-pages). */
-#define HUGE_PAGE ((size_t)2 << 20)
-
-void* alloc_huge_anonymous(size_t size) {
-    size_t alloc = (size + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
-    void* buf = NULL;
-    if (posix_memalign(&buf, HUGE_PAGE, alloc) != 0) {
-        errno = ENOMEM;
-        return NULL;
-    }
-#ifdef MADV_HUGEPAGE
-    madvise(buf, alloc, MADV_HUGEPAGE); /* a hint; without THP the memory still works */
-#endif
-    return buf;
-}
-
-/* mmap(fd) read-only at a multiple of 2 MB, marked MADV_HUGEPAGE and populated (pages the cache
- * already holds are mapped as they are). A 2 MB page can only back a 2 MB aligned stretch of
- * addresses that maps a 2 MB aligned stretch of the file (here from offset 0): reserve size + 2 MB,
- * map the file over the first aligned address, give back the rest. MAP_FAILED and errno on failure. */
-static void* map_file(int fd, size_t size) {
-    char* area = mmap(NULL, size + HUGE_PAGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (area == MAP_FAILED) return MAP_FAILED;
-    char* start = (char*)(((uintptr_t)area + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
-    if (mmap(start, size, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0) == MAP_FAILED) {
-        int e = errno;
-        munmap(area, size + HUGE_PAGE);
-        errno = e;
-        return MAP_FAILED;
-    }
-    /* Both lengths round up to whole pages, and HUGE_PAGE is a whole number of pages, so the
-     * reservation's tail past the mapping is HUGE_PAGE - head long: never empty. */
-    size_t head = (size_t)(start - area), page = (size_t)sysconf(_SC_PAGESIZE);
-    if (head > 0) munmap(area, head);
-    munmap(start + (size + page - 1) / page * page, HUGE_PAGE - head);
-#ifdef MADV_HUGEPAGE
-    madvise(start, size, MADV_HUGEPAGE); /* a hint: EINVAL without THP is fine */
-#endif
-    /* Fault the file in now rather than page by page in the first forward pass. */
-#ifdef MADV_POPULATE_READ
-    if (madvise(start, size, MADV_POPULATE_READ) == 0) return start;
-#endif
-    volatile char sink = 0;
-    for (size_t i = 0; i < size; i += page) sink ^= start[i];
-    (void)sink;
-    return start;
-}
-
-/* The mapping's FilePmdMapped in /proc/self/smaps: one read of that file, a few milliseconds. */
-long long transformer_huge_page_bytes(const Transformer* t) {
-    FILE* f = t->file ? fopen("/proc/self/smaps", "r") : NULL;
-    if (f == NULL) return -1;
-    char line[4096];
-    int ours = 0;
-    long long kb = -1;
-    /* A mapping's header line is "lo-hi perms ..."; its field lines are "Name: value kB". */
-    while (kb < 0 && fgets(line, sizeof line, f)) {
-        unsigned long lo, hi;
-        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2)
-            ours = lo == (unsigned long)(uintptr_t)t->file;
-        else if (ours)
-            sscanf(line, "FilePmdMapped: %lld kB", &kb);
-    }
-    fclose(f);
-    return kb < 0 ? -1 : kb * 1024;
-}
-
-/* ---- Loading ---- */
-
-/* Where a load reports its one error line, "PATH: problem". */
-typedef struct {
-    const char* path;
-    char* buf;
-    size_t len;
-} LoadError;
-
-/* Writes "PATH: message" into e's buffer and returns -1. */
-static int __attribute__((format(printf, 2, 3))) fail(const LoadError* e, const char* fmt, ...) {
-    if (e->buf == NULL || e->len == 0) return -1;
-    int n = snprintf(e->buf, e->len, "%s: ", e->path);
-    if (n < 0 || (size_t)n >= e->len) return -1;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->buf + n, e->len - (size_t)n, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-static uint64_t max3(uint64_t a, uint64_t b, uint64_t c) {
-    return a > b ? (a > c ? a : c) : (b > c ? b : c);
-}
-
-/* Maps the file at path, a regular file at least a header long, into t->file. Returns 0, or -1
- * with the error written and nothing mapped. */
-static int map_checkpoint(Transformer* t, const LoadError* e) {
-    /* stat before open: opening a FIFO for reading waits for a writer, forever if none comes. */
-    struct stat st;
-    if (stat(e->path, &st) != 0) return fail(e, "cannot open: %s", strerror(errno));
-    if (!S_ISREG(st.st_mode))
-        return fail(e, "not a regular file (%s)",
-                    S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket");
-    int fd = open(e->path, O_RDONLY);
-    if (fd < 0) return fail(e, "cannot open: %s", strerror(errno));
-    void* p = MAP_FAILED;
-    int rc = 0;
-    if (fstat(fd, &st) != 0)
-        rc = fail(e, "cannot stat: %s", strerror(errno));
-    else if ((uint64_t)st.st_size < sizeof(FileHeader))
-        rc = fail(e, "file is %lld byte%s, too short for the %zu-byte checkpoint header", (long long)st.st_size,
-                  st.st_size == 1 ? "" : "s", sizeof(FileHeader));
-    else if ((uint64_t)st.st_size > (uint64_t)SIZE_MAX)
-        rc = fail(e, "file is too large to map on this machine");
-    else if ((p = map_file(fd, (size_t)st.st_size)) == MAP_FAILED)
-        rc = fail(e, "cannot mmap: %s", strerror(errno));
-    close(fd); /* a mapping keeps the file alive */
-    if (rc != 0) return -1;
-    t->file = p;
-    t->file_size = (size_t)st.st_size;
-    return 0;
-}
-
-/* The header's format: magic, version, architecture and flags. Returns 0 or -1 with the error written. */
-static int check_format(const FileHeader* h, const LoadError* e) {
-    if (memcmp(h->magic, CHECKPOINT_MAGIC, 4) != 0)
-        return fail(e, "not a checkpoint of this engine (bad magic; convert the model with export.py)");
-    /* Versions before 5 differ only in their q8 layout and before 4 in their q4 layout (model.h),
-     * so their f32 and bf16 files read as they are. */
-    if (h->version < 1 || h->version > CHECKPOINT_VERSION)
-        return fail(e, "checkpoint version %u, this engine reads versions 1 to %d", h->version, CHECKPOINT_VERSION);
-    const char* quant = h->weight_type == WEIGHT_Q4 ? "q4" : "q8";
-    if ((h->version < 5 && h->weight_type == WEIGHT_Q8) || (h->version < 4 && h->weight_type == WEIGHT_Q4))
-        return fail(e, "a %s checkpoint of version %u, whose %s layout this engine no longer reads: export it "
-                    "again with export.py", quant, h->version, quant);
-    if (h->arch < ARCH_QWEN3 || h->arch > ARCH_LLAMA)
-        return fail(e, "unknown architecture %u", h->arch);
-    if (h->flags & ~(uint32_t)(FLAG_QK_NORM | FLAG_QKV_BIAS | FLAG_TIED_EMBED))
-        return fail(e, "unknown flags 0x%x", h->flags);
-    return 0;
-}
-
-/* The model's sizes: each in its range (model.h's CHECKPOINT LIMITS), the heads consistent, every
- * matrix indexable; then the weight type and its group size, which must divide every row length
- * that is quantised. */
-static int check_sizes(const FileHeader* h, const LoadError* e) {
-    struct { const char* name; uint32_t value, max; } sizes[] = {
-        {"dim", h->dim, MAX_DIM}, {"hidden_dim", h->hidden_dim, MAX_HIDDEN},
-        {"n_layers", h->n_layers, MAX_LAYERS}, {"n_heads", h->n_heads, MAX_HEADS},
-        {"n_kv_heads", h->n_kv_heads, MAX_HEADS}, {"head_dim", h->head_dim, MAX_HEAD_DIM},
-        {"vocab_size", h->vocab_size, MAX_VOCAB}, {"max_seq_len", h->max_seq_len, MAX_POSITIONS},
-    };
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
-        if (sizes[i].value == 0 || sizes[i].value > sizes[i].max)
-            return fail(e, "%s = %u is out of range (1 .. %u)", sizes[i].name, sizes[i].value, sizes[i].max);
-    if (h->n_heads % h->n_kv_heads != 0)
-        return fail(e, "n_heads = %u is not a multiple of n_kv_heads = %u", h->n_heads, h->n_kv_heads);
-    if (h->head_dim % 2 != 0)
-        return fail(e, "head_dim = %u is odd (RoPE rotates pairs)", h->head_dim);
-    uint64_t q_dim = (uint64_t)h->n_heads * h->head_dim;
-    if (q_dim > MAX_HIDDEN) return fail(e, "n_heads * head_dim = %llu is out of range", (unsigned long long)q_dim);
-    /* The kernels index a matrix with int arithmetic: every matrix must have < 2^31 values. */
-    if (max3(h->dim, h->hidden_dim, q_dim) * max3(h->vocab_size, h->hidden_dim, q_dim) > MAX_MATRIX_VALUES)
-        return fail(e, "matrices with more than 2^31 values are not supported");
-    if (h->weight_type > WEIGHT_Q4)
-        return fail(e, "unknown weight type %u", h->weight_type);
-    if (h->weight_type == WEIGHT_Q4 && h->group_size != Q4_GROUP)
-        return fail(e, "q4 group size %u: this engine's q4 has groups of %d", h->group_size, Q4_GROUP);
-    if (h->weight_type == WEIGHT_Q8 || h->weight_type == WEIGHT_Q4) {
-        if (h->group_size == 0 || h->dim % h->group_size || h->hidden_dim % h->group_size || q_dim % h->group_size)
-            return fail(e, "%s group size %u must be nonzero and divide dim %u, hidden_dim %u and n_heads*head_dim "
-                        "%llu", h->weight_type == WEIGHT_Q4 ? "q4" : "q8", h->group_size, h->dim, h->hidden_dim,
-                        (unsigned long long)q_dim);
-    } else if (h->group_size != 0) {
-        return fail(e, "group_size = %u for an unquantised checkpoint (must be 0)", h->group_size);
-    }
-    return 0;
-}
-
-/* The constants (RMSNorm's eps, RoPE's base), the special tokens and the generation defaults. */
-static int check_constants(const FileHeader* h, const LoadError* e) {
-    if (!(h->rms_norm_eps > 0.0f && h->rms_norm_eps < 1.0f))
-        return fail(e, "rms_norm_eps = %g is not in (0, 1)", h->rms_norm_eps);
-    if (!(h->rope_theta > 0.0 && h->rope_theta < MAX_ROPE_THETA))
-        return fail(e, "rope_theta = %g is not a positive number", h->rope_theta);
-    if (h->bos_id < -1 || h->bos_id >= (int32_t)h->vocab_size)
-        return fail(e, "bos_id = %d is not -1 or a token id", h->bos_id);
-    if (h->n_eos > MAX_EOS_IDS)
-        return fail(e, "n_eos = %u is more than %d", h->n_eos, MAX_EOS_IDS);
-    for (uint32_t i = 0; i < h->n_eos; i++)
-        if (h->eos_ids[i] < 0)
-            return fail(e, "eos id %d is negative", h->eos_ids[i]);
-    if (!(h->temperature >= 0.0f && h->temperature <= MAX_TEMPERATURE) ||
-        !(h->top_p >= 0.0f && h->top_p <= MAX_TOP_P) || h->top_k < 0)
-        return fail(e, "generation defaults out of range (temperature %g, top_p %g, top_k %d)", h->temperature,
-                    h->top_p, h->top_k);
-    return 0;
-}
-
-/* The two sections: inside the file, after the header, not overlapping, no wrap-around. */
-static int check_sections(const FileHeader* h, uint64_t size, const LoadError* e) {
-    const struct { const char* name; uint64_t offset, bytes; } sections[] = {
-        {"tokenizer", h->tokenizer_offset, h->tokenizer_bytes}, {"weights", h->weights_offset, h->weights_bytes}};
-    for (int i = 0; i < 2; i++) {
-        uint64_t offset = sections[i].offset, bytes = sections[i].bytes;
-        if (offset < sizeof(FileHeader) || offset > size || bytes > size - offset)
-            return fail(e, "%s section [%llu, +%llu) is not inside the %llu-byte file (truncated?)", sections[i].name,
-                        (unsigned long long)offset, (unsigned long long)bytes, (unsigned long long)size);
-    }
-    if (h->tokenizer_offset < h->weights_offset + h->weights_bytes &&
-        h->weights_offset < h->tokenizer_offset + h->tokenizer_bytes)
-        return fail(e, "the tokenizer and weights sections overlap");
-    return 0;
-}
-
-/* Checks every header field and the sections, and fills the Config; seq_len is ctx (<= 0: the
- * default) held to the model's context. Returns 0 or -1 with the error written. */
-static int read_config(Transformer* t, int ctx, const LoadError* e) {
-    const FileHeader* h = &t->header;
-    if (check_format(h, e) != 0 || check_sizes(h, e) != 0 || check_constants(h, e) != 0 ||
-        check_sections(h, t->file_size, e) != 0)
-        return -1;
-    const int max_seq_len = (int)h->max_seq_len, seq_len = ctx <= 0 ? DEFAULT_CTX : ctx;
-    t->config = (Config){
-        .dim = (int)h->dim, .hidden_dim = (int)h->hidden_dim, .n_layers = (int)h->n_layers,
-        .n_heads = (int)h->n_heads, .n_kv_heads = (int)h->n_kv_heads, .head_dim = (int)h->head_dim,
-        .vocab_size = (int)h->vocab_size, .max_seq_len = max_seq_len,
-        .seq_len = seq_len < max_seq_len ? seq_len : max_seq_len,
-        .rms_norm_eps = h->rms_norm_eps, .rope_theta = h->rope_theta, .flags = (int)h->flags,
-        .weight_type = (WeightType)h->weight_type, .group_size = (int)h->group_size,
-    };
-    return 0;
-}
-
-/* Walks the tensors (TENSORS): each tensor starts at the next multiple of CHECKPOINT_ALIGN
- * and must end inside the weights section. Offsets are uint64_t and start inside the file
- * (check_sections), and a tensor has fewer than 2^31 values, so no sum here can wrap around. */
-typedef struct {
-    const uint8_t* base;  /* the mapped file */
-    uint64_t pos, end;    /* file offsets: the end of the previous tensor, the end of the weights section */
-    const Config* c;
-    Weights* w;           /* where the pointers go */
-    int layer;            /* the layer being walked, for the error; -1: outside the layers */
-    const LoadError* e;
-    int failed;
-} TensorWalk;
-
-static const void* take(TensorWalk* w, uint64_t bytes, const char* what) {
-    uint64_t start = (w->pos + CHECKPOINT_ALIGN - 1) / CHECKPOINT_ALIGN * CHECKPOINT_ALIGN;
-    if (w->failed) return NULL;
-    if (start + bytes > w->end) {
-        char layer[32] = "";
-        if (w->layer >= 0) snprintf(layer, sizeof layer, "layer %d ", w->layer);
-        w->failed = 1;
-        fail(w->e, "tensor %s%s (%llu bytes at offset %llu) ends past the weights section (which ends at %llu): the "
-             "file is truncated or its header does not match its tensors", layer, what, (unsigned long long)bytes,
-             (unsigned long long)start, (unsigned long long)w->end);
-        return NULL;
-    }
-    w->pos = start + bytes;
-    return w->base + start;
-}
 
 /* Every tensor of the file in its order (model.h, TensorInfo). */
 const TensorInfo TENSORS[] = {
@@ -361,11 +89,11 @@ static void map_tensor(void* ctx, const TensorInfo* ti, int layer) {
     const int rows = tensor_size(ti->rows, walk->c);
     walk->layer = layer;
     if (ti->cols == SIZE_NONE) {
-        *(const float**)slot = take(walk, (uint64_t)rows * sizeof(float), ti->name);
+        *(const float**)slot = checkpoint_take(walk, (uint64_t)rows * sizeof(float), ti->name);
         return;
     }
     Matrix m = {walk->c->weight_type, rows, tensor_size(ti->cols, walk->c), walk->c->group_size, NULL};
-    m.data = take(walk, matrix_stored_bytes(&m), ti->name);
+    m.data = checkpoint_take(walk, matrix_stored_bytes(&m), ti->name);
     *(Matrix*)slot = m;
 }
 
@@ -377,7 +105,7 @@ static int map_weights(Transformer* t, const LoadError* e) {
     TensorWalk walk = {t->file, start, start + t->header.weights_bytes, c, w, -1, e, 0};
 
     w->layers = calloc((size_t)c->n_layers, sizeof(LayerWeights));
-    if (w->layers == NULL) return fail(e, "out of memory");
+    if (w->layers == NULL) return load_fail(e, "out of memory");
     for_each_tensor(c, map_tensor, &walk);
     /* QWEN3.md 2.2 step 4 and 7.7: a tied model's output projection is the embedding matrix. */
     if (c->flags & FLAG_TIED_EMBED) w->lm_head = w->embed_tokens;
@@ -385,7 +113,7 @@ static int map_weights(Transformer* t, const LoadError* e) {
     /* export.py pads the section to a multiple of 64 after the last tensor; anything more means the
      * header describes a different model than the one stored. */
     if (walk.end - walk.pos >= CHECKPOINT_ALIGN)
-        return fail(e, "the weights section has %llu bytes after the last tensor: the header does not match the "
+        return load_fail(e, "the weights section has %llu bytes after the last tensor: the header does not match the "
                     "tensors", (unsigned long long)(walk.end - walk.pos));
     return 0;
 }
@@ -448,7 +176,7 @@ static int alloc_state(Transformer* t, int kv_f16, const LoadError* e) {
     for (size_t i = 0; ok && i < sizeof buffers / sizeof buffers[0]; i++)
         ok = (*buffers[i].buf = calloc(buffers[i].floats, sizeof(float))) != NULL;
     if (!ok)
-        return fail(e, "out of memory for the run state (KV cache of %d positions: try a smaller -c/--ctx)",
+        return load_fail(e, "out of memory for the run state (KV cache of %d positions: try a smaller -c/--ctx)",
                     c->seq_len);
     rope_tables(c, s->rope_cos, s->rope_sin);
     return 0;
@@ -458,12 +186,12 @@ static int alloc_state(Transformer* t, int kv_f16, const LoadError* e) {
  * run on), scratch sized for the widest matrix, the largest batch and the whole context. */
 static int start_ops(Transformer* t, const TransformerOptions* o, const LoadError* e) {
     const Config* c = &t->config;
-    const OpsSpec spec = {.threads = o->threads, .max_batch = MAX_BATCH,
-                          .max_cols = (int)max3(c->dim, c->hidden_dim, (uint64_t)c->n_heads * c->head_dim),
+    const int q_dim = c->n_heads * c->head_dim, widest = c->dim > c->hidden_dim ? c->dim : c->hidden_dim;
+    const OpsSpec spec = {.threads = o->threads, .max_batch = MAX_BATCH, .max_cols = widest > q_dim ? widest : q_dim,
                           .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
                           .max_pos = c->seq_len, .bf16_activations = o->bf16_activations};
     t->ops = t->kernels = ops_new(&spec);
-    if (!t->kernels) return fail(e, "out of memory for the kernels' threads and scratch");
+    if (!t->kernels) return load_fail(e, "out of memory for the kernels' threads and scratch");
     return 0;
 }
 
@@ -473,10 +201,10 @@ int transformer_load(Transformer* t, const char* path, const TransformerOptions*
     memset(t, 0, sizeof *t);
     if (err && errlen) err[0] = '\0';
     const uint32_t one = 1;
-    if (*(const uint8_t*)&one != 1) return fail(&e, "this engine needs a little-endian machine");
-    if (map_checkpoint(t, &e) != 0) return -1;
+    if (*(const uint8_t*)&one != 1) return load_fail(&e, "this engine needs a little-endian machine");
+    if (checkpoint_map(t, &e) != 0) return -1;
     memcpy(&t->header, t->file, sizeof(FileHeader));
-    if (read_config(t, o.ctx, &e) != 0 || map_weights(t, &e) != 0 || start_ops(t, &o, &e) != 0 ||
+    if (checkpoint_config(t, o.ctx, &e) != 0 || map_weights(t, &e) != 0 || start_ops(t, &o, &e) != 0 ||
         alloc_state(t, o.kv_f16, &e) != 0) {
         transformer_free(t);
         return -1;

@@ -379,13 +379,14 @@ class Limits(ExportRefuses):
         self.assertEqual(header, export.LIMITS)
         # The loader uses the table, and keeps no limits of its own beside it.
         sources = ''
-        for name in ('model.c', 'tokenizer/tokenizer.c', 'cli/chat.c', 'cli/generation.c'):
+        for name in ('checkpoint.c', 'model.c', 'tokenizer/tokenizer.c', 'cli/chat.c', 'cli/generation.c'):
             with open(os.path.join(hf_model.ROOT, name)) as f:
                 sources += f.read()
         for name in header:
             self.assertRegex(sources, r'\b%s\b' % name, '%s is not used by the loader' % name)
-        with open(os.path.join(hf_model.ROOT, 'model.c')) as f:
-            self.assertNotRegex(f.read(), r'#define\s+MAX_(DIM|HIDDEN|LAYERS|HEADS|HEAD_DIM|VOCAB|POSITIONS)\b')
+        for name in ('checkpoint.c', 'model.c'):
+            with open(os.path.join(hf_model.ROOT, name)) as f:
+                self.assertNotRegex(f.read(), r'#define\s+MAX_(DIM|HIDDEN|LAYERS|HEADS|HEAD_DIM|VOCAB|POSITIONS)\b')
 
     def test_read_limits_block(self):
         """The block's reader itself: C literals and shifts."""

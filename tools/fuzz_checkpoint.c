@@ -1,7 +1,7 @@
 /* fuzz_checkpoint.c: libFuzzer target for the checkpoint loader (not built by the Makefile).
  *
  *   clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -I. -o /tmp/fuzz_checkpoint \
- *       tools/fuzz_checkpoint.c model.c $(find kernels tokenizer cli -name '*.c') -lm -lpthread
+ *       tools/fuzz_checkpoint.c model.c checkpoint.c $(find kernels tokenizer cli -name '*.c') -lm -lpthread
  *   /tmp/fuzz_checkpoint -max_total_time=600 CORPUS_DIR SEEDS_DIR
  *
  * SEEDS_DIR: small checkpoints written by export.py (tests/hf_model.py's tiny models in each
