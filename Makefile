@@ -1,4 +1,5 @@
 # `make` builds ./run. `make run` tells a story with the shipped model. `make test` runs every test.
+# `make ref` builds the reference engine, build/scalar/run.
 # `make bench` measures prefill and decode speed. Needs a C11 compiler, make and Python 3.
 #
 # The user's variables (CC, CFLAGS, NATIVE, SCALAR) choose the compiler, the optimisation and warnings,
@@ -8,8 +9,8 @@
 CC ?= cc
 CFLAGS ?= -O2 -Wall -Wextra -Wno-unused-parameter
 # SIMD kernels are chosen at compile time from what the compiler targets (kernels/simd_math.h):
-# NATIVE is the target (e.g. NATIVE=-march=x86-64-v3 for AVX2 only); `make SCALAR=1` builds the
-# scalar reference kernels only.
+# NATIVE is the target (e.g. NATIVE=-march=x86-64-v3 for AVX2 only); `make SCALAR=1` (or `make ref`,
+# into build/scalar) builds the reference engine: the scalar kernels only, one thread, no kernels/fast/.
 UNAME_M := $(shell uname -m)
 ifeq ($(UNAME_M),x86_64)
   NATIVE ?= -march=native
@@ -17,10 +18,11 @@ else
   NATIVE ?= -mcpu=native
 endif
 REQUIRED_FLAGS := -std=c11 -D_GNU_SOURCE -I.
+LDLIBS := -lm -lpthread
 ifdef SCALAR
   REQUIRED_FLAGS += -DKERNELS_SCALAR
+  LDLIBS := -lm
 endif
-LDLIBS := -lm -lpthread
 PYTHON ?= python3
 # Both cores (or however many there are) compile unless the user gives -j themselves.
 ifeq ($(filter -j%,$(MAKEFLAGS)),)

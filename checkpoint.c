@@ -141,13 +141,13 @@ int checkpoint_map(Transformer* t, const LoadError* e) {
 static int check_format(const FileHeader* h, const LoadError* e) {
     if (memcmp(h->magic, CHECKPOINT_MAGIC, 4) != 0)
         return load_fail(e, "not a checkpoint of this engine (bad magic; convert the model with export.py)");
-    /* Versions before 5 differ only in their q8 layout and before 4 in their q4 layout (model.h),
-     * so their f32 and bf16 files read as they are. */
+    /* Every version has this header, tokenizer section and tensor order; they differ in the q8
+     * and q4 layouts (docs/checkpoint.md#versions), so an f32 or bf16 file of any version reads. */
     if (h->version < 1 || h->version > CHECKPOINT_VERSION)
         return load_fail(e, "checkpoint version %u, this engine reads versions 1 to %d", h->version, CHECKPOINT_VERSION);
     const char* quant = h->weight_type == WEIGHT_Q4 ? "q4" : "q8";
     if ((h->version < 5 && h->weight_type == WEIGHT_Q8) || (h->version < 4 && h->weight_type == WEIGHT_Q4))
-        return load_fail(e, "a %s checkpoint of version %u, whose %s layout this engine no longer reads: export it "
+        return load_fail(e, "a %s checkpoint of version %u, whose %s layout this engine does not read: export it "
                     "again with export.py", quant, h->version, quant);
     if (h->arch < ARCH_QWEN3 || h->arch > ARCH_LLAMA)
         return load_fail(e, "unknown architecture %u", h->arch);

@@ -123,9 +123,9 @@ ALWAYS_INLINE void scale_row(float* x, int n, float s) {
 }
 
 /* Decode takes the group's queries two at a time: every key and value vector is loaded once for
- * both (2 query heads per kv head in Qwen3-0.6B). The pairing alone gains little; the value
- * prefetch in scores is what makes decode attention fast. Per query, the sums run in the same
- * order as for a query alone, so the result does not depend on how queries are paired. */
+ * both (2 query heads per kv head in Qwen3-0.6B); what makes decode attention fast is the value
+ * prefetch in scores (docs/design.md#attention-decode). Per query, the sums run in the same order
+ * as for a query alone, so the result does not depend on how queries are paired. */
 #define DIM_STEP 16 /* head_dim a multiple of this takes the SIMD path */
 
 /* a[j][u] += q_j * k over the FV_LANES dimensions from i + FV_LANES u on, for u < NU (4, or 2 for a
@@ -240,8 +240,7 @@ void softmax(float* x, int n) {
  * Gimelshein's online softmax (2018), per chunk. The chunks are the same whatever the cache's
  * blocks, so the result does not depend on the block length (the tests compare a blocked cache
  * with one array bit for bit). Two passes would find the values prefetched in the first partly
- * evicted by the second at long caches. Measured on one CPU, level on another:
- * docs/design.md#attention-decode. */
+ * evicted by the second at long caches (docs/design.md#attention-decode). */
 ALWAYS_INLINE void attend_queries(float* out, const float* q, int NQ, const KVRows* kv, int n_pos, int d, float scale,
                                   float* att, int prefetch, int F16) {
     float max[2] = {-INFINITY, -INFINITY}, total[2] = {0.0f, 0.0f};

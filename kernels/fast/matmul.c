@@ -112,8 +112,8 @@ int kernels_set_float_panels(Kernels* k, int on) {
  *  - near (Zen 4): q8 128 bytes, nothing else. A prefetch far ahead seems to hold one of the
  *    core's few outstanding L1 misses for the whole trip to memory, while near ones meet lines
  *    the hardware prefetcher is already bringing in.
- *  - mid (every other CPU; measured on Zen 3 and Intel): q8 1536, q4 2048, bf16 1024 (2048 in
- *    the AVX-512 kernel). f32 has none: it gained under 10% where it was tried. */
+ *  - mid (every other CPU): q8 1536, q4 2048, bf16 1024 (2048 in the AVX-512 kernel). f32 has
+ *    none (docs/design.md#decode-prefetch says why). */
 static PrefetchPlan choose_prefetch(void) {
     const int asked = env_choice("KERNELS_PREFETCH", "near", "mid", "using the CPU's default");
 #if defined(KERNELS_AVX2)
