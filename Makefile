@@ -54,7 +54,7 @@ SHIPPED_MODEL := models/tinystories.bin
 STORY_PROMPT ?= Once upon a time
 STORY_FLAGS ?= -n 250
 
-.PHONY: all ref run test test-scalar bench clean test-arm norm-precision norm-lab fuzz-tokenizer FORCE
+.PHONY: all ref run test test-scalar bench clean test-arm norm-precision norm-grad norm-lab fuzz-tokenizer FORCE
 # Keep the test programs' objects (make deletes intermediate files otherwise, and relinks next time).
 .SECONDARY:
 
@@ -91,6 +91,15 @@ $(B)/tools/norm_precision: $(B)/obj/tools/norm_precision.o $(B)/libengine.a
 	@mkdir -p $(dir $@)
 	$(COMPILE) -o $@ $^ $(LDLIBS)
 
+# `make norm-grad`: RMSNorm's backward pass worked on one small vector (docs/rmsnorm.md, the
+# backward pass): the formula's dx beside a central difference's, and x . dx as eps changes.
+norm-grad: $(B)/tools/norm_grad
+	$(B)/tools/norm_grad
+
+$(B)/tools/norm_grad: $(B)/obj/tools/norm_grad.o $(B)/libengine.a
+	@mkdir -p $(dir $@)
+	$(COMPILE) -o $@ $^ $(LDLIBS)
+
 $(B)/tests/%: $(B)/obj/tests/%.o $(B)/libengine.a
 	@mkdir -p $(dir $@)
 	$(COMPILE) -o $@ $^ $(LDLIBS)
@@ -113,7 +122,7 @@ $(B)/tests/test_kernels_avx2: $(B)/obj-avx2/tests/test_kernels.o $(KERNEL_SRC:%.
 	$(AVX2_COMPILE) -o $@ $^ $(LDLIBS)
 
 # The tests find the programs of this build through BUILD_DIR (run_tests.py, hf_model.py).
-test: all $(TEST_BIN) $(TEST_VARIANTS) $(B)/tools/norm_precision
+test: all $(TEST_BIN) $(TEST_VARIANTS) $(B)/tools/norm_precision $(B)/tools/norm_grad
 	BUILD_DIR=$(B) $(PYTHON) tests/run_tests.py $(TESTS)
 
 # `make ref`: the reference engine (the same as `make SCALAR=1`), in build/scalar, so that ./run

@@ -191,6 +191,9 @@ size_t attention_rows_scratch(int n_q, int n_rows, int max_pos, int head_dim);
 void matmul_scalar(float* out, const float* x, const Matrix* W, int n);
 void matmul_scalar_rows(float* out, const float* x, const Matrix* W, int n, int r0, int r1); /* rows r0 .. r1-1 */
 void rmsnorm_scalar(float* out, const float* x, const float* w, int n, float eps);
+/* RMSNorm's gradients for n_rows vectors (norm.c): dx = dL/dx written, dw += dL/dw. */
+void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w, int n_rows, int n,
+                      float eps);
 void rope_scalar(float* x, int n_heads, int head_dim, const float* cos_t, const float* sin_t);
 void softmax_scalar(float* x, int n);
 void swiglu_scalar(float* gate, const float* up, int n);

@@ -27,6 +27,34 @@ void rmsnorm_scalar(float* out, const float* x, const float* w, int n, float eps
     for (int i = 0; i < n; i++) out[i] = w[i] * (x[i] * inv);
 }
 
+/* The backward pass (for training and for the RMSNorm lab; the engine itself only runs forward):
+ * given dy = dL/dy for n_rows vectors, dx = dL/dx and the weight's gradient. With r = sqrt(mean(x^2)
+ * + eps), x^ = x / r and g = w * dy (docs/rmsnorm.md derives it):
+ *
+ *     dx = (g - x^ * mean(g * x^)) / r          dw += dy * x^   (summed over the rows)
+ *
+ * The second term takes out of g its component along x^: at eps = 0 the norm cannot see x's
+ * scale, so its gradient is orthogonal to x (x . dx = 0); eps leaves n * mean(g * x^) * eps /
+ * (mean(x^2) + eps) of it. dx is written; dw is added to, so a caller zeroes it once. */
+void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w, int n_rows, int n,
+                      float eps) {
+    for (int r = 0; r < n_rows; r++) {
+        const float* xr = x + (size_t)r * n;
+        const float* dyr = dy + (size_t)r * n;
+        float* dxr = dx + (size_t)r * n;
+        float ss = 0.0f, gx = 0.0f;
+        for (int i = 0; i < n; i++) ss += xr[i] * xr[i];
+        const float inv = 1.0f / sqrtf(ss / (float)n + eps); /* 1 / r, as the forward computes it */
+        for (int i = 0; i < n; i++) gx += w[i] * dyr[i] * (xr[i] * inv);
+        const float mean_gx = gx / (float)n;
+        for (int i = 0; i < n; i++) {
+            const float xhat = xr[i] * inv;
+            dxr[i] = (w[i] * dyr[i] - xhat * mean_gx) * inv;
+            dw[i] += dyr[i] * xhat;
+        }
+    }
+}
+
 #if defined(KERNELS_AVX2)
 void rmsnorm(float* out, const float* x, const float* w, int n, float eps) {
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
