@@ -104,7 +104,9 @@ static const OptionSpec OPTIONS[] = {
     {NULL, NULL, NULL, 0, "RMSNorm lab (generate, chat and eval; each changes the model, for teaching):"},
     {NULL, "--ablate", "LIST", GENERATE | CHAT | EVAL,
      "leave out RMSNorm uses: qk-norm, final-norm, pre-norms (pre-attention\n"
-     "and pre-MLP), norm-weight (w = 1), norm-scale (no 1/rms); comma-separated"},
+     "and pre-MLP), or change a part: norm-weight (w = 1), norm-scale (no 1/rms),\n"
+     "norm-gain (w = its mean); comma-separated. NAME@LAYERS limits one to\n"
+     "layers (@0, @1,2, @0-3; final: the final norm): qk-norm@1,2,norm-weight@final"},
     {NULL, "--norm-eps", "X", GENERATE | CHAT | EVAL, "eps inside every RMSNorm's square root instead of the model's"},
     {NULL, "--norm", "rmsnorm|layernorm", GENERATE | CHAT | EVAL,
      "layernorm: subtract the vector's mean first (LayerNorm without a bias);\n"
@@ -241,29 +243,6 @@ static int* parse_prompt_ids(const char* s, int vocab_size, int* n_out) {
     return ids;
 }
 
-/* --ablate LIST: the RMSNorm uses to leave out or change (cli/norm_lab.h), comma-separated. */
-static void parse_ablate(const char* list, NormLab* lab) {
-    static const struct { const char* name; int skip, variant; } ablations[] = {
-        {"qk-norm", NORM_SKIP_QK, 0},          {"final-norm", NORM_SKIP_FINAL, 0},
-        {"pre-norms", NORM_SKIP_PRE, 0},       {"norm-weight", 0, NORM_VARIANT_UNIT_WEIGHT},
-        {"norm-scale", 0, NORM_VARIANT_NO_SCALE},
-    };
-    for (const char* item = list;; item++) {
-        const size_t len = strcspn(item, ",");
-        const int n_ablations = (int)(sizeof ablations / sizeof ablations[0]);
-        int k = 0;
-        while (k < n_ablations && !(strlen(ablations[k].name) == len && strncmp(item, ablations[k].name, len) == 0))
-            k++;
-        if (k == n_ablations)
-            die(2, "--ablate: unknown name '%.*s' (valid: qk-norm, final-norm, pre-norms, norm-weight, norm-scale)",
-                (int)len, item);
-        lab->skip |= ablations[k].skip;
-        lab->variant |= ablations[k].variant;
-        item += len;
-        if (*item == '\0') break;
-    }
-}
-
 static void set_mode(Options* o, const char* name, const char* value) {
     int k = 0;
     while (k < 5 && !streq(value, MODE_NAMES[k])) k++;
@@ -316,7 +295,10 @@ static void set_option(Options* o, const char* opt, const char* name, const char
     else if (streq(opt, "--threads")) set_threads(o, name, value);
     else if (streq(opt, "--kv-cache")) o->kv_f16 = parse_choice(name, value, "f32", "f16");
     else if (streq(opt, "--show-norms")) o->show_norms = streq(value, "all") ? 2 : 1;
-    else if (streq(opt, "--ablate")) parse_ablate(value, &o->norm_lab);
+    else if (streq(opt, "--ablate")) {
+        char err[160];
+        if (norm_lab_parse_ablate(&o->norm_lab, value, err, sizeof err) != 0) die(2, "%s", err);
+    }
     else if (streq(opt, "--norm-eps")) o->norm_lab.eps = parse_float(name, value, 0.0f, 100.0f, 0);
     else if (streq(opt, "--norm"))
         o->norm_lab.variant = (o->norm_lab.variant & ~NORM_VARIANT_CENTER) |
@@ -471,6 +453,7 @@ static void trace_open(NormTrace* tr, Transformer* t, const Options* o, int n_pr
     if (!o->show_norms && !json_path) return;
     tr->pos = o->show_norms == 1 ? n_prompt - 1 : -1;
     tr->each_head = o->show_norms == 2;
+    tr->lab = norm_lab_active(&o->norm_lab) ? &o->norm_lab : NULL; /* what the lab applies is what is shown */
     tr->scratch = malloc((size_t)(t->config.dim > t->config.head_dim ? t->config.dim : t->config.head_dim) *
                          sizeof(float));
     if (tr->scratch == NULL) die(1, "out of memory");
@@ -657,15 +640,17 @@ static void clamp_threads(Options* o) {
     o->threads = cpus;
 }
 
-/* The RMSNorm lab's switches (cli/norm_lab.h) set on the model, with a note where they change
- * nothing or --show-norms does not show them. */
+/* The RMSNorm lab's switches (cli/norm_lab.h) set on the model, with a note where one changes
+ * nothing. */
 static void apply_norm_lab(Transformer* t, NormLabOps* lab, const Options* o) {
-    norm_lab_attach(lab, t, &o->norm_lab);
-    if ((o->norm_lab.skip & NORM_SKIP_QK) && !(t->config.flags & FLAG_QK_NORM))
-        fprintf(stderr, "run: note: --ablate qk-norm changes nothing: this model has no QK-Norm\n");
-    if (o->show_norms && (o->norm_lab.skip || o->norm_lab.variant || o->norm_lab.has_eps))
-        fprintf(stderr, "run: note: --show-norms shows each RMSNorm as trained, not as --ablate, --norm-eps "
-                        "and --norm change it\n");
+    char err[200];
+    if (norm_lab_attach(lab, t, &o->norm_lab, err, sizeof err) != 0) {
+        transformer_free(t);
+        die(2, "%s", err);
+    }
+    for (int k = 0; k < o->norm_lab.n; k++)
+        if ((o->norm_lab.sw[k].skip & NORM_SKIP_QK) && !(t->config.flags & FLAG_QK_NORM))
+            fprintf(stderr, "run: note: --ablate %s changes nothing: this model has no QK-Norm\n", o->norm_lab.sw[k].text);
 }
 
 static int run_eval(Transformer* t, const Tokenizer* text_tok, const Options* o) {
@@ -674,7 +659,9 @@ static int run_eval(Transformer* t, const Tokenizer* text_tok, const Options* o)
     if (o->prompt_ids) ids = parse_prompt_ids(o->prompt_ids, t->config.vocab_size, &n);
     else if (text_tok) ids = encode_text(text_tok, o->prompt, given(o, "--file"), &n);
     else die(1, "the checkpoint has no tokenizer: give the tokens with --prompt-ids");
-    const int status = eval_main(t, ids, n, given(o, "--json") != NULL);
+    char switches[1024];
+    norm_lab_json(&o->norm_lab, switches, sizeof switches);
+    const int status = eval_main(t, ids, n, given(o, "--json") != NULL, switches);
     free(ids);
     return status;
 }

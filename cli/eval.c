@@ -53,14 +53,14 @@ static void print_number(double v, const char* fmt) {
     else printf("null"); /* JSON has no inf or nan */
 }
 
-static void report(const EvalSums* s, int window, int json) {
+static void report(const EvalSums* s, int window, int json, const char* switches) {
     const double loss = s->nll / (double)s->tokens, ppl = exp(loss), top1 = (double)s->top1 / (double)s->tokens;
     if (json) {
         printf("{\"tokens\": %lld, \"loss\": ", s->tokens);
         print_number(loss, "%.6f");
         printf(", \"ppl\": ");
         print_number(ppl, "%.6g");
-        printf(", \"top1\": %.6f}\n", top1);
+        printf(", \"top1\": %.6f, \"switches\": %s}\n", top1, switches);
         return;
     }
     printf("scored tokens  %lld (windows of %d tokens, each scored but its first)\n", s->tokens, window);
@@ -70,7 +70,7 @@ static void report(const EvalSums* s, int window, int json) {
 }
 
 /* Scores ids[0 .. n-1] in windows of the context length; 0, or 1 after an error line. */
-static int score_text(Transformer* t, const int* ids, int n, float* rows, int json) {
+static int score_text(Transformer* t, const int* ids, int n, float* rows, int json, const char* switches) {
     const int V = t->config.vocab_size, window = t->config.seq_len, B = t->state.max_batch;
     EvalSums sums = {0, 0, 0.0};
     Progress prog = {isatty(fileno(stderr)), now_seconds(), 0.0, 0};
@@ -89,11 +89,11 @@ static int score_text(Transformer* t, const int* ids, int n, float* rows, int js
         }
     }
     if (prog.shown && prog.tty) fprintf(stderr, "\r\033[K"); /* the terminal as it was */
-    report(&sums, window, json);
+    report(&sums, window, json, switches);
     return 0;
 }
 
-int eval_main(Transformer* t, const int* ids, int n, int json) {
+int eval_main(Transformer* t, const int* ids, int n, int json, const char* switches) {
     float* rows = malloc((size_t)t->state.max_batch * (size_t)t->config.vocab_size * sizeof(float));
     int status = 1;
     if (t->config.seq_len < 2)
@@ -104,7 +104,7 @@ int eval_main(Transformer* t, const int* ids, int n, int json) {
     else if (rows == NULL)
         fprintf(stderr, "run: error: out of memory\n");
     else
-        status = score_text(t, ids, n, rows, json);
+        status = score_text(t, ids, n, rows, json, switches);
     free(rows);
     return status;
 }

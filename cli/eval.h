@@ -9,8 +9,9 @@
 #include "model.h"
 
 /* Scores the n tokens ids (run.c reads them: --prompt-ids, or the text of -i, --file or standard
- * input). json: one line {"tokens": N, "loss": X, "ppl": Y, "top1": Z}. Returns 0, or 1 after one
- * error line on stderr. */
-int eval_main(Transformer* t, const int* ids, int n, int json);
+ * input). json: one line {"tokens": N, "loss": X, "ppl": Y, "top1": Z, "switches": S}, S the
+ * RMSNorm lab's switches in force as a JSON object (cli/norm_lab.h, norm_lab_json; {} for none).
+ * Returns 0, or 1 after one error line on stderr. */
+int eval_main(Transformer* t, const int* ids, int n, int json, const char* switches);
 
 #endif

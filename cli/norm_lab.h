@@ -1,9 +1,13 @@
 /* norm_lab.h: the RMSNorm lab (run.c: --ablate, --norm-eps, --norm layernorm): teaching switches
  * that change what forward() does at its RMSNorm call sites, to see on a trained model why each
- * use matters. The lab puts its own rmsnorm op in front of the model's (kernels/ops.h); with every
- * switch off it is not installed, and the model runs as trained, bit for bit. */
+ * use matters, in every layer or in the layers named. The lab puts its own rmsnorm op in front of
+ * the model's (kernels/ops.h); with every switch off it is not installed, and the model runs as
+ * trained, bit for bit. */
 #ifndef NORM_LAB_H
 #define NORM_LAB_H
+
+#include <stddef.h>
+#include <stdint.h>
 
 #include "model.h"
 
@@ -16,15 +20,51 @@ enum {
 /* rmsnorm_variant_rows' switches, each one visible change to the formula:
  *   NORM_VARIANT_CENTER        x - mean(x) first: LayerNorm without a bias
  *   NORM_VARIANT_UNIT_WEIGHT   w = 1: out = x * scale
- *   NORM_VARIANT_NO_SCALE      scale = 1: out = w * x */
-enum { NORM_VARIANT_CENTER = 1, NORM_VARIANT_UNIT_WEIGHT = 2, NORM_VARIANT_NO_SCALE = 4 };
+ *   NORM_VARIANT_NO_SCALE      scale = 1: out = w * x
+ *   NORM_VARIANT_MEAN_WEIGHT   w = mean(w), one gain for every channel: out = mean(w) * x * scale */
+enum { NORM_VARIANT_CENTER = 1, NORM_VARIANT_UNIT_WEIGHT = 2, NORM_VARIANT_NO_SCALE = 4, NORM_VARIANT_MEAN_WEIGHT = 8 };
+
+#define NORM_LAB_SWITCHES 16
+#define NORM_LAB_LAYERS MAX_LAYERS
+
+/* One --ablate name: a use left out (skip) or a part of the formula changed (variant), at every
+ * call site of its kind, or at those of the layers named (and with "final", the final norm's). */
+typedef struct {
+    int skip;       /* NORM_SKIP_* */
+    int variant;    /* NORM_VARIANT_* */
+    int every;      /* no @: every layer and the final norm */
+    int final;      /* @...final: the final norm */
+    uint64_t layers[NORM_LAB_LAYERS / 64]; /* @L,...: layer L's call sites */
+    int last_layer; /* the largest layer named, -1: none */
+    char text[96];  /* the name and layers as given, for --json and messages */
+} NormSwitch;
 
 typedef struct {
-    int skip;      /* NORM_SKIP_* bits: call sites left out (their output is their input) */
-    int variant;   /* NORM_VARIANT_* bits applied at every call site still in */
+    NormSwitch sw[NORM_LAB_SWITCHES];
+    int n;
+    int variant;   /* --norm layernorm: NORM_VARIANT_CENTER at every call site */
     int has_eps;   /* 1: eps replaces the config's rms_norm_eps everywhere */
     float eps;
 } NormLab;
+
+/* What the lab does at one call site (use 1-4, layer -1 for the final norm): leaves it out, or
+ * applies the variant with eps (the model's eps passed in, unless --norm-eps). */
+typedef struct {
+    int skipped;
+    int variant;
+    float eps;
+} NormApplied;
+
+NormApplied norm_lab_at(const NormLab* lab, int use, int layer, float eps);
+int norm_lab_active(const NormLab* lab); /* any switch on */
+
+/* Adds --ablate's LIST ("qk-norm@1,2,final-norm", "norm-weight@final"). Returns 0, or -1 with
+ * one line in err. */
+int norm_lab_parse_ablate(NormLab* lab, const char* list, char* err, size_t errlen);
+
+/* The switches in force as a JSON object for eval's --json: {"ablate": [...], "norm_eps": X,
+ * "norm": "layernorm"}, each key only when that switch is on ({} with none). */
+void norm_lab_json(const NormLab* lab, char* buf, size_t size);
 
 /* RMSNorm of n_rows vectors of n values with the variant's switches (variant 0: rmsnorm_scalar
  * row by row), scalar, for teaching, not speed. out may equal x. */
@@ -38,7 +78,8 @@ typedef struct {
 } NormLabOps;
 
 /* Puts the lab in front of t's ops when any switch is on (l stays in use until t is freed or
- * t->ops is set back to l->inner). */
-void norm_lab_attach(NormLabOps* l, Transformer* t, const NormLab* lab);
+ * t->ops is set back to l->inner). Returns 0, or -1 with one line in err when a switch names a
+ * layer the model does not have. */
+int norm_lab_attach(NormLabOps* l, Transformer* t, const NormLab* lab, char* err, size_t errlen);
 
 #endif

@@ -10,6 +10,7 @@
 /* What RMSNorm does to one vector x of n values with weight w. */
 typedef struct {
     double rms_in, mean_in, scale, rms_out;
+    int skipped;
 } NormStats;
 
 static double rms(const float* x, int n) {
@@ -18,12 +19,35 @@ static double rms(const float* x, int n) {
     return sqrt(ss / n);
 }
 
-static NormStats norm_stats(const float* x, const float* w, int n, float eps, float* out) {
-    double sum = 0.0;
+/* As applied at the site (a): the model's RMSNorm, the lab's variant of it, or nothing. */
+static NormStats norm_stats(const float* x, const float* w, int n, NormApplied a, float* out) {
+    double sum = 0.0, var = 0.0;
     for (int i = 0; i < n; i++) sum += x[i];
-    rmsnorm_scalar(out, x, w, n, eps);
-    const double rms_in = rms(x, n);
-    return (NormStats){rms_in, sum / n, 1.0 / sqrt(rms_in * rms_in + (double)eps), rms(out, n)};
+    const double rms_in = rms(x, n), mean = sum / n;
+    if (a.skipped) return (NormStats){rms_in, mean, 1.0, rms_in, 1};
+    if (a.variant) rmsnorm_variant_rows(out, x, w, 1, n, a.eps, a.variant);
+    else rmsnorm_scalar(out, x, w, n, a.eps);
+    for (int i = 0; i < n; i++) var += (x[i] - mean) * (x[i] - mean) / n;
+    const double ms = a.variant & NORM_VARIANT_CENTER ? var : rms_in * rms_in;
+    const double scale = a.variant & NORM_VARIANT_NO_SCALE ? 1.0 : 1.0 / sqrt(ms + (double)a.eps);
+    return (NormStats){rms_in, mean, scale, rms(out, n), 0};
+}
+
+/* The RMS of the weight applied: w's, 1 (w = 1 or a site left out), or |mean(w)| (one gain). */
+static double applied_rms_w(const float* w, int n, NormApplied a) {
+    if (a.skipped || (a.variant & NORM_VARIANT_UNIT_WEIGHT)) return 1.0;
+    if (!(a.variant & NORM_VARIANT_MEAN_WEIGHT)) return rms(w, n);
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += w[i];
+    return fabs(sum / n);
+}
+
+/* The header's line of switches: the lab's in force, or none. */
+static void print_switches(const NormTrace* tr) {
+    if (!tr->lab) return;
+    char json[1024];
+    norm_lab_json(tr->lab, json, sizeof json);
+    fprintf(tr->table, "RMSNorm lab switches in force (what each line shows is what they apply): %s\n", json);
 }
 
 int norm_trace_wants(const NormTrace* tr, int p) {
@@ -49,18 +73,22 @@ static void print_cell(FILE* f, double lo, double hi, int many, int width) {
 /* The default table: one line per call site at one position, QK-Norm's heads as min..max of the
  * columns rms(in), scale and rms(out). */
 static void table_line(NormTrace* tr, int use, const char* site, int layer, const double lo[3], const double hi[3],
-                       int per_row, int width, int pos, double rms_w, float eps) {
+                       int per_row, int width, int pos, double rms_w, float eps, int skipped) {
     if (tr->lines++ == 0)
         fprintf(tr->table,
                 "RMSNorm at each call site, position %d: out = w * (x * scale), scale = 1/sqrt(mean(x^2) + eps),\n"
-                "eps %g; over every head for QK-Norm (min..max)\n"
-                "layer  use  site           vectors    rms(in)          scale            rms(w)    rms(out)\n",
+                "eps %g; over every head for QK-Norm (min..max)\n",
                 pos, (double)eps);
+    if (tr->lines == 1) {
+        print_switches(tr);
+        fprintf(tr->table, "layer  use  site           vectors    rms(in)          scale            rms(w)    rms(out)\n");
+    }
     char where[16], shape[32];
     snprintf(shape, sizeof shape, "%d x %d", per_row, width);
     fprintf(tr->table, "%5s  %d    %-13s  %-9s  ", number_or(where, sizeof where, layer, "-"), use, site, shape);
     print_cell(tr->table, lo[0], hi[0], per_row > 1, 17);
-    print_cell(tr->table, lo[1], hi[1], per_row > 1, 17);
+    if (skipped) fprintf(tr->table, "%-17s", "skipped");
+    else print_cell(tr->table, lo[1], hi[1], per_row > 1, 17);
     fprintf(tr->table, "%-8.4g  ", rms_w);
     print_cell(tr->table, lo[2], hi[2], per_row > 1, 0);
     fputc('\n', tr->table);
@@ -73,45 +101,52 @@ static void full_table_line(NormTrace* tr, int use, const char* site, int layer,
         fprintf(tr->table,
                 "RMSNorm at each call site, every position, every head: out = w * (x * scale),\n"
                 "scale = 1/sqrt(mean(x^2) + eps), eps %g; in forward()'s order (a prefill chunk's\n"
-                "positions at each call site in turn)\n"
-                "  pos  layer  use  site           head  rms(in)     mean(in)     scale       rms(w)      rms(out)\n",
+                "positions at each call site in turn)\n",
                 (double)eps);
+    if (tr->lines == 1) {
+        print_switches(tr);
+        fprintf(tr->table, "  pos  layer  use  site           head  rms(in)     mean(in)     scale       rms(w)      rms(out)\n");
+    }
     char where[16], which[16];
-    fprintf(tr->table, "%5d  %5s  %d    %-13s  %-4s  %-10.4g  %-11.4g  %-10.4g  %-10.4g  %.4g\n", pos,
+    char scale[24];
+    if (st->skipped) snprintf(scale, sizeof scale, "skipped");
+    else snprintf(scale, sizeof scale, "%.4g", st->scale);
+    fprintf(tr->table, "%5d  %5s  %d    %-13s  %-4s  %-10.4g  %-11.4g  %-10s  %-10.4g  %.4g\n", pos,
             number_or(where, sizeof where, layer, "-"), use, site, number_or(which, sizeof which, head, "-"),
-            st->rms_in, st->mean_in, st->scale, rms_w, st->rms_out);
+            st->rms_in, st->mean_in, scale, rms_w, st->rms_out);
 }
 
 static void json_line(NormTrace* tr, int use, const char* site, int layer, int head, int pos, const NormStats* st,
-                      double rms_w) {
+                      double rms_w, float eps) {
     char which[16];
     fprintf(tr->json,
             "{\"position\":%d,\"layer\":%d,\"use\":%d,\"site\":\"%s\",\"head\":%s,\"rms_in\":%.9g,\"mean_in\":%.9g,"
-            "\"scale\":%.9g,\"rms_w\":%.9g,\"rms_out\":%.9g}\n",
+            "\"scale\":%.9g,\"rms_w\":%.9g,\"rms_out\":%.9g,\"eps\":%.9g%s}\n",
             pos, layer, use, site, number_or(which, sizeof which, head, "null"), st->rms_in, st->mean_in, st->scale,
-            rms_w, st->rms_out);
+            rms_w, st->rms_out, (double)eps, st->skipped ? ",\"skipped\":true" : "");
 }
 
 void norm_trace_see(NormTrace* tr, int use, const char* site, int layer, const float* in, const float* weight,
                     int per_row, int width, int p0, int nb, float eps) {
-    const double rms_w = rms(weight, width);
+    const NormApplied a = tr->lab ? norm_lab_at(tr->lab, use, layer, eps) : (NormApplied){0, 0, eps};
+    const double rms_w = applied_rms_w(weight, width, a);
     for (int pos = p0; pos < p0 + nb; pos++) {
         if (!norm_trace_wants(tr, pos)) continue;
         const int in_table = tr->table != NULL && (tr->pos < 0 || tr->pos == pos);
         double lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
         for (int v = 0; v < per_row; v++) {
             const float* x = in + ((size_t)(pos - p0) * (size_t)per_row + (size_t)v) * (size_t)width;
-            const NormStats st = norm_stats(x, weight, width, eps, tr->scratch);
+            const NormStats st = norm_stats(x, weight, width, a, tr->scratch);
             const int head = per_row > 1 ? v : -1;
-            if (in_table && tr->each_head) full_table_line(tr, use, site, layer, head, pos, &st, rms_w, eps);
-            if (tr->json) json_line(tr, use, site, layer, head, pos, &st, rms_w);
+            if (in_table && tr->each_head) full_table_line(tr, use, site, layer, head, pos, &st, rms_w, a.eps);
+            if (tr->json) json_line(tr, use, site, layer, head, pos, &st, rms_w, a.eps);
             const double cols[3] = {st.rms_in, st.scale, st.rms_out};
             for (int k = 0; k < 3; k++) {
                 lo[k] = cols[k] < lo[k] ? cols[k] : lo[k];
                 hi[k] = cols[k] > hi[k] ? cols[k] : hi[k];
             }
         }
-        if (in_table && !tr->each_head) table_line(tr, use, site, layer, lo, hi, per_row, width, pos, rms_w, eps);
+        if (in_table && !tr->each_head) table_line(tr, use, site, layer, lo, hi, per_row, width, pos, rms_w, a.eps, a.skipped);
     }
 }
 

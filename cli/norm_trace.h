@@ -21,6 +21,7 @@
 
 #include <stdio.h>
 
+#include "cli/norm_lab.h"
 #include "model.h"
 
 typedef struct NormTrace {
@@ -32,6 +33,7 @@ typedef struct NormTrace {
     FILE* table;    /* NULL, or where the table goes (run.c: a temporary file, copied to stderr after the text) */
     FILE* json;     /* NULL, or --norms-json's file */
     float* scratch; /* max(dim, head_dim) floats, the caller's */
+    const NormLab* lab; /* NULL, or the RMSNorm lab's switches: the trace reports what they apply */
     int lines;      /* table lines printed so far (the column heads come before the first) */
 } NormTrace;
 
@@ -46,8 +48,10 @@ int norm_trace_wants(const NormTrace* tr, int p);
  * called `site`, in layer `layer` (-1: after the last layer). `in` holds the nb rows of the chunk
  * that starts at position p0, each row per_row vectors of width values (QK-Norm: every head of q,
  * or of k; the other uses: one vector of dim values). For each traced row it reports the RMS and
- * mean of what goes in, the scale 1/sqrt(mean(x^2) + eps), the RMS of the weight and of what comes
- * out, recomputed with norm.c's scalar reference (the engine's SIMD output equals it to rounding). */
+ * mean of what goes in, the scale applied (1/sqrt(mean(x^2) + eps)), the RMS of the weight applied
+ * and of what comes out, recomputed with norm.c's scalar reference (the engine's SIMD output equals
+ * it to rounding). Under the RMSNorm lab (tr->lab) these are what the lab applies at the site: its
+ * eps, its variant of the formula, or a site left out (marked skipped: scale 1, weight 1, out = in). */
 void norm_trace_see(NormTrace* tr, int use, const char* site, int layer, const float* in, const float* weight,
                     int per_row, int width, int p0, int nb, float eps);
 

@@ -107,8 +107,25 @@ def quantize_activations(x, group_size):
     return _quantize_groups(x, group_size, lambda m: m / 127.0)
 
 
-# ./run --ablate's names: three RMSNorm uses that can be left out, two parts of the formula that can be.
-ABLATIONS = ('qk-norm', 'final-norm', 'pre-norms', 'norm-weight', 'norm-scale')
+# ./run --ablate's names: three RMSNorm uses that can be left out, three parts of the formula that
+# can be changed. An item may name layers: 'qk-norm@1,2', 'pre-norms@0-1', 'norm-weight@final'.
+ABLATIONS = ('qk-norm', 'final-norm', 'pre-norms', 'norm-weight', 'norm-scale', 'norm-gain')
+
+
+def parse_ablation(item):
+    """'name' or 'name@L,L-M,final' -> (name, the layers named or None for every one; -1: final)."""
+    name, _, where = item.partition('@')
+    assert name in ABLATIONS, item
+    if not where:
+        return name, None
+    layers = set()
+    for part in where.split(','):
+        if part == 'final':
+            layers.add(-1)
+        else:
+            a, _, b = part.partition('-')
+            layers.update(range(int(a), int(b or a) + 1))
+    return name, layers
 
 
 class Reference:
@@ -200,19 +217,28 @@ class Reference:
         return [wi * (xi * r) for xi, wi in zip(x, w)]
 
     @staticmethod
-    def lab_norm(x, w, eps, use, ablate=(), layernorm=False):
+    def lab_norm(x, w, eps, use, ablate=(), layernorm=False, layer=None):
         """One RMSNorm call site of the RMSNorm lab: use is 'pre-norms' (pre-attention, pre-MLP),
-        'qk-norm' or 'final-norm'. Left out (ablate names the use): x unchanged. Otherwise RMSNorm
-        with: layernorm, x - mean(x) first; 'norm-weight', w = 1; 'norm-scale', no 1/rms."""
-        assert use in ABLATIONS[:3] and set(ablate) <= set(ABLATIONS), (use, ablate)
-        if use in ablate:
+        'qk-norm' or 'final-norm', in layer `layer` (-1: the final norm). Left out (an ablate item
+        names the use, at every layer or this one): x unchanged. Otherwise RMSNorm with: layernorm,
+        x - mean(x) first; 'norm-weight', w = 1; 'norm-gain', w = mean(w); 'norm-scale', no 1/rms,
+        each where its item reaches this layer."""
+        assert use in ABLATIONS[:3], use
+        here = set()
+        for item in ablate:
+            name, layers = parse_ablation(item)
+            if layers is None or layer in layers:
+                here.add(name)
+        if use in here:
             return list(x)
         if layernorm:
             mu = sum(x) / len(x)
             x = [v - mu for v in x]
-        if 'norm-weight' in ablate:
+        if 'norm-weight' in here:
             w = [1.0] * len(x)
-        if 'norm-scale' in ablate:
+        elif 'norm-gain' in here:
+            w = [sum(w) / len(w)] * len(x)
+        if 'norm-scale' in here:
             return [wi * xi for xi, wi in zip(x, w)]
         return Reference.rmsnorm(x, w, eps)
 
@@ -251,8 +277,8 @@ class Reference:
         assert rope in ('half', 'interleaved') and gqa in ('div', 'mod')
         eps = self.eps if eps is None else eps
 
-        def norm(x, w, use):
-            return self.lab_norm(x, w, eps, use, ablate, layernorm)
+        def norm(x, w, use, layer):
+            return self.lab_norm(x, w, eps, use, ablate, layernorm, layer)
         D, H, K, d = self.D, self.H, self.K, self.d
         G = H // K
         scale = 1.0 / math.sqrt(d)
@@ -263,7 +289,7 @@ class Reference:
             x = list(self.embed[tok])
             for l, w in enumerate(self.layers):
                 see(pos, l, 'pre-attention', [x], w['in_norm'])
-                h = norm(x, w['in_norm'], 'pre-norms')
+                h = norm(x, w['in_norm'], 'pre-norms', l)
                 q = self.matvec(w['wq'], h)
                 k = self.matvec(w['wk'], h)
                 v = self.matvec(w['wv'], h)
@@ -277,8 +303,8 @@ class Reference:
                 if self.qk_norm and not skip_qk_norm:  # per head, before RoPE
                     see(pos, l, 'QK-Norm q', qh, w['q_norm'])
                     see(pos, l, 'QK-Norm k', kh, w['k_norm'])
-                    qh = [norm(t, w['q_norm'], 'qk-norm') for t in qh]
-                    kh = [norm(t, w['k_norm'], 'qk-norm') for t in kh]
+                    qh = [norm(t, w['q_norm'], 'qk-norm', l) for t in qh]
+                    kh = [norm(t, w['k_norm'], 'qk-norm', l) for t in kh]
                 for t in qh + kh:
                     self.rope(t, pos, rope == 'interleaved')
                 if kv_f16:
@@ -304,7 +330,7 @@ class Reference:
                     att.extend(o)
                 x = [a + b for a, b in zip(x, self.matvec(w['wo'], att))]
                 see(pos, l, 'pre-MLP', [x], w['post_norm'])
-                h = norm(x, w['post_norm'], 'pre-norms')
+                h = norm(x, w['post_norm'], 'pre-norms', l)
                 gt = self.matvec(w['gate'], h)
                 up = self.matvec(w['up'], h)
                 # silu(z) = z / (1 + e^-z); below -700 math.exp would overflow (C's expf gives inf
@@ -312,7 +338,7 @@ class Reference:
                 act = [(z / (1.0 + math.exp(-z)) if z > -700 else 0.0) * u for z, u in zip(gt, up)]
                 x = [a + b for a, b in zip(x, self.matvec(w['down'], act))]
             see(pos, -1, 'final norm', [x], self.norm)
-            h = norm(x, self.norm, 'final-norm')
+            h = norm(x, self.norm, 'final-norm', -1)
             out.append(self.matvec(self.embed if head == 'embedding' else self.lm_head, h))
         return out
 

@@ -40,6 +40,14 @@ SWITCHES = {
     'layernorm': (['--norm', 'layernorm'], dict(layernorm=True)),
     'combined': (['--ablate', 'norm-weight,final-norm', '--norm', 'layernorm', '--norm-eps', '1e-3'],
                  dict(ablate=('norm-weight', 'final-norm'), layernorm=True, eps=1e-3)),
+    # one layer, or the final norm, at a time (the test model has layers 0 and 1)
+    'norm-gain': (['--ablate', 'norm-gain'], dict(ablate=('norm-gain',))),
+    'qk-norm@1': (['--ablate', 'qk-norm@1'], dict(ablate=('qk-norm@1',))),
+    'pre-norms@0': (['--ablate', 'pre-norms@0'], dict(ablate=('pre-norms@0',))),
+    'norm-weight@final': (['--ablate', 'norm-weight@final'], dict(ablate=('norm-weight@final',))),
+    'norm-gain@final': (['--ablate', 'norm-gain@final'], dict(ablate=('norm-gain@final',))),
+    'per-layer combined': (['--ablate', 'qk-norm@0,1,norm-scale@1,final', '--norm-eps', '1e-3'],
+                           dict(ablate=('qk-norm@0,1', 'norm-scale@1,final'), eps=1e-3)),
 }
 
 
@@ -141,8 +149,13 @@ class NormLab(hf_model.TempDirTestCase):
 
     def test_unknown_and_bad_values(self):
         for args, msg in ((['--ablate', 'qk-norm,bias'], "--ablate: unknown name 'bias' (valid: qk-norm, final-norm, "
-                                                          "pre-norms, norm-weight, norm-scale)"),
+                                                          "pre-norms, norm-weight, norm-scale, norm-gain)"),
                           (['--ablate', ''], "--ablate: unknown name ''"),
+                          (['--ablate', 'qk-norm@x'], "--ablate: qk-norm@: 'x' is not a layer number, a range such as 1-3"),
+                          (['--ablate', 'qk-norm@final'], "--ablate: qk-norm@: 'final' is not a layer number"),
+                          (['--ablate', 'final-norm@0'], '--ablate: final-norm is one call site, after the last layer'),
+                          (['--ablate', 'pre-norms@2'], "--ablate pre-norms@2: the model's layers are 0 to 1"),
+                          (['--ablate', 'norm-weight@3-1'], "--ablate: norm-weight@: '3-1' is not a layer number"),
                           (['--norm', 'batchnorm'], '--norm must be rmsnorm or layernorm'),
                           (['--norm-eps', '-1'], '--norm-eps must be in [0, 100]')):
             p = self.engine(['--prompt-ids', '1', '-n', '1'] + args)
@@ -170,6 +183,55 @@ class NormLab(hf_model.TempDirTestCase):
         p = self.engine(['--prompt-ids', '1,2', '-n', '1', '--ablate', 'qk-norm'], ckpt)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn('run: note: --ablate qk-norm changes nothing: this model has no QK-Norm', p.stderr)
+
+    def test_per_layer_switches_reach_their_layers_only(self):
+        """A switch limited to every layer the model has gives the bits of the switch itself, and
+        one limited to a layer is neither the plain model nor the switch everywhere."""
+        _, base = self.dump(PROMPT)
+        for name, at in (('qk-norm', '0-1'), ('pre-norms', '0,1'), ('norm-weight', '0-1,final')):
+            with self.subTest(switch=name):
+                everywhere, rows = self.dump(PROMPT, ['--ablate', name])
+                limited, _ = self.dump(PROMPT, ['--ablate', '%s@%s' % (name, at)])
+                self.assertEqual(limited, everywhere)
+                _, one = self.dump(PROMPT, ['--ablate', '%s@1' % name])
+                self.assertGreater(rel_error(one, base), MISTAKE_MIN)
+                self.assertGreater(rel_error(one, rows), MISTAKE_MIN)
+
+    def test_show_norms_shows_what_is_applied(self):
+        """Under the lab's switches --show-norms and --norms-json report what was applied: the
+        lab's eps in the header and in each scale, a site left out marked skipped (scale 1, out =
+        in), the weight as changed; not the model as trained."""
+        path = os.path.join(self.tmp, 'applied.jsonl')
+        p = self.engine(['--prompt-ids', ','.join(map(str, PROMPT)), '-n', '1', '-t', '0', '--show-norms',
+                         '--norms-json', path, '--ablate', 'final-norm,qk-norm@1,norm-weight@0', '--norm-eps', '0.125'])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertNotIn('note', p.stderr)
+        self.assertIn('eps 0.125;', p.stderr)
+        self.assertIn('switches in force', p.stderr)
+        self.assertIn('{"ablate": ["final-norm", "qk-norm@1", "norm-weight@0"], "norm_eps": 0.125}', p.stderr)
+        lines = [l.split() for l in p.stderr.splitlines()]
+        final = [l for l in lines if l[:2] == ['-', '4']]
+        self.assertEqual(len(final), 1)
+        self.assertEqual(final[0][8], 'skipped')  # layer use site(2) vectors(3) rms(in) scale
+        with open(path) as f:
+            sites = [json.loads(l) for l in f if '"use"' in l]
+        for s in sites:
+            skipped = s['use'] == 4 or (s['use'] == 2 and s['layer'] == 1)
+            self.assertEqual(s.get('skipped', False), skipped, s)
+            self.assertEqual(s['eps'], 0.125)
+            if skipped:
+                self.assertEqual((s['scale'], s['rms_w'], s['rms_out']), (1, 1, s['rms_in']))
+            else:
+                want = 1 / math.sqrt(s['rms_in'] ** 2 + 0.125)
+                self.assertLess(abs(s['scale'] - want), 1e-6 * want, s)
+            if s['layer'] == 0:
+                self.assertEqual(s['rms_w'], 1, s)
+
+    def test_eval_json_echoes_the_switches(self):
+        ids = ['--prompt-ids', ','.join(map(str, PROMPT))]
+        self.assertEqual(self.eval_json(ids)['switches'], {})
+        got = self.eval_json(ids + ['--ablate', 'qk-norm@1,final-norm', '--norm-eps', '1e-3', '--norm', 'layernorm'])
+        self.assertEqual(got['switches'], {'ablate': ['qk-norm@1', 'final-norm'], 'norm_eps': 1e-3, 'norm': 'layernorm'})
 
     # ---- eval ---------------------------------------------------------------------------------
 
@@ -245,12 +307,14 @@ class NormLab(hf_model.TempDirTestCase):
             md = f.read()
         self.assertEqual(md, p.stdout)
         rows = [l for l in md.splitlines() if l.startswith('| `')]
-        self.assertEqual(len(rows), 11, md)
+        # 13 configurations, and QK-Norm and the pre-norms left out in each of the model's 2 layers
+        self.assertEqual(len(rows), 13 + 2 * 2, md)
         base = self.eval_json(['--file', text])
         self.assertTrue(rows[0].startswith('| `baseline` |'), rows[0])
         self.assertIn('| %.4f | %.2f | %.4f |' % (base['loss'], base['ppl'], base['top1']), rows[0])
         for switches in ('--ablate qk-norm', '--ablate pre-norms', '--ablate final-norm', '--ablate norm-weight',
-                         '--ablate norm-scale', '--norm-eps 0', '--norm layernorm'):
+                         '--ablate norm-scale', '--norm-eps 0', '--norm layernorm', '--ablate norm-gain@final',
+                         '--ablate qk-norm@0', '--ablate pre-norms@1'):
             self.assertEqual(sum(r.startswith('| `%s` |' % switches) for r in rows), 1, switches)
         missing = subprocess.run([sys.executable, os.path.join(hf_model.ROOT, 'tools', 'norm_lab.py'), '--model',
                                   os.path.join(self.tmp, 'absent.bin'), '--out', '-'], capture_output=True, text=True)

@@ -18,6 +18,7 @@ says where it comes from and its licence (CDLA-Sharing-1.0).
 import argparse
 import json
 import os
+import struct
 import subprocess
 import sys
 import time
@@ -37,7 +38,31 @@ CONFIGS = [
     ('--norm-eps 1e-2', ['--norm-eps', '1e-2'], 'epsilon 10^4 x'),
     ('--norm-eps 1', ['--norm-eps', '1'], 'epsilon 10^6 x'),
     ('--norm layernorm', ['--norm', 'layernorm'], 'x - mean(x) first: LayerNorm without a bias'),
+    # the final norm in its two parts: the per-channel weight's shape, and its size (one gain)
+    ('--ablate norm-gain@final', ['--ablate', 'norm-gain@final'],
+     'the final norm\'s weight replaced by one gain, its mean: its size kept, its shape across channels lost'),
+    ('--ablate norm-weight@final', ['--ablate', 'norm-weight@final'],
+     'the final norm\'s weight = 1: its size and its shape lost, only the 1/rms scale'),
 ]
+
+
+def per_layer_configs(n_layers):
+    """QK-Norm and the pre-norms left out in one layer at a time: which layer's norm matters."""
+    rows = []
+    for name, what in (('qk-norm', 'QK-Norm left out in layer %d only'),
+                       ('pre-norms', 'pre-attention and pre-MLP norms left out in layer %d only')):
+        for l in range(n_layers):
+            rows.append(('--ablate %s@%d' % (name, l), ['--ablate', '%s@%d' % (name, l)], what % l))
+    return rows
+
+
+def checkpoint_layers(path):
+    """n_layers from the checkpoint's header (model.h, FileHeader: the seventh 32-bit field)."""
+    with open(path, 'rb') as f:
+        head = f.read(28)
+    if len(head) < 28 or head[:4] != b'QW3C':
+        fail('%s: not a checkpoint of this engine' % path)
+    return struct.unpack_from('<I', head, 24)[0]
 SAMPLE_PROMPT = 'Once upon a time'
 SAMPLE_TOKENS = 40
 
@@ -109,7 +134,7 @@ def main():
 
     t0 = time.time()
     results = []
-    for label, switches, what in CONFIGS:
+    for label, switches, what in CONFIGS + per_layer_configs(checkpoint_layers(args.model_path)):
         sys.stderr.write('norm_lab: %s\n' % label)
         results.append((label, switches, what, evaluate(args, switches)))
     samples = grouped_samples(args, results)
@@ -126,7 +151,7 @@ def main():
         'negative log-likelihood in nats per token, perplexity exp(loss), top-1 the share of tokens that',
         'are the argmax of their logits. The switches change only the forward pass, never the weights:',
         'the model was trained with every RMSNorm as Qwen3 has them, so each row shows what it has come',
-        'to depend on.',
+        'to depend on. A switch with @ changes one layer only (@final: the final norm only).',
         '',
     ]
     if args.text == 'models/tinystories_valid_excerpt.txt':
