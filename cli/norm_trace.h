@@ -9,7 +9,7 @@
  *   the full table (=all)          every position the model runs, every head of q and k on its own
  *   JSON lines (--norms-json)      every position, every head, one object per line:
  *     {"position":P,"layer":L,"use":U,"site":"QK-Norm q","head":J,"rms_in":..,"mean_in":..,
- *      "scale":..,"rms_w":..,"rms_out":..}
+ *      "scale":..,"rms_w":..,"rms_out":..,"eps":..}   (and "skipped":true where the lab left it out)
  *       layer -1: the final norm (after the last layer), reported where forward() runs it: at
  *       every position with --dump-logits, else at the prompt's last one and each generated one;
  *       head null: a site of one D-vector
