@@ -300,7 +300,6 @@ int attention_simd(int head_dim, int f16) {
 #endif
     return head_dim % DIM_STEP == 0;
 #else
-    (void)head_dim, (void)f16;
     return 0;
 #endif
 }
@@ -566,7 +565,6 @@ size_t attention_rows_scratch(int n_q, int n_rows, int max_pos, int head_dim) {
     const size_t nl = (n + WV_LANES - 1) / WV_LANES * WV_LANES; /* attend_lanes: S, Qt, Ot and a chunk widened */
     return nl * ((size_t)max_pos + 2 * (size_t)head_dim) + ATTENTION_KEY_CHUNK * (size_t)head_dim;
 #else
-    (void)head_dim;
     return n * (size_t)max_pos;
 #endif
 }

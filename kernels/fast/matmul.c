@@ -57,15 +57,30 @@ static inline MatmulThread thread_view(const MatmulScratch* s, int thread) {
  * __builtin_cpu_is("znver3") cannot tell them apart (its libgcc calls every family-19h model with
  * VAES a znver3); AVX-512 is a difference every compiler can see: Zen 4 has it, Zen 3 does not
  * (tests/test_bench.py checks the defaults that follow from it). */
-#if defined(KERNELS_AVX2)
 static int cpu_is_zen4(void) {
-#if defined(__GNUC__)
+#if defined(KERNELS_AVX2) && defined(__GNUC__)
     __builtin_cpu_init();
     return __builtin_cpu_is("amdfam19h") && __builtin_cpu_supports("avx512f");
 #else
     return 0;
 #endif
 }
+
+/* What this build compiled in (simd_math.h), as constants the switches below test in plain C. */
+#if defined(KERNELS_AVX2)
+#define BUILD_AVX2 1 /* the packed panels and decode's software prefetch are AVX2 code */
+#else
+#define BUILD_AVX2 0
+#endif
+#if defined(KERNELS_AVX512)
+#define BUILD_AVX512 1
+#else
+#define BUILD_AVX512 0
+#endif
+#if defined(KERNELS_BF16_DOT)
+#define BUILD_BF16_DOT 1
+#else
+#define BUILD_BF16_DOT 0
 #endif
 
 /* The tuning switches KERNELS_FLOAT_PANELS, KERNELS_PREFETCH and KERNELS_AMX are read in every
@@ -86,24 +101,15 @@ static int env_choice(const char* name, const char* a, const char* b, const char
  * overrides the choice (for measuring on another CPU). */
 static int choose_float_panels(void) {
     int on = env_choice("KERNELS_FLOAT_PANELS", "0", "1", "using the CPU's default");
-#if defined(KERNELS_AVX512)
-    if (on < 0) on = !cpu_is_zen4();
-#endif
-#if !defined(KERNELS_AVX2)
-    on = 0; /* the panels are AVX2 and AVX-512 code */
-#endif
-    return on != 0;
+    if (on < 0) on = !(BUILD_AVX512 && cpu_is_zen4());
+    return BUILD_AVX2 && on;
 }
 
 int kernels_float_panels(const Kernels* k) { return kernels_scratch(k)->float_panels; }
 
 int kernels_set_float_panels(Kernels* k, int on) {
     MatmulScratch* s = kernels_scratch(k);
-#if defined(KERNELS_AVX2)
-    s->float_panels = on != 0;
-#else
-    (void)on;
-#endif
+    s->float_panels = BUILD_AVX2 && on;
     return s->float_panels;
 }
 
@@ -116,14 +122,10 @@ int kernels_set_float_panels(Kernels* k, int on) {
  *    none (docs/design.md#decode-prefetch says why). */
 static PrefetchPlan choose_prefetch(void) {
     const int asked = env_choice("KERNELS_PREFETCH", "near", "mid", "using the CPU's default");
-#if defined(KERNELS_AVX2)
     const PrefetchPlan near = {"near", 128, 0, 0, 0}, mid = {"mid", 1536, 2048, 1024, 2048};
+    if (!BUILD_AVX2) return (PrefetchPlan){"none", 0, 0, 0, 0}; /* only the AVX2 kernels prefetch */
     if (asked < 0) return cpu_is_zen4() ? near : mid;
     return asked == 0 ? near : mid;
-#else
-    (void)asked;
-    return (PrefetchPlan){"none", 0, 0, 0, 0}; /* only the AVX2 kernels prefetch */
-#endif
 }
 
 const char* kernels_prefetch_plan(const Kernels* k) { return kernels_scratch(k)->prefetch.name; }
@@ -166,7 +168,8 @@ MatmulScratch* matmul_scratch_new(int max_threads, int max_batch, int max_cols) 
     s->qi_pack_buf = alloc_lines((size_t)max_threads * qi_pack_bytes(s->xp_stride));
     ok = ok && s->float_pack_buf && s->qi_pack_buf;
 #endif
-    /* KERNELS_AMX=0 turns AMX off (for measuring and testing the path without it) */
+    /* KERNELS_AMX=0 turns AMX off (for measuring and testing the path without it); read in every
+     * build, so that a mistyped value is reported; granted only where the build has AMX kernels */
     const int amx_allowed = env_choice("KERNELS_AMX", "0", "1", "AMX stays on where the CPU has it") != 0;
 #if defined(KERNELS_AMX)
     s->amx_usable = s->amx_granted = amx_allowed && amx_request();
@@ -174,6 +177,8 @@ MatmulScratch* matmul_scratch_new(int max_threads, int max_batch, int max_cols) 
         s->amx_wt_buf = alloc_lines((size_t)max_threads * amx_thread_bytes(s->xp_stride));
         ok = ok && s->amx_wt_buf;
     }
+#else
+    s->amx_usable = s->amx_granted = amx_allowed && 0;
 #endif
 #if defined(KERNELS_BF16_DOT)
     size_t xb16_cap = s->xq_cap + (size_t)16 * (size_t)max_cols; /* bf16_block_rows: whole blocks of 16 tokens */
@@ -184,7 +189,6 @@ MatmulScratch* matmul_scratch_new(int max_threads, int max_batch, int max_cols) 
     s->xb16_buf = alloc_lines(xb16_cap * sizeof(uint16_t));
     ok = ok && s->xb16_buf;
 #endif
-    (void)amx_allowed;
     if (!ok) {
         matmul_scratch_free(s);
         return NULL;
@@ -211,11 +215,7 @@ int kernels_bf16_activations(const Kernels* k) { return kernels_scratch(k)->bf16
 
 int kernels_set_bf16_activations(Kernels* k, int on) {
     MatmulScratch* s = kernels_scratch(k);
-#if defined(KERNELS_BF16_DOT)
-    s->bf16_activations = on != 0;
-#else
-    (void)on; /* stays 0 */
-#endif
+    s->bf16_activations = BUILD_BF16_DOT && on; /* stays 0 without the bf16 dot product */
     return s->bf16_activations;
 }
 
@@ -227,6 +227,7 @@ static void rows_scalar(const MatmulThread* mt, const Product* pr, float* out, c
     matmul_scalar_rows(out, pr->x, W, pr->n, r0, r1);
 }
 
+#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
 /* Whether every matrix has Ws[0]'s type and columns, and with `group` its group size (kernels.h
  * asks the callers of matmul for the first two). */
 static int uniform(const Matrix* const* Ws, int n_mats, int group) {
@@ -235,6 +236,7 @@ static int uniform(const Matrix* const* Ws, int n_mats, int group) {
             return 0;
     return 1;
 }
+#endif
 
 /* The paths inside a prefill kernel, each from the number of tokens where it starts to pay
  * (docs/design.md#prefill-panels, #amx, #amx-bf16):
@@ -277,12 +279,12 @@ static void plan_paths(ProductPlan* p, const MatmulScratch* s, const Matrix* W, 
  * panels or AMX tiles take the chunk, so that which rows take them (and so their rounding) does
  * not depend on the thread count. */
 static void plan_kernel(ProductPlan* p, const MatmulScratch* s, const Matrix* const* Ws, int n_mats, int n) {
-    const Matrix* W = Ws[0];
-    const int C = W->cols, quant = W->type == WEIGHT_Q8 || W->type == WEIGHT_Q4;
     p->kernel = rows_scalar;
     p->prep = PREP_FP32;
-    p->align = quant_block_rows(W->type);
-#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
+    p->align = quant_block_rows(Ws[0]->type);
+#if defined(KERNELS_AVX2) || defined(KERNELS_NEON) /* else every product runs the scalar reference */
+    const Matrix* W = Ws[0];
+    const int C = W->cols, quant = W->type == WEIGHT_Q8 || W->type == WEIGHT_Q4;
     if (quant && W->group_size % 32 == 0 && uniform(Ws, n_mats, 1) && (size_t)n * (size_t)C <= s->xq_cap) {
         p->kernel = n == 1 ? (W->type == WEIGHT_Q8 ? rows_qi_n1 : rows_q4) : rows_qi;
         p->prep = PREP_INT8;

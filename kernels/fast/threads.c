@@ -332,7 +332,6 @@ typedef struct {
 
 static void span_item(void* ctx, int part, int thread) {
     const Spans* s = ctx;
-    (void)thread;
     const long long blocks = (s->n + s->align - 1) / s->align;
     const int begin = (int)(blocks * part / s->parts) * s->align;
     int end = (int)(blocks * (part + 1) / s->parts) * s->align;
@@ -437,7 +436,6 @@ void kernels_free(Kernels* k) {
 int kernels_threads(const Kernels* k) { return k->n_threads; }
 
 const char* kernels_simd_name(const Kernels* k) {
-    (void)k;
 #if defined(KERNELS_AVX512) /* implies KERNELS_AVX2 (simd_math.h) */
     return kernels_amx(k) ? "avx2+avx512+amx" : "avx2+avx512";
 #elif defined(KERNELS_AVX2)

@@ -54,7 +54,6 @@ ALWAYS_INLINE void tile_float_acc(float32x4_t acc[4][4], const float* x, const v
 /* next: the AVX2 twin's L2 prefetch of the next rows, not used here (not measured on arm64). */
 ALWAYS_INLINE void tile_float(float* out, const float* x, const Matrix* W, WeightType type, int r, int t, int RT,
                               int TT, const void* next) {
-    (void)next;
     const int C = W->cols, R = W->rows;
     float32x4_t acc[4][4];
 #pragma GCC unroll 4
@@ -109,7 +108,6 @@ ALWAYS_INLINE void rows_float_n1(float* out, const float* x, const Matrix* W, We
 /* The f32 matrix-vector product: the generic four-row kernel (the AVX2 twin's one row at a time
  * is measured on x86 only). */
 static void rows_f32_n1(const MatmulThread* mt, float* out, const float* x, const Matrix* W, int r0, int r1) {
-    (void)mt;
     rows_float_n1(out, x, W, WEIGHT_F32, r0, r1);
 }
 

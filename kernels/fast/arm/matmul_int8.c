@@ -27,8 +27,6 @@ ALWAYS_INLINE void q8_scales_float(float* out, const Matrix* W, int r, int RT) {
 void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, int32_t* xgsum, const float* x, int C, int gs, int t0,
                    int t1) {
     const int G = C / gs;
-    (void)xsum;
-    (void)xgsum;
     for (int t = t0; t < t1; t++) {
         for (int g = 0; g < G; g++) {
             const float* v = x + (size_t)t * C + (size_t)g * gs;
@@ -82,8 +80,6 @@ ALWAYS_INLINE void tile_qi(float* out, const int8_t* xq, const float* xsc, const
                            const float* ws_r, int r, int t, int RT, int TT, const char* next) {
     const int C = W->cols, R = W->rows, gs = W->group_size, G = C / gs;
     const size_t gb = (size_t)gs;
-    (void)xsum;
-    (void)next;
     float32x4_t tot[4];
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++) tot[i] = vdupq_n_f32(0.0f);

@@ -425,7 +425,6 @@ int bf16_span(int cols) {
 #if defined(KERNELS_AVX512)
     if (cols % 32 == 0) return 32;
 #endif
-    (void)cols;
     return 16;
 }
 
@@ -451,7 +450,6 @@ void rows_bf16_n1(const MatmulThread* mt, const Product* pr, float* out, const M
  * other is a single sequential stream (docs/design.md#decode-stream). bf16 does the same
  * (rows_bf16_n1); q8 reads row blocks (rows_qi_n1). */
 static void rows_f32_n1(const MatmulThread* mt, float* out, const float* x, const Matrix* W, int r0, int r1) {
-    (void)mt;
     const int C = W->cols;
     const float* wd = (const float*)W->data;
     for (int r = r0; r < r1; r++) {

@@ -154,7 +154,6 @@ ALWAYS_INLINE __m256i qi_acc0(const int32_t* xsum8) {
 #if defined(Q8_VNNI)
     return _mm256_loadu_si256((const __m256i*)xsum8);
 #else
-    (void)xsum8;
     return _mm256_setzero_si256();
 #endif
 }
