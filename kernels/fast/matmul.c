@@ -178,7 +178,7 @@ MatmulScratch* matmul_scratch_new(int max_threads, int max_batch, int max_cols) 
         ok = ok && s->amx_wt_buf;
     }
 #else
-    s->amx_usable = s->amx_granted = amx_allowed && 0;
+    s->amx_usable = s->amx_granted = amx_allowed && 0; /* this build has no AMX kernels to grant */
 #endif
 #if defined(KERNELS_BF16_DOT)
     size_t xb16_cap = s->xq_cap + (size_t)16 * (size_t)max_cols; /* bf16_block_rows: whole blocks of 16 tokens */
