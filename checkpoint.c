@@ -151,7 +151,7 @@ static int check_format(const FileHeader* h, const LoadError* e) {
                     "again with export.py", quant, h->version, quant);
     if (h->arch < ARCH_QWEN3 || h->arch > ARCH_LLAMA)
         return load_fail(e, "unknown architecture %u", h->arch);
-    if (h->flags & ~(uint32_t)(FLAG_QK_NORM | FLAG_QKV_BIAS | FLAG_TIED_EMBED))
+    if (h->flags & ~(uint32_t)(FLAG_QK_NORM | FLAG_QKV_BIAS | FLAG_TIED_EMBED | FLAG_ROPE_YARN))
         return load_fail(e, "unknown flags 0x%x", h->flags);
     return 0;
 }
@@ -199,6 +199,15 @@ static int check_constants(const FileHeader* h, const LoadError* e) {
         return load_fail(e, "rms_norm_eps = %g is not in (0, 1)", h->rms_norm_eps);
     if (!(h->rope_theta > 0.0 && h->rope_theta < MAX_ROPE_THETA))
         return load_fail(e, "rope_theta = %g is not a positive number", h->rope_theta);
+    if ((h->flags & FLAG_ROPE_YARN) &&
+        (!(h->rope_factor >= 1.0f && h->rope_factor <= MAX_ROPE_FACTOR) || h->rope_original_max == 0 ||
+         h->rope_original_max > MAX_POSITIONS || h->rope_truncate > 1 ||
+         !(h->rope_attention_factor > 0.0f && h->rope_attention_factor < MAX_ROPE_FACTOR) ||
+         !(h->rope_beta_fast > 0.0f && h->rope_beta_fast < MAX_ROPE_FACTOR) ||
+         !(h->rope_beta_slow > 0.0f && h->rope_beta_slow < MAX_ROPE_FACTOR)))
+        return load_fail(e, "YaRN fields out of range (factor %g, original_max_position_embeddings %u, attention "
+                         "factor %g, beta_fast %g, beta_slow %g, truncate %u)", h->rope_factor, h->rope_original_max,
+                         h->rope_attention_factor, h->rope_beta_fast, h->rope_beta_slow, h->rope_truncate);
     if (h->bos_id < -1 || h->bos_id >= (int32_t)h->vocab_size)
         return load_fail(e, "bos_id = %d is not -1 or a token id", h->bos_id);
     if (h->n_eos > MAX_EOS_IDS)
@@ -243,6 +252,9 @@ int checkpoint_config(Transformer* t, int ctx, const LoadError* e) {
         .vocab_size = (int)h->vocab_size, .max_seq_len = max_seq_len,
         .seq_len = seq_len < max_seq_len ? seq_len : max_seq_len,
         .rms_norm_eps = h->rms_norm_eps, .rope_theta = h->rope_theta, .flags = (int)h->flags,
+        .rope_factor = h->rope_factor, .rope_beta_fast = h->rope_beta_fast, .rope_beta_slow = h->rope_beta_slow,
+        .rope_attention_factor = h->rope_attention_factor, .rope_original_max = (int)h->rope_original_max,
+        .rope_truncate = (int)h->rope_truncate,
         .weight_type = (WeightType)h->weight_type, .group_size = (int)h->group_size,
     };
     return 0;

@@ -16,6 +16,7 @@ import argparse
 import array
 import collections
 import json
+import math
 import multiprocessing
 import os
 import signal
@@ -27,7 +28,7 @@ import time
 MAGIC = b"QW3C"
 VERSION = 5
 ALIGN = 64
-HEADER_FORMAT = "<4s13I f i d I 8i f f i 2I 4Q 96x"  # the FileHeader struct of model.h
+HEADER_FORMAT = "<4s13I f i d I 8i f f i 2I 4Q f I f f f I 72x"  # the FileHeader struct of model.h
 
 # The loader's bounds on the header's fields and the tokenizer section: model.h's CHECKPOINT LIMITS,
 # value for value (tests/test_export_input.py checks that the two tables are equal). A model outside
@@ -42,6 +43,7 @@ LIMITS = {
     "MAX_POSITIONS": 1 << 24,
     "MAX_MATRIX_VALUES": 2147483647,
     "MAX_ROPE_THETA": 1e30,
+    "MAX_ROPE_FACTOR": 1e6,
     "MAX_EOS_IDS": 8,
     "MAX_TEMPERATURE": 100.0,
     "MAX_TOP_P": 1.0,
@@ -51,7 +53,7 @@ MAX_EOS = LIMITS["MAX_EOS_IDS"]
 ARCH_QWEN3, ARCH_QWEN2, ARCH_LLAMA = 1, 2, 3
 ARCHITECTURES = {"Qwen3ForCausalLM": ARCH_QWEN3, "Qwen2ForCausalLM": ARCH_QWEN2,
                  "LlamaForCausalLM": ARCH_LLAMA}
-FLAG_QK_NORM, FLAG_QKV_BIAS, FLAG_TIED_EMBED = 1, 2, 4
+FLAG_QK_NORM, FLAG_QKV_BIAS, FLAG_TIED_EMBED, FLAG_ROPE_YARN = 1, 2, 4, 8
 WEIGHT_F32, WEIGHT_BF16, WEIGHT_Q8, WEIGHT_Q4 = 0, 1, 2, 3
 DTYPES = {"f32": WEIGHT_F32, "bf16": WEIGHT_BF16, "q8": WEIGHT_Q8, "q4": WEIGHT_Q4}
 DEFAULT_GROUP = {WEIGHT_Q8: 64, WEIGHT_Q4: 32}  # q4: the groups of llama.cpp's q4_0
@@ -128,6 +130,63 @@ def f32(x):
 # config.json -> the header's config values
 # ---------------------------------------------------------------------------------------------
 
+YARN_DEFAULTS = {"beta_fast": 32.0, "beta_slow": 1.0, "truncate": True}
+
+
+def parse_yarn(path, scaling, field):
+    """config.json's RoPE scaling as the engine applies it (QWEN3.md 2.9), or None without any: YaRN
+    only, its factor and original context required, the rest at transformers' defaults
+    (_compute_yarn_parameters; attention_factor 0.1 ln(factor) + 1)."""
+    if scaling is None:
+        return None
+    if not isinstance(scaling, dict):
+        raise ExportError(f"{path}: field '{field}' is {show(scaling)}, not an object")
+    rtype = scaling.get("rope_type", scaling.get("type"))
+    if rtype == "default":
+        return None
+    if rtype != "yarn":
+        raise ExportError(f"{path}: field '{field}.rope_type' is {show(rtype)}; of the RoPE scalings only "
+                          "yarn is supported (remove it to run at the native context)")
+    for key in ("mscale", "mscale_all_dim"):
+        if scaling.get(key) not in (None, 0):
+            raise ExportError(f"{path}: field '{field}.{key}' is {show(scaling[key])}; YaRN's mscale "
+                              "(DeepSeek's form) is not supported")
+    top = LIMITS["MAX_ROPE_FACTOR"]
+    y = {}
+    for key, lo, required in (("factor", 1.0, True), ("beta_fast", 0.0, False), ("beta_slow", 0.0, False),
+                              ("attention_factor", 0.0, False)):
+        v = scaling.get(key)
+        if v is None:
+            if required:
+                raise ExportError(f"{path}: field '{field}.factor' is missing: YaRN needs it")
+            continue
+        if not is_number(v) or not (v >= 1.0 if lo == 1.0 else v > 0.0) or not v < top:
+            raise ExportError(f"{path}: field '{field}.{key}' must be a number in "
+                              f"{'[1' if lo == 1.0 else '(0'}, {top:g}), got {show(v)}")
+        y[key] = float(v)
+    original = scaling.get("original_max_position_embeddings")
+    if not is_int(original) or not 1 <= original <= LIMITS["MAX_POSITIONS"]:
+        raise ExportError(f"{path}: field '{field}.original_max_position_embeddings' must be an integer in "
+                          f"1 .. {LIMITS['MAX_POSITIONS']}, got {show(original)}")
+    y["original_max"] = original
+    truncate = scaling.get("truncate", True)
+    if not isinstance(truncate, bool):
+        raise ExportError(f"{path}: field '{field}.truncate' must be true or false, got {show(truncate)}")
+    y["truncate"] = truncate
+    y.setdefault("beta_fast", YARN_DEFAULTS["beta_fast"])
+    y.setdefault("beta_slow", YARN_DEFAULTS["beta_slow"])
+    if "attention_factor" not in y:
+        y["attention_factor"] = 0.1 * math.log(y["factor"]) + 1.0 if y["factor"] > 1 else 1.0
+    return y
+
+
+def yarn_fields(y):
+    """The header's rope_* fields (model.h, FileHeader): zero without YaRN."""
+    if not y:
+        return (0.0, 0, 0.0, 0.0, 0.0, 0)
+    return (y["factor"], y["original_max"], y["beta_fast"], y["beta_slow"], y["attention_factor"], int(y["truncate"]))
+
+
 def parse_config(folder, cfg, gen):
     """config.json (and generation_config.json's end-of-sequence ids) -> the header's config values,
     every one checked against LIMITS and the loader's other rules (model.c read_config)."""
@@ -174,25 +233,21 @@ def parse_config(folder, cfg, gen):
         raise ExportError(f"{path}: field 'attention_bias' is {show(cfg['attention_bias'])}; only "
                           "Qwen2's q/k/v biases are supported")
 
-    # RoPE: theta at top level (transformers 4.x) or inside rope_parameters (v5); no scaling.
+    # RoPE: theta at top level (transformers 4.x) or inside rope_parameters (v5); scaling by YaRN
+    # in rope_scaling (4.x) or rope_parameters (v5), nothing else.
     theta = cfg.get("rope_theta")
     theta_field = "rope_theta"
     rope_params = cfg.get("rope_parameters")
+    scaling, scaling_field = None, "rope_scaling"
     if isinstance(rope_params, dict):
-        rtype = rope_params.get("rope_type", rope_params.get("type", "default"))
-        if rtype != "default":
-            raise ExportError(f"{path}: field 'rope_parameters.rope_type' is {show(rtype)}; "
-                              "only the default RoPE is supported")
+        if rope_params.get("rope_type", rope_params.get("type", "default")) != "default":
+            scaling, scaling_field = rope_params, "rope_parameters"
         if "rope_theta" in rope_params:
             theta, theta_field = rope_params["rope_theta"], "rope_parameters.rope_theta"
     elif rope_params is not None:
         raise ExportError(f"{path}: field 'rope_parameters' is {show(rope_params)}, not an object")
-    scaling = cfg.get("rope_scaling")
-    if scaling is not None:
-        rtype = scaling.get("rope_type", scaling.get("type")) if isinstance(scaling, dict) else scaling
-        if rtype != "default":
-            raise ExportError(f"{path}: field 'rope_scaling' has type {show(rtype)}; RoPE scaling "
-                              "is not supported (remove it to run at the native context)")
+    if cfg.get("rope_scaling") is not None:
+        scaling, scaling_field = cfg["rope_scaling"], "rope_scaling"
     if theta is None:
         theta = 10000.0  # the transformers default for all three classes
     # The loader's test, 0 < theta < MAX_ROPE_THETA, which NaN and infinity fail; compared before
@@ -203,6 +258,7 @@ def parse_config(folder, cfg, gen):
                           f"{max_theta:g}, got {show(theta)}")
 
     c = {
+        "yarn": parse_yarn(path, scaling, scaling_field),
         "arch": arch,
         "dim": need("hidden_size", LIMITS["MAX_DIM"]),
         "hidden_dim": need("intermediate_size", LIMITS["MAX_HIDDEN"]),
@@ -880,6 +936,8 @@ def read_inputs(folder, dtype_name, group_size, tokenizer_dir):
         flags |= FLAG_QKV_BIAS
     if c["tied"]:
         flags |= FLAG_TIED_EMBED
+    if c["yarn"]:
+        flags |= FLAG_ROPE_YARN
     c["flags"] = flags
     plan = tensor_plan(c)
 
@@ -975,7 +1033,7 @@ def export(folder, out_path, dtype_name, group_size, tokenizer_dir, jobs=None):
                 c["n_layers"], c["n_heads"], c["n_kv_heads"], c["head_dim"], c["vocab_size"],
                 c["max_seq_len"], wtype, gs, c["rms_norm_eps"], bos, c["rope_theta"],
                 len(c["eos_ids"]), *eos, c["temperature"], c["top_p"], c["top_k"], 0, 0,
-                tok_offset, len(tok), weights_offset, end - weights_offset)
+                tok_offset, len(tok), weights_offset, end - weights_offset, *yarn_fields(c["yarn"]))
             assert len(header) == 256
             f.seek(0)
             f.write(header)

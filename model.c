@@ -118,16 +118,41 @@ static int map_weights(Transformer* t, const LoadError* e) {
     return 0;
 }
 
+/* YaRN's frequency of dimension pair i (QWEN3.md 2.9, transformers' _compute_yarn_parameters):
+ * the plain frequency where a pair turns more than beta_fast times over the original context, the
+ * frequency divided by the factor where it turns fewer than beta_slow times, a linear ramp between.
+ * The ramp's ends are the dimensions that turn r times, d ln(L / (2 pi r)) / (2 ln theta), in
+ * double as transformers computes them in Python; the rest in float32, as its tensors are. */
+static float yarn_inv_freq(const Config* c, int i, float pos_freq) {
+    const int d = c->head_dim;
+    const double L = c->rope_original_max, ln_theta = log(c->rope_theta), two_pi = 6.283185307179586;
+    double low = d * log(L / (c->rope_beta_fast * two_pi)) / (2 * ln_theta);
+    double high = d * log(L / (c->rope_beta_slow * two_pi)) / (2 * ln_theta);
+    if (c->rope_truncate) low = floor(low), high = ceil(high);
+    if (low < 0) low = 0;
+    if (high > d - 1) high = d - 1;
+    if (low == high) high += 0.001; /* no division by zero */
+    float ramp = ((float)i - (float)low) / (float)(high - low);
+    ramp = ramp < 0.0f ? 0.0f : ramp > 1.0f ? 1.0f : ramp;
+    const float extrapolate = 1.0f - ramp; /* the share of the plain frequency */
+    const float plain = 1.0f / pos_freq, interpolated = 1.0f / (c->rope_factor * pos_freq);
+    return interpolated * (1.0f - extrapolate) + plain * extrapolate;
+}
+
 /* RoPE tables (QWEN3.md 2.4): inv_freq[i] = 1 / theta^(2i/d) in float32 with powf, and
- * angle = p * inv_freq[i] as a float32 product, exactly as HF computes them in float32. */
+ * angle = p * inv_freq[i] as a float32 product, exactly as HF computes them in float32. With YaRN
+ * (2.9) the frequencies are blended and cos and sin both multiplied by the attention factor, so
+ * every attention score is scaled by its square. */
 static void rope_tables(const Config* c, float* cos_t, float* sin_t) {
-    int half = c->head_dim / 2;
-    for (int p = 0; p < c->seq_len; p++) {
-        for (int i = 0; i < half; i++) {
-            float inv_freq = 1.0f / powf((float)c->rope_theta, (float)(2 * i) / (float)c->head_dim);
-            float angle = (float)p * inv_freq;
-            cos_t[(size_t)p * half + i] = cosf(angle);
-            sin_t[(size_t)p * half + i] = sinf(angle);
+    const int half = c->head_dim / 2, yarn = c->flags & FLAG_ROPE_YARN;
+    const float gain = yarn ? c->rope_attention_factor : 1.0f;
+    for (int i = 0; i < half; i++) {
+        const float pos_freq = powf((float)c->rope_theta, (float)(2 * i) / (float)c->head_dim);
+        const float inv_freq = yarn ? yarn_inv_freq(c, i, pos_freq) : 1.0f / pos_freq;
+        for (int p = 0; p < c->seq_len; p++) {
+            const float angle = (float)p * inv_freq;
+            cos_t[(size_t)p * half + i] = yarn ? cosf(angle) * gain : cosf(angle);
+            sin_t[(size_t)p * half + i] = yarn ? sinf(angle) * gain : sinf(angle);
         }
     }
 }

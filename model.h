@@ -88,6 +88,8 @@
 #define MAX_MATRIX_VALUES 2147483647 /* the widest width times the tallest height, at most (the
                                       * kernels index a matrix with int arithmetic) */
 #define MAX_ROPE_THETA 1e30          /* rope_theta: above 0, below MAX_ROPE_THETA */
+#define MAX_ROPE_FACTOR 1e6          /* YaRN's factor: 1 .. MAX_ROPE_FACTOR; its attention factor and
+                                      * betas: above 0, below it */
 #define MAX_EOS_IDS 8                /* n_eos: 0 .. MAX_EOS_IDS */
 #define MAX_TEMPERATURE 100.0f       /* the temperature default: 0 .. MAX_TEMPERATURE */
 #define MAX_TOP_P 1.0f               /* the top_p default: 0 .. MAX_TOP_P */
@@ -99,6 +101,7 @@ enum {
     FLAG_QK_NORM = 1,     /* q_norm/k_norm present: RMSNorm of every q and k head (Qwen3) */
     FLAG_QKV_BIAS = 2,    /* q/k/v projections have biases (Qwen2) */
     FLAG_TIED_EMBED = 4,  /* lm_head is embed_tokens */
+    FLAG_ROPE_YARN = 8,   /* RoPE scaled by YaRN (QWEN3.md 2.9): the header's rope_* fields */
 };
 
 enum {
@@ -109,7 +112,7 @@ enum {
 
 /* The first 256 bytes of the file. Every field is 4 or 8 bytes and placed so that the struct has
  * no implicit padding; export.py writes it with the struct format
- * '<4s13I f i d I 8i f f i 2I 4Q 96x'. */
+ * '<4s13I f i d I 8i f f i 2I 4Q f I f f f I 72x'. */
 typedef struct {
     char magic[4];            /* "QW3C" */
     uint32_t version;         /* CHECKPOINT_VERSION */
@@ -136,7 +139,13 @@ typedef struct {
     uint32_t reserved0, reserved1;
     uint64_t tokenizer_offset, tokenizer_bytes;  /* the tokenizer section: its file offset and length */
     uint64_t weights_offset, weights_bytes;      /* the tensors: their section's file offset and length */
-    uint8_t reserved[256 - 160];  /* zero */
+    /* YaRN (FLAG_ROPE_YARN; zero without it), as config.json's rope_scaling gives it (QWEN3.md 2.9) */
+    float rope_factor;            /* s: the context's scale over the original */
+    uint32_t rope_original_max;   /* L: original_max_position_embeddings */
+    float rope_beta_fast, rope_beta_slow; /* the ramp's ends, in rotations over L (32 and 1 by default) */
+    float rope_attention_factor;  /* cos and sin are multiplied by it (0.1 ln s + 1 by default) */
+    uint32_t rope_truncate;       /* 1: the ramp's ends rounded to whole dimensions (the default) */
+    uint8_t reserved[256 - 184];  /* zero */
 } FileHeader;
 
 _Static_assert(sizeof(FileHeader) == 256, "FileHeader must be exactly 256 bytes");
@@ -149,6 +158,9 @@ typedef struct {
     int seq_len;       /* the KV cache size actually allocated (-c/--ctx, at most max_seq_len) */
     float rms_norm_eps;
     double rope_theta;
+    /* YaRN (flags & FLAG_ROPE_YARN): the header's rope_* fields */
+    float rope_factor, rope_beta_fast, rope_beta_slow, rope_attention_factor;
+    int rope_original_max, rope_truncate;
     int flags;
     WeightType weight_type;
     int group_size;

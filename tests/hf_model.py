@@ -532,12 +532,14 @@ def read_header(path):
     """The checkpoint header fields the tests need (model.h FileHeader)."""
     with open(path, 'rb') as f:
         raw = f.read(256)
-    fields = struct.unpack('<4s13I f i d I 8i f f i 2I 4Q 96x', raw)
+    fields = struct.unpack('<4s13I f i d I 8i f f i 2I 4Q f I f f f I 72x', raw)
     names = ['magic', 'version', 'arch', 'flags', 'dim', 'hidden_dim', 'n_layers', 'n_heads',
              'n_kv_heads', 'head_dim', 'vocab_size', 'max_seq_len', 'weight_type', 'group_size',
              'rms_norm_eps', 'bos_id', 'rope_theta', 'n_eos']
     h = dict(zip(names, fields))
     h['eos_ids'] = list(fields[18:18 + h['n_eos']])
+    h.update(zip(['rope_factor', 'rope_original_max', 'rope_beta_fast', 'rope_beta_slow', 'rope_attention_factor',
+                  'rope_truncate'], fields[-6:]))
     return h
 
 

@@ -151,9 +151,11 @@ class Reference:
         # transformers 4.x: top-level rope_theta; v5: rope_parameters.rope_theta; absent: 10000.
         rope_params = cfg.get('rope_parameters') or {}
         self.theta = cfg.get('rope_theta') or rope_params.get('rope_theta') or 10000.0
-        assert rope_params.get('rope_type', 'default') == 'default'
+        # YaRN (QWEN3.md 2.9) in rope_scaling (4.x) or rope_parameters (v5); no other scaling
+        scaling = cfg.get('rope_scaling') or rope_params
+        self.yarn = scaling if scaling.get('rope_type', scaling.get('type', 'default')) != 'default' else None
+        assert self.yarn is None or self.yarn.get('rope_type', self.yarn.get('type')) == 'yarn', self.yarn
         self.tie = cfg.get('tie_word_embeddings', False)
-        assert cfg.get('rope_scaling') is None
         self.qk_norm = self.arch == 'Qwen3ForCausalLM'
         self.bias = self.arch == 'Qwen2ForCausalLM' or (self.arch == 'LlamaForCausalLM' and cfg.get('attention_bias', False))
 
@@ -197,11 +199,41 @@ class Reference:
         # Tied: the head IS embed_tokens; a stored lm_head.weight is ignored (QWEN3.md 3.3, 7.7).
         self.lm_head = self.embed if self.tie else get('lm_head.weight', [V, D])
 
-        # inv_freq exactly as HF computes it (QWEN3.md 2.4): float32 exponent 2i/d, float32 power.
-        self.inv_freq = []
-        for i in range(d // 2):
-            e = f32(f32(2 * i) / d)
-            self.inv_freq.append(f32(1.0 / f32(self.theta ** e)))
+        self.inv_freq, self.rope_gain = self.frequencies()
+
+    def frequencies(self, yarn_mistake=None):
+        """inv_freq exactly as HF computes it (QWEN3.md 2.4): float32 exponent 2i/d, float32 power;
+        with YaRN (2.9) blended between inv_freq and inv_freq / factor by a ramp over the dimensions,
+        and the gain that cos and sin are multiplied by (transformers' _compute_yarn_parameters).
+        yarn_mistake: 'no-attention-factor' (the gain left at 1) or 'swapped-ramp' (the ramp's
+        ends exchanged: the slow dimensions kept, the fast ones interpolated)."""
+        d = self.d
+        pos_freq = [f32(self.theta ** f32(f32(2 * i) / d)) for i in range(d // 2)]
+        if not self.yarn:
+            return [f32(1.0 / p) for p in pos_freq], 1.0
+        y = self.yarn
+        s, L = y['factor'], y['original_max_position_embeddings']
+        beta_fast, beta_slow = y.get('beta_fast', 32.0), y.get('beta_slow', 1.0)
+
+        def dim_turning(rotations):  # the dimension pair that turns `rotations` times over L
+            return d * math.log(L / (rotations * 2 * math.pi)) / (2 * math.log(self.theta))
+        low, high = dim_turning(beta_fast), dim_turning(beta_slow)
+        if y.get('truncate', True):
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, d - 1)
+        if low == high:
+            high += 0.001
+        if yarn_mistake == 'swapped-ramp':
+            low, high = high, low
+        inv_freq = []
+        for i, p in enumerate(pos_freq):
+            ramp = min(max(f32(f32(i - low) / f32(high - low)), 0.0), 1.0)
+            e = f32(1.0 - ramp)  # the share of the plain frequency
+            inv_freq.append(f32(f32(f32(1.0 / f32(s * p)) * f32(1.0 - e)) + f32(f32(1.0 / p) * e)))
+        gain = y.get('attention_factor')
+        if gain is None:
+            gain = 0.1 * math.log(s) + 1.0 if s > 1 else 1.0
+        return inv_freq, (1.0 if yarn_mistake == 'no-attention-factor' else f32(gain))
 
     # --------------------------------------------------------------------------------------------
 
@@ -248,7 +280,7 @@ class Reference:
         half = d // 2
         for i in range(half):
             a = f32(pos * self.inv_freq[i])
-            c, s = math.cos(a), math.sin(a)
+            c, s = math.cos(a) * self.rope_gain, math.sin(a) * self.rope_gain
             if interleaved:  # the mistake: llama2.c's pairing
                 j, k = 2 * i, 2 * i + 1
             else:            # rotate_half: element i with element i + d/2
@@ -263,7 +295,7 @@ class Reference:
         return list(struct.unpack('<%de' % len(x), struct.pack('<%de' % len(x), *x)))
 
     def forward(self, tokens, eps=None, rope='half', skip_qk_norm=False, gqa='div', kv_f16=False, norms=None,
-                scores=None, ablate=(), layernorm=False, head=None):
+                scores=None, ablate=(), layernorm=False, head=None, yarn_mistake=None):
         """Logits (a list of V floats) for every position of tokens (positions 0..len-1). ablate,
         layernorm (and eps): the RMSNorm lab's switches (Reference.lab_norm). norms: a
         list that receives (position, layer, site, vectors, weight) at every RMSNorm call site,
@@ -271,6 +303,15 @@ class Reference:
         --show-norms names them). scores: a list that receives (position, layer, query head,
         scores), the head's q.k/sqrt(d) for every key it attends to (positions 0..position).
         head='embedding': the mistake of an untied model's logits taken from the embedding."""
+        saved = self.inv_freq, self.rope_gain
+        self.inv_freq, self.rope_gain = self.frequencies(yarn_mistake)
+        try:
+            return self.run(tokens, eps, rope, skip_qk_norm, gqa, kv_f16, norms, scores, ablate, layernorm, head)
+        finally:
+            self.inv_freq, self.rope_gain = saved
+
+    def run(self, tokens, eps, rope, skip_qk_norm, gqa, kv_f16, norms, scores, ablate, layernorm, head):
+        """forward() with the RoPE frequencies in place."""
         def see(pos, layer, site, vectors, weight):
             if norms is not None:
                 norms.append((pos, layer, site, [list(v) for v in vectors], weight))

@@ -13,12 +13,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_model  # noqa: E402
 from hf_model import Spec, DELETE  # noqa: E402
 
-HEADER_FORMAT = '<4s13I f i d I 8i f f i 2I 4Q 96x'  # FileHeader (model.h), as export.py writes it
-# Byte offsets of FileHeader fields (model.h, struct '<4s13I f i d I 8i f f i 2I 4Q 96x'), for patching.
+HEADER_FORMAT = '<4s13I f i d I 8i f f i 2I 4Q f I f f f I 72x'  # FileHeader (model.h), as export.py writes it
+# Byte offsets of FileHeader fields (model.h, struct '<4s13I f i d I 8i f f i 2I 4Q f I f f f I 72x'), for patching.
 OFF = {'magic': 0, 'version': 4, 'arch': 8, 'flags': 12, 'dim': 16, 'hidden_dim': 20,
        'n_layers': 24, 'n_heads': 28, 'n_kv_heads': 32, 'head_dim': 36, 'vocab_size': 40,
        'max_seq_len': 44, 'weight_type': 48, 'group_size': 52, 'rms_norm_eps': 56,
-       'tokenizer_offset': 128, 'tokenizer_bytes': 136, 'weights_offset': 144, 'weights_bytes': 152}
+       'tokenizer_offset': 128, 'tokenizer_bytes': 136, 'weights_offset': 144, 'weights_bytes': 152,
+       'rope_factor': 160, 'rope_original_max': 164, 'rope_beta_fast': 168, 'rope_beta_slow': 172,
+       'rope_attention_factor': 176, 'rope_truncate': 180}
 
 
 class InTempDir(hf_model.TempDirTestCase):
@@ -86,9 +88,23 @@ class ExportErrors(InTempDir):
         self.export_fails(Spec(dtype_overrides={name: 'F8_E4M3'}), ['F8_E4M3'])
 
     def test_rope_scaling(self):
-        self.export_fails(Spec(config_overrides={'rope_scaling': {
-            'rope_type': 'yarn', 'factor': 4.0, 'original_max_position_embeddings': 32768}}),
-            ['rope_scaling'])
+        """YaRN is read (test_model.py checks its logits); every other scaling, and a YaRN without
+        what it needs or with values outside its range, is refused naming the field."""
+        yarn = {'rope_type': 'yarn', 'factor': 4.0, 'original_max_position_embeddings': 32768}
+        for scaling, words in (({'rope_type': 'linear', 'factor': 2.0}, ["rope_scaling.rope_type", "'linear'", 'yarn']),
+                               ({'type': 'dynamic', 'factor': 2.0}, ["rope_scaling.rope_type", "'dynamic'"]),
+                               (dict(yarn, factor=0.5), ['rope_scaling.factor', '[1, 1e+06)']),
+                               (dict(yarn, factor='4'), ['rope_scaling.factor']),
+                               ({'rope_type': 'yarn', 'original_max_position_embeddings': 4096}, ['rope_scaling.factor', 'missing']),
+                               (dict(yarn, original_max_position_embeddings=0), ['original_max_position_embeddings']),
+                               (dict(yarn, beta_fast=-1.0), ['rope_scaling.beta_fast']),
+                               (dict(yarn, attention_factor=0), ['rope_scaling.attention_factor']),
+                               (dict(yarn, truncate='yes'), ['rope_scaling.truncate']),
+                               (dict(yarn, mscale=0.707), ['rope_scaling.mscale'])):
+            with self.subTest(scaling=scaling):
+                self.export_fails(Spec(config_overrides={'rope_scaling': scaling}), words)
+        self.export_fails(Spec(config_overrides={'rope_parameters': {'rope_type': 'longrope', 'rope_theta': 1e6}}),
+                          ["rope_parameters.rope_type", "'longrope'"])
 
     def test_missing_config(self):
         self.export_fails(Spec(), ['config.json'], edit=lambda d: os.remove(os.path.join(d, 'config.json')))
@@ -460,6 +476,23 @@ class EngineErrors(InTempDir):
 
     def test_wrong_magic(self):
         self.bad_file('magic.bin', b'GGUF' + self.data[4:])
+
+    def test_yarn_fields(self):
+        """With the YaRN flag (8), each of its fields out of range is one line naming them."""
+        flags = struct.unpack_from('<I', self.data, OFF['flags'])[0] | 8
+        yarn = bytearray(self.data)
+        struct.pack_into('<I', yarn, OFF['flags'], flags)
+        msg = self.bad_file('yarn_zero.bin', bytes(yarn))  # the flag without its fields
+        self.assertIn('YaRN fields out of range', msg)
+        fields = (('rope_factor', 'f', 4.0, 0.5), ('rope_original_max', 'I', 64, 0), ('rope_beta_fast', 'f', 32.0, -1.0),
+                  ('rope_beta_slow', 'f', 1.0, float('nan')), ('rope_attention_factor', 'f', 1.1, 0.0),
+                  ('rope_truncate', 'I', 1, 2))  # (field, format, a good value, a bad one)
+        for field, fmt, good, _ in fields:
+            struct.pack_into('<' + fmt, yarn, OFF[field], good)
+        for field, fmt, _, bad in fields:
+            with self.subTest(field=field):
+                msg = self.patched('yarn_%s.bin' % field, field, fmt, bad, base=bytes(yarn))
+                self.assertIn('YaRN fields out of range', msg)
 
     def test_future_version(self):
         self.patched('version.bin', 'version', 'I', 6)

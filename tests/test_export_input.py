@@ -403,6 +403,7 @@ class Limits(ExportRefuses):
         return quiet(export.parse_config, self.tmp, cfg, {})
 
     def test_every_limit(self):
+        YARN = {'rope_type': 'yarn', 'factor': 4.0, 'original_max_position_embeddings': 64}  # noqa: N806
         L = export.LIMITS
         c, g = 'config.json', 'generation_config.json'
         small = {'hidden_size': 64, 'intermediate_size': 64}  # keeps matrices below 2^31 values
@@ -421,6 +422,7 @@ class Limits(ExportRefuses):
             'MAX_VOCAB': [beyond('vocab_size', L['MAX_VOCAB'] + 1, '16777216')],
             'MAX_POSITIONS': [beyond('max_position_embeddings', L['MAX_POSITIONS'] + 1, '16777216')],
             'MAX_ROPE_THETA': [beyond('rope_theta', L['MAX_ROPE_THETA'], '1e+30')],
+            'MAX_ROPE_FACTOR': [beyond('rope_scaling', dict(YARN, factor=L['MAX_ROPE_FACTOR']), 'factor', '1e+06')],
             'MAX_EOS_IDS': [beyond('eos_token_id', list(range(L['MAX_EOS_IDS'] + 1)), 'at most 8')],
         }
         cases = [case for name in sorted(refused) for case in refused[name]]
@@ -458,12 +460,14 @@ class Limits(ExportRefuses):
             ('MAX_POSITIONS', Spec(**dict(TINY, max_position_embeddings=L['MAX_POSITIONS'])), {},
              'max_seq_len'),
             ('MAX_ROPE_THETA', Spec(**dict(TINY, rope_theta=theta)), {}, 'rope_theta'),
+            ('MAX_ROPE_FACTOR', Spec(**dict(TINY, config_overrides={'rope_scaling': dict(YARN, factor=999999.0)})), {},
+             'rope_factor'),
             ('MAX_EOS_IDS', Spec(**dict(TINY, config_overrides={'eos_token_id': eight})), {}, 'n_eos'),
             ('MAX_TEMPERATURE', Spec(**TINY), {'temperature': L['MAX_TEMPERATURE']}, 'temperature'),
             ('MAX_TOP_P', Spec(**TINY), {'top_p': L['MAX_TOP_P']}, 'top_p'),
         ]
         expected = {'n_layers': 1024, 'n_kv_heads': 1024, 'head_dim': 1024, 'max_seq_len': 1 << 24,
-                    'rope_theta': theta, 'n_eos': 8, 'temperature': 100.0, 'top_p': 1.0}
+                    'rope_theta': theta, 'n_eos': 8, 'temperature': 100.0, 'top_p': 1.0, 'rope_factor': 999999.0}
         for name, spec, gen, field in at_limit:
             with self.subTest(at_limit=name):
                 d = self.new_dir(name)

@@ -109,6 +109,22 @@ VARIANTS = {
         [(i * 37) % 256 for i in range(264)], 4, ('rope', 'qk_norm', 'gqa')),
     # A 1-token prompt: everything after position 0 is the decode path.
     'qwen3_bf16_decode_only': (dict(seed=8), [IM_START_ID], 12, ('rope', 'qk_norm', 'gqa')),
+    # YaRN (QWEN3.md 2.9) as the model card adds it, factor 4 on an original context of 64, read at
+    # positions 0 .. 103, past the original 64: theta 100 spreads the ramp over head_dim 16's pairs
+    # (plain at 0, blended at 1-4, divided by 4 from 5 on), and the default attention factor
+    # 0.1 ln 4 + 1 scales every score by its square.
+    'qwen3_f32_yarn_past_original': (
+        dict(dtype='F32', rope_theta=100.0, max_position_embeddings=256, seed=13, config_overrides={
+            'rope_scaling': {'rope_type': 'yarn', 'factor': 4.0, 'original_max_position_embeddings': 64}}),
+        [(i * 29 + 3) % 256 for i in range(100)], 4, ('rope', 'qk_norm', 'yarn_gain', 'yarn_ramp')),
+    # YaRN as transformers v5 keeps it (inside rope_parameters), every field given: its own
+    # attention factor and betas, the ramp's ends not rounded (truncate false), on a BF16 source.
+    'qwen3_bf16_yarn_v5_fields': (
+        dict(seed=14, rope_theta=50.0, max_position_embeddings=192, config_overrides={
+            'rope_theta': DELETE, 'rope_parameters': {
+                'rope_type': 'yarn', 'rope_theta': 50.0, 'factor': 3.0, 'original_max_position_embeddings': 48,
+                'attention_factor': 1.25, 'beta_fast': 16.0, 'beta_slow': 2.0, 'truncate': False}}),
+        [(i * 31 + 7) % 256 for i in range(70)], 4, ('rope', 'yarn_gain', 'yarn_ramp')),
 }
 
 MISTAKES = {
@@ -117,6 +133,8 @@ MISTAKES = {
     'qk_norm': dict(skip_qk_norm=True),
     'gqa': dict(gqa='mod'),
     'head': dict(head='embedding'),  # untied variants only: the head taken from the embedding
+    'yarn_gain': dict(yarn_mistake='no-attention-factor'),  # YaRN's cos and sin left unscaled
+    'yarn_ramp': dict(yarn_mistake='swapped-ramp'),  # YaRN's ramp ends exchanged
 }
 
 RESULTS = []  # (variant, dtype, rows, err vs stored weights, err vs source, top-1 agreement)
@@ -242,7 +260,15 @@ class TestReference(unittest.TestCase):
         ids = P8
         good = ref.forward(ids)
         for name, kw in MISTAKES.items():
+            if name.startswith('yarn'):
+                continue  # below, on a model with YaRN
             self.assertGreater(rel_error(ref.forward(ids, **kw), good), MISTAKE_MIN, name)
+        spec, ids, _, _ = VARIANTS['qwen3_f32_yarn_past_original']
+        d, _ = self.write('mis_yarn', **spec)
+        ref = Reference(d)
+        good = ref.forward(ids[:70])
+        for name in ('yarn_gain', 'yarn_ramp'):
+            self.assertGreater(rel_error(ref.forward(ids[:70], **MISTAKES[name]), good), MISTAKE_MIN, name)
 
     def test_q8_simulation(self):
         # The scale is max|w| / 127 rounded to float16 and q = round(w / scale): 1 / 127 rounds

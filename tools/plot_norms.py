@@ -472,7 +472,8 @@ def plot_scores(with_runs, without_runs, path, note, bounds=None):
 # Checkpoints (model.h's layout): reading tensors, and copies with q_proj and k_proj scaled, with
 # or without QK-Norm
 
-HEADER = struct.Struct('<4s13I f i d I 8i f f i 2I 4Q 96x')
+HEADER = struct.Struct('<4s13I f i d I 8i f f i 2I 4Q f I f f f I 72x')
+W_OFFSET, W_BYTES = 33, 34  # weights_offset and weights_bytes in HEADER's tuple (after the tokenizer's two)
 FLAG_QK_NORM, FLAG_QKV_BIAS, FLAG_TIED_EMBED = 1, 2, 4
 ALIGN = 64
 
@@ -526,7 +527,7 @@ def read_checkpoint(path):
     except ValueError as e:
         sys.exit('plot_norms: %s: %s' % (path, e))
     tensors = {}
-    pos = h[-2]
+    pos = h[W_OFFSET]
     for name, layer, kind, size in plan:
         pos = (pos + ALIGN - 1) // ALIGN * ALIGN
         blob = data[pos:pos + size]
@@ -569,7 +570,7 @@ def scale_qk_checkpoint(src, factor, dst, drop_qk_norm=False):
         plan = checkpoint_plan(h)
     except ValueError as e:
         sys.exit('plot_norms: %s: %s' % (src, e))
-    flags, wtype, w_off = h[3], h[12], h[-2]
+    flags, wtype, w_off = h[3], h[12], h[W_OFFSET]
     out = bytearray(data[:w_off])
     pos = w_off
     for name, _, _, size in plan:
@@ -584,7 +585,7 @@ def scale_qk_checkpoint(src, factor, dst, drop_qk_norm=False):
     out += bytes(-len(out) % ALIGN)
     if drop_qk_norm:
         h[3] = flags & ~FLAG_QK_NORM
-    h[-1] = len(out) - w_off
+    h[W_BYTES] = len(out) - w_off
     out[:HEADER.size] = HEADER.pack(*h)
     with open(dst + '.tmp', 'wb') as f:
         f.write(out)
