@@ -134,7 +134,7 @@ class NormLab(hf_model.TempDirTestCase):
                 self.assertGreater(rel_error(rows, base), MISTAKE_MIN, name)
 
     def test_absent_switches_change_no_bit(self):
-        """Without switches the forward pass is rmsnorm_rows at every call site; the switches that
+        """Without switches the forward pass is the model's own rmsnorm op at every call site; the switches that
         name the model as it is (its own eps, --norm rmsnorm) keep those bits."""
         raw, _ = self.dump(PROMPT, n=3)
         eps = repr(hf_model.read_header(self.ckpt)['rms_norm_eps'])  # the float32 value, exactly
