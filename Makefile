@@ -54,7 +54,7 @@ SHIPPED_MODEL := models/tinystories.bin
 STORY_PROMPT ?= Once upon a time
 STORY_FLAGS ?= -n 250
 
-.PHONY: all ref run test test-scalar bench clean test-arm norm-precision norm-grad norm-lab fuzz-tokenizer FORCE
+.PHONY: all ref run test test-scalar bench clean test-arm norm-precision norm-grad norm-lab norm-train-lab fuzz-tokenizer FORCE
 # Keep the test programs' objects (make deletes intermediate files otherwise, and relinks next time).
 .SECONDARY:
 
@@ -163,6 +163,16 @@ bench: all
 norm-lab: all
 	$(PYTHON) tools/norm_lab.py
 	$(PYTHON) tools/plot_norms.py lab $(SHIPPED_MODEL) --out-dir docs
+
+# `make norm-train-lab`: the shipped model's shape trained from one seed on the same batches as Qwen3
+# has it, without QK-Norm, with post-norm, with no norms, with LayerNorm, and the first two at a
+# higher learning rate; the loss, the largest attention logit and the residual stream's rms per layer
+# against the step (build/norm-train-lab/*.json), the report docs/norm-train-lab.md and its pictures
+# docs/norm-train-*.svg. About 17 minutes on 2 cores. Training tools use Debian's PyTorch through
+# /usr/bin/python3 (tools/train.py too), so this is not part of `make test`.
+norm-train-lab:
+	@/usr/bin/python3 -c 'import torch' 2>/dev/null || { echo "norm-train-lab: /usr/bin/python3 has no torch: apt-get install python3-torch"; exit 1; }
+	/usr/bin/python3 tools/norm_train_lab.py
 
 # `make fuzz-tokenizer`: the tokenizer under libFuzzer with AddressSanitizer and UBSan (clang
 # only), for FUZZ_SECONDS on FUZZ_CHECKPOINT's tokenizer (tools/fuzz_tokenizer.c: what it checks).

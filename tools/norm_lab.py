@@ -151,7 +151,9 @@ def main():
         'negative log-likelihood in nats per token, perplexity exp(loss), top-1 the share of tokens that',
         'are the argmax of their logits. The switches change only the forward pass, never the weights:',
         'the model was trained with every RMSNorm as Qwen3 has them, so each row shows what it has come',
-        'to depend on. A switch with @ changes one layer only (@final: the final norm only).',
+        'to depend on. A switch with @ changes one layer only (@final: the final norm only). What each',
+        'norm does for training, with models trained with and without it, is `make norm-train-lab`',
+        '([norm-train-lab.md](norm-train-lab.md)).',
         '',
     ]
     if args.text == 'models/tinystories_valid_excerpt.txt':
