@@ -149,9 +149,9 @@ static int check_format(const FileHeader* h, const LoadError* e) {
     if ((h->version < 5 && h->weight_type == WEIGHT_Q8) || (h->version < 4 && h->weight_type == WEIGHT_Q4))
         return load_fail(e, "a %s checkpoint of version %u, whose %s layout this engine does not read: export it "
                     "again with export.py", quant, h->version, quant);
-    if (h->arch < ARCH_QWEN3 || h->arch > ARCH_LLAMA)
+    if (h->arch < ARCH_QWEN3 || h->arch > ARCH_QWEN3_MOE)
         return load_fail(e, "unknown architecture %u", h->arch);
-    if (h->flags & ~(uint32_t)(FLAG_QK_NORM | FLAG_QKV_BIAS | FLAG_TIED_EMBED | FLAG_ROPE_YARN))
+    if (h->flags & ~(uint32_t)(FLAG_QK_NORM | FLAG_QKV_BIAS | FLAG_TIED_EMBED | FLAG_ROPE_YARN | FLAG_MOE))
         return load_fail(e, "unknown flags 0x%x", h->flags);
     return 0;
 }
@@ -159,6 +159,32 @@ static int check_format(const FileHeader* h, const LoadError* e) {
 /* The model's sizes: each in its range (model.h's CHECKPOINT LIMITS), the heads consistent, every
  * matrix indexable; then the weight type and its group size, which must divide every row length
  * that is quantised. */
+/* Qwen3-MoE's fields (FLAG_MOE): each in its range, every expert matrix indexable, the expert width
+ * divisible by the group size; without the flag, all zero. */
+static int check_experts(const FileHeader* h, const LoadError* e) {
+    if (!(h->flags & FLAG_MOE)) {
+        if (h->n_experts || h->n_experts_active || h->moe_hidden_dim || h->moe_sparse_step || h->moe_norm_topk ||
+            h->n_mlp_only)
+            return load_fail(e, "mixture-of-experts fields set without the flag that says the model has experts");
+        return 0;
+    }
+    if (h->n_experts == 0 || h->n_experts > MAX_EXPERTS || h->n_experts_active == 0 ||
+        h->n_experts_active > h->n_experts || h->moe_hidden_dim == 0 || h->moe_hidden_dim > MAX_HIDDEN ||
+        h->moe_sparse_step == 0 || h->moe_sparse_step > h->n_layers || h->moe_norm_topk > 1 ||
+        h->n_mlp_only > MAX_MLP_ONLY)
+        return load_fail(e, "mixture-of-experts fields out of range (%u experts, %u per token, width %u, sparse step %u, "
+                         "norm_topk %u, %u mlp_only layers)", h->n_experts, h->n_experts_active, h->moe_hidden_dim,
+                         h->moe_sparse_step, h->moe_norm_topk, h->n_mlp_only);
+    for (uint32_t i = 0; i < h->n_mlp_only; i++)
+        if (h->mlp_only[i] >= h->n_layers)
+            return load_fail(e, "mlp_only layer %u is past the last layer (%u)", h->mlp_only[i], h->n_layers - 1);
+    if ((uint64_t)h->moe_hidden_dim * h->dim > MAX_MATRIX_VALUES || (uint64_t)h->n_experts * h->dim > MAX_MATRIX_VALUES)
+        return load_fail(e, "matrices with more than 2^31 values are not supported");
+    if ((h->weight_type == WEIGHT_Q8 || h->weight_type == WEIGHT_Q4) && h->moe_hidden_dim % h->group_size)
+        return load_fail(e, "group size %u must divide the experts' width %u", h->group_size, h->moe_hidden_dim);
+    return 0;
+}
+
 static int check_sizes(const FileHeader* h, const LoadError* e) {
     struct { const char* name; uint32_t value, max; } sizes[] = {
         {"dim", h->dim, MAX_DIM}, {"hidden_dim", h->hidden_dim, MAX_HIDDEN},
@@ -190,7 +216,7 @@ static int check_sizes(const FileHeader* h, const LoadError* e) {
     } else if (h->group_size != 0) {
         return load_fail(e, "group_size = %u for an unquantised checkpoint (must be 0)", h->group_size);
     }
-    return 0;
+    return check_experts(h, e);
 }
 
 /* The constants (RMSNorm's eps, RoPE's base), the special tokens and the generation defaults. */
@@ -254,9 +280,13 @@ int checkpoint_config(Transformer* t, int ctx, const LoadError* e) {
         .rms_norm_eps = h->rms_norm_eps, .rope_theta = h->rope_theta, .flags = (int)h->flags,
         .rope_factor = h->rope_factor, .rope_beta_fast = h->rope_beta_fast, .rope_beta_slow = h->rope_beta_slow,
         .rope_attention_factor = h->rope_attention_factor, .rope_original_max = (int)h->rope_original_max,
-        .rope_truncate = (int)h->rope_truncate,
+        .rope_truncate = (int)h->rope_truncate, .n_experts = (int)h->n_experts,
+        .n_experts_active = (int)h->n_experts_active, .moe_hidden_dim = (int)h->moe_hidden_dim,
+        .moe_sparse_step = (int)h->moe_sparse_step, .moe_norm_topk = (int)h->moe_norm_topk,
+        .n_mlp_only = (int)h->n_mlp_only,
         .weight_type = (WeightType)h->weight_type, .group_size = (int)h->group_size,
     };
+    for (uint32_t i = 0; i < h->n_mlp_only; i++) t->config.mlp_only[i] = (int)h->mlp_only[i];
     return 0;
 }
 

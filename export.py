@@ -28,7 +28,7 @@ import time
 MAGIC = b"QW3C"
 VERSION = 5
 ALIGN = 64
-HEADER_FORMAT = "<4s13I f i d I 8i f f i 2I 4Q f I f f f I 72x"  # the FileHeader struct of model.h
+HEADER_FORMAT = "<4s13I f i d I 8i f f i 2I 4Q f I f f f I 6I 8I 16x"  # the FileHeader struct of model.h
 
 # The loader's bounds on the header's fields and the tokenizer section: model.h's CHECKPOINT LIMITS,
 # value for value (tests/test_export_input.py checks that the two tables are equal). A model outside
@@ -45,15 +45,19 @@ LIMITS = {
     "MAX_ROPE_THETA": 1e30,
     "MAX_ROPE_FACTOR": 1e6,
     "MAX_EOS_IDS": 8,
+    "MAX_EXPERTS": 4096,
+    "MAX_MLP_ONLY": 8,
     "MAX_TEMPERATURE": 100.0,
     "MAX_TOP_P": 1.0,
 }
 MAX_EOS = LIMITS["MAX_EOS_IDS"]
+MAX_MLP_ONLY = LIMITS["MAX_MLP_ONLY"]
 
-ARCH_QWEN3, ARCH_QWEN2, ARCH_LLAMA = 1, 2, 3
-ARCHITECTURES = {"Qwen3ForCausalLM": ARCH_QWEN3, "Qwen2ForCausalLM": ARCH_QWEN2,
+ARCH_QWEN3, ARCH_QWEN2, ARCH_LLAMA, ARCH_QWEN3_MOE = 1, 2, 3, 4
+ARCHITECTURES = {"Qwen3ForCausalLM": ARCH_QWEN3, "Qwen3MoeForCausalLM": ARCH_QWEN3_MOE, "Qwen2ForCausalLM": ARCH_QWEN2,
                  "LlamaForCausalLM": ARCH_LLAMA}
-FLAG_QK_NORM, FLAG_QKV_BIAS, FLAG_TIED_EMBED, FLAG_ROPE_YARN = 1, 2, 4, 8
+FLAG_QK_NORM, FLAG_QKV_BIAS, FLAG_TIED_EMBED, FLAG_ROPE_YARN, FLAG_MOE = 1, 2, 4, 8, 16
+FLAG_MOE_LAYER = 1 << 16  # a layer's, never the file's: a mixture-of-experts layer (model.h)
 WEIGHT_F32, WEIGHT_BF16, WEIGHT_Q8, WEIGHT_Q4 = 0, 1, 2, 3
 DTYPES = {"f32": WEIGHT_F32, "bf16": WEIGHT_BF16, "q8": WEIGHT_Q8, "q4": WEIGHT_Q4}
 DEFAULT_GROUP = {WEIGHT_Q8: 64, WEIGHT_Q4: 32}  # q4: the groups of llama.cpp's q4_0
@@ -180,6 +184,51 @@ def parse_yarn(path, scaling, field):
     return y
 
 
+def parse_moe(path, cfg, c):
+    """Qwen3-MoE's block (QWEN3.md 8), as transformers' Qwen3MoeConfig gives it: the experts, the
+    ones each token takes, their width, whether the k probabilities are renormalised, and which
+    layers stay dense (mlp_only_layers, decoder_sparse_step)."""
+    def count(key, lo, hi, default=None):
+        v = cfg.get(key, default)
+        if not is_int(v) or not lo <= v <= hi:
+            raise ExportError(f"{path}: field '{key}' must be an integer in {lo} .. {hi}, got {show(v)}")
+        return v
+    m = {"n_experts": count("num_experts", 1, LIMITS["MAX_EXPERTS"])}
+    m["n_active"] = count("num_experts_per_tok", 1, m["n_experts"])
+    m["hidden"] = count("moe_intermediate_size", 1, LIMITS["MAX_HIDDEN"])
+    m["sparse_step"] = count("decoder_sparse_step", 1, c["n_layers"], 1)
+    topk = cfg.get("norm_topk_prob", False)
+    if not isinstance(topk, bool):
+        raise ExportError(f"{path}: field 'norm_topk_prob' must be true or false, got {show(topk)}")
+    m["norm_topk"] = topk
+    only = cfg.get("mlp_only_layers") or []
+    if (not isinstance(only, list) or len(only) > MAX_MLP_ONLY
+            or not all(is_int(l) and 0 <= l < c["n_layers"] for l in only)):
+        raise ExportError(f"{path}: field 'mlp_only_layers' must list at most {MAX_MLP_ONLY} layer numbers "
+                          f"below {c['n_layers']}, got {show(only)}")
+    m["mlp_only"] = sorted(set(only))
+    if m["hidden"] * c["dim"] > LIMITS["MAX_MATRIX_VALUES"]:
+        raise ExportError(f"{path}: moe_intermediate_size {m['hidden']} x hidden_size {c['dim']}: more than "
+                          f"{LIMITS['MAX_MATRIX_VALUES']} values are not supported")
+    return m
+
+
+def layer_is_moe(c, l):
+    """transformers' Qwen3MoeDecoderLayer: experts unless l is in mlp_only_layers, or (l + 1) is
+    not a multiple of decoder_sparse_step (model.c, config_layer_is_moe)."""
+    m = c.get("moe")
+    return bool(m) and l not in m["mlp_only"] and (l + 1) % m["sparse_step"] == 0
+
+
+def moe_fields(m):
+    """The header's moe_* fields (model.h, FileHeader): zero without experts."""
+    if not m:
+        return (0,) * (6 + MAX_MLP_ONLY)
+    only = m["mlp_only"] + [0] * (MAX_MLP_ONLY - len(m["mlp_only"]))
+    return (m["n_experts"], m["n_active"], m["hidden"], m["sparse_step"], int(m["norm_topk"]), len(m["mlp_only"]),
+            *only)
+
+
 def yarn_fields(y):
     """The header's rope_* fields (model.h, FileHeader): zero without YaRN."""
     if not y:
@@ -216,10 +265,14 @@ def parse_config(folder, cfg, gen):
         raise ExportError(f"{path}: field 'architectures' is {show(archs)}; supported: "
                           + ", ".join(ARCHITECTURES))
     arch = ARCHITECTURES[archs[0]]
-    for key in ("num_experts", "num_local_experts", "moe_intermediate_size", "quantization_config"):
+    keys = ("num_local_experts", "quantization_config", "shared_expert_intermediate_size")
+    if arch != ARCH_QWEN3_MOE:
+        keys += ("num_experts", "moe_intermediate_size")
+    for key in keys:
         if cfg.get(key):
             raise ExportError(f"{path}: field '{key}' = {show(cfg[key])} is not supported "
-                              "(mixture-of-experts and pre-quantized checkpoints are out of scope)")
+                              "(mixture-of-experts beyond Qwen3-MoE's, shared experts and pre-quantized "
+                              "checkpoints are out of scope)")
     if cfg.get("use_sliding_window"):
         raise ExportError(f"{path}: field 'use_sliding_window' is {show(cfg['use_sliding_window'])}; "
                           "sliding-window attention is not supported")
@@ -290,6 +343,7 @@ def parse_config(folder, cfg, gen):
                           f"(hidden_size, intermediate_size, vocab_size, num_attention_heads x "
                           f"head_dim): more than {LIMITS['MAX_MATRIX_VALUES']} values are not supported")
     c["max_seq_len"] = optional("max_position_embeddings", LIMITS["MAX_POSITIONS"], 32768)
+    c["moe"] = parse_moe(path, cfg, c) if arch == ARCH_QWEN3_MOE else None
     eps = cfg.get("rms_norm_eps", 1e-6)
     # The header holds a float32, and the loader wants that float32 inside (0, 1): a value such as
     # 1e-50 rounds to 0.
@@ -715,54 +769,67 @@ def warn(msg):
 
 # Every tensor of the checkpoint in file order, as model.c's TENSORS names them (model.h, TensorInfo;
 # tests/test_tensor_table.py checks that the two tables and docs/checkpoint.md agree): the engine's
-# name, the Hugging Face name (per layer after "model.layers.{l}."), rows, cols (None: a float32
-# vector), per layer, the flags it needs, the flags with which it is absent.
+# name, the Hugging Face name (per layer after "model.layers.{l}.", {e}: the expert), rows, cols
+# (None: a float32 vector), where (once, in every layer, in every layer once per expert), the
+# flags it needs, the flags with which it is absent, and whether a matrix stays float32.
+GLOBAL, LAYER, EXPERT = "global", "layer", "expert"
 TENSORS = [
-    ("embed_tokens", "model.embed_tokens.weight", "vocab_size", "dim", False, 0, 0),
-    ("input_layernorm", "input_layernorm.weight", "dim", None, True, 0, 0),
-    ("q_proj", "self_attn.q_proj.weight", "n_heads*head_dim", "dim", True, 0, 0),
-    ("q_bias", "self_attn.q_proj.bias", "n_heads*head_dim", None, True, FLAG_QKV_BIAS, 0),
-    ("k_proj", "self_attn.k_proj.weight", "n_kv_heads*head_dim", "dim", True, 0, 0),
-    ("k_bias", "self_attn.k_proj.bias", "n_kv_heads*head_dim", None, True, FLAG_QKV_BIAS, 0),
-    ("v_proj", "self_attn.v_proj.weight", "n_kv_heads*head_dim", "dim", True, 0, 0),
-    ("v_bias", "self_attn.v_proj.bias", "n_kv_heads*head_dim", None, True, FLAG_QKV_BIAS, 0),
-    ("q_norm", "self_attn.q_norm.weight", "head_dim", None, True, FLAG_QK_NORM, 0),
-    ("k_norm", "self_attn.k_norm.weight", "head_dim", None, True, FLAG_QK_NORM, 0),
-    ("o_proj", "self_attn.o_proj.weight", "dim", "n_heads*head_dim", True, 0, 0),
-    ("post_attention_layernorm", "post_attention_layernorm.weight", "dim", None, True, 0, 0),
-    ("gate_proj", "mlp.gate_proj.weight", "hidden_dim", "dim", True, 0, 0),
-    ("up_proj", "mlp.up_proj.weight", "hidden_dim", "dim", True, 0, 0),
-    ("down_proj", "mlp.down_proj.weight", "dim", "hidden_dim", True, 0, 0),
-    ("norm", "model.norm.weight", "dim", None, False, 0, 0),
-    ("lm_head", "lm_head.weight", "vocab_size", "dim", False, 0, FLAG_TIED_EMBED),
+    ("embed_tokens", "model.embed_tokens.weight", "vocab_size", "dim", GLOBAL, 0, 0, False),
+    ("input_layernorm", "input_layernorm.weight", "dim", None, LAYER, 0, 0, False),
+    ("q_proj", "self_attn.q_proj.weight", "n_heads*head_dim", "dim", LAYER, 0, 0, False),
+    ("q_bias", "self_attn.q_proj.bias", "n_heads*head_dim", None, LAYER, FLAG_QKV_BIAS, 0, False),
+    ("k_proj", "self_attn.k_proj.weight", "n_kv_heads*head_dim", "dim", LAYER, 0, 0, False),
+    ("k_bias", "self_attn.k_proj.bias", "n_kv_heads*head_dim", None, LAYER, FLAG_QKV_BIAS, 0, False),
+    ("v_proj", "self_attn.v_proj.weight", "n_kv_heads*head_dim", "dim", LAYER, 0, 0, False),
+    ("v_bias", "self_attn.v_proj.bias", "n_kv_heads*head_dim", None, LAYER, FLAG_QKV_BIAS, 0, False),
+    ("q_norm", "self_attn.q_norm.weight", "head_dim", None, LAYER, FLAG_QK_NORM, 0, False),
+    ("k_norm", "self_attn.k_norm.weight", "head_dim", None, LAYER, FLAG_QK_NORM, 0, False),
+    ("o_proj", "self_attn.o_proj.weight", "dim", "n_heads*head_dim", LAYER, 0, 0, False),
+    ("post_attention_layernorm", "post_attention_layernorm.weight", "dim", None, LAYER, 0, 0, False),
+    ("gate_proj", "mlp.gate_proj.weight", "hidden_dim", "dim", LAYER, 0, FLAG_MOE_LAYER, False),
+    ("up_proj", "mlp.up_proj.weight", "hidden_dim", "dim", LAYER, 0, FLAG_MOE_LAYER, False),
+    ("down_proj", "mlp.down_proj.weight", "dim", "hidden_dim", LAYER, 0, FLAG_MOE_LAYER, False),
+    ("router", "mlp.gate.weight", "n_experts", "dim", LAYER, FLAG_MOE_LAYER, 0, True),
+    ("expert_gate", "mlp.experts.{e}.gate_proj.weight", "moe_hidden_dim", "dim", EXPERT, FLAG_MOE_LAYER, 0, False),
+    ("expert_up", "mlp.experts.{e}.up_proj.weight", "moe_hidden_dim", "dim", EXPERT, FLAG_MOE_LAYER, 0, False),
+    ("expert_down", "mlp.experts.{e}.down_proj.weight", "dim", "moe_hidden_dim", EXPERT, FLAG_MOE_LAYER, 0, False),
+    ("norm", "model.norm.weight", "dim", None, GLOBAL, 0, 0, False),
+    ("lm_head", "lm_head.weight", "vocab_size", "dim", GLOBAL, 0, FLAG_TIED_EMBED, False),
 ]
 
 
 def tensor_plan(c):
-    """(name in the HF folder, shape, is_matrix) in file order (TENSORS)."""
+    """(name in the HF folder, shape, is_matrix) in file order (TENSORS); a float32 matrix (the
+    router) goes as a vector, which export writes in float32."""
+    m = c.get("moe") or {}
     size = {"dim": c["dim"], "hidden_dim": c["hidden_dim"], "vocab_size": c["vocab_size"],
             "head_dim": c["head_dim"], "n_heads*head_dim": c["n_heads"] * c["head_dim"],
-            "n_kv_heads*head_dim": c["n_kv_heads"] * c["head_dim"]}
-    stored = lambda t: (c["flags"] & t[5]) == t[5] and not c["flags"] & t[6]
-    n_first = next(i for i, t in enumerate(TENSORS) if t[4])  # the globals before the layers
-    first = [t for t in TENSORS[:n_first] if stored(t)]
-    layer = [t for t in TENSORS[n_first:] if t[4] and stored(t)]
-    last = [t for t in TENSORS[n_first:] if not t[4] and stored(t)]
+            "n_kv_heads*head_dim": c["n_kv_heads"] * c["head_dim"], "n_experts": m.get("n_experts", 0),
+            "moe_hidden_dim": m.get("hidden", 0)}
 
-    def entry(t, prefix=""):
+    def stored(t, flags):
+        return (flags & t[5]) == t[5] and not flags & t[6]
+
+    def entry(t, prefix="", e=None):
         shape = [size[t[2]]] + ([size[t[3]]] if t[3] else [])
-        return (prefix + t[1], shape, t[3] is not None)
+        name = t[1].format(e=e) if e is not None else t[1]
+        return (prefix + name, shape, t[3] is not None and not t[7])
 
-    plan = [entry(t) for t in first]
+    n_first = next(i for i, t in enumerate(TENSORS) if t[4] != GLOBAL)  # the globals before the layers
+    layer = [t for t in TENSORS[n_first:] if t[4] != GLOBAL]
+    plan = [entry(t) for t in TENSORS[:n_first] if stored(t, c["flags"])]
     for l in range(c["n_layers"]):
-        plan += [entry(t, f"model.layers.{l}.") for t in layer]
-    return plan + [entry(t) for t in last]
+        flags, p = c["flags"] | (FLAG_MOE_LAYER if layer_is_moe(c, l) else 0), f"model.layers.{l}."
+        plan += [entry(t, p) for t in layer if t[4] == LAYER and stored(t, flags)]
+        experts = [t for t in layer if t[4] == EXPERT and stored(t, flags)]
+        plan += [entry(t, p, e) for e in range(size["n_experts"] if experts else 0) for t in experts]
+    return plan + [entry(t) for t in TENSORS[n_first:] if t[4] == GLOBAL and stored(t, c["flags"])]
 
 
 def choose_group_size(c, requested, wtype):
     """q8 groups: `requested` when it divides every input width, else the largest power of two
     <= requested (at least 8) that does. q4 groups are always 32 columns (model.h)."""
-    widths = [c["dim"], c["hidden_dim"], c["n_heads"] * c["head_dim"]]
+    widths = [c["dim"], c["hidden_dim"], c["n_heads"] * c["head_dim"]] + ([c["moe"]["hidden"]] if c.get("moe") else [])
     if wtype == WEIGHT_Q4:
         if requested != 32:
             raise ExportError(f"q4 groups are 32 columns (got --group-size {requested})")
@@ -930,7 +997,7 @@ def read_inputs(folder, dtype_name, group_size, tokenizer_dir):
         raise ExportError(f"{tokenizer_dir}: no tokenizer.json there (--tokenizer)")
 
     flags = 0
-    if c["arch"] == ARCH_QWEN3 or "model.layers.0.self_attn.q_norm.weight" in table:
+    if c["arch"] in (ARCH_QWEN3, ARCH_QWEN3_MOE) or "model.layers.0.self_attn.q_norm.weight" in table:
         flags |= FLAG_QK_NORM
     if c["arch"] == ARCH_QWEN2:
         flags |= FLAG_QKV_BIAS
@@ -938,6 +1005,8 @@ def read_inputs(folder, dtype_name, group_size, tokenizer_dir):
         flags |= FLAG_TIED_EMBED
     if c["yarn"]:
         flags |= FLAG_ROPE_YARN
+    if c.get("moe"):
+        flags |= FLAG_MOE
     c["flags"] = flags
     plan = tensor_plan(c)
 
@@ -1033,7 +1102,8 @@ def export(folder, out_path, dtype_name, group_size, tokenizer_dir, jobs=None):
                 c["n_layers"], c["n_heads"], c["n_kv_heads"], c["head_dim"], c["vocab_size"],
                 c["max_seq_len"], wtype, gs, c["rms_norm_eps"], bos, c["rope_theta"],
                 len(c["eos_ids"]), *eos, c["temperature"], c["top_p"], c["top_k"], 0, 0,
-                tok_offset, len(tok), weights_offset, end - weights_offset, *yarn_fields(c["yarn"]))
+                tok_offset, len(tok), weights_offset, end - weights_offset, *yarn_fields(c["yarn"]),
+                *moe_fields(c.get("moe")))
             assert len(header) == 256
             f.seek(0)
             f.write(header)

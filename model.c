@@ -26,24 +26,28 @@
 
 /* Every tensor of the file in its order (model.h, TensorInfo). */
 const TensorInfo TENSORS[] = {
-    /* BEGIN TENSOR TABLE: name, per layer, rows, cols (SIZE_NONE: a float32 vector), only with, not with */
-    {"embed_tokens",             0, SIZE_VOCAB,  SIZE_DIM,    0, 0, offsetof(Weights, embed_tokens)},
-    {"input_layernorm",          1, SIZE_DIM,    SIZE_NONE,   0, 0, offsetof(LayerWeights, input_layernorm)},
-    {"q_proj",                   1, SIZE_Q,      SIZE_DIM,    0, 0, offsetof(LayerWeights, q_proj)},
-    {"q_bias",                   1, SIZE_Q,      SIZE_NONE,   FLAG_QKV_BIAS, 0, offsetof(LayerWeights, q_bias)},
-    {"k_proj",                   1, SIZE_KV,     SIZE_DIM,    0, 0, offsetof(LayerWeights, k_proj)},
-    {"k_bias",                   1, SIZE_KV,     SIZE_NONE,   FLAG_QKV_BIAS, 0, offsetof(LayerWeights, k_bias)},
-    {"v_proj",                   1, SIZE_KV,     SIZE_DIM,    0, 0, offsetof(LayerWeights, v_proj)},
-    {"v_bias",                   1, SIZE_KV,     SIZE_NONE,   FLAG_QKV_BIAS, 0, offsetof(LayerWeights, v_bias)},
-    {"q_norm",                   1, SIZE_HEAD,   SIZE_NONE,   FLAG_QK_NORM, 0, offsetof(LayerWeights, q_norm)},
-    {"k_norm",                   1, SIZE_HEAD,   SIZE_NONE,   FLAG_QK_NORM, 0, offsetof(LayerWeights, k_norm)},
-    {"o_proj",                   1, SIZE_DIM,    SIZE_Q,      0, 0, offsetof(LayerWeights, o_proj)},
-    {"post_attention_layernorm", 1, SIZE_DIM,    SIZE_NONE,   0, 0, offsetof(LayerWeights, post_attention_layernorm)},
-    {"gate_proj",                1, SIZE_HIDDEN, SIZE_DIM,    0, 0, offsetof(LayerWeights, gate_proj)},
-    {"up_proj",                  1, SIZE_HIDDEN, SIZE_DIM,    0, 0, offsetof(LayerWeights, up_proj)},
-    {"down_proj",                1, SIZE_DIM,    SIZE_HIDDEN, 0, 0, offsetof(LayerWeights, down_proj)},
-    {"norm",                     0, SIZE_DIM,    SIZE_NONE,   0, 0, offsetof(Weights, norm)},
-    {"lm_head",                  0, SIZE_VOCAB,  SIZE_DIM,    0, FLAG_TIED_EMBED, offsetof(Weights, lm_head)},
+    /* BEGIN TENSOR TABLE: name, place, rows, cols (SIZE_NONE: a float32 vector), only with, not with, float32 */
+    {"embed_tokens",             GLOBAL, SIZE_VOCAB,  SIZE_DIM,    0, 0, 0, offsetof(Weights, embed_tokens)},
+    {"input_layernorm",          LAYER,  SIZE_DIM,    SIZE_NONE,   0, 0, 0, offsetof(LayerWeights, input_layernorm)},
+    {"q_proj",                   LAYER,  SIZE_Q,      SIZE_DIM,    0, 0, 0, offsetof(LayerWeights, q_proj)},
+    {"q_bias",                   LAYER,  SIZE_Q,      SIZE_NONE,   FLAG_QKV_BIAS, 0, 0, offsetof(LayerWeights, q_bias)},
+    {"k_proj",                   LAYER,  SIZE_KV,     SIZE_DIM,    0, 0, 0, offsetof(LayerWeights, k_proj)},
+    {"k_bias",                   LAYER,  SIZE_KV,     SIZE_NONE,   FLAG_QKV_BIAS, 0, 0, offsetof(LayerWeights, k_bias)},
+    {"v_proj",                   LAYER,  SIZE_KV,     SIZE_DIM,    0, 0, 0, offsetof(LayerWeights, v_proj)},
+    {"v_bias",                   LAYER,  SIZE_KV,     SIZE_NONE,   FLAG_QKV_BIAS, 0, 0, offsetof(LayerWeights, v_bias)},
+    {"q_norm",                   LAYER,  SIZE_HEAD,   SIZE_NONE,   FLAG_QK_NORM, 0, 0, offsetof(LayerWeights, q_norm)},
+    {"k_norm",                   LAYER,  SIZE_HEAD,   SIZE_NONE,   FLAG_QK_NORM, 0, 0, offsetof(LayerWeights, k_norm)},
+    {"o_proj",                   LAYER,  SIZE_DIM,    SIZE_Q,      0, 0, 0, offsetof(LayerWeights, o_proj)},
+    {"post_attention_layernorm", LAYER,  SIZE_DIM,    SIZE_NONE,   0, 0, 0, offsetof(LayerWeights, post_attention_layernorm)},
+    {"gate_proj",                LAYER,  SIZE_HIDDEN, SIZE_DIM,    0, FLAG_MOE_LAYER, 0, offsetof(LayerWeights, gate_proj)},
+    {"up_proj",                  LAYER,  SIZE_HIDDEN, SIZE_DIM,    0, FLAG_MOE_LAYER, 0, offsetof(LayerWeights, up_proj)},
+    {"down_proj",                LAYER,  SIZE_DIM,    SIZE_HIDDEN, 0, FLAG_MOE_LAYER, 0, offsetof(LayerWeights, down_proj)},
+    {"router",                   LAYER,  SIZE_EXPERTS, SIZE_DIM,   FLAG_MOE_LAYER, 0, 1, offsetof(LayerWeights, router)},
+    {"expert_gate",              EXPERT, SIZE_EXPERT_HIDDEN, SIZE_DIM, FLAG_MOE_LAYER, 0, 0, offsetof(LayerWeights, expert_gate)},
+    {"expert_up",                EXPERT, SIZE_EXPERT_HIDDEN, SIZE_DIM, FLAG_MOE_LAYER, 0, 0, offsetof(LayerWeights, expert_up)},
+    {"expert_down",              EXPERT, SIZE_DIM, SIZE_EXPERT_HIDDEN, FLAG_MOE_LAYER, 0, 0, offsetof(LayerWeights, expert_down)},
+    {"norm",                     GLOBAL, SIZE_DIM,    SIZE_NONE,   0, 0, 0, offsetof(Weights, norm)},
+    {"lm_head",                  GLOBAL, SIZE_VOCAB,  SIZE_DIM,    0, FLAG_TIED_EMBED, 0, offsetof(Weights, lm_head)},
     /* END TENSOR TABLE */
 };
 const int N_TENSORS = sizeof TENSORS / sizeof TENSORS[0];
@@ -56,45 +60,87 @@ int tensor_size(TensorSize s, const Config* c) {
     case SIZE_Q: return c->n_heads * c->head_dim;
     case SIZE_KV: return c->n_kv_heads * c->head_dim;
     case SIZE_HEAD: return c->head_dim;
+    case SIZE_EXPERTS: return c->n_experts;
+    case SIZE_EXPERT_HIDDEN: return c->moe_hidden_dim;
     default: return 1;
     }
 }
 
-int tensor_stored(const TensorInfo* ti, const Config* c) {
-    return (c->flags & ti->only_with) == ti->only_with && !(c->flags & ti->not_with);
+/* transformers' Qwen3MoeDecoderLayer: experts unless the layer is in mlp_only_layers, or (l + 1) is
+ * not a multiple of decoder_sparse_step. */
+int config_layer_is_moe(const Config* c, int l) {
+    if (!(c->flags & FLAG_MOE) || (l + 1) % c->moe_sparse_step != 0) return 0;
+    for (int i = 0; i < c->n_mlp_only; i++)
+        if (c->mlp_only[i] == l) return 0;
+    return 1;
 }
 
-void* tensor_slot(const TensorInfo* ti, Weights* w, int layer) {
-    return ti->per_layer ? (char*)&w->layers[layer] + ti->field : (char*)w + ti->field;
+static int tensor_stored(const TensorInfo* ti, int flags) {
+    return (flags & ti->only_with) == ti->only_with && !(flags & ti->not_with);
 }
 
-void for_each_tensor(const Config* c, void (*fn)(void* ctx, const TensorInfo* ti, int layer), void* ctx) {
+void* tensor_slot(const TensorInfo* ti, Weights* w, int layer, int expert) {
+    if (ti->place == GLOBAL) return (char*)w + ti->field;
+    char* lw = (char*)&w->layers[layer];
+    return ti->place == EXPERT ? (void*)(*(Matrix**)(lw + ti->field) + expert) : lw + ti->field;
+}
+
+void for_each_tensor(const Config* c, void (*fn)(void* ctx, const TensorInfo* ti, int layer, int expert), void* ctx) {
     int first = 0, end;
-    while (first < N_TENSORS && !TENSORS[first].per_layer) first++;
-    for (end = first; end < N_TENSORS && TENSORS[end].per_layer; end++) {}
+    while (first < N_TENSORS && TENSORS[first].place == GLOBAL) first++;
+    for (end = first; end < N_TENSORS && TENSORS[end].place != GLOBAL; end++) {}
     for (int i = 0; i < first; i++)
-        if (tensor_stored(&TENSORS[i], c)) fn(ctx, &TENSORS[i], -1);
-    for (int l = 0; l < c->n_layers; l++)
-        for (int i = first; i < end; i++)
-            if (tensor_stored(&TENSORS[i], c)) fn(ctx, &TENSORS[i], l);
+        if (tensor_stored(&TENSORS[i], c->flags)) fn(ctx, &TENSORS[i], -1, -1);
+    for (int l = 0; l < c->n_layers; l++) {
+        const int flags = c->flags | (config_layer_is_moe(c, l) ? FLAG_MOE_LAYER : 0);
+        for (int i = first; i < end; i++) {
+            if (TENSORS[i].place != EXPERT) {
+                if (tensor_stored(&TENSORS[i], flags)) fn(ctx, &TENSORS[i], l, -1);
+                continue;
+            }
+            int j = i; /* a run of EXPERT rows: expert 0's, then expert 1's, ... */
+            while (j < end && TENSORS[j].place == EXPERT) j++;
+            for (int e = 0; e < c->n_experts && tensor_stored(&TENSORS[i], flags); e++)
+                for (int k = i; k < j; k++) fn(ctx, &TENSORS[k], l, e);
+            i = j - 1;
+        }
+    }
     for (int i = end; i < N_TENSORS; i++)
-        if (tensor_stored(&TENSORS[i], c)) fn(ctx, &TENSORS[i], -1);
+        if (tensor_stored(&TENSORS[i], c->flags)) fn(ctx, &TENSORS[i], -1, -1);
 }
 
-/* One tensor of the walk: a MATRIX in the header's weight type (rows * cols < 2^31, check_sizes)
- * or a float32 vector, pointed to where the table says. */
-static void map_tensor(void* ctx, const TensorInfo* ti, int layer) {
+/* One tensor of the walk: a MATRIX in the header's weight type (rows * cols < 2^31, check_sizes),
+ * or in float32 (the router), or a float32 vector, pointed to where the table says. */
+static void map_tensor(void* ctx, const TensorInfo* ti, int layer, int expert) {
     TensorWalk* walk = ctx;
-    void* slot = tensor_slot(ti, walk->w, layer);
+    void* slot = tensor_slot(ti, walk->w, layer, expert);
     const int rows = tensor_size(ti->rows, walk->c);
     walk->layer = layer;
     if (ti->cols == SIZE_NONE) {
         *(const float**)slot = checkpoint_take(walk, (uint64_t)rows * sizeof(float), ti->name);
         return;
     }
-    Matrix m = {walk->c->weight_type, rows, tensor_size(ti->cols, walk->c), walk->c->group_size, NULL};
+    Matrix m = {ti->float32 ? WEIGHT_F32 : walk->c->weight_type, rows, tensor_size(ti->cols, walk->c),
+                ti->float32 ? 0 : walk->c->group_size, NULL};
     m.data = checkpoint_take(walk, matrix_stored_bytes(&m), ti->name);
     *(Matrix*)slot = m;
+}
+
+/* The experts' Matrix arrays of every mixture-of-experts layer, in one allocation. */
+static int alloc_experts(Weights* w, const Config* c) {
+    int n_moe = 0;
+    for (int l = 0; l < c->n_layers; l++) n_moe += config_layer_is_moe(c, l);
+    if (n_moe == 0) return 0;
+    w->experts = calloc((size_t)n_moe * 3 * (size_t)c->n_experts, sizeof(Matrix));
+    if (!w->experts) return -1;
+    Matrix* next = w->experts;
+    for (int l = 0; l < c->n_layers; l++) {
+        if (!config_layer_is_moe(c, l)) continue;
+        LayerWeights* lw = &w->layers[l];
+        lw->expert_gate = next, lw->expert_up = next + c->n_experts, lw->expert_down = next + 2 * c->n_experts;
+        next += 3 * c->n_experts;
+    }
+    return 0;
 }
 
 /* Points every weight into the mapping, in the order of TENSORS. */
@@ -105,7 +151,7 @@ static int map_weights(Transformer* t, const LoadError* e) {
     TensorWalk walk = {t->file, start, start + t->header.weights_bytes, c, w, -1, e, 0};
 
     w->layers = calloc((size_t)c->n_layers, sizeof(LayerWeights));
-    if (w->layers == NULL) return load_fail(e, "out of memory");
+    if (w->layers == NULL || alloc_experts(w, c) != 0) return load_fail(e, "out of memory");
     for_each_tensor(c, map_tensor, &walk);
     /* QWEN3.md 2.2 step 4 and 7.7: a tied model's output projection is the embedding matrix. */
     if (c->flags & FLAG_TIED_EMBED) w->lm_head = w->embed_tokens;
@@ -183,12 +229,17 @@ static void kv_store(const RunState* s, void* cache, size_t at, const float* x, 
 static int alloc_state(Transformer* t, int kv_f16, const LoadError* e) {
     const Config* c = &t->config;
     RunState* s = &t->state;
-    const size_t B = MAX_BATCH, D = (size_t)c->dim, F = (size_t)c->hidden_dim, half = (size_t)c->head_dim / 2;
+    const size_t B = MAX_BATCH, D = (size_t)c->dim, half = (size_t)c->head_dim / 2;
+    const size_t F = (size_t)(c->hidden_dim > c->moe_hidden_dim ? c->hidden_dim : c->moe_hidden_dim); /* gate, up */
+    const size_t E = (size_t)c->n_experts, k = (size_t)c->n_experts_active, moe = (c->flags & FLAG_MOE) != 0;
     const size_t q_dim = (size_t)c->n_heads * c->head_dim, kv_dim = (size_t)c->n_kv_heads * c->head_dim;
     const struct { float** buf; size_t floats; } buffers[] = {
         {&s->x, B * D}, {&s->xb, B * D}, {&s->proj, B * D}, {&s->q, B * q_dim}, {&s->att_out, B * q_dim},
         {&s->k, B * kv_dim}, {&s->v, B * kv_dim}, {&s->gate, B * F}, {&s->up, B * F}, {&s->logits, (size_t)c->vocab_size},
         {&s->rope_cos, (size_t)c->seq_len * half}, {&s->rope_sin, (size_t)c->seq_len * half},
+        {&s->router_logits, moe * B * E}, {&s->expert_weight, moe * B * k}, {&s->expert_in, moe * B * D},
+        {&s->expert_out, moe * B * D}, /* and two arrays of ints, which take a float's 4 bytes: */
+        {(float**)&s->expert_of, moe * B * k}, {(float**)&s->expert_rows, moe * B},
     };
     s->max_batch = MAX_BATCH;
     /* The cache is the one big allocation (whole blocks of positions, twice), mapped lazily: memory
@@ -199,7 +250,7 @@ static int alloc_state(Transformer* t, int kv_f16, const LoadError* e) {
     s->value_cache = alloc_huge_anonymous(kv_bytes);
     int ok = s->key_cache && s->value_cache;
     for (size_t i = 0; ok && i < sizeof buffers / sizeof buffers[0]; i++)
-        ok = (*buffers[i].buf = calloc(buffers[i].floats, sizeof(float))) != NULL;
+        ok = (*buffers[i].buf = calloc(buffers[i].floats ? buffers[i].floats : 1, sizeof(float))) != NULL;
     if (!ok)
         return load_fail(e, "out of memory for the run state (KV cache of %d positions: try a smaller -c/--ctx)",
                     c->seq_len);
@@ -211,8 +262,10 @@ static int alloc_state(Transformer* t, int kv_f16, const LoadError* e) {
  * run on), scratch sized for the widest matrix, the largest batch and the whole context. */
 static int start_ops(Transformer* t, const TransformerOptions* o, const LoadError* e) {
     const Config* c = &t->config;
-    const int q_dim = c->n_heads * c->head_dim, widest = c->dim > c->hidden_dim ? c->dim : c->hidden_dim;
-    const OpsSpec spec = {.threads = o->threads, .max_batch = MAX_BATCH, .max_cols = widest > q_dim ? widest : q_dim,
+    int widest = c->dim > c->hidden_dim ? c->dim : c->hidden_dim;
+    widest = widest > c->n_heads * c->head_dim ? widest : c->n_heads * c->head_dim;
+    widest = widest > c->moe_hidden_dim ? widest : c->moe_hidden_dim;
+    const OpsSpec spec = {.threads = o->threads, .max_batch = MAX_BATCH, .max_cols = widest,
                           .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
                           .max_pos = c->seq_len, .bf16_activations = o->bf16_activations};
     t->ops = t->kernels = ops_new(&spec);
@@ -244,9 +297,11 @@ void transformer_free(Transformer* t) {
     ops_free(t->kernels);
     RunState* s = &t->state;
     void* buffers[] = {s->x, s->xb, s->q, s->k, s->v, s->att_out, s->proj, s->gate, s->up,
-                       s->logits, s->key_cache, s->value_cache, s->rope_cos, s->rope_sin};
+                       s->logits, s->key_cache, s->value_cache, s->rope_cos, s->rope_sin, s->router_logits,
+                       s->expert_of, s->expert_weight, s->expert_in, s->expert_out, s->expert_rows};
     for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++) free(buffers[i]);
     free(t->weights.layers);
+    free(t->weights.experts);
     munmap((void*)t->file, t->file_size);
     memset(t, 0, sizeof *t);
 }
@@ -285,6 +340,64 @@ static void populate_kv_cache(Transformer* t, int end) {
 
 /* Row r of a batch buffer whose rows are `width` floats wide. */
 #define ROW(buf, r, width) ((buf) + (size_t)(r) * (size_t)(width))
+
+/* QWEN3.md 8, one row's routing as transformers' Qwen3MoeSparseMoeBlock computes it: the softmax of
+ * its router logits over all E experts in fp32 (max subtracted), the k most probable (of equal
+ * ones the lower index), and with norm_topk those k divided by their sum. */
+static void choose_experts(const float* logits, int E, int k, int norm_topk, int* chosen, float* weight) {
+    float max = logits[0], sum = 0.0f, chosen_sum = 0.0f;
+    for (int e = 1; e < E; e++) max = logits[e] > max ? logits[e] : max;
+    for (int e = 0; e < E; e++) sum += expf(logits[e] - max);
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            int taken = 0;
+            for (int i = 0; i < j; i++) taken |= chosen[i] == e;
+            if (!taken && (best < 0 || logits[e] > logits[best])) best = e;
+        }
+        chosen[j] = best;
+        weight[j] = expf(logits[best] - max) / sum;
+        chosen_sum += weight[j];
+    }
+    if (norm_topk)
+        for (int j = 0; j < k; j++) weight[j] /= chosen_sum;
+}
+
+/* QWEN3.md 8, a mixture-of-experts layer's MLP on the normalised rows h (state.xb): each row's k
+ * experts (choose_experts), then proj = sum over them of p_e down_e(silu(gate_e h) * up_e h). The
+ * rows that chose an expert go through it together, one product over all of them, so a chunk reads
+ * each chosen expert's weights once and an expert no row chose not at all; the experts are
+ * summed in their index order, as transformers adds them. */
+static void mixture_of_experts(Transformer* t, const LayerWeights* lw, int nb) {
+    const Config* c = &t->config;
+    RunState* s = &t->state;
+    const Ops* ops = t->ops;
+    const int D = c->dim, E = c->n_experts, k = c->n_experts_active, Fe = c->moe_hidden_dim;
+    ops->matmul(ops, (float*[]){s->router_logits}, s->xb, (const Matrix*[]){&lw->router}, 1, nb);
+    for (int r = 0; r < nb; r++)
+        choose_experts(ROW(s->router_logits, r, E), E, k, c->moe_norm_topk, ROW(s->expert_of, r, k),
+                       ROW(s->expert_weight, r, k));
+    memset(s->proj, 0, (size_t)nb * D * sizeof(float));
+    for (int e = 0; e < E; e++) {
+        int n = 0; /* the rows that chose e, gathered; expert_rows[i]: the (row, choice) of gathered row i */
+        for (int rj = 0; rj < nb * k; rj++)
+            if (s->expert_of[rj] == e) {
+                s->expert_rows[n] = rj;
+                memcpy(ROW(s->expert_in, n, D), ROW(s->xb, rj / k, D), (size_t)D * sizeof(float));
+                n++;
+            }
+        if (n == 0) continue;
+        ops->matmul(ops, (float*[]){s->gate, s->up}, s->expert_in,
+                    (const Matrix*[]){&lw->expert_gate[e], &lw->expert_up[e]}, 2, n);
+        ops->swiglu(ops, s->gate, s->up, n * Fe);
+        ops->matmul(ops, (float*[]){s->expert_out}, s->gate, (const Matrix*[]){&lw->expert_down[e]}, 1, n);
+        for (int i = 0; i < n; i++) {
+            const float p = s->expert_weight[s->expert_rows[i]];
+            float* out = ROW(s->proj, s->expert_rows[i] / k, D);
+            for (int j = 0; j < D; j++) out[j] += p * ROW(s->expert_out, i, D)[j];
+        }
+    }
+}
 
 float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_logits) {
     const Config* c = &t->config;
@@ -364,11 +477,16 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
             ops->matmul(ops, (float*[]){s->proj}, s->att_out, (const Matrix*[]){&lw->o_proj}, 1, nb);
             for (size_t i = 0; i < (size_t)nb * D; i++) s->x[i] += s->proj[i];
 
-            /* 2.2 steps 2.10-2.12: SwiGLU MLP on a normalised copy of x, residual add. */
+            /* 2.2 steps 2.10-2.12: SwiGLU MLP on a normalised copy of x, residual add; in Qwen3-MoE's
+             * expert layers, the k experts its router chose for each row instead (QWEN3.md 8). */
             ops->rmsnorm(ops, &(NormSite){3, "pre-MLP", l, p0, nb, 1}, s->xb, s->x, lw->post_attention_layernorm, D, eps);  /* RMSNorm use 3 of 4: pre-MLP */
-            ops->matmul(ops, (float*[]){s->gate, s->up}, s->xb, (const Matrix*[]){&lw->gate_proj, &lw->up_proj}, 2, nb);
-            ops->swiglu(ops, s->gate, s->up, nb * F);  /* gate = silu(gate) * up */
-            ops->matmul(ops, (float*[]){s->proj}, s->gate, (const Matrix*[]){&lw->down_proj}, 1, nb);
+            if (lw->expert_gate) {
+                mixture_of_experts(t, lw, nb);
+            } else {
+                ops->matmul(ops, (float*[]){s->gate, s->up}, s->xb, (const Matrix*[]){&lw->gate_proj, &lw->up_proj}, 2, nb);
+                ops->swiglu(ops, s->gate, s->up, nb * F);  /* gate = silu(gate) * up */
+                ops->matmul(ops, (float*[]){s->proj}, s->gate, (const Matrix*[]){&lw->down_proj}, 1, nb);
+            }
             for (size_t i = 0; i < (size_t)nb * D; i++) s->x[i] += s->proj[i];
         }
 

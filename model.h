@@ -16,7 +16,8 @@
  *
  *   embed_tokens [vocab_size, dim]; then per layer input_layernorm, q_proj (+ q_bias with
  *   FLAG_QKV_BIAS), k_proj (+ k_bias), v_proj (+ v_bias), q_norm and k_norm (FLAG_QK_NORM), o_proj,
- *   post_attention_layernorm, gate_proj, up_proj, down_proj; then norm and lm_head (absent with
+ *   post_attention_layernorm, gate_proj, up_proj, down_proj (in a Qwen3-MoE expert layer instead:
+ *   the float32 router, then each expert's gate, up and down); then norm and lm_head (absent with
  *   FLAG_TIED_EMBED: the head is embed_tokens). Matrices are [out_features, in_features]; norm
  *   weights and biases are float32 vectors.
  *
@@ -91,17 +92,20 @@
 #define MAX_ROPE_FACTOR 1e6          /* YaRN's factor: 1 .. MAX_ROPE_FACTOR; its attention factor and
                                       * betas: above 0, below it */
 #define MAX_EOS_IDS 8                /* n_eos: 0 .. MAX_EOS_IDS */
+#define MAX_EXPERTS 4096             /* n_experts: 1 .. MAX_EXPERTS; n_experts_active: 1 .. n_experts */
+#define MAX_MLP_ONLY 8               /* mlp_only_layers: at most MAX_MLP_ONLY entries */
 #define MAX_TEMPERATURE 100.0f       /* the temperature default: 0 .. MAX_TEMPERATURE */
 #define MAX_TOP_P 1.0f               /* the top_p default: 0 .. MAX_TOP_P */
 /* END CHECKPOINT LIMITS */
 
-enum { ARCH_QWEN3 = 1, ARCH_QWEN2 = 2, ARCH_LLAMA = 3 };
+enum { ARCH_QWEN3 = 1, ARCH_QWEN2 = 2, ARCH_LLAMA = 3, ARCH_QWEN3_MOE = 4 };
 
 enum {
     FLAG_QK_NORM = 1,     /* q_norm/k_norm present: RMSNorm of every q and k head (Qwen3) */
     FLAG_QKV_BIAS = 2,    /* q/k/v projections have biases (Qwen2) */
     FLAG_TIED_EMBED = 4,  /* lm_head is embed_tokens */
     FLAG_ROPE_YARN = 8,   /* RoPE scaled by YaRN (QWEN3.md 2.9): the header's rope_* fields */
+    FLAG_MOE = 16,        /* Qwen3-MoE (QWEN3.md 8): the header's moe_* fields; mixture-of-experts layers */
 };
 
 enum {
@@ -112,7 +116,7 @@ enum {
 
 /* The first 256 bytes of the file. Every field is 4 or 8 bytes and placed so that the struct has
  * no implicit padding; export.py writes it with the struct format
- * '<4s13I f i d I 8i f f i 2I 4Q f I f f f I 72x'. */
+ * '<4s13I f i d I 8i f f i 2I 4Q f I f f f I 6I 8I 16x'. */
 typedef struct {
     char magic[4];            /* "QW3C" */
     uint32_t version;         /* CHECKPOINT_VERSION */
@@ -145,7 +149,16 @@ typedef struct {
     float rope_beta_fast, rope_beta_slow; /* the ramp's ends, in rotations over L (32 and 1 by default) */
     float rope_attention_factor;  /* cos and sin are multiplied by it (0.1 ln s + 1 by default) */
     uint32_t rope_truncate;       /* 1: the ramp's ends rounded to whole dimensions (the default) */
-    uint8_t reserved[256 - 184];  /* zero */
+    /* Qwen3-MoE (FLAG_MOE; zero without it): layer l is a mixture of experts unless it is one of
+     * mlp_only's, or (l + 1) is not a multiple of moe_sparse_step (transformers' rule) */
+    uint32_t n_experts;           /* E: num_experts */
+    uint32_t n_experts_active;    /* k: num_experts_per_tok, the experts each token goes through */
+    uint32_t moe_hidden_dim;      /* each expert's width: moe_intermediate_size */
+    uint32_t moe_sparse_step;     /* decoder_sparse_step */
+    uint32_t moe_norm_topk;       /* 1: the k probabilities divided by their sum (norm_topk_prob) */
+    uint32_t n_mlp_only;          /* entries of mlp_only */
+    uint32_t mlp_only[MAX_MLP_ONLY]; /* layers kept dense (mlp_only_layers) */
+    uint8_t reserved[256 - 240];  /* zero */
 } FileHeader;
 
 _Static_assert(sizeof(FileHeader) == 256, "FileHeader must be exactly 256 bytes");
@@ -161,6 +174,9 @@ typedef struct {
     /* YaRN (flags & FLAG_ROPE_YARN): the header's rope_* fields */
     float rope_factor, rope_beta_fast, rope_beta_slow, rope_attention_factor;
     int rope_original_max, rope_truncate;
+    /* Qwen3-MoE (flags & FLAG_MOE): the header's moe_* fields; config_layer_is_moe says which layers */
+    int n_experts, n_experts_active, moe_hidden_dim, moe_sparse_step, moe_norm_topk, n_mlp_only;
+    int mlp_only[MAX_MLP_ONLY];
     int flags;
     WeightType weight_type;
     int group_size;
@@ -173,13 +189,18 @@ typedef struct {
     const float *q_norm, *k_norm;           /* [head_dim], NULL unless FLAG_QK_NORM */
     Matrix o_proj;                          /* [dim, H*d] */
     const float* post_attention_layernorm;  /* [dim]  RMSNorm before the MLP */
-    Matrix gate_proj, up_proj, down_proj;   /* [F, dim], [F, dim], [dim, F] */
+    Matrix gate_proj, up_proj, down_proj;   /* [F, dim], [F, dim], [dim, F]; a dense layer's MLP */
+    /* a mixture-of-experts layer's MLP (QWEN3.md 8) instead: the router, float32 in every format,
+     * and each expert's SwiGLU MLP, [E] matrices each ([Fe, dim], [Fe, dim], [dim, Fe]) */
+    Matrix router;                          /* [E, dim] */
+    Matrix *expert_gate, *expert_up, *expert_down;
 } LayerWeights;
 
 /* Every weight is a pointer into the mapped file: nothing is copied at load. */
 typedef struct {
     Matrix embed_tokens;   /* [vocab, dim] */
-    LayerWeights* layers;  /* [n_layers] structs of pointers: the weights' only allocation */
+    LayerWeights* layers;  /* [n_layers] structs of pointers: the weights' only allocation, with */
+    Matrix* experts;       /* [3 * E * the mixture-of-experts layers] the experts' (Qwen3-MoE) */
     const float* norm;     /* [dim]  final RMSNorm */
     Matrix lm_head;        /* [vocab, dim]; equals embed_tokens for tied models */
 } Weights;
@@ -189,27 +210,37 @@ typedef struct {
  * the bench counts the bytes a token reads, export.py mirrors it (its TENSORS) and
  * tests/test_tensor_table.py checks both and docs/checkpoint.md against it. A new tensor is a row
  * there, a field of Weights or LayerWeights, and its use in forward(). */
-typedef enum { SIZE_NONE, SIZE_DIM, SIZE_HIDDEN, SIZE_VOCAB, SIZE_Q, SIZE_KV, SIZE_HEAD } TensorSize;
+typedef enum { SIZE_NONE, SIZE_DIM, SIZE_HIDDEN, SIZE_VOCAB, SIZE_Q, SIZE_KV, SIZE_HEAD, SIZE_EXPERTS, SIZE_EXPERT_HIDDEN } TensorSize;
+
+/* Where a tensor is: once (embed_tokens before the layers, the others after them), in every
+ * layer, or in every layer once per expert (a run of such rows repeats, expert by expert). */
+enum { GLOBAL, LAYER, EXPERT };
+/* A flag a layer has for only_with / not_with beside the file's: a mixture-of-experts layer. */
+#define FLAG_MOE_LAYER (1 << 16)
 
 typedef struct {
     const char* name;
-    int per_layer;          /* 0: once (embed_tokens before the layers, the rest after them); 1: every layer */
+    int place;              /* GLOBAL, LAYER or EXPERT */
     TensorSize rows, cols;  /* cols SIZE_NONE: a float32 vector of rows values; else a MATRIX */
-    int only_with;          /* FLAG_* bits the file must have for the tensor to be stored (0: always) */
+    int only_with;          /* FLAG_* bits the file (and layer) must have for the tensor to be stored */
     int not_with;           /* FLAG_* bits with which it is not stored */
-    size_t field;           /* where its pointer goes: offsetof(LayerWeights or Weights, ...) */
+    int float32;            /* 1: a MATRIX stored as float32 whatever the weight type (the router) */
+    size_t field;           /* where its pointer goes: offsetof(LayerWeights or Weights, ...); for
+                             * EXPERT rows, of the Matrix* array */
 } TensorInfo;
 
 extern const TensorInfo TENSORS[];
 extern const int N_TENSORS;
 
 int tensor_size(TensorSize s, const Config* c);          /* dim, hidden_dim, ... of c; 1 for SIZE_NONE */
-int tensor_stored(const TensorInfo* ti, const Config* c); /* whether c's flags store it */
-/* Where tensor ti of layer l (ignored for a global one) points in w: a Matrix or a const float*. */
-void* tensor_slot(const TensorInfo* ti, Weights* w, int layer);
+/* Whether layer l of c is a mixture of experts (Qwen3-MoE; transformers' rule). */
+int config_layer_is_moe(const Config* c, int l);
+/* Where tensor ti of layer l (and expert e) points in w: a Matrix or a const float*. */
+void* tensor_slot(const TensorInfo* ti, Weights* w, int layer, int expert);
 
-/* Calls fn(ctx, ti, layer) for every tensor c's file stores, in file order (layer -1: a global one). */
-void for_each_tensor(const Config* c, void (*fn)(void* ctx, const TensorInfo* ti, int layer), void* ctx);
+/* Calls fn(ctx, ti, layer, expert) for every tensor c's file stores, in file order (layer -1: a
+ * global one; expert -1: not an expert's). */
+void for_each_tensor(const Config* c, void (*fn)(void* ctx, const TensorInfo* ti, int layer, int expert), void* ctx);
 
 /* Activations for a batch of up to max_batch positions, and the KV cache. Allocated once at load;
  * the token loop allocates nothing. Row t of a batch buffer is at buf + t * width. */
@@ -221,6 +252,13 @@ typedef struct {
     float* att_out;  /* [B, H*d]   o: attention output, before o_proj */
     float* proj;     /* [B, dim]   o_proj / down_proj output, before the residual add */
     float *gate, *up; /* [B, F]   Wgate h and Wup h; swiglu leaves silu(Wgate h) * Wup h in gate for down_proj */
+    /* Qwen3-MoE: each row's router logits [B, E], its chosen experts and their weights [B, k], and
+     * the rows one expert takes, gathered ([B, dim] in, [B, dim] out, their row numbers [B]) */
+    float* router_logits;
+    int* expert_of;
+    float* expert_weight;
+    float *expert_in, *expert_out;
+    int* expert_rows;
     float* logits;   /* [vocab]    logits of the last position */
     void *key_cache, *value_cache; /* [seq_len / KV_BLOCK_LEN (rounded up), L, K, KV_BLOCK_LEN, d]  keys
                                     * after QK-Norm and RoPE, and values, in blocks of positions (model.c, kv_offset) */

@@ -287,17 +287,20 @@ typedef struct {
     double bytes, ops; /* a decode token's weight bytes; a prefill token's products' operations */
 } TensorCount;
 
-/* One tensor's part: all of it, but one row of the embedding; a layer's matrices' operations. */
-static void count_tensor(void* ctx, const TensorInfo* ti, int layer) {
+/* One tensor's part: all of it, but one row of the embedding and a token's k of an expert layer's
+ * E experts; a layer's matrices' operations. */
+static void count_tensor(void* ctx, const TensorInfo* ti, int layer, int expert) {
     TensorCount* n = ctx;
-    const void* slot = tensor_slot(ti, (Weights*)&n->t->weights, layer);
+    const Config* c = &n->t->config;
+    const void* slot = tensor_slot(ti, (Weights*)&n->t->weights, layer, expert);
     if (ti->cols == SIZE_NONE) {
-        n->bytes += 4.0 * tensor_size(ti->rows, &n->t->config);
+        n->bytes += 4.0 * tensor_size(ti->rows, c);
         return;
     }
     const Matrix* m = slot;
-    n->bytes += slot == &n->t->weights.embed_tokens ? matrix_bytes(m) / m->rows : matrix_bytes(m);
-    if (ti->per_layer) n->ops += 2.0 * m->rows * m->cols;
+    const double share = ti->place == EXPERT ? (double)c->n_experts_active / c->n_experts : 1.0;
+    n->bytes += slot == &n->t->weights.embed_tokens ? matrix_bytes(m) / m->rows : share * matrix_bytes(m);
+    if (ti->place != GLOBAL) n->ops += share * 2.0 * m->rows * m->cols;
 }
 
 static void count_per_token(Bench* b) {

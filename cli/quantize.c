@@ -37,7 +37,6 @@
 #define ITEM_BYTES ((size_t)64 << 10)       /* ... in items of about this many, which the threads claim
                                              * in turn: one that loses its core takes fewer */
 #define PROGRESS_MIN_BYTES ((uint64_t)64 << 20) /* smaller inputs take a moment: no progress shown */
-#define MAX_PIECES (3 + 14 * MAX_LAYERS)    /* tensors of a checkpoint: 14 per layer at most */
 
 /* Whatever ends the program early removes the temporary file first. */
 static char tmp_path[PATH_MAX];
@@ -368,22 +367,31 @@ typedef struct {
     int n;
 } PieceList;
 
-static void add_tensor(void* ctx, const TensorInfo* ti, int layer) {
+/* A tensor as a piece: a MATRIX to quantise, or float32 values copied as they are (a vector, or a
+ * matrix the format keeps in float32: the router). */
+static void add_tensor(void* ctx, const TensorInfo* ti, int layer, int expert) {
     PieceList* list = ctx;
     Weights* w = (Weights*)&list->t->weights; /* the slot is only read */
-    const void* slot = tensor_slot(ti, w, layer);
+    const void* slot = tensor_slot(ti, w, layer, expert);
+    const Config* c = &list->t->config;
     if (ti->cols == SIZE_NONE)
-        add_piece(list->pieces, &list->n, layer, ti->name, NULL, *(const float* const*)slot,
-                  tensor_size(ti->rows, &list->t->config));
+        add_piece(list->pieces, &list->n, layer, ti->name, NULL, *(const float* const*)slot, tensor_size(ti->rows, c));
+    else if (ti->float32)
+        add_piece(list->pieces, &list->n, layer, ti->name, NULL, ((const Matrix*)slot)->data,
+                  tensor_size(ti->rows, c) * tensor_size(ti->cols, c));
     else
         add_piece(list->pieces, &list->n, layer, ti->name, slot, NULL, 0);
 }
 
-/* Fills pieces in the order of model.c's TENSORS; returns how many there are. */
-static int list_pieces(const Transformer* t, Piece* pieces) {
-    PieceList list = {t, pieces, 0};
-    for_each_tensor(&t->config, add_tensor, &list);
-    return list.n;
+static void count_piece(void* ctx, const TensorInfo* ti, int layer, int expert) { ++*(int*)ctx; }
+
+/* The pieces in the order of model.c's TENSORS (*n of them), or NULL when out of memory. */
+static Piece* list_pieces(const Transformer* t, int* n) {
+    *n = 0;
+    for_each_tensor(&t->config, count_piece, n);
+    PieceList list = {t, malloc((size_t)*n * sizeof(Piece)), 0};
+    if (list.pieces) for_each_tensor(&t->config, add_tensor, &list);
+    return list.pieces;
 }
 
 /* The piece as stored in the output (type: the quantised one). */
@@ -396,12 +404,12 @@ static uint64_t piece_out_bytes(const Piece* p, WeightType type, int gs) {
 /* q8: the requested group size (default 64) if it divides every matrix width, else the largest
  * power of two below it (at least 8) that does; q4: 32. export.py's choose_group_size. */
 static int choose_group_size(const Config* c, WeightType type, int requested, const char* path) {
-    const int widths[3] = {c->dim, c->hidden_dim, c->n_heads * c->head_dim};
+    const int widths[4] = {c->dim, c->hidden_dim, c->n_heads * c->head_dim, c->moe_hidden_dim ? c->moe_hidden_dim : c->dim};
     const int smallest = type == WEIGHT_Q4 ? Q4_GROUP : 8;
     for (int g = type == WEIGHT_Q4 ? Q4_GROUP : requested ? requested : 64; g >= smallest; g /= 2)
-        if (widths[0] % g == 0 && widths[1] % g == 0 && widths[2] % g == 0) return g;
-    fail("%s: %s needs every input width ([%d, %d, %d]) to be a multiple of %d", path,
-         type == WEIGHT_Q4 ? "q4" : "q8", widths[0], widths[1], widths[2], smallest);
+        if (widths[0] % g == 0 && widths[1] % g == 0 && widths[2] % g == 0 && widths[3] % g == 0) return g;
+    fail("%s: %s needs every input width ([%d, %d, %d, %d]) to be a multiple of %d", path,
+         type == WEIGHT_Q4 ? "q4" : "q8", widths[0], widths[1], widths[2], widths[3], smallest);
 }
 
 /* Progress on stderr: one updating line on a terminal, a line every 10% elsewhere. */
@@ -473,12 +481,14 @@ static FileHeader output_header(const Transformer* t, WeightType type, int gs, c
 
 /* Writes the whole checkpoint to the open temporary file. */
 static void write_checkpoint(FILE* f, const Transformer* t, WeightType type, int gs) {
-    static Piece pieces[MAX_PIECES]; /* large: one entry per tensor */
-    const int n = list_pieces(t, pieces);
+    int n;
+    Piece* pieces = list_pieces(t, &n);
+    if (pieces == NULL) fail("out of memory");
     const FileHeader h = output_header(t, type, gs, pieces, n);
     const Config* c = &t->config;
     size_t widest = (size_t)(c->dim > c->hidden_dim ? c->dim : c->hidden_dim);
     if ((size_t)c->n_heads * c->head_dim > widest) widest = (size_t)c->n_heads * c->head_dim;
+    if ((size_t)c->moe_hidden_dim > widest) widest = (size_t)c->moe_hidden_dim;
     const Conversion cv = {t->kernels, f, type, gs,
                            malloc((size_t)t->kernels->threads(t->kernels) * widest * sizeof(float)), widest};
     if (cv.scratch == NULL) fail("out of memory");
@@ -503,6 +513,7 @@ static void write_checkpoint(FILE* f, const Transformer* t, WeightType type, int
              (unsigned long long)(h.weights_offset + h.weights_bytes));
     if (progress.total > PROGRESS_MIN_BYTES && progress.tty) fputc('\n', stderr);
     free(cv.scratch);
+    free(pieces);
 }
 
 /* Removes what a run writing the same name left when it was killed outright (SIGKILL, a power

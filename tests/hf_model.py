@@ -1,4 +1,4 @@
-"""Writes tiny random Hugging Face checkpoints (Qwen3, Qwen2, Llama) for the end-to-end tests.
+"""Writes tiny random Hugging Face checkpoints (Qwen3, Qwen3-MoE, Qwen2, Llama) for the end-to-end tests.
 
 A folder written by write_model() looks like a real `save_pretrained` output (QWEN3.md 1 and 3):
 config.json, generation_config.json, model.safetensors (or model-0000k-of-0000N.safetensors shards
@@ -11,6 +11,7 @@ are O(1..10), so a relative error of 1e-4 is a meaningful bar:
   * every projection matrix [out, in] ~ N(0, (gain / sqrt(in))^2): y = W x keeps x's RMS
   * RMSNorm weights (input/post-attention/final/q_norm/k_norm) = 1 + N(0, 0.2^2)
   * Qwen2 q/k/v biases ~ N(0, 0.3^2)
+  * Qwen3-MoE routers ~ N(0, (router_gain / sqrt(in))^2), router_gain 2 (top-k choices not near ties)
 """
 
 import json
@@ -242,6 +243,7 @@ def tokenizer_config_json():
 ARCHS = {
     # arch: (architectures, model_type, has QK-norm, has q/k/v bias)
     'qwen3': ('Qwen3ForCausalLM', 'qwen3', True, False),
+    'qwen3_moe': ('Qwen3MoeForCausalLM', 'qwen3_moe', True, False),  # QWEN3.md 8
     'qwen2': ('Qwen2ForCausalLM', 'qwen2', False, True),
     'llama': ('LlamaForCausalLM', 'llama', False, False),
 }
@@ -280,12 +282,27 @@ class Spec:
         self.omit = ()
         self.dtype_overrides = {}
         self.config_overrides = {}
+        # Qwen3-MoE (arch='qwen3_moe', QWEN3.md 8); ignored by the other archs. hidden_dim is then
+        # config's intermediate_size, the width of the dense layers' MLP.
+        self.num_experts = 4
+        self.num_experts_per_tok = 2
+        self.moe_intermediate_size = 32
+        self.norm_topk_prob = True
+        self.decoder_sparse_step = 1
+        self.mlp_only_layers = []
+        self.router_gain = 2.0        # router rows ~ N(0, (router_gain/sqrt(dim))^2): wide logit gaps,
+                                      # so a quantised export rarely flips a top-k choice
         for k, v in kw.items():
             if not hasattr(self, k):
                 raise TypeError('unknown Spec field %s' % k)
             setattr(self, k, v)
         if self.arch == 'qwen2':
             assert self.head_dim in (None, self.dim // self.n_heads), 'Qwen2 has head_dim = dim / heads'
+
+    def is_moe_layer(self, l):
+        """transformers' rule (Qwen3MoeDecoderLayer): layer l has the sparse MoE block."""
+        return (self.arch == 'qwen3_moe' and l not in self.mlp_only_layers and self.num_experts > 0
+                and (l + 1) % self.decoder_sparse_step == 0)
 
     @property
     def hd(self):
@@ -324,6 +341,13 @@ class Spec:
             c.update({'max_window_layers': self.n_layers, 'sliding_window': None, 'use_sliding_window': False})
         elif self.arch == 'qwen3':
             c.update({'max_window_layers': self.n_layers, 'sliding_window': None, 'use_sliding_window': False})
+        elif self.arch == 'qwen3_moe':
+            c.update({'max_window_layers': self.n_layers, 'sliding_window': None, 'use_sliding_window': False,
+                      'decoder_sparse_step': self.decoder_sparse_step,
+                      'moe_intermediate_size': self.moe_intermediate_size,
+                      'num_experts_per_tok': self.num_experts_per_tok, 'num_experts': self.num_experts,
+                      'norm_topk_prob': self.norm_topk_prob, 'output_router_logits': False,
+                      'router_aux_loss_coef': 0.001, 'mlp_only_layers': list(self.mlp_only_layers)})
         else:
             c.update({'mlp_bias': False, 'pretraining_tp': 1})
         c.update(self.config_overrides)
@@ -363,9 +387,18 @@ class Spec:
                 t.append((p + 'self_attn.k_norm.weight', [d], normw(d)))
             t.append((p + 'self_attn.o_proj.weight', [D, H * d], mat(D, H * d)))
             t.append((p + 'post_attention_layernorm.weight', [D], normw(D)))
-            t.append((p + 'mlp.gate_proj.weight', [F, D], mat(F, D)))
-            t.append((p + 'mlp.up_proj.weight', [F, D], mat(F, D)))
-            t.append((p + 'mlp.down_proj.weight', [D, F], mat(D, F)))
+            if self.is_moe_layer(l):
+                E, M = self.num_experts, self.moe_intermediate_size
+                t.append((p + 'mlp.gate.weight', [E, D], vec(E * D, self.router_gain / math.sqrt(D))))
+                for e in range(E):
+                    q = p + 'mlp.experts.%d.' % e
+                    t.append((q + 'gate_proj.weight', [M, D], mat(M, D)))
+                    t.append((q + 'up_proj.weight', [M, D], mat(M, D)))
+                    t.append((q + 'down_proj.weight', [D, M], mat(D, M)))
+            else:
+                t.append((p + 'mlp.gate_proj.weight', [F, D], mat(F, D)))
+                t.append((p + 'mlp.up_proj.weight', [F, D], mat(F, D)))
+                t.append((p + 'mlp.down_proj.weight', [D, F], mat(D, F)))
         t.append(('model.norm.weight', [D], normw(D)))
         if not self.tie:
             t.append(('lm_head.weight', [V, D], mat(V, D, 1.0)))

@@ -1,4 +1,4 @@
-"""A plain-Python reference forward pass of Qwen3 / Qwen2 / Llama (QWEN3.md 2.1-2.5, 6).
+"""A plain-Python reference forward pass of Qwen3 / Qwen3-MoE / Qwen2 / Llama (QWEN3.md 2.1-2.5, 6, 8).
 
 Independent of export.py and of the engine: it reads the Hugging Face folder itself (config.json and
 the safetensors, sharded or not) and computes in double precision with lists of floats and the math
@@ -10,6 +10,10 @@ Deliberate mistakes (to prove the end-to-end test would catch them), all off by 
   rope='interleaved'  rotate pairs (2i, 2i+1) (llama2.c) instead of rotate-half (i, i+d/2)
   skip_qk_norm=True   leave out Qwen3's per-head RMSNorm of q and k
   gqa='mod'           query head j reads kv head j % K instead of j // G
+  moe_mistake=        Qwen3-MoE's sparse block (QWEN3.md 8.3) done wrong: 'softmax-after-topk' (Mixtral's
+                      order: softmax over the k largest logits only), 'no-renorm' (the k probabilities
+                      not divided by their sum though norm_topk_prob is true), 'expert-off-by-one'
+                      (expert e computed with expert (e + 1) % E's weights)
 
 The RMSNorm lab (./run --ablate, --norm-eps, --norm layernorm): forward(ablate=NAMES, eps=X,
 layernorm=True) with NAMES a subset of ABLATIONS (see Reference.lab_norm for what each one does).
@@ -42,8 +46,15 @@ MATRIX_SUFFIXES = ('embed_tokens.weight', 'q_proj.weight', 'k_proj.weight', 'v_p
 
 def is_matrix(name):
     """The tensors export.py stores as MATRIX (model.h): these change with --dtype bf16 / q8;
-    norm weights and biases are always float32."""
-    return name.endswith(MATRIX_SUFFIXES)
+    norm weights, biases and Qwen3-MoE's routers (mlp.gate.weight) are always float32. (The
+    experts' mlp.experts.E.{gate,up,down}_proj.weight are matrices.)"""
+    return name.endswith(MATRIX_SUFFIXES) and not is_router(name)
+
+
+def is_router(name):
+    """Qwen3-MoE's router, model.layers.L.mlp.gate.weight [num_experts, hidden]: stored float32 in
+    every export format, and its product's input is never quantised to int8."""
+    return name.endswith('mlp.gate.weight')
 
 
 def as_bf16(values, cols):
@@ -133,13 +144,15 @@ class Reference:
         """matrix_transform(values, cols) -> values, applied to every MATRIX tensor (to model what
         an export dtype stores, e.g. as_bf16); None keeps the source values. act_group: also
         quantise the input of every matrix-vector product to int8 in groups of act_group (to
-        model a q8 matmul that multiplies int8 weights by int8 activations)."""
+        model a q8 matmul that multiplies int8 weights by int8 activations). Qwen3-MoE's routers
+        are exempt from both: the engine stores them float32 in every format (is_router)."""
         self.act_group = act_group
         with open(os.path.join(folder, 'config.json')) as f:
             cfg = json.load(f)
         self.cfg = cfg
         self.arch = cfg['architectures'][0]
-        assert self.arch in ('Qwen3ForCausalLM', 'Qwen2ForCausalLM', 'LlamaForCausalLM'), self.arch
+        assert self.arch in ('Qwen3ForCausalLM', 'Qwen3MoeForCausalLM', 'Qwen2ForCausalLM', 'LlamaForCausalLM'), \
+            self.arch
         self.D = cfg['hidden_size']
         self.F = cfg['intermediate_size']
         self.L = cfg['num_hidden_layers']
@@ -156,7 +169,17 @@ class Reference:
         self.yarn = scaling if scaling.get('rope_type', scaling.get('type', 'default')) != 'default' else None
         assert self.yarn is None or self.yarn.get('rope_type', self.yarn.get('type')) == 'yarn', self.yarn
         self.tie = cfg.get('tie_word_embeddings', False)
-        self.qk_norm = self.arch == 'Qwen3ForCausalLM'
+        self.qk_norm = self.arch in ('Qwen3ForCausalLM', 'Qwen3MoeForCausalLM')
+        # Qwen3-MoE (QWEN3.md 8.1): layer l is sparse iff l not in mlp_only_layers, num_experts > 0
+        # and (l + 1) % decoder_sparse_step == 0 (transformers' Qwen3MoeDecoderLayer).
+        moe = self.arch == 'Qwen3MoeForCausalLM'
+        self.E = cfg.get('num_experts', 128) if moe else 0
+        self.top_k = cfg.get('num_experts_per_tok', 8)
+        self.M = cfg.get('moe_intermediate_size', 768)
+        self.norm_topk_prob = cfg.get('norm_topk_prob', False)
+        step = cfg.get('decoder_sparse_step', 1)
+        only = cfg.get('mlp_only_layers') or []
+        self.moe_layers = [l for l in range(self.L) if moe and l not in only and self.E > 0 and (l + 1) % step == 0]
         self.bias = self.arch == 'Qwen2ForCausalLM' or (self.arch == 'LlamaForCausalLM' and cfg.get('attention_bias', False))
 
         raw = hf_model.read_hf_tensors(folder)
@@ -183,10 +206,17 @@ class Reference:
                 'wv': get(p + 'self_attn.v_proj.weight', [K * d, D]),
                 'wo': get(p + 'self_attn.o_proj.weight', [D, H * d]),
                 'post_norm': get(p + 'post_attention_layernorm.weight', [D]),
-                'gate': get(p + 'mlp.gate_proj.weight', [F, D]),
-                'up': get(p + 'mlp.up_proj.weight', [F, D]),
-                'down': get(p + 'mlp.down_proj.weight', [D, F]),
             }
+            if l in self.moe_layers:
+                E, M = self.E, self.M
+                w['router'] = get(p + 'mlp.gate.weight', [E, D])  # never transformed (is_matrix)
+                w['experts'] = [(get(p + 'mlp.experts.%d.gate_proj.weight' % e, [M, D]),
+                                 get(p + 'mlp.experts.%d.up_proj.weight' % e, [M, D]),
+                                 get(p + 'mlp.experts.%d.down_proj.weight' % e, [D, M])) for e in range(E)]
+            else:
+                w['gate'] = get(p + 'mlp.gate_proj.weight', [F, D])
+                w['up'] = get(p + 'mlp.up_proj.weight', [F, D])
+                w['down'] = get(p + 'mlp.down_proj.weight', [D, F])
             if self.bias:
                 w['bq'] = get(p + 'self_attn.q_proj.bias', [H * d])
                 w['bk'] = get(p + 'self_attn.k_proj.bias', [K * d])
@@ -237,10 +267,52 @@ class Reference:
 
     # --------------------------------------------------------------------------------------------
 
-    def matvec(self, W, x):
-        if self.act_group:
+    def matvec(self, W, x, quantise=True):
+        """W x; with act_group, x rounded to int8 groups first (quantise=False: never, the router)."""
+        if self.act_group and quantise:
             x = quantize_activations(x, self.act_group)
         return [sum(map(mul, row, x)) for row in W]
+
+    def swiglu(self, gate, up, down, h):
+        """down (silu(gate h) * up h): the dense MLP and each expert."""
+        gt = self.matvec(gate, h)
+        u = self.matvec(up, h)
+        # silu(z) = z / (1 + e^-z); below -700 math.exp would overflow (C's expf gives inf
+        # and z / inf = -0), and the limit is 0
+        act = [(z / (1.0 + math.exp(-z)) if z > -700 else 0.0) * b for z, b in zip(gt, u)]
+        return self.matvec(down, act)
+
+    def route(self, w, h, moe_mistake=None):
+        """Qwen3MoeSparseMoeBlock's routing (QWEN3.md 8.3) for one token: [(expert, weight)] of the
+        num_experts_per_tok chosen experts, the largest probability first (ties: lower index)."""
+        logits = self.matvec(w['router'], h, quantise=False)
+        k = self.top_k
+        if moe_mistake == 'softmax-after-topk':  # Mixtral's order: top-k of the logits, softmax of those
+            top = sorted(range(self.E), key=lambda e: (-logits[e], e))[:k]
+            m = max(logits[e] for e in top)
+            ex = [math.exp(logits[e] - m) for e in top]
+            p = [v / sum(ex) for v in ex]
+        else:  # softmax over all experts, then the k largest probabilities
+            m = max(logits)
+            ex = [math.exp(z - m) for z in logits]
+            tot = sum(ex)
+            probs = [v / tot for v in ex]
+            top = sorted(range(self.E), key=lambda e: (-probs[e], e))[:k]
+            p = [probs[e] for e in top]
+        if self.norm_topk_prob and moe_mistake != 'no-renorm':
+            s = sum(p)
+            p = [v / s for v in p]
+        return list(zip(top, p))
+
+    def moe(self, w, h, moe_mistake=None):
+        """The sparse block's output for one token's normalised vector h."""
+        out = [0.0] * self.D
+        for e, pe in self.route(w, h, moe_mistake):
+            if moe_mistake == 'expert-off-by-one':
+                e = (e + 1) % self.E
+            y = self.swiglu(*w['experts'][e], h)
+            out = [a + pe * b for a, b in zip(out, y)]
+        return out
 
     @staticmethod
     def rmsnorm(x, w, eps):
@@ -295,22 +367,26 @@ class Reference:
         return list(struct.unpack('<%de' % len(x), struct.pack('<%de' % len(x), *x)))
 
     def forward(self, tokens, eps=None, rope='half', skip_qk_norm=False, gqa='div', kv_f16=False, norms=None,
-                scores=None, ablate=(), layernorm=False, head=None, yarn_mistake=None):
+                scores=None, ablate=(), layernorm=False, head=None, yarn_mistake=None, moe_mistake=None):
         """Logits (a list of V floats) for every position of tokens (positions 0..len-1). ablate,
         layernorm (and eps): the RMSNorm lab's switches (Reference.lab_norm). norms: a
         list that receives (position, layer, site, vectors, weight) at every RMSNorm call site,
         what the vectors are before the norm (layer -1: the final norm; the sites as ./run
         --show-norms names them). scores: a list that receives (position, layer, query head,
         scores), the head's q.k/sqrt(d) for every key it attends to (positions 0..position).
-        head='embedding': the mistake of an untied model's logits taken from the embedding."""
+        head='embedding': the mistake of an untied model's logits taken from the embedding.
+        moe_mistake: a Qwen3-MoE routing mistake (the module's docstring)."""
+        assert moe_mistake in (None, 'softmax-after-topk', 'no-renorm', 'expert-off-by-one'), moe_mistake
         saved = self.inv_freq, self.rope_gain
         self.inv_freq, self.rope_gain = self.frequencies(yarn_mistake)
         try:
-            return self.run(tokens, eps, rope, skip_qk_norm, gqa, kv_f16, norms, scores, ablate, layernorm, head)
+            return self.run(tokens, eps, rope, skip_qk_norm, gqa, kv_f16, norms, scores, ablate, layernorm, head,
+                            moe_mistake)
         finally:
             self.inv_freq, self.rope_gain = saved
 
-    def run(self, tokens, eps, rope, skip_qk_norm, gqa, kv_f16, norms, scores, ablate, layernorm, head):
+    def run(self, tokens, eps, rope, skip_qk_norm, gqa, kv_f16, norms, scores, ablate, layernorm, head,
+            moe_mistake=None):
         """forward() with the RoPE frequencies in place."""
         def see(pos, layer, site, vectors, weight):
             if norms is not None:
@@ -372,12 +448,11 @@ class Reference:
                 x = [a + b for a, b in zip(x, self.matvec(w['wo'], att))]
                 see(pos, l, 'pre-MLP', [x], w['post_norm'])
                 h = norm(x, w['post_norm'], 'pre-norms', l)
-                gt = self.matvec(w['gate'], h)
-                up = self.matvec(w['up'], h)
-                # silu(z) = z / (1 + e^-z); below -700 math.exp would overflow (C's expf gives inf
-                # and z / inf = -0), and the limit is 0
-                act = [(z / (1.0 + math.exp(-z)) if z > -700 else 0.0) * u for z, u in zip(gt, up)]
-                x = [a + b for a, b in zip(x, self.matvec(w['down'], act))]
+                if 'router' in w:
+                    mlp = self.moe(w, h, moe_mistake)
+                else:
+                    mlp = self.swiglu(w['gate'], w['up'], w['down'], h)
+                x = [a + b for a, b in zip(x, mlp)]
             see(pos, -1, 'final norm', [x], self.norm)
             h = norm(x, self.norm, 'final-norm', -1)
             out.append(self.matvec(self.embed if head == 'embedding' else self.lm_head, h))

@@ -78,10 +78,21 @@ class ExportErrors(InTempDir):
                           ['MixtralForCausalLM'])
 
     def test_qwen3_moe(self):
-        self.export_fails(Spec(config_overrides={'architectures': ['Qwen3MoeForCausalLM'],
-                                                 'model_type': 'qwen3_moe', 'num_experts': 8,
-                                                 'moe_intermediate_size': 32}),
-                          ['Qwen3MoeForCausalLM'])
+        """Qwen3-MoE is read (test_model.py checks its logits); what the engine does not implement,
+        or a config that does not match its tensors, is refused naming the field or the tensor."""
+        moe = dict(arch='qwen3_moe', num_experts=4, num_experts_per_tok=2)
+        for overrides, words in (({'shared_expert_intermediate_size': 64}, ['shared_expert_intermediate_size']),
+                                 ({'num_experts_per_tok': 5}, ['num_experts_per_tok', '1 .. 4']),
+                                 ({'num_experts_per_tok': DELETE}, ['num_experts_per_tok']),
+                                 ({'moe_intermediate_size': 0}, ['moe_intermediate_size']),
+                                 ({'norm_topk_prob': 'yes'}, ['norm_topk_prob']),
+                                 ({'decoder_sparse_step': 0}, ['decoder_sparse_step']),
+                                 ({'mlp_only_layers': [7]}, ['mlp_only_layers']),
+                                 ({'num_experts': 8}, ['mlp.experts.4', 'mlp.gate.weight', 'shape'])):
+            with self.subTest(overrides=overrides):
+                self.export_fails(Spec(**moe, config_overrides=overrides), words)
+        # a dense Qwen3 with MoE fields is refused rather than read without its experts
+        self.export_fails(Spec(config_overrides={'num_experts': 8, 'moe_intermediate_size': 32}), ['num_experts'])
 
     def test_unsupported_dtype(self):
         name = 'model.layers.0.self_attn.q_proj.weight'

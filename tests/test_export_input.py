@@ -428,6 +428,15 @@ class Limits(ExportRefuses):
         cases = [case for name in sorted(refused) for case in refused[name]]
         self.refusals(cases)
 
+        # Qwen3-MoE's counts, in-process on a MoE config: the limit passes, one beyond it is refused.
+        moe = Spec(arch='qwen3_moe')
+        self.assertIsNone(self.parse({'num_experts': L['MAX_EXPERTS']}, moe)[1])
+        _, err = self.parse({'num_experts': L['MAX_EXPERTS'] + 1}, moe)
+        self.assertIn("'num_experts' must be an integer in 1 .. 4096", str(err))
+        self.assertIsNone(self.parse({'mlp_only_layers': [0] * L['MAX_MLP_ONLY']}, moe)[1])
+        _, err = self.parse({'mlp_only_layers': list(range(L['MAX_MLP_ONLY'] + 1)), 'num_hidden_layers': 16}, moe)
+        self.assertIn("'mlp_only_layers' must list at most 8 layer numbers", str(err))
+
         # Limits on products: checked in-process (parse_config), with the value at the limit.
         # n_heads x head_dim: MAX_HIDDEN.
         _, err = self.parse({'num_attention_heads': 1024, 'num_key_value_heads': 1,
@@ -491,7 +500,8 @@ class Limits(ExportRefuses):
                 self.assertIn("field '%s' is" % key, p.stderr)
                 self.assertIn('not stored as a default', p.stderr)
 
-        covered = set(refused) | {n for n, _, _, _ in at_limit} | {'MAX_MATRIX_VALUES', 'MAX_HIDDEN'}
+        covered = (set(refused) | {n for n, _, _, _ in at_limit} |
+                   {'MAX_MATRIX_VALUES', 'MAX_HIDDEN', 'MAX_EXPERTS', 'MAX_MLP_ONLY'})
         self.assertEqual(covered, set(L), 'a limit without a test')
 
     def test_ids_below_the_vocabulary(self):

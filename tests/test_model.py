@@ -125,6 +125,27 @@ VARIANTS = {
                 'rope_type': 'yarn', 'rope_theta': 50.0, 'factor': 3.0, 'original_max_position_embeddings': 48,
                 'attention_factor': 1.25, 'beta_fast': 16.0, 'beta_slow': 2.0, 'truncate': False}}),
         [(i * 31 + 7) % 256 for i in range(70)], 4, ('rope', 'yarn_gain', 'yarn_ramp')),
+    # Qwen3-MoE (QWEN3.md 8), every layer sparse: 4 experts, top 2, the chosen probabilities
+    # renormalised (as the released 30B-A3B), experts of width 32; tied, BF16. (With
+    # norm_topk_prob true, softmax before or after the top-k gives the same weights: no
+    # moe_topk_softmax here.)
+    'qwen3moe_bf16_tied_e4k2_renorm': (
+        dict(arch='qwen3_moe', num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+             norm_topk_prob=True, seed=15),
+        P8, 8, ('rope', 'qk_norm', 'gqa', 'moe_renorm', 'moe_expert')),
+    # 8 experts, top 3, the probabilities NOT renormalised (they sum to < 1); untied, BF16.
+    'qwen3moe_bf16_untied_e8k3_norenorm': (
+        dict(arch='qwen3_moe', num_experts=8, num_experts_per_tok=3, moe_intermediate_size=64,
+             norm_topk_prob=False, tie=False, seed=16),
+        P8, 8, ('rope', 'qk_norm', 'head', 'moe_topk_softmax', 'moe_expert')),
+    # Sparse and dense layers mixed: 4 layers, decoder_sparse_step 2 makes layers 1 and 3 sparse,
+    # mlp_only_layers [3] takes layer 3 back to a dense MLP (width intermediate_size 128), so only
+    # layer 1 is sparse (an engine that ignores either key fails); F32 source in 2 shards.
+    'qwen3moe_f32_mixed_step2_only3': (
+        dict(arch='qwen3_moe', dtype='F32', n_layers=4, num_experts=6, num_experts_per_tok=2,
+             moe_intermediate_size=32, norm_topk_prob=False, decoder_sparse_step=2, mlp_only_layers=[3],
+             shards=2, seed=17),
+        [IM_START_ID, 11, 12, 13, 14, 15], 8, ('rope', 'qk_norm', 'gqa', 'moe_topk_softmax', 'moe_expert')),
 }
 
 MISTAKES = {
@@ -135,6 +156,10 @@ MISTAKES = {
     'head': dict(head='embedding'),  # untied variants only: the head taken from the embedding
     'yarn_gain': dict(yarn_mistake='no-attention-factor'),  # YaRN's cos and sin left unscaled
     'yarn_ramp': dict(yarn_mistake='swapped-ramp'),  # YaRN's ramp ends exchanged
+    # Qwen3-MoE variants only (QWEN3.md 8.3)
+    'moe_topk_softmax': dict(moe_mistake='softmax-after-topk'),  # softmax over the top-k logits only
+    'moe_renorm': dict(moe_mistake='no-renorm'),  # norm_topk_prob true, the division left out
+    'moe_expert': dict(moe_mistake='expert-off-by-one'),  # expert e computed with expert e + 1's weights
 }
 
 RESULTS = []  # (variant, dtype, rows, err vs stored weights, err vs source, top-1 agreement)
@@ -260,8 +285,8 @@ class TestReference(unittest.TestCase):
         ids = P8
         good = ref.forward(ids)
         for name, kw in MISTAKES.items():
-            if name.startswith('yarn'):
-                continue  # below, on a model with YaRN
+            if name.startswith(('yarn', 'moe')):
+                continue  # below, on a model with YaRN or with MoE
             self.assertGreater(rel_error(ref.forward(ids, **kw), good), MISTAKE_MIN, name)
         spec, ids, _, _ = VARIANTS['qwen3_f32_yarn_past_original']
         d, _ = self.write('mis_yarn', **spec)
@@ -269,6 +294,153 @@ class TestReference(unittest.TestCase):
         good = ref.forward(ids[:70])
         for name in ('yarn_gain', 'yarn_ramp'):
             self.assertGreater(rel_error(ref.forward(ids[:70], **MISTAKES[name]), good), MISTAKE_MIN, name)
+        # The MoE mistakes on each MoE variant: the ones it lists must show; with norm_topk_prob
+        # true, softmax after the top-k gives the same weights (so no variant with it lists
+        # moe_topk_softmax), and without it 'no-renorm' is no change at all.
+        seen = set()
+        for variant, (spec, ids, _, mistakes) in VARIANTS.items():
+            if spec.get('arch') != 'qwen3_moe':
+                continue
+            ref = Reference(self.write('mis_' + variant, **spec)[0])
+            good = ref.forward(ids)
+            for name in [m for m in MISTAKES if m.startswith('moe')]:
+                err = rel_error(ref.forward(ids, **MISTAKES[name]), good)
+                if name in mistakes:
+                    self.assertGreater(err, MISTAKE_MIN, (variant, name))
+                    seen.add(name)
+                elif name == 'moe_renorm' and not spec['norm_topk_prob'] or \
+                        name == 'moe_topk_softmax' and spec['norm_topk_prob']:
+                    self.assertLess(err, 1e-12, (variant, name))
+        self.assertEqual(seen, {m for m in MISTAKES if m.startswith('moe')})
+
+    def test_moe_layers_and_tensors(self):
+        """Which layers are sparse (transformers' rule), the config keys and tensor names the
+        engine reads, and that the router is never a MATRIX (stored float32 in every format)."""
+        spec = Spec(**VARIANTS['qwen3moe_f32_mixed_step2_only3'][0])
+        self.assertEqual([l for l in range(4) if spec.is_moe_layer(l)], [1])
+        d, st = self.write('moe_names', **VARIANTS['qwen3moe_f32_mixed_step2_only3'][0])
+        import json
+        with open(os.path.join(d, 'config.json')) as f:
+            cfg = json.load(f)
+        self.assertEqual((cfg['architectures'], cfg['model_type']), (['Qwen3MoeForCausalLM'], 'qwen3_moe'))
+        for k, v in (('num_experts', 6), ('num_experts_per_tok', 2), ('moe_intermediate_size', 32),
+                     ('norm_topk_prob', False), ('decoder_sparse_step', 2), ('mlp_only_layers', [3]),
+                     ('intermediate_size', 128), ('output_router_logits', False)):
+            self.assertEqual(cfg[k], v, k)
+        self.assertIn('router_aux_loss_coef', cfg)
+        self.assertEqual(Reference(d).moe_layers, [1])
+        for l in (0, 2, 3):
+            p = 'model.layers.%d.mlp.' % l
+            self.assertEqual(st[p + 'gate_proj.weight'][1], [128, 64])
+            self.assertEqual(st[p + 'down_proj.weight'][1], [64, 128])
+            self.assertFalse(any(n.startswith(p + 'experts') or n == p + 'gate.weight' for n in st))
+        p = 'model.layers.1.mlp.'
+        self.assertEqual(st[p + 'gate.weight'][1], [6, 64])
+        self.assertFalse(reference.is_matrix(p + 'gate.weight'))
+        self.assertNotIn(p + 'gate_proj.weight', st)
+        for e in range(6):
+            self.assertEqual(st[p + 'experts.%d.gate_proj.weight' % e][1], [32, 64])
+            self.assertEqual(st[p + 'experts.%d.up_proj.weight' % e][1], [32, 64])
+            self.assertEqual(st[p + 'experts.%d.down_proj.weight' % e][1], [64, 32])
+            self.assertTrue(reference.is_matrix(p + 'experts.%d.down_proj.weight' % e))
+        self.assertIn('model.layers.1.self_attn.q_norm.weight', st)  # QK-Norm as Qwen3
+        # as_q8 with int8 activations changes the experts but not the router, whose input stays
+        # unquantised: its logits are W_gate h exactly
+        ref = Reference(d, lambda v, c: reference.as_q8(v, c, 32), act_group=32)
+        self.assertEqual(ref.layers[1]['router'][0], st[p + 'gate.weight'][2][:64])
+        self.assertNotEqual(ref.layers[1]['experts'][0][0][0], st[p + 'experts.0.gate_proj.weight'][2][:64])
+
+    def test_moe_block_by_hand(self):
+        """One token through a 1-layer Qwen3-MoE model, the sparse block written out here with
+        explicit loops (softmax over all experts, top-k, optional renormalisation, the weighted sum
+        of the chosen experts' SwiGLU), with and without norm_topk_prob, and with the three
+        routing mistakes."""
+        import math
+        for norm_topk in (True, False):
+            kw = dict(arch='qwen3_moe', dtype='F32', n_layers=1, n_kv_heads=1, num_experts=5,
+                      num_experts_per_tok=2, moe_intermediate_size=16, norm_topk_prob=norm_topk, seed=21)
+            d, st = self.write('moe_hand_%s' % norm_topk, **kw)
+            W = {k: v[2] for k, v in st.items()}
+            cfg = Spec(**kw)
+            D, H, hd, V, E, k, M = (cfg.dim, cfg.n_heads, cfg.hd, cfg.vocab_size, cfg.num_experts,
+                                    cfg.num_experts_per_tok, cfg.moe_intermediate_size)
+            tok, eps = 91, cfg.rms_norm_eps
+
+            def mv(name, x, rows, cols):
+                w = W[name]
+                out = []
+                for r in range(rows):
+                    acc = 0.0
+                    for c in range(cols):
+                        acc += w[r * cols + c] * x[c]
+                    out.append(acc)
+                return out
+
+            def norm(x, w):
+                r = 1.0 / math.sqrt(sum(t * t for t in x) / len(x) + eps)
+                return [a * r * b for a, b in zip(x, w)]
+
+            p = 'model.layers.0.'
+            x = W['model.embed_tokens.weight'][tok * D:(tok + 1) * D]
+            h = norm(x, W[p + 'input_layernorm.weight'])
+            v = mv(p + 'self_attn.v_proj.weight', h, hd, D)  # position 0: attention returns v
+            x = [a + b for a, b in zip(x, mv(p + 'self_attn.o_proj.weight', v * H, D, H * hd))]
+            h = norm(x, W[p + 'post_attention_layernorm.weight'])
+
+            def expect(mistake=None):
+                logits = mv(p + 'mlp.gate.weight', h, E, D)
+                if mistake == 'softmax-after-topk':
+                    chosen = []
+                    for _ in range(k):
+                        best = None
+                        for e in range(E):
+                            if e not in chosen and (best is None or logits[e] > logits[best]):
+                                best = e
+                        chosen.append(best)
+                    z = sum(math.exp(logits[e]) for e in chosen)
+                    weights = [math.exp(logits[e]) / z for e in chosen]
+                else:
+                    z = sum(math.exp(t) for t in logits)
+                    prob = [math.exp(t) / z for t in logits]
+                    chosen = []
+                    for _ in range(k):
+                        best = None
+                        for e in range(E):
+                            if e not in chosen and (best is None or prob[e] > prob[best]):
+                                best = e
+                        chosen.append(best)
+                    weights = [prob[e] for e in chosen]
+                if norm_topk and mistake != 'no-renorm':
+                    total = sum(weights)
+                    weights = [wt / total for wt in weights]
+                y = [0.0] * D
+                for e, wt in zip(chosen, weights):
+                    if mistake == 'expert-off-by-one':
+                        e = (e + 1) % E
+                    q = p + 'mlp.experts.%d.' % e
+                    g = mv(q + 'gate_proj.weight', h, M, D)
+                    u = mv(q + 'up_proj.weight', h, M, D)
+                    o = mv(q + 'down_proj.weight', [a / (1 + math.exp(-a)) * b for a, b in zip(g, u)], D, M)
+                    for i in range(D):
+                        y[i] += wt * o[i]
+                x2 = [a + b for a, b in zip(x, y)]
+                return mv('model.embed_tokens.weight', norm(x2, W['model.norm.weight']), V, D), chosen, weights
+
+            ref = Reference(d)
+            want, chosen, weights = expect()
+            self.assertLess(rel_error([ref.forward([tok])[0]], [want]), 1e-12, norm_topk)
+            # the reference's own routing agrees, and the weights sum to 1 exactly when renormalised
+            route = ref.route(ref.layers[0], h)
+            self.assertEqual([e for e, _ in route], chosen)
+            for (_, a), b in zip(route, weights):
+                self.assertAlmostEqual(a, b, places=12)
+            if norm_topk:
+                self.assertAlmostEqual(sum(weights), 1.0, places=12)
+            else:
+                self.assertLess(sum(weights), 1.0)
+            for mistake in ('softmax-after-topk', 'no-renorm', 'expert-off-by-one'):
+                got = ref.forward([tok], moe_mistake=mistake)[0]
+                self.assertLess(rel_error([got], [expect(mistake)[0]]), 1e-12, (norm_topk, mistake))
 
     def test_q8_simulation(self):
         # The scale is max|w| / 127 rounded to float16 and q = round(w / scale): 1 / 127 rounds
