@@ -387,6 +387,7 @@ static void mixture_of_experts(Transformer* t, const LayerWeights* lw, int nb) {
                 n++;
             }
         if (n == 0) continue;
+        s->experts_run++;
         ops->matmul(ops, (float*[]){s->gate, s->up}, s->expert_in,
                     (const Matrix*[]){&lw->expert_gate[e], &lw->expert_up[e]}, 2, n);
         ops->swiglu(ops, s->gate, s->up, n * Fe);

@@ -259,6 +259,8 @@ typedef struct {
     float* expert_weight;
     float *expert_in, *expert_out;
     int* expert_rows;
+    long long experts_run; /* expert products run so far, one per (layer, chunk, expert some row
+                            * chose): -m bench reports how many distinct experts a prefill chunk reads */
     float* logits;   /* [vocab]    logits of the last position */
     void *key_cache, *value_cache; /* [seq_len / KV_BLOCK_LEN (rounded up), L, K, KV_BLOCK_LEN, d]  keys
                                     * after QK-Norm and RoPE, and values, in blocks of positions (model.c, kv_offset) */

@@ -167,6 +167,8 @@ typedef struct {
     int in_cache;      /* bytes_per_token fit in it */
     double matmul_ops, attention_ops; /* per prefill token: a multiply-add counts 2 */
     const char* peak_instruction;     /* what peak_ops timed */
+    double experts_per_chunk; /* Qwen3-MoE: distinct experts a MoE layer multiplies in a prefill chunk,
+                               * the mean over layers and chunks (0: dense, or no prefill) */
 } Bench;
 
 /* The KV cache positions the tests take: the depth and the longer test. */
@@ -182,12 +184,24 @@ static int run_test(Transformer* t, const int* tokens, int test, int n, int dept
     return 0;
 }
 
+/* From the expert products one prefill ran: how many distinct experts a MoE layer's chunk read.
+ * Every prefill of the bench has the same tokens, so one count holds for all of them. */
+static void count_prefill_experts(Bench* b, long long products) {
+    const Config* c = &b->t->config;
+    int moe_layers = 0;
+    for (int l = 0; l < c->n_layers; l++) moe_layers += config_layer_is_moe(c, l);
+    const int chunk = b->t->state.max_batch, chunks = (b->len[0] + chunk - 1) / chunk;
+    if (moe_layers > 0 && b->len[0] > 0) b->experts_per_chunk = (double)products / (moe_layers * chunks);
+}
+
 /* Warm-up: one prefill, then decode steps in windows of 8 until a window is no faster than the
  * best before it (at most 20 s). The first passes over a mapped file can be much slower (page
  * faults, on some machines pages back from disk: docs/design.md#bench-roof); the figures are the
  * steady state, as llama-bench's are. Returns the decode steps taken, or -1 if forward() failed. */
 static int warm_up(Bench* b) {
+    const long long experts_before = b->t->state.experts_run;
     if (b->len[0] > 0 && run_test(b->t, b->tokens, 0, b->len[0], b->depth) != 0) return -1;
+    count_prefill_experts(b, b->t->state.experts_run - experts_before);
     if (b->len[1] <= 0) return 0;
     const int win = b->len[1] < 8 ? b->len[1] : 8;
     double best = 1e30, t_start = seconds(CLOCK_MONOTONIC);
@@ -354,6 +368,10 @@ static void print_head(const Bench* b, long long huge) {
         printf("bench: operations per prefill token: %.4g G (matrix products %.4g G, attention %.4g G at pp%d's "
                "average context)\n", (b->matmul_ops + b->attention_ops) / 1e9, b->matmul_ops / 1e9,
                b->attention_ops / 1e9, b->len[0]);
+    if (b->experts_per_chunk > 0)
+        printf("bench: experts: a decode token reads %d of each MoE layer's %d; a prefill chunk (up to %d rows) "
+               "reads %.2f distinct ones (mean over layers and pp%d's chunks)\n", c->n_experts_active, c->n_experts,
+               t->state.max_batch, b->experts_per_chunk, b->len[0]);
     if (b->in_cache)
         printf("bench: no %% of roof for decode: its %.1f MB per token fit in the %.1f MB last-level cache, "
                "so it is not bound by memory bandwidth (BENCH_LLC_BYTES=0 compares it anyway)\n",

@@ -25,6 +25,8 @@ import os
 import re
 import struct
 import subprocess
+import sys
+import tempfile
 import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -439,6 +441,61 @@ class BenchMode(unittest.TestCase):
             self.assertEqual(p.returncode, 2, p.stderr)
             self.assertEqual(p.stderr, "run: error: " + says + "\n")
 
+
+def bench_tokens(n, vocab_size):
+    """cli/bench.c's fill_tokens: the bench's fixed token ids (a 64-bit LCG)."""
+    s, out = 0x2545F4914F6CDD1D, []
+    for _ in range(n):
+        s = (s * 6364136223846793005 + 1442695040888963407) % (1 << 64)
+        out.append((s >> 33) % vocab_size)
+    return out
+
+
+@unittest.skipIf(not os.path.exists(RUN), "./run is not built (run `make`)")
+class BenchMoe(unittest.TestCase):
+    def test_distinct_experts_per_prefill_chunk(self):
+        """On a tiny Qwen3-MoE model (32 experts, 2 a token, layers 0 and 2 sparse, 1 dense), a prompt
+        of two chunks (the second of 14 rows, so it cannot reach every expert): the head's count of
+        distinct experts a chunk reads is the mean, over the MoE layers and the chunks, of the experts
+        tests/reference.py routes that chunk's rows to."""
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import hf_model
+        import reference
+        with tempfile.TemporaryDirectory() as d:
+            hf_model.write_model(d, hf_model.Spec(
+                arch="qwen3_moe", dtype="F32", n_layers=3, num_experts=32, num_experts_per_tok=2,
+                moe_intermediate_size=16, mlp_only_layers=[1], max_position_embeddings=320))
+            model = os.path.join(d, "m.bin")
+            p = subprocess.run([sys.executable, os.path.join(ROOT, "export.py"), d, model, "--dtype", "f32"],
+                               capture_output=True, text=True, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            n = 270
+            p = subprocess.run([RUN, model, "-m", "bench", "--bench-prompt", str(n), "--bench-gen", "2",
+                                "--bench-reps", "1", "--threads", "2"], capture_output=True, text=True, timeout=300)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            m = re.search(r"bench: experts: a decode token reads 2 of each MoE layer's 32; a prefill chunk "
+                          r"\(up to (\d+) rows\) reads ([\d.]+) distinct ones", p.stdout)
+            self.assertIsNotNone(m, p.stdout)
+            rows, got = int(m.group(1)), float(m.group(2))
+            chunks = (n + rows - 1) // rows
+            self.assertGreater(chunks, 1, "the prompt should take two chunks")
+
+            ref = reference.Reference(d)
+            layer_of = {id(w): l for l, w in enumerate(ref.layers)}
+            route, calls, chosen = ref.route, {}, {}  # chosen: (layer, chunk) -> the experts its rows chose
+
+            def watched(w, h, moe_mistake=None):
+                """The reference routes each position once per MoE layer, in order."""
+                layer = layer_of[id(w)]
+                position = calls[layer] = calls.get(layer, -1) + 1
+                picks = route(w, h, moe_mistake)
+                chosen.setdefault((layer, position // rows), set()).update(e for e, _ in picks)
+                return picks
+            ref.route = watched
+            ref.forward(bench_tokens(n, ref.V))
+            self.assertEqual(sorted(chosen), [(l, c) for l in (0, 2) for c in range(chunks)])
+            want = sum(len(v) for v in chosen.values()) / len(chosen)
+            self.assertAlmostEqual(got, want, delta=0.005, msg=(got, {k: sorted(v) for k, v in chosen.items()}))
 
 if __name__ == "__main__":
     unittest.main()
