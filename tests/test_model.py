@@ -165,6 +165,43 @@ MISTAKES = {
 RESULTS = []  # (variant, dtype, rows, err vs stored weights, err vs source, top-1 agreement)
 
 
+def by_hand_matvec(W, name, x, rows, cols):
+    """Rows x cols tensor `name` of W (row-major) times x, one plain sum per row."""
+    w = W[name]
+    return [sum(w[r * cols + c] * x[c] for c in range(cols)) for r in range(rows)]
+
+
+def by_hand_rmsnorm(x, w, eps):
+    r = 1.0 / math.sqrt(sum(t * t for t in x) / len(x) + eps)
+    return [a * r * b for a, b in zip(x, w)]
+
+
+def by_hand_attention_at_0(W, tok, D, H, hd, eps, v_bias=False):
+    """Layer 0's attention block for token tok at position 0, where attention over the one key
+    returns v itself (every query head reads kv head 0) and RoPE is the identity: the residual
+    stream after the block, and its pre-MLP norm."""
+    p = 'model.layers.0.'
+    x = W['model.embed_tokens.weight'][tok * D:(tok + 1) * D]
+    h = by_hand_rmsnorm(x, W[p + 'input_layernorm.weight'], eps)
+    v = by_hand_matvec(W, p + 'self_attn.v_proj.weight', h, hd, D)
+    if v_bias:
+        v = [a + b for a, b in zip(v, W[p + 'self_attn.v_proj.bias'])]
+    x = [a + b for a, b in zip(x, by_hand_matvec(W, p + 'self_attn.o_proj.weight', v * H, D, H * hd))]
+    return x, by_hand_rmsnorm(x, W[p + 'post_attention_layernorm.weight'], eps)
+
+
+def by_hand_top(scores, k):
+    """The indices of the k largest scores, largest first (ties: the lower index)."""
+    chosen = []
+    for _ in range(k):
+        best = None
+        for e in range(len(scores)):
+            if e not in chosen and (best is None or scores[e] > scores[best]):
+                best = e
+        chosen.append(best)
+    return chosen
+
+
 class TestReference(unittest.TestCase):
     """Checks of hf_model.py and reference.py on their own (no engine needed)."""
 
@@ -223,7 +260,6 @@ class TestReference(unittest.TestCase):
         self.assertAlmostEqual(ref.inv_freq[7], 1e6 ** (-14 / 16), places=10)
 
     def test_rope_pairs_by_hand(self):
-        import math
         ref = Reference(self.write('rope', dtype='F32')[0])
         x = [0.0] * 16
         x[0], x[8] = 1.0, 2.0        # rotate-half pairs element 0 with element 8
@@ -244,7 +280,6 @@ class TestReference(unittest.TestCase):
     def test_position0_by_hand(self):
         """At position 0 attention over one key returns v itself, and RoPE is the identity, so the
         logits of a 1-layer model follow from a few lines written out here independently."""
-        import math
         for arch, kw in (('qwen3', {}), ('qwen2', dict(head_dim=None)), ('llama', dict(tie=False))):
             d, st = self.write('p0_' + arch, arch=arch, dtype='F32', n_layers=1, n_kv_heads=1, **kw)
             W = {k: v[2] for k, v in st.items()}
@@ -253,27 +288,15 @@ class TestReference(unittest.TestCase):
             tok, eps = 77, cfg.rms_norm_eps
 
             def mv(name, x, rows, cols):
-                w = W[name]
-                return [sum(w[r * cols + c] * x[c] for c in range(cols)) for r in range(rows)]
-
-            def norm(x, w):
-                r = 1.0 / math.sqrt(sum(t * t for t in x) / len(x) + eps)
-                return [a * r * b for a, b in zip(x, w)]
+                return by_hand_matvec(W, name, x, rows, cols)
 
             p = 'model.layers.0.'
-            x = W['model.embed_tokens.weight'][tok * D:(tok + 1) * D]
-            h = norm(x, W[p + 'input_layernorm.weight'])
-            v = mv(p + 'self_attn.v_proj.weight', h, hd, D)
-            if arch == 'qwen2':
-                v = [a + b for a, b in zip(v, W[p + 'self_attn.v_proj.bias'])]
-            o = mv(p + 'self_attn.o_proj.weight', v * H, D, H * hd)  # every head reads kv head 0
-            x = [a + b for a, b in zip(x, o)]
-            h = norm(x, W[p + 'post_attention_layernorm.weight'])
+            x, h = by_hand_attention_at_0(W, tok, D, H, hd, eps, v_bias=arch == 'qwen2')
             g = mv(p + 'mlp.gate_proj.weight', h, F, D)
             u = mv(p + 'mlp.up_proj.weight', h, F, D)
             m = mv(p + 'mlp.down_proj.weight', [a / (1 + math.exp(-a)) * b for a, b in zip(g, u)], D, F)
             x = [a + b for a, b in zip(x, m)]
-            h = norm(x, W['model.norm.weight'])
+            h = by_hand_rmsnorm(x, W['model.norm.weight'], eps)
             head = 'lm_head.weight' if 'lm_head.weight' in W and not cfg.tie else 'model.embed_tokens.weight'
             expect = mv(head, h, V, D)
             got = Reference(d).forward([tok])[0]
@@ -352,10 +375,9 @@ class TestReference(unittest.TestCase):
 
     def test_moe_block_by_hand(self):
         """One token through a 1-layer Qwen3-MoE model, the sparse block written out here with
-        explicit loops (softmax over all experts, top-k, optional renormalisation, the weighted sum
+        plain loops (softmax over all experts, top-k, optional renormalisation, the weighted sum
         of the chosen experts' SwiGLU), with and without norm_topk_prob, and with the three
         routing mistakes."""
-        import math
         for norm_topk in (True, False):
             kw = dict(arch='qwen3_moe', dtype='F32', n_layers=1, n_kv_heads=1, num_experts=5,
                       num_experts_per_tok=2, moe_intermediate_size=16, norm_topk_prob=norm_topk, seed=21)
@@ -367,48 +389,21 @@ class TestReference(unittest.TestCase):
             tok, eps = 91, cfg.rms_norm_eps
 
             def mv(name, x, rows, cols):
-                w = W[name]
-                out = []
-                for r in range(rows):
-                    acc = 0.0
-                    for c in range(cols):
-                        acc += w[r * cols + c] * x[c]
-                    out.append(acc)
-                return out
-
-            def norm(x, w):
-                r = 1.0 / math.sqrt(sum(t * t for t in x) / len(x) + eps)
-                return [a * r * b for a, b in zip(x, w)]
+                return by_hand_matvec(W, name, x, rows, cols)
 
             p = 'model.layers.0.'
-            x = W['model.embed_tokens.weight'][tok * D:(tok + 1) * D]
-            h = norm(x, W[p + 'input_layernorm.weight'])
-            v = mv(p + 'self_attn.v_proj.weight', h, hd, D)  # position 0: attention returns v
-            x = [a + b for a, b in zip(x, mv(p + 'self_attn.o_proj.weight', v * H, D, H * hd))]
-            h = norm(x, W[p + 'post_attention_layernorm.weight'])
+            x, h = by_hand_attention_at_0(W, tok, D, H, hd, eps)
 
             def expect(mistake=None):
                 logits = mv(p + 'mlp.gate.weight', h, E, D)
                 if mistake == 'softmax-after-topk':
-                    chosen = []
-                    for _ in range(k):
-                        best = None
-                        for e in range(E):
-                            if e not in chosen and (best is None or logits[e] > logits[best]):
-                                best = e
-                        chosen.append(best)
+                    chosen = by_hand_top(logits, k)
                     z = sum(math.exp(logits[e]) for e in chosen)
                     weights = [math.exp(logits[e]) / z for e in chosen]
                 else:
                     z = sum(math.exp(t) for t in logits)
                     prob = [math.exp(t) / z for t in logits]
-                    chosen = []
-                    for _ in range(k):
-                        best = None
-                        for e in range(E):
-                            if e not in chosen and (best is None or prob[e] > prob[best]):
-                                best = e
-                        chosen.append(best)
+                    chosen = by_hand_top(prob, k)
                     weights = [prob[e] for e in chosen]
                 if norm_topk and mistake != 'no-renorm':
                     total = sum(weights)
@@ -424,7 +419,8 @@ class TestReference(unittest.TestCase):
                     for i in range(D):
                         y[i] += wt * o[i]
                 x2 = [a + b for a, b in zip(x, y)]
-                return mv('model.embed_tokens.weight', norm(x2, W['model.norm.weight']), V, D), chosen, weights
+                return (mv('model.embed_tokens.weight', by_hand_rmsnorm(x2, W['model.norm.weight'], eps), V, D),
+                        chosen, weights)
 
             ref = Reference(d)
             want, chosen, weights = expect()

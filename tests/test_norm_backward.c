@@ -27,6 +27,18 @@ static double loss(const double* x, const double* w, const double* dy, int n, do
     return l;
 }
 
+/* d loss / d v[i] by central differences, v being x or w (the other arrays as they are). */
+static double difference(double* v, int i, double h, const double* x, const double* w, const double* dy, int n,
+                         double eps) {
+    const double keep = v[i];
+    v[i] = keep + h;
+    const double plus = loss(x, w, dy, n, eps);
+    v[i] = keep - h;
+    const double minus = loss(x, w, dy, n, eps);
+    v[i] = keep;
+    return (plus - minus) / (2 * h);
+}
+
 /* dx and dw of one row, both against central differences in double (step h relative to each
  * value), within 1e-4 of the size of the terms the formula adds: max |w dy| / r for dx (its two
  * terms can cancel, as for n = 1, where the gradient is eps-small), max |dy x^| for dw. fp32's
@@ -48,21 +60,8 @@ static void check_against_differences(int n, double scale, double eps) {
         big_w = fmax(big_w, fabs(dyd[i] * xd[i]) / sqrt(ms + eps));
     }
     for (int i = 0; i < n; i++) {
-        const double hx = 1e-5 * (fabs(xd[i]) + scale), hw = 1e-5;
-        double keep = xd[i];
-        xd[i] = keep + hx;
-        const double lp = loss(xd, wd, dyd, n, eps);
-        xd[i] = keep - hx;
-        const double lm = loss(xd, wd, dyd, n, eps);
-        xd[i] = keep;
-        const double num_x = (lp - lm) / (2 * hx);
-        keep = wd[i];
-        wd[i] = keep + hw;
-        const double wp = loss(xd, wd, dyd, n, eps);
-        wd[i] = keep - hw;
-        const double wm = loss(xd, wd, dyd, n, eps);
-        wd[i] = keep;
-        const double num_w = (wp - wm) / (2 * hw);
+        const double num_x = difference(xd, i, 1e-5 * (fabs(xd[i]) + scale), xd, wd, dyd, n, eps);
+        const double num_w = difference(wd, i, 1e-5, xd, wd, dyd, n, eps);
         worst_x = fmax(worst_x, fabs(dx[i] - num_x));
         worst_w = fmax(worst_w, fabs(dw[i] - num_w));
     }
