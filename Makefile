@@ -137,19 +137,22 @@ test-scalar:
 
 -include $(shell find $(B)/obj $(B)/obj-avx2 -name '*.d' 2>/dev/null)
 
-# `make bench`: random checkpoints with the real shape of each Qwen3 dense size in BENCH_SIZES
-# (0.6b 1.7b 4b 8b 14b; written once: 2 bytes a parameter for the Hugging Face folder, then each
-# format), then `./run MODEL -m bench --threads 1,2` for each format (the thread counts take turns
-# in one process). tools/bench_models.py skips, saying why, a format whose file would not fit in
-# half of the memory or on the disk.
+# `make bench`: random checkpoints with the real shape of each Qwen3 size in BENCH_SIZES
+# (0.6b 1.7b 4b 8b 14b 30b-a3b; written once: 2 bytes a parameter for a dense size's Hugging Face
+# folder, then each format; 30b-a3b straight in the engine's format), then `./run MODEL -m bench
+# --threads 1,2` for each format (the thread counts take turns in one process). BENCH_LAYERS cuts
+# every size to that many layers. tools/bench_models.py skips, saying why, a format whose file
+# would not fit in memory (half of it; 3/4 for 30b-a3b) or on the disk.
 BENCH_DIR ?= build/bench
 BENCH_SIZES ?= 0.6b
 BENCH_DTYPES ?= q8 q4 bf16 f32
 BENCH_THREADS ?= 1,2
 BENCH_ARGS ?=
+BENCH_LAYERS ?=
 bench: all
 	@for size in $(BENCH_SIZES); do \
-	  models=$$($(PYTHON) tools/bench_models.py $(BENCH_DIR) $(BENCH_DTYPES) --size $$size) || exit 1; \
+	  models=$$($(PYTHON) tools/bench_models.py $(BENCH_DIR) $(BENCH_DTYPES) --size $$size \
+	    $(if $(BENCH_LAYERS),--layers $(BENCH_LAYERS))) || exit 1; \
 	  for model in $$models; do \
 	    echo "== $$(basename $$model .bin)"; \
 	    ./run $$model -m bench --threads $(BENCH_THREADS) $(BENCH_ARGS) || exit 1; \

@@ -980,6 +980,37 @@ def remove_stale_temporaries(out_dir, base):
             pass
 
 
+def file_flags(c, has_qk_norm):
+    """The header's flags for a parsed config; has_qk_norm: the source stores q_norm and k_norm
+    (Qwen3 always does)."""
+    flags = 0
+    if c["arch"] in (ARCH_QWEN3, ARCH_QWEN3_MOE) or has_qk_norm:
+        flags |= FLAG_QK_NORM
+    if c["arch"] == ARCH_QWEN2:
+        flags |= FLAG_QKV_BIAS
+    if c["tied"]:
+        flags |= FLAG_TIED_EMBED
+    if c["yarn"]:
+        flags |= FLAG_ROPE_YARN
+    if c.get("moe"):
+        flags |= FLAG_MOE
+    return flags
+
+
+def pack_header(c, flags, wtype, gs, bos, tok_offset, tok_size, weights_offset, weights_size):
+    """The 256-byte FileHeader of model.h."""
+    eos = c["eos_ids"] + [0] * (MAX_EOS - len(c["eos_ids"]))
+    header = struct.pack(
+        HEADER_FORMAT, MAGIC, VERSION, c["arch"], flags, c["dim"], c["hidden_dim"],
+        c["n_layers"], c["n_heads"], c["n_kv_heads"], c["head_dim"], c["vocab_size"],
+        c["max_seq_len"], wtype, gs, c["rms_norm_eps"], bos, c["rope_theta"],
+        len(c["eos_ids"]), *eos, c["temperature"], c["top_p"], c["top_k"], 0, 0,
+        tok_offset, tok_size, weights_offset, weights_size, *yarn_fields(c["yarn"]),
+        *moe_fields(c.get("moe")))
+    assert len(header) == 256
+    return header
+
+
 def read_inputs(folder, dtype_name, group_size, tokenizer_dir):
     """Reads and checks every input file before anything is converted. Returns the export's plan
     as a dict; raises ExportError (one line naming the file and the field) on any input that is
@@ -996,17 +1027,7 @@ def read_inputs(folder, dtype_name, group_size, tokenizer_dir):
     if tokenizer_dir is not None and not os.path.isfile(os.path.join(tokenizer_dir, "tokenizer.json")):
         raise ExportError(f"{tokenizer_dir}: no tokenizer.json there (--tokenizer)")
 
-    flags = 0
-    if c["arch"] in (ARCH_QWEN3, ARCH_QWEN3_MOE) or "model.layers.0.self_attn.q_norm.weight" in table:
-        flags |= FLAG_QK_NORM
-    if c["arch"] == ARCH_QWEN2:
-        flags |= FLAG_QKV_BIAS
-    if c["tied"]:
-        flags |= FLAG_TIED_EMBED
-    if c["yarn"]:
-        flags |= FLAG_ROPE_YARN
-    if c.get("moe"):
-        flags |= FLAG_MOE
+    flags = file_flags(c, "model.layers.0.self_attn.q_norm.weight" in table)
     c["flags"] = flags
     plan = tensor_plan(c)
 
@@ -1096,17 +1117,9 @@ def export(folder, out_path, dtype_name, group_size, tokenizer_dir, jobs=None):
                     progress(done, total, t0, name)
             w.pad()
             end = f.tell()
-            eos = c["eos_ids"] + [0] * (MAX_EOS - len(c["eos_ids"]))
-            header = struct.pack(
-                HEADER_FORMAT, MAGIC, VERSION, c["arch"], flags, c["dim"], c["hidden_dim"],
-                c["n_layers"], c["n_heads"], c["n_kv_heads"], c["head_dim"], c["vocab_size"],
-                c["max_seq_len"], wtype, gs, c["rms_norm_eps"], bos, c["rope_theta"],
-                len(c["eos_ids"]), *eos, c["temperature"], c["top_p"], c["top_k"], 0, 0,
-                tok_offset, len(tok), weights_offset, end - weights_offset, *yarn_fields(c["yarn"]),
-                *moe_fields(c.get("moe")))
-            assert len(header) == 256
             f.seek(0)
-            f.write(header)
+            f.write(pack_header(c, flags, wtype, gs, bos, tok_offset, len(tok), weights_offset,
+                                end - weights_offset))
             # On disk before the rename, so a crash cannot leave a partial file under the final
             # name. Then the cached copy is dropped: written pages sit in the page cache in small
             # pages, and the engine maps weights in 2 MB pages only from a cache it fills itself

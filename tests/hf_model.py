@@ -571,6 +571,7 @@ def read_header(path):
              'rms_norm_eps', 'bos_id', 'rope_theta', 'n_eos']
     h = dict(zip(names, fields))
     h['eos_ids'] = list(fields[18:18 + h['n_eos']])
+    h.update(zip(['tok_offset', 'tok_size', 'weights_offset', 'weights_size'], fields[31:35]))
     h.update(zip(['rope_factor', 'rope_original_max', 'rope_beta_fast', 'rope_beta_slow', 'rope_attention_factor',
                   'rope_truncate'], fields[-6:]))
     return h

@@ -67,18 +67,22 @@ def parse_gguf(path):
     return version, kv, tensors, data_start, len(buf)
 
 
+MOE_CFG = dict(CFG, architectures=["Qwen3MoeForCausalLM"], num_experts=8, num_experts_per_tok=2,
+               moe_intermediate_size=32, tie_word_embeddings=False)
+
+
 class MakeRandomGGUF(unittest.TestCase):
-    def write(self, typ, tokenizer):
+    def write(self, typ, tokenizer, cfg=CFG):
         tmp = tempfile.mkdtemp(prefix="qwen3_gguf_")
         self.addCleanup(shutil.rmtree, tmp, True)
         with open(os.path.join(tmp, "config.json"), "w") as f:
-            json.dump(CFG, f)
+            json.dump(cfg, f)
         if tokenizer:
             vocab = {"tok%d" % i: i for i in range(300)}
             with open(os.path.join(tmp, "tokenizer.json"), "w") as f:
                 json.dump({"model": {"vocab": vocab, "merges": [["t", "o"], "to k"]},
                            "added_tokens": [{"id": 300, "content": "<|im_end|>"}]}, f)
-        out = os.path.join(tmp, "m.gguf")
+        out = self.path = os.path.join(tmp, "m.gguf")
         p = subprocess.run([sys.executable, TOOL, tmp, out, "--type", typ], capture_output=True, text=True)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(sorted(os.listdir(tmp)), sorted(["config.json", "m.gguf"] + (["tokenizer.json"] if tokenizer else [])),
@@ -135,6 +139,39 @@ class MakeRandomGGUF(unittest.TestCase):
 
     def test_without_tokenizer(self):
         self.check("q8_0", tokenizer=False)
+
+    def test_moe(self):
+        """Qwen3-MoE as llama.cpp's qwen3moe: its expert keys, a float32 router [hidden, experts]
+        of distinct rows, each projection's experts as one 3-d tensor, no dense MLP."""
+        for typ in ("q8_0", "q4_0"):
+            with self.subTest(typ=typ):
+                version, kv, tensors, data_start, size = self.write(typ, False, MOE_CFG)
+                self.assertEqual(kv["general.architecture"], "qwen3moe")
+                for key, want in (("expert_count", 8), ("expert_used_count", 2), ("expert_feed_forward_length", 32),
+                                  ("block_count", 2), ("attention.head_count_kv", 2)):
+                    self.assertEqual(kv["qwen3moe." + key], want, key)
+                info = {t[0]: t for t in tensors}
+                self.assertEqual(len(tensors), 1 + 2 * 12 + 2, "embedding, 12 per layer, final norm, head")
+                self.assertEqual(info["blk.1.ffn_gate_inp.weight"][1:3], ([64, 8], 0))
+                self.assertEqual(info["blk.1.ffn_gate_exps.weight"][1:3], ([64, 32, 8], TYPE_IDS[typ]))
+                self.assertEqual(info["blk.1.ffn_up_exps.weight"][1:3], ([64, 32, 8], TYPE_IDS[typ]))
+                self.assertEqual(info["blk.0.ffn_down_exps.weight"][1:3], ([32, 64, 8], TYPE_IDS[typ]))
+                self.assertNotIn("blk.0.ffn_gate.weight", info)
+                with open(os.path.join(os.path.dirname(self.path), "m.gguf"), "rb") as f:
+                    f.seek(data_start + info["blk.0.ffn_gate_inp.weight"][3])
+                    router = struct.unpack("<512f", f.read(2048))
+                self.assertEqual(len({router[i * 64:(i + 1) * 64] for i in range(8)}), 8, "distinct router rows")
+                names = [t[0] for t in tensors]
+                self.assertEqual(names.index("blk.1.ffn_down_exps.weight") + 1, names.index("output_norm.weight"))
+
+    def test_moe_with_dense_layers_refused(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, "config.json"), "w") as f:
+                json.dump(dict(MOE_CFG, mlp_only_layers=[0]), f)
+            p = subprocess.run([sys.executable, TOOL, tmp, os.path.join(tmp, "x.gguf")], capture_output=True, text=True)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn("mlp_only_layers", p.stderr)
+            self.assertEqual(os.listdir(tmp), ["config.json"])
 
     def test_missing_config(self):
         with tempfile.TemporaryDirectory() as tmp:

@@ -6,11 +6,12 @@ llama-bench beside `./run -m bench` on the same machine.
     python3 tools/make_random_gguf.py DIR OUT.gguf --type q8_0|q4_0|bf16|f32
     llama-bench -m OUT.gguf -p 512 -n 128 -r 5 -t 1
 
-Takes the shape from DIR/config.json (a Hugging Face Qwen3 folder: hidden size, layers, heads,
-head_dim, vocabulary, rope_theta, rms_norm_eps, tied embeddings) and the vocabulary and merges
+Takes the shape from DIR/config.json (a Hugging Face Qwen3 or Qwen3-MoE folder: hidden size, layers,
+heads, head_dim, vocabulary, rope_theta, rms_norm_eps, tied embeddings, experts) and the vocabulary and merges
 from DIR/tokenizer.json when it is there (else placeholder tokens and no merges: enough for
 llama-bench, which feeds random token ids). Every matrix gets the one type (as `llama-quantize
---pure` would; a plain llama-quantize to q4_0 would give the tied embedding/head q6_K), norms f32.
+--pure` would; a plain llama-quantize to q4_0 would give the tied embedding/head q6_K), norms f32,
+a MoE router f32 and wholly random (N(0, 1/hidden)), so that tokens spread over the experts.
 The weights are not DIR's: like make_random_qwen3.py's they are a repeated random block (SCALE,
 STD below). GGUF version 3, tensors aligned to 32 bytes, written to a temporary file and renamed
 at the end, then dropped from the page cache (drop_from_page_cache). Python 3 standard library
@@ -46,7 +47,8 @@ def metadata(cfg, tokenizer, name):
 
     D, H = cfg["hidden_size"], cfg["num_attention_heads"]
     hd = cfg.get("head_dim") or D // H
-    add("general.architecture", GGUF_STRING, gguf_string("qwen3"))
+    arch = architecture(cfg)
+    add("general.architecture", GGUF_STRING, gguf_string(arch))
     add("general.name", GGUF_STRING, gguf_string(name))
     add("general.alignment", GGUF_U32, struct.pack("<I", ALIGN))
     for key, value in (("context_length", cfg.get("max_position_embeddings", 40960)),
@@ -54,9 +56,13 @@ def metadata(cfg, tokenizer, name):
                        ("feed_forward_length", cfg["intermediate_size"]), ("attention.head_count", H),
                        ("attention.head_count_kv", cfg["num_key_value_heads"]),
                        ("attention.key_length", hd), ("attention.value_length", hd)):
-        add("qwen3." + key, GGUF_U32, struct.pack("<I", value))
-    add("qwen3.rope.freq_base", GGUF_F32, struct.pack("<f", cfg.get("rope_theta", 1e6)))
-    add("qwen3.attention.layer_norm_rms_epsilon", GGUF_F32, struct.pack("<f", cfg.get("rms_norm_eps", 1e-6)))
+        add(arch + "." + key, GGUF_U32, struct.pack("<I", value))
+    if arch == "qwen3moe":
+        for key, value in (("expert_count", cfg["num_experts"]), ("expert_used_count", cfg["num_experts_per_tok"]),
+                           ("expert_feed_forward_length", cfg["moe_intermediate_size"])):
+            add(arch + "." + key, GGUF_U32, struct.pack("<I", value))
+    add(arch + ".rope.freq_base", GGUF_F32, struct.pack("<f", cfg.get("rope_theta", 1e6)))
+    add(arch + ".attention.layer_norm_rms_epsilon", GGUF_F32, struct.pack("<f", cfg.get("rms_norm_eps", 1e-6)))
 
     V = cfg["vocab_size"]
     tokens, types, merges = [None] * V, [TOKEN_UNUSED] * V, []
@@ -87,26 +93,46 @@ def metadata(cfg, tokenizer, name):
     return kv
 
 
+def architecture(cfg):
+    """llama.cpp's architecture for the config: qwen3, or qwen3moe, whose every layer is sparse
+    (it has no dense layers, so mlp_only_layers and decoder_sparse_step are refused)."""
+    if "Qwen3MoeForCausalLM" not in cfg.get("architectures", []):
+        return "qwen3"
+    if cfg.get("mlp_only_layers") or cfg.get("decoder_sparse_step", 1) != 1:
+        sys.exit("make_random_gguf.py: llama.cpp's qwen3moe makes every layer sparse; this config has "
+                 "mlp_only_layers or a decoder_sparse_step other than 1")
+    return "qwen3moe"
+
+
 def tensor_list(cfg):
-    """(name, GGUF dims: innermost first, is a matrix). llama.cpp's names for the Qwen3 tensors."""
+    """(name, GGUF dims: innermost first, kind: MATRIX, VECTOR or ROUTER). llama.cpp's names for
+    the Qwen3 and Qwen3-MoE tensors; a layer's experts are one 3-d tensor per projection."""
     D, F = cfg["hidden_size"], cfg["intermediate_size"]
     H, K = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     hd = cfg.get("head_dim") or D // H
     V = cfg["vocab_size"]
-    out = [("token_embd.weight", (D, V), True)]
+    moe = architecture(cfg) == "qwen3moe"
+    out = [("token_embd.weight", (D, V), MATRIX)]
     for l in range(cfg["num_hidden_layers"]):
         p = "blk.%d." % l
-        out += [(p + "attn_norm.weight", (D,), False), (p + "attn_q.weight", (D, H * hd), True),
-                (p + "attn_k.weight", (D, K * hd), True), (p + "attn_v.weight", (D, K * hd), True),
-                (p + "attn_output.weight", (H * hd, D), True), (p + "attn_q_norm.weight", (hd,), False),
-                (p + "attn_k_norm.weight", (hd,), False), (p + "ffn_norm.weight", (D,), False),
-                (p + "ffn_gate.weight", (D, F), True), (p + "ffn_up.weight", (D, F), True),
-                (p + "ffn_down.weight", (F, D), True)]
-    out.append(("output_norm.weight", (D,), False))
+        out += [(p + "attn_norm.weight", (D,), VECTOR), (p + "attn_q.weight", (D, H * hd), MATRIX),
+                (p + "attn_k.weight", (D, K * hd), MATRIX), (p + "attn_v.weight", (D, K * hd), MATRIX),
+                (p + "attn_output.weight", (H * hd, D), MATRIX), (p + "attn_q_norm.weight", (hd,), VECTOR),
+                (p + "attn_k_norm.weight", (hd,), VECTOR), (p + "ffn_norm.weight", (D,), VECTOR)]
+        if moe:
+            E, Fe = cfg["num_experts"], cfg["moe_intermediate_size"]
+            out += [(p + "ffn_gate_inp.weight", (D, E), ROUTER), (p + "ffn_gate_exps.weight", (D, Fe, E), MATRIX),
+                    (p + "ffn_up_exps.weight", (D, Fe, E), MATRIX), (p + "ffn_down_exps.weight", (Fe, D, E), MATRIX)]
+        else:
+            out += [(p + "ffn_gate.weight", (D, F), MATRIX), (p + "ffn_up.weight", (D, F), MATRIX),
+                    (p + "ffn_down.weight", (F, D), MATRIX)]
+    out.append(("output_norm.weight", (D,), VECTOR))
     if not cfg.get("tie_word_embeddings", False):
-        out.append(("output.weight", (D, V), True))
+        out.append(("output.weight", (D, V), MATRIX))
     return out
 
+
+MATRIX, VECTOR, ROUTER = "matrix", "vector", "router"
 
 # The values: f32/bf16 weights N(0, 0.02^2); q8_0 blocks of uniform int8 with scale 0.0002, q4_0
 # of uniform nibbles with scale 0.0004 (the speed does not depend on them).
@@ -171,8 +197,8 @@ def main():
     kv = metadata(cfg, tokenizer, "random-qwen3-" + a.type)
     rng = random.Random(a.seed)
     infos, plan, offset = [], [], 0
-    for name, dims, is_matrix in tensor_list(cfg):
-        typ = a.type if is_matrix else "f32"
+    for name, dims, kind in tensor_list(cfg):
+        typ = a.type if kind == MATRIX else "f32"
         n = 1
         for d in dims:
             n *= d
@@ -183,7 +209,7 @@ def main():
         size = n // weights_per_block * per_block
         infos.append(gguf_string(name) + struct.pack("<I", len(dims)) +
                      b"".join(struct.pack("<Q", d) for d in dims) + struct.pack("<IQ", GGML_TYPES[typ], offset))
-        plan.append((is_matrix, size))
+        plan.append((kind, size, dims[0]))
         offset += (size + ALIGN - 1) // ALIGN * ALIGN
 
     tmp = a.out + ".tmp"
@@ -194,8 +220,12 @@ def main():
                 f.write(item)
             f.write(b"\0" * (-f.tell() % ALIGN))
             pattern = random_blocks(a.type, rng)
-            for is_matrix, size in plan:
-                write_repeated(f, pattern if is_matrix else struct.pack("<f", 1.0), size)  # norms: 1
+            router = None
+            for kind, size, cols in plan:
+                if kind == ROUTER:  # all of it random: a repeated block would tie experts' scores
+                    router = router or struct.pack("<%df" % (size // 4),
+                                                   *[rng.gauss(0, cols ** -0.5) for _ in range(size // 4)])
+                write_repeated(f, {MATRIX: pattern, VECTOR: struct.pack("<f", 1.0), ROUTER: router}[kind], size)
                 f.write(b"\0" * (-size % ALIGN))
         os.replace(tmp, a.out)
         drop_from_page_cache(a.out)

@@ -1,17 +1,19 @@
 #!/usr/bin/env python3
-"""make_random_qwen3.py: a random checkpoint with the real shape of a Qwen3 dense size, for speed tests.
+"""make_random_qwen3.py: a random checkpoint with the real shape of a Qwen3 size, for speed tests.
 
-    python3 tools/make_random_qwen3.py OUT_DIR [--size 0.6b|1.7b|4b|8b|14b | --config config.json]
+    python3 tools/make_random_qwen3.py OUT_DIR [--size 0.6b|1.7b|4b|8b|14b|30b-a3b | --config config.json]
                                                [--layers N] [--seed S] [--tokenizer DIR] [--config-only]
     python3 export.py OUT_DIR out.bin --dtype f32|bf16|q8|q4
 
 Writes OUT_DIR/config.json, generation_config.json and model.safetensors (BF16, the tensor names of
-QWEN3.md 3.3) in Hugging Face layout. --size picks the shape of QWEN3.md 1.1, embedded below
+QWEN3.md 3.3, and 8.2 for the experts) in Hugging Face layout. --size picks the shape of QWEN3.md
+1.1 or 8.1, embedded below
 (default 0.6b); --config takes it from a config.json instead. 0.6B, 1.7B and 4B tie the head to the
 embedding (no lm_head.weight); 8B and 14B store lm_head.weight [vocab, hidden] as Hugging Face does.
 With --tokenizer DIR (default: ../shared/qwen3-tokenizer when it exists) tokenizer.json and
 tokenizer_config.json are copied too. --config-only writes everything but model.safetensors and
-says how large it would be.
+says how large it would be: what tools/make_random_checkpoint.py and make_random_gguf.py need to
+write the engine's checkpoint and llama.cpp's GGUF straight away (30b-a3b is 61 GB of BF16).
 
 The weights are random but not meaningless in scale: projections (and an untied head) are uniform
 with standard deviation 1/sqrt(in_features) so activations stay O(1), norm weights are 1. For speed
@@ -72,6 +74,18 @@ SIZES = {
     "14b": (5120, 17408, 40, 40, 8, False),
 }
 
+# The Qwen3-MoE size (QWEN3.md 8.1): the fields of Qwen/Qwen3-30B-A3B's config.json that differ
+# from the 0.6B file. Every layer is a mixture of experts (decoder_sparse_step 1, no mlp_only_layers).
+MOE_SIZES = {
+    "30b-a3b": {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 2048,
+                "intermediate_size": 6144, "num_hidden_layers": 48, "max_window_layers": 48,
+                "num_attention_heads": 32, "num_key_value_heads": 4, "tie_word_embeddings": False,
+                "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
+                "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": [],
+                "router_aux_loss_coef": 0.001, "output_router_logits": False},
+}
+ALL_SIZES = list(SIZES) + list(MOE_SIZES)
+
 DEFAULT_GENERATION = {
     "bos_token_id": 151643,
     "do_sample": True,
@@ -102,8 +116,30 @@ def random_block(rng, std):
     return b"".join(table[i] for i in idx)
 
 
-def tensor_list(cfg):
+def layer_is_moe(cfg, l):
+    """transformers' rule (QWEN3.md 8.1): a Qwen3-MoE layer is sparse unless mlp_only_layers keeps
+    it dense or decoder_sparse_step skips it."""
+    return (cfg.get("num_experts", 0) > 0 and "Qwen3MoeForCausalLM" in cfg.get("architectures", [])
+            and l not in cfg.get("mlp_only_layers", []) and (l + 1) % cfg.get("decoder_sparse_step", 1) == 0)
+
+
+def mlp_tensors(cfg, p, l):
+    """Layer l's MLP: the dense SwiGLU, or the router and each expert's three matrices."""
     D, F = cfg["hidden_size"], cfg["intermediate_size"]
+    if not layer_is_moe(cfg, l):
+        return [(p + "mlp.gate_proj.weight", [F, D], "proj"), (p + "mlp.up_proj.weight", [F, D], "proj"),
+                (p + "mlp.down_proj.weight", [D, F], "proj")]
+    E, Fe = cfg["num_experts"], cfg["moe_intermediate_size"]
+    out = [(p + "mlp.gate.weight", [E, D], "proj")]
+    for e in range(E):
+        q = f"{p}mlp.experts.{e}."
+        out += [(q + "gate_proj.weight", [Fe, D], "proj"), (q + "up_proj.weight", [Fe, D], "proj"),
+                (q + "down_proj.weight", [D, Fe], "proj")]
+    return out
+
+
+def tensor_list(cfg):
+    D = cfg["hidden_size"]
     H, K = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     d = cfg.get("head_dim") or D // H
     V, L = cfg["vocab_size"], cfg["num_hidden_layers"]
@@ -119,10 +155,7 @@ def tensor_list(cfg):
             (p + "self_attn.q_norm.weight", [d], "norm"),
             (p + "self_attn.k_norm.weight", [d], "norm"),
             (p + "post_attention_layernorm.weight", [D], "norm"),
-            (p + "mlp.gate_proj.weight", [F, D], "proj"),
-            (p + "mlp.up_proj.weight", [F, D], "proj"),
-            (p + "mlp.down_proj.weight", [D, F], "proj"),
-        ]
+        ] + mlp_tensors(cfg, p, l)
     out.append(("model.norm.weight", [D], "norm"))
     if not cfg.get("tie_word_embeddings", False):
         out.append(("lm_head.weight", [V, D], "proj"))  # logits O(1), and other values than the embedding
@@ -141,9 +174,12 @@ def write_repeated(f, block, nbytes, start):
 
 
 def size_config(size):
-    """config.json of a dense size: the 0.6B file with the fields of SIZES changed."""
-    D, F, L, H, K, tie = SIZES[size]
+    """config.json of a size: the 0.6B file with the fields of SIZES or MOE_SIZES changed."""
     cfg = dict(BASE_CONFIG)
+    if size in MOE_SIZES:
+        cfg.update(MOE_SIZES[size])
+        return cfg
+    D, F, L, H, K, tie = SIZES[size]
     cfg.update(hidden_size=D, intermediate_size=F, num_hidden_layers=L, max_window_layers=L,
                num_attention_heads=H, num_key_value_heads=K, tie_word_embeddings=tie)
     return cfg
@@ -233,8 +269,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out_dir")
     shape = ap.add_mutually_exclusive_group()
-    shape.add_argument("--size", choices=list(SIZES), default="0.6b",
-                       help="the Qwen3 dense size whose shape to use (default 0.6b)")
+    shape.add_argument("--size", choices=ALL_SIZES, default="0.6b",
+                       help="the Qwen3 size whose shape to use (default 0.6b)")
     shape.add_argument("--config", help="a config.json to take the shape from instead")
     ap.add_argument("--layers", type=int, help="override num_hidden_layers (smaller test files)")
     ap.add_argument("--seed", type=int, default=1234)

@@ -24,7 +24,8 @@ have neither).
 
 --llama-bench PATH runs upstream llama.cpp's own `llama-bench -m GGUF -t T -p PROMPT -n GEN -r REPS
 -o jsonl` instead of lbench (its avg_ts is the figure), for a build of an upstream checkout
-(tools/llama_cpp/build_upstream.sh). --size picks the model shape (0.6b, 1.7b, 4b, 8b, 14b).
+(tools/llama_cpp/build_upstream.sh). --size picks the model shape (0.6b, 1.7b, 4b, 8b, 14b,
+30b-a3b), --layers N cuts it to N layers (30b-a3b's two q8 files fit in 24 GB of page cache at 12).
 
 The models are the random Qwen3 shape of --size (default 0.6b) under --dir (default build/bench, shared with `make
 bench`): the Hugging Face folder and this engine's checkpoints from tools/bench_models.py (as
@@ -87,14 +88,15 @@ def fail(msg):
 
 def prepare(a, formats):
     """The files the rounds read, written where missing; returns {format: (checkpoint, gguf)}."""
-    ckpts = bench_models.ensure(a.dir, formats, a.run, "compare.py", a.size)
-    hf = bench_models.hf_folder(a.dir, a.size)
+    ckpts = bench_models.ensure(a.dir, formats, a.run, "compare.py", a.size, a.layers)
+    hf = bench_models.hf_folder(a.dir, a.size, a.layers)
+    cut = [] if a.layers is None else ["--layers", str(a.layers)]
     files = {}
     for f in [f for f in formats if f in ckpts]:
-        gguf = os.path.join(a.dir, f"qwen3-{a.size}-{GGUF_TYPE[f]}.gguf")
+        gguf = os.path.join(a.dir, f"qwen3-{bench_models.shape_name(a.size, a.layers)}-{GGUF_TYPE[f]}.gguf")
         if not os.path.exists(gguf) and not os.path.exists(os.path.join(hf, "config.json")):
-            bench_models.step([sys.executable, "tools/make_random_qwen3.py", hf, "--size", a.size, "--config-only"],
-                              f"writing {hf}/config.json", "compare.py")
+            bench_models.step([sys.executable, "tools/make_random_qwen3.py", hf, "--size", a.size, "--config-only"]
+                              + cut, f"writing {hf}/config.json", "compare.py")
         if not os.path.exists(gguf):
             bench_models.step([sys.executable, "tools/make_random_gguf.py", hf, gguf, "--type", GGUF_TYPE[f]],
                               f"writing {gguf}", "compare.py")
@@ -240,6 +242,8 @@ def main():
     ap.add_argument("--llama-bench", help="upstream llama.cpp's llama-bench, used instead of --lbench")
     ap.add_argument("--size", default="0.6b", choices=sorted(bench_models.SIZES),
                     help="the model shape; default %(default)s")
+    ap.add_argument("--layers", type=int, help="the shape with fewer layers (smaller files; both "
+                    "programs' files of a format have to fit in the page cache together)")
     ap.add_argument("--run", default=os.path.join(ROOT, "run"), help="this engine; default ./run")
     ap.add_argument("--dir", default=os.path.join(ROOT, "build", "bench"),
                     help="where the models are (written when missing); default build/bench")
@@ -274,8 +278,9 @@ def main():
         threads = [int(t) for t in a.threads.split(",")]
     except ValueError:
         fail(f"--threads {a.threads!r}: a list of thread counts such as 1,2")
-    if a.rounds < 1 or a.prompt < 1 or a.gen < 1 or a.reps < 1 or min(threads) < 1 or a.depth < 0:
-        fail("--rounds, --prompt, --gen, --reps and --threads must be positive, --depth not negative")
+    if a.rounds < 1 or a.prompt < 1 or a.gen < 1 or a.reps < 1 or min(threads) < 1 or a.depth < 0 \
+            or (a.layers is not None and a.layers < 1):
+        fail("--rounds, --prompt, --gen, --reps, --threads and --layers must be positive, --depth not negative")
     if a.llama_bench and not os.access(a.llama_bench, os.X_OK):
         fail(f"{a.llama_bench}: no llama-bench there")
     if not a.llama_bench and not os.access(a.lbench, os.X_OK):
