@@ -268,5 +268,28 @@ class CompareTool(unittest.TestCase):
         self.assertFalse(os.path.exists(self.calls))
 
 
+class PageReadPieces(unittest.TestCase):
+    """tools/page_read.c --pieces: the file read again in pieces at random places (the access of a
+    MoE decode), reported beside the front-to-back figure; a bad size is a usage error."""
+
+    def test_pieces(self):
+        cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+        if not cc:
+            self.skipTest("no C compiler to build tools/page_read.c")
+        d = tempfile.mkdtemp(prefix="page_read_")
+        self.addCleanup(shutil.rmtree, d)
+        exe, data = os.path.join(d, "page_read"), os.path.join(d, "data")
+        subprocess.run([cc, "-std=gnu11", "-O2", "-o", exe, os.path.join(ROOT, "tools", "page_read.c")], check=True)
+        with open(data, "wb") as f:
+            f.write(bytes(range(256)) * 4096)
+        p = subprocess.run([exe, "--pieces", "64", data], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertRegex(p.stdout, r"GB/s \(best of 5\).*; in 64 KB pieces at random places [\d.]+ GB/s")
+        for bad in (["--pieces", "2", data], ["--pieces", "x", data], ["--pieces", "64"]):
+            p = subprocess.run([exe] + bad, capture_output=True, text=True)
+            self.assertEqual(p.returncode, 2, bad)
+            self.assertIn("--pieces", p.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()

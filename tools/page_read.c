@@ -5,6 +5,10 @@
  *
  *   cc -std=gnu11 -O2 -march=native -o build/page_read tools/page_read.c
  *   build/page_read FILE...      one line per file: "FILE: MB, GB/s (best of 5), % in 2 MB pages"
+ *   build/page_read --pieces KB FILE...   and then the file read as KB-sized pieces at random
+ *                                places: the access of a Qwen3-MoE decode, each chosen expert's
+ *                                matrices one contiguous piece somewhere in the file
+ *                                (docs/design.md#moe)
  *
  * Passive: the file is mapped as this engine maps a checkpoint (at a 2 MB boundary, with
  * MADV_HUGEPAGE) but its page cache is never dropped or read again, so the pages read are the ones
@@ -54,6 +58,18 @@ static uint64_t read_all(const uint8_t* p, size_t n) {
     return x;
 }
 
+/* As many bytes as the file holds, in pieces of `piece` bytes that start at random multiples of
+ * `piece` (a fixed xorshift sequence, so every run reads the same places). */
+static uint64_t read_pieces(const uint8_t* p, size_t n, size_t piece) {
+    const size_t count = n / piece;
+    uint64_t x = 0, state = 88172645463325252ull;
+    for (size_t i = 0; i < count; i++) {
+        state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+        x ^= read_all(p + (size_t)(state % count) * piece, piece);
+    }
+    return x;
+}
+
 /* FilePmdMapped of the mapping at addr in /proc/self/smaps, in bytes; -1 where unknown. */
 static long long pmd_mapped_bytes(const void* addr) {
     FILE* f = fopen("/proc/self/smaps", "r");
@@ -73,7 +89,7 @@ static long long pmd_mapped_bytes(const void* addr) {
     return kb < 0 ? -1 : kb * 1024;
 }
 
-static int probe(const char* path) {
+static int probe(const char* path, size_t piece) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         fprintf(stderr, "page_read: %s: %s\n", path, strerror(errno));
@@ -116,6 +132,17 @@ static int probe(const char* path) {
     printf("%s: %.1f MB, %.2f GB/s (best of 5)", path, (double)n / 1e6, best);
     if (pmd >= 0) printf(", %.1f%% in 2 MB pages", 100.0 * (double)pmd / (double)n);
     else printf(", 2 MB pages unknown");
+    if (piece > 0 && piece <= n) {
+        const size_t bytes = n / piece * piece;
+        best = 0;
+        for (int r = 0; r < 5; r++) {
+            const double t0 = now_s();
+            keep ^= read_pieces(p, n, piece);
+            const double gbps = (double)bytes / (now_s() - t0) / 1e9;
+            if (gbps > best) best = gbps;
+        }
+        printf("; in %zu KB pieces at random places %.2f GB/s (best of 5)", piece >> 10, best);
+    }
     printf("\n");
     sink = keep; /* the reads stay */
     munmap(area, n + HUGE);
@@ -124,11 +151,23 @@ static int probe(const char* path) {
 
 int main(int argc, char** argv) {
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        fprintf(argc < 2 ? stderr : stdout, "usage: page_read FILE...\n"
-                "  how fast each file's pages in the page cache stream (one thread, best of 5 passes)\n");
+        fprintf(argc < 2 ? stderr : stdout, "usage: page_read [--pieces KB] FILE...\n"
+                "  how fast each file's pages in the page cache stream (one thread, best of 5 passes);\n"
+                "  --pieces KB: also read as KB-sized pieces at random places\n");
         return argc < 2 ? 2 : 0;
     }
+    int first = 1;
+    size_t piece = 0;
+    if (strcmp(argv[1], "--pieces") == 0) {
+        char* end = NULL;
+        const long kb = argc > 2 ? strtol(argv[2], &end, 10) : 0;
+        if (argc < 4 || !end || *end || kb < 4 || kb > (1L << 22)) {
+            fprintf(stderr, "page_read: --pieces takes a size in KB, 4 .. 4194304, then the files\n");
+            return 2;
+        }
+        piece = (size_t)kb << 10, first = 3;
+    }
     int status = 0;
-    for (int i = 1; i < argc; i++) status |= probe(argv[i]);
+    for (int i = first; i < argc; i++) status |= probe(argv[i], piece);
     return status;
 }
