@@ -13,6 +13,7 @@
 #include <limits.h>
 #include <math.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -94,7 +95,9 @@ static const OptionSpec OPTIONS[] = {
     {NULL, "--norms-json", "PATH", GENERATE,
      "every RMSNorm call site at every position and head, and each head's\n"
      "largest |q.k|/sqrt(d), as JSON lines (tools/plot_norms.py draws them)"},
-    {NULL, "--file", "PATH", EVAL, "eval mode: the text to score (default: -i, else standard input)"},
+    {"-f", "--file", "PATH", GENERATE | EVAL,
+     "the text from a file, - for standard input: generate's prompt (not echoed),\n"
+     "eval's text to score (eval's default: -i, else standard input)"},
     {NULL, "--json", NULL, BENCH | EVAL, "bench and eval mode: JSON lines"},
     {NULL, "--bench-prompt", "N", BENCH, "bench mode: prefill tokens (default 512, or what fits the context)"},
     {NULL, "--bench-gen", "N", BENCH, "bench mode: decode tokens (default 128, or what fits the context)"},
@@ -396,8 +399,8 @@ static void check_combinations(const Options* o) {
     /* --prompt-ids would leave chat and tokenize reading standard input instead, an error. */
     if (o->prompt_ids && !(o->mode & (GENERATE | EVAL)))
         die(2, "--prompt-ids is for generate mode and eval mode, not -m %s", o->mode_name);
-    if (o->mode == EVAL && ((o->prompt != NULL) + (o->prompt_ids != NULL) + (given(o, "--file") != NULL)) > 1)
-        die(2, "-m eval scores one text: give one of -i, --file and --prompt-ids");
+    if ((o->mode & (GENERATE | EVAL)) && (o->prompt != NULL) + (o->prompt_ids != NULL) + (given(o, "--file") != NULL) > 1)
+        die(2, "-m %s takes one text: give one of -i, --file and --prompt-ids", o->mode_name);
     if (o->mode == BENCH && o->bench.reps < 1) die(2, "--bench-reps must be at least 1, got %d", o->bench.reps);
     if (o->mode == BENCH && o->bench.len[0] <= 0 && o->bench.len[1] <= 0)
         die(2, "nothing to measure: --bench-prompt and --bench-gen are both 0");
@@ -410,6 +413,7 @@ static void note_other_mode_options(const Options* o) {
         {CHAT, "-m chat"}, {GENERATE, "-m generate"}, {GENERATE | CHAT, "generate and chat"},
         {GENERATE | CHAT | TOKENIZE | EVAL, "generate, chat, tokenize and eval"}, {BENCH, "-m bench"},
         {BENCH | EVAL, "-m bench and -m eval"}, {EVAL, "-m eval"}, {GENERATE | CHAT | EVAL, "generate, chat and eval"},
+        {GENERATE | EVAL, "generate and eval"},
     };
     for (size_t g = 0; g < sizeof kinds / sizeof kinds[0]; g++) {
         if (kinds[g].modes & o->mode) continue;
@@ -509,9 +513,10 @@ static int* read_prompt(const Transformer* t, const Tokenizer* tok, const Option
     if (o->prompt_ids) {
         prompt = parse_prompt_ids(o->prompt_ids, c->vocab_size, n_prompt);
     } else {
-        if (o->prompt && tok == NULL) die(1, "%s has no tokenizer: give the prompt with --prompt-ids", o->checkpoint);
+        const char* file = given(o, "--file");
+        if ((o->prompt || file) && tok == NULL) die(1, "%s has no tokenizer: give the prompt with --prompt-ids", o->checkpoint);
         int n_text = 0;
-        int* text = o->prompt ? encode_text(tok, o->prompt, NULL, &n_text) : NULL;
+        int* text = o->prompt || file ? encode_text(tok, o->prompt, file, &n_text) : NULL;
         prompt = malloc((size_t)(n_text + bos + 1) * sizeof(int));
         if (prompt == NULL) die(1, "out of memory");
         if (bos) prompt[0] = t->header.bos_id;
@@ -534,8 +539,18 @@ static int* read_prompt(const Transformer* t, const Tokenizer* tok, const Option
     return prompt;
 }
 
+/* Ctrl-C in generate mode sets this: the prompt stops before its next chunk, the decode before its
+ * next token, and the run ends as it would (the text so far, the speed line) with status 130. A
+ * Ctrl-C ignored when the run started (nohup, a background job) stays ignored. */
+static volatile sig_atomic_t generate_interrupted;
+
+static void on_generate_sigint(int sig) {
+    (void)sig;
+    generate_interrupted = 1;
+}
+
 /* Runs the prompt, then samples, prints and feeds back one token at a time until an end-of-sequence
- * id, -n tokens or the end of the context. Returns the tokens generated. */
+ * id, -n tokens, the end of the context or Ctrl-C. Returns the tokens generated. */
 static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, const Options* o) {
     const Config* c = &t->config;
     int n_prompt = 0;
@@ -547,13 +562,22 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
     if (logits_dump_open(&dump, given(o, "--dump-logits"), t) != 0) exit(1);
     NormTrace trace;
     trace_open(&trace, t, o, n_prompt);
+    struct sigaction on_int = {.sa_handler = on_generate_sigint}, old_int;
+    sigemptyset(&on_int.sa_mask);
+    sigaction(SIGINT, NULL, &old_int);
+    if (old_int.sa_handler != SIG_IGN) sigaction(SIGINT, &on_int, NULL);
     const double t0 = now_seconds();
-    PromptProgress progress = {"run", isatty(STDERR_FILENO), 0, NULL}; /* a long prompt's, on a terminal */
+    PromptProgress progress = {.label = "run", .show = isatty(STDERR_FILENO), .stop = &generate_interrupted}; /* on a terminal */
     int stopped = 0;
     float* logits = forward_prompt(t, history, n_prompt, 0, &dump, prompt_progress, &progress, &stopped);
     prompt_progress_end(&progress);
+    if (stopped) {
+        fprintf(stderr, "run: interrupted during the prompt of %d tokens, after %.1f s\n", n_prompt, now_seconds() - t0);
+        exit(130);
+    }
     if (logits == NULL) exit(1);
     const double t1 = now_seconds();
+    double first_token = 0; /* seconds from the prompt's start to the first token printed */
     if (o->prompt && tok) { /* show the prompt, then the continuation, as llama2.c does */
         fputs(o->prompt, stdout);
         fflush(stdout);
@@ -563,12 +587,13 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
     Utf8Stream stream = {{0}, 0};
     int n = n_prompt; /* tokens in history, one more than the positions run */
     int n_decoded = 0, context_full = 0;
-    while (n - n_prompt < o->steps) {
+    while (n - n_prompt < o->steps && !generate_interrupted) {
         int next = sampler_sample(sampler, logits, history, n);
         if (is_eos(&t->header, next)) break;
         if (tok) tokenizer_print(tok, &stream, next, 0, stdout);
         else printf("%s%d", n > n_prompt ? " " : "", next); /* no tokenizer: the ids */
         fflush(stdout);
+        if (first_token == 0) first_token = now_seconds() - t0;
         if (ferror(stdout)) break; /* nobody reads what follows; check_stdout reports it */
         history[n++] = next;
         /* The last token is only run through the model when its logits are wanted. */
@@ -591,7 +616,9 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
                 c->seq_len == 1 ? "" : "s", context_advice(c, advice, sizeof advice));
     }
     if (logits_dump_close(&dump) != 0) exit(1);
-    print_speed(n_prompt, t1 - t0, n - n_prompt, n_decoded, t2 - t1);
+    if (generate_interrupted) fputs("run: interrupted\n", stderr);
+    print_speed(n_prompt, t1 - t0, n - n_prompt, n_decoded, t2 - t1, first_token);
+    sigaction(SIGINT, &old_int, NULL);
     free(history);
     return n - n_prompt;
 }
@@ -702,6 +729,7 @@ static int run_sampling_mode(Transformer* t, const Tokenizer* text_tok, const Op
         status = chat_main(t, text_tok, &sampler, &chat, &n_generated);
     } else {
         n_generated = generate(t, text_tok, &sampler, o);
+        if (generate_interrupted) status = 130; /* as a shell reports a run that Ctrl-C ended */
     }
     /* A seed from the clock is printed, so that the run can be repeated. */
     if (!given(o, "--seed") && temperature > 0 && n_generated > 0)

@@ -545,7 +545,7 @@ static int chat_turn(Chat* c) {
     if (r > 0) conversation_drop_last(&c->conv); /* the message, not sent */
     if (r != 0) return r;
     const double t_prompt = now_seconds();
-    PromptProgress progress = {"chat", c->terminal && isatty(STDERR_FILENO), 0, &interrupted};
+    PromptProgress progress = {.label = "chat", .show = c->terminal && isatty(STDERR_FILENO), .stop = &interrupted};
     int cut = 0;
     float* logits = forward_prompt(c->t, run, n_run, start, &c->dump, prompt_progress, &progress, &cut);
     prompt_progress_end(&progress);
@@ -574,7 +574,7 @@ static int chat_turn(Chat* c) {
         print_token_ids(c->history + answer_start, n_answer, "chat: answer of %d token%s run through the model:",
                         n_answer, n_answer == 1 ? "" : "s");
     if (o->prompt) {
-        print_speed(n_run, prompt_s, n_tokens, n_answer, dt);
+        print_speed(n_run, prompt_s, n_tokens, n_answer, dt, 0);
     } else if (c->terminal && n_tokens > 1) {
         fprintf(stderr, "[prompt: %d tokens run, %.2f s; answer: %d tokens, %.1f tok/s; context %d/%d]\n", n_run,
                 prompt_s, n_tokens, n_tokens / (dt > 0 ? dt : 1e-9), c->pos, c->t->config.seq_len);

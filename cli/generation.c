@@ -76,7 +76,14 @@ float* forward_prompt(Transformer* t, const int* ids, int n, int pos, LogitsDump
 int prompt_progress(void* ctx, int done, int n) {
     PromptProgress* p = ctx;
     if (p->show) {
+        const double now = now_seconds();
+        if (p->start_done == 0) p->start = now, p->start_done = done;
         fprintf(stderr, "\r%s: prompt %d/%d tokens", p->label, done, n);
+        if (done > p->start_done && now > p->start) {
+            const double rate = (done - p->start_done) / (now - p->start), left = (n - done) / rate;
+            fprintf(stderr, ", %.0f tok/s, %d:%02d left", rate, (int)left / 60, (int)left % 60);
+        }
+        fputs("\033[K", stderr); /* the end of a longer line before */
         fflush(stderr);
         p->shown = 1;
     }
@@ -88,11 +95,13 @@ void prompt_progress_end(PromptProgress* p) {
     p->shown = 0;
 }
 
-void print_speed(int n_prompt, double prefill_s, int n_generated, int n_decoded, double decode_s) {
+void print_speed(int n_prompt, double prefill_s, int n_generated, int n_decoded, double decode_s, double first_token_s) {
     fprintf(stderr, "prompt tokens: %d, prefill: %.1f tok/s, generated tokens: %d, decode: ", n_prompt,
             n_prompt / (prefill_s > 0 ? prefill_s : 1e-9), n_generated);
-    if (n_decoded > 0) fprintf(stderr, "%.1f tok/s\n", n_decoded / (decode_s > 0 ? decode_s : 1e-9));
-    else fputs("- tok/s\n", stderr);
+    if (n_decoded > 0) fprintf(stderr, "%.1f tok/s", n_decoded / (decode_s > 0 ? decode_s : 1e-9));
+    else fputs("- tok/s", stderr);
+    if (first_token_s > 0) fprintf(stderr, ", first token after %.3f s", first_token_s);
+    fputc('\n', stderr);
 }
 
 const char* context_advice(const Config* c, char* buf, size_t size) {

@@ -30,12 +30,15 @@ float* forward_dumped(Transformer* t, const int* ids, int n, int pos, LogitsDump
 float* forward_prompt(Transformer* t, const int* ids, int n, int pos, LogitsDump* d, int (*between)(void*, int, int),
                       void* ctx, int* stopped);
 
-/* forward_prompt's between: where show, "\r<label>: prompt <done>/<n> tokens" on stderr, one line
- * written over (prompt_progress_end clears it); stops where *stop is set (stop NULL: never). */
+/* forward_prompt's between: where show, "\r<label>: prompt <done>/<n> tokens, <rate> tok/s, <time>
+ * left" on stderr, one line written over (prompt_progress_end clears it); stops where *stop is set
+ * (stop NULL: never). The rate counts from the first call (start, start_done: 0 until then). */
 typedef struct {
     const char* label;
     int show, shown;
     volatile sig_atomic_t* stop;
+    double start;
+    int start_done;
 } PromptProgress;
 int prompt_progress(void* ctx, int done, int n);
 void prompt_progress_end(PromptProgress* p);
@@ -43,8 +46,9 @@ void prompt_progress_end(PromptProgress* p);
 int is_eos(const FileHeader* h, int id);
 double now_seconds(void);
 
-/* The line that ends a run: prompt tokens, prefill tok/s, generated tokens, decode tok/s. */
-void print_speed(int n_prompt, double prefill_s, int n_generated, int n_decoded, double decode_s);
+/* The line that ends a run: prompt tokens, prefill tok/s, generated tokens, decode tok/s, and where
+ * first_token_s > 0 the time from the start of the prompt to the first token printed. */
+void print_speed(int n_prompt, double prefill_s, int n_generated, int n_decoded, double decode_s, double first_token_s);
 
 /* What a full context leaves the user to do, into buf: "a larger -c/--ctx allows more (the model
  * supports N)", or that the context is already the model's maximum. Returns buf. */

@@ -15,6 +15,7 @@ char* read_text(const char* text, const char* path, size_t* len) {
         if (copy == NULL) fprintf(stderr, "run: error: out of memory\n");
         return copy;
     }
+    if (path && strcmp(path, "-") == 0) path = NULL; /* "-": standard input */
     const int fd = path ? open(path, O_RDONLY) : STDIN_FILENO;
     if (fd < 0) {
         fprintf(stderr, "run: error: %s: cannot open: %s\n", path, strerror(errno));

@@ -341,7 +341,7 @@ class ChatTerminal(hf_model.TempDirTestCase):
         chat.type(CTRL_C)
         os.write(chat.err_master, CTRL_Q)
         # the line written over, then cleared before the chat says what happened
-        progress = chat.wait_err(r'\rchat: prompt 256/(\d+) tokens\r\x1b\[Kchat: Ctrl-C: the message was not sent\n> ')
+        progress = chat.wait_err(r'\rchat: prompt 256/(\d+) tokens\x1b\[K\r\x1b\[Kchat: Ctrl-C: the message was not sent\n> ')
         self.assertGreater(int(progress.group(1)), 256)
         chat.type(b'and again\n')
         second = chat.wait_err(PROMPT_RE)

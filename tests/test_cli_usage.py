@@ -158,7 +158,8 @@ class PromptProgress(unittest.TestCase):
 
     def test_progress_on_a_terminal_only(self):
         out_tty, err_tty = self.generate(600, True)
-        self.assertRegex(err_tty, rb"^\rrun: prompt 256/600 tokens\rrun: prompt 512/600 tokens\r\x1b\[Kprompt tokens: 600")
+        self.assertRegex(err_tty, rb"^\rrun: prompt 256/600 tokens\x1b\[K\rrun: prompt 512/600 tokens, \d+ tok/s, \d+:\d\d left\x1b\[K"
+                         rb"\r\x1b\[Kprompt tokens: 600")
         out_pipe, err_pipe = self.generate(600, False)
         self.assertNotIn(b"run: prompt", err_pipe)
         self.assertEqual(out_tty, out_pipe)

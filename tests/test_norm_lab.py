@@ -166,7 +166,7 @@ class NormLab(hf_model.TempDirTestCase):
     def test_notes_in_other_modes(self):
         for args, note in ((['-m', 'tokenize', '-i', 'hi', '--ablate', 'qk-norm', '--norm', 'layernorm'],
                             '-m tokenize ignores --ablate and --norm (generate, chat and eval options)'),
-                           (['-m', 'tokenize', '-i', 'hi', '--file', 'x'], '-m tokenize ignores --file (-m eval option)'),
+                           (['-m', 'tokenize', '-i', 'hi', '--file', 'x'], '-m tokenize ignores --file (generate and eval option)'),
                            (['--prompt-ids', '1', '-n', '1', '--json'],
                             '-m generate ignores --json (-m bench and -m eval option)'),
                            (['-m', 'eval', '-i', 'hello world', '-t', '0.5'],
@@ -283,7 +283,7 @@ class NormLab(hf_model.TempDirTestCase):
                               (['-i', ''], 1, 'nothing to score: the text is 0 tokens'),
                               (['--file', os.path.join(self.tmp, 'absent.txt')], 1,
                                os.path.join(self.tmp, 'absent.txt') + ': cannot open: No such file'),
-                              (['-i', 'a b', '--file', 'x'], 2, '-m eval scores one text: give one of -i, --file and --prompt-ids'),
+                              (['-i', 'a b', '--file', 'x'], 2, '-m eval takes one text: give one of -i, --file and --prompt-ids'),
                               (['--prompt-ids', '1,2,99999'], 2, '--prompt-ids: id 99999 is outside the vocabulary')):
             p = self.engine(['-m', 'eval'] + args)
             self.assertEqual(p.returncode, rc, (args, p.stderr))
