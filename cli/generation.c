@@ -73,15 +73,32 @@ float* forward_prompt(Transformer* t, const int* ids, int n, int pos, LogitsDump
     return logits;
 }
 
+/* The prompt's time left, for a token at position q costing a + b q seconds (attention's share
+ * grows with q): a and b fitted to the time since the first call and to the last chunk's; b = 0
+ * (a constant rate) where the two do not give a positive b. */
+static double time_left(const PromptProgress* p, int done, int n, double now) {
+    const double d0 = p->start_done, dl = p->last_done, d = done, T = now - p->start, dt = now - p->last;
+    const double x1 = d - d0, y1 = (d * d - d0 * d0) / 2, x2 = d - dl, y2 = (d * d - dl * dl) / 2;
+    const double det = x1 * y2 - x2 * y1;
+    double a = T / x1, b = 0;
+    if (det != 0 && dt > 0) {
+        const double fa = (T * y2 - dt * y1) / det, fb = (x1 * dt - x2 * T) / det;
+        if (fb > 0 && fa > 0) a = fa, b = fb;
+    }
+    return a * (n - d) + b * ((double)n * n - d * d) / 2;
+}
+
 int prompt_progress(void* ctx, int done, int n) {
     PromptProgress* p = ctx;
     if (p->show) {
         const double now = now_seconds();
-        if (p->start_done == 0) p->start = now, p->start_done = done;
+        if (p->start_done == 0) p->start = p->last = now, p->start_done = p->last_done = done;
         fprintf(stderr, "\r%s: prompt %d/%d tokens", p->label, done, n);
-        if (done > p->start_done && now > p->start) {
-            const double rate = (done - p->start_done) / (now - p->start), left = (n - done) / rate;
-            fprintf(stderr, ", %.0f tok/s, %d:%02d left", rate, (int)left / 60, (int)left % 60);
+        if (done > p->last_done && now > p->last) {
+            const double left = time_left(p, done, n, now);
+            fprintf(stderr, ", %.0f tok/s, %d:%02d left", (done - p->last_done) / (now - p->last), (int)left / 60,
+                    (int)left % 60);
+            p->last = now, p->last_done = done;
         }
         fputs("\033[K", stderr); /* the end of a longer line before */
         fflush(stderr);

@@ -32,13 +32,14 @@ float* forward_prompt(Transformer* t, const int* ids, int n, int pos, LogitsDump
 
 /* forward_prompt's between: where show, "\r<label>: prompt <done>/<n> tokens, <rate> tok/s, <time>
  * left" on stderr, one line written over (prompt_progress_end clears it); stops where *stop is set
- * (stop NULL: never). The rate counts from the first call (start, start_done: 0 until then). */
+ * (stop NULL: never). The rate is the last chunk's; the time left follows the rate's fall with the
+ * depth. start, last: the times of the first and the latest call (0 before the first). */
 typedef struct {
     const char* label;
     int show, shown;
     volatile sig_atomic_t* stop;
-    double start;
-    int start_done;
+    double start, last;
+    int start_done, last_done;
 } PromptProgress;
 int prompt_progress(void* ctx, int done, int n);
 void prompt_progress_end(PromptProgress* p);
