@@ -1,6 +1,6 @@
 """tools/make_random_checkpoint.py (random weights straight in the engine's format, for shapes such
 as Qwen3-30B-A3B whose Hugging Face source is too large to write) against export.py on the same
-folder: in every format, dense and MoE (with a dense layer among the sparse ones), the same file
+folder: in every format (each on one of dense and MoE with a dense layer among the sparse ones), the same file
 size, header and tokenizer section, so the engine reads the same layout; the engine loads the
 file and generates; a MoE router is random in full (tokens spread over the experts, as the bench's
 expert count shows). And tools/make_random_qwen3.py's 30b-a3b shape: 30.5B parameters (QWEN3.md
@@ -29,30 +29,41 @@ def weights_offset(path):
     return hf_model.read_header(path)["weights_offset"]
 
 
+# Every format once, on one of the two shapes (each export and write takes a second or two).
+CASES = (("dense", "f32"), ("dense", "q4"), ("moe", "bf16"), ("moe", "q8"))
+
+
 class RandomCheckpoint(hf_model.TempDirTestCase):
+    written = {}
+
     def write_both(self, shape, dtype):
-        d = self.fresh_dir(shape)
-        hf_model.write_model(d, Spec(**SHAPES[shape]))
-        exported, random_ckpt = os.path.join(d, "exported.bin"), os.path.join(d, "random.bin")
+        """export.py's file and the tool's, from one folder per shape; each pair written once."""
+        if (shape, dtype) in self.written:
+            return self.written[(shape, dtype)]
+        d = os.path.join(self.tmp, shape)
+        if not os.path.exists(d):
+            hf_model.write_model(d, Spec(**SHAPES[shape]))
+        d_out = self.fresh_dir(shape + "_" + dtype)
+        exported, random_ckpt = os.path.join(d_out, "exported.bin"), os.path.join(d_out, "random.bin")
         p = hf_model.run_export(d, exported, dtype)
         self.assertEqual(p.returncode, 0, p.stderr)
         p = subprocess.run([sys.executable, TOOL, d, random_ckpt, "--dtype", dtype], capture_output=True, text=True)
         self.assertEqual(p.returncode, 0, p.stderr)
-        self.assertFalse([n for n in os.listdir(d) if n.endswith(".tmp")], "no temporary left")
+        self.assertFalse([n for n in os.listdir(d_out) if n.endswith(".tmp")], "no temporary left")
+        self.written[(shape, dtype)] = exported, random_ckpt
         return exported, random_ckpt
 
     def test_same_layout_as_export(self):
-        for shape in SHAPES:
-            for dtype in ("f32", "bf16", "q8", "q4"):
-                with self.subTest(shape=shape, dtype=dtype):
-                    exported, random_ckpt = self.write_both(shape, dtype)
-                    self.assertEqual(os.path.getsize(exported), os.path.getsize(random_ckpt))
-                    with open(exported, "rb") as a, open(random_ckpt, "rb") as b:
-                        head = weights_offset(exported)
-                        self.assertEqual(a.read(head), b.read(head), "header and tokenizer section")
-                        self.assertNotEqual(a.read(), b.read(), "the weights are the tool's own")
-                    p = hf_model.run_engine([random_ckpt, "--prompt-ids", "1,2,3", "-n", "4", "-s", "1"])
-                    self.assertEqual(p.returncode, 0, p.stderr)
+        for shape, dtype in CASES:
+            with self.subTest(shape=shape, dtype=dtype):
+                exported, random_ckpt = self.write_both(shape, dtype)
+                self.assertEqual(os.path.getsize(exported), os.path.getsize(random_ckpt))
+                with open(exported, "rb") as a, open(random_ckpt, "rb") as b:
+                    head = weights_offset(exported)
+                    self.assertEqual(a.read(head), b.read(head), "header and tokenizer section")
+                    self.assertNotEqual(a.read(), b.read(), "the weights are the tool's own")
+                p = hf_model.run_engine([random_ckpt, "--prompt-ids", "1,2,3", "-n", "4", "-s", "1"])
+                self.assertEqual(p.returncode, 0, p.stderr)
 
     def test_router_is_random_in_full(self):
         """Every expert's router row differs (a repeated block would tie experts' scores, and all
