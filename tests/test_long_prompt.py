@@ -115,28 +115,26 @@ class CtrlC(hf_model.TempDirTestCase):
             out += chunk
         return out
 
-    def test_ctrl_c_during_the_prompt(self):
+    def interrupt_long_prompt(self, args, marker):
+        """A 6,000-token prompt with args, Ctrl-C at the first progress line that shows marker;
+        status 130 and the progress line cleared. Returns (process, the rest of its stderr)."""
         ids = ",".join(str(1 + i % 250) for i in range(6000))
-        p, err = self.start(["--prompt-ids", ids, "-n", "4", "-c", "8192", "--threads", "2"])
-        seen = self.read_until(err, b"prompt 256/6000 tokens")
-        self.assertIn(b"prompt 256/6000 tokens", seen, "the progress line on a terminal")
+        p, err = self.start(args + ["--prompt-ids", ids, "-c", "8192", "--threads", "2"])
+        self.assertIn(marker, self.read_until(err, marker), "the progress line on a terminal")
         p.send_signal(signal.SIGINT)
         self.assertEqual(p.wait(timeout=60), 130)
         tail = self.rest(err).decode(errors="replace")
         self.assertIn("\r\033[K", tail, "the progress line cleared")
+        return p, tail
+
+    def test_ctrl_c_during_the_prompt(self):
+        p, tail = self.interrupt_long_prompt(["-n", "4"], b"prompt 256/6000 tokens")
         self.assertIn("run: interrupted during the prompt of 6000 tokens", tail)
         self.assertEqual(p.stdout.read(), b"", "nothing generated")
 
     def test_ctrl_c_during_eval(self):
         """-m eval stops after its chunk and reports the tokens scored so far."""
-        ids = ",".join(str(1 + i % 250) for i in range(6000))
-        p, err = self.start(["-m", "eval", "--prompt-ids", ids, "-c", "8192", "--threads", "2"])
-        seen = self.read_until(err, b"eval: ")
-        self.assertIn(b"eval: ", seen, "the progress line on a terminal")
-        p.send_signal(signal.SIGINT)
-        self.assertEqual(p.wait(timeout=60), 130)
-        tail = self.rest(err).decode(errors="replace")
-        self.assertIn("\r\033[K", tail, "the progress line cleared")
+        p, tail = self.interrupt_long_prompt(["-m", "eval"], b"eval: ")
         self.assertRegex(tail, r"run: interrupted: the scores of the first \d+ of 5999 tokens' predictions")
         scored = int(tail.split("the first ")[1].split(" ")[0])
         self.assertLess(scored, 5999)
