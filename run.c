@@ -539,16 +539,6 @@ static int* read_prompt(const Transformer* t, const Tokenizer* tok, const Option
     return prompt;
 }
 
-/* Ctrl-C in generate mode sets this: the prompt stops before its next chunk, the decode before its
- * next token, and the run ends as it would (the text so far, the speed line) with status 130. A
- * Ctrl-C ignored when the run started (nohup, a background job) stays ignored. */
-static volatile sig_atomic_t generate_interrupted;
-
-static void on_generate_sigint(int sig) {
-    (void)sig;
-    generate_interrupted = 1;
-}
-
 /* Runs the prompt, then samples, prints and feeds back one token at a time until an end-of-sequence
  * id, -n tokens, the end of the context or Ctrl-C. Returns the tokens generated. */
 static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, const Options* o) {
@@ -562,12 +552,12 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
     if (logits_dump_open(&dump, given(o, "--dump-logits"), t) != 0) exit(1);
     NormTrace trace;
     trace_open(&trace, t, o, n_prompt);
-    struct sigaction on_int = {.sa_handler = on_generate_sigint}, old_int;
-    sigemptyset(&on_int.sa_mask);
-    sigaction(SIGINT, NULL, &old_int);
-    if (old_int.sa_handler != SIG_IGN) sigaction(SIGINT, &on_int, NULL);
+    /* Ctrl-C: the prompt stops before its next chunk, the decode before its next token, and the run
+     * ends as it would (the text so far, the speed line) with status 130. */
+    struct sigaction old_int;
+    catch_ctrl_c(&old_int);
     const double t0 = now_seconds();
-    PromptProgress progress = {.label = "run", .show = isatty(STDERR_FILENO), .stop = &generate_interrupted}; /* on a terminal */
+    PromptProgress progress = {.label = "run", .show = isatty(STDERR_FILENO), .stop = &ctrl_c_pressed}; /* on a terminal */
     int stopped = 0;
     float* logits = forward_prompt(t, history, n_prompt, 0, &dump, prompt_progress, &progress, &stopped);
     prompt_progress_end(&progress);
@@ -587,7 +577,7 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
     Utf8Stream stream = {{0}, 0};
     int n = n_prompt; /* tokens in history, one more than the positions run */
     int n_decoded = 0, context_full = 0;
-    while (n - n_prompt < o->steps && !generate_interrupted) {
+    while (n - n_prompt < o->steps && !ctrl_c_pressed) {
         int next = sampler_sample(sampler, logits, history, n);
         if (is_eos(&t->header, next)) break;
         if (tok) tokenizer_print(tok, &stream, next, 0, stdout);
@@ -616,9 +606,9 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
                 c->seq_len == 1 ? "" : "s", context_advice(c, advice, sizeof advice));
     }
     if (logits_dump_close(&dump) != 0) exit(1);
-    if (generate_interrupted) fputs("run: interrupted\n", stderr);
+    if (ctrl_c_pressed) fputs("run: interrupted\n", stderr);
     print_speed(n_prompt, t1 - t0, n - n_prompt, n_decoded, t2 - t1, first_token);
-    sigaction(SIGINT, &old_int, NULL);
+    release_ctrl_c(&old_int);
     free(history);
     return n - n_prompt;
 }
@@ -729,7 +719,7 @@ static int run_sampling_mode(Transformer* t, const Tokenizer* text_tok, const Op
         status = chat_main(t, text_tok, &sampler, &chat, &n_generated);
     } else {
         n_generated = generate(t, text_tok, &sampler, o);
-        if (generate_interrupted) status = 130; /* as a shell reports a run that Ctrl-C ended */
+        if (ctrl_c_pressed) status = 130; /* as a shell reports a run that Ctrl-C ended */
     }
     /* A seed from the clock is printed, so that the run can be repeated. */
     if (!given(o, "--seed") && temperature > 0 && n_generated > 0)

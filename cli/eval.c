@@ -3,7 +3,6 @@
 #include "generation.h"
 
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -70,25 +69,17 @@ static void report(const EvalSums* s, int window, int json, const char* switches
     printf("top-1          %.6f\n", top1);
 }
 
-/* Ctrl-C sets this: the scoring stops after the chunk it is in and reports the tokens scored so far. */
-static volatile sig_atomic_t eval_interrupted;
-
-static void on_eval_sigint(int sig) {
-    (void)sig;
-    eval_interrupted = 1;
-}
-
 /* Scores ids[0 .. n-1] in windows of the context length; 0, 1 after an error line, or 130 after
- * Ctrl-C (with the report of what was scored). */
+ * Ctrl-C, which stops it after the chunk it is in (with the report of what was scored). */
 static int score_text(Transformer* t, const int* ids, int n, float* rows, int json, const char* switches) {
     const int V = t->config.vocab_size, window = t->config.seq_len, B = t->state.max_batch;
     EvalSums sums = {0, 0, 0.0};
     Progress prog = {isatty(fileno(stderr)), now_seconds(), 0.0, 0};
     /* Window w holds ids [w0, w0 + len); its positions 0 .. len-2 predict the tokens 1 .. len-1,
      * so its last token goes in only as a target. Prefill in chunks of max_batch rows. */
-    for (int w0 = 0; w0 < n - 1 && !eval_interrupted; w0 += window) {
+    for (int w0 = 0; w0 < n - 1 && !ctrl_c_pressed; w0 += window) {
         const int len = n - w0 < window ? n - w0 : window;
-        for (int i = 0; i < len - 1 && !eval_interrupted; i += B) {
+        for (int i = 0; i < len - 1 && !ctrl_c_pressed; i += B) {
             const int nb = len - 1 - i < B ? len - 1 - i : B;
             if (forward(t, ids + w0 + i, nb, i, rows) == NULL) {
                 fprintf(stderr, "%srun: error: forward pass failed\n", prog.shown && prog.tty ? "\n" : "");
@@ -99,14 +90,14 @@ static int score_text(Transformer* t, const int* ids, int n, float* rows, int js
         }
     }
     if (prog.shown && prog.tty) fprintf(stderr, "\r\033[K"); /* the terminal as it was */
-    if (eval_interrupted && sums.tokens == 0) {
+    if (ctrl_c_pressed && sums.tokens == 0) {
         fprintf(stderr, "run: interrupted before a token was scored\n");
         return 130;
     }
-    if (eval_interrupted)
+    if (ctrl_c_pressed)
         fprintf(stderr, "run: interrupted: the scores of the first %lld of %d tokens' predictions\n", sums.tokens, n - 1);
     report(&sums, window, json, switches);
-    return eval_interrupted ? 130 : 0;
+    return ctrl_c_pressed ? 130 : 0;
 }
 
 int eval_main(Transformer* t, const int* ids, int n, int json, const char* switches) {
@@ -120,12 +111,10 @@ int eval_main(Transformer* t, const int* ids, int n, int json, const char* switc
     else if (rows == NULL)
         fprintf(stderr, "run: error: out of memory\n");
     else {
-        struct sigaction on_int = {.sa_handler = on_eval_sigint}, old_int;
-        sigemptyset(&on_int.sa_mask);
-        sigaction(SIGINT, NULL, &old_int);
-        if (old_int.sa_handler != SIG_IGN) sigaction(SIGINT, &on_int, NULL); /* an ignored Ctrl-C stays so */
+        struct sigaction old_int;
+        catch_ctrl_c(&old_int);
         status = score_text(t, ids, n, rows, json, switches);
-        sigaction(SIGINT, &old_int, NULL);
+        release_ctrl_c(&old_int);
     }
     free(rows);
     return status;

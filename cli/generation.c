@@ -88,6 +88,22 @@ static double time_left(const PromptProgress* p, int done, int n, double now) {
     return a * (n - d) + b * ((double)n * n - d * d) / 2;
 }
 
+volatile sig_atomic_t ctrl_c_pressed;
+
+static void on_ctrl_c(int sig) {
+    (void)sig;
+    ctrl_c_pressed = 1;
+}
+
+void catch_ctrl_c(struct sigaction* old) {
+    struct sigaction on = {.sa_handler = on_ctrl_c};
+    sigemptyset(&on.sa_mask);
+    sigaction(SIGINT, NULL, old);
+    if (old->sa_handler != SIG_IGN) sigaction(SIGINT, &on, NULL);
+}
+
+void release_ctrl_c(const struct sigaction* old) { sigaction(SIGINT, old, NULL); }
+
 int prompt_progress(void* ctx, int done, int n) {
     PromptProgress* p = ctx;
     if (p->show) {

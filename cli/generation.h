@@ -1,4 +1,4 @@
-/* generation.h: what generate (run.c) and the chat loop (chat.c) share; errors are one line on stderr. */
+/* generation.h: what generate (run.c), the chat loop (chat.c) and eval (eval.c) share; errors are one line on stderr. */
 #ifndef GENERATION_H
 #define GENERATION_H
 
@@ -43,6 +43,13 @@ typedef struct {
 } PromptProgress;
 int prompt_progress(void* ctx, int done, int n);
 void prompt_progress_end(PromptProgress* p);
+
+/* Ctrl-C as a flag, for generate and eval: between catch_ctrl_c and release_ctrl_c a SIGINT only
+ * sets ctrl_c_pressed, which the loops test between chunks and tokens. A Ctrl-C ignored when the run
+ * started (nohup, a background job) stays ignored. (Chat has its own handling: chat.c.) */
+extern volatile sig_atomic_t ctrl_c_pressed;
+void catch_ctrl_c(struct sigaction* old);
+void release_ctrl_c(const struct sigaction* old);
 
 int is_eos(const FileHeader* h, int id);
 double now_seconds(void);
