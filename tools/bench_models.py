@@ -87,18 +87,23 @@ def too_large(size, fmt, layers=None):
     return None
 
 
+def written_directly(size, layers):
+    """Whether the checkpoint is written straight from the config (make_random_checkpoint.py)
+    rather than exported from a Hugging Face folder of random weights."""
+    return size in MOE_SIZES or layers is not None
+
+
 def no_room(directory, size, fmt, layers=None):
     """Why writing the checkpoint (and the Hugging Face folder when missing, and the temporary
-    bf16 export of q8 and q4; a MoE size's checkpoint alone) does not fit the free disk space of
-    directory, or None."""
+    bf16 export of q8 and q4; a checkpoint written directly alone) does not fit the free disk
+    space of directory, or None."""
     params = parameters(size, layers)
     parts = [(f"the {fmt} file", BYTES_PER_PARAM[fmt] * params)]
-    if size in MOE_SIZES:
-        pass
-    elif not os.path.exists(os.path.join(hf_folder(directory, size), "model.safetensors")):
-        parts.append(("the Hugging Face folder", 2.0 * params))
-    if fmt in ("q8", "q4") and size not in MOE_SIZES:
-        parts.append(("a temporary bf16 export", 2.0 * params))
+    if not written_directly(size, layers):
+        if not os.path.exists(os.path.join(hf_folder(directory, size), "model.safetensors")):
+            parts.append(("the Hugging Face folder", 2.0 * params))
+        if fmt in ("q8", "q4"):
+            parts.append(("a temporary bf16 export", 2.0 * params))
     need = sum(n for _, n in parts)
     st = os.statvfs(directory)
     free = st.f_bavail * st.f_frsize
@@ -120,7 +125,7 @@ def ensure(directory, formats, run, who="bench_models.py", size="0.6b", layers=N
         why = too_large(size, f, layers)
         if why is None and not readable(run, ckpt):
             why = no_room(directory, size, f, layers)
-            if why is None and (size in MOE_SIZES or layers is not None):
+            if why is None and written_directly(size, layers):
                 if not os.path.exists(os.path.join(hf, "config.json")):
                     step([sys.executable, "tools/make_random_qwen3.py", hf, "--size", size, "--config-only"] + cut,
                          f"writing {hf}/config.json", who)
