@@ -1,7 +1,7 @@
 /* checkpoint.c: the checkpoint file (its format: model.h) in memory: mapped read-only at a 2 MB
- * boundary, never copied, and every field of its header checked against the file before the model
- * (model.c) points into it. A bad file is one error line that names the file and the problem,
- * never a crash. */
+ * boundary, never copied, every field of its header checked against the file, then every weight
+ * (model.h, Weights) pointed into it in the order of the table TENSORS (model.c). A bad file is
+ * one error line that names the file and the problem, never a crash. */
 #include "checkpoint.h"
 
 #include <errno.h>
@@ -290,7 +290,22 @@ int checkpoint_config(Transformer* t, int ctx, const LoadError* e) {
     return 0;
 }
 
-const void* checkpoint_take(TensorWalk* w, uint64_t bytes, const char* what) {
+/* Walks the tensors (TENSORS): each tensor starts at the next multiple of CHECKPOINT_ALIGN
+ * and must end inside the weights section. Offsets are uint64_t and start inside the file
+ * (check_sections), and a tensor has fewer than 2^31 values, so no sum here can wrap around. */
+typedef struct {
+    const uint8_t* base;  /* the mapped file */
+    uint64_t pos, end;    /* file offsets: the end of the previous tensor, the end of the weights section */
+    const Config* c;
+    Weights* w;           /* where the pointers go */
+    int layer;            /* the layer being walked, for the error; -1: outside the layers */
+    const LoadError* e;
+    int failed;
+} TensorWalk;
+
+/* The next tensor of the walk, `bytes` long (what: its name, for the error); NULL once one does
+ * not fit, with w->failed set and the error written. */
+static const void* checkpoint_take(TensorWalk* w, uint64_t bytes, const char* what) {
     uint64_t start = (w->pos + CHECKPOINT_ALIGN - 1) / CHECKPOINT_ALIGN * CHECKPOINT_ALIGN;
     if (w->failed) return NULL;
     if (start + bytes > w->end) {
@@ -304,4 +319,94 @@ const void* checkpoint_take(TensorWalk* w, uint64_t bytes, const char* what) {
     }
     w->pos = start + bytes;
     return w->base + start;
+}
+
+/* ---- The tensors: every weight pointed into the mapping, in the order of TENSORS (model.c) ---- */
+
+static int tensor_stored(const TensorInfo* ti, int flags) {
+    return (flags & ti->only_with) == ti->only_with && !(flags & ti->not_with);
+}
+
+void* tensor_slot(const TensorInfo* ti, Weights* w, int layer, int expert) {
+    if (ti->place == GLOBAL) return (char*)w + ti->field;
+    char* lw = (char*)&w->layers[layer];
+    return ti->place == EXPERT ? (void*)(*(Matrix**)(lw + ti->field) + expert) : lw + ti->field;
+}
+
+void for_each_tensor(const Config* c, void (*fn)(void* ctx, const TensorInfo* ti, int layer, int expert), void* ctx) {
+    int first = 0, end;
+    while (first < N_TENSORS && TENSORS[first].place == GLOBAL) first++;
+    for (end = first; end < N_TENSORS && TENSORS[end].place != GLOBAL; end++) {}
+    for (int i = 0; i < first; i++)
+        if (tensor_stored(&TENSORS[i], c->flags)) fn(ctx, &TENSORS[i], -1, -1);
+    for (int l = 0; l < c->n_layers; l++) {
+        const int flags = c->flags | (config_layer_is_moe(c, l) ? FLAG_MOE_LAYER : 0);
+        for (int i = first; i < end; i++) {
+            if (TENSORS[i].place != EXPERT) {
+                if (tensor_stored(&TENSORS[i], flags)) fn(ctx, &TENSORS[i], l, -1);
+                continue;
+            }
+            int j = i; /* a run of EXPERT rows: expert 0's, then expert 1's, ... */
+            while (j < end && TENSORS[j].place == EXPERT) j++;
+            for (int e = 0; e < c->n_experts && tensor_stored(&TENSORS[i], flags); e++)
+                for (int k = i; k < j; k++) fn(ctx, &TENSORS[k], l, e);
+            i = j - 1;
+        }
+    }
+    for (int i = end; i < N_TENSORS; i++)
+        if (tensor_stored(&TENSORS[i], c->flags)) fn(ctx, &TENSORS[i], -1, -1);
+}
+
+/* One tensor of the walk: a MATRIX in the header's weight type (rows * cols < 2^31, check_sizes),
+ * or in float32 (the router), or a float32 vector, pointed to where the table says. */
+static void map_tensor(void* ctx, const TensorInfo* ti, int layer, int expert) {
+    TensorWalk* walk = ctx;
+    void* slot = tensor_slot(ti, walk->w, layer, expert);
+    const int rows = tensor_size(ti->rows, walk->c);
+    walk->layer = layer;
+    if (ti->cols == SIZE_NONE) {
+        *(const float**)slot = checkpoint_take(walk, (uint64_t)rows * sizeof(float), ti->name);
+        return;
+    }
+    Matrix m = {ti->float32 ? WEIGHT_F32 : walk->c->weight_type, rows, tensor_size(ti->cols, walk->c),
+                ti->float32 ? 0 : walk->c->group_size, NULL};
+    m.data = checkpoint_take(walk, matrix_stored_bytes(&m), ti->name);
+    *(Matrix*)slot = m;
+}
+
+/* The experts' Matrix arrays of every mixture-of-experts layer, in one allocation. */
+static int alloc_experts(Weights* w, const Config* c) {
+    int n_moe = 0;
+    for (int l = 0; l < c->n_layers; l++) n_moe += config_layer_is_moe(c, l);
+    if (n_moe == 0) return 0;
+    w->experts = calloc((size_t)n_moe * 3 * (size_t)c->n_experts, sizeof(Matrix));
+    if (!w->experts) return -1;
+    Matrix* next = w->experts;
+    for (int l = 0; l < c->n_layers; l++) {
+        if (!config_layer_is_moe(c, l)) continue;
+        LayerWeights* lw = &w->layers[l];
+        lw->expert_gate = next, lw->expert_up = next + c->n_experts, lw->expert_down = next + 2 * c->n_experts;
+        next += 3 * c->n_experts;
+    }
+    return 0;
+}
+
+int checkpoint_weights(Transformer* t, const LoadError* e) {
+    const Config* c = &t->config;
+    Weights* w = &t->weights;
+    const uint64_t start = t->header.weights_offset;
+    TensorWalk walk = {t->file, start, start + t->header.weights_bytes, c, w, -1, e, 0};
+
+    w->layers = calloc((size_t)c->n_layers, sizeof(LayerWeights));
+    if (w->layers == NULL || alloc_experts(w, c) != 0) return load_fail(e, "out of memory");
+    for_each_tensor(c, map_tensor, &walk);
+    /* QWEN3.md 2.2 step 4 and 7.7: a tied model's output projection is the embedding matrix. */
+    if (c->flags & FLAG_TIED_EMBED) w->lm_head = w->embed_tokens;
+    if (walk.failed) return -1;
+    /* export.py pads the section to a multiple of 64 after the last tensor; anything more means the
+     * header describes a different model than the one stored. */
+    if (walk.end - walk.pos >= CHECKPOINT_ALIGN)
+        return load_fail(e, "the weights section has %llu bytes after the last tensor: the header does not match the "
+                    "tensors", (unsigned long long)(walk.end - walk.pos));
+    return 0;
 }

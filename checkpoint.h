@@ -1,4 +1,5 @@
-/* checkpoint.h: reading the checkpoint file (checkpoint.c) for the loader (model.c). */
+/* checkpoint.h: reading the checkpoint file (checkpoint.c) for the loader (model.c) and the tools
+ * that walk its tensors (quantize, the bench). */
 #ifndef CHECKPOINT_H
 #define CHECKPOINT_H
 
@@ -24,21 +25,21 @@ int checkpoint_map(Transformer* t, const LoadError* e);
  * is ctx (<= 0: the default) held to the model's context. Returns 0 or -1 with the error written. */
 int checkpoint_config(Transformer* t, int ctx, const LoadError* e);
 
-/* Walks the tensors (TENSORS): each tensor starts at the next multiple of CHECKPOINT_ALIGN
- * and must end inside the weights section. Offsets are uint64_t and start inside the file
- * (check_sections), and a tensor has fewer than 2^31 values, so no sum here can wrap around. */
-typedef struct {
-    const uint8_t* base;  /* the mapped file */
-    uint64_t pos, end;    /* file offsets: the end of the previous tensor, the end of the weights section */
-    const Config* c;
-    Weights* w;           /* where the pointers go */
-    int layer;            /* the layer being walked, for the error; -1: outside the layers */
-    const LoadError* e;
-    int failed;
-} TensorWalk;
+/* Points every weight of t->weights into the mapping, walking TENSORS in file order; each
+ * tensor must end inside the weights section. Returns 0 or -1 with the error written. */
+int checkpoint_weights(Transformer* t, const LoadError* e);
 
-/* The next tensor of the walk, `bytes` long (what: its name, for the error); NULL once one does
- * not fit, with w->failed set and the error written. */
-const void* checkpoint_take(TensorWalk* w, uint64_t bytes, const char* what);
+/* Where tensor ti of layer l (and expert e) points in w: a Matrix or a const float*. */
+void* tensor_slot(const TensorInfo* ti, Weights* w, int layer, int expert);
+
+/* Calls fn(ctx, ti, layer, expert) for every tensor c's file stores, in file order (layer -1: a
+ * global one; expert -1: not an expert's): the loader, quantize and the bench walk the table so. */
+void for_each_tensor(const Config* c, void (*fn)(void* ctx, const TensorInfo* ti, int layer, int expert), void* ctx);
+
+/* For the bench: bytes of t's mapped file in 2 MB pages now (-1 where /proc/self/smaps cannot tell). */
+long long transformer_huge_page_bytes(const Transformer* t);
+
+/* 2 MB-aligned anonymous memory marked for huge pages, freed with free(): the KV cache, the bench's buffer. */
+void* alloc_huge_anonymous(size_t size);
 
 #endif

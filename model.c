@@ -1,7 +1,7 @@
 /* model.c: Qwen3's weights, its run state, and the forward pass.
  *
- * The file layout is documented at the top of model.h; checkpoint.c maps and checks the file,
- * and this file points every weight into it (the table TENSORS). forward() is one function in the
+ * The file layout is documented at the top of model.h; checkpoint.c maps and checks the file and
+ * points every weight into it, walking the table TENSORS that this file lists. forward() is one function in the
  * style of llama2.c: every weight is a named pointer, every step cites the spec, and every
  * operation that costs time is an op of kernels/ops.h (the reference kernels or the fast ones;
  * nothing here knows which). docs/design.md has the measurements behind the choices here. The
@@ -73,95 +73,6 @@ int config_layer_is_moe(const Config* c, int l) {
     for (int i = 0; i < c->n_mlp_only; i++)
         if (c->mlp_only[i] == l) return 0;
     return 1;
-}
-
-static int tensor_stored(const TensorInfo* ti, int flags) {
-    return (flags & ti->only_with) == ti->only_with && !(flags & ti->not_with);
-}
-
-void* tensor_slot(const TensorInfo* ti, Weights* w, int layer, int expert) {
-    if (ti->place == GLOBAL) return (char*)w + ti->field;
-    char* lw = (char*)&w->layers[layer];
-    return ti->place == EXPERT ? (void*)(*(Matrix**)(lw + ti->field) + expert) : lw + ti->field;
-}
-
-void for_each_tensor(const Config* c, void (*fn)(void* ctx, const TensorInfo* ti, int layer, int expert), void* ctx) {
-    int first = 0, end;
-    while (first < N_TENSORS && TENSORS[first].place == GLOBAL) first++;
-    for (end = first; end < N_TENSORS && TENSORS[end].place != GLOBAL; end++) {}
-    for (int i = 0; i < first; i++)
-        if (tensor_stored(&TENSORS[i], c->flags)) fn(ctx, &TENSORS[i], -1, -1);
-    for (int l = 0; l < c->n_layers; l++) {
-        const int flags = c->flags | (config_layer_is_moe(c, l) ? FLAG_MOE_LAYER : 0);
-        for (int i = first; i < end; i++) {
-            if (TENSORS[i].place != EXPERT) {
-                if (tensor_stored(&TENSORS[i], flags)) fn(ctx, &TENSORS[i], l, -1);
-                continue;
-            }
-            int j = i; /* a run of EXPERT rows: expert 0's, then expert 1's, ... */
-            while (j < end && TENSORS[j].place == EXPERT) j++;
-            for (int e = 0; e < c->n_experts && tensor_stored(&TENSORS[i], flags); e++)
-                for (int k = i; k < j; k++) fn(ctx, &TENSORS[k], l, e);
-            i = j - 1;
-        }
-    }
-    for (int i = end; i < N_TENSORS; i++)
-        if (tensor_stored(&TENSORS[i], c->flags)) fn(ctx, &TENSORS[i], -1, -1);
-}
-
-/* One tensor of the walk: a MATRIX in the header's weight type (rows * cols < 2^31, check_sizes),
- * or in float32 (the router), or a float32 vector, pointed to where the table says. */
-static void map_tensor(void* ctx, const TensorInfo* ti, int layer, int expert) {
-    TensorWalk* walk = ctx;
-    void* slot = tensor_slot(ti, walk->w, layer, expert);
-    const int rows = tensor_size(ti->rows, walk->c);
-    walk->layer = layer;
-    if (ti->cols == SIZE_NONE) {
-        *(const float**)slot = checkpoint_take(walk, (uint64_t)rows * sizeof(float), ti->name);
-        return;
-    }
-    Matrix m = {ti->float32 ? WEIGHT_F32 : walk->c->weight_type, rows, tensor_size(ti->cols, walk->c),
-                ti->float32 ? 0 : walk->c->group_size, NULL};
-    m.data = checkpoint_take(walk, matrix_stored_bytes(&m), ti->name);
-    *(Matrix*)slot = m;
-}
-
-/* The experts' Matrix arrays of every mixture-of-experts layer, in one allocation. */
-static int alloc_experts(Weights* w, const Config* c) {
-    int n_moe = 0;
-    for (int l = 0; l < c->n_layers; l++) n_moe += config_layer_is_moe(c, l);
-    if (n_moe == 0) return 0;
-    w->experts = calloc((size_t)n_moe * 3 * (size_t)c->n_experts, sizeof(Matrix));
-    if (!w->experts) return -1;
-    Matrix* next = w->experts;
-    for (int l = 0; l < c->n_layers; l++) {
-        if (!config_layer_is_moe(c, l)) continue;
-        LayerWeights* lw = &w->layers[l];
-        lw->expert_gate = next, lw->expert_up = next + c->n_experts, lw->expert_down = next + 2 * c->n_experts;
-        next += 3 * c->n_experts;
-    }
-    return 0;
-}
-
-/* Points every weight into the mapping, in the order of TENSORS. */
-static int map_weights(Transformer* t, const LoadError* e) {
-    const Config* c = &t->config;
-    Weights* w = &t->weights;
-    const uint64_t start = t->header.weights_offset;
-    TensorWalk walk = {t->file, start, start + t->header.weights_bytes, c, w, -1, e, 0};
-
-    w->layers = calloc((size_t)c->n_layers, sizeof(LayerWeights));
-    if (w->layers == NULL || alloc_experts(w, c) != 0) return load_fail(e, "out of memory");
-    for_each_tensor(c, map_tensor, &walk);
-    /* QWEN3.md 2.2 step 4 and 7.7: a tied model's output projection is the embedding matrix. */
-    if (c->flags & FLAG_TIED_EMBED) w->lm_head = w->embed_tokens;
-    if (walk.failed) return -1;
-    /* export.py pads the section to a multiple of 64 after the last tensor; anything more means the
-     * header describes a different model than the one stored. */
-    if (walk.end - walk.pos >= CHECKPOINT_ALIGN)
-        return load_fail(e, "the weights section has %llu bytes after the last tensor: the header does not match the "
-                    "tensors", (unsigned long long)(walk.end - walk.pos));
-    return 0;
 }
 
 /* YaRN's frequency of dimension pair i (QWEN3.md 2.9, transformers' _compute_yarn_parameters):
@@ -267,7 +178,9 @@ static int start_ops(Transformer* t, const TransformerOptions* o, const LoadErro
     widest = widest > c->moe_hidden_dim ? widest : c->moe_hidden_dim;
     const OpsSpec spec = {.threads = o->threads, .max_batch = MAX_BATCH, .max_cols = widest,
                           .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
-                          .max_pos = c->seq_len, .bf16_activations = o->bf16_activations};
+                          .max_pos = c->seq_len, .bf16_activations = o->bf16_activations,
+                          .weights = t->file + t->header.weights_offset, .weights_bytes = t->header.weights_bytes,
+                          .weight_type = c->weight_type, .weight_cols = c->dim, .group_size = c->group_size};
     t->ops = t->kernels = ops_new(&spec);
     if (!t->kernels) return load_fail(e, "out of memory for the kernels' threads and scratch");
     return 0;
@@ -282,7 +195,7 @@ int transformer_load(Transformer* t, const char* path, const TransformerOptions*
     if (*(const uint8_t*)&one != 1) return load_fail(&e, "this engine needs a little-endian machine");
     if (checkpoint_map(t, &e) != 0) return -1;
     memcpy(&t->header, t->file, sizeof(FileHeader));
-    if (checkpoint_config(t, o.ctx, &e) != 0 || map_weights(t, &e) != 0 || start_ops(t, &o, &e) != 0 ||
+    if (checkpoint_config(t, o.ctx, &e) != 0 || checkpoint_weights(t, &e) != 0 || start_ops(t, &o, &e) != 0 ||
         alloc_state(t, o.kv_f16, &e) != 0) {
         transformer_free(t);
         return -1;

@@ -235,12 +235,6 @@ extern const int N_TENSORS;
 int tensor_size(TensorSize s, const Config* c);          /* dim, hidden_dim, ... of c; 1 for SIZE_NONE */
 /* Whether layer l of c is a mixture of experts (Qwen3-MoE; transformers' rule). */
 int config_layer_is_moe(const Config* c, int l);
-/* Where tensor ti of layer l (and expert e) points in w: a Matrix or a const float*. */
-void* tensor_slot(const TensorInfo* ti, Weights* w, int layer, int expert);
-
-/* Calls fn(ctx, ti, layer, expert) for every tensor c's file stores, in file order (layer -1: a
- * global one; expert -1: not an expert's). */
-void for_each_tensor(const Config* c, void (*fn)(void* ctx, const TensorInfo* ti, int layer, int expert), void* ctx);
 
 /* Activations for a batch of up to max_batch positions, and the KV cache. Allocated once at load;
  * the token loop allocates nothing. Row t of a batch buffer is at buf + t * width. */
@@ -311,12 +305,6 @@ typedef struct {
  * Returns 0, or -1 after writing one line "PATH: problem" into err. */
 int transformer_load(Transformer* t, const char* path, const TransformerOptions* opt, char* err, size_t errlen);
 void transformer_free(Transformer* t);
-
-/* For the bench: bytes of t's mapped file in 2 MB pages now (-1 where /proc/self/smaps cannot tell). */
-long long transformer_huge_page_bytes(const Transformer* t);
-
-/* 2 MB-aligned anonymous memory marked for huge pages, freed with free(): the KV cache, the bench's buffer. */
-void* alloc_huge_anonymous(size_t size);
 
 /* Runs n tokens at positions pos .. pos+n-1 through the model (prefill when n > 1, decode when
  * n == 1), appending their keys and values to the KV cache. pos + n must be <= config.seq_len.

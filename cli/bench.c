@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "checkpoint.h"
 #include "cli/peak.h"
 #include "kernels/kernels.h"
 

@@ -31,6 +31,7 @@
 
 #include "kernels/kernels.h"
 #include "model.h"
+#include "checkpoint.h"
 
 #define CHUNK_BYTES ((size_t)4 << 20)       /* output bytes of row blocks per dispatch to the threads,
                                              * then written to the file in one fwrite */

@@ -1,19 +1,15 @@
 /* kernels.h: the numeric kernels of the forward pass, each a scalar reference (name_scalar) and,
- * right below it in its file, SIMD twins under the plain name: AVX2+FMA on x86-64 (the base), with
- * wider paths where the CPU has AVX-512, VNNI or AVX-512 BF16 (simd_math.h says which), and NEON on
- * arm64; -DKERNELS_SCALAR (make SCALAR=1) compiles the references alone. forward() calls none of
- * them directly: it calls the ops of kernels/ops.h, which run the references (ops_reference.c) or
- * the twins on threads (fast/ops_fast.c). tests/test_kernels.c checks every twin against its
- * reference, tests/test_ops.c every op.
+ * right below it in its file, SIMD twins under the plain name (AVX2+FMA on x86-64, wider where the
+ * CPU has AVX-512, VNNI or AVX-512 BF16: simd_math.h; NEON on arm64); -DKERNELS_SCALAR (make
+ * SCALAR=1) compiles the references alone. forward() calls them through the ops of kernels/ops.h
+ * (ops_reference.c, or fast/ops_fast.c on threads). tests/test_kernels.c checks every twin against
+ * its reference, tests/test_ops.c every op.
  *
- * Weights are fp32, bf16, q8 or q4; activations between the kernels are fp32, and every sum of
- * products accumulates in fp32, or in int32 inside a group where both factors are integers: with
- * q8 and q4 weights the SIMD products quantise the activations to int8 per group at run time (as
- * llama.cpp's q8_0 does; fast/matmul_shared.h, quantize_rows), multiply int8 by int8 and add the
- * groups' int32 sums times their two scales in fp32. matmul_scalar keeps fp32 activations (each
- * weight group's scale times the group's sum of q * x), so the quantised twins differ from it by
- * the activations' rounding, which the tests bound (tests/test_matrix.h; end to end,
- * tests/test_model.py). */
+ * Weights are fp32, bf16, q8 or q4; activations are fp32, and every sum of products accumulates in
+ * fp32 (in int32 inside a group where both factors are integers). matmul_scalar keeps the
+ * activations in fp32; the SIMD q8 and q4 products quantise them to int8 per group first (as
+ * llama.cpp's q8_0 does; fast/matmul_shared.h, quantize_rows), so they differ from it by that
+ * rounding, which the tests bound (tests/test_matrix.h; end to end, tests/test_model.py). */
 #ifndef KERNELS_H
 #define KERNELS_H
 
@@ -23,17 +19,10 @@
 
 typedef enum { WEIGHT_F32 = 0, WEIGHT_BF16 = 1, WEIGHT_Q8 = 2, WEIGHT_Q4 = 3 } WeightType;
 
-/* A weight matrix [rows = out_features, cols = in_features], pointing into the mapped checkpoint.
- * f32 and bf16 are row-major. The quantised types (model.h) hold integers q in groups of
- * group_size columns with one float16 scale per group (w = scale * q): WEIGHT_Q8 int8, WEIGHT_Q4
- * 4-bit (q in -8 .. 7, stored as q + 8, two per byte, groups of 32). Both are stored in blocks of
- * rows (quant_block_rows) that the matrix-vector kernels walk front to back, one sequential stream:
- *  - q8, blocks of 4 rows: first their scales (4 rows x G = cols / group_size halves, row by
- *    row), then for each group g the values of each of the four rows (quant_scales, quant_group);
- *  - q4, blocks of 8 rows ("row lanes"): for each group g the 8 rows' scales, then 128 bytes in
- *    which 32-bit lane i of each 32-byte quarter v is row i's columns 4v .. 4v+3 (low nibbles)
- *    and 16+4v .. 16+4v+3 (high nibbles), so one vector of products has one row per lane
- *    (q4_group, q4_scale, q4_value). */
+/* A weight matrix [rows = out_features, cols = in_features], pointing into the mapped checkpoint:
+ * f32 and bf16 row-major; q8 and q4 integers q in groups of group_size columns with one float16
+ * scale each (w = scale * q), in blocks of rows that the matrix-vector kernels read front to back
+ * as one stream (model.h draws both layouts; the accessors below find a row's scales and values). */
 typedef struct {
     WeightType type;
     int rows, cols;

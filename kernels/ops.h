@@ -60,6 +60,12 @@ typedef struct {
     int max_cols;         /* the widest matrix's columns */
     int n_heads, n_kv_heads, head_dim, max_pos; /* attention's scratch */
     int bf16_activations; /* --bf16-activations (fast/matmul.c), where the build has the instruction */
+    /* The weights section, which decode reads once per token: the fast ops time their prefetch
+     * distance on it (fast/matmul.c, measure_prefetch). weights NULL: not timed. */
+    const void* weights;
+    size_t weights_bytes;
+    WeightType weight_type;
+    int weight_cols, group_size; /* the width its matrices mostly have (dim), their group size */
 } OpsSpec;
 
 struct Ops {

@@ -22,7 +22,8 @@
 /* Fast ops (the kernel context behind them: ops_kernels) for matmuls of up to max_batch tokens and
  * max_cols columns; attention's part is sized small, since these tests call the kernels directly. */
 static Ops* fast_ops(int threads, int max_batch, int max_cols) {
-    const OpsSpec spec = {threads, max_batch, max_cols, 1, 1, 16, 16, 0};
+    const OpsSpec spec = {.threads = threads, .max_batch = max_batch, .max_cols = max_cols, .n_heads = 1,
+                          .n_kv_heads = 1, .head_dim = 16, .max_pos = 16};
     return ops_new(&spec);
 }
 
@@ -793,8 +794,55 @@ static void test_float_panels_switched(Ops* k) {
     kernels_set_float_panels(ops_kernels(k), panels);
 }
 
+/* measure_prefetch (fast/matmul.c) on 8 MB of random bytes read as q8, q4, bf16 and f32 weights: an
+ * x86 build keeps a distance for the format and names it ("q8 3072 B, measured"), and decode gives
+ * the same bits before and after (the distance moves no arithmetic); f32 weights, which decode
+ * does not prefetch, other builds, and KERNELS_PREFETCH leave the plan as it was. */
+static void test_measure_prefetch(void) {
+    const struct { WeightType t; int gs; const char* name; } formats[] = {
+        {WEIGHT_Q8, 64, "q8 "}, {WEIGHT_Q4, 32, "q4 "}, {WEIGHT_BF16, 0, "bf16 "}, {WEIGHT_F32, 0, NULL}};
+    const size_t bytes = (size_t)8 << 20;
+    uint8_t* weights = malloc(bytes);
+    float* x = malloc(1024 * sizeof(float));
+    float *before = malloc(256 * sizeof(float)), *after = malloc(256 * sizeof(float));
+    for (size_t i = 0; i < bytes; i++) weights[i] = (uint8_t)(frand() * 256.0f);
+    for (int c = 0; c < 1024; c++) x[c] = frand();
+    unsetenv("KERNELS_PREFETCH"); /* a choice in the caller's environment would fix the plan */
+    for (int fixed = 0; fixed < 2; fixed++)
+        for (size_t f = 0; f < sizeof formats / sizeof *formats; f++) {
+            if (fixed) setenv("KERNELS_PREFETCH", "mid", 1);
+            Ops* o = fast_ops(2, 4, 1024);
+            unsetenv("KERNELS_PREFETCH");
+            const OpsSpec spec = {.weights = weights, .weights_bytes = bytes, .weight_type = formats[f].t,
+                                  .weight_cols = 1024, .group_size = formats[f].gs};
+            const Matrix W = {formats[f].t, 256, 1024, formats[f].gs, weights};
+            const char* old = kernels_prefetch_plan(ops_kernels(o));
+            matmul_one(o, before, x, &W, 1);
+            const char* name = measure_prefetch(o, &spec);
+            matmul_one(o, after, x, &W, 1);
+#if defined(KERNELS_AVX2)
+            const int timed = formats[f].name && !fixed;
+#else
+            const int timed = 0;
+#endif
+            int ok = memcmp(before, after, 256 * sizeof(float)) == 0;
+            if (timed)
+                ok &= name && strncmp(name, formats[f].name, strlen(formats[f].name)) == 0 &&
+                      strstr(name, " B, measured") && strcmp(kernels_prefetch_plan(ops_kernels(o)), name) == 0;
+            else
+                ok &= !name && strcmp(kernels_prefetch_plan(ops_kernels(o)), old) == 0;
+            char what[160];
+            snprintf(what, sizeof what, "measure_prefetch %s%s: %s (%s), decode's bits unchanged", tname(formats[f].t),
+                     fixed ? " with KERNELS_PREFETCH=mid" : "", timed ? "a distance kept" : "the plan left", name ? name : old);
+            check(ok, what);
+            ops_free(o);
+        }
+    free(weights), free(x), free(before), free(after);
+}
+
 int main(void) {
     test_set_threads();
+    test_measure_prefetch();
     test_two_contexts();
     int threads[2] = {1, 2};
     for (int ti = 0; ti < 2; ti++) {

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "model.h"
+#include "checkpoint.h"
 
 #define MODEL_PATH "models/tinystories.bin"
 #define MB2 ((size_t)2 << 20)

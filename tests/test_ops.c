@@ -18,7 +18,8 @@
 enum { BATCH = 48, COLS = 1024, HEADS = 8, KV_HEADS = 2, HEAD_DIM = 128, POSITIONS = 300 };
 
 static Ops* make_ops(int threads, int reference) {
-    const OpsSpec s = {threads, BATCH, COLS, HEADS, KV_HEADS, HEAD_DIM, POSITIONS, 0};
+    const OpsSpec s = {.threads = threads, .max_batch = BATCH, .max_cols = COLS, .n_heads = HEADS,
+                       .n_kv_heads = KV_HEADS, .head_dim = HEAD_DIM, .max_pos = POSITIONS};
     return reference ? ops_reference_new(&s) : ops_new(&s);
 }
 

@@ -24,9 +24,14 @@ int kernels_available_cpus(void); /* the CPUs this process may run on: the defau
  * callers' per-thread scratch): the bench compares thread counts in one process. Returns the count. */
 int kernels_set_threads(Kernels* k, int n_threads);
 const char* kernels_simd_name(const Kernels* k); /* "avx2", "avx2+avx512", "avx2+avx512+amx", "neon" or "scalar" */
-/* Decode's software prefetch plan (fast/matmul.c, choose_prefetch): "near" or "mid" as chosen from
- * the CPU or KERNELS_PREFETCH in an x86 build, "none" in the others. */
+/* Decode's software prefetch plan (fast/matmul.c): in an x86 build "mid", or "near" / "mid" as
+ * KERNELS_PREFETCH says, or after measure_prefetch the distance it kept ("q8 3072 B, measured");
+ * "none" in the others. */
 const char* kernels_prefetch_plan(const Kernels* k);
+/* Times decode's prefetch distances for spec's weight format on spec->weights with o's own
+ * products and keeps the quickest; returns the plan's new name, or NULL where nothing was timed
+ * (no AVX2, KERNELS_PREFETCH set, f32 weights, a section too small, out of memory). */
+const char* measure_prefetch(const Ops* o, const OpsSpec* spec);
 /* The prefill paths; each setter (for tests of both paths) returns its getter's answer.
  * kernels_amx: 1 when q8 and q4 prefill (with AMX-BF16 also bf16 with bf16 activations) run on
  * AMX tiles: an x86 build for a CPU with AMX, on a Linux that grants the tile state, without

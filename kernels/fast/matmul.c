@@ -5,6 +5,7 @@
  * arm/, matmul_float.c (f32, bf16) and matmul_int8.c (q8, q4), x86/matmul_amx.c (their prefill on
  * AMX). The scalar reference they are checked against is kernels/matmul.c. */
 #include <stdatomic.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,8 @@ struct MatmulScratch {
     int amx_usable;        /* q8 and q4 prefill run on AMX tiles (kernels_set_amx) */
     int float_panels;      /* f32 and bf16 prefill may take packed panels (kernels_set_float_panels) */
     PrefetchPlan prefetch;
+    int prefetch_fixed;    /* KERNELS_PREFETCH chose the plan: measure_prefetch leaves it */
+    char prefetch_name[48];
 };
 
 /* Thread `thread`'s view of s for the twins. */
@@ -114,17 +117,18 @@ int kernels_set_float_panels(Kernels* k, int on) {
 }
 
 /* How far ahead decode's matrix-vector products ask for their weights, all into L1, per core
- * (docs/design.md#decode-prefetch; KERNELS_PREFETCH=near or mid overrides the choice):
- *  - near (Zen 4): q8 128 bytes, nothing else. A prefetch far ahead seems to hold one of the
- *    core's few outstanding L1 misses for the whole trip to memory, while near ones meet lines
- *    the hardware prefetcher is already bringing in.
- *  - mid (every other CPU): q8 1536, q4 2048, bf16 1024 (2048 in the AVX-512 kernel). f32 has
- *    none (docs/design.md#decode-prefetch says why). */
-static PrefetchPlan choose_prefetch(void) {
-    const int asked = env_choice("KERNELS_PREFETCH", "near", "mid", "using the CPU's default");
+ * (docs/design.md#decode-prefetch): until measure_prefetch times the model's own weights, or for
+ * good where KERNELS_PREFETCH=near or mid says so:
+ *  - near: q8 128 bytes, nothing else. Where a prefetch far ahead holds one of the core's few
+ *    outstanding L1 misses for the whole trip to memory, near ones meet lines the hardware
+ *    prefetcher is already bringing in.
+ *  - mid: q8 1536, q4 2048, bf16 1024 (2048 in the AVX-512 kernel). f32 has none
+ *    (docs/design.md#decode-prefetch says why). */
+static PrefetchPlan choose_prefetch(int* fixed) {
+    const int asked = env_choice("KERNELS_PREFETCH", "near", "mid", "timing the model's weights");
     const PrefetchPlan near = {"near", 128, 0, 0, 0}, mid = {"mid", 1536, 2048, 1024, 2048};
+    *fixed = asked >= 0;
     if (!BUILD_AVX2) return (PrefetchPlan){"none", 0, 0, 0, 0}; /* only the AVX2 kernels prefetch */
-    if (asked < 0) return cpu_is_zen4() ? near : mid;
     return asked == 0 ? near : mid;
 }
 
@@ -147,7 +151,7 @@ static void* alloc_lines(size_t bytes) { return aligned_alloc(64, (bytes + 63) /
 MatmulScratch* matmul_scratch_new(int max_threads, int max_batch, int max_cols) {
     MatmulScratch* s = calloc(1, sizeof *s);
     if (!s) return NULL;
-    s->prefetch = choose_prefetch();
+    s->prefetch = choose_prefetch(&s->prefetch_fixed);
     s->float_panels = choose_float_panels();
     if (max_batch < 1) max_batch = 1;
     if (max_cols < 1) max_cols = 1;
@@ -519,4 +523,82 @@ void matmul(const Ops* o, float* const* outs, const float* x, const Matrix* cons
         j.range[r].end = (int)((long long)n_items * (r + 1) / j.n_ranges);
     }
     parallel_for(j.k, n == 1 ? nt : n_items, matmul_task, &j);
+}
+
+/* ---- Decode's prefetch distance, timed on the model's own weights ----
+ * Which distance reads fastest differs from core to core (near on Zen 4, mid on Zen 3 and Intel,
+ * farther on Zen 5: docs/design.md#decode-prefetch), so instead of a table of CPU models the fast
+ * ops time a few distances when they start, on a stretch of the model's weights too large for
+ * any cache, with the decode product itself on the ops' threads, and keep the quickest; mid's
+ * stays unless another is at least 3% faster. A few passes over 256 MB: 30-150 ms at load. */
+#define MEASURE_BYTES ((size_t)256 << 20)
+#define MEASURE_ROUNDS 3
+
+static double seconds_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The distance of the plan that decode reads for W's format, and the distances to time (mid's first). */
+static int* measured_distance(PrefetchPlan* p, const Matrix* W, const int** candidates) {
+    static const int q8[] = {1536, 128, 3072}, q4[] = {2048, 0, 3072}, bf16[] = {1024, 0, 2048},
+                     zmm[] = {2048, 0, 3072};
+    if (W->type == WEIGHT_Q8) return *candidates = q8, &p->q8;
+    if (W->type == WEIGHT_Q4) return *candidates = q4, &p->q4;
+    if (W->type != WEIGHT_BF16 || W->cols % 16) return NULL; /* f32 decode does not prefetch */
+    if (BUILD_AVX512 && W->cols % 32 == 0) return *candidates = zmm, &p->bf16_zmm;
+    return *candidates = bf16, &p->bf16;
+}
+
+/* The weights as one matrix of their format, cols wide, from the middle of the section: what
+ * measure_prefetch reads (any bytes are valid weights of every format). */
+static Matrix measure_sample(const OpsSpec* spec) {
+    const size_t bytes = spec->weights_bytes < MEASURE_BYTES ? spec->weights_bytes : MEASURE_BYTES;
+    Matrix W = {spec->weight_type, 0, spec->weight_cols, spec->group_size,
+                (const char*)spec->weights + (spec->weights_bytes - bytes) / 2 / 64 * 64};
+    if (W.type == WEIGHT_Q8 || W.type == WEIGHT_Q4)
+        W.rows = (int)(bytes / quant_block_bytes(W.type, W.cols, W.group_size)) * quant_block_rows(W.type);
+    else
+        W.rows = (int)(bytes / ((size_t)W.cols * (W.type == WEIGHT_F32 ? 4 : 2)));
+    return W;
+}
+
+const char* measure_prefetch(const Ops* o, const OpsSpec* spec) {
+    MatmulScratch* s = kernels_scratch(ops_kernels(o));
+    const Matrix W = measure_sample(spec);
+    const int* cand;
+    int* distance = measured_distance(&s->prefetch, &W, &cand);
+    if (!BUILD_AVX2 || s->prefetch_fixed || !distance || W.rows < 64 || W.cols > s->xp_cap) return NULL;
+    float* x = malloc((size_t)W.cols * sizeof(float));
+    float* out = malloc((size_t)W.rows * sizeof(float));
+    if (!x || !out) {
+        free(x);
+        free(out);
+        return NULL;
+    }
+    for (int c = 0; c < W.cols; c++) x[c] = (float)(c % 17) - 8.0f;
+    const Matrix* Ws[1] = {&W};
+    matmul(o, &out, x, Ws, 1, 1); /* the pages and the code warm */
+    double best[3] = {1e30, 1e30, 1e30};
+    for (int round = 0; round < MEASURE_ROUNDS; round++)
+        for (int i = 0; i < 3; i++) {
+            const int c = (round + i) % 3; /* each distance in a new place of the order each round */
+            *distance = cand[c];
+            const double t0 = seconds_now();
+            matmul(o, &out, x, Ws, 1, 1);
+            const double t = seconds_now() - t0;
+            best[c] = t < best[c] ? t : best[c];
+        }
+    free(x);
+    free(out);
+    int pick = 0;
+    for (int c = 1; c < 3; c++)
+        if (best[c] < best[pick]) pick = c;
+    if (best[pick] > 0.97 * best[0]) pick = 0;
+    *distance = cand[pick];
+    snprintf(s->prefetch_name, sizeof s->prefetch_name, "%s %d B, measured",
+             W.type == WEIGHT_Q8 ? "q8" : W.type == WEIGHT_Q4 ? "q4" : "bf16", cand[pick]);
+    s->prefetch.name = s->prefetch_name;
+    return s->prefetch.name;
 }

@@ -22,7 +22,7 @@ ALWAYS_INLINE const void* row_ptr(const Matrix* W, int r) {
 
 /* ---- What a SIMD twin gets from the kernel context that runs it ---- */
 
-/* Decode's software prefetch distances (matmul.c, choose_prefetch; AVX2 kernels only). */
+/* Decode's software prefetch distances (matmul.c: choose_prefetch, measure_prefetch; AVX2 kernels only). */
 typedef struct {
     const char* name;
     int q8;       /* bytes ahead in rows_qi_n1; 0: one row block ahead */

@@ -17,6 +17,10 @@
  * dispatch costs a few microseconds (docs/design.md#elementwise). */
 #define ELEMENTWISE_PARALLEL (32 * 1024)
 
+/* Weights below this size are left on the default prefetch plan: decode finds much of them in the
+ * caches, and the load stays instant for small models (the tests' among them). */
+#define MEASURE_MIN_BYTES ((size_t)64 << 20)
+
 typedef struct {
     Kernels* k;
     float* att;          /* [max threads, att_floats] each attention task's scratch */
@@ -150,6 +154,7 @@ Ops* ops_new(const OpsSpec* spec) {
         return NULL;
     }
     o->name = kernels_simd_name(f->k);
+    if (spec->weights && spec->weights_bytes >= MEASURE_MIN_BYTES) measure_prefetch(o, spec);
     o->prefetch = kernels_prefetch_plan(f->k);
     o->bf16_activations = kernels_set_bf16_activations(f->k, spec->bf16_activations);
     o->float_panels = kernels_float_panels(f->k);

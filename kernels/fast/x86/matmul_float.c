@@ -359,7 +359,7 @@ ALWAYS_INLINE void bf16_step16(__m256* a, __m256* b, const uint16_t* w, const fl
 }
 
 /* With prefetch (a constant at each call), each 128 bytes of a row ask for the two lines pf bytes
- * ahead (the mid plans: choose_prefetch). */
+ * ahead (the plan's bf16 distance: matmul.c, choose_prefetch and measure_prefetch). */
 ALWAYS_INLINE void rows_bf16_n1_pf(float* out, const float* xp, const Matrix* W, int r0, int r1, const int prefetch,
                                    int pf) {
     const int C = W->cols;
@@ -388,7 +388,7 @@ ALWAYS_INLINE void rows_bf16_n1_pf(float* out, const float* xp, const Matrix* W,
 /* rows_bf16_n1 on 512-bit vectors: a 64-byte load is 32 bf16, the activation row de-interleaved
  * per 32 columns (16 even, then 16 odd), and 128 columns per step into 8 accumulators: half the
  * instructions per weight byte of the ymm kernel, so the core keeps more loads in flight. The
- * plan's bf16_zmm distance (choose_prefetch) says how far ahead it prefetches, if at all
+ * plan's bf16_zmm distance (matmul.c, measure_prefetch) says how far ahead it prefetches, if at all
  * (docs/design.md#decode-stream). Needs cols % 32 == 0. */
 ALWAYS_INLINE void bf16_step32(__m512* a, __m512* b, const uint16_t* w, const float* xp) {
     const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);

@@ -250,9 +250,9 @@ ALWAYS_INLINE void qi_step4(__m256i a[4], const uint8_t* wg, size_t gb, int c, _
 
 /* q8 matrix-vector product (decode): one row block at a time, front to back (its scales,
  * then per group the four rows' values), so the weights are one sequential stream; each group
- * step asks for the bytes pf ahead (choose_prefetch). A layout with the scales apart from the
- * rows would be a second stream, which costs far more than its 1/16 of the bytes
- * (docs/design.md#checkpoint-layout). */
+ * step asks for the bytes pf ahead (the plan: matmul.c, measure_prefetch). A layout with the
+ * scales apart from the rows would be a second stream, which costs far more than its 1/16 of the
+ * bytes (docs/design.md#checkpoint-layout). */
 void rows_qi_n1(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1) {
     const int8_t* xq = pr->xq;
     const float* xsc = pr->xs;
