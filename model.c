@@ -118,26 +118,29 @@ static void rope_tables(const Config* c, float* cos_t, float* sin_t) {
  * [block][layer][kv head][position in block][d]: the cache grows in position order, so its 2 MB
  * pages map little more than the positions reached, and a kv head's rows in a block are one run
  * that attention reads as a stream (64 KB for Qwen3's head_dim; docs/design.md#kv-cache). */
-static size_t kv_block_elems(const Config* c) {
-    return (size_t)c->n_layers * c->n_kv_heads * (size_t)KV_BLOCK_LEN * c->head_dim;
+static size_t kv_block_elems(const Config* c, const RunState* s) {
+    return (size_t)c->n_layers * c->n_kv_heads * (size_t)KV_BLOCK_LEN * s->kv_row;
 }
 
-/* Where layer l, kv head h, position p sits in either cache, in elements (floats or halves). */
-static size_t kv_offset(const Config* c, int l, int h, int p) {
+/* Where layer l, kv head h, position p sits in either cache, in elements (kernels.h, KVType). */
+static size_t kv_offset(const Config* c, const RunState* s, int l, int h, int p) {
     size_t row = ((size_t)l * c->n_kv_heads + (size_t)h) * KV_BLOCK_LEN + (size_t)(p % KV_BLOCK_LEN);
-    return (size_t)(p / KV_BLOCK_LEN) * kv_block_elems(c) + row * c->head_dim;
+    return (size_t)(p / KV_BLOCK_LEN) * kv_block_elems(c, s) + row * s->kv_row;
 }
 
-/* Stores n values at element `at` of a cache: as they are, or rounded to halves. */
+/* Stores the n values of one kv head at element `at` of a cache: as they are, rounded to halves,
+ * or quantised (q8). */
 static void kv_store(const RunState* s, void* cache, size_t at, const float* x, int n) {
-    if (s->kv_f16)
+    if (s->kv_type == KV_F16)
         float_to_half_row((uint16_t*)cache + at, x, n);
+    else if (s->kv_type == KV_Q8)
+        kv_quantize_row((int8_t*)cache + at, x, n);
     else
         memcpy((float*)cache + at, x, (size_t)n * sizeof(float));
 }
 
 /* The activations and the KV cache. Returns 0 or -1 with the error written. */
-static int alloc_state(Transformer* t, int kv_f16, const LoadError* e) {
+static int alloc_state(Transformer* t, KVType kv_type, const LoadError* e) {
     const Config* c = &t->config;
     RunState* s = &t->state;
     const size_t B = MAX_BATCH, D = (size_t)c->dim, half = (size_t)c->head_dim / 2;
@@ -155,8 +158,11 @@ static int alloc_state(Transformer* t, int kv_f16, const LoadError* e) {
     s->max_batch = MAX_BATCH;
     /* The cache is the one big allocation (whole blocks of positions, twice), mapped lazily: memory
      * is only used for the blocks reached (populate_kv_cache). */
-    s->kv_f16 = kv_f16 != 0;
-    size_t kv_bytes = (size_t)((c->seq_len + KV_BLOCK_LEN - 1) / KV_BLOCK_LEN) * kv_block_elems(c) * kv_elem_bytes(s);
+    s->kv_type = kv_type == KV_F16 || kv_type == KV_Q8 ? kv_type : KV_F32;
+    if (s->kv_type == KV_Q8 && c->head_dim % KV_Q8_GROUP != 0)
+        return load_fail(e, "a q8 KV cache needs head_dim a multiple of %d; this model's is %d", KV_Q8_GROUP, c->head_dim);
+    s->kv_row = kv_row_elems(s->kv_type, c->head_dim);
+    size_t kv_bytes = (size_t)((c->seq_len + KV_BLOCK_LEN - 1) / KV_BLOCK_LEN) * kv_block_elems(c, s) * kv_elem_bytes(s);
     s->key_cache = alloc_huge_anonymous(kv_bytes);
     s->value_cache = alloc_huge_anonymous(kv_bytes);
     int ok = s->key_cache && s->value_cache;
@@ -196,7 +202,7 @@ int transformer_load(Transformer* t, const char* path, const TransformerOptions*
     if (checkpoint_map(t, &e) != 0) return -1;
     memcpy(&t->header, t->file, sizeof(FileHeader));
     if (checkpoint_config(t, o.ctx, &e) != 0 || checkpoint_weights(t, &e) != 0 || start_ops(t, &o, &e) != 0 ||
-        alloc_state(t, o.kv_f16, &e) != 0) {
+        alloc_state(t, o.kv_type, &e) != 0) {
         transformer_free(t);
         return -1;
     }
@@ -236,7 +242,7 @@ static void populate_kv_cache(Transformer* t, int end) {
     if (end <= s->kv_populated) return;
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
     const int bl = KV_BLOCK_LEN;
-    const size_t block = kv_block_elems(&t->config) * kv_elem_bytes(s);
+    const size_t block = kv_block_elems(&t->config, s) * kv_elem_bytes(s);
     const int blocks = (end + bl - 1) / bl;
     char* const caches[2] = {(char*)s->key_cache, (char*)s->value_cache};
     for (int which = 0; which < 2; which++) {
@@ -370,9 +376,9 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
                 const float* sin_p = ROW(s->rope_sin, p0 + r, d / 2);
                 ops->rope(ops, ROW(s->q, r, q_dim), H, d, cos_p, sin_p);
                 ops->rope(ops, ROW(s->k, r, kv_dim), K, d, cos_p, sin_p);
-                /* 2.2 step 2.6: the cache stores keys after QK-Norm and RoPE (7.5); halves with --kv-cache f16. */
+                /* 2.2 step 2.6: the cache stores keys after QK-Norm and RoPE (7.5), in the cache's type. */
                 for (int h = 0; h < K; h++) {
-                    size_t at = kv_offset(c, l, h, p0 + r);
+                    size_t at = kv_offset(c, s, l, h, p0 + r);
                     kv_store(s, s->key_cache, at, ROW(s->k, r, kv_dim) + h * d, d);
                     kv_store(s, s->value_cache, at, ROW(s->v, r, kv_dim) + h * d, d);
                 }
@@ -381,11 +387,11 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
             /* 2.2 step 2.7: causal attention of every row and query head: query head j of row r
              * reads kv head j / (H / K) (GQA, 2.5) at positions 0 .. p0 + r, with scores scaled by
              * 1/sqrt(d), not by 1/sqrt(D / H) (7.1). */
-            const size_t layer_at = kv_offset(c, l, 0, 0) * kv_elem_bytes(s);
-            const KVRows cache = {(const char*)s->key_cache + layer_at, (const char*)s->value_cache + layer_at, d,
-                                  KV_BLOCK_LEN, kv_block_elems(c), s->kv_f16};
+            const size_t layer_at = kv_offset(c, s, l, 0, 0) * kv_elem_bytes(s);
+            const KVRows cache = {(const char*)s->key_cache + layer_at, (const char*)s->value_cache + layer_at,
+                                  (int)s->kv_row, KV_BLOCK_LEN, kv_block_elems(c, s), s->kv_type};
             ops->attention(ops, &(AttentionCall){s->att_out, s->q, nb, p0, H, K, d, 1.0f / sqrtf((float)d), cache,
-                                                 kv_offset(c, l, 1, 0) - kv_offset(c, l, 0, 0), l});
+                                                 kv_offset(c, s, l, 1, 0) - kv_offset(c, s, l, 0, 0), l});
 
             /* 2.2 steps 2.8-2.9: output projection, residual add. */
             ops->matmul(ops, (float*[]){s->proj}, s->att_out, (const Matrix*[]){&lw->o_proj}, 1, nb);

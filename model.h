@@ -45,21 +45,9 @@
  *                A block is 4*cols + 16*G bytes (4.5 bits per weight).
  * Norm weights and biases are always float32 (they are tiny, and bf16 -> f32 is exact).
  *
- * The tokenizer section (read by tokenizer.c, written by export.py):
- *   char   magic[4] = "QTOK"
- *   u32    n_vocab             BPE vocabulary: ids 0 .. n_vocab-1
- *   u32    n_merges
- *   u32    n_added             added tokens (<|im_start|>, <think>, ...)
- *   u32    flags               TOK_FLAG_* below
- *   u32    len, bytes          the pre-tokenizer's Split regex as written in tokenizer.json
- *   n_vocab times:    u32 len, bytes          the token's raw bytes (byte-level map undone)
- *   n_merges times:   u32 left, u32 right, u32 result   (token ids; listed in rank order, rank 0 first)
- *   n_added times:    u32 id, u32 special (0/1), u32 len, bytes (the content, UTF-8)
- *   u32    len, bytes          the chat template from tokenizer_config.json ("" if none)
- *
- * Validation (model.c): magic, version, every size, every offset and the end of every tensor
- * against the file size, with 64-bit arithmetic that cannot overflow. A bad file is one error line
- * that names the file and the problem, never a crash.
+ * The tokenizer section (tokenizer/tokenizer.h draws its layout) holds the vocabulary, the merges,
+ * the added tokens and the chat template. A bad file is one error line that names the file and the
+ * problem, never a crash (checkpoint.c checks every size and offset against the file).
  */
 #ifndef MODEL_H
 #define MODEL_H
@@ -106,12 +94,6 @@ enum {
     FLAG_TIED_EMBED = 4,  /* lm_head is embed_tokens */
     FLAG_ROPE_YARN = 8,   /* RoPE scaled by YaRN (QWEN3.md 2.9): the header's rope_* fields */
     FLAG_MOE = 16,        /* Qwen3-MoE (QWEN3.md 8): the header's moe_* fields; mixture-of-experts layers */
-};
-
-enum {
-    TOK_FLAG_NFC = 1,          /* normalizer is NFC */
-    TOK_FLAG_QWEN2_REGEX = 2,  /* the Split regex is exactly Qwen2/Qwen3's (tokenizer.c implements it) */
-    TOK_FLAG_BYTE_LEVEL = 4,   /* byte-level pre-tokenizer and decoder */
 };
 
 /* The first 256 bytes of the file. Every field is 4 or 8 bytes and placed so that the struct has
@@ -258,7 +240,8 @@ typedef struct {
     float* logits;   /* [vocab]    logits of the last position */
     void *key_cache, *value_cache; /* [seq_len / KV_BLOCK_LEN (rounded up), L, K, KV_BLOCK_LEN, d]  keys
                                     * after QK-Norm and RoPE, and values, in blocks of positions (model.c, kv_offset) */
-    int kv_f16;          /* the caches' elements: 0 float, 1 IEEE half (uint16_t) */
+    KVType kv_type;      /* the caches' elements: KV_F32, KV_F16 or KV_Q8 (kernels.h) */
+    size_t kv_row;       /* elements of one cached row (one position of one kv head): kv_row_elems */
     int kv_populated;    /* cache pages of positions below this are mapped (populate_kv_cache) */
     float *rope_cos, *rope_sin; /* [seq_len, d/2]  cos and sin of p * inv_freq[i] */
 } RunState;
@@ -266,7 +249,7 @@ typedef struct {
 /* Positions per block of the KV cache, fp32 or fp16 (model.c, kv_block_elems). */
 #define KV_BLOCK_LEN 128
 
-static inline size_t kv_elem_bytes(const RunState* s) { return s->kv_f16 ? sizeof(uint16_t) : sizeof(float); }
+static inline size_t kv_elem_bytes(const RunState* s) { return kv_elem_size(s->kv_type); }
 
 /* The KV cache's positions when the caller gives no context length, at most the model's (QWEN3.md
  * 1.1: the models allow 40,960 positions, but a cache that large costs 9 GB in fp32 for 0.6B). */
@@ -277,9 +260,9 @@ static inline size_t kv_elem_bytes(const RunState* s) { return s->kv_f16 ? sizeo
 typedef struct {
     int threads;          /* kernel threads, the caller's included; <= 0: one per CPU this process may run on */
     int ctx;              /* KV cache positions; <= 0: min(DEFAULT_CTX, max_seq_len); above max_seq_len: clamped to it */
-    int kv_f16;           /* 1: the KV cache in fp16 (IEEE half), like llama.cpp's default: half the
-                           * memory and bytes read, keys and values rounded to 11 significant bits
-                           * (every sum stays fp32); 0: fp32, what the reference computes */
+    KVType kv_type;       /* the KV cache's elements (kernels.h): KV_F32 (0, what the reference
+                           * computes), KV_F16 (llama.cpp's default: half the memory and bytes read)
+                           * or KV_Q8 (int8 in groups of 16 with a half scale: 9/32 of fp32's) */
     int bf16_activations; /* 1: prefill with bf16 weights rounds the activations to bf16
                            * (kernels/fast/fast.h); ignored where the build has no bf16 dot product:
                            * t->kernels->bf16_activations says whether it is on */

@@ -318,6 +318,12 @@ static void count_tensor(void* ctx, const TensorInfo* ti, int layer, int expert)
     if (ti->place != GLOBAL) n->ops += share * 2.0 * m->rows * m->cols;
 }
 
+/* Bytes the KV cache keeps per position: keys and values of every layer's kv heads. */
+static double kv_position_bytes(const Transformer* t) {
+    const Config* c = &t->config;
+    return 2.0 * kv_elem_bytes(&t->state) * (double)t->state.kv_row * c->n_layers * c->n_kv_heads;
+}
+
 static void count_per_token(Bench* b) {
     const Config* c = &b->t->config;
     const Weights* w = &b->t->weights;
@@ -327,7 +333,7 @@ static void count_per_token(Bench* b) {
     if (c->flags & FLAG_TIED_EMBED) count.bytes += matrix_bytes(&w->lm_head); /* the head reads all of it */
     b->weight_bytes = count.bytes;
     /* keys and values of positions 0 .. p at decode position p, averaged over depth .. depth + n_gen - 1 */
-    const double kv_per_position = 2.0 * kv_elem_bytes(&b->t->state) * c->n_layers * c->n_kv_heads * c->head_dim;
+    const double kv_per_position = kv_position_bytes(b->t);
     b->bytes_per_token = b->weight_bytes;
     if (n_gen > 0) b->bytes_per_token += kv_per_position * (b->depth + (n_gen + 1) / 2.0);
     /* Bytes per token that fit in the last-level cache are read from it after the first token: such
@@ -336,6 +342,12 @@ static void count_per_token(Bench* b) {
     b->in_cache = n_gen > 0 && b->llc > 0 && b->bytes_per_token <= b->llc;
     b->matmul_ops = count.ops + (n_prompt > 0 ? 2.0 * w->lm_head.rows * w->lm_head.cols / n_prompt : 0);
     b->attention_ops = 4.0 * c->n_layers * c->n_heads * c->head_dim * (b->depth + (n_prompt + 1) / 2.0);
+}
+
+/* The cache's element type as --kv-cache names it, or (wide) as the bench's text does. */
+static const char* kv_name(const Transformer* t, int wide) {
+    const KVType k = t->state.kv_type;
+    return k == KV_Q8 ? "q8" : k == KV_F16 ? (wide ? "fp16" : "f16") : (wide ? "fp32" : "f32");
 }
 
 /* The text before the table's rows: the model, its weights in memory (huge: bytes in 2 MB pages,
@@ -363,8 +375,11 @@ static void print_head(const Bench* b, long long huge) {
         printf("bench: depth %d: both tests start with %d positions in the KV cache (llama-bench -d)\n", b->depth,
                b->depth);
     printf("bench: bytes read per decode token: %.1f MB weights + %.2f MB KV cache (%s, average over tg%d)\n",
-           b->weight_bytes / 1e6, (b->bytes_per_token - b->weight_bytes) / 1e6, t->state.kv_f16 ? "fp16" : "fp32",
+           b->weight_bytes / 1e6, (b->bytes_per_token - b->weight_bytes) / 1e6, kv_name(t, 1),
            b->len[1]);
+    printf("bench: KV cache %s: %.1f KiB per position (keys and values, every layer), %.1f MB for the %d "
+           "positions of this context\n", kv_name(t, 0), kv_position_bytes(t) / 1024,
+           kv_position_bytes(t) * c->seq_len / 1e6, c->seq_len);
     if (b->len[0] > 0)
         printf("bench: operations per prefill token: %.4g G (matrix products %.4g G, attention %.4g G at pp%d's "
                "average context)\n", (b->matmul_ops + b->attention_ops) / 1e9, b->matmul_ops / 1e9,
@@ -468,7 +483,8 @@ static void print_json_row(const Bench* b, long long huge, const ThreadRun* tr, 
     json_number("cpu_share", "%.3f", row.share);
     printf(", \"prefetch\": \"%s\", \"weights\": \"mapped\"", t->kernels->prefetch);
     json_number("huge_pct", "%.1f", huge < 0 ? NAN : 100.0 * huge / t->file_size);
-    printf(", \"kv_cache\": \"%s\"", t->state.kv_f16 ? "f16" : "f32");
+    printf(", \"kv_cache\": \"%s\"", kv_name(t, 0));
+    json_number("kv_bytes_per_position", "%.0f", kv_position_bytes(t));
     json_list("reps_tokens_per_s", tr->tps[test], b->reps);
     json_list("reps_mem_gbps", test ? tr->rd : NULL, b->reps);
     json_number("weights_gbps", "%.3f", row.own_gbps);

@@ -170,8 +170,7 @@ static void see_scores(NormTrace* tr, const AttentionCall* a) {
                 const size_t at = kv_row_offset(&kv, p);
                 double dot = 0.0;
                 for (int i = 0; i < d; i++)
-                    dot += (double)q[i] * (kv.f16 ? half_to_float(((const uint16_t*)kv.keys)[at + i])
-                                                  : ((const float*)kv.keys)[at + i]);
+                    dot += (double)q[i] * kv_value(kv.keys, at, i, d, kv.type);
                 best = fabs(dot) > best ? fabs(dot) : best;
             }
             norm_trace_score(tr, a->layer, a->p0 + r, j, j / G, a->p0 + r + 1, best / sqrt((double)d));

@@ -20,16 +20,11 @@ void softmax_scalar(float* x, int n) {
     for (int i = 0; i < n; i++) x[i] *= inv;
 }
 
-/* Element i of a cache array as fp32: a float, or a half widened exactly (KVRows.f16). */
-ALWAYS_INLINE float kv_elem(const void* base, size_t i, int f16) {
-    return f16 ? half_to_float(((const uint16_t*)base)[i]) : ((const float*)base)[i];
-}
-
-/* The reference, with the element type f16 a constant in each inlined copy (a test per element
+/* The reference, with the element type T a constant in each inlined copy (a test per element
  * would slow the fp32 reference, which models whose head_dim the SIMD kernels do not take run
  * on). */
 ALWAYS_INLINE void attention_group_ref(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int head_dim,
-                                       float scale, float* att, int f16) {
+                                       float scale, float* att, KVType T) {
     for (int j = 0; j < n_q; j++) {
         const float* qj = q + (size_t)j * head_dim;
         float* oj = out + (size_t)j * head_dim;
@@ -37,7 +32,7 @@ ALWAYS_INLINE void attention_group_ref(float* out, const float* q, int n_q, cons
         for (int t = 0; t < n_pos; t++) {
             const size_t k = kv_row_offset(kv, t);
             float s = 0.0f;
-            for (int i = 0; i < head_dim; i++) s += qj[i] * kv_elem(kv->keys, k + i, f16);
+            for (int i = 0; i < head_dim; i++) s += qj[i] * kv_value(kv->keys, k, i, head_dim, T);
             aj[t] = s * scale;
         }
         softmax_scalar(aj, n_pos);
@@ -45,17 +40,33 @@ ALWAYS_INLINE void attention_group_ref(float* out, const float* q, int n_q, cons
         for (int t = 0; t < n_pos; t++) {
             const size_t v = kv_row_offset(kv, t);
             float a = aj[t];
-            for (int i = 0; i < head_dim; i++) oj[i] += a * kv_elem(kv->values, v + i, f16);
+            for (int i = 0; i < head_dim; i++) oj[i] += a * kv_value(kv->values, v, i, head_dim, T);
         }
     }
 }
 
 void attention_group_scalar(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int head_dim,
                             float scale, float* att) {
-    if (kv->f16)
-        attention_group_ref(out, q, n_q, kv, n_pos, head_dim, scale, att, 1);
+    if (kv->type == KV_F16)
+        attention_group_ref(out, q, n_q, kv, n_pos, head_dim, scale, att, KV_F16);
+    else if (kv->type == KV_Q8)
+        attention_group_ref(out, q, n_q, kv, n_pos, head_dim, scale, att, KV_Q8);
     else
-        attention_group_ref(out, q, n_q, kv, n_pos, head_dim, scale, att, 0);
+        attention_group_ref(out, q, n_q, kv, n_pos, head_dim, scale, att, KV_F32);
+}
+
+void kv_quantize_row(int8_t* row, const float* x, int d) {
+    for (int g = 0; g < d; g += KV_Q8_GROUP) {
+        float amax = 0.0f;
+        for (int i = g; i < g + KV_Q8_GROUP; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+        const uint16_t h = float_to_half(amax / 127.0f);
+        const float s = half_to_float(h);
+        for (int i = g; i < g + KV_Q8_GROUP; i++) {
+            const float r = s > 0.0f ? rintf(x[i] / s) : 0.0f; /* to nearest, ties to even */
+            row[i] = (int8_t)(r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r);
+        }
+        memcpy(row + d + 2 * (g / KV_Q8_GROUP), &h, sizeof h);
+    }
 }
 
 void float_to_half_row_scalar(uint16_t* out, const float* x, int n) {
@@ -76,15 +87,26 @@ void float_to_half_row(uint16_t* out, const float* x, int n) {
 /* The decode kernels are written over simd_math.h's fixed-width vector, fvec: 8 lanes (ymm, in
  * AVX-512 builds too) or NEON's 4.
  *
- * The cache arrays hold fp32 or halves (KVRows.f16); the SIMD kernels take that as F16, a constant
- * in each inlined copy, so the fp32 copies test no element type in loops. kv_at: element i's address. */
-ALWAYS_INLINE const void* kv_at(const void* base, size_t i, int F16) { return (const char*)base + i * (F16 ? 2 : 4); }
+ * The cache arrays hold fp32, halves or q8 rows (KVRows.type); the SIMD kernels take that as T, a
+ * constant in each inlined copy, so the fp32 copies test no element type in loops. kv_at: element
+ * i's address; kv_row_bytes: a row's bytes, scales included. */
+ALWAYS_INLINE const void* kv_at(const void* base, size_t i, KVType T) { return (const char*)base + i * kv_elem_size(T); }
+ALWAYS_INLINE int kv_row_bytes(int d, KVType T) { return (int)(kv_row_elems(T, d) * kv_elem_size(T)); }
 
-/* FV_LANES elements of a cache row from element i on, as fp32. Without KERNELS_KV_F16 the F16
- * copies are never called (attention_simd sends an fp16 cache to the scalar reference then). */
-ALWAYS_INLINE fvec kv_load(const void* row, size_t i, int F16) {
+/* The q8 scale (a half) of value i of a row of d values; a group never straddles a load: FV_LANES
+ * and WV_LANES divide KV_Q8_GROUP. */
+ALWAYS_INLINE uint16_t q8_scale(const void* row, size_t i, int d) {
+    uint16_t s;
+    memcpy(&s, (const char*)row + d + 2 * (i / KV_Q8_GROUP), sizeof s);
+    return s;
+}
+
+/* FV_LANES values of a cache row (d values) from value i on, as fp32. Without KERNELS_KV_F16 the
+ * KV_F16 copies are never called (attention_simd sends an fp16 cache to the scalar reference then). */
+ALWAYS_INLINE fvec kv_load(const void* row, size_t i, int d, KVType T) {
+    if (T == KV_Q8) return fv_mul(fv_load_i8((const int8_t*)row + i), fv_set1_half(q8_scale(row, i, d)));
 #if defined(KERNELS_KV_F16)
-    if (F16) return fv_load_half((const uint16_t*)row + i);
+    if (T == KV_F16) return fv_load_half((const uint16_t*)row + i);
 #endif
     return fv_load((const float*)row + i);
 }
@@ -130,10 +152,10 @@ ALWAYS_INLINE void scale_row(float* x, int n, float s) {
 
 /* a[j][u] += q_j * k over the FV_LANES dimensions from i + FV_LANES u on, for u < NU (4, or 2 for a
  * head_dim's last 2 FV_LANES). */
-ALWAYS_INLINE void scores_step(fvec a[2][4], const float* q, int NQ, const void* k, int d, int i, int NU, int F16) {
+ALWAYS_INLINE void scores_step(fvec a[2][4], const float* q, int NQ, const void* k, int d, int i, int NU, KVType T) {
 #pragma GCC unroll 4
     for (int u = 0; u < NU; u++) {
-        const fvec kv = kv_load(k, i + FV_LANES * u, F16);
+        const fvec kv = kv_load(k, i + FV_LANES * u, d, T);
 #pragma GCC unroll 2
         for (int j = 0; j < NQ; j++) a[j][u] = fv_fma(fv_load(q + (size_t)j * d + i + FV_LANES * u), kv, a[j][u]);
     }
@@ -145,19 +167,19 @@ ALWAYS_INLINE void scores_step(fvec a[2][4], const float* q, int NQ, const void*
  * stream in beside the keys and the weighted sum finds them in cache; into L1 they would evict the
  * keys that the weighted sum brings into L2 for the next chunk (docs/design.md#attention-decode). */
 ALWAYS_INLINE void scores(float* att, int att_stride, const float* q, int NQ, const void* keys,
-                          const void* prefetch_values, int stride, int n, int d, float scale, int F16) {
+                          const void* prefetch_values, int stride, int n, int d, float scale, KVType T) {
     for (int t = 0; t < n; t++) {
-        const void* k = kv_at(keys, (size_t)t * stride, F16);
-        const char* v = prefetch_values ? kv_at(prefetch_values, (size_t)t * stride, F16) : NULL;
-        for (int i = 0; v && i < d * (F16 ? 2 : 4); i += 64) __builtin_prefetch(v + i, 0, 2); /* into L2 */
+        const void* k = kv_at(keys, (size_t)t * stride, T);
+        const char* v = prefetch_values ? kv_at(prefetch_values, (size_t)t * stride, T) : NULL;
+        for (int i = 0; v && i < kv_row_bytes(d, T); i += 64) __builtin_prefetch(v + i, 0, 2); /* into L2 */
         fvec a[2][4];
 #pragma GCC unroll 2
         for (int j = 0; j < NQ; j++)
 #pragma GCC unroll 4
             for (int u = 0; u < 4; u++) a[j][u] = fv_set1(0.0f);
         int i = 0;
-        for (; i + 4 * FV_LANES <= d; i += 4 * FV_LANES) scores_step(a, q, NQ, k, d, i, 4, F16);
-        if (i < d) scores_step(a, q, NQ, k, d, i, 2, F16);
+        for (; i + 4 * FV_LANES <= d; i += 4 * FV_LANES) scores_step(a, q, NQ, k, d, i, 4, T);
+        if (i < d) scores_step(a, q, NQ, k, d, i, 2, T);
 #pragma GCC unroll 2
         for (int j = 0; j < NQ; j++)
             att[(size_t)j * att_stride + t] =
@@ -170,20 +192,20 @@ ALWAYS_INLINE void scores(float* att, int att_stride, const float* q, int NQ, co
  * n_next rows are prefetched into L2 on the way. */
 ALWAYS_INLINE void weighted_sum_pass(float* out, const float* att, int att_stride, int NQ, const void* values,
                                      const void* next_keys, int n_next, int stride, int n, int d, int i, int add,
-                                     int NU, int F16) {
+                                     int NU, KVType T) {
     fvec o[2][4];
 #pragma GCC unroll 2
     for (int j = 0; j < NQ; j++)
 #pragma GCC unroll 4
         for (int u = 0; u < NU; u++) o[j][u] = add ? fv_load(out + (size_t)j * d + i + FV_LANES * u) : fv_set1(0.0f);
     for (int t = 0; t < n; t++) {
-        const void* v = kv_at(values, (size_t)t * stride, F16);
+        const void* v = kv_at(values, (size_t)t * stride, T);
         if (t < n_next)
-            for (int b = 0; b < FV_LANES * NU * (F16 ? 2 : 4); b += 64)
-                __builtin_prefetch((const char*)kv_at(next_keys, (size_t)t * stride + i, F16) + b, 0, 2);
+            for (int b = 0; b < FV_LANES * NU * (int)kv_elem_size(T); b += 64)
+                __builtin_prefetch((const char*)kv_at(next_keys, (size_t)t * stride + i, T) + b, 0, 2);
         fvec vv[4];
 #pragma GCC unroll 4
-        for (int u = 0; u < NU; u++) vv[u] = kv_load(v, i + FV_LANES * u, F16);
+        for (int u = 0; u < NU; u++) vv[u] = kv_load(v, i + FV_LANES * u, d, T);
 #pragma GCC unroll 2
         for (int j = 0; j < NQ; j++) {
             const fvec a = fv_broadcast(att + (size_t)j * att_stride + t);
@@ -202,11 +224,11 @@ ALWAYS_INLINE void weighted_sum_pass(float* out, const float* att, int att_strid
  * the first: the same order as over one array). Meanwhile the next chunk's first n_next key rows
  * are prefetched into L2, so that memory keeps streaming while the sum works from cache. */
 ALWAYS_INLINE void weighted_sum(float* out, const float* att, int att_stride, int NQ, const void* values,
-                                const void* next_keys, int n_next, int stride, int n, int d, int add, int F16) {
+                                const void* next_keys, int n_next, int stride, int n, int d, int add, KVType T) {
     int i = 0;
     for (; i + 4 * FV_LANES <= d; i += 4 * FV_LANES)
-        weighted_sum_pass(out, att, att_stride, NQ, values, next_keys, n_next, stride, n, d, i, add, 4, F16);
-    if (i < d) weighted_sum_pass(out, att, att_stride, NQ, values, next_keys, n_next, stride, n, d, i, add, 2, F16);
+        weighted_sum_pass(out, att, att_stride, NQ, values, next_keys, n_next, stride, n, d, i, add, 4, T);
+    if (i < d) weighted_sum_pass(out, att, att_stride, NQ, values, next_keys, n_next, stride, n, d, i, add, 2, T);
 }
 
 /* The kernels above read rows at a fixed stride, and the cache keeps its positions in blocks
@@ -242,15 +264,15 @@ void softmax(float* x, int n) {
  * with one array bit for bit). Two passes would find the values prefetched in the first partly
  * evicted by the second at long caches (docs/design.md#attention-decode). */
 ALWAYS_INLINE void attend_queries(float* out, const float* q, int NQ, const KVRows* kv, int n_pos, int d, float scale,
-                                  float* att, int prefetch, int F16) {
+                                  float* att, int prefetch, KVType T) {
     float max[2] = {-INFINITY, -INFINITY}, total[2] = {0.0f, 0.0f};
     size_t off;
     for (int c0 = 0; c0 < n_pos; c0 += ATTENTION_DECODE_CHUNK) {
         const int c1 = n_pos - c0 < ATTENTION_DECODE_CHUNK ? n_pos : c0 + ATTENTION_DECODE_CHUNK;
         for (int p = c0, n; p < c1; p += n) {
             n = kv_block(kv, p, c1, &off);
-            scores(att + p, n_pos, q, NQ, kv_at(kv->keys, off, F16), prefetch ? kv_at(kv->values, off, F16) : NULL,
-                   kv->stride, n, d, scale, F16);
+            scores(att + p, n_pos, q, NQ, kv_at(kv->keys, off, T), prefetch ? kv_at(kv->values, off, T) : NULL,
+                   kv->stride, n, d, scale, T);
         }
         for (int j = 0; j < NQ; j++) {
             const float before = max[j];
@@ -268,8 +290,8 @@ ALWAYS_INLINE void attend_queries(float* out, const float* q, int NQ, const KVRo
             int n_next = 0;
             if (prefetch && p + ATTENTION_DECODE_CHUNK < n_pos)
                 n_next = kv_block(kv, p + ATTENTION_DECODE_CHUNK, n_pos, &next);
-            weighted_sum(out, att + p, n_pos, NQ, kv_at(kv->values, off, F16), kv_at(kv->keys, next, F16),
-                         n_next < n ? n_next : n, kv->stride, n, d, p > 0, F16);
+            weighted_sum(out, att + p, n_pos, NQ, kv_at(kv->values, off, T), kv_at(kv->keys, next, T),
+                         n_next < n ? n_next : n, kv->stride, n, d, p > 0, T);
         }
     }
     for (int j = 0; j < NQ; j++) scale_row(out + (size_t)j * d, d, 1.0f / total[j]);
@@ -278,14 +300,14 @@ ALWAYS_INLINE void attend_queries(float* out, const float* q, int NQ, const KVRo
 /* Pairs, then a last single query (NQ a constant in each call, so the accumulators stay in
  * registers); the first pair prefetches the values. */
 ALWAYS_INLINE void attend_group(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int d, float scale,
-                                float* att, int F16) {
+                                float* att, KVType T) {
     int j = 0;
     for (; j + 2 <= n_q; j += 2)
         attend_queries(out + (size_t)j * d, q + (size_t)j * d, 2, kv, n_pos, d, scale, att + (size_t)j * n_pos,
-                       j == 0, F16);
+                       j == 0, T);
     if (j < n_q)
         attend_queries(out + (size_t)j * d, q + (size_t)j * d, 1, kv, n_pos, d, scale, att + (size_t)j * n_pos,
-                       j == 0, F16);
+                       j == 0, T);
 }
 #else
 void softmax(float* x, int n) { softmax_scalar(x, n); }
@@ -293,10 +315,10 @@ void softmax(float* x, int n) { softmax_scalar(x, n); }
 
 /* The SIMD kernels take head_dim a multiple of DIM_STEP, and for halves a build that widens them
  * in registers (KERNELS_KV_F16); else the scalar reference runs. */
-int attention_simd(int head_dim, int f16) {
+int attention_simd(int head_dim, KVType type) {
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
 #if !defined(KERNELS_KV_F16)
-    if (f16) return 0;
+    if (type == KV_F16) return 0;
 #endif
     return head_dim % DIM_STEP == 0;
 #else
@@ -307,9 +329,10 @@ int attention_simd(int head_dim, int f16) {
 void attention_group(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int head_dim, float scale,
                      float* att) {
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
-    if (attention_simd(head_dim, kv->f16)) {
-        if (kv->f16) attend_group(out, q, n_q, kv, n_pos, head_dim, scale, att, 1);
-        else attend_group(out, q, n_q, kv, n_pos, head_dim, scale, att, 0);
+    if (attention_simd(head_dim, kv->type)) {
+        if (kv->type == KV_F16) attend_group(out, q, n_q, kv, n_pos, head_dim, scale, att, KV_F16);
+        else if (kv->type == KV_Q8) attend_group(out, q, n_q, kv, n_pos, head_dim, scale, att, KV_Q8);
+        else attend_group(out, q, n_q, kv, n_pos, head_dim, scale, att, KV_F32);
         return;
     }
 #endif
@@ -443,15 +466,21 @@ ALWAYS_INLINE void chunk_scores(float* S, int nl, int nv, const float* Qt, const
 
 /* Rows [0, n) of a cache run (at stride, elements) as fp32 rows: the run itself in an fp32 cache
  * (*fstride = stride), else widened into buf (*fstride = d), so that the kernels above read fp32
- * only and a half is widened once per block of queries, not once per query vector. */
-ALWAYS_INLINE const float* rows_fp32(const void* rows, int stride, int n, int d, float* buf, int* fstride, int F16) {
-    *fstride = F16 ? d : stride;
-    if (!F16) return rows;
-#if defined(KERNELS_KV_F16) /* else the F16 copies are never called (kv_load) */
-    for (int t = 0; t < n; t++)
-        for (int i = 0; i < d; i += WV_LANES)
-            wv_store(buf + (size_t)t * d + i, wv_load_half((const uint16_t*)rows + (size_t)t * stride + i));
+ * only and a half or q8 value is widened once per block of queries, not once per query vector. */
+ALWAYS_INLINE const float* rows_fp32(const void* rows, int stride, int n, int d, float* buf, int* fstride, KVType T) {
+    *fstride = T == KV_F32 ? stride : d;
+    if (T == KV_F32) return rows;
+    for (int t = 0; t < n; t++) {
+        const void* row = kv_at(rows, (size_t)t * stride, T);
+        for (int i = 0; i < d; i += WV_LANES) {
+            if (T == KV_Q8)
+                wv_store(buf + (size_t)t * d + i, wv_mul(wv_load_i8((const int8_t*)row + i), wv_set1_half(q8_scale(row, i, d))));
+#if defined(KERNELS_KV_F16) /* else the KV_F16 copies are never called (kv_load) */
+            else
+                wv_store(buf + (size_t)t * d + i, wv_load_half((const uint16_t*)row + i));
 #endif
+        }
+    }
     return buf;
 }
 
@@ -511,7 +540,7 @@ static void transpose_outputs(float* out, size_t row_stride, int n_q, int n, int
 #define ATTENTION_KEY_CHUNK 64
 
 ALWAYS_INLINE void attend_lanes(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const KVRows* kv,
-                                int first_n_pos, int d, float scale, float* att, int F16) {
+                                int first_n_pos, int d, float scale, float* att, KVType T) {
     const int n = n_rows * n_q, nl = (n + WV_LANES - 1) / WV_LANES * WV_LANES, nv = nl / WV_LANES;
     const int n_all = first_n_pos + n_rows - 1;
     float* S = att;
@@ -523,7 +552,7 @@ ALWAYS_INLINE void attend_lanes(float* out, const float* q, size_t row_stride, i
     int fs;
     for (int p = 0, c; p < n_all; p += c) {
         c = kv_block(kv, p, n_all - p < ATTENTION_KEY_CHUNK ? n_all : p + ATTENTION_KEY_CHUNK, &off);
-        const float* k = rows_fp32(kv_at(kv->keys, off, F16), kv->stride, c, d, widened, &fs, F16);
+        const float* k = rows_fp32(kv_at(kv->keys, off, T), kv->stride, c, d, widened, &fs, T);
         chunk_scores(S + (size_t)p * nl, nl, nv, Qt, k, fs, c, d, scale);
     }
     float* inv = Qt; /* the queries are spent: their first row holds the sums' inverses */
@@ -537,7 +566,7 @@ ALWAYS_INLINE void attend_lanes(float* out, const float* q, size_t row_stride, i
     }
     for (int p = 0, c; p < n_all; p += c) {
         c = kv_block(kv, p, n_all - p < ATTENTION_KEY_CHUNK ? n_all : p + ATTENTION_KEY_CHUNK, &off);
-        const float* v = rows_fp32(kv_at(kv->values, off, F16), kv->stride, c, d, widened, &fs, F16);
+        const float* v = rows_fp32(kv_at(kv->values, off, T), kv->stride, c, d, widened, &fs, T);
         weighted_sum_all(Ot, nl, nv, S + (size_t)p * nl, v, fs, c, d, p > 0);
     }
     transpose_outputs(out, row_stride, n_q, n, d, Ot, nl, inv);
@@ -550,9 +579,10 @@ ALWAYS_INLINE void attend_lanes(float* out, const float* q, size_t row_stride, i
 void attention_rows(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const KVRows* kv,
                     int first_n_pos, int head_dim, float scale, float* att) {
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
-    if (attention_simd(head_dim, kv->f16)) {
-        if (kv->f16) attend_lanes(out, q, row_stride, n_q, n_rows, kv, first_n_pos, head_dim, scale, att, 1);
-        else attend_lanes(out, q, row_stride, n_q, n_rows, kv, first_n_pos, head_dim, scale, att, 0);
+    if (attention_simd(head_dim, kv->type)) {
+        if (kv->type == KV_F16) attend_lanes(out, q, row_stride, n_q, n_rows, kv, first_n_pos, head_dim, scale, att, KV_F16);
+        else if (kv->type == KV_Q8) attend_lanes(out, q, row_stride, n_q, n_rows, kv, first_n_pos, head_dim, scale, att, KV_Q8);
+        else attend_lanes(out, q, row_stride, n_q, n_rows, kv, first_n_pos, head_dim, scale, att, KV_F32);
         return;
     }
 #endif

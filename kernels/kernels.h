@@ -17,6 +17,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#ifndef ALWAYS_INLINE
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+#endif
+
 typedef enum { WEIGHT_F32 = 0, WEIGHT_BF16 = 1, WEIGHT_Q8 = 2, WEIGHT_Q4 = 3 } WeightType;
 
 /* A weight matrix [rows = out_features, cols = in_features], pointing into the mapped checkpoint:
@@ -134,24 +138,49 @@ void softmax(float* x, int n);
 /* SwiGLU's gate (QWEN3.md 2.2 step 2.11): gate[i] = silu(gate[i]) * up[i], silu(z) = z / (1 + e^-z). */
 void swiglu(float* gate, const float* up, int n);
 
+/* The KV cache's element type: fp32 (what the reference computes), IEEE half (`--kv-cache f16`:
+ * half the bytes attention reads, each value rounded to 11 significant bits), or q8 (`--kv-cache
+ * q8`): a cached row (one position of one kv head) is head_dim int8 values q, then one float16
+ * scale s per KV_Q8_GROUP values, s = max|x| / 127 and q = round(x / s) (KV_Q8_GROUP needs to
+ * divide head_dim): the value is s * q, exact in fp32. Every sum stays fp32. */
+typedef enum { KV_F32 = 0, KV_F16 = 1, KV_Q8 = 2 } KVType;
+#define KV_Q8_GROUP 16
+
+/* Bytes of one element (q8: one value's byte), and elements of one cached row of head_dim values. */
+static inline size_t kv_elem_size(KVType t) { return t == KV_F32 ? 4 : t == KV_F16 ? 2 : 1; }
+static inline size_t kv_row_elems(KVType t, int head_dim) {
+    return t == KV_Q8 ? (size_t)head_dim + (size_t)head_dim / KV_Q8_GROUP * 2 : (size_t)head_dim;
+}
+
 /* One kv head's cached keys and values. The cache holds positions in blocks (model.c, the KV
  * cache): position t's key is at keys + (t / block_len) * block_stride + (t % block_len) * stride,
- * its value at the same offset from values (all in elements). One block as long as the context
- * (block_len >= n_pos) is a plain array of rows. The elements are fp32, or with f16 set IEEE half
- * floats (`--kv-cache f16`: half the bytes that decode attention reads; each element widened to
- * fp32 exactly when loaded, every sum in fp32). */
+ * its value at the same offset from values (all in elements of `type`). One block as long as the
+ * context (block_len >= n_pos) is a plain array of rows. */
 typedef struct {
     const void* keys;
     const void* values;
     int stride;          /* from one position to the next within a block */
     int block_len;       /* positions per block */
     size_t block_stride; /* from one block to the next */
-    int f16;             /* 0: float elements, 1: uint16_t halves */
+    KVType type;
 } KVRows;
 
 static inline size_t kv_row_offset(const KVRows* kv, int t) {
     return (size_t)(t / kv->block_len) * kv->block_stride + (size_t)(t % kv->block_len) * (size_t)kv->stride;
 }
+
+/* Value i of the row of head_dim d values at element `row` of a cache array, as fp32. */
+static inline float kv_value(const void* base, size_t row, int i, int d, KVType t) {
+    if (t == KV_F32) return ((const float*)base)[row + i];
+    if (t == KV_F16) return half_to_float(((const uint16_t*)base)[row + i]);
+    const int8_t* q = (const int8_t*)base + row;
+    uint16_t s;
+    memcpy(&s, q + d + 2 * (i / KV_Q8_GROUP), sizeof s);
+    return (float)q[i] * half_to_float(s);
+}
+
+/* The q8 cache's store of one row (KV_Q8 above): d values of x into row's d + d / 8 bytes. */
+void kv_quantize_row(int8_t* row, const float* x, int d);
 
 /* Attention of the n_q query heads of one GQA group over their kv head's n_pos cached positions
  * (QWEN3.md 2.2 step 2.7, 2.5): for each query j (q + j * head_dim, its output at out + j * head_dim)
@@ -160,10 +189,10 @@ static inline size_t kv_row_offset(const KVRows* kv, int t) {
 void attention_group(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int head_dim, float scale,
                      float* att);
 
-/* Whether attention_group and attention_rows run SIMD kernels for this head_dim and cache element
- * type (f16: halves) or the scalar reference: in SIMD builds head_dim a multiple of 16 (every
- * Qwen3's 128, the shipped model's 48), and halves where the build widens them in registers. */
-int attention_simd(int head_dim, int f16);
+/* Whether attention_group and attention_rows run SIMD kernels for this head_dim and cache type or
+ * the scalar reference: in SIMD builds head_dim a multiple of 16 (every Qwen3's 128, the shipped
+ * model's 48), and halves where the build widens them in registers. */
+int attention_simd(int head_dim, KVType type);
 
 /* Causal attention of n_rows consecutive batch rows for one GQA group (prefill): row r's n_q query
  * heads are at q + r * row_stride (head j at + j * head_dim), its outputs at out + r * row_stride,

@@ -46,7 +46,7 @@ typedef struct {
 
 /* kv head h's cached rows of an AttentionCall. */
 static inline KVRows attention_kv_head(const AttentionCall* a, int h) {
-    const size_t at = (size_t)h * a->kv_head_step * (a->kv.f16 ? sizeof(uint16_t) : sizeof(float));
+    const size_t at = (size_t)h * a->kv_head_step * kv_elem_size(a->kv.type);
     KVRows kv = a->kv;
     kv.keys = (const char*)a->kv.keys + at;
     kv.values = (const char*)a->kv.values + at;

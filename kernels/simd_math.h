@@ -1,7 +1,12 @@
-/* simd_math.h: private helpers of the kernel files (not part of the kernels.h interface): the
- * instruction-set macros, horizontal sums, a vector exp, the 8 x 8 and (AVX-512) 16 x 16
- * transposes, and two families of fp32 vector operations over which a kernel is written once for
- * every instruction set:
+/* simd_math.h: the SIMD helpers of the kernel files; the reference build (KERNELS_SCALAR) sees none
+ * of it. */
+#ifndef SIMD_MATH_H
+#define SIMD_MATH_H
+#if !defined(KERNELS_SCALAR)
+
+/* Private to the kernel files (not part of the kernels.h interface): the instruction-set macros,
+ * horizontal sums, a vector exp, the 8 x 8 and (AVX-512) 16 x 16 transposes, and two families of
+ * fp32 vector operations over which a kernel is written once for every instruction set:
  *
  *   fvec, FV_LANES, fv_*   the fixed-width vector: 8 lanes (ymm) on x86, in AVX-512 builds too
  *                          (docs/design.md#instruction-sets), 4 (a q register) on NEON;
@@ -14,6 +19,7 @@
  *   if_less(a, b, x, y)      x in the lanes where a < b, else y (a NaN compares false)
  *   transpose(r)             r[LANES] in place: r[j] becomes column j of what came in
  *   load_half                LANES halves widened exactly; where KERNELS_KV_F16 (wv_: AVX-512 always)
+ *   load_i8, set1_half       LANES int8 widened exactly; one half in every lane (the q8 KV cache)
  *   fv_ only: broadcast(p)   every lane *p
  *             neg            0 - x on x86, -x on NEON (they differ in the sign of a zero or a NaN)
  *             hsum, hmax     the sum, the maximum of the lanes (hsum: hsum256's order on x86)
@@ -21,16 +27,12 @@
  *
  * Each is one instruction or a fixed sequence, always inlined: a kernel written over them compiles
  * to the intrinsics it would name itself, so it rounds as they do. */
-#ifndef SIMD_MATH_H
-#define SIMD_MATH_H
 
 #include <stdint.h>
 
-#ifndef ALWAYS_INLINE
-#define ALWAYS_INLINE static inline __attribute__((always_inline))
-#endif
+#include "kernels/kernels.h" /* ALWAYS_INLINE, half_to_float */
 
-#if !defined(KERNELS_SCALAR) && defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define KERNELS_AVX2 1
 /* With AVX-512 (F, BW, VL) x86/matmul_float.c adds 512-bit prefill tiles and panels (f32, bf16)
@@ -138,6 +140,17 @@ ALWAYS_INLINE float fv_hmax(fvec v) {
     return _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
 }
 ALWAYS_INLINE void fv_transpose(fvec r[FV_LANES]) { transpose8_ps(r); }
+/* 8 int8 widened to fp32 exactly (the q8 KV cache), and one half in every lane (its scales). */
+ALWAYS_INLINE fvec fv_load_i8(const int8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)p)));
+}
+ALWAYS_INLINE fvec fv_set1_half(uint16_t h) {
+#if defined(__F16C__)
+    return _mm256_cvtph_ps(_mm_set1_epi16((short)h));
+#else
+    return _mm256_set1_ps(half_to_float(h));
+#endif
+}
 #if defined(KERNELS_KV_F16)
 /* F16C's vcvtph2ps, vcvtps2ph. */
 ALWAYS_INLINE fvec fv_load_half(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p)); }
@@ -196,11 +209,15 @@ ALWAYS_INLINE void wv_transpose(wvec r[WV_LANES]) {
     transpose16_epi32(t);
     for (int k = 0; k < WV_LANES; k++) r[k] = _mm512_castsi512_ps(t[k]);
 }
+ALWAYS_INLINE wvec wv_load_i8(const int8_t* p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)p)));
+}
+ALWAYS_INLINE wvec wv_set1_half(uint16_t h) { return _mm512_cvtph_ps(_mm256_set1_epi16((short)h)); }
 /* vcvtph2ps on zmm is AVX-512F's own: no F16C needed. */
 ALWAYS_INLINE wvec wv_load_half(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p)); }
 #endif
 
-#elif !defined(KERNELS_SCALAR) && defined(__ARM_NEON)
+#elif defined(__ARM_NEON)
 #include <arm_neon.h>
 #define KERNELS_NEON 1
 #define KERNELS_KV_F16 1 /* fcvtl: half -> fp32 in every arm64 NEON */
@@ -249,6 +266,9 @@ ALWAYS_INLINE void fv_transpose(fvec r[FV_LANES]) {
     r[2] = vcombine_f32(vget_high_f32(a.val[0]), vget_high_f32(b.val[0]));
     r[3] = vcombine_f32(vget_high_f32(a.val[1]), vget_high_f32(b.val[1]));
 }
+/* 4 int8 widened to fp32 exactly; reads 8 bytes (a q8 cache row's values are followed by its scales). */
+ALWAYS_INLINE fvec fv_load_i8(const int8_t* p) { return vcvtq_f32_s32(vmovl_s16(vget_low_s16(vmovl_s8(vld1_s8(p))))); }
+ALWAYS_INLINE fvec fv_set1_half(uint16_t h) { return vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))); }
 /* fcvtl, fcvtn. */
 ALWAYS_INLINE fvec fv_load_half(const uint16_t* p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
 ALWAYS_INLINE void fv_store_half(uint16_t* p, fvec v) { vst1_u16(p, vreinterpret_u16_f16(vcvt_f16_f32(v))); }
@@ -270,9 +290,12 @@ typedef fvec wvec;
 #define wv_exp fv_exp
 #define wv_if_less fv_if_less
 #define wv_transpose fv_transpose
+#define wv_load_i8 fv_load_i8
+#define wv_set1_half fv_set1_half
 #if defined(KERNELS_KV_F16)
 #define wv_load_half fv_load_half
 #endif
 #endif
 
+#endif /* !KERNELS_SCALAR */
 #endif

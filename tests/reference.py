@@ -22,7 +22,7 @@ To model what an export dtype stores, Reference(folder, matrix_transform=as_bf16
 changes the weight matrices, and act_group= also rounds every matrix-vector input to int8 (the
 SIMD q8 matmul's activation quantisation). forward(kv_f16=True) rounds every cached key and value
 to IEEE half precision (struct's 'e' format: round to nearest, ties to even), as `./run --kv-cache
-f16` stores them.
+f16` stores them; forward(kv_q8=True) quantises them as `--kv-cache q8` does (Reference.q8).
 """
 
 import json
@@ -366,8 +366,23 @@ class Reference:
         """x rounded to IEEE half precision (nearest, ties to even), as Python floats."""
         return list(struct.unpack('<%de' % len(x), struct.pack('<%de' % len(x), *x)))
 
+    @staticmethod
+    def q8(x, group=16):
+        """x as `./run --kv-cache q8` stores a cached row (kernels.h, KV_Q8), dequantised: per group
+        of 16, s = float16(float32(max|x| / 127)), q = round(float32(x / s)) to nearest even,
+        clamped to [-127, 127], the value s * q (0 where s is 0). x is rounded to float32 first, as
+        the engine holds it."""
+        def f32(v):
+            return struct.unpack('<f', struct.pack('<f', v))[0]
+        out = []
+        for g in range(0, len(x), group):
+            grp = [f32(v) for v in x[g:g + group]]
+            s = Reference.f16([f32(max(abs(v) for v in grp) / 127.0)])[0]
+            out.extend(s * max(-127, min(127, round(f32(v / s)))) if s else 0.0 for v in grp)
+        return out
+
     def forward(self, tokens, eps=None, rope='half', skip_qk_norm=False, gqa='div', kv_f16=False, norms=None,
-                scores=None, ablate=(), layernorm=False, head=None, yarn_mistake=None, moe_mistake=None):
+                scores=None, ablate=(), layernorm=False, head=None, yarn_mistake=None, moe_mistake=None, kv_q8=False):
         """Logits (a list of V floats) for every position of tokens (positions 0..len-1). ablate,
         layernorm (and eps): the RMSNorm lab's switches (Reference.lab_norm). norms: a
         list that receives (position, layer, site, vectors, weight) at every RMSNorm call site,
@@ -381,12 +396,12 @@ class Reference:
         self.inv_freq, self.rope_gain = self.frequencies(yarn_mistake)
         try:
             return self.run(tokens, eps, rope, skip_qk_norm, gqa, kv_f16, norms, scores, ablate, layernorm, head,
-                            moe_mistake)
+                            moe_mistake, kv_q8)
         finally:
             self.inv_freq, self.rope_gain = saved
 
     def run(self, tokens, eps, rope, skip_qk_norm, gqa, kv_f16, norms, scores, ablate, layernorm, head,
-            moe_mistake=None):
+            moe_mistake=None, kv_q8=False):
         """forward() with the RoPE frequencies in place."""
         def see(pos, layer, site, vectors, weight):
             if norms is not None:
@@ -427,6 +442,9 @@ class Reference:
                 if kv_f16:
                     kh = [self.f16(t) for t in kh]
                     vh = [self.f16(t) for t in vh]
+                if kv_q8:
+                    kh = [self.q8(t) for t in kh]
+                    vh = [self.q8(t) for t in vh]
                 kcache[l].append(kh)  # keys after QK-norm and RoPE
                 vcache[l].append(vh)
                 att = []

@@ -34,7 +34,7 @@ RUN = os.environ.get("QWEN3_RUN") or os.path.join(ROOT, "run")  # run_tests.py: 
 MODEL = os.path.join(ROOT, "models", "tinystories.bin")
 KEYS = ["test", "threads", "depth", "tokens_per_s", "min", "max", "gbps", "roof_pct", "mem_gbps",
         "roof_pct_best", "mem_gbps_best", "weight_type", "cpu_share", "prefetch", "weights", "huge_pct",
-        "kv_cache", "reps_tokens_per_s", "reps_mem_gbps", "weights_gbps", "roof_pct_weights", "reps_weights_gbps",
+        "kv_cache", "kv_bytes_per_position", "reps_tokens_per_s", "reps_mem_gbps", "weights_gbps", "roof_pct_weights", "reps_weights_gbps",
         "ops_per_token", "gops", "peak_gops", "compute_roof_pct", "peak_instruction"]
 FLAG_QK_NORM, FLAG_QKV_BIAS, FLAG_TIED_EMBED = 1, 2, 4
 
@@ -65,8 +65,8 @@ def median(v):
 
 def decode_bytes_per_token(path, n_gen, kv_elem=4, depth=0):
     """Bytes one decode step reads from an f32 checkpoint (model.h FileHeader), averaged over
-    positions depth .. depth+n_gen-1 for the KV cache (kv_elem bytes per cached value: 4, or 2
-    with --kv-cache f16)."""
+    positions depth .. depth+n_gen-1 for the KV cache (kv_elem bytes per cached value: 4, 2 with
+    --kv-cache f16, 1.125 with q8)."""
     with open(path, "rb") as f:
         head = f.read(64)
     (flags, dim, hidden, n_layers, n_heads, n_kv, hd, vocab, _, wtype) = struct.unpack_from("<10I", head, 12)
@@ -241,15 +241,19 @@ class BenchMode(unittest.TestCase):
         self.assertAlmostEqual(float(m.group(1)), want / 1e6, delta=0.06, msg=(m.group(1), want / 1e6))
         self.assertGreater(float(m.group(2)), 0)
 
-    def test_kv_cache_f16_bytes(self):
-        """--kv-cache f16: reported in the JSON, and decode's bytes per token count 2 bytes per
-        cached value (gbps = tokens/s x that count)."""
-        recs = self.json_lines("--threads", "1", "--bench-prompt", "0", "--bench-gen", "16",
-                               "--bench-reps", "1", "--kv-cache", "f16")
-        self.assertEqual(len(recs), 1)
-        r = recs[0]
-        self.assertEqual(r["kv_cache"], "f16")
-        self.assert_gbps(r, decode_bytes_per_token(MODEL, 16, kv_elem=2))
+    def test_kv_cache_bytes(self):
+        """--kv-cache f16 and q8: reported in the JSON, and decode's bytes per token count 2 bytes
+        per cached value, or 1 and a half scale per 16 (1.125) with q8 (gbps = tokens/s x that
+        count); the bytes per position are those of keys and values in every layer."""
+        for kv, elem in (("f32", 4), ("f16", 2), ("q8", 1.125)):
+            with self.subTest(kv=kv):
+                recs = self.json_lines("--threads", "1", "--bench-prompt", "0", "--bench-gen", "16",
+                                       "--bench-reps", "1", "--kv-cache", kv)
+                self.assertEqual(len(recs), 1)
+                r = recs[0]
+                self.assertEqual(r["kv_cache"], kv)
+                self.assertEqual(r["kv_bytes_per_position"], 2 * elem * layers_kv(MODEL))
+                self.assert_gbps(r, decode_bytes_per_token(MODEL, 16, kv_elem=elem))
 
     def test_depth(self):
         """--bench-depth N: both tests start with N positions in the cache, the JSON says so, and

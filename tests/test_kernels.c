@@ -341,6 +341,11 @@ typedef struct {
     float *kc, *vc, *kb, *vb;
     uint16_t *kc16, *vc16, *kb16, *vb16;
     KVRows flat, blocked, flat16, blocked16;
+    /* where KV_Q8_GROUP divides d: the rows quantised (kv_quantize_row) in blocks, and the values
+     * they hold as floats, in blocks alike: attention over the two must give the same bits */
+    int8_t *kb8, *vb8;
+    float *kq, *vq;
+    KVRows blocked8, blocked_q;
 } TestKV;
 
 static TestKV make_kv(int n, int d, int stride) {
@@ -368,6 +373,28 @@ static TestKV make_kv(int n, int d, int stride) {
         memcpy(t.kb16 + at, t.kc16 + (size_t)r * stride, (size_t)stride * sizeof(uint16_t));
         memcpy(t.vb16 + at, t.vc16 + (size_t)r * stride, (size_t)stride * sizeof(uint16_t));
     }
+    t.kb8 = t.vb8 = NULL;
+    t.kq = t.vq = NULL;
+    if (d % KV_Q8_GROUP == 0) { /* rows of d + d / 8 bytes, a gap of 8 after each; blocks as above */
+        const int stride8 = (int)kv_row_elems(KV_Q8, d) + 8;
+        const size_t block8 = (size_t)TEST_BLOCK_LEN * stride8 + 24;
+        t.kb8 = calloc(n_blocks * block8, 1);
+        t.vb8 = calloc(n_blocks * block8, 1);
+        t.kq = calloc(n_blocks * block_stride, sizeof(float));
+        t.vq = calloc(n_blocks * block_stride, sizeof(float));
+        for (int r = 0; r < n; r++) {
+            const size_t at8 = (size_t)(r / TEST_BLOCK_LEN) * block8 + (size_t)(r % TEST_BLOCK_LEN) * stride8;
+            const size_t at = (size_t)(r / TEST_BLOCK_LEN) * block_stride + (size_t)(r % TEST_BLOCK_LEN) * stride;
+            kv_quantize_row(t.kb8 + at8, t.kc + (size_t)r * stride + d, d);
+            kv_quantize_row(t.vb8 + at8, t.vc + (size_t)r * stride + d, d);
+            for (int i = 0; i < d; i++) {
+                t.kq[at + d + i] = kv_value(t.kb8, at8, i, d, KV_Q8);
+                t.vq[at + d + i] = kv_value(t.vb8, at8, i, d, KV_Q8);
+            }
+        }
+        t.blocked8 = (KVRows){t.kb8, t.vb8, stride8, TEST_BLOCK_LEN, block8, KV_Q8};
+        t.blocked_q = (KVRows){t.kq + d, t.vq + d, stride, TEST_BLOCK_LEN, block_stride, KV_F32};
+    }
     t.flat = (KVRows){t.kc + d, t.vc + d, stride, n, 0, 0};
     t.blocked = (KVRows){t.kb + d, t.vb + d, stride, TEST_BLOCK_LEN, block_stride, 0};
     t.flat16 = (KVRows){t.kc16 + d, t.vc16 + d, stride, n, 0, 1};
@@ -378,6 +405,35 @@ static TestKV make_kv(int n, int d, int stride) {
 static void free_kv(TestKV* t) {
     free(t->kc), free(t->vc), free(t->kb), free(t->vb);
     free(t->kc16), free(t->vc16), free(t->kb16), free(t->vb16);
+    free(t->kb8), free(t->vb8), free(t->kq), free(t->vq);
+}
+
+/* kv_quantize_row against its definition (kernels.h, KV_Q8): per group of 16 the scale is
+ * float_to_half(max|x| / 127), every |q| <= 127 and q * s within s / 2 of x (a zero group: zeros),
+ * over rows of mixed magnitudes with a zero group and a group of one value. */
+static void test_kv_quantize_row(void) {
+    enum { D = 64 };
+    int ok = 1;
+    for (int rep = 0; rep < 200; rep++) {
+        float x[D];
+        int8_t row[D + D / 8];
+        for (int i = 0; i < D; i++) x[i] = frand() * (float)(1 << (rep % 12)) * 1e-2f;
+        for (int i = 16; i < 32; i++) x[i] = 0.0f;                       /* a zero group */
+        for (int i = 32; i < 48; i++) x[i] = i == 40 ? -3.5f * (rep + 1) : 0.0f; /* one value */
+        kv_quantize_row(row, x, D);
+        for (int g = 0; g < D / KV_Q8_GROUP; g++) {
+            float amax = 0.0f;
+            for (int i = g * 16; i < g * 16 + 16; i++) amax = fmaxf(amax, fabsf(x[i]));
+            uint16_t h;
+            memcpy(&h, row + D + 2 * g, sizeof h);
+            const float s = half_to_float(h);
+            ok &= h == float_to_half(amax / 127.0f);
+            for (int i = g * 16; i < g * 16 + 16; i++)
+                ok &= row[i] >= -127 && fabsf(kv_value(row, 0, i, D, KV_Q8) - x[i]) <= s / 2 * (1 + 1e-6f) &&
+                      kv_value(row, 0, i, D, KV_Q8) == (float)row[i] * s;
+        }
+    }
+    check(ok, "kv_quantize_row: scales float16(max|x| / 127), values within half a step, zero groups zero");
 }
 
 /* attention_group against the scalar reference; each query alone against its group; and the
@@ -387,8 +443,9 @@ static void test_attention(const Ops* k) {
     /* which head_dims and caches take the SIMD kernels, the ones the comparisons below test */
     const int simd = strcmp(kernels_simd_name(ops_kernels(k)), "scalar") != 0;
     check(attention_simd(128, 0) == simd && attention_simd(48, 0) == simd && attention_simd(80, 0) == simd &&
-              !attention_simd(40, 0) && attention_simd(128, 1) == (simd && KV_F16_SIMD) && !attention_simd(40, 1),
-          "attention_simd: head_dim 128, 48, 80 on the SIMD kernels (fp16 where widened in registers), 40 not");
+              !attention_simd(40, 0) && attention_simd(128, 1) == (simd && KV_F16_SIMD) && !attention_simd(40, 1) &&
+              attention_simd(128, KV_Q8) == simd && attention_simd(48, KV_Q8) == simd,
+          "attention_simd: head_dim 128, 48, 80 on the SIMD kernels (fp16 where widened in registers; q8), 40 not");
     /* 160: five 32-wide passes of the weighted sum; 48 and 80: a last 16 (the
      * shipped model's 48); 40: the scalar reference in every build */
     int dims[] = {128, 64, 40, 160, 48, 80};
@@ -421,6 +478,16 @@ static void test_attention(const Ops* k) {
                 }
                 int blocks_same = 1;
                 for (int i = 0; i < nq * d; i++) blocks_same &= o4[i] == o1[i] && o5[i] == o2[i];
+                /* the q8 cache, blocked, reference and SIMD: the bits of the same over its values as floats */
+                int q8_same = 1;
+                if (kv.kb8) {
+                    attention_group_scalar(o4, q, nq, &kv.blocked8, n, d, scale, att1);
+                    attention_group_scalar(o3, q, nq, &kv.blocked_q, n, d, scale, att1);
+                    for (int i = 0; i < nq * d; i++) q8_same &= o4[i] == o3[i];
+                    attention_group(o4, q, nq, &kv.blocked8, n, d, scale, att2);
+                    attention_group(o3, q, nq, &kv.blocked_q, n, d, scale, att2);
+                    for (int i = 0; i < nq * d; i++) q8_same &= o4[i] == o3[i];
+                }
                 /* the fp16 cache, flat and blocked, reference and SIMD: the fp32 results' bits */
                 int f16_same = 1;
                 const KVRows* kv16[2] = {&kv.flat16, &kv.blocked16};
@@ -439,6 +506,9 @@ static void test_attention(const Ops* k) {
                 check(blocks_same, what);
                 snprintf(what, sizeof what, "attention_group n_q=%d: fp16 cache as fp32 (head_dim=%d n_pos=%d)", nq, d, n);
                 check(f16_same, what);
+                snprintf(what, sizeof what, "attention_group n_q=%d: q8 cache as its values in fp32 (head_dim=%d n_pos=%d)",
+                         nq, d, n);
+                check(q8_same, what);
                 free_kv(&kv);
                 free(q), free(o1), free(o2), free(o3), free(o4), free(o5), free(att1), free(att2);
             }
@@ -485,6 +555,15 @@ static void test_attention_rows(void) {
                             same &= o2[at] == o3[at];
                             blocks_same &= o4[at] == o1[at] && o5[at] == o2[at];
                         }
+                    int q8_same = 1; /* as in test_attention */
+                    if (kv.kb8) {
+                        attention_rows_scalar(o4, q, row, nq, R, &kv.blocked8, n0, d, scale, att);
+                        attention_rows_scalar(o3, q, row, nq, R, &kv.blocked_q, n0, d, scale, att);
+                        for (int i = 0; i < R * row; i++) q8_same &= o4[i] == o3[i];
+                        attention_rows(o4, q, row, nq, R, &kv.blocked8, n0, d, scale, att);
+                        attention_rows(o3, q, row, nq, R, &kv.blocked_q, n0, d, scale, att);
+                        for (int i = 0; i < R * row; i++) q8_same &= o4[i] == o3[i];
+                    }
                     const KVRows* kv16[2] = {&kv.flat16, &kv.blocked16}; /* as in test_attention */
                     for (int b = 0; b < 2; b++) {
                         attention_rows_scalar(o4, q, row, nq, R, kv16[b], n0, d, scale, att);
@@ -507,6 +586,9 @@ static void test_attention_rows(void) {
                     snprintf(what, sizeof what, "attention_rows: fp16 cache as fp32 (head_dim=%d n_q=%d rows=%d first=%d)",
                              d, nq, R, n0);
                     check(f16_same, what);
+                    snprintf(what, sizeof what, "attention_rows: q8 cache as its values in fp32 (head_dim=%d n_q=%d rows=%d "
+                             "first=%d)", d, nq, R, n0);
+                    check(q8_same, what);
                     free_kv(&kv);
                     free(q), free(o1), free(o2), free(o3), free(o4), free(o5), free(att);
                 }
@@ -974,5 +1056,6 @@ int main(void) {
     test_attention(kern);
     ops_free(kern);
     test_attention_rows();
+    test_kv_quantize_row();
     return checks_done();
 }

@@ -4,7 +4,8 @@
  * unmapped. Runs the shipped model (models/tinystories.bin, 4 layers x 3 kv heads, head_dim 48:
  * a block of 128 positions is 294,912 bytes, 72 pages of 4 KB, and its context of 256 positions
  * is two blocks) and asks mincore() which pages are resident; with `--kv-cache f16` a block is
- * half those bytes, 36 pages. Both blocks fit in one 2 MB page,
+ * half those bytes, 36 pages, with `--kv-cache q8` 82,944 bytes (rows of 48 int8 and 3 half
+ * scales), 20.25 pages. Both blocks fit in one 2 MB page,
  * which the engine asks for, so the test turns transparent huge pages off for itself
  * (PR_SET_THP_DISABLE) and looks at 4 KB pages. Where the kernel has no MADV_POPULATE_WRITE
  * (Linux before 5.14, other systems) the engine falls back to page faults; that is reported and
@@ -31,30 +32,42 @@ static int resident(const void* a, const void* b) {
     return in == n ? 1 : in == 0 ? 0 : -1;
 }
 
-/* Block b of both caches: resident (want 1) or not (want 0), every page of it. */
+static const char* const KV_NAME[] = {"fp32", "fp16", "q8"};
+
+/* Block b of both caches: resident (want 1) or not (want 0), every page of it. Not resident means
+ * from the block's first whole page on: a q8 block is not a whole number of pages, and the page
+ * it shares with the block before is mapped with that one. */
 static void check_block(const Transformer* t, int b, int want, const char* when) {
     const Config* c = &t->config;
     const int bl = KV_BLOCK_LEN;
-    const size_t block = (size_t)c->n_layers * c->n_kv_heads * (size_t)bl * c->head_dim * kv_elem_bytes(&t->state);
-    const char *k = t->state.key_cache, *v = t->state.value_cache;
-    int ok = resident(k + b * block, k + (b + 1) * block) == want && resident(v + b * block, v + (b + 1) * block) == want;
+    const size_t block = (size_t)c->n_layers * c->n_kv_heads * (size_t)bl * t->state.kv_row * kv_elem_bytes(&t->state);
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    int ok = 1;
+    for (int which = 0; which < 2; which++) {
+        const char* cache = which ? t->state.value_cache : t->state.key_cache;
+        const char* start = cache + b * block;
+        if (!want) start = (const char*)(((uintptr_t)start + page - 1) & ~(uintptr_t)(page - 1));
+        ok &= resident(start, cache + (b + 1) * block) == want;
+    }
     char what[160];
     snprintf(what, sizeof what, "%s: block %d (positions %d..%d) of both %s caches %s", when, b, b * bl,
-             (b + 1) * bl - 1, t->state.kv_f16 ? "fp16" : "fp32", want ? "mapped" : "not mapped");
+             (b + 1) * bl - 1, KV_NAME[t->state.kv_type], want ? "mapped" : "not mapped");
     check(ok, what);
 }
 
 /* Returns 0 where MADV_POPULATE_WRITE is missing (the page checks skipped), else 1. */
-static int run_case(int kv_f16) {
+static int run_case(KVType kv_type) {
     Transformer t;
     char err[256];
-    const TransformerOptions opt = {.ctx = 256, .kv_f16 = kv_f16};
+    const TransformerOptions opt = {.ctx = 256, .kv_type = kv_type};
     if (transformer_load(&t, "models/tinystories.bin", &opt, err, sizeof err) != 0) {
         check(0, err);
         return 1;
     }
     int supported = 1;
-    check(t.state.kv_f16 == kv_f16, kv_f16 ? "the cache is fp16 as asked" : "the cache is fp32 by default");
+    char what[96];
+    snprintf(what, sizeof what, "the cache is %s%s", KV_NAME[kv_type], kv_type ? " as asked" : " by default");
+    check(t.state.kv_type == kv_type, what);
     check(KV_BLOCK_LEN == 128, "blocks of 128 positions");
     check(t.config.seq_len == 2 * KV_BLOCK_LEN, "the shipped model's context is 256 positions");
     int tokens[40];
@@ -79,6 +92,9 @@ int main(void) {
 #ifdef PR_SET_THP_DISABLE
     prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0);
 #endif
-    if (run_case(0)) run_case(1); /* without MADV_POPULATE_WRITE the fp16 case has nothing to tell */
+    if (run_case(KV_F32)) { /* without MADV_POPULATE_WRITE the other cases have nothing to tell */
+        run_case(KV_F16);
+        run_case(KV_Q8);
+    }
     return checks_done();
 }

@@ -659,8 +659,8 @@ class EndToEnd(unittest.TestCase):
 
     def run_and_compare(self, variant, extra_args, n, expect_rows=None, dtype='f32', stderr=None, ref_kw=None):
         """Runs the f32 (or dtype) export of variant with extra ./run flags; returns the error vs
-        the reference (forward(**ref_kw)) and the number of rows (and appends the run's stderr to
-        the list stderr)."""
+        the reference (forward(**ref_kw); ref_kw a list: a list of errors, one per reference) and
+        the number of rows (and appends the run's stderr to the list stderr)."""
         spec_kw, prompt, _, _ = VARIANTS[variant]
         self.engine_run(variant, dtype)  # exports the checkpoint
         ckpt = os.path.join(self.tmp, '%s.%s.bin' % (variant, dtype))
@@ -675,7 +675,10 @@ class EndToEnd(unittest.TestCase):
         self.assertIn(len(rows), (expect_rows,) if expect_rows else (len(prompt) + n - 1, len(prompt) + n))
         T = len(prompt)
         seq = prompt + [argmax(rows[T - 1 + i]) for i in range(len(rows) - T)]
-        return rel_error(rows, Reference(self.folder(variant)).forward(seq, **(ref_kw or {}))), len(rows)
+        ref = Reference(self.folder(variant))
+        if isinstance(ref_kw, list):
+            return [rel_error(rows, ref.forward(seq, **kw)) for kw in ref_kw], len(rows)
+        return rel_error(rows, ref.forward(seq, **(ref_kw or {}))), len(rows)
 
     def test_thread_counts(self):
         """1, 3 and 5 threads (rows of odd-sized matrices split unevenly) give the same
@@ -699,28 +702,33 @@ class EndToEnd(unittest.TestCase):
         self.assertLess(err, BF16_ACT_TOL)
         self.assertGreater(err, 1e-5, '--bf16-activations changed nothing')
 
-    def test_kv_cache_f16(self):
-        """--kv-cache f16 stores keys and values as IEEE halves: against the reference that rounds
-        its cached keys and values the same way (Reference.forward(kv_f16=True)) the logits agree
-        within TIGHT_TOL (3x on the long prompt, see below), in prefill and decode, GQA 4 and 2, head_dim 32 and 16
-        (both on the SIMD attention, which takes multiples of 16), two threads, and a 264-token prompt (chunks of 256 rows; the
-        cache's blocks are 128 positions, so prefill and decode cross blocks). The plain
-        reference must be farther off than that (the option took effect, and the test can tell
-        the two apart)."""
-        for variant in ('qwen3_f32_untied_sharded_gqa4_hd32', 'llama_bf16_tied_gqa2_hd32', 'qwen3_bf16_decode_only',
-                        'qwen3_f32_long_prompt_3layers'):
-            with self.subTest(variant=variant):
-                args = ['--kv-cache', 'f16', '--threads', '2']
-                err, _ = self.run_and_compare(variant, args, 6, ref_kw=dict(kv_f16=True))
-                err_plain, _ = self.run_and_compare(variant, args, 6)
-                # A key or value whose fp32 value lies within float noise of the midpoint between
-                # two halves can round the other way in the engine than in the reference; over the
-                # long prompt's 270 positions that happens (measured 3.7e-5, short prompts 2e-7 to
-                # 4e-7), so it gets 3x the bound.
-                bound = TIGHT_TOL if len(VARIANTS[variant][1]) < 100 else 3 * TIGHT_TOL
-                self.assertLess(err, bound, 'against the fp16-cache reference (plain: %.2e)' % err_plain)
-                self.assertGreater(err_plain, max(TIGHT_TOL, 5 * err),
-                                   'the fp16 cache looks like the fp32 one (%.2e, %.2e)' % (err, err_plain))
+    def test_kv_caches(self):
+        """--kv-cache f16 stores keys and values as IEEE halves, q8 as int8 in groups of 16 with a
+        half scale each: against the reference that rounds or quantises its cached keys and
+        values the same way (Reference.forward(kv_f16=True) or (kv_q8=True)) the logits agree, in
+        prefill and decode, GQA 4 and 2, head_dim 32 and 16 (both on the SIMD attention, which
+        takes multiples of 16), two threads, and a 264-token prompt (chunks of 256 rows; the
+        cache's blocks are 128 positions, so prefill and decode cross blocks). The plain reference
+        and the other cache's must be farther off (the option took effect, and the test can tell
+        the three apart).
+        The bounds: a key or value whose fp32 value lies within float noise of a rounding midpoint
+        can round the other way in the engine than in the (double) reference. For fp16 over the
+        long prompt's 270 positions that happens (measured 3.7e-5, short prompts 2e-7 to 4e-7), so
+        it gets 3 x TIGHT_TOL there; a q8 flip moves a value by a whole step, max|x| / 127 of its
+        group (measured up to 1.6e-4, in the SCALAR build): 5 x TIGHT_TOL."""
+        refs = {'f16': dict(kv_f16=True), 'q8': dict(kv_q8=True)}
+        for cache, other in (('f16', 'q8'), ('q8', 'f16')):
+            for variant in ('qwen3_f32_untied_sharded_gqa4_hd32', 'llama_bf16_tied_gqa2_hd32', 'qwen3_bf16_decode_only',
+                            'qwen3_f32_long_prompt_3layers'):
+                with self.subTest(cache=cache, variant=variant):
+                    (err, err_plain, err_other), _ = self.run_and_compare(
+                        variant, ['--kv-cache', cache, '--threads', '2'], 6, ref_kw=[refs[cache], {}, refs[other]])
+                    long_prompt = len(VARIANTS[variant][1]) >= 100
+                    bound = 5 * TIGHT_TOL if cache == 'q8' else (3 if long_prompt else 1) * TIGHT_TOL
+                    self.assertLess(err, bound, 'against the %s-cache reference (plain: %.2e)' % (cache, err_plain))
+                    self.assertGreater(min(err_plain, err_other), max(TIGHT_TOL, 5 * err),
+                                       'the %s cache looks like another (%.2e: fp32 %.2e, %s %.2e)'
+                                       % (cache, err, err_plain, other, err_other))
 
     def test_small_context(self):
         """-c 12 with an 8-token prompt: generation stops when the 12-position cache is full, and

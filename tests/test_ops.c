@@ -133,16 +133,24 @@ static void test_rope(Ops* fast[2], const Ops* ref) {
  * [-1, 1], summed in another order), 1 thread == 2 bitwise. */
 static void test_attention(Ops* fast[2], const Ops* ref) {
     enum { BLOCK = 16 };
+    static const char* const names[] = {"fp32", "fp16", "q8"};
     const int dims[] = {HEAD_DIM, 40};
     for (int di = 0; di < 2; di++)
-        for (int f16 = 0; f16 <= 1; f16++) {
+        for (KVType type = KV_F32; type <= KV_Q8; type++) {
             const int d = dims[di], blocks = (POSITIONS + BLOCK - 1) / BLOCK;
-            const size_t elems = (size_t)blocks * KV_HEADS * BLOCK * d, elem = f16 ? 2 : 4;
-            void *keys = malloc(elems * elem), *values = malloc(elems * elem);
-            for (size_t i = 0; i < elems; i++) {
-                const float k = frand(), v = frand();
-                if (f16) ((uint16_t*)keys)[i] = float_to_half(k), ((uint16_t*)values)[i] = float_to_half(v);
-                else ((float*)keys)[i] = k, ((float*)values)[i] = v;
+            if (type == KV_Q8 && d % KV_Q8_GROUP) continue; /* the loader refuses such a cache */
+            const size_t row = kv_row_elems(type, d), rows_all = (size_t)blocks * KV_HEADS * BLOCK;
+            const size_t elem = kv_elem_size(type);
+            char *keys = malloc(rows_all * row * elem), *values = malloc(rows_all * row * elem);
+            for (size_t r = 0; r < rows_all; r++) {
+                float k[HEAD_DIM], v[HEAD_DIM];
+                for (int i = 0; i < d; i++) k[i] = frand(), v[i] = frand();
+                char *kr = keys + r * row * elem, *vr = values + r * row * elem;
+                if (type == KV_Q8) kv_quantize_row((int8_t*)kr, k, d), kv_quantize_row((int8_t*)vr, v, d);
+                for (int i = 0; type != KV_Q8 && i < d; i++) {
+                    if (type == KV_F16) ((uint16_t*)kr)[i] = float_to_half(k[i]), ((uint16_t*)vr)[i] = float_to_half(v[i]);
+                    else ((float*)kr)[i] = k[i], ((float*)vr)[i] = v[i];
+                }
             }
             const int cases[][2] = {{1, POSITIONS - 1}, {37, 5}, {45, 0}}; /* rows, p0 */
             for (int c = 0; c < 3; c++) {
@@ -150,7 +158,8 @@ static void test_attention(Ops* fast[2], const Ops* ref) {
                 const size_t n = (size_t)rows * HEADS * d;
                 float *q = random_floats(n, 2.0f), *want = malloc(n * sizeof(float)), *got[2];
                 AttentionCall a = {want, q, rows, cases[c][1], HEADS, KV_HEADS, d, 1.0f / sqrtf((float)d),
-                                   {keys, values, d, BLOCK, (size_t)KV_HEADS * BLOCK * d, f16}, (size_t)BLOCK * d, 0};
+                                   {keys, values, (int)row, BLOCK, (size_t)KV_HEADS * BLOCK * row, type},
+                                   (size_t)BLOCK * row, 0};
                 ref->attention(ref, &a);
                 for (int t = 0; t < 2; t++) {
                     a.out = got[t] = malloc(n * sizeof(float));
@@ -160,7 +169,7 @@ static void test_attention(Ops* fast[2], const Ops* ref) {
                 for (size_t i = 0; i < n; i++) ok &= fabs(got[0][i] - want[i]) <= 2e-5;
                 char what[128];
                 snprintf(what, sizeof what, "attention op, head_dim %d, %s cache, %d rows from position %d: as the "
-                         "reference, 1 thread == 2", d, f16 ? "fp16" : "fp32", rows, cases[c][1]);
+                         "reference, 1 thread == 2", d, names[type], rows, cases[c][1]);
                 check(ok, what);
                 free(q), free(want), free(got[0]), free(got[1]);
             }

@@ -91,9 +91,9 @@ static void run_side_by_side(const Run runs[2], int first) {
     char what[200];
     snprintf(what, sizeof what, "each model keeps its own options: threads %d and %d, contexts %d and %d, caches %s and %s",
              t[0].kernels->threads(t[0].kernels), t[1].kernels->threads(t[1].kernels), t[0].config.seq_len, t[1].config.seq_len,
-             t[0].state.kv_f16 ? "fp16" : "fp32", t[1].state.kv_f16 ? "fp16" : "fp32");
+             t[0].state.kv_type == KV_F16 ? "fp16" : "fp32", t[1].state.kv_type == KV_F16 ? "fp16" : "fp32");
     check(t[0].kernels->threads(t[0].kernels) == 2 && t[1].kernels->threads(t[1].kernels) == 1 && t[0].config.seq_len == 256 &&
-              t[1].config.seq_len == 128 && !t[0].state.kv_f16 && t[1].state.kv_f16 && t[0].kernels != t[1].kernels,
+              t[1].config.seq_len == 128 && t[0].state.kv_type == KV_F32 && t[1].state.kv_type == KV_F16 && t[0].kernels != t[1].kernels,
           what);
     int ok_both = 1, ok_after = 1, live[2] = {1, 1};
     for (int s = 0; s <= STEPS; s++) {
@@ -125,7 +125,7 @@ int main(void) {
     }
     fclose(f);
     Run runs[2] = {{.opt = {.threads = 2, .ctx = 256}, .name = "A"},
-                   {.opt = {.threads = 1, .ctx = 128, .kv_f16 = 1}, .name = "B"}};
+                   {.opt = {.threads = 1, .ctx = 128, .kv_type = KV_F16}, .name = "B"}};
     if (run_alone(&runs[0]) == 0 && run_alone(&runs[1]) == 0) {
         check(memcmp(runs[0].logits, runs[1].logits, (size_t)runs[0].vocab * sizeof(float)) != 0,
               "A and B differ (fp32 and fp16 caches), so a mixed-up state would show");

@@ -1,5 +1,5 @@
 /* tokenizer.c: Qwen3's byte-level BPE tokenizer (QWEN3.md section 4), read from the tokenizer
- * section of the checkpoint (layout in model.h). Encoding, exactly as the reference (Rust
+ * section of the checkpoint (layout in tokenizer.h). Encoding, exactly as the reference (Rust
  * `tokenizers` with tokenizer.json):
  *   1. split off the added tokens (<|im_start|>, <think>, ...) in the raw text, leftmost-longest,
  *      special or not;

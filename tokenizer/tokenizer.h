@@ -1,11 +1,30 @@
 /* tokenizer.h: Qwen3's byte-level BPE tokenizer (QWEN3.md section 4), read from the tokenizer
- * section of the checkpoint file (layout in model.h). */
+ * section of the checkpoint file (model.h has the file's layout).
+ *
+ * The section (written by export.py, read by tokenizer.c), its numbers little-endian:
+ *   char   magic[4] = "QTOK"
+ *   u32    n_vocab             BPE vocabulary: ids 0 .. n_vocab-1
+ *   u32    n_merges
+ *   u32    n_added             added tokens (<|im_start|>, <think>, ...)
+ *   u32    flags               TOK_FLAG_* below
+ *   u32    len, bytes          the pre-tokenizer's Split regex as written in tokenizer.json
+ *   n_vocab times:    u32 len, bytes          the token's raw bytes (byte-level map undone)
+ *   n_merges times:   u32 left, u32 right, u32 result   (token ids; listed in rank order, rank 0 first)
+ *   n_added times:    u32 id, u32 special (0/1), u32 len, bytes (the content, UTF-8)
+ *   u32    len, bytes          the chat template from tokenizer_config.json ("" if none)
+ */
 #ifndef TOKENIZER_H
 #define TOKENIZER_H
 
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+
+enum {
+    TOK_FLAG_NFC = 1,          /* normalizer is NFC */
+    TOK_FLAG_QWEN2_REGEX = 2,  /* the Split regex is exactly Qwen2/Qwen3's (tokenizer.c implements it) */
+    TOK_FLAG_BYTE_LEVEL = 4,   /* byte-level pre-tokenizer and decoder */
+};
 
 typedef struct Tokenizer Tokenizer;
 

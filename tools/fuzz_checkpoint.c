@@ -29,8 +29,8 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     FILE* f = fopen(path, "wb");
     if (!f || fwrite(data, 1, size, f) != size || fclose(f) != 0) abort();
-    /* --kv-cache f16 by the input's size, so that one input always runs the same way */
-    const TransformerOptions opt = {.threads = 1, .ctx = 16, .kv_f16 = (int)(size & 1)};
+    /* the KV cache's type by the input's size, so that one input always runs the same way */
+    const TransformerOptions opt = {.threads = 1, .ctx = 16, .kv_type = (KVType)(size % 3)};
     Transformer t;
     char err[512] = "";
     if (transformer_load(&t, path, &opt, err, sizeof err) != 0) {
