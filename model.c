@@ -1,10 +1,10 @@
 /* model.c: Qwen3's weights, its run state, and the forward pass.
  *
  * The file layout is documented at the top of model.h; checkpoint.c maps and checks the file and
- * points every weight into it, walking the table TENSORS that this file lists. forward() is one function in the
- * style of llama2.c: every weight is a named pointer, every step cites the spec, and every
- * operation that costs time is an op of kernels/ops.h (the reference kernels or the fast ones;
- * nothing here knows which). docs/design.md has the measurements behind the choices here. The
+ * points every weight into it, walking the table TENSORS that this file lists. forward() is one
+ * function in the style of llama2.c: every weight is a named pointer, every step cites the spec,
+ * and every operation that costs time is an op of kernels/ops.h (the reference kernels or the fast
+ * ones; nothing here knows which). docs/design.md has the measurements behind the choices here. The
  * spec is QWEN3.md (../shared/QWEN3.md;
  * docs/spec-sections.md says what each cited section says): "2.2 step 2.4" is its section 2.2,
  * step 4 of the per-layer step 2; "(7.3)" is item 3 of its section 7, the checklist of easy mistakes. */

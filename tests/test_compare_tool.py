@@ -171,8 +171,9 @@ class CompareTool(unittest.TestCase):
         self.assertEqual(tests, ["pp8 @ d100", "tg4 @ d100"])
 
     def test_upstream_llama_bench_and_size(self):
-        """--llama-bench runs upstream's llama-bench with its own options and -o jsonl, and the
-        table takes its avg_ts; --size picks the files of that shape (qwen3-SIZE-*)."""
+        """--llama-bench runs upstream's llama-bench with its own options, -o jsonl and
+        --llama-args, and the table takes its avg_ts; --size picks the files of that shape
+        (qwen3-SIZE-*)."""
         os.symlink(MODEL, os.path.join(self.dir, "qwen3-1.7b-q8.bin"))
         gguf = os.path.join(self.dir, "qwen3-1.7b-q8_0.gguf")
         shutil.copy(os.path.join(self.dir, "qwen3-0.6b-q8_0.gguf"), gguf)
@@ -182,11 +183,11 @@ class CompareTool(unittest.TestCase):
         os.chmod(upstream, 0o755)
         p = self.tool("--llama-bench", upstream, "--size", "1.7b", "--dir", self.dir, "--formats", "q8",
                       "--threads", "1,2", "--rounds", "1", "--prompt", "8", "--gen", "4", "--reps", "1",
-                      "--log", os.path.join(self.dir, "log.txt"))
+                      "--llama-args", "-fa on -ctk q8_0", "--log", os.path.join(self.dir, "log.txt"))
         self.assertEqual(p.returncode, 0, p.stderr)
         with open(self.calls) as f:
             self.assertEqual(f.read().splitlines(),
-                             [f"-m {gguf} -t {t} -p 8 -n 4 -r 1 -o jsonl" for t in (1, 2)])
+                             [f"-m {gguf} -t {t} -p 8 -n 4 -r 1 -o jsonl -fa on -ctk q8_0" for t in (1, 2)])
         llama = {}
         for line in p.stdout.splitlines():
             cells = [c.strip() for c in line.strip("|").split("|")]
@@ -265,6 +266,9 @@ class CompareTool(unittest.TestCase):
         p = self.tool("--table", os.path.join(self.dir, "no.log"))
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("no.log: no such log", p.stderr)
+        p = self.tool("--lbench", self.lbench, "--dir", self.dir, "--formats", "q8", "--llama-args", "-fa on")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("--llama-args are llama-bench's options: give --llama-bench too", p.stderr)
         self.assertFalse(os.path.exists(self.calls))
 
 

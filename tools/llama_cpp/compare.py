@@ -7,6 +7,9 @@ side-by-side table of prefill and decode tok/s (docs/speed.md#beside-llamacpp).
     python3 tools/llama_cpp/compare.py --table build/bench/compare.log   # the table again
     python3 tools/llama_cpp/compare.py --depth 2048 --engine-args="--kv-cache f16"
                                                    # both start with 2048 positions cached
+    python3 tools/llama_cpp/compare.py --llama-bench LLAMA_BENCH --depth 4096 \
+        --llama-args="-fa on -ctk q8_0 -ctv q8_0" --engine-args="--kv-cache q8"
+                                                   # both with q8 caches
     python3 tools/llama_cpp/compare.py --size 1.7b --formats q8,q4 --llama-bench LLAMA_CPP/build/bin/llama-bench
                                                    # another size, against upstream's own llama-bench
 
@@ -121,7 +124,7 @@ def measure(a, formats, threads, log):
                 if a.llama_bench:
                     runs += [(f"llama {t}", [a.llama_bench, "-m", gguf, "-t", str(t), "-p", str(a.prompt), "-n",
                                              str(a.gen), "-r", str(a.reps), "-o", "jsonl"]
-                              + (["-d", str(a.depth)] if a.depth else [])) for t in threads]
+                              + (["-d", str(a.depth)] if a.depth else []) + a.llama_args.split()) for t in threads]
                 else:
                     runs += [(f"llama {t}", [a.lbench, gguf, str(t), str(a.prompt), str(a.gen), str(a.reps)]
                              + ([str(a.depth)] if a.depth else [])) for t in threads]
@@ -258,6 +261,9 @@ def main():
     ap.add_argument("--engine-args", default="",
                     help="more options for this engine's bench, e.g. --engine-args='--kv-cache f16' "
                          "(llama.cpp's cache is f16 by default)")
+    ap.add_argument("--llama-args", default="",
+                    help="more options for llama-bench (with --llama-bench), e.g. --llama-args='-fa on -ctk q8_0 "
+                         "-ctv q8_0' beside --engine-args='--kv-cache q8'")
     ap.add_argument("--keep-pages", action="store_true",
                     help="leave both files' page cache as it is (default: drop both before each format "
                          "in each round and read them back, so both programs start from fresh pages)")
@@ -283,6 +289,8 @@ def main():
         fail("--rounds, --prompt, --gen, --reps, --threads and --layers must be positive, --depth not negative")
     if a.llama_bench and not os.access(a.llama_bench, os.X_OK):
         fail(f"{a.llama_bench}: no llama-bench there")
+    if a.llama_args and not a.llama_bench:
+        fail("--llama-args are llama-bench's options: give --llama-bench too")
     if not a.llama_bench and not os.access(a.lbench, os.X_OK):
         fail(f"{a.lbench}: no llama.cpp bench harness there; build it with "
              "tools/llama_cpp/build.sh (or give --lbench)")
