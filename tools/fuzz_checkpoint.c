@@ -6,7 +6,7 @@
  *
  * SEEDS_DIR: small checkpoints written by export.py (tests/hf_model.py's tiny models in each
  * format), which libFuzzer mutates. Each input is written to a file and loaded as ./run loads a
- * checkpoint (transformer_load with a context of 16, with an fp32 or an fp16 KV cache by the
+ * checkpoint (transformer_load with a context of 16, with an fp32, fp16 or q8 KV cache by the
  * input's size); whatever loads also runs a two-token prefill, a decode
  * step, and its tokenizer section (tokenizer_new, an encode and a decode). Checks: no crash, no
  * sanitizer report, no leak; a file the loader refuses must come with a message. */
