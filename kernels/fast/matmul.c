@@ -530,7 +530,7 @@ void matmul(const Ops* o, float* const* outs, const float* x, const Matrix* cons
  * farther on Zen 5: docs/design.md#decode-prefetch), so instead of a table of CPU models the fast
  * ops time a few distances when they start, on a stretch of the model's weights too large for
  * any cache, with the decode product itself on the ops' threads, and keep the quickest; mid's
- * stays unless another is at least 3% faster. A few passes over 256 MB: 30-150 ms at load. */
+ * stays unless another is at least 3% faster: ten passes over at most 256 MB, once per load. */
 #define MEASURE_BYTES ((size_t)256 << 20)
 #define MEASURE_ROUNDS 3
 
