@@ -65,7 +65,7 @@ void kv_quantize_row(int8_t* row, const float* x, int d) {
             const float r = s > 0.0f ? rintf(x[i] / s) : 0.0f; /* to nearest, ties to even */
             row[i] = (int8_t)(r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r);
         }
-        memcpy(row + d + 2 * (g / KV_Q8_GROUP), &h, sizeof h);
+        memcpy(row + kv_q8_scale_at(d, g), &h, sizeof h);
     }
 }
 
@@ -90,21 +90,17 @@ void float_to_half_row(uint16_t* out, const float* x, int n) {
  * The cache arrays hold fp32, halves or q8 rows (KVRows.type); the SIMD kernels take that as T, a
  * constant in each inlined copy, so the fp32 copies test no element type in loops. kv_at: element
  * i's address; kv_row_bytes: a row's bytes, scales included. */
-ALWAYS_INLINE const void* kv_at(const void* base, size_t i, KVType T) { return (const char*)base + i * kv_elem_size(T); }
+ALWAYS_INLINE const void* kv_at(const void* base, size_t i, KVType T) {
+    return (const char*)base + i * kv_elem_size(T);
+}
 ALWAYS_INLINE int kv_row_bytes(int d, KVType T) { return (int)(kv_row_elems(T, d) * kv_elem_size(T)); }
 
-/* The q8 scale (a half) of value i of a row of d values; a group never straddles a load: FV_LANES
- * and WV_LANES divide KV_Q8_GROUP. */
-ALWAYS_INLINE uint16_t q8_scale(const void* row, size_t i, int d) {
-    uint16_t s;
-    memcpy(&s, (const char*)row + d + 2 * (i / KV_Q8_GROUP), sizeof s);
-    return s;
-}
-
-/* FV_LANES values of a cache row (d values) from value i on, as fp32. Without KERNELS_KV_F16 the
- * KV_F16 copies are never called (attention_simd sends an fp16 cache to the scalar reference then). */
+/* FV_LANES values of a cache row (d values) from value i on, as fp32 (a q8 group never straddles a
+ * load: FV_LANES and WV_LANES divide KV_Q8_GROUP). Without KERNELS_KV_F16 the KV_F16 copies are
+ * never called (attention_simd sends an fp16 cache to the scalar reference then). */
 ALWAYS_INLINE fvec kv_load(const void* row, size_t i, int d, KVType T) {
-    if (T == KV_Q8) return fv_mul(fv_load_i8((const int8_t*)row + i), fv_set1_half(q8_scale(row, i, d)));
+    if (T == KV_Q8)
+        return fv_mul(fv_load_i8((const int8_t*)row + i), fv_set1_half(kv_q8_scale(row, d, (int)i)));
 #if defined(KERNELS_KV_F16)
     if (T == KV_F16) return fv_load_half((const uint16_t*)row + i);
 #endif
@@ -474,7 +470,8 @@ ALWAYS_INLINE const float* rows_fp32(const void* rows, int stride, int n, int d,
         const void* row = kv_at(rows, (size_t)t * stride, T);
         for (int i = 0; i < d; i += WV_LANES) {
             if (T == KV_Q8)
-                wv_store(buf + (size_t)t * d + i, wv_mul(wv_load_i8((const int8_t*)row + i), wv_set1_half(q8_scale(row, i, d))));
+                wv_store(buf + (size_t)t * d + i,
+                         wv_mul(wv_load_i8((const int8_t*)row + i), wv_set1_half(kv_q8_scale(row, d, i))));
 #if defined(KERNELS_KV_F16) /* else the KV_F16 copies are never called (kv_load) */
             else
                 wv_store(buf + (size_t)t * d + i, wv_load_half((const uint16_t*)row + i));
@@ -580,9 +577,10 @@ void attention_rows(float* out, const float* q, size_t row_stride, int n_q, int 
                     int first_n_pos, int head_dim, float scale, float* att) {
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
     if (attention_simd(head_dim, kv->type)) {
-        if (kv->type == KV_F16) attend_lanes(out, q, row_stride, n_q, n_rows, kv, first_n_pos, head_dim, scale, att, KV_F16);
-        else if (kv->type == KV_Q8) attend_lanes(out, q, row_stride, n_q, n_rows, kv, first_n_pos, head_dim, scale, att, KV_Q8);
-        else attend_lanes(out, q, row_stride, n_q, n_rows, kv, first_n_pos, head_dim, scale, att, KV_F32);
+        const int n0 = first_n_pos, d = head_dim;
+        if (kv->type == KV_F16) attend_lanes(out, q, row_stride, n_q, n_rows, kv, n0, d, scale, att, KV_F16);
+        else if (kv->type == KV_Q8) attend_lanes(out, q, row_stride, n_q, n_rows, kv, n0, d, scale, att, KV_Q8);
+        else attend_lanes(out, q, row_stride, n_q, n_rows, kv, n0, d, scale, att, KV_F32);
         return;
     }
 #endif

@@ -169,14 +169,20 @@ static inline size_t kv_row_offset(const KVRows* kv, int t) {
     return (size_t)(t / kv->block_len) * kv->block_stride + (size_t)(t % kv->block_len) * (size_t)kv->stride;
 }
 
+/* Where a q8 row of d values keeps the scale of value i (bytes from its start), and that scale. */
+static inline size_t kv_q8_scale_at(int d, int i) { return (size_t)d + 2 * (size_t)(i / KV_Q8_GROUP); }
+static inline uint16_t kv_q8_scale(const void* row, int d, int i) {
+    uint16_t s;
+    memcpy(&s, (const char*)row + kv_q8_scale_at(d, i), sizeof s);
+    return s;
+}
+
 /* Value i of the row of head_dim d values at element `row` of a cache array, as fp32. */
 static inline float kv_value(const void* base, size_t row, int i, int d, KVType t) {
     if (t == KV_F32) return ((const float*)base)[row + i];
     if (t == KV_F16) return half_to_float(((const uint16_t*)base)[row + i]);
     const int8_t* q = (const int8_t*)base + row;
-    uint16_t s;
-    memcpy(&s, q + d + 2 * (i / KV_Q8_GROUP), sizeof s);
-    return (float)q[i] * half_to_float(s);
+    return (float)q[i] * half_to_float(kv_q8_scale(q, d, i));
 }
 
 /* The q8 cache's store of one row (KV_Q8 above): d values of x into row's d + d / 8 bytes. */

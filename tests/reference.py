@@ -372,12 +372,11 @@ class Reference:
         of 16, s = float16(float32(max|x| / 127)), q = round(float32(x / s)) to nearest even,
         clamped to [-127, 127], the value s * q (0 where s is 0). x is rounded to float32 first, as
         the engine holds it."""
-        def f32(v):
-            return struct.unpack('<f', struct.pack('<f', v))[0]
+        f32 = hf_model.f32_round
         out = []
         for g in range(0, len(x), group):
             grp = [f32(v) for v in x[g:g + group]]
-            s = Reference.f16([f32(max(abs(v) for v in grp) / 127.0)])[0]
+            s = hf_model.f16_round(f32(max(abs(v) for v in grp) / 127.0))
             out.extend(s * max(-127, min(127, round(f32(v / s)))) if s else 0.0 for v in grp)
         return out
 
@@ -491,6 +490,18 @@ def rel_error(engine_rows, ref_rows):
 
 def argmax(row):
     return max(range(len(row)), key=row.__getitem__)
+
+
+def log_softmax_loss(rows, targets):
+    """Sum of -log softmax(row)[target] in fp64, and how many targets are their row's argmax
+    (what `./run -m eval` reports, before the mean)."""
+    nll, top1 = 0.0, 0
+    for row, t in zip(rows, targets):
+        m = max(row)
+        lse = m + math.log(sum(math.exp(v - m) for v in row))
+        nll += lse - row[t]
+        top1 += argmax(row) == t
+    return nll, top1
 
 
 if __name__ == '__main__':

@@ -22,7 +22,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_model  # noqa: E402
 from hf_model import Spec, IM_START_ID  # noqa: E402
-from reference import Reference, rel_error, argmax  # noqa: E402
+from reference import Reference, rel_error, argmax, log_softmax_loss  # noqa: E402
 
 TIGHT_TOL = 1e-4
 MISTAKE_MIN = 1e-2
@@ -49,17 +49,6 @@ SWITCHES = {
     'per-layer combined': (['--ablate', 'qk-norm@0,1,norm-scale@1,final', '--norm-eps', '1e-3'],
                            dict(ablate=('qk-norm@0,1', 'norm-scale@1,final'), eps=1e-3)),
 }
-
-
-def log_softmax_loss(rows, targets):
-    """Sum of -log softmax(row)[target] in fp64, and how many targets are their row's argmax."""
-    nll, top1 = 0.0, 0
-    for row, t in zip(rows, targets):
-        m = max(row)
-        lse = m + math.log(sum(math.exp(v - m) for v in row))
-        nll += lse - row[t]
-        top1 += argmax(row) == t
-    return nll, top1
 
 
 class NormLab(hf_model.TempDirTestCase):

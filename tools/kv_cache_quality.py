@@ -15,7 +15,6 @@ Standard library only; run from anywhere: python3 tools/kv_cache_quality.py [--t
 
 import argparse
 import json
-import math
 import os
 import random
 import subprocess
@@ -25,7 +24,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, 'tests'))
 import hf_model  # noqa: E402
-from reference import Reference  # noqa: E402
+from reference import Reference, log_softmax_loss  # noqa: E402
 
 CACHES = ('f32', 'f16', 'q8')
 
@@ -40,12 +39,8 @@ def engine_loss(model, args):
 
 
 def reference_loss(rows, ids):
-    """Mean -log softmax(row)[next id] in fp64 over every position but the last, as -m eval scores."""
-    total = 0.0
-    for row, t in zip(rows, ids[1:]):
-        m = max(row)
-        total += m + math.log(sum(math.exp(v - m) for v in row)) - row[t]
-    return total / (len(ids) - 1)
+    """Mean -log softmax(row)[next id] over every position but the last, as -m eval scores."""
+    return log_softmax_loss(rows, ids[1:])[0] / (len(ids) - 1)
 
 
 def main():
