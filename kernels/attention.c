@@ -364,17 +364,114 @@ void attention_rows_scalar(float* out, const float* q, size_t row_stride, int n_
 #define IN_REGISTER(x) (void)0
 #endif
 
+/* ---- Prefill over a q8 cache: bf16 pairs ----
+ * An int8 cache already moves each key and value by up to half a step of its group (1/254 of the
+ * group's largest value); rounding them, the queries and the softmax's weights to bf16 (half a
+ * step is 1/512 of a value) costs about as much again, and vdpbf16ps takes two products per lane
+ * where an FMA takes one. So with AVX-512 BF16, prefill over a q8 cache multiplies bf16 pairs
+ * (docs/design.md#attention-prefill): Qt as pairs of dimensions, key rows as bf16 (a pair is
+ * one word), the softmax's weights and the values as pairs of positions. Chunks start at
+ * multiples of ATTENTION_KEY_CHUNK whatever the cache's blocks (rows are fetched by position), so
+ * the pairs are always (2m, 2m + 1) and a query's result is the same bits beside any rows and
+ * in any blocking. Decode keeps fp32 (attention_group). */
+#if defined(KERNELS_BF16_DOT)
+#define ATTENTION_PAIRS 1
+/* a[k][v] += the QV query vectors' pairs (Qt [d / 2][nl]) . key k's (bf16 rows at stride). */
+ALWAYS_INLINE void pair_scores(wvec a[4][LANE_VECS], const float* Qt, int nl, const void* keys, int stride, int NK,
+                               int QV, int d) {
+    for (int i = 0; i < d / 2; i++) {
+        wpair qv[LANE_VECS];
+#pragma GCC unroll 4
+        for (int v = 0; v < QV; v++) {
+            qv[v] = wp_load((const uint32_t*)Qt + (size_t)i * nl + WV_LANES * v);
+            IN_REGISTER(qv[v]);
+        }
+#pragma GCC unroll 4
+        for (int k = 0; k < NK; k++) {
+            const wpair kb = wp_set1(((const uint32_t*)keys)[(size_t)k * stride / 2 + i]);
+#pragma GCC unroll 4
+            for (int v = 0; v < QV; v++) a[k][v] = wv_dot_pairs(a[k][v], qv[v], kb);
+        }
+    }
+}
+
+/* o[u][v] += sum over n pairs of positions of the weights' pairs (P [n][nl]) times dimension
+ * i0 + u's pairs (values [n][stride]). */
+ALWAYS_INLINE void pair_weighted_sum(wvec o[4][LANE_VECS], const float* P, int nl, const void* values, int stride, int n,
+                                     int i0, int QV) {
+    for (int t = 0; t < n; t++) {
+        wpair p[LANE_VECS];
+#pragma GCC unroll 4
+        for (int v = 0; v < QV; v++) {
+            p[v] = wp_load((const uint32_t*)P + (size_t)t * nl + WV_LANES * v);
+            IN_REGISTER(p[v]);
+        }
+        const uint32_t* row = (const uint32_t*)values + (size_t)t * stride;
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) {
+            const wpair vb = wp_set1(row[i0 + u]);
+#pragma GCC unroll 4
+            for (int v = 0; v < QV; v++) o[u][v] = wv_dot_pairs(o[u][v], p[v], vb);
+        }
+    }
+}
+
+/* 16 values of row t of a q8 cache array from i on, as fp32 (exact). */
+ALWAYS_INLINE wvec q8_lanes(const KVRows* kv, const void* base, int t, int d, int i) {
+    const int8_t* row = kv_at(base, kv_row_offset(kv, t), KV_Q8);
+    return wv_mul(wv_load_i8(row + i), wv_set1_half(kv_q8_scale(row, d, i)));
+}
+
+/* Rows 2t and 2t + 1 of A [rows][nl] as row t's pairs, in place (row t is read before it is
+ * written); a last odd row pairs with zeros. */
+static void pack_row_pairs(float* A, int nl, int rows) {
+    for (int t = 0; 2 * t < rows; t++)
+        for (int j = 0; j < nl; j += WV_LANES) {
+            const wvec hi = 2 * t + 1 < rows ? wv_load(A + (size_t)(2 * t + 1) * nl + j) : wv_set1(0.0f);
+            wp_store((uint32_t*)(A + (size_t)t * nl) + j, wp_pack(wv_load(A + (size_t)2 * t * nl + j), hi));
+        }
+}
+
+/* Keys [p, p + c) as bf16 rows of d. */
+static void pair_keys(uint16_t* out, const KVRows* kv, int p, int c, int d) {
+    for (int t = 0; t < c; t++)
+        for (int i = 0; i < d; i += WV_LANES) wv_store_bf16(out + (size_t)t * d + i, q8_lanes(kv, kv->keys, p + t, d, i));
+}
+
+/* Values [p, p + c) as pairs of positions, out[t][i] = (v_{p+2t}[i], v_{p+2t+1}[i]), zeros past c. */
+static void pair_values(uint32_t* out, const KVRows* kv, int p, int c, int d) {
+    for (int t = 0; 2 * t < c; t++)
+        for (int i = 0; i < d; i += WV_LANES) {
+            const wvec hi = 2 * t + 1 < c ? q8_lanes(kv, kv->values, p + 2 * t + 1, d, i) : wv_set1(0.0f);
+            wp_store(out + (size_t)t * d + i, wp_pack(q8_lanes(kv, kv->values, p + 2 * t, d, i), hi));
+        }
+}
+#else
+/* Without vdpbf16ps every call below sits behind B = 0 and folds away; these only let it compile. */
+#define ATTENTION_PAIRS 0
+ALWAYS_INLINE void pair_scores(wvec a[4][LANE_VECS], const float* Qt, int nl, const void* keys, int stride, int NK,
+                               int QV, int d) {}
+ALWAYS_INLINE void pair_weighted_sum(wvec o[4][LANE_VECS], const float* P, int nl, const void* values, int stride, int n,
+                                     int i0, int QV) {}
+ALWAYS_INLINE void pack_row_pairs(float* A, int nl, int rows) {}
+ALWAYS_INLINE void pair_keys(uint16_t* out, const KVRows* kv, int p, int c, int d) {}
+ALWAYS_INLINE void pair_values(uint32_t* out, const KVRows* kv, int p, int c, int d) {}
+#endif
+
 /* S[k * nl + WV_LANES v + lane] = (q . key k) * scale for NK (<= 4) keys (rows at stride) and QV
  * vectors of queries (Qt: [d][nl]). Each sum runs over the dimensions in order, one FMA each,
- * whatever the other queries and keys of the tile. */
-ALWAYS_INLINE void lane_scores(float* S, int nl, const float* Qt, const float* keys, int stride, int NK, int QV, int d,
-                               float scale) {
+ * whatever the other queries and keys of the tile. B: bf16 pairs instead (Qt [d / 2][nl] pairs,
+ * keys bf16 rows), two dimensions per vdpbf16ps. */
+ALWAYS_INLINE void lane_scores(float* S, int nl, const float* Qt, const void* keys_, int stride, int NK, int QV, int d,
+                               float scale, int B) {
+    const float* keys = keys_;
     wvec a[4][LANE_VECS];
 #pragma GCC unroll 4
     for (int k = 0; k < NK; k++)
 #pragma GCC unroll 4
         for (int v = 0; v < QV; v++) a[k][v] = wv_set1(0.0f);
-    for (int i = 0; i < d; i++) {
+    if (B) pair_scores(a, Qt, nl, keys_, stride, NK, QV, d);
+    for (int i = 0; !B && i < d; i++) {
         wvec qv[LANE_VECS];
 #pragma GCC unroll 4
         for (int v = 0; v < QV; v++) {
@@ -395,15 +492,18 @@ ALWAYS_INLINE void lane_scores(float* S, int nl, const float* Qt, const float* k
 }
 
 /* Ot[i][lanes] (+)= sum_{t < n} P[t][lanes] v_t[i] for the 4 dimensions from i0 and QV vectors of
- * queries; add: continue the sums in Ot (a chunk after the first). */
-ALWAYS_INLINE void lane_weighted_sum(float* Ot, int nl, const float* P, const float* values, int stride, int n, int i0,
-                                     int QV, int add) {
+ * queries; add: continue the sums in Ot (a chunk after the first). B: bf16 pairs of positions
+ * instead, n of them (P [n][nl] pairs, values [n][stride] pairs), one vdpbf16ps per two. */
+ALWAYS_INLINE void lane_weighted_sum(float* Ot, int nl, const float* P, const void* values_, int stride, int n, int i0,
+                                     int QV, int add, int B) {
+    const float* values = values_;
     wvec o[4][LANE_VECS];
 #pragma GCC unroll 4
     for (int u = 0; u < 4; u++)
 #pragma GCC unroll 4
         for (int v = 0; v < QV; v++) o[u][v] = add ? wv_load(Ot + (size_t)(i0 + u) * nl + WV_LANES * v) : wv_set1(0.0f);
-    for (int t = 0; t < n; t++) {
+    if (B) pair_weighted_sum(o, P, nl, values_, stride, n, i0, QV);
+    for (int t = 0; !B && t < n; t++) {
         wvec p[LANE_VECS];
 #pragma GCC unroll 4
         for (int v = 0; v < QV; v++) {
@@ -426,38 +526,40 @@ ALWAYS_INLINE void lane_weighted_sum(float* Ot, int nl, const float* P, const fl
 
 /* lane_scores and lane_weighted_sum over all nv vectors of queries, LANE_VECS at a time (QV a
  * constant in each call, so the accumulators stay in registers). */
-ALWAYS_INLINE void scores_all(float* S, int nl, int nv, const float* Qt, const float* keys, int stride, int NK, int d,
-                              float scale) {
+ALWAYS_INLINE void scores_all(float* S, int nl, int nv, const float* Qt, const void* keys, int stride, int NK, int d,
+                              float scale, int B) {
     int v = 0;
     for (; v + LANE_VECS <= nv; v += LANE_VECS)
-        lane_scores(S + WV_LANES * v, nl, Qt + WV_LANES * v, keys, stride, NK, LANE_VECS, d, scale);
+        lane_scores(S + WV_LANES * v, nl, Qt + WV_LANES * v, keys, stride, NK, LANE_VECS, d, scale, B);
     if (LANE_VECS > 3 && nv - v == 3)
-        lane_scores(S + WV_LANES * v, nl, Qt + WV_LANES * v, keys, stride, NK, 3, d, scale);
-    if (nv - v == 2) lane_scores(S + WV_LANES * v, nl, Qt + WV_LANES * v, keys, stride, NK, 2, d, scale);
-    if (nv - v == 1) lane_scores(S + WV_LANES * v, nl, Qt + WV_LANES * v, keys, stride, NK, 1, d, scale);
+        lane_scores(S + WV_LANES * v, nl, Qt + WV_LANES * v, keys, stride, NK, 3, d, scale, B);
+    if (nv - v == 2) lane_scores(S + WV_LANES * v, nl, Qt + WV_LANES * v, keys, stride, NK, 2, d, scale, B);
+    if (nv - v == 1) lane_scores(S + WV_LANES * v, nl, Qt + WV_LANES * v, keys, stride, NK, 1, d, scale, B);
 }
 
-ALWAYS_INLINE void weighted_sum_all(float* Ot, int nl, int nv, const float* P, const float* values, int stride, int n,
-                                    int d, int add) {
+ALWAYS_INLINE void weighted_sum_all(float* Ot, int nl, int nv, const float* P, const void* values, int stride, int n,
+                                    int d, int add, int B) {
     for (int i = 0; i < d; i += 4) {
         int v = 0;
         for (; v + LANE_VECS <= nv; v += LANE_VECS)
-            lane_weighted_sum(Ot + WV_LANES * v, nl, P + WV_LANES * v, values, stride, n, i, LANE_VECS, add);
+            lane_weighted_sum(Ot + WV_LANES * v, nl, P + WV_LANES * v, values, stride, n, i, LANE_VECS, add, B);
         if (LANE_VECS > 3 && nv - v == 3)
-            lane_weighted_sum(Ot + WV_LANES * v, nl, P + WV_LANES * v, values, stride, n, i, 3, add);
-        if (nv - v == 2) lane_weighted_sum(Ot + WV_LANES * v, nl, P + WV_LANES * v, values, stride, n, i, 2, add);
-        if (nv - v == 1) lane_weighted_sum(Ot + WV_LANES * v, nl, P + WV_LANES * v, values, stride, n, i, 1, add);
+            lane_weighted_sum(Ot + WV_LANES * v, nl, P + WV_LANES * v, values, stride, n, i, 3, add, B);
+        if (nv - v == 2) lane_weighted_sum(Ot + WV_LANES * v, nl, P + WV_LANES * v, values, stride, n, i, 2, add, B);
+        if (nv - v == 1) lane_weighted_sum(Ot + WV_LANES * v, nl, P + WV_LANES * v, values, stride, n, i, 1, add, B);
     }
 }
 
-/* The scores of every vector of queries against keys [0, n) of a run (rows at stride): 4 keys at a
- * time, then one. */
-ALWAYS_INLINE void chunk_scores(float* S, int nl, int nv, const float* Qt, const float* keys, int stride, int n,
-                                int d, float scale) {
+/* The scores of every vector of queries against keys [0, n) of a run (rows at stride, elements of
+ * 4 bytes, or 2 when B): 4 keys at a time, then one. */
+ALWAYS_INLINE void chunk_scores(float* S, int nl, int nv, const float* Qt, const void* keys, int stride, int n,
+                                int d, float scale, int B) {
+    const size_t row_bytes = (size_t)stride * (B ? 2 : 4);
     int t = 0;
     for (; t + 4 <= n; t += 4)
-        scores_all(S + (size_t)t * nl, nl, nv, Qt, keys + (size_t)t * stride, stride, 4, d, scale);
-    for (; t < n; t++) scores_all(S + (size_t)t * nl, nl, nv, Qt, keys + (size_t)t * stride, stride, 1, d, scale);
+        scores_all(S + (size_t)t * nl, nl, nv, Qt, (const char*)keys + t * row_bytes, stride, 4, d, scale, B);
+    for (; t < n; t++)
+        scores_all(S + (size_t)t * nl, nl, nv, Qt, (const char*)keys + t * row_bytes, stride, 1, d, scale, B);
 }
 
 /* Rows [0, n) of a cache run (at stride, elements) as fp32 rows: the run itself in an fp32 cache
@@ -479,6 +581,42 @@ ALWAYS_INLINE const float* rows_fp32(const void* rows, int stride, int n, int d,
         }
     }
     return buf;
+}
+
+/* Prefill attention's keys and values go in chunks of this many positions: a chunk's weights and
+ * values stay in cache while the dimensions go by. */
+#define ATTENTION_KEY_CHUNK 64
+
+
+/* The positions [p, p + return) of the next chunk (*off: the first one's row in the cache arrays):
+ * a run of one cache block; with pairs, ATTENTION_KEY_CHUNK positions from a multiple of it. */
+ALWAYS_INLINE int next_chunk(const KVRows* kv, int p, int n_all, size_t* off, int B) {
+    if (B) return n_all - p < ATTENTION_KEY_CHUNK ? n_all - p : ATTENTION_KEY_CHUNK;
+    return kv_block(kv, p, n_all - p < ATTENTION_KEY_CHUNK ? n_all : p + ATTENTION_KEY_CHUNK, off);
+}
+
+/* The keys of the chunk [p, p + c) as the scores read them (*fs: their row stride): rows_fp32's,
+ * or (B) bf16 rows of d. */
+ALWAYS_INLINE const void* chunk_keys(const KVRows* kv, int p, int c, size_t off, int d, float* buf, int* fs, KVType T,
+                                     int B) {
+    if (B) {
+        pair_keys((uint16_t*)buf, kv, p, c, d);
+        *fs = d;
+        return buf;
+    }
+    return rows_fp32(kv_at(kv->keys, off, T), kv->stride, c, d, buf, fs, T);
+}
+
+/* The values of the chunk as the weighted sum reads them: rows_fp32's, or (B) pairs of positions,
+ * buf[t][i] = (v_{p+2t}[i], v_{p+2t+1}[i]) with zeros past c. */
+ALWAYS_INLINE const void* chunk_values(const KVRows* kv, int p, int c, size_t off, int d, float* buf, int* fs,
+                                       KVType T, int B) {
+    if (B) {
+        pair_values((uint32_t*)buf, kv, p, c, d);
+        *fs = d;
+        return buf;
+    }
+    return rows_fp32(kv_at(kv->values, off, T), kv->stride, c, d, buf, fs, T);
 }
 
 /* One vector of queries' softmax over the keys, key t's scores at S + t * nl: each lane over its
@@ -534,10 +672,9 @@ static void transpose_outputs(float* out, size_t row_stride, int n_q, int n, int
  * chunk's weights and values stay in cache while the dimensions go by). A query's sums run in the
  * same order whichever queries share its vector and however the cache is blocked, so its result
  * is the same bits. */
-#define ATTENTION_KEY_CHUNK 64
-
 ALWAYS_INLINE void attend_lanes(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const KVRows* kv,
                                 int first_n_pos, int d, float scale, float* att, KVType T) {
+    const int B = ATTENTION_PAIRS && T == KV_Q8;
     const int n = n_rows * n_q, nl = (n + WV_LANES - 1) / WV_LANES * WV_LANES, nv = nl / WV_LANES;
     const int n_all = first_n_pos + n_rows - 1;
     float* S = att;
@@ -545,12 +682,13 @@ ALWAYS_INLINE void attend_lanes(float* out, const float* q, size_t row_stride, i
     float* Ot = Qt + (size_t)d * nl;
     float* widened = Ot + (size_t)d * nl;
     transpose_queries(Qt, nl, q, row_stride, n_q, n, d);
-    size_t off;
+    if (B) pack_row_pairs(Qt, nl, d);
+    size_t off = 0;
     int fs;
     for (int p = 0, c; p < n_all; p += c) {
-        c = kv_block(kv, p, n_all - p < ATTENTION_KEY_CHUNK ? n_all : p + ATTENTION_KEY_CHUNK, &off);
-        const float* k = rows_fp32(kv_at(kv->keys, off, T), kv->stride, c, d, widened, &fs, T);
-        chunk_scores(S + (size_t)p * nl, nl, nv, Qt, k, fs, c, d, scale);
+        c = next_chunk(kv, p, n_all, &off, B);
+        const void* k = chunk_keys(kv, p, c, off, d, widened, &fs, T, B);
+        chunk_scores(S + (size_t)p * nl, nl, nv, Qt, k, fs, c, d, scale, B);
     }
     float* inv = Qt; /* the queries are spent: their first row holds the sums' inverses */
     for (int v = 0; v < nv; v++) {
@@ -562,9 +700,10 @@ ALWAYS_INLINE void attend_lanes(float* out, const float* q, size_t row_stride, i
         wv_store(inv + WV_LANES * v, lane_softmax(S + WV_LANES * v, nl, n_all, wv_load(npos)));
     }
     for (int p = 0, c; p < n_all; p += c) {
-        c = kv_block(kv, p, n_all - p < ATTENTION_KEY_CHUNK ? n_all : p + ATTENTION_KEY_CHUNK, &off);
-        const float* v = rows_fp32(kv_at(kv->values, off, T), kv->stride, c, d, widened, &fs, T);
-        weighted_sum_all(Ot, nl, nv, S + (size_t)p * nl, v, fs, c, d, p > 0);
+        c = next_chunk(kv, p, n_all, &off, B);
+        if (B) pack_row_pairs(S + (size_t)p * nl, nl, c);
+        const void* v = chunk_values(kv, p, c, off, d, widened, &fs, T, B);
+        weighted_sum_all(Ot, nl, nv, S + (size_t)p * nl, v, fs, B ? (c + 1) / 2 : c, d, p > 0, B);
     }
     transpose_outputs(out, row_stride, n_q, n, d, Ot, nl, inv);
 }

@@ -215,6 +215,27 @@ ALWAYS_INLINE wvec wv_load_i8(const int8_t* p) {
 ALWAYS_INLINE wvec wv_set1_half(uint16_t h) { return _mm512_cvtph_ps(_mm256_set1_epi16((short)h)); }
 /* vcvtph2ps on zmm is AVX-512F's own: no F16C needed. */
 ALWAYS_INLINE wvec wv_load_half(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p)); }
+
+#if defined(KERNELS_BF16_DOT)
+/* wpair: 16 lanes of two bf16 each, vdpbf16ps's operand: lane l += a.lo * b.lo + a.hi * b.hi in
+ * fp32. Rounding to bf16 is to nearest even (vcvtne*ps2bf16, as export.py's bf16). */
+typedef __m512i wpair;
+ALWAYS_INLINE wpair wp_load(const uint32_t* p) { return _mm512_loadu_si512(p); }
+ALWAYS_INLINE void wp_store(uint32_t* p, wpair v) { _mm512_storeu_si512(p, v); }
+ALWAYS_INLINE wpair wp_set1(uint32_t pair) { return _mm512_set1_epi32((int)pair); }
+ALWAYS_INLINE wvec wv_dot_pairs(wvec acc, wpair a, wpair b) {
+    return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
+}
+/* Lane l = (bf16(lo[l]), bf16(hi[l])): vcvtne2ps2bf16 gives lo's 16 then hi's 16 words, one word
+ * permutation interleaves them. */
+ALWAYS_INLINE wpair wp_pack(wvec lo, wvec hi) {
+    static const uint16_t interleave[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                            8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    return _mm512_permutexvar_epi16(_mm512_loadu_si512(interleave), (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+}
+/* 16 values as bf16, in order: 8 pairs. */
+ALWAYS_INLINE void wv_store_bf16(uint16_t* p, wvec v) { _mm256_storeu_si256((__m256i*)p, (__m256i)_mm512_cvtneps_pbh(v)); }
+#endif
 #endif
 
 #elif defined(__ARM_NEON)

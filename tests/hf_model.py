@@ -18,6 +18,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import struct
 import sys
@@ -548,6 +549,23 @@ def run_engine(args, timeout=60, env=None):
     import subprocess
     return subprocess.run([RUN] + list(args), cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout, errors='replace', env=dict(os.environ, **(env or {})))
+
+
+def engine_kernels(ckpt):
+    """The kernels ./run uses on this machine (the bench's first line: "kernels avx2+avx512+bf16",
+    "neon", "reference", ...); the bench is stopped once it has printed that line."""
+    import subprocess
+    p = subprocess.Popen([RUN, ckpt, '-m', 'bench', '--threads', '1', '--bench-prompt', '2', '--bench-gen', '1',
+                          '--bench-reps', '1'], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = p.stdout.readline()
+    finally:
+        p.kill()
+        p.wait()
+        p.stdout.close()
+    m = re.search(r'kernels ([\w+]+)', line)
+    assert m, 'no kernels in the bench\'s first line: %r' % line
+    return m.group(1)
 
 
 def read_logits(path, vocab_size):

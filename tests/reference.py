@@ -22,7 +22,10 @@ To model what an export dtype stores, Reference(folder, matrix_transform=as_bf16
 changes the weight matrices, and act_group= also rounds every matrix-vector input to int8 (the
 SIMD q8 matmul's activation quantisation). forward(kv_f16=True) rounds every cached key and value
 to IEEE half precision (struct's 'e' format: round to nearest, ties to even), as `./run --kv-cache
-f16` stores them; forward(kv_q8=True) quantises them as `--kv-cache q8` does (Reference.q8).
+f16` stores them; forward(kv_q8=True) quantises them as `--kv-cache q8` does (Reference.q8), and
+with bf16_prefill=N the first N positions attend as the engine's prefill over a q8 cache does
+where the build has AVX-512 BF16 (kernels name "+bf16"): queries, cached values and the
+softmax's unnormalised weights rounded to bf16 (kernels/attention.c, bf16 pairs).
 """
 
 import json
@@ -381,7 +384,8 @@ class Reference:
         return out
 
     def forward(self, tokens, eps=None, rope='half', skip_qk_norm=False, gqa='div', kv_f16=False, norms=None,
-                scores=None, ablate=(), layernorm=False, head=None, yarn_mistake=None, moe_mistake=None, kv_q8=False):
+                scores=None, ablate=(), layernorm=False, head=None, yarn_mistake=None, moe_mistake=None, kv_q8=False,
+                bf16_prefill=0):
         """Logits (a list of V floats) for every position of tokens (positions 0..len-1). ablate,
         layernorm (and eps): the RMSNorm lab's switches (Reference.lab_norm). norms: a
         list that receives (position, layer, site, vectors, weight) at every RMSNorm call site,
@@ -395,12 +399,12 @@ class Reference:
         self.inv_freq, self.rope_gain = self.frequencies(yarn_mistake)
         try:
             return self.run(tokens, eps, rope, skip_qk_norm, gqa, kv_f16, norms, scores, ablate, layernorm, head,
-                            moe_mistake, kv_q8)
+                            moe_mistake, kv_q8, bf16_prefill)
         finally:
             self.inv_freq, self.rope_gain = saved
 
     def run(self, tokens, eps, rope, skip_qk_norm, gqa, kv_f16, norms, scores, ablate, layernorm, head,
-            moe_mistake=None, kv_q8=False):
+            moe_mistake=None, kv_q8=False, bf16_prefill=0):
         """forward() with the RoPE frequencies in place."""
         def see(pos, layer, site, vectors, weight):
             if norms is not None:
@@ -415,6 +419,9 @@ class Reference:
         scale = 1.0 / math.sqrt(d)
         kcache = [[] for _ in range(self.L)]  # per layer: list over positions of K lists of d
         vcache = [[] for _ in range(self.L)]
+        bf = hf_model.bf16_round
+        kcache_bf = [[] for _ in range(self.L)]  # the same rounded to bf16 (bf16_prefill)
+        vcache_bf = [[] for _ in range(self.L)]
         out = []
         for pos, tok in enumerate(tokens):
             x = list(self.embed[tok])
@@ -446,18 +453,24 @@ class Reference:
                     vh = [self.q8(t) for t in vh]
                 kcache[l].append(kh)  # keys after QK-norm and RoPE
                 vcache[l].append(vh)
+                pairs = pos < bf16_prefill
+                if pairs:  # positions 0 .. bf16_prefill - 1, in order
+                    kcache_bf[l].append([[bf(x) for x in t] for t in kh])
+                    vcache_bf[l].append([[bf(x) for x in t] for t in vh])
+                keys, values = (kcache_bf[l], vcache_bf[l]) if pairs else (kcache[l], vcache[l])
                 att = []
                 for j in range(H):
                     g = j // G if gqa == 'div' else j % K
-                    s = [sum(map(mul, qh[j], kc[g])) * scale for kc in kcache[l]]
+                    qj = [bf(x) for x in qh[j]] if pairs else qh[j]
+                    s = [sum(map(mul, qj, kc[g])) * scale for kc in keys]
                     if scores is not None:
                         scores.append((pos, l, j, list(s)))
                     m = max(s)
                     e = [math.exp(z - m) for z in s]
                     tot = sum(e)
                     o = [0.0] * d
-                    for a, vc in zip(e, vcache[l]):
-                        a /= tot
+                    for a, vc in zip(e, values):
+                        a = (bf(a) if pairs else a) / tot
                         vg = vc[g]
                         for i in range(d):
                             o[i] += a * vg[i]

@@ -346,6 +346,11 @@ typedef struct {
     int8_t *kb8, *vb8;
     float *kq, *vq;
     KVRows blocked8, blocked_q;
+    /* the same q8 rows as one array, and the q8 values rounded to bf16 as floats (blocked): prefill
+     * over a q8 cache multiplies bf16 pairs where the build has them (attention.c, ATTENTION_PAIRS) */
+    int8_t *kf8, *vf8;
+    float *kr, *vr;
+    KVRows flat8, blocked_r;
 } TestKV;
 
 static TestKV make_kv(int n, int d, int stride) {
@@ -373,8 +378,8 @@ static TestKV make_kv(int n, int d, int stride) {
         memcpy(t.kb16 + at, t.kc16 + (size_t)r * stride, (size_t)stride * sizeof(uint16_t));
         memcpy(t.vb16 + at, t.vc16 + (size_t)r * stride, (size_t)stride * sizeof(uint16_t));
     }
-    t.kb8 = t.vb8 = NULL;
-    t.kq = t.vq = NULL;
+    t.kb8 = t.vb8 = t.kf8 = t.vf8 = NULL;
+    t.kq = t.vq = t.kr = t.vr = NULL;
     if (d % KV_Q8_GROUP == 0) { /* rows of d + d / 8 bytes, a gap of 8 after each; blocks as above */
         const int stride8 = (int)kv_row_elems(KV_Q8, d) + 8;
         const size_t block8 = (size_t)TEST_BLOCK_LEN * stride8 + 24;
@@ -382,18 +387,28 @@ static TestKV make_kv(int n, int d, int stride) {
         t.vb8 = calloc(n_blocks * block8, 1);
         t.kq = calloc(n_blocks * block_stride, sizeof(float));
         t.vq = calloc(n_blocks * block_stride, sizeof(float));
+        t.kr = calloc(n_blocks * block_stride, sizeof(float));
+        t.vr = calloc(n_blocks * block_stride, sizeof(float));
+        t.kf8 = calloc((size_t)n * stride8, 1);
+        t.vf8 = calloc((size_t)n * stride8, 1);
         for (int r = 0; r < n; r++) {
             const size_t at8 = (size_t)(r / TEST_BLOCK_LEN) * block8 + (size_t)(r % TEST_BLOCK_LEN) * stride8;
             const size_t at = (size_t)(r / TEST_BLOCK_LEN) * block_stride + (size_t)(r % TEST_BLOCK_LEN) * stride;
             kv_quantize_row(t.kb8 + at8, t.kc + (size_t)r * stride + d, d);
             kv_quantize_row(t.vb8 + at8, t.vc + (size_t)r * stride + d, d);
+            memcpy(t.kf8 + (size_t)r * stride8, t.kb8 + at8, (size_t)stride8);
+            memcpy(t.vf8 + (size_t)r * stride8, t.vb8 + at8, (size_t)stride8);
             for (int i = 0; i < d; i++) {
                 t.kq[at + d + i] = kv_value(t.kb8, at8, i, d, KV_Q8);
                 t.vq[at + d + i] = kv_value(t.vb8, at8, i, d, KV_Q8);
+                t.kr[at + d + i] = bf16_to_f32(f32_to_bf16(t.kq[at + d + i]));
+                t.vr[at + d + i] = bf16_to_f32(f32_to_bf16(t.vq[at + d + i]));
             }
         }
         t.blocked8 = (KVRows){t.kb8, t.vb8, stride8, TEST_BLOCK_LEN, block8, KV_Q8};
         t.blocked_q = (KVRows){t.kq + d, t.vq + d, stride, TEST_BLOCK_LEN, block_stride, KV_F32};
+        t.flat8 = (KVRows){t.kf8, t.vf8, stride8, n, 0, KV_Q8};
+        t.blocked_r = (KVRows){t.kr + d, t.vr + d, stride, TEST_BLOCK_LEN, block_stride, KV_F32};
     }
     t.flat = (KVRows){t.kc + d, t.vc + d, stride, n, 0, 0};
     t.blocked = (KVRows){t.kb + d, t.vb + d, stride, TEST_BLOCK_LEN, block_stride, 0};
@@ -406,6 +421,7 @@ static void free_kv(TestKV* t) {
     free(t->kc), free(t->vc), free(t->kb), free(t->vb);
     free(t->kc16), free(t->vc16), free(t->kb16), free(t->vb16);
     free(t->kb8), free(t->vb8), free(t->kq), free(t->vq);
+    free(t->kf8), free(t->vf8), free(t->kr), free(t->vr);
 }
 
 /* kv_quantize_row against its definition (kernels.h, KV_Q8): per group of 16 the scale is
@@ -514,6 +530,43 @@ static void test_attention(const Ops* k) {
             }
 }
 
+/* attention_rows over the q8 cache (prefill): the reference gives the bits of the same over the
+ * q8 values as floats. Where the build multiplies bf16 pairs (ATTENTION_PAIRS) the fast kernel
+ * matches the reference over the queries and q8 values rounded to bf16 within 2^-9 max|v| (the
+ * softmax's weights are rounded to bf16 too: each moves by at most 2^-9 of itself, and they sum to
+ * 1; |v| <= 1 here), plus fp32 noise; and each row alone, and the cache as one array instead of
+ * blocks, give the same bits. Elsewhere it gives the bits of the same over the values as floats. */
+static int q8_rows_as_reference(const TestKV* kv, const float* q, int row, int nq, int R, int n0, int d,
+                                float scale, float* att) {
+    const size_t n = (size_t)R * row;
+    float* a = calloc(n, sizeof(float));
+    float* b = calloc(n, sizeof(float));
+    float* qr = malloc(n * sizeof(float));
+    int ok = 1;
+    attention_rows_scalar(a, q, row, nq, R, &kv->blocked8, n0, d, scale, att);
+    attention_rows_scalar(b, q, row, nq, R, &kv->blocked_q, n0, d, scale, att);
+    for (size_t i = 0; i < n; i++) ok &= a[i] == b[i];
+    attention_rows(a, q, row, nq, R, &kv->blocked8, n0, d, scale, att);
+#if defined(KERNELS_BF16_DOT)
+    if (attention_simd(d, KV_Q8)) {
+        for (size_t i = 0; i < n; i++) qr[i] = bf16_to_f32(f32_to_bf16(q[i]));
+        attention_rows_scalar(b, qr, row, nq, R, &kv->blocked_r, n0, d, scale, att);
+        for (size_t i = 0; i < n; i++) ok &= fabsf(a[i] - b[i]) <= 1.0f / 512 + 1e-5f;
+        attention_rows(b, q, row, nq, R, &kv->flat8, n0, d, scale, att);
+        for (size_t i = 0; i < n; i++) ok &= a[i] == b[i];
+        for (int r = 0; r < R; r++)
+            attention_rows(b + (size_t)r * row, q + (size_t)r * row, row, nq, 1, &kv->blocked8, n0 + r, d, scale, att);
+        for (size_t i = 0; i < n; i++) ok &= a[i] == b[i];
+        free(a), free(b), free(qr);
+        return ok;
+    }
+#endif
+    attention_rows(b, q, row, nq, R, &kv->blocked_q, n0, d, scale, att);
+    for (size_t i = 0; i < n; i++) ok &= a[i] == b[i];
+    free(a), free(b), free(qr);
+    return ok;
+}
+
 /* attention_rows (prefill) against the scalar reference, and each row alone against the block:
  * the tile's masking (scores past a query's causal length zeroed before the weighted sum) must not
  * change a query's result, whichever rows share its tile. */
@@ -555,15 +608,7 @@ static void test_attention_rows(void) {
                             same &= o2[at] == o3[at];
                             blocks_same &= o4[at] == o1[at] && o5[at] == o2[at];
                         }
-                    int q8_same = 1; /* as in test_attention */
-                    if (kv.kb8) {
-                        attention_rows_scalar(o4, q, row, nq, R, &kv.blocked8, n0, d, scale, att);
-                        attention_rows_scalar(o3, q, row, nq, R, &kv.blocked_q, n0, d, scale, att);
-                        for (int i = 0; i < R * row; i++) q8_same &= o4[i] == o3[i];
-                        attention_rows(o4, q, row, nq, R, &kv.blocked8, n0, d, scale, att);
-                        attention_rows(o3, q, row, nq, R, &kv.blocked_q, n0, d, scale, att);
-                        for (int i = 0; i < R * row; i++) q8_same &= o4[i] == o3[i];
-                    }
+                    int q8_same = kv.kb8 ? q8_rows_as_reference(&kv, q, row, nq, R, n0, d, scale, att) : 1;
                     const KVRows* kv16[2] = {&kv.flat16, &kv.blocked16}; /* as in test_attention */
                     for (int b = 0; b < 2; b++) {
                         attention_rows_scalar(o4, q, row, nq, R, kv16[b], n0, d, scale, att);
@@ -586,7 +631,7 @@ static void test_attention_rows(void) {
                     snprintf(what, sizeof what, "attention_rows: fp16 cache as fp32 (head_dim=%d n_q=%d rows=%d first=%d)",
                              d, nq, R, n0);
                     check(f16_same, what);
-                    snprintf(what, sizeof what, "attention_rows: q8 cache as its values in fp32 (head_dim=%d n_q=%d rows=%d "
+                    snprintf(what, sizeof what, "attention_rows: q8 cache as the reference (head_dim=%d n_q=%d rows=%d "
                              "first=%d)", d, nq, R, n0);
                     check(q8_same, what);
                     free_kv(&kv);

@@ -10,6 +10,7 @@
 
 #include "cli/peak.h"
 #include "kernels/ops.h"
+#include "kernels/simd_math.h" /* KERNELS_BF16_DOT: prefill over a q8 cache multiplies bf16 pairs */
 #include "tests/check.h"
 #include "tests/test_matrix.h"
 
@@ -130,7 +131,10 @@ static void test_rope(Ops* fast[2], const Ops* ref) {
  * it out, fp32 and fp16: decode at the cache's end, prefill of 37 rows from position 5 (two fast
  * blocks of rows), and of 45 from 0; head_dim 128 (the SIMD kernels) and 40 (their scalar
  * fallback). Within 2e-5 absolute of the reference (the outputs are averages of values in
- * [-1, 1], summed in another order), 1 thread == 2 bitwise. */
+ * [-1, 1], summed in another order), 1 thread == 2 bitwise. Prefill over a q8 cache where the
+ * build multiplies bf16 pairs: against the reference over the queries and the cache's values
+ * rounded to bf16 (fp32 cache), within 2^-9 more (the softmax's weights rounded to bf16;
+ * test_kernels.c). */
 static void test_attention(Ops* fast[2], const Ops* ref) {
     enum { BLOCK = 16 };
     static const char* const names[] = {"fp32", "fp16", "q8"};
@@ -142,6 +146,7 @@ static void test_attention(Ops* fast[2], const Ops* ref) {
             const size_t row = kv_row_elems(type, d), rows_all = (size_t)blocks * KV_HEADS * BLOCK;
             const size_t elem = kv_elem_size(type);
             char *keys = malloc(rows_all * row * elem), *values = malloc(rows_all * row * elem);
+            float *rkeys = malloc(rows_all * d * sizeof(float)), *rvalues = malloc(rows_all * d * sizeof(float));
             for (size_t r = 0; r < rows_all; r++) {
                 float k[HEAD_DIM], v[HEAD_DIM];
                 for (int i = 0; i < d; i++) k[i] = frand(), v[i] = frand();
@@ -150,6 +155,10 @@ static void test_attention(Ops* fast[2], const Ops* ref) {
                 for (int i = 0; type != KV_Q8 && i < d; i++) {
                     if (type == KV_F16) ((uint16_t*)kr)[i] = float_to_half(k[i]), ((uint16_t*)vr)[i] = float_to_half(v[i]);
                     else ((float*)kr)[i] = k[i], ((float*)vr)[i] = v[i];
+                }
+                for (int i = 0; type == KV_Q8 && i < d; i++) {
+                    rkeys[r * d + i] = bf16_to_f32(f32_to_bf16(kv_value(keys, r * row, i, d, KV_Q8)));
+                    rvalues[r * d + i] = bf16_to_f32(f32_to_bf16(kv_value(values, r * row, i, d, KV_Q8)));
                 }
             }
             const int cases[][2] = {{1, POSITIONS - 1}, {37, 5}, {45, 0}}; /* rows, p0 */
@@ -161,19 +170,33 @@ static void test_attention(Ops* fast[2], const Ops* ref) {
                                    {keys, values, (int)row, BLOCK, (size_t)KV_HEADS * BLOCK * row, type},
                                    (size_t)BLOCK * row, 0};
                 ref->attention(ref, &a);
+                double tol = 2e-5;
+#if defined(KERNELS_BF16_DOT)
+                if (type == KV_Q8 && rows > 1 && attention_simd(d, KV_Q8)) {
+                    float* qr = malloc(n * sizeof(float));
+                    for (size_t i = 0; i < n; i++) qr[i] = bf16_to_f32(f32_to_bf16(q[i]));
+                    AttentionCall r = a;
+                    r.q = qr;
+                    r.kv = (KVRows){rkeys, rvalues, d, BLOCK, (size_t)KV_HEADS * BLOCK * d, KV_F32};
+                    r.kv_head_step = (size_t)BLOCK * d;
+                    ref->attention(ref, &r);
+                    tol += 1.0 / 512;
+                    free(qr);
+                }
+#endif
                 for (int t = 0; t < 2; t++) {
                     a.out = got[t] = malloc(n * sizeof(float));
                     fast[t]->attention(fast[t], &a);
                 }
                 int ok = memcmp(got[0], got[1], n * sizeof(float)) == 0;
-                for (size_t i = 0; i < n; i++) ok &= fabs(got[0][i] - want[i]) <= 2e-5;
+                for (size_t i = 0; i < n; i++) ok &= fabs(got[0][i] - want[i]) <= tol;
                 char what[128];
                 snprintf(what, sizeof what, "attention op, head_dim %d, %s cache, %d rows from position %d: as the "
                          "reference, 1 thread == 2", d, names[type], rows, cases[c][1]);
                 check(ok, what);
                 free(q), free(want), free(got[0]), free(got[1]);
             }
-            free(keys), free(values);
+            free(keys), free(values), free(rkeys), free(rvalues);
         }
 }
 

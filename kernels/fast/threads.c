@@ -436,7 +436,9 @@ void kernels_free(Kernels* k) {
 int kernels_threads(const Kernels* k) { return k->n_threads; }
 
 const char* kernels_simd_name(const Kernels* k) {
-#if defined(KERNELS_AVX512) /* implies KERNELS_AVX2 (simd_math.h) */
+#if defined(KERNELS_BF16_DOT) /* implies KERNELS_AVX512 and KERNELS_AVX2 (simd_math.h) */
+    return kernels_amx(k) ? "avx2+avx512+bf16+amx" : "avx2+avx512+bf16";
+#elif defined(KERNELS_AVX512)
     return kernels_amx(k) ? "avx2+avx512+amx" : "avx2+avx512";
 #elif defined(KERNELS_AVX2)
     return "avx2";
