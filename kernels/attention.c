@@ -587,7 +587,6 @@ ALWAYS_INLINE const float* rows_fp32(const void* rows, int stride, int n, int d,
  * values stay in cache while the dimensions go by. */
 #define ATTENTION_KEY_CHUNK 64
 
-
 /* The positions [p, p + return) of the next chunk (*off: the first one's row in the cache arrays):
  * a run of one cache block; with pairs, ATTENTION_KEY_CHUNK positions from a multiple of it. */
 ALWAYS_INLINE int next_chunk(const KVRows* kv, int p, int n_all, size_t* off, int B) {

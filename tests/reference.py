@@ -455,13 +455,13 @@ class Reference:
                 vcache[l].append(vh)
                 pairs = pos < bf16_prefill
                 if pairs:  # positions 0 .. bf16_prefill - 1, in order
-                    kcache_bf[l].append([[bf(x) for x in t] for t in kh])
-                    vcache_bf[l].append([[bf(x) for x in t] for t in vh])
+                    kcache_bf[l].append([[bf(u) for u in t] for t in kh])
+                    vcache_bf[l].append([[bf(u) for u in t] for t in vh])
                 keys, values = (kcache_bf[l], vcache_bf[l]) if pairs else (kcache[l], vcache[l])
                 att = []
                 for j in range(H):
                     g = j // G if gqa == 'div' else j % K
-                    qj = [bf(x) for x in qh[j]] if pairs else qh[j]
+                    qj = [bf(u) for u in qh[j]] if pairs else qh[j]
                     s = [sum(map(mul, qj, kc[g])) * scale for kc in keys]
                     if scores is not None:
                         scores.append((pos, l, j, list(s)))
