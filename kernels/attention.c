@@ -364,16 +364,15 @@ void attention_rows_scalar(float* out, const float* q, size_t row_stride, int n_
 #define IN_REGISTER(x) (void)0
 #endif
 
-/* ---- Prefill over a q8 cache: bf16 pairs ----
- * An int8 cache already moves each key and value by up to half a step of its group (1/254 of the
- * group's largest value); rounding them, the queries and the softmax's weights to bf16 (half a
- * step is 1/512 of a value) costs about as much again, and vdpbf16ps takes two products per lane
- * where an FMA takes one. So with AVX-512 BF16, prefill over a q8 cache multiplies bf16 pairs
- * (docs/design.md#attention-prefill): Qt as pairs of dimensions, key rows as bf16 (a pair is
- * one word), the softmax's weights and the values as pairs of positions. Chunks start at
- * multiples of ATTENTION_KEY_CHUNK whatever the cache's blocks (rows are fetched by position), so
- * the pairs are always (2m, 2m + 1) and a query's result is the same bits beside any rows and
- * in any blocking. Decode keeps fp32 (attention_group). */
+/* ---- Prefill over an fp16 or q8 cache: bf16 pairs ----
+ * vdpbf16ps takes two products per lane where an FMA takes one. So with AVX-512 BF16, prefill over
+ * a cache that already rounds its keys and values (fp16, q8) multiplies bf16 pairs, with fp32
+ * sums, as Qwen3 in bf16 computes attention (docs/design.md#attention-prefill): Qt as pairs of
+ * dimensions, key rows as bf16 (a pair is one word), the softmax's weights and the values as
+ * pairs of positions. Chunks start at multiples of ATTENTION_KEY_CHUNK whatever the cache's
+ * blocks (rows are fetched by position), so the pairs are always (2m, 2m + 1) and a query's
+ * result is the same bits beside any rows and in any blocking. The default fp32 cache keeps fp32
+ * products, and decode keeps fp32 (attention_group). */
 #if defined(KERNELS_BF16_DOT)
 #define ATTENTION_PAIRS 1
 /* a[k][v] += the QV query vectors' pairs (Qt [d / 2][nl]) . key k's (bf16 rows at stride). */
@@ -416,10 +415,11 @@ ALWAYS_INLINE void pair_weighted_sum(wvec o[4][LANE_VECS], const float* P, int n
     }
 }
 
-/* 16 values of row t of a q8 cache array from i on, as fp32 (exact). */
-ALWAYS_INLINE wvec q8_lanes(const KVRows* kv, const void* base, int t, int d, int i) {
-    const int8_t* row = kv_at(base, kv_row_offset(kv, t), KV_Q8);
-    return wv_mul(wv_load_i8(row + i), wv_set1_half(kv_q8_scale(row, d, i)));
+/* 16 values of row t of an fp16 or q8 cache array from i on, as fp32 (exact). */
+ALWAYS_INLINE wvec cache_lanes(const KVRows* kv, const void* base, int t, int d, int i, KVType T) {
+    const void* row = kv_at(base, kv_row_offset(kv, t), T);
+    if (T == KV_F16) return wv_load_half((const uint16_t*)row + i);
+    return wv_mul(wv_load_i8((const int8_t*)row + i), wv_set1_half(kv_q8_scale(row, d, i)));
 }
 
 /* Rows 2t and 2t + 1 of A [rows][nl] as row t's pairs, in place (row t is read before it is
@@ -433,17 +433,18 @@ static void pack_row_pairs(float* A, int nl, int rows) {
 }
 
 /* Keys [p, p + c) as bf16 rows of d. */
-static void pair_keys(uint16_t* out, const KVRows* kv, int p, int c, int d) {
+ALWAYS_INLINE void pair_keys(uint16_t* out, const KVRows* kv, int p, int c, int d, KVType T) {
     for (int t = 0; t < c; t++)
-        for (int i = 0; i < d; i += WV_LANES) wv_store_bf16(out + (size_t)t * d + i, q8_lanes(kv, kv->keys, p + t, d, i));
+        for (int i = 0; i < d; i += WV_LANES)
+            wv_store_bf16(out + (size_t)t * d + i, cache_lanes(kv, kv->keys, p + t, d, i, T));
 }
 
 /* Values [p, p + c) as pairs of positions, out[t][i] = (v_{p+2t}[i], v_{p+2t+1}[i]), zeros past c. */
-static void pair_values(uint32_t* out, const KVRows* kv, int p, int c, int d) {
+ALWAYS_INLINE void pair_values(uint32_t* out, const KVRows* kv, int p, int c, int d, KVType T) {
     for (int t = 0; 2 * t < c; t++)
         for (int i = 0; i < d; i += WV_LANES) {
-            const wvec hi = 2 * t + 1 < c ? q8_lanes(kv, kv->values, p + 2 * t + 1, d, i) : wv_set1(0.0f);
-            wp_store(out + (size_t)t * d + i, wp_pack(q8_lanes(kv, kv->values, p + 2 * t, d, i), hi));
+            const wvec hi = 2 * t + 1 < c ? cache_lanes(kv, kv->values, p + 2 * t + 1, d, i, T) : wv_set1(0.0f);
+            wp_store(out + (size_t)t * d + i, wp_pack(cache_lanes(kv, kv->values, p + 2 * t, d, i, T), hi));
         }
 }
 #else
@@ -454,8 +455,8 @@ ALWAYS_INLINE void pair_scores(wvec a[4][LANE_VECS], const float* Qt, int nl, co
 ALWAYS_INLINE void pair_weighted_sum(wvec o[4][LANE_VECS], const float* P, int nl, const void* values, int stride, int n,
                                      int i0, int QV) {}
 ALWAYS_INLINE void pack_row_pairs(float* A, int nl, int rows) {}
-ALWAYS_INLINE void pair_keys(uint16_t* out, const KVRows* kv, int p, int c, int d) {}
-ALWAYS_INLINE void pair_values(uint32_t* out, const KVRows* kv, int p, int c, int d) {}
+ALWAYS_INLINE void pair_keys(uint16_t* out, const KVRows* kv, int p, int c, int d, KVType T) {}
+ALWAYS_INLINE void pair_values(uint32_t* out, const KVRows* kv, int p, int c, int d, KVType T) {}
 #endif
 
 /* S[k * nl + WV_LANES v + lane] = (q . key k) * scale for NK (<= 4) keys (rows at stride) and QV
@@ -599,7 +600,7 @@ ALWAYS_INLINE int next_chunk(const KVRows* kv, int p, int n_all, size_t* off, in
 ALWAYS_INLINE const void* chunk_keys(const KVRows* kv, int p, int c, size_t off, int d, float* buf, int* fs, KVType T,
                                      int B) {
     if (B) {
-        pair_keys((uint16_t*)buf, kv, p, c, d);
+        pair_keys((uint16_t*)buf, kv, p, c, d, T);
         *fs = d;
         return buf;
     }
@@ -611,7 +612,7 @@ ALWAYS_INLINE const void* chunk_keys(const KVRows* kv, int p, int c, size_t off,
 ALWAYS_INLINE const void* chunk_values(const KVRows* kv, int p, int c, size_t off, int d, float* buf, int* fs,
                                        KVType T, int B) {
     if (B) {
-        pair_values((uint32_t*)buf, kv, p, c, d);
+        pair_values((uint32_t*)buf, kv, p, c, d, T);
         *fs = d;
         return buf;
     }
@@ -673,7 +674,7 @@ static void transpose_outputs(float* out, size_t row_stride, int n_q, int n, int
  * is the same bits. */
 ALWAYS_INLINE void attend_lanes(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const KVRows* kv,
                                 int first_n_pos, int d, float scale, float* att, KVType T) {
-    const int B = ATTENTION_PAIRS && T == KV_Q8;
+    const int B = ATTENTION_PAIRS && T != KV_F32;
     const int n = n_rows * n_q, nl = (n + WV_LANES - 1) / WV_LANES * WV_LANES, nv = nl / WV_LANES;
     const int n_all = first_n_pos + n_rows - 1;
     float* S = att;

@@ -22,10 +22,10 @@ To model what an export dtype stores, Reference(folder, matrix_transform=as_bf16
 changes the weight matrices, and act_group= also rounds every matrix-vector input to int8 (the
 SIMD q8 matmul's activation quantisation). forward(kv_f16=True) rounds every cached key and value
 to IEEE half precision (struct's 'e' format: round to nearest, ties to even), as `./run --kv-cache
-f16` stores them; forward(kv_q8=True) quantises them as `--kv-cache q8` does (Reference.q8), and
-with bf16_prefill=N the first N positions attend as the engine's prefill over a q8 cache does
-where the build has AVX-512 BF16 (kernels name "+bf16"): queries, cached values and the
-softmax's unnormalised weights rounded to bf16 (kernels/attention.c, bf16 pairs).
+f16` stores them; forward(kv_q8=True) quantises them as `--kv-cache q8` does (Reference.q8). With
+either, bf16_prefill=N makes the first N positions attend as the engine's prefill over those
+caches does where the build has AVX-512 BF16 (kernels name "+bf16"): queries, cached values and
+the softmax's unnormalised weights rounded to bf16 (kernels/attention.c, bf16 pairs).
 """
 
 import json
@@ -463,8 +463,9 @@ class Reference:
                     g = j // G if gqa == 'div' else j % K
                     qj = [bf(u) for u in qh[j]] if pairs else qh[j]
                     s = [sum(map(mul, qj, kc[g])) * scale for kc in keys]
-                    if scores is not None:
-                        scores.append((pos, l, j, list(s)))
+                    if scores is not None:  # q.k over the cache's values, as ./run --norms-json prints them
+                        scores.append((pos, l, j, [sum(map(mul, qh[j], kc[g])) * scale for kc in kcache[l]]
+                                       if pairs else list(s)))
                     m = max(s)
                     e = [math.exp(z - m) for z in s]
                     tot = sum(e)

@@ -328,7 +328,8 @@ static void test_softmax_swiglu(void) {
  * twice: as one array, and in blocks of TEST_BLOCK_LEN rows with a gap after each block, as the
  * engine's KV cache keeps them (KVRows); each both as floats and as halves (`--kv-cache f16`),
  * the values chosen exactly representable as halves, so that the fp16 cache holds the same
- * numbers as the fp32 one and attention over either must give the same bits. */
+ * numbers as the fp32 one and attention over either must give the same bits (but prefill where
+ * the build multiplies bf16 pairs: pairs_as_reference). */
 #define TEST_BLOCK_LEN 5
 /* An AVX2 build without F16C (-mavx2 alone) runs fp16 attention on the scalar reference, so
  * there its results are the reference's bits. */
@@ -336,6 +337,12 @@ static void test_softmax_swiglu(void) {
 #define KV_F16_SIMD 0
 #else
 #define KV_F16_SIMD 1
+#endif
+/* Prefill over an fp16 or q8 cache multiplies bf16 pairs in builds with AVX-512 BF16. */
+#if defined(KERNELS_BF16_DOT)
+#define ATTENTION_PAIRS_HERE 1
+#else
+#define ATTENTION_PAIRS_HERE 0
 #endif
 typedef struct {
     float *kc, *vc, *kb, *vb;
@@ -346,11 +353,12 @@ typedef struct {
     int8_t *kb8, *vb8;
     float *kq, *vq;
     KVRows blocked8, blocked_q;
-    /* the same q8 rows as one array, and the q8 values rounded to bf16 as floats (blocked): prefill
-     * over a q8 cache multiplies bf16 pairs where the build has them (attention.c, ATTENTION_PAIRS) */
+    /* the same q8 rows as one array, and the q8 values (blocked) and the halves (one array)
+     * rounded to bf16 as floats: prefill over an fp16 or q8 cache multiplies bf16 pairs where the
+     * build has them (attention.c, ATTENTION_PAIRS) */
     int8_t *kf8, *vf8;
-    float *kr, *vr;
-    KVRows flat8, blocked_r;
+    float *kr, *vr, *kcr, *vcr;
+    KVRows flat8, blocked_r, flat_r16;
 } TestKV;
 
 static TestKV make_kv(int n, int d, int stride) {
@@ -365,11 +373,15 @@ static TestKV make_kv(int n, int d, int stride) {
     t.vc16 = malloc((size_t)n * stride * sizeof(uint16_t));
     t.kb16 = calloc(n_blocks * block_stride, sizeof(uint16_t));
     t.vb16 = calloc(n_blocks * block_stride, sizeof(uint16_t));
+    t.kcr = malloc((size_t)n * stride * sizeof(float));
+    t.vcr = malloc((size_t)n * stride * sizeof(float));
     for (size_t i = 0; i < (size_t)n * stride; i++) {
         t.kc16[i] = float_to_half(frand() * 2);
         t.vc16[i] = float_to_half(frand());
         t.kc[i] = half_to_float(t.kc16[i]);
         t.vc[i] = half_to_float(t.vc16[i]);
+        t.kcr[i] = bf16_to_f32(f32_to_bf16(t.kc[i]));
+        t.vcr[i] = bf16_to_f32(f32_to_bf16(t.vc[i]));
     }
     for (int r = 0; r < n; r++) {
         size_t at = (size_t)(r / TEST_BLOCK_LEN) * block_stride + (size_t)(r % TEST_BLOCK_LEN) * stride;
@@ -414,6 +426,7 @@ static TestKV make_kv(int n, int d, int stride) {
     t.blocked = (KVRows){t.kb + d, t.vb + d, stride, TEST_BLOCK_LEN, block_stride, 0};
     t.flat16 = (KVRows){t.kc16 + d, t.vc16 + d, stride, n, 0, 1};
     t.blocked16 = (KVRows){t.kb16 + d, t.vb16 + d, stride, TEST_BLOCK_LEN, block_stride, 1};
+    t.flat_r16 = (KVRows){t.kcr + d, t.vcr + d, stride, n, 0, 0};
     return t;
 }
 
@@ -421,7 +434,7 @@ static void free_kv(TestKV* t) {
     free(t->kc), free(t->vc), free(t->kb), free(t->vb);
     free(t->kc16), free(t->vc16), free(t->kb16), free(t->vb16);
     free(t->kb8), free(t->vb8), free(t->kq), free(t->vq);
-    free(t->kf8), free(t->vf8), free(t->kr), free(t->vr);
+    free(t->kf8), free(t->vf8), free(t->kr), free(t->vr), free(t->kcr), free(t->vcr);
 }
 
 /* kv_quantize_row against its definition (kernels.h, KV_Q8): per group of 16 the scale is
@@ -530,40 +543,51 @@ static void test_attention(const Ops* k) {
             }
 }
 
-/* attention_rows over the q8 cache (prefill): the reference gives the bits of the same over the
- * q8 values as floats. Where the build multiplies bf16 pairs (ATTENTION_PAIRS) the fast kernel
- * matches the reference over the queries and q8 values rounded to bf16 within 2^-9 max|v| (the
- * softmax's weights are rounded to bf16 too: each moves by at most 2^-9 of itself, and they sum to
- * 1; |v| <= 1 here), plus fp32 noise; and each row alone, and the cache as one array instead of
- * blocks, give the same bits. Elsewhere it gives the bits of the same over the values as floats. */
-static int q8_rows_as_reference(const TestKV* kv, const float* q, int row, int nq, int R, int n0, int d,
-                                float scale, float* att) {
+/* Prefill over a cache that rounds (fp16, q8) where the build multiplies bf16 pairs
+ * (ATTENTION_PAIRS): the fast kernel over `cache` matches the reference over the queries and
+ * `rounded` (the cache's values rounded to bf16, as floats) within 2^-9 max|v| (the softmax's
+ * weights are rounded to bf16 too: each moves by at most 2^-9 of itself, and they sum to 1;
+ * |v| <= 1 here) plus fp32 noise; the same values in another layout (`other`), and each row
+ * alone, give the same bits. */
+static int pairs_as_reference(const KVRows* cache, const KVRows* other, const KVRows* rounded, const float* q, int row,
+                              int nq, int R, int n0, int d, float scale, float* att) {
     const size_t n = (size_t)R * row;
     float* a = calloc(n, sizeof(float));
     float* b = calloc(n, sizeof(float));
     float* qr = malloc(n * sizeof(float));
     int ok = 1;
+    attention_rows(a, q, row, nq, R, cache, n0, d, scale, att);
+    for (size_t i = 0; i < n; i++) qr[i] = bf16_to_f32(f32_to_bf16(q[i]));
+    attention_rows_scalar(b, qr, row, nq, R, rounded, n0, d, scale, att);
+    for (size_t i = 0; i < n; i++) ok &= fabsf(a[i] - b[i]) <= 1.0f / 512 + 1e-5f;
+    attention_rows(b, q, row, nq, R, other, n0, d, scale, att);
+    for (size_t i = 0; i < n; i++) ok &= a[i] == b[i];
+    for (int r = 0; r < R; r++)
+        attention_rows(b + (size_t)r * row, q + (size_t)r * row, row, nq, 1, cache, n0 + r, d, scale, att);
+    for (size_t i = 0; i < n; i++) ok &= a[i] == b[i];
+    free(a), free(b), free(qr);
+    return ok;
+}
+
+/* attention_rows over the q8 cache (prefill): the reference gives the bits of the same over the
+ * q8 values as floats; the fast kernel too, or where it multiplies bf16 pairs, pairs_as_reference. */
+static int q8_rows_as_reference(const TestKV* kv, const float* q, int row, int nq, int R, int n0, int d,
+                                float scale, float* att) {
+    const size_t n = (size_t)R * row;
+    float* a = calloc(n, sizeof(float));
+    float* b = calloc(n, sizeof(float));
+    int ok = 1;
     attention_rows_scalar(a, q, row, nq, R, &kv->blocked8, n0, d, scale, att);
     attention_rows_scalar(b, q, row, nq, R, &kv->blocked_q, n0, d, scale, att);
     for (size_t i = 0; i < n; i++) ok &= a[i] == b[i];
-    attention_rows(a, q, row, nq, R, &kv->blocked8, n0, d, scale, att);
-#if defined(KERNELS_BF16_DOT)
-    if (attention_simd(d, KV_Q8)) {
-        for (size_t i = 0; i < n; i++) qr[i] = bf16_to_f32(f32_to_bf16(q[i]));
-        attention_rows_scalar(b, qr, row, nq, R, &kv->blocked_r, n0, d, scale, att);
-        for (size_t i = 0; i < n; i++) ok &= fabsf(a[i] - b[i]) <= 1.0f / 512 + 1e-5f;
-        attention_rows(b, q, row, nq, R, &kv->flat8, n0, d, scale, att);
+    if (ATTENTION_PAIRS_HERE && attention_simd(d, KV_Q8)) {
+        ok &= pairs_as_reference(&kv->blocked8, &kv->flat8, &kv->blocked_r, q, row, nq, R, n0, d, scale, att);
+    } else {
+        attention_rows(a, q, row, nq, R, &kv->blocked8, n0, d, scale, att);
+        attention_rows(b, q, row, nq, R, &kv->blocked_q, n0, d, scale, att);
         for (size_t i = 0; i < n; i++) ok &= a[i] == b[i];
-        for (int r = 0; r < R; r++)
-            attention_rows(b + (size_t)r * row, q + (size_t)r * row, row, nq, 1, &kv->blocked8, n0 + r, d, scale, att);
-        for (size_t i = 0; i < n; i++) ok &= a[i] == b[i];
-        free(a), free(b), free(qr);
-        return ok;
     }
-#endif
-    attention_rows(b, q, row, nq, R, &kv->blocked_q, n0, d, scale, att);
-    for (size_t i = 0; i < n; i++) ok &= a[i] == b[i];
-    free(a), free(b), free(qr);
+    free(a), free(b);
     return ok;
 }
 
@@ -610,15 +634,19 @@ static void test_attention_rows(void) {
                         }
                     int q8_same = kv.kb8 ? q8_rows_as_reference(&kv, q, row, nq, R, n0, d, scale, att) : 1;
                     const KVRows* kv16[2] = {&kv.flat16, &kv.blocked16}; /* as in test_attention */
+                    const int f16_pairs = ATTENTION_PAIRS_HERE && attention_simd(d, KV_F16);
                     for (int b = 0; b < 2; b++) {
                         attention_rows_scalar(o4, q, row, nq, R, kv16[b], n0, d, scale, att);
                         attention_rows(o5, q, row, nq, R, kv16[b], n0, d, scale, att);
                         for (int r = 0; r < R; r++)
                             for (int i = 0; i < nq * d; i++) {
                                 size_t at = (size_t)r * row + i;
-                                f16_same &= o4[at] == o1[at] && o5[at] == (KV_F16_SIMD ? o2 : o1)[at];
+                                f16_same &= o4[at] == o1[at] && (f16_pairs || o5[at] == (KV_F16_SIMD ? o2 : o1)[at]);
                             }
                     }
+                    if (f16_pairs)
+                        f16_same &= pairs_as_reference(&kv.blocked16, &kv.flat16, &kv.flat_r16, q, row, nq, R, n0, d,
+                                                       scale, att);
                     char what[112];
                     snprintf(what, sizeof what, "attention_rows head_dim=%d n_q=%d rows=%d first_n_pos=%d", d, nq, R, n0);
                     check(e <= 1e-5, what);
@@ -628,7 +656,7 @@ static void test_attention_rows(void) {
                     snprintf(what, sizeof what, "attention_rows: blocks of %d rows as one array (head_dim=%d n_q=%d rows=%d "
                              "first=%d)", TEST_BLOCK_LEN, d, nq, R, n0);
                     check(blocks_same, what);
-                    snprintf(what, sizeof what, "attention_rows: fp16 cache as fp32 (head_dim=%d n_q=%d rows=%d first=%d)",
+                    snprintf(what, sizeof what, "attention_rows: fp16 cache as the reference (head_dim=%d n_q=%d rows=%d first=%d)",
                              d, nq, R, n0);
                     check(f16_same, what);
                     snprintf(what, sizeof what, "attention_rows: q8 cache as the reference (head_dim=%d n_q=%d rows=%d "

@@ -40,10 +40,10 @@ def rms(v):
     return math.sqrt(sum(a * a for a in v) / len(v))
 
 
-def expected_lines(ref, seq, kv_f16=False):
+def expected_lines(ref, seq, kv_f16=False, bf16_prefill=0):
     """(pos, layer, site, head) -> the fields --norms-json must give there, from the reference."""
     norms, scores = [], []
-    logits = ref.forward(seq, norms=norms, scores=scores, kv_f16=kv_f16)
+    logits = ref.forward(seq, norms=norms, scores=scores, kv_f16=kv_f16, bf16_prefill=bf16_prefill)
     want = {}
     for pos, layer, site, vectors, weight in norms:
         for h, x in enumerate(vectors):
@@ -77,10 +77,11 @@ class NormTrace(hf_model.TempDirTestCase):
             self.assertEqual(p.returncode, 0, p.stderr)
         return folder, ckpt
 
-    def want(self, name, seq, kv_f16=False):
-        key = (name, kv_f16, tuple(seq))
+    def want(self, name, seq, kv_f16=False, bf16_prefill=0):
+        key = (name, kv_f16, bf16_prefill, tuple(seq))
         if key not in self.expected:
-            self.expected[key] = expected_lines(Reference(self.model(name)[0]), seq, kv_f16=kv_f16)[0]
+            self.expected[key] = expected_lines(Reference(self.model(name)[0]), seq, kv_f16=kv_f16,
+                                                bf16_prefill=bf16_prefill)[0]
         return self.expected[key]
 
     def run_traced(self, name, extra, tag, base=()):
@@ -105,7 +106,10 @@ class NormTrace(hf_model.TempDirTestCase):
     def check_json(self, name, kv_flags=(), kv_f16=False):
         path = os.path.join(self.tmp, '%s%s.jsonl' % (name, '.f16' if kv_f16 else ''))
         _, seq = self.run_traced(name, ['--norms-json', path], 'json', base=kv_flags)
-        want = self.want(name, seq, kv_f16)
+        prompt = MODELS[name][1]
+        # prefill over an fp16 cache multiplies bf16 pairs where the kernels are "+bf16" (reference.py)
+        pairs = kv_f16 and len(prompt) > 1 and '+bf16' in hf_model.engine_kernels(self.model(name)[1])
+        want = self.want(name, seq, kv_f16, len(prompt) if pairs else 0)
         got = {}
         with open(path) as f:
             for line in f:
@@ -140,7 +144,8 @@ class NormTrace(hf_model.TempDirTestCase):
         self.assertTrue(any(k[2] == 'attention' for k in want))
 
     def test_norms_json_f16_cache(self):
-        """--kv-cache f16: the scores use the keys as the cache holds them (halves)."""
+        """--kv-cache f16: the scores use the keys as the cache holds them (halves); where prefill
+        multiplies bf16 pairs over them, the reference does too."""
         self.check_json('qwen3_gqa4_hd32', kv_flags=('--kv-cache', 'f16'), kv_f16=True)
 
     def test_show_norms_all_table(self):

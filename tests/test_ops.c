@@ -10,7 +10,7 @@
 
 #include "cli/peak.h"
 #include "kernels/ops.h"
-#include "kernels/simd_math.h" /* KERNELS_BF16_DOT: prefill over a q8 cache multiplies bf16 pairs */
+#include "kernels/simd_math.h" /* KERNELS_BF16_DOT: prefill over fp16 and q8 caches multiplies bf16 pairs */
 #include "tests/check.h"
 #include "tests/test_matrix.h"
 
@@ -131,9 +131,9 @@ static void test_rope(Ops* fast[2], const Ops* ref) {
  * it out, fp32 and fp16: decode at the cache's end, prefill of 37 rows from position 5 (two fast
  * blocks of rows), and of 45 from 0; head_dim 128 (the SIMD kernels) and 40 (their scalar
  * fallback). Within 2e-5 absolute of the reference (the outputs are averages of values in
- * [-1, 1], summed in another order), 1 thread == 2 bitwise. Prefill over a q8 cache where the
- * build multiplies bf16 pairs: against the reference over the queries and the cache's values
- * rounded to bf16 (fp32 cache), within 2^-9 more (the softmax's weights rounded to bf16;
+ * [-1, 1], summed in another order), 1 thread == 2 bitwise. Prefill over an fp16 or q8 cache
+ * where the build multiplies bf16 pairs: against the reference over the queries and the cache's
+ * values rounded to bf16 (fp32 cache), within 2^-9 more (the softmax's weights rounded to bf16;
  * test_kernels.c). */
 static void test_attention(Ops* fast[2], const Ops* ref) {
     enum { BLOCK = 16 };
@@ -156,9 +156,9 @@ static void test_attention(Ops* fast[2], const Ops* ref) {
                     if (type == KV_F16) ((uint16_t*)kr)[i] = float_to_half(k[i]), ((uint16_t*)vr)[i] = float_to_half(v[i]);
                     else ((float*)kr)[i] = k[i], ((float*)vr)[i] = v[i];
                 }
-                for (int i = 0; type == KV_Q8 && i < d; i++) {
-                    rkeys[r * d + i] = bf16_to_f32(f32_to_bf16(kv_value(keys, r * row, i, d, KV_Q8)));
-                    rvalues[r * d + i] = bf16_to_f32(f32_to_bf16(kv_value(values, r * row, i, d, KV_Q8)));
+                for (int i = 0; type != KV_F32 && i < d; i++) {
+                    rkeys[r * d + i] = bf16_to_f32(f32_to_bf16(kv_value(keys, r * row, i, d, type)));
+                    rvalues[r * d + i] = bf16_to_f32(f32_to_bf16(kv_value(values, r * row, i, d, type)));
                 }
             }
             const int cases[][2] = {{1, POSITIONS - 1}, {37, 5}, {45, 0}}; /* rows, p0 */
@@ -172,7 +172,7 @@ static void test_attention(Ops* fast[2], const Ops* ref) {
                 ref->attention(ref, &a);
                 double tol = 2e-5;
 #if defined(KERNELS_BF16_DOT)
-                if (type == KV_Q8 && rows > 1 && attention_simd(d, KV_Q8)) {
+                if (type != KV_F32 && rows > 1 && attention_simd(d, type)) {
                     float* qr = malloc(n * sizeof(float));
                     for (size_t i = 0; i < n; i++) qr[i] = bf16_to_f32(f32_to_bf16(q[i]));
                     AttentionCall r = a;

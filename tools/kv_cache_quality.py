@@ -6,9 +6,9 @@
   2. A tiny random Qwen3 (tests/hf_model.py; head_dim 32, GQA 2) on --tokens random token ids:
      the engine's loss with each cache beside the plain-Python reference's (tests/reference.py)
      with the same cache modelled (Reference.forward(kv_f16=..., kv_q8=...); where the kernels
-     have AVX-512 BF16, "+bf16", prefill over the q8 cache multiplies bf16 pairs and the reference
-     models that too, bf16_prefill), and the f32 reference's loss, so that each line shows what
-     the cache changes and that the engine computes what the reference says it should.
+     have AVX-512 BF16, "+bf16", prefill over the fp16 and q8 caches multiplies bf16 pairs and the
+     reference models that too, bf16_prefill), and the f32 reference's loss, so that each line
+     shows what the cache changes and that the engine computes what the reference says it should.
 
 Prints two markdown tables (README's Limits has them; docs/design.md#kv-cache the layout).
 Standard library only; run from anywhere: python3 tools/kv_cache_quality.py [--tokens N].
@@ -75,14 +75,14 @@ def main():
         kernels = hf_model.engine_kernels(ckpt)
         pairs = len(ids) if '+bf16' in kernels else 0  # -m eval scores the ids as one prefill
         print()
-        print('kernels %s: prefill over the q8 cache %s' % (kernels, 'in bf16 pairs' if pairs else 'in fp32'))
+        print('kernels %s: prefill over the fp16 and q8 caches %s' % (kernels, 'in bf16 pairs' if pairs else 'in fp32'))
         print('| cache | random model, engine loss | reference, same cache | engine - reference | '
               'reference, cache - f32 |')
         print('|---|---|---|---|---|')
         for kv in CACHES:
             got = engine_loss(ckpt, ['--prompt-ids', ','.join(map(str, ids)), '-c', str(a.tokens), '--kv-cache', kv])
             want = reference_loss(ref.forward(ids, kv_f16=kv == 'f16', kv_q8=kv == 'q8',
-                                                    bf16_prefill=pairs if kv == 'q8' else 0), ids)
+                                                    bf16_prefill=pairs if kv != 'f32' else 0), ids)
             print('| %s | %.6f | %.6f | %+.1e | %+.1e |' % (kv, got['loss'], want, got['loss'] - want, want - plain))
 
 
