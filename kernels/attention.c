@@ -107,6 +107,16 @@ ALWAYS_INLINE fvec kv_load(const void* row, size_t i, int d, KVType T) {
     return fv_load((const float*)row + i);
 }
 
+/* The same for WV_LANES values: prefill's widest vector. */
+ALWAYS_INLINE wvec kv_load_wide(const void* row, size_t i, int d, KVType T) {
+    if (T == KV_Q8)
+        return wv_mul(wv_load_i8((const int8_t*)row + i), wv_set1_half(kv_q8_scale(row, d, (int)i)));
+#if defined(KERNELS_KV_F16)
+    if (T == KV_F16) return wv_load_half((const uint16_t*)row + i);
+#endif
+    return wv_load((const float*)row + i);
+}
+
 /* x[i] = exp(x[i] - m), m = max(*max, every x[i]) stored back in *max; returns the sum of the
  * exponentials: softmax's first two steps, and decode attention's per chunk (attend_queries). */
 ALWAYS_INLINE float exp_shifted(float* x, int n, float* max) {
@@ -415,11 +425,9 @@ ALWAYS_INLINE void pair_weighted_sum(wvec o[4][LANE_VECS], const float* P, int n
     }
 }
 
-/* 16 values of row t of an fp16 or q8 cache array from i on, as fp32 (exact). */
+/* 16 values of position t's row of a cache array from i on, as fp32 (exact). */
 ALWAYS_INLINE wvec cache_lanes(const KVRows* kv, const void* base, int t, int d, int i, KVType T) {
-    const void* row = kv_at(base, kv_row_offset(kv, t), T);
-    if (T == KV_F16) return wv_load_half((const uint16_t*)row + i);
-    return wv_mul(wv_load_i8((const int8_t*)row + i), wv_set1_half(kv_q8_scale(row, d, i)));
+    return kv_load_wide(kv_at(base, kv_row_offset(kv, t), T), (size_t)i, d, T);
 }
 
 /* Rows 2t and 2t + 1 of A [rows][nl] as row t's pairs, in place (row t is read before it is
@@ -571,15 +579,7 @@ ALWAYS_INLINE const float* rows_fp32(const void* rows, int stride, int n, int d,
     if (T == KV_F32) return rows;
     for (int t = 0; t < n; t++) {
         const void* row = kv_at(rows, (size_t)t * stride, T);
-        for (int i = 0; i < d; i += WV_LANES) {
-            if (T == KV_Q8)
-                wv_store(buf + (size_t)t * d + i,
-                         wv_mul(wv_load_i8((const int8_t*)row + i), wv_set1_half(kv_q8_scale(row, d, i))));
-#if defined(KERNELS_KV_F16) /* else the KV_F16 copies are never called (kv_load) */
-            else
-                wv_store(buf + (size_t)t * d + i, wv_load_half((const uint16_t*)row + i));
-#endif
-        }
+        for (int i = 0; i < d; i += WV_LANES) wv_store(buf + (size_t)t * d + i, kv_load_wide(row, i, d, T));
     }
     return buf;
 }

@@ -20,6 +20,7 @@
  *   transpose(r)             r[LANES] in place: r[j] becomes column j of what came in
  *   load_half                LANES halves widened exactly; where KERNELS_KV_F16 (wv_: AVX-512 always)
  *   load_i8, set1_half       LANES int8 widened exactly; one half in every lane (the q8 KV cache)
+ *   wp_*, dot_pairs          (AVX-512 BF16) 16 lanes of bf16 pairs, vdpbf16ps: prefill attention
  *   fv_ only: broadcast(p)   every lane *p
  *             neg            0 - x on x86, -x on NEON (they differ in the sign of a zero or a NaN)
  *             hsum, hmax     the sum, the maximum of the lanes (hsum: hsum256's order on x86)
