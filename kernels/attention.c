@@ -193,6 +193,127 @@ ALWAYS_INLINE void scores(float* att, int att_stride, const float* q, int NQ, co
     }
 }
 
+/* ---- Decode over a q8 cache: int8 dot products ----
+ * Widening a q8 key to fp32 costs three instructions per 8 values before its FMA, so decode over a
+ * q8 cache is bound by that arithmetic, not by its bytes. With AVX-512 VNNI each query is
+ * quantised as a cached row is (kv_quantize_row: int8 in groups of KV_Q8_GROUP, a half scale
+ * each), and a score is the sum over the groups of (query scale x key scale) x the group's int8
+ * dot product, exact in int32: vpdpbusd takes 64 products per instruction. It multiplies unsigned
+ * by signed bytes, so the query is stored plus 128 and 128 x the key's sums (one more vpdpbusd,
+ * shared by the queries) start each sum below zero. The weights and values stay fp32, as over an
+ * fp16 cache (docs/design.md#kv-cache-q8). */
+#define Q8_DOT_MAX_DIM 256 /* a longer head_dim widens its keys (scores) */
+#if defined(KERNELS_Q8_DOT)
+#define ATTENTION_Q8_DOT 1
+typedef struct {
+    wbytes u[2][Q8_DOT_MAX_DIM / 64]; /* each query's int8 values + 128, 64 per step */
+    wvec s[2][Q8_DOT_MAX_DIM / 64];   /* its group scales, each in its group's 4 lanes */
+    uint64_t mask[Q8_DOT_MAX_DIM / 64]; /* the step's bytes of a row */
+    int groups[Q8_DOT_MAX_DIM / 64];    /* the step's groups (4, fewer in a last step) */
+    int steps;
+} Q8Query;
+
+/* NQ queries of d values as q8_scores takes them. */
+static void q8_query(Q8Query* qq, const float* q, int NQ, int d) {
+    int8_t row[Q8_DOT_MAX_DIM + Q8_DOT_MAX_DIM / KV_Q8_GROUP * 2];
+    qq->steps = (d + 63) / 64;
+    for (int s = 0; s < qq->steps; s++) {
+        const int n = d - 64 * s < 64 ? d - 64 * s : 64;
+        qq->mask[s] = n == 64 ? ~0ull : (1ull << n) - 1;
+        qq->groups[s] = n / KV_Q8_GROUP;
+    }
+    for (int j = 0; j < NQ; j++) {
+        kv_quantize_row(row, q + (size_t)j * d, d);
+        for (int s = 0; s < qq->steps; s++) {
+            qq->u[j][s] = wb_xor(wb_load(row + 64 * s, qq->mask[s]), wb_set1(0x80));
+            qq->s[j][s] = wv_set4x4_half((const uint16_t*)(row + kv_q8_scale_at(d, 64 * s)), qq->groups[s]);
+        }
+    }
+}
+
+/* scores() over a q8 cache for the queries in qq. */
+ALWAYS_INLINE void q8_scores(float* att, int att_stride, const Q8Query* qq, int NQ, const int8_t* keys,
+                             const int8_t* prefetch_values, int stride, int n, int d, float scale) {
+    const wbytes c128 = wb_set1(0x80);
+    for (int t = 0; t < n; t++) {
+        const int8_t* k = keys + (size_t)t * stride;
+        for (int i = 0; prefetch_values && i < kv_row_bytes(d, KV_Q8); i += 64)
+            __builtin_prefetch(prefetch_values + (size_t)t * stride + i, 0, 2); /* into L2 */
+        wvec a[2] = {wv_set1(0.0f), wv_set1(0.0f)};
+        for (int s = 0; s < qq->steps; s++) {
+            const wbytes kb = wb_load(k + 64 * s, qq->mask[s]);
+            const wbytes below = wb_neg(wb_dot(wb_set1(0), c128, kb)); /* -128 x each lane's keys */
+            const wvec ks = wv_set4x4_half((const uint16_t*)(k + kv_q8_scale_at(d, 64 * s)), qq->groups[s]);
+#pragma GCC unroll 2
+            for (int j = 0; j < NQ; j++)
+                a[j] = wv_fma(wv_from_i32(wb_dot(below, qq->u[j][s], kb)), wv_mul(ks, qq->s[j][s]), a[j]);
+        }
+#pragma GCC unroll 2
+        for (int j = 0; j < NQ; j++) att[(size_t)j * att_stride + t] = wv_hsum(a[j]) * scale;
+    }
+}
+
+/* weighted_sum_pass on the widest vector: WV_LANES NU outputs per query from dimension i on (NU up
+ * to 8: 128 with zmm), widened WV_LANES at a time (kv_load_wide: over q8 one group, one scale); the
+ * next chunk's first n_next key rows are prefetched into L2 on the way, whole in the first pass. */
+ALWAYS_INLINE void wide_weighted_sum_pass(float* out, const float* att, int att_stride, int NQ, const void* values,
+                                          const void* next_keys, int n_next, int stride, int n, int d, int i, int add,
+                                          int NU, KVType T) {
+    wvec o[2][8];
+#pragma GCC unroll 2
+    for (int j = 0; j < NQ; j++)
+#pragma GCC unroll 8
+        for (int u = 0; u < NU; u++) o[j][u] = add ? wv_load(out + (size_t)j * d + i + WV_LANES * u) : wv_set1(0.0f);
+    for (int t = 0; t < n; t++) {
+        const void* v = kv_at(values, (size_t)t * stride, T);
+        for (int b = 0; i == 0 && t < n_next && b < kv_row_bytes(d, T); b += 64)
+            __builtin_prefetch((const char*)kv_at(next_keys, (size_t)t * stride, T) + b, 0, 2);
+        wvec vv[8];
+#pragma GCC unroll 8
+        for (int u = 0; u < NU; u++) vv[u] = kv_load_wide(v, i + WV_LANES * u, d, T);
+#pragma GCC unroll 2
+        for (int j = 0; j < NQ; j++) {
+            const wvec a = wv_set1(att[(size_t)j * att_stride + t]);
+#pragma GCC unroll 8
+            for (int u = 0; u < NU; u++) o[j][u] = wv_fma(a, vv[u], o[j][u]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int j = 0; j < NQ; j++)
+#pragma GCC unroll 8
+        for (int u = 0; u < NU; u++) wv_store(out + (size_t)j * d + i + WV_LANES * u, o[j][u]);
+}
+
+/* weighted_sum() on the widest vector: 8 WV_LANES dimensions per pass, then 4, 2, 1. */
+ALWAYS_INLINE void wide_weighted_sum(float* out, const float* att, int att_stride, int NQ, const void* values,
+                                     const void* next_keys, int n_next, int stride, int n, int d, int add, KVType T) {
+    int i = 0;
+    for (; i + 8 * WV_LANES <= d; i += 8 * WV_LANES)
+        wide_weighted_sum_pass(out, att, att_stride, NQ, values, next_keys, n_next, stride, n, d, i, add, 8, T);
+    if (d - i >= 4 * WV_LANES) {
+        wide_weighted_sum_pass(out, att, att_stride, NQ, values, next_keys, n_next, stride, n, d, i, add, 4, T);
+        i += 4 * WV_LANES;
+    }
+    if (d - i >= 2 * WV_LANES) {
+        wide_weighted_sum_pass(out, att, att_stride, NQ, values, next_keys, n_next, stride, n, d, i, add, 2, T);
+        i += 2 * WV_LANES;
+    }
+    if (d - i >= WV_LANES)
+        wide_weighted_sum_pass(out, att, att_stride, NQ, values, next_keys, n_next, stride, n, d, i, add, 1, T);
+}
+#else
+/* Without VNNI every call below sits behind ATTENTION_Q8_DOT = 0 and folds away. */
+#define ATTENTION_Q8_DOT 0
+typedef struct {
+    int steps;
+} Q8Query;
+ALWAYS_INLINE void q8_query(Q8Query* qq, const float* q, int NQ, int d) {}
+ALWAYS_INLINE void q8_scores(float* att, int att_stride, const Q8Query* qq, int NQ, const int8_t* keys,
+                             const int8_t* prefetch_values, int stride, int n, int d, float scale) {}
+ALWAYS_INLINE void wide_weighted_sum(float* out, const float* att, int att_stride, int NQ, const void* values,
+                                     const void* next_keys, int n_next, int stride, int n, int d, int add, KVType T) {}
+#endif
+
 /* weighted_sum's FV_LANES NU outputs per query from dimension i on (NU 4, or 2 for a head_dim's last
  * 2 FV_LANES), in registers for one pass over the value rows; the same dimensions of next_keys' first
  * n_next rows are prefetched into L2 on the way. */
@@ -273,12 +394,18 @@ ALWAYS_INLINE void attend_queries(float* out, const float* q, int NQ, const KVRo
                                   float* att, int prefetch, KVType T) {
     float max[2] = {-INFINITY, -INFINITY}, total[2] = {0.0f, 0.0f};
     size_t off;
+    const int I8 = ATTENTION_Q8_DOT && T == KV_Q8 && d <= Q8_DOT_MAX_DIM;
+    Q8Query qq;
+    if (I8) q8_query(&qq, q, NQ, d);
     for (int c0 = 0; c0 < n_pos; c0 += ATTENTION_DECODE_CHUNK) {
         const int c1 = n_pos - c0 < ATTENTION_DECODE_CHUNK ? n_pos : c0 + ATTENTION_DECODE_CHUNK;
         for (int p = c0, n; p < c1; p += n) {
             n = kv_block(kv, p, c1, &off);
-            scores(att + p, n_pos, q, NQ, kv_at(kv->keys, off, T), prefetch ? kv_at(kv->values, off, T) : NULL,
-                   kv->stride, n, d, scale, T);
+            const void* prefetch_values = prefetch ? kv_at(kv->values, off, T) : NULL;
+            if (I8)
+                q8_scores(att + p, n_pos, &qq, NQ, kv_at(kv->keys, off, T), prefetch_values, kv->stride, n, d, scale);
+            else
+                scores(att + p, n_pos, q, NQ, kv_at(kv->keys, off, T), prefetch_values, kv->stride, n, d, scale, T);
         }
         for (int j = 0; j < NQ; j++) {
             const float before = max[j];
@@ -296,8 +423,12 @@ ALWAYS_INLINE void attend_queries(float* out, const float* q, int NQ, const KVRo
             int n_next = 0;
             if (prefetch && p + ATTENTION_DECODE_CHUNK < n_pos)
                 n_next = kv_block(kv, p + ATTENTION_DECODE_CHUNK, n_pos, &next);
-            weighted_sum(out, att + p, n_pos, NQ, kv_at(kv->values, off, T), kv_at(kv->keys, next, T),
-                         n_next < n ? n_next : n, kv->stride, n, d, p > 0, T);
+            if (I8)
+                wide_weighted_sum(out, att + p, n_pos, NQ, kv_at(kv->values, off, T), kv_at(kv->keys, next, T),
+                                  n_next < n ? n_next : n, kv->stride, n, d, p > 0, T);
+            else
+                weighted_sum(out, att + p, n_pos, NQ, kv_at(kv->values, off, T), kv_at(kv->keys, next, T),
+                             n_next < n ? n_next : n, kv->stride, n, d, p > 0, T);
         }
     }
     for (int j = 0; j < NQ; j++) scale_row(out + (size_t)j * d, d, 1.0f / total[j]);

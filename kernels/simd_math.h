@@ -21,6 +21,8 @@
  *   load_half                LANES halves widened exactly; where KERNELS_KV_F16 (wv_: AVX-512 always)
  *   load_i8, set1_half       LANES int8 widened exactly; one half in every lane (the q8 KV cache)
  *   wp_*, dot_pairs          (AVX-512 BF16) 16 lanes of bf16 pairs, vdpbf16ps: prefill attention
+ *   wb_*, from_i32, set4x4_half, wv_hsum
+ *                            (AVX-512 VNNI) 64 bytes, vpdpbusd: decode attention over a q8 cache
  *   fv_ only: broadcast(p)   every lane *p
  *             neg            0 - x on x86, -x on NEON (they differ in the sign of a zero or a NaN)
  *             hsum, hmax     the sum, the maximum of the lanes (hsum: hsum256's order on x86)
@@ -46,6 +48,11 @@
  * (vdpbf16ps) when asked to: kernels_set_bf16_activations. */
 #if defined(KERNELS_AVX512) && defined(__AVX512BF16__)
 #define KERNELS_BF16_DOT 1
+#endif
+/* With AVX-512 VNNI as well, decode attention over a q8 cache multiplies the int8 keys by an
+ * int8-quantised query (vpdpbusd, 64 products per instruction): attention.c's q8_scores. */
+#if defined(KERNELS_AVX512) && defined(__AVX512VNNI__)
+#define KERNELS_Q8_DOT 1
 #endif
 /* The fp16 KV cache (`--kv-cache f16`) is widened in registers with F16C's vcvtph2ps, which every
  * AVX2 CPU we know of has but -mavx2 does not imply; without it, fp16 attention takes the scalar
@@ -216,6 +223,25 @@ ALWAYS_INLINE wvec wv_load_i8(const int8_t* p) {
 ALWAYS_INLINE wvec wv_set1_half(uint16_t h) { return _mm512_cvtph_ps(_mm256_set1_epi16((short)h)); }
 /* vcvtph2ps on zmm is AVX-512F's own: no F16C needed. */
 ALWAYS_INLINE wvec wv_load_half(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p)); }
+
+#if defined(KERNELS_Q8_DOT)
+/* wbytes: 64 bytes as 16 int32 lanes of 4, vpdpbusd's operand. */
+typedef __m512i wbytes;
+/* The bytes where mask has a bit, zeros elsewhere (nothing read there). */
+ALWAYS_INLINE wbytes wb_load(const void* p, uint64_t mask) { return _mm512_maskz_loadu_epi8(mask, p); }
+ALWAYS_INLINE wbytes wb_set1(uint8_t b) { return _mm512_set1_epi8((char)b); }
+ALWAYS_INLINE wbytes wb_xor(wbytes a, wbytes b) { return _mm512_xor_si512(a, b); }
+ALWAYS_INLINE wbytes wb_neg(wbytes x) { return _mm512_sub_epi32(_mm512_setzero_si512(), x); } /* per int32 lane */
+/* Lane l: acc + the four products of u's bytes (unsigned) and s's (signed) in lane l, exact. */
+ALWAYS_INLINE wbytes wb_dot(wbytes acc, wbytes u, wbytes s) { return _mm512_dpbusd_epi32(acc, u, s); }
+ALWAYS_INLINE wvec wv_from_i32(wbytes x) { return _mm512_cvtepi32_ps(x); }
+/* Halves p[0 .. n) (n <= 4) widened, p[g] in lanes 4g .. 4g + 3; zeros in the lanes past them. */
+ALWAYS_INLINE wvec wv_set4x4_half(const uint16_t* p, int n) {
+    const wvec s = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16((__mmask16)((1u << n) - 1), p));
+    return _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0), s);
+}
+ALWAYS_INLINE float wv_hsum(wvec v) { return _mm512_reduce_add_ps(v); }
+#endif
 
 #if defined(KERNELS_BF16_DOT)
 /* wpair: 16 lanes of two bf16 each, vdpbf16ps's operand: lane l += a.lo * b.lo + a.hi * b.hi in

@@ -25,7 +25,9 @@ to IEEE half precision (struct's 'e' format: round to nearest, ties to even), as
 f16` stores them; forward(kv_q8=True) quantises them as `--kv-cache q8` does (Reference.q8). With
 either, bf16_prefill=N makes the first N positions attend as the engine's prefill over those
 caches does where the build has AVX-512 BF16 (kernels name "+bf16"): queries, cached values and
-the softmax's unnormalised weights rounded to bf16 (kernels/attention.c, bf16 pairs).
+the softmax's unnormalised weights rounded to bf16 (kernels/attention.c, bf16 pairs). With kv_q8,
+q8_decode_from=N makes positions N and later attend as decode over a q8 cache does where the build
+has AVX-512 VNNI (kernels name "+vnni"): each query quantised as a cached row is (q8_scores).
 """
 
 import json
@@ -385,7 +387,7 @@ class Reference:
 
     def forward(self, tokens, eps=None, rope='half', skip_qk_norm=False, gqa='div', kv_f16=False, norms=None,
                 scores=None, ablate=(), layernorm=False, head=None, yarn_mistake=None, moe_mistake=None, kv_q8=False,
-                bf16_prefill=0):
+                bf16_prefill=0, q8_decode_from=None):
         """Logits (a list of V floats) for every position of tokens (positions 0..len-1). ablate,
         layernorm (and eps): the RMSNorm lab's switches (Reference.lab_norm). norms: a
         list that receives (position, layer, site, vectors, weight) at every RMSNorm call site,
@@ -399,12 +401,12 @@ class Reference:
         self.inv_freq, self.rope_gain = self.frequencies(yarn_mistake)
         try:
             return self.run(tokens, eps, rope, skip_qk_norm, gqa, kv_f16, norms, scores, ablate, layernorm, head,
-                            moe_mistake, kv_q8, bf16_prefill)
+                            moe_mistake, kv_q8, bf16_prefill, q8_decode_from)
         finally:
             self.inv_freq, self.rope_gain = saved
 
     def run(self, tokens, eps, rope, skip_qk_norm, gqa, kv_f16, norms, scores, ablate, layernorm, head,
-            moe_mistake=None, kv_q8=False, bf16_prefill=0):
+            moe_mistake=None, kv_q8=False, bf16_prefill=0, q8_decode_from=None):
         """forward() with the RoPE frequencies in place."""
         def see(pos, layer, site, vectors, weight):
             if norms is not None:
@@ -458,14 +460,15 @@ class Reference:
                     kcache_bf[l].append([[bf(u) for u in t] for t in kh])
                     vcache_bf[l].append([[bf(u) for u in t] for t in vh])
                 keys, values = (kcache_bf[l], vcache_bf[l]) if pairs else (kcache[l], vcache[l])
+                int8_query = kv_q8 and q8_decode_from is not None and pos >= q8_decode_from
                 att = []
                 for j in range(H):
                     g = j // G if gqa == 'div' else j % K
-                    qj = [bf(u) for u in qh[j]] if pairs else qh[j]
+                    qj = [bf(u) for u in qh[j]] if pairs else self.q8(qh[j]) if int8_query else qh[j]
                     s = [sum(map(mul, qj, kc[g])) * scale for kc in keys]
                     if scores is not None:  # q.k over the cache's values, as ./run --norms-json prints them
                         scores.append((pos, l, j, [sum(map(mul, qh[j], kc[g])) * scale for kc in kcache[l]]
-                                       if pairs else list(s)))
+                                       if pairs or int8_query else list(s)))
                     m = max(s)
                     e = [math.exp(z - m) for z in s]
                     tot = sum(e)

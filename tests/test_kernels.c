@@ -338,6 +338,13 @@ static void test_softmax_swiglu(void) {
 #else
 #define KV_F16_SIMD 1
 #endif
+/* Decode over a q8 cache multiplies int8 keys by an int8-quantised query in builds with AVX-512
+ * VNNI (attention.c, q8_scores), for head_dims up to 256. */
+#if defined(KERNELS_Q8_DOT)
+#define Q8_DOT_HERE 1
+#else
+#define Q8_DOT_HERE 0
+#endif
 /* Prefill over an fp16 or q8 cache multiplies bf16 pairs in builds with AVX-512 BF16. */
 #if defined(KERNELS_BF16_DOT)
 #define ATTENTION_PAIRS_HERE 1
@@ -465,6 +472,40 @@ static void test_kv_quantize_row(void) {
     check(ok, "kv_quantize_row: scales float16(max|x| / 127), values within half a step, zero groups zero");
 }
 
+/* attention_group (decode) over the q8 cache: the reference gives the bits of the same over the
+ * q8 values as floats; the fast kernel too, or where it multiplies int8 (Q8_DOT_HERE), matches the
+ * reference over those values and the queries quantised as a cached row (kv_quantize_row) within
+ * 1e-5 (|v| <= 1: the sums' rounding), and the cache as one array, and each query alone, give the
+ * same bits. */
+static int q8_group_as_reference(const TestKV* kv, const float* q, int nq, int n, int d, float scale, float* att1,
+                                 float* att2) {
+    const size_t m = (size_t)nq * d;
+    float *a = malloc(m * sizeof(float)), *b = malloc(m * sizeof(float)), *qd = malloc(m * sizeof(float));
+    int8_t* row = malloc(kv_row_elems(KV_Q8, d));
+    int ok = 1;
+    attention_group_scalar(a, q, nq, &kv->blocked8, n, d, scale, att1);
+    attention_group_scalar(b, q, nq, &kv->blocked_q, n, d, scale, att1);
+    for (size_t i = 0; i < m; i++) ok &= a[i] == b[i];
+    attention_group(a, q, nq, &kv->blocked8, n, d, scale, att2);
+    if (Q8_DOT_HERE && attention_simd(d, KV_Q8) && d <= 256) {
+        for (int j = 0; j < nq; j++) {
+            kv_quantize_row(row, q + (size_t)j * d, d);
+            for (int i = 0; i < d; i++) qd[(size_t)j * d + i] = kv_value(row, 0, i, d, KV_Q8);
+        }
+        attention_group_scalar(b, qd, nq, &kv->blocked_q, n, d, scale, att1);
+        for (size_t i = 0; i < m; i++) ok &= fabsf(a[i] - b[i]) <= 1e-5f;
+        attention_group(b, q, nq, &kv->flat8, n, d, scale, att2);
+        for (size_t i = 0; i < m; i++) ok &= a[i] == b[i];
+        for (int j = 0; j < nq; j++) attention_group(b + (size_t)j * d, q + (size_t)j * d, 1, &kv->blocked8, n, d, scale, att2);
+        for (size_t i = 0; i < m; i++) ok &= a[i] == b[i];
+    } else {
+        attention_group(b, q, nq, &kv->blocked_q, n, d, scale, att2);
+        for (size_t i = 0; i < m; i++) ok &= a[i] == b[i];
+    }
+    free(a), free(b), free(qd), free(row);
+    return ok;
+}
+
 /* attention_group against the scalar reference; each query alone against its group; and the
  * blocked layout against one array: the same bits, in the SIMD kernels (which continue each sum
  * from block to block in the same order) and in the reference. */
@@ -508,15 +549,7 @@ static void test_attention(const Ops* k) {
                 int blocks_same = 1;
                 for (int i = 0; i < nq * d; i++) blocks_same &= o4[i] == o1[i] && o5[i] == o2[i];
                 /* the q8 cache, blocked, reference and SIMD: the bits of the same over its values as floats */
-                int q8_same = 1;
-                if (kv.kb8) {
-                    attention_group_scalar(o4, q, nq, &kv.blocked8, n, d, scale, att1);
-                    attention_group_scalar(o3, q, nq, &kv.blocked_q, n, d, scale, att1);
-                    for (int i = 0; i < nq * d; i++) q8_same &= o4[i] == o3[i];
-                    attention_group(o4, q, nq, &kv.blocked8, n, d, scale, att2);
-                    attention_group(o3, q, nq, &kv.blocked_q, n, d, scale, att2);
-                    for (int i = 0; i < nq * d; i++) q8_same &= o4[i] == o3[i];
-                }
+                int q8_same = kv.kb8 ? q8_group_as_reference(&kv, q, nq, n, d, scale, att1, att2) : 1;
                 /* the fp16 cache, flat and blocked, reference and SIMD: the fp32 results' bits */
                 int f16_same = 1;
                 const KVRows* kv16[2] = {&kv.flat16, &kv.blocked16};
@@ -535,7 +568,7 @@ static void test_attention(const Ops* k) {
                 check(blocks_same, what);
                 snprintf(what, sizeof what, "attention_group n_q=%d: fp16 cache as fp32 (head_dim=%d n_pos=%d)", nq, d, n);
                 check(f16_same, what);
-                snprintf(what, sizeof what, "attention_group n_q=%d: q8 cache as its values in fp32 (head_dim=%d n_pos=%d)",
+                snprintf(what, sizeof what, "attention_group n_q=%d: q8 cache against its values (head_dim=%d n_pos=%d)",
                          nq, d, n);
                 check(q8_same, what);
                 free_kv(&kv);

@@ -735,15 +735,21 @@ class EndToEnd(unittest.TestCase):
         same reference without it must be farther off too (the pairs took effect). Their roundings
         flip the same way near bf16 midpoints, and over the long prompt a flip in an early
         position reaches every later one (measured 8.5e-4 with fp16, 5.2e-4 with q8; short
-        prompts up to 5e-7): 20 x TIGHT_TOL there."""
+        prompts up to 5e-7): 20 x TIGHT_TOL there.
+        Where the kernels have AVX-512 VNNI ("+vnni"), decode over the q8 cache quantises each query
+        as a cached row: the q8 reference models that for the generated positions
+        (q8_decode_from), and without it must be farther off."""
         self.engine_run('qwen3_f32_untied_sharded_gqa4_hd32', 'f32')
-        pairs = '+bf16' in hf_model.engine_kernels(os.path.join(self.tmp, 'qwen3_f32_untied_sharded_gqa4_hd32.f32.bin'))
+        kernels = hf_model.engine_kernels(os.path.join(self.tmp, 'qwen3_f32_untied_sharded_gqa4_hd32.f32.bin'))
+        pairs, int8 = '+bf16' in kernels, '+vnni' in kernels
         for cache, other in (('f16', 'q8'), ('q8', 'f16')):
             for variant in ('qwen3_f32_untied_sharded_gqa4_hd32', 'llama_bf16_tied_gqa2_hd32', 'qwen3_bf16_decode_only',
                             'qwen3_f32_long_prompt_3layers'):
                 prompt = VARIANTS[variant][1]
-                prefill = len(prompt) if pairs and len(prompt) > 1 else 0  # one row: decode's fp32 attention
-                refs = {'f16': dict(kv_f16=True, bf16_prefill=prefill), 'q8': dict(kv_q8=True, bf16_prefill=prefill)}
+                n_prefill = len(prompt) if len(prompt) > 1 else 0  # one row: decode's attention
+                prefill = n_prefill if pairs else 0
+                refs = {'f16': dict(kv_f16=True, bf16_prefill=prefill),
+                        'q8': dict(kv_q8=True, bf16_prefill=prefill, q8_decode_from=n_prefill if int8 else None)}
                 with self.subTest(cache=cache, variant=variant):
                     (err, err_plain, err_other), _ = self.run_and_compare(
                         variant, ['--kv-cache', cache, '--threads', '2'], 6, ref_kw=[refs[cache], {}, refs[other]])
@@ -762,6 +768,11 @@ class EndToEnd(unittest.TestCase):
                                                               ref_kw=[without])
                         self.assertGreater(err_fp32, 5 * err, 'prefill over the %s cache in bf16 pairs changed nothing'
                                            % cache)
+                    if int8 and cache == 'q8' and not long_prompt:
+                        without = dict(refs[cache], q8_decode_from=None)
+                        (err_fp32,), _ = self.run_and_compare(variant, ['--kv-cache', cache, '--threads', '2'], 6,
+                                                              ref_kw=[without])
+                        self.assertGreater(err_fp32, 5 * err, 'decode over the q8 cache in int8 changed nothing')
 
     def test_small_context(self):
         """-c 12 with an 8-token prompt: generation stops when the 12-position cache is full, and

@@ -10,7 +10,7 @@
 
 #include "cli/peak.h"
 #include "kernels/ops.h"
-#include "kernels/simd_math.h" /* KERNELS_BF16_DOT: prefill over fp16 and q8 caches multiplies bf16 pairs */
+#include "kernels/simd_math.h" /* KERNELS_BF16_DOT, KERNELS_Q8_DOT: which attention arithmetic runs */
 #include "tests/check.h"
 #include "tests/test_matrix.h"
 
@@ -134,7 +134,8 @@ static void test_rope(Ops* fast[2], const Ops* ref) {
  * [-1, 1], summed in another order), 1 thread == 2 bitwise. Prefill over an fp16 or q8 cache
  * where the build multiplies bf16 pairs: against the reference over the queries and the cache's
  * values rounded to bf16 (fp32 cache), within 2^-9 more (the softmax's weights rounded to bf16;
- * test_kernels.c). */
+ * test_kernels.c). Decode over a q8 cache where the build has AVX-512 VNNI: against the reference
+ * over the queries quantised as cached rows (kv_quantize_row). */
 static void test_attention(Ops* fast[2], const Ops* ref) {
     enum { BLOCK = 16 };
     static const char* const names[] = {"fp32", "fp16", "q8"};
@@ -182,6 +183,20 @@ static void test_attention(Ops* fast[2], const Ops* ref) {
                     ref->attention(ref, &r);
                     tol += 1.0 / 512;
                     free(qr);
+                }
+#endif
+#if defined(KERNELS_Q8_DOT)
+                if (type == KV_Q8 && rows == 1 && attention_simd(d, type) && d <= 256) {
+                    float* qd = malloc(n * sizeof(float));
+                    int8_t* qrow = malloc(kv_row_elems(KV_Q8, d));
+                    for (size_t h = 0; h < n / d; h++) {
+                        kv_quantize_row(qrow, q + h * d, d);
+                        for (int i = 0; i < d; i++) qd[h * d + i] = kv_value(qrow, 0, i, d, KV_Q8);
+                    }
+                    AttentionCall r = a;
+                    r.q = qd;
+                    ref->attention(ref, &r);
+                    free(qd), free(qrow);
                 }
 #endif
                 for (int t = 0; t < 2; t++) {

@@ -37,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 
-FEATURE_MACROS = (r"KERNELS_(?:SCALAR|AVX2|AVX512|NEON|AMX\w*|BF16_DOT|KV_F16)|HAVE_Q8_INT8|Q8_VNNI"
+FEATURE_MACROS = (r"KERNELS_(?:SCALAR|AVX2|AVX512|NEON|AMX\w*|BF16_DOT|Q8_DOT|KV_F16)|HAVE_Q8_INT8|Q8_VNNI"
                   r"|__AVX\w*__|__FMA__|__F16C__|__AMX\w*__|__ARM_\w+|__x86_64__|__i386__|__aarch64__")
 FEATURE_RE = re.compile(r"\b(?:%s)\b" % FEATURE_MACROS)
 MARKER_RE = re.compile(r'^# (\d+) "((?:[^"\\]|\\.)*)"')

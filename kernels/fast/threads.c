@@ -435,11 +435,22 @@ void kernels_free(Kernels* k) {
 
 int kernels_threads(const Kernels* k) { return k->n_threads; }
 
+/* The name says which arithmetic the kernels use where it changes results: "+vnni", decode over a
+ * q8 cache on an int8 query; "+bf16", prefill over fp16 and q8 caches on bf16 pairs; "+amx", the
+ * tiles granted. */
 const char* kernels_simd_name(const Kernels* k) {
-#if defined(KERNELS_BF16_DOT) /* implies KERNELS_AVX512 and KERNELS_AVX2 (simd_math.h) */
-    return kernels_amx(k) ? "avx2+avx512+bf16+amx" : "avx2+avx512+bf16";
-#elif defined(KERNELS_AVX512)
-    return kernels_amx(k) ? "avx2+avx512+amx" : "avx2+avx512";
+#if defined(KERNELS_AVX512)
+    static const char* const names[] = {"avx2+avx512",      "avx2+avx512+amx",      "avx2+avx512+bf16",
+                                        "avx2+avx512+bf16+amx", "avx2+avx512+vnni", "avx2+avx512+vnni+amx",
+                                        "avx2+avx512+vnni+bf16", "avx2+avx512+vnni+bf16+amx"};
+    int i = kernels_amx(k) ? 1 : 0;
+#if defined(KERNELS_BF16_DOT)
+    i += 2;
+#endif
+#if defined(KERNELS_Q8_DOT)
+    i += 4;
+#endif
+    return names[i];
 #elif defined(KERNELS_AVX2)
     return "avx2";
 #elif defined(KERNELS_NEON)
