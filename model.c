@@ -114,18 +114,18 @@ static void rope_tables(const Config* c, float* cos_t, float* sin_t) {
     }
 }
 
-/* The KV cache (keys and values alike) in blocks of KV_BLOCK_LEN positions,
+/* The KV cache (keys and values alike) in blocks of kv_block_len positions,
  * [block][layer][kv head][position in block][d]: the cache grows in position order, so its 2 MB
  * pages map little more than the positions reached, and a kv head's rows in a block are one run
- * that attention reads as a stream (64 KB for Qwen3's head_dim; docs/design.md#kv-cache). */
+ * that attention reads as a stream (64 to 72 KB for Qwen3's head_dim; docs/design.md#kv-cache). */
 static size_t kv_block_elems(const Config* c, const RunState* s) {
-    return (size_t)c->n_layers * c->n_kv_heads * (size_t)KV_BLOCK_LEN * s->kv_row;
+    return (size_t)c->n_layers * c->n_kv_heads * (size_t)kv_block_len(s->kv_type) * s->kv_row;
 }
 
 /* Where layer l, kv head h, position p sits in either cache, in elements (kernels.h, KVType). */
 static size_t kv_offset(const Config* c, const RunState* s, int l, int h, int p) {
-    size_t row = ((size_t)l * c->n_kv_heads + (size_t)h) * KV_BLOCK_LEN + (size_t)(p % KV_BLOCK_LEN);
-    return (size_t)(p / KV_BLOCK_LEN) * kv_block_elems(c, s) + row * s->kv_row;
+    const size_t bl = (size_t)kv_block_len(s->kv_type), row = ((size_t)l * c->n_kv_heads + (size_t)h) * bl + p % bl;
+    return p / bl * kv_block_elems(c, s) + row * s->kv_row;
 }
 
 /* Stores the n values of one kv head at element `at` of a cache: as they are, rounded to halves,
@@ -162,7 +162,7 @@ static int alloc_state(Transformer* t, KVType kv_type, const LoadError* e) {
     if (s->kv_type == KV_Q8 && c->head_dim % KV_Q8_GROUP != 0)
         return load_fail(e, "a q8 KV cache needs head_dim a multiple of %d; this model's is %d", KV_Q8_GROUP, c->head_dim);
     s->kv_row = kv_row_elems(s->kv_type, c->head_dim);
-    size_t kv_bytes = (size_t)((c->seq_len + KV_BLOCK_LEN - 1) / KV_BLOCK_LEN) * kv_block_elems(c, s) * kv_elem_bytes(s);
+    size_t kv_bytes = (size_t)((c->seq_len - 1) / kv_block_len(s->kv_type) + 1) * kv_block_elems(c, s) * kv_elem_bytes(s);
     s->key_cache = alloc_huge_anonymous(kv_bytes);
     s->value_cache = alloc_huge_anonymous(kv_bytes);
     int ok = s->key_cache && s->value_cache;
@@ -241,7 +241,7 @@ static void populate_kv_cache(Transformer* t, int end) {
     const int seq_len = t->config.seq_len;
     if (end <= s->kv_populated) return;
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    const int bl = KV_BLOCK_LEN;
+    const int bl = kv_block_len(s->kv_type);
     const size_t block = kv_block_elems(&t->config, s) * kv_elem_bytes(s);
     const int blocks = (end + bl - 1) / bl;
     char* const caches[2] = {(char*)s->key_cache, (char*)s->value_cache};
@@ -389,7 +389,7 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
              * 1/sqrt(d), not by 1/sqrt(D / H) (7.1). */
             const size_t layer_at = kv_offset(c, s, l, 0, 0) * kv_elem_bytes(s);
             const KVRows cache = {(const char*)s->key_cache + layer_at, (const char*)s->value_cache + layer_at,
-                                  (int)s->kv_row, KV_BLOCK_LEN, kv_block_elems(c, s), s->kv_type};
+                                  (int)s->kv_row, kv_block_len(s->kv_type), kv_block_elems(c, s), s->kv_type};
             ops->attention(ops, &(AttentionCall){s->att_out, s->q, nb, p0, H, K, d, 1.0f / sqrtf((float)d), cache,
                                                  kv_offset(c, s, l, 1, 0) - kv_offset(c, s, l, 0, 0), l});
 

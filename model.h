@@ -238,7 +238,7 @@ typedef struct {
     long long experts_run; /* expert products run so far, one per (layer, chunk, expert some row
                             * chose): -m bench reports how many distinct experts a prefill chunk reads */
     float* logits;   /* [vocab]    logits of the last position */
-    void *key_cache, *value_cache; /* [seq_len / KV_BLOCK_LEN (rounded up), L, K, KV_BLOCK_LEN, d]  keys
+    void *key_cache, *value_cache; /* [seq_len / kv_block_len (rounded up), L, K, kv_block_len, d]  keys
                                     * after QK-Norm and RoPE, and values, in blocks of positions (model.c, kv_offset) */
     KVType kv_type;      /* the caches' elements: KV_F32, KV_F16 or KV_Q8 (kernels.h) */
     size_t kv_row;       /* elements of one cached row (one position of one kv head): kv_row_elems */
@@ -246,8 +246,8 @@ typedef struct {
     float *rope_cos, *rope_sin; /* [seq_len, d/2]  cos and sin of p * inv_freq[i] */
 } RunState;
 
-/* Positions per block of the KV cache, fp32 or fp16 (model.c, kv_block_elems). */
-#define KV_BLOCK_LEN 128
+/* Positions per KV cache block (model.c): q8's rows are short, so more (docs/design.md#kv-cache). */
+static inline int kv_block_len(KVType t) { return t == KV_Q8 ? 512 : 128; }
 
 static inline size_t kv_elem_bytes(const RunState* s) { return kv_elem_size(s->kv_type); }
 

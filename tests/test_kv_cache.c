@@ -1,11 +1,12 @@
 /* tests/test_kv_cache.c: forward() maps the KV cache pages a chunk writes before it writes them
- * (populate_kv_cache in model.c: MADV_POPULATE_WRITE over whole blocks of KV_BLOCK_LEN positions
+ * (populate_kv_cache in model.c: MADV_POPULATE_WRITE over whole blocks of kv_block_len positions
  * instead of a page fault per 4 KB), and no further: the blocks of positions never reached stay
  * unmapped. Runs the shipped model (models/tinystories.bin, 4 layers x 3 kv heads, head_dim 48:
  * a block of 128 positions is 294,912 bytes, 72 pages of 4 KB, and its context of 256 positions
  * is two blocks) and asks mincore() which pages are resident; with `--kv-cache f16` a block is
- * half those bytes, 36 pages, with `--kv-cache q8` 82,944 bytes (rows of 48 int8 and 3 half
- * scales), 20.25 pages. Both blocks fit in one 2 MB page,
+ * half those bytes, 36 pages; with `--kv-cache q8` a block is 512 positions, so the context is
+ * one block of 256 positions, 165,888 bytes (rows of 48 int8 and 3 half scales), 40.5 pages.
+ * Both blocks fit in one 2 MB page,
  * which the engine asks for, so the test turns transparent huge pages off for itself
  * (PR_SET_THP_DISABLE) and looks at 4 KB pages. Where the kernel has no MADV_POPULATE_WRITE
  * (Linux before 5.14, other systems) the engine falls back to page faults; that is reported and
@@ -39,7 +40,7 @@ static const char* const KV_NAME[] = {"fp32", "fp16", "q8"};
  * it shares with the block before is mapped with that one. */
 static void check_block(const Transformer* t, int b, int want, const char* when) {
     const Config* c = &t->config;
-    const int bl = KV_BLOCK_LEN;
+    const int bl = kv_block_len(t->state.kv_type);
     const size_t block = (size_t)c->n_layers * c->n_kv_heads * (size_t)bl * t->state.kv_row * kv_elem_bytes(&t->state);
     const size_t page = (size_t)sysconf(_SC_PAGESIZE);
     int ok = 1;
@@ -68,20 +69,24 @@ static int run_case(KVType kv_type) {
     char what[96];
     snprintf(what, sizeof what, "the cache is %s%s", KV_NAME[kv_type], kv_type ? " as asked" : " by default");
     check(t.state.kv_type == kv_type, what);
-    check(KV_BLOCK_LEN == 128, "blocks of 128 positions");
-    check(t.config.seq_len == 2 * KV_BLOCK_LEN, "the shipped model's context is 256 positions");
+    const int bl = kv_block_len(kv_type);
+    check(bl == (kv_type == KV_Q8 ? 512 : 128), "blocks of 128 positions, 512 for q8");
+    check(t.config.seq_len == 256, "the shipped model's context is 256 positions");
     int tokens[40];
     for (int i = 0; i < 40; i++) tokens[i] = 100 + i;
     check(forward(&t, tokens, 40, 0, NULL) != NULL, "forward of a 40-token prompt");
-    if (t.state.kv_populated == t.config.seq_len) {
+    if (bl >= t.config.seq_len) { /* q8: the context is the first 256 positions of one block */
+        check(t.state.kv_populated == t.config.seq_len, "after a 40-token prompt the whole context is populated");
+        check_block(&t, 0, 1, "after the prompt");
+    } else if (t.state.kv_populated == t.config.seq_len) {
         printf("skipped: MADV_POPULATE_WRITE is not available here; the cache is mapped by page faults\n");
         supported = 0;
     } else {
-        check(t.state.kv_populated == KV_BLOCK_LEN, "after a 40-token prompt the cache is populated to position 128");
+        check(t.state.kv_populated == bl, "after a 40-token prompt the cache is populated to position 128");
         check_block(&t, 0, 1, "after the prompt");
         check_block(&t, 1, 0, "after the prompt");
         for (int p = 40; p < 140; p++) forward(&t, &tokens[p % 40], 1, p, NULL); /* decode to position 139 */
-        check(t.state.kv_populated == 2 * KV_BLOCK_LEN, "after decoding to position 139 the cache is populated to 256");
+        check(t.state.kv_populated == 2 * bl, "after decoding to position 139 the cache is populated to 256");
         check_block(&t, 1, 1, "after decoding");
     }
     transformer_free(&t);
