@@ -202,20 +202,19 @@ ALWAYS_INLINE void scores(float* att, int att_stride, const float* q, int NQ, co
  * by signed bytes, so the query is stored plus 128 and 128 x the key's sums (one more vpdpbusd,
  * shared by the queries) start each sum below zero. The weights and values stay fp32, as over an
  * fp16 cache (docs/design.md#kv-cache-q8). */
-#define Q8_DOT_MAX_DIM 256 /* a longer head_dim widens its keys (scores) */
 #if defined(KERNELS_Q8_DOT)
-#define ATTENTION_Q8_DOT 1
+#define ATTENTION_Q8_DOT KERNELS_Q8_DOT_MAX_DIM /* the longest head_dim it takes */
 typedef struct {
-    wbytes u[2][Q8_DOT_MAX_DIM / 64]; /* each query's int8 values + 128, 64 per step */
-    wvec s[2][Q8_DOT_MAX_DIM / 64];   /* its group scales, each in its group's 4 lanes */
-    uint64_t mask[Q8_DOT_MAX_DIM / 64]; /* the step's bytes of a row */
-    int groups[Q8_DOT_MAX_DIM / 64];    /* the step's groups (4, fewer in a last step) */
+    wbytes u[2][KERNELS_Q8_DOT_MAX_DIM / 64]; /* each query's int8 values + 128, 64 per step */
+    wvec s[2][KERNELS_Q8_DOT_MAX_DIM / 64];   /* its group scales, each in its group's 4 lanes */
+    uint64_t mask[KERNELS_Q8_DOT_MAX_DIM / 64]; /* the step's bytes of a row */
+    int groups[KERNELS_Q8_DOT_MAX_DIM / 64];    /* the step's groups (4, fewer in a last step) */
     int steps;
 } Q8Query;
 
 /* NQ queries of d values as q8_scores takes them. */
 static void q8_query(Q8Query* qq, const float* q, int NQ, int d) {
-    int8_t row[Q8_DOT_MAX_DIM + Q8_DOT_MAX_DIM / KV_Q8_GROUP * 2];
+    int8_t row[KERNELS_Q8_DOT_MAX_DIM + KERNELS_Q8_DOT_MAX_DIM / KV_Q8_GROUP * 2];
     qq->steps = (d + 63) / 64;
     for (int s = 0; s < qq->steps; s++) {
         const int n = d - 64 * s < 64 ? d - 64 * s : 64;
@@ -302,7 +301,7 @@ ALWAYS_INLINE void wide_weighted_sum(float* out, const float* att, int att_strid
         wide_weighted_sum_pass(out, att, att_stride, NQ, values, next_keys, n_next, stride, n, d, i, add, 1, T);
 }
 #else
-/* Without VNNI every call below sits behind ATTENTION_Q8_DOT = 0 and folds away. */
+/* Without VNNI every call below sits behind ATTENTION_Q8_DOT = 0 (no head_dim) and folds away. */
 #define ATTENTION_Q8_DOT 0
 typedef struct {
     int steps;
@@ -394,7 +393,7 @@ ALWAYS_INLINE void attend_queries(float* out, const float* q, int NQ, const KVRo
                                   float* att, int prefetch, KVType T) {
     float max[2] = {-INFINITY, -INFINITY}, total[2] = {0.0f, 0.0f};
     size_t off;
-    const int I8 = ATTENTION_Q8_DOT && T == KV_Q8 && d <= Q8_DOT_MAX_DIM;
+    const int I8 = T == KV_Q8 && d <= ATTENTION_Q8_DOT;
     Q8Query qq;
     if (I8) q8_query(&qq, q, NQ, d);
     for (int c0 = 0; c0 < n_pos; c0 += ATTENTION_DECODE_CHUNK) {

@@ -53,6 +53,7 @@
  * int8-quantised query (vpdpbusd, 64 products per instruction): attention.c's q8_scores. */
 #if defined(KERNELS_AVX512) && defined(__AVX512VNNI__)
 #define KERNELS_Q8_DOT 1
+#define KERNELS_Q8_DOT_MAX_DIM 256 /* head_dims up to this take it; a longer one widens its keys */
 #endif
 /* The fp16 KV cache (`--kv-cache f16`) is widened in registers with F16C's vcvtph2ps, which every
  * AVX2 CPU we know of has but -mavx2 does not imply; without it, fp16 attention takes the scalar

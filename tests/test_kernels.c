@@ -339,11 +339,11 @@ static void test_softmax_swiglu(void) {
 #define KV_F16_SIMD 1
 #endif
 /* Decode over a q8 cache multiplies int8 keys by an int8-quantised query in builds with AVX-512
- * VNNI (attention.c, q8_scores), for head_dims up to 256. */
+ * VNNI (attention.c, q8_scores), for head_dims up to this. */
 #if defined(KERNELS_Q8_DOT)
-#define Q8_DOT_HERE 1
+#define Q8_DOT_DIMS KERNELS_Q8_DOT_MAX_DIM
 #else
-#define Q8_DOT_HERE 0
+#define Q8_DOT_DIMS 0
 #endif
 /* Prefill over an fp16 or q8 cache multiplies bf16 pairs in builds with AVX-512 BF16. */
 #if defined(KERNELS_BF16_DOT)
@@ -473,7 +473,7 @@ static void test_kv_quantize_row(void) {
 }
 
 /* attention_group (decode) over the q8 cache: the reference gives the bits of the same over the
- * q8 values as floats; the fast kernel too, or where it multiplies int8 (Q8_DOT_HERE), matches the
+ * q8 values as floats; the fast kernel too, or where it multiplies int8 (Q8_DOT_DIMS), matches the
  * reference over those values and the queries quantised as a cached row (kv_quantize_row) within
  * 1e-5 (|v| <= 1: the sums' rounding), and the cache as one array, and each query alone, give the
  * same bits. */
@@ -487,7 +487,7 @@ static int q8_group_as_reference(const TestKV* kv, const float* q, int nq, int n
     attention_group_scalar(b, q, nq, &kv->blocked_q, n, d, scale, att1);
     for (size_t i = 0; i < m; i++) ok &= a[i] == b[i];
     attention_group(a, q, nq, &kv->blocked8, n, d, scale, att2);
-    if (Q8_DOT_HERE && attention_simd(d, KV_Q8) && d <= 256) {
+    if (attention_simd(d, KV_Q8) && d <= Q8_DOT_DIMS) {
         for (int j = 0; j < nq; j++) {
             kv_quantize_row(row, q + (size_t)j * d, d);
             for (int i = 0; i < d; i++) qd[(size_t)j * d + i] = kv_value(row, 0, i, d, KV_Q8);

@@ -186,7 +186,7 @@ static void test_attention(Ops* fast[2], const Ops* ref) {
                 }
 #endif
 #if defined(KERNELS_Q8_DOT)
-                if (type == KV_Q8 && rows == 1 && attention_simd(d, type) && d <= 256) {
+                if (type == KV_Q8 && rows == 1 && attention_simd(d, type) && d <= KERNELS_Q8_DOT_MAX_DIM) {
                     float* qd = malloc(n * sizeof(float));
                     int8_t* qrow = malloc(kv_row_elems(KV_Q8, d));
                     for (size_t h = 0; h < n / d; h++) {
