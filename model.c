@@ -4,10 +4,9 @@
  * points every weight into it, walking the table TENSORS that this file lists. forward() is one
  * function in the style of llama2.c: every weight is a named pointer, every step cites the spec,
  * and every operation that costs time is an op of kernels/ops.h (the reference kernels or the fast
- * ones; nothing here knows which). docs/design.md has the measurements behind the choices here. The
- * spec is QWEN3.md (../shared/QWEN3.md;
- * docs/spec-sections.md says what each cited section says): "2.2 step 2.4" is its section 2.2,
- * step 4 of the per-layer step 2; "(7.3)" is item 3 of its section 7, the checklist of easy mistakes. */
+ * ones; nothing here knows which); docs/design.md has the measurements behind its choices. The spec
+ * is QWEN3.md (../shared/QWEN3.md; docs/spec-sections.md sums up each section): "2.2 step 2.4" is
+ * its section 2.2, step 4 of the per-layer step 2; "(7.3)" item 3 of section 7, the easy mistakes. */
 #include "model.h"
 #include "checkpoint.h"
 
@@ -23,6 +22,7 @@
  * reads every weight once: with 256 rows the matmuls are compute-bound, and the activation buffers
  * stay modest (about 16 MB for Qwen3-0.6B, touched only as far as a prompt reaches; docs/design.md#prefill-chunks). */
 #define MAX_BATCH 256
+#define EXPERTS_AT_ONCE 16 /* mixture_of_experts: the experts of one call to the ops */
 
 /* Every tensor of the file in its order (model.h, TensorInfo). */
 const TensorInfo TENSORS[] = {
@@ -144,16 +144,17 @@ static int alloc_state(Transformer* t, KVType kv_type, const LoadError* e) {
     const Config* c = &t->config;
     RunState* s = &t->state;
     const size_t B = MAX_BATCH, D = (size_t)c->dim, half = (size_t)c->head_dim / 2;
-    const size_t F = (size_t)(c->hidden_dim > c->moe_hidden_dim ? c->hidden_dim : c->moe_hidden_dim); /* gate, up */
     const size_t E = (size_t)c->n_experts, k = (size_t)c->n_experts_active, moe = (c->flags & FLAG_MOE) != 0;
+    const size_t G = moe * (k < EXPERTS_AT_ONCE ? k : EXPERTS_AT_ONCE); /* a row's copies in one call of experts */
+    const size_t F = (size_t)c->hidden_dim > G * c->moe_hidden_dim ? (size_t)c->hidden_dim : G * c->moe_hidden_dim;
     const size_t q_dim = (size_t)c->n_heads * c->head_dim, kv_dim = (size_t)c->n_kv_heads * c->head_dim;
     const struct { float** buf; size_t floats; } buffers[] = {
         {&s->x, B * D}, {&s->xb, B * D}, {&s->proj, B * D}, {&s->q, B * q_dim}, {&s->att_out, B * q_dim},
         {&s->k, B * kv_dim}, {&s->v, B * kv_dim}, {&s->gate, B * F}, {&s->up, B * F}, {&s->logits, (size_t)c->vocab_size},
         {&s->rope_cos, (size_t)c->seq_len * half}, {&s->rope_sin, (size_t)c->seq_len * half},
-        {&s->router_logits, moe * B * E}, {&s->expert_weight, moe * B * k}, {&s->expert_in, moe * B * D},
-        {&s->expert_out, moe * B * D}, /* and two arrays of ints, which take a float's 4 bytes: */
-        {(float**)&s->expert_of, moe * B * k}, {(float**)&s->expert_rows, moe * B},
+        {&s->router_logits, moe * B * E}, {&s->expert_weight, moe * B * k}, {&s->expert_in, G * B * D},
+        {&s->expert_out, G * B * D}, /* and two arrays of ints, which take a float's 4 bytes: */
+        {(float**)&s->expert_of, moe * B * k}, {(float**)&s->expert_rows, G * B},
     };
     s->max_batch = MAX_BATCH;
     /* The cache is the one big allocation (whole blocks of positions, twice), mapped lazily: memory
@@ -284,9 +285,9 @@ static void choose_experts(const float* logits, int E, int k, int norm_topk, int
 
 /* QWEN3.md 8, a mixture-of-experts layer's MLP on the normalised rows h (state.xb): each row's k
  * experts (choose_experts), then proj = sum over them of p_e down_e(silu(gate_e h) * up_e h). The
- * rows that chose an expert go through it together, one product over all of them, so a chunk reads
- * each chosen expert's weights once and an expert no row chose not at all; the experts are
- * summed in their index order, as transformers adds them. */
+ * rows that chose an expert are gathered and go through it together (a chunk reads each chosen
+ * expert's weights once, one no row chose not at all), EXPERTS_AT_ONCE experts per call to the ops;
+ * the experts are summed in their index order, as transformers adds them. */
 static void mixture_of_experts(Transformer* t, const LayerWeights* lw, int nb) {
     const Config* c = &t->config;
     RunState* s = &t->state;
@@ -297,25 +298,28 @@ static void mixture_of_experts(Transformer* t, const LayerWeights* lw, int nb) {
         choose_experts(ROW(s->router_logits, r, E), E, k, c->moe_norm_topk, ROW(s->expert_of, r, k),
                        ROW(s->expert_weight, r, k));
     memset(s->proj, 0, (size_t)nb * D * sizeof(float));
+    const Matrix *gates[EXPERTS_AT_ONCE], *ups[EXPERTS_AT_ONCE], *downs[EXPERTS_AT_ONCE];
+    int ns[EXPERTS_AT_ONCE], n = 0, rows = 0; /* experts and rows gathered; expert_rows[i]: the (row, choice) of row i */
     for (int e = 0; e < E; e++) {
-        int n = 0; /* the rows that chose e, gathered; expert_rows[i]: the (row, choice) of gathered row i */
+        const int first = rows;
         for (int rj = 0; rj < nb * k; rj++)
             if (s->expert_of[rj] == e) {
-                s->expert_rows[n] = rj;
-                memcpy(ROW(s->expert_in, n, D), ROW(s->xb, rj / k, D), (size_t)D * sizeof(float));
-                n++;
+                s->expert_rows[rows] = rj;
+                memcpy(ROW(s->expert_in, rows++, D), ROW(s->xb, rj / k, D), (size_t)D * sizeof(float));
             }
-        if (n == 0) continue;
-        s->experts_run++;
-        ops->matmul(ops, (float*[]){s->gate, s->up}, s->expert_in,
-                    (const Matrix*[]){&lw->expert_gate[e], &lw->expert_up[e]}, 2, n);
-        ops->swiglu(ops, s->gate, s->up, n * Fe);
-        ops->matmul(ops, (float*[]){s->expert_out}, s->gate, (const Matrix*[]){&lw->expert_down[e]}, 1, n);
-        for (int i = 0; i < n; i++) {
+        if (rows > first) /* expert e takes the rows [first, rows) */
+            gates[n] = &lw->expert_gate[e], ups[n] = &lw->expert_up[e], downs[n] = &lw->expert_down[e], ns[n++] = rows - first;
+        if (n == 0 || (n < EXPERTS_AT_ONCE && e < E - 1)) continue;
+        ops->matmul_segments(ops, s->gate, s->expert_in, gates, ns, n);
+        ops->matmul_segments(ops, s->up, s->expert_in, ups, ns, n);
+        ops->swiglu(ops, s->gate, s->up, rows * Fe);
+        ops->matmul_segments(ops, s->expert_out, s->gate, downs, ns, n);
+        for (int i = 0; i < rows; i++) {
             const float p = s->expert_weight[s->expert_rows[i]];
             float* out = ROW(s->proj, s->expert_rows[i] / k, D);
             for (int j = 0; j < D; j++) out[j] += p * ROW(s->expert_out, i, D)[j];
         }
+        s->experts_run += n, n = rows = 0;
     }
 }
 

@@ -10,16 +10,9 @@
  *   ...          tensors            [header.weights_offset,   + header.weights_bytes)
  *
  * Tensors follow one another in the order of the table TENSORS (model.c; docs/checkpoint.md shows
- * it), and every tensor starts at a file offset that is a multiple of 64, so the engine can point
- * into the mapped file without copying. The padding between them is zero bytes. To find a tensor
- * by hand: start at weights_offset, walk the list, round each start up to 64. In short:
- *
- *   embed_tokens [vocab_size, dim]; then per layer input_layernorm, q_proj (+ q_bias with
- *   FLAG_QKV_BIAS), k_proj (+ k_bias), v_proj (+ v_bias), q_norm and k_norm (FLAG_QK_NORM), o_proj,
- *   post_attention_layernorm, gate_proj, up_proj, down_proj (in a Qwen3-MoE expert layer instead:
- *   the float32 router, then each expert's gate, up and down); then norm and lm_head (absent with
- *   FLAG_TIED_EMBED: the head is embed_tokens). Matrices are [out_features, in_features]; norm
- *   weights and biases are float32 vectors.
+ * it), each at a file offset that is a multiple of 64 (zero bytes between), so the engine points
+ * into the mapped file without copying: to find a tensor by hand, walk the table from
+ * weights_offset, rounding each start up to 64.
  *
  * A MATRIX [rows, cols] is stored row-major ([out_features, in_features], as in PyTorch's
  * nn.Linear) in the header's weight_type:
@@ -228,15 +221,14 @@ typedef struct {
     float* att_out;  /* [B, H*d]   o: attention output, before o_proj */
     float* proj;     /* [B, dim]   o_proj / down_proj output, before the residual add */
     float *gate, *up; /* [B, F]   Wgate h and Wup h; swiglu leaves silu(Wgate h) * Wup h in gate for down_proj */
-    /* Qwen3-MoE: each row's router logits [B, E], its chosen experts and their weights [B, k], and
-     * the rows one expert takes, gathered ([B, dim] in, [B, dim] out, their row numbers [B]) */
+    /* Qwen3-MoE: each row's router logits [B, E], its k experts and weights [B, k], and the rows
+     * one call of experts takes, gathered (model.c: up to B * min(k, EXPERTS_AT_ONCE), also in gate, up) */
     float* router_logits;
     int* expert_of;
     float* expert_weight;
     float *expert_in, *expert_out;
     int* expert_rows;
-    long long experts_run; /* expert products run so far, one per (layer, chunk, expert some row
-                            * chose): -m bench reports how many distinct experts a prefill chunk reads */
+    long long experts_run; /* (layer, chunk, expert some row chose) so far: for -m bench's count */
     float* logits;   /* [vocab]    logits of the last position */
     void *key_cache, *value_cache; /* [seq_len / kv_block_len (rounded up), L, K, kv_block_len, d]  keys
                                     * after QK-Norm and RoPE, and values, in blocks of positions (model.c, kv_offset) */
@@ -260,12 +252,10 @@ static inline size_t kv_elem_bytes(const RunState* s) { return kv_elem_size(s->k
 typedef struct {
     int threads;          /* kernel threads, the caller's included; <= 0: one per CPU this process may run on */
     int ctx;              /* KV cache positions; <= 0: min(DEFAULT_CTX, max_seq_len); above max_seq_len: clamped to it */
-    KVType kv_type;       /* the KV cache's elements (kernels.h): KV_F32 (0, what the reference
-                           * computes), KV_F16 (llama.cpp's default: half the memory and bytes read)
-                           * or KV_Q8 (int8 in groups of 16 with a half scale: 9/32 of fp32's) */
-    int bf16_activations; /* 1: prefill with bf16 weights rounds the activations to bf16
-                           * (kernels/fast/fast.h); ignored where the build has no bf16 dot product:
-                           * t->kernels->bf16_activations says whether it is on */
+    KVType kv_type;       /* the KV cache's elements (kernels.h): KV_F32 (0, what the reference computes),
+                           * KV_F16 (llama.cpp's default: half the bytes) or KV_Q8 (9/32 of fp32's) */
+    int bf16_activations; /* 1: prefill with bf16 weights rounds the activations to bf16 (fast/fast.h)
+                           * where the build has the instruction: t->kernels->bf16_activations says */
 } TransformerOptions;
 
 typedef struct {

@@ -23,10 +23,8 @@
 
 typedef enum { WEIGHT_F32 = 0, WEIGHT_BF16 = 1, WEIGHT_Q8 = 2, WEIGHT_Q4 = 3 } WeightType;
 
-/* A weight matrix [rows = out_features, cols = in_features], pointing into the mapped checkpoint:
- * f32 and bf16 row-major; q8 and q4 integers q in groups of group_size columns with one float16
- * scale each (w = scale * q), in blocks of rows that the matrix-vector kernels read front to back
- * as one stream (model.h draws both layouts; the accessors below find a row's scales and values). */
+/* A weight matrix [rows = out_features, cols = in_features] in the mapped checkpoint, in one of the
+ * layouts model.h draws (the accessors below find a q8 or q4 row's scales and values). */
 typedef struct {
     WeightType type;
     int rows, cols;

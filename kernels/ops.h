@@ -1,10 +1,9 @@
 /* ops.h: the seam between the model and its kernels. forward() (model.c) reaches every piece of
  * arithmetic that costs time through one table of operations, and knows nothing of how they run:
  *
- *   the reference ops (ops_reference.c)  the scalar kernels, one thread, no scratch beyond a row
- *                                        of scores: what `make SCALAR=1` (`make ref`) builds the
- *                                        whole program on, and what every faster op is checked
- *                                        against (tests/test_ops.c);
+ *   the reference ops (ops_reference.c)  the scalar kernels, one thread, no scratch beyond a row of
+ *                                        scores: what `make SCALAR=1` (`make ref`) builds the whole
+ *                                        program on, and what tests/test_ops.c checks the others by;
  *   the fast ops (fast/ops_fast.c)       the SIMD twins on a thread pool, each product's kernel
  *                                        chosen by one plan (fast/matmul.c).
  *
@@ -73,6 +72,11 @@ struct Ops {
      * y = W x for n input rows, for matrices that read the same x and have the same cols and
      * weight type (q/k/v, gate/up; one matrix elsewhere). */
     void (*matmul)(const Ops* o, float* const* outs, const float* x, const Matrix* const* Ws, int n_mats, int n);
+    /* x's rows in segments, each through its own matrix (a mixture-of-experts layer's experts): the
+     * ns[m] rows after the segments before go through Ws[m] into the same rows of out, as matmul of
+     * Ws[m] alone would; the matrices have one shape. */
+    void (*matmul_segments)(const Ops* o, float* out, const float* x, const Matrix* const* Ws, const int* ns,
+                            int n_mats);
     /* RMSNorm of at->rows * at->per_row vectors of n values (kernels.h, rmsnorm); out may equal x. */
     void (*rmsnorm)(const Ops* o, const NormSite* at, float* out, const float* x, const float* w, int n, float eps);
     /* RoPE on n_heads head vectors of one position (kernels.h, rope). */

@@ -10,6 +10,12 @@ static void matmul_reference(const Ops* o, float* const* outs, const float* x, c
     for (int m = 0; m < n_mats; m++) matmul_scalar(outs[m], x, Ws[m], n);
 }
 
+static void matmul_segments_reference(const Ops* o, float* out, const float* x, const Matrix* const* Ws, const int* ns,
+                                      int n_mats) {
+    for (int m = 0, row = 0; m < n_mats; row += ns[m++])
+        matmul_scalar(out + (size_t)row * Ws[m]->rows, x + (size_t)row * Ws[m]->cols, Ws[m], ns[m]);
+}
+
 static void rmsnorm_reference(const Ops* o, const NormSite* at, float* out, const float* x, const float* w, int n,
                               float eps) {
     for (size_t v = 0; v < (size_t)at->rows * (size_t)at->per_row; v++)
@@ -54,7 +60,7 @@ Ops* ops_reference_new(const OpsSpec* spec) {
         free(scores);
         return NULL;
     }
-    *o = (Ops){matmul_reference, rmsnorm_reference, rope_reference, swiglu_reference, attention_reference,
+    *o = (Ops){matmul_reference, matmul_segments_reference, rmsnorm_reference, rope_reference, swiglu_reference, attention_reference,
                parallel_for_reference, threads_reference, set_threads_reference, free_reference,
                .ctx = scores, .name = "reference", .prefetch = "none"};
     return o;

@@ -146,6 +146,12 @@ VARIANTS = {
              moe_intermediate_size=32, norm_topk_prob=False, decoder_sparse_step=2, mlp_only_layers=[3],
              shards=2, seed=17),
         [IM_START_ID, 11, 12, 13, 14, 15], 8, ('rope', 'qk_norm', 'gqa', 'moe_topk_softmax', 'moe_expert')),
+    # More chosen experts than model.c gives the ops in one call (EXPERTS_AT_ONCE, 16): 20 experts,
+    # top 18, so every prompt chunk and decode step takes two calls; F32, two layers.
+    'qwen3moe_f32_e20k18_two_calls': (
+        dict(arch='qwen3_moe', dtype='F32', n_layers=2, num_experts=20, num_experts_per_tok=18,
+             moe_intermediate_size=32, norm_topk_prob=True, seed=18),
+        P8, 8, ('moe_expert',)),
 }
 
 MISTAKES = {

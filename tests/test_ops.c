@@ -74,6 +74,50 @@ static void test_matmul(Ops* fast[2], const Ops* ref) {
         }
 }
 
+/* matmul_segments: MATS matrices (a mixture-of-experts layer's experts), each on its segment of
+ * the rows: one row each (decode: one dispatch for them all, more matrices than the fast driver
+ * takes at once), or 0 to 3 rows each (prefill). Each output within matmul_tolerance of the
+ * reference, and the fast op's bits those of its matmul of each matrix alone on its rows, at 1 and
+ * 2 threads (so the experts give the same bits however they are grouped). */
+static void test_matmul_segments(Ops* fast[2], const Ops* ref) {
+    enum { MATS = 20, MOST_ROWS = 3, R = 40 };
+    const struct { WeightType type; int gs; } formats[] = {{WEIGHT_F32, 0}, {WEIGHT_BF16, 0}, {WEIGHT_Q8, 64},
+                                                            {WEIGHT_Q4, 32}};
+    for (size_t f = 0; f < sizeof formats / sizeof *formats; f++)
+        for (int decode = 0; decode < 2; decode++) {
+            TestMatrix m[MATS];
+            const Matrix* Ws[MATS];
+            int ns[MATS], rows = 0;
+            for (int i = 0; i < MATS; i++) {
+                m[i] = make_matrix(formats[f].type, R, COLS, formats[f].gs);
+                Ws[i] = &m[i].M;
+                rows += ns[i] = decode ? 1 : (i * 7) % (MOST_ROWS + 1);
+            }
+            float* x = random_floats((size_t)rows * COLS, 2.0f);
+            float *want = malloc((size_t)rows * R * sizeof(float)), *alone = malloc((size_t)rows * R * sizeof(float));
+            float* got[2] = {malloc((size_t)rows * R * sizeof(float)), malloc((size_t)rows * R * sizeof(float))};
+            for (int i = 0, row = 0; i < MATS; row += ns[i++])
+                if (ns[i]) fast[0]->matmul(fast[0], (float*[]){alone + (size_t)row * R}, x + (size_t)row * COLS, &Ws[i], 1, ns[i]);
+            ref->matmul_segments(ref, want, x, Ws, ns, MATS);
+            for (int t = 0; t < 2; t++) fast[t]->matmul_segments(fast[t], got[t], x, Ws, ns, MATS);
+            const size_t bytes = (size_t)rows * R * sizeof(float);
+            int ok = 1, same = memcmp(got[0], alone, bytes) == 0 && memcmp(got[1], alone, bytes) == 0;
+            for (int i = 0, row = 0; i < MATS; row += ns[i++])
+                for (int tk = row; tk < row + ns[i]; tk++)
+                    for (int r = 0; r < R; r++) {
+                        double abssum, exact;
+                        const double tol = matmul_tolerance(&m[i], x + (size_t)tk * COLS, r, &abssum, &exact);
+                        ok &= fabs((double)got[0][(size_t)tk * R + r] - want[(size_t)tk * R + r]) <= tol;
+                    }
+            char what[128];
+            snprintf(what, sizeof what, "matmul_segments op %s, %s: within tolerance of the reference, the bits of matmul",
+                     tname(formats[f].type), decode ? "one row each" : "0-3 rows each");
+            check(ok && same, what);
+            for (int i = 0; i < MATS; i++) free_matrix(&m[i]);
+            free(x), free(want), free(alone), free(got[0]), free(got[1]);
+        }
+}
+
 /* rmsnorm and swiglu, short (a decoded token) and long enough for the fast ops to split over the
  * threads (a prefill chunk), at lengths whose parts do not divide evenly: within 1e-5 relative
  * (RMSNorm: the sum of squares in another order) and 2e-6 relative + 1e-7 (SwiGLU: the vector
@@ -257,6 +301,7 @@ int main(void) {
     printf("ops: %s (threads %d and %d) against %s\n", fast[1]->name, fast[0]->threads(fast[0]),
            fast[1]->threads(fast[1]), ref->name);
     test_matmul(fast, ref);
+    test_matmul_segments(fast, ref);
     test_elementwise(fast, ref);
     test_rope(fast, ref);
     test_attention(fast, ref);

@@ -59,6 +59,8 @@ int kernels_bf16_activations(const Kernels* k); /* 1 while on */
  * in one dispatch, and x is prepared (quantised for q8 and q4) once for all of them. Threads split
  * the rows; the result does not depend on n_mats or on the thread count. */
 void matmul(const Ops* o, float* const* outs, const float* x, const Matrix* const* Ws, int n_mats, int n);
+void matmul_segments(const Ops* o, float* out, const float* x, const Matrix* const* Ws, const int* ns,
+                     int n_mats); /* ops.h */
 
 /* The kernel context of fast ops (ops_fast.c), which matmul and the tests reach through the table. */
 Kernels* ops_kernels(const Ops* o);

@@ -348,9 +348,10 @@ static ProductPlan plan_product(const MatmulScratch* s, const Matrix* const* Ws,
 }
 
 /* ---- The driver: matmul runs several matrices that share the input x (q/k/v, gate/up) in one
- * dispatch; the activations are prepared once for all of them. ---- */
+ * dispatch, and matmul_segments with one row per matrix (decode's chosen experts) as well; the
+ * activations are prepared once for all of them. ---- */
 
-#define MAX_MULTI 8
+#define MAX_MULTI 16
 #define MAX_RANGES 64  /* threads beyond this share ranges */
 
 typedef struct MatmulJob {
@@ -361,6 +362,7 @@ typedef struct MatmulJob {
     const Matrix* W[MAX_MULTI];
     int first_item[MAX_MULTI + 1]; /* matrix m's chunks are first_item[m] .. first_item[m + 1] - 1 */
     int n_mats;
+    int each;            /* matmul_segments: matrix m reads token m of the prepared activations, as n = 1 */
     int group_sums;      /* PREP_INT8: quantize_rows also sums each group (Product.xgsum) */
     void (*prepare)(const struct MatmulJob*, int t0, int t1); /* prepare_tokens: one range of tokens */
     int qtb;             /* tokens per prepare item */
@@ -389,6 +391,21 @@ static int claim_chunks(MatmulJob* j, int thread, int batch, int* end) {
     return -1;
 }
 
+/* Token t of a prepared product as a product of that token alone (matmul_segments, one row per
+ * matrix: decode's kernels, which read the row or its int8 copy). */
+static Product token_view(const Product* pr, int t, const Matrix* W) {
+    const size_t C = (size_t)W->cols, G = C / (size_t)(W->group_size > 0 ? W->group_size : 32);
+    Product v = *pr;
+    v.x = pr->x + (size_t)t * C;
+    if (pr->plan.prep == PREP_INT8) {
+        v.xq = pr->xq + (size_t)t * C;
+        v.xs = pr->xs + (size_t)t * G;
+        v.xsum = pr->xsum + (size_t)t * G * 8;
+        v.xgsum = pr->xgsum + (size_t)t * G;
+    }
+    return v;
+}
+
 /* The pool's task: row chunks of the job's matrices, each on the plan's kernel. Decode runs one
  * task per thread, which claims its own range CLAIM_BATCH chunks per atomic: a token has ~9,000
  * chunks, every claim is a locked instruction that waits for the weight loads in flight, and one
@@ -399,21 +416,26 @@ static int claim_chunks(MatmulJob* j, int thread, int batch, int* end) {
 
 static void matmul_task(void* ctx, int task, int thread) {
     MatmulJob* j = ctx;
-    const Product* pr = &j->pr;
     const MatmulThread mt = thread_view(j->s, thread);
-#if defined(KERNELS_AVX2) /* a thread that runs two tasks (threads.c's serial fallback) writes its copy twice */
-    if (pr->plan.prep == PREP_DEINTERLEAVE) deinterleave(mt.xp, pr->x, j->W[0]->cols, bf16_span(j->W[0]->cols));
-#endif
-    int i, end;
-    while ((i = claim_chunks(j, thread, pr->n == 1 ? CLAIM_BATCH : 1, &end)) >= 0) {
+    Product view;
+    const Product* pr = &j->pr;
+    int i, end, token = -1; /* the token pr is, and (bf16 decode) mt.xp holds de-interleaved */
+    while ((i = claim_chunks(j, thread, j->pr.n == 1 ? CLAIM_BATCH : 1, &end)) >= 0) {
         for (; i < end; i++) {
             int m = 0;
             while (i >= j->first_item[m + 1]) m++;
             const Matrix* W = j->W[m];
+            if (token != (j->each ? m : 0)) {
+                token = j->each ? m : 0;
+                if (j->each) pr = (view = token_view(&j->pr, m, W), &view);
+#if defined(KERNELS_AVX2)
+                if (pr->plan.prep == PREP_DEINTERLEAVE) deinterleave(mt.xp, pr->x, W->cols, bf16_span(W->cols));
+#endif
+            }
             const int r0 = (i - j->first_item[m]) * pr->plan.chunk;
             pr->plan.kernel(&mt, pr, j->out[m], W, r0, r0 + pr->plan.chunk < W->rows ? r0 + pr->plan.chunk : W->rows);
         }
-        if (pr->n > 1) return; /* prefill: one chunk per task */
+        if (j->pr.n > 1) return; /* prefill: one chunk per task */
     }
 }
 
@@ -498,21 +520,23 @@ static void prepare_activations(MatmulJob* j) {
     }
 }
 
-void matmul(const Ops* o, float* const* outs, const float* x, const Matrix* const* Ws, int n_mats, int n) {
-    for (; n_mats > MAX_MULTI; outs += MAX_MULTI, Ws += MAX_MULTI, n_mats -= MAX_MULTI)
-        matmul(o, outs, x, Ws, MAX_MULTI, n);
-    if (n_mats <= 0) return;
+/* One dispatch of 1 .. MAX_MULTI matrices: matmul's, or with each set matmul_segments' (x holds
+ * n_mats rows, matrix m reads row m, n is 1). */
+static void run_product(const Ops* o, float* const* outs, const float* x, const Matrix* const* Ws, int n_mats, int n,
+                        int each) {
     MatmulJob j;
     j.k = ops_kernels(o);
     j.s = kernels_scratch(j.k);
     memcpy(j.out, outs, (size_t)n_mats * sizeof *outs);
     memcpy(j.W, Ws, (size_t)n_mats * sizeof *Ws);
     j.n_mats = n_mats;
+    j.each = each;
     const int nt = kernels_threads(j.k);
     j.pr.plan = plan_product(j.s, Ws, n_mats, n, nt);
     j.pr.x = x;
-    j.pr.n = n;
+    j.pr.n = each ? n_mats : n; /* matmul_segments prepares every matrix's row; each chunk reads one */
     prepare_activations(&j);
+    j.pr.n = n;
     j.first_item[0] = 0;
     for (int m = 0; m < n_mats; m++)
         j.first_item[m + 1] = j.first_item[m] + (j.W[m]->rows + j.pr.plan.chunk - 1) / j.pr.plan.chunk;
@@ -523,6 +547,32 @@ void matmul(const Ops* o, float* const* outs, const float* x, const Matrix* cons
         j.range[r].end = (int)((long long)n_items * (r + 1) / j.n_ranges);
     }
     parallel_for(j.k, n == 1 ? nt : n_items, matmul_task, &j);
+}
+
+void matmul(const Ops* o, float* const* outs, const float* x, const Matrix* const* Ws, int n_mats, int n) {
+    for (int m = 0; m < n_mats; m += MAX_MULTI)
+        run_product(o, outs + m, x, Ws + m, n_mats - m < MAX_MULTI ? n_mats - m : MAX_MULTI, n, 0);
+}
+
+/* One row per matrix (decode's chosen experts): one dispatch for them all, x prepared once. Else
+ * a matmul per matrix. */
+void matmul_segments(const Ops* o, float* out, const float* x, const Matrix* const* Ws, const int* ns, int n_mats) {
+    if (n_mats <= 0) return;
+    const int R = Ws[0]->rows, C = Ws[0]->cols, per_job = n_mats < MAX_MULTI ? n_mats : MAX_MULTI;
+    int one_row = (size_t)per_job * (size_t)C <= kernels_scratch(ops_kernels(o))->xq_cap;
+    for (int m = 0; m < n_mats; m++) one_row &= ns[m] == 1;
+    float* outs[MAX_MULTI];
+    for (int m0 = 0, row = 0; m0 < n_mats; m0 += MAX_MULTI) {
+        const int n = n_mats - m0 < MAX_MULTI ? n_mats - m0 : MAX_MULTI;
+        if (one_row) {
+            for (int m = 0; m < n; m++) outs[m] = out + (size_t)(row + m) * R;
+            run_product(o, outs, x + (size_t)row * C, Ws + m0, n, 1, 1);
+            row += n;
+            continue;
+        }
+        for (int m = m0; m < m0 + n; row += ns[m++])
+            if (ns[m] > 0) matmul(o, (float*[]){out + (size_t)row * R}, x + (size_t)row * C, Ws + m, 1, ns[m]);
+    }
 }
 
 /* ---- Decode's prefetch distance, timed on the model's own weights ----

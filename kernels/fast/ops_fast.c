@@ -141,7 +141,7 @@ Ops* ops_new(const OpsSpec* spec) {
         free(f);
         return NULL;
     }
-    *o = (Ops){matmul, rmsnorm_fast, rope_fast, swiglu_fast, attention_fast, parallel_for_fast, threads_fast,
+    *o = (Ops){matmul, matmul_segments, rmsnorm_fast, rope_fast, swiglu_fast, attention_fast, parallel_for_fast, threads_fast,
                set_threads_fast, free_fast, .ctx = f};
     int n_threads = spec->threads > 0 ? spec->threads : kernels_available_cpus();
     if (n_threads > 256) n_threads = 256;
