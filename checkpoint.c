@@ -111,6 +111,8 @@ static uint64_t max3(uint64_t a, uint64_t b, uint64_t c) {
 /* Maps the file at path, a regular file at least a header long, into t->file. Returns 0, or -1
  * with the error written and nothing mapped. */
 int checkpoint_map(Transformer* t, const LoadError* e) {
+    const uint32_t one = 1; /* the file's numbers are little-endian, and the engine reads them in place */
+    if (*(const uint8_t*)&one != 1) return load_fail(e, "this engine needs a little-endian machine");
     /* stat before open: opening a FIFO for reading waits for a writer, forever if none comes. */
     struct stat st;
     if (stat(e->path, &st) != 0) return load_fail(e, "cannot open: %s", strerror(errno));

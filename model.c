@@ -20,8 +20,9 @@
 
 /* How many positions one batch (one matmul) holds; longer prompts go through in chunks. Each chunk
  * reads every weight once: with 256 rows the matmuls are compute-bound, and the activation buffers
- * stay modest (about 16 MB for Qwen3-0.6B, touched only as far as a prompt reaches; docs/design.md#prefill-chunks). */
-#define MAX_BATCH 256
+ * stay modest (16 MB for Qwen3-0.6B). A mixture of experts spreads a chunk's rows over its
+ * experts, so its chunks are twice as long (docs/design.md#prefill-chunks). */
+#define MAX_BATCH(c) ((c)->flags & FLAG_MOE ? 512 : 256)
 #define EXPERTS_AT_ONCE 16 /* mixture_of_experts: the experts of one call to the ops */
 
 /* Every tensor of the file in its order (model.h, TensorInfo). */
@@ -143,7 +144,7 @@ static void kv_store(const RunState* s, void* cache, size_t at, const float* x, 
 static int alloc_state(Transformer* t, KVType kv_type, const LoadError* e) {
     const Config* c = &t->config;
     RunState* s = &t->state;
-    const size_t B = MAX_BATCH, D = (size_t)c->dim, half = (size_t)c->head_dim / 2;
+    const size_t B = MAX_BATCH(c), D = (size_t)c->dim, half = (size_t)c->head_dim / 2;
     const size_t E = (size_t)c->n_experts, k = (size_t)c->n_experts_active, moe = (c->flags & FLAG_MOE) != 0;
     const size_t G = moe * (k < EXPERTS_AT_ONCE ? k : EXPERTS_AT_ONCE); /* a row's copies in one call of experts */
     const size_t F = (size_t)c->hidden_dim > G * c->moe_hidden_dim ? (size_t)c->hidden_dim : G * c->moe_hidden_dim;
@@ -156,7 +157,7 @@ static int alloc_state(Transformer* t, KVType kv_type, const LoadError* e) {
         {&s->expert_out, G * B * D}, /* and two arrays of ints, which take a float's 4 bytes: */
         {(float**)&s->expert_of, moe * B * k}, {(float**)&s->expert_rows, G * B},
     };
-    s->max_batch = MAX_BATCH;
+    s->max_batch = (int)B;
     /* The cache is the one big allocation (whole blocks of positions, twice), mapped lazily: memory
      * is only used for the blocks reached (populate_kv_cache). */
     s->kv_type = kv_type == KV_F16 || kv_type == KV_Q8 ? kv_type : KV_F32;
@@ -183,7 +184,7 @@ static int start_ops(Transformer* t, const TransformerOptions* o, const LoadErro
     int widest = c->dim > c->hidden_dim ? c->dim : c->hidden_dim;
     widest = widest > c->n_heads * c->head_dim ? widest : c->n_heads * c->head_dim;
     widest = widest > c->moe_hidden_dim ? widest : c->moe_hidden_dim;
-    const OpsSpec spec = {.threads = o->threads, .max_batch = MAX_BATCH, .max_cols = widest,
+    const OpsSpec spec = {.threads = o->threads, .max_batch = MAX_BATCH(c), .max_cols = widest,
                           .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
                           .max_pos = c->seq_len, .bf16_activations = o->bf16_activations,
                           .weights = t->file + t->header.weights_offset, .weights_bytes = t->header.weights_bytes,
@@ -198,8 +199,6 @@ int transformer_load(Transformer* t, const char* path, const TransformerOptions*
     const LoadError e = {path, err, errlen};
     memset(t, 0, sizeof *t);
     if (err && errlen) err[0] = '\0';
-    const uint32_t one = 1;
-    if (*(const uint8_t*)&one != 1) return load_fail(&e, "this engine needs a little-endian machine");
     if (checkpoint_map(t, &e) != 0) return -1;
     memcpy(&t->header, t->file, sizeof(FileHeader));
     if (checkpoint_config(t, o.ctx, &e) != 0 || checkpoint_weights(t, &e) != 0 || start_ops(t, &o, &e) != 0 ||

@@ -473,12 +473,13 @@ class BenchMoe(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             hf_model.write_model(d, hf_model.Spec(
                 arch="qwen3_moe", dtype="F32", n_layers=3, num_experts=32, num_experts_per_tok=2,
-                moe_intermediate_size=16, mlp_only_layers=[1], max_position_embeddings=320))
+                moe_intermediate_size=16, mlp_only_layers=[1], max_position_embeddings=600,
+                n_heads=2, n_kv_heads=1, head_dim=8))  # small heads: the reference's attention over 526 positions
             model = os.path.join(d, "m.bin")
             p = subprocess.run([sys.executable, os.path.join(ROOT, "export.py"), d, model, "--dtype", "f32"],
                                capture_output=True, text=True, timeout=120)
             self.assertEqual(p.returncode, 0, p.stderr)
-            n = 270
+            n = 526  # a MoE model's chunks are 512 rows (model.c, MAX_BATCH)
             p = subprocess.run([RUN, model, "-m", "bench", "--bench-prompt", str(n), "--bench-gen", "2",
                                 "--bench-reps", "1", "--threads", "2"], capture_output=True, text=True, timeout=300)
             self.assertEqual(p.returncode, 0, p.stderr)
