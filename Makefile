@@ -192,9 +192,9 @@ fuzz-tokenizer:
 clean:
 	rm -rf run build/run build/flags build/obj build/obj-avx2 build/libengine.a build/tests build/tools build/arm build/scalar build/fuzz-corpus
 
-# `make test-arm`: the kernel tests cross-compiled for arm64 and run under qemu-aarch64 (user mode),
-# once with SDOT (armv8.2-a+dotprod) and once without (armv8-a), so both q8 dot paths of the NEON
-# twins run. A correctness check only: qemu says nothing about arm64 speed. Not part of `make test`
+# `make test-arm`: the kernel and ops tests cross-compiled for arm64 and run under qemu-aarch64 (user
+# mode), once with SDOT (armv8.2-a+dotprod) and once without (armv8-a), so both q8 dot paths of the
+# NEON twins run. A correctness check only: qemu says nothing about arm64 speed. Not part of `make test`
 # (CI machines have no cross tools); it skips with one line when they are missing.
 ARM_CC ?= aarch64-linux-gnu-gcc
 ARM_QEMU ?= qemu-aarch64
@@ -204,8 +204,10 @@ test-arm:
 	if ! command -v $(ARM_QEMU) >/dev/null 2>&1; then echo "test-arm: skipped ($(ARM_QEMU) not found)"; exit 0; fi; \
 	mkdir -p build/arm || exit 1; \
 	for m in $(ARM_MARCHES); do \
-	  echo "== test_kernels, arm64 -march=$$m, under $(ARM_QEMU)"; \
-	  $(ARM_CC) $(REQUIRED_FLAGS) -O2 -Wall -Wextra -Wno-unused-parameter -static -march=$$m \
-	    -o build/arm/test_kernels-$$m tests/test_kernels.c $(KERNEL_SRC) $(LDLIBS) || exit 1; \
-	  $(ARM_QEMU) build/arm/test_kernels-$$m || exit 1; \
+	  for t in test_kernels test_ops; do \
+	    echo "== $$t, arm64 -march=$$m, under $(ARM_QEMU)"; \
+	    $(ARM_CC) $(REQUIRED_FLAGS) -O2 -Wall -Wextra -Wno-unused-parameter -static -march=$$m \
+	      -o build/arm/$$t-$$m tests/$$t.c $(KERNEL_SRC) cli/peak.c $(LDLIBS) || exit 1; \
+	    $(ARM_QEMU) build/arm/$$t-$$m || exit 1; \
+	  done; \
 	done
