@@ -84,10 +84,13 @@ class CtrlC(hf_model.TempDirTestCase):
         return type(self).model
 
     def start(self, args):
-        """./run with stderr on a terminal (so the progress shows), stdout a pipe."""
+        """./run with stderr on a terminal (so the progress shows), stdout a pipe, and SIGINT at its
+        default as a terminal's shell starts it (./run keeps an ignored SIGINT ignored, as a
+        background job's is when the suite itself runs in the background)."""
         master, slave = pty.openpty()
         p = subprocess.Popen([hf_model.RUN, self.slow_model()] + args, cwd=ROOT, stdout=subprocess.PIPE,
-                             stderr=slave, stdin=subprocess.DEVNULL)
+                             stderr=slave, stdin=subprocess.DEVNULL,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         os.close(slave)
         self.addCleanup(os.close, master)
         self.addCleanup(lambda: p.poll() is None and p.kill())
