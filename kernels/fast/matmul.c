@@ -394,10 +394,11 @@ static int claim_chunks(MatmulJob* j, int thread, int batch, int* end) {
 /* Token t of a prepared product as a product of that token alone (matmul_segments, one row per
  * matrix: decode's kernels, which read the row or its int8 copy). */
 static Product token_view(const Product* pr, int t, const Matrix* W) {
-    const size_t C = (size_t)W->cols, G = C / (size_t)(W->group_size > 0 ? W->group_size : 32);
+    const size_t C = (size_t)W->cols;
     Product v = *pr;
     v.x = pr->x + (size_t)t * C;
-    if (pr->plan.prep == PREP_INT8) {
+    if (pr->plan.prep == PREP_INT8) { /* quantize_rows' layout: per token C values, G groups */
+        const size_t G = C / (size_t)W->group_size;
         v.xq = pr->xq + (size_t)t * C;
         v.xs = pr->xs + (size_t)t * G;
         v.xsum = pr->xsum + (size_t)t * G * 8;
@@ -425,8 +426,9 @@ static void matmul_task(void* ctx, int task, int thread) {
             int m = 0;
             while (i >= j->first_item[m + 1]) m++;
             const Matrix* W = j->W[m];
-            if (token != (j->each ? m : 0)) {
-                token = j->each ? m : 0;
+            const int want = j->each ? m : 0;
+            if (token != want) {
+                token = want;
                 if (j->each) pr = (view = token_view(&j->pr, m, W), &view);
 #if defined(KERNELS_AVX2)
                 if (pr->plan.prep == PREP_DEINTERLEAVE) deinterleave(mt.xp, pr->x, W->cols, bf16_span(W->cols));
