@@ -230,25 +230,42 @@ static void q8_query(Q8Query* qq, const float* q, int NQ, int d) {
     }
 }
 
-/* scores() over a q8 cache for the queries in qq. */
+/* One q8 key row's products with the queries in qq, one vector of partial sums per query. */
+ALWAYS_INLINE void q8_row(wvec a[2], const Q8Query* qq, int NQ, const int8_t* k, int d) {
+    const wbytes c128 = wb_set1(0x80);
+    a[0] = a[1] = wv_set1(0.0f);
+    for (int s = 0; s < qq->steps; s++) {
+        /* d a multiple of 64 (Qwen3's 128, a constant where it is): whole steps, no masks read */
+        const int whole = d % 64 == 0;
+        const wbytes kb = wb_load(k + 64 * s, whole ? ~0ull : qq->mask[s]);
+        const wbytes below = wb_neg(wb_dot(wb_set1(0), c128, kb)); /* -128 x each lane's keys */
+        const wvec ks = wv_set4x4_half((const uint16_t*)(k + kv_q8_scale_at(d, 64 * s)), whole ? 4 : qq->groups[s]);
+#pragma GCC unroll 2
+        for (int j = 0; j < NQ; j++)
+            a[j] = wv_fma(wv_from_i32(wb_dot(below, qq->u[j][s], kb)), wv_mul(ks, qq->s[j][s]), a[j]);
+    }
+}
+
+/* scores() over a q8 cache for the queries in qq, four rows at a time: their sums in one tree
+ * (wv_hsum4_store), which gives every row's score the same bits in a group of four or fewer. */
 ALWAYS_INLINE void q8_scores(float* att, int att_stride, const Q8Query* qq, int NQ, const int8_t* keys,
                              const int8_t* prefetch_values, int stride, int n, int d, float scale) {
-    const wbytes c128 = wb_set1(0x80);
-    for (int t = 0; t < n; t++) {
-        const int8_t* k = keys + (size_t)t * stride;
-        for (int i = 0; prefetch_values && i < kv_row_bytes(d, KV_Q8); i += 64)
-            __builtin_prefetch(prefetch_values + (size_t)t * stride + i, 0, 2); /* into L2 */
-        wvec a[2] = {wv_set1(0.0f), wv_set1(0.0f)};
-        for (int s = 0; s < qq->steps; s++) {
-            const wbytes kb = wb_load(k + 64 * s, qq->mask[s]);
-            const wbytes below = wb_neg(wb_dot(wb_set1(0), c128, kb)); /* -128 x each lane's keys */
-            const wvec ks = wv_set4x4_half((const uint16_t*)(k + kv_q8_scale_at(d, 64 * s)), qq->groups[s]);
-#pragma GCC unroll 2
-            for (int j = 0; j < NQ; j++)
-                a[j] = wv_fma(wv_from_i32(wb_dot(below, qq->u[j][s], kb)), wv_mul(ks, qq->s[j][s]), a[j]);
+    for (int t = 0; t < n; t += 4) {
+        const int m = n - t < 4 ? n - t : 4;
+        wvec a[4][2];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            if (r >= m) {
+                a[r][0] = a[r][1] = wv_set1(0.0f);
+                continue;
+            }
+            for (int i = 0; prefetch_values && i < kv_row_bytes(d, KV_Q8); i += 64)
+                __builtin_prefetch(prefetch_values + (size_t)(t + r) * stride + i, 0, 2); /* into L2 */
+            q8_row(a[r], qq, NQ, keys + (size_t)(t + r) * stride, d);
         }
 #pragma GCC unroll 2
-        for (int j = 0; j < NQ; j++) att[(size_t)j * att_stride + t] = wv_hsum(a[j]) * scale;
+        for (int j = 0; j < NQ; j++)
+            wv_hsum4_store(att + (size_t)j * att_stride + t, m, a[0][j], a[1][j], a[2][j], a[3][j], scale);
     }
 }
 
@@ -401,7 +418,9 @@ ALWAYS_INLINE void attend_queries(float* out, const float* q, int NQ, const KVRo
         for (int p = c0, n; p < c1; p += n) {
             n = kv_block(kv, p, c1, &off);
             const void* prefetch_values = prefetch ? kv_at(kv->values, off, T) : NULL;
-            if (I8)
+            if (I8 && d == 128) /* every Qwen3's head_dim: the steps unrolled */
+                q8_scores(att + p, n_pos, &qq, NQ, kv_at(kv->keys, off, T), prefetch_values, kv->stride, n, 128, scale);
+            else if (I8)
                 q8_scores(att + p, n_pos, &qq, NQ, kv_at(kv->keys, off, T), prefetch_values, kv->stride, n, d, scale);
             else
                 scores(att + p, n_pos, q, NQ, kv_at(kv->keys, off, T), prefetch_values, kv->stride, n, d, scale, T);

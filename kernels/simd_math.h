@@ -21,7 +21,7 @@
  *   load_half                LANES halves widened exactly; where KERNELS_KV_F16 (wv_: AVX-512 always)
  *   load_i8, set1_half       LANES int8 widened exactly; one half in every lane (the q8 KV cache)
  *   wp_*, dot_pairs          (AVX-512 BF16) 16 lanes of bf16 pairs, vdpbf16ps: prefill attention
- *   wb_*, from_i32, set4x4_half, wv_hsum
+ *   wb_*, from_i32, set4x4_half, hsum4_store
  *                            (AVX-512 VNNI) 64 bytes, vpdpbusd: decode attention over a q8 cache
  *   fv_ only: broadcast(p)   every lane *p
  *             neg            0 - x on x86, -x on NEON (they differ in the sign of a zero or a NaN)
@@ -241,7 +241,17 @@ ALWAYS_INLINE wvec wv_set4x4_half(const uint16_t* p, int n) {
     const wvec s = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16((__mmask16)((1u << n) - 1), p));
     return _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0), s);
 }
-ALWAYS_INLINE float wv_hsum(wvec v) { return _mm512_reduce_add_ps(v); }
+/* out[i] = scale x the sum of v[i]'s lanes for i < n (n <= 4): four sums in one tree of horizontal
+ * adds, each sum in the same order whichever i it is and whatever n is. */
+ALWAYS_INLINE void wv_hsum4_store(float* out, int n, wvec v0, wvec v1, wvec v2, wvec v3, float scale) {
+    const __m256 y0 = _mm256_add_ps(_mm512_castps512_ps256(v0), _mm512_extractf32x8_ps(v0, 1));
+    const __m256 y1 = _mm256_add_ps(_mm512_castps512_ps256(v1), _mm512_extractf32x8_ps(v1, 1));
+    const __m256 y2 = _mm256_add_ps(_mm512_castps512_ps256(v2), _mm512_extractf32x8_ps(v2, 1));
+    const __m256 y3 = _mm256_add_ps(_mm512_castps512_ps256(v3), _mm512_extractf32x8_ps(v3, 1));
+    const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(y0, y1), _mm256_hadd_ps(y2, y3));
+    const __m128 r = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    _mm_mask_storeu_ps(out, (__mmask8)((1u << n) - 1), _mm_mul_ps(r, _mm_set1_ps(scale)));
+}
 #endif
 
 #if defined(KERNELS_BF16_DOT)
