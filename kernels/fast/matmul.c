@@ -522,58 +522,67 @@ static void prepare_activations(MatmulJob* j) {
     }
 }
 
-/* One dispatch of 1 .. MAX_MULTI matrices: matmul's, or with each set matmul_segments' (x holds
- * n_mats rows, matrix m reads row m, n is 1). */
-static void run_product(const Ops* o, float* const* outs, const float* x, const Matrix* const* Ws, int n_mats, int n,
-                        int each) {
-    MatmulJob j;
-    j.k = ops_kernels(o);
-    j.s = kernels_scratch(j.k);
-    memcpy(j.out, outs, (size_t)n_mats * sizeof *outs);
-    memcpy(j.W, Ws, (size_t)n_mats * sizeof *Ws);
-    j.n_mats = n_mats;
-    j.each = each;
-    const int nt = kernels_threads(j.k);
-    j.pr.plan = plan_product(j.s, Ws, n_mats, n, nt);
-    j.pr.x = x;
-    j.pr.n = each ? n_mats : n; /* matmul_segments prepares every matrix's row; each chunk reads one */
-    prepare_activations(&j);
-    j.pr.n = n;
-    j.first_item[0] = 0;
+/* Sets j up for one dispatch of 1 .. MAX_MULTI matrices (matmul's, or with each set matmul_segments':
+ * x holds n_mats rows, matrix m reads row m, n is 1) and prepares the activations; returns the
+ * pool's task count, for the caller's parallel_for over matmul_task. */
+static int start_product(MatmulJob* j, const Ops* o, float* const* outs, const float* x, const Matrix* const* Ws,
+                         int n_mats, int n, int each) {
+    j->k = ops_kernels(o);
+    j->s = kernels_scratch(j->k);
+    memcpy(j->out, outs, (size_t)n_mats * sizeof *outs);
+    memcpy(j->W, Ws, (size_t)n_mats * sizeof *Ws);
+    j->n_mats = n_mats;
+    j->each = each;
+    const int nt = kernels_threads(j->k);
+    j->pr.plan = plan_product(j->s, Ws, n_mats, n, nt);
+    j->pr.x = x;
+    j->pr.n = each ? n_mats : n; /* matmul_segments prepares every matrix's row; each chunk reads one */
+    prepare_activations(j);
+    j->pr.n = n;
+    j->first_item[0] = 0;
     for (int m = 0; m < n_mats; m++)
-        j.first_item[m + 1] = j.first_item[m] + (j.W[m]->rows + j.pr.plan.chunk - 1) / j.pr.plan.chunk;
-    const int n_items = j.first_item[n_mats];
-    j.n_ranges = nt < MAX_RANGES ? nt : MAX_RANGES;
-    for (int r = 0; r < j.n_ranges; r++) {
-        atomic_init(&j.range[r].next, (int)((long long)n_items * r / j.n_ranges));
-        j.range[r].end = (int)((long long)n_items * (r + 1) / j.n_ranges);
+        j->first_item[m + 1] = j->first_item[m] + (j->W[m]->rows + j->pr.plan.chunk - 1) / j->pr.plan.chunk;
+    const int n_items = j->first_item[n_mats];
+    j->n_ranges = nt < MAX_RANGES ? nt : MAX_RANGES;
+    for (int r = 0; r < j->n_ranges; r++) {
+        atomic_init(&j->range[r].next, (int)((long long)n_items * r / j->n_ranges));
+        j->range[r].end = (int)((long long)n_items * (r + 1) / j->n_ranges);
     }
-    parallel_for(j.k, n == 1 ? nt : n_items, matmul_task, &j);
+    return n == 1 ? nt : n_items;
 }
 
 void matmul(const Ops* o, float* const* outs, const float* x, const Matrix* const* Ws, int n_mats, int n) {
-    for (int m = 0; m < n_mats; m += MAX_MULTI)
-        run_product(o, outs + m, x, Ws + m, n_mats - m < MAX_MULTI ? n_mats - m : MAX_MULTI, n, 0);
+    MatmulJob j;
+    for (int m = 0; m < n_mats; m += MAX_MULTI) {
+        const int tasks = start_product(&j, o, outs + m, x, Ws + m, n_mats - m < MAX_MULTI ? n_mats - m : MAX_MULTI, n, 0);
+        parallel_for(j.k, tasks, matmul_task, &j);
+    }
 }
 
 /* One row per matrix (decode's chosen experts): one dispatch for them all, x prepared once. Else
- * a matmul per matrix. */
+ * a dispatch per matrix, as matmul's. */
 void matmul_segments(const Ops* o, float* out, const float* x, const Matrix* const* Ws, const int* ns, int n_mats) {
     if (n_mats <= 0) return;
     const int R = Ws[0]->rows, C = Ws[0]->cols, per_job = n_mats < MAX_MULTI ? n_mats : MAX_MULTI;
     int one_row = (size_t)per_job * (size_t)C <= kernels_scratch(ops_kernels(o))->xq_cap;
     for (int m = 0; m < n_mats; m++) one_row &= ns[m] == 1;
     float* outs[MAX_MULTI];
+    MatmulJob j;
     for (int m0 = 0, row = 0; m0 < n_mats; m0 += MAX_MULTI) {
         const int n = n_mats - m0 < MAX_MULTI ? n_mats - m0 : MAX_MULTI;
         if (one_row) {
             for (int m = 0; m < n; m++) outs[m] = out + (size_t)(row + m) * R;
-            run_product(o, outs, x + (size_t)row * C, Ws + m0, n, 1, 1);
+            const int tasks = start_product(&j, o, outs, x + (size_t)row * C, Ws + m0, n, 1, 1);
+            parallel_for(j.k, tasks, matmul_task, &j);
             row += n;
             continue;
         }
-        for (int m = m0; m < m0 + n; row += ns[m++])
-            if (ns[m] > 0) matmul(o, (float*[]){out + (size_t)row * R}, x + (size_t)row * C, Ws + m, 1, ns[m]);
+        for (int m = m0; m < m0 + n; row += ns[m++]) {
+            if (ns[m] <= 0) continue;
+            float* seg_out = out + (size_t)row * R;
+            const int tasks = start_product(&j, o, &seg_out, x + (size_t)row * C, Ws + m, 1, ns[m], 0);
+            parallel_for(j.k, tasks, matmul_task, &j);
+        }
     }
 }
 
