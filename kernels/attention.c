@@ -233,10 +233,10 @@ static void q8_query(Q8Query* qq, const float* q, int NQ, int d) {
 /* One q8 key row's products with the queries in qq, one vector of partial sums per query. */
 ALWAYS_INLINE void q8_row(wvec a[2], const Q8Query* qq, int NQ, const int8_t* k, int d) {
     const wbytes c128 = wb_set1(0x80);
+    /* d a multiple of 64 (Qwen3's 128, a constant where it is): whole steps, no masks read */
+    const int whole = d % 64 == 0;
     a[0] = a[1] = wv_set1(0.0f);
     for (int s = 0; s < qq->steps; s++) {
-        /* d a multiple of 64 (Qwen3's 128, a constant where it is): whole steps, no masks read */
-        const int whole = d % 64 == 0;
         const wbytes kb = wb_load(k + 64 * s, whole ? ~0ull : qq->mask[s]);
         const wbytes below = wb_neg(wb_dot(wb_set1(0), c128, kb)); /* -128 x each lane's keys */
         const wvec ks = wv_set4x4_half((const uint16_t*)(k + kv_q8_scale_at(d, 64 * s)), whole ? 4 : qq->groups[s]);
