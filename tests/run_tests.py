@@ -136,8 +136,20 @@ def python_units(wanted):
                     quantised = t.id().endswith(("_q8", "_q4")) or "quantised" in t.id()
                     cls += ".q" if quantised else ".f"
                 classes.setdefault(cls, []).append(t.id())
-    # EndToEnd's tests run the pure-Python reference: about five times a typical test's time.
-    return [(len(ids) * (5 if ".EndToEnd." in cls + "." else 1), sorted(ids)) for cls, ids in classes.items()]
+    return [(UNIT_SECONDS.get(cls, 0.3 * len(ids)), sorted(ids)) for cls, ids in classes.items()]
+
+
+# The units that take seconds (measured on a 2-core Zen 5, 2026-11-29; only their order matters):
+# started first, so that no long one is left to run alone at the end. Any other unit: 0.3 s a test.
+UNIT_SECONDS = {
+    "test_model.EndToEnd.q": 35, "test_model.EndToEnd.f": 30, "test_tokenizer_unicode.TestEveryCodePoint": 13,
+    "test_bench.BenchMode": 13, "test_bad_input.ExportErrors": 11, "C programs": 11,
+    "test_compare_tool.CompareTool": 10, "test_export_input.CrashingInputs": 8,
+    "test_norm_train_lab.NormTrainLab": 8, "test_random_models.MakeRandom": 7, "test_bench.BenchMoe": 6,
+    "test_tokenizer.TestTokenizerReference": 7, "test_quantize.NothingLeftBehind": 6,
+    "test_quantize.ExportUsesIt": 5, "test_model.TestReference": 5, "test_export_input.Limits": 5,
+    "test_quantize.SameBytesAsExport": 4, "test_export_input.Fuzz": 4, "test_cli_usage.FreshCopy": 4,
+}
 
 
 def run_unit(unit):
@@ -179,7 +191,7 @@ def main():
     n_c = len(c_cases(wanted))
     units = [(cost, (ids, [], patterns)) for cost, ids in python_units(wanted)]
     if n_c:
-        units.append((10, ([], list(range(n_c)), patterns)))
+        units.append((UNIT_SECONDS["C programs"], ([], list(range(n_c)), patterns)))
     units = [u for _, u in sorted(units, key=lambda cu: -cu[0])]
 
     t0 = time.time()
