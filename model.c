@@ -118,7 +118,7 @@ static void rope_tables(const Config* c, float* cos_t, float* sin_t) {
 /* The KV cache (keys and values alike) in blocks of kv_block_len positions,
  * [block][layer][kv head][position in block][d]: the cache grows in position order, so its 2 MB
  * pages map little more than the positions reached, and a kv head's rows in a block are one run
- * that attention reads as a stream (64 to 72 KB for Qwen3's head_dim; docs/design.md#kv-cache). */
+ * that attention reads as a stream (64 to 128 KB for Qwen3's head_dim; docs/design.md#kv-cache). */
 static size_t kv_block_elems(const Config* c, const RunState* s) {
     return (size_t)c->n_layers * c->n_kv_heads * (size_t)kv_block_len(s->kv_type) * s->kv_row;
 }

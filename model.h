@@ -238,8 +238,9 @@ typedef struct {
     float *rope_cos, *rope_sin; /* [seq_len, d/2]  cos and sin of p * inv_freq[i] */
 } RunState;
 
-/* Positions per KV cache block (model.c): q8's rows are short, so more (docs/design.md#kv-cache). */
-static inline int kv_block_len(KVType t) { return t == KV_Q8 ? 512 : 128; }
+/* Positions per KV cache block (model.c): fp16's and q8's rows are short, so more
+ * (docs/design.md#kv-cache). */
+static inline int kv_block_len(KVType t) { return t == KV_F32 ? 128 : 512; }
 
 static inline size_t kv_elem_bytes(const RunState* s) { return kv_elem_size(s->kv_type); }
 

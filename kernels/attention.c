@@ -331,11 +331,17 @@ ALWAYS_INLINE void wide_weighted_sum(float* out, const float* att, int att_strid
 #endif
 
 /* weighted_sum's FV_LANES NU outputs per query from dimension i on (NU 4, or 2 for a head_dim's last
- * 2 FV_LANES), in registers for one pass over the value rows; the same dimensions of next_keys' first
- * n_next rows are prefetched into L2 on the way. */
+ * 2 FV_LANES), in registers for one pass over the value rows. On the way this pass prefetches into
+ * L2 its share of the cache lines of next_keys' first n_next rows, in address order (pass p of P
+ * takes the p-th of P equal runs), so that the next chunk's keys come in as one stream rather than
+ * a line of every row per pass (docs/design.md#attention-decode). */
 ALWAYS_INLINE void weighted_sum_pass(float* out, const float* att, int att_stride, int NQ, const void* values,
                                      const void* next_keys, int n_next, int stride, int n, int d, int i, int add,
                                      int NU, KVType T) {
+    const int P = (d + 4 * FV_LANES - 1) / (4 * FV_LANES), p = i / (4 * FV_LANES);
+    const int row_lines = (kv_row_bytes(d, T) + 63) / 64, lines = n_next * row_lines;
+    const int first = (int)((long)p * lines / P), last = (int)((long)(p + 1) * lines / P);
+    const int per_row = n > 0 ? (last - first + n - 1) / n : 0; /* lines to prefetch per value row */
     fvec o[2][4];
 #pragma GCC unroll 2
     for (int j = 0; j < NQ; j++)
@@ -343,9 +349,9 @@ ALWAYS_INLINE void weighted_sum_pass(float* out, const float* att, int att_strid
         for (int u = 0; u < NU; u++) o[j][u] = add ? fv_load(out + (size_t)j * d + i + FV_LANES * u) : fv_set1(0.0f);
     for (int t = 0; t < n; t++) {
         const void* v = kv_at(values, (size_t)t * stride, T);
-        if (t < n_next)
-            for (int b = 0; b < FV_LANES * NU * (int)kv_elem_size(T); b += 64)
-                __builtin_prefetch((const char*)kv_at(next_keys, (size_t)t * stride + i, T) + b, 0, 2);
+        for (int l = first + t * per_row, e = l + per_row < last ? l + per_row : last; l < e; l++)
+            __builtin_prefetch((const char*)kv_at(next_keys, (size_t)(l / row_lines) * stride, T) + 64 * (l % row_lines),
+                               0, 2);
         fvec vv[4];
 #pragma GCC unroll 4
         for (int u = 0; u < NU; u++) vv[u] = kv_load(v, i + FV_LANES * u, d, T);

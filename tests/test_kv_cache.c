@@ -3,9 +3,9 @@
  * instead of a page fault per 4 KB), and no further: the blocks of positions never reached stay
  * unmapped. Runs the shipped model (models/tinystories.bin, 4 layers x 3 kv heads, head_dim 48:
  * a block of 128 positions is 294,912 bytes, 72 pages of 4 KB, and its context of 256 positions
- * is two blocks) and asks mincore() which pages are resident; with `--kv-cache f16` a block is
- * half those bytes, 36 pages; with `--kv-cache q8` a block is 512 positions, so the context is
- * one block of 256 positions, 165,888 bytes (rows of 48 int8 and 3 half scales), 40.5 pages.
+ * is two blocks) and asks mincore() which pages are resident; with `--kv-cache f16` or `q8` a
+ * block is 512 positions, so the context is one block of 256 positions: 147,456 bytes (36 pages)
+ * in fp16, 165,888 bytes (rows of 48 int8 and 3 half scales, 40.5 pages) in q8.
  * Both blocks fit in one 2 MB page,
  * which the engine asks for, so the test turns transparent huge pages off for itself
  * (PR_SET_THP_DISABLE) and looks at 4 KB pages. Where the kernel has no MADV_POPULATE_WRITE
@@ -70,12 +70,12 @@ static int run_case(KVType kv_type) {
     snprintf(what, sizeof what, "the cache is %s%s", KV_NAME[kv_type], kv_type ? " as asked" : " by default");
     check(t.state.kv_type == kv_type, what);
     const int bl = kv_block_len(kv_type);
-    check(bl == (kv_type == KV_Q8 ? 512 : 128), "blocks of 128 positions, 512 for q8");
+    check(bl == (kv_type == KV_F32 ? 128 : 512), "blocks of 128 positions, 512 for fp16 and q8");
     check(t.config.seq_len == 256, "the shipped model's context is 256 positions");
     int tokens[40];
     for (int i = 0; i < 40; i++) tokens[i] = 100 + i;
     check(forward(&t, tokens, 40, 0, NULL) != NULL, "forward of a 40-token prompt");
-    if (bl >= t.config.seq_len) { /* q8: the context is the first 256 positions of one block */
+    if (bl >= t.config.seq_len) { /* fp16, q8: the context is the first 256 positions of one block */
         check(t.state.kv_populated == t.config.seq_len, "after a 40-token prompt the whole context is populated");
         check_block(&t, 0, 1, "after the prompt");
     } else if (t.state.kv_populated == t.config.seq_len) {

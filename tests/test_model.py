@@ -734,8 +734,9 @@ class EndToEnd(unittest.TestCase):
         half scale each: against the reference that rounds or quantises its cached keys and
         values the same way (Reference.forward(kv_f16=True) or (kv_q8=True)) the logits agree, in
         prefill and decode, GQA 4 and 2, head_dim 32 and 16 (both on the SIMD attention, which
-        takes multiples of 16), two threads, and a 264-token prompt (chunks of 256 rows; the
-        cache's blocks are 128 positions, so prefill and decode cross blocks). The plain reference
+        takes multiples of 16), two threads, and a 264-token prompt (chunks of 256 rows; both
+        caches keep 512 positions a block, so a blocked cache's seams are left to test_kernels and
+        test_ops, which compare blocks of a few rows with one array bit for bit). The plain reference
         and the other cache's must be farther off (the option took effect, and the test can tell
         the three apart).
         The bounds: a key or value whose fp32 value lies within float noise of a rounding midpoint
