@@ -139,8 +139,8 @@ def python_units(wanted):
     return [(UNIT_SECONDS.get(cls, 0.3 * len(ids)), sorted(ids)) for cls, ids in classes.items()]
 
 
-# The units that take seconds (measured on a 2-core Zen 5, 2026-11-29; only their order matters):
-# started first, so that no long one is left to run alone at the end. Any other unit: 0.3 s a test.
+# Rough seconds of the units that take longest on a 2-core machine (only their order matters): they
+# start first, so that no long one is left to run alone at the end. Any other unit: 0.3 s a test.
 UNIT_SECONDS = {
     "test_model.EndToEnd.q": 35, "test_model.EndToEnd.f": 30, "test_tokenizer_unicode.TestEveryCodePoint": 13,
     "test_bench.BenchMode": 13, "test_bad_input.ExportErrors": 11, "C programs": 11,
