@@ -340,7 +340,7 @@ ALWAYS_INLINE void weighted_sum_pass(float* out, const float* att, int att_strid
                                      int NU, KVType T) {
     const int P = (d + 4 * FV_LANES - 1) / (4 * FV_LANES), p = i / (4 * FV_LANES);
     const int row_lines = (kv_row_bytes(d, T) + 63) / 64, lines = n_next * row_lines;
-    const int first = (int)((long)p * lines / P), last = (int)((long)(p + 1) * lines / P);
+    const int first = p * lines / P, last = (p + 1) * lines / P;
     const int per_row = n > 0 ? (last - first + n - 1) / n : 0; /* lines to prefetch per value row */
     fvec o[2][4];
 #pragma GCC unroll 2
@@ -349,7 +349,7 @@ ALWAYS_INLINE void weighted_sum_pass(float* out, const float* att, int att_strid
         for (int u = 0; u < NU; u++) o[j][u] = add ? fv_load(out + (size_t)j * d + i + FV_LANES * u) : fv_set1(0.0f);
     for (int t = 0; t < n; t++) {
         const void* v = kv_at(values, (size_t)t * stride, T);
-        for (int l = first + t * per_row, e = l + per_row < last ? l + per_row : last; l < e; l++)
+        for (int l = first + t * per_row; l < first + (t + 1) * per_row && l < last; l++)
             __builtin_prefetch((const char*)kv_at(next_keys, (size_t)(l / row_lines) * stride, T) + 64 * (l % row_lines),
                                0, 2);
         fvec vv[4];
