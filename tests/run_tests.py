@@ -116,9 +116,8 @@ def c_cases(wanted):
 
 def python_units(wanted):
     """The Python tests as units of work for the worker processes: one per test class, since a
-    class shares its setUpClass work among its tests. test_model.EndToEnd, the largest, is cut in
-    two: the f32 and bf16 exports (with the mistakes test, which reuses the f32 runs) and the
-    quantised ones. Each unit is (estimated cost, [test ids])."""
+    class shares its setUpClass work among its tests (test_model.EndToEnd's exports and reference
+    logits: cut in two, it would compute them twice). Each unit is (estimated cost, [test ids])."""
     classes = {}
     loader = unittest.TestLoader()
     for path in sorted(glob.glob(os.path.join(ROOT, "tests", "test_*.py"))):
@@ -132,9 +131,6 @@ def python_units(wanted):
                     stack.append(t)
                     continue
                 cls = t.id().rsplit(".", 1)[0]
-                if cls.endswith("EndToEnd"):
-                    quantised = t.id().endswith(("_q8", "_q4")) or "quantised" in t.id()
-                    cls += ".q" if quantised else ".f"
                 classes.setdefault(cls, []).append(t.id())
     return [(UNIT_SECONDS.get(cls, 0.3 * len(ids)), sorted(ids)) for cls, ids in classes.items()]
 
@@ -142,7 +138,7 @@ def python_units(wanted):
 # Rough seconds of the units that take longest on a 2-core machine (only their order matters): they
 # start first, so that no long one is left to run alone at the end. Any other unit: 0.3 s a test.
 UNIT_SECONDS = {
-    "test_model.EndToEnd.q": 35, "test_model.EndToEnd.f": 30, "test_tokenizer_unicode.TestEveryCodePoint": 13,
+    "test_model.EndToEnd": 60, "test_tokenizer_unicode.TestEveryCodePoint": 13,
     "test_bench.BenchMode": 13, "test_bad_input.ExportErrors": 11, "C programs": 11,
     "test_compare_tool.CompareTool": 10, "test_export_input.CrashingInputs": 8,
     "test_norm_train_lab.NormTrainLab": 8, "test_random_models.MakeRandom": 7, "test_bench.BenchMoe": 6,

@@ -520,13 +520,16 @@ class EndToEnd(unittest.TestCase):
     def reference(self, variant, seq, **kw):
         """Reference(folder).forward(seq, **kw) on the source weights, computed once per (variant,
         sequence, arguments) in this class: the exports of a variant mostly decode the same
-        sequence, and the pure-Python reference is most of these tests' time."""
-        key = (variant, tuple(seq), tuple(sorted(kw.items())))
-        if key not in self.ref_logits:
-            if variant not in self.refs:
-                self.refs[variant] = Reference(self.folder(variant))
-            self.ref_logits[key] = self.refs[variant].forward(seq, **kw)
-        return self.ref_logits[key]
+        sequence, and the pure-Python reference is most of these tests' time. The reference is
+        causal, so a sequence that begins one already computed takes that one's first rows."""
+        args = tuple(sorted(kw.items()))
+        for (v, known, a), logits in self.ref_logits.items():
+            if v == variant and a == args and known[:len(seq)] == tuple(seq):  # causal: a prefix's rows
+                return logits[:len(seq)]
+        if variant not in self.refs:
+            self.refs[variant] = Reference(self.folder(variant))
+        logits = self.ref_logits[(variant, tuple(seq), args)] = self.refs[variant].forward(seq, **kw)
+        return logits
 
     def engine_run(self, variant, dtype, n_gen=None):
         key = (variant, dtype, n_gen)
@@ -558,40 +561,47 @@ class EndToEnd(unittest.TestCase):
         self.runs[key] = (seq, rows, header)
         return self.runs[key]
 
-    def compare(self, variant, dtype, stored=True):
-        """Runs (once) and measures: err_stored = error against the reference on exactly the
-        weights the export stored (q8, q4: the smaller of fp32 and int8 activations, see
-        Reference(act_group=)), err_source = against the reference on the source weights,
-        top1 = fraction of positions whose argmax agrees with the source reference. stored=False:
-        err_stored only where it is already known (None otherwise), since a q8 export is bounded
-        against the source weights and its stored-weights references cost two forwards."""
+    def compare(self, variant, dtype, bound=None):
+        """Runs (once) and measures: err_source = error against the reference on the source
+        weights, top1 = fraction of positions whose argmax agrees with it, and, given a bound,
+        err_stored = error against the reference on exactly the weights the export stored, as
+        far as the bound needs: q8 and q4 with int8 activations first (what the SIMD builds'
+        kernels do, see Reference(act_group=)), then, where that is not below the bound, the
+        smaller of it and fp32 activations (each stored-weights reference is a forward of its
+        own; None where none was needed)."""
         key = (variant, dtype)
         if key not in self.compared:
             seq, rows, header = self.engine_run(variant, dtype)
             exact = self.reference(variant, seq)
             self.compared[key] = dict(rows=len(rows), err_stored=None, err_source=rel_error(rows, exact),
-                                      top1=sum(argmax(a) == argmax(b) for a, b in zip(rows, exact)) / len(rows))
+                                      top1=sum(argmax(a) == argmax(b) for a, b in zip(rows, exact)) / len(rows),
+                                      stored_acts=[])
         r = self.compared[key]
-        if stored and r['err_stored'] is None:
-            seq, rows, header = self.engine_run(variant, dtype)
-            d = self.folder(variant)
-            if dtype == 'f32':
-                r['err_stored'] = r['err_source']
-            elif dtype == 'bf16':
+        if bound is None or (r['err_stored'] is not None and r['err_stored'] < bound):
+            return r
+        seq, rows, header = self.engine_run(variant, dtype)
+        d = self.folder(variant)
+        if dtype == 'f32':
+            r['err_stored'] = r['err_source']
+        elif dtype == 'bf16':
+            if r['err_stored'] is None:
                 r['err_stored'] = rel_error(rows, Reference(d, reference.as_bf16).forward(seq))
-            else:
-                gs = header['group_size']
-                self.assertGreater(gs, 0)
-                as_q = reference.as_q4 if dtype == 'q4' else reference.as_q8
-                qw = lambda v, cols: as_q(v, cols, gs)  # noqa: E731
-                stored_ref = Reference(d, qw)  # the quantised weights, made once for both activations
-                err_fp32_act = rel_error(rows, stored_ref.forward(seq))
-                stored_ref.act_group = gs
-                r['err_stored'] = min(err_fp32_act, rel_error(rows, stored_ref.forward(seq)))
+        else:
+            gs = header['group_size']
+            self.assertGreater(gs, 0)
+            as_q = reference.as_q4 if dtype == 'q4' else reference.as_q8
+            for act_group in (gs, None):
+                if act_group in r['stored_acts']:
+                    continue
+                r['stored_acts'].append(act_group)
+                err = rel_error(rows, Reference(d, lambda v, cols: as_q(v, cols, gs), act_group).forward(seq))
+                r['err_stored'] = err if r['err_stored'] is None else min(r['err_stored'], err)
+                if r['err_stored'] < bound:
+                    break
         return r
 
     def check(self, variant, dtype):
-        r = self.compare(variant, dtype, stored=dtype != 'q8')
+        r = self.compare(variant, dtype, None if dtype == 'q8' else Q4_STORED_TOL if dtype == 'q4' else TIGHT_TOL)
         source_dtype = VARIANTS[variant][0].get('dtype', 'BF16')
         what = '%s exported as %s, %d positions' % (variant, dtype, r['rows'])
         # int8 activations make a tight comparison impossible run by run (see
@@ -621,10 +631,13 @@ class EndToEnd(unittest.TestCase):
         variants = [v for v, spec in VARIANTS.items() if spec[0].get('dtype') in ('F32', 'F16')]
         self.assertGreaterEqual(len(variants), 5)
         for dtype in ('q8', 'q4'):
-            errs = {v: self.compare(v, dtype)['err_stored'] for v in variants}
-            tight = [v for v in variants if errs[v] < TIGHT_TOL]
-            self.assertGreaterEqual(len(tight), 1, 'no %s run matches the %s-weights reference within %g: %s' % (
-                dtype, dtype, TIGHT_TOL, errs))
+            errs = {}
+            for v in variants:  # until one is tight: more would not change the outcome
+                errs[v] = self.compare(v, dtype, TIGHT_TOL)['err_stored']
+                if errs[v] < TIGHT_TOL:
+                    break
+            self.assertLess(min(errs.values()), TIGHT_TOL, 'no %s run matches the %s-weights reference within %g: %s'
+                            % (dtype, dtype, TIGHT_TOL, errs))
 
     def test_export_jobs_same_file(self):
         """export.py's worker processes (--jobs) change nothing in the file: q8, q4 and bf16 (from
