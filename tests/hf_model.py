@@ -53,17 +53,30 @@ def f16_round(x):
     return struct.unpack('<e', struct.pack('<e', x))[0]
 
 
+# The same for whole lists, the per-value work in C where it can be (a model's tensors are
+# millions of values): bit for bit what the functions above give value by value.
+
+def bf16_bits_of(values):
+    """[f32_to_bf16_bits(v) for v in values]."""
+    return [((b + 0x7FFF + ((b >> 16) & 1)) >> 16) & 0xFFFF for b in array('I', array('f', values).tobytes())]
+
+
+def bf16_bits_to_f32s(bits):
+    """[bf16_bits_to_f32(h) for h in bits]."""
+    return array('f', array('I', [(h & 0xFFFF) << 16 for h in bits]).tobytes()).tolist()
+
+
 DTYPE_SIZE = {'F32': 4, 'BF16': 2, 'F16': 2, 'F8_E4M3': 1, 'F8_E5M2': 1, 'I8': 1, 'U8': 1}
 
 
 def round_to_dtype(values, dtype):
     """The values a tensor of this dtype actually holds."""
     if dtype == 'F32':
-        return [f32_round(v) for v in values]
+        return array('f', values).tolist()
     if dtype == 'BF16':
-        return [bf16_round(v) for v in values]
+        return bf16_bits_to_f32s(bf16_bits_of(values))
     if dtype == 'F16':
-        return [f16_round(v) for v in values]
+        return list(struct.unpack('<%de' % len(values), struct.pack('<%de' % len(values), *values)))
     raise ValueError('no float values for dtype %s' % dtype)
 
 
@@ -72,7 +85,7 @@ def encode_tensor(values, dtype):
     if dtype == 'F32':
         a = array('f', values)
     elif dtype == 'BF16':
-        a = array('H', [f32_to_bf16_bits(v) for v in values])
+        a = array('H', bf16_bits_of(values))
     elif dtype == 'F16':
         return struct.pack('<%de' % len(values), *values)
     elif dtype in ('F8_E4M3', 'F8_E5M2', 'I8', 'U8'):
@@ -137,7 +150,7 @@ def read_safetensors(path):
         if dtype == 'F32':
             vals = list(struct.unpack('<%df' % count, raw))
         elif dtype == 'BF16':
-            vals = [bf16_bits_to_f32(h) for h in struct.unpack('<%dH' % count, raw)]
+            vals = bf16_bits_to_f32s(struct.unpack('<%dH' % count, raw))
         elif dtype == 'F16':
             vals = list(struct.unpack('<%de' % count, raw))
         else:
@@ -483,6 +496,10 @@ def write_model(folder, spec):
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN = os.environ.get('QWEN3_RUN') or os.path.join(ROOT, 'run')  # QWEN3_RUN: test another build
 EXPORT = os.path.join(ROOT, 'export.py')
+# The Python scripts the tests run (export.py, tools/*.py) use the standard library only; -S runs
+# them without site-packages, which holds them to that, and skips what a site's .pth files import
+# at each start (65 ms a process where one imports certifi, and the tests start over 300).
+PYTHON = [sys.executable, '-S']
 
 
 def missing_tools():
@@ -529,7 +546,7 @@ def stale_and_live_temporaries(out_dir, base):
     them, .BASE.PID.tmp: one of a process that has exited (a run killed outright leaves such a
     file) and one of this test's own, running process. Returns (stale path, live path)."""
     import subprocess
-    gone = subprocess.Popen([sys.executable, '-c', 'pass'])
+    gone = subprocess.Popen([*PYTHON, '-c', 'pass'])
     gone.wait()  # its pid now belongs to no process (reuse within a test is not a concern)
     paths = [os.path.join(out_dir, '.%s.%d.tmp' % (base, pid)) for pid in (gone.pid, os.getpid())]
     for path in paths:
@@ -540,7 +557,7 @@ def stale_and_live_temporaries(out_dir, base):
 
 def run_export(hf_dir, out_path, dtype=None, timeout=120, extra=()):
     import subprocess
-    cmd = [sys.executable, EXPORT, hf_dir, out_path] + (['--dtype', dtype] if dtype else []) + list(extra)
+    cmd = [*PYTHON, EXPORT, hf_dir, out_path] + (['--dtype', dtype] if dtype else []) + list(extra)
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 

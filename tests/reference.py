@@ -64,7 +64,7 @@ def is_router(name):
 
 def as_bf16(values, cols):
     """What export --dtype bf16 stores: round to nearest even bfloat16."""
-    return [hf_model.bf16_round(v) for v in values]
+    return hf_model.round_to_dtype(values, 'BF16')
 
 
 def _quantize_groups(values, group_size, scale):

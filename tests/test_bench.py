@@ -29,6 +29,9 @@ import sys
 import tempfile
 import unittest
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hf_model import PYTHON  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN = os.environ.get("QWEN3_RUN") or os.path.join(ROOT, "run")  # run_tests.py: this build's engine
 MODEL = os.path.join(ROOT, "models", "tinystories.bin")
@@ -476,7 +479,7 @@ class BenchMoe(unittest.TestCase):
                 moe_intermediate_size=16, mlp_only_layers=[1], max_position_embeddings=600,
                 n_heads=2, n_kv_heads=1, head_dim=8))  # small heads: the reference's attention over 526 positions
             model = os.path.join(d, "m.bin")
-            p = subprocess.run([sys.executable, os.path.join(ROOT, "export.py"), d, model, "--dtype", "f32"],
+            p = subprocess.run([*PYTHON, os.path.join(ROOT, "export.py"), d, model, "--dtype", "f32"],
                                capture_output=True, text=True, timeout=120)
             self.assertEqual(p.returncode, 0, p.stderr)
             n = 526  # a MoE model's chunks are 512 rows (model.c, MAX_BATCH)

@@ -28,6 +28,9 @@ import sys
 import tempfile
 import unittest
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hf_model import PYTHON  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN = os.environ.get("QWEN3_RUN") or os.path.join(ROOT, "run")
 MODEL = os.path.join(ROOT, "models", "tinystories.bin")
@@ -276,7 +279,7 @@ class FreshCopy(unittest.TestCase):
         kernel and the filesystem give file mappings 2 MB pages."""
         if not os.path.exists("/proc/self/smaps"):
             self.skipTest("no /proc/self/smaps here: the bench cannot tell the page size")
-        p = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "drop_page_cache.py"), self.model],
+        p = subprocess.run([*PYTHON, os.path.join(ROOT, "tools", "drop_page_cache.py"), self.model],
                            capture_output=True, text=True, timeout=60)
         self.assertEqual(p.returncode, 0, p.stderr)
         mb, notes = self.mb_in_2mb_pages()

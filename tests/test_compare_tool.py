@@ -19,6 +19,9 @@ import sys
 import tempfile
 import unittest
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hf_model import PYTHON  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOOL = os.path.join(ROOT, "tools", "llama_cpp", "compare.py")
 RUN = os.environ.get("QWEN3_RUN") or os.path.join(ROOT, "run")  # run_tests.py: this build's engine
@@ -68,13 +71,13 @@ class CompareTool(unittest.TestCase):
         self.calls = os.path.join(self.dir, "calls.txt")
         self.lbench = os.path.join(self.dir, "lbench")
         with open(self.lbench, "w") as f:
-            f.write(FAKE_LBENCH.format(python=sys.executable, calls=self.calls))
+            f.write(FAKE_LBENCH.format(python=" ".join(PYTHON), calls=self.calls))
         os.chmod(self.lbench, 0o755)
 
     def tool(self, *args):
         # BENCH_LLC_BYTES=0: decode gets its % of roof even where the small stand-in model fits in
         # the CPU's last-level cache (the bench gives none then, as it would not for Qwen3-0.6B).
-        return subprocess.run([sys.executable, TOOL] + list(args), cwd=ROOT, capture_output=True,
+        return subprocess.run([*PYTHON, TOOL] + list(args), cwd=ROOT, capture_output=True,
                               text=True, timeout=600, env=dict(os.environ, BENCH_LLC_BYTES="0"))
 
     def test_rounds_and_table(self):
@@ -179,7 +182,7 @@ class CompareTool(unittest.TestCase):
         shutil.copy(os.path.join(self.dir, "qwen3-0.6b-q8_0.gguf"), gguf)
         upstream = os.path.join(self.dir, "llama-bench")
         with open(upstream, "w") as f:
-            f.write(FAKE_UPSTREAM.format(python=sys.executable, calls=self.calls))
+            f.write(FAKE_UPSTREAM.format(python=" ".join(PYTHON), calls=self.calls))
         os.chmod(upstream, 0o755)
         p = self.tool("--llama-bench", upstream, "--size", "1.7b", "--dir", self.dir, "--formats", "q8",
                       "--threads", "1,2", "--rounds", "1", "--prompt", "8", "--gen", "4", "--reps", "1",

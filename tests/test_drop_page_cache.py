@@ -18,12 +18,15 @@ import sys
 import tempfile
 import unittest
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hf_model import PYTHON  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOOL = os.path.join(ROOT, "tools", "drop_page_cache.py")
 
 
 def tool(*args):
-    return subprocess.run([sys.executable, TOOL] + list(args), capture_output=True, text=True, timeout=60)
+    return subprocess.run([*PYTHON, TOOL] + list(args), capture_output=True, text=True, timeout=60)
 
 
 def filesystem_type(path):

@@ -13,6 +13,9 @@ import sys
 import tempfile
 import unittest
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hf_model import PYTHON  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOOL = os.path.join(ROOT, "tools", "make_random_gguf.py")
 CFG = {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 8,
@@ -83,7 +86,7 @@ class MakeRandomGGUF(unittest.TestCase):
                 json.dump({"model": {"vocab": vocab, "merges": [["t", "o"], "to k"]},
                            "added_tokens": [{"id": 300, "content": "<|im_end|>"}]}, f)
         out = self.path = os.path.join(tmp, "m.gguf")
-        p = subprocess.run([sys.executable, TOOL, tmp, out, "--type", typ], capture_output=True, text=True)
+        p = subprocess.run([*PYTHON, TOOL, tmp, out, "--type", typ], capture_output=True, text=True)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(sorted(os.listdir(tmp)), sorted(["config.json", "m.gguf"] + (["tokenizer.json"] if tokenizer else [])),
                          "no temporary file left")
@@ -168,14 +171,14 @@ class MakeRandomGGUF(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             with open(os.path.join(tmp, "config.json"), "w") as f:
                 json.dump(dict(MOE_CFG, mlp_only_layers=[0]), f)
-            p = subprocess.run([sys.executable, TOOL, tmp, os.path.join(tmp, "x.gguf")], capture_output=True, text=True)
+            p = subprocess.run([*PYTHON, TOOL, tmp, os.path.join(tmp, "x.gguf")], capture_output=True, text=True)
             self.assertNotEqual(p.returncode, 0)
             self.assertIn("mlp_only_layers", p.stderr)
             self.assertEqual(os.listdir(tmp), ["config.json"])
 
     def test_missing_config(self):
         with tempfile.TemporaryDirectory() as tmp:
-            p = subprocess.run([sys.executable, TOOL, tmp, os.path.join(tmp, "x.gguf")], capture_output=True, text=True)
+            p = subprocess.run([*PYTHON, TOOL, tmp, os.path.join(tmp, "x.gguf")], capture_output=True, text=True)
             self.assertNotEqual(p.returncode, 0)
             self.assertIn("config.json", p.stderr)
             self.assertEqual(os.listdir(tmp), [])

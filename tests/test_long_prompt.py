@@ -15,6 +15,7 @@ import sys
 import time
 
 import hf_model
+from hf_model import PYTHON  # noqa: E402
 
 ROOT = hf_model.ROOT
 SHIPPED = os.path.join(ROOT, "models", "tinystories.bin")
@@ -67,7 +68,7 @@ def write_slow_model(folder):
         with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
             json.dump(value, f)
     out = os.path.join(folder, "slow.bin")
-    subprocess.run([sys.executable, os.path.join(ROOT, "tools", "make_random_checkpoint.py"), folder, out,
+    subprocess.run([*PYTHON, os.path.join(ROOT, "tools", "make_random_checkpoint.py"), folder, out,
                     "--dtype", "q8"], check=True, capture_output=True)
     return out
 

@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_model  # noqa: E402
 from hf_model import Spec, IM_START_ID  # noqa: E402
 from reference import Reference, rel_error, argmax, log_softmax_loss  # noqa: E402
+from hf_model import PYTHON  # noqa: E402
 
 TIGHT_TOL = 1e-4
 MISTAKE_MIN = 1e-2
@@ -288,7 +289,7 @@ class NormLab(hf_model.TempDirTestCase):
         with open(text, 'w') as f:
             f.write('Hello world, hello tokenizer. ' * 12)
         out = os.path.join(self.tmp, 'lab.md')
-        p = subprocess.run([sys.executable, os.path.join(hf_model.ROOT, 'tools', 'norm_lab.py'), '--model', self.ckpt,
+        p = subprocess.run([*PYTHON, os.path.join(hf_model.ROOT, 'tools', 'norm_lab.py'), '--model', self.ckpt,
                             '--text', text, '--out', out, '--run', hf_model.RUN], capture_output=True, text=True,
                            timeout=120)
         self.assertEqual(p.returncode, 0, p.stderr)
@@ -305,7 +306,7 @@ class NormLab(hf_model.TempDirTestCase):
                          '--ablate norm-scale', '--norm-eps 0', '--norm layernorm', '--ablate norm-gain@final',
                          '--ablate qk-norm@0', '--ablate pre-norms@1'):
             self.assertEqual(sum(r.startswith('| `%s` |' % switches) for r in rows), 1, switches)
-        missing = subprocess.run([sys.executable, os.path.join(hf_model.ROOT, 'tools', 'norm_lab.py'), '--model',
+        missing = subprocess.run([*PYTHON, os.path.join(hf_model.ROOT, 'tools', 'norm_lab.py'), '--model',
                                   os.path.join(self.tmp, 'absent.bin'), '--out', '-'], capture_output=True, text=True)
         self.assertNotEqual(missing.returncode, 0)
         self.assertIn('absent.bin: the model not found', missing.stderr)

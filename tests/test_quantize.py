@@ -22,6 +22,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_model  # noqa: E402
 from hf_model import Spec  # noqa: E402
+from hf_model import PYTHON  # noqa: E402
 
 ROOT_RUN = os.path.join(hf_model.ROOT, 'run')  # the ./run that export.py looks for beside itself
 WEIGHTS_OFFSET_AT = 144  # FileHeader.weights_offset (model.h)
@@ -44,7 +45,7 @@ QUANTS = [(['--dtype', 'q8'], 'q8'), (['--dtype', 'q8', '--group-size', '16'], '
 
 
 def export(hf_dir, out, *extra, exporter=hf_model.EXPORT):
-    return subprocess.run([sys.executable, exporter, hf_dir, out] + list(extra), cwd=hf_model.ROOT,
+    return subprocess.run([*PYTHON, exporter, hf_dir, out] + list(extra), cwd=hf_model.ROOT,
                           capture_output=True, text=True, timeout=300)
 
 
@@ -286,7 +287,7 @@ class NothingLeftBehind(InTempDir):
                    n_layers=1).config()
         with open(config, 'w') as f:
             json.dump(cfg, f)
-        p = subprocess.run([sys.executable, os.path.join(hf_model.ROOT, 'tools', 'make_random_qwen3.py'), hf,
+        p = subprocess.run([*PYTHON, os.path.join(hf_model.ROOT, 'tools', 'make_random_qwen3.py'), hf,
                             '--config', config, '--tokenizer', tok], capture_output=True, text=True, timeout=300)
         self.assertEqual(p.returncode, 0, p.stderr)
         # the real Qwen3's end-of-sequence ids lie beyond this vocabulary: take the tiny tokenizer's

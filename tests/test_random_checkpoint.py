@@ -17,6 +17,7 @@ ROOT = hf_model.ROOT
 TOOL = os.path.join(ROOT, "tools", "make_random_checkpoint.py")
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import make_random_qwen3  # noqa: E402
+from hf_model import PYTHON  # noqa: E402
 
 SHAPES = {
     "dense": dict(arch="qwen3", tie=False),
@@ -47,7 +48,7 @@ class RandomCheckpoint(hf_model.TempDirTestCase):
         exported, random_ckpt = os.path.join(d_out, "exported.bin"), os.path.join(d_out, "random.bin")
         p = hf_model.run_export(d, exported, dtype)
         self.assertEqual(p.returncode, 0, p.stderr)
-        p = subprocess.run([sys.executable, TOOL, d, random_ckpt, "--dtype", dtype], capture_output=True, text=True)
+        p = subprocess.run([*PYTHON, TOOL, d, random_ckpt, "--dtype", dtype], capture_output=True, text=True)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertFalse([n for n in os.listdir(d_out) if n.endswith(".tmp")], "no temporary left")
         self.written[(shape, dtype)] = exported, random_ckpt
@@ -85,7 +86,7 @@ class RandomCheckpoint(hf_model.TempDirTestCase):
 
     def test_bad_folder_one_line(self):
         d = self.fresh_dir("empty")
-        p = subprocess.run([sys.executable, TOOL, d, os.path.join(d, "x.bin")], capture_output=True, text=True)
+        p = subprocess.run([*PYTHON, TOOL, d, os.path.join(d, "x.bin")], capture_output=True, text=True)
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("config.json", p.stderr)
         self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)

@@ -32,6 +32,7 @@ ROOT = hf_model.ROOT
 MAKE_RANDOM = os.path.join(ROOT, "tools", "make_random_qwen3.py")
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import bench_models  # noqa: E402
+from hf_model import PYTHON  # noqa: E402
 
 # QWEN3.md 1.1: hidden, intermediate, layers, heads, kv heads, tied; and the cards' total parameters.
 TABLE = {
@@ -44,7 +45,7 @@ TABLE = {
 
 
 def make_random(*args):
-    return subprocess.run([sys.executable, MAKE_RANDOM] + list(args), capture_output=True, text=True,
+    return subprocess.run([*PYTHON, MAKE_RANDOM] + list(args), capture_output=True, text=True,
                           timeout=300)
 
 
@@ -112,7 +113,7 @@ class MakeRandom(hf_model.TempDirTestCase):
             if why:
                 self.skipTest(why)
             ckpt = os.path.join(self.tmp, "untied.bin")
-            p = subprocess.run([sys.executable, hf_model.EXPORT, out, ckpt, "--dtype", "bf16"],
+            p = subprocess.run([*PYTHON, hf_model.EXPORT, out, ckpt, "--dtype", "bf16"],
                                capture_output=True, text=True, timeout=300)
             self.assertEqual(p.returncode, 0, p.stderr)
             p = subprocess.run([hf_model.RUN, ckpt, "--prompt-ids", "1,2,3", "-n", "2", "-t", "0"],
@@ -133,7 +134,7 @@ class MakeRandom(hf_model.TempDirTestCase):
                 "    real(f, *a)\n"
                 "m.write_repeated = failing\n"
                 "m.main()\n")
-        p = subprocess.run([sys.executable, "-c", code, out, "--size", "0.6b", "--layers", "1"],
+        p = subprocess.run([*PYTHON, "-c", code, out, "--size", "0.6b", "--layers", "1"],
                            cwd=os.path.join(ROOT, "tools"), capture_output=True, text=True, timeout=300)
         self.assertEqual(p.returncode, 1, p.stderr)
         self.assertRegex(p.stderr.strip().splitlines()[-1], r"^make_random_qwen3.py: error: \S+model.safetensors.tmp: "

@@ -19,6 +19,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import unicode_reference  # noqa: E402
+from hf_model import PYTHON  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOK_DIR = os.environ.get("QWEN3_TOKENIZER_DIR", os.path.join(ROOT, "..", "shared", "qwen3-tokenizer"))
@@ -192,7 +193,7 @@ class TestTokenizerReference(unittest.TestCase):
         hf = os.path.join(self.tmp.name, "hf")
         hf_model.write_model(hf, spec)
         ck = os.path.join(self.tmp.name, "tiny.bin")
-        p = subprocess.run([sys.executable, os.path.join(ROOT, "export.py"), hf, ck, "--tokenizer", TOK_DIR],
+        p = subprocess.run([*PYTHON, os.path.join(ROOT, "export.py"), hf, ck, "--tokenizer", TOK_DIR],
                            capture_output=True, text=True, timeout=300)
         self.assertEqual(p.returncode, 0, p.stderr)
         with open(os.path.join(TOK_DIR, "cases.jsonl"), encoding="utf-8") as f:
