@@ -36,8 +36,8 @@ def torch_missing():
         return "%s not found (the lab runs Debian's python3-torch through it)" % PYTHON
     # find_spec looks for the package without importing it (an import of torch takes 2 s; a torch
     # that is there but broken fails the lab's run, which is the place to see it)
-    p = subprocess.run([PYTHON, "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)"],
-                       capture_output=True, text=True)
+    find = "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)"
+    p = subprocess.run([PYTHON, "-c", find], capture_output=True, text=True)
     if p.returncode != 0:
         return "%s has no torch (Debian's python3-torch)" % PYTHON
     for path in DATA:

@@ -168,8 +168,8 @@ ALWAYS_INLINE void panel_tiles(float* out, const char* x, size_t xstride, const 
 
 /* Rows [r0, r0 + 16 * np) (np <= FLOAT_MAX_PANELS) for all n tokens: packed into the thread's
  * scratch, then panel_tiles. */
-ALWAYS_INLINE void rows_float_packed(float* out, const float* x, const Matrix* W, WeightType type, int n, int r0, int np,
-                              float* packed) {
+ALWAYS_INLINE void rows_float_packed(float* out, const float* x, const Matrix* W, WeightType type, int n, int r0,
+                                     int np, float* packed) {
     const int C = W->cols;
     for (int p = 0; p < np; p++) float_pack_panel(packed + (size_t)p * 16 * C, W, type, r0 + 16 * p);
     panel_tiles(out, (const char*)x, (size_t)C * sizeof(float), (const uint32_t*)(const void*)packed, C, W->rows, r0,
@@ -264,8 +264,8 @@ ALWAYS_INLINE void tile_packed(float* out, const float* x, const float* panel, i
 /* Rows [r0, r0 + 16 * np) (np <= FLOAT_MAX_PANELS) for all n tokens: packed into the thread's
  * scratch, then per block of tokens (a multiple of 6 that stays in L2, as rows_float_nn's) every
  * panel meets the block's tokens, 6 at a time, then 4, then 1. */
-ALWAYS_INLINE void rows_float_packed(float* out, const float* x, const Matrix* W, WeightType type, int n, int r0, int np,
-                              float* packed) {
+ALWAYS_INLINE void rows_float_packed(float* out, const float* x, const Matrix* W, WeightType type, int n, int r0,
+                                     int np, float* packed) {
     const int C = W->cols, R = W->rows;
     for (int p = 0; p < np; p++) float_pack_panel(packed + (size_t)p * 16 * C, W, type, r0 + 16 * p);
     int tb = token_block((size_t)C * sizeof(float)) / FLOAT_TILE_TOKENS * FLOAT_TILE_TOKENS;
