@@ -27,17 +27,28 @@
  * (docs/design.md#small-file-pages). */
 #define HUGE_PAGE ((size_t)2 << 20)
 
+/* Straight from mmap, never from malloc's heap: a heap can hand back pages an earlier allocation
+ * of the process wrote (a model loaded before this one), and the KV cache counts on pages no
+ * position reached staying unmapped (model.c, populate_kv_cache). */
 void* alloc_huge_anonymous(size_t size) {
-    size_t alloc = (size + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
-    void* buf = NULL;
-    if (posix_memalign(&buf, HUGE_PAGE, alloc) != 0) {
+    const size_t alloc = (size + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+    char* area = mmap(NULL, alloc + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (area == MAP_FAILED) {
         errno = ENOMEM;
         return NULL;
     }
+    char* start = (char*)(((uintptr_t)area + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+    const size_t head = (size_t)(start - area);
+    if (head > 0) munmap(area, head);
+    munmap(start + alloc, HUGE_PAGE - head); /* the rest of the reservation: never empty */
 #ifdef MADV_HUGEPAGE
-    madvise(buf, alloc, MADV_HUGEPAGE); /* a hint; without THP the memory still works */
+    madvise(start, alloc, MADV_HUGEPAGE); /* a hint; without THP the memory still works */
 #endif
-    return buf;
+    return start;
+}
+
+void free_huge_anonymous(void* p, size_t size) {
+    if (p != NULL) munmap(p, (size + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE);
 }
 
 /* mmap(fd) read-only at a multiple of 2 MB, marked MADV_HUGEPAGE and populated (pages the cache

@@ -39,7 +39,9 @@ void for_each_tensor(const Config* c, void (*fn)(void* ctx, const TensorInfo* ti
 /* For the bench: bytes of t's mapped file in 2 MB pages now (-1 where /proc/self/smaps cannot tell). */
 long long transformer_huge_page_bytes(const Transformer* t);
 
-/* 2 MB-aligned anonymous memory marked for huge pages, freed with free(): the KV cache, the bench's buffer. */
+/* 2 MB-aligned anonymous memory marked for huge pages, its pages mapped only when first written
+ * (the KV cache, the bench's buffer); free_huge_anonymous with the same size gives it back. */
 void* alloc_huge_anonymous(size_t size);
+void free_huge_anonymous(void* p, size_t size);
 
 #endif

@@ -123,6 +123,11 @@ static size_t kv_block_elems(const Config* c, const RunState* s) {
     return (size_t)c->n_layers * c->n_kv_heads * (size_t)kv_block_len(s->kv_type) * s->kv_row;
 }
 
+/* Bytes of either cache: whole blocks up to the context. */
+static size_t kv_cache_bytes(const Config* c, const RunState* s) {
+    return (size_t)((c->seq_len - 1) / kv_block_len(s->kv_type) + 1) * kv_block_elems(c, s) * kv_elem_bytes(s);
+}
+
 /* Where layer l, kv head h, position p sits in either cache, in elements (kernels.h, KVType). */
 static size_t kv_offset(const Config* c, const RunState* s, int l, int h, int p) {
     const size_t bl = (size_t)kv_block_len(s->kv_type), row = ((size_t)l * c->n_kv_heads + (size_t)h) * bl + p % bl;
@@ -164,9 +169,8 @@ static int alloc_state(Transformer* t, KVType kv_type, const LoadError* e) {
     if (s->kv_type == KV_Q8 && c->head_dim % KV_Q8_GROUP != 0)
         return load_fail(e, "a q8 KV cache needs head_dim a multiple of %d; this model's is %d", KV_Q8_GROUP, c->head_dim);
     s->kv_row = kv_row_elems(s->kv_type, c->head_dim);
-    size_t kv_bytes = (size_t)((c->seq_len - 1) / kv_block_len(s->kv_type) + 1) * kv_block_elems(c, s) * kv_elem_bytes(s);
-    s->key_cache = alloc_huge_anonymous(kv_bytes);
-    s->value_cache = alloc_huge_anonymous(kv_bytes);
+    s->key_cache = alloc_huge_anonymous(kv_cache_bytes(c, s));
+    s->value_cache = alloc_huge_anonymous(kv_cache_bytes(c, s));
     int ok = s->key_cache && s->value_cache;
     for (size_t i = 0; ok && i < sizeof buffers / sizeof buffers[0]; i++)
         ok = (*buffers[i].buf = calloc(buffers[i].floats ? buffers[i].floats : 1, sizeof(float))) != NULL;
@@ -216,9 +220,11 @@ void transformer_free(Transformer* t) {
     ops_free(t->kernels);
     RunState* s = &t->state;
     void* buffers[] = {s->x, s->xb, s->q, s->k, s->v, s->att_out, s->proj, s->gate, s->up,
-                       s->logits, s->key_cache, s->value_cache, s->rope_cos, s->rope_sin, s->router_logits,
+                       s->logits, s->rope_cos, s->rope_sin, s->router_logits,
                        s->expert_of, s->expert_weight, s->expert_in, s->expert_out, s->expert_rows};
     for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++) free(buffers[i]);
+    free_huge_anonymous(s->key_cache, kv_cache_bytes(&t->config, s));
+    free_huge_anonymous(s->value_cache, kv_cache_bytes(&t->config, s));
     free(t->weights.layers);
     free(t->weights.experts);
     munmap((void*)t->file, t->file_size);

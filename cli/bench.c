@@ -650,7 +650,7 @@ int bench_main(Transformer* t, const BenchOptions* o) {
 done:
     free(b.buffer.sums);
     free(b.weights.sums);
-    free(buffer);
+    free_huge_anonymous(buffer, buffer_bytes);
     free(tokens);
     free(results);
     return status;

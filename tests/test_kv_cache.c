@@ -1,18 +1,22 @@
 /* tests/test_kv_cache.c: forward() maps the KV cache pages a chunk writes before it writes them
  * (populate_kv_cache in model.c: MADV_POPULATE_WRITE over whole blocks of kv_block_len positions
  * instead of a page fault per 4 KB), and no further: the blocks of positions never reached stay
- * unmapped. Runs the shipped model (models/tinystories.bin, 4 layers x 3 kv heads, head_dim 48:
- * a block of 128 positions is 294,912 bytes, 72 pages of 4 KB, and its context of 256 positions
- * is two blocks) and asks mincore() which pages are resident; with `--kv-cache f16` or `q8` a
- * block is 512 positions, so the context is one block of 256 positions: 147,456 bytes (36 pages)
- * in fp16, 165,888 bytes (rows of 48 int8 and 3 half scales, 40.5 pages) in q8.
- * Both blocks fit in one 2 MB page,
- * which the engine asks for, so the test turns transparent huge pages off for itself
- * (PR_SET_THP_DISABLE) and looks at 4 KB pages. Where the kernel has no MADV_POPULATE_WRITE
- * (Linux before 5.14, other systems) the engine falls back to page faults; that is reported and
- * the page checks are skipped. */
+ * unmapped. Runs the shipped model (models/tinystories.bin, 4 layers x 3 kv heads, head_dim 48),
+ * and asks mincore() which pages are resident. A block of 128 fp32 positions is 294,912 bytes (72
+ * pages of 4 KB); fp16 and q8 blocks are 512 positions, 589,824 bytes (144 pages) in fp16 and
+ * 331,776 (rows of 48 int8 and 3 half scales, 81 pages) in q8. The model's own context (256) is
+ * one such block, so the crossings run on a copy of the file whose header gives a context of
+ * 1,536 positions (the weights do not depend on it): every cache type then crosses a block, and
+ * the shipped model itself is the case of a context shorter than one block.
+ * Blocks fit in one 2 MB page, which the engine asks for, so the test turns transparent huge
+ * pages off for itself (PR_SET_THP_DISABLE) and looks at 4 KB pages. Where the kernel has no
+ * MADV_POPULATE_WRITE (Linux before 5.14, other systems) the engine falls back to page faults;
+ * that is reported and the page checks are skipped. */
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -33,7 +37,19 @@ static int resident(const void* a, const void* b) {
     return in == n ? 1 : in == 0 ? 0 : -1;
 }
 
+#define MODEL_PATH "models/tinystories.bin"
+#define LONG_CONTEXT 1536 /* 12 fp32 blocks, 3 of fp16 and q8 */
+
 static const char* const KV_NAME[] = {"fp32", "fp16", "q8"};
+
+/* One decode step at position p. */
+static void check_decode(Transformer* t, const int* token, int p) {
+    if (forward(t, token, 1, p, NULL) == NULL) {
+        char what[64];
+        snprintf(what, sizeof what, "forward at position %d", p);
+        check(0, what);
+    }
+}
 
 /* Block b of both caches: resident (want 1) or not (want 0), every page of it. Not resident means
  * from the block's first whole page on: a q8 block is not a whole number of pages, and the page
@@ -56,38 +72,68 @@ static void check_block(const Transformer* t, int b, int want, const char* when)
     check(ok, what);
 }
 
-/* Returns 0 where MADV_POPULATE_WRITE is missing (the page checks skipped), else 1. */
-static int run_case(KVType kv_type) {
+/* The shipped model with its header's context raised to positions, written to path. */
+static int write_longer_context(const char* path, uint32_t positions) {
+    FILE* in = fopen(MODEL_PATH, "rb");
+    if (in == NULL) return -1;
+    fseek(in, 0, SEEK_END);
+    const size_t size = (size_t)ftell(in);
+    rewind(in);
+    unsigned char* bytes = malloc(size);
+    int ok = bytes && fread(bytes, 1, size, in) == size && size >= sizeof(FileHeader);
+    fclose(in);
+    if (ok) {
+        FileHeader h;
+        memcpy(&h, bytes, sizeof h);
+        h.max_seq_len = positions;
+        memcpy(bytes, &h, sizeof h);
+        FILE* out = fopen(path, "wb");
+        ok = out && fwrite(bytes, 1, size, out) == size;
+        if (out) ok &= fclose(out) == 0;
+    }
+    free(bytes);
+    return ok ? 0 : -1;
+}
+
+/* One cache type in the model at path with a context of ctx positions: a 40-token prompt, then
+ * decode to 12 positions past the first block where the context has a second one. Returns 0 where
+ * MADV_POPULATE_WRITE is missing (the page checks skipped), else 1. */
+static int run_case(const char* path, int ctx, KVType kv_type) {
     Transformer t;
     char err[256];
-    const TransformerOptions opt = {.ctx = 256, .kv_type = kv_type};
-    if (transformer_load(&t, "models/tinystories.bin", &opt, err, sizeof err) != 0) {
+    const TransformerOptions opt = {.ctx = ctx, .kv_type = kv_type};
+    if (transformer_load(&t, path, &opt, err, sizeof err) != 0) {
         check(0, err);
         return 1;
     }
     int supported = 1;
-    char what[96];
+    char what[160];
     snprintf(what, sizeof what, "the cache is %s%s", KV_NAME[kv_type], kv_type ? " as asked" : " by default");
     check(t.state.kv_type == kv_type, what);
     const int bl = kv_block_len(kv_type);
     check(bl == (kv_type == KV_F32 ? 128 : 512), "blocks of 128 positions, 512 for fp16 and q8");
-    check(t.config.seq_len == 256, "the shipped model's context is 256 positions");
+    snprintf(what, sizeof what, "a context of %d positions", ctx);
+    check(t.config.seq_len == ctx, what);
     int tokens[40];
     for (int i = 0; i < 40; i++) tokens[i] = 100 + i;
     check(forward(&t, tokens, 40, 0, NULL) != NULL, "forward of a 40-token prompt");
-    if (bl >= t.config.seq_len) { /* fp16, q8: the context is the first 256 positions of one block */
-        check(t.state.kv_populated == t.config.seq_len, "after a 40-token prompt the whole context is populated");
+    if (bl >= ctx) { /* the context is the first ctx positions of one block */
+        check(t.state.kv_populated == ctx, "after a 40-token prompt the whole context is populated");
         check_block(&t, 0, 1, "after the prompt");
-    } else if (t.state.kv_populated == t.config.seq_len) {
+    } else if (t.state.kv_populated == ctx) {
         printf("skipped: MADV_POPULATE_WRITE is not available here; the cache is mapped by page faults\n");
         supported = 0;
     } else {
-        check(t.state.kv_populated == bl, "after a 40-token prompt the cache is populated to position 128");
+        snprintf(what, sizeof what, "after a 40-token prompt the cache is populated to position %d", bl);
+        check(t.state.kv_populated == bl, what);
         check_block(&t, 0, 1, "after the prompt");
         check_block(&t, 1, 0, "after the prompt");
-        for (int p = 40; p < 140; p++) forward(&t, &tokens[p % 40], 1, p, NULL); /* decode to position 139 */
-        check(t.state.kv_populated == 2 * bl, "after decoding to position 139 the cache is populated to 256");
+        const int last = bl + 11;
+        for (int p = 40; p <= last; p++) check_decode(&t, &tokens[p % 40], p);
+        snprintf(what, sizeof what, "after decoding to position %d the cache is populated to %d", last, 2 * bl);
+        check(t.state.kv_populated == 2 * bl, what);
         check_block(&t, 1, 1, "after decoding");
+        if (3 * bl <= ctx) check_block(&t, 2, 0, "after decoding");
     }
     transformer_free(&t);
     return supported;
@@ -97,9 +143,22 @@ int main(void) {
 #ifdef PR_SET_THP_DISABLE
     prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0);
 #endif
-    if (run_case(KV_F32)) { /* without MADV_POPULATE_WRITE the other cases have nothing to tell */
-        run_case(KV_F16);
-        run_case(KV_Q8);
+    const char* build = getenv("BUILD_DIR");
+    char dir[4096], path[4200];
+    snprintf(dir, sizeof dir, "%s/test_kv_cache.XXXXXX", build && *build ? build : "build");
+    if (mkdtemp(dir) == NULL) {
+        printf("FAIL: cannot make a temporary directory %s: %s\n", dir, strerror(errno));
+        return 1;
     }
+    snprintf(path, sizeof path, "%s/model.bin", dir);
+    if (write_longer_context(path, LONG_CONTEXT) != 0) {
+        check(0, "a copy of " MODEL_PATH " with a longer context written");
+    } else if (run_case(path, LONG_CONTEXT, KV_F32)) { /* without MADV_POPULATE_WRITE the rest tells nothing */
+        run_case(path, LONG_CONTEXT, KV_F16);
+        run_case(path, LONG_CONTEXT, KV_Q8);
+        run_case(MODEL_PATH, 256, KV_F16); /* the shipped model: its context within one block */
+    }
+    unlink(path);
+    rmdir(dir);
     return checks_done();
 }
