@@ -123,11 +123,6 @@ static size_t kv_block_elems(const Config* c, const RunState* s) {
     return (size_t)c->n_layers * c->n_kv_heads * (size_t)kv_block_len(s->kv_type) * s->kv_row;
 }
 
-/* Bytes of either cache: whole blocks up to the context. */
-static size_t kv_cache_bytes(const Config* c, const RunState* s) {
-    return (size_t)((c->seq_len - 1) / kv_block_len(s->kv_type) + 1) * kv_block_elems(c, s) * kv_elem_bytes(s);
-}
-
 /* Where layer l, kv head h, position p sits in either cache, in elements (kernels.h, KVType). */
 static size_t kv_offset(const Config* c, const RunState* s, int l, int h, int p) {
     const size_t bl = (size_t)kv_block_len(s->kv_type), row = ((size_t)l * c->n_kv_heads + (size_t)h) * bl + p % bl;
@@ -163,14 +158,14 @@ static int alloc_state(Transformer* t, KVType kv_type, const LoadError* e) {
         {(float**)&s->expert_of, moe * B * k}, {(float**)&s->expert_rows, G * B},
     };
     s->max_batch = (int)B;
-    /* The cache is the one big allocation (whole blocks of positions, twice), mapped lazily: memory
-     * is only used for the blocks reached (populate_kv_cache). */
+    /* The caches: whole blocks of positions, memory used only as positions reach them (populate_kv_cache). */
     s->kv_type = kv_type == KV_F16 || kv_type == KV_Q8 ? kv_type : KV_F32;
     if (s->kv_type == KV_Q8 && c->head_dim % KV_Q8_GROUP != 0)
         return load_fail(e, "a q8 KV cache needs head_dim a multiple of %d; this model's is %d", KV_Q8_GROUP, c->head_dim);
     s->kv_row = kv_row_elems(s->kv_type, c->head_dim);
-    s->key_cache = alloc_huge_anonymous(kv_cache_bytes(c, s));
-    s->value_cache = alloc_huge_anonymous(kv_cache_bytes(c, s));
+    s->kv_bytes = (size_t)((c->seq_len - 1) / kv_block_len(s->kv_type) + 1) * kv_block_elems(c, s) * kv_elem_bytes(s);
+    s->key_cache = alloc_huge_anonymous(s->kv_bytes);
+    s->value_cache = alloc_huge_anonymous(s->kv_bytes);
     int ok = s->key_cache && s->value_cache;
     for (size_t i = 0; ok && i < sizeof buffers / sizeof buffers[0]; i++)
         ok = (*buffers[i].buf = calloc(buffers[i].floats ? buffers[i].floats : 1, sizeof(float))) != NULL;
@@ -223,8 +218,8 @@ void transformer_free(Transformer* t) {
                        s->logits, s->rope_cos, s->rope_sin, s->router_logits,
                        s->expert_of, s->expert_weight, s->expert_in, s->expert_out, s->expert_rows};
     for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++) free(buffers[i]);
-    free_huge_anonymous(s->key_cache, kv_cache_bytes(&t->config, s));
-    free_huge_anonymous(s->value_cache, kv_cache_bytes(&t->config, s));
+    free_huge_anonymous(s->key_cache, s->kv_bytes);
+    free_huge_anonymous(s->value_cache, s->kv_bytes);
     free(t->weights.layers);
     free(t->weights.experts);
     munmap((void*)t->file, t->file_size);
@@ -237,10 +232,9 @@ void transformer_free(Transformer* t) {
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
 #endif
 
-/* Maps the KV cache's pages for positions below `end` before a chunk writes them: one
- * MADV_POPULATE_WRITE call costs a small part of a write fault per 4 KB page (docs/design.md#kv-cache).
- * Whole blocks are populated, so memory stays what the blocks reached use, plus the rest of their
- * last 2 MB page (tests/test_kv_cache.c). Where the call does not exist or fails, the writes fault them in. */
+/* Maps the KV cache's pages below position `end` before a chunk writes them: one MADV_POPULATE_WRITE costs
+ * a small part of a write fault per 4 KB page (docs/design.md#kv-cache). Memory stays the blocks reached (and
+ * the rest of their last 2 MB page); where the call is missing or fails, the writes fault pages in. */
 static void populate_kv_cache(Transformer* t, int end) {
 #ifdef MADV_POPULATE_WRITE
     RunState* s = &t->state;

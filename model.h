@@ -233,7 +233,7 @@ typedef struct {
     void *key_cache, *value_cache; /* [seq_len / kv_block_len (rounded up), L, K, kv_block_len, d]  keys
                                     * after QK-Norm and RoPE, and values, in blocks of positions (model.c, kv_offset) */
     KVType kv_type;      /* the caches' elements: KV_F32, KV_F16 or KV_Q8 (kernels.h) */
-    size_t kv_row;       /* elements of one cached row (one position of one kv head): kv_row_elems */
+    size_t kv_row, kv_bytes; /* elements of one cached row (a position of a kv head), bytes of either cache */
     int kv_populated;    /* cache pages of positions below this are mapped (populate_kv_cache) */
     float *rope_cos, *rope_sin; /* [seq_len, d/2]  cos and sin of p * inv_freq[i] */
 } RunState;
