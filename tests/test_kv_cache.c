@@ -7,7 +7,9 @@
  * 331,776 (rows of 48 int8 and 3 half scales, 81 pages) in q8. The model's own context (256) is
  * one such block, so the crossings run on a copy of the file whose header gives a context of
  * 1,536 positions (the weights do not depend on it): every cache type then crosses a block, and
- * the shipped model itself is the case of a context shorter than one block.
+ * the shipped model itself is the case of a context shorter than one block. The cases load one
+ * after another in this process, so they also show that a cache is not made of pages an earlier
+ * model's cache wrote (alloc_huge_anonymous maps fresh memory; malloc's heap would reuse them).
  * Blocks fit in one 2 MB page, which the engine asks for, so the test turns transparent huge
  * pages off for itself (PR_SET_THP_DISABLE) and looks at 4 KB pages. Where the kernel has no
  * MADV_POPULATE_WRITE (Linux before 5.14, other systems) the engine falls back to page faults;
