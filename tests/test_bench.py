@@ -30,6 +30,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hf_model  # noqa: E402
 from hf_model import PYTHON  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -278,10 +279,6 @@ class BenchMode(unittest.TestCase):
         and a -c given too small is still the error that names the -c needed. A tiny random
         model of 8,192 positions, exported here."""
         import shutil
-        import sys
-        import tempfile
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        import hf_model
         why = hf_model.missing_tools()
         if why:
             self.skipTest(why)
@@ -470,8 +467,6 @@ class BenchMoe(unittest.TestCase):
         of two chunks (the second of 14 rows, so it cannot reach every expert): the head's count of
         distinct experts a chunk reads is the mean, over the MoE layers and the chunks, of the experts
         tests/reference.py routes that chunk's rows to."""
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        import hf_model
         import reference
         with tempfile.TemporaryDirectory() as d:
             hf_model.write_model(d, hf_model.Spec(

@@ -29,6 +29,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hf_model  # noqa: E402
 from hf_model import PYTHON  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -118,8 +119,6 @@ class PromptProgress(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        import hf_model
         cls.why = hf_model.missing_tools()
         if cls.why:
             return
