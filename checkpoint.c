@@ -27,20 +27,32 @@
  * (docs/design.md#small-file-pages). */
 #define HUGE_PAGE ((size_t)2 << 20)
 
+/* size bytes (whole pages) of anonymous memory with prot at a multiple of 2 MB, where a 2 MB page can
+ * back them: reserve size + 2 MB, keep the first aligned stretch, give back the rest (both lengths
+ * are whole pages and HUGE_PAGE is a whole number of them, so the tail is HUGE_PAGE - head long,
+ * never empty). NULL and errno on failure. */
+static char* map_aligned(size_t size, int prot) {
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size = (size + page - 1) / page * page;
+    char* area = mmap(NULL, size + HUGE_PAGE, prot, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (area == MAP_FAILED) return NULL;
+    char* start = (char*)(((uintptr_t)area + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+    const size_t head = (size_t)(start - area);
+    if (head > 0) munmap(area, head);
+    munmap(start + size, HUGE_PAGE - head);
+    return start;
+}
+
 /* Straight from mmap, never from malloc's heap: a heap can hand back pages an earlier allocation
  * of the process wrote (a model loaded before this one), and the KV cache counts on pages no
  * position reached staying unmapped (model.c, populate_kv_cache). */
 void* alloc_huge_anonymous(size_t size) {
     const size_t alloc = (size + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
-    char* area = mmap(NULL, alloc + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (area == MAP_FAILED) {
+    char* start = map_aligned(alloc, PROT_READ | PROT_WRITE);
+    if (start == NULL) {
         errno = ENOMEM;
         return NULL;
     }
-    char* start = (char*)(((uintptr_t)area + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
-    const size_t head = (size_t)(start - area);
-    if (head > 0) munmap(area, head);
-    munmap(start + alloc, HUGE_PAGE - head); /* the rest of the reservation: never empty */
 #ifdef MADV_HUGEPAGE
     madvise(start, alloc, MADV_HUGEPAGE); /* a hint; without THP the memory still works */
 #endif
@@ -53,23 +65,17 @@ void free_huge_anonymous(void* p, size_t size) {
 
 /* mmap(fd) read-only at a multiple of 2 MB, marked MADV_HUGEPAGE and populated (pages the cache
  * already holds are mapped as they are). A 2 MB page can only back a 2 MB aligned stretch of
- * addresses that maps a 2 MB aligned stretch of the file (here from offset 0): reserve size + 2 MB,
- * map the file over the first aligned address, give back the rest. MAP_FAILED and errno on failure. */
+ * addresses that maps a 2 MB aligned stretch of the file (here from offset 0): the file goes over
+ * an aligned reservation (map_aligned). MAP_FAILED and errno on failure. */
 static void* map_file(int fd, size_t size) {
-    char* area = mmap(NULL, size + HUGE_PAGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (area == MAP_FAILED) return MAP_FAILED;
-    char* start = (char*)(((uintptr_t)area + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+    char* start = map_aligned(size, PROT_NONE);
+    if (start == NULL) return MAP_FAILED;
     if (mmap(start, size, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0) == MAP_FAILED) {
         int e = errno;
-        munmap(area, size + HUGE_PAGE);
+        munmap(start, size);
         errno = e;
         return MAP_FAILED;
     }
-    /* Both lengths round up to whole pages, and HUGE_PAGE is a whole number of pages, so the
-     * reservation's tail past the mapping is HUGE_PAGE - head long: never empty. */
-    size_t head = (size_t)(start - area), page = (size_t)sysconf(_SC_PAGESIZE);
-    if (head > 0) munmap(area, head);
-    munmap(start + (size + page - 1) / page * page, HUGE_PAGE - head);
 #ifdef MADV_HUGEPAGE
     madvise(start, size, MADV_HUGEPAGE); /* a hint: EINVAL without THP is fine */
 #endif
@@ -77,6 +83,7 @@ static void* map_file(int fd, size_t size) {
 #ifdef MADV_POPULATE_READ
     if (madvise(start, size, MADV_POPULATE_READ) == 0) return start;
 #endif
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
     volatile char sink = 0;
     for (size_t i = 0; i < size; i += page) sink ^= start[i];
     (void)sink;
