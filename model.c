@@ -183,10 +183,10 @@ static int start_ops(Transformer* t, const TransformerOptions* o, const LoadErro
     int widest = c->dim > c->hidden_dim ? c->dim : c->hidden_dim;
     widest = widest > c->n_heads * c->head_dim ? widest : c->n_heads * c->head_dim;
     widest = widest > c->moe_hidden_dim ? widest : c->moe_hidden_dim;
-    const OpsSpec spec = {.threads = o->threads, .max_batch = MAX_BATCH(c), .max_cols = widest,
+    const OpsSpec spec = {.threads = o->threads, .max_batch = MAX_BATCH(c), .max_cols = widest, .max_pos = c->seq_len,
                           .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
-                          .max_pos = c->seq_len, .bf16_activations = o->bf16_activations,
-                          .weights = t->file + t->header.weights_offset, .weights_bytes = t->header.weights_bytes,
+                          .bf16_activations = o->bf16_activations, .weights_bytes = t->header.weights_bytes,
+                          .weights = o->prefill_only ? NULL : t->file + t->header.weights_offset,
                           .weight_type = c->weight_type, .weight_cols = c->dim, .group_size = c->group_size};
     t->ops = t->kernels = ops_new(&spec);
     if (!t->kernels) return load_fail(e, "out of memory for the kernels' threads and scratch");

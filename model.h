@@ -248,8 +248,7 @@ static inline size_t kv_elem_bytes(const RunState* s) { return kv_elem_size(s->k
  * 1.1: the models allow 40,960 positions, but a cache that large costs 9 GB in fp32 for 0.6B). */
 #define DEFAULT_CTX 4096
 
-/* How transformer_load sets a model up; all zero is the default. Nothing else in the process
- * changes what a load does. */
+/* How transformer_load sets a model up; all zero is the default; nothing else changes a load. */
 typedef struct {
     int threads;          /* kernel threads, the caller's included; <= 0: one per CPU this process may run on */
     int ctx;              /* KV cache positions; <= 0: min(DEFAULT_CTX, max_seq_len); above max_seq_len: clamped to it */
@@ -257,6 +256,7 @@ typedef struct {
                            * KV_F16 (llama.cpp's default: half the bytes) or KV_Q8 (9/32 of fp32's) */
     int bf16_activations; /* 1: prefill with bf16 weights rounds the activations to bf16 (fast/fast.h)
                            * where the build has the instruction: t->kernels->bf16_activations says */
+    int prefill_only;     /* 1: no token will be decoded (eval, tokenize, quantize): decode's prefetch is not timed */
 } TransformerOptions;
 
 typedef struct {

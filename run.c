@@ -744,7 +744,8 @@ int main(int argc, char** argv) {
     parse_args(argc, argv, &o);
     clamp_threads(&o);
     const TransformerOptions topt = {.threads = o.threads, .ctx = context_positions(&o), .kv_type = o.kv_type,
-                                     .bf16_activations = given(&o, "--bf16-activations") != NULL};
+                                     .bf16_activations = given(&o, "--bf16-activations") != NULL,
+                                     .prefill_only = o.mode == TOKENIZE || o.mode == EVAL};
     Transformer t;
     char err[512];
     if (transformer_load(&t, o.checkpoint, &topt, err, sizeof err) != 0) die(1, "%s", err);
