@@ -129,8 +129,7 @@ static size_t kv_offset(const Config* c, const RunState* s, int l, int h, int p)
     return p / bl * kv_block_elems(c, s) + row * s->kv_row;
 }
 
-/* Stores the n values of one kv head at element `at` of a cache: as they are, rounded to halves,
- * or quantised (q8). */
+/* Stores the n values of one kv head at element `at` of a cache: as they are, as halves or as q8. */
 static void kv_store(const RunState* s, void* cache, size_t at, const float* x, int n) {
     if (s->kv_type == KV_F16)
         float_to_half_row((uint16_t*)cache + at, x, n);

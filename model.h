@@ -238,8 +238,7 @@ typedef struct {
     float *rope_cos, *rope_sin; /* [seq_len, d/2]  cos and sin of p * inv_freq[i] */
 } RunState;
 
-/* Positions per KV cache block (model.c): fp16's and q8's rows are short, so more
- * (docs/design.md#kv-cache). */
+/* Positions per KV cache block (model.c): fp16's and q8's rows are short, so more (docs/design.md#kv-cache). */
 static inline int kv_block_len(KVType t) { return t == KV_F32 ? 128 : 512; }
 
 static inline size_t kv_elem_bytes(const RunState* s) { return kv_elem_size(s->kv_type); }
@@ -256,7 +255,7 @@ typedef struct {
                            * KV_F16 (llama.cpp's default: half the bytes) or KV_Q8 (9/32 of fp32's) */
     int bf16_activations; /* 1: prefill with bf16 weights rounds the activations to bf16 (fast/fast.h)
                            * where the build has the instruction: t->kernels->bf16_activations says */
-    int prefill_only;     /* 1: no token will be decoded (eval, tokenize, quantize): decode's prefetch is not timed */
+    int prefill_only;     /* 1: no token is decoded (eval, tokenize, quantize): decode's prefetch is not timed */
 } TransformerOptions;
 
 typedef struct {

@@ -20,9 +20,8 @@ void softmax_scalar(float* x, int n) {
     for (int i = 0; i < n; i++) x[i] *= inv;
 }
 
-/* The reference, with the element type T a constant in each inlined copy (a test per element
- * would slow the fp32 reference, which models whose head_dim the SIMD kernels do not take run
- * on). */
+/* The reference, with the element type T a constant in each inlined copy: a test per element would
+ * slow the fp32 reference, which models whose head_dim the SIMD kernels do not take run on. */
 ALWAYS_INLINE void attention_group_ref(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int head_dim,
                                        float scale, float* att, KVType T) {
     for (int j = 0; j < n_q; j++) {
@@ -55,7 +54,7 @@ void attention_group_scalar(float* out, const float* q, int n_q, const KVRows* k
         attention_group_ref(out, q, n_q, kv, n_pos, head_dim, scale, att, KV_F32);
 }
 
-void kv_quantize_row(int8_t* row, const float* x, int d) {
+void kv_quantize_row_scalar(int8_t* row, const float* x, int d) {
     for (int g = 0; g < d; g += KV_Q8_GROUP) {
         float amax = 0.0f;
         for (int i = g; i < g + KV_Q8_GROUP; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
@@ -67,6 +66,23 @@ void kv_quantize_row(int8_t* row, const float* x, int d) {
         }
         memcpy(row + kv_q8_scale_at(d, g), &h, sizeof h);
     }
+}
+
+/* The reference's steps FV_LANES values at a time where the build has vectors: the same bytes. */
+void kv_quantize_row(int8_t* row, const float* x, int d) {
+#if defined(FV_LANES)
+    for (int g = 0; g < d; g += KV_Q8_GROUP) {
+        fvec m = fv_set1(0.0f);
+        for (int i = g; i < g + KV_Q8_GROUP; i += FV_LANES) m = fv_max(fv_abs(fv_load(x + i)), m);
+        const uint16_t h = float_to_half(fv_hmax(m) / 127.0f);
+        const fvec s = fv_set1(half_to_float(h));
+        for (int i = g; i < g + KV_Q8_GROUP; i += FV_LANES)
+            fv_store_i8(row + i, h ? fv_div(fv_load(x + i), s) : fv_set1(0.0f));
+        memcpy(row + kv_q8_scale_at(d, g), &h, sizeof h);
+    }
+#else
+    kv_quantize_row_scalar(row, x, d);
+#endif
 }
 
 void float_to_half_row_scalar(uint16_t* out, const float* x, int n) {

@@ -71,8 +71,7 @@ static inline const uint16_t* quant_scales(const Matrix* W, int r) {
     return (const uint16_t*)block + (size_t)(r % Q8_BLOCK_ROWS) * (size_t)(W->cols / W->group_size);
 }
 
-/* q8: the group_size values of row r, group g; the next row of the same block follows
- * group_size bytes later. */
+/* q8: the group_size values of row r, group g; the next row of the same block follows group_size bytes later. */
 static inline const uint8_t* quant_group(const Matrix* W, int r, int g) {
     const int gs = W->group_size, G = W->cols / gs;
     const char* block =
@@ -183,13 +182,12 @@ static inline float kv_value(const void* base, size_t row, int i, int d, KVType 
     return (float)q[i] * half_to_float(kv_q8_scale(q, d, i));
 }
 
-/* The q8 cache's store of one row (KV_Q8 above): d values of x into row's d + d / 8 bytes. */
+/* The q8 cache's store of one row (KV_Q8 above): d values of x into row's d + d / 8 bytes (SIMD: the same). */
 void kv_quantize_row(int8_t* row, const float* x, int d);
 
 /* Attention of the n_q query heads of one GQA group over their kv head's n_pos cached positions
  * (QWEN3.md 2.2 step 2.7, 2.5): for each query j (q + j * head_dim, its output at out + j * head_dim)
- * s[t] = (q_j . k_t) * scale, a = softmax(s), out_j = sum_t a[t] v_t. att is scratch of
- * n_q * n_pos floats. */
+ * s[t] = (q_j . k_t) * scale, a = softmax(s), out_j = sum_t a[t] v_t. att is scratch of n_q * n_pos floats. */
 void attention_group(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int head_dim, float scale,
                      float* att);
 
@@ -224,6 +222,7 @@ void attention_group_scalar(float* out, const float* q, int n_q, const KVRows* k
 void attention_rows_scalar(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const KVRows* kv,
                            int first_n_pos, int head_dim, float scale, float* att);
 void float_to_half_row_scalar(uint16_t* out, const float* x, int n);
+void kv_quantize_row_scalar(int8_t* row, const float* x, int d);
 
 /* float -> IEEE 754 binary16, rounded to nearest, ties to even, as F16C's vcvtps2ph and NEON's
  * fcvtn do (tests/test_kernels.c checks it against them and against the definition): the KV

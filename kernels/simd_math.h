@@ -138,6 +138,7 @@ ALWAYS_INLINE fvec fv_div(fvec a, fvec b) { return _mm256_div_ps(a, b); }
 ALWAYS_INLINE fvec fv_fma(fvec a, fvec b, fvec c) { return _mm256_fmadd_ps(a, b, c); }
 ALWAYS_INLINE fvec fv_max(fvec a, fvec b) { return _mm256_max_ps(a, b); }
 ALWAYS_INLINE fvec fv_neg(fvec x) { return _mm256_sub_ps(_mm256_setzero_ps(), x); }
+ALWAYS_INLINE fvec fv_abs(fvec x) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x); }
 ALWAYS_INLINE fvec fv_exp(fvec x) { return exp256(x); }
 ALWAYS_INLINE fvec fv_if_less(fvec a, fvec b, fvec x, fvec y) {
     return _mm256_blendv_ps(y, x, _mm256_cmp_ps(a, b, _CMP_LT_OQ));
@@ -159,6 +160,13 @@ ALWAYS_INLINE fvec fv_set1_half(uint16_t h) {
 #else
     return _mm256_set1_ps(half_to_float(h));
 #endif
+}
+/* 8 values rounded to integers (nearest, ties to even, as rintf), clamped to ±127, stored as int8. */
+ALWAYS_INLINE void fv_store_i8(int8_t* p, fvec v) {
+    v = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256i i = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f)));
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
+    _mm_storel_epi64((__m128i*)p, _mm_packs_epi16(w, w));
 }
 #if defined(KERNELS_KV_F16)
 /* F16C's vcvtph2ps, vcvtps2ph. */
@@ -314,6 +322,7 @@ ALWAYS_INLINE fvec fv_div(fvec a, fvec b) { return vdivq_f32(a, b); }
 ALWAYS_INLINE fvec fv_fma(fvec a, fvec b, fvec c) { return vfmaq_f32(c, a, b); }
 ALWAYS_INLINE fvec fv_max(fvec a, fvec b) { return vmaxq_f32(a, b); }
 ALWAYS_INLINE fvec fv_neg(fvec x) { return vnegq_f32(x); }
+ALWAYS_INLINE fvec fv_abs(fvec x) { return vabsq_f32(x); }
 ALWAYS_INLINE fvec fv_exp(fvec x) { return exp128(x); }
 ALWAYS_INLINE fvec fv_if_less(fvec a, fvec b, fvec x, fvec y) { return vbslq_f32(vcltq_f32(a, b), x, y); }
 ALWAYS_INLINE float fv_hsum(fvec v) { return vaddvq_f32(v); }
@@ -328,6 +337,14 @@ ALWAYS_INLINE void fv_transpose(fvec r[FV_LANES]) {
 /* 4 int8 widened to fp32 exactly; reads 8 bytes (a q8 cache row's values are followed by its scales). */
 ALWAYS_INLINE fvec fv_load_i8(const int8_t* p) { return vcvtq_f32_s32(vmovl_s16(vget_low_s16(vmovl_s8(vld1_s8(p))))); }
 ALWAYS_INLINE fvec fv_set1_half(uint16_t h) { return vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))); }
+/* 4 values rounded to integers (nearest, ties to even, as rintf), clamped to ±127, stored as int8. */
+ALWAYS_INLINE void fv_store_i8(int8_t* p, fvec v) {
+    const int32x4_t i = vcvtq_s32_f32(vminq_f32(vmaxq_f32(vrndnq_f32(v), vdupq_n_f32(-127.0f)), vdupq_n_f32(127.0f)));
+    const int16x4_t w = vmovn_s32(i);
+    const int8x8_t b = vmovn_s16(vcombine_s16(w, w));
+    const int32_t four = vget_lane_s32(vreinterpret_s32_s8(b), 0);
+    memcpy(p, &four, sizeof four);
+}
 /* fcvtl, fcvtn. */
 ALWAYS_INLINE fvec fv_load_half(const uint16_t* p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
 ALWAYS_INLINE void fv_store_half(uint16_t* p, fvec v) { vst1_u16(p, vreinterpret_u16_f16(vcvt_f16_f32(v))); }
