@@ -164,7 +164,8 @@ ALWAYS_INLINE fvec fv_set1_half(uint16_t h) {
 /* 8 values rounded to integers (nearest, ties to even, as rintf), clamped to ±127, stored as int8. */
 ALWAYS_INLINE void fv_store_i8(int8_t* p, fvec v) {
     v = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m256i i = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f)));
+    v = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
+    const __m256i i = _mm256_cvtps_epi32(v);
     const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
     _mm_storel_epi64((__m128i*)p, _mm_packs_epi16(w, w));
 }
