@@ -43,11 +43,14 @@ static char* map_aligned(size_t size, int prot) {
     return start;
 }
 
+/* size rounded up to whole 2 MB pages: what alloc_huge_anonymous maps and its free gives back. */
+static size_t whole_huge_pages(size_t size) { return (size + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE; }
+
 /* Straight from mmap, never from malloc's heap: a heap can hand back pages an earlier allocation
  * of the process wrote (a model loaded before this one), and the KV cache counts on pages no
  * position reached staying unmapped (model.c, populate_kv_cache). */
 void* alloc_huge_anonymous(size_t size) {
-    const size_t alloc = (size + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+    const size_t alloc = whole_huge_pages(size);
     char* start = map_aligned(alloc, PROT_READ | PROT_WRITE);
     if (start == NULL) {
         errno = ENOMEM;
@@ -60,7 +63,7 @@ void* alloc_huge_anonymous(size_t size) {
 }
 
 void free_huge_anonymous(void* p, size_t size) {
-    if (p != NULL) munmap(p, (size + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE);
+    if (p != NULL) munmap(p, whole_huge_pages(size));
 }
 
 /* mmap(fd) read-only at a multiple of 2 MB, marked MADV_HUGEPAGE and populated (pages the cache
