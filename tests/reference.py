@@ -472,13 +472,9 @@ class Reference:
                     m = max(s)
                     e = [math.exp(z - m) for z in s]
                     tot = sum(e)
-                    o = [0.0] * d
-                    for a, vc in zip(e, values):
-                        a = (bf(a) if pairs else a) / tot
-                        vg = vc[g]
-                        for i in range(d):
-                            o[i] += a * vg[i]
-                    att.extend(o)
+                    p = [(bf(a) if pairs else a) / tot for a in e]
+                    # output dimension i: sum over the positions in order of p_t v_t[i]
+                    att.extend(sum(map(mul, p, col)) for col in zip(*(vc[g] for vc in values)))
                 x = [a + b for a, b in zip(x, self.matvec(w['wo'], att))]
                 see(pos, l, 'pre-MLP', [x], w['post_norm'])
                 h = norm(x, w['post_norm'], 'pre-norms', l)
