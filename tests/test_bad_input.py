@@ -189,7 +189,8 @@ class ExportErrors(InTempDir):
         self.assertNotIn('.tmp', p.stderr)
 
     def test_output_is_a_directory(self):
-        """Refused before any conversion, naming the path (it used to fail at the final rename)."""
+        """Refused before any conversion, naming the path, rather than at the final rename after all
+        the work."""
         d = os.path.join(self.tmp, 'hf_dir_out')
         hf_model.write_model(d, Spec())
         out = os.path.join(self.tmp, 'an_existing_dir')
@@ -248,7 +249,7 @@ class ExportErrors(InTempDir):
 
 class ExportGenerationDefaults(InTempDir):
     """generation_config.json's temperature / top_p / top_k are advice: one that ./run could not
-    use is left out with a warning (the export used to succeed and ./run then refused the file),
+    use is left out with a warning, so that the export never writes a file ./run would refuse,
     and with do_sample false (greedy in transformers) none is stored."""
 
     def setUp(self):
@@ -365,8 +366,8 @@ class EngineErrors(InTempDir):
         self.assertIn('the prompt (-i) is empty', p.stderr)
 
     def test_options_of_another_mode(self):
-        """--prompt-ids outside generate mode used to leave chat and tokenize reading standard
-        input: an error now. Chat's and bench's options elsewhere do nothing, and a note says so."""
+        """--prompt-ids outside generate mode is an error (chat and tokenize would otherwise sit
+        reading standard input). Chat's and bench's options elsewhere do nothing, and a note says so."""
         for mode in ('chat', 'tokenize', 'bench'):
             msg = self.run_fails([self.good, '-m', mode, '--prompt-ids', '1,2'])
             self.assertIn('--prompt-ids is for generate mode', msg)
@@ -413,7 +414,7 @@ class EngineErrors(InTempDir):
         self.assertEqual(p.returncode, 0, p.stderr)
 
     def test_unwritable_output(self):
-        """Output that cannot be written is an error (it used to exit 0 with nothing written): a
+        """Output that cannot be written is an error, never exit status 0 with nothing written: a
         full device, and a pipe closed early while SIGPIPE is ignored (as some runners do), where
         generation also stops instead of running its -n steps for nobody."""
         import signal
@@ -464,8 +465,8 @@ class EngineErrors(InTempDir):
         self.run_fails([self.tmp, '--prompt-ids', '1', '-n', '1'], self.tmp)
 
     def test_fifo_instead_of_file(self):
-        """Opening a FIFO for reading waits for a writer: with none, the engine used to block for
-        ever. It is refused before it is opened, in one line that names it."""
+        """Opening a FIFO for reading waits for a writer, with none for ever, so it is refused before
+        it is opened, in one line that names it."""
         if not hasattr(os, 'mkfifo'):
             self.skipTest('no FIFOs here')
         path = os.path.join(self.tmp, 'model.fifo')

@@ -275,7 +275,7 @@ class BenchMode(unittest.TestCase):
 
     def test_depth_sizes_the_cache_without_c(self):
         """Without -c the KV cache holds what the tests take, as llama-bench's -d needs no other
-        option: a depth past the default 4,096 positions runs (it used to stop at "use -c 4104"),
+        option: a depth past the default 4,096 positions runs without "use -c 4104",
         and a -c given too small is still the error that names the -c needed. A tiny random
         model of 8,192 positions, exported here."""
         import shutil
@@ -387,9 +387,9 @@ class BenchMode(unittest.TestCase):
         self.assertIn("more than the model's 256: give --bench-prompt and --bench-gen at most 192\n", p.stderr)
 
     def test_defaults_fit_the_context(self):
-        """`-m bench` on this model of 256 positions used to stop at "needs a context of 512": the
-        defaults (pp512, tg128) now shrink to the context, with a note naming the option; a length
-        given is kept."""
+        """`-m bench` on this model of 256 positions runs: the defaults (pp512, tg128) shrink to the
+        context, with a note naming the option, rather than stop at "needs a context of 512"; a
+        length given is kept."""
         p = run("-m", "bench", "--json", "--threads", "1", "--bench-gen", "2", "--bench-reps", "1")
         self.assertEqual(p.returncode, 0, p.stderr[-2000:])
         self.assertEqual([json.loads(line)["test"] for line in p.stdout.splitlines()], ["pp256", "tg2"])

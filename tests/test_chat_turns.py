@@ -220,7 +220,7 @@ class ChatTurns(hf_model.TempDirTestCase):
 
     def test_keep_thinking_full_context_is_an_error(self):
         """--keep-thinking cannot drop turns: a full context ends the chat with status 1 and says
-        so (it used to end it with status 0, the remaining messages silently unanswered)."""
+        so, rather than leave the remaining messages silently unanswered with status 0."""
         p = self.run_chat('--keep-thinking', '-c', '64', messages=MESSAGES + ['four'])
         self.assertEqual(p.returncode, 1, p.stderr)
         self.assertIn('--keep-thinking cannot drop earlier turns: the chat ends here', p.stderr)
