@@ -998,7 +998,8 @@ static void test_float_panels_switched(Ops* k) {
 /* measure_prefetch (fast/matmul.c) on 8 MB of random bytes read as q8, q4, bf16 and f32 weights: an
  * x86 build keeps a distance for the format and names it ("q8 3072 B, measured"), and decode gives
  * the same bits before and after (the distance moves no arithmetic); f32 weights, which decode
- * does not prefetch, other builds, and KERNELS_PREFETCH leave the plan as it was. */
+ * does not prefetch, other builds, and KERNELS_PREFETCH leave the plan as it was. The timing runs
+ * on one thread; the ops keep the threads they were made with. */
 static void test_measure_prefetch(void) {
     const struct { WeightType t; int gs; const char* name; } formats[] = {
         {WEIGHT_Q8, 64, "q8 "}, {WEIGHT_Q4, 32, "q4 "}, {WEIGHT_BF16, 0, "bf16 "}, {WEIGHT_F32, 0, NULL}};
@@ -1026,14 +1027,14 @@ static void test_measure_prefetch(void) {
 #else
             const int timed = 0;
 #endif
-            int ok = memcmp(before, after, 256 * sizeof(float)) == 0;
+            int ok = memcmp(before, after, 256 * sizeof(float)) == 0 && o->threads(o) == 2;
             if (timed)
                 ok &= name && strncmp(name, formats[f].name, strlen(formats[f].name)) == 0 &&
                       strstr(name, " B, measured") && strcmp(kernels_prefetch_plan(ops_kernels(o)), name) == 0;
             else
                 ok &= !name && strcmp(kernels_prefetch_plan(ops_kernels(o)), old) == 0;
             char what[160];
-            snprintf(what, sizeof what, "measure_prefetch %s%s: %s (%s), decode's bits unchanged", tname(formats[f].t),
+            snprintf(what, sizeof what, "measure_prefetch %s%s: %s (%s), decode's bits unchanged, two threads kept", tname(formats[f].t),
                      fixed ? " with KERNELS_PREFETCH=mid" : "", timed ? "a distance kept" : "the plan left", name ? name : old);
             check(ok, what);
             ops_free(o);

@@ -590,8 +590,11 @@ void matmul_segments(const Ops* o, float* out, const float* x, const Matrix* con
  * Which distance reads fastest differs from core to core (near on Zen 4, mid on Zen 3 and Intel,
  * farther on Zen 5: docs/design.md#decode-prefetch), so instead of a table of CPU models the fast
  * ops time a few distances when they start, on a stretch of the model's weights too large for
- * any cache, with the decode product itself on the ops' threads, and keep the quickest; mid's
- * stays unless another is at least 3% faster: ten passes over at most 256 MB, once per load. */
+ * any cache, with the decode product itself, and keep the quickest; mid's stays unless another
+ * is at least 3% faster: ten passes over at most 256 MB, once per load. The product runs on one
+ * thread: the distance is how far one core's stream must ask ahead, which shows when that core
+ * alone reads; with every thread sharing the memory the candidates time within the noise of one
+ * another, and the timing kept a distance that decoded up to a sixth slower. */
 #define MEASURE_BYTES ((size_t)256 << 20)
 #define MEASURE_ROUNDS 3
 
@@ -640,6 +643,9 @@ const char* measure_prefetch(const Ops* o, const OpsSpec* spec) {
     }
     for (int c = 0; c < W.cols; c++) x[c] = (float)(c % 17) - 8.0f;
     const Matrix* Ws[1] = {&W};
+    Kernels* k = ops_kernels(o);
+    const int threads = kernels_threads(k);
+    kernels_set_threads(k, 1);
     matmul(o, &out, x, Ws, 1, 1); /* the pages and the code warm */
     double best[3] = {1e30, 1e30, 1e30};
     for (int round = 0; round < MEASURE_ROUNDS; round++)
@@ -651,6 +657,7 @@ const char* measure_prefetch(const Ops* o, const OpsSpec* spec) {
             const double t = seconds_now() - t0;
             best[c] = t < best[c] ? t : best[c];
         }
+    kernels_set_threads(k, threads);
     free(x);
     free(out);
     int pick = 0;
