@@ -996,7 +996,7 @@ static void test_float_panels_switched(Ops* k) {
 }
 
 /* measure_prefetch (fast/matmul.c) on 8 MB of random bytes read as q8, q4, bf16 and f32 weights: an
- * x86 build keeps a distance for the format and names it ("q8 3072 B, measured"), and decode gives
+ * x86 build keeps a distance for the format and names it ("q8 6144 B, measured"), and decode gives
  * the same bits before and after (the distance moves no arithmetic); f32 weights, which decode
  * does not prefetch, other builds, and KERNELS_PREFETCH leave the plan as it was. The timing runs
  * on one thread; the ops keep the threads they were made with. */

@@ -25,7 +25,7 @@ int kernels_available_cpus(void); /* the CPUs this process may run on: the defau
 int kernels_set_threads(Kernels* k, int n_threads);
 const char* kernels_simd_name(const Kernels* k); /* "avx2", "avx2+avx512[+vnni][+bf16][+amx]", "neon" or "scalar" */
 /* Decode's software prefetch plan (fast/matmul.c): in an x86 build "mid", or "near" / "mid" as
- * KERNELS_PREFETCH says, or after measure_prefetch the distance it kept ("q8 3072 B, measured");
+ * KERNELS_PREFETCH says, or after measure_prefetch the distance it kept ("q8 6144 B, measured");
  * "none" in the others. */
 const char* kernels_prefetch_plan(const Kernels* k);
 /* Times decode's prefetch distances for spec's weight format on spec->weights with o's own

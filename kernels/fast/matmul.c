@@ -606,7 +606,7 @@ static double seconds_now(void) {
 
 /* The distance of the plan that decode reads for W's format, and the distances to time (mid's first). */
 static int* measured_distance(PrefetchPlan* p, const Matrix* W, const int** candidates) {
-    static const int q8[] = {1536, 128, 3072}, q4[] = {2048, 0, 6144}, bf16[] = {1024, 0, 2048},
+    static const int q8[] = {1536, 128, 6144}, q4[] = {2048, 0, 6144}, bf16[] = {1024, 0, 2048},
                      zmm[] = {2048, 0, 3072};
     if (W->type == WEIGHT_Q8) return *candidates = q8, &p->q8;
     if (W->type == WEIGHT_Q4) return *candidates = q4, &p->q4;
