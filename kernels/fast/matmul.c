@@ -590,11 +590,9 @@ void matmul_segments(const Ops* o, float* out, const float* x, const Matrix* con
  * Which distance reads fastest differs from core to core (near on Zen 4, mid on Zen 3 and Intel,
  * farther on Zen 5: docs/design.md#decode-prefetch), so instead of a table of CPU models the fast
  * ops time a few distances when they start, on a stretch of the model's weights too large for
- * any cache, with the decode product itself, and keep the quickest; mid's stays unless another
- * is at least 3% faster: ten passes over at most 256 MB, once per load. The product runs on one
- * thread: the distance is how far one core's stream must ask ahead, which shows when that core
- * alone reads; with every thread sharing the memory the candidates time within the noise of one
- * another, and the timing kept a distance that decoded up to a sixth slower. */
+ * any cache, with the decode product itself on one thread (how far a core's stream must ask
+ * ahead shows when that core reads alone), and keep the quickest; mid's stays unless another is
+ * at least 3% faster: ten passes over at most 256 MB, once per load. */
 #define MEASURE_BYTES ((size_t)256 << 20)
 #define MEASURE_ROUNDS 3
 
