@@ -418,36 +418,78 @@ void softmax(float* x, int n) {
     scale_row(x, n, 1.0f / exp_shifted(x, n, &m));
 }
 
-/* Scores, softmax and weighted sum of NQ (1 or 2, a constant) queries in one pass over the cache,
- * ATTENTION_DECODE_CHUNK positions at a time: the chunk's scores (prefetching its values), their
- * exponentials against each query's running maximum, then its weighted sum (prefetching the next
- * chunk's keys), so that memory streams through both halves of a chunk instead of idling while one
- * works from cache. Where a chunk raises a query's maximum from m to m', what was summed before
+/* One chunk's scores for NQ (1 or 2, a constant) queries, a run of rows per block of the cache
+ * (kv_block); with prefetch, the chunk's values go into L2 on the way. */
+ALWAYS_INLINE void decode_chunk_scores(float* att, int n_pos, const Q8Query* qq, const float* q, int NQ,
+                                       const KVRows* kv, int c0, int c1, int d, float scale, int prefetch, KVType T) {
+    const int I8 = T == KV_Q8 && d <= ATTENTION_Q8_DOT;
+    size_t off;
+    for (int p = c0, n; p < c1; p += n) {
+        n = kv_block(kv, p, c1, &off);
+        const void* prefetch_values = prefetch ? kv_at(kv->values, off, T) : NULL;
+        if (I8 && d == 128) /* every Qwen3's head_dim: the steps unrolled */
+            q8_scores(att + p, n_pos, qq, NQ, kv_at(kv->keys, off, T), prefetch_values, kv->stride, n, 128, scale);
+        else if (I8)
+            q8_scores(att + p, n_pos, qq, NQ, kv_at(kv->keys, off, T), prefetch_values, kv->stride, n, d, scale);
+        else
+            scores(att + p, n_pos, q, NQ, kv_at(kv->keys, off, T), prefetch_values, kv->stride, n, d, scale, T);
+    }
+}
+
+/* One chunk's weighted sum for NQ (1 or 2, a constant) queries, continuing out after the first
+ * chunk; with prefetch, the next chunk's keys go into L2 on the way. */
+ALWAYS_INLINE void decode_chunk_sum(float* out, const float* att, int n_pos, int NQ, const KVRows* kv, int c0, int c1,
+                                    int d, int prefetch, KVType T) {
+    const int I8 = T == KV_Q8 && d <= ATTENTION_Q8_DOT;
+    size_t off;
+    for (int p = c0, n; p < c1; p += n) {
+        n = kv_block(kv, p, c1, &off);
+        size_t next = 0;
+        int n_next = 0;
+        if (prefetch && p + ATTENTION_DECODE_CHUNK < n_pos)
+            n_next = kv_block(kv, p + ATTENTION_DECODE_CHUNK, n_pos, &next);
+        if (I8)
+            wide_weighted_sum(out, att + p, n_pos, NQ, kv_at(kv->values, off, T), kv_at(kv->keys, next, T),
+                              n_next < n ? n_next : n, kv->stride, n, d, p > 0, T);
+        else
+            weighted_sum(out, att + p, n_pos, NQ, kv_at(kv->values, off, T), kv_at(kv->keys, next, T),
+                         n_next < n ? n_next : n, kv->stride, n, d, p > 0, T);
+    }
+}
+
+/* A GQA group's queries share one kv head; decode takes up to this many in one pass over its rows. */
+#define ATTENTION_GROUP_PASS 16
+
+/* Scores, softmax and weighted sum of the n_q (up to ATTENTION_GROUP_PASS) queries of one GQA group
+ * in one pass over the cache, ATTENTION_DECODE_CHUNK positions at a time: the chunk's scores (the
+ * first pair prefetching its values), their exponentials against each query's running maximum,
+ * then its weighted sum (the first pair prefetching the next chunk's keys), so that memory streams
+ * through both halves of a chunk instead of idling while one works from cache. The queries go in
+ * pairs (NQ a constant in each call, so the accumulators stay in registers); the pairs after the
+ * first find the chunk's keys and values in cache, so the group reads the cache once however many
+ * queries share it. Where a chunk raises a query's maximum from m to m', what was summed before
  * (output and total weight) is scaled by exp(m - m'); one division ends it: Milakov and
  * Gimelshein's online softmax (2018), per chunk. The chunks are the same whatever the cache's
  * blocks, so the result does not depend on the block length (the tests compare a blocked cache
- * with one array bit for bit). Two passes would find the values prefetched in the first partly
- * evicted by the second at long caches (docs/design.md#attention-decode). */
-ALWAYS_INLINE void attend_queries(float* out, const float* q, int NQ, const KVRows* kv, int n_pos, int d, float scale,
-                                  float* att, int prefetch, KVType T) {
-    float max[2] = {-INFINITY, -INFINITY}, total[2] = {0.0f, 0.0f};
-    size_t off;
-    const int I8 = T == KV_Q8 && d <= ATTENTION_Q8_DOT;
-    Q8Query qq;
-    if (I8) q8_query(&qq, q, NQ, d);
+ * with one array bit for bit), nor on how many queries share the pass. Two passes would find the
+ * values prefetched in the first partly evicted by the second at long caches
+ * (docs/design.md#attention-decode). */
+ALWAYS_INLINE void attend_queries(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int d, float scale,
+                                  float* att, KVType T) {
+    float max[ATTENTION_GROUP_PASS], total[ATTENTION_GROUP_PASS];
+    Q8Query qq[ATTENTION_GROUP_PASS / 2];
+    for (int j = 0; j < n_q; j++) max[j] = -INFINITY, total[j] = 0.0f;
+    if (T == KV_Q8 && d <= ATTENTION_Q8_DOT)
+        for (int j = 0; j < n_q; j += 2) q8_query(&qq[j / 2], q + (size_t)j * d, n_q - j < 2 ? 1 : 2, d);
     for (int c0 = 0; c0 < n_pos; c0 += ATTENTION_DECODE_CHUNK) {
         const int c1 = n_pos - c0 < ATTENTION_DECODE_CHUNK ? n_pos : c0 + ATTENTION_DECODE_CHUNK;
-        for (int p = c0, n; p < c1; p += n) {
-            n = kv_block(kv, p, c1, &off);
-            const void* prefetch_values = prefetch ? kv_at(kv->values, off, T) : NULL;
-            if (I8 && d == 128) /* every Qwen3's head_dim: the steps unrolled */
-                q8_scores(att + p, n_pos, &qq, NQ, kv_at(kv->keys, off, T), prefetch_values, kv->stride, n, 128, scale);
-            else if (I8)
-                q8_scores(att + p, n_pos, &qq, NQ, kv_at(kv->keys, off, T), prefetch_values, kv->stride, n, d, scale);
-            else
-                scores(att + p, n_pos, q, NQ, kv_at(kv->keys, off, T), prefetch_values, kv->stride, n, d, scale, T);
+        for (int j = 0; j < n_q; j += 2) {
+            float* a = att + (size_t)j * n_pos;
+            const float* qj = q + (size_t)j * d;
+            if (n_q - j >= 2) decode_chunk_scores(a, n_pos, &qq[j / 2], qj, 2, kv, c0, c1, d, scale, j == 0, T);
+            else decode_chunk_scores(a, n_pos, &qq[j / 2], qj, 1, kv, c0, c1, d, scale, j == 0, T);
         }
-        for (int j = 0; j < NQ; j++) {
+        for (int j = 0; j < n_q; j++) {
             const float before = max[j];
             const float sum = exp_shifted(att + (size_t)j * n_pos + c0, c1 - c0, &max[j]);
             if (c0 > 0 && max[j] > before) {
@@ -457,34 +499,23 @@ ALWAYS_INLINE void attend_queries(float* out, const float* q, int NQ, const KVRo
             }
             total[j] += sum;
         }
-        for (int p = c0, n; p < c1; p += n) {
-            n = kv_block(kv, p, c1, &off);
-            size_t next = 0;
-            int n_next = 0;
-            if (prefetch && p + ATTENTION_DECODE_CHUNK < n_pos)
-                n_next = kv_block(kv, p + ATTENTION_DECODE_CHUNK, n_pos, &next);
-            if (I8)
-                wide_weighted_sum(out, att + p, n_pos, NQ, kv_at(kv->values, off, T), kv_at(kv->keys, next, T),
-                                  n_next < n ? n_next : n, kv->stride, n, d, p > 0, T);
-            else
-                weighted_sum(out, att + p, n_pos, NQ, kv_at(kv->values, off, T), kv_at(kv->keys, next, T),
-                             n_next < n ? n_next : n, kv->stride, n, d, p > 0, T);
+        for (int j = 0; j < n_q; j += 2) {
+            float* o = out + (size_t)j * d;
+            const float* a = att + (size_t)j * n_pos;
+            if (n_q - j >= 2) decode_chunk_sum(o, a, n_pos, 2, kv, c0, c1, d, j == 0, T);
+            else decode_chunk_sum(o, a, n_pos, 1, kv, c0, c1, d, j == 0, T);
         }
     }
-    for (int j = 0; j < NQ; j++) scale_row(out + (size_t)j * d, d, 1.0f / total[j]);
+    for (int j = 0; j < n_q; j++) scale_row(out + (size_t)j * d, d, 1.0f / total[j]);
 }
 
-/* Pairs, then a last single query (NQ a constant in each call, so the accumulators stay in
- * registers); the first pair prefetches the values. */
+/* A group of more than ATTENTION_GROUP_PASS queries (none of Qwen3's) in several passes. */
 ALWAYS_INLINE void attend_group(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int d, float scale,
                                 float* att, KVType T) {
-    int j = 0;
-    for (; j + 2 <= n_q; j += 2)
-        attend_queries(out + (size_t)j * d, q + (size_t)j * d, 2, kv, n_pos, d, scale, att + (size_t)j * n_pos,
-                       j == 0, T);
-    if (j < n_q)
-        attend_queries(out + (size_t)j * d, q + (size_t)j * d, 1, kv, n_pos, d, scale, att + (size_t)j * n_pos,
-                       j == 0, T);
+    for (int j = 0; j < n_q; j += ATTENTION_GROUP_PASS) {
+        const int m = n_q - j < ATTENTION_GROUP_PASS ? n_q - j : ATTENTION_GROUP_PASS;
+        attend_queries(out + (size_t)j * d, q + (size_t)j * d, m, kv, n_pos, d, scale, att + (size_t)j * n_pos, T);
+    }
 }
 #else
 void softmax(float* x, int n) { softmax_scalar(x, n); }

@@ -533,10 +533,12 @@ static void test_attention(const Ops* k) {
      * shipped model's 48); 40: the scalar reference in every build */
     int dims[] = {128, 64, 40, 160, 48, 80};
     int npos[] = {1, 2, 7, 33, 300};
-    int nqs[] = {1, 2, 3};
+    /* 5 and 8: several pairs in one pass over the cache (Qwen3-14B's and 30B-A3B's groups); 17:
+     * more than one pass (ATTENTION_GROUP_PASS) */
+    int nqs[] = {1, 2, 3, 5, 8, 17};
     for (size_t a = 0; a < 6; a++)
         for (size_t p = 0; p < 5; p++)
-            for (size_t g = 0; g < 3; g++) {
+            for (size_t g = 0; g < 6; g++) {
                 int d = dims[a], n = npos[p], nq = nqs[g], stride = d * 3 + 8;
                 TestKV kv = make_kv(n, d, stride);
                 float* q = malloc((size_t)nq * d * sizeof(float));
