@@ -209,15 +209,23 @@ ALWAYS_INLINE void scores(float* att, int att_stride, const float* q, int NQ, co
     }
 }
 
+/* Decode attention reads the positions in chunks of this many, each chunk's values while they are
+ * still in cache from its scores (attend_queries). */
+#ifndef ATTENTION_DECODE_CHUNK
+#define ATTENTION_DECODE_CHUNK 128
+#endif
+
 /* ---- Decode over a q8 cache: int8 dot products ----
  * Widening a q8 key to fp32 costs three instructions per 8 values before its FMA, so decode over a
  * q8 cache is bound by that arithmetic, not by its bytes. With AVX-512 VNNI each query is
  * quantised as a cached row is (kv_quantize_row: int8 in groups of KV_Q8_GROUP, a half scale
  * each), and a score is the sum over the groups of (query scale x key scale) x the group's int8
  * dot product, exact in int32: vpdpbusd takes 64 products per instruction. It multiplies unsigned
- * by signed bytes, so the query is stored plus 128 and 128 x the key's sums (one more vpdpbusd,
- * shared by the queries) start each sum below zero. The weights and values stay fp32, as over an
- * fp16 cache (docs/design.md#kv-cache-q8). */
+ * by signed bytes, so one side is taken plus 128 and 128 x that side's partner sums start each sum
+ * below zero. Head_dim 128, every Qwen3's, has its own kernels (q8_scores_128, four key rows at a
+ * time, and q8_weighted_sum_128, the value scales folded into the weights): a GQA group of 8
+ * queries (30B-A3B, 32B) spends most of decode at depth in this arithmetic. The weights and values
+ * stay fp32, as over an fp16 cache (docs/design.md#kv-cache-q8). */
 #if defined(KERNELS_Q8_DOT)
 #define ATTENTION_Q8_DOT KERNELS_Q8_DOT_MAX_DIM /* the longest head_dim it takes */
 typedef struct {
@@ -226,6 +234,10 @@ typedef struct {
     uint64_t mask[KERNELS_Q8_DOT_MAX_DIM / 64]; /* the step's bytes of a row */
     int groups[KERNELS_Q8_DOT_MAX_DIM / 64];    /* the step's groups (4, fewer in a last step) */
     int steps;
+    /* head_dim 128 (q8_scores_128): per query and step, dword c of each group in all four lanes of
+     * the group's 128-bit block, and -128 x the group's sum in each lane */
+    wbytes dw[2][2][4];
+    wbytes below[2][2];
 } Q8Query;
 
 /* NQ queries of d values as q8_scores takes them. */
@@ -242,6 +254,11 @@ static void q8_query(Q8Query* qq, const float* q, int NQ, int d) {
         for (int s = 0; s < qq->steps; s++) {
             qq->u[j][s] = wb_xor(wb_load(row + 64 * s, qq->mask[s]), wb_set1(0x80));
             qq->s[j][s] = wv_set4x4_half((const uint16_t*)(row + kv_q8_scale_at(d, 64 * s)), qq->groups[s]);
+        }
+        for (int s = 0; d == 128 && s < 2; s++) {
+            const wbytes x = wb_load(row + 64 * s, ~0ull);
+            for (int c = 0; c < 4; c++) qq->dw[j][s][c] = wb_block_lane(x, c);
+            qq->below[j][s] = wb_neg(wb_block_sums(wb_dot(wb_set1(0), wb_set1(0x80), x)));
         }
     }
 }
@@ -333,6 +350,81 @@ ALWAYS_INLINE void wide_weighted_sum(float* out, const float* att, int att_strid
     if (d - i >= WV_LANES)
         wide_weighted_sum_pass(out, att, att_stride, NQ, values, next_keys, n_next, stride, n, d, i, add, 1, T);
 }
+
+/* q8_scores for head_dim 128, four key rows at a time: each step's 64 bytes of the four rows
+ * transposed by dwords within the groups' 128-bit blocks (wb_transpose4), so that four vpdpbusd
+ * leave in lane 4 g + r row r's whole dot product over group g, the keys taken plus 128 and the
+ * sum started at -128 x the query's group sum; one conversion and one scaling then serve four
+ * rows, where the row-at-a-time form converts and scales each row's partial sums and adds them in
+ * a tree. A row's score is the sum of its lanes across the blocks (wv_block_sums4_store), added in
+ * the same order for every row, so it is the same bits whichever rows share its four; a last run of
+ * fewer than four repeats its last row. */
+ALWAYS_INLINE void q8_scores_128(float* att, int att_stride, const Q8Query* qq, int NQ, const int8_t* keys,
+                                 const int8_t* prefetch_values, int stride, int n, float scale) {
+    const wbytes c128 = wb_set1(0x80);
+    for (int t = 0; t < n; t += 4) {
+        const int m = n - t < 4 ? n - t : 4;
+        const int8_t* k[4];
+        const uint16_t* h[4];
+        for (int r = 0; r < 4; r++) {
+            k[r] = keys + (size_t)(t + (r < m ? r : m - 1)) * stride;
+            h[r] = (const uint16_t*)(k[r] + 128);
+            for (int i = 0; prefetch_values && r < m && i < kv_row_bytes(128, KV_Q8); i += 64)
+                __builtin_prefetch(prefetch_values + (size_t)(t + r) * stride + i, 0, 2); /* into L2 */
+        }
+        wvec ks[2], f[2] = {wv_set1(0.0f), wv_set1(0.0f)};
+        wv_halves_4x8_t(h, ks);
+#pragma GCC unroll 2
+        for (int s = 0; s < 2; s++) {
+            wbytes kb[4];
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) kb[r] = wb_xor(wb_load(k[r] + 64 * s, ~0ull), c128);
+            wb_transpose4(kb);
+#pragma GCC unroll 2
+            for (int j = 0; j < NQ; j++) {
+                wbytes e = qq->below[j][s];
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++) e = wb_dot(e, kb[c], qq->dw[j][s][c]);
+                f[j] = wv_fma(wv_from_i32(e), wv_mul(ks[s], qq->s[j][s]), f[j]);
+            }
+        }
+#pragma GCC unroll 2
+        for (int j = 0; j < NQ; j++) wv_block_sums4_store(att + (size_t)j * att_stride + t, m, f[j], scale);
+    }
+}
+
+/* wide_weighted_sum over a q8 cache at head_dim 128: each value row's eight group scales folded
+ * into its weights first (w = a s, eight per row and query, for the run's rows), so that each
+ * group's 16 int8 values are widened once and meet w as a broadcast operand of the FMA. */
+ALWAYS_INLINE void q8_weighted_sum_128(float* out, const float* att, int att_stride, int NQ, const int8_t* values,
+                                       const int8_t* next_keys, int n_next, int stride, int n, int add) {
+    float w[ATTENTION_DECODE_CHUNK][2][8] __attribute__((aligned(64)));
+    for (int t = 0; t < n; t++) {
+        const fvec s = fv_load_half((const uint16_t*)(values + (size_t)t * stride + 128));
+#pragma GCC unroll 2
+        for (int j = 0; j < NQ; j++) fv_store(w[t][j], fv_mul(s, fv_broadcast(att + (size_t)j * att_stride + t)));
+    }
+    wvec o[2][8];
+#pragma GCC unroll 2
+    for (int j = 0; j < NQ; j++)
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++) o[j][g] = add ? wv_load(out + (size_t)j * 128 + 16 * g) : wv_set1(0.0f);
+    for (int t = 0; t < n; t++) {
+        const int8_t* v = values + (size_t)t * stride;
+        for (int b = 0; t < n_next && b < kv_row_bytes(128, KV_Q8); b += 64)
+            __builtin_prefetch(next_keys + (size_t)t * stride + b, 0, 2);
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++) {
+            const wvec x = wv_load_i8(v + 16 * g);
+#pragma GCC unroll 2
+            for (int j = 0; j < NQ; j++) o[j][g] = wv_fma(x, wv_broadcast(&w[t][j][g]), o[j][g]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int j = 0; j < NQ; j++)
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++) wv_store(out + (size_t)j * 128 + 16 * g, o[j][g]);
+}
 #else
 /* Without VNNI every call below sits behind ATTENTION_Q8_DOT = 0 (no head_dim) and folds away. */
 #define ATTENTION_Q8_DOT 0
@@ -344,6 +436,10 @@ ALWAYS_INLINE void q8_scores(float* att, int att_stride, const Q8Query* qq, int 
                              const int8_t* prefetch_values, int stride, int n, int d, float scale) {}
 ALWAYS_INLINE void wide_weighted_sum(float* out, const float* att, int att_stride, int NQ, const void* values,
                                      const void* next_keys, int n_next, int stride, int n, int d, int add, KVType T) {}
+ALWAYS_INLINE void q8_scores_128(float* att, int att_stride, const Q8Query* qq, int NQ, const int8_t* keys,
+                                 const int8_t* prefetch_values, int stride, int n, float scale) {}
+ALWAYS_INLINE void q8_weighted_sum_128(float* out, const float* att, int att_stride, int NQ, const int8_t* values,
+                                       const int8_t* next_keys, int n_next, int stride, int n, int add) {}
 #endif
 
 /* weighted_sum's FV_LANES NU outputs per query from dimension i on (NU 4, or 2 for a head_dim's last
@@ -405,11 +501,6 @@ static inline int kv_block(const KVRows* kv, int p, int end, size_t* off) {
     return (end < block_end ? end : block_end) - p;
 }
 
-/* Decode attention reads the positions in chunks of this many, each chunk's values while they are
- * still in cache from its scores (attend_queries). */
-#ifndef ATTENTION_DECODE_CHUNK
-#define ATTENTION_DECODE_CHUNK 128
-#endif
 
 /* softmax_scalar's steps on SIMD vectors (exp_shifted, scale_row). */
 void softmax(float* x, int n) {
@@ -427,8 +518,8 @@ ALWAYS_INLINE void decode_chunk_scores(float* att, int n_pos, const Q8Query* qq,
     for (int p = c0, n; p < c1; p += n) {
         n = kv_block(kv, p, c1, &off);
         const void* prefetch_values = prefetch ? kv_at(kv->values, off, T) : NULL;
-        if (I8 && d == 128) /* every Qwen3's head_dim: the steps unrolled */
-            q8_scores(att + p, n_pos, qq, NQ, kv_at(kv->keys, off, T), prefetch_values, kv->stride, n, 128, scale);
+        if (I8 && d == 128)
+            q8_scores_128(att + p, n_pos, qq, NQ, kv_at(kv->keys, off, T), prefetch_values, kv->stride, n, scale);
         else if (I8)
             q8_scores(att + p, n_pos, qq, NQ, kv_at(kv->keys, off, T), prefetch_values, kv->stride, n, d, scale);
         else
@@ -448,7 +539,10 @@ ALWAYS_INLINE void decode_chunk_sum(float* out, const float* att, int n_pos, int
         int n_next = 0;
         if (prefetch && p + ATTENTION_DECODE_CHUNK < n_pos)
             n_next = kv_block(kv, p + ATTENTION_DECODE_CHUNK, n_pos, &next);
-        if (I8)
+        if (I8 && d == 128)
+            q8_weighted_sum_128(out, att + p, n_pos, NQ, kv_at(kv->values, off, T), kv_at(kv->keys, next, T),
+                                n_next < n ? n_next : n, kv->stride, n, p > 0);
+        else if (I8)
             wide_weighted_sum(out, att + p, n_pos, NQ, kv_at(kv->values, off, T), kv_at(kv->keys, next, T),
                               n_next < n ? n_next : n, kv->stride, n, d, p > 0, T);
         else

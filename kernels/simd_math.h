@@ -13,6 +13,7 @@
  *   wvec, WV_LANES, wv_*   the widest vector: 16 lanes (zmm) with AVX-512, else fvec itself.
  *
  *   load, store, set1        unaligned loads and stores; every lane x
+ *   broadcast(p)             every lane *p (from memory: an FMA takes it as its operand)
  *   add, sub, mul, div, max  lane by lane, each rounded as the instruction does
  *   fma(a, b, c)             a * b + c, rounded once
  *   exp                      exp256 / exp128 in each lane
@@ -21,10 +22,9 @@
  *   load_half                LANES halves widened exactly; where KERNELS_KV_F16 (wv_: AVX-512 always)
  *   load_i8, set1_half       LANES int8 widened exactly; one half in every lane (the q8 KV cache)
  *   wp_*, dot_pairs          (AVX-512 BF16) 16 lanes of bf16 pairs, vdpbf16ps: prefill attention
- *   wb_*, from_i32, set4x4_half, hsum4_store
+ *   wb_*, from_i32, set4x4_half, hsum4_store, halves_4x8_t, block_sums4_store
  *                            (AVX-512 VNNI) 64 bytes, vpdpbusd: decode attention over a q8 cache
- *   fv_ only: broadcast(p)   every lane *p
- *             neg            0 - x on x86, -x on NEON (they differ in the sign of a zero or a NaN)
+ *   fv_ only: neg            0 - x on x86, -x on NEON (they differ in the sign of a zero or a NaN)
  *             hsum, hmax     the sum, the maximum of the lanes (hsum: hsum256's order on x86)
  *             store_half     rounded to the nearest half; where KERNELS_KV_F16
  *
@@ -207,6 +207,7 @@ typedef __m512 wvec;
 ALWAYS_INLINE wvec wv_load(const float* p) { return _mm512_loadu_ps(p); }
 ALWAYS_INLINE void wv_store(float* p, wvec v) { _mm512_storeu_ps(p, v); }
 ALWAYS_INLINE wvec wv_set1(float x) { return _mm512_set1_ps(x); }
+ALWAYS_INLINE wvec wv_broadcast(const float* p) { return _mm512_set1_ps(*p); }
 ALWAYS_INLINE wvec wv_add(wvec a, wvec b) { return _mm512_add_ps(a, b); }
 ALWAYS_INLINE wvec wv_sub(wvec a, wvec b) { return _mm512_sub_ps(a, b); }
 ALWAYS_INLINE wvec wv_mul(wvec a, wvec b) { return _mm512_mul_ps(a, b); }
@@ -249,6 +250,44 @@ ALWAYS_INLINE wvec wv_from_i32(wbytes x) { return _mm512_cvtepi32_ps(x); }
 ALWAYS_INLINE wvec wv_set4x4_half(const uint16_t* p, int n) {
     const wvec s = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16((__mmask16)((1u << n) - 1), p));
     return _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0), s);
+}
+/* The int32 lanes of four rows' vectors transposed within each 128-bit block: lane 4b + r of r[c]
+ * was lane 4b + c of r[r]. */
+ALWAYS_INLINE void wb_transpose4(wbytes r[4]) {
+    const wbytes t0 = _mm512_unpacklo_epi32(r[0], r[1]), t1 = _mm512_unpackhi_epi32(r[0], r[1]);
+    const wbytes t2 = _mm512_unpacklo_epi32(r[2], r[3]), t3 = _mm512_unpackhi_epi32(r[2], r[3]);
+    r[0] = _mm512_unpacklo_epi64(t0, t2), r[1] = _mm512_unpackhi_epi64(t0, t2);
+    r[2] = _mm512_unpacklo_epi64(t1, t3), r[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+/* Lane c of each 128-bit block of x in all four lanes of that block. */
+ALWAYS_INLINE wbytes wb_block_lane(wbytes x, int c) {
+    const __m512i base = _mm512_set_epi32(12, 12, 12, 12, 8, 8, 8, 8, 4, 4, 4, 4, 0, 0, 0, 0);
+    return _mm512_permutexvar_epi32(_mm512_add_epi32(base, _mm512_set1_epi32(c)), x);
+}
+/* The sum of each 128-bit block's four int32 lanes, in all four. */
+ALWAYS_INLINE wbytes wb_block_sums(wbytes x) {
+    x = _mm512_add_epi32(x, _mm512_shuffle_epi32(x, _MM_PERM_BADC));
+    return _mm512_add_epi32(x, _mm512_shuffle_epi32(x, _MM_PERM_CDAB));
+}
+/* Eight halves of each of four rows (p[r][0 .. 8)) widened and transposed: lane 4g + r of out[s] is
+ * p[r][4s + g]. */
+ALWAYS_INLINE void wv_halves_4x8_t(const uint16_t* const p[4], wvec out[2]) {
+    __m512i x = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i*)p[0]));
+    x = _mm512_inserti32x4(x, _mm_loadu_si128((const __m128i*)p[1]), 1);
+    x = _mm512_inserti32x4(x, _mm_loadu_si128((const __m128i*)p[2]), 2);
+    x = _mm512_inserti32x4(x, _mm_loadu_si128((const __m128i*)p[3]), 3);
+    x = _mm512_permutexvar_epi16(_mm512_set_epi16(31, 23, 15, 7, 30, 22, 14, 6, 29, 21, 13, 5, 28, 20, 12, 4, 27, 19,
+                                                  11, 3, 26, 18, 10, 2, 25, 17, 9, 1, 24, 16, 8, 0),
+                                 x);
+    out[0] = _mm512_cvtph_ps(_mm512_castsi512_si256(x));
+    out[1] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(x, 1));
+}
+/* out[r] = scale x the sum of v's lanes 4b + r over the four blocks b, for r < n (n <= 4): the same
+ * order of additions for every r. */
+ALWAYS_INLINE void wv_block_sums4_store(float* out, int n, wvec v, float scale) {
+    const __m256 y = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    const __m128 r = _mm_add_ps(_mm256_castps256_ps128(y), _mm256_extractf128_ps(y, 1));
+    _mm_mask_storeu_ps(out, (__mmask8)((1u << n) - 1), _mm_mul_ps(r, _mm_set1_ps(scale)));
 }
 /* out[i] = scale x the sum of v[i]'s lanes for i < n (n <= 4): four sums in one tree of horizontal
  * adds, each sum in the same order whichever i it is and whatever n is. */
@@ -358,6 +397,7 @@ typedef fvec wvec;
 #define wv_load fv_load
 #define wv_store fv_store
 #define wv_set1 fv_set1
+#define wv_broadcast fv_broadcast
 #define wv_add fv_add
 #define wv_sub fv_sub
 #define wv_mul fv_mul
