@@ -228,6 +228,7 @@ ALWAYS_INLINE void scores(float* att, int att_stride, const float* q, int NQ, co
  * stay fp32, as over an fp16 cache (docs/design.md#kv-cache-q8). */
 #if defined(KERNELS_Q8_DOT)
 #define ATTENTION_Q8_DOT KERNELS_Q8_DOT_MAX_DIM /* the longest head_dim it takes */
+#define ATTENTION_WIDE 1 /* decode over an fp16 cache on zmm too (wide_scores) */
 typedef struct {
     wbytes u[2][KERNELS_Q8_DOT_MAX_DIM / 64]; /* each query's int8 values + 128, 64 per step */
     wvec s[2][KERNELS_Q8_DOT_MAX_DIM / 64];   /* its group scales, each in its group's 4 lanes */
@@ -425,9 +426,39 @@ ALWAYS_INLINE void q8_weighted_sum_128(float* out, const float* att, int att_str
 #pragma GCC unroll 8
         for (int g = 0; g < 8; g++) wv_store(out + (size_t)j * 128 + 16 * g, o[j][g]);
 }
+
+/* scores() on the widest vector, over an fp16 cache: each key row widened WV_LANES halves at a time
+ * into one sum per query, four rows' sums reduced in one tree (wv_hsum4_store), the same order for
+ * every row. Widening halves is most of fvec's arithmetic per row, and a GQA group of 8 (30B-A3B)
+ * spends most of decode at depth in it; zmm halves the instructions. Over an fp32 cache, which
+ * widens nothing, fvec stays: on zmm the 0.6B shape was slower (docs/design.md#attention-decode). */
+ALWAYS_INLINE void wide_scores(float* att, int att_stride, const float* q, int NQ, const void* keys,
+                               const void* prefetch_values, int stride, int n, int d, float scale, KVType T) {
+    for (int t = 0; t < n; t += 4) {
+        const int m = n - t < 4 ? n - t : 4;
+        wvec a[4][2];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            a[r][0] = a[r][1] = wv_set1(0.0f);
+            if (r >= m) continue;
+            const void* k = kv_at(keys, (size_t)(t + r) * stride, T);
+            const char* v = prefetch_values ? kv_at(prefetch_values, (size_t)(t + r) * stride, T) : NULL;
+            for (int i = 0; v && i < kv_row_bytes(d, T); i += 64) __builtin_prefetch(v + i, 0, 2); /* into L2 */
+            for (int i = 0; i < d; i += WV_LANES) {
+                const wvec kv = kv_load_wide(k, i, d, T);
+#pragma GCC unroll 2
+                for (int j = 0; j < NQ; j++) a[r][j] = wv_fma(wv_load(q + (size_t)j * d + i), kv, a[r][j]);
+            }
+        }
+#pragma GCC unroll 2
+        for (int j = 0; j < NQ; j++)
+            wv_hsum4_store(att + (size_t)j * att_stride + t, m, a[0][j], a[1][j], a[2][j], a[3][j], scale);
+    }
+}
 #else
 /* Without VNNI every call below sits behind ATTENTION_Q8_DOT = 0 (no head_dim) and folds away. */
 #define ATTENTION_Q8_DOT 0
+#define ATTENTION_WIDE 0
 typedef struct {
     int steps;
 } Q8Query;
@@ -438,6 +469,8 @@ ALWAYS_INLINE void wide_weighted_sum(float* out, const float* att, int att_strid
                                      const void* next_keys, int n_next, int stride, int n, int d, int add, KVType T) {}
 ALWAYS_INLINE void q8_scores_128(float* att, int att_stride, const Q8Query* qq, int NQ, const int8_t* keys,
                                  const int8_t* prefetch_values, int stride, int n, float scale) {}
+ALWAYS_INLINE void wide_scores(float* att, int att_stride, const float* q, int NQ, const void* keys,
+                               const void* prefetch_values, int stride, int n, int d, float scale, KVType T) {}
 ALWAYS_INLINE void q8_weighted_sum_128(float* out, const float* att, int att_stride, int NQ, const int8_t* values,
                                        const int8_t* next_keys, int n_next, int stride, int n, int add) {}
 #endif
@@ -522,6 +555,8 @@ ALWAYS_INLINE void decode_chunk_scores(float* att, int n_pos, const Q8Query* qq,
             q8_scores_128(att + p, n_pos, qq, NQ, kv_at(kv->keys, off, T), prefetch_values, kv->stride, n, scale);
         else if (I8)
             q8_scores(att + p, n_pos, qq, NQ, kv_at(kv->keys, off, T), prefetch_values, kv->stride, n, d, scale);
+        else if (T == KV_F16 && ATTENTION_WIDE)
+            wide_scores(att + p, n_pos, q, NQ, kv_at(kv->keys, off, T), prefetch_values, kv->stride, n, d, scale, T);
         else
             scores(att + p, n_pos, q, NQ, kv_at(kv->keys, off, T), prefetch_values, kv->stride, n, d, scale, T);
     }
@@ -542,7 +577,7 @@ ALWAYS_INLINE void decode_chunk_sum(float* out, const float* att, int n_pos, int
         if (I8 && d == 128)
             q8_weighted_sum_128(out, att + p, n_pos, NQ, kv_at(kv->values, off, T), kv_at(kv->keys, next, T),
                                 n_next < n ? n_next : n, kv->stride, n, p > 0);
-        else if (I8)
+        else if (I8 || (T == KV_F16 && ATTENTION_WIDE))
             wide_weighted_sum(out, att + p, n_pos, NQ, kv_at(kv->values, off, T), kv_at(kv->keys, next, T),
                               n_next < n ? n_next : n, kv->stride, n, d, p > 0, T);
         else
