@@ -100,8 +100,8 @@ void float_to_half_row(uint16_t* out, const float* x, int n) {
 }
 
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
-/* The decode kernels are written over simd_math.h's fixed-width vector, fvec: 8 lanes (ymm, in
- * AVX-512 builds too) or NEON's 4.
+/* The decode kernels are written over simd_math.h's fixed-width vector, fvec: 8 lanes (ymm) or
+ * NEON's 4; with AVX-512 VNNI the fp16 and q8 caches take the zmm kernels of the section below.
  *
  * The cache arrays hold fp32, halves or q8 rows (KVRows.type); the SIMD kernels take that as T, a
  * constant in each inlined copy, so the fp32 copies test no element type in loops. kv_at: element
@@ -166,10 +166,11 @@ ALWAYS_INLINE void scale_row(float* x, int n, float s) {
     for (; i < n; i++) x[i] *= s;
 }
 
-/* Decode takes the group's queries two at a time: every key and value vector is loaded once for
- * both (2 query heads per kv head in Qwen3-0.6B); what makes decode attention fast is the value
- * prefetch in scores (docs/design.md#attention-decode). Per query, the sums run in the same order
- * as for a query alone, so the result does not depend on how queries are paired. */
+/* Decode takes the group's queries two at a time inside one pass over the cache: every key and
+ * value vector is loaded once for both (2 query heads per kv head in Qwen3-0.6B, 8 in 30B-A3B);
+ * what makes decode attention fast is the value prefetch in scores
+ * (docs/design.md#attention-decode). Per query, the sums run in the same order as for a query
+ * alone, so the result does not depend on how queries are paired. */
 #define DIM_STEP 16 /* head_dim a multiple of this takes the SIMD path */
 
 /* a[j][u] += q_j * k over the FV_LANES dimensions from i + FV_LANES u on, for u < NU (4, or 2 for a
@@ -221,8 +222,8 @@ ALWAYS_INLINE void scores(float* att, int att_stride, const float* q, int NQ, co
  * quantised as a cached row is (kv_quantize_row: int8 in groups of KV_Q8_GROUP, a half scale
  * each), and a score is the sum over the groups of (query scale x key scale) x the group's int8
  * dot product, exact in int32: vpdpbusd takes 64 products per instruction. It multiplies unsigned
- * by signed bytes, so one side is taken plus 128 and 128 x that side's partner sums start each sum
- * below zero. Head_dim 128, every Qwen3's, has its own kernels (q8_scores_128, four key rows at a
+ * by signed bytes, so one side is taken plus 128 and each sum starts at -128 x the other side's
+ * sum over the same bytes. Head_dim 128, every Qwen3's, has its own kernels (q8_scores_128, four key rows at a
  * time, and q8_weighted_sum_128, the value scales folded into the weights): a GQA group of 8
  * queries (30B-A3B, 32B) spends most of decode at depth in this arithmetic. The weights and values
  * stay fp32, as over an fp16 cache (docs/design.md#kv-cache-q8). */
@@ -267,7 +268,7 @@ static void q8_query(Q8Query* qq, const float* q, int NQ, int d) {
 /* One q8 key row's products with the queries in qq, one vector of partial sums per query. */
 ALWAYS_INLINE void q8_row(wvec a[2], const Q8Query* qq, int NQ, const int8_t* k, int d) {
     const wbytes c128 = wb_set1(0x80);
-    /* d a multiple of 64 (Qwen3's 128, a constant where it is): whole steps, no masks read */
+    /* d a multiple of 64: whole steps, no masks read */
     const int whole = d % 64 == 0;
     a[0] = a[1] = wv_set1(0.0f);
     for (int s = 0; s < qq->steps; s++) {
@@ -638,14 +639,6 @@ ALWAYS_INLINE void attend_queries(float* out, const float* q, int n_q, const KVR
     for (int j = 0; j < n_q; j++) scale_row(out + (size_t)j * d, d, 1.0f / total[j]);
 }
 
-/* A group of more than ATTENTION_GROUP_PASS queries (none of Qwen3's) in several passes. */
-ALWAYS_INLINE void attend_group(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int d, float scale,
-                                float* att, KVType T) {
-    for (int j = 0; j < n_q; j += ATTENTION_GROUP_PASS) {
-        const int m = n_q - j < ATTENTION_GROUP_PASS ? n_q - j : ATTENTION_GROUP_PASS;
-        attend_queries(out + (size_t)j * d, q + (size_t)j * d, m, kv, n_pos, d, scale, att + (size_t)j * n_pos, T);
-    }
-}
 #else
 void softmax(float* x, int n) { softmax_scalar(x, n); }
 #endif
@@ -667,9 +660,15 @@ void attention_group(float* out, const float* q, int n_q, const KVRows* kv, int 
                      float* att) {
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
     if (attention_simd(head_dim, kv->type)) {
-        if (kv->type == KV_F16) attend_group(out, q, n_q, kv, n_pos, head_dim, scale, att, KV_F16);
-        else if (kv->type == KV_Q8) attend_group(out, q, n_q, kv, n_pos, head_dim, scale, att, KV_Q8);
-        else attend_group(out, q, n_q, kv, n_pos, head_dim, scale, att, KV_F32);
+        /* a group of more than ATTENTION_GROUP_PASS queries (none of Qwen3's) in several passes */
+        for (int j = 0; j < n_q; j += ATTENTION_GROUP_PASS) {
+            const int m = n_q - j < ATTENTION_GROUP_PASS ? n_q - j : ATTENTION_GROUP_PASS;
+            float *o = out + (size_t)j * head_dim, *a = att + (size_t)j * n_pos;
+            const float* qj = q + (size_t)j * head_dim;
+            if (kv->type == KV_F16) attend_queries(o, qj, m, kv, n_pos, head_dim, scale, a, KV_F16);
+            else if (kv->type == KV_Q8) attend_queries(o, qj, m, kv, n_pos, head_dim, scale, a, KV_Q8);
+            else attend_queries(o, qj, m, kv, n_pos, head_dim, scale, a, KV_F32);
+        }
         return;
     }
 #endif

@@ -40,7 +40,8 @@
 #define KERNELS_AVX2 1
 /* With AVX-512 (F, BW, VL) x86/matmul_float.c adds 512-bit prefill tiles and panels (f32, bf16)
  * and bf16 decode on zmm, x86/matmul_int8.c 16-row q8 / q4 panels (with VNNI), and attention.c
- * prefill's 16 query lanes; everything else stays on the AVX2 twins. */
+ * prefill's 16 query lanes and (with VNNI) decode over fp16 and q8 caches; everything else stays
+ * on the AVX2 twins. */
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #define KERNELS_AVX512 1
 #endif
