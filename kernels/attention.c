@@ -231,7 +231,7 @@ ALWAYS_INLINE void scores(float* att, int att_stride, const float* q, int NQ, co
 #define ATTENTION_Q8_DOT KERNELS_Q8_DOT_MAX_DIM /* the longest head_dim it takes */
 #define ATTENTION_WIDE 1 /* decode over an fp16 cache on zmm too (wide_scores) */
 typedef struct {
-    wbytes u[2][KERNELS_Q8_DOT_MAX_DIM / 64]; /* each query's int8 values + 128, 64 per step */
+    wbytes u[2][KERNELS_Q8_DOT_MAX_DIM / 64]; /* each query's int8 values + 128, 64 per step (q8_row) */
     wvec s[2][KERNELS_Q8_DOT_MAX_DIM / 64];   /* its group scales, each in its group's 4 lanes */
     uint64_t mask[KERNELS_Q8_DOT_MAX_DIM / 64]; /* the step's bytes of a row */
     int groups[KERNELS_Q8_DOT_MAX_DIM / 64];    /* the step's groups (4, fewer in a last step) */
@@ -254,12 +254,13 @@ static void q8_query(Q8Query* qq, const float* q, int NQ, int d) {
     for (int j = 0; j < NQ; j++) {
         kv_quantize_row(row, q + (size_t)j * d, d);
         for (int s = 0; s < qq->steps; s++) {
-            qq->u[j][s] = wb_xor(wb_load(row + 64 * s, qq->mask[s]), wb_set1(0x80));
+            const wbytes x = wb_load(row + 64 * s, qq->mask[s]);
             qq->s[j][s] = wv_set4x4_half((const uint16_t*)(row + kv_q8_scale_at(d, 64 * s)), qq->groups[s]);
-        }
-        for (int s = 0; d == 128 && s < 2; s++) {
-            const wbytes x = wb_load(row + 64 * s, ~0ull);
-            for (int c = 0; c < 4; c++) qq->dw[j][s][c] = wb_block_lane(x, c);
+            if (d != 128) { /* q8_row's form */
+                qq->u[j][s] = wb_xor(x, wb_set1(0x80));
+                continue;
+            }
+            for (int c = 0; c < 4; c++) qq->dw[j][s][c] = wb_block_lane(x, c); /* q8_scores_128's */
             qq->below[j][s] = wb_neg(wb_block_sums(wb_dot(wb_set1(0), wb_set1(0x80), x)));
         }
     }
