@@ -47,8 +47,8 @@ PROMPT = ("Once upon a time there was a little cat who lived in a big house with
           "of flowers. Every morning the cat went out to look at the bees and the birds, and "
           "every evening she came back home to sleep by the warm fire.")
 
-# Runs inside gdb (gdb -batch -x THIS): the breakpoints, the stack walks, the record. Its settings
-# come from the environment (CALL_DEPTH_OUT: where the JSON goes).
+# Runs inside gdb (gdb -batch -x THIS): the breakpoints, the stack walks, the record. Its inputs
+# come from the environment: CALL_DEPTH_NAMES, the functions to probe; CALL_DEPTH_OUT, the JSON.
 GDB_SCRIPT = r'''
 import gdb, json, os, re
 
@@ -187,7 +187,8 @@ def main():
     ap.add_argument("--kv-cache", default="f32", choices=("f32", "f16", "q8"), help="the cache type (default f32)")
     ap.add_argument("--threads", type=int, default=1,
                     help="the fast build's threads (default 1: the pool runs every item on the calling "
-                         "thread, through the same kernels; with more, the workers' stops cost time)")
+                         "thread, through the same kernels; with more, a worker's hit turns a probe off "
+                         "before the calling thread meets it, and chains go missing)")
     ap.add_argument("--vector-helpers", action="store_true", help="probe kernels/simd_math.h's helpers too")
     ap.add_argument("--dir", default="build/depth", help="the builds and the models (default build/depth)")
     a = ap.parse_args()
