@@ -223,9 +223,9 @@ ALWAYS_INLINE void scores(float* att, int att_stride, const float* q, int NQ, co
  * each), and a score is the sum over the groups of (query scale x key scale) x the group's int8
  * dot product, exact in int32: vpdpbusd takes 64 products per instruction. It multiplies unsigned
  * by signed bytes, so one side is taken plus 128 and each sum starts at -128 x the other side's
- * sum over the same bytes. Head_dim 128, every Qwen3's, has its own kernels (q8_scores_128, four key rows at a
- * time, and q8_weighted_sum_128, the value scales folded into the weights): a GQA group of 8
- * queries (30B-A3B, 32B) spends most of decode at depth in this arithmetic. The weights and values
+ * sum over the same bytes. Head_dim 128, every Qwen3's, has its own kernels (q8_scores_128, four
+ * key rows at a time, and q8_weighted_sum_128, the value scales folded into the weights): a GQA
+ * group of 8 queries (30B-A3B, 32B) spends most of decode at depth in this arithmetic. The weights and values
  * stay fp32, as over an fp16 cache (docs/design.md#kv-cache-q8). */
 #if defined(KERNELS_Q8_DOT)
 #define ATTENTION_Q8_DOT KERNELS_Q8_DOT_MAX_DIM /* the longest head_dim it takes */
@@ -576,15 +576,16 @@ ALWAYS_INLINE void decode_chunk_sum(float* out, const float* att, int n_pos, int
         int n_next = 0;
         if (prefetch && p + ATTENTION_DECODE_CHUNK < n_pos)
             n_next = kv_block(kv, p + ATTENTION_DECODE_CHUNK, n_pos, &next);
+        if (n_next > n) n_next = n; /* the next chunk's keys, a row per value row read */
         if (I8 && d == 128)
-            q8_weighted_sum_128(out, att + p, n_pos, NQ, kv_at(kv->values, off, T), kv_at(kv->keys, next, T),
-                                n_next < n ? n_next : n, kv->stride, n, p > 0);
+            q8_weighted_sum_128(out, att + p, n_pos, NQ, kv_at(kv->values, off, T), kv_at(kv->keys, next, T), n_next,
+                                kv->stride, n, p > 0);
         else if (I8 || (T == KV_F16 && ATTENTION_WIDE))
-            wide_weighted_sum(out, att + p, n_pos, NQ, kv_at(kv->values, off, T), kv_at(kv->keys, next, T),
-                              n_next < n ? n_next : n, kv->stride, n, d, p > 0, T);
+            wide_weighted_sum(out, att + p, n_pos, NQ, kv_at(kv->values, off, T), kv_at(kv->keys, next, T), n_next,
+                              kv->stride, n, d, p > 0, T);
         else
-            weighted_sum(out, att + p, n_pos, NQ, kv_at(kv->values, off, T), kv_at(kv->keys, next, T),
-                         n_next < n ? n_next : n, kv->stride, n, d, p > 0, T);
+            weighted_sum(out, att + p, n_pos, NQ, kv_at(kv->values, off, T), kv_at(kv->keys, next, T), n_next,
+                         kv->stride, n, d, p > 0, T);
     }
 }
 
