@@ -166,11 +166,11 @@ ALWAYS_INLINE void scale_row(float* x, int n, float s) {
     for (; i < n; i++) x[i] *= s;
 }
 
-/* Decode takes the group's queries two at a time inside one pass over the cache: every key and
- * value vector is loaded once for both (2 query heads per kv head in Qwen3-0.6B, 8 in 30B-A3B);
- * what makes decode attention fast is the value prefetch in scores
- * (docs/design.md#attention-decode). Per query, the sums run in the same order as for a query
- * alone, so the result does not depend on how queries are paired. */
+/* Decode takes the group's queries two at a time inside one pass over the cache (over q8 at
+ * head_dim 128 up to eight): every key and value vector is loaded once for them (2 query heads per
+ * kv head in Qwen3-0.6B, 8 in 30B-A3B); what makes decode attention fast is the value prefetch in
+ * scores (docs/design.md#attention-decode). Per query, the sums run in the same order as for a
+ * query alone, so the result does not depend on how queries are grouped. */
 #define DIM_STEP 16 /* head_dim a multiple of this takes the SIMD path */
 
 /* a[j][u] += q_j * k over the FV_LANES dimensions from i + FV_LANES u on, for u < NU (4, or 2 for a
@@ -224,44 +224,46 @@ ALWAYS_INLINE void scores(float* att, int att_stride, const float* q, int NQ, co
  * dot product, exact in int32: vpdpbusd takes 64 products per instruction. It multiplies unsigned
  * by signed bytes, so one side is taken plus 128 and each sum starts at -128 x the other side's
  * sum over the same bytes. Head_dim 128, every Qwen3's, has its own kernels (q8_scores_128, four
- * key rows at a time, and q8_weighted_sum_128, the value scales folded into the weights): a GQA
- * group of 8 queries (30B-A3B, 32B) spends most of decode at depth in this arithmetic. The weights and values
- * stay fp32, as over an fp16 cache (docs/design.md#kv-cache-q8). */
+ * key rows at a time, and q8_weighted_sum_128, the value scales folded into the weights), each
+ * taking up to eight queries a call: a GQA group of 8 queries (30B-A3B, 32B) spends most of decode
+ * at depth in this arithmetic. The weights and values stay fp32, as over an fp16 cache
+ * (docs/design.md#kv-cache-q8). */
 #if defined(KERNELS_Q8_DOT)
 #define ATTENTION_Q8_DOT KERNELS_Q8_DOT_MAX_DIM /* the longest head_dim it takes */
 #define ATTENTION_WIDE 1 /* decode over an fp16 cache on zmm too (wide_scores) */
+#define Q8_RUN 8 /* queries per call of the head_dim 128 kernels (q8_scores_128, q8_weighted_sum_128) */
+/* One query's int8 form. */
 typedef struct {
-    wbytes u[2][KERNELS_Q8_DOT_MAX_DIM / 64]; /* each query's int8 values + 128, 64 per step (q8_row) */
-    wvec s[2][KERNELS_Q8_DOT_MAX_DIM / 64];   /* its group scales, each in its group's 4 lanes */
+    wbytes u[KERNELS_Q8_DOT_MAX_DIM / 64]; /* its int8 values + 128, 64 per step (q8_row) */
+    wvec s[KERNELS_Q8_DOT_MAX_DIM / 64];   /* its group scales, each in its group's 4 lanes */
     uint64_t mask[KERNELS_Q8_DOT_MAX_DIM / 64]; /* the step's bytes of a row */
     int groups[KERNELS_Q8_DOT_MAX_DIM / 64];    /* the step's groups (4, fewer in a last step) */
     int steps;
-    /* head_dim 128 (q8_scores_128): per query and step, dword c of each group in all four lanes of
-     * the group's 128-bit block, and -128 x the group's sum in each lane */
-    wbytes dw[2][2][4];
-    wbytes below[2][2];
+    /* head_dim 128 (q8_scores_128): per step, dword c of each group in all four lanes of the group's
+     * 128-bit block, and -128 x the group's sum in each lane */
+    wbytes dw[2][4];
+    wbytes below[2];
 } Q8Query;
 
-/* NQ queries of d values as q8_scores takes them. */
-static void q8_query(Q8Query* qq, const float* q, int NQ, int d) {
+/* n_q queries of d values as q8_scores takes them, query j in qq[j]. */
+static void q8_query(Q8Query* qq, const float* q, int n_q, int d) {
     int8_t row[KERNELS_Q8_DOT_MAX_DIM + KERNELS_Q8_DOT_MAX_DIM / KV_Q8_GROUP * 2];
-    qq->steps = (d + 63) / 64;
-    for (int s = 0; s < qq->steps; s++) {
-        const int n = d - 64 * s < 64 ? d - 64 * s : 64;
-        qq->mask[s] = n == 64 ? ~0ull : (1ull << n) - 1;
-        qq->groups[s] = n / KV_Q8_GROUP;
-    }
-    for (int j = 0; j < NQ; j++) {
+    for (int j = 0; j < n_q; j++) {
+        Q8Query* x = &qq[j];
+        x->steps = (d + 63) / 64;
         kv_quantize_row(row, q + (size_t)j * d, d);
-        for (int s = 0; s < qq->steps; s++) {
-            const wbytes x = wb_load(row + 64 * s, qq->mask[s]);
-            qq->s[j][s] = wv_set4x4_half((const uint16_t*)(row + kv_q8_scale_at(d, 64 * s)), qq->groups[s]);
+        for (int s = 0; s < x->steps; s++) {
+            const int n = d - 64 * s < 64 ? d - 64 * s : 64;
+            x->mask[s] = n == 64 ? ~0ull : (1ull << n) - 1;
+            x->groups[s] = n / KV_Q8_GROUP;
+            const wbytes b = wb_load(row + 64 * s, x->mask[s]);
+            x->s[s] = wv_set4x4_half((const uint16_t*)(row + kv_q8_scale_at(d, 64 * s)), x->groups[s]);
             if (d != 128) { /* q8_row's form */
-                qq->u[j][s] = wb_xor(x, wb_set1(0x80));
+                x->u[s] = wb_xor(b, wb_set1(0x80));
                 continue;
             }
-            for (int c = 0; c < 4; c++) qq->dw[j][s][c] = wb_block_lane(x, c); /* q8_scores_128's */
-            qq->below[j][s] = wb_neg(wb_block_sums(wb_dot(wb_set1(0), wb_set1(0x80), x)));
+            for (int c = 0; c < 4; c++) x->dw[s][c] = wb_block_lane(b, c); /* q8_scores_128's */
+            x->below[s] = wb_neg(wb_block_sums(wb_dot(wb_set1(0), wb_set1(0x80), b)));
         }
     }
 }
@@ -278,7 +280,7 @@ ALWAYS_INLINE void q8_row(wvec a[2], const Q8Query* qq, int NQ, const int8_t* k,
         const wvec ks = wv_set4x4_half((const uint16_t*)(k + kv_q8_scale_at(d, 64 * s)), whole ? 4 : qq->groups[s]);
 #pragma GCC unroll 2
         for (int j = 0; j < NQ; j++)
-            a[j] = wv_fma(wv_from_i32(wb_dot(below, qq->u[j][s], kb)), wv_mul(ks, qq->s[j][s]), a[j]);
+            a[j] = wv_fma(wv_from_i32(wb_dot(below, qq[j].u[s], kb)), wv_mul(ks, qq[j].s[s]), a[j]);
     }
 }
 
@@ -361,7 +363,8 @@ ALWAYS_INLINE void wide_weighted_sum(float* out, const float* att, int att_strid
  * rows, where the row-at-a-time form converts and scales each row's partial sums and adds them in
  * a tree. A row's score is the sum of its lanes across the blocks (wv_block_sums4_store), added in
  * the same order for every row, so it is the same bits whichever rows share its four; a last run of
- * fewer than four repeats its last row. */
+ * fewer than four repeats its last row. It takes up to Q8_RUN queries (NQ) a call, so that a GQA
+ * group of 8 (30B-A3B) loads and transposes each key row once, not once per pair of queries. */
 ALWAYS_INLINE void q8_scores_128(float* att, int att_stride, const Q8Query* qq, int NQ, const int8_t* keys,
                                  const int8_t* prefetch_values, int stride, int n, float scale) {
     const wbytes c128 = wb_set1(0x80);
@@ -375,7 +378,9 @@ ALWAYS_INLINE void q8_scores_128(float* att, int att_stride, const Q8Query* qq, 
             for (int i = 0; prefetch_values && r < m && i < kv_row_bytes(128, KV_Q8); i += 64)
                 __builtin_prefetch(prefetch_values + (size_t)(t + r) * stride + i, 0, 2); /* into L2 */
         }
-        wvec ks[2], f[2] = {wv_set1(0.0f), wv_set1(0.0f)};
+        wvec ks[2], f[Q8_RUN];
+#pragma GCC unroll 8
+        for (int j = 0; j < NQ; j++) f[j] = wv_set1(0.0f);
         wv_halves_4x8_t(h, ks);
 #pragma GCC unroll 2
         for (int s = 0; s < 2; s++) {
@@ -383,50 +388,91 @@ ALWAYS_INLINE void q8_scores_128(float* att, int att_stride, const Q8Query* qq, 
 #pragma GCC unroll 4
             for (int r = 0; r < 4; r++) kb[r] = wb_xor(wb_load(k[r] + 64 * s, ~0ull), c128);
             wb_transpose4(kb);
-#pragma GCC unroll 2
+#pragma GCC unroll 8
             for (int j = 0; j < NQ; j++) {
-                wbytes e = qq->below[j][s];
+                wbytes e = qq[j].below[s];
 #pragma GCC unroll 4
-                for (int c = 0; c < 4; c++) e = wb_dot(e, kb[c], qq->dw[j][s][c]);
-                f[j] = wv_fma(wv_from_i32(e), wv_mul(ks[s], qq->s[j][s]), f[j]);
+                for (int c = 0; c < 4; c++) e = wb_dot(e, kb[c], qq[j].dw[s][c]);
+                f[j] = wv_fma(wv_from_i32(e), wv_mul(ks[s], qq[j].s[s]), f[j]);
             }
         }
-#pragma GCC unroll 2
+#pragma GCC unroll 8
         for (int j = 0; j < NQ; j++) wv_block_sums4_store(att + (size_t)j * att_stride + t, m, f[j], scale);
     }
 }
 
-/* wide_weighted_sum over a q8 cache at head_dim 128: each value row's eight group scales folded
- * into its weights first (w = a s, eight per row and query, for the run's rows), so that each
- * group's 16 int8 values are widened once and meet w as a broadcast operand of the FMA. */
-ALWAYS_INLINE void q8_weighted_sum_128(float* out, const float* att, int att_stride, int NQ, const int8_t* values,
-                                       const int8_t* next_keys, int n_next, int stride, int n, int add) {
-    float w[ATTENTION_DECODE_CHUNK][2][8] __attribute__((aligned(64)));
-    for (int t = 0; t < n; t++) {
-        const fvec s = fv_load_half((const uint16_t*)(values + (size_t)t * stride + 128));
-#pragma GCC unroll 2
-        for (int j = 0; j < NQ; j++) fv_store(w[t][j], fv_mul(s, fv_broadcast(att + (size_t)j * att_stride + t)));
-    }
-    wvec o[2][8];
-#pragma GCC unroll 2
+/* One pass of q8_weighted_sum_128: groups g0 .. g0 + G - 1 of NQ queries' outputs, NQ x G <= 16
+ * sums in registers, each group's 16 int8 values widened once for all NQ queries. */
+ALWAYS_INLINE void q8_sum_pass_128(float* out, const float* w, int NQ, const int8_t* values,
+                                   const int8_t* next_keys, int n_next, int stride, int n, int add, int g0, int G) {
+    wvec o[16];
+#pragma GCC unroll 8
     for (int j = 0; j < NQ; j++)
 #pragma GCC unroll 8
-        for (int g = 0; g < 8; g++) o[j][g] = add ? wv_load(out + (size_t)j * 128 + 16 * g) : wv_set1(0.0f);
+        for (int g = 0; g < G; g++) o[j * G + g] = add ? wv_load(out + (size_t)j * 128 + 16 * (g0 + g)) : wv_set1(0.0f);
     for (int t = 0; t < n; t++) {
         const int8_t* v = values + (size_t)t * stride;
-        for (int b = 0; t < n_next && b < kv_row_bytes(128, KV_Q8); b += 64)
+        for (int b = 0; g0 == 0 && t < n_next && b < kv_row_bytes(128, KV_Q8); b += 64)
             __builtin_prefetch(next_keys + (size_t)t * stride + b, 0, 2);
 #pragma GCC unroll 8
-        for (int g = 0; g < 8; g++) {
-            const wvec x = wv_load_i8(v + 16 * g);
-#pragma GCC unroll 2
-            for (int j = 0; j < NQ; j++) o[j][g] = wv_fma(x, wv_broadcast(&w[t][j][g]), o[j][g]);
+        for (int g = 0; g < G; g++) {
+            const wvec x = wv_load_i8(v + 16 * (g0 + g));
+#pragma GCC unroll 8
+            for (int j = 0; j < NQ; j++)
+                o[j * G + g] = wv_fma(x, wv_broadcast(&w[((size_t)t * NQ + j) * 8 + g0 + g]), o[j * G + g]);
         }
     }
-#pragma GCC unroll 2
+#pragma GCC unroll 8
     for (int j = 0; j < NQ; j++)
 #pragma GCC unroll 8
-        for (int g = 0; g < 8; g++) wv_store(out + (size_t)j * 128 + 16 * g, o[j][g]);
+        for (int g = 0; g < G; g++) wv_store(out + (size_t)j * 128 + 16 * (g0 + g), o[j * G + g]);
+}
+
+/* wide_weighted_sum over a q8 cache at head_dim 128 for up to Q8_RUN queries (NQ): each value row's
+ * eight group scales folded into its weights first (w = a s, eight per row and query, for the
+ * run's rows), so that each group's 16 int8 values are widened once and meet w as a broadcast
+ * operand of the FMA; in passes of 8, 4 or 2 groups for 2, 4 or 8 queries, each value widened once
+ * for all of them (the next chunk's keys prefetched in the first). Each output's sum runs over the
+ * rows in the same order whatever NQ is. */
+ALWAYS_INLINE void q8_sum_128(float* out, const float* att, int att_stride, int NQ, const int8_t* values,
+                              const int8_t* next_keys, int n_next, int stride, int n, int add) {
+    float w[ATTENTION_DECODE_CHUNK * Q8_RUN * 8] __attribute__((aligned(64))); /* w[t][j][g], NQ queries a row */
+    for (int t = 0; t < n; t++) {
+        const fvec s = fv_load_half((const uint16_t*)(values + (size_t)t * stride + 128));
+#pragma GCC unroll 8
+        for (int j = 0; j < NQ; j++)
+            fv_store(w + ((size_t)t * NQ + j) * 8, fv_mul(s, fv_broadcast(att + (size_t)j * att_stride + t)));
+    }
+    const int G = NQ <= 2 ? 8 : 16 / NQ;
+#pragma GCC unroll 4
+    for (int g0 = 0; g0 < 8; g0 += G) q8_sum_pass_128(out, w, NQ, values, next_keys, n_next, stride, n, add, g0, G);
+}
+
+/* q8_sum_128 for each NQ is a function of its own: inlined into attention_group beside the other
+ * kernels, its loops ran short of registers (gcc 12) and a group of 2 lost 15-20%
+ * (docs/design.md#attention-decode). */
+static __attribute__((noinline)) void q8_sum_128_x1(float* out, const float* att, int att_stride, const int8_t* values,
+                                                    const int8_t* next_keys, int n_next, int stride, int n, int add) {
+    q8_sum_128(out, att, att_stride, 1, values, next_keys, n_next, stride, n, add);
+}
+static __attribute__((noinline)) void q8_sum_128_x2(float* out, const float* att, int att_stride, const int8_t* values,
+                                                    const int8_t* next_keys, int n_next, int stride, int n, int add) {
+    q8_sum_128(out, att, att_stride, 2, values, next_keys, n_next, stride, n, add);
+}
+static __attribute__((noinline)) void q8_sum_128_x4(float* out, const float* att, int att_stride, const int8_t* values,
+                                                    const int8_t* next_keys, int n_next, int stride, int n, int add) {
+    q8_sum_128(out, att, att_stride, 4, values, next_keys, n_next, stride, n, add);
+}
+static __attribute__((noinline)) void q8_sum_128_x8(float* out, const float* att, int att_stride, const int8_t* values,
+                                                    const int8_t* next_keys, int n_next, int stride, int n, int add) {
+    q8_sum_128(out, att, att_stride, 8, values, next_keys, n_next, stride, n, add);
+}
+ALWAYS_INLINE void q8_weighted_sum_128(float* out, const float* att, int att_stride, int NQ, const int8_t* values,
+                                       const int8_t* next_keys, int n_next, int stride, int n, int add) {
+    if (NQ == 8) q8_sum_128_x8(out, att, att_stride, values, next_keys, n_next, stride, n, add);
+    else if (NQ == 4) q8_sum_128_x4(out, att, att_stride, values, next_keys, n_next, stride, n, add);
+    else if (NQ == 2) q8_sum_128_x2(out, att, att_stride, values, next_keys, n_next, stride, n, add);
+    else q8_sum_128_x1(out, att, att_stride, values, next_keys, n_next, stride, n, add);
 }
 
 /* scores() on the widest vector, over an fp16 cache: each key row widened WV_LANES halves at a time
@@ -460,6 +506,7 @@ ALWAYS_INLINE void wide_scores(float* att, int att_stride, const float* q, int N
 #else
 /* Without VNNI every call below sits behind ATTENTION_Q8_DOT = 0 (no head_dim) and folds away. */
 #define ATTENTION_Q8_DOT 0
+#define Q8_RUN 2
 #define ATTENTION_WIDE 0
 typedef struct {
     int steps;
@@ -544,8 +591,9 @@ void softmax(float* x, int n) {
     scale_row(x, n, 1.0f / exp_shifted(x, n, &m));
 }
 
-/* One chunk's scores for NQ (1 or 2, a constant) queries, a run of rows per block of the cache
- * (kv_block); with prefetch, the chunk's values go into L2 on the way. */
+/* One chunk's scores for NQ (a constant: 1 or 2, up to Q8_RUN over q8 at head_dim 128) queries, a
+ * run of rows per block of the cache (kv_block); with prefetch, the chunk's values go into L2 on
+ * the way. */
 ALWAYS_INLINE void decode_chunk_scores(float* att, int n_pos, const Q8Query* qq, const float* q, int NQ,
                                        const KVRows* kv, int c0, int c1, int d, float scale, int prefetch, KVType T) {
     const int I8 = T == KV_Q8 && d <= ATTENTION_Q8_DOT;
@@ -555,6 +603,8 @@ ALWAYS_INLINE void decode_chunk_scores(float* att, int n_pos, const Q8Query* qq,
         const void* prefetch_values = prefetch ? kv_at(kv->values, off, T) : NULL;
         if (I8 && d == 128)
             q8_scores_128(att + p, n_pos, qq, NQ, kv_at(kv->keys, off, T), prefetch_values, kv->stride, n, scale);
+        else if (NQ > 2)
+            continue; /* not reached: attend_queries takes more than 2 queries a call only into q8_scores_128 */
         else if (I8)
             q8_scores(att + p, n_pos, qq, NQ, kv_at(kv->keys, off, T), prefetch_values, kv->stride, n, d, scale);
         else if (T == KV_F16 && ATTENTION_WIDE)
@@ -564,7 +614,7 @@ ALWAYS_INLINE void decode_chunk_scores(float* att, int n_pos, const Q8Query* qq,
     }
 }
 
-/* One chunk's weighted sum for NQ (1 or 2, a constant) queries, continuing out after the first
+/* One chunk's weighted sum for NQ (as decode_chunk_scores') queries, continuing out after the first
  * chunk; with prefetch, the next chunk's keys go into L2 on the way. */
 ALWAYS_INLINE void decode_chunk_sum(float* out, const float* att, int n_pos, int NQ, const KVRows* kv, int c0, int c1,
                                     int d, int prefetch, KVType T) {
@@ -580,6 +630,8 @@ ALWAYS_INLINE void decode_chunk_sum(float* out, const float* att, int n_pos, int
         if (I8 && d == 128)
             q8_weighted_sum_128(out, att + p, n_pos, NQ, kv_at(kv->values, off, T), kv_at(kv->keys, next, T), n_next,
                                 kv->stride, n, p > 0);
+        else if (NQ > 2)
+            continue; /* not reached (decode_chunk_scores) */
         else if (I8 || (T == KV_F16 && ATTENTION_WIDE))
             wide_weighted_sum(out, att + p, n_pos, NQ, kv_at(kv->values, off, T), kv_at(kv->keys, next, T), n_next,
                               kv->stride, n, d, p > 0, T);
@@ -592,34 +644,45 @@ ALWAYS_INLINE void decode_chunk_sum(float* out, const float* att, int n_pos, int
 /* A GQA group's queries share one kv head; decode takes up to this many in one pass over its rows. */
 #define ATTENTION_GROUP_PASS 16
 
+/* How many of the `left` queries one kernel call takes: up to Q8_RUN into the head_dim 128 kernels
+ * over q8 (q8_128), else up to 2; a power of two, so that NQ is one of a few constants. */
+ALWAYS_INLINE int query_run(int left, int q8_128) {
+    int n = q8_128 ? Q8_RUN : 2;
+    while (n > left) n /= 2;
+    return n;
+}
+
 /* Scores, softmax and weighted sum of the n_q (up to ATTENTION_GROUP_PASS) queries of one GQA group
  * in one pass over the cache, ATTENTION_DECODE_CHUNK positions at a time: the chunk's scores (the
- * first pair prefetching its values), their exponentials against each query's running maximum,
- * then its weighted sum (the first pair prefetching the next chunk's keys), so that memory streams
+ * first run prefetching its values), their exponentials against each query's running maximum,
+ * then its weighted sum (the first run prefetching the next chunk's keys), so that memory streams
  * through both halves of a chunk instead of idling while one works from cache. The queries go in
- * pairs (NQ a constant in each call, so the accumulators stay in registers); the pairs after the
- * first find the chunk's keys and values in cache, so the group reads the cache once however many
- * queries share it. Where a chunk raises a query's maximum from m to m', what was summed before
- * (output and total weight) is scaled by exp(m - m'); one division ends it: Milakov and
- * Gimelshein's online softmax (2018), per chunk. The chunks are the same whatever the cache's
- * blocks, so the result does not depend on the block length (the tests compare a blocked cache
- * with one array bit for bit), nor on how many queries share the pass. Two passes would find the
- * values prefetched in the first partly evicted by the second at long caches
- * (docs/design.md#attention-decode). */
+ * pairs, or over q8 at head_dim 128 in runs of up to Q8_RUN (query_run; NQ a constant in each call,
+ * so the accumulators stay in registers); the runs after the first find the chunk's keys and values
+ * in cache, so the group reads the cache once however many queries share it. Where a chunk raises
+ * a query's maximum from m to m', what was summed before (output and total weight) is scaled by
+ * exp(m - m'); one division ends it: Milakov and Gimelshein's online softmax (2018), per chunk.
+ * The chunks are the same whatever the cache's blocks, so the result does not depend on the block
+ * length (the tests compare a blocked cache with one array bit for bit), nor on how many queries
+ * share the pass. Two passes would find the values prefetched in the first partly evicted by the
+ * second at long caches (docs/design.md#attention-decode). */
 ALWAYS_INLINE void attend_queries(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int d, float scale,
                                   float* att, KVType T) {
     float max[ATTENTION_GROUP_PASS], total[ATTENTION_GROUP_PASS];
-    Q8Query qq[ATTENTION_GROUP_PASS / 2];
+    Q8Query qq[ATTENTION_GROUP_PASS];
+    const int q8_128 = T == KV_Q8 && d == 128 && d <= ATTENTION_Q8_DOT;
     for (int j = 0; j < n_q; j++) max[j] = -INFINITY, total[j] = 0.0f;
-    if (T == KV_Q8 && d <= ATTENTION_Q8_DOT)
-        for (int j = 0; j < n_q; j += 2) q8_query(&qq[j / 2], q + (size_t)j * d, n_q - j < 2 ? 1 : 2, d);
+    if (T == KV_Q8 && d <= ATTENTION_Q8_DOT) q8_query(qq, q, n_q, d);
     for (int c0 = 0; c0 < n_pos; c0 += ATTENTION_DECODE_CHUNK) {
         const int c1 = n_pos - c0 < ATTENTION_DECODE_CHUNK ? n_pos : c0 + ATTENTION_DECODE_CHUNK;
-        for (int j = 0; j < n_q; j += 2) {
+        for (int j = 0, nq; j < n_q; j += nq) {
             float* a = att + (size_t)j * n_pos;
             const float* qj = q + (size_t)j * d;
-            if (n_q - j >= 2) decode_chunk_scores(a, n_pos, &qq[j / 2], qj, 2, kv, c0, c1, d, scale, j == 0, T);
-            else decode_chunk_scores(a, n_pos, &qq[j / 2], qj, 1, kv, c0, c1, d, scale, j == 0, T);
+            nq = query_run(n_q - j, q8_128);
+            if (nq == 8) decode_chunk_scores(a, n_pos, &qq[j], qj, 8, kv, c0, c1, d, scale, j == 0, T);
+            else if (nq == 4) decode_chunk_scores(a, n_pos, &qq[j], qj, 4, kv, c0, c1, d, scale, j == 0, T);
+            else if (nq == 2) decode_chunk_scores(a, n_pos, &qq[j], qj, 2, kv, c0, c1, d, scale, j == 0, T);
+            else decode_chunk_scores(a, n_pos, &qq[j], qj, 1, kv, c0, c1, d, scale, j == 0, T);
         }
         for (int j = 0; j < n_q; j++) {
             const float before = max[j];
@@ -631,10 +694,13 @@ ALWAYS_INLINE void attend_queries(float* out, const float* q, int n_q, const KVR
             }
             total[j] += sum;
         }
-        for (int j = 0; j < n_q; j += 2) {
+        for (int j = 0, nq; j < n_q; j += nq) {
             float* o = out + (size_t)j * d;
             const float* a = att + (size_t)j * n_pos;
-            if (n_q - j >= 2) decode_chunk_sum(o, a, n_pos, 2, kv, c0, c1, d, j == 0, T);
+            nq = query_run(n_q - j, q8_128);
+            if (nq == 8) decode_chunk_sum(o, a, n_pos, 8, kv, c0, c1, d, j == 0, T);
+            else if (nq == 4) decode_chunk_sum(o, a, n_pos, 4, kv, c0, c1, d, j == 0, T);
+            else if (nq == 2) decode_chunk_sum(o, a, n_pos, 2, kv, c0, c1, d, j == 0, T);
             else decode_chunk_sum(o, a, n_pos, 1, kv, c0, c1, d, j == 0, T);
         }
     }

@@ -536,8 +536,8 @@ static void test_attention(const Ops* k) {
      * shipped model's 48); 40: the scalar reference in every build */
     int dims[] = {128, 64, 40, 160, 48, 80};
     int npos[] = {1, 2, 7, 33, 300};
-    /* 5 and 8: several pairs in one pass over the cache (Qwen3-14B's and 30B-A3B's groups); 17:
-     * more than one pass (ATTENTION_GROUP_PASS) */
+    /* 5 and 8: several pairs in one pass over the cache (Qwen3-14B's and 30B-A3B's groups), over q8
+     * at head_dim 128 runs of 4 + 1 and 8; 17: more than one pass (ATTENTION_GROUP_PASS), 8 + 8 + 1 */
     int nqs[] = {1, 2, 3, 5, 8, 17};
     for (size_t a = 0; a < 6; a++)
         for (size_t p = 0; p < 5; p++)
@@ -558,7 +558,8 @@ static void test_attention(const Ops* k) {
                 /* tolerance 1e-5 absolute (|v| <= 1, weights sum to 1) */
                 double e = 0;
                 for (int i = 0; i < nq * d; i++) e = fmax(e, fabs(o1[i] - o2[i]));
-                /* each query alone: the same bits as in its group (the kernel pairs queries) */
+                /* each query alone: the same bits as in its group (the kernels take queries in pairs
+                 * or runs) */
                 int same = 1;
                 for (int j = 0; j < nq; j++) {
                     attention_group(o3 + (size_t)j * d, q + (size_t)j * d, 1, &kv.flat, n, d, scale, att2);
