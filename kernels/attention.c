@@ -448,31 +448,16 @@ ALWAYS_INLINE void q8_sum_128(float* out, const float* att, int att_stride, int 
     for (int g0 = 0; g0 < 8; g0 += G) q8_sum_pass_128(out, w, NQ, values, next_keys, n_next, stride, n, add, g0, G);
 }
 
-/* q8_sum_128 for each NQ is a function of its own: inlined into attention_group beside the other
- * kernels, its loops ran short of registers (gcc 12) and a group of 2 lost 15-20%
+/* q8_sum_128 with NQ a constant, in a function of its own: inlined into attention_group beside the
+ * other kernels, its loops ran short of registers (gcc 12) and a group of 2 lost 15-20%
  * (docs/design.md#attention-decode). */
-static __attribute__((noinline)) void q8_sum_128_x1(float* out, const float* att, int att_stride, const int8_t* values,
-                                                    const int8_t* next_keys, int n_next, int stride, int n, int add) {
-    q8_sum_128(out, att, att_stride, 1, values, next_keys, n_next, stride, n, add);
-}
-static __attribute__((noinline)) void q8_sum_128_x2(float* out, const float* att, int att_stride, const int8_t* values,
-                                                    const int8_t* next_keys, int n_next, int stride, int n, int add) {
-    q8_sum_128(out, att, att_stride, 2, values, next_keys, n_next, stride, n, add);
-}
-static __attribute__((noinline)) void q8_sum_128_x4(float* out, const float* att, int att_stride, const int8_t* values,
-                                                    const int8_t* next_keys, int n_next, int stride, int n, int add) {
-    q8_sum_128(out, att, att_stride, 4, values, next_keys, n_next, stride, n, add);
-}
-static __attribute__((noinline)) void q8_sum_128_x8(float* out, const float* att, int att_stride, const int8_t* values,
-                                                    const int8_t* next_keys, int n_next, int stride, int n, int add) {
-    q8_sum_128(out, att, att_stride, 8, values, next_keys, n_next, stride, n, add);
-}
-ALWAYS_INLINE void q8_weighted_sum_128(float* out, const float* att, int att_stride, int NQ, const int8_t* values,
-                                       const int8_t* next_keys, int n_next, int stride, int n, int add) {
-    if (NQ == 8) q8_sum_128_x8(out, att, att_stride, values, next_keys, n_next, stride, n, add);
-    else if (NQ == 4) q8_sum_128_x4(out, att, att_stride, values, next_keys, n_next, stride, n, add);
-    else if (NQ == 2) q8_sum_128_x2(out, att, att_stride, values, next_keys, n_next, stride, n, add);
-    else q8_sum_128_x1(out, att, att_stride, values, next_keys, n_next, stride, n, add);
+static __attribute__((noinline)) void q8_weighted_sum_128(float* out, const float* att, int att_stride, int NQ,
+                                                          const int8_t* values, const int8_t* next_keys, int n_next,
+                                                          int stride, int n, int add) {
+    if (NQ == 8) q8_sum_128(out, att, att_stride, 8, values, next_keys, n_next, stride, n, add);
+    else if (NQ == 4) q8_sum_128(out, att, att_stride, 4, values, next_keys, n_next, stride, n, add);
+    else if (NQ == 2) q8_sum_128(out, att, att_stride, 2, values, next_keys, n_next, stride, n, add);
+    else q8_sum_128(out, att, att_stride, 1, values, next_keys, n_next, stride, n, add);
 }
 
 /* scores() on the widest vector, over an fp16 cache: each key row widened WV_LANES halves at a time
