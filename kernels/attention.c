@@ -401,7 +401,7 @@ ALWAYS_INLINE void q8_scores_128(float* att, int att_stride, const Q8Query* qq, 
     }
 }
 
-/* One pass of q8_weighted_sum_128: groups g0 .. g0 + G - 1 of NQ queries' outputs, NQ x G <= 16
+/* One pass of q8_sum_128: groups g0 .. g0 + G - 1 of NQ queries' outputs, NQ x G <= 16
  * sums in registers, each group's 16 int8 values widened once for all NQ queries. */
 ALWAYS_INLINE void q8_sum_pass_128(float* out, const float* w, int NQ, const int8_t* values,
                                    const int8_t* next_keys, int n_next, int stride, int n, int add, int g0, int G) {
