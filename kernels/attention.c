@@ -5,6 +5,9 @@
 
 #include "kernels.h"
 #include "simd_math.h"
+#if !defined(KERNELS_SCALAR)
+#include "kernels/fast/fast.h"
+#endif
 
 void softmax_scalar(float* x, int n) {
     if (n <= 0) return;
@@ -246,7 +249,7 @@ typedef struct {
 } Q8Query;
 
 /* n_q queries of d values as q8_scores takes them, query j in qq[j]. */
-static void q8_query(Q8Query* qq, const float* q, int n_q, int d) {
+ALWAYS_INLINE void q8_query(Q8Query* qq, const float* q, int n_q, int d) {
     int8_t row[KERNELS_Q8_DOT_MAX_DIM + KERNELS_Q8_DOT_MAX_DIM / KV_Q8_GROUP * 2];
     for (int j = 0; j < n_q; j++) {
         Q8Query* x = &qq[j];
@@ -448,8 +451,8 @@ ALWAYS_INLINE void q8_sum_128(float* out, const float* att, int att_stride, int 
     for (int g0 = 0; g0 < 8; g0 += G) q8_sum_pass_128(out, w, NQ, values, next_keys, n_next, stride, n, add, g0, G);
 }
 
-/* q8_sum_128 with NQ a constant, in a function of its own: inlined into attention_group beside the
- * other kernels, its loops ran short of registers (gcc 12) and a group of 2 lost 15-20%
+/* q8_sum_128 with NQ a constant, in a function of its own: inlined beside the other decode
+ * kernels, its loops ran short of registers (gcc 12) and a group of 2 lost 15-20%
  * (docs/design.md#attention-decode). */
 static __attribute__((noinline)) void q8_weighted_sum_128(float* out, const float* att, int att_stride, int NQ,
                                                           const int8_t* values, const int8_t* next_keys, int n_next,
@@ -707,25 +710,6 @@ int attention_simd(int head_dim, KVType type) {
 #else
     return 0;
 #endif
-}
-
-void attention_group(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int head_dim, float scale,
-                     float* att) {
-#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
-    if (attention_simd(head_dim, kv->type)) {
-        /* a group of more than ATTENTION_GROUP_PASS queries (none of Qwen3's) in several passes */
-        for (int j = 0; j < n_q; j += ATTENTION_GROUP_PASS) {
-            const int m = n_q - j < ATTENTION_GROUP_PASS ? n_q - j : ATTENTION_GROUP_PASS;
-            float *o = out + (size_t)j * head_dim, *a = att + (size_t)j * n_pos;
-            const float* qj = q + (size_t)j * head_dim;
-            if (kv->type == KV_F16) attend_queries(o, qj, m, kv, n_pos, head_dim, scale, a, KV_F16);
-            else if (kv->type == KV_Q8) attend_queries(o, qj, m, kv, n_pos, head_dim, scale, a, KV_Q8);
-            else attend_queries(o, qj, m, kv, n_pos, head_dim, scale, a, KV_F32);
-        }
-        return;
-    }
-#endif
-    attention_group_scalar(out, q, n_q, kv, n_pos, head_dim, scale, att);
 }
 
 void attention_rows_scalar(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const KVRows* kv,
@@ -1092,11 +1076,37 @@ ALWAYS_INLINE void attend_lanes(float* out, const float* q, size_t row_stride, i
 }
 #endif
 
-/* Prefill attention: the block's n_rows * n_q queries together, the queries in the lanes
- * (attend_lanes), so that each key and value is read once for all of them
- * (docs/design.md#attention-prefill). */
-void attention_rows(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const KVRows* kv,
-                    int first_n_pos, int head_dim, float scale, float* att) {
+#if !defined(KERNELS_SCALAR)
+/* Decode: attention_group (kernels.h), inlined into the pool's work (attention_task). */
+ALWAYS_INLINE void attend_group(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int head_dim,
+                                float scale, float* att) {
+#if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
+    if (attention_simd(head_dim, kv->type)) {
+        /* a group of more than ATTENTION_GROUP_PASS queries (none of Qwen3's) in several passes */
+        for (int j = 0; j < n_q; j += ATTENTION_GROUP_PASS) {
+            const int m = n_q - j < ATTENTION_GROUP_PASS ? n_q - j : ATTENTION_GROUP_PASS;
+            float *o = out + (size_t)j * head_dim, *a = att + (size_t)j * n_pos;
+            const float* qj = q + (size_t)j * head_dim;
+            if (kv->type == KV_F16) attend_queries(o, qj, m, kv, n_pos, head_dim, scale, a, KV_F16);
+            else if (kv->type == KV_Q8) attend_queries(o, qj, m, kv, n_pos, head_dim, scale, a, KV_Q8);
+            else attend_queries(o, qj, m, kv, n_pos, head_dim, scale, a, KV_F32);
+        }
+        return;
+    }
+#endif
+    attention_group_scalar(out, q, n_q, kv, n_pos, head_dim, scale, att);
+}
+
+void attention_group(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int head_dim, float scale,
+                     float* att) {
+    attend_group(out, q, n_q, kv, n_pos, head_dim, scale, att);
+}
+
+/* Prefill attention (attention_rows, kernels.h; inlined into attention_task): the block's
+ * n_rows * n_q queries together, the queries in the lanes (attend_lanes), so that each key and
+ * value is read once for all of them (docs/design.md#attention-prefill). */
+ALWAYS_INLINE void attend_block(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const KVRows* kv,
+                                int first_n_pos, int head_dim, float scale, float* att) {
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
     if (attention_simd(head_dim, kv->type)) {
         const int n0 = first_n_pos, d = head_dim;
@@ -1108,6 +1118,41 @@ void attention_rows(float* out, const float* q, size_t row_stride, int n_q, int 
 #endif
     attention_rows_scalar(out, q, row_stride, n_q, n_rows, kv, first_n_pos, head_dim, scale, att);
 }
+
+void attention_rows(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const KVRows* kv,
+                    int first_n_pos, int head_dim, float scale, float* att) {
+    attend_block(out, q, row_stride, n_q, n_rows, kv, first_n_pos, head_dim, scale, att);
+}
+
+/* The fast ops' attention as the pool's work (kernels/fast/fast.h). Decode (one row): task i takes
+ * a contiguous range of kv heads, each with its GQA group of query heads. Prefill: task i takes the
+ * (block of ATTENTION_BLOCK_ROWS rows, kv head) pairs i, i + n_tasks, ...: interleaved, since the
+ * causal mask makes later rows longer. The kernels are inlined here, so that forward() reaches
+ * their loops in three calls (docs/design.md#seam). */
+void attention_task(void* ctx, int task, int thread) {
+    const AttentionJob* job = ctx;
+    const AttentionCall* a = job->a;
+    const int K = a->n_kv_heads, G = a->n_heads / K, d = a->head_dim;
+    const size_t row = (size_t)a->n_heads * d;
+    float* scratch = job->scratch + (size_t)task * job->scratch_floats;
+    if (a->rows == 1) {
+        for (int kv = task * K / job->n_tasks; kv < (task + 1) * K / job->n_tasks; kv++) {
+            const KVRows rows = attention_kv_head(a, kv);
+            const size_t at = (size_t)kv * G * d;
+            attend_group(a->out + at, a->q + at, G, &rows, a->p0 + 1, d, a->scale, scratch);
+        }
+        return;
+    }
+    const int n_blocks = (a->rows + ATTENTION_BLOCK_ROWS - 1) / ATTENTION_BLOCK_ROWS;
+    for (int pair = task; pair < n_blocks * K; pair += job->n_tasks) {
+        const int r = pair / K * ATTENTION_BLOCK_ROWS, kv = pair % K;
+        const int n = a->rows - r < ATTENTION_BLOCK_ROWS ? a->rows - r : ATTENTION_BLOCK_ROWS;
+        const KVRows rows = attention_kv_head(a, kv);
+        const size_t at = (size_t)r * row + (size_t)kv * G * d;
+        attend_block(a->out + at, a->q + at, row, G, n, &rows, a->p0 + r + 1, d, a->scale, scratch);
+    }
+}
+#endif
 
 size_t attention_rows_scratch(int n_q, int n_rows, int max_pos, int head_dim) {
     const size_t n = (size_t)n_q * (size_t)n_rows;

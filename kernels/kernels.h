@@ -185,16 +185,17 @@ static inline float kv_value(const void* base, size_t row, int i, int d, KVType 
 /* The q8 cache's store of one row (KV_Q8 above): d values of x into row's d + d / 8 bytes (SIMD: the same). */
 void kv_quantize_row(int8_t* row, const float* x, int d);
 
+/* Whether attention_group and attention_rows run SIMD kernels for this head_dim and cache type or
+ * the scalar reference: in SIMD builds head_dim a multiple of 16 (every Qwen3's 128, the shipped
+ * model's 48), and halves where the build widens them in registers. */
+int attention_simd(int head_dim, KVType type);
+
+#if !defined(KERNELS_SCALAR) /* the fast builds' (the reference build has attention_group_scalar) */
 /* Attention of the n_q query heads of one GQA group over their kv head's n_pos cached positions
  * (QWEN3.md 2.2 step 2.7, 2.5): for each query j (q + j * head_dim, its output at out + j * head_dim)
  * s[t] = (q_j . k_t) * scale, a = softmax(s), out_j = sum_t a[t] v_t. att is scratch of n_q * n_pos floats. */
 void attention_group(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int head_dim, float scale,
                      float* att);
-
-/* Whether attention_group and attention_rows run SIMD kernels for this head_dim and cache type or
- * the scalar reference: in SIMD builds head_dim a multiple of 16 (every Qwen3's 128, the shipped
- * model's 48), and halves where the build widens them in registers. */
-int attention_simd(int head_dim, KVType type);
 
 /* Causal attention of n_rows consecutive batch rows for one GQA group (prefill): row r's n_q query
  * heads are at q + r * row_stride (head j at + j * head_dim), its outputs at out + r * row_stride,
@@ -205,6 +206,7 @@ int attention_simd(int head_dim, KVType type);
  * queries and outputs transposed. */
 void attention_rows(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const KVRows* kv,
                     int first_n_pos, int head_dim, float scale, float* att);
+#endif
 size_t attention_rows_scratch(int n_q, int n_rows, int max_pos, int head_dim);
 
 /* The reference twins, for the tests. */

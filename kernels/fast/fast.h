@@ -63,6 +63,20 @@ void matmul(const Ops* o, float* const* outs, const float* x, const Matrix* cons
 void matmul_segments(const Ops* o, float* out, const float* x, const Matrix* const* Ws, const int* ns,
                      int n_mats); /* ops.h */
 
+/* The fast ops' attention (ops.h), as the pool's work: parallel_for(k, n_tasks, attention_task, &job)
+ * runs one layer's attention, each task on its share of the kv heads with its own scratch
+ * (scratch + task * scratch_floats, attention_rows_scratch(group, ATTENTION_BLOCK_ROWS, ...)
+ * floats). Prefill goes in blocks of ATTENTION_BLOCK_ROWS rows per kv head: each block reads its
+ * kv head's cache once, so bigger blocks read it fewer times (docs/design.md#attention-prefill). */
+#define ATTENTION_BLOCK_ROWS 32
+typedef struct {
+    const AttentionCall* a;
+    float* scratch;
+    size_t scratch_floats;
+    int n_tasks;
+} AttentionJob;
+void attention_task(void* job, int task, int thread); /* attention.c */
+
 /* The kernel context of fast ops (ops_fast.c), which matmul and the tests reach through the table. */
 Kernels* ops_kernels(const Ops* o);
 

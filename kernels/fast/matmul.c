@@ -364,8 +364,7 @@ typedef struct MatmulJob {
     int n_mats;
     int each;            /* matmul_segments: matrix m reads token m of the prepared activations, as n = 1 */
     int group_sums;      /* PREP_INT8: quantize_rows also sums each group (Product.xgsum) */
-    void (*prepare)(const struct MatmulJob*, int t0, int t1); /* prepare_tokens: one range of tokens */
-    int qtb;             /* tokens per prepare item */
+    int qtb;             /* tokens per prepare_item */
     int n_ranges;        /* claim_chunks: one range of chunks per thread */
     struct {
         _Alignas(64) atomic_int next; /* a cache line each, so that claims in different ranges */
@@ -441,52 +440,55 @@ static void matmul_task(void* ctx, int task, int thread) {
     }
 }
 
-/* The activations' per-token preparation before the products (quantize_tokens, round_tokens):
- * items of qtb tokens, about 4 per thread; below 16 tokens one range in the calling thread, where
- * a dispatch would cost more than it saves. Per token, so the split does not change the result. */
-#if defined(HAVE_Q8_INT8) || defined(KERNELS_BF16_DOT)
+/* The activations' per-token preparation before the products, as the plan says (prep): tokens
+ * t0 .. t1-1 quantised to int8 per group, or rounded, blocked or split to bf16. */
+ALWAYS_INLINE void prepare_range(const MatmulJob* j, int t0, int t1) {
+    switch (j->pr.plan.prep) {
+#if defined(HAVE_Q8_INT8)
+    case PREP_INT8:
+        quantize_rows(j->s->xq_buf, j->s->xs_buf, j->s->xsum_buf, j->group_sums ? j->s->xgsum_buf : NULL, j->pr.x,
+                      j->W[0]->cols, j->W[0]->group_size, t0, t1);
+        break;
+#endif
+#if defined(KERNELS_BF16_DOT)
+    case PREP_BF16_BLOCK:
+        bf16_block_rows((uint32_t*)(void*)j->s->xb16_buf, j->pr.x, j->W[0]->cols, j->pr.n, t0, t1);
+        break;
+    case PREP_BF16_ROUND: {
+        const size_t C = (size_t)j->W[0]->cols;
+        bf16_round_rows(j->s->xb16_buf + (size_t)t0 * C, j->pr.x + (size_t)t0 * C, (size_t)(t1 - t0) * C);
+        break;
+    }
+#endif
+#if defined(KERNELS_AMX_BF16)
+    case PREP_BF16_SPLIT: bf16_split_rows(j->s->xb16_buf, j->pr.x, j->W[0]->cols, t0, t1); break;
+#endif
+    default: break;
+    }
+}
+
+/* prepare_range over all the tokens: items of qtb tokens, about 4 per thread, qtb a multiple of
+ * align; below 16 tokens one range in the calling thread, where a dispatch would cost more than
+ * it saves. Per token, so the split does not change the result. */
 static void prepare_item(void* ctx, int i, int thread) {
     const MatmulJob* j = ctx;
     int t0 = i * j->qtb, t1 = t0 + j->qtb < j->pr.n ? t0 + j->qtb : j->pr.n;
-    j->prepare(j, t0, t1);
+    prepare_range(j, t0, t1);
 }
 
-static void prepare_tokens(MatmulJob* j, void (*prepare)(const MatmulJob*, int, int), int align) {
+ALWAYS_INLINE void prepare_tokens(MatmulJob* j, int align) {
     const int nt = kernels_threads(j->k), n = j->pr.n;
-    j->prepare = prepare;
     if (n < 16) {
-        prepare(j, 0, n);
+        prepare_range(j, 0, n);
         return;
     }
     j->qtb = ((n + nt * 4 - 1) / (nt * 4) + align - 1) / align * align;
     parallel_for(j->k, (n + j->qtb - 1) / j->qtb, prepare_item, j);
 }
-#endif
-
-#if defined(HAVE_Q8_INT8)
-static void quantize_tokens(const MatmulJob* j, int t0, int t1) {
-    const MatmulScratch* s = j->s;
-    quantize_rows(s->xq_buf, s->xs_buf, s->xsum_buf, j->group_sums ? s->xgsum_buf : NULL, j->pr.x, j->W[0]->cols,
-                  j->W[0]->group_size, t0, t1);
-}
-#endif
-
-#if defined(KERNELS_BF16_DOT)
-static void block_tokens(const MatmulJob* j, int t0, int t1) {
-    bf16_block_rows((uint32_t*)(void*)j->s->xb16_buf, j->pr.x, j->W[0]->cols, j->pr.n, t0, t1);
-}
-static void round_tokens(const MatmulJob* j, int t0, int t1) {
-    const size_t C = (size_t)j->W[0]->cols;
-    bf16_round_rows(j->s->xb16_buf + (size_t)t0 * C, j->pr.x + (size_t)t0 * C, (size_t)(t1 - t0) * C);
-}
-#if defined(KERNELS_AMX_BF16)
-static void split_tokens(const MatmulJob* j, int t0, int t1) { bf16_split_rows(j->s->xb16_buf, j->pr.x, j->W[0]->cols, t0, t1); }
-#endif
-#endif
 
 /* The copy of the activations the plan's kernel reads, made here once for all threads (the
  * de-interleaved row of bf16 decode: by each thread, matmul_task). */
-static void prepare_activations(MatmulJob* j) {
+ALWAYS_INLINE void prepare_activations(MatmulJob* j) {
     const MatmulScratch* s = j->s;
     Product* pr = &j->pr;
     pr->xq = s->xq_buf;
@@ -495,24 +497,20 @@ static void prepare_activations(MatmulJob* j) {
     pr->xb16 = s->xb16_buf;
     pr->xgsum = s->xgsum_buf;
     switch (pr->plan.prep) {
-#if defined(HAVE_Q8_INT8)
     case PREP_INT8:
         /* the groups' sums, which q4's tiles and the q8 panels with VNNI start from */
         j->group_sums = j->W[0]->type == WEIGHT_Q4;
 #if defined(KERNELS_AVX2) && defined(Q8_VNNI)
         j->group_sums |= pr->plan.qi_packed;
 #endif
-        prepare_tokens(j, quantize_tokens, 1);
+        prepare_tokens(j, 1);
         break;
-#endif
-#if defined(KERNELS_BF16_DOT)
-    case PREP_BF16_BLOCK: prepare_tokens(j, block_tokens, 16); break;
-    case PREP_BF16_ROUND: prepare_tokens(j, round_tokens, 1); break;
-#endif
+    case PREP_BF16_BLOCK: prepare_tokens(j, 16); break;
+    case PREP_BF16_ROUND: prepare_tokens(j, 1); break;
 #if defined(KERNELS_AMX_BF16)
     case PREP_BF16_SPLIT: {
         const int n = pr->n, n16 = (n + AMX_ROWS - 1) / AMX_ROWS * AMX_ROWS, C = j->W[0]->cols;
-        prepare_tokens(j, split_tokens, 1);
+        prepare_tokens(j, 1);
         /* the last A tile's rows beyond n: zeros (their C rows are not stored) */
         memset(s->xb16_buf + (size_t)n * 3 * C, 0, (size_t)(n16 - n) * 3 * C * sizeof(uint16_t));
         break;
@@ -525,8 +523,8 @@ static void prepare_activations(MatmulJob* j) {
 /* Sets j up for one dispatch of 1 .. MAX_MULTI matrices (matmul's, or with each set matmul_segments':
  * x holds n_mats rows, matrix m reads row m, n is 1) and prepares the activations; returns the
  * pool's task count, for the caller's parallel_for over matmul_task. */
-static int start_product(MatmulJob* j, const Ops* o, float* const* outs, const float* x, const Matrix* const* Ws,
-                         int n_mats, int n, int each) {
+ALWAYS_INLINE int start_product(MatmulJob* j, const Ops* o, float* const* outs, const float* x,
+                                const Matrix* const* Ws, int n_mats, int n, int each) {
     j->k = ops_kernels(o);
     j->s = kernels_scratch(j->k);
     memcpy(j->out, outs, (size_t)n_mats * sizeof *outs);

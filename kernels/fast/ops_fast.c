@@ -8,11 +8,6 @@
 #include "kernels/ops.h"
 #include "kernels/fast/fast.h"
 
-/* Prefill's attention runs in blocks of this many batch rows per kv head (attention_task): each
- * block reads its kv head's cache once (attention_rows), so bigger blocks read it fewer times
- * (docs/design.md#attention-prefill). */
-#define ATTENTION_BLOCK_ROWS 32
-
 /* Below this many values (a decoded token's norms and gate) the calling thread does the work: a
  * dispatch costs a few microseconds (docs/design.md#elementwise). */
 #define ELEMENTWISE_PARALLEL (32 * 1024)
@@ -73,44 +68,12 @@ static void swiglu_fast(const Ops* o, float* gate, const float* up, int n) {
     else parallel_spans(ops_kernels(o), n, 64, swiglu_span, &j);
 }
 
-/* ---- Attention: the kv heads of a batch over the threads ----
- * Decode (one row): task i takes a contiguous range of kv heads, each with its GQA group of query
- * heads (attention_group). Prefill: task i takes the (block of ATTENTION_BLOCK_ROWS rows, kv head)
- * pairs i, i + n_tasks, ...: interleaved, since the causal mask makes later rows longer
- * (attention_rows). Each task has its own scratch. */
-typedef struct {
-    const AttentionCall* a;
-    const Fast* f;
-    int n_tasks;
-} AttentionJob;
-
-static void attention_task(void* ctx, int task, int thread) {
-    const AttentionJob* job = ctx;
-    const AttentionCall* a = job->a;
-    const int K = a->n_kv_heads, G = a->n_heads / K, d = a->head_dim;
-    const size_t row = (size_t)a->n_heads * d;
-    float* scratch = job->f->att + (size_t)task * job->f->att_floats;
-    if (a->rows == 1) {
-        for (int kv = task * K / job->n_tasks; kv < (task + 1) * K / job->n_tasks; kv++) {
-            const KVRows rows = attention_kv_head(a, kv);
-            const size_t at = (size_t)kv * G * d;
-            attention_group(a->out + at, a->q + at, G, &rows, a->p0 + 1, d, a->scale, scratch);
-        }
-        return;
-    }
-    const int n_blocks = (a->rows + ATTENTION_BLOCK_ROWS - 1) / ATTENTION_BLOCK_ROWS;
-    for (int pair = task; pair < n_blocks * K; pair += job->n_tasks) {
-        const int r = pair / K * ATTENTION_BLOCK_ROWS, kv = pair % K;
-        const int n = a->rows - r < ATTENTION_BLOCK_ROWS ? a->rows - r : ATTENTION_BLOCK_ROWS;
-        const KVRows rows = attention_kv_head(a, kv);
-        const size_t at = (size_t)r * row + (size_t)kv * G * d;
-        attention_rows(a->out + at, a->q + at, row, G, n, &rows, a->p0 + r + 1, d, a->scale, scratch);
-    }
-}
+/* ---- Attention: the kv heads of a batch over the threads (attention.c, attention_task) ---- */
 
 static void attention_fast(const Ops* o, const AttentionCall* a) {
-    AttentionJob job = {a, o->ctx, kernels_threads(ops_kernels(o))};
-    parallel_for(ops_kernels(o), job.n_tasks, attention_task, &job);
+    const Fast* f = o->ctx;
+    AttentionJob job = {a, f->att, f->att_floats, kernels_threads(f->k)};
+    parallel_for(f->k, job.n_tasks, attention_task, &job);
 }
 
 /* ---- For the tools ---- */

@@ -89,7 +89,7 @@ ALWAYS_INLINE void tile_float_zmm(float* out, const float* x, const Matrix* W, W
 #define FLOAT_TILE_TOKENS 12
 
 /* Rows [r, r + 16) as a panel: column c at panel + 16 * c. */
-static void float_pack_panel(float* panel, const Matrix* W, WeightType type, int r) {
+ALWAYS_INLINE void float_pack_panel(float* panel, const Matrix* W, WeightType type, int r) {
     const int C = W->cols, C16 = C & ~15;
     const void* wr = row_ptr(W, r);
     for (int c = 0; c < C16; c += 16) {
@@ -226,7 +226,7 @@ ALWAYS_INLINE void tile_float_ymm(float* out, const float* x, const Matrix* W, W
 #define FLOAT_TILE_TOKENS 6
 
 /* Rows [r, r + 16) as a panel: column c at panel + 16 * c. */
-static void float_pack_panel(float* panel, const Matrix* W, WeightType type, int r) {
+ALWAYS_INLINE void float_pack_panel(float* panel, const Matrix* W, WeightType type, int r) {
     const int C = W->cols, C8 = C & ~7;
     const void* wr = row_ptr(W, r);
     for (int c = 0; c < C8; c += 8)
