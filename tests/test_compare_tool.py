@@ -40,14 +40,18 @@ print(f"pp{{npr}}{{at}} {{t}} t: {{100.0 * t:8.2f}} ± {{1.0:6.2f}} tok/s  [{{10
 print(f"tg{{ng}}{{at}} {{t}} t: {{10.0 * t:8.2f}} ± {{0.5:6.2f}} tok/s  [{{10.0 * t:.2f}}]")
 """
 
-# upstream llama-bench stand-in (-m GGUF -t T -p N -n N -r R -o jsonl [-d D]): one JSON line per
-# test with its average tok/s, prefill 200 x threads, decode 20 x threads; argv to CALLS.
+# upstream llama-bench stand-in (-m GGUF -t T -p N -n N -r R -o jsonl [-d D] [--progress]): one JSON
+# line per test with its average tok/s, prefill 200 x threads, decode 20 x threads, and with
+# --progress a line on standard error first; argv to CALLS.
 FAKE_UPSTREAM = """#!{python}
 import json, sys
 a = sys.argv[1:]
-opt = dict(zip(a[0::2], a[1::2]))
 with open({calls!r}, "a") as f:
     f.write(" ".join(a) + "\\n")
+if "--progress" in a:
+    a.remove("--progress")
+    print("llama-bench: benchmark 1/2: starting", file=sys.stderr, flush=True)
+opt = dict(zip(a[0::2], a[1::2]))
 t, d = int(opt["-t"]), int(opt.get("-d", 0))
 for n_prompt, n_gen, rate in ((int(opt["-p"]), 0, 200.0), (0, int(opt["-n"]), 20.0)):
     print(json.dumps({{"n_prompt": n_prompt, "n_gen": n_gen, "n_depth": d, "n_threads": t, "avg_ts": rate * t}}))
@@ -174,9 +178,9 @@ class CompareTool(unittest.TestCase):
         self.assertEqual(tests, ["pp8 @ d100", "tg4 @ d100"])
 
     def test_upstream_llama_bench_and_size(self):
-        """--llama-bench runs upstream's llama-bench with its own options, -o jsonl and
-        --llama-args, and the table takes its avg_ts; --size picks the files of that shape
-        (qwen3-SIZE-*)."""
+        """--llama-bench runs upstream's llama-bench with its own options, -o jsonl, --llama-args
+        and --progress (its lines reach the terminal), and the table takes its avg_ts; --size picks
+        the files of that shape (qwen3-SIZE-*)."""
         os.symlink(MODEL, os.path.join(self.dir, "qwen3-1.7b-q8.bin"))
         gguf = os.path.join(self.dir, "qwen3-1.7b-q8_0.gguf")
         shutil.copy(os.path.join(self.dir, "qwen3-0.6b-q8_0.gguf"), gguf)
@@ -190,7 +194,10 @@ class CompareTool(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         with open(self.calls) as f:
             self.assertEqual(f.read().splitlines(),
-                             [f"-m {gguf} -t {t} -p 8 -n 4 -r 1 -o jsonl -fa on -ctk q8_0" for t in (1, 2)])
+                             [f"-m {gguf} -t {t} -p 8 -n 4 -r 1 -o jsonl -fa on -ctk q8_0 --progress" for t in (1, 2)])
+        # llama-bench's progress (its standard error) reaches the terminal as it comes, not only
+        # when a run fails
+        self.assertEqual(p.stderr.count("  llama-bench: benchmark 1/2: starting"), 2, p.stderr)
         llama = {}
         for line in p.stdout.splitlines():
             cells = [c.strip() for c in line.strip("|").split("|")]

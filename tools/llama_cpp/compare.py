@@ -26,7 +26,8 @@ read of its checkpoint's own pages, "compute" prefill against the compute roof (
 have neither).
 
 --llama-bench PATH runs upstream llama.cpp's own `llama-bench -m GGUF -t T -p PROMPT -n GEN -r REPS
--o jsonl` instead of lbench (its avg_ts is the figure), for a build of an upstream checkout
+-o jsonl ... --progress` instead of lbench (its avg_ts is the figure; --progress shows on the
+terminal when its untimed depth fill ends and the timed runs begin), for a build of an upstream checkout
 (tools/llama_cpp/build_upstream.sh). --size picks the model shape (0.6b, 1.7b, 4b, 8b, 14b,
 30b-a3b), --layers N cuts it to N layers (30b-a3b's two q8 files fit in 24 GB of page cache at 12).
 
@@ -107,6 +108,20 @@ def prepare(a, formats):
     return files
 
 
+def run_showing_progress(cmd, out):
+    """Runs cmd with its standard output into the log (out) and its standard error shown on this
+    terminal as it comes: there llama-bench's --progress says when its untimed depth fill (an hour
+    at depth 32,768 with one thread) ends and the timed runs begin. Returns the exit status and the
+    standard error's text, for the message when it fails."""
+    err = []
+    with subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.PIPE, text=True) as p:
+        for line in p.stderr:
+            err.append(line)
+            print(f"  {line.rstrip()}", file=sys.stderr, flush=True)
+    out.flush()
+    return p.returncode, "".join(err)
+
+
 def measure(a, formats, threads, log):
     files = prepare(a, formats)
     formats = [f for f in formats if f in files]
@@ -124,7 +139,8 @@ def measure(a, formats, threads, log):
                 if a.llama_bench:
                     runs += [(f"llama {t}", [a.llama_bench, "-m", gguf, "-t", str(t), "-p", str(a.prompt), "-n",
                                              str(a.gen), "-r", str(a.reps), "-o", "jsonl"]
-                              + (["-d", str(a.depth)] if a.depth else []) + a.llama_args.split()) for t in threads]
+                              + (["-d", str(a.depth)] if a.depth else []) + a.llama_args.split() + ["--progress"])
+                             for t in threads]
                 else:
                     runs += [(f"llama {t}", [a.lbench, gguf, str(t), str(a.prompt), str(a.gen), str(a.reps)]
                              + ([str(a.depth)] if a.depth else [])) for t in threads]
@@ -139,14 +155,11 @@ def measure(a, formats, threads, log):
                           file=sys.stderr, flush=True)
                     out.write(f"== round {r} {f} {who} {time.strftime('%H:%M:%S')}\n")
                     out.flush()
-                    p = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                    out.write(p.stdout)
-                    out.flush()
-                    if p.returncode != 0 and who == "pages":  # a note; the tok/s are what counts
-                        print(f"compare.py: note: {p.stderr.strip()[-300:]}", file=sys.stderr)
-                    elif p.returncode != 0:
-                        fail(f"{' '.join(cmd)} exited {p.returncode} (what was measured before: {log}):\n"
-                             f"{p.stderr[-2000:]}")
+                    rc, err = run_showing_progress(cmd, out)
+                    if rc != 0 and who == "pages":  # a note; the tok/s are what counts
+                        print(f"compare.py: note: {err.strip()[-300:]}", file=sys.stderr)
+                    elif rc != 0:
+                        fail(f"{' '.join(cmd)} exited {rc} (what was measured before: {log}):\n{err[-2000:]}")
         out.write(f"== end {time.strftime('%H:%M:%S')}\n")
 
 
