@@ -536,13 +536,15 @@ static int* read_prompt(const Transformer* t, const Tokenizer* tok, const Option
             if (prompt[i] < 0 || prompt[i] >= c->vocab_size)
                 die(1, "the tokenizer gave id %d, outside the model's vocabulary of %d", prompt[i], c->vocab_size);
     }
-    if (*n_prompt == 0 && o->prompt) die(2, "the prompt (-i) is empty and the model has no BOS token to start from");
-    if (*n_prompt == 0) die(2, "no prompt: give -i TEXT or --prompt-ids IDS");
-    if (*n_prompt > c->max_seq_len)
-        die(1, "the prompt has %d tokens, more than the model's context of %d positions", *n_prompt, c->max_seq_len);
-    if (*n_prompt > c->seq_len)
+    if (*n_prompt == 0 || *n_prompt > c->seq_len) { /* the run ends here, with nothing left allocated */
+        free(prompt);
+        if (*n_prompt == 0 && o->prompt) die(2, "the prompt (-i) is empty and the model has no BOS token to start from");
+        if (*n_prompt == 0) die(2, "no prompt: give -i TEXT or --prompt-ids IDS");
+        if (*n_prompt > c->max_seq_len)
+            die(1, "the prompt has %d tokens, more than the model's context of %d positions", *n_prompt, c->max_seq_len);
         die(1, "the prompt has %d tokens, more than the context of %d (raise it with -c, at most %d)", *n_prompt,
             c->seq_len, c->max_seq_len);
+    }
     if (given(o, "--verbose-prompt"))
         print_token_ids(prompt, *n_prompt, "run: prompt of %d token%s:", *n_prompt, *n_prompt == 1 ? "" : "s");
     return prompt;
