@@ -54,7 +54,7 @@ SHIPPED_MODEL := models/tinystories.bin
 STORY_PROMPT ?= Once upon a time
 STORY_FLAGS ?= -n 250
 
-.PHONY: all ref run test test-scalar bench clean test-arm norm-precision norm-grad norm-lab norm-train-lab fuzz-tokenizer FORCE
+.PHONY: all ref run test test-scalar test-sanitizers bench clean test-arm norm-precision norm-grad norm-lab norm-train-lab fuzz-tokenizer FORCE
 # Keep the test programs' objects (make deletes intermediate files otherwise, and relinks next time).
 .SECONDARY:
 
@@ -135,6 +135,18 @@ ref:
 test-scalar:
 	@$(MAKE) --no-print-directory SCALAR=1 B=build/scalar test TESTS="test_ops test_model"
 
+# `make test-sanitizers`: every test of `make test` once more on a build with AddressSanitizer
+# (LeakSanitizer with it) and UBSan, in build/sanitize, so that a read past a buffer, memory left
+# behind on an error path or an out-of-range conversion fails a test instead of passing unseen. CI
+# runs it after test-scalar. SAN_CC is the compiler (clang by default; gcc 12 works too); without
+# it the target skips with one line.
+SAN_CC ?= clang
+SAN_CFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+  -Wall -Wextra -Wno-unused-parameter
+test-sanitizers:
+	@if ! command -v $(SAN_CC) >/dev/null 2>&1; then echo "test-sanitizers: skipped ($(SAN_CC) not found)"; exit 0; fi; \
+	$(MAKE) --no-print-directory CC=$(SAN_CC) CFLAGS="$(SAN_CFLAGS)" B=build/sanitize test
+
 -include $(shell find $(B)/obj $(B)/obj-avx2 -name '*.d' 2>/dev/null)
 
 # `make bench`: random checkpoints with the real shape of each Qwen3 size in BENCH_SIZES
@@ -190,7 +202,7 @@ fuzz-tokenizer:
 	  -max_len=4096 $(B)/fuzz-corpus
 
 clean:
-	rm -rf run build/run build/flags build/obj build/obj-avx2 build/libengine.a build/tests build/tools build/arm build/scalar build/fuzz-corpus
+	rm -rf run build/run build/flags build/obj build/obj-avx2 build/libengine.a build/tests build/tools build/arm build/scalar build/sanitize build/fuzz-corpus
 
 # `make test-arm`: the kernel and ops tests cross-compiled for arm64 and run under qemu-aarch64 (user
 # mode), once with SDOT (armv8.2-a+dotprod) and once without (armv8-a), so both q8 dot paths of the
