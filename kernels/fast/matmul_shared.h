@@ -1,9 +1,8 @@
-/* matmul_shared.h: what the matmul files share (private to them; the engine's interface is
- * kernels.h): matmul.c (the scalar reference, the scratch, the parallel driver), the SIMD twins in
- * x86/ and arm/ (matmul_float.c: f32 and bf16; matmul_int8.c: q8 and q4 x int8 activations;
- * x86/matmul_amx.c), and the tile loops both sets share (matmul_float_tiles.h,
- * matmul_int8_tiles.h). No file keeps state: the scratch, the prefetch plan and the switches
- * belong to a kernel context (kernels.h, Kernels) and reach the twins in a MatmulThread. */
+/* matmul_shared.h: what the fast product files share (private to them; the engine's interface is
+ * kernels.h): matmul.c (the plan, the scratch, the driver) and the SIMD twins in x86/ and arm/
+ * (matmul_float.c: f32 and bf16; matmul_int8.c: q8 and q4 x int8 activations; x86/matmul_amx.c).
+ * No file keeps state: the scratch, the prefetch plan and the switches belong to a kernel context
+ * (fast.h, Kernels) and reach the twins in a MatmulThread. */
 #ifndef MATMUL_SHARED_H
 #define MATMUL_SHARED_H
 
