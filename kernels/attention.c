@@ -65,7 +65,8 @@ void kv_quantize_row_scalar(int8_t* row, const float* x, int d) {
         const float s = half_to_float(h);
         for (int i = g; i < g + KV_Q8_GROUP; i++) {
             const float r = s > 0.0f ? rintf(x[i] / s) : 0.0f; /* to nearest, ties to even */
-            row[i] = (int8_t)(r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r);
+            /* into [-127, 127]; a NaN (from weights that are not numbers) to -127, as the twins' max gives */
+            row[i] = (int8_t)(r >= -127.0f ? (r < 127.0f ? r : 127.0f) : -127.0f);
         }
         memcpy(row + kv_q8_scale_at(d, g), &h, sizeof h);
     }

@@ -361,7 +361,8 @@ ALWAYS_INLINE fvec fv_sub(fvec a, fvec b) { return vsubq_f32(a, b); }
 ALWAYS_INLINE fvec fv_mul(fvec a, fvec b) { return vmulq_f32(a, b); }
 ALWAYS_INLINE fvec fv_div(fvec a, fvec b) { return vdivq_f32(a, b); }
 ALWAYS_INLINE fvec fv_fma(fvec a, fvec b, fvec c) { return vfmaq_f32(c, a, b); }
-ALWAYS_INLINE fvec fv_max(fvec a, fvec b) { return vmaxq_f32(a, b); }
+/* vmaxnm: a NaN in a gives b, as x86's vmaxps does (a NaN in b gives a here, b there) */
+ALWAYS_INLINE fvec fv_max(fvec a, fvec b) { return vmaxnmq_f32(a, b); }
 ALWAYS_INLINE fvec fv_neg(fvec x) { return vnegq_f32(x); }
 ALWAYS_INLINE fvec fv_abs(fvec x) { return vabsq_f32(x); }
 ALWAYS_INLINE fvec fv_exp(fvec x) { return exp128(x); }
@@ -380,7 +381,8 @@ ALWAYS_INLINE fvec fv_load_i8(const int8_t* p) { return vcvtq_f32_s32(vmovl_s16(
 ALWAYS_INLINE fvec fv_set1_half(uint16_t h) { return vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))); }
 /* 4 values rounded to integers (nearest, ties to even, as rintf), clamped to ±127, stored as int8. */
 ALWAYS_INLINE void fv_store_i8(int8_t* p, fvec v) {
-    const int32x4_t i = vcvtq_s32_f32(vminq_f32(vmaxq_f32(vrndnq_f32(v), vdupq_n_f32(-127.0f)), vdupq_n_f32(127.0f)));
+    /* vmaxnm: a NaN lane to -127, as x86's vmaxps gives */
+    const int32x4_t i = vcvtq_s32_f32(vminq_f32(vmaxnmq_f32(vrndnq_f32(v), vdupq_n_f32(-127.0f)), vdupq_n_f32(127.0f)));
     const int16x4_t w = vmovn_s32(i);
     const int8x8_t b = vmovn_s16(vcombine_s16(w, w));
     const int32_t four = vget_lane_s32(vreinterpret_s32_s8(b), 0);

@@ -474,18 +474,21 @@ static void test_kv_quantize_row(void) {
     }
     check(ok, "kv_quantize_row: scales float16(max|x| / 127), values within half a step, zero groups zero");
     /* the SIMD row (where the build has it) against the reference, bit for bit: random rows of
-     * every magnitude down to subnormals, and a group of exact ties (x / s = k + 1/2, s = 2^-4) */
+     * every magnitude down to subnormals, a group of exact ties (x / s = k + 1/2, s = 2^-4), and
+     * now and then a NaN or an infinity (what a checkpoint of broken weights gives) */
     int same = 1;
     for (int rep = 0; rep < 2000; rep++) {
         float x[D];
         int8_t a[D + D / 8], b[D + D / 8];
         for (int i = 0; i < D; i++) x[i] = frand() * ldexpf(1.0f, rep % 160 - 140);
         for (int i = 16; i < 32; i++) x[i] = i == 16 ? 127.0f / 16 : ((float)(i % 9) - 4.5f) / 16 * (rep % 2 ? 1 : -1);
+        if (rep % 50 == 0) x[40] = NAN;
+        if (rep % 50 == 1) x[57] = -INFINITY;
         kv_quantize_row_scalar(a, x, D);
         kv_quantize_row(b, x, D);
         same &= memcmp(a, b, sizeof a) == 0;
     }
-    check(same, "kv_quantize_row == kv_quantize_row_scalar bitwise (ties, subnormals, zero groups)");
+    check(same, "kv_quantize_row == kv_quantize_row_scalar bitwise (ties, subnormals, zero groups, NaN, infinity)");
 }
 
 /* attention_group (decode) over the q8 cache: the reference gives the bits of the same over the
