@@ -66,10 +66,10 @@ void free_huge_anonymous(void* p, size_t size) {
     if (p != NULL) munmap(p, whole_huge_pages(size));
 }
 
-/* mmap(fd) read-only at a multiple of 2 MB, marked MADV_HUGEPAGE and populated (pages the cache
- * already holds are mapped as they are). A 2 MB page can only back a 2 MB aligned stretch of
- * addresses that maps a 2 MB aligned stretch of the file (here from offset 0): the file goes over
- * an aligned reservation (map_aligned). MAP_FAILED and errno on failure. */
+/* mmap(fd) read-only at a multiple of 2 MB, marked MADV_HUGEPAGE (checkpoint_populate faults it
+ * in). A 2 MB page can only back a 2 MB aligned stretch of addresses that maps a 2 MB aligned
+ * stretch of the file (here from offset 0): the file goes over an aligned reservation
+ * (map_aligned). MAP_FAILED and errno on failure. */
 static void* map_file(int fd, size_t size) {
     char* start = map_aligned(size, PROT_NONE);
     if (start == NULL) return MAP_FAILED;
@@ -82,15 +82,22 @@ static void* map_file(int fd, size_t size) {
 #ifdef MADV_HUGEPAGE
     madvise(start, size, MADV_HUGEPAGE); /* a hint: EINVAL without THP is fine */
 #endif
-    /* Fault the file in now rather than page by page in the first forward pass. */
-#ifdef MADV_POPULATE_READ
-    if (madvise(start, size, MADV_POPULATE_READ) == 0) return start;
-#endif
-    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    volatile char sink = 0;
-    for (size_t i = 0; i < size; i += page) sink ^= start[i];
-    (void)sink;
     return start;
+}
+
+void checkpoint_populate(const Transformer* t, void (*progress)(void* ctx, size_t done, size_t total), void* ctx) {
+    char* start = (char*)t->file;
+    const size_t size = t->file_size, page = (size_t)sysconf(_SC_PAGESIZE);
+    for (size_t done = 0, n; done < size; done += n) {
+        if (done > 0 && progress) progress(ctx, done, size);
+        n = size - done < LOAD_PIECE ? size - done : LOAD_PIECE;
+#ifdef MADV_POPULATE_READ
+        if (madvise(start + done, n, MADV_POPULATE_READ) == 0) continue; /* pages the cache holds: mapped as they are */
+#endif
+        volatile char sink = 0;
+        for (size_t i = 0; i < n; i += page) sink ^= start[done + i];
+        (void)sink;
+    }
 }
 
 /* The mapping's FilePmdMapped in /proc/self/smaps: one read of that file, a few milliseconds. */

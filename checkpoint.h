@@ -21,6 +21,12 @@ int load_fail(const LoadError* e, const char* fmt, ...) __attribute__((format(pr
  * with the error written and nothing mapped. */
 int checkpoint_map(Transformer* t, const LoadError* e);
 
+/* Faults the whole mapping in now, rather than page by page in the first forward pass, LOAD_PIECE
+ * bytes at a time, with progress(ctx, bytes done, file size) between pieces where progress is not
+ * NULL. */
+#define LOAD_PIECE ((size_t)32 << 20)
+void checkpoint_populate(const Transformer* t, void (*progress)(void* ctx, size_t done, size_t total), void* ctx);
+
 /* Checks every field of t->header and the sections against the file, and fills t->config; seq_len
  * is ctx (<= 0: the default) held to the model's context. Returns 0 or -1 with the error written. */
 int checkpoint_config(Transformer* t, int ctx, const LoadError* e);

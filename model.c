@@ -199,8 +199,13 @@ int transformer_load(Transformer* t, const char* path, const TransformerOptions*
     if (err && errlen) err[0] = '\0';
     if (checkpoint_map(t, &e) != 0) return -1;
     memcpy(&t->header, t->file, sizeof(FileHeader));
-    if (checkpoint_config(t, o.ctx, &e) != 0 || checkpoint_weights(t, &e) != 0 || start_ops(t, &o, &e) != 0 ||
-        alloc_state(t, o.kv_type, &e) != 0) {
+    if (checkpoint_config(t, o.ctx, &e) != 0 || checkpoint_weights(t, &e) != 0) {
+        transformer_free(t);
+        return -1;
+    }
+    /* after the checks, which read the header and the tensor table only: a file they refuse is not read whole */
+    checkpoint_populate(t, o.load_progress, o.load_progress_ctx);
+    if (start_ops(t, &o, &e) != 0 || alloc_state(t, o.kv_type, &e) != 0) {
         transformer_free(t);
         return -1;
     }

@@ -256,6 +256,11 @@ typedef struct {
     int bf16_activations; /* 1: prefill with bf16 weights rounds the activations to bf16 (fast/fast.h)
                            * where the build has the instruction: t->kernels->bf16_activations says */
     int prefill_only;     /* 1: no token is decoded (eval, tokenize, quantize): decode's prefetch is not timed */
+    /* The checked file is read into memory whole at load, a piece at a time, which takes as long as
+     * the disk needs where the page cache does not hold it (17 GB for Qwen3-30B-A3B in q4):
+     * load_progress(load_progress_ctx, bytes done, file size) between pieces, where not NULL. */
+    void (*load_progress)(void* ctx, size_t done, size_t total);
+    void* load_progress_ctx;
 } TransformerOptions;
 
 typedef struct {

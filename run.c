@@ -745,12 +745,18 @@ int main(int argc, char** argv) {
     Options o;
     parse_args(argc, argv, &o);
     clamp_threads(&o);
+    /* on a terminal, how far the file is read (a large model the page cache does not hold takes as
+     * long as the disk needs) */
+    LoadProgress loading = {.label = "run", .path = o.checkpoint, .show = isatty(STDERR_FILENO), .start = now_seconds()};
     const TransformerOptions topt = {.threads = o.threads, .ctx = context_positions(&o), .kv_type = o.kv_type,
                                      .bf16_activations = given(&o, "--bf16-activations") != NULL,
-                                     .prefill_only = o.mode == TOKENIZE || o.mode == EVAL};
+                                     .prefill_only = o.mode == TOKENIZE || o.mode == EVAL,
+                                     .load_progress = load_progress, .load_progress_ctx = &loading};
     Transformer t;
     char err[512];
-    if (transformer_load(&t, o.checkpoint, &topt, err, sizeof err) != 0) die(1, "%s", err);
+    const int loaded = transformer_load(&t, o.checkpoint, &topt, err, sizeof err);
+    load_progress_end(&loading);
+    if (loaded != 0) die(1, "%s", err);
     if (o.ctx > t.config.max_seq_len)
         fprintf(stderr, "run: note: -c %d is more than the model's maximum context of %d; using %d\n", o.ctx,
                 t.config.max_seq_len, t.config.max_seq_len);

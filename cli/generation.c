@@ -128,6 +128,26 @@ void prompt_progress_end(PromptProgress* p) {
     p->shown = 0;
 }
 
+void load_progress(void* ctx, size_t done, size_t total) {
+    LoadProgress* p = ctx;
+    const double now = now_seconds();
+    if (!p->show || (p->shown && now - p->last < 0.1)) return; /* a file the cache holds goes by in a blink */
+    const char* name = strrchr(p->path, '/') ? strrchr(p->path, '/') + 1 : p->path; /* one line, however long the path */
+    const double s = now - p->start;
+    p->last = now;
+    fprintf(stderr, "\r%s: reading %s: %.0f%% of %.1f GB", p->label, name, 100.0 * (double)done / (double)total,
+            (double)total / 1e9);
+    if (s > 0) fprintf(stderr, ", %.1f GB/s", (double)done / 1e9 / s);
+    fputs("\033[K", stderr);
+    fflush(stderr);
+    p->shown = 1;
+}
+
+void load_progress_end(LoadProgress* p) {
+    if (p->shown) fputs("\r\033[K", stderr);
+    p->shown = 0;
+}
+
 void print_speed(int n_prompt, double prefill_s, int n_generated, int n_decoded, double decode_s, double first_token_s) {
     fprintf(stderr, "prompt tokens: %d, prefill: %.1f tok/s, generated tokens: %d, decode: ", n_prompt,
             n_prompt / (prefill_s > 0 ? prefill_s : 1e-9), n_generated);

@@ -44,6 +44,18 @@ typedef struct {
 int prompt_progress(void* ctx, int done, int n);
 void prompt_progress_end(PromptProgress* p);
 
+/* transformer_load's load_progress: where show, "\r<label>: reading <the file's name>: <pct>% of
+ * <size> GB, <rate> GB/s" on stderr, one line written over at most every 0.1 s (load_progress_end
+ * clears it). start: when the load began; last: the latest line's time. */
+typedef struct {
+    const char* label;
+    const char* path;
+    int show, shown;
+    double start, last;
+} LoadProgress;
+void load_progress(void* ctx, size_t done, size_t total);
+void load_progress_end(LoadProgress* p);
+
 /* Ctrl-C as a flag, for generate and eval: between catch_ctrl_c and release_ctrl_c a SIGINT only
  * sets ctrl_c_pressed, which the loops test between chunks and tokens. A Ctrl-C ignored when the run
  * started (nohup, a background job) stays ignored. (Chat has its own handling: chat.c.) */

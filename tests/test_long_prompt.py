@@ -4,7 +4,8 @@ first token; on a terminal the prompt's progress shows, and Ctrl-C stops the pro
 chunk (one line, status 130, the progress line cleared) or the decode before its next token (the
 text so far, the speed line, status 130), and -m eval after its chunk (the scores so far, 130). The Ctrl-C tests run a random model of Qwen3-0.6B's
 width cut to 4 layers (tools/make_random_checkpoint.py), whose 6,000-token prompt takes seconds,
-and interrupt it at its first progress line. Standard library only."""
+and interrupt it at its first progress line; on a terminal the same file shows how far it is read
+at load. Standard library only."""
 import json
 import os
 import pty
@@ -158,6 +159,22 @@ class CtrlC(hf_model.TempDirTestCase):
         self.assertLess(n, 8192, "stopped before the context was full")
         self.assertTrue(text.endswith(b"\n"), "the text so far, then a newline")
         self.assertGreaterEqual(len(text) - 1, n, "every token generated was printed (a byte at least each)")
+
+    def test_reading_the_model_on_a_terminal(self):
+        """The model's file (65 MB: three pieces of transformer_load's reading, LOAD_PIECE 32 MB)
+        shows how far it is read on a terminal, one line cleared before the run goes on; not
+        where stderr is a pipe."""
+        p, err = self.start(["--prompt-ids", "1", "-n", "1"])
+        self.assertNotEqual(p.stdout.read(), b"", "a token generated")
+        self.assertEqual(p.wait(timeout=60), 0)
+        out = self.rest(err).decode(errors="replace")
+        self.assertRegex(out, r"run: reading slow\.bin: \d+% of 0\.1 GB(, [\d.]+ GB/s)?\033\[K")
+        reading = out.index("run: reading")
+        self.assertIn("\r\033[K", out[reading:out.index("prompt tokens:")], "the line cleared")
+        piped = subprocess.run([hf_model.RUN, self.slow_model(), "--prompt-ids", "1", "-n", "1"], cwd=ROOT,
+                               capture_output=True, text=True, timeout=60)
+        self.assertEqual(piped.returncode, 0, piped.stderr)
+        self.assertNotIn("reading", piped.stderr)
 
 
 if __name__ == "__main__":
