@@ -204,7 +204,7 @@ int transformer_load(Transformer* t, const char* path, const TransformerOptions*
         return -1;
     }
     /* after the checks, which read the header and the tensor table only: a file they refuse is not read whole */
-    checkpoint_populate(t, o.load_progress, o.load_progress_ctx);
+    if (!o.lazy_pages) checkpoint_populate(t, o.load_progress, o.load_progress_ctx);
     if (start_ops(t, &o, &e) != 0 || alloc_state(t, o.kv_type, &e) != 0) {
         transformer_free(t);
         return -1;

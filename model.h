@@ -261,6 +261,9 @@ typedef struct {
      * load_progress(load_progress_ctx, bytes done, file size) between pieces, where not NULL. */
     void (*load_progress)(void* ctx, size_t done, size_t total);
     void* load_progress_ctx;
+    int lazy_pages;       /* 1: not read whole; pages come in as they are read (quantize, which reads each
+                           * weight once, and tokenize, which reads none: a file larger than memory read
+                           * ahead would be read twice) */
 } TransformerOptions;
 
 typedef struct {

@@ -751,6 +751,7 @@ int main(int argc, char** argv) {
     const TransformerOptions topt = {.threads = o.threads, .ctx = context_positions(&o), .kv_type = o.kv_type,
                                      .bf16_activations = given(&o, "--bf16-activations") != NULL,
                                      .prefill_only = o.mode == TOKENIZE || o.mode == EVAL,
+                                     .lazy_pages = o.mode == TOKENIZE,
                                      .load_progress = load_progress, .load_progress_ctx = &loading};
     Transformer t;
     char err[512];

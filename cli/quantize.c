@@ -546,7 +546,7 @@ int quantize_main(int argc, char** argv) {
     parse_options(argc, argv, &o);
     check_output_path(o.input, o.output);
     const double t0 = now_seconds();
-    const TransformerOptions topt = {.threads = o.threads, .ctx = 1, .prefill_only = 1};
+    const TransformerOptions topt = {.threads = o.threads, .ctx = 1, .prefill_only = 1, .lazy_pages = 1};
     Transformer t;
     char err[512];
     if (transformer_load(&t, o.input, &topt, err, sizeof err) != 0) fail("%s", err);

@@ -13,7 +13,10 @@
  * (POSIX_FADV_DONTNEED starts the write-back of dirty pages) would leave them clean; a load that
  * only maps and reads keeps them dirty. Whether 2 MB pages are had depends on the kernel and the
  * filesystem, so that is reported, not asserted. The files live under $BUILD_DIR (default build/),
- * not /tmp, which may be a tmpfs. */
+ * not /tmp, which may be a tmpfs.
+ *
+ * And a load maps every page of the file (smaps' Rss), but with lazy_pages only what its checks
+ * read. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -72,9 +75,9 @@ static int write_file(const char* path, const Shipped* s, size_t size) {
     return close(fd);
 }
 
-/* Dirty bytes of the mapping that starts at `start` (smaps' Private_Dirty + Shared_Dirty), or -1
- * where /proc/self/smaps cannot tell. */
-static long long dirty_bytes(const void* start) {
+/* The sum of smaps' fields a and b (b NULL: a alone) for the mapping that starts at `start`, in
+ * bytes, or -1 where /proc/self/smaps cannot tell. */
+static long long mapping_bytes(const void* start, const char* a, const char* b) {
     FILE* f = fopen("/proc/self/smaps", "r");
     if (f == NULL) return -1;
     char line[4096];
@@ -85,14 +88,18 @@ static long long dirty_bytes(const void* start) {
         if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) {
             if (ours) break;
             ours = lo == (unsigned long)(uintptr_t)start;
-        } else if (ours && (sscanf(line, "Private_Dirty: %lld kB", &kb) == 1 ||
-                            sscanf(line, "Shared_Dirty: %lld kB", &kb) == 1)) {
-            total = (total < 0 ? 0 : total) + kb * 1024;
+            continue;
         }
+        const size_t na = strlen(a), nb = b ? strlen(b) : 0;
+        const char* field = strncmp(line, a, na) == 0 ? line + na : b && strncmp(line, b, nb) == 0 ? line + nb : NULL;
+        if (ours && field && sscanf(field, " %lld kB", &kb) == 1) total = (total < 0 ? 0 : total) + kb * 1024;
     }
     fclose(f);
     return total;
 }
+
+/* Dirty bytes of the mapping that starts at `start` (Private_Dirty + Shared_Dirty), or -1. */
+static long long dirty_bytes(const void* start) { return mapping_bytes(start, "Private_Dirty:", "Shared_Dirty:"); }
 
 /* Dirty bytes of path's first size bytes in the page cache, seen through a mapping of our own. */
 static long long dirty_in_cache(const char* path, size_t size) {
@@ -150,6 +157,34 @@ static void load_once(const char* path, const Shipped* s, size_t size) {
     check(t.file == NULL, "transformer_free clears the mapping", size);
 }
 
+/* A load faults the whole file in (its mapping's Rss the file's size), unless lazy_pages asks it
+ * not to (quantize and tokenize, which read each weight once or not at all): then only what the
+ * checks read is mapped (the header and the tensor table; prefill_only leaves decode's prefetch
+ * untimed, which would read the weights). */
+static void test_lazy_pages(const char* path, const Shipped* s, size_t size) {
+    const TransformerOptions whole = {.threads = 1, .ctx = 16}, lazy = {.threads = 1, .ctx = 16, .lazy_pages = 1,
+                                                                      .prefill_only = 1};
+    const TransformerOptions* opts[] = {&whole, &lazy};
+    if (write_file(path, s, size) != 0) {
+        check(0, "the test file can be written", size);
+        return;
+    }
+    for (int k = 0; k < 2; k++) {
+        Transformer t;
+        char err[512];
+        if (transformer_load(&t, path, opts[k], err, sizeof err) != 0) {
+            check(0, "transformer_load succeeds", size);
+            continue;
+        }
+        const long long rss = mapping_bytes(t.file, "Rss:", NULL);
+        if (rss < 0) printf("  lazy_pages check skipped: no /proc/self/smaps here\n");
+        else if (k == 0) check(rss >= (long long)t.file_size, "a load maps every page of the file", t.file_size);
+        else check(rss < (long long)t.file_size / 2, "lazy_pages: a load maps what its checks read only", t.file_size);
+        printf("%10zu bytes: %lld resident after a load%s\n", t.file_size, rss, k ? " with lazy_pages" : "");
+        transformer_free(&t);
+    }
+}
+
 /* The shipped model's bytes and its logits after token 1, from a load of the file itself. */
 static int read_shipped(Shipped* s) {
     FILE* f = fopen(MODEL_PATH, "rb");
@@ -197,6 +232,7 @@ int main(void) {
     const size_t whole = (s.model_size + MB2 - 1) / MB2 * MB2 + MB2;
     const size_t sizes[] = {s.model_size, whole - 1, whole, whole + 1, whole + 3 * MB2 + 12345};
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) load_once(path, &s, sizes[k]);
+    test_lazy_pages(path, &s, whole + 3 * MB2 + 12345); /* the checks read none of the padding */
     unlink(path);
     rmdir(dir);
     free(s.model);
