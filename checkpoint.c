@@ -144,9 +144,11 @@ int checkpoint_map(Transformer* t, const LoadError* e) {
     /* stat before open: opening a FIFO for reading waits for a writer, forever if none comes. */
     struct stat st;
     if (stat(e->path, &st) != 0) return load_fail(e, "cannot open: %s", strerror(errno));
+    if (S_ISDIR(st.st_mode))
+        return load_fail(e, "a directory, not a checkpoint file (a Hugging Face model folder becomes one with: "
+                            "python3 export.py FOLDER MODEL.bin)");
     if (!S_ISREG(st.st_mode))
-        return load_fail(e, "not a regular file (%s)",
-                    S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket");
+        return load_fail(e, "not a regular file (%s)", S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket");
     int fd = open(e->path, O_RDONLY);
     if (fd < 0) return load_fail(e, "cannot open: %s", strerror(errno));
     void* p = MAP_FAILED;

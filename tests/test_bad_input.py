@@ -462,7 +462,10 @@ class EngineErrors(InTempDir):
         self.run_fails([path, '--prompt-ids', '1', '-n', '1'], path)
 
     def test_directory_instead_of_file(self):
-        self.run_fails([self.tmp, '--prompt-ids', '1', '-n', '1'], self.tmp)
+        """A folder (a Hugging Face model's, most likely): one line that names it and export.py."""
+        msg = self.run_fails([self.tmp, '--prompt-ids', '1', '-n', '1'], self.tmp)
+        self.assertIn(self.tmp + ': a directory, not a checkpoint file', msg)
+        self.assertIn('python3 export.py FOLDER MODEL.bin', msg)
 
     def test_fifo_instead_of_file(self):
         """Opening a FIFO for reading waits for a writer, with none for ever, so it is refused before
