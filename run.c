@@ -143,7 +143,7 @@ static void usage(FILE* out) {
     fputs("Quantize mode (-m quantize): ./run MODEL.bin -m quantize --dtype q8|q4 -o OUT.bin writes an\n"
           "  f32 or bf16 checkpoint as q8 or q4 (./run -m quantize --help)\n"
           "Environment: KERNELS_SPIN_US (idle threads' spin before sleeping, default 200),\n"
-          "  KERNELS_PREFETCH (near|mid: decode's weight prefetch, default from the CPU),\n"
+          "  KERNELS_PREFETCH (near|mid: a fixed decode weight prefetch; default: timed on the model at load),\n"
           "  KERNELS_AMX=0 (prefill on the AVX-512 kernels instead of AMX tiles, where the CPU has AMX),\n"
           "  KERNELS_FLOAT_PANELS=0|1 (f32/bf16 prefill from packed panels; by default off on Zen 4 only),\n"
           "  BENCH_LLC_BYTES (the last-level cache size the bench compares decode's bytes per token\n"
