@@ -490,7 +490,13 @@ class EngineErrors(InTempDir):
                 self.bad_file('trunc_%d.bin' % cut, self.data[:cut])
 
     def test_wrong_magic(self):
-        self.bad_file('magic.bin', b'GGUF' + self.data[4:])
+        self.assertIn('bad magic', self.bad_file('magic.bin', b'QWEN' + self.data[4:]))
+        # what a user of another engine may give instead: llama.cpp's file, a Hugging Face folder's weights
+        self.assertIn("a GGUF file (llama.cpp's format)", self.bad_file('model.gguf', b'GGUF' + self.data[4:]))
+        header = b'{"__metadata__":{"format":"pt"}}'
+        msg = self.bad_file('model.safetensors', struct.pack('<Q', len(header)) + header + self.data[:4096])
+        self.assertIn('a safetensors file', msg)
+        self.assertIn('python3 export.py FOLDER MODEL.bin', msg)
 
     def test_yarn_fields(self):
         """With the YaRN flag (8), each of its fields out of range is one line naming them."""
