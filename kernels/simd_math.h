@@ -215,10 +215,23 @@ ALWAYS_INLINE wvec wv_mul(wvec a, wvec b) { return _mm512_mul_ps(a, b); }
 ALWAYS_INLINE wvec wv_div(wvec a, wvec b) { return _mm512_div_ps(a, b); }
 ALWAYS_INLINE wvec wv_fma(wvec a, wvec b, wvec c) { return _mm512_fmadd_ps(a, b, c); }
 ALWAYS_INLINE wvec wv_max(wvec a, wvec b) { return _mm512_max_ps(a, b); }
-/* exp256 on each half: lane for lane the bits of fv_exp. */
+/* exp256's steps on 16 lanes: lane for lane the bits of fv_exp. */
 ALWAYS_INLINE wvec wv_exp(wvec x) {
-    const __m256 lo = exp256(_mm512_castps512_ps256(x)), hi = exp256(_mm512_extractf32x8_ps(x, 1));
-    return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+    const __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3365478515625f), _CMP_LT_OQ);
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3365478515625f)), _mm512_set1_ps(88.3762626647949f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500E-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_maskz_mul_ps((__mmask16)~under, p, _mm512_castsi512_ps(e));
 }
 ALWAYS_INLINE wvec wv_if_less(wvec a, wvec b, wvec x, wvec y) {
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_LT_OQ), y, x);

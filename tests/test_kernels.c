@@ -289,6 +289,27 @@ static void test_rope(void) {
     }
 }
 
+/* wv_exp, AVX-512's 16-lane exponential of its own, gives lane for lane the bits of fv_exp (so
+ * prefill's softmax gives the same bits on either): floats of every magnitude, both clamps' edges,
+ * zeros, infinities and NaN. */
+static void test_wide_exp(void) {
+#if defined(WV_LANES) && defined(FV_LANES)
+    const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -87.3365478515625f, -87.34f, 88.3762626647949f,
+                             88.38f, 1e-40f, -1e-40f, 0.5f, -0.5f, 1.0f};
+    int same = 1;
+    for (int rep = 0; rep < 20000; rep++) {
+        float x[WV_LANES], a[WV_LANES], b[WV_LANES];
+        for (int i = 0; i < WV_LANES; i++)
+            x[i] = rep % 7 == 0 ? special[(rep / 7 + i) % (sizeof special / sizeof *special)]
+                                : frand() * ldexpf(1.0f, rep % 12 - 4);
+        wv_store(a, wv_exp(wv_load(x)));
+        for (int i = 0; i < WV_LANES; i += FV_LANES) fv_store(b + i, fv_exp(fv_load(x + i)));
+        same &= memcmp(a, b, sizeof a) == 0;
+    }
+    check(same, "wv_exp == fv_exp lane for lane (every magnitude, the clamps' edges, infinities, NaN)");
+#endif
+}
+
 static void test_softmax_swiglu(void) {
     int sizes[] = {1, 5, 8, 9, 100, 1000, 4099};
     for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
@@ -1194,6 +1215,7 @@ int main(void) {
     test_rmsnorm();
     test_rope();
     kern = fast_ops(2, 8, 512);
+    test_wide_exp();
     test_softmax_swiglu();
     test_attention(kern);
     ops_free(kern);
