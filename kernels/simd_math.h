@@ -16,7 +16,7 @@
  *   broadcast(p)             every lane *p (from memory: an FMA takes it as its operand)
  *   add, sub, mul, div, max  lane by lane, each rounded as the instruction does
  *   fma(a, b, c)             a * b + c, rounded once
- *   exp                      exp256 / exp128 in each lane
+ *   exp                      exp256 / exp128 in each lane (wv_: exp256's steps on 16 lanes)
  *   if_less(a, b, x, y)      x in the lanes where a < b, else y (a NaN compares false)
  *   transpose(r)             r[LANES] in place: r[j] becomes column j of what came in
  *   load_half                LANES halves widened exactly; where KERNELS_KV_F16 (wv_: AVX-512 always)
@@ -34,6 +34,22 @@
 #include <stdint.h>
 
 #include "kernels/kernels.h" /* ALWAYS_INLINE, half_to_float */
+
+/* The vector exp's constants, one set for its three forms (exp256, AVX-512's wv_exp, which gives
+ * exp256's bits lane for lane, and NEON's exp128): x held to [EXP_LO, EXP_HI], n = round(x log2 e),
+ * r = x - n ln 2 (ln 2 in two parts), e^x = 2^n (1 + r + r^2 p(r)) with p of degree 5 (Cephes'
+ * expf). */
+#define EXP_HI 88.3762626647949f
+#define EXP_LO (-87.3365478515625f)
+#define EXP_LOG2E 1.44269504088896341f
+#define EXP_LN2_HI 0.693359375f
+#define EXP_LN2_LO (-2.12194440e-4f)
+#define EXP_P0 1.9875691500E-4f
+#define EXP_P1 1.3981999507E-3f
+#define EXP_P2 8.3334519073E-3f
+#define EXP_P3 4.1665795894E-2f
+#define EXP_P4 1.6666665459E-1f
+#define EXP_P5 5.0000001201E-1f
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -86,20 +102,20 @@ static inline float hsum256(__m256 v) {
 
 /* e^x, relative error about 2e-7 on [-87, 88]; 0 below -87.3, +inf-ish clamp above 88.7. */
 static inline __m256 exp256(__m256 x) {
-    const __m256 hi = _mm256_set1_ps(88.3762626647949f);
-    const __m256 lo = _mm256_set1_ps(-87.3365478515625f);
+    const __m256 hi = _mm256_set1_ps(EXP_HI);
+    const __m256 lo = _mm256_set1_ps(EXP_LO);
     __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
     x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(EXP_LOG2E)),
                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500E-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507E-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073E-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894E-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EXP_LN2_HI), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EXP_LN2_LO), r);
+    __m256 p = _mm256_set1_ps(EXP_P0);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P1));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P5));
     p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
     __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     __m256 res = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
@@ -217,18 +233,18 @@ ALWAYS_INLINE wvec wv_fma(wvec a, wvec b, wvec c) { return _mm512_fmadd_ps(a, b,
 ALWAYS_INLINE wvec wv_max(wvec a, wvec b) { return _mm512_max_ps(a, b); }
 /* exp256's steps on 16 lanes: lane for lane the bits of fv_exp. */
 ALWAYS_INLINE wvec wv_exp(wvec x) {
-    const __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3365478515625f), _CMP_LT_OQ);
-    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3365478515625f)), _mm512_set1_ps(88.3762626647949f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+    const __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(EXP_LO), _CMP_LT_OQ);
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(EXP_LO)), _mm512_set1_ps(EXP_HI));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(EXP_LOG2E)),
                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500E-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(EXP_LN2_HI), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(EXP_LN2_LO), r);
+    __m512 p = _mm512_set1_ps(EXP_P0);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P1));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P5));
     p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
     const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
     return _mm512_maskz_mul_ps((__mmask16)~under, p, _mm512_castsi512_ps(e));
@@ -344,19 +360,19 @@ ALWAYS_INLINE void wv_store_bf16(uint16_t* p, wvec v) { _mm256_storeu_si256((__m
 #define KERNELS_KV_F16 1 /* fcvtl: half -> fp32 in every arm64 NEON */
 
 static inline float32x4_t exp128(float32x4_t x) {
-    const float32x4_t hi = vdupq_n_f32(88.3762626647949f);
-    const float32x4_t lo = vdupq_n_f32(-87.3365478515625f);
+    const float32x4_t hi = vdupq_n_f32(EXP_HI);
+    const float32x4_t lo = vdupq_n_f32(EXP_LO);
     uint32x4_t under = vcltq_f32(x, lo);
     x = vminq_f32(vmaxq_f32(x, lo), hi);
-    float32x4_t n = vrndnq_f32(vmulq_n_f32(x, 1.44269504088896341f));
-    float32x4_t r = vfmsq_f32(x, n, vdupq_n_f32(0.693359375f));
-    r = vfmsq_f32(r, n, vdupq_n_f32(-2.12194440e-4f));
-    float32x4_t p = vdupq_n_f32(1.9875691500E-4f);
-    p = vfmaq_f32(vdupq_n_f32(1.3981999507E-3f), p, r);
-    p = vfmaq_f32(vdupq_n_f32(8.3334519073E-3f), p, r);
-    p = vfmaq_f32(vdupq_n_f32(4.1665795894E-2f), p, r);
-    p = vfmaq_f32(vdupq_n_f32(1.6666665459E-1f), p, r);
-    p = vfmaq_f32(vdupq_n_f32(5.0000001201E-1f), p, r);
+    float32x4_t n = vrndnq_f32(vmulq_n_f32(x, EXP_LOG2E));
+    float32x4_t r = vfmsq_f32(x, n, vdupq_n_f32(EXP_LN2_HI));
+    r = vfmsq_f32(r, n, vdupq_n_f32(EXP_LN2_LO));
+    float32x4_t p = vdupq_n_f32(EXP_P0);
+    p = vfmaq_f32(vdupq_n_f32(EXP_P1), p, r);
+    p = vfmaq_f32(vdupq_n_f32(EXP_P2), p, r);
+    p = vfmaq_f32(vdupq_n_f32(EXP_P3), p, r);
+    p = vfmaq_f32(vdupq_n_f32(EXP_P4), p, r);
+    p = vfmaq_f32(vdupq_n_f32(EXP_P5), p, r);
     p = vfmaq_f32(vaddq_f32(r, vdupq_n_f32(1.0f)), p, vmulq_f32(r, r));
     int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23);
     float32x4_t res = vmulq_f32(p, vreinterpretq_f32_s32(e));
