@@ -171,17 +171,17 @@ int checkpoint_map(Transformer* t, const LoadError* e) {
 
 /* The header's format: magic, version, architecture and flags. Returns 0 or -1 with the error written. */
 static int check_format(const FileHeader* h, const LoadError* e) {
-    /* The files a user of other engines may give instead: llama.cpp's, and a Hugging Face folder's
-     * weights (an 8-byte header length, then the JSON header). */
-    const unsigned char* b = (const unsigned char*)h;
-    if (memcmp(h->magic, "GGUF", 4) == 0)
-        return load_fail(e, "a GGUF file (llama.cpp's format), not a checkpoint of this engine: convert the Hugging "
-                            "Face folder with python3 export.py FOLDER MODEL.bin");
-    if (b[8] == '{' && memcmp(h->magic, CHECKPOINT_MAGIC, 4) != 0)
-        return load_fail(e, "a safetensors file, not a checkpoint of this engine: convert its Hugging Face folder "
-                            "with python3 export.py FOLDER MODEL.bin");
-    if (memcmp(h->magic, CHECKPOINT_MAGIC, 4) != 0)
+    if (memcmp(h->magic, CHECKPOINT_MAGIC, 4) != 0) {
+        /* the files a user of other engines may give instead: llama.cpp's, and a Hugging Face
+         * folder's weights (an 8-byte header length, then the JSON header) */
+        if (memcmp(h->magic, "GGUF", 4) == 0)
+            return load_fail(e, "a GGUF file (llama.cpp's format), not a checkpoint of this engine: convert the "
+                                "Hugging Face folder with python3 export.py FOLDER MODEL.bin");
+        if (((const unsigned char*)h)[8] == '{')
+            return load_fail(e, "a safetensors file, not a checkpoint of this engine: convert its Hugging Face "
+                                "folder with python3 export.py FOLDER MODEL.bin");
         return load_fail(e, "not a checkpoint of this engine (bad magic; convert the model with export.py)");
+    }
     /* Every version has this header, tokenizer section and tensor order; they differ in the q8
      * and q4 layouts (docs/checkpoint.md#versions), so an f32 or bf16 file of any version reads. */
     if (h->version < 1 || h->version > CHECKPOINT_VERSION)

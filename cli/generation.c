@@ -132,7 +132,8 @@ void load_progress(void* ctx, size_t done, size_t total) {
     LoadProgress* p = ctx;
     const double now = now_seconds();
     if (!p->show || (p->shown && now - p->last < 0.1)) return; /* a file the cache holds goes by in a blink */
-    const char* name = strrchr(p->path, '/') ? strrchr(p->path, '/') + 1 : p->path; /* one line, however long the path */
+    const char* slash = strrchr(p->path, '/');
+    const char* name = slash ? slash + 1 : p->path; /* one line, however long the path */
     const double s = now - p->start;
     p->last = now;
     fprintf(stderr, "\r%s: reading %s: %.0f%% of %.1f GB", p->label, name, 100.0 * (double)done / (double)total,
