@@ -19,9 +19,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/available_memory.h"
 #include "cli/bench.h"
 #include "cli/chat.h"
 #include "cli/eval.h"
@@ -740,6 +742,20 @@ static int run_sampling_mode(Transformer* t, const Tokenizer* text_tok, const Op
     return status;
 }
 
+/* Whether the load leaves the file's pages to come in as the run reads them (lazy_pages): for
+ * tokenize, which reads no weights, and for a file larger than the memory available to it
+ * (cli/available_memory.h), whose first pages a whole read would drop again before a token reached
+ * them (docs/design.md#mapped-weights); the run then says why it will be slow. */
+static int read_as_needed(const Options* o) {
+    if (o->mode == TOKENIZE) return 1;
+    struct stat st;
+    const long long room = available_memory();
+    if (stat(o->checkpoint, &st) != 0 || room < 0 || (long long)st.st_size <= room) return 0;
+    fprintf(stderr, "run: note: %s (%.1f GB) is larger than the memory available to it (%.1f GB): its weights are "
+            "read from the disk as tokens need them, at the disk's pace\n", o->checkpoint, st.st_size / 1e9, room / 1e9);
+    return 1;
+}
+
 int main(int argc, char** argv) {
     if (quantize_requested(argc, argv)) return quantize_main(argc, argv); /* its own options: quantize.h */
     Options o;
@@ -751,7 +767,7 @@ int main(int argc, char** argv) {
     const TransformerOptions topt = {.threads = o.threads, .ctx = context_positions(&o), .kv_type = o.kv_type,
                                      .bf16_activations = given(&o, "--bf16-activations") != NULL,
                                      .prefill_only = o.mode == TOKENIZE || o.mode == EVAL,
-                                     .lazy_pages = o.mode == TOKENIZE,
+                                     .lazy_pages = read_as_needed(&o),
                                      .load_progress = load_progress, .load_progress_ctx = &loading};
     Transformer t;
     char err[512];
