@@ -10,7 +10,8 @@ then every tensor 64-byte aligned so the engine can memory-map the file.
 
 Python 3 standard library only. Tensors are streamed in blocks of rows, so memory stays far below
 the checkpoint size. The output is written under a temporary name and renamed at the end: a failed
-export leaves no file behind.
+export leaves no file behind, and one whose disk has too little free space for its files is
+refused before it writes any (checkpoint_bytes knows their sizes).
 """
 import argparse
 import array
@@ -19,6 +20,7 @@ import json
 import math
 import multiprocessing
 import os
+import shutil
 import signal
 import struct
 import subprocess
@@ -1072,7 +1074,39 @@ def read_inputs(folder, dtype_name, group_size, tokenizer_dir):
             "wtype": wtype, "gs": gs, "tok": tok, "bos": bos, "tok_dir": tok_dir}
 
 
-def export(folder, out_path, dtype_name, group_size, tokenizer_dir, jobs=None):
+def checkpoint_bytes(plan, wtype, gs, tok_len):
+    """The size of the file export() writes for plan in wtype: the 256-byte header and the
+    tokenizer, then each tensor 64-byte aligned, norms and biases in f32, q8 and q4 in whole row
+    blocks (quant_row_blocks: q8 a byte a value and a float16 scale a group of gs, q4 18 bytes a
+    group of 32)."""
+    size = 256 + tok_len + (-(256 + tok_len) % ALIGN)
+    for _, shape, is_matrix in plan:
+        rows, cols = (shape[0] if len(shape) == 2 else 1), shape[-1]
+        stored = wtype if is_matrix else WEIGHT_F32
+        rows += -rows % QUANT_BLOCK_ROWS.get(stored, 1)
+        row_bytes = {WEIGHT_F32: 4 * cols, WEIGHT_BF16: 2 * cols, WEIGHT_Q4: cols // 32 * 18,
+                     WEIGHT_Q8: cols + 2 * (cols // gs) if gs else 0}[stored]
+        size += rows * row_bytes + (-(rows * row_bytes) % ALIGN)
+    return size
+
+
+def check_room(out_path, parts):
+    """An ExportError, before anything is written, where the disk that out_path goes to has less
+    free space than the files of parts need at once: [(what, bytes)]. A disk that fills up
+    halfway would end the export the same way, but after minutes (61 GB of temporary for
+    Qwen3-30B-A3B)."""
+    def size(n):
+        return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.0f} KB"
+
+    needs = sum(n for _, n in parts)
+    free = shutil.disk_usage(os.path.dirname(os.path.abspath(out_path))).free
+    if free < needs:
+        what = parts[0][0] if len(parts) == 1 else " beside ".join(f"{name} ({size(n)})" for name, n in parts)
+        raise ExportError(f"{out_path}: needs {size(needs)} free for {what}; its disk has {size(free)} "
+                          "free: nothing written")
+
+
+def export(folder, out_path, dtype_name, group_size, tokenizer_dir, jobs=None, check_disk=True):
     inputs = read_inputs(folder, dtype_name, group_size, tokenizer_dir)
     c, table, plan, flags = inputs["c"], inputs["table"], inputs["plan"], inputs["flags"]
     dtype_name, wtype, gs = inputs["dtype_name"], inputs["wtype"], inputs["gs"]
@@ -1085,6 +1119,8 @@ def export(folder, out_path, dtype_name, group_size, tokenizer_dir, jobs=None):
     total = sum(table[name].shape[0] * (table[name].shape[1] if len(table[name].shape) > 1 else 1)
                 * SAFETENSORS_DTYPES[table[name].dtype] for name, _, _ in plan)
     show_progress = total > (64 << 20)
+    if check_disk:
+        check_room(out_path, [(f"the {dtype_name} output", checkpoint_bytes(plan, wtype, gs, len(tok)))])
     # Worker processes for the conversions that run a Python loop per value (quantizing, rounding
     # to bf16); plain copies and widening stay in this process. Output is the same either way.
     if jobs is None:
@@ -1176,6 +1212,16 @@ def fast_quantize(args):
         os.path.join(args.folder, name) for name in ("config.json", "generation_config.json",
                                                      "model.safetensors.index.json")] + [
         os.path.join(tok_dir, name) for name in ("tokenizer.json", "tokenizer_config.json")])
+    try:
+        inputs = read_inputs(args.folder, args.dtype, args.group_size, args.tokenizer)
+    except ExportError:
+        inputs = None  # export() below reports what is wrong
+    if inputs:
+        plan, tok_len = inputs["plan"], len(inputs["tok"])
+        source_type = WEIGHT_BF16 if source == "bf16" else WEIGHT_F32
+        check_room(args.output, [
+            (f"a lossless {source} temporary", checkpoint_bytes(plan, source_type, None, tok_len)),
+            (f"the {args.dtype} output", checkpoint_bytes(plan, inputs["wtype"], inputs["gs"], tok_len))])
     out_dir = os.path.dirname(os.path.abspath(args.output))
     src = os.path.join(out_dir, f".{os.path.basename(args.output)}.{os.getpid()}.tmp")  # as export()'s
     print(f"export.py: {args.dtype} by ./run -m quantize (C), from a temporary {source} export",
@@ -1185,7 +1231,7 @@ def fast_quantize(args):
     cmd += ["--threads", str(args.jobs)] if args.jobs else []
     proc = None
     try:
-        export(args.folder, src, source, None, args.tokenizer, args.jobs)
+        export(args.folder, src, source, None, args.tokenizer, args.jobs, check_disk=False)
         proc = subprocess.Popen(cmd)
         status = proc.wait()
     finally:

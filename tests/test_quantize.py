@@ -10,6 +10,8 @@ failure or Ctrl-C, and export.py taking the C path when ./run is built (it says 
 are the same) and the Python path when it is not or when asked to.
 """
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -17,12 +19,17 @@ import signal
 import struct
 import subprocess
 import sys
+import tempfile
+import types
 import unittest
+from unittest import mock
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_model  # noqa: E402
 from hf_model import Spec  # noqa: E402
 from hf_model import PYTHON  # noqa: E402
+sys.path.insert(0, hf_model.ROOT)
+import export as export_py  # noqa: E402
 
 ROOT_RUN = os.path.join(hf_model.ROOT, 'run')  # the ./run that export.py looks for beside itself
 WEIGHTS_OFFSET_AT = 144  # FileHeader.weights_offset (model.h)
@@ -415,6 +422,76 @@ class ExportUsesIt(InTempDir):
         self.assertIn('too large', p.stderr)
         self.assertIn('export.py: error: ./run -m quantize failed', p.stderr)
         self.assertEqual(os.listdir(d), [])
+
+
+class DiskRoom(InTempDir):
+    """export.py knows its files' sizes before it writes them (export.checkpoint_bytes, the exact
+    size in every format, dense and MoE), and refuses, in one line and before writing anything, an
+    output whose disk has less free space than they need at once: for q8 and q4 by ./run, the
+    lossless temporary and the output side by side. The disk's free space is export.main's
+    shutil.disk_usage, replaced for the refusal (in this process)."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.hf = {}
+        for name, fields in (('qwen3_bf16', MODELS['qwen3_bf16']), ('qwen2_f32_untied', MODELS['qwen2_f32_untied']),
+                             ('moe', dict(arch='qwen3_moe', num_experts=4, num_experts_per_tok=2, vocab_size=302))):
+            cls.hf[name] = os.path.join(cls.tmp, name)
+            hf_model.write_model(cls.hf[name], Spec(**fields))
+
+    def test_sizes_known_before_writing(self):
+        for name, hf in sorted(self.hf.items()):
+            for args, label in [(['--dtype', 'f32'], 'f32'), (['--dtype', 'bf16'], 'bf16')] + QUANTS:
+                with self.subTest(model=name, dtype=label):
+                    out = os.path.join(self.fresh_dir('size_%s_%s' % (name, label)), 'out.bin')
+                    p = export(hf, out, *args)
+                    self.assertEqual(p.returncode, 0, p.stderr)
+                    gs = int(args[3]) if len(args) > 2 else None
+                    inputs = export_py.read_inputs(hf, args[1], gs, None)
+                    self.assertEqual(export_py.checkpoint_bytes(inputs['plan'], inputs['wtype'], inputs['gs'],
+                                                               len(inputs['tok'])), os.path.getsize(out))
+
+    def export_with_free(self, free, *args):
+        """export.main on the BF16 model with `free` bytes free on every disk: status, stderr, the files
+        left in the output's folder, the output's path."""
+        d = self.fresh_dir('room')
+        out = os.path.join(d, 'out.bin')
+        err = io.StringIO()
+        saved = os.dup(2)  # ./run's lines too, not on the test's output
+        try:
+            with tempfile.TemporaryFile() as run_err:
+                os.dup2(run_err.fileno(), 2)
+                with mock.patch.object(export_py.shutil, 'disk_usage', lambda path: types.SimpleNamespace(free=free)), \
+                        contextlib.redirect_stderr(err):
+                    rc = export_py.main([self.hf['qwen3_bf16'], out, '--jobs', '1'] + list(args))
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        return rc, err.getvalue(), sorted(os.listdir(d)), out
+
+    def test_no_room(self):
+        if not os.access(ROOT_RUN, os.X_OK):
+            self.skipTest('%s is not built (run `make`)' % ROOT_RUN)
+        sizes = {}
+        for dtype in ('bf16', 'q8'):  # the temporary and the output, from exports on the real disk
+            out = os.path.join(self.fresh_dir('real_' + dtype), 'out.bin')
+            p = export(self.hf['qwen3_bf16'], out, '--dtype', dtype)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            sizes[dtype] = os.path.getsize(out)
+        for dtype, needs in (('bf16', sizes['bf16']), ('q8', sizes['bf16'] + sizes['q8'])):
+            with self.subTest(dtype=dtype):
+                rc, err, left, out = self.export_with_free(needs - 1, '--dtype', dtype)
+                self.assertEqual(rc, 1, err)
+                kb = lambda n: '%.0f KB' % (n / 1e3)  # noqa: E731
+                what = ('a lossless bf16 temporary (%s) beside the q8 output (%s)' % (kb(sizes['bf16']), kb(sizes['q8']))
+                        if dtype == 'q8' else 'the bf16 output')
+                self.assertEqual(err.strip().splitlines()[-1], 'export.py: error: %s: needs %s free for %s; its disk '
+                                 'has %s free: nothing written' % (out, kb(needs), what, kb(needs - 1)))
+                self.assertEqual(left, [])
+                rc, err, left, _ = self.export_with_free(needs, '--dtype', dtype)
+                self.assertEqual(rc, 0, err)
+                self.assertEqual(left, ['out.bin'])
 
 
 if __name__ == '__main__':
