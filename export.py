@@ -20,11 +20,13 @@ import json
 import math
 import multiprocessing
 import os
+import queue
 import shutil
 import signal
 import struct
 import subprocess
 import sys
+import threading
 import time
 
 MAGIC = b"QW3C"
@@ -863,7 +865,7 @@ PAD = "pad"  # in the stream of blocks: align the file before the next tensor
 
 def plan_blocks(plan, table, files, wtype, gs):
     """The export as a stream: PAD before each tensor, then its rows in blocks, each as
-    (raw source bytes, source dtype, columns, stored type, group size, tensor name)."""
+    (raw source bytes, source dtype, columns, stored type, group size, tensor name, first row)."""
     for name, shape, is_matrix in plan:
         t = table[name]
         if t.path not in files:
@@ -882,12 +884,12 @@ def plan_blocks(plan, table, files, wtype, gs):
         yield PAD
         for r in range(0, rows, rows_per_block):
             raw = src.read(min(rows_per_block, rows - r) * cols * width)
-            yield raw, t.dtype, cols, stored, gs, name
+            yield raw, t.dtype, cols, stored, gs, name, r
 
 
 def convert_block(block):
     """One block of plan_blocks -> (stored bytes, source bytes, tensor name)."""
-    raw, dtype, cols, stored, gs, name = block
+    raw, dtype, cols, stored, gs, name, _ = block
     if stored == WEIGHT_F32:
         data = to_f32_bytes(raw, dtype)
     elif stored == WEIGHT_BF16:
@@ -928,6 +930,81 @@ def converted_blocks(blocks, workers):
     finally:
         pool.terminate()
         pool.join()
+
+
+def quantized_in_c(blocks, run, wtype, gs, jobs):
+    """converted_blocks with the q8 or q4 matrices' blocks quantised by `./run -m quantize --stream`
+    (cli/quantize.c says how: frames of rows in, their row blocks out, the same bytes as
+    quant_row_blocks); the rest converted here. A thread reads the source and feeds ./run while
+    this one takes its output, so reading, quantising and writing overlap."""
+    cmd = [run, "-m", "quantize", "--stream", "--dtype", "q8" if wtype == WEIGHT_Q8 else "q4",
+           "--group-size", str(gs)] + (["--threads", str(jobs)] if jobs else [])
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    # In order: ("here", a converted block or PAD), ("c", output bytes, source bytes, name) for a
+    # frame sent to ./run, ("error", exception), then None at the end.
+    records, stop = queue.Queue(maxsize=8), threading.Event()
+
+    def put(record):
+        while not stop.is_set():
+            try:
+                return records.put(record, timeout=0.1)
+            except queue.Full:
+                pass
+
+    def feed():
+        try:
+            for block in blocks:
+                if stop.is_set():
+                    return
+                if block is PAD or block[3] not in (WEIGHT_Q8, WEIGHT_Q4):
+                    put(("here", block if block is PAD else convert_block(block)))
+                    continue
+                raw, dtype, cols, stored, _, name, first = block
+                if dtype == "F16":  # ./run takes f32 and bf16 rows
+                    raw, dtype = to_f32_bytes(raw, dtype), "F32"
+                rows = len(raw) // (cols * SAFETENSORS_DTYPES[dtype])
+                put(("c", stored_bytes(rows, cols, stored, gs), len(block[0]), name))
+                key = name.encode()
+                proc.stdin.write(struct.pack("<6I", dtype == "BF16", rows, cols, first, len(key), 0) + key)
+                proc.stdin.write(raw)
+            proc.stdin.write(bytes(24))  # a frame of 0 rows: the end
+            proc.stdin.close()
+            put(None)
+        except BaseException as e:  # a closed pipe (./run ended), or the source could not be read
+            put(("error", e))
+
+    def failed():
+        return ExportError(f"./run -m quantize failed (status {proc.wait()}); no output written")
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    try:
+        while True:
+            record = records.get()
+            if record is None:
+                break
+            if record[0] == "here":
+                yield record[1]
+            elif record[0] == "error":
+                raise failed() if isinstance(record[1], BrokenPipeError) else record[1]
+            else:
+                data = proc.stdout.read(record[1])
+                if len(data) != record[1]:
+                    raise failed()
+                yield data, record[2], record[3]
+        if proc.wait() != 0:
+            raise failed()
+    finally:
+        stop.set()
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        feeder.join()
+        for pipe in (proc.stdin, proc.stdout):
+            try:
+                pipe.close()
+            except OSError:
+                pass
 
 
 class Writer:
@@ -1081,32 +1158,34 @@ def checkpoint_bytes(plan, wtype, gs, tok_len):
     group of 32)."""
     size = 256 + tok_len + (-(256 + tok_len) % ALIGN)
     for _, shape, is_matrix in plan:
-        rows, cols = (shape[0] if len(shape) == 2 else 1), shape[-1]
-        stored = wtype if is_matrix else WEIGHT_F32
-        rows += -rows % QUANT_BLOCK_ROWS.get(stored, 1)
-        row_bytes = {WEIGHT_F32: 4 * cols, WEIGHT_BF16: 2 * cols, WEIGHT_Q4: cols // 32 * 18,
-                     WEIGHT_Q8: cols + 2 * (cols // gs) if gs else 0}[stored]
-        size += rows * row_bytes + (-(rows * row_bytes) % ALIGN)
+        n = stored_bytes(shape[0] if len(shape) == 2 else 1, shape[-1], wtype if is_matrix else WEIGHT_F32, gs)
+        size += n + (-n % ALIGN)
     return size
 
 
-def check_room(out_path, parts):
+def stored_bytes(rows, cols, stored, gs):
+    """The bytes of rows x cols weights stored as `stored` (q8 and q4 in whole row blocks)."""
+    rows += -rows % QUANT_BLOCK_ROWS.get(stored, 1)
+    return rows * {WEIGHT_F32: 4 * cols, WEIGHT_BF16: 2 * cols, WEIGHT_Q4: cols // 32 * 18,
+                   WEIGHT_Q8: cols + 2 * (cols // gs) if gs else 0}[stored]
+
+
+def check_room(out_path, what, needs):
     """An ExportError, before anything is written, where the disk that out_path goes to has less
-    free space than the files of parts need at once: [(what, bytes)]. A disk that fills up
-    halfway would end the export the same way, but after minutes (61 GB of temporary for
-    Qwen3-30B-A3B)."""
+    free space than the `needs` bytes of `what`. A disk that fills up halfway would end the export
+    the same way, but after minutes (17 GB of q4 for Qwen3-30B-A3B)."""
     def size(n):
         return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.0f} KB"
 
-    needs = sum(n for _, n in parts)
     free = shutil.disk_usage(os.path.dirname(os.path.abspath(out_path))).free
     if free < needs:
-        what = parts[0][0] if len(parts) == 1 else " beside ".join(f"{name} ({size(n)})" for name, n in parts)
-        raise ExportError(f"{out_path}: needs {size(needs)} free for {what}; its disk has {size(free)} "
-                          "free: nothing written")
+        raise ExportError(f"{out_path}: needs {size(needs)} free for {what}; its disk has {size(free)} free: "
+                          "nothing written")
 
 
-def export(folder, out_path, dtype_name, group_size, tokenizer_dir, jobs=None, check_disk=True):
+def export(folder, out_path, dtype_name, group_size, tokenizer_dir, jobs=None, quantizer=None):
+    """Writes the checkpoint; q8 and q4 by the ./run at `quantizer` (quantized_in_c) where given,
+    else in Python. Returns (size, dtype name, group size)."""
     inputs = read_inputs(folder, dtype_name, group_size, tokenizer_dir)
     c, table, plan, flags = inputs["c"], inputs["table"], inputs["plan"], inputs["flags"]
     dtype_name, wtype, gs = inputs["dtype_name"], inputs["wtype"], inputs["gs"]
@@ -1119,15 +1198,16 @@ def export(folder, out_path, dtype_name, group_size, tokenizer_dir, jobs=None, c
     total = sum(table[name].shape[0] * (table[name].shape[1] if len(table[name].shape) > 1 else 1)
                 * SAFETENSORS_DTYPES[table[name].dtype] for name, _, _ in plan)
     show_progress = total > (64 << 20)
-    if check_disk:
-        check_room(out_path, [(f"the {dtype_name} output", checkpoint_bytes(plan, wtype, gs, len(tok)))])
+    check_room(out_path, f"the {dtype_name} output", checkpoint_bytes(plan, wtype, gs, len(tok)))
     # Worker processes for the conversions that run a Python loop per value (quantizing, rounding
     # to bf16); plain copies and widening stay in this process. Output is the same either way.
-    if jobs is None:
+    in_c = quantizer is not None and wtype in (WEIGHT_Q8, WEIGHT_Q4)
+    workers = 1
+    if not in_c:
         slow = wtype in (WEIGHT_Q8, WEIGHT_Q4) or (
             wtype == WEIGHT_BF16 and table["model.embed_tokens.weight"].dtype != "BF16")
-        jobs = min(MAX_JOBS, available_cpus()) if slow and show_progress else 1
-    workers = max(1, jobs)
+        workers = max(1, jobs if jobs is not None else
+                      min(MAX_JOBS, available_cpus()) if slow and show_progress else 1)
     done, t0 = 0, time.time()
 
     out_dir = os.path.dirname(os.path.abspath(out_path))
@@ -1142,7 +1222,9 @@ def export(folder, out_path, dtype_name, group_size, tokenizer_dir, jobs=None, c
             w.write(tok)
             w.pad()
             weights_offset = f.tell()
-            for item in converted_blocks(plan_blocks(plan, table, files, wtype, gs), workers):
+            blocks = plan_blocks(plan, table, files, wtype, gs)
+            for item in (quantized_in_c(blocks, quantizer, wtype, gs, jobs) if in_c
+                         else converted_blocks(blocks, workers)):
                 if item is PAD:  # each tensor starts 64-byte aligned
                     w.pad()
                     continue
@@ -1177,13 +1259,11 @@ def export(folder, out_path, dtype_name, group_size, tokenizer_dir, jobs=None, c
     return end, dtype_name, gs
 
 
-def fast_quantize(args):
-    """--dtype q8 / q4 through the C quantiser, which writes the same bytes as the Python path,
-    many times faster: the source is exported losslessly (bf16 when every tensor is BF16, else
-    f32) to a temporary file beside the output, then `./run TMP -m quantize` writes the output.
-    Returns export()'s (size, dtype, group size), or None after saying why the Python path runs
-    instead: --no-fast-quantize, or ./run not built or not starting (an older build without
-    -m quantize included)."""
+def c_quantizer(args):
+    """The ./run beside this script, for --dtype q8 / q4: it quantises the matrices as export()
+    streams them (`-m quantize --stream`), the same bytes as the Python path, many times faster.
+    None after saying why the Python path runs instead: --no-fast-quantize, or ./run not built, not
+    starting, or built before --stream."""
     run = os.path.join(os.path.dirname(os.path.abspath(__file__)), "run")
     why = None
     if args.no_fast_quantize:
@@ -1191,10 +1271,11 @@ def fast_quantize(args):
     elif args.dtype == "q4" and args.group_size not in (None, 32):
         why = "q4 takes no --group-size"  # export() refuses it with the reason
     else:
-        try:
-            probe = subprocess.run([run, "-m", "quantize", "--help"], capture_output=True, timeout=60)
+        try:  # an empty stream: status 0 from a ./run that has --stream
+            probe = subprocess.run([run, "-m", "quantize", "--stream", "--dtype", args.dtype],
+                                   input=b"", capture_output=True, timeout=60)
             if probe.returncode != 0:
-                why = f"{run} has no -m quantize (status {probe.returncode}); `make` rebuilds it"
+                why = f"{run} has no -m quantize --stream (status {probe.returncode}); `make` rebuilds it"
         except FileNotFoundError:
             why = f"{run} is not built; `make` builds it, and quantizes much faster"
         except (OSError, subprocess.SubprocessError) as e:
@@ -1202,49 +1283,8 @@ def fast_quantize(args):
     if why:
         print(f"export.py: {args.dtype} in Python ({why})", file=sys.stderr)
         return None
-    try:
-        table = load_tensor_table(args.folder)
-    except ExportError:
-        table = {}  # export() below reports what is wrong with the folder
-    source = "bf16" if table and all(t.dtype == "BF16" for t in table.values()) else "f32"
-    tok_dir = args.tokenizer or args.folder
-    check_output_path(args.output, [t.path for t in table.values()] + [
-        os.path.join(args.folder, name) for name in ("config.json", "generation_config.json",
-                                                     "model.safetensors.index.json")] + [
-        os.path.join(tok_dir, name) for name in ("tokenizer.json", "tokenizer_config.json")])
-    try:
-        inputs = read_inputs(args.folder, args.dtype, args.group_size, args.tokenizer)
-    except ExportError:
-        inputs = None  # export() below reports what is wrong
-    if inputs:
-        plan, tok_len = inputs["plan"], len(inputs["tok"])
-        source_type = WEIGHT_BF16 if source == "bf16" else WEIGHT_F32
-        check_room(args.output, [
-            (f"a lossless {source} temporary", checkpoint_bytes(plan, source_type, None, tok_len)),
-            (f"the {args.dtype} output", checkpoint_bytes(plan, inputs["wtype"], inputs["gs"], tok_len))])
-    out_dir = os.path.dirname(os.path.abspath(args.output))
-    src = os.path.join(out_dir, f".{os.path.basename(args.output)}.{os.getpid()}.tmp")  # as export()'s
-    print(f"export.py: {args.dtype} by ./run -m quantize (C), from a temporary {source} export",
-          file=sys.stderr)
-    cmd = [run, src, "-m", "quantize", "--dtype", args.dtype, "-o", args.output]
-    cmd += ["--group-size", str(args.group_size)] if args.group_size else []
-    cmd += ["--threads", str(args.jobs)] if args.jobs else []
-    proc = None
-    try:
-        export(args.folder, src, source, None, args.tokenizer, args.jobs, check_disk=False)
-        proc = subprocess.Popen(cmd)
-        status = proc.wait()
-    finally:
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            proc.wait()
-        if os.path.exists(src):
-            os.unlink(src)
-    if status != 0:
-        raise ExportError(f"./run -m quantize failed (status {status}); no output written")
-    with open(args.output, "rb") as f:
-        gs = struct.unpack(HEADER_FORMAT, f.read(256))[13]
-    return os.path.getsize(args.output), args.dtype, gs
+    print(f"export.py: {args.dtype} by ./run -m quantize --stream (C)", file=sys.stderr)
+    return run
 
 
 _last_logged = [-1]
@@ -1278,10 +1318,11 @@ def main(argv=None):
                          "q4's groups are always 32")
     ap.add_argument("--jobs", type=int, metavar="N",
                     help="processes that convert blocks of rows (default: one per CPU, up to "
-                         f"{MAX_JOBS}, for q8 / q4 and bf16 from other formats above 64 MB; else 1)")
+                         f"{MAX_JOBS}, for q8 / q4 and bf16 from other formats above 64 MB; else 1); "
+                         "for q8 / q4 by ./run, its threads (default: one per CPU)")
     ap.add_argument("--no-fast-quantize", action="store_true",
                     help="q8 / q4: quantize in Python even where ./run is built (./run -m quantize "
-                         "writes the same bytes, much faster)")
+                         "--stream writes the same bytes, much faster)")
     ap.add_argument("--tokenizer", metavar="DIR",
                     help="take tokenizer.json and tokenizer_config.json from DIR instead of the "
                          "model folder")
@@ -1295,9 +1336,9 @@ def main(argv=None):
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         t0 = time.time()
-        fast = fast_quantize(args) if args.dtype in ("q8", "q4") else None
-        size, dtype_name, gs = fast or export(args.folder, args.output, args.dtype, args.group_size,
-                                              args.tokenizer, args.jobs)
+        quantizer = c_quantizer(args) if args.dtype in ("q8", "q4") else None
+        size, dtype_name, gs = export(args.folder, args.output, args.dtype, args.group_size,
+                                      args.tokenizer, args.jobs, quantizer)
         extra = f", group size {gs}" if gs else ""
         print(f"export.py: wrote {args.output} ({size / 1e6:.1f} MB, {dtype_name}{extra}) in "
               f"{time.time() - t0:.1f}s", file=sys.stderr)

@@ -79,6 +79,7 @@ typedef struct {
     const char* dtype; /* "q8" or "q4" */
     int group_size;    /* 0: the default */
     int threads;       /* 0: one per online CPU */
+    int stream;        /* --stream: rows from standard input, row blocks to standard output */
 } QuantizeOptions;
 
 static void usage(void) {
@@ -92,6 +93,9 @@ static void usage(void) {
           "      --group-size N     q8's group size, a power of two >= 8 (default 64, halved until it\n"
           "                         divides every matrix width, as export.py does); q4 takes only 32\n"
           "      --threads N        threads (default: one per online CPU)\n"
+          "      --stream           no MODEL.bin or -o: matrices' rows come on standard input and\n"
+          "                         their q8 or q4 row blocks go to standard output (export.py's\n"
+          "                         way to quantise without a temporary file; quantize.c says how)\n"
           "  -h, --help             this help\n",
           stdout);
 }
@@ -132,6 +136,10 @@ static void parse_options(int argc, char** argv, QuantizeOptions* o) {
             usage();
             exit(fflush(stdout) == 0 ? 0 : 1);
         }
+        if (streq(arg, "--stream")) {
+            o->stream = 1;
+            continue;
+        }
         if (arg[0] != '-' || arg[1] == '\0') {
             if (o->input) fail("unexpected argument '%s' (the checkpoint is '%s')", arg, o->input);
             o->input = arg;
@@ -147,9 +155,11 @@ static void parse_options(int argc, char** argv, QuantizeOptions* o) {
         if (value == NULL) fail("option %s needs a value (see ./run -m quantize --help)", name);
         set_option(o, name, value);
     }
-    if (o->input == NULL) fail("no checkpoint given (./run MODEL.bin -m quantize --dtype q8|q4 -o OUT.bin)");
+    if (o->stream && (o->input || o->output)) fail("--stream takes no checkpoint and no -o: it reads standard input");
+    if (o->input == NULL && !o->stream)
+        fail("no checkpoint given (./run MODEL.bin -m quantize --dtype q8|q4 -o OUT.bin)");
     if (!o->dtype) fail("-m quantize needs --dtype q8 or --dtype q4");
-    if (o->output == NULL) fail("-m quantize needs -o OUT.bin, the file to write");
+    if (o->output == NULL && !o->stream) fail("-m quantize needs -o OUT.bin, the file to write");
     if (streq(o->dtype, "q4") && o->group_size != 0 && o->group_size != Q4_GROUP)
         fail("q4 groups are %d columns (got --group-size %d)", Q4_GROUP, o->group_size);
 }
@@ -331,7 +341,8 @@ static void quantize_item(void* ctx, int item, int thread) {
 }
 
 static void put(FILE* f, const void* data, size_t n) {
-    if (fwrite(data, 1, n, f) != n) fail("%s: write failed: %s", tmp_path, strerror(errno));
+    if (fwrite(data, 1, n, f) != n) fail("%s: write failed: %s", tmp_path[0] ? tmp_path : "standard output",
+                                         strerror(errno));
 }
 
 static uint64_t align_up(uint64_t x) { return (x + CHECKPOINT_ALIGN - 1) / CHECKPOINT_ALIGN * CHECKPOINT_ALIGN; }
@@ -345,11 +356,12 @@ static void put_padding(FILE* f) {
 
 /* A tensor of the checkpoint (model.h, TensorInfo). */
 typedef struct {
-    char name[48];        /* "embed_tokens", "layer 3 q_proj", ... for progress and errors */
+    char name[128];       /* "embed_tokens", "layer 3 q_proj", ... for progress and errors */
     const Matrix* matrix; /* quantised; NULL for a float32 vector, copied as it is */
     const float* vector;
     int n;
     uint64_t in_bytes;    /* as read from the input */
+    int first_row;        /* the tensor's row that is the matrix's first (--stream: a run of its rows) */
 } Piece;
 
 static void add_piece(Piece* pieces, int* n, int layer, const char* what, const Matrix* m, const float* v, int len) {
@@ -360,6 +372,7 @@ static void add_piece(Piece* pieces, int* n, int layer, const char* what, const 
     p->vector = v;
     p->n = len;
     p->in_bytes = m ? matrix_stored_bytes(m) : (uint64_t)len * sizeof(float);
+    p->first_row = 0;
 }
 
 typedef struct {
@@ -452,10 +465,10 @@ static void quantize_matrix(const Conversion* cv, const Piece* p, Progress* prog
         cv->k->parallel_for(cv->k, (n + per_item - 1) / per_item, quantize_item, &job);
         if (atomic_load(&job.status) == GROUP_NONFINITE)
             fail("tensor %s: row %d holds a NaN or an infinity, which %s cannot store", p->name,
-                 atomic_load(&job.problem_row), dtype);
+                 p->first_row + atomic_load(&job.problem_row), dtype);
         if (atomic_load(&job.status) == GROUP_OVERFLOW)
             fail("tensor %s: row %d has a weight too large for %s's float16 scales (|w| above %s)", p->name,
-                 atomic_load(&job.problem_row), dtype, cv->type == WEIGHT_Q4 ? "524,000" : "8,300,000");
+                 p->first_row + atomic_load(&job.problem_row), dtype, cv->type == WEIGHT_Q4 ? "524,000" : "8,300,000");
         put(cv->out, chunk, (size_t)n * block_bytes);
         progress_add(progress, (uint64_t)n * in_block_bytes, p->name);
     }
@@ -541,9 +554,78 @@ static void remove_stale_temporaries(const char* dir, const char* name) {
     closedir(d);
 }
 
+/* ---- --stream: a matrix's rows in, its row blocks out ----
+ * export.py's way to quantise without writing a lossless temporary checkpoint first (Qwen3-30B-A3B's
+ * is 61 GB): it writes the checkpoint itself and sends each matrix here in runs of rows. Standard
+ * input is a series of frames: six little-endian uint32 (the rows' type, 0 f32 or 1 bf16; rows;
+ * columns; the run's first row in its tensor; the length of the tensor's name; 0), the name, then
+ * the rows; a frame of 0 rows, or the end of the input, ends the stream. For each frame standard
+ * output gets the run's row blocks, the last padded with zero rows: the bytes the checkpoint holds
+ * for those rows. A run starts at a whole row block, so the runs of a tensor make its bytes. A
+ * NaN, an infinity or a weight too large ends the program with the usual line naming the tensor
+ * and the row. */
+enum { FRAME_TYPE, FRAME_ROWS, FRAME_COLS, FRAME_FIRST_ROW, FRAME_NAME_BYTES, FRAME_FIELDS = 6 };
+
+/* n bytes of standard input into buf: 1, or 0 at the end of the input before any of them. */
+static int read_input(void* buf, size_t n, int may_end) {
+    const size_t got = fread(buf, 1, n, stdin);
+    if (got == 0 && may_end && feof(stdin)) return 0;
+    if (got != n) fail("--stream: standard input ended inside a frame (%zu of %zu bytes)", got, n);
+    return 1;
+}
+
+static void quantize_stream(const QuantizeOptions* o) {
+    const WeightType type = streq(o->dtype, "q8") ? WEIGHT_Q8 : WEIGHT_Q4;
+    const int gs = type == WEIGHT_Q4 ? Q4_GROUP : o->group_size ? o->group_size : 64;
+    const OpsSpec spec = {.threads = o->threads, .max_batch = 1, .max_cols = gs, .max_pos = 1, .n_heads = 1,
+                          .n_kv_heads = 1, .head_dim = gs, .weight_type = WEIGHT_F32, .weight_cols = gs};
+    Ops* k = ops_new(&spec); /* for its threads */
+    if (k == NULL) fail("out of memory");
+    void* rows = NULL;
+    size_t rows_cap = 0;
+    Conversion cv = {k, stdout, type, gs, NULL, 0};
+    Progress none = {0}; /* export.py shows the progress */
+    uint32_t f[FRAME_FIELDS];
+    while (read_input(f, sizeof f, 1) && f[FRAME_ROWS] > 0) {
+        Piece p = {.first_row = (int)f[FRAME_FIRST_ROW]};
+        if (f[FRAME_TYPE] > 1 || f[FRAME_COLS] == 0 || f[FRAME_COLS] > (1u << 24) || f[FRAME_ROWS] > (1u << 24) ||
+            f[FRAME_NAME_BYTES] >= sizeof p.name || f[FRAME_FIRST_ROW] > INT32_MAX - f[FRAME_ROWS] || f[5] != 0)
+            fail("--stream: a frame that is not one (type %u, %u rows, %u columns, name of %u bytes)", f[FRAME_TYPE],
+                 f[FRAME_ROWS], f[FRAME_COLS], f[FRAME_NAME_BYTES]);
+        read_input(p.name, f[FRAME_NAME_BYTES], 0);
+        if (f[FRAME_COLS] % (uint32_t)gs != 0)
+            fail("tensor %s: its %u columns are not a multiple of the group size %d", p.name, f[FRAME_COLS], gs);
+        Matrix in = {f[FRAME_TYPE] ? WEIGHT_BF16 : WEIGHT_F32, (int)f[FRAME_ROWS], (int)f[FRAME_COLS], 0, NULL};
+        const size_t bytes = (size_t)in.rows * (size_t)in.cols * (in.type == WEIGHT_BF16 ? 2 : 4);
+        if (bytes > rows_cap) { /* the largest run so far: a few MB, export.py's blocks */
+            free(rows);
+            rows = malloc(rows_cap = bytes);
+        }
+        if ((size_t)in.cols > cv.row_floats) {
+            free(cv.scratch);
+            cv.row_floats = (size_t)in.cols;
+            cv.scratch = malloc((size_t)k->threads(k) * cv.row_floats * sizeof(float));
+        }
+        if (rows == NULL || cv.scratch == NULL) fail("out of memory");
+        read_input(rows, bytes, 0);
+        in.data = rows;
+        p.matrix = &in;
+        p.in_bytes = bytes;
+        quantize_matrix(&cv, &p, &none);
+        if (fflush(stdout) != 0) fail("standard output: write failed: %s", strerror(errno));
+    }
+    free(rows);
+    free(cv.scratch);
+    ops_free(k);
+}
+
 int quantize_main(int argc, char** argv) {
     QuantizeOptions o;
     parse_options(argc, argv, &o);
+    if (o.stream) {
+        quantize_stream(&o);
+        return 0;
+    }
     check_output_path(o.input, o.output);
     const double t0 = now_seconds();
     const TransformerOptions topt = {.threads = o.threads, .ctx = 1, .prefill_only = 1, .lazy_pages = 1};

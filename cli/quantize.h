@@ -3,7 +3,9 @@
  * byte for byte the file `export.py --dtype q8|q4` writes from the model's Hugging Face folder
  * (model.h describes the format); norm weights and biases stay float32. The output is written
  * under a temporary name in its folder, synced and renamed at the end: a failure or Ctrl-C leaves
- * no file behind, and the temporary of a run killed outright goes at the next run to that name. */
+ * no file behind, and the temporary of a run killed outright goes at the next run to that name.
+ * With --stream instead of MODEL.bin and -o, matrices' rows come on standard input and their
+ * quantised row blocks go to standard output: export.py's way (quantize.c has the frames). */
 #ifndef QUANTIZE_H
 #define QUANTIZE_H
 

@@ -6,8 +6,10 @@ it reads (an f32 export, or a bf16 export of a BF16 source). Tiny random models 
 cover row counts that are not a multiple of q8's 4-row or q4's 8-row blocks, untied heads, Qwen2's
 biases, several q8 group sizes, groups that are all zeros (+0.0 and -0.0), and both thread counts.
 Then: the refusals (one line, exit status 1, nothing written), no file left behind after a
-failure or Ctrl-C, and export.py taking the C path when ./run is built (it says so, and the bytes
-are the same) and the Python path when it is not or when asked to.
+failure or Ctrl-C, export.py taking the C path when ./run is built (`-m quantize --stream`, fed
+rows as it reads them: it says so, and the bytes are the same, for a MoE model and an F16 source
+too) and the Python path when it is not or when asked to, the stream's frames on their own, and
+the output's size known before it is written.
 """
 
 import contextlib
@@ -46,6 +48,8 @@ MODELS = {
     # Llama, F16 source (exported as f32), one layer, head_dim 32 != dim / heads.
     'llama_f16': dict(arch='llama', dtype='F16', vocab_size=299, n_layers=1, head_dim=32),
 }
+# Qwen3-MoE: the router stays f32 between the quantised experts.
+MOE = dict(arch='qwen3_moe', num_experts=4, num_experts_per_tok=2, vocab_size=302)
 # (export.py / ./run options, label): q8 at its default group and at smaller ones, and q4.
 QUANTS = [(['--dtype', 'q8'], 'q8'), (['--dtype', 'q8', '--group-size', '16'], 'q8_g16'),
           (['--dtype', 'q8', '--group-size', '8'], 'q8_g8'), (['--dtype', 'q4'], 'q4')]
@@ -281,19 +285,15 @@ class NothingLeftBehind(InTempDir):
                            'NaN')
         self.fails_cleanly(self.spoiled_source('inf', lambda row: row[:63] + [float('-inf')]), 'infinity')
 
-    def medium_source(self):
-        """An f32 checkpoint of about 90 MB: above the 64 MB from which quantize shows progress."""
-        src = os.path.join(self.tmp, 'medium.f32.bin')
-        if os.path.exists(src):
-            return src
-        hf = os.path.join(self.tmp, 'hf_medium')
-        tok = os.path.join(self.tmp, 'hf_tok')
-        hf_model.write_model(tok, Spec())  # its tokenizer files, small
-        config = os.path.join(self.tmp, 'medium_config.json')
-        cfg = Spec(dim=512, hidden_dim=1024, n_heads=8, n_kv_heads=4, head_dim=64, vocab_size=40000,
-                   n_layers=1).config()
+    def random_folder(self, name, **fields):
+        """A Hugging Face folder of random BF16 weights of Spec(**fields)'s shape
+        (tools/make_random_qwen3.py), with the tiny tokenizer's files."""
+        hf, tok = os.path.join(self.tmp, name), os.path.join(self.tmp, 'hf_tok')
+        if not os.path.exists(tok):
+            hf_model.write_model(tok, Spec())  # its tokenizer files, small
+        config = os.path.join(self.tmp, name + '.json')
         with open(config, 'w') as f:
-            json.dump(cfg, f)
+            json.dump(Spec(**fields).config(), f)
         p = subprocess.run([*PYTHON, os.path.join(hf_model.ROOT, 'tools', 'make_random_qwen3.py'), hf,
                             '--config', config, '--tokenizer', tok], capture_output=True, text=True, timeout=300)
         self.assertEqual(p.returncode, 0, p.stderr)
@@ -303,6 +303,15 @@ class NothingLeftBehind(InTempDir):
         gen['eos_token_id'] = [hf_model.IM_END_ID, hf_model.ENDOFTEXT_ID]
         with open(os.path.join(hf, 'generation_config.json'), 'w') as f:
             json.dump(gen, f)
+        return hf
+
+    def medium_source(self):
+        """An f32 checkpoint of about 90 MB: above the 64 MB from which quantize shows progress."""
+        src = os.path.join(self.tmp, 'medium.f32.bin')
+        if os.path.exists(src):
+            return src
+        hf = self.random_folder('hf_medium', dim=512, hidden_dim=1024, n_heads=8, n_kv_heads=4, head_dim=64,
+                                vocab_size=40000, n_layers=1)
         p = export(hf, src, '--dtype', 'f32')
         self.assertEqual(p.returncode, 0, p.stderr)
         return src
@@ -325,11 +334,35 @@ class NothingLeftBehind(InTempDir):
         proc.send_signal(signal.SIGINT)
         rest = proc.stderr.read()
         proc.wait(timeout=60)
+        proc.stderr.close()
         if proc.returncode == 0:
             self.skipTest('the run finished before SIGINT arrived')
         self.assertEqual(proc.returncode, -signal.SIGINT, rest)
         self.assertIn('interrupted; no output written', rest)
         self.assertEqual(os.listdir(d), [])
+
+    def test_export_ctrl_c(self):
+        """Ctrl-C at a terminal (SIGINT to export.py and its ./run -m quantize --stream together) once
+        the export's progress shows: status 130, one line, no file, no ./run left running."""
+        # about 175 MB of BF16: above the 64 MB from which export.py shows progress
+        hf = self.random_folder('hf_export_ctrl_c', dim=1024, hidden_dim=3072, n_heads=16, n_kv_heads=8,
+                                head_dim=64, vocab_size=60000, n_layers=2)
+        d = self.fresh_dir('export_ctrl_c')
+        proc = subprocess.Popen([*PYTHON, hf_model.EXPORT, hf, os.path.join(d, 'out.bin'), '--dtype', 'q8'],
+                                cwd=hf_model.ROOT, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        with proc:
+            self.assertIn('by ./run -m quantize --stream', proc.stderr.readline())
+            self.assertIn('export.py: ', proc.stderr.readline())  # the first progress line
+            os.killpg(proc.pid, signal.SIGINT)
+            rest = proc.stderr.read()
+            proc.wait(timeout=60)
+        if proc.returncode == 0:
+            self.skipTest('the export finished before SIGINT arrived')
+        self.assertEqual(proc.returncode, 130, rest)
+        self.assertEqual(rest.strip().splitlines()[-1], 'export.py: interrupted; no output written')
+        self.assertEqual(os.listdir(d), [])
+        with self.assertRaises(ProcessLookupError, msg='./run still runs in the export\'s process group'):
+            os.killpg(proc.pid, 0)
 
     def test_ignored_sigint_stays_ignored(self):
         """Started with SIGINT ignored (nohup, a script's `cmd &`), a SIGINT does not stop the run."""
@@ -340,22 +373,95 @@ class NothingLeftBehind(InTempDir):
         proc.send_signal(signal.SIGINT)
         rest = proc.stderr.read()
         proc.wait(timeout=120)
+        proc.stderr.close()
         self.assertEqual(proc.returncode, 0, rest)
         self.assertEqual(os.listdir(d), ['out.bin'])
 
 
+class Stream(InTempDir):
+    """./run -m quantize --stream, as export.py drives it (cli/quantize.c has the frames): each run
+    of rows comes back as export.py's quant_row_blocks writes it (f32 and bf16 rows, a last block
+    padded with zero rows, several runs in one stream); an empty stream is status 0; a malformed
+    frame or a weight q8 cannot store ends it with one line that names the tensor and its row."""
+
+    @staticmethod
+    def frame(values, cols, bf16=False, first=0, name='w'):
+        raw = struct.pack('<%df' % len(values), *values)
+        if bf16:
+            raw = export_py.f32_to_bf16_bytes(raw)
+        return struct.pack('<6I', int(bf16), len(values) // cols, cols, first, len(name), 0) + name.encode() + raw
+
+    @staticmethod
+    def expected(values, cols, bf16, dtype, gs):
+        raw = struct.pack('<%df' % len(values), *values)
+        if bf16:
+            raw = export_py.to_f32_bytes(export_py.f32_to_bf16_bytes(raw), 'BF16')
+        return export_py.quant_row_blocks(raw, cols, gs, export_py.DTYPES[dtype])
+
+    def stream(self, data, *args):
+        return subprocess.run([hf_model.RUN, '-m', 'quantize', '--stream'] + list(args), input=data,
+                              capture_output=True, timeout=60)
+
+    def setUp(self):
+        super().setUp()
+        import random
+        self.rng = random.Random(7)
+
+    def values(self, n):
+        return [self.rng.gauss(0, 1) for _ in range(n)]
+
+    def test_same_bytes_as_python(self):
+        for dtype, gs in (('q8', 32), ('q8', 64), ('q4', 32)):
+            with self.subTest(dtype=dtype, group_size=gs):
+                runs = [(self.values(6 * 64), 64, False), (self.values(11 * 128), 128, True),
+                        (self.values(8 * 64), 64, True)]
+                data = b''.join(self.frame(v, c, b) for v, c, b in runs)
+                p = self.stream(data + bytes(24), '--dtype', dtype, '--group-size', str(gs))
+                self.assertEqual(p.returncode, 0, p.stderr)
+                self.assertEqual(p.stdout, b''.join(self.expected(v, c, b, dtype, gs) for v, c, b in runs))
+                self.assertEqual(self.stream(data, '--dtype', dtype, '--group-size', str(gs)).stdout, p.stdout,
+                                 'the end of the input ends the stream as a frame of 0 rows does')
+
+    def test_empty_stream(self):
+        p = self.stream(b'', '--dtype', 'q8')
+        self.assertEqual((p.returncode, p.stdout, p.stderr), (0, b'', b''))
+
+    def test_refusals(self):
+        good = self.frame(self.values(4 * 64), 64)
+        nan = self.values(8 * 64)
+        nan[2 * 64 + 5] = float('nan')
+        cases = [
+            (good[:-7], 'standard input ended inside a frame'),
+            (struct.pack('<6I', 2, 4, 64, 0, 1, 0) + b'w', 'a frame that is not one (type 2'),
+            (self.frame(self.values(4 * 48), 48, name='odd'), 'tensor odd: its 48 columns are not a multiple of '
+                                                              'the group size 64'),
+            (good + self.frame(nan, 64, first=100, name='model.layers.3.mlp.down_proj.weight'),
+             'tensor model.layers.3.mlp.down_proj.weight: row 102 holds a NaN or an infinity'),
+        ]
+        for data, message in cases:
+            with self.subTest(message=message):
+                p = self.stream(data, '--dtype', 'q8')
+                self.assertEqual(p.returncode, 1)
+                lines = p.stderr.decode().strip().splitlines()
+                self.assertEqual(len(lines), 1, lines)
+                self.assertTrue(lines[0].startswith('run: error: ') and message in lines[0], lines[0])
+        p = hf_model.run_engine(['model.bin', '-m', 'quantize', '--stream', '--dtype', 'q8'])
+        self.assertEqual(p.returncode, 1)
+        self.assertIn('--stream takes no checkpoint and no -o', p.stderr)
+
+
 class ExportUsesIt(InTempDir):
-    """export.py --dtype q8|q4 takes ./run -m quantize when ./run is built, says so, and writes the
-    bytes of its Python path; without a working ./run, or with --no-fast-quantize, it quantises in
-    Python and says why."""
+    """export.py --dtype q8|q4 takes ./run -m quantize --stream when ./run is built, says so, and
+    writes the bytes of its Python path; without a working ./run (or one built before --stream), or
+    with --no-fast-quantize, it quantises in Python and says why."""
 
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
         cls.hf = {}
-        for name in ('qwen3_bf16', 'qwen2_f32_untied'):
+        for name, fields in list(MODELS.items()) + [('moe', MOE)]:
             cls.hf[name] = os.path.join(cls.tmp, name)
-            hf_model.write_model(cls.hf[name], Spec(**MODELS[name]))
+            hf_model.write_model(cls.hf[name], Spec(**fields))
 
     def setUp(self):
         super().setUp()
@@ -363,15 +469,14 @@ class ExportUsesIt(InTempDir):
             self.skipTest('%s is not built (run `make`)' % ROOT_RUN)
 
     def test_fast_path_same_bytes(self):
-        for name, source in (('qwen3_bf16', 'bf16'), ('qwen2_f32_untied', 'f32')):
+        for name in sorted(self.hf):
             for args, label in QUANTS:
                 with self.subTest(model=name, quant=label):
                     d = self.fresh_dir('fast_%s_%s' % (name, label))
                     fast, slow = os.path.join(d, 'fast.bin'), os.path.join(d, 'slow.bin')
                     p = export(self.hf[name], fast, *args)
                     self.assertEqual(p.returncode, 0, p.stderr)
-                    self.assertIn('by ./run -m quantize (C), from a temporary %s export' % source, p.stderr)
-                    self.assertIn('run: wrote %s' % fast, p.stderr)
+                    self.assertIn('export.py: %s by ./run -m quantize --stream (C)' % label[:2], p.stderr)
                     self.assertNotIn('in Python', p.stderr)
                     q = export(self.hf[name], slow, '--no-fast-quantize', *args)
                     self.assertEqual(q.returncode, 0, q.stderr)
@@ -425,10 +530,9 @@ class ExportUsesIt(InTempDir):
 
 
 class DiskRoom(InTempDir):
-    """export.py knows its files' sizes before it writes them (export.checkpoint_bytes, the exact
+    """export.py knows its output's size before it writes it (export.checkpoint_bytes, the exact
     size in every format, dense and MoE), and refuses, in one line and before writing anything, an
-    output whose disk has less free space than they need at once: for q8 and q4 by ./run, the
-    lossless temporary and the output side by side. The disk's free space is export.main's
+    output whose disk has less free space than that. The disk's free space is export.main's
     shutil.disk_usage, replaced for the refusal (in this process)."""
 
     @classmethod
@@ -436,7 +540,7 @@ class DiskRoom(InTempDir):
         super().setUpClass()
         cls.hf = {}
         for name, fields in (('qwen3_bf16', MODELS['qwen3_bf16']), ('qwen2_f32_untied', MODELS['qwen2_f32_untied']),
-                             ('moe', dict(arch='qwen3_moe', num_experts=4, num_experts_per_tok=2, vocab_size=302))):
+                             ('moe', MOE)):
             cls.hf[name] = os.path.join(cls.tmp, name)
             hf_model.write_model(cls.hf[name], Spec(**fields))
 
@@ -474,20 +578,18 @@ class DiskRoom(InTempDir):
         if not os.access(ROOT_RUN, os.X_OK):
             self.skipTest('%s is not built (run `make`)' % ROOT_RUN)
         sizes = {}
-        for dtype in ('bf16', 'q8'):  # the temporary and the output, from exports on the real disk
+        for dtype in ('bf16', 'q8'):  # the outputs' sizes, from exports on the real disk
             out = os.path.join(self.fresh_dir('real_' + dtype), 'out.bin')
             p = export(self.hf['qwen3_bf16'], out, '--dtype', dtype)
             self.assertEqual(p.returncode, 0, p.stderr)
             sizes[dtype] = os.path.getsize(out)
-        for dtype, needs in (('bf16', sizes['bf16']), ('q8', sizes['bf16'] + sizes['q8'])):
+        for dtype, needs in sizes.items():
             with self.subTest(dtype=dtype):
                 rc, err, left, out = self.export_with_free(needs - 1, '--dtype', dtype)
                 self.assertEqual(rc, 1, err)
                 kb = lambda n: '%.0f KB' % (n / 1e3)  # noqa: E731
-                what = ('a lossless bf16 temporary (%s) beside the q8 output (%s)' % (kb(sizes['bf16']), kb(sizes['q8']))
-                        if dtype == 'q8' else 'the bf16 output')
-                self.assertEqual(err.strip().splitlines()[-1], 'export.py: error: %s: needs %s free for %s; its disk '
-                                 'has %s free: nothing written' % (out, kb(needs), what, kb(needs - 1)))
+                self.assertEqual(err.strip().splitlines()[-1], 'export.py: error: %s: needs %s free for the %s output; '
+                                 'its disk has %s free: nothing written' % (out, kb(needs), dtype, kb(needs - 1)))
                 self.assertEqual(left, [])
                 rc, err, left, _ = self.export_with_free(needs, '--dtype', dtype)
                 self.assertEqual(rc, 0, err)
