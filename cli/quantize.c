@@ -564,7 +564,7 @@ static void remove_stale_temporaries(const char* dir, const char* name) {
  * for those rows. A run starts at a whole row block, so the runs of a tensor make its bytes. A
  * NaN, an infinity or a weight too large ends the program with the usual line naming the tensor
  * and the row. */
-enum { FRAME_TYPE, FRAME_ROWS, FRAME_COLS, FRAME_FIRST_ROW, FRAME_NAME_BYTES, FRAME_FIELDS = 6 };
+enum { FRAME_TYPE, FRAME_ROWS, FRAME_COLS, FRAME_FIRST_ROW, FRAME_NAME_BYTES, FRAME_ZERO, FRAME_FIELDS };
 
 /* n bytes of standard input into buf: 1, or 0 at the end of the input before any of them. */
 static int read_input(void* buf, size_t n, int may_end) {
@@ -589,7 +589,7 @@ static void quantize_stream(const QuantizeOptions* o) {
     while (read_input(f, sizeof f, 1) && f[FRAME_ROWS] > 0) {
         Piece p = {.first_row = (int)f[FRAME_FIRST_ROW]};
         if (f[FRAME_TYPE] > 1 || f[FRAME_COLS] == 0 || f[FRAME_COLS] > (1u << 24) || f[FRAME_ROWS] > (1u << 24) ||
-            f[FRAME_NAME_BYTES] >= sizeof p.name || f[FRAME_FIRST_ROW] > INT32_MAX - f[FRAME_ROWS] || f[5] != 0)
+            f[FRAME_NAME_BYTES] >= sizeof p.name || f[FRAME_FIRST_ROW] > INT32_MAX - f[FRAME_ROWS] || f[FRAME_ZERO] != 0)
             fail("--stream: a frame that is not one (type %u, %u rows, %u columns, name of %u bytes)", f[FRAME_TYPE],
                  f[FRAME_ROWS], f[FRAME_COLS], f[FRAME_NAME_BYTES]);
         read_input(p.name, f[FRAME_NAME_BYTES], 0);
