@@ -42,6 +42,11 @@ def memory_cgroup(name):
     except OSError as e:
         os.rmdir(path)
         return None, "cannot limit a memory cgroup (%s)" % e.strerror
+    enter = subprocess.run(["sh", "-c", 'echo $$ > "$0"', os.path.join(path, "cgroup.procs")], capture_output=True,
+                           text=True)
+    if enter.returncode != 0:  # cgroup v2 inside a container: processes only in leaves, for one
+        os.rmdir(path)
+        return None, "a process cannot enter a new memory cgroup here: %s" % enter.stderr.strip()
     return path, None
 
 
