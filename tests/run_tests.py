@@ -7,8 +7,11 @@ non-zero when anything failed. Python 3 standard library only.
     python3 tests/run_tests.py [-v] [-j N] [NAME_FILTER ...]
 
 The tests run in one worker process per CPU (-j N to choose): every test is independent of the
-others' timing, and each worker's output is printed whole when its unit of tests ends.
+others' timing, and each worker's output is printed whole when its unit of tests ends. A unit
+that a KeyboardInterrupt ends fails with its traceback (Ctrl-C ends the run: status 130), and a
+worker that dies fails the units it had, so the run never waits for a lost worker.
 """
+import concurrent.futures
 import glob
 import os
 import platform
@@ -148,9 +151,21 @@ UNIT_SECONDS = {
 }
 
 
+def unit_name(unit):
+    """The test classes of a unit, or "C programs"."""
+    ids, c_indexes, _ = unit
+    return ", ".join(sorted({i.rsplit(".", 1)[0] for i in ids})) or "C programs"
+
+
+interrupted = []  # in a worker: a KeyboardInterrupt ended a unit (Ctrl-C), so the units after it do not run
+
+
 def run_unit(unit):
     """Runs one unit in a worker process; returns what the parent reports."""
     import io
+    if interrupted:
+        return dict(ran=1, problems=[], skipped=[(unit_name(unit), "not run: %s was interrupted before it in this "
+                                                  "worker" % interrupted[0])], paths=[], log="")
     ids, c_indexes, patterns = unit
     wanted = lambda name: any(p in name for p in patterns)
     suite = unittest.TestSuite()
@@ -161,8 +176,14 @@ def run_unit(unit):
         suite.addTests(unittest.TestLoader().loadTestsFromName(test_id))
     stream = io.StringIO()
     saved, sys.stderr = sys.stderr, stream
+    result = unittest.TextTestRunner(verbosity=2 if "-v" in sys.argv[1:] else 1, stream=stream)._makeResult()
     try:
-        result = unittest.TextTestRunner(verbosity=2 if "-v" in sys.argv[1:] else 1, stream=stream).run(suite)
+        suite.run(result)
+    except BaseException as e:  # a KeyboardInterrupt, say: the unit fails, and the worker lives to say so
+        import traceback
+        result.errors.append((unit_name(unit), "the unit ended early:\n" + traceback.format_exc()))
+        if isinstance(e, KeyboardInterrupt):
+            interrupted.append(unit_name(unit))
     finally:
         sys.stderr = saved
     problems = [(str(t), tb) for t, tb in result.failures + result.errors]
@@ -192,15 +213,30 @@ def main():
 
     t0 = time.time()
     ran, problems, skipped = 0, [], []
+    # A worker that dies (a signal, a crash) fails its unit and the run, rather than leaving the run
+    # to wait for it forever, as multiprocessing.Pool does.
     ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(max(1, min(jobs, len(units)))) as pool:
-        for r in pool.imap_unordered(run_unit, units):
+    pool = concurrent.futures.ProcessPoolExecutor(max(1, min(jobs, len(units))), mp_context=ctx)
+    futures = {pool.submit(run_unit, u): u for u in units}
+    try:
+        for f in concurrent.futures.as_completed(futures):
+            if f.exception() is not None:
+                ran += 1
+                problems.append((unit_name(futures[f]), "not finished: %r (a worker process died while "
+                                 "running this unit or another)" % f.exception()))
+                continue
+            r = f.result()
             sys.stderr.write(r["log"].split("\n----------------------------------------------------------------------\nRan ")[0])
             sys.stderr.flush()
             ran += r["ran"]
             problems += r["problems"]
             skipped += r["skipped"]
             seen_paths.update(r["paths"])
+    except KeyboardInterrupt:  # Ctrl-C: the workers' units end with it too, and no other starts
+        pool.shutdown(wait=False, cancel_futures=True)
+        sys.stderr.write("\nrun_tests.py: interrupted\n")
+        return 130
+    pool.shutdown()
     sys.stderr.write("\n")
     for name, tb in problems:
         sys.stderr.write("=" * 70 + f"\nFAIL: {name}\n" + "-" * 70 + f"\n{tb}\n")
