@@ -164,10 +164,11 @@ class TerminalChat:
         if self.p.poll() is None:
             self.p.kill()
         status = self.p.wait()
-        while self.pump(0) and (self.master or self.errf):
-            if not select.select([fd for fd in (self.master, self.errf and self.errf.fileno()) if fd],
-                                 [], [], 0)[0]:
-                break
+        # Then both sides to their end (EOF, or EIO once the terminal's other side is closed): what
+        # the chat wrote last can reach the terminal's master a moment after the chat has exited.
+        deadline = time.monotonic() + DEADLINE
+        while time.monotonic() < deadline and self.pump(0.5):
+            pass
         self.close()
         return status
 
