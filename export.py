@@ -960,12 +960,11 @@ def quantized_in_c(blocks, run, wtype, gs, jobs):
                     put(("here", block if block is PAD else convert_block(block)))
                     continue
                 raw, dtype, cols, stored, _, name, first = block
-                if dtype == "F16":  # ./run takes f32 and bf16 rows
-                    raw, dtype = to_f32_bytes(raw, dtype), "F32"
                 rows = len(raw) // (cols * SAFETENSORS_DTYPES[dtype])
-                put(("c", stored_bytes(rows, cols, stored, gs), len(block[0]), name))
+                put(("c", stored_bytes(rows, cols, stored, gs), len(raw), name))
                 key = name.encode()
-                proc.stdin.write(struct.pack("<6I", dtype == "BF16", rows, cols, first, len(key), 0) + key)
+                frame_type = {"F32": 0, "BF16": 1, "F16": 2}[dtype]
+                proc.stdin.write(struct.pack("<6I", frame_type, rows, cols, first, len(key), 0) + key)
                 proc.stdin.write(raw)
             proc.stdin.write(bytes(24))  # a frame of 0 rows: the end
             proc.stdin.close()

@@ -557,7 +557,8 @@ static void remove_stale_temporaries(const char* dir, const char* name) {
 /* ---- --stream: a matrix's rows in, its row blocks out ----
  * export.py's way to quantise without writing a lossless temporary checkpoint first (Qwen3-30B-A3B's
  * is 61 GB): it writes the checkpoint itself and sends each matrix here in runs of rows. Standard
- * input is a series of frames: six little-endian uint32 (the rows' type, 0 f32 or 1 bf16; rows;
+ * input is a series of frames: six little-endian uint32 (the rows' type, 0 f32, 1 bf16 or 2 IEEE
+ * half, widened to f32 here first; rows;
  * columns; the run's first row in its tensor; the length of the tensor's name; 0), the name, then
  * the rows; a frame of 0 rows, or the end of the input, ends the stream. For each frame standard
  * output gets the run's row blocks, the last padded with zero rows: the bytes the checkpoint holds
@@ -582,21 +583,22 @@ static void quantize_stream(const QuantizeOptions* o) {
     Ops* k = ops_new(&spec); /* for its threads */
     if (k == NULL) fail("out of memory");
     void* rows = NULL;
-    size_t rows_cap = 0;
+    float* wide = NULL; /* half rows as f32 */
+    size_t rows_cap = 0, wide_cap = 0;
     Conversion cv = {k, stdout, type, gs, NULL, 0};
     Progress none = {0}; /* export.py shows the progress */
     uint32_t f[FRAME_FIELDS];
     while (read_input(f, sizeof f, 1) && f[FRAME_ROWS] > 0) {
         Piece p = {.first_row = (int)f[FRAME_FIRST_ROW]};
-        if (f[FRAME_TYPE] > 1 || f[FRAME_COLS] == 0 || f[FRAME_COLS] > (1u << 24) || f[FRAME_ROWS] > (1u << 24) ||
+        if (f[FRAME_TYPE] > 2 || f[FRAME_COLS] == 0 || f[FRAME_COLS] > (1u << 24) || f[FRAME_ROWS] > (1u << 24) ||
             f[FRAME_NAME_BYTES] >= sizeof p.name || f[FRAME_FIRST_ROW] > INT32_MAX - f[FRAME_ROWS] || f[FRAME_ZERO] != 0)
             fail("--stream: a frame that is not one (type %u, %u rows, %u columns, name of %u bytes)", f[FRAME_TYPE],
                  f[FRAME_ROWS], f[FRAME_COLS], f[FRAME_NAME_BYTES]);
         read_input(p.name, f[FRAME_NAME_BYTES], 0);
         if (f[FRAME_COLS] % (uint32_t)gs != 0)
             fail("tensor %s: its %u columns are not a multiple of the group size %d", p.name, f[FRAME_COLS], gs);
-        Matrix in = {f[FRAME_TYPE] ? WEIGHT_BF16 : WEIGHT_F32, (int)f[FRAME_ROWS], (int)f[FRAME_COLS], 0, NULL};
-        const size_t bytes = (size_t)in.rows * (size_t)in.cols * (in.type == WEIGHT_BF16 ? 2 : 4);
+        Matrix in = {f[FRAME_TYPE] == 1 ? WEIGHT_BF16 : WEIGHT_F32, (int)f[FRAME_ROWS], (int)f[FRAME_COLS], 0, NULL};
+        const size_t n = (size_t)in.rows * (size_t)in.cols, bytes = n * (f[FRAME_TYPE] ? 2 : 4);
         if (bytes > rows_cap) { /* the largest run so far: a few MB, export.py's blocks */
             free(rows);
             rows = malloc(rows_cap = bytes);
@@ -606,15 +608,24 @@ static void quantize_stream(const QuantizeOptions* o) {
             cv.row_floats = (size_t)in.cols;
             cv.scratch = malloc((size_t)k->threads(k) * cv.row_floats * sizeof(float));
         }
-        if (rows == NULL || cv.scratch == NULL) fail("out of memory");
+        if (f[FRAME_TYPE] == 2 && n > wide_cap) {
+            free(wide);
+            wide = malloc((wide_cap = n) * sizeof(float));
+        }
+        if (rows == NULL || cv.scratch == NULL || (f[FRAME_TYPE] == 2 && wide == NULL)) fail("out of memory");
         read_input(rows, bytes, 0);
         in.data = rows;
+        if (f[FRAME_TYPE] == 2) { /* exact: every half is a float */
+            for (size_t i = 0; i < n; i++) wide[i] = half_to_float(((const uint16_t*)rows)[i]);
+            in.data = wide;
+        }
         p.matrix = &in;
         p.in_bytes = bytes;
         quantize_matrix(&cv, &p, &none);
         if (fflush(stdout) != 0) fail("standard output: write failed: %s", strerror(errno));
     }
     free(rows);
+    free(wide);
     free(cv.scratch);
     ops_free(k);
 }

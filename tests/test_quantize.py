@@ -380,23 +380,27 @@ class NothingLeftBehind(InTempDir):
 
 class Stream(InTempDir):
     """./run -m quantize --stream, as export.py drives it (cli/quantize.c has the frames): each run
-    of rows comes back as export.py's quant_row_blocks writes it (f32 and bf16 rows, a last block
+    of rows comes back as export.py's quant_row_blocks writes it (f32, bf16 and half rows, a last block
     padded with zero rows, several runs in one stream); an empty stream is status 0; a malformed
     frame or a weight q8 cannot store ends it with one line that names the tensor and its row."""
 
-    @staticmethod
-    def frame(values, cols, bf16=False, first=0, name='w'):
-        raw = struct.pack('<%df' % len(values), *values)
-        if bf16:
-            raw = export_py.f32_to_bf16_bytes(raw)
-        return struct.pack('<6I', int(bf16), len(values) // cols, cols, first, len(name), 0) + name.encode() + raw
+    TYPES = {'F32': 0, 'BF16': 1, 'F16': 2}
 
     @staticmethod
-    def expected(values, cols, bf16, dtype, gs):
+    def rows(values, dtype):
+        """The values as dtype's bytes."""
+        if dtype == 'F16':
+            return struct.pack('<%de' % len(values), *values)
         raw = struct.pack('<%df' % len(values), *values)
-        if bf16:
-            raw = export_py.to_f32_bytes(export_py.f32_to_bf16_bytes(raw), 'BF16')
-        return export_py.quant_row_blocks(raw, cols, gs, export_py.DTYPES[dtype])
+        return export_py.f32_to_bf16_bytes(raw) if dtype == 'BF16' else raw
+
+    def frame(self, values, cols, dtype='F32', first=0, name='w'):
+        return (struct.pack('<6I', self.TYPES[dtype], len(values) // cols, cols, first, len(name), 0) + name.encode()
+                + self.rows(values, dtype))
+
+    def expected(self, values, cols, dtype, quant, gs):
+        raw = export_py.to_f32_bytes(self.rows(values, dtype), dtype)
+        return export_py.quant_row_blocks(raw, cols, gs, export_py.DTYPES[quant])
 
     def stream(self, data, *args):
         return subprocess.run([hf_model.RUN, '-m', 'quantize', '--stream'] + list(args), input=data,
@@ -413,8 +417,8 @@ class Stream(InTempDir):
     def test_same_bytes_as_python(self):
         for dtype, gs in (('q8', 32), ('q8', 64), ('q4', 32)):
             with self.subTest(dtype=dtype, group_size=gs):
-                runs = [(self.values(6 * 64), 64, False), (self.values(11 * 128), 128, True),
-                        (self.values(8 * 64), 64, True)]
+                runs = [(self.values(6 * 64), 64, 'F32'), (self.values(11 * 128), 128, 'BF16'),
+                        (self.values(8 * 64), 64, 'BF16'), (self.values(7 * 64), 64, 'F16')]
                 data = b''.join(self.frame(v, c, b) for v, c, b in runs)
                 p = self.stream(data + bytes(24), '--dtype', dtype, '--group-size', str(gs))
                 self.assertEqual(p.returncode, 0, p.stderr)
@@ -432,7 +436,7 @@ class Stream(InTempDir):
         nan[2 * 64 + 5] = float('nan')
         cases = [
             (good[:-7], 'standard input ended inside a frame'),
-            (struct.pack('<6I', 2, 4, 64, 0, 1, 0) + b'w', 'a frame that is not one (type 2'),
+            (struct.pack('<6I', 3, 4, 64, 0, 1, 0) + b'w', 'a frame that is not one (type 3'),
             (self.frame(self.values(4 * 48), 48, name='odd'), 'tensor odd: its 48 columns are not a multiple of '
                                                               'the group size 64'),
             (good + self.frame(nan, 64, first=100, name='model.layers.3.mlp.down_proj.weight'),
