@@ -8,9 +8,12 @@
 #include <string.h>
 
 long long meminfo_available(const char* meminfo) {
-    for (const char* p = meminfo; p != NULL; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+    for (const char* line = meminfo; line != NULL;) {
         long long kb;
-        if (strncmp(p, "MemAvailable:", 13) == 0) return sscanf(p + 13, "%lld", &kb) == 1 && kb >= 0 ? kb * 1024 : -1;
+        if (strncmp(line, "MemAvailable:", 13) == 0)
+            return sscanf(line + 13, "%lld", &kb) == 1 && kb >= 0 ? kb * 1024 : -1;
+        line = strchr(line, '\n');
+        if (line) line++;
     }
     return -1;
 }
