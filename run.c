@@ -88,7 +88,7 @@ static const OptionSpec OPTIONS[] = {
      "reads (keys and values rounded to 11 significant bits), q8 takes 9/32 of\n"
      "f32's (int8 in groups of 16 with a half scale each); over either, prefill\n"
      "attends with bf16 products where the CPU has AVX-512 BF16, and over q8\n"
-     "decode multiplies int8 keys by an int8 query where it has AVX-512 VNNI"},
+     "decode multiplies int8 keys by an int8 query (AVX-512 VNNI, or AVX2)"},
     {NULL, "--bf16-activations", NULL, ANY_MODE,
      "bf16 prefill with the CPU's bf16 dot product (AVX-512 BF16), llama.cpp's\n"
      "precision; ignored with a note where the build has none"},

@@ -222,20 +222,18 @@ ALWAYS_INLINE void scores(float* att, int att_stride, const float* q, int NQ, co
 
 /* ---- Decode over a q8 cache: int8 dot products ----
  * Widening a q8 key to fp32 costs three instructions per 8 values before its FMA, so decode over a
- * q8 cache is bound by that arithmetic, not by its bytes. With AVX-512 VNNI each query is
- * quantised as a cached row is (kv_quantize_row: int8 in groups of KV_Q8_GROUP, a half scale
- * each), and a score is the sum over the groups of (query scale x key scale) x the group's int8
- * dot product, exact in int32: vpdpbusd takes 64 products per instruction. It multiplies unsigned
- * by signed bytes, so one side is taken plus 128 and each sum starts at -128 x the other side's
- * sum over the same bytes. Head_dim 128, every Qwen3's, has its own kernels (q8_scores_128, four
- * key rows at a time, and q8_weighted_sum_128, the value scales folded into the weights), each
- * taking up to eight queries a call: a GQA group of 8 queries (30B-A3B, 32B) spends most of decode
- * at depth in this arithmetic. The weights and values stay fp32, as over an fp16 cache
- * (docs/design.md#kv-cache-q8). */
-#if defined(KERNELS_Q8_DOT)
+ * q8 cache is bound by that arithmetic, not by its bytes. With AVX-512 VNNI, or AVX2 alone, each
+ * query is quantised as a cached row is (kv_quantize_row: int8 in groups of KV_Q8_GROUP, a half
+ * scale each), and a score is the sum over the groups of (query scale x key scale) x the group's
+ * int8 dot product, exact in int32: vpdpbusd takes 64 products per instruction (AVX2's vpmaddubsw
+ * 32, below). vpdpbusd multiplies unsigned by signed bytes, so one side is taken plus 128 and each
+ * sum starts at -128 x the other side's sum over the same bytes. With AVX-512, head_dim 128, every
+ * Qwen3's, has its own kernels (q8_scores_128, four key rows at a time, and q8_weighted_sum_128,
+ * the value scales folded into the weights), each taking up to eight queries a call: a GQA group
+ * of 8 queries (30B-A3B, 32B) spends most of decode at depth in this arithmetic. The weights and
+ * values stay fp32, as over an fp16 cache (docs/design.md#kv-cache-q8). */
+#if defined(KERNELS_Q8_DOT) && defined(KERNELS_AVX512)
 #define ATTENTION_Q8_DOT KERNELS_Q8_DOT_MAX_DIM /* the longest head_dim it takes */
-#define ATTENTION_WIDE 1 /* decode over an fp16 cache on zmm too (wide_scores) */
-#define Q8_RUN 8 /* queries per call of the head_dim 128 kernels (q8_scores_128, q8_weighted_sum_128) */
 /* One query's int8 form. */
 typedef struct {
     wbytes u[KERNELS_Q8_DOT_MAX_DIM / 64]; /* its int8 values + 128, 64 per step (q8_row) */
@@ -288,6 +286,56 @@ ALWAYS_INLINE void q8_row(wvec a[2], const Q8Query* qq, int NQ, const int8_t* k,
     }
 }
 
+#elif defined(KERNELS_Q8_DOT)
+#define ATTENTION_Q8_DOT KERNELS_Q8_DOT_MAX_DIM
+/* With AVX2 alone: the same arithmetic 32 bytes at a time, through vpmaddubsw (fv_dot_i8), which
+ * takes the query's magnitudes as its unsigned side and the keys with the query's signs, so no
+ * offset is needed; per 32-byte step, two groups of a row in the lanes 0-3 and 4-7. */
+typedef struct {
+    qbytes q[KERNELS_Q8_DOT_MAX_DIM / 32], abs[KERNELS_Q8_DOT_MAX_DIM / 32]; /* its int8 values, |values| */
+    fvec s[KERNELS_Q8_DOT_MAX_DIM / 32]; /* the step's two group scales, each in its group's 4 lanes */
+    int steps, last;                     /* 32-byte steps; the last one's bytes (32, or 16) */
+} Q8Query;
+
+ALWAYS_INLINE void q8_query(Q8Query* qq, const float* q, int n_q, int d) {
+    int8_t row[KERNELS_Q8_DOT_MAX_DIM + KERNELS_Q8_DOT_MAX_DIM / KV_Q8_GROUP * 2];
+    for (int j = 0; j < n_q; j++) {
+        Q8Query* x = &qq[j];
+        x->steps = (d + 31) / 32;
+        x->last = d % 32 ? 16 : 32;
+        kv_quantize_row(row, q + (size_t)j * d, d);
+        for (int s = 0; s < x->steps; s++) {
+            const int n = s == x->steps - 1 ? x->last : 32;
+            x->q[s] = qb_load(row + 32 * s, n);
+            x->abs[s] = qb_abs(x->q[s]);
+            x->s[s] = fv_set2x4_half((const uint16_t*)(row + kv_q8_scale_at(d, 32 * s)), n / KV_Q8_GROUP);
+        }
+    }
+}
+
+ALWAYS_INLINE void q8_row(wvec a[2], const Q8Query* qq, int NQ, const int8_t* k, int d) {
+    a[0] = a[1] = wv_set1(0.0f);
+    for (int s = 0; s < qq->steps; s++) {
+        const int n = s == qq->steps - 1 ? qq->last : 32;
+        const qbytes kb = qb_load(k + 32 * s, n);
+        const fvec ks = fv_set2x4_half((const uint16_t*)(k + kv_q8_scale_at(d, 32 * s)), n / KV_Q8_GROUP);
+#pragma GCC unroll 2
+        for (int j = 0; j < NQ; j++) a[j] = fv_fma(fv_dot_i8(qq[j].abs[s], qq[j].q[s], kb), fv_mul(ks, qq[j].s[s]), a[j]);
+    }
+}
+#else
+/* Without an int8 query (NEON, or AVX2 without F16C) every call of these sits behind
+ * ATTENTION_Q8_DOT = 0 (no head_dim) and folds away. */
+#define ATTENTION_Q8_DOT 0
+typedef struct {
+    int steps;
+} Q8Query;
+ALWAYS_INLINE void q8_query(Q8Query* qq, const float* q, int NQ, int d) {}
+ALWAYS_INLINE void q8_scores(float* att, int att_stride, const Q8Query* qq, int NQ, const int8_t* keys,
+                             const int8_t* prefetch_values, int stride, int n, int d, float scale) {}
+#endif
+
+#if defined(KERNELS_Q8_DOT)
 /* scores() over a q8 cache for the queries in qq, four rows at a time: their sums in one tree
  * (wv_hsum4_store), which gives every row's score the same bits in a group of four or fewer. */
 ALWAYS_INLINE void q8_scores(float* att, int att_stride, const Q8Query* qq, int NQ, const int8_t* keys,
@@ -310,6 +358,13 @@ ALWAYS_INLINE void q8_scores(float* att, int att_stride, const Q8Query* qq, int 
             wv_hsum4_store(att + (size_t)j * att_stride + t, m, a[0][j], a[1][j], a[2][j], a[3][j], scale);
     }
 }
+
+#endif
+
+#if defined(KERNELS_Q8_DOT) && defined(KERNELS_AVX512)
+#define ATTENTION_WIDE 1 /* decode over an fp16 cache on zmm too (wide_scores) */
+#define ATTENTION_Q8_128 1 /* head_dim 128 over q8: q8_scores_128, q8_weighted_sum_128 */
+#define Q8_RUN 8 /* queries per call of the head_dim 128 kernels (q8_scores_128, q8_weighted_sum_128) */
 
 /* weighted_sum_pass on the widest vector: WV_LANES NU outputs per query from dimension i on (NU up
  * to 8: 128 with zmm), widened WV_LANES at a time (kv_load_wide: over q8 one group, one scale); the
@@ -493,16 +548,11 @@ ALWAYS_INLINE void wide_scores(float* att, int att_stride, const float* q, int N
     }
 }
 #else
-/* Without VNNI every call below sits behind ATTENTION_Q8_DOT = 0 (no head_dim) and folds away. */
-#define ATTENTION_Q8_DOT 0
+/* Without AVX-512 VNNI every call below sits behind ATTENTION_WIDE and ATTENTION_Q8_128 = 0 and
+ * folds away. */
 #define Q8_RUN 2
 #define ATTENTION_WIDE 0
-typedef struct {
-    int steps;
-} Q8Query;
-ALWAYS_INLINE void q8_query(Q8Query* qq, const float* q, int NQ, int d) {}
-ALWAYS_INLINE void q8_scores(float* att, int att_stride, const Q8Query* qq, int NQ, const int8_t* keys,
-                             const int8_t* prefetch_values, int stride, int n, int d, float scale) {}
+#define ATTENTION_Q8_128 0
 ALWAYS_INLINE void wide_weighted_sum(float* out, const float* att, int att_stride, int NQ, const void* values,
                                      const void* next_keys, int n_next, int stride, int n, int d, int add, KVType T) {}
 ALWAYS_INLINE void q8_scores_128(float* att, int att_stride, const Q8Query* qq, int NQ, const int8_t* keys,
@@ -520,11 +570,12 @@ ALWAYS_INLINE void q8_weighted_sum_128(float* out, const float* att, int att_str
  * a line of every row per pass (docs/design.md#attention-decode). */
 ALWAYS_INLINE void weighted_sum_pass(float* out, const float* att, int att_stride, int NQ, const void* values,
                                      const void* next_keys, int n_next, int stride, int n, int d, int i, int add,
-                                     int NU, KVType T) {
+                                     int NU, KVType T, int folded) {
     const int P = (d + 4 * FV_LANES - 1) / (4 * FV_LANES), p = i / (4 * FV_LANES);
     const int row_lines = (kv_row_bytes(d, T) + 63) / 64, lines = n_next * row_lines;
     const int first = p * lines / P, last = (p + 1) * lines / P;
     const int per_row = n > 0 ? (last - first + n - 1) / n : 0; /* lines to prefetch per value row */
+    int line = first, row = first / row_lines, col = first % row_lines; /* the next line to prefetch */
     fvec o[2][4];
 #pragma GCC unroll 2
     for (int j = 0; j < NQ; j++)
@@ -532,14 +583,27 @@ ALWAYS_INLINE void weighted_sum_pass(float* out, const float* att, int att_strid
         for (int u = 0; u < NU; u++) o[j][u] = add ? fv_load(out + (size_t)j * d + i + FV_LANES * u) : fv_set1(0.0f);
     for (int t = 0; t < n; t++) {
         const void* v = kv_at(values, (size_t)t * stride, T);
-        for (int l = first + t * per_row; l < first + (t + 1) * per_row && l < last; l++)
-            __builtin_prefetch((const char*)kv_at(next_keys, (size_t)(l / row_lines) * stride, T) + 64 * (l % row_lines),
-                               0, 2);
+        if (folded)
+            for (int b = 0; i == 0 && t < n_next && b < kv_row_bytes(d, T); b += 64)
+                __builtin_prefetch((const char*)kv_at(next_keys, (size_t)t * stride, T) + b, 0, 2);
+        else
+            for (const int end = first + (t + 1) * per_row; line < end && line < last; line++) {
+                __builtin_prefetch((const char*)kv_at(next_keys, (size_t)row * stride, T) + 64 * col, 0, 2);
+                if (++col == row_lines) col = 0, row++;
+            }
         fvec vv[4];
 #pragma GCC unroll 4
-        for (int u = 0; u < NU; u++) vv[u] = kv_load(v, i + FV_LANES * u, d, T);
+        for (int u = 0; u < NU; u++)
+            vv[u] = folded ? fv_load_i8((const int8_t*)v + i + FV_LANES * u) : kv_load(v, i + FV_LANES * u, d, T);
 #pragma GCC unroll 2
         for (int j = 0; j < NQ; j++) {
+            if (folded) { /* att is q8_fold_weights' w: the weight of each value's group */
+                const float* w = att + ((size_t)t * NQ + j) * (d / KV_Q8_GROUP);
+#pragma GCC unroll 4
+                for (int u = 0; u < NU; u++)
+                    o[j][u] = fv_fma(fv_broadcast(w + (i + FV_LANES * u) / KV_Q8_GROUP), vv[u], o[j][u]);
+                continue;
+            }
             const fvec a = fv_broadcast(att + (size_t)j * att_stride + t);
 #pragma GCC unroll 4
             for (int u = 0; u < NU; u++) o[j][u] = fv_fma(a, vv[u], o[j][u]);
@@ -554,13 +618,39 @@ ALWAYS_INLINE void weighted_sum_pass(float* out, const float* att, int att_strid
 /* out_j (+)= sum_{t < n} att[j * att_stride + t] v_t for NQ (1 or 2) queries, in passes of 4 FV_LANES
  * outputs per query (2 FV_LANES in a last one); with add, the sums continue from out (a block after
  * the first: the same order as over one array). Meanwhile the next chunk's first n_next key rows
- * are prefetched into L2, so that memory keeps streaming while the sum works from cache. */
+ * are prefetched into L2, so that memory keeps streaming while the sum works from cache. folded:
+ * over a q8 cache, att is q8_fold_weights' w instead, and the first pass prefetches each next key
+ * row whole (a q8 row is 2.25 lines; the line schedule's bookkeeping cost more than it gained). */
 ALWAYS_INLINE void weighted_sum(float* out, const float* att, int att_stride, int NQ, const void* values,
-                                const void* next_keys, int n_next, int stride, int n, int d, int add, KVType T) {
+                                const void* next_keys, int n_next, int stride, int n, int d, int add, KVType T,
+                                int folded) {
     int i = 0;
     for (; i + 4 * FV_LANES <= d; i += 4 * FV_LANES)
-        weighted_sum_pass(out, att, att_stride, NQ, values, next_keys, n_next, stride, n, d, i, add, 4, T);
-    if (i < d) weighted_sum_pass(out, att, att_stride, NQ, values, next_keys, n_next, stride, n, d, i, add, 2, T);
+        weighted_sum_pass(out, att, att_stride, NQ, values, next_keys, n_next, stride, n, d, i, add, 4, T, folded);
+    if (i < d)
+        weighted_sum_pass(out, att, att_stride, NQ, values, next_keys, n_next, stride, n, d, i, add, 2, T, folded);
+}
+
+/* Where decode's query is int8 and the vector is fvec (AVX2 alone), weighted_sum over a q8 cache
+ * multiplies each value row's group scales into its weights first, w[t][j][g] = a_j,t s_t,g for the
+ * chunk's n rows, so that a value is widened without its scale and meets w as the FMA's operand (as
+ * q8_sum_128 does on zmm): each term is rounded twice (a s, then the FMA) where it was once. */
+ALWAYS_INLINE void q8_fold_weights(float* w, const float* att, int att_stride, int NQ, const int8_t* values,
+                                   int stride, int n, int d) {
+    const int G = d / KV_Q8_GROUP;
+    for (int t = 0; t < n; t++) {
+        const uint16_t* s = (const uint16_t*)(values + (size_t)t * stride + kv_q8_scale_at(d, 0));
+#pragma GCC unroll 2
+        for (int j = 0; j < NQ; j++) {
+            const float a = att[(size_t)j * att_stride + t];
+            float* wt = w + ((size_t)t * NQ + j) * G;
+            int g = 0;
+#if defined(KERNELS_KV_F16)
+            for (; g + FV_LANES <= G; g += FV_LANES) fv_store(wt + g, fv_mul(fv_load_half(s + g), fv_set1(a)));
+#endif
+            for (; g < G; g++) wt[g] = half_to_float(s[g]) * a;
+        }
+    }
 }
 
 /* The kernels above read rows at a fixed stride, and the cache keeps its positions in blocks
@@ -590,7 +680,7 @@ ALWAYS_INLINE void decode_chunk_scores(float* att, int n_pos, const Q8Query* qq,
     for (int p = c0, n; p < c1; p += n) {
         n = kv_block(kv, p, c1, &off);
         const void* prefetch_values = prefetch ? kv_at(kv->values, off, T) : NULL;
-        if (I8 && d == 128)
+        if (I8 && d == 128 && ATTENTION_Q8_128)
             q8_scores_128(att + p, n_pos, qq, NQ, kv_at(kv->keys, off, T), prefetch_values, kv->stride, n, scale);
         else if (NQ > 2)
             continue; /* not reached: attend_queries takes more than 2 queries a call only into q8_scores_128 */
@@ -616,17 +706,22 @@ ALWAYS_INLINE void decode_chunk_sum(float* out, const float* att, int n_pos, int
         if (prefetch && p + ATTENTION_DECODE_CHUNK < n_pos)
             n_next = kv_block(kv, p + ATTENTION_DECODE_CHUNK, n_pos, &next);
         if (n_next > n) n_next = n; /* the next chunk's keys, a row per value row read */
-        if (I8 && d == 128)
+        if (I8 && d == 128 && ATTENTION_Q8_128)
             q8_weighted_sum_128(out, att + p, n_pos, NQ, kv_at(kv->values, off, T), kv_at(kv->keys, next, T), n_next,
                                 kv->stride, n, p > 0);
         else if (NQ > 2)
             continue; /* not reached (decode_chunk_scores) */
-        else if (I8 || (T == KV_F16 && ATTENTION_WIDE))
+        else if ((I8 || T == KV_F16) && ATTENTION_WIDE)
             wide_weighted_sum(out, att + p, n_pos, NQ, kv_at(kv->values, off, T), kv_at(kv->keys, next, T), n_next,
                               kv->stride, n, d, p > 0, T);
-        else
+        else if (I8) { /* AVX2 alone */
+            float w[ATTENTION_DECODE_CHUNK * 2 * (ATTENTION_Q8_DOT > 0 ? ATTENTION_Q8_DOT / KV_Q8_GROUP : 1)];
+            q8_fold_weights(w, att + p, n_pos, NQ, kv_at(kv->values, off, T), kv->stride, n, d);
+            weighted_sum(out, w, 0, NQ, kv_at(kv->values, off, T), kv_at(kv->keys, next, T), n_next, kv->stride, n, d,
+                         p > 0, T, 1);
+        } else
             weighted_sum(out, att + p, n_pos, NQ, kv_at(kv->values, off, T), kv_at(kv->keys, next, T), n_next,
-                         kv->stride, n, d, p > 0, T);
+                         kv->stride, n, d, p > 0, T, 0);
     }
 }
 
@@ -659,7 +754,7 @@ ALWAYS_INLINE void attend_queries(float* out, const float* q, int n_q, const KVR
                                   float* att, KVType T) {
     float max[ATTENTION_GROUP_PASS], total[ATTENTION_GROUP_PASS];
     Q8Query qq[ATTENTION_GROUP_PASS];
-    const int q8_128 = T == KV_Q8 && d == 128 && d <= ATTENTION_Q8_DOT;
+    const int q8_128 = T == KV_Q8 && d == 128 && ATTENTION_Q8_128;
     for (int j = 0; j < n_q; j++) max[j] = -INFINITY, total[j] = 0.0f;
     if (T == KV_Q8 && d <= ATTENTION_Q8_DOT) q8_query(qq, q, n_q, d);
     for (int c0 = 0; c0 < n_pos; c0 += ATTENTION_DECODE_CHUNK) {

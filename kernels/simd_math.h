@@ -24,6 +24,8 @@
  *   wp_*, dot_pairs          (AVX-512 BF16) 16 lanes of bf16 pairs, vdpbf16ps: prefill attention
  *   wb_*, from_i32, set4x4_half, hsum4_store, halves_4x8_t, block_sums4_store
  *                            (AVX-512 VNNI) 64 bytes, vpdpbusd: decode attention over a q8 cache
+ *   qb_*, fv_dot_i8, fv_set2x4_half, wv_hsum4_store
+ *                            (AVX2 without AVX-512) 32 bytes, vpmaddubsw: the same
  *   fv_ only: neg            0 - x on x86, -x on NEON (they differ in the sign of a zero or a NaN)
  *             hsum, hmax     the sum, the maximum of the lanes (hsum: hsum256's order on x86)
  *             store_half     rounded to the nearest half; where KERNELS_KV_F16
@@ -71,6 +73,11 @@
 #if defined(KERNELS_AVX512) && defined(__AVX512VNNI__)
 #define KERNELS_Q8_DOT 1
 #define KERNELS_Q8_DOT_MAX_DIM 256 /* head_dims up to this take it; a longer one widens its keys */
+#endif
+/* With AVX2 alone (and F16C, for the scales) the same, 32 products per vpmaddubsw: the qb_ helpers. */
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && !defined(KERNELS_AVX512)
+#define KERNELS_Q8_DOT 1
+#define KERNELS_Q8_DOT_MAX_DIM 256
 #endif
 /* The fp16 KV cache (`--kv-cache f16`) is widened in registers with F16C's vcvtph2ps, which every
  * AVX2 CPU we know of has but -mavx2 does not imply; without it, fp16 attention takes the scalar
@@ -191,6 +198,38 @@ ALWAYS_INLINE void fv_store_i8(int8_t* p, fvec v) {
 ALWAYS_INLINE fvec fv_load_half(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p)); }
 ALWAYS_INLINE void fv_store_half(uint16_t* p, fvec v) {
     _mm_storeu_si128((__m128i*)p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+#endif
+
+#if defined(KERNELS_Q8_DOT) && !defined(KERNELS_AVX512)
+/* qbytes: 32 int8 as 8 int32 lanes of 4, the operand of fv_dot_i8. */
+typedef __m256i qbytes;
+/* n bytes (32, or 16 with zeros above: nothing read past them). */
+ALWAYS_INLINE qbytes qb_load(const void* p, int n) {
+    return n == 32 ? _mm256_loadu_si256((const __m256i*)p) : _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i*)p));
+}
+ALWAYS_INLINE qbytes qb_abs(qbytes x) { return _mm256_abs_epi8(x); }
+/* Lane l: the sum of the four products of a's bytes and b's in lane l as a float, exact (a_abs is
+ * |a|): vpmaddubsw multiplies |a| (unsigned) by b with a's sign, and with |a|, |b| <= 127 (a q8
+ * row's values) its sums of two products stay below 2^15, so nothing saturates. */
+ALWAYS_INLINE fvec fv_dot_i8(qbytes a_abs, qbytes a, qbytes b) {
+    const __m256i pairs = _mm256_maddubs_epi16(a_abs, _mm256_sign_epi8(b, a));
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+}
+/* Halves p[0 .. n) (n 1 or 2) widened, p[g] in lanes 4g .. 4g + 3; zeros past them. */
+ALWAYS_INLINE fvec fv_set2x4_half(const uint16_t* p, int n) {
+    const uint32_t two = p[0] | (n > 1 ? (uint32_t)p[1] << 16 : 0);
+    const __m128 s = _mm_cvtph_ps(_mm_cvtsi32_si128((int)two));
+    return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(s), _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+}
+/* out[i] = scale x the sum of v[i]'s lanes for i < n (n <= 4): four sums in one tree of horizontal
+ * adds, each in the same order whichever i it is and whatever n is. */
+ALWAYS_INLINE void fv_hsum4_store(float* out, int n, fvec v0, fvec v1, fvec v2, fvec v3, float scale) {
+    const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(v0, v1), _mm256_hadd_ps(v2, v3));
+    const __m128 r = _mm_mul_ps(_mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1)), _mm_set1_ps(scale));
+    float four[4];
+    _mm_storeu_ps(four, r);
+    for (int i = 0; i < n; i++) out[i] = four[i];
 }
 #endif
 
@@ -441,6 +480,7 @@ typedef fvec wvec;
 #define wv_transpose fv_transpose
 #define wv_load_i8 fv_load_i8
 #define wv_set1_half fv_set1_half
+#define wv_hsum4_store fv_hsum4_store /* AVX2 alone: with KERNELS_Q8_DOT */
 #if defined(KERNELS_KV_F16)
 #define wv_load_half fv_load_half
 #endif

@@ -27,7 +27,8 @@ either, bf16_prefill=N makes the first N positions attend as the engine's prefil
 caches does where the build has AVX-512 BF16 (kernels name "+bf16"): queries, cached values and
 the softmax's unnormalised weights rounded to bf16 (kernels/attention.c, bf16 pairs). With kv_q8,
 q8_decode_from=N makes positions N and later attend as decode over a q8 cache does where the build
-has AVX-512 VNNI (kernels name "+vnni"): each query quantised as a cached row is (q8_scores).
+has AVX-512 VNNI or AVX2 alone (kernels name "+vnni" or "+int8"): each query quantised as a cached
+row is (q8_scores).
 """
 
 import json

@@ -360,15 +360,19 @@ static void test_softmax_swiglu(void) {
 #define KV_F16_SIMD 1
 #endif
 /* Decode over a q8 cache multiplies int8 keys by an int8-quantised query in builds with AVX-512
- * VNNI (attention.c, q8_scores), for head_dims up to this. */
+ * VNNI or AVX2 alone (attention.c, q8_scores), for head_dims up to this. */
 #if defined(KERNELS_Q8_DOT)
 #define Q8_DOT_DIMS KERNELS_Q8_DOT_MAX_DIM
 #else
 #define Q8_DOT_DIMS 0
 #endif
-/* In the same builds decode over an fp16 cache runs on zmm (attention.c, wide_scores), its sums in
+/* With AVX-512 VNNI decode over an fp16 cache runs on zmm (attention.c, wide_scores), its sums in
  * another order than the fp32 cache's 8-lane kernel. */
-#define F16_WIDE (Q8_DOT_DIMS > 0)
+#if defined(KERNELS_Q8_DOT) && defined(KERNELS_AVX512)
+#define F16_WIDE 1
+#else
+#define F16_WIDE 0
+#endif
 /* Prefill over an fp16 or q8 cache multiplies bf16 pairs in builds with AVX-512 BF16. */
 #if defined(KERNELS_BF16_DOT)
 #define ATTENTION_PAIRS_HERE 1

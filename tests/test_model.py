@@ -764,12 +764,12 @@ class EndToEnd(unittest.TestCase):
         flip the same way near bf16 midpoints, and over the long prompt a flip in an early
         position reaches every later one (measured 8.5e-4 with fp16, 5.2e-4 with q8; short
         prompts up to 5e-7): 20 x TIGHT_TOL there.
-        Where the kernels have AVX-512 VNNI ("+vnni"), decode over the q8 cache quantises each query
-        as a cached row: the q8 reference models that for the generated positions
-        (q8_decode_from), and without it must be farther off."""
+        Where the kernels have AVX-512 VNNI or AVX2 alone ("+vnni", "+int8"), decode over the q8
+        cache quantises each query as a cached row: the q8 reference models that for the generated
+        positions (q8_decode_from), and without it must be farther off."""
         self.engine_run('qwen3_f32_untied_sharded_gqa4_hd32', 'f32')
         kernels = hf_model.engine_kernels(os.path.join(self.tmp, 'qwen3_f32_untied_sharded_gqa4_hd32.f32.bin'))
-        pairs, int8 = '+bf16' in kernels, '+vnni' in kernels
+        pairs, int8 = '+bf16' in kernels, '+vnni' in kernels or '+int8' in kernels
         for cache, other in (('f16', 'q8'), ('q8', 'f16')):
             for variant in ('qwen3_f32_untied_sharded_gqa4_hd32', 'llama_bf16_tied_gqa2_hd32', 'qwen3_bf16_decode_only',
                             'qwen3_f32_long_prompt_3layers'):

@@ -11,8 +11,8 @@
      shows what the cache changes and that the engine computes what the reference says it should.
 
   3. Decode: the shipped model generating greedily from single token ids (every position then goes
-     through decode attention, where over a q8 cache with AVX-512 VNNI, "+vnni", the query is
-     quantised to int8): each cache's logits (--dump-logits) against the f32 cache's, position by
+     through decode attention, where over a q8 cache with AVX-512 VNNI or AVX2 alone ("+vnni",
+     "+int8") the query is quantised to int8): each cache's logits (--dump-logits) against the f32 cache's, position by
      position up to where the greedy tokens first differ: the mean KL divergence and that position.
 
 Prints three markdown tables (README's Limits has them; docs/design.md#kv-cache the layout).

@@ -23,7 +23,7 @@ int kernels_available_cpus(void); /* the CPUs this process may run on: the defau
 /* Runs k's kernels on n_threads from now on (1 .. the count kernels_new started, which sized the
  * callers' per-thread scratch): the bench compares thread counts in one process. Returns the count. */
 int kernels_set_threads(Kernels* k, int n_threads);
-const char* kernels_simd_name(const Kernels* k); /* "avx2", "avx2+avx512[+vnni][+bf16][+amx]", "neon" or "scalar" */
+const char* kernels_simd_name(const Kernels* k); /* "avx2[+int8]", "avx2+avx512[+vnni][+bf16][+amx]", "neon" or "scalar" */
 /* Decode's software prefetch plan (fast/matmul.c): in an x86 build "mid", or "near" / "mid" as
  * KERNELS_PREFETCH says, or after measure_prefetch the distance it kept ("q8 6144 B, measured");
  * "none" in the others. */

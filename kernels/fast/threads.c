@@ -435,9 +435,9 @@ void kernels_free(Kernels* k) {
 
 int kernels_threads(const Kernels* k) { return k->n_threads; }
 
-/* The name says which arithmetic the kernels use where it changes results: "+vnni", decode over a
- * q8 cache on an int8 query; "+bf16", prefill over fp16 and q8 caches on bf16 pairs; "+amx", the
- * tiles granted. */
+/* The name says which arithmetic the kernels use where it changes results: "+vnni" (AVX-512) and
+ * "+int8" (AVX2 alone), decode over a q8 cache on an int8 query; "+bf16", prefill over fp16 and q8
+ * caches on bf16 pairs; "+amx", the tiles granted. */
 const char* kernels_simd_name(const Kernels* k) {
 #if defined(KERNELS_AVX512)
     static const char* const names[] = {"avx2+avx512",      "avx2+avx512+amx",      "avx2+avx512+bf16",
@@ -451,6 +451,8 @@ const char* kernels_simd_name(const Kernels* k) {
     i += 4;
 #endif
     return names[i];
+#elif defined(KERNELS_AVX2) && defined(KERNELS_Q8_DOT)
+    return "avx2+int8";
 #elif defined(KERNELS_AVX2)
     return "avx2";
 #elif defined(KERNELS_NEON)
