@@ -73,13 +73,16 @@ class TerminalChat:
     job=True: the terminal is not the controlling one, and the chat is a process group of its own
     in this test's session, as a shell's job is (a stop signal stops it; in a session of its own
     the kernel would discard the stop, the group being orphaned). stderr_terminal=True: stderr on a
-    second pseudo-terminal (err_master; Ctrl-S typed there stops its output), read as the pipe is."""
+    second pseudo-terminal (err_master; Ctrl-S typed there stops its output), read as the pipe is.
+    echo=False: the terminal does not echo what is typed, so the master reads only the chat's own
+    bytes (an echo held back by Ctrl-S is released with the chat's writes, in either order)."""
 
-    def __init__(self, args, job=False, stderr_terminal=False):
+    def __init__(self, args, job=False, stderr_terminal=False, echo=True):
         self.master, slave = pty.openpty()
         attrs = termios.tcgetattr(slave)
         attrs[0] |= termios.IXON  # Ctrl-S / Ctrl-Q stop and restart output
-        attrs[3] |= termios.ISIG | termios.ICANON | termios.ECHO  # Ctrl-C: SIGINT; lines
+        attrs[3] |= termios.ISIG | termios.ICANON  # Ctrl-C: SIGINT; lines
+        attrs[3] = attrs[3] | termios.ECHO if echo else attrs[3] & ~termios.ECHO
         termios.tcsetattr(slave, termios.TCSANOW, attrs)
         err_slave = None
         if stderr_terminal:
@@ -204,8 +207,9 @@ class ChatTerminal(hf_model.TempDirTestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         return [int(x) for x in p.stdout.split()]
 
-    def terminal(self, *args, job=False):
-        chat = TerminalChat([self.ckpt, '-m', 'chat', '-t', '0', '--verbose-prompt'] + list(args), job=job)
+    def terminal(self, *args, job=False, echo=True):
+        chat = TerminalChat([self.ckpt, '-m', 'chat', '-t', '0', '--verbose-prompt'] + list(args),
+                            job=job, echo=echo)
         self.addCleanup(chat.close)
         return chat
 
@@ -272,7 +276,9 @@ class ChatTerminal(hf_model.TempDirTestCase):
 
     def signal_while_dim(self, chat, sig):
         """Sends sig while the chat writes its answer's first, dim, token (stdout stopped by Ctrl-S,
-        so the write waits), then lets the output go on."""
+        so the write waits), then lets the output go on. Run the chat without the terminal's echo:
+        the typed message's echo waits behind Ctrl-S too, and comes out before or after the
+        handler's reset."""
         chat.wait_err(NEXT_PROMPT)
         chat.type(CTRL_S + b'hello there\n')
         chat.wait_err(PROMPT_RE)
@@ -283,7 +289,7 @@ class ChatTerminal(hf_model.TempDirTestCase):
     @unittest.skipUnless(WRITE_SYSCALL and os.path.exists('/proc/self/syscall'),
                          'needs /proc/PID/syscall and a known write syscall number')
     def test_sigterm_resets_the_dim_attribute(self):
-        chat = self.terminal('-c', '256')
+        chat = self.terminal('-c', '256', echo=False)
         self.signal_while_dim(chat, signal.SIGTERM)
         self.assertEqual(chat.finish(), -signal.SIGTERM, chat.err)
         self.assertTrue(chat.out.endswith(RESET), chat.out)
@@ -293,7 +299,7 @@ class ChatTerminal(hf_model.TempDirTestCase):
     def test_ctrl_z_resets_the_dim_until_the_chat_continues(self):
         """Ctrl-Z (SIGTSTP) while the thinking is shown dim: ESC[0m is written before the process
         stops, so the shell is not left dim, ESC[2m again when it continues, and the chat goes on."""
-        chat = self.terminal('-c', '256', '-n', '20', job=True)
+        chat = self.terminal('-c', '256', '-n', '20', job=True, echo=False)
         self.signal_while_dim(chat, signal.SIGTSTP)
         deadline = time.monotonic() + DEADLINE
         while process_state(chat.p.pid) != 'T':
