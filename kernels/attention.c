@@ -431,6 +431,7 @@ ALWAYS_INLINE void q8_scores_128(float* att, int att_stride, const Q8Query* qq, 
         const int m = n - t < 4 ? n - t : 4;
         const int8_t* k[4];
         const uint16_t* h[4];
+#pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
             k[r] = keys + (size_t)(t + (r < m ? r : m - 1)) * stride;
             h[r] = (const uint16_t*)(k[r] + 128);
