@@ -148,7 +148,14 @@ ALWAYS_INLINE float exp_shifted(float* x, int n, float* max) {
         if (x[i] > m) m = x[i];
     vm = fv_set1(m);
     fvec vs = fv_set1(0.0f);
-    for (i = 0; i + FV_LANES <= n; i += FV_LANES) {
+    i = 0;
+    /* The exponentials WV_LANES at a time (zmm halves the polynomial's instructions), summed
+     * FV_LANES at a time as below, so that the sum's order and bits do not depend on the vector. */
+    for (const wvec wm = wv_set1(m); WV_LANES > FV_LANES && i + WV_LANES <= n; i += WV_LANES) {
+        wv_store(x + i, wv_exp(wv_sub(wv_load(x + i), wm)));
+        for (int h = 0; h < WV_LANES; h += FV_LANES) vs = fv_add(vs, fv_load(x + i + h));
+    }
+    for (; i + FV_LANES <= n; i += FV_LANES) {
         const fvec e = fv_exp(fv_sub(fv_load(x + i), vm));
         fv_store(x + i, e);
         vs = fv_add(vs, e);
