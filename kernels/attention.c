@@ -137,18 +137,24 @@ ALWAYS_INLINE wvec kv_load_wide(const void* row, size_t i, int d, KVType T) {
     return wv_load((const float*)row + i);
 }
 
+/* The largest of m and x[0 .. n). */
+ALWAYS_INLINE float row_max(const float* x, int n, float m) {
+    int i = 0;
+    fvec vm = fv_set1(m);
+    for (; i + FV_LANES <= n; i += FV_LANES) vm = fv_max(vm, fv_load(x + i));
+    m = fv_hmax(vm);
+    for (; i < n; i++)
+        if (x[i] > m) m = x[i];
+    return m;
+}
+
 /* x[i] = exp(x[i] - m), m = max(*max, every x[i]) stored back in *max; returns the sum of the
  * exponentials: softmax's first two steps, and decode attention's per chunk (attend_queries). */
 ALWAYS_INLINE float exp_shifted(float* x, int n, float* max) {
-    int i = 0;
-    fvec vm = fv_set1(*max);
-    for (; i + FV_LANES <= n; i += FV_LANES) vm = fv_max(vm, fv_load(x + i));
-    float m = fv_hmax(vm);
-    for (; i < n; i++)
-        if (x[i] > m) m = x[i];
-    vm = fv_set1(m);
+    const float m = row_max(x, n, *max);
+    fvec vm = fv_set1(m);
     fvec vs = fv_set1(0.0f);
-    i = 0;
+    int i = 0;
     /* The exponentials WV_LANES at a time (zmm halves the polynomial's instructions), summed
      * FV_LANES at a time as below, so that the sum's order and bits do not depend on the vector. */
     for (const wvec wm = wv_set1(m); WV_LANES > FV_LANES && i + WV_LANES <= n; i += WV_LANES) {
@@ -238,7 +244,8 @@ ALWAYS_INLINE void scores(float* att, int att_stride, const float* q, int NQ, co
  * Qwen3's, has its own kernels (q8_scores_128, four key rows at a time, and q8_weighted_sum_128,
  * the value scales folded into the weights), each taking up to eight queries a call: a GQA group
  * of 8 queries (30B-A3B, 32B) spends most of decode at depth in this arithmetic. The weights and
- * values stay fp32, as over an fp16 cache (docs/design.md#kv-cache-q8). */
+ * values stay fp32, as over an fp16 cache, but for a run of eight queries, whose weighted sum
+ * multiplies int16 weights by the int8 values (q8_pairs_sum_128; docs/design.md#kv-cache-q8). */
 #if defined(KERNELS_Q8_DOT) && defined(KERNELS_AVX512)
 #define ATTENTION_Q8_DOT KERNELS_Q8_DOT_MAX_DIM /* the longest head_dim it takes */
 /* One query's int8 form. */
@@ -521,10 +528,90 @@ ALWAYS_INLINE void q8_sum_128(float* out, const float* att, int att_stride, int 
 static __attribute__((noinline)) void q8_weighted_sum_128(float* out, const float* att, int att_stride, int NQ,
                                                           const int8_t* values, const int8_t* next_keys, int n_next,
                                                           int stride, int n, int add) {
-    if (NQ == 8) q8_sum_128(out, att, att_stride, 8, values, next_keys, n_next, stride, n, add);
-    else if (NQ == 4) q8_sum_128(out, att, att_stride, 4, values, next_keys, n_next, stride, n, add);
+    if (NQ == 4) q8_sum_128(out, att, att_stride, 4, values, next_keys, n_next, stride, n, add);
     else if (NQ == 2) q8_sum_128(out, att, att_stride, 2, values, next_keys, n_next, stride, n, add);
     else q8_sum_128(out, att, att_stride, 1, values, next_keys, n_next, stride, n, add);
+}
+
+/* One pass of q8_pairs_sum_128: groups g0 and g0 + 1 of eight queries' outputs, 16 int32 sums in
+ * registers; each pair of rows' values widened and paired once for the eight queries, each
+ * query's pair of weights a broadcast operand of vpdpwssd. Each of the four passes prefetches every
+ * fourth pair of the next chunk's key rows, so that those prefetches spread over the whole sum: all
+ * in the first pass, they waited for miss buffers, and the next chunk's scores for its keys
+ * (docs/design.md#attention-decode). */
+ALWAYS_INLINE void q8_pairs_pass_128(float* out, const int16_t* w, const int8_t* const* rows, int n_pairs,
+                                     const int8_t* const* next_keys, int n_next, int add, const float* unit, int g0) {
+    enum { NQ = Q8_RUN, G = 2, PASSES = 8 / G };
+    wbytes acc[NQ * G];
+#pragma GCC unroll 16
+    for (int k = 0; k < NQ * G; k++) acc[k] = wb_set1(0);
+    for (int i = 0; i < n_pairs; i++) {
+        for (int r = 2 * i; i % PASSES == g0 / G && r < 2 * i + 2 && r < n_next; r++)
+            for (int c = 0; c < kv_row_bytes(128, KV_Q8); c += 64) __builtin_prefetch(next_keys[r] + c, 0, 2);
+        wbytes v[G];
+        wb_word_pairs2(rows[2 * i] + 16 * g0, rows[2 * i + 1] + 16 * g0, v);
+#pragma GCC unroll 8
+        for (int j = 0; j < NQ; j++)
+#pragma GCC unroll 2
+            for (int g = 0; g < G; g++)
+                acc[j * G + g] = wb_dot_words_at(acc[j * G + g], v[g], w + (((size_t)i * NQ + j) * 8 + g0 + g) * 2);
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < NQ; j++)
+#pragma GCC unroll 2
+        for (int g = 0; g < G; g++) {
+            float* o = out + (size_t)j * 128 + 16 * (g0 + g);
+            const wvec x = wv_from_i32(acc[j * G + g]), u = wv_set1(unit[j]);
+            wv_store(o, add ? wv_fma(x, u, wv_load(o)) : wv_mul(x, u));
+        }
+}
+
+/* The weighted sum over a q8 cache at head_dim 128 for a run of eight queries (Q8_RUN), on int16
+ * weights, two rows at a time: a row's weight a (a query's exponential) times each of its eight
+ * group scales s is rounded to an int16 w = round(a s k), k = 32766 / (the query's largest a in
+ * the chunk x the chunk's largest s), so that w / k is within 0.5 / k of a s, a step that shrinks
+ * with the chunk's weights; vpdpwssd adds w times the int8 values of two rows into exact int32
+ * sums, and the chunk's sums over k are added to out. Two rows a lane and no widening to fp32
+ * take about half the instructions of q8_sum_128's fp32 FMAs, which fewer queries keep: there the
+ * pairing costs more than it saves (docs/design.md#attention-decode). The chunk's rows come as
+ * pointers (n odd: one more, its weights 0), so the sums do not depend on the cache's blocks. In
+ * a function of its own, as q8_weighted_sum_128. */
+static __attribute__((noinline)) void q8_pairs_sum_128(float* out, const float* att, int att_stride,
+                                                       const int8_t* const* rows, int n, const int8_t* const* next_keys,
+                                                       int n_next, int add) {
+    enum { NQ = Q8_RUN };
+    wvec s[ATTENTION_DECODE_CHUNK / 2];
+    int16_t w[ATTENTION_DECODE_CHUNK / 2 * NQ * 16] __attribute__((aligned(64))); /* w[pair][query][group][row] */
+    const int n_pairs = (n + 1) / 2;
+    wvec top = wv_set1(0.0f);
+    for (int i = 0; i < n_pairs; i++) {
+        s[i] = wv_half_pairs((const uint16_t*)(rows[2 * i] + 128), (const uint16_t*)(rows[2 * i + 1] + 128));
+        top = wv_max(top, s[i]);
+    }
+    const float largest = wv_hmax(top);
+    float k[NQ], unit[NQ];
+    for (int j = 0; j < NQ; j++) {
+        const float bound = largest * row_max(att + (size_t)j * att_stride, n, 0.0f); /* >= each a s here */
+        k[j] = bound > 0.0f ? 32766.0f / bound : 0.0f;
+        unit[j] = bound > 0.0f ? bound / 32766.0f : 0.0f;
+    }
+    for (int i = 0; i < n_pairs; i++) {
+        if (2 * i + 1 == n) { /* the last row alone */
+#pragma GCC unroll 8
+            for (int j = 0; j < NQ; j++) {
+                const float last[2] = {att[(size_t)j * att_stride + 2 * i] * k[j], 0.0f};
+                wv_store_i16(w + ((size_t)i * NQ + j) * 16, wv_mul(wv_set1_pair(last), s[i]));
+            }
+            break;
+        }
+#pragma GCC unroll 8
+        for (int j = 0; j < NQ; j++) {
+            const wvec a = wv_mul(wv_set1_pair(att + (size_t)j * att_stride + 2 * i), wv_set1(k[j]));
+            wv_store_i16(w + ((size_t)i * NQ + j) * 16, wv_mul(a, s[i]));
+        }
+    }
+#pragma GCC unroll 4
+    for (int g0 = 0; g0 < 8; g0 += 2) q8_pairs_pass_128(out, w, rows, n_pairs, next_keys, n_next, add, unit, g0);
 }
 
 /* scores() on the widest vector, over an fp16 cache: each key row widened WV_LANES halves at a time
@@ -569,6 +656,8 @@ ALWAYS_INLINE void wide_scores(float* att, int att_stride, const float* q, int N
                                const void* prefetch_values, int stride, int n, int d, float scale, KVType T) {}
 ALWAYS_INLINE void q8_weighted_sum_128(float* out, const float* att, int att_stride, int NQ, const int8_t* values,
                                        const int8_t* next_keys, int n_next, int stride, int n, int add) {}
+ALWAYS_INLINE void q8_pairs_sum_128(float* out, const float* att, int att_stride, const int8_t* const* rows, int n,
+                                    const int8_t* const* next_keys, int n_next, int add) {}
 #endif
 
 /* weighted_sum's FV_LANES NU outputs per query from dimension i on (NU 4, or 2 for a head_dim's last
@@ -707,6 +796,21 @@ ALWAYS_INLINE void decode_chunk_sum(float* out, const float* att, int n_pos, int
                                     int d, int prefetch, KVType T) {
     const int I8 = T == KV_Q8 && d <= ATTENTION_Q8_DOT;
     size_t off;
+    if (I8 && d == 128 && ATTENTION_Q8_128 && NQ == Q8_RUN) { /* the rows, and the next keys, as pointers */
+        const int8_t *rows[ATTENTION_DECODE_CHUNK + 1], *next_keys[ATTENTION_DECODE_CHUNK];
+        const int n_next = !prefetch || c1 >= n_pos ? 0 : n_pos - c1 < c1 - c0 ? n_pos - c1 : c1 - c0;
+        for (int p = c0, n; p < c1; p += n) {
+            n = kv_block(kv, p, c1, &off);
+            for (int r = 0; r < n; r++) rows[p - c0 + r] = kv_at(kv->values, off + (size_t)r * kv->stride, T);
+        }
+        rows[c1 - c0] = rows[c1 - c0 - 1];
+        for (int p = c1, n; p < c1 + n_next; p += n) {
+            n = kv_block(kv, p, c1 + n_next, &off);
+            for (int r = 0; r < n; r++) next_keys[p - c1 + r] = kv_at(kv->keys, off + (size_t)r * kv->stride, T);
+        }
+        q8_pairs_sum_128(out, att + c0, n_pos, rows, c1 - c0, next_keys, n_next, c0 > 0);
+        return;
+    }
     for (int p = c0, n; p < c1; p += n) {
         n = kv_block(kv, p, c1, &off);
         size_t next = 0;

@@ -22,8 +22,10 @@
  *   load_half                LANES halves widened exactly; where KERNELS_KV_F16 (wv_: AVX-512 always)
  *   load_i8, set1_half       LANES int8 widened exactly; one half in every lane (the q8 KV cache)
  *   wp_*, dot_pairs          (AVX-512 BF16) 16 lanes of bf16 pairs, vdpbf16ps: prefill attention
- *   wb_*, from_i32, set4x4_half, hsum4_store, halves_4x8_t, block_sums4_store
- *                            (AVX-512 VNNI) 64 bytes, vpdpbusd: decode attention over a q8 cache
+ *   wb_*, from_i32, set4x4_half, hsum4_store, halves_4x8_t, block_sums4_store, half_pairs,
+ *   set1_pair, hmax, store_i16
+ *                            (AVX-512 VNNI) 64 bytes, vpdpbusd and vpdpwssd: decode attention
+ *                            over a q8 cache
  *   qb_*, fv_dot_i8, fv_set2x4_half, wv_hsum4_store
  *                            (AVX2 without AVX-512) 32 bytes, vpmaddubsw: the same
  *   fv_ only: neg            0 - x on x86, -x on NEON (they differ in the sign of a zero or a NaN)
@@ -34,6 +36,7 @@
  * to the intrinsics it would name itself, so it rounds as they do. */
 
 #include <stdint.h>
+#include <string.h>
 
 #include "kernels/kernels.h" /* ALWAYS_INLINE, half_to_float */
 
@@ -368,6 +371,37 @@ ALWAYS_INLINE void wv_hsum4_store(float* out, int n, wvec v0, wvec v1, wvec v2, 
     const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(y0, y1), _mm256_hadd_ps(y2, y3));
     const __m128 r = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
     _mm_mask_storeu_ps(out, (__mmask8)((1u << n) - 1), _mm_mul_ps(r, _mm_set1_ps(scale)));
+}
+/* Lane l: acc + the two products of a's int16 pair in lane l and the pair at p, exact: vpdpwssd
+ * with p broadcast as its memory operand (gcc 12 does not fold the broadcast of the intrinsics). */
+typedef int32_t __attribute__((may_alias)) int32_alias;
+ALWAYS_INLINE wbytes wb_dot_words_at(wbytes acc, wbytes a, const int16_t* p) {
+    __asm__("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(a), "m"(*(const int32_alias*)p));
+    return acc;
+}
+/* Two rows' 32 int8 values, widened to int16 and paired: lane i of out[k] holds (a[16k + i],
+ * b[16k + i]) as two int16, a's in the low half. */
+ALWAYS_INLINE void wb_word_pairs2(const int8_t* a, const int8_t* b, wbytes out[2]) {
+    const __m256i x = _mm256_loadu_si256((const __m256i*)a), y = _mm256_loadu_si256((const __m256i*)b);
+    const __m256i lo = _mm256_unpacklo_epi8(x, y), hi = _mm256_unpackhi_epi8(x, y); /* per 16 values: 0-7, 8-15 */
+    out[0] = _mm512_cvtepi8_epi16(_mm256_permute2x128_si256(lo, hi, 0x20));
+    out[1] = _mm512_cvtepi8_epi16(_mm256_permute2x128_si256(lo, hi, 0x31));
+}
+/* Two rows' eight halves widened and interleaved: lanes (a[0], b[0], a[1], b[1], ...). */
+ALWAYS_INLINE wvec wv_half_pairs(const uint16_t* a, const uint16_t* b) {
+    const __m128i x = _mm_loadu_si128((const __m128i*)a), y = _mm_loadu_si128((const __m128i*)b);
+    return _mm512_cvtph_ps(_mm256_set_m128i(_mm_unpackhi_epi16(x, y), _mm_unpacklo_epi16(x, y)));
+}
+/* p[0] and p[1] in alternate lanes: (p[0], p[1], p[0], p[1], ...). */
+ALWAYS_INLINE wvec wv_set1_pair(const float* p) {
+    double x;
+    memcpy(&x, p, 8);
+    return _mm512_castpd_ps(_mm512_set1_pd(x));
+}
+ALWAYS_INLINE float wv_hmax(wvec v) { return _mm512_reduce_max_ps(v); }
+/* v's lanes rounded to integers (to nearest, ties to even) and stored as int16; |v| < 32767.5. */
+ALWAYS_INLINE void wv_store_i16(int16_t* p, wvec v) {
+    _mm256_storeu_si256((__m256i*)p, _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(v)));
 }
 #endif
 

@@ -373,6 +373,13 @@ static void test_softmax_swiglu(void) {
 #else
 #define F16_WIDE 0
 #endif
+/* With AVX-512 VNNI decode's weighted sum over a q8 cache at head_dim 128 multiplies int16 weights
+ * by the int8 values, two rows at a time, for a run of eight queries (attention.c, q8_pairs_sum_128). */
+#if defined(KERNELS_Q8_DOT) && defined(KERNELS_AVX512)
+#define Q8_PAIRS_128 1
+#else
+#define Q8_PAIRS_128 0
+#endif
 /* Prefill over an fp16 or q8 cache multiplies bf16 pairs in builds with AVX-512 BF16. */
 #if defined(KERNELS_BF16_DOT)
 #define ATTENTION_PAIRS_HERE 1
@@ -442,7 +449,9 @@ static TestKV make_kv(int n, int d, int stride) {
             const size_t at8 = (size_t)(r / TEST_BLOCK_LEN) * block8 + (size_t)(r % TEST_BLOCK_LEN) * stride8;
             const size_t at = (size_t)(r / TEST_BLOCK_LEN) * block_stride + (size_t)(r % TEST_BLOCK_LEN) * stride;
             kv_quantize_row(t.kb8 + at8, t.kc + (size_t)r * stride + d, d);
-            kv_quantize_row(t.vb8 + at8, t.vc + (size_t)r * stride + d, d);
+            float x[512]; /* the values at scales 1 to 1/16 by row and group, so that groups' scales differ */
+            for (int i = 0; i < d; i++) x[i] = ldexpf(t.vc[(size_t)r * stride + d + i], -((i / KV_Q8_GROUP + r) % 5));
+            kv_quantize_row(t.vb8 + at8, x, d);
             memcpy(t.kf8 + (size_t)r * stride8, t.kb8 + at8, (size_t)stride8);
             memcpy(t.vf8 + (size_t)r * stride8, t.vb8 + at8, (size_t)stride8);
             for (int i = 0; i < d; i++) {
@@ -516,15 +525,36 @@ static void test_kv_quantize_row(void) {
     check(same, "kv_quantize_row == kv_quantize_row_scalar bitwise (ties, subnormals, zero groups, NaN, infinity)");
 }
 
+/* How far q8_pairs_sum_128's rounding of the weights may move output i of n positions: each row's
+ * weight a s is within 0.5 / k of w / k, k = 32766 / (the largest a, at most 1, x the largest
+ * scale of its chunk), so the sum moves at most 0.5 x (the largest scale) / 32766 x the sum of
+ * |q[i]| over the rows, and the division by the total weight (at least 1) only shrinks that. */
+static float q8_pairs_bound(const KVRows* flat8, int n, int d, int i) {
+    float top = 0.0f, q = 0.0f;
+    for (int t = 0; t < n; t++) {
+        const int8_t* row = (const int8_t*)flat8->values + (size_t)t * flat8->stride;
+        for (int g = 0; g < d; g += KV_Q8_GROUP) {
+            uint16_t h;
+            memcpy(&h, row + kv_q8_scale_at(d, g), sizeof h);
+            top = fmaxf(top, half_to_float(h));
+        }
+        q += fabsf((float)row[i]);
+    }
+    return 0.5f * top / 32766.0f * q;
+}
+
 /* attention_group (decode) over the q8 cache: the reference gives the bits of the same over the
  * q8 values as floats; the fast kernel too, or where it multiplies int8 (Q8_DOT_DIMS), matches the
  * reference over those values and the queries quantised as a cached row (kv_quantize_row) within
  * 1e-5 (|v| <= 1: the sums' rounding), and the cache as one array, and each query alone, give the
- * same bits. */
+ * same bits. Where a run of eight queries takes int16 weights (Q8_PAIRS_128, head_dim 128), the
+ * group is within q8_pairs_bound more of the reference, and each query alone (fp32 weights) within
+ * 1e-5. */
 static int q8_group_as_reference(const TestKV* kv, const float* q, int nq, int n, int d, float scale, float* att1,
                                  float* att2) {
     const size_t m = (size_t)nq * d;
     float *a = malloc(m * sizeof(float)), *b = malloc(m * sizeof(float)), *qd = malloc(m * sizeof(float));
+    float* r = malloc(m * sizeof(float));
     int8_t* row = malloc(kv_row_elems(KV_Q8, d));
     int ok = 1;
     attention_group_scalar(a, q, nq, &kv->blocked8, n, d, scale, att1);
@@ -536,17 +566,19 @@ static int q8_group_as_reference(const TestKV* kv, const float* q, int nq, int n
             kv_quantize_row(row, q + (size_t)j * d, d);
             for (int i = 0; i < d; i++) qd[(size_t)j * d + i] = kv_value(row, 0, i, d, KV_Q8);
         }
-        attention_group_scalar(b, qd, nq, &kv->blocked_q, n, d, scale, att1);
-        for (size_t i = 0; i < m; i++) ok &= fabsf(a[i] - b[i]) <= 1e-5f;
+        attention_group_scalar(r, qd, nq, &kv->blocked_q, n, d, scale, att1);
+        const int pairs = Q8_PAIRS_128 && d == 128 && nq >= 8; /* runs of eight take int16 weights */
+        for (size_t i = 0; i < m; i++)
+            ok &= fabsf(a[i] - r[i]) <= 1e-5f + (pairs ? q8_pairs_bound(&kv->flat8, n, d, (int)(i % d)) : 0.0f);
         attention_group(b, q, nq, &kv->flat8, n, d, scale, att2);
         for (size_t i = 0; i < m; i++) ok &= a[i] == b[i];
         for (int j = 0; j < nq; j++) attention_group(b + (size_t)j * d, q + (size_t)j * d, 1, &kv->blocked8, n, d, scale, att2);
-        for (size_t i = 0; i < m; i++) ok &= a[i] == b[i];
+        for (size_t i = 0; i < m; i++) ok &= pairs ? fabsf(b[i] - r[i]) <= 1e-5f : a[i] == b[i];
     } else {
         attention_group(b, q, nq, &kv->blocked_q, n, d, scale, att2);
         for (size_t i = 0; i < m; i++) ok &= a[i] == b[i];
     }
-    free(a), free(b), free(qd), free(row);
+    free(a), free(b), free(qd), free(r), free(row);
     return ok;
 }
 

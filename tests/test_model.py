@@ -58,6 +58,11 @@ VARIANTS = {
     'qwen3_f32_untied_sharded_gqa4_hd32': (
         dict(dtype='F32', tie=False, shards=3, n_heads=4, n_kv_heads=1, head_dim=32),
         [5, 6, 7, 8, 300 - 10, 9], 10, ('rope', 'qk_norm', 'head')),
+    # Every Qwen3's head_dim, 128, with the GQA group of 32B and 30B-A3B, 8 (two kv heads): decode
+    # over a q8 cache takes the head_dim 128 kernels, eight queries a call.
+    'qwen3_f32_gqa8_hd128': (
+        dict(dtype='F32', n_heads=16, n_kv_heads=2, head_dim=128, seed=13),
+        [IM_START_ID, 50, 60], 12, ('rope', 'qk_norm', 'gqa')),
     # Qwen3 8B/14B as Hugging Face ships them: BF16, untied lm_head in the same file; GQA 4.
     # (q8 and q4 go through the C quantiser from a bf16 export, as for the random 8B bench model.)
     'qwen3_bf16_untied_gqa4': (
@@ -746,10 +751,11 @@ class EndToEnd(unittest.TestCase):
         """--kv-cache f16 stores keys and values as IEEE halves, q8 as int8 in groups of 16 with a
         half scale each: against the reference that rounds or quantises its cached keys and
         values the same way (Reference.forward(kv_f16=True) or (kv_q8=True)) the logits agree, in
-        prefill and decode, GQA 4 and 2, head_dim 32 and 16 (both on the SIMD attention, which
-        takes multiples of 16), two threads, and a 264-token prompt (chunks of 256 rows; both
-        caches keep 512 positions a block, so a blocked cache's seams are left to test_kernels and
-        test_ops, which compare blocks of a few rows with one array bit for bit). The plain reference
+        prefill and decode, GQA 8, 4 and 2, head_dim 128, 32 and 16 (all on the SIMD attention,
+        which takes multiples of 16; 128 over q8 on its own kernels), two threads, and a 264-token
+        prompt (chunks of 256 rows; both caches keep 512 positions a block, so a blocked cache's
+        seams are left to test_kernels and test_ops, which compare blocks of a few rows with one
+        array bit for bit). The plain reference
         and the other cache's must be farther off (the option took effect, and the test can tell
         the three apart).
         The bounds: a key or value whose fp32 value lies within float noise of a rounding midpoint
@@ -766,13 +772,15 @@ class EndToEnd(unittest.TestCase):
         prompts up to 5e-7): 20 x TIGHT_TOL there.
         Where the kernels have AVX-512 VNNI or AVX2 alone ("+vnni", "+int8"), decode over the q8
         cache quantises each query as a cached row: the q8 reference models that for the generated
-        positions (q8_decode_from), and without it must be farther off."""
+        positions (q8_decode_from), and without it must be farther off. With AVX-512 VNNI a GQA
+        group of 8 at head_dim 128 also rounds its weighted sum's weights to int16 (attention.c,
+        q8_pairs_sum_128), which the reference does not model: within the same bound."""
         self.engine_run('qwen3_f32_untied_sharded_gqa4_hd32', 'f32')
         kernels = hf_model.engine_kernels(os.path.join(self.tmp, 'qwen3_f32_untied_sharded_gqa4_hd32.f32.bin'))
         pairs, int8 = '+bf16' in kernels, '+vnni' in kernels or '+int8' in kernels
         for cache, other in (('f16', 'q8'), ('q8', 'f16')):
             for variant in ('qwen3_f32_untied_sharded_gqa4_hd32', 'llama_bf16_tied_gqa2_hd32', 'qwen3_bf16_decode_only',
-                            'qwen3_f32_long_prompt_3layers'):
+                            'qwen3_f32_gqa8_hd128', 'qwen3_f32_long_prompt_3layers'):
                 prompt = VARIANTS[variant][1]
                 n_prefill = len(prompt) if len(prompt) > 1 else 0  # one row: decode's attention
                 prefill = n_prefill if pairs else 0
