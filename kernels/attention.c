@@ -759,6 +759,15 @@ static inline int kv_block(const KVRows* kv, int p, int end, size_t* off) {
     return (end < block_end ? end : block_end) - p;
 }
 
+/* rows[i] = where position p0 + i of a q8 cache's keys or values (base) begins, for p0 + i < p1. */
+static inline void q8_row_pointers(const int8_t** rows, const KVRows* kv, const void* base, int p0, int p1) {
+    size_t off;
+    for (int p = p0, n; p < p1; p += n) {
+        n = kv_block(kv, p, p1, &off);
+        for (int r = 0; r < n; r++) rows[p - p0 + r] = (const int8_t*)base + off + (size_t)r * kv->stride;
+    }
+}
+
 
 /* softmax_scalar's steps on SIMD vectors (exp_shifted, scale_row). */
 void softmax(float* x, int n) {
@@ -799,15 +808,9 @@ ALWAYS_INLINE void decode_chunk_sum(float* out, const float* att, int n_pos, int
     if (I8 && d == 128 && ATTENTION_Q8_128 && NQ == Q8_RUN) { /* the rows, and the next keys, as pointers */
         const int8_t *rows[ATTENTION_DECODE_CHUNK + 1], *next_keys[ATTENTION_DECODE_CHUNK];
         const int n_next = !prefetch || c1 >= n_pos ? 0 : n_pos - c1 < c1 - c0 ? n_pos - c1 : c1 - c0;
-        for (int p = c0, n; p < c1; p += n) {
-            n = kv_block(kv, p, c1, &off);
-            for (int r = 0; r < n; r++) rows[p - c0 + r] = kv_at(kv->values, off + (size_t)r * kv->stride, T);
-        }
+        q8_row_pointers(rows, kv, kv->values, c0, c1);
         rows[c1 - c0] = rows[c1 - c0 - 1];
-        for (int p = c1, n; p < c1 + n_next; p += n) {
-            n = kv_block(kv, p, c1 + n_next, &off);
-            for (int r = 0; r < n; r++) next_keys[p - c1 + r] = kv_at(kv->keys, off + (size_t)r * kv->stride, T);
-        }
+        q8_row_pointers(next_keys, kv, kv->keys, c1, c1 + n_next);
         q8_pairs_sum_128(out, att + c0, n_pos, rows, c1 - c0, next_keys, n_next, c0 > 0);
         return;
     }
