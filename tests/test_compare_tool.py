@@ -8,7 +8,8 @@ figure, per round; before each format both files are dropped from the page cache
 --keep-pages; the drop does empty a file's cache, by mincore()) and tools/page_read.c streams the
 GGUF and the checkpoint, and the table ends with their GB/s per round (as the log has them, marked
 when read back afresh); --table reads a log again; a checkpoint the engine cannot read is exported
-again; a missing lbench or an unknown format ends with a message and a non-zero exit. Speed is not asserted. Skips, with the reason, when ./run or
+again; a missing lbench, an unknown format or every format skipped ends with a message and a
+non-zero exit. Speed is not asserted. Skips, with the reason, when ./run or
 models/tinystories.bin is missing. Standard library only."""
 import json
 import os
@@ -280,6 +281,23 @@ class CompareTool(unittest.TestCase):
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("--llama-args are llama-bench's options: give --llama-bench too", p.stderr)
         self.assertFalse(os.path.exists(self.calls))
+
+
+class NothingToCompare(unittest.TestCase):
+    """Where every format asked for is skipped (too large for the machine's memory, or no room on
+    its disk: bench_models.ensure returns none of them), compare.py ends with a message and a
+    non-zero exit, not an empty table. In-process, with ensure standing in for a full machine."""
+
+    def test_every_format_skipped(self):
+        import argparse
+        from unittest import mock
+        sys.path.insert(0, os.path.join(ROOT, "tools", "llama_cpp"))
+        import compare
+        a = argparse.Namespace(dir=tempfile.gettempdir(), run=RUN, size="0.6b", layers=None)
+        with mock.patch.object(compare.bench_models, "ensure", return_value={}):
+            with self.assertRaises(SystemExit) as e:
+                compare.prepare(a, ["q8", "q4"])
+        self.assertEqual(str(e.exception.code), "compare.py: nothing to compare: q8, q4 skipped (the reasons above)")
 
 
 class PageReadPieces(unittest.TestCase):

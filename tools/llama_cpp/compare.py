@@ -34,8 +34,9 @@ terminal when its untimed depth fill ends and the timed runs begin), for a build
 The models are the random Qwen3 shape of --size (default 0.6b) under --dir (default build/bench, shared with `make
 bench`): the Hugging Face folder and this engine's checkpoints from tools/bench_models.py (as
 `make bench` writes them), llama.cpp's GGUF files from tools/make_random_gguf.py, each written
-only when missing (a checkpoint also when this engine cannot read it, e.g. an older layout).
-Everything the two programs print goes to the log (--log, default DIR/compare.log) as it comes,
+only when missing (a checkpoint also when this engine cannot read it, e.g. an older layout); a
+format too large for this machine's memory or disk is skipped with the reason, and with every
+format skipped nothing runs (a non-zero exit). Everything the two programs print goes to the log (--log, default DIR/compare.log) as it comes,
 between '== round R FORMAT llama T' and '== round R FORMAT engine' lines; the table is made from
 the log, so a run cut short still leaves what it measured. Python 3 standard library.
 """
@@ -93,6 +94,8 @@ def fail(msg):
 def prepare(a, formats):
     """The files the rounds read, written where missing; returns {format: (checkpoint, gguf)}."""
     ckpts = bench_models.ensure(a.dir, formats, a.run, "compare.py", a.size, a.layers)
+    if not ckpts:
+        fail(f"nothing to compare: {', '.join(formats)} skipped (the reasons above)")
     hf = bench_models.hf_folder(a.dir, a.size, a.layers)
     cut = [] if a.layers is None else ["--layers", str(a.layers)]
     files = {}
