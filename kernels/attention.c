@@ -377,8 +377,8 @@ ALWAYS_INLINE void q8_scores(float* att, int att_stride, const Q8Query* qq, int 
 
 #if defined(KERNELS_Q8_DOT) && defined(KERNELS_AVX512)
 #define ATTENTION_WIDE 1 /* decode over an fp16 cache on zmm too (wide_scores) */
-#define ATTENTION_Q8_128 1 /* head_dim 128 over q8: q8_scores_128, q8_weighted_sum_128 */
-#define Q8_RUN 8 /* queries per call of the head_dim 128 kernels (q8_scores_128, q8_weighted_sum_128) */
+#define ATTENTION_Q8_128 1 /* head_dim 128 over q8: q8_scores_128, q8_weighted_sum_128, q8_pairs_sum_128 */
+#define Q8_RUN 8 /* queries per call of the head_dim 128 kernels above */
 
 /* weighted_sum_pass on the widest vector: WV_LANES NU outputs per query from dimension i on (NU up
  * to 8: 128 with zmm), widened WV_LANES at a time (kv_load_wide: over q8 one group, one scale); the
