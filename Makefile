@@ -154,7 +154,8 @@ test-sanitizers:
 # folder, then each format; 30b-a3b straight in the engine's format), then `./run MODEL -m bench
 # --threads 1,2` for each format (the thread counts take turns in one process). BENCH_LAYERS cuts
 # every size to that many layers. tools/bench_models.py skips, saying why, a format whose file
-# would not fit in memory (half of it; 3/4 for 30b-a3b) or on the disk.
+# would not fit in memory (half of it; 3/4 for 30b-a3b) or on the disk; with every format of every
+# size skipped, bench fails with one line.
 BENCH_DIR ?= build/bench
 BENCH_SIZES ?= 0.6b
 BENCH_DTYPES ?= q8 q4 bf16 f32
@@ -162,14 +163,16 @@ BENCH_THREADS ?= 1,2
 BENCH_ARGS ?=
 BENCH_LAYERS ?=
 bench: all
-	@for size in $(BENCH_SIZES); do \
+	@benched=0; for size in $(BENCH_SIZES); do \
 	  models=$$($(PYTHON) tools/bench_models.py $(BENCH_DIR) $(BENCH_DTYPES) --size $$size \
 	    $(if $(BENCH_LAYERS),--layers $(BENCH_LAYERS))) || exit 1; \
 	  for model in $$models; do \
 	    echo "== $$(basename $$model .bin)"; \
 	    ./run $$model -m bench --threads $(BENCH_THREADS) $(BENCH_ARGS) || exit 1; \
+	    benched=$$((benched + 1)); \
 	  done; \
-	done
+	done; \
+	if [ $$benched -eq 0 ]; then echo "make bench: nothing benchmarked: every format of $(BENCH_SIZES) skipped (the reasons above)" >&2; exit 1; fi
 
 # `make norm-lab`: the shipped model's loss, perplexity and top-1 on a validation excerpt, as trained
 # and with each RMSNorm use left out or changed (./run --ablate, --norm-eps, --norm), plus greedy

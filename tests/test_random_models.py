@@ -169,7 +169,8 @@ class BenchModels(hf_model.TempDirTestCase):
 
     def test_make_bench_sizes(self):
         """make bench BENCH_SIZES="0.6b 14b" BENCH_DTYPES=f32: the 0.6B file (the shipped model
-        under that name) is benchmarked, 14B in f32 (59 GB) is skipped with the reason."""
+        under that name) is benchmarked, 14B in f32 (59 GB) is skipped with the reason; 14B alone
+        benchmarks nothing and fails with one line."""
         why = hf_model.missing_tools()
         if why:
             self.skipTest(why)
@@ -192,6 +193,12 @@ class BenchModels(hf_model.TempDirTestCase):
         self.assertRegex(p.stderr, r"bench_models.py: skipping f32 of 14b: about 59\.1 GB, more than half "
                                    r"of this machine's [\d.]+ GB of memory")
         self.assertEqual(os.listdir(d), ["qwen3-0.6b-f32.bin"])
+        # 14b alone: nothing is benchmarked, and make says so with a non-zero exit
+        p = subprocess.run(["make", "-s", "-o", "all", "bench", "BENCH_DIR=" + d, "BENCH_SIZES=14b",
+                            "BENCH_DTYPES=f32"], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+        self.assertNotEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertNotIn("==", p.stdout)
+        self.assertIn("make bench: nothing benchmarked: every format of 14b skipped (the reasons above)", p.stderr)
 
 
 if __name__ == "__main__":
