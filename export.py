@@ -966,6 +966,9 @@ def quantized_in_c(blocks, run, wtype, gs, jobs):
                 frame_type = {"F32": 0, "BF16": 1, "F16": 2}[dtype]
                 proc.stdin.write(struct.pack("<6I", frame_type, rows, cols, first, len(key), 0) + key)
                 proc.stdin.write(raw)
+                # the reader waits for this frame's output: a frame smaller than the pipe's buffer
+                # must not wait in it for the next (a model of tiny tensors stalled there)
+                proc.stdin.flush()
             proc.stdin.write(bytes(24))  # a frame of 0 rows: the end
             proc.stdin.close()
             put(None)

@@ -489,6 +489,24 @@ class ExportUsesIt(InTempDir):
                     self.assertEqual(read(fast), read(slow))
                     self.assertEqual(sorted(os.listdir(d)), ['fast.bin', 'slow.bin'])
 
+    def test_tensors_smaller_than_a_pipe_buffer(self):
+        """Every tensor of a 32-wide model is under 8 KB: each frame reaches ./run as it is
+        written, not when the next fills the pipe's buffer (that stalled the export for good)."""
+        hf = self.fresh_dir('tiny_hf')
+        hf_model.write_model(hf, Spec(dim=32, hidden_dim=64, n_heads=2, n_kv_heads=1, head_dim=16,
+                                      vocab_size=280))
+        for dtype in ('q8', 'q4'):
+            with self.subTest(dtype=dtype):
+                d = self.fresh_dir('tiny_' + dtype)
+                fast, slow = os.path.join(d, 'fast.bin'), os.path.join(d, 'slow.bin')
+                p = subprocess.run([*PYTHON, hf_model.EXPORT, hf, fast, '--dtype', dtype], cwd=hf_model.ROOT,
+                                   capture_output=True, text=True, timeout=60)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                self.assertIn('by ./run -m quantize --stream (C)', p.stderr)
+                q = export(hf, slow, '--no-fast-quantize', '--dtype', dtype)
+                self.assertEqual(q.returncode, 0, q.stderr)
+                self.assertEqual(read(fast), read(slow))
+
     def fallback(self, make_run, must_mention):
         """export.py copied into a folder where ./run is make_run(path) (or absent)."""
         d = self.fresh_dir('fallback')
