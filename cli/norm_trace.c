@@ -42,6 +42,13 @@ static double applied_rms_w(const float* w, int n, NormApplied a) {
     return fabs(sum / n);
 }
 
+/* The formula the table's columns follow: RMSNorm's, or under --norm layernorm the centred one. */
+static const char* formula(const NormTrace* tr) {
+    return tr->lab && (tr->lab->variant & NORM_VARIANT_CENTER)
+               ? "out = w * ((x - mean(x)) * scale),\nscale = 1/sqrt(mean((x - mean(x))^2) + eps)"
+               : "out = w * (x * scale), scale = 1/sqrt(mean(x^2) + eps)";
+}
+
 /* The header's line of switches: the lab's in force, or none. */
 static void print_switches(const NormTrace* tr) {
     if (!tr->lab) return;
@@ -76,9 +83,9 @@ static void table_line(NormTrace* tr, int use, const char* site, int layer, cons
                        int per_row, int width, int pos, double rms_w, float eps, int skipped) {
     if (tr->lines++ == 0)
         fprintf(tr->table,
-                "RMSNorm at each call site, position %d: out = w * (x * scale), scale = 1/sqrt(mean(x^2) + eps),\n"
+                "RMSNorm at each call site, position %d: %s,\n"
                 "eps %g; over every head for QK-Norm (min..max)\n",
-                pos, (double)eps);
+                pos, formula(tr), (double)eps);
     if (tr->lines == 1) {
         print_switches(tr);
         fprintf(tr->table, "layer  use  site           vectors    rms(in)          scale            rms(w)    rms(out)\n");
@@ -99,10 +106,9 @@ static void full_table_line(NormTrace* tr, int use, const char* site, int layer,
                             const NormStats* st, double rms_w, float eps) {
     if (tr->lines++ == 0)
         fprintf(tr->table,
-                "RMSNorm at each call site, every position, every head: out = w * (x * scale),\n"
-                "scale = 1/sqrt(mean(x^2) + eps), eps %g; in forward()'s order (a prefill chunk's\n"
-                "positions at each call site in turn)\n",
-                (double)eps);
+                "RMSNorm at each call site, every position, every head: %s,\n"
+                "eps %g; in forward()'s order (a prefill chunk's positions at each call site in turn)\n",
+                formula(tr), (double)eps);
     if (tr->lines == 1) {
         print_switches(tr);
         fprintf(tr->table, "  pos  layer  use  site           head  rms(in)     mean(in)     scale       rms(w)      rms(out)\n");

@@ -249,6 +249,19 @@ class NormTrace(hf_model.TempDirTestCase):
         self.assertTrue(11 <= float(alone[2]) <= 13, alone)
         self.assertGreater(float(rows['`_mm_rsqrt_ps` + one Newton step'][0][2]), 20)
 
+    def test_header_follows_the_formula(self):
+        """The table's header gives the formula its columns follow: RMSNorm's, and under --norm
+        layernorm the centred one (scale from the variance), in both tables."""
+        _, ckpt = self.model('qwen2_bias')
+        rms = 'out = w * (x * scale), scale = 1/sqrt(mean(x^2) + eps)'
+        centred = 'out = w * ((x - mean(x)) * scale),\nscale = 1/sqrt(mean((x - mean(x))^2) + eps)'
+        for show in ('--show-norms', '--show-norms=all'):
+            for lab, want, other in (([], rms, centred), (['--norm', 'layernorm'], centred, rms)):
+                p = hf_model.run_engine([ckpt, '--prompt-ids', '1,2', '-n', '0', show] + lab)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                self.assertIn(want, p.stderr, show)
+                self.assertNotIn(other, p.stderr, show)
+
     def test_bad_options(self):
         _, ckpt = self.model('qwen2_bias')
         p = hf_model.run_engine([ckpt, '--prompt-ids', '1', '-n', '0', '--show-norms=some'])
