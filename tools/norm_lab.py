@@ -3,9 +3,9 @@
 
 Runs `./run MODEL -m eval --json --file TEXT` once as trained and once per switch of the lab
 (--ablate qk-norm / pre-norms / final-norm / norm-weight / norm-scale, --norm-eps, --norm
-layernorm), prints a Markdown table of loss, perplexity and top-1 accuracy, and greedy samples
-from the baseline and the switches that hurt most and least, and writes the same to
-docs/norm-lab.md (--out). Standard library only.
+layernorm), prints a Markdown table of loss, perplexity and top-1 accuracy, and a greedy sample
+per configuration (those with the same text together), and writes the same to docs/norm-lab.md
+(--out). Standard library only.
 
 The default text is models/tinystories_valid_excerpt.txt: the first 32,520 bytes of the TinyStories
 validation text the shipped model was validated on and never trained on (tools/train.py --valid;
@@ -17,6 +17,7 @@ says where it comes from and its licence (CDLA-Sharing-1.0).
 
 import argparse
 import json
+import math
 import os
 import struct
 import subprocess
@@ -34,9 +35,9 @@ CONFIGS = [
     ('--ablate norm-weight', ['--ablate', 'norm-weight'], 'w = 1 everywhere: only the 1/rms scale'),
     ('--ablate norm-scale', ['--ablate', 'norm-scale'], 'no 1/rms anywhere: only the weight'),
     ('--norm-eps 0', ['--norm-eps', '0'], 'no epsilon'),
-    ('--norm-eps 1e-4', ['--norm-eps', '1e-4'], 'epsilon 100x the model\'s'),
-    ('--norm-eps 1e-2', ['--norm-eps', '1e-2'], 'epsilon 10^4 x'),
-    ('--norm-eps 1', ['--norm-eps', '1'], 'epsilon 10^6 x'),
+    ('--norm-eps 1e-4', ['--norm-eps', '1e-4'], 'epsilon %s the model\'s'),  # %s: eps_ratio's
+    ('--norm-eps 1e-2', ['--norm-eps', '1e-2'], 'epsilon %s'),
+    ('--norm-eps 1', ['--norm-eps', '1'], 'epsilon %s'),
     ('--norm layernorm', ['--norm', 'layernorm'], 'x - mean(x) first: LayerNorm without a bias'),
     # the final norm in its two parts: the per-channel weight's shape, and its size (one gain)
     ('--ablate norm-gain@final', ['--ablate', 'norm-gain@final'],
@@ -56,13 +57,23 @@ def per_layer_configs(n_layers):
     return rows
 
 
-def checkpoint_layers(path):
-    """n_layers from the checkpoint's header (model.h, FileHeader: the seventh 32-bit field)."""
+def checkpoint_header(path):
+    """(n_layers, rms_norm_eps) from the checkpoint's header (model.h, FileHeader: the seventh
+    32-bit field, and the float after the first fourteen)."""
     with open(path, 'rb') as f:
-        head = f.read(28)
-    if len(head) < 28 or head[:4] != b'QW3C':
+        head = f.read(60)
+    if len(head) < 60 or head[:4] != b'QW3C':
         fail('%s: not a checkpoint of this engine' % path)
-    return struct.unpack_from('<I', head, 24)[0]
+    return struct.unpack_from('<I', head, 24)[0], struct.unpack_from('<f', head, 56)[0]
+
+
+def eps_ratio(eps, model_eps):
+    """How many times the model's epsilon eps is: '100x', '10^4 x' for whole powers of ten."""
+    r = eps / model_eps
+    k = round(math.log10(r))
+    if abs(r / 10 ** k - 1) < 1e-4:
+        return '%dx' % 10 ** k if k <= 2 else '10^%d x' % k
+    return '%.3gx' % r
 SAMPLE_PROMPT = 'Once upon a time'
 SAMPLE_TOKENS = 40
 
@@ -134,7 +145,10 @@ def main():
 
     t0 = time.time()
     results = []
-    for label, switches, what in CONFIGS + per_layer_configs(checkpoint_layers(args.model_path)):
+    n_layers, model_eps = checkpoint_header(args.model_path)
+    configs = [(label, switches, what % eps_ratio(float(switches[1]), model_eps) if '%s' in what else what)
+               for label, switches, what in CONFIGS]
+    for label, switches, what in configs + per_layer_configs(n_layers):
         sys.stderr.write('norm_lab: %s\n' % label)
         results.append((label, switches, what, evaluate(args, switches)))
     samples = grouped_samples(args, results)
