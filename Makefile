@@ -32,7 +32,8 @@ endif
 COMPILE = $(CC) $(REQUIRED_FLAGS) $(NATIVE) $(CFLAGS) $(CPPFLAGS)
 # Two builds of one model (kernels/ops.h): the reference kernels and their ops are in kernels/*.c;
 # the fast ones (the thread pool, the product plan, the SIMD product twins) in kernels/fast/. The
-# reference build compiles none of kernels/fast/: one thread, no scratch, nothing read from /proc.
+# reference build compiles none of kernels/fast/: one thread, no scratch beyond a row of scores,
+# nothing read from /proc.
 REF_KERNEL_SRC := $(wildcard kernels/*.c)
 FAST_KERNEL_SRC := $(wildcard kernels/fast/*.c kernels/fast/x86/*.c kernels/fast/arm/*.c)
 ifdef SCALAR

@@ -11,7 +11,8 @@
  *     {"position":P,"layer":L,"use":U,"site":"QK-Norm q","head":J,"rms_in":..,"mean_in":..,
  *      "scale":..,"rms_w":..,"rms_out":..,"eps":..}   (and "skipped":true where the lab left it out)
  *       layer -1: the final norm (after the last layer), reported where forward() runs it: at
- *       every position with --dump-logits, else at the prompt's last one and each generated one;
+ *       every position with --dump-logits, else at the prompt's last one and at each generated
+ *       token fed back (the last one generated is not: nothing needs its logits);
  *       head null: a site of one D-vector
  *     {"position":P,"layer":L,"site":"attention","head":J,"kv_head":G,"keys":N,"max_score":..}
  *       the largest |q.k|/sqrt(d) of query head J over the N keys it attends to (positions 0..P)

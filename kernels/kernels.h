@@ -1,7 +1,8 @@
 /* kernels.h: the numeric kernels of the forward pass, each a scalar reference (name_scalar) and,
  * right below it in its file, SIMD twins under the plain name (AVX2+FMA on x86-64, wider where the
  * CPU has AVX-512, VNNI or AVX-512 BF16: simd_math.h; NEON on arm64); -DKERNELS_SCALAR (make
- * SCALAR=1) compiles the references alone. forward() calls them through the ops of kernels/ops.h
+ * SCALAR=1) compiles the references alone, the plain names then one-line calls of them (for the
+ * tools and tests that use the plain names). forward() calls them through the ops of kernels/ops.h
  * (ops_reference.c, or fast/ops_fast.c on threads). tests/test_kernels.c checks every twin against
  * its reference, tests/test_ops.c every op.
  *
@@ -209,7 +210,8 @@ void attention_rows(float* out, const float* q, size_t row_stride, int n_q, int 
 #endif
 size_t attention_rows_scratch(int n_q, int n_rows, int max_pos, int head_dim);
 
-/* The reference twins, for the tests. */
+/* The references: what the reference build runs (ops_reference.c), and what the tests check each
+ * twin against. */
 void matmul_scalar(float* out, const float* x, const Matrix* W, int n);
 void matmul_scalar_rows(float* out, const float* x, const Matrix* W, int n, int r0, int r1); /* rows r0 .. r1-1 */
 void rmsnorm_scalar(float* out, const float* x, const float* w, int n, float eps);

@@ -18,8 +18,9 @@
 
 typedef struct Ops Ops;
 
-/* Where forward() calls RMSNorm, for the tools that watch or change one use (cli/norm_trace.c,
- * cli/norm_lab.c); the kernels ignore it. */
+/* Where forward() calls RMSNorm: rows and per_row size the call (rows x per_row vectors of n
+ * values); use, name, layer and p0 are for the tools that watch or change one use
+ * (cli/norm_trace.c, cli/norm_lab.c). */
 typedef struct {
     int use;          /* 1 pre-attention, 2 QK-Norm, 3 pre-MLP, 4 final norm (model.c's four uses) */
     const char* name; /* "pre-attention", "QK-Norm q", "QK-Norm k", "pre-MLP", "final norm" */

@@ -27,10 +27,11 @@ Python 3 standard library only.
       whose q_proj and k_proj are multiplied by 1/2 ... 8, with QK-Norm and without it (a copy
       whose header has no FLAG_QK_NORM and no q_norm/k_norm tensors: the engine then skips
       QK-Norm, as for Qwen2), and draws the four pictures. f32 and bf16 checkpoints only (the
-      factors are powers of two, so bf16 weights scale exactly). The JSON files stay in a
-      temporary folder; --keep DIR keeps them there.
+      factors are powers of two, so bf16 weights scale exactly). The scaled checkpoints and the
+      JSON files go to a temporary folder, removed at the end; --keep DIR writes them to DIR and
+      keeps them (about 90 MB for the shipped model).
 
-The without-QK-Norm trace can also come from the engine itself, where it has the ablation switch:
+The without-QK-Norm trace can also come from the engine itself, with the ablation switch:
 `./run MODEL.bin --ablate qk-norm --norms-json C.jsonl ...` on a checkpoint scaled by
 `plot_norms.py scale-qk MODEL.bin S OUT.bin`.
 """
