@@ -125,8 +125,12 @@ int norm_lab_parse_ablate(NormLab* lab, const char* list, char* err, size_t errl
             for (;;) {
                 const size_t len = strcspn(p, ",");
                 if (add_layers(s, p, len, ABLATIONS[k].variant != 0) != 0) {
-                    snprintf(err, errlen, "--ablate: %s@: '%.*s' is not a layer number, a range such as 1-3%s",
-                             ABLATIONS[k].name, (int)len, p, ABLATIONS[k].variant ? " or final" : "");
+                    if (len == 5 && strncmp(p, "final", 5) == 0) /* only a variant has a final site */
+                        snprintf(err, errlen, "--ablate: %s has no final site (final-norm leaves the final norm "
+                                 "out; @final is for norm-weight, norm-scale and norm-gain)", ABLATIONS[k].name);
+                    else
+                        snprintf(err, errlen, "--ablate: %s@: '%.*s' is not a layer number, a range such as 1-3%s",
+                                 ABLATIONS[k].name, (int)len, p, ABLATIONS[k].variant ? " or final" : "");
                     return -1;
                 }
                 p += len;

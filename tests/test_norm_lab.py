@@ -142,7 +142,7 @@ class NormLab(hf_model.TempDirTestCase):
                                                           "pre-norms, norm-weight, norm-scale, norm-gain)"),
                           (['--ablate', ''], "--ablate: unknown name ''"),
                           (['--ablate', 'qk-norm@x'], "--ablate: qk-norm@: 'x' is not a layer number, a range such as 1-3"),
-                          (['--ablate', 'qk-norm@final'], "--ablate: qk-norm@: 'final' is not a layer number"),
+                          (['--ablate', 'qk-norm@final'], "--ablate: qk-norm has no final site (final-norm leaves the final norm out; @final is for norm-weight, norm-scale and norm-gain)"),
                           (['--ablate', 'final-norm@0'], '--ablate: final-norm is one call site, after the last layer'),
                           (['--ablate', 'pre-norms@2'], "--ablate pre-norms@2: the model's layers are 0 to 1"),
                           (['--ablate', 'norm-weight@3-1'], "--ablate: norm-weight@: '3-1' is not a layer number"),
