@@ -410,6 +410,9 @@ static void check_combinations(const Options* o) {
     /* --prompt-ids would leave chat and tokenize reading standard input instead, an error. */
     if (o->prompt_ids && !(o->mode & (GENERATE | EVAL)))
         die(2, "--prompt-ids is for generate mode and eval mode, not -m %s", o->mode_name);
+    for (const char** f = (const char*[]){"--dump-logits", "--norms-json", NULL}; *f; f++)
+        if (given(o, *f) && same_file(given(o, *f), o->checkpoint))
+            die(2, "%s: is the checkpoint; %s would write over it: give another file", given(o, *f), *f);
     if ((o->mode & (GENERATE | EVAL)) && (o->prompt != NULL) + (o->prompt_ids != NULL) + (given(o, "--file") != NULL) > 1)
         die(2, "-m %s takes one text: give one of -i, --file and --prompt-ids", o->mode_name);
     if (o->mode == BENCH && o->bench.reps < 1) die(2, "--bench-reps must be at least 1, got %d", o->bench.reps);
@@ -727,7 +730,7 @@ static int run_sampling_mode(Transformer* t, const Tokenizer* text_tok, const Op
     if (o->mode == CHAT) {
         ChatOptions chat = {given(o, "--system"), o->prompt, given(o, "--steps") ? o->steps : 0, o->thinking,
                             o->show_thinking, given(o, "--keep-thinking") != NULL,
-                            given(o, "--verbose-prompt") != NULL, given(o, "--dump-logits")};
+                            given(o, "--verbose-prompt") != NULL, given(o, "--dump-logits"), o->checkpoint};
         if (text_tok == NULL) die(1, "%s has no tokenizer: chat needs one (export with tokenizer.json)", o->checkpoint);
         status = chat_main(t, text_tok, &sampler, &chat, &n_generated);
     } else {

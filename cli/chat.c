@@ -379,6 +379,8 @@ static int chat_command(Chat* c, const char* line) {
         }
     } else if (IS("/save")) {
         if (!*arg) fprintf(stderr, "chat: /save needs a file name\n");
+        else if (c->o->checkpoint && same_file(arg, c->o->checkpoint))
+            fprintf(stderr, "chat: %s: is the model's checkpoint; /save to another file\n", arg);
         else if (conversation_save(&c->conv, arg) == 0)
             fprintf(stderr, "chat: %d messages saved to %s\n", c->conv.n, arg);
     } else {

@@ -15,6 +15,7 @@ typedef struct {
     int steps;                 /* at most this many tokens per answer; <= 0: until the context is full */
     int thinking, show_thinking, keep_thinking, verbose_prompt;
     const char* dump_logits;   /* NULL, or the file for every position's logits, in the order run */
+    const char* checkpoint;    /* the model's file, which /save refuses to write over */
 } ChatOptions;
 
 /* The chat. Each turn's prompt is chat_render of the conversation so far, tokenized whole; the KV

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 double now_seconds(void) {
@@ -18,6 +19,11 @@ int is_eos(const FileHeader* h, int id) {
     for (uint32_t i = 0; i < h->n_eos; i++)
         if (h->eos_ids[i] == id) return 1;
     return 0;
+}
+
+int same_file(const char* a, const char* b) {
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
 int logits_dump_open(LogitsDump* d, const char* path, const Transformer* t) {

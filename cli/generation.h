@@ -8,6 +8,10 @@
 
 #include "model.h"
 
+/* 1 when paths a and b name one existing file (a link to it included): an output that would
+ * write over the checkpoint, which the model reads through its mapping as it runs. */
+int same_file(const char* a, const char* b);
+
 /* --dump-logits: the file and room for one prefill chunk's rows. */
 typedef struct {
     FILE* file; /* NULL: no dump */

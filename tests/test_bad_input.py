@@ -446,6 +446,32 @@ class EngineErrors(InTempDir):
         vocab = hf_model.read_header(self.good)['vocab_size']
         self.assertEqual(os.path.getsize(dump), 4 * vocab, 'positions run after the failed write')
 
+    def test_output_is_the_checkpoint(self):
+        """--dump-logits and --norms-json naming the checkpoint (itself or through a link) are
+        refused before anything is written (the model reads that file through its mapping as it
+        runs), and so is the chat's /save; the file stays as it was."""
+        import shutil
+        import subprocess
+        model = os.path.join(self.tmp, 'victim.bin')
+        shipped = os.path.join(hf_model.ROOT, 'models', 'tinystories.bin')
+        shutil.copy(shipped, model)
+        link = os.path.join(self.tmp, 'victim_link.bin')
+        if not os.path.lexists(link):
+            os.symlink(model, link)
+        for flag in ('--dump-logits', '--norms-json'):
+            for out in (model, link):
+                with self.subTest(flag=flag, out=out):
+                    p = hf_model.run_engine([model, '-i', 'hi', '-n', '2', flag, out])
+                    self.assertEqual(p.returncode, 2, p.stderr)
+                    self.assertEqual(p.stderr.strip(), 'run: error: %s: is the checkpoint; %s would write over it: '
+                                                       'give another file' % (out, flag))
+        p = subprocess.run([hf_model.RUN, model, '-m', 'chat', '-n', '2', '--no-think', '-s', '1'],
+                           input='Hi\n/save %s\n' % link, capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn('chat: %s: is the model\'s checkpoint; /save to another file' % link, p.stderr)
+        with open(model, 'rb') as f, open(shipped, 'rb') as g:
+            self.assertTrue(f.read() == g.read(), 'the checkpoint changed')
+
     def bad_file(self, name, data):
         path = os.path.join(self.tmp, name)
         with open(path, 'wb') as f:
