@@ -3,12 +3,15 @@
 #include "bench.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "checkpoint.h"
+#include "cli/generation.h"
 #include "cli/peak.h"
 #include "kernels/kernels.h"
 
@@ -170,7 +173,25 @@ typedef struct {
     const char* peak_instruction;     /* what peak_ops timed */
     double experts_per_chunk; /* Qwen3-MoE: distinct experts a MoE layer multiplies in a prefill chunk,
                                * the mean over layers and chunks (0: dense, or no prefill) */
+    int show;          /* stderr is a terminal: a progress line, written over */
+    int reps_done;     /* reps every thread count has completed */
 } Bench;
+
+/* The progress line on a terminal ("\rbench: ..."), written over by the next and cleared by
+ * progress_end; nothing elsewhere. */
+__attribute__((format(printf, 2, 3))) static void progress(const Bench* b, const char* format, ...) {
+    if (!b->show) return;
+    va_list ap;
+    va_start(ap, format);
+    fputs("\rbench: ", stderr);
+    vfprintf(stderr, format, ap);
+    fputs("\033[K", stderr);
+    va_end(ap);
+}
+
+static void progress_end(const Bench* b) {
+    if (b->show) fputs("\r\033[K", stderr);
+}
 
 /* The KV cache positions the tests take: the depth and the longer test. */
 static int positions_needed(int depth, const int* len) { return depth + (len[0] > len[1] ? len[0] : len[1]); }
@@ -210,7 +231,7 @@ static int warm_up(Bench* b) {
         double t0 = seconds(CLOCK_MONOTONIC);
         if (run_test(b->t, b->tokens, 1, win, b->depth) != 0) return -1;
         double dt = seconds(CLOCK_MONOTONIC) - t0;
-        if (dt > 0.95 * best || seconds(CLOCK_MONOTONIC) - t_start > 20.0) return steps;
+        if (dt > 0.95 * best || seconds(CLOCK_MONOTONIC) - t_start > 20.0 || ctrl_c_pressed) return steps;
         if (dt < best) best = dt;
     }
 }
@@ -249,29 +270,44 @@ static void look_at_compute_roof(Bench* b, ThreadRun* tr) {
 }
 
 /* Every thread count's warm-up, then the reps. results: 4 x reps doubles per thread count.
- * Returns 0, or -1 if forward() failed. */
+ * Returns 0 (b->reps_done of them), or -1 if forward() failed. A Ctrl-C stops it between steps
+ * (ctrl_c_pressed set, b->reps_done the reps complete by then). */
 static int run_tests(Bench* b, double* results) {
     /* --bench-depth: the cache's first positions, filled once; the tests (and warm-ups) only write
      * positions from depth on, so every rep starts from the same depth tokens. */
-    if (b->depth > 0 && !forward(b->t, b->tokens - b->depth, b->depth, 0, NULL)) return -1;
-    for (int k = 0; k < b->n_runs; k++) {
+    if (b->depth > 0) {
+        PromptProgress fill = {.label = "bench: depth", .show = b->show, .stop = &ctrl_c_pressed};
+        LogitsDump none = {NULL, NULL, NULL};
+        int stopped = 0;
+        const float* done = forward_prompt(b->t, b->tokens - b->depth, b->depth, 0, &none, prompt_progress, &fill,
+                                           &stopped);
+        prompt_progress_end(&fill);
+        if (stopped) return 0;
+        if (!done) return -1;
+    }
+    for (int k = 0; k < b->n_runs && !ctrl_c_pressed; k++) {
         ThreadRun* tr = &b->runs[k];
         double* v = results + (size_t)4 * k * b->reps;
         *tr = (ThreadRun){.threads = b->t->kernels->set_threads(b->t->kernels, b->counts[k]),
                           .tps = {v, v + b->reps}, .rd = v + 2 * b->reps,
                           .wr = b->weights.sums ? v + 3 * b->reps : NULL};
+        progress(b, "warm-up, %d thread%s", tr->threads, tr->threads == 1 ? "" : "s");
         tr->best = read_set_best(&b->buffer, 5); /* towards the run's best read */
         if ((tr->warm_steps = warm_up(b)) < 0) return -1;
         if (b->len[0] > 0) look_at_compute_roof(b, tr);
     }
     /* Several thread counts take turns rep by rep (in the opposite order every other rep), so that
      * a slow phase of a shared machine falls on all of them alike. */
-    for (int r = 0; r < b->reps; r++)
-        for (int i = 0; i < b->n_runs; i++) {
+    for (int r = 0; r < b->reps && !ctrl_c_pressed; r++) {
+        progress(b, "rep %d of %d", r + 1, b->reps);
+        for (int i = 0; i < b->n_runs && !ctrl_c_pressed; i++) {
             ThreadRun* tr = &b->runs[r % 2 ? b->n_runs - 1 - i : i];
             b->t->kernels->set_threads(b->t->kernels, tr->threads);
             if (measure_rep(b, tr, r) != 0) return -1;
         }
+        if (!ctrl_c_pressed) b->reps_done = r + 1;
+    }
+    if (ctrl_c_pressed) return 0;
     for (int k = 0; k < b->n_runs && b->len[0] > 0; k++) /* a second look, after the reps */
         look_at_compute_roof(b, &b->runs[k]);
     return 0;
@@ -609,7 +645,8 @@ static void fill_tokens(int* tokens, int n, int vocab_size) {
 int bench_main(Transformer* t, const BenchOptions* o) {
     /* Without --threads the kernels' own count is the one measured. */
     Bench b = {.t = t, .len = {o->len[0], o->len[1]}, .reps = o->reps, .depth = o->depth, .json = o->json,
-               .counts = {t->kernels->threads(t->kernels)}, .n_runs = o->n_threads > 0 ? o->n_threads : 1};
+               .counts = {t->kernels->threads(t->kernels)}, .n_runs = o->n_threads > 0 ? o->n_threads : 1,
+               .show = isatty(STDERR_FILENO)};
     memcpy(b.counts, o->threads, (size_t)o->n_threads * sizeof(int));
     int status = check_and_fit(&b, o->given);
     if (status != 0) return status;
@@ -641,12 +678,26 @@ int bench_main(Transformer* t, const BenchOptions* o) {
     if (b.len[1] > 0)
         read_set_init(&b.weights, t->kernels, first, (size_t)(end - first), w->lm_head.data,
                       (size_t)matrix_stored_bytes(&w->lm_head));
-    if (run_tests(&b, results) != 0) {
+    struct sigaction old_int;
+    catch_ctrl_c(&old_int);
+    const int failed = run_tests(&b, results) != 0;
+    release_ctrl_c(&old_int);
+    progress_end(&b);
+    if (failed) {
         fprintf(stderr, "run: error: forward() failed in the bench\n");
         goto done;
     }
+    status = ctrl_c_pressed ? 130 : 0; /* as a shell reports a run that Ctrl-C ended */
+    if (ctrl_c_pressed && b.reps_done == 0) {
+        fprintf(stderr, "bench: interrupted before the first rep of every thread count ended: nothing measured\n");
+        goto done;
+    }
+    if (ctrl_c_pressed) {
+        fprintf(stderr, "bench: interrupted after %d of %d reps: the figures below are over those\n", b.reps_done,
+                b.reps);
+        b.reps = b.reps_done;
+    }
     print_results(&b);
-    status = 0;
 done:
     free(b.buffer.sums);
     free(b.weights.sums);

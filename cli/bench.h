@@ -14,7 +14,9 @@
  * weights a decode step reads in their own pages. Where decode's bytes per token fit in the
  * last-level cache (sysfs's largest data cache of CPU 0, or BENCH_LLC_BYTES; 0 = never) no
  * percentage of the roof is given. docs/speed.md#the-bench describes the table's columns and every
- * JSON key. Token ids are fixed pseudo-random ids; EOS is ignored. */
+ * JSON key. Token ids are fixed pseudo-random ids; EOS is ignored. The table comes at the end (the
+ * thread counts take turns rep by rep); on a terminal a progress line on stderr shows the depth's
+ * fill, each warm-up and each rep, and Ctrl-C prints the reps complete by then and exits 130. */
 #ifndef BENCH_H
 #define BENCH_H
 

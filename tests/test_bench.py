@@ -361,6 +361,55 @@ class BenchMode(unittest.TestCase):
         self.assertIn("tg4, 2 threads / 1:", p.stdout)
         self.assertIn("pp8, 2 threads / 1:", p.stdout)
 
+    def test_ctrl_c(self):
+        """Ctrl-C: the reps complete by then are reported, with a line that says how many, and the
+        exit status is 130; before the first rep ends, a line that nothing was measured. On a
+        terminal a progress line (the warm-up, each rep) is written over as the bench runs."""
+        import pty
+        import select
+        import signal
+        import time
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: the bench on the pty, many reps of tiny tests
+            os.execv(RUN, [RUN, MODEL, "-m", "bench", "--threads", "1", "--bench-prompt", "8", "--bench-gen", "4",
+                           "--bench-reps", "1000000"])
+        out, sent, t0 = b"", False, time.time()
+        while time.time() - t0 < 30:
+            if not sent and b"rep 3 of 1000000" in out:
+                os.kill(pid, signal.SIGINT)
+                sent = True
+            if select.select([fd], [], [], 0.1)[0]:
+                try:
+                    data = os.read(fd, 65536)
+                except OSError:  # the child has gone
+                    break
+                if not data:
+                    break
+                out += data
+        if not sent:  # no progress line to wait for: end it
+            os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+        text = out.decode(errors="replace")
+        self.assertTrue(sent, "no progress line: " + text[-1000:])
+        self.assertIn("\rbench: warm-up, 1 thread\x1b[K", text)
+        self.assertEqual(os.waitstatus_to_exitcode(status), 130, text[-2000:])
+        self.assertRegex(text, r"bench: interrupted after \d+ of 1000000 reps: the figures below are over those")
+        self.assertRegex(text, r"\| pp8 +\| +1 \|")
+        self.assertRegex(text, r"\| tg4 +\| +1 \|")
+        # from a pipe, interrupted at once: no progress line, nothing measured
+        p = subprocess.Popen([RUN, MODEL, "-m", "bench", "--bench-reps", "1000000", "--bench-prompt", "8",
+                              "--bench-gen", "4"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.3)
+        p.send_signal(signal.SIGINT)
+        stdout, stderr = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 130, stderr)
+        self.assertNotIn("\r", stderr)
+        if "nothing measured" in stderr:
+            self.assertEqual(stdout, "")
+        else:  # a slow start: the signal came after the first rep
+            self.assertIn("bench: interrupted after", stderr)
+
     def test_bad_thread_lists(self):
         for value in ("1,,2", "0", "1,2,", "-1", "a", "2000", ",".join(["1"] * 17)):
             p = run("-m", "bench", "--threads", value, "--bench-gen", "1", "--bench-prompt", "1")
