@@ -1248,8 +1248,7 @@ def export(folder, out_path, dtype_name, group_size, tokenizer_dir, jobs=None, q
             os.fsync(f.fileno())
             if hasattr(os, "posix_fadvise"):
                 os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
-        if show_progress and sys.stderr.isatty():
-            print(file=sys.stderr)
+        end_progress_line()
         os.replace(tmp_path, out_path)
     except BaseException:
         if os.path.exists(tmp_path):
@@ -1290,6 +1289,14 @@ def c_quantizer(args):
 
 
 _last_logged = [-1]
+_line_open = [False]  # a progress line is on the terminal without its newline
+
+
+def end_progress_line():
+    """The newline after the terminal's progress line, so the next message starts a line of its own."""
+    if _line_open[0]:
+        print(file=sys.stderr)
+        _line_open[0] = False
 
 
 def progress(done, total, t0, name):
@@ -1301,6 +1308,7 @@ def progress(done, total, t0, name):
             f"eta {eta:4.0f}s  {name[:48]:<48}")
     if sys.stderr.isatty():
         print("\r" + line, end="", file=sys.stderr, flush=True)
+        _line_open[0] = True
     elif 10 * done // total > _last_logged[0]:
         _last_logged[0] = 10 * done // total
         print(line.rstrip(), file=sys.stderr, flush=True)
@@ -1345,15 +1353,19 @@ def main(argv=None):
         print(f"export.py: wrote {args.output} ({size / 1e6:.1f} MB, {dtype_name}{extra}) in "
               f"{time.time() - t0:.1f}s", file=sys.stderr)
     except ExportError as e:
+        end_progress_line()
         print(f"export.py: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        end_progress_line()
         print("export.py: interrupted; no output written", file=sys.stderr)
         return 130
     except OSError as e:
+        end_progress_line()
         print(f"export.py: error: {one_line(e, 300)}", file=sys.stderr)
         return 1
     except Exception as e:
+        end_progress_line()
         # Every input problem is an ExportError that names its file and field (the fuzz test in
         # tests/test_export_input.py holds read_inputs to that); anything else is a bug in this
         # script, still reported as one line rather than a traceback.

@@ -28,6 +28,7 @@ import sys
 import time
 import traceback
 import unittest
+import unittest.mock
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_model  # noqa: E402
@@ -519,6 +520,37 @@ class Limits(ExportRefuses):
 
 # ------------------------------------------------------------------------------------------------
 # The fuzz test
+
+class ProgressLine(unittest.TestCase):
+    """On a terminal the progress is one line written over; whatever ends the export (an error,
+    Ctrl-C) starts its message on a line of its own, not glued to the progress."""
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    def ended_by(self, exc):
+        def interrupted_export(*args):
+            export.progress(3 << 20, 100 << 20, time.time(), 'model.embed_tokens.weight')
+            raise exc
+        err = self.Terminal()
+        with unittest.mock.patch.object(export, 'export', interrupted_export), \
+                unittest.mock.patch.object(sys, 'stderr', err):
+            status = export.main(['in', 'out.bin', '--dtype', 'bf16'])
+        return status, err.getvalue()
+
+    def test_interrupted(self):
+        status, text = self.ended_by(KeyboardInterrupt())
+        self.assertEqual(status, 130)
+        self.assertTrue(text.startswith('\rexport.py:   3.0%'), text)
+        self.assertTrue(text.endswith('model.embed_tokens.weight' + ' ' * 23 + '\nexport.py: interrupted; no output '
+                                      'written\n'), repr(text))
+
+    def test_error(self):
+        status, text = self.ended_by(export.ExportError('x.safetensors: truncated'))
+        self.assertEqual(status, 1)
+        self.assertTrue(text.endswith(' \nexport.py: error: x.safetensors: truncated\n'), repr(text))
+
 
 class Mutator:
     """Seeded, deterministic mutations of JSON documents and raw bytes."""
