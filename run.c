@@ -100,9 +100,9 @@ static const OptionSpec OPTIONS[] = {
     {NULL, "--norms-json", "PATH", GENERATE,
      "every RMSNorm call site at every position and head, and each head's\n"
      "largest |q.k|/sqrt(d), as JSON lines (tools/plot_norms.py draws them)"},
-    {"-f", "--file", "PATH", GENERATE | EVAL,
+    {"-f", "--file", "PATH", GENERATE | EVAL | TOKENIZE,
      "the text from a file, - for standard input: generate's prompt (not echoed),\n"
-     "eval's text to score (eval's default: -i, else standard input)"},
+     "eval's text to score, tokenize's text (their default: -i, else standard input)"},
     {NULL, "--json", NULL, BENCH | EVAL, "bench and eval mode: JSON lines"},
     {NULL, "--bench-prompt", "N", BENCH, "bench mode: prefill tokens (default 512, or what fits the context)"},
     {NULL, "--bench-gen", "N", BENCH, "bench mode: decode tokens (default 128, or what fits the context)"},
@@ -413,8 +413,10 @@ static void check_combinations(const Options* o) {
     for (const char** f = (const char*[]){"--dump-logits", "--norms-json", NULL}; *f; f++)
         if (given(o, *f) && same_file(given(o, *f), o->checkpoint))
             die(2, "%s: is the checkpoint; %s would write over it: give another file", given(o, *f), *f);
-    if ((o->mode & (GENERATE | EVAL)) && (o->prompt != NULL) + (o->prompt_ids != NULL) + (given(o, "--file") != NULL) > 1)
-        die(2, "-m %s takes one text: give one of -i, --file and --prompt-ids", o->mode_name);
+    if ((o->mode & (GENERATE | EVAL | TOKENIZE)) &&
+        (o->prompt != NULL) + (o->prompt_ids != NULL) + (given(o, "--file") != NULL) > 1)
+        die(2, "-m %s takes one text: give one of -i%s", o->mode_name,
+            o->mode == TOKENIZE ? " and --file" : ", --file and --prompt-ids");
     if (o->mode == BENCH && o->bench.reps < 1) die(2, "--bench-reps must be at least 1, got %d", o->bench.reps);
     if (o->mode == BENCH && o->bench.len[0] <= 0 && o->bench.len[1] <= 0)
         die(2, "nothing to measure: --bench-prompt and --bench-gen are both 0");
@@ -530,6 +532,8 @@ static int* read_prompt(const Transformer* t, const Tokenizer* tok, const Option
         const char* file = given(o, "--file");
         if ((o->prompt || file) && tok == NULL) die(1, "%s has no tokenizer: give the prompt with --prompt-ids", o->checkpoint);
         int n_text = 0;
+        if (file && streq(file, "-") && isatty(STDIN_FILENO))
+            fputs("run: reading the prompt from standard input: type it, then Ctrl-D on a new line\n", stderr);
         int* text = o->prompt || file ? encode_text(tok, o->prompt, file, &n_text) : NULL;
         prompt = malloc((size_t)(n_text + bos + 1) * sizeof(int));
         if (prompt == NULL) die(1, "out of memory");
@@ -543,8 +547,12 @@ static int* read_prompt(const Transformer* t, const Tokenizer* tok, const Option
     }
     if (*n_prompt == 0 || *n_prompt > c->seq_len) { /* the run ends here, with nothing left allocated */
         free(prompt);
+        const char* file = given(o, "--file");
         if (*n_prompt == 0 && o->prompt) die(2, "the prompt (-i) is empty and the model has no BOS token to start from");
-        if (*n_prompt == 0) die(2, "no prompt: give -i TEXT or --prompt-ids IDS");
+        if (*n_prompt == 0 && file)
+            die(2, "%s is empty: no prompt, and the model has no BOS token to start from",
+                streq(file, "-") ? "standard input" : file);
+        if (*n_prompt == 0) die(2, "no prompt: give -i TEXT, -f FILE (- for standard input) or --prompt-ids IDS");
         if (*n_prompt > c->max_seq_len)
             die(1, "the prompt has %d tokens, more than the model's context of %d positions", *n_prompt, c->max_seq_len);
         die(1, "the prompt has %d tokens, more than the context of %d (raise it with -c, at most %d)", *n_prompt,
@@ -631,11 +639,12 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
 
 static int tokenize(const Tokenizer* tok, const Options* o) {
     if (tok == NULL) die(1, "%s has no tokenizer: tokenize needs one (export with tokenizer.json)", o->checkpoint);
-    if (o->prompt == NULL && isatty(STDIN_FILENO))
+    const char* file = given(o, "--file");
+    if (o->prompt == NULL && (file == NULL || streq(file, "-")) && isatty(STDIN_FILENO))
         fputs("run: reading the text to tokenize from standard input: type it, then Ctrl-D on a new line "
-              "(or pass -i TEXT)\n", stderr);
+              "(or pass -i TEXT or -f FILE)\n", stderr);
     int n = 0;
-    int* ids = encode_text(tok, o->prompt, NULL, &n);
+    int* ids = encode_text(tok, o->prompt, file, &n);
     for (int i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
     putchar('\n');
     check_stdout();

@@ -54,6 +54,27 @@ def usable_cpus():
 
 
 @unittest.skipIf(missing() is not None, missing() or "")
+class NoPrompt(unittest.TestCase):
+    """Generate without a prompt names every way to give one; an empty file (or standard input)
+    is called empty, by its name."""
+
+    def test_messages(self):
+        p = subprocess.run([RUN, MODEL, "-n", "2"], input="Once upon a time", capture_output=True, text=True,
+                           timeout=60)
+        self.assertEqual((p.returncode, p.stderr), (2, "run: error: no prompt: give -i TEXT, -f FILE (- for "
+                                                       "standard input) or --prompt-ids IDS\n"))
+        p = subprocess.run([RUN, MODEL, "-n", "2", "-f", "-"], input="", capture_output=True, text=True, timeout=60)
+        self.assertEqual((p.returncode, p.stderr), (2, "run: error: standard input is empty: no prompt, and the "
+                                                       "model has no BOS token to start from\n"))
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+            pass
+        self.addCleanup(os.unlink, f.name)
+        p = run("-n", "2", "-f", f.name)
+        self.assertEqual((p.returncode, p.stderr), (2, "run: error: %s is empty: no prompt, and the model has no BOS "
+                                                       "token to start from\n" % f.name))
+
+
+@unittest.skipIf(missing() is not None, missing() or "")
 class Seed(unittest.TestCase):
     def test_runs_in_the_same_second_differ(self):
         """The seed was time(NULL): three runs within one second printed the same seed and text."""
@@ -102,6 +123,18 @@ class TokenizeInput(unittest.TestCase):
         self.assertEqual(len(hint), 1, err)
         self.assertIn("Ctrl-D", hint[0])
         self.assertIn("-i", hint[0])
+
+    def test_from_a_file(self):
+        """-f FILE: the file as it is, the same ids as -i with its text; one text only."""
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+            f.write("Once upon a time\n")
+        self.addCleanup(os.unlink, f.name)
+        p = run("-m", "tokenize", "-f", f.name)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout, run("-m", "tokenize", "-i", "Once upon a time\n").stdout)
+        p = run("-m", "tokenize", "-f", f.name, "-i", "x")
+        self.assertEqual((p.returncode, p.stderr), (2, "run: error: -m tokenize takes one text: give one of -i and "
+                                                       "--file\n"))
 
     def test_no_hint_from_a_pipe(self):
         p = subprocess.run([RUN, MODEL, "-m", "tokenize"], input="Once upon a time", capture_output=True,
