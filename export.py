@@ -1135,6 +1135,10 @@ def read_inputs(folder, dtype_name, group_size, tokenizer_dir):
     gs = 0
     if wtype in DEFAULT_GROUP:
         gs = choose_group_size(c, group_size or DEFAULT_GROUP[wtype], wtype)
+        if wtype == WEIGHT_Q8 and gs % 32:
+            warn(f"q8 groups of {gs}: the engine's SIMD products take groups of a multiple of 32, so this "
+                 "file's run on its scalar reference, tens of times slower"
+                 + ("; without --group-size the default is 64 where the widths allow it" if group_size else ""))
 
     tok = tokenizer_section(os.path.join(tok_dir, "tokenizer.json"),
                             os.path.join(tok_dir, "tokenizer_config.json"), c["vocab_size"])
@@ -1324,7 +1328,8 @@ def main(argv=None):
     ap.add_argument("--dtype", choices=sorted(DTYPES),
                     help="stored weight format (default: the source's; F16 sources become f32)")
     ap.add_argument("--group-size", type=int,
-                    help="q8 group size (default 64; smaller when it does not divide the widths); "
+                    help="q8 group size (default 64; smaller when it does not divide the widths; "
+                         "under 32 the engine multiplies on its scalar reference, tens of times slower); "
                          "q4's groups are always 32")
     ap.add_argument("--jobs", type=int, metavar="N",
                     help="processes that convert blocks of rows (default: one per CPU, up to "

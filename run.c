@@ -789,6 +789,11 @@ int main(int argc, char** argv) {
     if (o.ctx > t.config.max_seq_len)
         fprintf(stderr, "run: note: -c %d is more than the model's maximum context of %d; using %d\n", o.ctx,
                 t.config.max_seq_len, t.config.max_seq_len);
+    if (o.mode != TOKENIZE && t.config.weight_type == WEIGHT_Q8 && t.config.group_size % 32 &&
+        strcmp(t.kernels->name, "reference") != 0)
+        fprintf(stderr, "run: note: q8 groups of %d: the SIMD products take groups of a multiple of 32, so this "
+                "model's run on the scalar reference, tens of times slower (export with the default group size)\n",
+                t.config.group_size);
     if (topt.bf16_activations && !t.kernels->bf16_activations)
         fprintf(stderr, "run: note: --bf16-activations ignored: this build has no bf16 dot product (AVX-512 BF16)\n");
     Tokenizer* tok = tokenizer_new(t.tokenizer_data, t.tokenizer_bytes, err, sizeof err);

@@ -489,6 +489,22 @@ class ExportUsesIt(InTempDir):
                     self.assertEqual(read(fast), read(slow))
                     self.assertEqual(sorted(os.listdir(d)), ['fast.bin', 'slow.bin'])
 
+    def test_small_q8_groups_are_said_to_be_slow(self):
+        """q8 groups that are no multiple of 32 take the scalar products: export warns, and ./run
+        (a SIMD build) says so once at load; the default group says nothing."""
+        d = self.fresh_dir('small_groups')
+        for gs, slow in ((['--group-size', '16'], True), ([], False)):
+            out = os.path.join(d, 'g%s.bin' % (gs[1] if gs else 'default'))
+            p = export(self.hf['qwen3_bf16'], out, '--dtype', 'q8', *gs)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual('export.py: warning: q8 groups of 16: the engine\'s SIMD products take groups of a '
+                             'multiple of 32' in p.stderr, slow, p.stderr)
+            r = hf_model.run_engine([out, '--prompt-ids', '1,2', '-n', '1'])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            simd = hf_model.engine_kernels(out) != 'reference'
+            self.assertEqual('run: note: q8 groups of 16: the SIMD products take groups of a multiple of 32' in r.stderr,
+                             slow and simd, r.stderr)
+
     def test_tensors_smaller_than_a_pipe_buffer(self):
         """Every tensor of a 32-wide model is under 8 KB: each frame reaches ./run as it is
         written, not when the next fills the pipe's buffer (that stalled the export for good)."""
