@@ -143,6 +143,9 @@ static double last_level_cache_bytes(void) {
     return best;
 }
 
+/* The reps' wall time below which no cpu share is given (test_row says why). */
+#define SHARE_MIN_WALL 0.25
+
 /* One thread count's results. */
 typedef struct {
     int threads;       /* what the pool runs: kernels_set_threads may give fewer than asked */
@@ -474,8 +477,9 @@ static TestRow test_row(const Bench* b, const ThreadRun* tr, int test) {
     row.lo = b->scratch[0];
     row.hi = b->scratch[b->reps - 1];
     /* below 1 means the threads waited (for memory, for each other) or, on a shared machine, were
-     * descheduled */
-    row.share = tr->wall[test] > 0 ? tr->cpu[test] / (tr->wall[test] * tr->threads) : 0;
+     * descheduled. The kernel adds the other threads' CPU time at its ticks (milliseconds), so over
+     * less than SHARE_MIN_WALL seconds of reps the figure is noise (it read 183%): none then. */
+    row.share = tr->wall[test] >= SHARE_MIN_WALL ? tr->cpu[test] / (tr->wall[test] * tr->threads) : NAN;
     row.gbps = decode ? b->bytes_per_token * row.med / 1e9 : NAN;
     row.roof = b->len[1] > 0 ? median_of(b, tr->rd, NULL, 1) : tr->best;
     row.pct = roofed ? median_of(b, tr->tps[1], tr->rd, to_pct) : NAN;
@@ -552,7 +556,7 @@ static void print_table_row(const Bench* b, const ThreadRun* tr, int test) {
     table_cell("%.1f%%", 9, row.pct);
     table_cell("%.1f%%", 9, row.pct_best);
     table_cell("%.1f%%", 13, row.own_pct);
-    printf(" %8.0f%% |", 100 * row.share);
+    table_cell("%.0f%%", 9, 100 * row.share);
     table_cell("%.1f", 6, row.gops);
     table_cell("%.1f%%", 12, row.compute_pct);
     printf("\n");
@@ -565,8 +569,8 @@ static void print_comparisons(const Bench* b) {
     for (int k = 1; k < b->n_runs; k++)
         for (int test = 0; test < 2; test++)
             if (b->len[test] > 0)
-                printf("bench: %s%d, %d threads / %d: %.2f (median of the reps' ratios)\n", TEST_NAME[test],
-                       b->len[test], runs[k].threads, runs[0].threads,
+                printf("bench: %s%d, %d thread%s / %d: %.2f (median of the reps' ratios)\n", TEST_NAME[test],
+                       b->len[test], runs[k].threads, runs[k].threads == 1 ? "" : "s", runs[0].threads,
                        median_of(b, runs[k].tps[test], runs[0].tps[test], 1));
     for (int k = 0; k < b->n_runs; k++) {
         if (!runs[k].wr) continue;

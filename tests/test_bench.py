@@ -159,7 +159,13 @@ class BenchMode(unittest.TestCase):
             self.assertTrue(r["huge_pct"] is None or 0 <= r["huge_pct"] <= 100, r)
             self.assertTrue(0 < r["min"] <= r["tokens_per_s"] <= r["max"], r)
             self.assertGreater(r["mem_gbps"], 0)
-            self.assertGreater(r["cpu_share"], 0)
+            # a cpu share only over reps of 0.25 s or more in all (their wall time from their tok/s)
+            n = int(r["test"][2:])
+            wall = sum(n / v for v in r["reps_tokens_per_s"])
+            if wall < 0.24:
+                self.assertIsNone(r["cpu_share"], r)
+            elif wall > 0.26:
+                self.assertGreater(r["cpu_share"], 0)
             self.assertRegex(r["prefetch"], PREFETCH_PLAN)
             reps = r["reps_tokens_per_s"]
             self.assertEqual(len(reps), 3)
