@@ -1274,7 +1274,7 @@ def c_quantizer(args):
     if args.no_fast_quantize:
         why = "--no-fast-quantize"
     elif args.dtype == "q4" and args.group_size not in (None, 32):
-        why = "q4 takes no --group-size"  # export() refuses it with the reason
+        return None  # export() refuses it, with the reason, before anything is read
     else:
         try:  # an empty stream: status 0 from a ./run that has --stream
             probe = subprocess.run([run, "-m", "quantize", "--stream", "--dtype", args.dtype],
