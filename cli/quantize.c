@@ -43,15 +43,26 @@
 static char tmp_path[PATH_MAX];
 static volatile sig_atomic_t tmp_exists = 0;
 
-static __attribute__((noreturn, format(printf, 1, 2))) void fail(const char* fmt, ...) {
+/* One line "run: error: ...", then exit with status (the unfinished file removed first). */
+static __attribute__((noreturn)) void error_exit(int status, const char* fmt, va_list ap) {
     if (tmp_exists) unlink(tmp_path);
-    va_list ap;
-    va_start(ap, fmt);
     fputs("run: error: ", stderr);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
-    va_end(ap);
-    exit(1);
+    exit(status);
+}
+
+static __attribute__((noreturn, format(printf, 1, 2))) void fail(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    error_exit(1, fmt, ap);
+}
+
+/* A bad command line: status 2, as ./run's other modes give. */
+static __attribute__((noreturn, format(printf, 1, 2))) void usage_error(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    error_exit(2, fmt, ap);
 }
 
 /* Ctrl-C, kill, a closed terminal: remove the unfinished file, then die of the same signal. */
@@ -105,23 +116,23 @@ static int parse_count(const char* flag, const char* s, int lo, int hi) {
     errno = 0;
     long v = strtol(s, &end, 10);
     if (end == s || *end != '\0' || errno == ERANGE || v < lo || v > hi)
-        fail("%s needs a whole number in %d .. %d, got '%s'", flag, lo, hi, s);
+        usage_error("%s needs a whole number in %d .. %d, got '%s'", flag, lo, hi, s);
     return (int)v;
 }
 
 static void set_option(QuantizeOptions* o, const char* name, const char* value) {
     if (streq(name, "-m") || streq(name, "--mode")) {
-        if (!streq(value, "quantize")) fail("%s is given twice: quantize and '%s'", name, value);
+        if (!streq(value, "quantize")) usage_error("%s is given twice: quantize and '%s'", name, value);
     } else if (streq(name, "--dtype")) {
         if (!streq(value, "q8") && !streq(value, "q4"))
-            fail("--dtype must be q8 or q4, got '%s' (f32 and bf16 come from export.py)", value);
+            usage_error("--dtype must be q8 or q4, got '%s' (f32 and bf16 come from export.py)", value);
         o->dtype = value;
     } else if (streq(name, "-o") || streq(name, "--output")) {
-        if (!value[0]) fail("%s needs a file name", name);
+        if (!value[0]) usage_error("%s needs a file name", name);
         o->output = value;
     } else if (streq(name, "--group-size")) {
         o->group_size = parse_count(name, value, 8, 1 << 20);
-        if (o->group_size & (o->group_size - 1)) fail("--group-size must be a power of two >= 8, got %s", value);
+        if (o->group_size & (o->group_size - 1)) usage_error("--group-size must be a power of two >= 8, got %s", value);
     } else {
         o->threads = parse_count(name, value, 1, 1024);
     }
@@ -141,7 +152,7 @@ static void parse_options(int argc, char** argv, QuantizeOptions* o) {
             continue;
         }
         if (arg[0] != '-' || arg[1] == '\0') {
-            if (o->input) fail("unexpected argument '%s' (the checkpoint is '%s')", arg, o->input);
+            if (o->input) usage_error("unexpected argument '%s' (the checkpoint is '%s')", arg, o->input);
             o->input = arg;
             continue;
         }
@@ -150,18 +161,18 @@ static void parse_options(int argc, char** argv, QuantizeOptions* o) {
         const char* name = NULL;
         for (size_t k = 0; k < sizeof names / sizeof *names; k++)
             if (strlen(names[k]) == len && strncmp(arg, names[k], len) == 0) name = names[k];
-        if (!name) fail("-m quantize: unknown option '%s' (see ./run -m quantize --help)", arg);
+        if (!name) usage_error("-m quantize: unknown option '%s' (see ./run -m quantize --help)", arg);
         const char* value = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
-        if (value == NULL) fail("option %s needs a value (see ./run -m quantize --help)", name);
+        if (value == NULL) usage_error("option %s needs a value (see ./run -m quantize --help)", name);
         set_option(o, name, value);
     }
-    if (o->stream && (o->input || o->output)) fail("--stream takes no checkpoint and no -o: it reads standard input");
+    if (o->stream && (o->input || o->output)) usage_error("--stream takes no checkpoint and no -o: it reads standard input");
     if (o->input == NULL && !o->stream)
-        fail("no checkpoint given (./run MODEL.bin -m quantize --dtype q8|q4 -o OUT.bin)");
-    if (!o->dtype) fail("-m quantize needs --dtype q8 or --dtype q4");
-    if (o->output == NULL && !o->stream) fail("-m quantize needs -o OUT.bin, the file to write");
+        usage_error("no checkpoint given (./run MODEL.bin -m quantize --dtype q8|q4 -o OUT.bin)");
+    if (!o->dtype) usage_error("-m quantize needs --dtype q8 or --dtype q4");
+    if (o->output == NULL && !o->stream) usage_error("-m quantize needs -o OUT.bin, the file to write");
     if (streq(o->dtype, "q4") && o->group_size != 0 && o->group_size != Q4_GROUP)
-        fail("q4 groups are %d columns (got --group-size %d)", Q4_GROUP, o->group_size);
+        usage_error("q4 groups are %d columns (got --group-size %d)", Q4_GROUP, o->group_size);
 }
 
 /* Refuses an output that would replace the input, or that cannot be a file. */

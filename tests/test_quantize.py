@@ -70,9 +70,10 @@ def read(path):
 
 
 class InTempDir(hf_model.TempDirTestCase):
-    def assert_failed(self, p, *must_mention):
-        """Exit status 1 and exactly one line, "run: error: ...", that mentions every string."""
-        self.assertEqual(p.returncode, 1, 'stdout %r stderr %r' % (p.stdout, p.stderr))
+    def assert_failed(self, p, *must_mention, status=1):
+        """Exit status `status` (1; 2 for a bad command line) and exactly one line, "run: error:
+        ...", that mentions every string."""
+        self.assertEqual(p.returncode, status, 'stdout %r stderr %r' % (p.stdout, p.stderr))
         lines = p.stderr.strip().splitlines()
         self.assertEqual(len(lines), 1, 'not one error line: %r' % p.stderr)
         self.assertTrue(lines[0].startswith('run: error: '), lines[0])
@@ -156,11 +157,11 @@ class Refusals(InTempDir):
             p = export(hf, path, '--dtype', dtype, '--no-fast-quantize')
             assert p.returncode == 0, p.stderr
 
-    def refused(self, src, args, *must_mention, out_name='out.bin'):
+    def refused(self, src, args, *must_mention, out_name='out.bin', status=1):
         d = self.fresh_dir('case')
         out = os.path.join(d, out_name)
         p = hf_model.run_engine([src, '-m', 'quantize'] + [a.replace('OUT', out) for a in args])
-        self.assert_failed(p, *must_mention)
+        self.assert_failed(p, *must_mention, status=status)
         self.assertEqual(os.listdir(d), [], 'a refused run left files behind')
 
     def test_quantize_as_a_prompt_is_text(self):
@@ -180,22 +181,23 @@ class Refusals(InTempDir):
         self.refused(self.q8, ['--dtype', 'q4', '-o', 'OUT'], self.q8, 'already q8')
         self.refused(self.q4, ['--dtype', 'q8', '-o', 'OUT'], self.q4, 'already q4')
 
+    # a bad command line exits 2, as in ./run's other modes
     def test_bad_dtype(self):
-        self.refused(self.f32, ['--dtype', 'q5', '-o', 'OUT'], '--dtype', "'q5'")
-        self.refused(self.f32, ['--dtype', 'bf16', '-o', 'OUT'], '--dtype', "'bf16'")
-        self.refused(self.f32, ['-o', 'OUT'], '--dtype')
+        self.refused(self.f32, ['--dtype', 'q5', '-o', 'OUT'], '--dtype', "'q5'", status=2)
+        self.refused(self.f32, ['--dtype', 'bf16', '-o', 'OUT'], '--dtype', "'bf16'", status=2)
+        self.refused(self.f32, ['-o', 'OUT'], '--dtype', status=2)
 
     def test_output_missing(self):
-        self.refused(self.f32, ['--dtype', 'q8'], '-o')
-        self.refused(self.f32, ['--dtype', 'q8', '-o'], '-o')
+        self.refused(self.f32, ['--dtype', 'q8'], '-o', status=2)
+        self.refused(self.f32, ['--dtype', 'q8', '-o'], '-o', status=2)
 
     def test_bad_group_size(self):
-        self.refused(self.f32, ['--dtype', 'q8', '--group-size', '12', '-o', 'OUT'], '--group-size')
-        self.refused(self.f32, ['--dtype', 'q8', '--group-size', '4', '-o', 'OUT'], '--group-size')
-        self.refused(self.f32, ['--dtype', 'q4', '--group-size', '64', '-o', 'OUT'], 'q4', '32')
+        self.refused(self.f32, ['--dtype', 'q8', '--group-size', '12', '-o', 'OUT'], '--group-size', status=2)
+        self.refused(self.f32, ['--dtype', 'q8', '--group-size', '4', '-o', 'OUT'], '--group-size', status=2)
+        self.refused(self.f32, ['--dtype', 'q4', '--group-size', '64', '-o', 'OUT'], 'q4', '32', status=2)
 
     def test_unknown_option(self):
-        self.refused(self.f32, ['--dtype', 'q8', '-o', 'OUT', '--temperature', '0'], '--temperature')
+        self.refused(self.f32, ['--dtype', 'q8', '-o', 'OUT', '--temperature', '0'], '--temperature', status=2)
 
     def test_output_is_the_input(self):
         before = read(self.f32)
@@ -450,7 +452,7 @@ class Stream(InTempDir):
                 self.assertEqual(len(lines), 1, lines)
                 self.assertTrue(lines[0].startswith('run: error: ') and message in lines[0], lines[0])
         p = hf_model.run_engine(['model.bin', '-m', 'quantize', '--stream', '--dtype', 'q8'])
-        self.assertEqual(p.returncode, 1)
+        self.assertEqual(p.returncode, 2)  # a bad command line
         self.assertIn('--stream takes no checkpoint and no -o', p.stderr)
 
 
