@@ -1,5 +1,6 @@
 /* chat.c: the chat loop of `./run MODEL -m chat` (the template is chat_template.c). */
 #include "chat.h"
+#include "cli/read_text.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -347,13 +348,32 @@ static const char CHAT_HELP[] =
     "  /clear           start a new conversation (the system prompt stays)\n"
     "  /system TEXT     set the system prompt (/system alone shows it)\n"
     "  /save FILE       write the conversation to FILE as JSON: [{\"role\": ..., \"content\": ...}]\n"
+    "  /read FILE       send the text of FILE as your message (longer than a terminal takes in a line)\n"
     "Ctrl-C while an answer streams stops it; what was written stays in the conversation.\n";
 
-enum { COMMAND_NONE, COMMAND_DONE, COMMAND_LEAVE, COMMAND_FAILED };
+enum { COMMAND_NONE, COMMAND_DONE, COMMAND_LEAVE, COMMAND_FAILED, COMMAND_MESSAGE };
 
-/* The line's command, carried out: COMMAND_NONE when the line is a message. A line is a command
- * when its first word is "/" and letters: "/usr/bin is ..." is a message. */
-static int chat_command(Chat* c, const char* line) {
+/* /read FILE: the file's text in place of the line (COMMAND_MESSAGE), or COMMAND_DONE after the
+ * line that says why not. */
+static int read_message(Str* line, const char* path) {
+    size_t len;
+    char* text = read_text(NULL, path, &len);
+    if (text == NULL) return COMMAND_DONE;
+    size_t n = strlen(text); /* a message is text: up to a NUL byte, if the file has one */
+    while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == '\r')) n--; /* the file's last newline, as typed */
+    line->n = 0;
+    sadd(line, text, n);
+    sadd(line, "", 0);
+    free(text);
+    if (line->oom) return out_of_memory(COMMAND_FAILED);
+    return COMMAND_MESSAGE;
+}
+
+/* The line's command, carried out: COMMAND_NONE when the line is a message, COMMAND_MESSAGE when
+ * the command put one in its place (/read). A line is a command when its first word is "/" and
+ * letters: "/usr/bin is ..." is a message. */
+static int chat_command(Chat* c, Str* text) {
+    const char* line = text->p;
     if (line[0] != '/') return COMMAND_NONE;
     size_t k = 1;
     while (isalpha((unsigned char)line[k]) || line[k] == '?') k++;
@@ -377,6 +397,9 @@ static int chat_command(Chat* c, const char* line) {
         } else {
             fprintf(stderr, "chat: the system prompt is set\n");
         }
+    } else if (IS("/read")) {
+        if (!*arg) fprintf(stderr, "chat: /read needs a file name\n");
+        else return read_message(text, arg);
     } else if (IS("/save")) {
         if (!*arg) fprintf(stderr, "chat: /save needs a file name\n");
         else if (c->o->checkpoint && same_file(arg, c->o->checkpoint))
@@ -591,6 +614,7 @@ static int chat_turn(Chat* c) {
 }
 
 enum { LINE_IS_MESSAGE, LINE_IS_DONE, LINE_LEAVES }; /* what a line read at the prompt asks for */
+#define TERMINAL_LINE 4095 /* Linux's canonical mode: a 4,096-byte buffer, the newline's byte kept free */
 
 /* The prompt and the user's next line, into line. A Ctrl-C at the prompt drops what was typed and
  * says how to leave; a second one in a row leaves (*armed: the previous line was such a Ctrl-C).
@@ -623,8 +647,15 @@ static int chat_prompt(Chat* c, Input* in, Str* line, int* armed, int* status) {
         *status = 1;
         return LINE_LEAVES;
     }
-    const int command = chat_command(c, line->p);
+    /* A terminal's line discipline keeps at most TERMINAL_LINE bytes of a typed line and drops the rest. */
+    if (c->terminal && line->n >= TERMINAL_LINE) {
+        fprintf(stderr, "chat: a terminal takes at most %d bytes of a typed line, so this one was cut there and "
+                "is not sent; /read FILE sends a longer text\n", TERMINAL_LINE);
+        return LINE_IS_DONE;
+    }
+    const int command = chat_command(c, line);
     if (command == COMMAND_FAILED) *status = 1;
+    if (command == COMMAND_MESSAGE) return LINE_IS_MESSAGE;
     if (command != COMMAND_NONE) return command == COMMAND_DONE ? LINE_IS_DONE : LINE_LEAVES;
     /* an empty or blank line is no message */
     return line->p[strspn(line->p, " \t\r\v\f")] ? LINE_IS_MESSAGE : LINE_IS_DONE;

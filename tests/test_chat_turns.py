@@ -236,12 +236,18 @@ class ChatTurns(hf_model.TempDirTestCase):
         self.assertRegex(p.stderr, r'this turn needs \d+ tokens of context, more than the 256 there are; '
                                    r'256 is the model\'s maximum\n')
 
-    def chat_at_terminal(self, args, lines):
+    def chat_at_terminal(self, args, lines, echo=True):
         """The chat with lines typed at a terminal (stdin; stdout and stderr are pipes), then
-        Ctrl-D; returns its status, stdout and stderr."""
+        Ctrl-D; returns its status, stdout and stderr. echo False: the terminal echoes nothing
+        (so that a long line does not fill the echo's buffer before it is drained)."""
         import pty
         import select
+        import termios
         master, slave = pty.openpty()
+        if not echo:
+            attrs = termios.tcgetattr(slave)
+            attrs[3] &= ~termios.ECHO
+            termios.tcsetattr(slave, termios.TCSANOW, attrs)
         try:
             p = subprocess.Popen([hf_model.RUN, self.ckpt, '-m', 'chat', '-t', '0'] + list(args), stdin=slave,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=hf_model.ROOT)
@@ -281,6 +287,33 @@ class ChatTurns(hf_model.TempDirTestCase):
                 self.assertIn('(the message was not sent)', err)
                 want = self.tokenize('<|im_start|>user\n' + MESSAGES[0] + '<|im_end|>\n<|im_start|>assistant\n')
                 self.assertEqual([ids for _, ids in self.terminal_prompts(err)], [want], err)
+
+    def test_line_cut_by_the_terminal_is_not_sent(self):
+        """A terminal keeps 4,095 bytes of a typed line and drops the rest: such a line is not sent
+        (it says so and names /read), and the chat goes on."""
+        status, _, err = self.chat_at_terminal(['-n', '4', '--verbose-prompt'], ['x' * 5000, MESSAGES[0]],
+                                               echo=False)
+        self.assertEqual(status, 0, err)
+        self.assertIn('chat: a terminal takes at most 4095 bytes of a typed line, so this one was cut there and is '
+                      'not sent; /read FILE sends a longer text', err)
+        want = self.tokenize('<|im_start|>user\n' + MESSAGES[0] + '<|im_end|>\n<|im_start|>assistant\n')
+        self.assertEqual([ids for _, ids in self.terminal_prompts(err)], [want], err)
+
+    def test_read_sends_a_file(self):
+        """/read FILE: the file's text (its last newline dropped) is the message; a file that
+        cannot be read is named, and the chat goes on."""
+        path = os.path.join(self.tmp, 'message.txt')
+        with open(path, 'w') as f:
+            f.write(MESSAGES[0] + '\n')
+        missing = os.path.join(self.tmp, 'no-such-message.txt')
+        p = subprocess.run([hf_model.RUN, self.ckpt, '-m', 'chat', '-t', '0', '-n', str(STEPS), '--verbose-prompt'],
+                           input='/read %s\n/read %s\n' % (missing, path), cwd=hf_model.ROOT, capture_output=True,
+                           text=True, errors='replace', timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn('run: error: %s: cannot open: No such file or directory' % missing, p.stderr)
+        turns = self.parse(p.stderr, 1)
+        self.assertEqual(turns[0][0], self.tokenize('<|im_start|>user\n' + MESSAGES[0] +
+                                                    '<|im_end|>\n<|im_start|>assistant\n'))
 
     def test_message_not_sent_keeps_the_conversation(self):
         """A message too long for the context, refused after a turn, leaves the conversation as it
