@@ -429,18 +429,26 @@ static void note_other_mode_options(const Options* o) {
         {CHAT, "-m chat"}, {GENERATE, "-m generate"}, {GENERATE | CHAT, "generate and chat"},
         {GENERATE | CHAT | TOKENIZE | EVAL, "generate, chat, tokenize and eval"}, {BENCH, "-m bench"},
         {BENCH | EVAL, "-m bench and -m eval"}, {EVAL, "-m eval"}, {GENERATE | CHAT | EVAL, "generate, chat and eval"},
-        {GENERATE | EVAL, "generate and eval"},
+        {GENERATE | EVAL, "generate and eval"}, {GENERATE | EVAL | TOKENIZE, "generate, eval and tokenize"},
     };
-    for (size_t g = 0; g < sizeof kinds / sizeof kinds[0]; g++) {
-        if (kinds[g].modes & o->mode) continue;
+    int noted[N_OPTIONS] = {0};
+    for (size_t g = 0; g <= sizeof kinds / sizeof kinds[0]; g++) {
+        const int last = g == sizeof kinds / sizeof kinds[0]; /* any left: a kind the table lacks */
+        if (!last && (kinds[g].modes & o->mode)) continue;
         const char* hit[N_OPTIONS];
         int n = 0;
-        for (int k = 0; k < o->n_given; k++)
-            if (OPTIONS[o->order[k]].modes == kinds[g].modes) hit[n++] = OPTIONS[o->order[k]].long_name;
+        for (int k = 0; k < o->n_given; k++) {
+            const int opt = o->order[k], modes = OPTIONS[opt].modes;
+            if (last ? !(modes & o->mode) && !noted[opt] : modes == kinds[g].modes) {
+                hit[n++] = OPTIONS[opt].long_name;
+                noted[opt] = 1;
+            }
+        }
         if (n == 0) continue;
         fprintf(stderr, "run: note: -m %s ignores ", o->mode_name);
         for (int k = 0; k < n; k++) fprintf(stderr, "%s%s", k == 0 ? "" : k == n - 1 ? " and " : ", ", hit[k]);
-        fprintf(stderr, " (%s option%s)\n", kinds[g].whose, n > 1 ? "s" : "");
+        if (last) fprintf(stderr, " (another mode's option%s)\n", n > 1 ? "s" : "");
+        else fprintf(stderr, " (%s option%s)\n", kinds[g].whose, n > 1 ? "s" : "");
     }
 }
 

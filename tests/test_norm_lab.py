@@ -156,7 +156,8 @@ class NormLab(hf_model.TempDirTestCase):
     def test_notes_in_other_modes(self):
         for args, note in ((['-m', 'tokenize', '-i', 'hi', '--ablate', 'qk-norm', '--norm', 'layernorm'],
                             '-m tokenize ignores --ablate and --norm (generate, chat and eval options)'),
-                           (['-m', 'tokenize', '-i', 'hi', '--file', 'x'], '-m tokenize ignores --file (generate and eval option)'),
+                           (['-m', 'chat', '-i', 'hi', '-n', '1', '--file', 'x'],
+                            '-m chat ignores --file (generate, eval and tokenize option)'),
                            (['--prompt-ids', '1', '-n', '1', '--json'],
                             '-m generate ignores --json (-m bench and -m eval option)'),
                            (['-m', 'eval', '-i', 'hello world', '-t', '0.5'],
