@@ -406,7 +406,14 @@ class BenchMode(unittest.TestCase):
         # from a pipe, interrupted at once: no progress line, nothing measured
         p = subprocess.Popen([RUN, MODEL, "-m", "bench", "--bench-reps", "1000000", "--bench-prompt", "8",
                               "--bench-gen", "4"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(0.3)
+        # the signal once the bench catches it (before, SIGINT's default would end the process)
+        t0 = time.time()
+        while time.time() - t0 < 30 and os.path.exists("/proc/%d/status" % p.pid):
+            with open("/proc/%d/status" % p.pid) as f:
+                caught = [l for l in f if l.startswith("SigCgt:")]
+            if caught and int(caught[0].split()[1], 16) & (1 << (signal.SIGINT - 1)):
+                break
+            time.sleep(0.01)
         p.send_signal(signal.SIGINT)
         stdout, stderr = p.communicate(timeout=60)
         self.assertEqual(p.returncode, 130, stderr)
