@@ -201,11 +201,25 @@ static int positions_needed(int depth, const int* len) { return depth + (len[0] 
 
 int bench_positions(const BenchOptions* o) { return positions_needed(o->depth, o->len); }
 
-/* n tokens of one test from position depth. */
+/* forward_prompt's between: stop at a Ctrl-C. */
+static int stop_at_ctrl_c(void* ctx, int done, int n) {
+    (void)ctx, (void)done, (void)n;
+    return ctrl_c_pressed;
+}
+
+/* n tokens of one test from position depth: prefill in forward()'s own chunks, decode a token at a
+ * time. 0, 1 when a Ctrl-C stopped it between two chunks or tokens, or -1 if forward() failed. */
 static int run_test(Transformer* t, const int* tokens, int test, int n, int depth) {
-    if (test == 0) return forward(t, tokens, n, depth, NULL) ? 0 : -1;
-    for (int i = 0; i < n; i++)
+    if (test == 0) {
+        LogitsDump none = {NULL, NULL, NULL};
+        int stopped = 0;
+        const float* logits = forward_prompt(t, tokens, n, depth, &none, stop_at_ctrl_c, NULL, &stopped);
+        return stopped ? 1 : logits ? 0 : -1;
+    }
+    for (int i = 0; i < n; i++) {
+        if (ctrl_c_pressed) return 1;
         if (!forward(t, tokens + i, 1, depth + i, NULL)) return -1;
+    }
     return 0;
 }
 
@@ -225,24 +239,28 @@ static void count_prefill_experts(Bench* b, long long products) {
  * steady state, as llama-bench's are. Returns the decode steps taken, or -1 if forward() failed. */
 static int warm_up(Bench* b) {
     const long long experts_before = b->t->state.experts_run;
-    if (b->len[0] > 0 && run_test(b->t, b->tokens, 0, b->len[0], b->depth) != 0) return -1;
+    const int pre = b->len[0] > 0 ? run_test(b->t, b->tokens, 0, b->len[0], b->depth) : 0;
+    if (pre != 0) return pre < 0 ? -1 : 0;
     count_prefill_experts(b, b->t->state.experts_run - experts_before);
     if (b->len[1] <= 0) return 0;
     const int win = b->len[1] < 8 ? b->len[1] : 8;
     double best = 1e30, t_start = seconds(CLOCK_MONOTONIC);
     for (int steps = win;; steps += win) {
         double t0 = seconds(CLOCK_MONOTONIC);
-        if (run_test(b->t, b->tokens, 1, win, b->depth) != 0) return -1;
+        const int r = run_test(b->t, b->tokens, 1, win, b->depth);
+        if (r != 0) return r < 0 ? -1 : steps - win;
         double dt = seconds(CLOCK_MONOTONIC) - t0;
         if (dt > 0.95 * best || seconds(CLOCK_MONOTONIC) - t_start > 20.0 || ctrl_c_pressed) return steps;
         if (dt < best) best = dt;
     }
 }
 
-/* Rep r of one test: its tok/s, and its wall and CPU time added to the sums. */
+/* Rep r of one test: its tok/s, and its wall and CPU time added to the sums. 0, 1 when a Ctrl-C
+ * stopped it (nothing added), or -1 if forward() failed. */
 static int time_test(Bench* b, ThreadRun* tr, int test, int r) {
     double t0 = seconds(CLOCK_MONOTONIC), c0 = seconds(CLOCK_PROCESS_CPUTIME_ID);
-    if (run_test(b->t, b->tokens, test, b->len[test], b->depth) != 0) return -1;
+    const int stopped = run_test(b->t, b->tokens, test, b->len[test], b->depth);
+    if (stopped != 0) return stopped;
     double dt = seconds(CLOCK_MONOTONIC) - t0;
     tr->tps[test][r] = b->len[test] / dt;
     tr->wall[test] += dt;
@@ -252,13 +270,16 @@ static int time_test(Bench* b, ThreadRun* tr, int test, int r) {
 
 /* One rep of each test with tr->threads: prefill, two streaming reads, decode, one more read; the
  * best of the three is this rep's roof. The same around the decode for the weights' own pages
- * (two reads before the buffer's, one after). Returns 0, or -1 if forward() failed. */
+ * (two reads before the buffer's, one after). Returns 0, 1 when a Ctrl-C stopped it (the rep not
+ * complete), or -1 if forward() failed. */
 static int measure_rep(Bench* b, ThreadRun* tr, int r) {
-    if (b->len[0] > 0 && time_test(b, tr, 0, r) != 0) return -1;
+    const int pre = b->len[0] > 0 ? time_test(b, tr, 0, r) : 0;
+    if (pre != 0) return pre;
     if (b->len[1] <= 0) return 0;
     const double own_before = tr->wr ? read_set_best(&b->weights, 2) : 0;
     const double before = read_set_best(&b->buffer, 2);
-    if (time_test(b, tr, 1, r) != 0) return -1;
+    const int dec = time_test(b, tr, 1, r);
+    if (dec != 0) return dec;
     tr->rd[r] = fmax(before, read_set_best(&b->buffer, 1));
     tr->best = fmax(tr->best, tr->rd[r]);
     if (tr->wr) tr->wr[r] = fmax(own_before, read_set_best(&b->weights, 1));
@@ -297,18 +318,21 @@ static int run_tests(Bench* b, double* results) {
         progress(b, "warm-up, %d thread%s", tr->threads, tr->threads == 1 ? "" : "s");
         tr->best = read_set_best(&b->buffer, 5); /* towards the run's best read */
         if ((tr->warm_steps = warm_up(b)) < 0) return -1;
-        if (b->len[0] > 0) look_at_compute_roof(b, tr);
+        if (b->len[0] > 0 && !ctrl_c_pressed) look_at_compute_roof(b, tr);
     }
     /* Several thread counts take turns rep by rep (in the opposite order every other rep), so that
      * a slow phase of a shared machine falls on all of them alike. */
     for (int r = 0; r < b->reps && !ctrl_c_pressed; r++) {
         progress(b, "rep %d of %d", r + 1, b->reps);
+        int complete = 0; /* thread counts whose rep r ran whole */
         for (int i = 0; i < b->n_runs && !ctrl_c_pressed; i++) {
             ThreadRun* tr = &b->runs[r % 2 ? b->n_runs - 1 - i : i];
             b->t->kernels->set_threads(b->t->kernels, tr->threads);
-            if (measure_rep(b, tr, r) != 0) return -1;
+            const int m = measure_rep(b, tr, r);
+            if (m < 0) return -1;
+            complete += m == 0;
         }
-        if (!ctrl_c_pressed) b->reps_done = r + 1;
+        if (complete == b->n_runs) b->reps_done = r + 1;
     }
     if (ctrl_c_pressed) return 0;
     for (int k = 0; k < b->n_runs && b->len[0] > 0; k++) /* a second look, after the reps */
