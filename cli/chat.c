@@ -5,12 +5,14 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* The user's line, NUL-terminated (oom: it ran out of memory). */
@@ -354,13 +356,27 @@ static const char CHAT_HELP[] =
 enum { COMMAND_NONE, COMMAND_DONE, COMMAND_LEAVE, COMMAND_FAILED, COMMAND_MESSAGE };
 
 /* /read FILE: the file's text in place of the line (COMMAND_MESSAGE), or COMMAND_DONE after the
- * line that says why not. */
+ * line that says why not. A regular file only: standard input is where the chat reads its lines. */
 static int read_message(Str* line, const char* path) {
+    struct stat st;
+    if (stat(path, &st) != 0 || access(path, R_OK) != 0) {
+        fprintf(stderr, "chat: %s: cannot open: %s\n", path, strerror(errno));
+        return COMMAND_DONE;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        fprintf(stderr, "chat: %s: not a file; /read sends a file's text\n", path);
+        return COMMAND_DONE;
+    }
     size_t len;
     char* text = read_text(NULL, path, &len);
     if (text == NULL) return COMMAND_DONE;
     size_t n = strlen(text); /* a message is text: up to a NUL byte, if the file has one */
     while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == '\r')) n--; /* the file's last newline, as typed */
+    if (text[strspn(text, " \t\r\n\v\f")] == '\0') {
+        fprintf(stderr, "chat: %s has no text: nothing sent\n", path);
+        free(text);
+        return COMMAND_DONE;
+    }
     line->n = 0;
     sadd(line, text, n);
     sadd(line, "", 0);
@@ -614,7 +630,15 @@ static int chat_turn(Chat* c) {
 }
 
 enum { LINE_IS_MESSAGE, LINE_IS_DONE, LINE_LEAVES }; /* what a line read at the prompt asks for */
-#define TERMINAL_LINE 4095 /* Linux's canonical mode: a 4,096-byte buffer, the newline's byte kept free */
+/* The most of a typed line a terminal's canonical mode passes on (it drops the rest): Linux's
+ * 4,096-byte buffer less the newline's byte; elsewhere MAX_CANON, where the system defines it. */
+#if defined(__linux__)
+#define TERMINAL_LINE 4095
+#elif defined(MAX_CANON)
+#define TERMINAL_LINE (MAX_CANON - 1)
+#else
+#define TERMINAL_LINE 0 /* unknown: no check */
+#endif
 
 /* The prompt and the user's next line, into line. A Ctrl-C at the prompt drops what was typed and
  * says how to leave; a second one in a row leaves (*armed: the previous line was such a Ctrl-C).
@@ -648,9 +672,9 @@ static int chat_prompt(Chat* c, Input* in, Str* line, int* armed, int* status) {
         return LINE_LEAVES;
     }
     /* A terminal's line discipline keeps at most TERMINAL_LINE bytes of a typed line and drops the rest. */
-    if (c->terminal && line->n >= TERMINAL_LINE) {
-        fprintf(stderr, "chat: a terminal takes at most %d bytes of a typed line, so this one was cut there and "
-                "is not sent; /read FILE sends a longer text\n", TERMINAL_LINE);
+    if (c->terminal && TERMINAL_LINE > 0 && line->n >= TERMINAL_LINE) {
+        fprintf(stderr, "chat: a terminal takes at most %d bytes of a typed line, and this one reached that, so "
+                "it may have been cut: not sent; /read FILE sends a longer text\n", TERMINAL_LINE);
         return LINE_IS_DONE;
     }
     const int command = chat_command(c, line);

@@ -288,29 +288,38 @@ class ChatTurns(hf_model.TempDirTestCase):
                 want = self.tokenize('<|im_start|>user\n' + MESSAGES[0] + '<|im_end|>\n<|im_start|>assistant\n')
                 self.assertEqual([ids for _, ids in self.terminal_prompts(err)], [want], err)
 
+    @unittest.skipUnless(sys.platform.startswith('linux'), "the 4,095-byte line of Linux's terminals")
     def test_line_cut_by_the_terminal_is_not_sent(self):
         """A terminal keeps 4,095 bytes of a typed line and drops the rest: such a line is not sent
         (it says so and names /read), and the chat goes on."""
         status, _, err = self.chat_at_terminal(['-n', '4', '--verbose-prompt'], ['x' * 5000, MESSAGES[0]],
                                                echo=False)
         self.assertEqual(status, 0, err)
-        self.assertIn('chat: a terminal takes at most 4095 bytes of a typed line, so this one was cut there and is '
-                      'not sent; /read FILE sends a longer text', err)
+        self.assertIn('chat: a terminal takes at most 4095 bytes of a typed line, and this one reached that, so it '
+                      'may have been cut: not sent; /read FILE sends a longer text', err)
         want = self.tokenize('<|im_start|>user\n' + MESSAGES[0] + '<|im_end|>\n<|im_start|>assistant\n')
         self.assertEqual([ids for _, ids in self.terminal_prompts(err)], [want], err)
 
     def test_read_sends_a_file(self):
         """/read FILE: the file's text (its last newline dropped) is the message; a file that
-        cannot be read is named, and the chat goes on."""
+        cannot be read, one without text, and what is no file (a folder, standard input's "-")
+        are named and nothing is sent; the chat goes on."""
         path = os.path.join(self.tmp, 'message.txt')
         with open(path, 'w') as f:
             f.write(MESSAGES[0] + '\n')
         missing = os.path.join(self.tmp, 'no-such-message.txt')
+        blank = os.path.join(self.tmp, 'blank.txt')
+        with open(blank, 'w') as f:
+            f.write(' \n\n')
+        lines = ['/read ' + missing, '/read ' + blank, '/read ' + self.tmp, '/read -', '/read ' + path]
         p = subprocess.run([hf_model.RUN, self.ckpt, '-m', 'chat', '-t', '0', '-n', str(STEPS), '--verbose-prompt'],
-                           input='/read %s\n/read %s\n' % (missing, path), cwd=hf_model.ROOT, capture_output=True,
+                           input=''.join(l + '\n' for l in lines), cwd=hf_model.ROOT, capture_output=True,
                            text=True, errors='replace', timeout=120)
         self.assertEqual(p.returncode, 0, p.stderr)
-        self.assertIn('run: error: %s: cannot open: No such file or directory' % missing, p.stderr)
+        self.assertIn('chat: %s: cannot open: No such file or directory\n' % missing, p.stderr)
+        self.assertIn('chat: %s has no text: nothing sent\n' % blank, p.stderr)
+        self.assertIn('chat: %s: not a file; /read sends a file\'s text\n' % self.tmp, p.stderr)
+        self.assertIn('chat: -: ', p.stderr)
         turns = self.parse(p.stderr, 1)
         self.assertEqual(turns[0][0], self.tokenize('<|im_start|>user\n' + MESSAGES[0] +
                                                     '<|im_end|>\n<|im_start|>assistant\n'))
