@@ -1136,9 +1136,10 @@ def read_inputs(folder, dtype_name, group_size, tokenizer_dir):
     if wtype in DEFAULT_GROUP:
         gs = choose_group_size(c, group_size or DEFAULT_GROUP[wtype], wtype)
         if wtype == WEIGHT_Q8 and gs % 32:
+            default = choose_group_size(c, DEFAULT_GROUP[wtype], wtype)
             warn(f"q8 groups of {gs}: the engine's SIMD products take groups of a multiple of 32, so this "
                  "file's run on its scalar reference, tens of times slower"
-                 + ("; without --group-size the default is 64 where the widths allow it" if group_size else ""))
+                 + (f"; without --group-size they are {default}" if group_size and default % 32 == 0 else ""))
 
     tok = tokenizer_section(os.path.join(tok_dir, "tokenizer.json"),
                             os.path.join(tok_dir, "tokenizer_config.json"), c["vocab_size"])
@@ -1268,7 +1269,8 @@ def c_quantizer(args):
     """The ./run beside this script, for --dtype q8 / q4: it quantises the matrices as export()
     streams them (`-m quantize --stream`), the same bytes as the Python path, many times faster.
     None after saying why the Python path runs instead: --no-fast-quantize, or ./run not built, not
-    starting, or built before --stream."""
+    starting, or built before --stream; None without a word for q4 with a --group-size, which
+    export() refuses."""
     run = os.path.join(os.path.dirname(os.path.abspath(__file__)), "run")
     why = None
     if args.no_fast_quantize:

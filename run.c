@@ -102,7 +102,8 @@ static const OptionSpec OPTIONS[] = {
      "largest |q.k|/sqrt(d), as JSON lines (tools/plot_norms.py draws them)"},
     {"-f", "--file", "PATH", GENERATE | EVAL | TOKENIZE,
      "the text from a file, - for standard input: generate's prompt (not echoed),\n"
-     "eval's text to score, tokenize's text (their default: -i, else standard input)"},
+     "eval's text to score, tokenize's text (eval's and tokenize's default: -i, else\n"
+     "standard input)"},
     {NULL, "--json", NULL, BENCH | EVAL, "bench and eval mode: JSON lines"},
     {NULL, "--bench-prompt", "N", BENCH, "bench mode: prefill tokens (default 512, or what fits the context)"},
     {NULL, "--bench-gen", "N", BENCH, "bench mode: decode tokens (default 128, or what fits the context)"},
@@ -411,7 +412,7 @@ static void check_combinations(const Options* o) {
     if (o->prompt_ids && !(o->mode & (GENERATE | EVAL)))
         die(2, "--prompt-ids is for generate mode and eval mode, not -m %s", o->mode_name);
     for (const char** f = (const char*[]){"--dump-logits", "--norms-json", NULL}; *f; f++)
-        if (given(o, *f) && same_file(given(o, *f), o->checkpoint))
+        if (given(o, *f) && (OPTIONS[find_option(*f)].modes & o->mode) && same_file(given(o, *f), o->checkpoint))
             die(2, "%s: is the checkpoint; %s would write over it: give another file", given(o, *f), *f);
     if ((o->mode & (GENERATE | EVAL | TOKENIZE)) &&
         (o->prompt != NULL) + (o->prompt_ids != NULL) + (given(o, "--file") != NULL) > 1)
@@ -776,6 +777,12 @@ static int read_as_needed(const Options* o) {
     return 1;
 }
 
+/* Every matrix's input width a multiple of 32: q8 could be exported in groups the SIMD products take. */
+static int widths_take_groups_of_32(const Config* c) {
+    return c->dim % 32 == 0 && c->hidden_dim % 32 == 0 && (c->n_heads * c->head_dim) % 32 == 0 &&
+           (c->n_experts == 0 || c->moe_hidden_dim % 32 == 0);
+}
+
 int main(int argc, char** argv) {
     if (quantize_requested(argc, argv)) return quantize_main(argc, argv); /* its own options: quantize.h */
     Options o;
@@ -800,8 +807,8 @@ int main(int argc, char** argv) {
     if (o.mode != TOKENIZE && t.config.weight_type == WEIGHT_Q8 && t.config.group_size % 32 &&
         strcmp(t.kernels->name, "reference") != 0)
         fprintf(stderr, "run: note: q8 groups of %d: the SIMD products take groups of a multiple of 32, so this "
-                "model's run on the scalar reference, tens of times slower (export with the default group size)\n",
-                t.config.group_size);
+                "model's run on the scalar reference, tens of times slower%s\n", t.config.group_size,
+                widths_take_groups_of_32(&t.config) ? " (export with the default group size)" : "");
     if (topt.bf16_activations && !t.kernels->bf16_activations)
         fprintf(stderr, "run: note: --bf16-activations ignored: this build has no bf16 dot product (AVX-512 BF16)\n");
     Tokenizer* tok = tokenizer_new(t.tokenizer_data, t.tokenizer_bytes, err, sizeof err);

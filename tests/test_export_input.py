@@ -534,8 +534,9 @@ class ProgressLine(unittest.TestCase):
             export.progress(3 << 20, 100 << 20, time.time(), 'model.embed_tokens.weight')
             raise exc
         err = self.Terminal()
+        # main() sets a SIGTERM handler: not in this process's test runner
         with unittest.mock.patch.object(export, 'export', interrupted_export), \
-                unittest.mock.patch.object(sys, 'stderr', err):
+                unittest.mock.patch.object(sys, 'stderr', err), unittest.mock.patch.object(export.signal, 'signal'):
             status = export.main(['in', 'out.bin', '--dtype', 'bf16'])
         return status, err.getvalue()
 
