@@ -3,8 +3,8 @@ the table it makes from their output. llama.cpp is not built in a test (npm and 
 compiling), so a stand-in `lbench` prints llama-bench-style lines with known figures and records
 its arguments; the engine is the real ./run on the shipped model. Checked: each round runs lbench
 per thread count with the model, prompt, gen and reps asked for, then ./run's bench with the same;
-the table's ratio is this engine's median tok/s (read here from the logged JSON) / lbench's
-figure, per round; before each format both files are dropped from the page cache (not with
+the table's ratio is this engine's median tok/s (read here from the logged JSON) / the median of
+lbench's reps, per round; before each format both files are dropped from the page cache (not with
 --keep-pages; the drop does empty a file's cache, by mincore()) and tools/page_read.c streams the
 GGUF and the checkpoint, and the table ends with their GB/s per round (as the log has them, marked
 when read back afresh); --table reads a log again; a checkpoint the engine cannot read is exported
@@ -28,8 +28,9 @@ TOOL = os.path.join(ROOT, "tools", "llama_cpp", "compare.py")
 RUN = os.environ.get("QWEN3_RUN") or os.path.join(ROOT, "run")  # run_tests.py: this build's engine
 MODEL = os.path.join(ROOT, "models", "tinystories.bin")
 
-# lbench stand-in: prefill 100 x threads, decode 10 x threads tok/s (" @ dDEPTH" after the test's
-# name with a sixth argument, as lbench prints); appends its argv to CALLS.
+# lbench stand-in: reps of prefill 100, 100, 40 x threads, decode 10, 10, 4 x threads tok/s (the
+# median 100 and 10 x threads, the mean it prints first 80 and 8; " @ dDEPTH" after the test's name
+# with a sixth argument, as lbench prints); appends its argv to CALLS.
 FAKE_LBENCH = """#!{python}
 import sys
 model, t, npr, ng, reps = sys.argv[1:6]
@@ -37,13 +38,14 @@ at = f" @ d{{sys.argv[6]}}" if len(sys.argv) > 6 else ""
 with open({calls!r}, "a") as f:
     f.write(" ".join(sys.argv[1:]) + "\\n")
 t = int(t)
-print(f"pp{{npr}}{{at}} {{t}} t: {{100.0 * t:8.2f}} ± {{1.0:6.2f}} tok/s  [{{100.0 * t:.2f}}]")
-print(f"tg{{ng}}{{at}} {{t}} t: {{10.0 * t:8.2f}} ± {{0.5:6.2f}} tok/s  [{{10.0 * t:.2f}}]")
+print(f"pp{{npr}}{{at}} {{t}} t: {{80.0 * t:8.2f}} ± {{1.0:6.2f}} tok/s  [{{100.0 * t:.2f}}, {{40.0 * t:.2f}}, {{100.0 * t:.2f}}]")
+print(f"tg{{ng}}{{at}} {{t}} t: {{8.0 * t:8.2f}} ± {{0.5:6.2f}} tok/s  [{{10.0 * t:.2f}}, {{10.0 * t:.2f}}, {{4.0 * t:.2f}}]")
 """
 
 # upstream llama-bench stand-in (-m GGUF -t T -p N -n N -r R -o jsonl [-d D] [--progress]): one JSON
-# line per test with its average tok/s, prefill 200 x threads, decode 20 x threads, and with
-# --progress a line on standard error first; argv to CALLS.
+# line per test with its reps' tok/s (samples_ts; median prefill 200 x threads, decode 20 x threads)
+# and their mean (avg_ts, lower), its cache type f16, and with --progress a line on standard error
+# first; argv to CALLS.
 FAKE_UPSTREAM = """#!{python}
 import json, sys
 a = sys.argv[1:]
@@ -55,7 +57,8 @@ if "--progress" in a:
 opt = dict(zip(a[0::2], a[1::2]))
 t, d = int(opt["-t"]), int(opt.get("-d", 0))
 for n_prompt, n_gen, rate in ((int(opt["-p"]), 0, 200.0), (0, int(opt["-n"]), 20.0)):
-    print(json.dumps({{"n_prompt": n_prompt, "n_gen": n_gen, "n_depth": d, "n_threads": t, "avg_ts": rate * t}}))
+    print(json.dumps({{"n_prompt": n_prompt, "n_gen": n_gen, "n_depth": d, "n_threads": t, "type_k": "f16",
+                      "type_v": "f16", "avg_ts": 0.75 * rate * t, "samples_ts": [rate * t, 0.25 * rate * t, rate * t]}}))
 """
 
 
@@ -180,8 +183,9 @@ class CompareTool(unittest.TestCase):
 
     def test_upstream_llama_bench_and_size(self):
         """--llama-bench runs upstream's llama-bench with its own options, -o jsonl, --llama-args
-        and --progress (its lines reach the terminal), and the table takes its avg_ts; --size picks
-        the files of that shape (qwen3-SIZE-*)."""
+        and --progress (its lines reach the terminal), and the table takes the median of its
+        samples_ts (as this engine's figure is its median), and says both programs' KV caches;
+        --size picks the files of that shape (qwen3-SIZE-*)."""
         os.symlink(MODEL, os.path.join(self.dir, "qwen3-1.7b-q8.bin"))
         gguf = os.path.join(self.dir, "qwen3-1.7b-q8_0.gguf")
         shutil.copy(os.path.join(self.dir, "qwen3-0.6b-q8_0.gguf"), gguf)
@@ -205,6 +209,7 @@ class CompareTool(unittest.TestCase):
             if len(cells) == 9 and cells[0] == "q8":
                 llama[(cells[2], int(cells[1]))] = cells[3]
         self.assertEqual(llama, {("pp8", 1): "200.0", ("pp8", 2): "400.0", ("tg4", 1): "20.0", ("tg4", 2): "40.0"})
+        self.assertIn("\nKV cache: this engine f32; llama.cpp f16/f16\n", p.stdout)
 
     def test_keep_pages(self):
         """--keep-pages: no drop, no mark; the page reads are still made and shown."""
@@ -280,7 +285,33 @@ class CompareTool(unittest.TestCase):
         p = self.tool("--lbench", self.lbench, "--dir", self.dir, "--formats", "q8", "--llama-args", "-fa on")
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("--llama-args are llama-bench's options: give --llama-bench too", p.stderr)
+        p = self.tool("--lbench", self.lbench, "--formats", "")
+        self.assertEqual(p.stderr.strip(), "compare.py: --formats '': no format (give some of q8, q4, bf16, f32)")
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        p = self.tool("--lbench", self.lbench, "--dir", self.dir, "--formats", "q8", "--threads", "1,%d" % (cpus + 1))
+        self.assertEqual(p.stderr.strip(), "compare.py: --threads %d: this process may use %d CPU%s (this engine "
+                         "would run fewer threads than llama.cpp)" % (cpus + 1, cpus, "s" if cpus > 1 else ""))
+        p = self.tool("--llama-bench", MODEL, "--dir", self.dir, "--formats", "q8")
+        self.assertIn("not an executable file; --llama-bench is llama.cpp's llama-bench program", p.stderr)
         self.assertFalse(os.path.exists(self.calls))
+        not_a_log = os.path.join(self.dir, "other.log")
+        with open(not_a_log, "w") as f:
+            f.write("== round 1 q8 engine\nsomething else\n")
+        p = self.tool("--table", not_a_log, "--formats", "q8")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("other.log: no result of both programs for q8", p.stderr)
+
+    def test_a_program_without_results(self):
+        """A llama.cpp that prints no result (here `true`) leaves its rows unpaired: the table
+        has none of them, and compare.py names them and exits non-zero."""
+        silent = os.path.join(self.dir, "silent")
+        with open(silent, "w") as f:
+            f.write("#!/bin/sh\nexit 0\n")
+        os.chmod(silent, 0o755)
+        p = self.tool("--lbench", silent, "--dir", self.dir, "--formats", "q8", "--threads", "1", "--rounds", "1",
+                      "--prompt", "8", "--gen", "4", "--reps", "1", "--log", os.path.join(self.dir, "log.txt"))
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("compare.py: no result of both programs for q8 with 1 thread (their output: ", p.stderr)
 
 
 class NothingToCompare(unittest.TestCase):

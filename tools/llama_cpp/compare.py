@@ -19,14 +19,15 @@ thread; under the table), llama.cpp's `lbench GGUF T PROMPT GEN REPS`
 for each thread count T, then
 `./run MODEL -m bench --threads 1,2 ... --json`, one after the other, so both meet the machine of
 the same minutes; a shared machine changes speed from minute to minute, so the table keeps each
-round's figures apart instead of pooling them. llama.cpp's figure is its mean over the reps (what
-llama-bench prints), this engine's its median; the ratio is this engine / llama.cpp in that round;
+round's figures apart instead of pooling them. Each program's figure is the median of its reps
+(llama-bench's samples_ts, lbench's list of reps; the mean where a log has no reps), so that a slow
+rep moves neither side; the ratio is this engine / llama.cpp in that round;
 the roof is this engine's paired memory read (bench.c), "own read" the same against a streaming
 read of its checkpoint's own pages, "compute" prefill against the compute roof (older logs may
 have neither).
 
 --llama-bench PATH runs upstream llama.cpp's own `llama-bench -m GGUF -t T -p PROMPT -n GEN -r REPS
--o jsonl ... --progress` instead of lbench (its avg_ts is the figure; --progress shows on the
+-o jsonl ... --progress` instead of lbench (the median of its samples_ts; --progress shows on the
 terminal when its untimed depth fill ends and the timed runs begin), for a build of an upstream checkout
 (tools/llama_cpp/build_upstream.sh). --size picks the model shape (0.6b, 1.7b, 4b, 8b, 14b,
 30b-a3b), --layers N cuts it to N layers (30b-a3b's two q8 files fit in 24 GB of page cache at 12).
@@ -53,7 +54,7 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 import bench_models  # noqa: E402  (the checkpoints, as `make bench` writes them)
 from make_random_gguf import drop_from_page_cache  # noqa: E402
 GGUF_TYPE = {"q8": "q8_0", "q4": "q4_0", "bf16": "bf16", "f32": "f32"}
-LBENCH_LINE = re.compile(r"^(pp|tg)(\d+)( @ d\d+)? (\d+) t:\s+([\d.]+) ±\s+([\d.]+)")
+LBENCH_LINE = re.compile(r"^(pp|tg)(\d+)( @ d\d+)? (\d+) t:\s+([\d.]+) ±\s+([\d.]+) tok/s(?:\s+\[([\d., ]*)\])?")
 MARK = re.compile(r"^== round (\d+) (\S+) (llama|engine|pages|fresh)")
 PAGES_LINE = re.compile(r"^(\S+): [\d.]+ MB, ([\d.]+) GB/s")
 PAGE_READ = os.path.join(ROOT, "build", "page_read")
@@ -89,6 +90,12 @@ def fresh_pages(paths):
 
 def fail(msg):
     sys.exit(f"compare.py: {msg}")
+
+
+def median(values):
+    v = sorted(values)
+    n = len(v)
+    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
 
 
 def prepare(a, formats):
@@ -191,21 +198,34 @@ def read_log(path):
             m = LBENCH_LINE.match(line)
             if m and who == "llama":
                 cell = rows.setdefault((fmt, m[1] + m[2] + (m[3] or ""), int(m[4])), {}).setdefault(r, {})
-                cell["llama"] = float(m[5])
+                reps = [float(x) for x in (m[7] or "").split(",") if x.strip()]
+                cell["llama"] = median(reps) if reps else float(m[5])
             elif line.startswith("{") and who == "llama":  # upstream llama-bench -o jsonl
                 j = json.loads(line)
                 test = (f"pp{j['n_prompt']}" if j["n_gen"] == 0 else f"tg{j['n_gen']}") + \
                     (f" @ d{j['n_depth']}" if j.get("n_depth") else "")
-                rows.setdefault((fmt, test, j["n_threads"]), {}).setdefault(r, {})["llama"] = j["avg_ts"]
+                cell = rows.setdefault((fmt, test, j["n_threads"]), {}).setdefault(r, {})
+                cell["llama"] = median(j["samples_ts"]) if j.get("samples_ts") else j["avg_ts"]
+                if "type_k" in j:
+                    rows.setdefault(("cache", "llama.cpp"), set()).add(f"{j['type_k']}/{j.get('type_v', '?')}")
             elif line.startswith("{") and who == "engine":
                 j = json.loads(line)
                 test = j["test"] + (f" @ d{j['depth']}" if j.get("depth") else "")
                 cell = rows.setdefault((fmt, test, j["threads"]), {}).setdefault(r, {})
                 cell["engine"] = j["tokens_per_s"]
+                if j.get("kv_cache"):
+                    rows.setdefault(("cache", "this engine"), set()).add(j["kv_cache"])
                 cell["roof"] = j.get("roof_pct")
                 cell["own"] = j.get("roof_pct_weights")
                 cell["compute"] = j.get("compute_roof_pct")
     return rows
+
+
+def unpaired(rows, formats, threads):
+    """The (format, threads) asked for that no test of the log has from both programs, in order."""
+    paired = {(k[0], k[2]) for k in rows if k[0] not in ("pages", "fresh", "cache")
+              and any({"llama", "engine"} <= set(c) for c in rows[k].values())}
+    return [(f, t) for f in formats for t in threads if (f, t) not in paired]
 
 
 def table(rows, formats=None):
@@ -217,7 +237,8 @@ def table(rows, formats=None):
     lowest = {}
     pages = {k[1]: rows[k] for k in rows if k[0] == "pages"}
     fresh = {k[1]: rows[k] for k in rows if k[0] == "fresh"}
-    for key in sorted((k for k in rows if k[0] not in ("pages", "fresh")),
+    caches = {k[1]: rows[k] for k in rows if k[0] == "cache"}
+    for key in sorted((k for k in rows if k[0] not in ("pages", "fresh", "cache")),
                       key=lambda k: (order.get(k[0], len(order)), k[0], k[2], k[1])):
         fmt, test, t = key
         rounds = [rows[key][r] for r in sorted(rows[key]) if {"llama", "engine"} <= set(rows[key][r])]
@@ -237,6 +258,9 @@ def table(rows, formats=None):
     for kind, name in (("pp", "prefill"), ("tg", "decode")):
         if kind in lowest:
             lines.append(f"lowest {name} ratio (this engine / llama.cpp): {lowest[kind]:.2f}")
+    if caches:
+        lines.append("KV cache: " + "; ".join(f"{who} {', '.join(sorted(caches[who]))}" for who in
+                                              ("this engine", "llama.cpp") if who in caches))
     cells = {f: [f"{v[0]:.1f} / {v[1]:.1f}" + ("*" if r in fresh.get(f, ()) else "")
                  for r, v in sorted(pages[f].items()) if len(v) == 2] for f in pages}
     shown = [f for f in sorted(pages, key=lambda f: order.get(f, len(order)))
@@ -287,24 +311,35 @@ def main():
     ap.add_argument("--table", metavar="LOG", help="only print the table of an earlier run's log")
     a = ap.parse_args()
 
-    formats = [f for f in a.formats.split(",") if f]
+    formats = list(dict.fromkeys(f for f in a.formats.split(",") if f))  # each once, in order
+    if not formats:
+        fail(f"--formats {a.formats!r}: no format (give some of {', '.join(GGUF_TYPE)})")
     bad = [f for f in formats if f not in GGUF_TYPE]
     if bad:
         fail(f"unknown format {bad[0]!r} (the formats are {', '.join(GGUF_TYPE)})")
     if a.table:
         if not os.path.exists(a.table):
             fail(f"{a.table}: no such log")
-        print(table(read_log(a.table), formats))
+        rows = read_log(a.table)
+        counts = sorted({k[2] for k in rows if k[0] in GGUF_TYPE})
+        if len(unpaired(rows, formats, counts)) == len(formats) * len(counts):  # nothing paired
+            fail(f"{a.table}: no result of both programs for {', '.join(formats)} (not a compare.py log?)")
+        print(table(rows, formats))
         return
     try:
-        threads = [int(t) for t in a.threads.split(",")]
+        threads = list(dict.fromkeys(int(t) for t in a.threads.split(",")))
     except ValueError:
         fail(f"--threads {a.threads!r}: a list of thread counts such as 1,2")
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if threads and max(threads) > cpus:
+        fail(f"--threads {max(threads)}: this process may use {cpus} CPU{'s' if cpus > 1 else ''} (this engine "
+             "would run fewer threads than llama.cpp)")
     if a.rounds < 1 or a.prompt < 1 or a.gen < 1 or a.reps < 1 or min(threads) < 1 or a.depth < 0 \
             or (a.layers is not None and a.layers < 1):
         fail("--rounds, --prompt, --gen, --reps, --threads and --layers must be positive, --depth not negative")
-    if a.llama_bench and not os.access(a.llama_bench, os.X_OK):
-        fail(f"{a.llama_bench}: no llama-bench there")
+    if a.llama_bench and not (os.path.isfile(a.llama_bench) and os.access(a.llama_bench, os.X_OK)):
+        fail(f"{a.llama_bench}: " + ("not an executable file; --llama-bench is llama.cpp's llama-bench program"
+                                     if os.path.exists(a.llama_bench) else "no llama-bench there"))
     if a.llama_args and not a.llama_bench:
         fail("--llama-args are llama-bench's options: give --llama-bench too")
     if not a.llama_bench and not os.access(a.lbench, os.X_OK):
@@ -322,7 +357,12 @@ def main():
             print(table(read_log(log), formats))
         fail(f"interrupted; the table above has what was measured (raw output in {log})")
     print(f"compare.py: raw output in {log}", file=sys.stderr)
-    print(table(read_log(log), formats))
+    rows = read_log(log)
+    print(table(rows, formats))
+    missing = unpaired(rows, formats, threads)
+    if missing:
+        fail("no result of both programs for " + ", ".join(f"{f} with {t} thread{'s' if t > 1 else ''}"
+                                                           for f, t in missing) + f" (their output: {log})")
 
 
 if __name__ == "__main__":
