@@ -277,6 +277,8 @@ static void set_threads(Options* o, const char* name, const char* value) {
         if (v < 1 || v > 1024 || b->n_threads == BENCH_MAX_THREAD_COUNTS || (*end != '\0' && *end != ','))
             die(2, "%s must be a number in 1..1024 (bench mode: or a list of up to %d, e.g. 1,2), got '%s'", name,
                 BENCH_MAX_THREAD_COUNTS, value);
+        for (int k = 0; k < b->n_threads; k++)
+            if (b->threads[k] == v) die(2, "%s %s: %ld is there twice", name, value, v);
         b->threads[b->n_threads++] = (int)v;
         if (v > o->threads) o->threads = (int)v;
         if (*end == '\0') return;
@@ -320,7 +322,7 @@ static void set_option(Options* o, const char* opt, const char* name, const char
                               (parse_choice(name, value, "rmsnorm", "layernorm") ? NORM_VARIANT_CENTER : 0);
     else if (streq(opt, "--bench-prompt")) o->bench.len[0] = (int)parse_int(name, value, 0, 1000000);
     else if (streq(opt, "--bench-gen")) o->bench.len[1] = (int)parse_int(name, value, 0, 1000000);
-    else if (streq(opt, "--bench-reps")) o->bench.reps = (int)parse_int(name, value, 0, 1000000);
+    else if (streq(opt, "--bench-reps")) o->bench.reps = (int)parse_int(name, value, 1, 1000000);
     else if (streq(opt, "--bench-depth")) o->bench.depth = (int)parse_int(name, value, 0, 1000000);
 }
 
@@ -418,7 +420,6 @@ static void check_combinations(const Options* o) {
         (o->prompt != NULL) + (o->prompt_ids != NULL) + (given(o, "--file") != NULL) > 1)
         die(2, "-m %s takes one text: give one of -i%s", o->mode_name,
             o->mode == TOKENIZE ? " and --file" : ", --file and --prompt-ids");
-    if (o->mode == BENCH && o->bench.reps < 1) die(2, "--bench-reps must be at least 1, got %d", o->bench.reps);
     if (o->mode == BENCH && o->bench.len[0] <= 0 && o->bench.len[1] <= 0)
         die(2, "nothing to measure: --bench-prompt and --bench-gen are both 0");
 }
@@ -682,10 +683,19 @@ static void clamp_threads(Options* o) {
     if (o->threads <= 0 || sched_getaffinity(0, sizeof set, &set) != 0) return;
     const int cpus = CPU_COUNT(&set);
     if (cpus < 1 || o->threads <= cpus) return;
-    if (o->bench.n_threads > 1)
-        fprintf(stderr, "run: note: --threads %s: counts above the %d CPU%s this process may run on are run with %d\n",
-                given(o, "--threads"), cpus, cpus == 1 ? "" : "s", cpus);
-    else
+    if (o->bench.n_threads > 1) {
+        fprintf(stderr, "run: note: --threads %s: counts above the %d CPU%s this process may run on are run with %d, "
+                "once\n", given(o, "--threads"), cpus, cpus == 1 ? "" : "s", cpus);
+        BenchOptions* b = &o->bench; /* each count once: those above cpus become cpus */
+        int n = 0;
+        for (int k = 0; k < b->n_threads; k++) {
+            const int t = b->threads[k] > cpus ? cpus : b->threads[k];
+            int seen = 0;
+            for (int j = 0; j < n; j++) seen |= b->threads[j] == t;
+            if (!seen) b->threads[n++] = t;
+        }
+        b->n_threads = n;
+    } else
         fprintf(stderr, "run: note: --threads %d is more than the %d CPU%s this process may run on; using %d\n",
                 o->threads, cpus, cpus == 1 ? "" : "s", cpus);
     o->threads = cpus;

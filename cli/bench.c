@@ -607,6 +607,23 @@ static void print_comparisons(const Bench* b) {
     }
 }
 
+/* A note for each test whose threads got less than SHARE_LOW of their CPU time: other processes
+ * took the cores (then its figures, and the roofs measured beside them, understate the code), or
+ * its threads sat idle (a model too small to split over them). */
+#define SHARE_LOW 0.9
+static void note_low_shares(const Bench* b, FILE* f) {
+    for (int k = 0; k < b->n_runs; k++)
+        for (int test = 0; test < 2; test++) {
+            if (b->len[test] <= 0) continue;
+            const TestRow row = test_row(b, &b->runs[k], test);
+            if (!isnan(row.share) && row.share < SHARE_LOW)
+                fprintf(f, "bench: note: %s%d with %d thread%s got %.0f%% of its threads' CPU time: other processes "
+                        "took the cores (its figures understate the code), or its threads sat idle\n",
+                        TEST_NAME[test], b->len[test],
+                        b->runs[k].threads, b->runs[k].threads == 1 ? "" : "s", 100 * row.share);
+        }
+}
+
 static void print_results(Bench* b) {
     count_per_token(b);
     /* Read once, after the timed reps: one pass over /proc/self/smaps (milliseconds). */
@@ -619,6 +636,7 @@ static void print_results(Bench* b) {
             else print_table_row(b, &b->runs[k], test);
         }
     if (!b->json) print_comparisons(b);
+    note_low_shares(b, b->json ? stderr : stdout);
     fflush(stdout);
 }
 

@@ -427,6 +427,25 @@ class BenchMode(unittest.TestCase):
         else:  # a slow start: the signal came after the first rep
             self.assertIn("bench: interrupted after", stderr)
 
+    def test_note_when_the_cores_were_taken(self):
+        """A busy loop on the bench's one CPU leaves it about half the CPU time: a note says so
+        under the table (its cpu share is below 90%)."""
+        if not hasattr(os, "sched_setaffinity"):
+            self.skipTest("no sched_setaffinity: cannot put both on one CPU")
+        cpu = min(os.sched_getaffinity(0))
+        pin = lambda: os.sched_setaffinity(0, {cpu})  # noqa: E731
+        hog = subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=pin)
+        try:
+            p = subprocess.run([RUN, MODEL, "-m", "bench", "--threads", "1", "--bench-prompt", "0", "--bench-gen",
+                                "128", "--bench-reps", "12"], capture_output=True, text=True, timeout=300,
+                               preexec_fn=pin)
+        finally:
+            hog.kill()
+            hog.wait()
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertRegex(p.stdout, r"bench: note: tg128 with 1 thread got \d+% of its threads' CPU time: other "
+                                   r"processes took the cores")
+
     def test_bad_thread_lists(self):
         for value in ("1,,2", "0", "1,2,", "-1", "a", "2000", ",".join(["1"] * 17)):
             p = run("-m", "bench", "--threads", value, "--bench-gen", "1", "--bench-prompt", "1")
@@ -435,6 +454,19 @@ class BenchMode(unittest.TestCase):
         p = run("--threads", "1,2", "-n", "1")
         self.assertEqual(p.returncode, 2, p.stderr)
         self.assertIn("only in bench mode", p.stderr)
+        p = run("-m", "bench", "--threads", "2,1,2")
+        self.assertEqual((p.returncode, p.stderr), (2, "run: error: --threads 2,1,2: 2 is there twice\n"))
+
+    def test_counts_above_the_cpus_run_once(self):
+        """Counts above the CPUs this process may use run with that many, once: no two rows of one
+        count."""
+        cpus = usable_cpus()
+        p = run("-m", "bench", "--threads", "1,%d,%d" % (cpus + 1, cpus + 2), "--bench-prompt", "4", "--bench-gen",
+                "2", "--bench-reps", "1", "--json")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("counts above the %d CPU" % cpus, p.stderr)
+        rows = [(r["test"], r["threads"]) for r in map(json.loads, p.stdout.splitlines())]
+        self.assertEqual(rows, [("pp4", 1), ("tg2", 1)] + ([("pp4", cpus), ("tg2", cpus)] if cpus > 1 else []))
 
     def test_context_too_short(self):
         p = run("-m", "bench", "-c", "16", "--bench-prompt", "32", "--bench-gen", "4")
@@ -496,7 +528,7 @@ class BenchMode(unittest.TestCase):
         """Zero reps or zero tokens of both tests measure nothing (they printed an empty table, or
         ran one rep where none was asked); a depth beyond the model's maximum context is not
         fixed by the -c the usual message suggests."""
-        for args, says, status in ((("--bench-reps", "0"), "--bench-reps must be at least 1", 2),
+        for args, says, status in ((("--bench-reps", "0"), "--bench-reps must be in [1, 1000000], got 0", 2),
                                    (("--bench-prompt", "0", "--bench-gen", "0"), "nothing to measure", 2),
                                    (("--bench-depth", "100000"), "more than the model's", 1)):
             p = run("-m", "bench", "--bench-prompt", "4", "--bench-gen", "2", *args)
@@ -508,7 +540,7 @@ class BenchMode(unittest.TestCase):
     def test_options_checked_before_the_model_loads(self):
         """Options that measure nothing are refused at once, before a (possibly large, possibly
         missing) model is read: the message names the option, not the file."""
-        for args, says in ((("--bench-reps", "0"), "--bench-reps must be at least 1, got 0"),
+        for args, says in ((("--bench-reps", "0"), "--bench-reps must be in [1, 1000000], got 0"),
                            (("--bench-prompt", "0", "--bench-gen", "0"),
                             "nothing to measure: --bench-prompt and --bench-gen are both 0")):
             p = subprocess.run([RUN, "/nonexistent/model.bin", "-m", "bench", *args], capture_output=True,
