@@ -351,6 +351,7 @@ static const char CHAT_HELP[] =
     "  /system TEXT     set the system prompt (/system alone shows it)\n"
     "  /save FILE       write the conversation to FILE as JSON: [{\"role\": ..., \"content\": ...}]\n"
     "  /read FILE       send the text of FILE as your message (longer than a terminal takes in a line)\n"
+    "A message of several lines: start it with \"\"\" and end it with \"\"\" (a paste between two such lines).\n"
     "Ctrl-C while an answer streams stops it; what was written stays in the conversation.\n";
 
 enum { COMMAND_NONE, COMMAND_DONE, COMMAND_LEAVE, COMMAND_FAILED, COMMAND_MESSAGE };
@@ -643,6 +644,70 @@ enum { LINE_IS_MESSAGE, LINE_IS_DONE, LINE_LEAVES }; /* what a line read at the 
 /* The prompt and the user's next line, into line. A Ctrl-C at the prompt drops what was typed and
  * says how to leave; a second one in a row leaves (*armed: the previous line was such a Ctrl-C).
  * From a pipe a Ctrl-C ends the chat with status 130 (*status). */
+/* Whether a line typed at a terminal may have lost its end there (TERMINAL_LINE), said if so. */
+static int cut_by_the_terminal(const Chat* c, const Str* line) {
+    if (!c->terminal || TERMINAL_LINE <= 0 || line->n < TERMINAL_LINE) return 0;
+    fprintf(stderr, "chat: a terminal takes at most %d bytes of a typed line, and this one reached that, so "
+            "it may have been cut: not sent; /read FILE sends a longer text\n", TERMINAL_LINE);
+    return 1;
+}
+
+/* Adds part (n bytes) to msg as its next line: a newline before every line but the first. */
+static void add_line(Str* msg, int* lines, const char* part, size_t n) {
+    if ((*lines)++) sadd(msg, "\n", 1);
+    sadd(msg, part, n);
+}
+
+static int ends_with_quotes(const char* s, size_t n) { return n >= 3 && memcmp(s + n - 3, "\"\"\"", 3) == 0; }
+
+/* A message of several lines, from a line that starts with three quotes to one that ends with
+ * them (as Ollama takes them): the lines between joined with newlines, with the text after the
+ * opening quotes and before the closing ones. line holds the opening line and receives the
+ * message. A Ctrl-C drops it (from a pipe it ends the chat), as does an end of input inside it. */
+static int read_block(Chat* c, Input* in, Str* line, int* status) {
+    Str msg = {0}, next = {0};
+    int lines = 0, closed = 0, r = LINE_IS_MESSAGE;
+    const char* first = line->p + 3;
+    const size_t first_n = line->n - 3;
+    closed = first_n >= 3 && ends_with_quotes(first, first_n);
+    if (closed || first_n > 0) add_line(&msg, &lines, first, closed ? first_n - 3 : first_n);
+    while (!closed) {
+        if (c->terminal) {
+            fputs("... ", stderr);
+            fflush(stderr);
+        }
+        const int got = input_line(in, &next);
+        if (got == LINE_INTERRUPTED) {
+            if (c->terminal) fputs("\nchat: the message is dropped\n", stderr);
+            else *status = 130;
+            r = c->terminal ? LINE_IS_DONE : LINE_LEAVES;
+            break;
+        }
+        if (got == LINE_EOF || got == LINE_ERROR) {
+            fprintf(stderr, "%schat: the input ended inside a \"\"\" message: not sent\n", c->terminal ? "\n" : "");
+            if (got == LINE_ERROR || !c->terminal) *status = 1;
+            r = LINE_LEAVES;
+            break;
+        }
+        if (cut_by_the_terminal(c, &next)) {
+            r = LINE_IS_DONE;
+            break;
+        }
+        closed = ends_with_quotes(next.p, next.n);
+        if (!closed || next.n > 3) add_line(&msg, &lines, next.p, closed ? next.n - 3 : next.n);
+    }
+    free(next.p);
+    if (msg.oom) r = out_of_memory(LINE_LEAVES), *status = 1;
+    if (r == LINE_IS_MESSAGE) {
+        free(line->p);
+        *line = msg;
+        if (line->p == NULL) sadd(line, "", 0);
+        return line->p[strspn(line->p, " \t\r\n\v\f")] ? LINE_IS_MESSAGE : LINE_IS_DONE;
+    }
+    free(msg.p);
+    return r;
+}
+
 static int chat_prompt(Chat* c, Input* in, Str* line, int* armed, int* status) {
     if (c->terminal) {
         fputs(c->answered ? "\n> " : "> ", stderr); /* a blank line after an answer */
@@ -671,12 +736,8 @@ static int chat_prompt(Chat* c, Input* in, Str* line, int* armed, int* status) {
         *status = 1;
         return LINE_LEAVES;
     }
-    /* A terminal's line discipline keeps at most TERMINAL_LINE bytes of a typed line and drops the rest. */
-    if (c->terminal && TERMINAL_LINE > 0 && line->n >= TERMINAL_LINE) {
-        fprintf(stderr, "chat: a terminal takes at most %d bytes of a typed line, and this one reached that, so "
-                "it may have been cut: not sent; /read FILE sends a longer text\n", TERMINAL_LINE);
-        return LINE_IS_DONE;
-    }
+    if (cut_by_the_terminal(c, line)) return LINE_IS_DONE;
+    if (strncmp(line->p, "\"\"\"", 3) == 0) return read_block(c, in, line, status);
     const int command = chat_command(c, line);
     if (command == COMMAND_FAILED) *status = 1;
     if (command == COMMAND_MESSAGE) return LINE_IS_MESSAGE;

@@ -24,8 +24,9 @@ typedef struct {
  * (after the system prompt) are dropped first; a message too long even so is not sent. With
  * keep_thinking each turn's text is appended instead, and a full context ends the chat.
  *
- * When stdin is a terminal: a "> " prompt and a one-line hint (stderr); lines whose first word is
- * a command (/help lists them) are not sent; Ctrl-C stops the answer (what was printed stays), or
+ * Each line is a message, but for lines whose first word is a command (/help lists them) and
+ * messages of several lines between three quotes. When stdin is a terminal: a "> " prompt ("... "
+ * inside such a message) and a one-line hint (stderr); Ctrl-C stops the answer (what was printed stays), or
  * between two chunks of a long prompt drops the message; Ctrl-C twice at the prompt, Ctrl-D or
  * /bye leave. From a pipe or with -i a Ctrl-C ends the chat with status 130. The thinking's dim
  * attribute is reset on every way out, SIGTERM, SIGHUP and SIGQUIT included, and while Ctrl-Z

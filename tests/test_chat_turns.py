@@ -270,8 +270,8 @@ class ChatTurns(hf_model.TempDirTestCase):
         return p.returncode, out.decode('utf-8', 'replace'), err.decode('utf-8', 'replace')
 
     def terminal_prompts(self, err):
-        prompts = re.findall(r'^(?:> )?chat: prompt of \d+ tokens?, (\d+) of them already in the KV cache: '
-                             r'([\d,]+)$', err, re.M)  # "> ": the terminal's prompt
+        prompts = re.findall(r'^(?:> |\.\.\. )*chat: prompt of \d+ tokens?, (\d+) of them already in the KV cache: '
+                             r'([\d,]+)$', err, re.M)  # "> " and "... ": the terminal's prompts
         return [(int(cached), [int(x) for x in ids.split(',')]) for cached, ids in prompts]
 
     def test_too_long_at_a_terminal_is_not_sent(self):
@@ -299,6 +299,32 @@ class ChatTurns(hf_model.TempDirTestCase):
                       'may have been cut: not sent; /read FILE sends a longer text', err)
         want = self.tokenize('<|im_start|>user\n' + MESSAGES[0] + '<|im_end|>\n<|im_start|>assistant\n')
         self.assertEqual([ids for _, ids in self.terminal_prompts(err)], [want], err)
+
+    def test_message_of_several_lines(self):
+        """Lines from one that starts with three quotes to one that ends with them are one message,
+        joined with newlines (the text after the opening quotes and before the closing ones kept);
+        at a terminal the lines after the first are asked for with "... "; an input that ends
+        inside such a message sends nothing (from a pipe: status 1)."""
+        lines = ['"""', MESSAGES[0], 'and more', '"""', '"""' + MESSAGES[1], 'the end"""']
+        p = subprocess.run([hf_model.RUN, self.ckpt, '-m', 'chat', '-t', '0', '-n', str(STEPS), '--verbose-prompt'],
+                           input=''.join(l + '\n' for l in lines), cwd=hf_model.ROOT, capture_output=True,
+                           text=True, errors='replace', timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        turns = self.parse(p.stderr, 2)
+        self.assertEqual(turns[0][0], self.tokenize('<|im_start|>user\n' + MESSAGES[0] + '\nand more<|im_end|>\n'
+                                                    '<|im_start|>assistant\n'))
+        self.assertEqual(turns[1][0][-len(self.tokenize(MESSAGES[1] + '\nthe end<|im_end|>\n<|im_start|>assistant\n')):],
+                         self.tokenize(MESSAGES[1] + '\nthe end<|im_end|>\n<|im_start|>assistant\n'))
+        status, _, err = self.chat_at_terminal(['-n', '2', '--verbose-prompt'], ['"""', MESSAGES[0], 'and more', '"""'])
+        self.assertEqual(status, 0, err)
+        self.assertEqual(err.count('... '), 3, err)
+        self.assertEqual([ids for _, ids in self.terminal_prompts(err)], [turns[0][0]], err)
+        p = subprocess.run([hf_model.RUN, self.ckpt, '-m', 'chat', '-t', '0', '-n', str(STEPS)],
+                           input='"""\n' + MESSAGES[0] + '\n', cwd=hf_model.ROOT, capture_output=True, text=True,
+                           errors='replace', timeout=120)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn('chat: the input ended inside a """ message: not sent', p.stderr)
+        self.assertEqual(p.stdout, '')
 
     def test_read_sends_a_file(self):
         """/read FILE: the file's text (its last newline dropped) is the message; a file that
