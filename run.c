@@ -60,7 +60,7 @@ static const OptionSpec OPTIONS[] = {
      "repetition penalty over every token seen, (0,100]; 1 = off (default)"},
     {"-s", "--seed", "S", GENERATE | CHAT, "random seed >= 0 (default: from the clock, printed at the end)"},
     {"-n", "--steps", "N", GENERATE | CHAT,
-     "tokens to generate; 0 = only run the prompt (default 256; chat: per\nanswer, default until the context is full)"},
+     "tokens to generate; 0 = only run the prompt (default 256; chat: per\nanswer, 0 or by default until the context is full)"},
     {"-i", "--input", "TEXT", GENERATE | CHAT | TOKENIZE | EVAL,
      "the prompt (tokenize and eval mode: the text; default: standard input)"},
     {NULL, "--prompt-ids", "IDS", GENERATE | EVAL,
@@ -608,7 +608,7 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
     }
     if (trace.pos >= 0 && trace.json == NULL)
         norm_trace_detach(&trace, t); /* the prompt's last token has been through every call site */
-    Utf8Stream stream = {{0}, 0};
+    Utf8Stream stream = {{0}, 0, isatty(STDOUT_FILENO)};
     int n = n_prompt; /* tokens in history, one more than the positions run */
     int n_decoded = 0, context_full = 0;
     while (n - n_prompt < o->steps && !ctrl_c_pressed) {

@@ -470,9 +470,10 @@ static void test_nfc(void) {
     check_nfc("\xce\xb1\xcc\x93\xcc\x80\xcd\x85", "\xe1\xbe\x82"); /* and composes from its parts */
 }
 
-static char* print_to_string(Tokenizer* t, const int* ids, int n, int show_special, int flush, size_t* len) {
+static char* print_to_string_on(Tokenizer* t, const int* ids, int n, int show_special, int flush, int terminal,
+                                size_t* len) {
     FILE* f = tmpfile();
-    Utf8Stream st = {{0}, 0};
+    Utf8Stream st = {{0}, 0, terminal};
     for (int i = 0; i < n; i++) tokenizer_print(t, &st, ids[i], show_special, f);
     if (flush) utf8_stream_flush(&st, f);
     long size = ftell(f);
@@ -482,6 +483,10 @@ static char* print_to_string(Tokenizer* t, const int* ids, int n, int show_speci
     fclose(f);
     *len = r;
     return out;
+}
+
+static char* print_to_string(Tokenizer* t, const int* ids, int n, int show_special, int flush, size_t* len) {
+    return print_to_string_on(t, ids, n, show_special, flush, 0, len);
 }
 
 static uint32_t rng_state = 12345;
@@ -580,6 +585,14 @@ static void test_tiny(void) {
         out = print_to_string(t, ids, 14, 1, 1, &len);
         const char want2[] = "\xe4\xb8\xad" "a<|im_start|><think>\xef\xbf\xbd" "b\xef\xbf\xbd" "c\xef\xbf\xbd";
         CHECK(len == sizeof want2 - 1 && memcmp(out, want2, len) == 0, "stream with specials: %s", out);
+        free(out);
+        /* on a terminal the control bytes but tab and newline are left out (ESC, BEL, CR, DEL) */
+        int ctl[] = {0x1B, '[', '2', 'J', 0x07, 'a', '\t', 'b', '\r', '\n', 0x7F, 'c', 0};
+        out = print_to_string_on(t, ctl, 13, 0, 1, 1, &len);
+        CHECK(len == 8 && memcmp(out, "[2Ja\tb\nc", 8) == 0, "terminal: control bytes left out: %s", out);
+        free(out);
+        out = print_to_string(t, ctl, 13, 0, 1, &len);
+        CHECK(len == 13 && out[0] == 0x1B && out[4] == 0x07, "not a terminal: every byte (%zu)", len);
         free(out);
         /* surrogates and overlong forms are invalid: one U+FFFD per maximal subpart */
         int bad[] = {0xED, 0xA0, 0x80, 0xC0, 0xAF, 0xE0, 0x80, 'x', 0xF4, 0x90};

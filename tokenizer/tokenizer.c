@@ -817,6 +817,8 @@ void tokenizer_print(const Tokenizer* t, Utf8Stream* st, int id, int show_specia
             put(out, REPLACEMENT, 3);
             continue;
         }
+        if (st->terminal && st->n_pending == 0 && (s[i] < 0x20 || s[i] == 0x7f) && s[i] != '\t' && s[i] != '\n')
+            continue;
         st->pending[st->n_pending++] = s[i];
         if (st->n_pending == utf8_need(st->pending[0])) {
             put(out, st->pending, (size_t)st->n_pending);
@@ -835,7 +837,7 @@ char* tokenizer_decode(const Tokenizer* t, const int* ids, int n, int skip_speci
     size_t size = 0;
     FILE* f = open_memstream(&text, &size); /* text stays NUL-terminated */
     if (f) {
-        Utf8Stream st = {{0}, 0};
+        Utf8Stream st = {{0}, 0, 0};
         for (int i = 0; i < n; i++) tokenizer_print(t, &st, ids[i], !skip_special, f);
         utf8_stream_flush(&st, f);
         int failed = ferror(f);

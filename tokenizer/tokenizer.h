@@ -57,10 +57,12 @@ int tokenizer_find(const Tokenizer* t, const char* s);
 typedef struct {
     unsigned char pending[8];
     int n_pending;
+    int terminal; /* out is a terminal: control bytes but tab and newline are left out */
 } Utf8Stream;
 
 /* Writes the bytes of token id to out through the stream (special tokens only when show_special
- * is nonzero); invalid sequences as U+FFFD. utf8_stream_flush writes what is still held (an
+ * is nonzero); invalid sequences as U+FFFD. On a terminal (s->terminal) the C0 control bytes but
+ * tab and newline, and DEL, are not written: a model's ESC or BEL would drive the terminal. utf8_stream_flush writes what is still held (an
  * incomplete character at the end) as U+FFFD. */
 void tokenizer_print(const Tokenizer* t, Utf8Stream* s, int id, int show_special, FILE* out);
 void utf8_stream_flush(Utf8Stream* s, FILE* out);

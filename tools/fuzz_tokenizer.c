@@ -66,7 +66,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     char* b = tokenizer_nfc(a, n1, &n2);
     if (n1 != n2 || memcmp(a, b, n1) != 0) abort(); /* NFC idempotent */
     if (!memchr(data, '<', size) && n1 == size && memcmp(a, data, size) == 0 && total != size) abort();
-    Utf8Stream st = {{0}, 0};
+    Utf8Stream st = {{0}, 0, 0};
     FILE* null = fopen("/dev/null", "w");
     for (int i = 0; i < n; i++) tokenizer_print(tok, &st, ids[i], i & 1, null);
     utf8_stream_flush(&st, null);
