@@ -269,11 +269,31 @@ static void conversation_free(Conversation* c) {
     free(c->m);
 }
 
+/* The length of the valid UTF-8 character at s (1-4), or 0 where s starts no valid one (a stray
+ * continuation byte, an overlong form, a surrogate, beyond U+10FFFF, or cut short). */
+static int utf8_valid_length(const unsigned char* s) {
+    const unsigned c = s[0];
+    const int n = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    for (int i = 1; i < n; i++)
+        if ((s[i] & 0xC0) != 0x80) return 0; /* a NUL ends the string here too */
+    if ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] > 0x9F) || (c == 0xF0 && s[1] < 0x90) ||
+        (c == 0xF4 && s[1] > 0x8F))
+        return 0;
+    return n;
+}
+
+/* s as a JSON string: escapes, and U+FFFD for each byte that starts no valid UTF-8 character (a
+ * typed or /read message can hold any bytes; the file must be valid JSON). */
 static void json_string(FILE* f, const char* s) {
     fputc('"', f);
     for (; *s; s++) {
         const unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+        const int n = utf8_valid_length((const unsigned char*)s);
+        if (n == 0) fputs("\uFFFD", f);
+        else if (n > 1) {
+            fwrite(s, 1, (size_t)n, f);
+            s += n - 1;
+        } else if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
         else if (ch == '\n') fputs("\\n", f);
         else if (ch == '\t') fputs("\\t", f);
         else if (ch < 0x20 || ch == 0x7f) fprintf(f, "\\u%04x", ch);
@@ -395,6 +415,7 @@ static int chat_command(Chat* c, Str* text) {
     size_t k = 1;
     while (isalpha((unsigned char)line[k]) || line[k] == '?') k++;
     if (k == 1 || (line[k] && !isspace((unsigned char)line[k]))) return COMMAND_NONE;
+    while (text->n > k && isspace((unsigned char)text->p[text->n - 1])) text->p[--text->n] = '\0'; /* "/save f " */
     const char* arg = line + k + strspn(line + k, " \t\r\v\f");
 #define IS(name) (k == strlen(name) && strncmp(line, name, k) == 0)
     if (IS("/bye") || IS("/quit") || IS("/exit")) return COMMAND_LEAVE;
@@ -422,7 +443,7 @@ static int chat_command(Chat* c, Str* text) {
         else if (c->o->checkpoint && same_file(arg, c->o->checkpoint))
             fprintf(stderr, "chat: %s: is the model's checkpoint; /save to another file\n", arg);
         else if (conversation_save(&c->conv, arg) == 0)
-            fprintf(stderr, "chat: %d messages saved to %s\n", c->conv.n, arg);
+            fprintf(stderr, "chat: %d message%s saved to %s\n", c->conv.n, c->conv.n == 1 ? "" : "s", arg);
     } else {
         fprintf(stderr, "chat: unknown command %.*s; /help lists the commands (the line was not sent)\n",
                 (int)k, line);
@@ -470,7 +491,8 @@ static int turn_ids(Chat* c, int** run, int* start, int* n_run) {
         char advice[80];
         fprintf(stderr, "chat: this turn needs %d tokens of context, more than the %d there are; %s%s\n",
                 *start + n + 1, seq_len, context_advice(&c->t->config, advice, sizeof advice),
-                c->terminal ? " (the message was not sent)" : "");
+                !c->terminal ? "" : c->o->keep_thinking && *start > 0 ? " (the message was not sent); --keep-thinking "
+                "keeps every turn: /clear starts over" : " (the message was not sent)");
         free(ids);
         return 1;
     }
@@ -525,30 +547,31 @@ static int chat_answer(Chat* c, float* logits, int* stopped, int* n_tokens) {
     const ChatOptions* o = c->o;
     const int seq_len = c->t->config.seq_len;
     int status = 0;
+    char notice[256] = ""; /* why the answer stopped, said after it (its dim reset, its line ended) */
     *stopped = *n_tokens = 0;
-    c->out = (Utf8Stream){0};
+    c->out = (Utf8Stream){.terminal = isatty(STDOUT_FILENO)};
     c->in_think = c->after_think = 0;
     for (;;) {
         const int next = sampler_sample(c->s, logits, c->history, c->pos);
         if (next == c->im_end || is_eos(&c->t->header, next)) break;
+        if (c->pos >= seq_len) { /* no room to keep this token: it is not printed either */
+            char advice[80];
+            if (o->keep_thinking) {
+                snprintf(notice, sizeof notice, "chat: the context is full (%d tokens) and --keep-thinking cannot "
+                         "drop earlier turns: the chat ends here; %s\n", seq_len,
+                         context_advice(&c->t->config, advice, sizeof advice));
+                status = 1;
+            } else {
+                snprintf(notice, sizeof notice, "chat: the context is full (%d tokens): the answer stops here%s\n",
+                         seq_len, o->prompt ? "" : ", the next turn drops the oldest turns");
+            }
+            break;
+        }
         (*n_tokens)++;
         c->generated++;
         print_answer_token(c, next);
         fflush(stdout);
         if (ferror(stdout)) break; /* nobody reads the answer: reported below */
-        if (c->pos >= seq_len) { /* no room to keep this token */
-            char advice[80];
-            if (o->keep_thinking) {
-                fprintf(stderr, "\nchat: the context is full (%d tokens) and --keep-thinking cannot drop "
-                                "earlier turns: the chat ends here; %s\n", seq_len,
-                        context_advice(&c->t->config, advice, sizeof advice));
-                status = 1;
-            } else {
-                fprintf(stderr, "\nchat: the context is full (%d tokens): the answer stops here%s\n", seq_len,
-                        o->prompt ? "" : ", the next turn drops the oldest turns");
-            }
-            break;
-        }
         c->history[c->pos] = next;
         logits = forward_dumped(c->t, &next, 1, c->pos, &c->dump);
         if (!logits) {
@@ -561,13 +584,15 @@ static int chat_answer(Chat* c, float* logits, int* stopped, int* n_tokens) {
             break;
         }
         if (o->steps > 0 && *n_tokens >= o->steps) {
-            fprintf(stderr, "\nchat: answer cut at %d token%s (-n)\n", o->steps, o->steps == 1 ? "" : "s");
+            snprintf(notice, sizeof notice, "chat: answer cut at %d token%s (-n)\n", o->steps, o->steps == 1 ? "" : "s");
             break;
         }
     }
     utf8_stream_flush(&c->out, stdout);
     end_dim();
     fputc('\n', stdout);
+    fflush(stdout);
+    fputs(notice, stderr);
     if (take_interrupt()) *stopped = 1; /* during the prompt or the last token: still this answer's */
     if (fflush(stdout) != 0 || ferror(stdout)) {
         fprintf(stderr, "chat: standard output: write failed\n");
@@ -587,7 +612,7 @@ static int chat_turn(Chat* c) {
     if (r > 0) conversation_drop_last(&c->conv); /* the message, not sent */
     if (r != 0) return r;
     const double t_prompt = now_seconds();
-    PromptProgress progress = {.label = "chat", .show = c->terminal && isatty(STDERR_FILENO), .stop = &interrupted};
+    PromptProgress progress = {.label = "chat", .show = isatty(STDERR_FILENO), .stop = &interrupted};
     int cut = 0;
     float* logits = forward_prompt(c->t, run, n_run, start, &c->dump, prompt_progress, &progress, &cut);
     prompt_progress_end(&progress);
@@ -759,7 +784,10 @@ static int chat_open(Chat* c) {
     c->think_open = tokenizer_find(tok, "<think>");
     c->think_close = tokenizer_find(tok, "</think>");
     c->terminal = isatty(STDIN_FILENO) && !c->o->prompt;
-    c->color = isatty(STDOUT_FILENO);
+    /* dim thinking on a terminal, unless NO_COLOR is set (no-color.org) or the terminal is dumb */
+    const char* term = getenv("TERM");
+    const char* no_color = getenv("NO_COLOR");
+    c->color = isatty(STDOUT_FILENO) && !(no_color && *no_color) && !(term && strcmp(term, "dumb") == 0);
     c->history = malloc(((size_t)c->t->config.seq_len + 1) * sizeof(int));
     if (!c->history) return out_of_memory(1);
     if (logits_dump_open(&c->dump, c->o->dump_logits, c->t) != 0) return 1;

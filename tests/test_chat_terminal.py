@@ -64,6 +64,15 @@ def as_at_a_terminal():
     signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
+def terminal_env(extra=None):
+    """The environment of a chat on a terminal that shows the dim thinking, whatever TERM and
+    NO_COLOR the test runner has, with extra's variables on top."""
+    env = {k: v for k, v in os.environ.items() if k != 'NO_COLOR'}
+    env['TERM'] = 'xterm'
+    env.update(extra or {})
+    return env
+
+
 def ids_of(text):
     return [int(x) for x in text.split(',') if x]
 
@@ -77,7 +86,7 @@ class TerminalChat:
     echo=False: the terminal does not echo what is typed, so the master reads only the chat's own
     bytes (an echo held back by Ctrl-S is released with the chat's writes, in either order)."""
 
-    def __init__(self, args, job=False, stderr_terminal=False, echo=True):
+    def __init__(self, args, job=False, stderr_terminal=False, echo=True, env=None):
         self.master, slave = pty.openpty()
         attrs = termios.tcgetattr(slave)
         attrs[0] |= termios.IXON  # Ctrl-S / Ctrl-Q stop and restart output
@@ -99,7 +108,7 @@ class TerminalChat:
             else:
                 fcntl.ioctl(0, termios.TIOCSCTTY, 0)  # the controlling terminal
 
-        self.p = subprocess.Popen([hf_model.RUN] + args, stdin=slave, stdout=slave,
+        self.p = subprocess.Popen([hf_model.RUN] + args, stdin=slave, stdout=slave, env=terminal_env(env),
                                   stderr=err_slave if stderr_terminal else subprocess.PIPE,
                                   cwd=hf_model.ROOT, start_new_session=not job, preexec_fn=start)
         os.close(slave)
@@ -207,9 +216,9 @@ class ChatTerminal(hf_model.TempDirTestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         return [int(x) for x in p.stdout.split()]
 
-    def terminal(self, *args, job=False, echo=True):
+    def terminal(self, *args, job=False, echo=True, env=None):
         chat = TerminalChat([self.ckpt, '-m', 'chat', '-t', '0', '--verbose-prompt'] + list(args),
-                            job=job, echo=echo)
+                            job=job, echo=echo, env=env)
         self.addCleanup(chat.close)
         return chat
 
@@ -273,6 +282,21 @@ class ChatTerminal(hf_model.TempDirTestCase):
         # The dim text is followed by the reset.
         self.assertIn(DIM, chat.out)
         self.assertIn(RESET, chat.out[chat.out.rindex(DIM):], chat.out)
+
+    def test_no_dim_with_no_color_or_a_dumb_terminal(self):
+        """NO_COLOR (no-color.org) or TERM=dumb: the thinking is shown without the dim attribute."""
+        plain = {'TERM': 'xterm'}
+        for env in ({'NO_COLOR': '1'}, {'TERM': 'dumb'}, plain):
+            with self.subTest(env=env):
+                chat = self.terminal('-n', '4', echo=False, env=env)
+                chat.wait_err('^' + re.escape(HINT) + '> ')
+                chat.type(b'hello there\n')
+                answer = chat.wait_err(ANSWER_RE)
+                chat.wait_err(NEXT_PROMPT)
+                chat.type(CTRL_D)
+                self.assertEqual(chat.finish(), 0, chat.err)
+                self.assertEqual(ids_of(answer.group(2))[:1], [THINK_ID], 'the test needs a thinking answer')
+                self.assertEqual(DIM in chat.out, env is plain, chat.out)
 
     def signal_while_dim(self, chat, sig):
         """Sends sig while the chat writes its answer's first, dim, token (stdout stopped by Ctrl-S,
@@ -382,7 +406,7 @@ class ChatTerminal(hf_model.TempDirTestCase):
         master, slave = pty.openpty()
         p = subprocess.Popen([hf_model.RUN, self.ckpt, '-m', 'chat', '-t', '0', '-c', '256', '--verbose-prompt'],
                              stdin=subprocess.PIPE, stdout=slave, stderr=subprocess.PIPE, cwd=hf_model.ROOT,
-                             start_new_session=True,
+                             start_new_session=True, env=terminal_env(),
                              preexec_fn=lambda: (as_at_a_terminal(), fcntl.ioctl(1, termios.TIOCSCTTY, 0)))
         os.close(slave)
         chat = TerminalChat.__new__(TerminalChat)

@@ -17,6 +17,7 @@ writing the logits of every position it runs (--dump-logits). Then:
   each prompt being the previous prompt, the answer and chat_next_turn's text;
 - a full context (-c 64) drops the oldest turns, the system prompt kept; /clear starts over.
 """
+import json
 import os
 import re
 import subprocess
@@ -326,6 +327,20 @@ class ChatTurns(hf_model.TempDirTestCase):
         self.assertIn('chat: the input ended inside a """ message: not sent', p.stderr)
         self.assertEqual(p.stdout, '')
 
+    def test_full_context_keeps_what_was_printed(self):
+        """An answer the context's end stops: the conversation (/save) ends where the printed text
+        does; the token with no room is neither printed nor kept; the notice comes after it."""
+        path = os.path.join(self.tmp, 'full.json')
+        p = subprocess.run([hf_model.RUN, self.ckpt, '-m', 'chat', '-t', '0', '-c', '64', '--no-think'],
+                           input=MESSAGES[0] + '\n/save ' + path + '\n', cwd=hf_model.ROOT, capture_output=True,
+                           text=True, errors='replace', timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn('chat: the context is full (64 tokens): the answer stops here', p.stderr)
+        with open(path) as f:
+            saved = json.load(f)[-1]['content']
+        self.assertTrue(saved, p.stdout)
+        self.assertEqual(p.stdout.rstrip('\n'), saved.rstrip('\n'))
+
     def test_read_sends_a_file(self):
         """/read FILE: the file's text (its last newline dropped) is the message; a file that
         cannot be read, one without text, and what is no file (a folder, standard input's "-")
@@ -361,6 +376,8 @@ class ChatTurns(hf_model.TempDirTestCase):
                                                        [MESSAGES[0], long_message, MESSAGES[1]])
                 self.assertEqual(status, 0, err)
                 self.assertIn('(the message was not sent)', err)
+                # with --keep-thinking the way out is named: every turn stays until /clear
+                self.assertEqual('--keep-thinking keeps every turn: /clear starts over' in err, bool(keep), err)
                 self.assertNotIn('left the conversation', err)
                 (_, first), (cached, second) = self.terminal_prompts(err)
                 answer = re.search(r'^chat: answer of \d+ tokens? run through the model: ([\d,]+)$', err, re.M)
