@@ -277,8 +277,6 @@ static void set_threads(Options* o, const char* name, const char* value) {
         if (v < 1 || v > 1024 || b->n_threads == BENCH_MAX_THREAD_COUNTS || (*end != '\0' && *end != ','))
             die(2, "%s must be a number in 1..1024 (bench mode: or a list of up to %d, e.g. 1,2), got '%s'", name,
                 BENCH_MAX_THREAD_COUNTS, value);
-        for (int k = 0; k < b->n_threads; k++)
-            if (b->threads[k] == v) die(2, "%s %s: %ld is there twice", name, value, v);
         b->threads[b->n_threads++] = (int)v;
         if (v > o->threads) o->threads = (int)v;
         if (*end == '\0') return;
@@ -322,7 +320,7 @@ static void set_option(Options* o, const char* opt, const char* name, const char
                               (parse_choice(name, value, "rmsnorm", "layernorm") ? NORM_VARIANT_CENTER : 0);
     else if (streq(opt, "--bench-prompt")) o->bench.len[0] = (int)parse_int(name, value, 0, 1000000);
     else if (streq(opt, "--bench-gen")) o->bench.len[1] = (int)parse_int(name, value, 0, 1000000);
-    else if (streq(opt, "--bench-reps")) o->bench.reps = (int)parse_int(name, value, 1, 1000000);
+    else if (streq(opt, "--bench-reps")) o->bench.reps = (int)parse_int(name, value, 0, 1000000);
     else if (streq(opt, "--bench-depth")) o->bench.depth = (int)parse_int(name, value, 0, 1000000);
 }
 
@@ -410,6 +408,10 @@ static void check_combinations(const Options* o) {
     if (o->prompt && o->prompt_ids) die(2, "give either -i or --prompt-ids, not both");
     if (o->bench.n_threads > 1 && o->mode != BENCH)
         die(2, "--threads takes a list of counts only in bench mode (-m bench), got '%s'", given(o, "--threads"));
+    for (int k = 1; k < o->bench.n_threads; k++)
+        for (int j = 0; j < k; j++)
+            if (o->bench.threads[j] == o->bench.threads[k])
+                die(2, "--threads %s: %d is there twice", given(o, "--threads"), o->bench.threads[k]);
     /* --prompt-ids would leave chat and tokenize reading standard input instead, an error. */
     if (o->prompt_ids && !(o->mode & (GENERATE | EVAL)))
         die(2, "--prompt-ids is for generate mode and eval mode, not -m %s", o->mode_name);
@@ -420,6 +422,7 @@ static void check_combinations(const Options* o) {
         (o->prompt != NULL) + (o->prompt_ids != NULL) + (given(o, "--file") != NULL) > 1)
         die(2, "-m %s takes one text: give one of -i%s", o->mode_name,
             o->mode == TOKENIZE ? " and --file" : ", --file and --prompt-ids");
+    if (o->mode == BENCH && o->bench.reps < 1) die(2, "--bench-reps must be in [1, 1000000], got %d", o->bench.reps);
     if (o->mode == BENCH && o->bench.len[0] <= 0 && o->bench.len[1] <= 0)
         die(2, "nothing to measure: --bench-prompt and --bench-gen are both 0");
 }

@@ -154,7 +154,8 @@ typedef struct {
     double* tps[2];    /* tok/s of each rep of each test, in the order measured */
     double* rd;        /* each rep's roof, GB/s: the best streaming read just before and after its decode */
     double* wr;        /* the same for a streaming read of the decode's own weights (NULL: none) */
-    double wall[2], cpu[2]; /* of each test, summed over the reps */
+    double wall[2], cpu[2]; /* of each test, summed over the complete reps */
+    double rep_wall[2], rep_cpu[2]; /* the same for the rep under way, added when every count ran it */
     double peak;       /* the compute roof: ops/s of prefill's instruction on these threads (0: none) */
 } ThreadRun;
 
@@ -263,8 +264,8 @@ static int time_test(Bench* b, ThreadRun* tr, int test, int r) {
     if (stopped != 0) return stopped;
     double dt = seconds(CLOCK_MONOTONIC) - t0;
     tr->tps[test][r] = b->len[test] / dt;
-    tr->wall[test] += dt;
-    tr->cpu[test] += seconds(CLOCK_PROCESS_CPUTIME_ID) - c0;
+    tr->rep_wall[test] += dt;
+    tr->rep_cpu[test] += seconds(CLOCK_PROCESS_CPUTIME_ID) - c0;
     return 0;
 }
 
@@ -333,6 +334,15 @@ static int run_tests(Bench* b, double* results) {
             complete += m == 0;
         }
         if (complete == b->n_runs) b->reps_done = r + 1;
+        for (int k = 0; k < b->n_runs; k++) /* a rep's times count where every thread count ran it */
+            for (int test = 0; test < 2; test++) {
+                ThreadRun* tr = &b->runs[k];
+                if (complete == b->n_runs) {
+                    tr->wall[test] += tr->rep_wall[test];
+                    tr->cpu[test] += tr->rep_cpu[test];
+                }
+                tr->rep_wall[test] = tr->rep_cpu[test] = 0;
+            }
     }
     if (ctrl_c_pressed) return 0;
     for (int k = 0; k < b->n_runs && b->len[0] > 0; k++) /* a second look, after the reps */

@@ -302,9 +302,10 @@ static void json_string(FILE* f, const char* s) {
     fputc('"', f);
 }
 
-/* /save: the conversation as JSON, [{"role": ..., "content": ...}, ...] (the messages' text is
- * valid UTF-8: answers are decoded with U+FFFD for invalid bytes). Written to a temporary file
- * that replaces path only when complete. 0, or -1 after an error message. */
+/* /save: the conversation as JSON, [{"role": ..., "content": ...}, ...] (json_string makes any
+ * bytes of a typed or /read message valid UTF-8; answers are decoded with U+FFFD already).
+ * Written to a temporary file that replaces path only when complete. 0, or -1 after an error
+ * message. */
 static int conversation_save(const Conversation* c, const char* path) {
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());
@@ -666,9 +667,6 @@ enum { LINE_IS_MESSAGE, LINE_IS_DONE, LINE_LEAVES }; /* what a line read at the 
 #define TERMINAL_LINE 0 /* unknown: no check */
 #endif
 
-/* The prompt and the user's next line, into line. A Ctrl-C at the prompt drops what was typed and
- * says how to leave; a second one in a row leaves (*armed: the previous line was such a Ctrl-C).
- * From a pipe a Ctrl-C ends the chat with status 130 (*status). */
 /* Whether a line typed at a terminal may have lost its end there (TERMINAL_LINE), said if so. */
 static int cut_by_the_terminal(const Chat* c, const Str* line) {
     if (!c->terminal || TERMINAL_LINE <= 0 || line->n < TERMINAL_LINE) return 0;
@@ -688,13 +686,16 @@ static int ends_with_quotes(const char* s, size_t n) { return n >= 3 && memcmp(s
 /* A message of several lines, from a line that starts with three quotes to one that ends with
  * them (as Ollama takes them): the lines between joined with newlines, with the text after the
  * opening quotes and before the closing ones. line holds the opening line and receives the
- * message. A Ctrl-C drops it (from a pipe it ends the chat), as does an end of input inside it. */
-static int read_block(Chat* c, Input* in, Str* line, int* status) {
+ * message; cut: the opening line reached the terminal's limit. A line the terminal cut drops the
+ * message, whose lines are read up to the closing quotes all the same (they are not messages). A
+ * Ctrl-C drops it (a first Ctrl-C at a terminal: *armed; from a pipe it ends the chat), as does an
+ * end of input inside it. */
+static int read_block(Chat* c, Input* in, Str* line, int cut, int* armed, int* status) {
     Str msg = {0}, next = {0};
-    int lines = 0, closed = 0, r = LINE_IS_MESSAGE;
+    int lines = 0, r = LINE_IS_MESSAGE;
     const char* first = line->p + 3;
     const size_t first_n = line->n - 3;
-    closed = first_n >= 3 && ends_with_quotes(first, first_n);
+    int closed = !cut && first_n >= 3 && ends_with_quotes(first, first_n);
     if (closed || first_n > 0) add_line(&msg, &lines, first, closed ? first_n - 3 : first_n);
     while (!closed) {
         if (c->terminal) {
@@ -703,36 +704,48 @@ static int read_block(Chat* c, Input* in, Str* line, int* status) {
         }
         const int got = input_line(in, &next);
         if (got == LINE_INTERRUPTED) {
-            if (c->terminal) fputs("\nchat: the message is dropped\n", stderr);
-            else *status = 130;
+            if (c->terminal) {
+                fputs("\nchat: the message is dropped\n", stderr);
+                *armed = 1;
+            } else {
+                *status = 130;
+            }
             r = c->terminal ? LINE_IS_DONE : LINE_LEAVES;
             break;
         }
-        if (got == LINE_EOF || got == LINE_ERROR) {
-            fprintf(stderr, "%schat: the input ended inside a \"\"\" message: not sent\n", c->terminal ? "\n" : "");
-            if (got == LINE_ERROR || !c->terminal) *status = 1;
+        if (got == LINE_ERROR) {
+            fprintf(stderr, "chat: standard input: %s\n", next.oom ? "out of memory" : strerror(errno));
+            *status = 1;
             r = LINE_LEAVES;
             break;
         }
-        if (cut_by_the_terminal(c, &next)) {
-            r = LINE_IS_DONE;
+        if (got == LINE_EOF) {
+            fprintf(stderr, "%schat: the input ended inside a \"\"\" message: not sent\n", c->terminal ? "\n" : "");
+            if (!c->terminal) *status = 1;
+            r = LINE_LEAVES;
             break;
         }
         closed = ends_with_quotes(next.p, next.n);
-        if (!closed || next.n > 3) add_line(&msg, &lines, next.p, closed ? next.n - 3 : next.n);
+        if (!cut && cut_by_the_terminal(c, &next)) cut = 1; /* said once; the message's lines still come */
+        if (!cut && (!closed || next.n > 3)) add_line(&msg, &lines, next.p, closed ? next.n - 3 : next.n);
     }
     free(next.p);
     if (msg.oom) r = out_of_memory(LINE_LEAVES), *status = 1;
-    if (r == LINE_IS_MESSAGE) {
+    if (r == LINE_IS_MESSAGE && !cut) {
         free(line->p);
         *line = msg;
         if (line->p == NULL) sadd(line, "", 0);
         return line->p[strspn(line->p, " \t\r\n\v\f")] ? LINE_IS_MESSAGE : LINE_IS_DONE;
     }
     free(msg.p);
-    return r;
+    return r == LINE_IS_MESSAGE ? LINE_IS_DONE : r;
 }
 
+/* The prompt and the user's next line, into line, and what it asks for: a message (in line), a
+ * command carried out, nothing (a blank line), or to leave (*status set where that is an error). A
+ * Ctrl-C at the prompt drops what was typed and says how to leave; a second one in a row leaves
+ * (*armed: the previous line was such a Ctrl-C). From a pipe a Ctrl-C ends the chat with status
+ * 130 (*status). */
 static int chat_prompt(Chat* c, Input* in, Str* line, int* armed, int* status) {
     if (c->terminal) {
         fputs(c->answered ? "\n> " : "> ", stderr); /* a blank line after an answer */
@@ -761,8 +774,10 @@ static int chat_prompt(Chat* c, Input* in, Str* line, int* armed, int* status) {
         *status = 1;
         return LINE_LEAVES;
     }
-    if (cut_by_the_terminal(c, line)) return LINE_IS_DONE;
-    if (strncmp(line->p, "\"\"\"", 3) == 0) return read_block(c, in, line, status);
+    const int cut = cut_by_the_terminal(c, line);
+    if (strncmp(line->p, "\"\"\"", 3) == 0 && !(cut && ends_with_quotes(line->p + 3, line->n - 3)))
+        return read_block(c, in, line, cut, armed, status);
+    if (cut) return LINE_IS_DONE;
     const int command = chat_command(c, line);
     if (command == COMMAND_FAILED) *status = 1;
     if (command == COMMAND_MESSAGE) return LINE_IS_MESSAGE;

@@ -283,6 +283,19 @@ class ChatTerminal(hf_model.TempDirTestCase):
         self.assertIn(DIM, chat.out)
         self.assertIn(RESET, chat.out[chat.out.rindex(DIM):], chat.out)
 
+    def test_ctrl_c_inside_a_three_quote_message(self):
+        """Ctrl-C in a message of several lines drops it; it counts as the first of two Ctrl-Cs
+        that leave, as at the prompt."""
+        chat = self.terminal('-n', '4')
+        chat.wait_err('^' + re.escape(HINT) + '> ')
+        chat.type(b'"""\nabc\n')
+        chat.wait_err(r'\.\.\. \.\.\. ')
+        chat.type(CTRL_C)
+        chat.wait_err(r'chat: the message is dropped\n> ')
+        chat.type(CTRL_C)
+        self.assertEqual(chat.finish(), 0, chat.err)
+        self.assertNotIn(b'chat: prompt of', chat.err)
+
     def test_no_dim_with_no_color_or_a_dumb_terminal(self):
         """NO_COLOR (no-color.org) or TERM=dumb: the thinking is shown without the dim attribute."""
         plain = {'TERM': 'xterm'}

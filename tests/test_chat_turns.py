@@ -300,6 +300,14 @@ class ChatTurns(hf_model.TempDirTestCase):
                       'may have been cut: not sent; /read FILE sends a longer text', err)
         want = self.tokenize('<|im_start|>user\n' + MESSAGES[0] + '<|im_end|>\n<|im_start|>assistant\n')
         self.assertEqual([ids for _, ids in self.terminal_prompts(err)], [want], err)
+        # inside a three-quote message the cut drops the message, whose other lines are read to its
+        # end all the same (they are no messages of their own)
+        status, _, err = self.chat_at_terminal(['-n', '4', '--verbose-prompt'],
+                                               ['"""', 'x' * 5000, 'second line', '"""', MESSAGES[0]], echo=False)
+        self.assertEqual(status, 0, err)
+        self.assertEqual(err.count('it may have been cut: not sent'), 1, err)
+        self.assertNotIn('inside a """ message', err)
+        self.assertEqual([ids for _, ids in self.terminal_prompts(err)], [want], err)
 
     def test_message_of_several_lines(self):
         """Lines from one that starts with three quotes to one that ends with them are one message,

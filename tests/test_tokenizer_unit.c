@@ -587,12 +587,13 @@ static void test_tiny(void) {
         CHECK(len == sizeof want2 - 1 && memcmp(out, want2, len) == 0, "stream with specials: %s", out);
         free(out);
         /* on a terminal the control bytes but tab and newline are left out (ESC, BEL, CR, DEL) */
-        int ctl[] = {0x1B, '[', '2', 'J', 0x07, 'a', '\t', 'b', '\r', '\n', 0x7F, 'c', 0};
-        out = print_to_string_on(t, ctl, 13, 0, 1, 1, &len);
-        CHECK(len == 8 && memcmp(out, "[2Ja\tb\nc", 8) == 0, "terminal: control bytes left out: %s", out);
+        int ctl[] = {0x1B, '[', '2', 'J', 0x07, 'a', '\t', 'b', '\r', '\n', 0x7F, 'c', 0, 0xC2, 0x9B, 0xC2, 0xA0};
+        out = print_to_string_on(t, ctl, 17, 0, 1, 1, &len);
+        CHECK(len == 10 && memcmp(out, "[2Ja\tb\nc\xc2\xa0", 10) == 0, "terminal: control characters left out: %s",
+              out);
         free(out);
-        out = print_to_string(t, ctl, 13, 0, 1, &len);
-        CHECK(len == 13 && out[0] == 0x1B && out[4] == 0x07, "not a terminal: every byte (%zu)", len);
+        out = print_to_string(t, ctl, 17, 0, 1, &len);
+        CHECK(len == 17 && out[0] == 0x1B && out[4] == 0x07, "not a terminal: every byte (%zu)", len);
         free(out);
         /* surrogates and overlong forms are invalid: one U+FFFD per maximal subpart */
         int bad[] = {0xED, 0xA0, 0x80, 0xC0, 0xAF, 0xE0, 0x80, 'x', 0xF4, 0x90};

@@ -821,7 +821,8 @@ void tokenizer_print(const Tokenizer* t, Utf8Stream* st, int id, int show_specia
             continue;
         st->pending[st->n_pending++] = s[i];
         if (st->n_pending == utf8_need(st->pending[0])) {
-            put(out, st->pending, (size_t)st->n_pending);
+            const int c1 = st->n_pending == 2 && st->pending[0] == 0xC2 && st->pending[1] < 0xA0; /* U+0080-009F */
+            if (!(st->terminal && c1)) put(out, st->pending, (size_t)st->n_pending);
             st->n_pending = 0;
         }
     }

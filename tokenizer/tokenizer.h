@@ -57,12 +57,13 @@ int tokenizer_find(const Tokenizer* t, const char* s);
 typedef struct {
     unsigned char pending[8];
     int n_pending;
-    int terminal; /* out is a terminal: control bytes but tab and newline are left out */
+    int terminal; /* out is a terminal: control characters but tab and newline are left out */
 } Utf8Stream;
 
 /* Writes the bytes of token id to out through the stream (special tokens only when show_special
  * is nonzero); invalid sequences as U+FFFD. On a terminal (s->terminal) the C0 control bytes but
- * tab and newline, and DEL, are not written: a model's ESC or BEL would drive the terminal. utf8_stream_flush writes what is still held (an
+ * tab and newline, DEL and the C1 controls (U+0080-U+009F) are not written: a model's ESC, BEL or
+ * CSI would drive the terminal. utf8_stream_flush writes what is still held (an
  * incomplete character at the end) as U+FFFD. */
 void tokenizer_print(const Tokenizer* t, Utf8Stream* s, int id, int show_special, FILE* out);
 void utf8_stream_flush(Utf8Stream* s, FILE* out);
