@@ -512,7 +512,7 @@ static TestRow test_row(const Bench* b, const ThreadRun* tr, int test) {
     row.hi = b->scratch[b->reps - 1];
     /* below 1 means the threads waited (for memory, for each other) or, on a shared machine, were
      * descheduled. The kernel adds the other threads' CPU time at its ticks (milliseconds), so over
-     * less than SHARE_MIN_WALL seconds of reps the figure is noise (it read 183%): none then. */
+     * less than SHARE_MIN_WALL seconds of reps the figure is noise (above 100% at times): none then. */
     row.share = tr->wall[test] >= SHARE_MIN_WALL ? tr->cpu[test] / (tr->wall[test] * tr->threads) : NAN;
     row.gbps = decode ? b->bytes_per_token * row.med / 1e9 : NAN;
     row.roof = b->len[1] > 0 ? median_of(b, tr->rd, NULL, 1) : tr->best;
