@@ -202,19 +202,13 @@ static int positions_needed(int depth, const int* len) { return depth + (len[0] 
 
 int bench_positions(const BenchOptions* o) { return positions_needed(o->depth, o->len); }
 
-/* forward_prompt's between: stop at a Ctrl-C. */
-static int stop_at_ctrl_c(void* ctx, int done, int n) {
-    (void)ctx, (void)done, (void)n;
-    return ctrl_c_pressed;
-}
-
 /* n tokens of one test from position depth: prefill in forward()'s own chunks, decode a token at a
  * time. 0, 1 when a Ctrl-C stopped it between two chunks or tokens, or -1 if forward() failed. */
 static int run_test(Transformer* t, const int* tokens, int test, int n, int depth) {
     if (test == 0) {
-        LogitsDump none = {NULL, NULL, NULL};
+        PromptProgress quiet = {.stop = &ctrl_c_pressed}; /* shows nothing: only the stop */
         int stopped = 0;
-        const float* logits = forward_prompt(t, tokens, n, depth, &none, stop_at_ctrl_c, NULL, &stopped);
+        const float* logits = forward_prompt(t, tokens, n, depth, NULL, prompt_progress, &quiet, &stopped);
         return stopped ? 1 : logits ? 0 : -1;
     }
     for (int i = 0; i < n; i++) {
@@ -302,9 +296,8 @@ static int run_tests(Bench* b, double* results) {
      * positions from depth on, so every rep starts from the same depth tokens. */
     if (b->depth > 0) {
         PromptProgress fill = {.label = "bench: depth", .show = b->show, .stop = &ctrl_c_pressed};
-        LogitsDump none = {NULL, NULL, NULL};
         int stopped = 0;
-        const float* done = forward_prompt(b->t, b->tokens - b->depth, b->depth, 0, &none, prompt_progress, &fill,
+        const float* done = forward_prompt(b->t, b->tokens - b->depth, b->depth, 0, NULL, prompt_progress, &fill,
                                            &stopped);
         prompt_progress_end(&fill);
         if (stopped) return 0;

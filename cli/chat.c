@@ -269,26 +269,13 @@ static void conversation_free(Conversation* c) {
     free(c->m);
 }
 
-/* The length of the valid UTF-8 character at s (1-4), or 0 where s starts no valid one (a stray
- * continuation byte, an overlong form, a surrogate, beyond U+10FFFF, or cut short). */
-static int utf8_valid_length(const unsigned char* s) {
-    const unsigned c = s[0];
-    const int n = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
-    for (int i = 1; i < n; i++)
-        if ((s[i] & 0xC0) != 0x80) return 0; /* a NUL ends the string here too */
-    if ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] > 0x9F) || (c == 0xF0 && s[1] < 0x90) ||
-        (c == 0xF4 && s[1] > 0x8F))
-        return 0;
-    return n;
-}
-
 /* s as a JSON string: escapes, and U+FFFD for each byte that starts no valid UTF-8 character (a
  * typed or /read message can hold any bytes; the file must be valid JSON). */
 static void json_string(FILE* f, const char* s) {
     fputc('"', f);
-    for (; *s; s++) {
+    for (const char* end = s + strlen(s); *s; s++) {
         const unsigned char ch = (unsigned char)*s;
-        const int n = utf8_valid_length((const unsigned char*)s);
+        const int n = utf8_valid_length(s, (size_t)(end - s));
         if (n == 0) fputs("\uFFFD", f);
         else if (n > 1) {
             fwrite(s, 1, (size_t)n, f);

@@ -58,6 +58,8 @@ float* forward_prompt(Transformer* t, const int* ids, int n, int pos, LogitsDump
                       void* ctx, int* stopped) {
     const size_t V = (size_t)t->config.vocab_size;
     const int max_batch = t->state.max_batch;
+    static LogitsDump none; /* d NULL: no dump */
+    if (d == NULL) d = &none;
     float* logits = NULL;
     for (int i = 0; i < n;) {
         if (i > 0 && between && between(ctx, i, n)) {

@@ -28,7 +28,8 @@ int logits_dump_close(LogitsDump* d);
  * go to the file. The last position's logits, or NULL after an error line. */
 float* forward_dumped(Transformer* t, const int* ids, int n, int pos, LogitsDump* d);
 
-/* forward_dumped a chunk of max_batch positions at a time (forward()'s own chunks: the same bits),
+/* forward_dumped a chunk of max_batch positions at a time (forward()'s own chunks: the same bits; d
+ * NULL: no dump),
  * with between(ctx, done, n) before each chunk after the first: it may show progress, and returns
  * nonzero to stop there (*stopped = 1, NULL returned). */
 float* forward_prompt(Transformer* t, const int* ids, int n, int pos, LogitsDump* d, int (*between)(void*, int, int),

@@ -828,6 +828,11 @@ void tokenizer_print(const Tokenizer* t, Utf8Stream* st, int id, int show_specia
     }
 }
 
+int utf8_valid_length(const char* s, size_t n) {
+    int l;
+    return n > 0 && utf8_next((const uint8_t*)s, n, 0, &l) < INVALID_BASE ? l : 0;
+}
+
 void utf8_stream_flush(Utf8Stream* s, FILE* out) {
     if (s->n_pending > 0) put(out, REPLACEMENT, 3);
     s->n_pending = 0;

@@ -68,6 +68,10 @@ typedef struct {
 void tokenizer_print(const Tokenizer* t, Utf8Stream* s, int id, int show_special, FILE* out);
 void utf8_stream_flush(Utf8Stream* s, FILE* out);
 
+/* The length in bytes (1-4) of the valid UTF-8 character at s (n bytes left), or 0 where s starts
+ * none (a stray continuation byte, an overlong form, a surrogate, beyond U+10FFFF, cut short). */
+int utf8_valid_length(const char* s, size_t n);
+
 /* Decodes n ids into a malloc'ed, NUL-terminated string (free it): the tokens' bytes concatenated,
  * invalid UTF-8 replaced by U+FFFD as in the reference decoder, special tokens left out when
  * skip_special is nonzero, unknown ids contribute nothing. *len (if not NULL) gets the length
