@@ -107,12 +107,18 @@ $(B)/tests/%: $(B)/obj/tests/%.o $(B)/libengine.a
 
 # On x86-64 the kernel tests are built once more for AVX2 + FMA + F16C without AVX-512 or VNNI,
 # so that the AVX2 twins stay tested on machines whose native build takes the wider paths
-# (run_tests.py skips it on a CPU without AVX2). Only the kernels are compiled again.
+# (run_tests.py skips it on a CPU without AVX2). Only the kernels are compiled again, and not where
+# NATIVE already targets exactly that (a Zen 3, say): there test_kernels runs the same twins.
 AVX2_FLAGS := -march=x86-64 -mavx2 -mfma -mf16c
 AVX2_COMPILE = $(CC) $(REQUIRED_FLAGS) $(AVX2_FLAGS) $(CFLAGS) $(CPPFLAGS)
 ifeq ($(UNAME_M),x86_64)
 ifndef SCALAR
+NATIVE_MACROS := $(shell $(CC) $(NATIVE) -dM -E -x c /dev/null 2>/dev/null)
+NATIVE_IS_AVX2 := $(and $(filter __AVX2__,$(NATIVE_MACROS)),$(filter __FMA__,$(NATIVE_MACROS)),\
+                        $(filter __F16C__,$(NATIVE_MACROS)),$(if $(filter __AVX512F__ __AVXVNNI__,$(NATIVE_MACROS)),,yes))
+ifeq ($(NATIVE_IS_AVX2),)
 TEST_VARIANTS := $(B)/tests/test_kernels_avx2
+endif
 endif
 endif
 $(B)/obj-avx2/%.o: %.c $(B)/flags
