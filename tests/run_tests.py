@@ -67,7 +67,8 @@ def avx2_kernels_case(binary):
         return c_test_case(binary, skip=f"{os.path.basename(binary)}: this CPU has AVX2 without AVX-512 or AVX-VNNI, so "
                                         "the native test_kernels ran the same twins (the Makefile builds it elsewhere)")
     if not os.path.exists(binary):
-        return c_test_case(binary, skip=f"{os.path.basename(binary)}: not built (`make test` builds it on x86-64, except with SCALAR=1)")
+        return c_test_case(binary, skip=f"{os.path.basename(binary)}: not built (`make test` builds it on x86-64 where NATIVE "
+                                        "targets more than AVX2, except with SCALAR=1)")
     return c_test_case(binary)
 
 

@@ -18,7 +18,8 @@ Bounds (the argument is in docs/design.md#tests-tolerances):
     F32/F16-source variants, q8 and q4 against the reference on the stored weights: TIGHT_TOL for
     at least one run (see test_quantised_tight_on_f32_sources for why not every run).
 Mistake detection: the same comparison against a reference with a classic mistake switched on
-(wrong epsilon, interleaved RoPE, no QK-norm, GQA by j % K) must fail by at least MISTAKE_MIN.
+(wrong epsilon, interleaved RoPE, no QK-norm, GQA by j % K) must fail by at least MISTAKE_MIN
+over the first MISTAKE_ROWS positions.
 
 The prompt is fed with --prompt-ids, -n N greedy steps follow (-t 0), so prefill (the prompt's
 positions) and the KV-cache decode path (every generated position) are both checked.
