@@ -49,6 +49,8 @@ static void sadd(Str* s, const char* t, size_t n) {
  * before the process stops and sets the dim again when it continues. */
 static volatile sig_atomic_t interrupted; /* a Ctrl-C not yet taken */
 static volatile sig_atomic_t dim_shown;   /* stdout is a terminal set to dim text */
+static volatile sig_atomic_t waiting_at;  /* the prompt the chat waits at (PROMPTS), for a Ctrl-Z */
+static const char* const PROMPTS[] = {"", "> ", "... "}; /* none, a message's, a """ message's next line */
 static int wake_pipe[2] = {-1, -1};
 
 static const char ATTR_DIM[] = "\033[2m", ATTR_RESET[] = "\033[0m";
@@ -73,7 +75,9 @@ static void on_interrupt(int sig) {
 
 /* Stops the process as SIGTSTP's default action does, with the dim switched off meanwhile: the
  * default action for the moment of a raise (the signal unblocked in this thread), then this
- * handler again. In an orphaned process group the kernel discards the stop and raise returns at once. */
+ * handler again. In an orphaned process group the kernel discards the stop and raise returns at once.
+ * At the prompt it draws the prompt again when the chat continues: the shell's fg left the cursor
+ * on a line of its own. */
 static void on_stop_signal(int sig) {
     const int saved_errno = errno;
     write_if_dim(ATTR_RESET);
@@ -86,6 +90,11 @@ static void on_stop_signal(int sig) {
     pthread_sigmask(SIG_UNBLOCK, &set, NULL);
     raise(sig); /* stops here until SIGCONT */
     sigaction(sig, &mine, NULL);
+    const char* prompt = PROMPTS[waiting_at];
+    if (*prompt) {
+        ssize_t r = write(STDERR_FILENO, prompt, strlen(prompt));
+        (void)r;
+    }
     write_if_dim(ATTR_DIM);
     errno = saved_errno;
 }
@@ -174,6 +183,15 @@ static int input_line(Input* in, Str* line) {
         in->n = (size_t)r;
         in->eof = r == 0; /* a terminal's Ctrl-D: the next read would wait for more */
     }
+}
+
+/* input_line at a prompt of PROMPTS (0: none shown), which a Ctrl-Z there draws again when the
+ * chat continues. */
+static int input_at_prompt(Input* in, Str* line, int prompt) {
+    waiting_at = prompt;
+    const int r = input_line(in, line);
+    waiting_at = 0;
+    return r;
 }
 
 /* ---- The conversation ---- */
@@ -686,10 +704,10 @@ static int read_block(Chat* c, Input* in, Str* line, int cut, int* armed, int* s
     if (closed || first_n > 0) add_line(&msg, &lines, first, closed ? first_n - 3 : first_n);
     while (!closed) {
         if (c->terminal) {
-            fputs("... ", stderr);
+            fputs(PROMPTS[2], stderr);
             fflush(stderr);
         }
-        const int got = input_line(in, &next);
+        const int got = input_at_prompt(in, &next, c->terminal ? 2 : 0);
         if (got == LINE_INTERRUPTED) {
             if (c->terminal) {
                 fputs("\nchat: the message is dropped\n", stderr);
@@ -739,7 +757,7 @@ static int chat_prompt(Chat* c, Input* in, Str* line, int* armed, int* status) {
         c->answered = 0;
         fflush(stderr);
     }
-    const int r = input_line(in, line);
+    const int r = input_at_prompt(in, line, c->terminal ? 1 : 0);
     if (r == LINE_INTERRUPTED) {
         if (!c->terminal) {
             *status = 130;

@@ -14,7 +14,8 @@ waits for the line on stderr that says the chat got there, so nothing depends on
   message is not sent, and the next turn's prompt has none of it.
 - SIGTERM while the thinking is shown dim: the process dies of the signal after writing ESC[0m.
 - Ctrl-Z (SIGTSTP) there: ESC[0m before the process stops, ESC[2m when it continues (the chat runs
-  as a shell's job would, a process group of its own in the test's session, so the stop is real).
+  as a shell's job would, a process group of its own in the test's session, so the stop is real);
+  at the prompt (and at a three-quote message's "... "), the prompt drawn again when it continues.
 - the commands (/help, /bye = /quit = /exit, /clear, /system, /save, unknown ones), the one-line
   hint at a terminal only, the seed printed when it came from the clock (and repeating the chat
   with it), generate's speed line for -m chat -i.
@@ -322,6 +323,36 @@ class ChatTerminal(hf_model.TempDirTestCase):
         chat.wait_blocked_writing_stdout()
         chat.p.send_signal(sig)
         chat.type(CTRL_Q)
+
+    def test_ctrl_z_at_the_prompt_draws_it_again(self):
+        """Ctrl-Z at the prompt, and at a three-quote message's next line: when the chat continues
+        (a shell's fg) the prompt is drawn again, where fg left the cursor, and the chat goes on."""
+        chat = self.terminal('-c', '256', '-n', '4', job=True, echo=False)
+
+        def stop_and_continue():
+            chat.p.send_signal(signal.SIGTSTP)
+            deadline = time.monotonic() + DEADLINE
+            while process_state(chat.p.pid) != 'T':
+                self.assertLess(time.monotonic(), deadline, 'the chat never stopped')
+                chat.pump(0.01)
+            chat.p.send_signal(signal.SIGCONT)
+
+        def next_on_stderr(text):  # text, and nothing before it since the last wait
+            at = chat.err_at
+            self.assertEqual(chat.wait_err(re.escape(text)).start(), at, chat.err)
+
+        chat.wait_err('^' + re.escape(HINT) + '> ')
+        stop_and_continue()
+        next_on_stderr('> ')
+        chat.type(b'"""\n')
+        next_on_stderr('... ')
+        stop_and_continue()
+        next_on_stderr('... ')
+        chat.type(b'hello\n"""\n')
+        chat.wait_err(ANSWER_RE)
+        chat.wait_err(NEXT_PROMPT)
+        chat.type(CTRL_D)
+        self.assertEqual(chat.finish(), 0, chat.err)
 
     @unittest.skipUnless(WRITE_SYSCALL and os.path.exists('/proc/self/syscall'),
                          'needs /proc/PID/syscall and a known write syscall number')
