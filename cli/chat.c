@@ -185,10 +185,15 @@ static int input_line(Input* in, Str* line) {
     }
 }
 
-/* input_line at a prompt of PROMPTS (0: none shown), which a Ctrl-Z there draws again when the
- * chat continues. */
-static int input_at_prompt(Input* in, Str* line, int prompt) {
+/* input_line after showing a prompt of PROMPTS on stderr (0: none; before: what comes first),
+ * which a Ctrl-Z from then on draws again when the chat continues. */
+static int input_at_prompt(Input* in, Str* line, const char* before, int prompt) {
     waiting_at = prompt;
+    if (prompt) {
+        fputs(before, stderr);
+        fputs(PROMPTS[prompt], stderr);
+        fflush(stderr);
+    }
     const int r = input_line(in, line);
     waiting_at = 0;
     return r;
@@ -703,11 +708,7 @@ static int read_block(Chat* c, Input* in, Str* line, int cut, int* armed, int* s
     int closed = !cut && first_n >= 3 && ends_with_quotes(first, first_n);
     if (closed || first_n > 0) add_line(&msg, &lines, first, closed ? first_n - 3 : first_n);
     while (!closed) {
-        if (c->terminal) {
-            fputs(PROMPTS[2], stderr);
-            fflush(stderr);
-        }
-        const int got = input_at_prompt(in, &next, c->terminal ? 2 : 0);
+        const int got = input_at_prompt(in, &next, "", c->terminal ? 2 : 0);
         if (got == LINE_INTERRUPTED) {
             if (c->terminal) {
                 fputs("\nchat: the message is dropped\n", stderr);
@@ -752,12 +753,9 @@ static int read_block(Chat* c, Input* in, Str* line, int cut, int* armed, int* s
  * (*armed: the previous line was such a Ctrl-C). From a pipe a Ctrl-C ends the chat with status
  * 130 (*status). */
 static int chat_prompt(Chat* c, Input* in, Str* line, int* armed, int* status) {
-    if (c->terminal) {
-        fputs(c->answered ? "\n> " : "> ", stderr); /* a blank line after an answer */
-        c->answered = 0;
-        fflush(stderr);
-    }
-    const int r = input_at_prompt(in, line, c->terminal ? 1 : 0);
+    /* a blank line after an answer */
+    const int r = input_at_prompt(in, line, c->answered ? "\n" : "", c->terminal ? 1 : 0);
+    c->answered = 0;
     if (r == LINE_INTERRUPTED) {
         if (!c->terminal) {
             *status = 130;
