@@ -561,8 +561,10 @@ static void print_json_row(const Bench* b, long long huge, const ThreadRun* tr, 
     json_number("gops", "%.3f", row.gops);
     json_number("peak_gops", "%.3f", row.peak_gops);
     json_number("compute_roof_pct", "%.2f", row.compute_pct);
-    if (test == 0) printf(", \"peak_instruction\": \"%s\"}\n", b->peak_instruction ? b->peak_instruction : "none");
-    else printf(", \"peak_instruction\": null}\n");
+    if (test == 0) printf(", \"peak_instruction\": \"%s\"", b->peak_instruction ? b->peak_instruction : "none");
+    else printf(", \"peak_instruction\": null");
+    /* a saved line keeps what the exit status (130) said: Ctrl-C cut the reps short */
+    printf(", \"interrupted\": %s}\n", ctrl_c_pressed ? "true" : "false");
 }
 
 /* One cell of the table, right-aligned in width characters. */

@@ -39,7 +39,7 @@ MODEL = os.path.join(ROOT, "models", "tinystories.bin")
 KEYS = ["test", "threads", "depth", "tokens_per_s", "min", "max", "gbps", "roof_pct", "mem_gbps",
         "roof_pct_best", "mem_gbps_best", "weight_type", "cpu_share", "prefetch", "weights", "huge_pct",
         "kv_cache", "kv_bytes_per_position", "reps_tokens_per_s", "reps_mem_gbps", "weights_gbps", "roof_pct_weights", "reps_weights_gbps",
-        "ops_per_token", "gops", "peak_gops", "compute_roof_pct", "peak_instruction"]
+        "ops_per_token", "gops", "peak_gops", "compute_roof_pct", "peak_instruction", "interrupted"]
 FLAG_QK_NORM, FLAG_QKV_BIAS, FLAG_TIED_EMBED = 1, 2, 4
 
 
@@ -156,6 +156,7 @@ class BenchMode(unittest.TestCase):
             self.assertEqual(r["weights"], "mapped")
             self.assertEqual(r["kv_cache"], "f32")
             self.assertEqual(r["depth"], 0)
+            self.assertIs(r["interrupted"], False)
             self.assertTrue(r["huge_pct"] is None or 0 <= r["huge_pct"] <= 100, r)
             self.assertTrue(0 < r["min"] <= r["tokens_per_s"] <= r["max"], r)
             self.assertGreater(r["mem_gbps"], 0)
@@ -367,19 +368,18 @@ class BenchMode(unittest.TestCase):
         self.assertIn("tg4, 2 threads / 1:", p.stdout)
         self.assertIn("pp8, 2 threads / 1:", p.stdout)
 
-    def test_ctrl_c(self):
-        """Ctrl-C: the reps complete by then are reported, with a line that says how many, and the
-        exit status is 130; before the first rep ends, a line that nothing was measured. On a
-        terminal a progress line (the warm-up, each rep) is written over as the bench runs."""
+    def interrupted_on_a_terminal(self, *args):
+        """The bench on a pty, many reps of tiny tests, SIGINT (as a terminal's Ctrl-C sends it)
+        once the progress line shows rep 3: (everything it wrote, its exit status)."""
         import pty
         import select
         import signal
         import time
         pid, fd = pty.fork()
-        if pid == 0:  # the child: the bench on the pty, many reps of tiny tests, SIGINT as a terminal has it
+        if pid == 0:  # the child
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.execv(RUN, [RUN, MODEL, "-m", "bench", "--threads", "1", "--bench-prompt", "8", "--bench-gen", "4",
-                           "--bench-reps", "1000000"])
+                           "--bench-reps", "1000000", *args])
         out, sent, t0 = b"", False, time.time()
         while time.time() - t0 < 30:
             if not sent and b"rep 3 of 1000000" in out:
@@ -399,11 +399,29 @@ class BenchMode(unittest.TestCase):
         os.close(fd)
         text = out.decode(errors="replace")
         self.assertTrue(sent, "no progress line: " + text[-1000:])
+        return text, os.waitstatus_to_exitcode(status)
+
+    def test_ctrl_c(self):
+        """Ctrl-C: the reps complete by then are reported, with a line that says how many, and the
+        exit status is 130; before the first rep ends, a line that nothing was measured. On a
+        terminal a progress line (the warm-up, each rep) is written over as the bench runs. With
+        --json each line says it was interrupted, and its lists hold the reps complete."""
+        import signal
+        import time
+        text, status = self.interrupted_on_a_terminal()
         self.assertIn("\rbench: warm-up, 1 thread\x1b[K", text)
-        self.assertEqual(os.waitstatus_to_exitcode(status), 130, text[-2000:])
+        self.assertEqual(status, 130, text[-2000:])
         self.assertRegex(text, r"bench: interrupted after \d+ of 1000000 reps: the figures below are over those")
         self.assertRegex(text, r"\| pp8 +\| +1 \|")
         self.assertRegex(text, r"\| tg4 +\| +1 \|")
+        text, status = self.interrupted_on_a_terminal("--json")
+        self.assertEqual(status, 130, text[-2000:])
+        done = int(re.search(r"bench: interrupted after (\d+) of 1000000 reps", text).group(1))
+        recs = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+        self.assertEqual([r["test"] for r in recs], ["pp8", "tg4"], text[-2000:])
+        for r in recs:
+            self.assertIs(r["interrupted"], True)
+            self.assertEqual(len(r["reps_tokens_per_s"]), done)
         # from a pipe, interrupted at once: no progress line, nothing measured
         if not os.path.exists("/proc/self/status"):
             self.skipTest("no /proc: cannot tell when the bench catches SIGINT (the terminal half passed)")
