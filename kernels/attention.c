@@ -1288,7 +1288,7 @@ ALWAYS_INLINE void attend_lanes(float* out, const float* q, size_t row_stride, i
 #endif
 
 #if !defined(KERNELS_SCALAR)
-/* Decode: attention_group (kernels.h), inlined into the pool's work (attention_task). */
+/* Decode (attention_group, kernels.h), inlined into the pool's work (attention_task). */
 ALWAYS_INLINE void attend_group(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int head_dim,
                                 float scale, float* att) {
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
@@ -1306,11 +1306,6 @@ ALWAYS_INLINE void attend_group(float* out, const float* q, int n_q, const KVRow
     }
 #endif
     attention_group_scalar(out, q, n_q, kv, n_pos, head_dim, scale, att);
-}
-
-void attention_group(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int head_dim, float scale,
-                     float* att) {
-    attend_group(out, q, n_q, kv, n_pos, head_dim, scale, att);
 }
 
 /* Prefill attention (attention_rows, kernels.h; inlined into attention_task): the block's
@@ -1362,6 +1357,16 @@ void attention_task(void* ctx, int task, int thread) {
         const size_t at = (size_t)r * row + (size_t)kv * G * d;
         attend_block(a->out + at, a->q + at, row, G, n, &rows, a->p0 + r + 1, d, a->scale, scratch);
     }
+}
+
+/* One GQA group's decode, as the pool's work runs it (one task, one kv head): the kernel tests
+ * check the same compiled kernels that forward() runs, and the file holds one copy of them. */
+void attention_group(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int head_dim, float scale,
+                     float* att) {
+    const AttentionCall a = {.out = out, .q = q, .rows = 1, .p0 = n_pos - 1, .n_heads = n_q, .n_kv_heads = 1,
+                             .head_dim = head_dim, .scale = scale, .kv = *kv};
+    AttentionJob job = {.a = &a, .scratch = att, .n_tasks = 1};
+    attention_task(&job, 0, 0);
 }
 #endif
 
