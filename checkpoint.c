@@ -264,8 +264,8 @@ static int check_sizes(const FileHeader* h, const LoadError* e) {
 static int check_constants(const FileHeader* h, const LoadError* e) {
     if (!(h->rms_norm_eps > 0.0f && h->rms_norm_eps < 1.0f))
         return load_fail(e, "rms_norm_eps = %g is not in (0, 1)", h->rms_norm_eps);
-    if (!(h->rope_theta > 0.0 && h->rope_theta < MAX_ROPE_THETA))
-        return load_fail(e, "rope_theta = %g is not a positive number", h->rope_theta);
+    if (!(h->rope_theta >= 1.0 && h->rope_theta < MAX_ROPE_THETA)) /* below 1 the frequencies grow along the head */
+        return load_fail(e, "rope_theta = %g is out of range: at least 1 and below %g", h->rope_theta, MAX_ROPE_THETA);
     if ((h->flags & FLAG_ROPE_YARN) &&
         (!(h->rope_factor >= 1.0f && h->rope_factor <= MAX_ROPE_FACTOR) || h->rope_original_max == 0 ||
          h->rope_original_max > MAX_POSITIONS || h->rope_truncate > 1 ||

@@ -307,11 +307,11 @@ def parse_config(folder, cfg, gen):
         scaling, scaling_field = cfg["rope_scaling"], "rope_scaling"
     if theta is None:
         theta = 10000.0  # the transformers default for all three classes
-    # The loader's test, 0 < theta < MAX_ROPE_THETA, which NaN and infinity fail; compared before
+    # The loader's test, 1 <= theta < MAX_ROPE_THETA, which NaN and infinity fail; compared before
     # float() so that a huge JSON integer cannot overflow it.
     max_theta = LIMITS["MAX_ROPE_THETA"]
-    if not is_number(theta) or not 0 < theta < max_theta:
-        raise ExportError(f"{path}: field '{theta_field}' must be a number above 0 and below "
+    if not is_number(theta) or not 1 <= theta < max_theta:
+        raise ExportError(f"{path}: field '{theta_field}' must be a number from 1 to below "
                           f"{max_theta:g}, got {show(theta)}")
 
     c = {

@@ -69,7 +69,7 @@
 #define MAX_POSITIONS (1 << 24)      /* max_seq_len: 1 .. MAX_POSITIONS */
 #define MAX_MATRIX_VALUES 2147483647 /* the widest width times the tallest height, at most (the
                                       * kernels index a matrix with int arithmetic) */
-#define MAX_ROPE_THETA 1e30          /* rope_theta: above 0, below MAX_ROPE_THETA */
+#define MAX_ROPE_THETA 1e30          /* rope_theta: at least 1, below MAX_ROPE_THETA */
 #define MAX_ROPE_FACTOR 1e6          /* YaRN's factor: 1 .. MAX_ROPE_FACTOR; its attention factor and
                                       * betas: above 0, below it */
 #define MAX_EOS_IDS 8                /* n_eos: 0 .. MAX_EOS_IDS */

@@ -10,6 +10,7 @@
  *   -n 0                        process the prompt, generate nothing
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <sched.h>
@@ -218,7 +219,7 @@ static uint64_t parse_seed(const char* flag, const char* s) {
     char* end;
     errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
-    if (*s == '-' || *s == '+' || end == s || *end != '\0' || errno == ERANGE)
+    if (!(*s >= '0' && *s <= '9') || end == s || *end != '\0' || errno == ERANGE)
         die(2, "%s needs a non-negative integer, got '%s'", flag, s);
     return (uint64_t)v;
 }
@@ -616,6 +617,13 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
     int n_decoded = 0, context_full = 0;
     while (n - n_prompt < o->steps && !ctrl_c_pressed) {
         int next = sampler_sample(sampler, logits, history, n);
+        if (next < 0) {
+            if (tok) utf8_stream_flush(&stream, stdout);
+            fputc('\n', stdout);
+            fflush(stdout);
+            die(1, "every logit at position %d is NaN: the weights hold NaN or infinity, or the activations "
+                "overflowed", n - 1);
+        }
         if (is_eos(&t->header, next)) break;
         if (tok) tokenizer_print(tok, &stream, next, 0, stdout);
         else printf("%s%d", n > n_prompt ? " " : "", next); /* no tokenizer: the ids */
@@ -796,7 +804,17 @@ static int widths_take_groups_of_32(const Config* c) {
            (c->n_experts == 0 || c->moe_hidden_dim % 32 == 0);
 }
 
+/* A standard stream the caller closed (`<&-`, `>&-`) is opened on /dev/null for reading only, before
+ * anything else opens a file: else the next file opened (a worker's /proc file, the dump file) takes
+ * its number, and the prompt is read from it or the text written into it. Read-only, a closed
+ * stdin reads as empty and a write to a closed stdout fails as it would have. */
+static void hold_standard_streams(void) {
+    for (int fd = 0; fd <= 2; fd++)
+        if (fcntl(fd, F_GETFD) == -1 && errno == EBADF) (void)open("/dev/null", O_RDONLY); /* the lowest free number: fd */
+}
+
 int main(int argc, char** argv) {
+    hold_standard_streams();
     if (quantize_requested(argc, argv)) return quantize_main(argc, argv); /* its own options: quantize.h */
     Options o;
     parse_args(argc, argv, &o);

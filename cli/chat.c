@@ -1,5 +1,6 @@
 /* chat.c: the chat loop of `./run MODEL -m chat` (the template is chat_template.c). */
 #include "chat.h"
+#include "cli/output_path.h"
 #include "cli/read_text.h"
 
 #include <ctype.h>
@@ -316,8 +317,12 @@ static void json_string(FILE* f, const char* s) {
  * bytes of a typed or /read message valid UTF-8; answers are decoded with U+FFFD already).
  * Written to a temporary file that replaces path only when complete. 0, or -1 after an error
  * message. */
-static int conversation_save(const Conversation* c, const char* path) {
-    char tmp[4096];
+static int conversation_save(const Conversation* c, const char* path_given) {
+    char path[4096], tmp[4096 + 32], why[256];
+    if (output_path_target(path_given, path, sizeof path, why, sizeof why) != 0) {
+        fprintf(stderr, "chat: %s: %s; the conversation was not saved\n", path_given, why);
+        return -1;
+    }
     snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());
     FILE* f = fopen(tmp, "w");
     if (f) {
@@ -564,6 +569,12 @@ static int chat_answer(Chat* c, float* logits, int* stopped, int* n_tokens) {
     c->in_think = c->after_think = 0;
     for (;;) {
         const int next = sampler_sample(c->s, logits, c->history, c->pos);
+        if (next < 0) {
+            snprintf(notice, sizeof notice, "chat: error: every logit at position %d is NaN: the weights hold NaN or "
+                     "infinity, or the activations overflowed\n", c->pos - 1);
+            status = 1;
+            break;
+        }
         if (next == c->im_end || is_eos(&c->t->header, next)) break;
         if (c->pos >= seq_len) { /* no room to keep this token: it is not printed either */
             char advice[80];

@@ -32,6 +32,7 @@
 #include "kernels/kernels.h"
 #include "model.h"
 #include "checkpoint.h"
+#include "cli/output_path.h"
 
 #define CHUNK_BYTES ((size_t)4 << 20)       /* output bytes of row blocks per dispatch to the threads,
                                              * then written to the file in one fwrite */
@@ -176,11 +177,14 @@ static void parse_options(int argc, char** argv, QuantizeOptions* o) {
 }
 
 /* Refuses an output that would replace the input, or that cannot be a file. */
-static void check_output_path(const char* input, const char* output) {
+/* Into target: the file that the output replaces (output_path_target: the output, or where its link
+ * leads), which must not be the input. */
+static void output_target(const char* input, const char* output, char* target, size_t size) {
+    char why[256];
+    if (output_path_target(output, target, size, why, sizeof why) != 0)
+        fail("%s: %s; give a file name for the checkpoint", output, why);
     struct stat in, out;
-    if (stat(output, &out) != 0) return;
-    if (S_ISDIR(out.st_mode)) fail("%s: is a directory; give a file name for the checkpoint", output);
-    if (stat(input, &in) == 0 && in.st_dev == out.st_dev && in.st_ino == out.st_ino)
+    if (stat(target, &out) == 0 && stat(input, &in) == 0 && in.st_dev == out.st_dev && in.st_ino == out.st_ino)
         fail("%s: is the input checkpoint; write the quantised one somewhere else", output);
 }
 
@@ -648,7 +652,8 @@ int quantize_main(int argc, char** argv) {
         quantize_stream(&o);
         return 0;
     }
-    check_output_path(o.input, o.output);
+    char output[PATH_MAX];
+    output_target(o.input, o.output, output, sizeof output);
     const double t0 = now_seconds();
     const TransformerOptions topt = {.threads = o.threads, .ctx = 1, .prefill_only = 1, .lazy_pages = 1};
     Transformer t;
@@ -662,14 +667,14 @@ int quantize_main(int argc, char** argv) {
 
     /* Written as .NAME.PID.tmp in the output's folder (export.py's temporary name, which its
      * clean-up of files left by killed runs knows), then synced and renamed over NAME. */
-    const char* slash = strrchr(o.output, '/');
+    const char* slash = strrchr(output, '/');
     char dir[PATH_MAX]; /* also synced after the rename */
-    if (slash) snprintf(dir, sizeof dir, "%.*s", slash == o.output ? 1 : (int)(slash - o.output), o.output);
+    if (slash) snprintf(dir, sizeof dir, "%.*s", slash == output ? 1 : (int)(slash - output), output);
     else snprintf(dir, sizeof dir, ".");
-    if (snprintf(tmp_path, sizeof tmp_path, "%s/.%s.%ld.tmp", dir, slash ? slash + 1 : o.output, (long)getpid()) >=
+    if (snprintf(tmp_path, sizeof tmp_path, "%s/.%s.%ld.tmp", dir, slash ? slash + 1 : output, (long)getpid()) >=
         (int)sizeof tmp_path)
         fail("%s: path too long", o.output);
-    remove_stale_temporaries(dir, slash ? slash + 1 : o.output);
+    remove_stale_temporaries(dir, slash ? slash + 1 : output);
     catch_signals();
     FILE* f = fopen(tmp_path, "we"); /* e: O_CLOEXEC */
     if (f == NULL) fail("%s: cannot create a file in %s: %s", o.output, dir, strerror(errno));
@@ -680,7 +685,7 @@ int quantize_main(int argc, char** argv) {
      * from a cache it fills itself (model.c, map_file), and leaves small pages as they are. */
     posix_fadvise(fileno(f), 0, 0, POSIX_FADV_DONTNEED);
     if (fclose(f) != 0) fail("%s: cannot close: %s", tmp_path, strerror(errno));
-    if (rename(tmp_path, o.output) != 0) fail("%s: cannot rename %s to it: %s", o.output, tmp_path, strerror(errno));
+    if (rename(tmp_path, output) != 0) fail("%s: cannot rename %s to it: %s", output, tmp_path, strerror(errno));
     tmp_exists = 0;
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* the rename itself on disk too */
     if (dfd >= 0) {
@@ -688,7 +693,7 @@ int quantize_main(int argc, char** argv) {
         close(dfd);
     }
     struct stat st;
-    const double size_mb = stat(o.output, &st) == 0 ? (double)st.st_size / 1e6 : 0;
+    const double size_mb = stat(output, &st) == 0 ? (double)st.st_size / 1e6 : 0;
     const int threads = t.kernels->threads(t.kernels);
     fprintf(stderr, "run: wrote %s (%.1f MB, %s, group size %d) in %.1fs on %d thread%s\n", o.output, size_mb,
             o.dtype, gs, now_seconds() - t0, threads, threads == 1 ? "" : "s");

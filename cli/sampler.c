@@ -35,7 +35,7 @@ static float random_float(Sampler* s) {
     return (float)(bits >> 8) / 16777216.0f;
 }
 
-/* The first index of the largest logit, NaN skipped (0 when every logit is NaN). Two passes, the
+/* The first index of the largest logit, NaN skipped (-1 when every logit is NaN). Two passes, the
  * maximum in eight independent lanes and then its first position: in one pass each comparison
  * waits for the previous one's result. */
 static int argmax(const float* x, int n) {
@@ -49,7 +49,7 @@ static int argmax(const float* x, int n) {
     for (int k = 1; k < 8; k++) top = m[k] > top ? m[k] : top;
     for (i = 0; i < n; i++)
         if (x[i] == top) return i;
-    return 0; /* every logit NaN */
+    return -1; /* every logit NaN */
 }
 
 /* Descending probability; ties by ascending id, so the order never depends on qsort. */
@@ -248,10 +248,13 @@ static int draw_candidate(Sampler* s, const Candidates* c) {
 int sampler_sample(Sampler* s, float* logits, const int* history, int n_history) {
     const int V = s->vocab_size;
     apply_repetition_penalty(s, logits, history, n_history);
-    if (s->temperature <= 0.0f) return argmax(logits, V); /* greedy decoding, no randomness */
+    const int top = argmax(logits, V);
+    if (s->temperature <= 0.0f || top < 0) return top; /* greedy decoding, no randomness */
     for (int i = 0; i < V; i++) logits[i] /= s->temperature; /* 2. temperature */
-    float max_logit = logits[argmax(logits, V)];
-    if (!isfinite(max_logit)) return argmax(logits, V);
+    float max_logit = logits[top];
+    /* a temperature so small that the largest logit over it is infinite: the limit, greedy (and not
+     * the first of the logits that also went to infinity) */
+    if (!isfinite(max_logit)) return top;
 
     const int use_top_k = s->top_k > 0 && s->top_k < V;
     const int use_top_p = s->top_p > 0.0f && s->top_p < 1.0f;

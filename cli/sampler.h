@@ -36,7 +36,8 @@ void sampler_free(Sampler* s);
 
 /* Samples a token from logits[vocab_size]; logits is modified (penalty and temperature are
  * applied in place). history[0 .. n_history-1] are the tokens seen so far (prompt and output), for
- * the repetition penalty; ids outside the vocabulary are ignored. */
+ * the repetition penalty; ids outside the vocabulary are ignored. Returns -1 when every logit is
+ * NaN (weights that hold NaN or infinity, or activations that overflowed). */
 int sampler_sample(Sampler* s, float* logits, const int* history, int n_history);
 
 #endif

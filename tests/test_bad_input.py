@@ -5,6 +5,7 @@ and a failed export must leave no output file and no temporary file behind."""
 
 import json
 import os
+import stat
 import struct
 import sys
 import unittest
@@ -17,7 +18,7 @@ HEADER_FORMAT = '<4s13I f i d I 8i f f i 2I 4Q f I f f f I 72x'  # FileHeader (m
 # Byte offsets of FileHeader fields (model.h, struct '<4s13I f i d I 8i f f i 2I 4Q f I f f f I 72x'), for patching.
 OFF = {'magic': 0, 'version': 4, 'arch': 8, 'flags': 12, 'dim': 16, 'hidden_dim': 20,
        'n_layers': 24, 'n_heads': 28, 'n_kv_heads': 32, 'head_dim': 36, 'vocab_size': 40,
-       'max_seq_len': 44, 'weight_type': 48, 'group_size': 52, 'rms_norm_eps': 56,
+       'max_seq_len': 44, 'weight_type': 48, 'group_size': 52, 'rms_norm_eps': 56, 'rope_theta': 64,
        'tokenizer_offset': 128, 'tokenizer_bytes': 136, 'weights_offset': 144, 'weights_bytes': 152,
        'rope_factor': 160, 'rope_original_max': 164, 'rope_beta_fast': 168, 'rope_beta_slow': 172,
        'rope_attention_factor': 176, 'rope_truncate': 180}
@@ -445,6 +446,78 @@ class EngineErrors(InTempDir):
         vocab = hf_model.read_header(self.good)['vocab_size']
         self.assertEqual(os.path.getsize(dump), 4 * vocab, 'positions run after the failed write')
 
+    def test_closed_standard_streams(self):
+        """A standard stream the caller closed is not taken by the next file the engine opens: with
+        stdin closed the text is empty (not a worker's /proc file read as the prompt), with stdout
+        closed the text is a failed write (not lines inside the logits dump)."""
+        import subprocess
+
+        def closed(fd):
+            return lambda: os.close(fd)
+        for args, want in ((['-m', 'eval', '--json'], 'nothing to score: the text is 0 tokens'),
+                           (['-f', '-', '-n', '2', '-t', '0'], 'standard input is empty'),
+                           (['-m', 'tokenize'], None)):
+            with self.subTest(stdin_closed=args):
+                p = subprocess.run([hf_model.RUN, self.good] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True, timeout=30, preexec_fn=closed(0))
+                if want is None:  # tokenize: the ids of no text, none
+                    self.assertEqual((p.returncode, p.stdout.strip()), (0, ''), p.stderr)
+                else:
+                    self.assertNotEqual(p.returncode, 0, p.stdout)
+                    self.assertIn(want, p.stderr)
+        dump = os.path.join(self.tmp, 'stdout_closed.f32')
+        p = subprocess.run([hf_model.RUN, self.good, '--prompt-ids', '1,2', '-n', '3', '-t', '0', '--dump-logits', dump],
+                           stderr=subprocess.PIPE, text=True, timeout=30, preexec_fn=closed(1))
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn('standard output: write failed', p.stderr)
+        self.assertEqual(os.path.getsize(dump) % (4 * hf_model.read_header(self.good)['vocab_size']), 0,
+                         'the dump holds more than logits')
+
+    def test_output_is_not_a_regular_file(self):
+        """chat's /save and -m quantize -o write a new file and rename it over the path: a FIFO (or,
+        as root, /dev/null) there is refused, not replaced by a file; a link to a file keeps its
+        link and gets the new file."""
+        import subprocess
+        fifo = os.path.join(self.tmp, 'out.fifo')
+        if not os.path.exists(fifo):
+            os.mkfifo(fifo)
+        p = subprocess.run([hf_model.RUN, self.good, '-m', 'chat', '-n', '2', '-t', '0', '--no-think'],
+                           input='Hi\n/save %s\n' % fifo, capture_output=True, text=True, timeout=60)
+        self.assertIn('chat: %s: is not a regular file (a device, FIFO or socket); the conversation was not saved'
+                      % fifo, p.stderr)
+        msg = self.run_fails([self.good, '-m', 'quantize', '--dtype', 'q8', '-o', fifo], fifo)
+        self.assertIn('is not a regular file', msg)
+        self.assertTrue(stat.S_ISFIFO(os.stat(fifo).st_mode), 'the FIFO was replaced')
+        target, link = os.path.join(self.tmp, 'saved.json'), os.path.join(self.tmp, 'saved_link.json')
+        with open(target, 'w') as f:
+            f.write('old')
+        if not os.path.lexists(link):
+            os.symlink(target, link)
+        p = subprocess.run([hf_model.RUN, self.good, '-m', 'chat', '-n', '2', '-t', '0', '--no-think'],
+                           input='Hi\n/save %s\n' % link, capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertTrue(os.path.islink(link), 'the link was replaced')
+        with open(target) as f:
+            self.assertEqual(json.load(f)[0], {'role': 'user', 'content': 'Hi'})
+
+    def test_nan_logits(self):
+        """Weights that make every logit NaN (here the embedding table): generate and chat stop with one
+        line that says so and status 1, instead of printing token 0 again and again."""
+        import array
+        h = hf_model.read_header(self.good)
+        data = bytearray(self.data)
+        n = h['vocab_size'] * h['dim']
+        data[h['weights_offset']:h['weights_offset'] + 4 * n] = array.array('f', [float('nan')] * n).tobytes()
+        path = os.path.join(self.tmp, 'nan.bin')
+        with open(path, 'wb') as f:
+            f.write(data)
+        for args in (['--prompt-ids', '1,2', '-n', '3', '-t', '0'], ['--prompt-ids', '1,2', '-n', '3', '-t', '0.8'],
+                     ['-m', 'chat', '-i', 'hi', '-n', '3']):
+            with self.subTest(args=args):
+                p = hf_model.run_engine([path] + args)
+                self.assertEqual(p.returncode, 1, p.stderr)
+                self.assertIn('is NaN: the weights hold NaN or infinity, or the activations overflowed', p.stderr)
+
     def test_output_is_the_checkpoint(self):
         """--dump-logits and --norms-json naming the checkpoint (itself or through a link) are
         refused before anything is written (the model reads that file through its mapping as it
@@ -607,6 +680,13 @@ class EngineErrors(InTempDir):
         for field, value in cases:
             with self.subTest(field=field, value=value):
                 self.patched('cfg_%s_%d.bin' % (field, value), field, 'I', value)
+
+    def test_rope_theta(self):
+        """Below 1 (a corrupt byte can make it 1e-314, whose float is 0) the RoPE frequencies grow
+        along the head or become infinite, and the text NaN: refused, naming the field."""
+        for theta in (0.5, 5e-324, 0.0, -10000.0, float('nan'), float('inf'), 1e30):
+            with self.subTest(rope_theta=theta):
+                self.assertIn('rope_theta', self.patched('theta_%g.bin' % theta, 'rope_theta', 'd', theta))
 
     def test_q8_group_size(self):
         for gs in (0, 3, 0x80000000):

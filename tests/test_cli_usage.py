@@ -91,6 +91,14 @@ class Seed(unittest.TestCase):
         b = run("-i", "Once upon a time", "-n", "8", "-t", "1", "-s", str(seeds[0]))
         self.assertEqual(a.stdout, b.stdout)
 
+    def test_only_digits(self):
+        """A seed is digits: strtoull would take " -1" (leading space) as 2^64 - 1."""
+        for seed in ("-1", " -1", "+5", " 5", "", "5x"):
+            with self.subTest(seed=seed):
+                p = run("-i", "a", "-n", "1", "-s", seed)
+                self.assertEqual((p.returncode, p.stderr),
+                                 (2, "run: error: -s needs a non-negative integer, got '%s'\n" % seed))
+
 
 @unittest.skipIf(missing() is not None, missing() or "")
 class TokenizeInput(unittest.TestCase):

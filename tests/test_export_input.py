@@ -197,6 +197,7 @@ class CrashingInputs(ExportRefuses):
             (c, set_field(c, mpe, True), [mpe, 'True']),            # bool is not an int
             (c, replace_text(c, '"rope_theta": 1000000.0', '"rope_theta": 1e400'), ['rope_theta', 'inf']),
             (c, replace_text(c, '"rope_theta": 1000000.0', '"rope_theta": 1' + '0' * 400), ['rope_theta']),
+            (c, replace_text(c, '"rope_theta": 1000000.0', '"rope_theta": 0.5'), ['rope_theta', 'from 1', '0.5']),
             (c, set_field(c, 'eos_token_id', 10**12), ['eos_token_id', '1000000000000']),
             (c, set_field(c, 'eos_token_id', ['x']), ['eos_token_id', "'x'"]),
             (c, set_field(c, 'hidden_size', 10**10), ['hidden_size']),

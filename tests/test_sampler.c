@@ -161,7 +161,23 @@ int main(void) {
         fails += a != 7;
         sampler_free(&s);
     }
-    /* greedy = the first index of the largest logit, NaN skipped, 0 if all are NaN: against the
+    /* a temperature so small that the logits over it overflow: the largest logit's token, as T -> 0
+     * (4 and 5 over 1e-38 both go to infinity; 1 does not) */
+    {
+        const float tiny[3] = {4, 1, 5};
+        float y[3];
+        int bad = 0;
+        for (int filter = 0; filter < 3; filter++) {
+            Sampler s;
+            sampler_init(&s, 3, 1e-38f, filter == 1 ? 0.9f : 0, filter == 2 ? 2 : 0, 0, 1, 1);
+            memcpy(y, tiny, sizeof y);
+            bad += sampler_sample(&s, y, hist, 0) != 2;
+            sampler_free(&s);
+        }
+        printf("temperature 1e-38 (plain, top-p, top-k): %d of 3 not the largest -> %s\n", bad, bad ? "FAIL" : "ok");
+        fails += bad != 0;
+    }
+    /* greedy = the first index of the largest logit, NaN skipped, -1 if all are NaN: against the
      * one-pass definition, on lengths around sampler.c's 8-wide blocks, with ties, NaNs and
      * infinities at the ends and in the middle. */
     {
@@ -180,6 +196,7 @@ int main(void) {
             int want = 0;
             for (int i = 1; i < n; i++)
                 if (x[i] > x[want] || (x[want] != x[want] && x[i] == x[i])) want = i;
+            if (x[want] != x[want]) want = -1; /* every one NaN */
             Sampler s;
             sampler_init(&s, n, 0, 0, 0, 0, 1, 1);
             memcpy(y, x, (size_t)n * sizeof(float));

@@ -1,0 +1,26 @@
+/* output_path.c: the file that a tool writing a whole new file replaces (output_path.h). */
+#include "output_path.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+int output_path_target(const char* path, char* target, size_t size, char* why, size_t why_size) {
+    struct stat st, link;
+    char resolved[PATH_MAX];
+    const char* to = path;
+    if (stat(path, &st) == 0) { /* else a new file (or a link to one not yet there) */
+        if (S_ISDIR(st.st_mode)) return snprintf(why, why_size, "is a directory"), -1;
+        if (!S_ISREG(st.st_mode)) return snprintf(why, why_size, "is not a regular file (a device, FIFO or socket)"), -1;
+        if (lstat(path, &link) == 0 && S_ISLNK(link.st_mode)) {
+            if (realpath(path, resolved) == NULL) return snprintf(why, why_size, "%s", strerror(errno)), -1;
+            to = resolved;
+        }
+    }
+    if (strlen(to) >= size) return snprintf(why, why_size, "path too long"), -1;
+    memcpy(target, to, strlen(to) + 1);
+    return 0;
+}

@@ -1,0 +1,14 @@
+/* output_path.h: the file that a tool writing a whole new file replaces. The tools (chat's /save,
+ * -m quantize) write under a temporary name beside it and rename that over it when complete, so an
+ * interrupted write leaves the old file as it was. */
+#ifndef OUTPUT_PATH_H
+#define OUTPUT_PATH_H
+
+#include <stddef.h>
+
+/* Into target[size]: path, or where path leads when it is a symbolic link (so the link stays and
+ * the file it names is replaced). 0, or -1 with the reason in why[why_size]: path is a directory,
+ * or a device, FIFO or socket, which the rename would replace itself (as root, /dev/null). */
+int output_path_target(const char* path, char* target, size_t size, char* why, size_t why_size);
+
+#endif
