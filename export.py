@@ -242,7 +242,7 @@ def yarn_fields(y):
 
 def parse_config(folder, cfg, gen):
     """config.json (and generation_config.json's end-of-sequence ids) -> the header's config values,
-    every one checked against LIMITS and the loader's other rules (model.c read_config)."""
+    every one checked against LIMITS and the loader's other rules (checkpoint.c checkpoint_config)."""
     path = os.path.join(folder, "config.json")
     gen_path = os.path.join(folder, "generation_config.json")
 
@@ -1248,7 +1248,7 @@ def export(folder, out_path, dtype_name, group_size, tokenizer_dir, jobs=None, q
             # On disk before the rename, so a crash cannot leave a partial file under the final
             # name. Then the cached copy is dropped: written pages sit in the page cache in small
             # pages, and the engine maps weights in 2 MB pages only from a cache it fills itself
-            # (model.c, map_file; it leaves a cache in small pages as it is).
+            # (checkpoint.c, map_file; it leaves a cache in small pages as it is).
             f.flush()
             os.fsync(f.fileno())
             if hasattr(os, "posix_fadvise"):

@@ -315,7 +315,8 @@ static void mixture_of_experts(Transformer* t, const LayerWeights* lw, int nb) {
         if (n == 0 || (n < EXPERTS_AT_ONCE && e < E - 1)) continue;
         ops->matmul_segments(ops, s->gate, s->expert_in, gates, ns, n);
         ops->matmul_segments(ops, s->up, s->expert_in, ups, ns, n);
-        ops->swiglu(ops, s->gate, s->up, rows * Fe);
+        for (int i = 0, r = 0; i < n; r += ns[i++]) /* expert by expert: all the rows' Fe can pass INT_MAX */
+            ops->swiglu(ops, ROW(s->gate, r, Fe), ROW(s->up, r, Fe), ns[i] * Fe);
         ops->matmul_segments(ops, s->expert_out, s->gate, downs, ns, n);
         for (int i = 0; i < rows; i++) {
             const float p = s->expert_weight[s->expert_rows[i]];

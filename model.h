@@ -2,7 +2,7 @@
  * forward pass.
  *
  * ---------------------------------------------------------------------------------------------
- * THE CHECKPOINT FILE (written by export.py, memory-mapped by model.c; all numbers little-endian)
+ * THE CHECKPOINT FILE (written by export.py, mapped by checkpoint.c; all numbers little-endian)
  * ---------------------------------------------------------------------------------------------
  *
  *   offset 0     FileHeader (256 bytes, struct below)
@@ -55,8 +55,8 @@
 #define CHECKPOINT_ALIGN 64
 
 /* BEGIN CHECKPOINT LIMITS
- * The bounds the loader puts on the header's fields and the tokenizer section (model.c read_config,
- * tokenizer.c tokenizer_new): far above every real model (QWEN3.md 1.1), low enough that no size
+ * The bounds the loader puts on the header's fields and the tokenizer section (checkpoint.c
+ * checkpoint_config, tokenizer.c tokenizer_new): far above every real model (QWEN3.md 1.1), low enough that no size
  * computed from them can overflow. export.py holds the same table (LIMITS) and refuses a model
  * outside it, so that it never writes a file that ./run refuses; tests/test_export_input.py checks
  * that the two tables are equal. One plain #define per line: the test reads this block. */
@@ -230,12 +230,14 @@ typedef struct {
     int* expert_rows;
     long long experts_run; /* (layer, chunk, expert some row chose) so far: for -m bench's count */
     float* logits;   /* [vocab]    logits of the last position */
-    void *key_cache, *value_cache; /* [seq_len / kv_block_len (rounded up), L, K, kv_block_len, d]  keys
-                                    * after QK-Norm and RoPE, and values, in blocks of positions (model.c, kv_offset) */
+    void *key_cache, *value_cache; /* [seq_len / kv_block_len (rounded up), L, K, kv_block_len, kv_row]
+                                    * keys after QK-Norm and RoPE, and values, in blocks of positions (model.c, kv_offset) */
     KVType kv_type;      /* the caches' elements: KV_F32, KV_F16 or KV_Q8 (kernels.h) */
-    size_t kv_row, kv_bytes; /* elements of one cached row (a position of a kv head), bytes of either cache */
+    size_t kv_row, kv_bytes; /* elements of one cached row (a position of a kv head: d, and for q8 its scales,
+                              * kernels.h kv_row_elems), bytes of either cache */
     int kv_populated;    /* cache pages of positions below this are mapped (populate_kv_cache) */
-    float *rope_cos, *rope_sin; /* [seq_len, d/2]  cos and sin of p * inv_freq[i] */
+    float *rope_cos, *rope_sin; /* [seq_len, d/2]  cos and sin of p * inv_freq[i] (with YaRN each times the
+                                 * attention factor: model.c, rope_tables) */
 } RunState;
 
 /* Positions per KV cache block (model.c): fp16's and q8's rows are short, so more (docs/design.md#kv-cache). */
@@ -273,7 +275,7 @@ typedef struct {
     FileHeader header;        /* a copy of the file's header */
     const uint8_t* tokenizer_data;  /* the tokenizer section, inside the mapping */
     size_t tokenizer_bytes;
-    const uint8_t* file;      /* the checkpoint, mapped read-only at a 2 MB boundary (model.c, map_file) */
+    const uint8_t* file;      /* the checkpoint, mapped read-only at a 2 MB boundary (checkpoint.c, map_file) */
     size_t file_size;
     Ops* kernels;             /* this model's own ops (kernels/ops.h: the fast ones, or the reference build's) */
     const Ops* ops;           /* what forward() calls: kernels, or a tool's table in front of them

@@ -682,7 +682,7 @@ int quantize_main(int argc, char** argv) {
     write_checkpoint(f, &t, type, gs);
     if (fsync(fileno(f)) != 0) fail("%s: cannot sync to disk: %s", tmp_path, strerror(errno));
     /* Dropped from the page cache as export.py does: the engine maps weights in 2 MB pages only
-     * from a cache it fills itself (model.c, map_file), and leaves small pages as they are. */
+     * from a cache it fills itself (checkpoint.c, map_file), and leaves small pages as they are. */
     posix_fadvise(fileno(f), 0, 0, POSIX_FADV_DONTNEED);
     if (fclose(f) != 0) fail("%s: cannot close: %s", tmp_path, strerror(errno));
     if (rename(tmp_path, output) != 0) fail("%s: cannot rename %s to it: %s", output, tmp_path, strerror(errno));

@@ -2,7 +2,9 @@
  * right below it in its file, SIMD twins under the plain name (AVX2+FMA on x86-64, wider where the
  * CPU has AVX-512, VNNI or AVX-512 BF16: simd_math.h; NEON on arm64); -DKERNELS_SCALAR (make
  * SCALAR=1) compiles the references alone, the plain names then one-line calls of them (for the
- * tools and tests that use the plain names). forward() calls them through the ops of kernels/ops.h
+ * tools and tests that use the plain names). Two differ: the products' twins are row-chunk kernels
+ * in fast/x86/ and fast/arm/ that fast/matmul.c's plan picks, and attention's exist in fast builds
+ * only. forward() calls them through the ops of kernels/ops.h
  * (ops_reference.c, or fast/ops_fast.c on threads). tests/test_kernels.c checks every twin against
  * its reference, tests/test_ops.c every op.
  *
@@ -221,6 +223,8 @@ void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, con
 void rope_scalar(float* x, int n_heads, int head_dim, const float* cos_t, const float* sin_t);
 void softmax_scalar(float* x, int n);
 void swiglu_scalar(float* gate, const float* up, int n);
+/* attention_group's arithmetic (above): one GQA group's n_q query heads at q (head j at q + j *
+ * head_dim, its output at out + j * head_dim) over n_pos cached positions; att: n_q * n_pos floats. */
 void attention_group_scalar(float* out, const float* q, int n_q, const KVRows* kv, int n_pos, int head_dim,
                             float scale, float* att);
 void attention_rows_scalar(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const KVRows* kv,
@@ -249,7 +253,7 @@ static inline uint16_t float_to_half(float f) {
 /* The fp16 KV cache's store: out[i] = float_to_half(x[i]) (F16C or NEON where present, the same bits). */
 void float_to_half_row(uint16_t* out, const float* x, int n);
 
-/* bf16 <-> fp32: bf16 is the top half of an fp32 (QWEN3.md 2.6). */
+/* bf16 -> fp32: bf16 is the top half of an fp32 (QWEN3.md 2.6). */
 static inline float bf16_to_f32(uint16_t h) {
     union { uint32_t u; float f; } v;
     v.u = (uint32_t)h << 16;
