@@ -26,6 +26,7 @@ import signal
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -168,9 +169,12 @@ def parse_yarn(path, scaling, field):
             if required:
                 raise ExportError(f"{path}: field '{field}.factor' is missing: YaRN needs it")
             continue
-        if not is_number(v) or not (v >= 1.0 if lo == 1.0 else v > 0.0) or not v < top:
+        def fits(x):
+            return (x >= 1.0 if lo == 1.0 else x > 0.0) and x < top
+        # the header stores a float32, which the loader checks: 1e-50 would be 0 there
+        if not is_number(v) or not fits(v) or not fits(f32(v)):
             raise ExportError(f"{path}: field '{field}.{key}' must be a number in "
-                              f"{'[1' if lo == 1.0 else '(0'}, {top:g}), got {show(v)}")
+                              f"{'[1' if lo == 1.0 else '(0'}, {top:g}) also as a float32, got {show(v)}")
         y[key] = float(v)
     original = scaling.get("original_max_position_embeddings")
     if not is_int(original) or not 1 <= original <= LIMITS["MAX_POSITIONS"]:
@@ -407,7 +411,8 @@ def sampling_defaults(path, gen):
         if ok:
             out[key] = int(v) if key == "top_k" else float(v)
         else:
-            warn(f"{path}: field '{key}' is {show(v)}, outside {lo}..{hi}: not stored as a default")
+            what = f"outside {lo}..{hi}" if is_number(v) else "not a number"
+            warn(f"{path}: field '{key}' is {show(v)}, {what}: not stored as a default")
     return out
 
 
@@ -416,8 +421,8 @@ def sampling_defaults(path, gen):
 # ---------------------------------------------------------------------------------------------
 
 class Tensor:
-    def __init__(self, path, offset, dtype, shape):
-        self.path, self.offset, self.dtype, self.shape = path, offset, dtype, shape
+    def __init__(self, path, offset, dtype, shape, nbytes):
+        self.path, self.offset, self.dtype, self.shape, self.nbytes = path, offset, dtype, shape, nbytes
 
 
 def read_safetensors_header(path, table):
@@ -440,10 +445,20 @@ def read_safetensors_header(path, table):
         raise ExportError(f"{path}: cannot read the safetensors header: {one_line(e)}")
     header = parse_json(data, path, "the safetensors header")
     base = 8 + n
+    mine = []
     for name, info in header.items():
         if name == "__metadata__":
             continue
+        if name in table:
+            raise ExportError(f"{path}: tensor {show(name)} is also in {table[name].path}")
         parse_tensor_entry(path, name, info, base, size, table)
+        mine.append(name)
+    # each tensor's bytes its own, as the safetensors library requires (one shared would be two
+    # tensors with one value)
+    spans = sorted((table[m].offset, table[m].offset + table[m].nbytes, m) for m in mine if table[m].nbytes)
+    for (_, end, a), (begin, _, b) in zip(spans, spans[1:]):
+        if begin < end:
+            raise ExportError(f"{path}: tensors {show(a)} and {show(b)} overlap in the file (their data_offsets)")
 
 
 def parse_tensor_entry(path, name, info, base, size, table):
@@ -473,7 +488,7 @@ def parse_tensor_entry(path, name, info, base, size, table):
     if base + end > size:
         raise ExportError(f"{path}: truncated: tensor {show(name)} ends at byte {show(base + end)}, "
                           f"the file has {size}")
-    table[name] = Tensor(path, base + begin, dtype, list(shape))
+    table[name] = Tensor(path, base + begin, dtype, list(shape), end - begin)
 
 
 def load_tensor_table(folder):
@@ -494,6 +509,9 @@ def load_tensor_table(folder):
             if name not in table:
                 raise ExportError(f"{index}: tensor {show(name)} is listed in {shard} but not found "
                                   "there")
+            if table[name].path != os.path.join(folder, shard):
+                raise ExportError(f"{index}: tensor {show(name)} is listed in {shard} but found in "
+                                  f"{os.path.basename(table[name].path)}")
     elif os.path.exists(single):
         read_safetensors_header(single, table)
     else:
@@ -530,11 +548,28 @@ def f32_to_bf16_bytes(raw):
     return out.tobytes()
 
 
+class Unstorable(Exception):
+    """A group of weights that q8 or q4 cannot store: the index of its first value, and why."""
+
+    def __init__(self, at, why):
+        super().__init__(why)
+        self.at, self.why = at, why
+
+
+def nonfinite_group(vals, group_size, dtype):
+    """Raises Unstorable at the first group of vals that holds a NaN or an infinity (their sum is
+    not finite: float32 values cannot overflow a double's sum)."""
+    for g in range(len(vals) // group_size):
+        if not math.isfinite(sum(vals[g * group_size:(g + 1) * group_size])):
+            raise Unstorable(g * group_size, f"holds a NaN or an infinity, which {dtype} cannot store")
+
+
 def quantize_q8(raw_f32, group_size):
     """float32 bytes -> (int8 bytes, float16 scale bytes): per group s = max|w| / 127 rounded to
     float16, q = round(w / s) clamped to [-127, 127] (q from the rounded s, so each weight is the
     nearest multiple of the stored scale; an all-zero group, or one whose s rounds to 0, is 0)."""
     vals = array.array("f", raw_f32)
+    nonfinite_group(vals, group_size, "q8")
     n_groups = len(vals) // group_size
     q = array.array("b", bytes(len(vals)))
     maxes = array.array("d", bytes(8 * n_groups))
@@ -544,7 +579,8 @@ def quantize_q8(raw_f32, group_size):
     try:
         halves = struct.pack(f"<{n_groups}e", *(m / 127.0 for m in maxes))
     except OverflowError:
-        raise ExportError("a weight too large for q8's float16 scales (|w| above 8,300,000)") from None
+        g = next(g for g, m in enumerate(maxes) if m / 127.0 >= 65520.0)
+        raise Unstorable(g * group_size, "has a weight too large for q8's float16 scales (|w| above 8,300,000)") from None
     for g, s in enumerate(struct.unpack(f"<{n_groups}e", halves)):
         if s > 0:
             lo = g * group_size
@@ -559,6 +595,7 @@ def quantize_q4(raw_f32, group_size):
     of largest magnitude, q = round(w * -8 / m) clamped to [-8, 7] (m itself becomes -8, so the
     whole range is used) and s = m / -8 rounded to float16, as in llama.cpp's q4_0."""
     vals = array.array("f", raw_f32)
+    nonfinite_group(vals, group_size, "q4")
     nib = bytearray(len(vals))
     scales = array.array("f", bytes(4 * (len(vals) // group_size)))
     for g in range(len(scales)):
@@ -575,7 +612,8 @@ def quantize_q4(raw_f32, group_size):
     try:
         halves = struct.pack(f"<{len(scales)}e", *scales)
     except OverflowError:
-        raise ExportError("a weight too large for q4's float16 scales (|w| above 524,000)") from None
+        g = next(g for g, m in enumerate(scales) if abs(m) >= 65520.0)
+        raise Unstorable(g * group_size, "has a weight too large for q4's float16 scales (|w| above 524,000)") from None
     return bytes(nib), halves
 
 
@@ -692,6 +730,13 @@ def tokenizer_section(tok_path, tok_config_path, vocab_size):
             warn(f"{tok_path}: token {show(s)} is not byte-level BPE: the checkpoint gets no "
                  "tokenizer (use --prompt-ids)")
             return empty
+    single = {t[0] for t in tokens if len(t) == 1}
+    if len(single) < 256:  # then some text has no tokens (an empty vocabulary: every text)
+        first = min(set(range(256)) - single)
+        warn(f"{tok_path}: the vocabulary lacks {256 - len(single)} of the 256 single-byte tokens with which "
+             f"byte-level BPE encodes any text (byte 0x{first:02x} first): the checkpoint gets no tokenizer "
+             "(use --prompt-ids)")
+        return empty
     if n_vocab > vocab_size:
         raise ExportError(f"{tok_path}: the vocabulary has {n_vocab} tokens, more than the model's "
                           f"vocab_size {vocab_size} (config.json)")
@@ -889,19 +934,24 @@ def plan_blocks(plan, table, files, wtype, gs):
 
 def convert_block(block):
     """One block of plan_blocks -> (stored bytes, source bytes, tensor name)."""
-    raw, dtype, cols, stored, gs, name, _ = block
+    raw, dtype, cols, stored, gs, name, first = block
     if stored == WEIGHT_F32:
         data = to_f32_bytes(raw, dtype)
     elif stored == WEIGHT_BF16:
         data = raw if dtype == "BF16" else f32_to_bf16_bytes(to_f32_bytes(raw, dtype))
     else:
-        data = quant_row_blocks(to_f32_bytes(raw, dtype), cols, gs, stored)
+        try:
+            data = quant_row_blocks(to_f32_bytes(raw, dtype), cols, gs, stored)
+        except Unstorable as e:  # as ./run -m quantize says it
+            raise ExportError(f"tensor {name}: row {first + e.at // cols} {e.why}") from None
     return data, len(raw), name
 
 
 def worker_signals():
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # Pool.terminate() ends a worker with SIGTERM
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a closed terminal too
 
 
 def converted_blocks(blocks, workers):
@@ -939,7 +989,8 @@ def quantized_in_c(blocks, run, wtype, gs, jobs):
     this one takes its output, so reading, quantising and writing overlap."""
     cmd = [run, "-m", "quantize", "--stream", "--dtype", "q8" if wtype == WEIGHT_Q8 else "q4",
            "--group-size", str(gs)] + (["--threads", str(jobs)] if jobs else [])
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    errors = tempfile.TemporaryFile()  # its error line, which failed() makes export.py's one line
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors)
     # In order: ("here", a converted block or PAD), ("c", output bytes, source bytes, name) for a
     # frame sent to ./run, ("error", exception), then None at the end.
     records, stop = queue.Queue(maxsize=8), threading.Event()
@@ -976,7 +1027,13 @@ def quantized_in_c(blocks, run, wtype, gs, jobs):
             put(("error", e))
 
     def failed():
-        return ExportError(f"./run -m quantize failed (status {proc.wait()}); no output written")
+        status = proc.wait()
+        errors.seek(0)
+        said = [line for line in errors.read().decode(errors="replace").splitlines() if line.strip()]
+        if not said:
+            return ExportError(f"./run -m quantize failed (status {status}); no output written")
+        why = said[-1][len("run: error: "):] if said[-1].startswith("run: error: ") else said[-1]
+        return ExportError(f"{why}; no output written (./run -m quantize --stream, status {status})")
 
     feeder = threading.Thread(target=feed, daemon=True)
     feeder.start()
@@ -996,12 +1053,15 @@ def quantized_in_c(blocks, run, wtype, gs, jobs):
                 yield data, record[2], record[3]
         if proc.wait() != 0:
             raise failed()
+        errors.seek(0)
+        sys.stderr.write(errors.read().decode(errors="replace"))  # its notes, if any
     finally:
         stop.set()
         if proc.poll() is None:
             proc.kill()
         proc.wait()
         feeder.join()
+        errors.close()
         for pipe in (proc.stdin, proc.stdout):
             try:
                 pipe.close()
@@ -1024,10 +1084,27 @@ class Writer:
 
 def check_output_path(out_path, inputs):
     """Fails before any conversion, naming the user's path, where the output could not be written
-    or would replace one of the files being read."""
+    or would replace one of the files being read. Returns the file to replace: out_path, or where
+    it leads when it is a link to a file (the link stays)."""
+    if out_path == "" or out_path.endswith(os.sep):
+        raise ExportError(f"{out_path!r}: give a file name for the checkpoint")
     if os.path.isdir(out_path):
         raise ExportError(f"{out_path}: is a directory; give a file name for the checkpoint")
-    out_dir = os.path.dirname(os.path.abspath(out_path))
+    if os.path.exists(out_path) and not os.path.isfile(out_path):  # the rename would replace the node itself
+        raise ExportError(f"{out_path}: is not a regular file (a device, FIFO or socket); give a file name "
+                          "for the checkpoint")
+    target = os.path.realpath(out_path) if os.path.isfile(out_path) else out_path
+    name_max = 255
+    if hasattr(os, "pathconf"):
+        try:
+            name_max = os.pathconf(os.path.dirname(os.path.abspath(target)) or ".", "PC_NAME_MAX")
+        except (OSError, ValueError):
+            pass
+    room = name_max - len(f"..{os.getpid()}.tmp")  # the temporary name beside it
+    if len(os.path.basename(target).encode(errors="surrogateescape")) > room:
+        raise ExportError(f"{out_path}: a file name of at most {room} bytes here (the temporary file beside it "
+                          "adds a few)")
+    out_dir = os.path.dirname(os.path.abspath(target))
     if not os.path.isdir(out_dir):
         raise ExportError(f"{out_dir}: no such directory (for the output {out_path})")
     if not os.access(out_dir, os.W_OK | os.X_OK):
@@ -1037,6 +1114,7 @@ def check_output_path(out_path, inputs):
             if os.path.exists(path) and os.path.samefile(out_path, path):
                 raise ExportError(f"{out_path}: is one of the files being converted; write the "
                                   "checkpoint somewhere else")
+    return target
 
 
 def remove_stale_temporaries(out_dir, base):
@@ -1133,8 +1211,12 @@ def read_inputs(folder, dtype_name, group_size, tokenizer_dir):
         dtype_name = "bf16" if table["model.embed_tokens.weight"].dtype == "BF16" else "f32"
     wtype = DTYPES[dtype_name]
     gs = 0
+    if group_size and wtype not in DEFAULT_GROUP:
+        warn(f"--group-size {group_size} is for q8 (and q4's 32): {dtype_name} has no groups, so it is ignored")
     if wtype in DEFAULT_GROUP:
         gs = choose_group_size(c, group_size or DEFAULT_GROUP[wtype], wtype)
+        if group_size and gs != group_size:
+            warn(f"q8 groups of {gs}: --group-size {group_size} does not divide every input width")
         if wtype == WEIGHT_Q8 and gs % 32:
             default = choose_group_size(c, DEFAULT_GROUP[wtype], wtype)
             warn(f"q8 groups of {gs}: the engine's SIMD products take groups of a multiple of 32, so this "
@@ -1197,7 +1279,7 @@ def export(folder, out_path, dtype_name, group_size, tokenizer_dir, jobs=None, q
     c, table, plan, flags = inputs["c"], inputs["table"], inputs["plan"], inputs["flags"]
     dtype_name, wtype, gs = inputs["dtype_name"], inputs["wtype"], inputs["gs"]
     tok, bos, tok_dir = inputs["tok"], inputs["bos"], inputs["tok_dir"]
-    check_output_path(out_path, [t.path for t in table.values()] + [
+    target = check_output_path(out_path, [t.path for t in table.values()] + [
         os.path.join(folder, name) for name in ("config.json", "generation_config.json",
                                                 "model.safetensors.index.json")] + [
         os.path.join(tok_dir, name) for name in ("tokenizer.json", "tokenizer_config.json")])
@@ -1205,7 +1287,7 @@ def export(folder, out_path, dtype_name, group_size, tokenizer_dir, jobs=None, q
     total = sum(table[name].shape[0] * (table[name].shape[1] if len(table[name].shape) > 1 else 1)
                 * SAFETENSORS_DTYPES[table[name].dtype] for name, _, _ in plan)
     show_progress = total > (64 << 20)
-    check_room(out_path, f"the {dtype_name} output", checkpoint_bytes(plan, wtype, gs, len(tok)))
+    check_room(target, f"the {dtype_name} output", checkpoint_bytes(plan, wtype, gs, len(tok)))
     # Worker processes for the conversions that run a Python loop per value (quantizing, rounding
     # to bf16); plain copies and widening stay in this process. Output is the same either way.
     in_c = quantizer is not None and wtype in (WEIGHT_Q8, WEIGHT_Q4)
@@ -1217,9 +1299,9 @@ def export(folder, out_path, dtype_name, group_size, tokenizer_dir, jobs=None, q
                       min(MAX_JOBS, available_cpus()) if slow and show_progress else 1)
     done, t0 = 0, time.time()
 
-    out_dir = os.path.dirname(os.path.abspath(out_path))
-    remove_stale_temporaries(out_dir, os.path.basename(out_path))
-    tmp_path = os.path.join(out_dir, f".{os.path.basename(out_path)}.{os.getpid()}.tmp")
+    out_dir = os.path.dirname(os.path.abspath(target))
+    remove_stale_temporaries(out_dir, os.path.basename(target))
+    tmp_path = os.path.join(out_dir, f".{os.path.basename(target)}.{os.getpid()}.tmp")
     files = {}
     try:
         with open(tmp_path, "wb") as f:
@@ -1254,7 +1336,7 @@ def export(folder, out_path, dtype_name, group_size, tokenizer_dir, jobs=None, q
             if hasattr(os, "posix_fadvise"):
                 os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
         end_progress_line()
-        os.replace(tmp_path, out_path)
+        os.replace(tmp_path, target)
     except BaseException:
         if os.path.exists(tmp_path):
             os.unlink(tmp_path)
@@ -1348,9 +1430,13 @@ def main(argv=None):
         ap.error("--group-size must be a power of two >= 8")
     if args.jobs is not None and args.jobs < 1:
         ap.error("--jobs must be at least 1")
-    # `kill` (SIGTERM) ends the export like Ctrl-C: through the cleanup that removes the unfinished
-    # temporary file.
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    if args.dtype == "q4" and args.group_size not in (None, 32):  # a bad command line: status 2, as ./run's
+        print(f"export.py: error: q4 groups are 32 columns (got --group-size {args.group_size})", file=sys.stderr)
+        return 2
+    # `kill` (SIGTERM) and a closed terminal (SIGHUP) end the export like Ctrl-C: through the cleanup
+    # that removes the unfinished temporary file.
+    for signum in (signal.SIGTERM, signal.SIGHUP) if hasattr(signal, "SIGHUP") else (signal.SIGTERM,):
+        signal.signal(signum, lambda signum, frame: sys.exit(128 + signum))
     try:
         t0 = time.time()
         quantizer = c_quantizer(args) if args.dtype in ("q8", "q4") else None
@@ -1369,7 +1455,8 @@ def main(argv=None):
         return 130
     except OSError as e:
         end_progress_line()
-        print(f"export.py: error: {one_line(e, 300)}", file=sys.stderr)
+        where = "" if e.filename else f"{args.output}: "  # a write's error names no file: it is the output's
+        print(f"export.py: error: {where}{one_line(e, 300)}", file=sys.stderr)
         return 1
     except Exception as e:
         end_progress_line()

@@ -3,6 +3,7 @@ flags. Every case must end with a clear message and a non-zero exit status, neve
 negative return code in Python's subprocess means the process died of a signal), never a hang,
 and a failed export must leave no output file and no temporary file behind."""
 
+import errno
 import json
 import os
 import stat
@@ -111,6 +112,9 @@ class ExportErrors(InTempDir):
                                (dict(yarn, original_max_position_embeddings=0), ['original_max_position_embeddings']),
                                (dict(yarn, beta_fast=-1.0), ['rope_scaling.beta_fast']),
                                (dict(yarn, attention_factor=0), ['rope_scaling.attention_factor']),
+                               # valid doubles whose float32 (what the header stores) the loader refuses
+                               (dict(yarn, beta_fast=1e-50), ['rope_scaling.beta_fast', 'float32', '1e-50']),
+                               (dict(yarn, beta_slow=999999.99999), ['rope_scaling.beta_slow', 'float32']),
                                (dict(yarn, truncate='yes'), ['rope_scaling.truncate']),
                                (dict(yarn, mscale=0.707), ['rope_scaling.mscale'])):
             with self.subTest(scaling=scaling):
@@ -172,9 +176,49 @@ class ExportErrors(InTempDir):
         hf_model.write_model(d, Spec())
         out = os.path.join(self.tmp, 'gs%d.bin' % self.n)
         p = hf_model.run_export(d, out, 'q4', extra=['--group-size', '64'])
-        self.assertGreater(p.returncode, 0)
+        self.assertEqual(p.returncode, 2)  # a bad command line, as ./run -m quantize says it
         self.assertEqual(p.stderr, 'export.py: error: q4 groups are 32 columns (got --group-size 64)\n')
         self.assertFalse(os.path.exists(out))
+
+    def test_safetensors_consistency(self):
+        """Two tensors on the same bytes, and a shard index that places a tensor in another shard
+        than the one holding it, are refused (the safetensors library refuses the first; the second
+        would take whichever copy came last)."""
+        a, b = 'model.layers.0.self_attn.q_proj.weight', 'model.layers.0.self_attn.o_proj.weight'
+
+        def overlap(d):
+            path = os.path.join(d, 'model.safetensors')
+            with open(path, 'rb') as f:
+                raw = f.read()
+            n = struct.unpack('<Q', raw[:8])[0]
+            header = json.loads(raw[8:8 + n])
+            header[b]['data_offsets'] = header[a]['data_offsets']  # the same count of values
+            text = json.dumps(header).encode()
+            with open(path, 'wb') as f:
+                f.write(struct.pack('<Q', len(text)) + text + raw[8 + n:])
+
+        def misplaced(d):
+            path = os.path.join(d, 'model.safetensors.index.json')
+            with open(path) as f:
+                index = json.load(f)
+            shards = sorted(set(index['weight_map'].values()))
+            index['weight_map'][a] = shards[1] if index['weight_map'][a] == shards[0] else shards[0]
+            with open(path, 'w') as f:
+                json.dump(index, f)
+        self.export_fails(Spec(dtype='F32'), ['overlap in the file'], edit=overlap)
+        self.export_fails(Spec(dtype='F32', shards=2), ['but found in'], edit=misplaced)
+
+    def test_group_size_notes(self):
+        """--group-size where it does nothing, or where export.py takes a smaller one, says so."""
+        d = os.path.join(self.tmp, 'hf_gs_notes')
+        hf_model.write_model(d, Spec())
+        p = hf_model.run_export(d, os.path.join(self.tmp, 'gs_f32.bin'), 'f32', extra=['--group-size', '64'])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn('--group-size 64 is for q8', p.stderr)
+        widest = 1 << 20
+        p = hf_model.run_export(d, os.path.join(self.tmp, 'gs_q8.bin'), 'q8', extra=['--group-size', str(widest)])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertRegex(p.stderr, r"q8 groups of \d+: --group-size %d does not divide every input width" % widest)
 
     def test_output_directory_missing(self):
         d = os.path.join(self.tmp, 'hf_ok')
@@ -200,6 +244,55 @@ class ExportErrors(InTempDir):
         self.assertIn(out + ': is a directory', p.stderr)
         self.assertEqual(os.listdir(out), [])
         self.assertEqual([n for n in os.listdir(self.tmp) if n.endswith('.tmp')], [])
+
+    def test_output_path_odd(self):
+        """Before any conversion: a FIFO (or, as root, /dev/null) is refused, not replaced by a file
+        at the rename; a name ending in / or empty, or too long for the temporary name beside it, is
+        refused naming it. A link to a file keeps its link and gets the new file."""
+        d = os.path.join(self.tmp, 'hf_odd_out')
+        hf_model.write_model(d, Spec())
+        out_dir = os.path.join(self.tmp, 'odd_out')
+        os.makedirs(out_dir, exist_ok=True)
+        fifo = os.path.join(out_dir, 'model.fifo')
+        os.mkfifo(fifo)
+        for out, words in ((fifo, fifo + ': is not a regular file'), (out_dir + '/new/', 'give a file name'),
+                           ('', "'': give a file name"), (os.path.join(out_dir, 'x' * 250), 'a file name of at most')):
+            with self.subTest(out=out):
+                p = hf_model.run_export(d, out, 'f32')
+                self.assertEqual(p.returncode, 1, p.stderr)
+                self.assertIn(words, p.stderr)
+                self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+        self.assertTrue(stat.S_ISFIFO(os.stat(fifo).st_mode), 'the FIFO was replaced')
+        self.assertEqual(os.listdir(out_dir), ['model.fifo'])
+        target, link = os.path.join(out_dir, 'target.bin'), os.path.join(out_dir, 'link.bin')
+        with open(target, 'wb') as f:
+            f.write(b'old')
+        os.symlink('target.bin', link)
+        p = hf_model.run_export(d, link, 'f32')
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertTrue(os.path.islink(link), 'the link was replaced')
+        self.assertEqual(hf_model.read_header(target)['magic'], b'QW3C')
+
+    def test_write_error_names_the_output(self):
+        """An error of the write itself (the file-size limit here; a full disk alike) carries no file
+        name of its own: the message names the output, and the temporary file goes."""
+        import resource
+        import signal
+        import subprocess
+        d = os.path.join(self.tmp, 'hf_fsize')
+        hf_model.write_model(d, Spec())
+        out_dir = os.path.join(self.tmp, 'fsize_out')
+        os.makedirs(out_dir)
+        out = os.path.join(out_dir, 'model.bin')
+
+        def limit():
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails with EFBIG instead
+            resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))
+        p = subprocess.run([*hf_model.PYTHON, hf_model.EXPORT, d, out, '--dtype', 'f32'], capture_output=True,
+                           text=True, timeout=120, preexec_fn=limit)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn('export.py: error: %s: [Errno %d]' % (out, errno.EFBIG), p.stderr)
+        self.assertEqual(os.listdir(out_dir), [])
 
     def test_output_is_one_of_the_inputs(self):
         """`export.py hf hf/model.safetensors` would have replaced the model's own weights."""
@@ -280,6 +373,9 @@ class ExportGenerationDefaults(InTempDir):
         self.assertEqual(stored, (0.0, 0.0, 20))  # top_k 20 was fine and is kept
         p = hf_model.run_engine([out, '--prompt-ids', '1', '-n', '2', '-s', '1'])
         self.assertEqual(p.returncode, 0, p.stderr)
+        err, _, stored = self.export_with('text', {'temperature': '0.6'})
+        self.assertIn("field 'temperature' is '0.6', not a number: not stored", err)
+        self.assertEqual(stored, (0.0, 0.95, 20))
 
     def test_in_range_stored(self):
         err, _, stored = self.export_with('good', {})
@@ -351,6 +447,31 @@ class EngineErrors(InTempDir):
                           (['-m', 'tokenize', '-i', 'hello'], 'tokenize needs one')):
             msg = self.run_fails([path] + args, path)
             self.assertIn(path + ' has no tokenizer: ' + why, msg)
+
+    def test_vocabulary_without_every_byte(self):
+        """A byte-level BPE encodes any text because its vocabulary holds all 256 single-byte tokens;
+        one without them (here empty, or without the token for byte 0x21) could not, so the checkpoint
+        gets no tokenizer, with a warning, and text in is refused by name rather than tokenized to
+        nothing."""
+        for name, keep in (('empty', lambda s, i: False), ('no_0x21', lambda s, i: s != '!')):
+            with self.subTest(vocabulary=name):
+                d = os.path.join(self.tmp, 'hf_vocab_' + name)
+                hf_model.write_model(d, Spec(dtype='F32'))
+                path = os.path.join(d, 'tokenizer.json')
+                with open(path, encoding='utf-8') as f:
+                    tok = json.load(f)
+                vocab = {s: i for s, i in tok['model']['vocab'].items() if keep(s, i)}
+                tok['model']['vocab'] = {s: k for k, s in enumerate(sorted(vocab, key=vocab.get))}
+                tok['model']['merges'] = []
+                with open(path, 'w', encoding='utf-8') as f:
+                    json.dump(tok, f)
+                out = os.path.join(self.tmp, 'vocab_%s.bin' % name)
+                p = hf_model.run_export(d, out, 'f32')
+                self.assertEqual(p.returncode, 0, p.stderr)
+                self.assertIn('single-byte tokens', p.stderr)
+                self.assertIn('the checkpoint gets no tokenizer', p.stderr)
+                msg = self.run_fails([out, '-m', 'tokenize', '-i', 'Hello'], out)
+                self.assertIn(out + ' has no tokenizer', msg)
 
     def test_context_and_prompt_limits(self):
         """-c beyond the model's maximum is clamped with a note that says so; an empty -i is a

@@ -564,9 +564,25 @@ class ExportUsesIt(InTempDir):
         d = self.fresh_dir('huge')
         p = export(hf, os.path.join(d, 'out.bin'), '--dtype', 'q8')
         self.assertEqual(p.returncode, 1, p.stderr)
-        self.assertIn('too large', p.stderr)
-        self.assertIn('export.py: error: ./run -m quantize failed', p.stderr)
+        # one line: ./run's reason, naming the tensor and row, as export.py's
+        self.assertRegex(p.stderr, r"(?m)^export.py: error: tensor model\.\S+: row \d+ has a weight too large for "
+                                   r"q8's float16 scales .*; no output written \(./run -m quantize --stream, status 1\)$")
+        self.assertNotIn('run: error', p.stderr)
         self.assertEqual(os.listdir(d), [])
+        p = export(hf, os.path.join(d, 'out.bin'), '--dtype', 'q8', '--no-fast-quantize')  # the same line in Python
+        self.assertRegex(p.stderr, r"(?m)^export.py: error: tensor model\.\S+: row \d+ has a weight too large for "
+                                   r"q8's float16 scales \(\|w\| above 8,300,000\)$")
+        self.assertEqual(os.listdir(d), [])
+        hf = os.path.join(self.tmp, 'hf_nan')
+        hf_model.write_model(hf, Spec(dtype='F32', row_scales={3: float('nan')}))
+        for how in ([], ['--no-fast-quantize']):
+            with self.subTest(how=how):
+                p = export(hf, os.path.join(d, 'out.bin'), '--dtype', 'q4', *how)
+                self.assertEqual(p.returncode, 1, p.stderr)
+                self.assertRegex(p.stderr, r"(?m)^export.py: error: tensor model\.\S+: row 3 holds a NaN or an "
+                                           r"infinity, which q4 cannot store")
+                self.assertEqual(len(p.stderr.strip().splitlines()), 2, p.stderr)  # which quantiser, the error
+                self.assertEqual(os.listdir(d), [])
 
 
 class DiskRoom(InTempDir):
