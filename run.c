@@ -771,6 +771,8 @@ static int run_sampling_mode(Transformer* t, const Tokenizer* text_tok, const Op
                             o->show_thinking, given(o, "--keep-thinking") != NULL,
                             given(o, "--verbose-prompt") != NULL, given(o, "--dump-logits"), o->checkpoint};
         if (text_tok == NULL) die(1, "%s has no tokenizer: chat needs one (export with tokenizer.json)", o->checkpoint);
+        if (o->prompt && !o->prompt[strspn(o->prompt, " \t\r\n\v\f")]) /* as the chat skips a blank line */
+            die(2, "the message (-i) is empty");
         status = chat_main(t, text_tok, &sampler, &chat, &n_generated);
     } else {
         n_generated = generate(t, text_tok, &sampler, o);

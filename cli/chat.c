@@ -325,6 +325,8 @@ static int conversation_save(const Conversation* c, const char* path_given) {
     }
     snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());
     FILE* f = fopen(tmp, "w");
+    struct stat old;
+    if (f && stat(path, &old) == 0) fchmod(fileno(f), old.st_mode & 07777); /* a private file stays private */
     if (f) {
         fputs("[", f);
         for (int i = 0; i < c->n; i++) {
@@ -380,7 +382,7 @@ static const char CHAT_HINT[] =
     "chat: /help lists the commands; Ctrl-C stops an answer; Ctrl-D or /bye leaves\n";
 
 static const char CHAT_HELP[] =
-    "Commands (a line whose first word is one of these; any other line is a message):\n"
+    "Commands (a line whose first word is one of these; another /word is refused, //word sends it):\n"
     "  /help            this list\n"
     "  /bye             leave the chat (also /quit, /exit, Ctrl-D, or Ctrl-C twice at the prompt)\n"
     "  /clear           start a new conversation (the system prompt stays)\n"
@@ -392,27 +394,32 @@ static const char CHAT_HELP[] =
 
 enum { COMMAND_NONE, COMMAND_DONE, COMMAND_LEAVE, COMMAND_FAILED, COMMAND_MESSAGE };
 
-/* /read FILE: the file's text in place of the line (COMMAND_MESSAGE), or COMMAND_DONE after the
+/* /read FILE: the file's text in place of the line (COMMAND_MESSAGE), or `failed` after the
  * line that says why not. A regular file only: standard input is where the chat reads its lines. */
-static int read_message(Str* line, const char* path) {
+static int read_message(Str* line, const char* path, int failed) {
     struct stat st;
     if (stat(path, &st) != 0 || access(path, R_OK) != 0) {
         fprintf(stderr, "chat: %s: cannot open: %s\n", path, strerror(errno));
-        return COMMAND_DONE;
+        return failed;
     }
     if (!S_ISREG(st.st_mode)) {
         fprintf(stderr, "chat: %s: not a file; /read sends a file's text\n", path);
-        return COMMAND_DONE;
+        return failed;
     }
     size_t len;
     char* text = read_text(NULL, path, &len);
-    if (text == NULL) return COMMAND_DONE;
-    size_t n = strlen(text); /* a message is text: up to a NUL byte, if the file has one */
+    if (text == NULL) return failed;
+    size_t n = strlen(text);
+    if (n < len) { /* a message is text, which holds no NUL */
+        fprintf(stderr, "chat: %s holds a NUL byte (at byte %zu): not text; nothing sent\n", path, n);
+        free(text);
+        return failed;
+    }
     while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == '\r')) n--; /* the file's last newline, as typed */
     if (text[strspn(text, " \t\r\n\v\f")] == '\0') {
         fprintf(stderr, "chat: %s has no text: nothing sent\n", path);
         free(text);
-        return COMMAND_DONE;
+        return failed;
     }
     line->n = 0;
     sadd(line, text, n);
@@ -424,10 +431,17 @@ static int read_message(Str* line, const char* path) {
 
 /* The line's command, carried out: COMMAND_NONE when the line is a message, COMMAND_MESSAGE when
  * the command put one in its place (/read). A line is a command when its first word is "/" and
- * letters: "/usr/bin is ..." is a message. */
+ * letters: "/usr/bin is ..." is a message, "/etc is ..." an unknown command, "//etc is ..." the
+ * message "/etc is ...". A command that fails ends a chat read from a pipe (COMMAND_FAILED), so
+ * that a script does not go on with a turn missing; at a terminal the user sees it and goes on. */
 static int chat_command(Chat* c, Str* text) {
-    const char* line = text->p;
+    char* line = text->p;
     if (line[0] != '/') return COMMAND_NONE;
+    if (line[1] == '/') {
+        memmove(line, line + 1, text->n--); /* the NUL too */
+        return COMMAND_NONE;
+    }
+    const int failed = c->terminal ? COMMAND_DONE : COMMAND_FAILED;
     size_t k = 1;
     while (isalpha((unsigned char)line[k]) || line[k] == '?') k++;
     if (k == 1 || (line[k] && !isspace((unsigned char)line[k]))) return COMMAND_NONE;
@@ -453,29 +467,37 @@ static int chat_command(Chat* c, Str* text) {
         }
     } else if (IS("/read")) {
         if (!*arg) fprintf(stderr, "chat: /read needs a file name\n");
-        else return read_message(text, arg);
+        else return read_message(text, arg, failed);
+        return failed;
     } else if (IS("/save")) {
-        if (!*arg) fprintf(stderr, "chat: /save needs a file name\n");
-        else if (c->o->checkpoint && same_file(arg, c->o->checkpoint))
-            fprintf(stderr, "chat: %s: is the model's checkpoint; /save to another file\n", arg);
-        else if (conversation_save(&c->conv, arg) == 0)
-            fprintf(stderr, "chat: %d message%s saved to %s\n", c->conv.n, c->conv.n == 1 ? "" : "s", arg);
+        if (!*arg) {
+            fprintf(stderr, "chat: /save needs a file name\n");
+            return failed;
+        }
+        const char* taken = c->o->checkpoint && same_file(arg, c->o->checkpoint) ? "the model's checkpoint"
+                            : c->o->dump_logits && same_file(arg, c->o->dump_logits) ? "the --dump-logits file" : NULL;
+        if (taken) fprintf(stderr, "chat: %s: is %s; /save to another file\n", arg, taken);
+        if (taken || conversation_save(&c->conv, arg) != 0) return failed;
+        fprintf(stderr, "chat: %d message%s saved to %s\n", c->conv.n, c->conv.n == 1 ? "" : "s", arg);
     } else {
-        fprintf(stderr, "chat: unknown command %.*s; /help lists the commands (the line was not sent)\n",
-                (int)k, line);
+        fprintf(stderr, "chat: unknown command %.*s; /help lists the commands (the line was not sent; //%.*s "
+                "sends it as a message)\n", (int)k, line, (int)k - 1, line + 1);
+        return failed;
     }
 #undef IS
     return COMMAND_DONE;
 }
 
 /* The ids to run from *start for the user's message (the conversation's last), into *run (malloc'ed,
- * *n_run of them); without --keep-thinking, the oldest turns leave where the prompt would fill more
- * than 3/4 of the context. Returns 0; 1 when the message does not fit even so (said; the
- * conversation is left as it was); -1 after an error message. */
-static int turn_ids(Chat* c, int** run, int* start, int* n_run) {
+ * *n_run of them); without --keep-thinking, the prompt leaves out the oldest *dropped turns (those
+ * before message *from) where it would fill more than 3/4 of the context: the caller drops them from
+ * the conversation once the prompt has run. Returns 0; 1 when the message does not fit even so (said;
+ * the conversation is left as it was); -1 after an error message. */
+static int turn_ids(Chat* c, int** run, int* start, int* n_run, int* from, int* dropped) {
     const ChatOptions* o = c->o;
     const int seq_len = c->t->config.seq_len, V = c->t->config.vocab_size;
-    int n = 0, from = 0, dropped = 0, *ids;
+    int n = 0, *ids;
+    *from = *dropped = 0;
     *start = c->pos;
     if (o->keep_thinking) { /* the previous answer's <|im_end|> was sampled, not run: close_answer */
         const char* user = c->conv.m[c->conv.n - 1].content;
@@ -484,7 +506,7 @@ static int turn_ids(Chat* c, int** run, int* start, int* n_run) {
         ids = text ? tokenizer_encode(c->tok, text, strlen(text), &n) : NULL;
         free(text);
     } else {
-        ids = conversation_fit(&c->conv, c->tok, o->thinking, seq_len - seq_len / 4, &n, &from, &dropped);
+        ids = conversation_fit(&c->conv, c->tok, o->thinking, seq_len - seq_len / 4, &n, from, dropped);
         /* After the longest prefix the cache shares with this prompt (the previous turn's prompt,
          * then the previous answer up to where the template drops its thinking or tokenizes its
          * text otherwise); at least the last token runs: its logits give the answer's first. */
@@ -511,11 +533,6 @@ static int turn_ids(Chat* c, int** run, int* start, int* n_run) {
                 "keeps every turn: /clear starts over" : " (the message was not sent)");
         free(ids);
         return 1;
-    }
-    if (dropped) {
-        conversation_drop_before(&c->conv, from);
-        fprintf(stderr, "chat: the context (%d tokens) is nearly full: the oldest %d turn%s left the conversation\n",
-                seq_len, dropped, dropped > 1 ? "s" : "");
     }
     return 0;
 }
@@ -629,8 +646,8 @@ static int chat_answer(Chat* c, float* logits, int* stopped, int* n_tokens) {
  * that does not read a terminal; -1 after an error message. */
 static int chat_turn(Chat* c) {
     const ChatOptions* o = c->o;
-    int *run, start, n_run;
-    const int r = turn_ids(c, &run, &start, &n_run);
+    int *run, start, n_run, from, dropped;
+    const int r = turn_ids(c, &run, &start, &n_run, &from, &dropped);
     if (r > 0) conversation_drop_last(&c->conv); /* the message, not sent */
     if (r != 0) return r;
     const double t_prompt = now_seconds();
@@ -642,13 +659,18 @@ static int chat_turn(Chat* c) {
     free(run);
     if (cut) { /* the cache holds the conversation up to start; after it, part of this prompt */
         take_interrupt();
-        conversation_drop_last(&c->conv);
+        conversation_drop_last(&c->conv); /* and the turns the prompt left out stay */
         c->pos = start;
         if (!c->terminal) return 130;
         fputs("chat: Ctrl-C: the message was not sent\n", stderr);
         return 1;
     }
     if (!logits) return -1;
+    if (dropped) {
+        conversation_drop_before(&c->conv, from);
+        fprintf(stderr, "chat: the context (%d tokens) is nearly full: the oldest %d turn%s left the conversation\n",
+                c->t->config.seq_len, dropped, dropped > 1 ? "s" : "");
+    }
     c->pos = start + n_run;
     if (o->verbose_prompt)
         print_token_ids(c->history, c->pos, "chat: prompt of %d token%s, %d of them already in the KV cache:", c->pos,
@@ -785,6 +807,16 @@ static int chat_prompt(Chat* c, Input* in, Str* line, int* armed, int* status) {
     }
     if (r == LINE_ERROR) {
         fprintf(stderr, "chat: standard input: %s\n", line->oom ? "out of memory" : strerror(errno));
+        *status = 1;
+        return LINE_LEAVES;
+    }
+    /* A NUL would end the message there; an escape code is a key this chat does not edit with (an
+     * arrow: it reads lines as the terminal gives them) and would go to the model as text. */
+    const int nul = memchr(line->p, '\0', line->n) != NULL, esc = c->terminal && memchr(line->p, 0x1b, line->n);
+    if (nul || esc) {
+        fprintf(stderr, "chat: the line holds %s: not sent\n",
+                nul ? "a NUL byte" : "an escape code (an arrow or function key: this chat edits no lines)");
+        if (c->terminal) return LINE_IS_DONE;
         *status = 1;
         return LINE_LEAVES;
     }

@@ -7,7 +7,7 @@
 #include <stddef.h>
 
 /* Into target[size]: path, or where path leads when it is a symbolic link (so the link stays and
- * the file it names is replaced). 0, or -1 with the reason in why[why_size]: path is a directory,
+ * the file it names is replaced or made; one link is followed where the file is not there yet). 0, or -1 with the reason in why[why_size]: path is a directory,
  * or a device, FIFO or socket, which the rename would replace itself (as root, /dev/null). */
 int output_path_target(const char* path, char* target, size_t size, char* why, size_t why_size);
 

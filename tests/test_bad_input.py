@@ -485,6 +485,9 @@ class EngineErrors(InTempDir):
         p = hf_model.run_engine([self.good, '-i', '', '-n', '1'])
         self.assertEqual(p.returncode, 2, p.stderr)
         self.assertIn('the prompt (-i) is empty', p.stderr)
+        for message in ('', ' \n'):  # chat's -i: what a blank line is at the prompt, no message
+            p = hf_model.run_engine([self.good, '-m', 'chat', '-i', message, '-n', '1'])
+            self.assertEqual((p.returncode, p.stderr), (2, 'run: error: the message (-i) is empty\n'))
 
     def test_options_of_another_mode(self):
         """--prompt-ids outside generate mode is an error (chat and tokenize would otherwise sit
@@ -614,12 +617,19 @@ class EngineErrors(InTempDir):
             f.write('old')
         if not os.path.lexists(link):
             os.symlink(target, link)
+        os.chmod(target, 0o600)
+        dangling, later = os.path.join(self.tmp, 'later_link.json'), os.path.join(self.tmp, 'later.json')
+        if not os.path.lexists(dangling):
+            os.symlink('later.json', dangling)
         p = subprocess.run([hf_model.RUN, self.good, '-m', 'chat', '-n', '2', '-t', '0', '--no-think'],
-                           input='Hi\n/save %s\n' % link, capture_output=True, text=True, timeout=60)
+                           input='Hi\n/save %s\n/save %s\n' % (link, dangling), capture_output=True, text=True,
+                           timeout=60)
         self.assertEqual(p.returncode, 0, p.stderr)
-        self.assertTrue(os.path.islink(link), 'the link was replaced')
-        with open(target) as f:
-            self.assertEqual(json.load(f)[0], {'role': 'user', 'content': 'Hi'})
+        for path, file in ((link, target), (dangling, later)):
+            self.assertTrue(os.path.islink(path), 'the link was replaced')
+            with open(file) as f:
+                self.assertEqual(json.load(f)[0], {'role': 'user', 'content': 'Hi'})
+        self.assertEqual(stat.S_IMODE(os.stat(target).st_mode), 0o600, 'a private file is private no more')
 
     def test_nan_logits(self):
         """Weights that make every logit NaN (here the embedding table): generate and chat stop with one
@@ -660,8 +670,15 @@ class EngineErrors(InTempDir):
                                                        'give another file' % (out, flag))
         p = subprocess.run([hf_model.RUN, model, '-m', 'chat', '-n', '2', '--no-think', '-s', '1'],
                            input='Hi\n/save %s\n' % link, capture_output=True, text=True, timeout=60)
-        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.returncode, 1, p.stderr)  # from a pipe a command that fails ends the chat
         self.assertIn('chat: %s: is the model\'s checkpoint; /save to another file' % link, p.stderr)
+        dump = os.path.join(self.tmp, 'chat_dump.f32')
+        p = subprocess.run([hf_model.RUN, model, '-m', 'chat', '-n', '2', '--no-think', '-s', '1', '--dump-logits',
+                            dump], input='Hi\n/save %s\n' % dump, capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn('chat: %s: is the --dump-logits file; /save to another file' % dump, p.stderr)
+        self.assertEqual(os.path.getsize(dump) % (4 * hf_model.read_header(model)['vocab_size']), 0,
+                         'the dump holds more than logits')
         with open(model, 'rb') as f, open(shipped, 'rb') as g:
             self.assertTrue(f.read() == g.read(), 'the checkpoint changed')
 

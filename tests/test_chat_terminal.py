@@ -394,7 +394,9 @@ class ChatTerminal(hf_model.TempDirTestCase):
         a terminal's stderr and stops between chunks at a Ctrl-C: the message is not sent, the
         chat goes on, and the next turn's prompt has no trace of it. stderr's output is stopped
         (Ctrl-S there), so the progress line after the first chunk waits; the Ctrl-C comes then.
-        A model of 1,024 positions, exported here."""
+        A model of 1,024 positions, exported here, chatting in 512 of them: the long message with the
+        first turn would fill more than 3/4 of them, so its prompt leaves that turn out, which stays
+        in the conversation all the same when the message is not sent."""
         d = self.fresh_dir('long')
         hf_model.write_model(os.path.join(d, 'hf'), hf_model.Spec(max_position_embeddings=1024, seed=13))
         ckpt = os.path.join(d, 'model.bin')
@@ -402,11 +404,13 @@ class ChatTerminal(hf_model.TempDirTestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         long_message = 'once upon a time there was a little cat ' * 12
         p = hf_model.run_engine([ckpt, '-m', 'tokenize', '-i', long_message])
-        self.assertGreater(len(p.stdout.split()), 300, 'the message needs more than one chunk of 256')
-        chat = TerminalChat([ckpt, '-m', 'chat', '-t', '0', '--verbose-prompt', '-n', '3'], stderr_terminal=True)
+        n_long = len(p.stdout.split())
+        self.assertGreater(n_long, 300, 'the message needs more than one chunk of 256')
+        chat = TerminalChat([ckpt, '-m', 'chat', '-t', '0', '--verbose-prompt', '-n', '3', '-c', '512'],
+                            stderr_terminal=True)
         self.addCleanup(chat.close)
         chat.wait_err(r'> ')
-        chat.type(b'hello there\n')
+        chat.type(b'hello there ' * 25 + b'\n')
         first = chat.wait_err(PROMPT_RE)
         answer = chat.wait_err(ANSWER_RE)
         chat.wait_err(NEXT_PROMPT)
@@ -425,9 +429,12 @@ class ChatTerminal(hf_model.TempDirTestCase):
         chat.type(CTRL_D)
         self.assertEqual(chat.finish(), 0, chat.err)
         p1, ans1, p2 = ids_of(first.group(3)), ids_of(answer.group(2)), ids_of(second.group(3))
+        self.assertGreater(len(p1) + len(ans1) + n_long, 512 * 3 // 4, 'the long prompt leaves the first turn out')
+        self.assertNotIn(b'left the conversation', chat.err)
         # the first turn, its answer, then the new message in the template (tens of tokens): none
-        # of the long one's 300 and more
-        self.assertEqual(p2[:len(p1) + len(ans1)], p1 + ans1)
+        # of the long one's 300 and more (the answer as the template renders it: only the first
+        # turn's prompt is compared)
+        self.assertEqual(p2[:len(p1)], p1)
         self.assertLess(len(p2), len(p1) + len(ans1) + 100, p2)
         self.assertNotRegex(chat.err[:progress.start()].decode(), r'prompt \d+/')  # a short prompt shows none
 
@@ -483,17 +490,40 @@ class ChatTerminal(hf_model.TempDirTestCase):
                 self.assertEqual(p.stdout, '')
 
     def test_help_and_unknown_commands_are_not_sent(self):
+        """At a terminal /help and an unknown command are said and not sent, nor a line with an escape
+        code (an arrow key: the chat edits no lines); "/usr/bin ..." is a message, and "//word ..."
+        sends "/word ..."."""
         p = self.piped('-t', '0', '-n', '2', '--verbose-prompt',
-                       lines=['/help', '/frobnicate now', '/usr/bin is a folder'], stdin_terminal=True)
+                       lines=['/help', '/frobnicate now', 'ab\x1b[Dc', '/usr/bin is a folder', '//frobnicate now'],
+                       stdin_terminal=True)
         self.assertEqual(p.returncode, 0, p.stderr)
         for command in ('/help', '/bye', '/quit', '/exit', '/clear', '/system TEXT', '/save FILE', 'Ctrl-C'):
             self.assertIn(command, p.stderr)
-        self.assertIn('chat: unknown command /frobnicate; /help lists the commands (the line was not sent)',
-                      p.stderr)
+        self.assertIn('chat: unknown command /frobnicate; /help lists the commands (the line was not sent; '
+                      '//frobnicate sends it as a message)', p.stderr)
+        self.assertIn('chat: the line holds an escape code (an arrow or function key: this chat edits no lines): '
+                      'not sent', p.stderr)
         prompts = re.findall(PROMPT_RE, p.stderr, re.M)
-        self.assertEqual(len(prompts), 1, p.stderr)  # "/usr/bin ..." is a message
+        self.assertEqual(len(prompts), 2, p.stderr)
         want = self.tokenize('<|im_start|>user\n/usr/bin is a folder<|im_end|>\n<|im_start|>assistant\n')
         self.assertEqual(ids_of(prompts[0][2]), want)
+        want = self.tokenize('<|im_start|>user\n/frobnicate now<|im_end|>\n<|im_start|>assistant\n')
+        self.assertEqual(ids_of(prompts[1][2])[-len(want):], want)
+
+    def test_failed_command_from_a_pipe_ends_the_chat(self):
+        """From a pipe (a script) a line that is not sent ends the chat with status 1, so that the
+        script does not go on with a turn missing: an unknown command, a /read or /save that fails,
+        a NUL byte."""
+        fifo_dir = self.fresh_dir('failed_commands')
+        for line, said in (('/frobnicate now', 'unknown command /frobnicate'),
+                           ('/read ' + os.path.join(fifo_dir, 'missing.txt'), 'cannot open'),
+                           ('/save ' + fifo_dir, 'is a directory'),
+                           ('ab\0cd', 'the line holds a NUL byte: not sent')):
+            with self.subTest(line=line):
+                p = self.piped('-t', '0', '-n', '2', '--verbose-prompt', lines=[line, 'hello there'])
+                self.assertEqual(p.returncode, 1, p.stderr)
+                self.assertIn(said, p.stderr)
+                self.assertNotRegex(p.stderr, PROMPT_RE)
 
     def test_hint_at_a_terminal_only(self):
         p = self.piped('-t', '0', '-n', '2', lines=['hello there'], stdin_terminal=True)
@@ -529,8 +559,9 @@ class ChatTerminal(hf_model.TempDirTestCase):
                          self.tokenize(text + '<|im_start|>assistant\n<think>\n\n</think>\n\n'))
 
     def test_save_failure_leaves_no_file(self):
+        """A /save that fails is said, and leaves no file; at a terminal the chat goes on."""
         missing = os.path.join(self.tmp, 'no such folder', 'chat.json')
-        p = self.piped('-t', '0', '-n', '2', lines=['hello there', '/save ' + missing, '/save'])
+        p = self.piped('-t', '0', '-n', '2', lines=['hello there', '/save ' + missing, '/save'], stdin_terminal=True)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn('chat: %s: cannot write the conversation: No such file or directory' % missing, p.stderr)
         self.assertIn('chat: /save needs a file name', p.stderr)

@@ -351,8 +351,9 @@ class ChatTurns(hf_model.TempDirTestCase):
 
     def test_read_sends_a_file(self):
         """/read FILE: the file's text (its last newline dropped) is the message; a file that
-        cannot be read, one without text, and what is no file (a folder, standard input's "-")
-        are named and nothing is sent; the chat goes on."""
+        cannot be read, one without text, one with a NUL byte (not text), and what is no file (a
+        folder, standard input's "-") are named and nothing is sent; at a terminal the chat goes on,
+        from a pipe it ends with status 1 (test_chat_terminal.py, a failed command)."""
         path = os.path.join(self.tmp, 'message.txt')
         with open(path, 'w') as f:
             f.write(MESSAGES[0] + '\n')
@@ -360,18 +361,21 @@ class ChatTurns(hf_model.TempDirTestCase):
         blank = os.path.join(self.tmp, 'blank.txt')
         with open(blank, 'w') as f:
             f.write(' \n\n')
-        lines = ['/read ' + missing, '/read ' + blank, '/read ' + self.tmp, '/read -', '/read ' + path]
-        p = subprocess.run([hf_model.RUN, self.ckpt, '-m', 'chat', '-t', '0', '-n', str(STEPS), '--verbose-prompt'],
-                           input=''.join(l + '\n' for l in lines), cwd=hf_model.ROOT, capture_output=True,
-                           text=True, errors='replace', timeout=120)
-        self.assertEqual(p.returncode, 0, p.stderr)
-        self.assertIn('chat: %s: cannot open: No such file or directory\n' % missing, p.stderr)
-        self.assertIn('chat: %s has no text: nothing sent\n' % blank, p.stderr)
-        self.assertIn('chat: %s: not a file; /read sends a file\'s text\n' % self.tmp, p.stderr)
-        self.assertIn('chat: -: ', p.stderr)
-        turns = self.parse(p.stderr, 1)
-        self.assertEqual(turns[0][0], self.tokenize('<|im_start|>user\n' + MESSAGES[0] +
-                                                    '<|im_end|>\n<|im_start|>assistant\n'))
+        binary = os.path.join(self.tmp, 'binary.txt')
+        with open(binary, 'wb') as f:
+            f.write(b'ab\0cd\n')
+        lines = ['/read ' + missing, '/read ' + blank, '/read ' + binary, '/read ' + self.tmp, '/read -',
+                 '/read ' + path]
+        status, _, err = self.chat_at_terminal(['-n', str(STEPS), '--verbose-prompt'], lines)
+        self.assertEqual(status, 0, err)
+        self.assertIn('chat: %s: cannot open: No such file or directory\n' % missing, err)
+        self.assertIn('chat: %s has no text: nothing sent\n' % blank, err)
+        self.assertIn('chat: %s holds a NUL byte (at byte 2): not text; nothing sent\n' % binary, err)
+        self.assertIn('chat: %s: not a file; /read sends a file\'s text\n' % self.tmp, err)
+        self.assertIn('chat: -: ', err)
+        turns = self.terminal_prompts(err)
+        self.assertEqual([ids for _, ids in turns], [self.tokenize('<|im_start|>user\n' + MESSAGES[0] +
+                                                                   '<|im_end|>\n<|im_start|>assistant\n')])
 
     def test_message_not_sent_keeps_the_conversation(self):
         """A message too long for the context, refused after a turn, leaves the conversation as it
