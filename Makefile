@@ -140,7 +140,7 @@ ref:
 # The reference build's op and model tests (CI runs them after `make test`), built in build/scalar:
 # the reference paths cannot rot unseen.
 test-scalar:
-	@$(MAKE) --no-print-directory SCALAR=1 B=build/scalar test TESTS="test_ops test_model"
+	@$(MAKE) --no-print-directory SCALAR=1 B=build/scalar test TESTS="test_ops test_model ReferenceBuildThreads"
 
 # `make test-sanitizers`: every test of `make test` once more on a build with AddressSanitizer
 # (LeakSanitizer with it) and UBSan, in build/sanitize, so that a read past a buffer, memory left

@@ -114,9 +114,10 @@ static int read_cache_info(int i, const char* name, char* word) {
     return 0;
 }
 
-/* Bytes of the largest data cache of CPU 0 (the highest level of type Data or Unified), or 0
- * where that cannot be read. BENCH_LLC_BYTES overrides it (0: compare decode with the memory roof
- * whatever its size). */
+/* Bytes of the largest data cache of CPU 0 (the highest level of type Data or Unified), or -1
+ * where that cannot be read (some VMs have no /sys/devices/system/cpu/cpu0/cache; the CPUID the
+ * C library reads instead can be the whole socket's, 512 MB on one such Zen 5). BENCH_LLC_BYTES
+ * overrides it (0: compare decode with the memory roof whatever its size). */
 static double last_level_cache_bytes(void) {
     const char* env = getenv("BENCH_LLC_BYTES");
     if (env && *env) {
@@ -140,7 +141,7 @@ static double last_level_cache_bytes(void) {
             best = bytes;
         }
     }
-    return best;
+    return best_level ? best : -1;
 }
 
 /* The reps' wall time below which no cpu share is given (test_row says why). */
@@ -171,7 +172,7 @@ typedef struct {
     ReadSet weights;   /* the weights a decode step reads (sums NULL: not measured) */
     double* scratch;   /* reps doubles */
     double weight_bytes, bytes_per_token; /* read by one decode token (KV cache: average over tgN) */
-    double llc;        /* the last-level cache's size (0: unknown, or BENCH_LLC_BYTES=0) */
+    double llc;        /* the last-level cache's size (-1: unknown; 0: BENCH_LLC_BYTES=0) */
     int in_cache;      /* bytes_per_token fit in it */
     double matmul_ops, attention_ops; /* per prefill token: a multiply-add counts 2 */
     const char* peak_instruction;     /* what peak_ops timed */
@@ -458,11 +459,16 @@ static void print_head(const Bench* b, long long huge) {
         printf("bench: no %% of roof for decode: its %.1f MB per token fit in the %.1f MB last-level cache, "
                "so it is not bound by memory bandwidth (BENCH_LLC_BYTES=0 compares it anyway)\n",
                b->bytes_per_token / 1e6, b->llc / 1e6);
+    if (b->llc < 0 && b->len[1] > 0)
+        printf("bench: note: this system does not say how large the last-level cache is (no "
+               "/sys/devices/system/cpu/cpu0/cache): decode's %% of roof is given whatever its %.1f MB per token, "
+               "and a model that fits in the cache reads faster than the roof; BENCH_LLC_BYTES=N gives the size\n",
+               b->bytes_per_token / 1e6);
     for (int k = 0; k < b->n_runs; k++) {
         const ThreadRun* tr = &b->runs[k];
-        printf("bench: %d thread%s: warm-up of one prefill and %d decode steps; memory read bandwidth "
+        printf("bench: %d thread%s: warm-up of %s%d decode steps; memory read bandwidth "
                "(512 MiB streaming reads, same threads): ", tr->threads, tr->threads == 1 ? "" : "s",
-               tr->warm_steps);
+               b->len[0] > 0 ? "one prefill and " : "", tr->warm_steps);
         if (b->len[1] > 0)
             printf("around each decode rep %.1f GB/s (median, the roof), ", median_of(b, tr->rd, NULL, 1));
         printf("best of %d %.1f GB/s", 5 + (b->len[1] > 0 ? 3 * b->reps : 0), tr->best);
@@ -667,9 +673,10 @@ static int check_and_fit(Bench* b, const int* given) {
         const int limit = need > c->max_seq_len ? c->max_seq_len : c->seq_len; /* the one to advise for */
         if (limit - b->depth < 1) snprintf(advice, sizeof advice, "--bench-depth below %d", limit);
         else snprintf(advice, sizeof advice, "--bench-prompt and --bench-gen at most %d", limit - b->depth);
-        if (need > c->max_seq_len)
+        if (need > c->max_seq_len) /* and a -c below the model's, which those values need too */
             fprintf(stderr, "run: error: the bench needs a context of %d positions (%s), more than the model's %d: "
-                    "give %s\n", need, parts, c->max_seq_len, advice);
+                    "give %s%s\n", need, parts, c->max_seq_len, advice,
+                    c->seq_len < c->max_seq_len ? ", and -c up to the model's" : "");
         else
             fprintf(stderr, "run: error: the bench needs a context of %d positions (%s), the KV cache has %d "
                     "(use -c %d, or give %s)\n", need, parts, c->seq_len, need, advice);
@@ -693,12 +700,32 @@ static void fill_tokens(int* tokens, int n, int vocab_size) {
     }
 }
 
+/* The thread counts as the kernels run them (the reference build runs one whatever it is asked),
+ * each once, with a note where two became one. */
+static void dedupe_counts(Bench* b) {
+    const int asked = b->t->kernels->threads(b->t->kernels);
+    int n = 0, most = 0;
+    for (int k = 0; k < b->n_runs; k++) {
+        const int runs = b->t->kernels->set_threads(b->t->kernels, b->counts[k]);
+        int seen = 0;
+        for (int j = 0; j < n; j++) seen |= b->counts[j] == runs;
+        if (!seen) b->counts[n++] = runs;
+        if (runs > most) most = runs;
+    }
+    b->t->kernels->set_threads(b->t->kernels, asked);
+    if (n < b->n_runs)
+        fprintf(stderr, "run: note: --threads: these kernels (%s) run at most %d thread%s: each count is measured "
+                "once\n", b->t->kernels->name, most, most == 1 ? "" : "s");
+    b->n_runs = n;
+}
+
 int bench_main(Transformer* t, const BenchOptions* o) {
     /* Without --threads the kernels' own count is the one measured. */
     Bench b = {.t = t, .len = {o->len[0], o->len[1]}, .reps = o->reps, .depth = o->depth, .json = o->json,
                .counts = {t->kernels->threads(t->kernels)}, .n_runs = o->n_threads > 0 ? o->n_threads : 1,
                .show = isatty(STDERR_FILENO)};
     memcpy(b.counts, o->threads, (size_t)o->n_threads * sizeof(int));
+    dedupe_counts(&b);
     int status = check_and_fit(&b, o->given);
     if (status != 0) return status;
     const int n_tok = positions_needed(b.depth, b.len);

@@ -24,9 +24,26 @@
 typedef enum { PEAK_FMA, PEAK_BF16_DOT, PEAK_INT8_DOT } PeakKind;
 
 #if defined(KERNELS_AVX2)
-/* int8 dot products as x86/matmul_int8.c's qi_dot does them: 32 multiply-adds per step and chain. The
- * accumulators are named, not an array: gcc 12 keeps inline asm operands of an array in memory,
- * and its vpdpbusd intrinsic shuffles registers (x86/matmul_int8.c's dpbusd says why the asm). */
+/* int8 dot products as the q8/q4 prefill panels do them (x86/matmul_int8.c, qp_dot): with 512-bit
+ * VNNI on zmm, 64 multiply-adds per step and chain (a CPU with full-width 512-bit units does twice
+ * the ymm rate), else on ymm as qi_dot, 32. The accumulators are named, not an array: gcc 12 keeps
+ * inline asm operands of an array in memory, and its vpdpbusd intrinsic shuffles registers
+ * (x86/matmul_int8.c's dpbusd says why the asm). */
+#if defined(Q8_VNNI) && defined(KERNELS_AVX512) && defined(__AVX512VNNI__)
+typedef __m512i int8_vec;
+#define INT8_SET1_8 _mm512_set1_epi8
+#define INT8_SET1_32 _mm512_set1_epi32
+#define INT8_ADD _mm512_add_epi32
+#define INT8_FIRST(v) _mm512_reduce_add_epi32(v)
+#define INT8_MACS 64
+#else
+typedef __m256i int8_vec;
+#define INT8_SET1_8 _mm256_set1_epi8
+#define INT8_SET1_32 _mm256_set1_epi32
+#define INT8_ADD _mm256_add_epi32
+#define INT8_FIRST(v) _mm256_extract_epi32(v, 0)
+#define INT8_MACS 32
+#endif
 #if defined(Q8_VNNI) && defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__GNUC__)
 #define INT8_STEP(acc) __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(w), "v"(x))
 #define INT8_INSTRUCTION "vpdpbusd"
@@ -46,20 +63,19 @@ ALWAYS_INLINE __m256i int8_products(__m256i w, __m256i x, __m256i one16) {
 #define INT8_INSTRUCTION "vpmaddubsw+vpmaddwd"
 #endif
 static float int8_steps(float seed) {
-    const __m256i w = _mm256_set1_epi8((char)(int)seed), x = _mm256_set1_epi8(3), one16 = _mm256_set1_epi16(1);
+    const int8_vec w = INT8_SET1_8((char)(int)seed), x = INT8_SET1_8(3);
+    const __m256i one16 = _mm256_set1_epi16(1);
     (void)one16;
-    __m256i a0 = _mm256_set1_epi32(0), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0,
-            a9 = a0, a10 = a0, a11 = a0;
+    int8_vec a0 = INT8_SET1_32(0), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0,
+             a9 = a0, a10 = a0, a11 = a0;
     for (int s = 0; s < STEPS; s++) {
         INT8_STEP(a0); INT8_STEP(a1); INT8_STEP(a2); INT8_STEP(a3); INT8_STEP(a4); INT8_STEP(a5);
         INT8_STEP(a6); INT8_STEP(a7); INT8_STEP(a8); INT8_STEP(a9); INT8_STEP(a10); INT8_STEP(a11);
     }
-    const __m256i t = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(a0, a1), _mm256_add_epi32(a2, a3)),
-                                       _mm256_add_epi32(_mm256_add_epi32(a4, a5), _mm256_add_epi32(a6, a7)));
-    const __m256i u = _mm256_add_epi32(_mm256_add_epi32(a8, a9), _mm256_add_epi32(a10, a11));
-    return (float)_mm256_extract_epi32(_mm256_add_epi32(t, u), 0);
+    const int8_vec t = INT8_ADD(INT8_ADD(INT8_ADD(a0, a1), INT8_ADD(a2, a3)), INT8_ADD(INT8_ADD(a4, a5), INT8_ADD(a6, a7)));
+    const int8_vec u = INT8_ADD(INT8_ADD(a8, a9), INT8_ADD(a10, a11));
+    return (float)INT8_FIRST(INT8_ADD(t, u));
 }
-#define INT8_MACS 32
 
 #if defined(KERNELS_BF16_DOT)
 static float bf16_steps(float seed) {

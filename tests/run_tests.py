@@ -6,6 +6,9 @@ non-zero when anything failed. Python 3 standard library only.
 
     python3 tests/run_tests.py [-v] [-j N] [NAME_FILTER ...]
 
+A NAME_FILTER picks a C program or Python module whose name holds it (test_bench), or else the
+Python tests whose ids do (test_bench.BenchMoe, ReferenceBuildThreads, test_only_digits).
+
 The tests run in one worker process per CPU (-j N to choose): every test is independent of the
 others' timing, and each worker's output is printed whole when its unit of tests ends. A unit
 that a KeyboardInterrupt ends fails with its traceback (Ctrl-C ends the run: status 130), and a
@@ -127,16 +130,15 @@ def python_units(wanted):
     loader = unittest.TestLoader()
     for path in sorted(glob.glob(os.path.join(ROOT, "tests", "test_*.py"))):
         module = os.path.basename(path)[:-3]
-        if not wanted(module):
-            continue
+        whole = wanted(module)  # else the tests whose ids a pattern names (test_bench.OneClass, a test's name)
         stack = [loader.loadTestsFromName(module)]
         while stack:
             for t in stack.pop():
                 if isinstance(t, unittest.TestSuite):
                     stack.append(t)
                     continue
-                cls = t.id().rsplit(".", 1)[0]
-                classes.setdefault(cls, []).append(t.id())
+                if whole or wanted(t.id()):
+                    classes.setdefault(t.id().rsplit(".", 1)[0], []).append(t.id())
     return [(UNIT_SECONDS.get(cls, 0.3 * len(ids)), sorted(ids)) for cls, ids in classes.items()]
 
 

@@ -251,6 +251,8 @@ class BenchMode(unittest.TestCase):
         want = decode_bytes_per_token(MODEL, 2) - sum(2 * 4 * layers_kv(MODEL) * (q + 1) for q in range(2)) / 2 - dim * 4
         self.assertAlmostEqual(float(m.group(1)), want / 1e6, delta=0.06, msg=(m.group(1), want / 1e6))
         self.assertGreater(float(m.group(2)), 0)
+        self.assertIn("bench: 1 thread: warm-up of ", p.stdout)
+        self.assertNotIn("prefill", p.stdout.split("warm-up of ")[1].split(";")[0], "a decode-only run warms no prefill")
 
     def test_kv_cache_bytes(self):
         """--kv-cache f16 and q8: reported in the JSON, and decode's bytes per token count 2 bytes
@@ -501,10 +503,12 @@ class BenchMode(unittest.TestCase):
         self.assertEqual(p.stderr, "run: error: the bench needs a context of 600 positions (--bench-prompt 600), "
                          "more than the model's 256: give --bench-prompt and --bench-gen at most 256\n")
         self.assertEqual(p.stdout, "")
-        # beyond the model, the advice follows the model's limit, not a smaller -c
+        # beyond the model, the advice follows the model's limit, and says that the smaller -c given
+        # must grow too (following the first half alone met the KV cache's error next)
         p = run("-m", "bench", "-c", "64", "--bench-depth", "64", "--bench-prompt", "300", "--bench-gen", "4")
         self.assertEqual(p.returncode, 1, p.stderr)
-        self.assertIn("more than the model's 256: give --bench-prompt and --bench-gen at most 192\n", p.stderr)
+        self.assertIn("more than the model's 256: give --bench-prompt and --bench-gen at most 192, and -c up to the "
+                      "model's\n", p.stderr)
 
     def test_defaults_fit_the_context(self):
         """`-m bench` on this model of 256 positions runs: the defaults (pp512, tg128) shrink to the
@@ -551,6 +555,7 @@ class BenchMode(unittest.TestCase):
         ran one rep where none was asked); a depth beyond the model's maximum context is not
         fixed by the -c the usual message suggests."""
         for args, says, status in ((("--bench-reps", "0"), "--bench-reps must be in [1, 1000000], got 0", 2),
+                                   (("--bench-reps", "-1"), "--bench-reps must be in [1, 1000000], got -1", 2),
                                    (("--bench-prompt", "0", "--bench-gen", "0"), "nothing to measure", 2),
                                    (("--bench-depth", "100000"), "more than the model's", 1)):
             p = run("-m", "bench", "--bench-prompt", "4", "--bench-gen", "2", *args)
@@ -624,6 +629,24 @@ class BenchMoe(unittest.TestCase):
             self.assertEqual(sorted(chosen), [(l, c) for l in (0, 2) for c in range(chunks)])
             want = sum(len(v) for v in chosen.values()) / len(chosen)
             self.assertAlmostEqual(got, want, delta=0.005, msg=(got, {k: sorted(v) for k, v in chosen.items()}))
+
+
+@unittest.skipIf(missing() is not None, missing() or "")
+class ReferenceBuildThreads(unittest.TestCase):
+    """`make test-scalar` runs this on the reference build, which has no thread pool: --threads 1,2
+    measures its one thread once, with a note, rather than twice as if they were two counts."""
+
+    def test_each_count_once(self):
+        flags = os.path.join(os.path.dirname(RUN), "flags")
+        if not (os.path.exists(flags) and "-DKERNELS_SCALAR" in open(flags).read()):
+            self.skipTest("not the reference build (make test-scalar runs this on it)")
+        p = run("-m", "bench", "--json", "--threads", "1,2", "--bench-prompt", "4", "--bench-gen", "2",
+                "--bench-reps", "1", env={"BENCH_LLC_BYTES": "0"})
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual([json.loads(l)["threads"] for l in p.stdout.splitlines()], [1, 1], p.stdout)  # pp4, tg2
+        self.assertIn("run: note: --threads: these kernels (reference) run at most 1 thread: each count is measured "
+                      "once", p.stderr)
+
 
 if __name__ == "__main__":
     unittest.main()
