@@ -613,15 +613,12 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
         norm_trace_detach(&trace, t); /* the prompt's last token has been through every call site */
     Utf8Stream stream = {{0}, 0, isatty(STDOUT_FILENO)};
     int n = n_prompt; /* tokens in history, one more than the positions run */
-    int n_decoded = 0, context_full = 0;
+    int n_decoded = 0, context_full = 0, nan_at = -1;
     while (n - n_prompt < o->steps && !ctrl_c_pressed) {
         int next = sampler_sample(sampler, logits, history, n);
-        if (next < 0) {
-            if (tok) utf8_stream_flush(&stream, stdout);
-            fputc('\n', stdout);
-            fflush(stdout);
-            die(1, "every logit at position %d is NaN: the weights hold NaN or infinity, or the activations "
-                "overflowed", n - 1);
+        if (next < 0) { /* said once the trace (--show-norms) is out: it shows where */
+            nan_at = n - 1;
+            break;
         }
         if (is_eos(&t->header, next)) break;
         if (tok) tokenizer_print(tok, &stream, next, 0, stdout);
@@ -650,6 +647,9 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
                 c->seq_len == 1 ? "" : "s", context_advice(c, advice, sizeof advice));
     }
     if (logits_dump_close(&dump) != 0) exit(1);
+    if (nan_at >= 0)
+        die(1, "every logit at position %d is NaN (weights that hold NaN or infinity, or activations that overflowed "
+            "or divided by zero: the RMSNorm lab's switches can do that)", nan_at);
     if (ctrl_c_pressed) fputs("run: interrupted\n", stderr);
     print_speed(n_prompt, t1 - t0, n - n_prompt, n_decoded, t2 - t1, first_token);
     release_ctrl_c(&old_int);
@@ -721,7 +721,8 @@ static void apply_norm_lab(Transformer* t, NormLabOps* lab, const Options* o) {
     }
     for (int k = 0; k < o->norm_lab.n; k++)
         if ((o->norm_lab.sw[k].skip & NORM_SKIP_QK) && !(t->config.flags & FLAG_QK_NORM))
-            fprintf(stderr, "run: note: --ablate %s changes nothing: this model has no QK-Norm\n", o->norm_lab.sw[k].text);
+            fprintf(stderr, "run: note: --ablate %.*s changes nothing: this model has no QK-Norm\n",
+                    o->norm_lab.sw[k].text_len, o->norm_lab.sw[k].text);
 }
 
 static int run_eval(Transformer* t, const Tokenizer* text_tok, const Options* o) {
@@ -730,9 +731,10 @@ static int run_eval(Transformer* t, const Tokenizer* text_tok, const Options* o)
     if (o->prompt_ids) ids = parse_prompt_ids(o->prompt_ids, t->config.vocab_size, &n);
     else if (text_tok) ids = encode_text(text_tok, o->prompt, given(o, "--file"), &n);
     else die(1, "the checkpoint has no tokenizer: give the tokens with --prompt-ids");
-    char switches[1024];
-    norm_lab_json(&o->norm_lab, switches, sizeof switches);
+    char* switches = norm_lab_json(&o->norm_lab);
+    if (switches == NULL) die(1, "out of memory");
     const int status = eval_main(t, ids, n, given(o, "--json") != NULL, switches);
+    free(switches);
     free(ids);
     return status;
 }

@@ -11,21 +11,25 @@
 typedef struct {
     long long tokens; /* scored tokens */
     long long top1;   /* of which the argmax of the logits */
+    long long broken; /* of which the score is not a number: NaN or infinite logits */
     double nll;       /* sum of -log p(token), natural log */
 } EvalSums;
 
 /* Adds n_rows rows of logits, row i scored against targets[i]: -log softmax(row)[target] in double
- * (max-subtracted log-sum-exp), and whether target is the row's (first) argmax. */
+ * (max-subtracted log-sum-exp), and whether target is the row's (first) argmax, NaN skipped (a row
+ * of NaN has none). */
 static void score_rows(EvalSums* sums, const float* rows, int n_rows, int vocab_size, const int* targets) {
     for (int r = 0; r < n_rows; r++) {
         const float* row = rows + (size_t)r * (size_t)vocab_size;
-        int best = 0;
-        for (int j = 1; j < vocab_size; j++)
-            if (row[j] > row[best]) best = j;
-        const double m = row[best];
+        int best = -1;
+        for (int j = 0; j < vocab_size; j++)
+            if (!isnan(row[j]) && (best < 0 || row[j] > row[best])) best = j;
+        const double m = best < 0 ? NAN : row[best];
         double sum = 0.0;
         for (int j = 0; j < vocab_size; j++) sum += exp((double)row[j] - m);
-        sums->nll += m + log(sum) - (double)row[targets[r]];
+        const double nll = m + log(sum) - (double)row[targets[r]];
+        sums->nll += nll;
+        sums->broken += !isfinite(nll);
         sums->top1 += best == targets[r];
         sums->tokens++;
     }
@@ -55,6 +59,10 @@ static void print_number(double v, const char* fmt) {
 
 static void report(const EvalSums* s, int window, int json, const char* switches) {
     const double loss = s->nll / (double)s->tokens, ppl = exp(loss), top1 = (double)s->top1 / (double)s->tokens;
+    if (s->broken)
+        fprintf(stderr, "run: note: at %lld of the %lld scored positions the logits are NaN or infinite (weights that "
+                "hold NaN or infinity, or activations that overflowed: the RMSNorm lab's switches can do that), so the "
+                "loss and perplexity are not numbers%s\n", s->broken, s->tokens, json ? " (null)" : "");
     if (json) {
         printf("{\"tokens\": %lld, \"loss\": ", s->tokens);
         print_number(loss, "%.6f");
@@ -73,7 +81,7 @@ static void report(const EvalSums* s, int window, int json, const char* switches
  * Ctrl-C, which stops it after the chunk it is in (with the report of what was scored). */
 static int score_text(Transformer* t, const int* ids, int n, float* rows, int json, const char* switches) {
     const int V = t->config.vocab_size, window = t->config.seq_len, B = t->state.max_batch;
-    EvalSums sums = {0, 0, 0.0};
+    EvalSums sums = {0, 0, 0, 0.0};
     Progress prog = {isatty(fileno(stderr)), now_seconds(), 0.0, 0};
     /* Window w holds ids [w0, w0 + len); its positions 0 .. len-2 predict the tokens 1 .. len-1,
      * so its last token goes in only as a target. Prefill in chunks of max_batch rows. */
@@ -103,9 +111,10 @@ static int score_text(Transformer* t, const int* ids, int n, float* rows, int js
 int eval_main(Transformer* t, const int* ids, int n, int json, const char* switches) {
     float* rows = malloc((size_t)t->state.max_batch * (size_t)t->config.vocab_size * sizeof(float));
     int status = 1;
-    if (t->config.seq_len < 2)
+    if (t->config.seq_len < 2) { /* a bad command line */
         fprintf(stderr, "run: error: -m eval needs a context (-c) of at least 2 tokens\n");
-    else if (n < 2)
+        status = 2;
+    } else if (n < 2)
         fprintf(stderr, "run: error: nothing to score: the text is %d token%s, eval needs at least 2\n", n,
                 n == 1 ? "" : "s");
     else if (rows == NULL)

@@ -68,22 +68,31 @@ static const struct {
 #define N_ABLATIONS (int)(sizeof ABLATIONS / sizeof ABLATIONS[0])
 #define VALID_NAMES "qk-norm, final-norm, pre-norms, norm-weight, norm-scale, norm-gain"
 
-/* One layer item after @ or a comma: "3", "1-4" or "final" (len characters). Returns 0 or -1. */
+/* The digits at *p as a number (at most 999,999,999), *p moved past them; -1 where none. */
+static long read_digits(const char** p, const char* end) {
+    long v = -1;
+    for (int n = 0; *p < end && isdigit((unsigned char)**p); (*p)++, n++)
+        v = n < 9 ? (v < 0 ? 0 : v) * 10 + (**p - '0') : v;
+    return v;
+}
+
+/* One layer item after @ or a comma: "3", "1-4" or "final" (len characters), digits only. Returns
+ * 0 or -1. A layer past the last one any model has is kept as the largest named, for the model's
+ * own range to refuse (norm_lab_attach). */
 static int add_layers(NormSwitch* s, const char* item, size_t len, int final_ok) {
     if (len == 5 && strncmp(item, "final", 5) == 0 && final_ok) {
         s->final = 1;
         return 0;
     }
-    char buf[32];
-    if (len == 0 || len >= sizeof buf) return -1;
-    memcpy(buf, item, len);
-    buf[len] = '\0';
-    char* end;
-    const long a = strtol(buf, &end, 10);
+    const char *p = item, *end = item + len;
+    const long a = read_digits(&p, end);
     long b = a;
-    if (*end == '-') b = strtol(end + 1, &end, 10);
-    if (*end != '\0' || !isdigit((unsigned char)buf[0]) || a < 0 || b < a || b >= NORM_LAB_LAYERS) return -1;
-    for (long l = a; l <= b; l++) s->layers[l / 64] |= (uint64_t)1 << (l % 64);
+    if (p < end && *p == '-') {
+        p++;
+        b = read_digits(&p, end);
+    }
+    if (a < 0 || b < a || p != end) return -1;
+    for (long l = a; l <= b && l < NORM_LAB_LAYERS; l++) s->layers[l / 64] |= (uint64_t)1 << (l % 64);
     if (b > s->last_layer) s->last_layer = (int)b;
     return 0;
 }
@@ -111,7 +120,7 @@ int norm_lab_parse_ablate(NormLab* lab, const char* list, char* err, size_t errl
             return -1;
         }
         NormSwitch* s = &lab->sw[lab->n++];
-        *s = (NormSwitch){ABLATIONS[k].skip, ABLATIONS[k].variant, 1, 0, {0}, -1, ""};
+        *s = (NormSwitch){ABLATIONS[k].skip, ABLATIONS[k].variant, 1, 0, {0}, -1, p, 0};
         const char* start = p;
         p += name_len;
         if (*p == '@') { /* layers: the items after @ up to the next name */
@@ -138,20 +147,22 @@ int norm_lab_parse_ablate(NormLab* lab, const char* list, char* err, size_t errl
                 p++;
             }
         }
-        snprintf(s->text, sizeof s->text, "%.*s", (int)(p - start), start);
+        s->text_len = (int)(p - start);
         if (*p == '\0') return 0;
         p++;
     }
 }
 
-void norm_lab_json(const NormLab* lab, char* buf, size_t size) {
+/* norm_lab_json into buf[size]; returns the length it needs (as snprintf). The texts are names,
+ * digits, '-', '@', ',' and "final" (norm_lab_parse_ablate takes nothing else): no escapes. */
+static size_t lab_json(const NormLab* lab, char* buf, size_t size) {
     size_t at = 0;
     const char* sep = "";
 #define PUT(...) (at += (size_t)snprintf(buf + at, at < size ? size - at : 0, __VA_ARGS__))
     PUT("{");
     if (lab->n > 0) {
         PUT("\"ablate\": [");
-        for (int k = 0; k < lab->n; k++) PUT("%s\"%s\"", k ? ", " : "", lab->sw[k].text);
+        for (int k = 0; k < lab->n; k++) PUT("%s\"%.*s\"", k ? ", " : "", lab->sw[k].text_len, lab->sw[k].text);
         PUT("]");
         sep = ", ";
     }
@@ -162,6 +173,14 @@ void norm_lab_json(const NormLab* lab, char* buf, size_t size) {
     if (lab->variant & NORM_VARIANT_CENTER) PUT("%s\"norm\": \"layernorm\"", sep);
     PUT("}");
 #undef PUT
+    return at;
+}
+
+char* norm_lab_json(const NormLab* lab) {
+    const size_t n = lab_json(lab, NULL, 0) + 1;
+    char* buf = malloc(n);
+    if (buf) lab_json(lab, buf, n);
+    return buf;
 }
 
 /* ---- The lab's rmsnorm op ---- */
@@ -185,7 +204,7 @@ static void lab_rmsnorm(const Ops* o, const NormSite* at, float* out, const floa
 int norm_lab_attach(NormLabOps* l, Transformer* t, const NormLab* lab, char* err, size_t errlen) {
     for (int k = 0; k < lab->n; k++)
         if (lab->sw[k].last_layer >= t->config.n_layers) {
-            snprintf(err, errlen, "--ablate %s: the model's layers are 0 to %d", lab->sw[k].text,
+            snprintf(err, errlen, "--ablate %.*s: the model's layers are 0 to %d", lab->sw[k].text_len, lab->sw[k].text,
                      t->config.n_layers - 1);
             return -1;
         }

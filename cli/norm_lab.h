@@ -36,7 +36,8 @@ typedef struct {
     int final;      /* @...final: the final norm */
     uint64_t layers[NORM_LAB_LAYERS / 64]; /* @L,...: layer L's call sites */
     int last_layer; /* the largest layer named, -1: none */
-    char text[96];  /* the name and layers as given, for --json and messages */
+    const char* text; /* the name and layers as given (text_len characters of --ablate's argument), */
+    int text_len;     /* for --json and messages */
 } NormSwitch;
 
 typedef struct {
@@ -63,8 +64,9 @@ int norm_lab_active(const NormLab* lab); /* any switch on */
 int norm_lab_parse_ablate(NormLab* lab, const char* list, char* err, size_t errlen);
 
 /* The switches in force as a JSON object for eval's --json: {"ablate": [...], "norm_eps": X,
- * "norm": "layernorm"}, each key only when that switch is on ({} with none). */
-void norm_lab_json(const NormLab* lab, char* buf, size_t size);
+ * "norm": "layernorm"}, each key only when that switch is on ({} with none); malloc'ed, NULL when
+ * out of memory. */
+char* norm_lab_json(const NormLab* lab);
 
 /* RMSNorm of n_rows vectors of n values with the variant's switches (variant 0: rmsnorm_scalar
  * row by row), scalar, for teaching, not speed. out may equal x. */

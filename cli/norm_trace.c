@@ -3,6 +3,7 @@
 #include "norm_trace.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 #include "kernels/kernels.h"
 #include "kernels/ops.h"
@@ -52,9 +53,10 @@ static const char* formula(const NormTrace* tr) {
 /* The header's line of switches: the lab's in force, or none. */
 static void print_switches(const NormTrace* tr) {
     if (!tr->lab) return;
-    char json[1024];
-    norm_lab_json(tr->lab, json, sizeof json);
-    fprintf(tr->table, "RMSNorm lab switches in force (what each line shows is what they apply): %s\n", json);
+    char* json = norm_lab_json(tr->lab);
+    fprintf(tr->table, "RMSNorm lab switches in force (what each line shows is what they apply): %s\n",
+            json ? json : "(out of memory)");
+    free(json);
 }
 
 int norm_trace_wants(const NormTrace* tr, int p) {
@@ -69,12 +71,13 @@ static const char* number_or(char* buf, size_t size, int v, const char* none) {
 }
 
 /* "value" for one vector, "min..max" over several (QK-Norm's heads), in a column of `width`
- * characters (0: the last column, unpadded). */
+ * characters and at least one space after it (0: the last column, unpadded). */
 static void print_cell(FILE* f, double lo, double hi, int many, int width) {
     char cell[40];
     if (many) snprintf(cell, sizeof cell, "%.4g..%.4g", lo, hi);
     else snprintf(cell, sizeof cell, "%.4g", lo);
-    fprintf(f, "%-*s", width, cell);
+    if (width > 0) fprintf(f, "%-*s ", width - 1, cell);
+    else fputs(cell, f);
 }
 
 /* The default table: one line per call site at one position, QK-Norm's heads as min..max of the
@@ -122,14 +125,22 @@ static void full_table_line(NormTrace* tr, int use, const char* site, int layer,
             st->rms_in, st->mean_in, scale, rms_w, st->rms_out);
 }
 
+/* v as a JSON number, or null where it is NaN or infinite (JSON has neither). */
+static const char* json_number(char* buf, size_t size, double v) {
+    if (!isfinite(v)) return "null";
+    snprintf(buf, size, "%.9g", v);
+    return buf;
+}
+
 static void json_line(NormTrace* tr, int use, const char* site, int layer, int head, int pos, const NormStats* st,
                       double rms_w, float eps) {
-    char which[16];
+    char which[16], v[6][32];
     fprintf(tr->json,
-            "{\"position\":%d,\"layer\":%d,\"use\":%d,\"site\":\"%s\",\"head\":%s,\"rms_in\":%.9g,\"mean_in\":%.9g,"
-            "\"scale\":%.9g,\"rms_w\":%.9g,\"rms_out\":%.9g,\"eps\":%.9g%s}\n",
-            pos, layer, use, site, number_or(which, sizeof which, head, "null"), st->rms_in, st->mean_in, st->scale,
-            rms_w, st->rms_out, (double)eps, st->skipped ? ",\"skipped\":true" : "");
+            "{\"position\":%d,\"layer\":%d,\"use\":%d,\"site\":\"%s\",\"head\":%s,\"rms_in\":%s,\"mean_in\":%s,"
+            "\"scale\":%s,\"rms_w\":%s,\"rms_out\":%s,\"eps\":%s%s}\n",
+            pos, layer, use, site, number_or(which, sizeof which, head, "null"), json_number(v[0], 32, st->rms_in),
+            json_number(v[1], 32, st->mean_in), json_number(v[2], 32, st->scale), json_number(v[3], 32, rms_w),
+            json_number(v[4], 32, st->rms_out), json_number(v[5], 32, eps), st->skipped ? ",\"skipped\":true" : "");
 }
 
 void norm_trace_see(NormTrace* tr, int use, const char* site, int layer, const float* in, const float* weight,
@@ -158,8 +169,9 @@ void norm_trace_see(NormTrace* tr, int use, const char* site, int layer, const f
 
 void norm_trace_score(NormTrace* tr, int layer, int pos, int head, int kv_head, int n_keys, double max_score) {
     if (tr->json == NULL) return;
+    char v[32];
     fprintf(tr->json, "{\"position\":%d,\"layer\":%d,\"site\":\"attention\",\"head\":%d,\"kv_head\":%d,\"keys\":%d,"
-            "\"max_score\":%.9g}\n", pos, layer, head, kv_head, n_keys, max_score);
+            "\"max_score\":%s}\n", pos, layer, head, kv_head, n_keys, json_number(v, sizeof v, max_score));
 }
 
 /* Each traced row's query heads' largest |q.k|/sqrt(d) over the keys they attend to, read back from

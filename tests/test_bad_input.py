@@ -647,7 +647,7 @@ class EngineErrors(InTempDir):
             with self.subTest(args=args):
                 p = hf_model.run_engine([path] + args)
                 self.assertEqual(p.returncode, 1, p.stderr)
-                self.assertIn('is NaN: the weights hold NaN or infinity, or the activations overflowed', p.stderr)
+                self.assertIn('is NaN (weights that hold NaN or infinity, or activations that overflowed', p.stderr)
 
     def test_output_is_the_checkpoint(self):
         """--dump-logits and --norms-json naming the checkpoint (itself or through a link) are

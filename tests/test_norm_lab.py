@@ -146,6 +146,11 @@ class NormLab(hf_model.TempDirTestCase):
                           (['--ablate', 'final-norm@0'], '--ablate: final-norm is one call site, after the last layer'),
                           (['--ablate', 'pre-norms@2'], "--ablate pre-norms@2: the model's layers are 0 to 1"),
                           (['--ablate', 'norm-weight@3-1'], "--ablate: norm-weight@: '3-1' is not a layer number"),
+                          # digits only: strtol took these as layer 0, 1 to 2, 1 to 2
+                          (['--ablate', 'qk-norm@0-'], "--ablate: qk-norm@: '0-' is not a layer number"),
+                          (['--ablate', 'qk-norm@1-+1'], "--ablate: qk-norm@: '1-+1' is not a layer number"),
+                          (['--ablate', 'qk-norm@0- 1'], "--ablate: qk-norm@: '0- 1' is not a layer number"),
+                          (['--ablate', 'qk-norm@99999'], "--ablate qk-norm@99999: the model's layers are 0 to 1"),
                           (['--norm', 'batchnorm'], '--norm must be rmsnorm or layernorm'),
                           (['--norm-eps', '-1'], '--norm-eps must be in [0, 100]')):
             p = self.engine(['--prompt-ids', '1', '-n', '1'] + args)
@@ -223,6 +228,34 @@ class NormLab(hf_model.TempDirTestCase):
         self.assertEqual(self.eval_json(ids)['switches'], {})
         got = self.eval_json(ids + ['--ablate', 'qk-norm@1,final-norm', '--norm-eps', '1e-3', '--norm', 'layernorm'])
         self.assertEqual(got['switches'], {'ablate': ['qk-norm@1', 'final-norm'], 'norm_eps': 1e-3, 'norm': 'layernorm'})
+        # as given, however long (the echo was cut at 95 characters, the object at 1,023)
+        long = ['norm-weight@' + ','.join(['0'] * 60) + ',final'] * 12
+        got = self.eval_json(ids + ['--ablate', ','.join(long)])
+        self.assertEqual(got['switches'], {'ablate': long})
+
+    def test_nan_logits(self):
+        """A switch that makes the logits NaN (--norm-eps 0 on a token whose embedding is zero: 0/0):
+        eval's loss and perplexity are null with a note, NaN rows are no top-1 hits, --norms-json
+        stays JSON (null), and generate stops with status 1 after the --show-norms table."""
+        hf = os.path.join(self.tmp, 'hf_zero_row')
+        hf_model.write_model(hf, Spec(dtype='F32', seed=7, row_scales={5: 0.0}))
+        ckpt = os.path.join(self.tmp, 'zero_row.bin')
+        p = hf_model.run_export(hf, ckpt, 'f32')
+        self.assertEqual(p.returncode, 0, p.stderr)
+        p = self.engine(['-m', 'eval', '--json', '--prompt-ids', '5,0,0,0', '--norm-eps', '0'], ckpt)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        got = json.loads(p.stdout)
+        self.assertEqual((got['loss'], got['ppl'], got['top1']), (None, None, 0.0))
+        self.assertIn('at 3 of the 3 scored positions the logits are NaN or infinite', p.stderr)
+        trace = os.path.join(self.tmp, 'nan_trace.jsonl')
+        p = self.engine(['--prompt-ids', '5,0', '-n', '3', '-t', '0', '--norm-eps', '0', '--show-norms',
+                         '--norms-json', trace], ckpt)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn('RMSNorm at each call site', p.stdout + p.stderr)
+        self.assertIn('run: error: every logit at position 1 is NaN', p.stderr)
+        with open(trace) as f:
+            lines = [json.loads(line) for line in f]  # json.loads takes no -nan
+        self.assertIn(None, [line.get('rms_out') for line in lines])
 
     # ---- eval ---------------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ import json
 import math
 import os
 import re
+import struct
 import sys
 import unittest
 
@@ -183,6 +184,12 @@ class NormTrace(hf_model.TempDirTestCase):
         plot_norms.scale_qk_checkpoint(ckpt, 1, same)
         with open(ckpt, 'rb') as a, open(same, 'rb') as b:
             self.assertEqual(a.read(), b.read())
+        # a Qwen3-MoE checkpoint (its layers hold experts, not the MLP the tool walks) is refused
+        with open(ckpt, 'rb') as f:
+            moe = bytearray(f.read())
+        struct.pack_into('<I', moe, 12, struct.unpack_from('<I', moe, 12)[0] | 16)  # FLAG_MOE
+        with self.assertRaisesRegex(ValueError, 'Qwen3-MoE'):
+            plot_norms.checkpoint_plan(plot_norms.HEADER.unpack_from(bytes(moe), 0))
         traces = {}
         for factor in (1, 2):
             for qk_norm in (True, False):

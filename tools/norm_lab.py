@@ -95,8 +95,13 @@ def evaluate(args, switches):
 
 
 def sample(args, switches):
-    out = run([args.run_path, args.model_path, '-i', SAMPLE_PROMPT, '-n', str(SAMPLE_TOKENS), '-t', '0'] + switches)
-    return ' '.join(out.split())  # one line: newlines and runs of spaces as single spaces
+    cmd = [args.run_path, args.model_path, '-i', SAMPLE_PROMPT, '-n', str(SAMPLE_TOKENS), '-t', '0'] + switches
+    p = subprocess.run(cmd, capture_output=True, text=True, errors='replace')
+    if p.returncode == 1 and 'is NaN' in p.stderr:  # a switch that breaks the model: its text is that
+        return '(no text: %s)' % p.stderr.strip().splitlines()[-1].replace('run: error: ', '')
+    if p.returncode != 0:
+        fail('%s failed (status %d): %s' % (' '.join(cmd), p.returncode, p.stderr.strip()))
+    return ' '.join(p.stdout.split())  # one line: newlines and runs of spaces as single spaces
 
 
 def fmt(v, spec):

@@ -49,9 +49,13 @@ os.environ["OPENBLAS_NUM_THREADS"] = THREADS
 os.environ["OMP_NUM_THREADS"] = THREADS
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import torch  # noqa: E402
-import torch.nn as nn  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+try:
+    import torch  # noqa: E402
+    import torch.nn as nn  # noqa: E402
+    import torch.nn.functional as F  # noqa: E402
+except ImportError:
+    sys.exit("norm_train_lab.py: needs PyTorch, which %s does not have: run it with Debian's python3 and "
+             "python3-torch (`make norm-train-lab` does)" % sys.executable)
 
 TOOLS = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(TOOLS)

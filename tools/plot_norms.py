@@ -475,7 +475,7 @@ def plot_scores(with_runs, without_runs, path, note, bounds=None):
 
 HEADER = struct.Struct('<4s13I f i d I 8i f f i 2I 4Q f I f f f I 72x')
 W_OFFSET, W_BYTES = 33, 34  # weights_offset and weights_bytes in HEADER's tuple (after the tokenizer's two)
-FLAG_QK_NORM, FLAG_QKV_BIAS, FLAG_TIED_EMBED = 1, 2, 4
+FLAG_QK_NORM, FLAG_QKV_BIAS, FLAG_TIED_EMBED, FLAG_MOE = 1, 2, 4, 16
 ALIGN = 64
 
 
@@ -488,6 +488,8 @@ def checkpoint_plan(h):
         raise ValueError('not a checkpoint of this engine')
     if wtype not in (0, 1):
         raise ValueError('only f32 and bf16 checkpoints can be read here (export one with --dtype bf16)')
+    if flags & FLAG_MOE:  # its layers hold a router and experts in place of the MLP
+        raise ValueError('a Qwen3-MoE checkpoint: only dense ones can be read here')
     elem = 4 if wtype == 0 else 2
 
     def matrix(name, layer, rows, cols):
@@ -587,7 +589,7 @@ def scale_qk_checkpoint(src, factor, dst, drop_qk_norm=False):
     if drop_qk_norm:
         h[3] = flags & ~FLAG_QK_NORM
     h[W_BYTES] = len(out) - w_off
-    out[:HEADER.size] = HEADER.pack(*h)
+    out[:HEADER.size - 72] = HEADER.pack(*h)[:-72]  # the fields after them (YaRN's, MoE's) as they were
     with open(dst + '.tmp', 'wb') as f:
         f.write(out)
     os.replace(dst + '.tmp', dst)
