@@ -15,7 +15,8 @@
   saying so, where the system gives file mappings none). That a load leaves the page cache alone
   is tested in tests/test_mapped_weights.c.
 
-* a prompt of more than one chunk shows its progress where stderr is a terminal, nothing elsewhere.
+* a prompt of more than one chunk shows its progress where stderr is a terminal, nothing elsewhere;
+* the kernel workers block the asynchronous signals: Ctrl-C's handler runs on the main thread.
 
 Skips, with the reason, when ./run or the model is missing. Standard library only."""
 import json
@@ -227,6 +228,37 @@ class Threads(unittest.TestCase):
         p = run("-i", "Once", "-n", "2", "-t", "0", "--threads", str(cpus))
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertNotIn("note", p.stderr)
+
+    def test_signals_go_to_the_main_thread(self):
+        """The kernel workers block the asynchronous signals, so a Ctrl-C's handler runs on the main
+        thread, which reads the flag it sets (on a worker it was a data race ThreadSanitizer sees);
+        a bus error or segfault stays with the thread that causes it. Read from each thread's
+        SigBlk in /proc, in a chat that waits for its first line."""
+        import signal
+        import time
+        if usable_cpus() < 2 or not os.path.exists("/proc/self/task"):
+            self.skipTest("needs two CPUs (a worker thread) and /proc")
+        p = subprocess.Popen([RUN, MODEL, "-m", "chat", "--threads", "2"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            tasks = []
+            for _ in range(200):  # the pool starts as the model loads
+                tasks = os.listdir("/proc/%d/task" % p.pid)
+                if len(tasks) >= 2:
+                    break
+                time.sleep(0.05)
+            self.assertGreaterEqual(len(tasks), 2, "no worker thread")
+
+            def blocked(tid):
+                with open("/proc/%d/task/%s/status" % (p.pid, tid)) as f:
+                    mask = int(re.search(r"^SigBlk:\s*([0-9a-f]+)$", f.read(), re.M).group(1), 16)
+                return {sig for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGBUS, signal.SIGSEGV)
+                        if mask >> (sig - 1) & 1}
+            for tid in tasks:
+                want = set() if int(tid) == p.pid else {signal.SIGINT, signal.SIGTERM}
+                self.assertEqual(blocked(tid), want, "thread %s" % tid)
+        finally:
+            p.communicate(timeout=60)  # closes its standard input: the chat ends
 
     def test_default_is_the_cpus_this_process_may_use(self):
         """Without --threads the engine starts one thread per CPU of its affinity mask (taskset,

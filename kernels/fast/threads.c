@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <sys/syscall.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -356,14 +357,28 @@ static void pool_stop(Kernels* k) {
     atomic_store(&k->quit, 0);
 }
 
-/* n_threads - 1 workers (fewer if the system refuses a thread). */
+/* n_threads - 1 workers (fewer if the system refuses a thread). The count is set before they start,
+ * as they read it (cores_were_busy). They start with the asynchronous signals blocked, so that a
+ * handler (Ctrl-C) runs on the caller's thread, which reads the flag it sets; the synchronous ones
+ * (a bus error on the mapped file, say) stay with the thread that caused them. */
 static void pool_start(Kernels* k, int n_threads) {
+    k->n_threads = n_threads;
+    sigset_t async, old;
+    sigfillset(&async);
+    const int synchronous[] = {SIGBUS, SIGSEGV, SIGFPE, SIGILL, SIGTRAP, SIGSYS};
+    for (size_t i = 0; i < sizeof synchronous / sizeof synchronous[0]; i++) sigdelset(&async, synchronous[i]);
+    pthread_sigmask(SIG_BLOCK, &async, &old);
     for (int i = 0; i < n_threads - 1; i++) {
         k->workers[i] = (Worker){k, i + 1};
         if (pthread_create(&k->th[i], NULL, worker_main, &k->workers[i]) != 0) break;
         k->started++;
     }
-    k->n_threads = k->started + 1;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (k->started + 1 < n_threads) { /* the system refused a thread: again with the count it gave */
+        const int got = k->started + 1;
+        pool_stop(k);
+        pool_start(k, got);
+    }
 }
 
 /* KERNELS_SPIN_US: microseconds a waiting thread spins before it sleeps. */
