@@ -1093,7 +1093,7 @@ def check_output_path(out_path, inputs):
     if os.path.exists(out_path) and not os.path.isfile(out_path):  # the rename would replace the node itself
         raise ExportError(f"{out_path}: is not a regular file (a device, FIFO or socket); give a file name "
                           "for the checkpoint")
-    target = os.path.realpath(out_path) if os.path.isfile(out_path) else out_path
+    target = os.path.realpath(out_path) if os.path.islink(out_path) else out_path  # also to a file not yet there
     name_max = 255
     if hasattr(os, "pathconf"):
         try:

@@ -268,10 +268,13 @@ class ExportErrors(InTempDir):
         with open(target, 'wb') as f:
             f.write(b'old')
         os.symlink('target.bin', link)
-        p = hf_model.run_export(d, link, 'f32')
-        self.assertEqual(p.returncode, 0, p.stderr)
-        self.assertTrue(os.path.islink(link), 'the link was replaced')
-        self.assertEqual(hf_model.read_header(target)['magic'], b'QW3C')
+        dangling = os.path.join(out_dir, 'later_link.bin')
+        os.symlink('later.bin', dangling)  # a link to a file not yet there: as ./run -m quantize -o
+        for out, file in ((link, target), (dangling, os.path.join(out_dir, 'later.bin'))):
+            p = hf_model.run_export(d, out, 'f32')
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertTrue(os.path.islink(out), 'the link was replaced')
+            self.assertEqual(hf_model.read_header(file)['magic'], b'QW3C')
 
     def test_write_error_names_the_output(self):
         """An error of the write itself (the file-size limit here; a full disk alike) carries no file

@@ -125,7 +125,7 @@ int kernels_set_float_panels(Kernels* k, int on) {
  *  - mid: q8 1536, q4 2048, bf16 1024 (2048 in the AVX-512 kernel). f32 has none
  *    (docs/design.md#decode-prefetch says why). */
 static PrefetchPlan choose_prefetch(int* fixed) {
-    const int asked = env_choice("KERNELS_PREFETCH", "near", "mid", "timing the model's weights");
+    const int asked = env_choice("KERNELS_PREFETCH", "near", "mid", "using the default plan");
     const PrefetchPlan near = {"near", 128, 0, 0, 0}, mid = {"mid", 1536, 2048, 1024, 2048};
     *fixed = asked >= 0;
     if (!BUILD_AVX2) return (PrefetchPlan){"none", 0, 0, 0, 0}; /* only the AVX2 kernels prefetch */
