@@ -158,7 +158,7 @@ int norm_lab_parse_ablate(NormLab* lab, const char* list, char* err, size_t errl
 static size_t lab_json(const NormLab* lab, char* buf, size_t size) {
     size_t at = 0;
     const char* sep = "";
-#define PUT(...) (at += (size_t)snprintf(buf + at, at < size ? size - at : 0, __VA_ARGS__))
+#define PUT(...) (at += (size_t)snprintf(at < size ? buf + at : NULL, at < size ? size - at : 0, __VA_ARGS__))
     PUT("{");
     if (lab->n > 0) {
         PUT("\"ablate\": [");
