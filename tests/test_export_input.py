@@ -430,6 +430,13 @@ class Limits(ExportRefuses):
         cases = [case for name in sorted(refused) for case in refused[name]]
         self.refusals(cases)
 
+        # YaRN's values as the float32 the header stores, which the loader checks: valid doubles
+        # that round to 0 or to the limit are refused (in-process).
+        for key, value in (('beta_fast', 1e-50), ('beta_slow', 999999.99999), ('attention_factor', 1e-50)):
+            _, err = self.parse({'rope_scaling': dict(YARN, **{key: value})})
+            self.assertIn("'rope_scaling.%s' must be a number in (0, 1e+06) also as a float32" % key, str(err))
+        self.assertIsNone(self.parse({'rope_scaling': dict(YARN, beta_fast=1e-30)})[1])
+
         # Qwen3-MoE's counts, in-process on a MoE config: the limit passes, one beyond it is refused.
         moe = Spec(arch='qwen3_moe')
         self.assertIsNone(self.parse({'num_experts': L['MAX_EXPERTS']}, moe)[1])
@@ -547,6 +554,21 @@ class ProgressLine(unittest.TestCase):
         self.assertTrue(text.startswith('\rexport.py:   3.0%'), text)
         self.assertTrue(text.endswith('model.embed_tokens.weight' + ' ' * 23 + '\nexport.py: interrupted; no output '
                                       'written\n'), repr(text))
+
+    def test_kill_and_a_closed_terminal_clean_up_as_ctrl_c(self):
+        """main() makes SIGTERM (kill) and SIGHUP (a closed terminal) raise SystemExit(128 + n),
+        which leaves export() through the cleanup of its unfinished file as Ctrl-C's
+        KeyboardInterrupt does (test_quantize.py's test_export_ctrl_c runs that in a real export)."""
+        import signal
+        installed = {}
+        with unittest.mock.patch.object(export, 'export', lambda *a: (0, 'f32', 0)), \
+                unittest.mock.patch.object(sys, 'stderr', io.StringIO()), \
+                unittest.mock.patch.object(export.signal, 'signal', lambda n, h: installed.__setitem__(n, h)):
+            self.assertEqual(export.main(['in', 'out.bin']), 0)
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            with self.assertRaises(SystemExit) as e:
+                installed[signum](signum, None)
+            self.assertEqual(e.exception.code, 128 + signum)
 
     def test_error(self):
         status, text = self.ended_by(export.ExportError('x.safetensors: truncated'))
