@@ -527,9 +527,8 @@ static TestRow test_row(const Bench* b, const ThreadRun* tr, int test) {
 }
 
 static void json_number(const char* key, const char* format, double v) {
-    printf(", \"%s\": ", key);
-    if (isnan(v)) printf("null");
-    else printf(format, v);
+    char text[48];
+    printf(", \"%s\": %s", key, json_value(text, sizeof text, format, v));
 }
 
 static void json_list(const char* key, const double* v, int n) {

@@ -52,10 +52,6 @@ static void progress(Progress* p, int done, int total, const EvalSums* s) {
             s->tokens ? s->nll / (double)s->tokens : 0.0, p->tty ? "" : "\n");
 }
 
-static void print_number(double v, const char* fmt) {
-    if (isfinite(v)) printf(fmt, v);
-    else printf("null"); /* JSON has no inf or nan */
-}
 
 static void report(const EvalSums* s, int window, int json, const char* switches) {
     const double loss = s->nll / (double)s->tokens, ppl = exp(loss), top1 = (double)s->top1 / (double)s->tokens;
@@ -65,9 +61,10 @@ static void report(const EvalSums* s, int window, int json, const char* switches
                 "loss and perplexity are not numbers%s\n", s->broken, s->tokens, json ? " (null)" : "");
     if (json) {
         printf("{\"tokens\": %lld, \"loss\": ", s->tokens);
-        print_number(loss, "%.6f");
+        char v[32];
+        fputs(json_value(v, sizeof v, "%.6f", loss), stdout);
         printf(", \"ppl\": ");
-        print_number(ppl, "%.6g");
+        fputs(json_value(v, sizeof v, "%.6g", ppl), stdout);
         printf(", \"top1\": %.6f, \"switches\": %s}\n", top1, switches);
         return;
     }

@@ -2,6 +2,7 @@
 #include "generation.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,12 @@ int is_eos(const FileHeader* h, int id) {
     for (uint32_t i = 0; i < h->n_eos; i++)
         if (h->eos_ids[i] == id) return 1;
     return 0;
+}
+
+const char* json_value(char* buf, size_t size, const char* fmt, double v) {
+    if (!isfinite(v)) return "null";
+    snprintf(buf, size, fmt, v);
+    return buf;
 }
 
 int same_file(const char* a, const char* b) {

@@ -12,6 +12,10 @@
  * write over the checkpoint, which the model reads through its mapping as it runs. */
 int same_file(const char* a, const char* b);
 
+/* v in fmt into buf[size] as a JSON number, or "null" where it is NaN or infinite (JSON has neither):
+ * eval's --json and the --norms-json trace. */
+const char* json_value(char* buf, size_t size, const char* fmt, double v);
+
 /* --dump-logits: the file and room for one prefill chunk's rows. */
 typedef struct {
     FILE* file; /* NULL: no dump */

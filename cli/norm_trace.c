@@ -1,6 +1,7 @@
 /* norm_trace.c: `--show-norms` and `--norms-json`, what each RMSNorm call site does (norm_trace.h).
  * Off, it is not in the model's op table at all. */
 #include "norm_trace.h"
+#include "generation.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -125,22 +126,15 @@ static void full_table_line(NormTrace* tr, int use, const char* site, int layer,
             st->rms_in, st->mean_in, scale, rms_w, st->rms_out);
 }
 
-/* v as a JSON number, or null where it is NaN or infinite (JSON has neither). */
-static const char* json_number(char* buf, size_t size, double v) {
-    if (!isfinite(v)) return "null";
-    snprintf(buf, size, "%.9g", v);
-    return buf;
-}
-
 static void json_line(NormTrace* tr, int use, const char* site, int layer, int head, int pos, const NormStats* st,
                       double rms_w, float eps) {
     char which[16], v[6][32];
     fprintf(tr->json,
             "{\"position\":%d,\"layer\":%d,\"use\":%d,\"site\":\"%s\",\"head\":%s,\"rms_in\":%s,\"mean_in\":%s,"
             "\"scale\":%s,\"rms_w\":%s,\"rms_out\":%s,\"eps\":%s%s}\n",
-            pos, layer, use, site, number_or(which, sizeof which, head, "null"), json_number(v[0], 32, st->rms_in),
-            json_number(v[1], 32, st->mean_in), json_number(v[2], 32, st->scale), json_number(v[3], 32, rms_w),
-            json_number(v[4], 32, st->rms_out), json_number(v[5], 32, eps), st->skipped ? ",\"skipped\":true" : "");
+            pos, layer, use, site, number_or(which, sizeof which, head, "null"), json_value(v[0], 32, "%.9g", st->rms_in),
+            json_value(v[1], 32, "%.9g", st->mean_in), json_value(v[2], 32, "%.9g", st->scale), json_value(v[3], 32, "%.9g", rms_w),
+            json_value(v[4], 32, "%.9g", st->rms_out), json_value(v[5], 32, "%.9g", eps), st->skipped ? ",\"skipped\":true" : "");
 }
 
 void norm_trace_see(NormTrace* tr, int use, const char* site, int layer, const float* in, const float* weight,
@@ -171,7 +165,7 @@ void norm_trace_score(NormTrace* tr, int layer, int pos, int head, int kv_head, 
     if (tr->json == NULL) return;
     char v[32];
     fprintf(tr->json, "{\"position\":%d,\"layer\":%d,\"site\":\"attention\",\"head\":%d,\"kv_head\":%d,\"keys\":%d,"
-            "\"max_score\":%s}\n", pos, layer, head, kv_head, n_keys, json_number(v, sizeof v, max_score));
+            "\"max_score\":%s}\n", pos, layer, head, kv_head, n_keys, json_value(v, sizeof v, "%.9g", max_score));
 }
 
 /* Each traced row's query heads' largest |q.k|/sqrt(d) over the keys they attend to, read back from
