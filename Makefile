@@ -24,8 +24,9 @@ ifdef SCALAR
   LDLIBS := -lm
 endif
 PYTHON ?= python3
-# Both cores (or however many there are) compile unless the user gives -j themselves.
-ifeq ($(filter -j%,$(MAKEFLAGS)),)
+# Both cores (or however many there are) compile unless the user gives -j themselves; a sub-make
+# (make ref, make test-scalar) shares its parent's jobs.
+ifeq ($(filter -j%,$(MAKEFLAGS))$(filter-out 0,$(MAKELEVEL)),)
   MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
 endif
 
@@ -137,10 +138,11 @@ test: all $(TEST_BIN) $(TEST_VARIANTS) $(B)/tools/norm_precision $(B)/tools/norm
 ref:
 	@$(MAKE) --no-print-directory SCALAR=1 B=build/scalar all
 
-# The reference build's op and model tests (CI runs them after `make test`), built in build/scalar:
-# the reference paths cannot rot unseen.
+# Every test of `make test` on the reference build, in build/scalar (CI runs it after `make test`):
+# the reference engine cannot rot unseen. The tests of the thread pool, the tuning variables and
+# the fast kernels skip there with the reason; TESTS picks some, as for `make test`.
 test-scalar:
-	@$(MAKE) --no-print-directory SCALAR=1 B=build/scalar test TESTS="test_ops test_model ReferenceBuildThreads"
+	@$(MAKE) --no-print-directory SCALAR=1 B=build/scalar test
 
 # `make test-sanitizers`: every test of `make test` once more on a build with AddressSanitizer
 # (LeakSanitizer with it) and UBSan, in build/sanitize, so that a read past a buffer, memory left

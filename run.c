@@ -146,7 +146,8 @@ static void usage(FILE* out) {
     }
     fputs("Quantize mode (-m quantize): ./run MODEL.bin -m quantize --dtype q8|q4 -o OUT.bin writes an\n"
           "  f32 or bf16 checkpoint as q8 or q4 (./run -m quantize --help)\n"
-          "Environment: KERNELS_SPIN_US (idle threads' spin before sleeping, default 200),\n"
+          "Environment (the fast build's; the reference build, make ref, reads none):\n"
+          "  KERNELS_SPIN_US (idle threads' spin before sleeping, default 200),\n"
           "  KERNELS_PREFETCH (near|mid: a fixed decode weight prefetch; default: timed on the model at load),\n"
           "  KERNELS_AMX=0 (prefill on the AVX-512 kernels instead of AMX tiles, where the CPU has AMX),\n"
           "  KERNELS_FLOAT_PANELS=0|1 (f32/bf16 prefill from packed panels; by default off on Zen 4 only),\n"
@@ -843,6 +844,10 @@ int main(int argc, char** argv) {
         fprintf(stderr, "run: note: q8 groups of %d: the SIMD products take groups of a multiple of 32, so this "
                 "model's run on the scalar reference, tens of times slower%s\n", t.config.group_size,
                 widths_take_groups_of_32(&t.config) ? " (export with the default group size)" : "");
+    /* the reference build runs one thread whatever it is asked (the bench's list says so itself) */
+    if (o.threads > 1 && t.kernels->threads(t.kernels) < o.threads && (o.mode != BENCH || o.bench.n_threads <= 1))
+        fprintf(stderr, "run: note: --threads %s: these kernels (%s) run %d thread%s\n", given(&o, "--threads"),
+                t.kernels->name, t.kernels->threads(t.kernels), t.kernels->threads(t.kernels) == 1 ? "" : "s");
     if (topt.bf16_activations && !t.kernels->bf16_activations)
         fprintf(stderr, "run: note: --bf16-activations ignored: this build has no bf16 dot product (AVX-512 BF16)\n");
     Tokenizer* tok = tokenizer_new(t.tokenizer_data, t.tokenizer_bytes, err, sizeof err);

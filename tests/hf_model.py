@@ -14,6 +14,7 @@ are O(1..10), so a relative error of 1e-4 is a meaningful bar:
   * Qwen3-MoE routers ~ N(0, (router_gain / sqrt(in))^2), router_gain 2 (top-k choices not near ties)
 """
 
+import functools
 import json
 import math
 import os
@@ -583,6 +584,24 @@ def engine_kernels(ckpt):
     m = re.search(r'kernels ([\w+]+)', line)
     assert m, 'no kernels in the bench\'s first line: %r' % line
     return m.group(1)
+
+
+def usable_cpus():
+    """The CPUs this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1)
+
+
+def engine_threads():
+    """The most threads ./run runs here: one per usable CPU, one in the reference engine."""
+    return 1 if reference_engine() else usable_cpus()
+
+
+@functools.lru_cache(maxsize=None)
+def reference_engine():
+    """Whether ./run is the reference engine (make SCALAR=1, make ref), as its bench names its
+    kernels: it runs one thread, has no thread pool and reads no tuning variable, so the tests of
+    those skip on it. Asked once a process."""
+    return engine_kernels(os.path.join(ROOT, 'models', 'tinystories.bin')) == 'reference'
 
 
 def read_logits(path, vocab_size):

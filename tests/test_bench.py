@@ -41,6 +41,8 @@ KEYS = ["test", "threads", "depth", "tokens_per_s", "min", "max", "gbps", "roof_
         "kv_cache", "kv_bytes_per_position", "reps_tokens_per_s", "reps_mem_gbps", "weights_gbps", "roof_pct_weights", "reps_weights_gbps",
         "ops_per_token", "gops", "peak_gops", "compute_roof_pct", "peak_instruction", "interrupted"]
 FLAG_QK_NORM, FLAG_QKV_BIAS, FLAG_TIED_EMBED = 1, 2, 4
+REFERENCE_THREADS = "the reference engine runs one thread (ReferenceBuildThreads checks its --threads)"
+ONE_THREAD = "one CPU, or the reference engine: --threads 2 would run with 1"
 
 
 def missing():
@@ -55,10 +57,6 @@ def run(*args, env=None):
     """./run MODEL args; env: variables set on top of this process's environment."""
     return subprocess.run([RUN, MODEL] + list(args), capture_output=True, text=True, timeout=300,
                           env=dict(os.environ, **(env or {})))
-
-
-def usable_cpus():
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def median(v):
@@ -144,8 +142,8 @@ class BenchMode(unittest.TestCase):
         return [json.loads(line) for line in p.stdout.splitlines()]
 
     def test_json_contract_two_thread_counts(self):
-        if usable_cpus() < 2:
-            self.skipTest("one CPU: --threads 2 would run with 1")
+        if hf_model.engine_threads() < 2:
+            self.skipTest(ONE_THREAD)
         recs = self.json_lines("--threads", "2,1", "--bench-prompt", "8", "--bench-gen", "16",
                                "--bench-reps", "3")
         self.assertEqual([(r["test"], r["threads"]) for r in recs],
@@ -359,8 +357,8 @@ class BenchMode(unittest.TestCase):
         self.assertNotIn("without packed panels", first_line({"KERNELS_FLOAT_PANELS": "1"}))
 
     def test_table_shows_both_counts_and_their_ratio(self):
-        if usable_cpus() < 2:
-            self.skipTest("one CPU: --threads 2 would run with 1")
+        if hf_model.engine_threads() < 2:
+            self.skipTest(ONE_THREAD)
         p = run("-m", "bench", "--threads", "1,2", "--bench-prompt", "8", "--bench-gen", "4",
                 "--bench-reps", "2")
         self.assertEqual(p.returncode, 0, p.stderr[-2000:])
@@ -484,7 +482,9 @@ class BenchMode(unittest.TestCase):
     def test_counts_above_the_cpus_run_once(self):
         """Counts above the CPUs this process may use run with that many, once: no two rows of one
         count."""
-        cpus = usable_cpus()
+        if hf_model.reference_engine():
+            self.skipTest(REFERENCE_THREADS)
+        cpus = hf_model.usable_cpus()
         p = run("-m", "bench", "--threads", "1,%d,%d" % (cpus + 1, cpus + 2), "--bench-prompt", "4", "--bench-gen",
                 "2", "--bench-reps", "1", "--json")
         self.assertEqual(p.returncode, 0, p.stderr)
@@ -634,18 +634,30 @@ class BenchMoe(unittest.TestCase):
 @unittest.skipIf(missing() is not None, missing() or "")
 class ReferenceBuildThreads(unittest.TestCase):
     """`make test-scalar` runs this on the reference build, which has no thread pool: --threads 1,2
-    measures its one thread once, with a note, rather than twice as if they were two counts."""
+    measures its one thread once, with a note, rather than twice as if they were two counts; and
+    --threads 2 in any mode says that it runs one."""
+
+    def setUp(self):
+        if not hf_model.reference_engine():
+            self.skipTest("not the reference build (make test-scalar runs this on it)")
 
     def test_each_count_once(self):
-        flags = os.path.join(os.path.dirname(RUN), "flags")
-        if not (os.path.exists(flags) and "-DKERNELS_SCALAR" in open(flags).read()):
-            self.skipTest("not the reference build (make test-scalar runs this on it)")
         p = run("-m", "bench", "--json", "--threads", "1,2", "--bench-prompt", "4", "--bench-gen", "2",
                 "--bench-reps", "1", env={"BENCH_LLC_BYTES": "0"})
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual([json.loads(l)["threads"] for l in p.stdout.splitlines()], [1, 1], p.stdout)  # pp4, tg2
         self.assertIn("run: note: --threads: these kernels (reference) run at most 1 thread: each count is measured "
                       "once", p.stderr)
+
+    def test_one_thread_said(self):
+        for args in (["-i", "Once", "-n", "2"], ["-m", "bench", "--bench-prompt", "2", "--bench-gen", "1",
+                                                  "--bench-reps", "1"]):
+            p = run(*args, "--threads", "2")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertIn("run: note: --threads 2: these kernels (reference) run 1 thread\n", p.stderr)
+            p = run(*args)  # the default: no note
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertNotIn("run: note", p.stderr)
 
 
 if __name__ == "__main__":
