@@ -192,6 +192,20 @@ def parse_yarn(path, scaling, field):
     return y
 
 
+def yarn_context_warning(path, field, y, max_positions):
+    """A warning where YaRN's factor times its original context is not max_position_embeddings (the
+    model card's lines without the second one): the engine's -c stops at max_position_embeddings,
+    and some transformers versions (huggingface/transformers#38224) take the factor as
+    max_position_embeddings / original instead of the one given."""
+    reach = y["factor"] * y["original_max"]
+    if abs(reach - max_positions) < 0.5:
+        return
+    warn(f"{path}: {field}.factor {y['factor']:g} x original_max_position_embeddings {y['original_max']} = "
+         f"{reach:g} positions, but max_position_embeddings is {max_positions}: ./run's -c goes up to "
+         f"{max_positions}, and some transformers versions use the factor {max_positions}/{y['original_max']} = "
+         f"{max_positions / y['original_max']:g} instead (set max_position_embeddings to {reach:g} to agree)")
+
+
 def parse_moe(path, cfg, c):
     """Qwen3-MoE's block (QWEN3.md 8), as transformers' Qwen3MoeConfig gives it: the experts, the
     ones each token takes, their width, whether the k probabilities are renormalised, and which
@@ -201,7 +215,15 @@ def parse_moe(path, cfg, c):
         if not is_int(v) or not lo <= v <= hi:
             raise ExportError(f"{path}: field '{key}' must be an integer in {lo} .. {hi}, got {show(v)}")
         return v
-    m = {"n_experts": count("num_experts", 1, LIMITS["MAX_EXPERTS"])}
+    # transformers' newer Qwen3MoeConfig keeps num_experts under the name num_local_experts
+    # (attribute_map), and a config it saves may hold either
+    name = "num_experts"
+    if cfg.get("num_local_experts") is not None:
+        if cfg.get("num_experts") not in (None, cfg["num_local_experts"]):
+            raise ExportError(f"{path}: fields 'num_experts' ({show(cfg['num_experts'])}) and 'num_local_experts' "
+                              f"({show(cfg['num_local_experts'])}) disagree")
+        name = "num_local_experts"
+    m = {"n_experts": count(name, 1, LIMITS["MAX_EXPERTS"])}
     m["n_active"] = count("num_experts_per_tok", 1, m["n_experts"])
     m["hidden"] = count("moe_intermediate_size", 1, LIMITS["MAX_HIDDEN"])
     m["sparse_step"] = count("decoder_sparse_step", 1, c["n_layers"], 1)
@@ -273,9 +295,9 @@ def parse_config(folder, cfg, gen):
         raise ExportError(f"{path}: field 'architectures' is {show(archs)}; supported: "
                           + ", ".join(ARCHITECTURES))
     arch = ARCHITECTURES[archs[0]]
-    keys = ("num_local_experts", "quantization_config", "shared_expert_intermediate_size")
-    if arch != ARCH_QWEN3_MOE:
-        keys += ("num_experts", "moe_intermediate_size")
+    keys = ("quantization_config", "shared_expert_intermediate_size")
+    if arch != ARCH_QWEN3_MOE:  # newer transformers save Qwen3-MoE's num_experts as num_local_experts
+        keys += ("num_experts", "num_local_experts", "moe_intermediate_size")
     for key in keys:
         if cfg.get(key):
             raise ExportError(f"{path}: field '{key}' = {show(cfg[key])} is not supported "
@@ -351,6 +373,8 @@ def parse_config(folder, cfg, gen):
                           f"(hidden_size, intermediate_size, vocab_size, num_attention_heads x "
                           f"head_dim): more than {LIMITS['MAX_MATRIX_VALUES']} values are not supported")
     c["max_seq_len"] = optional("max_position_embeddings", LIMITS["MAX_POSITIONS"], 32768)
+    if c["yarn"]:
+        yarn_context_warning(path, scaling_field, c["yarn"], c["max_seq_len"])
     c["moe"] = parse_moe(path, cfg, c) if arch == ARCH_QWEN3_MOE else None
     eps = cfg.get("rms_norm_eps", 1e-6)
     # The header holds a float32, and the loader wants that float32 inside (0, 1): a value such as
@@ -1194,6 +1218,11 @@ def read_inputs(folder, dtype_name, group_size, tokenizer_dir):
     for name, shape, _ in plan:
         t = table.get(name)
         if t is None:
+            fused = name.rsplit(".experts.", 1)[0] + ".experts.gate_up_proj"
+            if ".experts." in name and fused in table:  # save_pretrained(save_original_format=False)
+                raise ExportError(f"{folder}: tensor '{fused}' holds the experts fused, as transformers keeps "
+                                  "them in memory; export reads the hub's layout of one tensor per expert "
+                                  "(save_pretrained's default)")
             raise ExportError(f"{folder}: tensor '{name}' is missing from the checkpoint")
         if t.dtype not in SAFETENSORS_DTYPES:
             raise ExportError(f"{t.path}: tensor '{name}' has dtype {show(t.dtype)}; supported: "

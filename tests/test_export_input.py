@@ -372,6 +372,42 @@ def quiet(fn, *args):
             return None, e
 
 
+class YarnContext(unittest.TestCase):
+    """YaRN's factor times its original context against max_position_embeddings: where they differ
+    (the model card's rope_scaling added without raising max_position_embeddings) export.py says
+    what -c then reaches and what some transformers versions do instead; where they agree, nothing."""
+
+    def warnings(self, max_positions, original, factor=4.0):
+        cfg = Spec().config()
+        cfg.update(max_position_embeddings=max_positions, rope_scaling={
+            'rope_type': 'yarn', 'factor': factor, 'original_max_position_embeddings': original})
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            export.parse_config('model', cfg, {})
+        return err.getvalue()
+
+    def test_card_lines_alone(self):
+        self.assertEqual(self.warnings(40960, 32768),
+                         "export.py: warning: model/config.json: rope_scaling.factor 4 x original_max_position_embeddings "
+                         "32768 = 131072 positions, but max_position_embeddings is 40960: ./run's -c goes up to 40960, "
+                         "and some transformers versions use the factor 40960/32768 = 1.25 instead (set "
+                         "max_position_embeddings to 131072 to agree)\n")
+
+    def test_agreeing_config_is_quiet(self):
+        self.assertEqual(self.warnings(131072, 32768), '')
+        self.assertEqual(self.warnings(96, 64, factor=1.5), '')
+
+
+class MoeConfigNames(unittest.TestCase):
+    def test_num_local_experts(self):
+        """transformers' newer Qwen3MoeConfig saves num_experts as num_local_experts: the same model."""
+        cfg = Spec(arch='qwen3_moe', num_experts=4, num_experts_per_tok=2).config()
+        renamed = dict(cfg, num_local_experts=cfg['num_experts'])
+        del renamed['num_experts']
+        self.assertEqual(quiet(export.parse_config, 'model', renamed, {}), quiet(export.parse_config, 'model', cfg, {}))
+        self.assertEqual(export.parse_config('model', renamed, {})['moe']['n_experts'], 4)
+
+
 class Limits(ExportRefuses):
     """One table of limits: model.h's, which the loader applies, equals export.py's; export.py
     refuses each value just beyond a limit; a checkpoint at the limit loads in ./run."""
