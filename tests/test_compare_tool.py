@@ -263,6 +263,22 @@ class CompareTool(unittest.TestCase):
         drop_from_page_cache(path)
         self.assertEqual(resident(), 0)
 
+    def test_busy_rounds_marked(self):
+        """A round in which the engine's test had under 90% of its cores (cpu_share): its ratio is
+        marked, said why below the table, and left out of the lowest ratio while others remain."""
+        log = os.path.join(self.dir, "busy.log")
+        rec = '{"test": "tg16", "threads": 2, "tokens_per_s": %s, "cpu_share": %s, "roof_pct": 90.0}\n'
+        with open(log, "w") as f:
+            f.write("== round 1 q8 llama 2 10:00:00\ntg16 2 t:   4.97 \u00b1   0.94 tok/s\n"
+                    "== round 1 q8 engine 10:00:05\n" + rec % ("46.5", "0.488") +
+                    "== round 2 q8 llama 2 10:01:00\ntg16 2 t:   40.00 \u00b1   0.10 tok/s\n"
+                    "== round 2 q8 engine 10:01:05\n" + rec % ("48.0", "0.97") + "== end 10:02:00\n")
+        p = self.tool("--table", log, "--formats", "q8")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("| q8 | 2 | tg16 | 5.0 / 40.0 | 46.5 / 48.0 | 9.36\u2020 / 1.20 |", p.stdout)
+        self.assertIn("\u2020 the engine's CPU share was below 90%", p.stdout)
+        self.assertIn("lowest decode ratio (this engine / llama.cpp): 1.20 (\u2020 rounds left out)", p.stdout)
+
     def test_refusals(self):
         p = self.tool("--lbench", os.path.join(self.dir, "nothing"), "--dir", self.dir, "--formats", "q8")
         self.assertNotEqual(p.returncode, 0)

@@ -24,7 +24,9 @@ round's figures apart instead of pooling them. Each program's figure is the medi
 rep moves neither side; the ratio is this engine / llama.cpp in that round;
 the roof is this engine's paired memory read (bench.c), "own read" the same against a streaming
 read of its checkpoint's own pages, "compute" prefill against the compute roof (older logs may
-have neither).
+have neither). A ratio marked with a dagger is from a round in which the engine's test had less
+than 90% of its cores (its cpu_share): another process took one, and llama.cpp's run beside it
+likely shared the machine too.
 
 --llama-bench PATH runs upstream llama.cpp's own `llama-bench -m GGUF -t T -p PROMPT -n GEN -r REPS
 -o jsonl ... --progress` instead of lbench (the median of its samples_ts; --progress shows on the
@@ -218,7 +220,13 @@ def read_log(path):
                 cell["roof"] = j.get("roof_pct")
                 cell["own"] = j.get("roof_pct_weights")
                 cell["compute"] = j.get("compute_roof_pct")
+                cell["share"] = j.get("cpu_share")
     return rows
+
+
+# Below this CPU share (CPU time / (wall time x threads)) the engine's test did not have its cores:
+# another process took them, and llama.cpp's run of that round, minutes beside it, likely too.
+BUSY_SHARE = 0.9
 
 
 def unpaired(rows, formats, threads):
@@ -230,7 +238,8 @@ def unpaired(rows, formats, threads):
 
 def table(rows, formats=None):
     """The markdown table: a row per format, thread count and test, each cell its rounds'
-    figures joined by ' / '; then the lowest ratio of each test."""
+    figures joined by ' / ' (a ratio marked where the engine's test had less than BUSY_SHARE of
+    its cores); then the lowest ratio of each test, the marked ones left out where others remain."""
     order = {f: i for i, f in enumerate(formats or ["q8", "q4", "bf16", "f32"])}
     lines = ["| weights | threads | test | llama.cpp tok/s | this engine tok/s | ratio | % of roof | % of own read "
              "| % of compute |", "|---|---|---|---|---|---|---|---|---|"]
@@ -245,19 +254,26 @@ def table(rows, formats=None):
         if not rounds:
             continue
         ratios = [c["engine"] / c["llama"] for c in rounds]
+        busy = [c.get("share") is not None and c["share"] < BUSY_SHARE for c in rounds]
         kind = test[:2]
-        lowest[kind] = min(lowest.get(kind, ratios[0]), *ratios)
+        lowest.setdefault(kind, []).extend(zip(ratios, busy))
         roof, own, compute = (" / ".join("-" if c.get(k) is None else f"{c[k]:.0f}%" for c in rounds)
                               for k in ("roof", "own", "compute"))
         llama = " / ".join(f"{c['llama']:.1f}" for c in rounds)
         engine = " / ".join(f"{c['engine']:.1f}" for c in rounds)
-        ratio = " / ".join(f"{x:.2f}" for x in ratios)
+        ratio = " / ".join(f"{x:.2f}" + ("†" if b else "") for x, b in zip(ratios, busy))
         lines.append(f"| {fmt} | {t} | {test} | {llama} | {engine} | {ratio} | {roof} | {own} | {compute} |")
     if lowest:
         lines.append("")
+    if any(b for pairs in lowest.values() for _, b in pairs):
+        lines.append(f"† the engine's CPU share was below {BUSY_SHARE:.0%} (another process took a core): "
+                     "llama.cpp's run of that round likely shared it too, so the ratio says little")
     for kind, name in (("pp", "prefill"), ("tg", "decode")):
         if kind in lowest:
-            lines.append(f"lowest {name} ratio (this engine / llama.cpp): {lowest[kind]:.2f}")
+            calm = [x for x, b in lowest[kind] if not b]
+            low = min(calm or [x for x, _ in lowest[kind]])
+            lines.append(f"lowest {name} ratio (this engine / llama.cpp): {low:.2f}"
+                         + ("" if calm else "†") + (" († rounds left out)" if calm and len(calm) < len(lowest[kind]) else ""))
     if caches:
         lines.append("KV cache: " + "; ".join(f"{who} {', '.join(sorted(caches[who]))}" for who in
                                               ("this engine", "llama.cpp") if who in caches))
