@@ -192,7 +192,7 @@ def parse_yarn(path, scaling, field):
     return y
 
 
-def yarn_context_warning(path, field, y, max_positions):
+def yarn_context_warning(path, field, y, max_positions, given):
     """A warning where YaRN's factor times its original context is not max_position_embeddings (the
     model card's lines without the second one): the engine's -c stops at max_position_embeddings,
     and some transformers versions (huggingface/transformers#38224) take the factor as
@@ -200,10 +200,15 @@ def yarn_context_warning(path, field, y, max_positions):
     reach = y["factor"] * y["original_max"]
     if abs(reach - max_positions) < 0.5:
         return
+    whole = reach == int(reach)
+    positions = str(int(reach)) if whole else f"{reach:.1f}"
+    have = f"is {max_positions}" if given else f"is absent ({max_positions}, transformers' default)"
+    agree = (f"set max_position_embeddings to {positions} to agree" if whole else
+             f"{positions} is no whole number of positions: give a factor that makes one")
     warn(f"{path}: {field}.factor {y['factor']:g} x original_max_position_embeddings {y['original_max']} = "
-         f"{reach:g} positions, but max_position_embeddings is {max_positions}: ./run's -c goes up to "
-         f"{max_positions}, and some transformers versions use the factor {max_positions}/{y['original_max']} = "
-         f"{max_positions / y['original_max']:g} instead (set max_position_embeddings to {reach:g} to agree)")
+         f"{positions} positions, but max_position_embeddings {have}: ./run's -c goes up to {max_positions}, and "
+         f"some transformers versions use the factor {max_positions}/{y['original_max']} = "
+         f"{max_positions / y['original_max']:g} instead ({agree})")
 
 
 def parse_moe(path, cfg, c):
@@ -374,7 +379,8 @@ def parse_config(folder, cfg, gen):
                           f"head_dim): more than {LIMITS['MAX_MATRIX_VALUES']} values are not supported")
     c["max_seq_len"] = optional("max_position_embeddings", LIMITS["MAX_POSITIONS"], 32768)
     if c["yarn"]:
-        yarn_context_warning(path, scaling_field, c["yarn"], c["max_seq_len"])
+        yarn_context_warning(path, scaling_field, c["yarn"], c["max_seq_len"],
+                             cfg.get("max_position_embeddings") is not None)
     c["moe"] = parse_moe(path, cfg, c) if arch == ARCH_QWEN3_MOE else None
     eps = cfg.get("rms_norm_eps", 1e-6)
     # The header holds a float32, and the loader wants that float32 inside (0, 1): a value such as

@@ -146,7 +146,7 @@ static void usage(FILE* out) {
     }
     fputs("Quantize mode (-m quantize): ./run MODEL.bin -m quantize --dtype q8|q4 -o OUT.bin writes an\n"
           "  f32 or bf16 checkpoint as q8 or q4 (./run -m quantize --help)\n"
-          "Environment (the fast build's; the reference build, make ref, reads none):\n"
+          "Environment (the KERNELS_ ones only in the fast build, not in the reference one, make ref):\n"
           "  KERNELS_SPIN_US (idle threads' spin before sleeping, default 200),\n"
           "  KERNELS_PREFETCH (near|mid: a fixed decode weight prefetch; default: timed on the model at load),\n"
           "  KERNELS_AMX=0 (prefill on the AVX-512 kernels instead of AMX tiles, where the CPU has AMX),\n"

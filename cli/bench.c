@@ -619,7 +619,8 @@ static void print_comparisons(const Bench* b) {
 
 /* A note for each test whose threads got less than SHARE_LOW of their CPU time: other processes
  * took the cores (then its figures, and the roofs measured beside them, understate the code), or
- * its threads sat idle (a model too small to split over them). */
+ * its threads sat idle (a model too small to split over them). tools/llama_cpp/compare.py marks
+ * such rounds with the same threshold (BUSY_SHARE). */
 #define SHARE_LOW 0.9
 static void note_low_shares(const Bench* b, FILE* f) {
     for (int k = 0; k < b->n_runs; k++)
@@ -641,15 +642,15 @@ static void note_above_roof(const Bench* b, FILE* f) {
     int n = 0;
     for (int k = 0; k < b->n_runs && b->len[1] > 0; k++) {
         const TestRow row = test_row(b, &b->runs[k], 1);
-        if (isnan(row.pct) || row.pct <= 100) continue;
+        if (isnan(row.pct) || row.pct < 100.05) continue; /* above 100.0 as printed */
         if (n++ == 0) fprintf(f, "bench: note: %s%d read above the roof (", TEST_NAME[1], b->len[1]);
         else fputs(", ", f);
         fprintf(f, "%.1f%% with %d thread%s", row.pct, b->runs[k].threads, b->runs[k].threads == 1 ? "" : "s");
     }
     if (n > 0)
         fputs("): faster than the buffer's streaming read, so the roof understates what the weights get here (a "
-              "cache that holds them, or slower memory behind the buffer than behind the file; % of own read "
-              "compares with the weights' own pages)\n", f);
+              "cache that holds them, slower memory behind the buffer than behind the file, or a slow minute for "
+              "the buffer's reads; % of own read compares with the weights' own pages)\n", f);
 }
 
 static void print_results(Bench* b) {

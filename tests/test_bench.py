@@ -484,16 +484,21 @@ class BenchMode(unittest.TestCase):
         p = run("-m", "bench", "--json", "--threads", "1", "--bench-prompt", "4", "--bench-gen", "16",
                 "--bench-reps", "2", env={"BENCH_LLC_BYTES": "0"})
         self.assertEqual(p.returncode, 0, p.stderr)
-        above = ["%.1f%% with %d thread%s" % (r["roof_pct"], r["threads"], "" if r["threads"] == 1 else "s")
-                 for r in map(json.loads, p.stdout.splitlines()) if r["test"] == "tg16" and r["roof_pct"] > 100]
+        pct = [r["roof_pct"] for r in map(json.loads, p.stdout.splitlines()) if r["test"] == "tg16"]
         notes = [l for l in p.stderr.splitlines() if "above the roof" in l]
-        if above:
-            self.assertEqual(notes, ["bench: note: tg16 read above the roof (%s): faster than the buffer's streaming "
-                                     "read, so the roof understates what the weights get here (a cache that holds "
-                                     "them, or slower memory behind the buffer than behind the file; %% of own read "
-                                     "compares with the weights' own pages)" % ", ".join(above)])
-        else:
+        if abs(pct[0] - 100.05) < 0.01:  # the JSON's two decimals cannot tell which side of the line
+            self.skipTest("decode at %.2f%% of the roof, on the note's threshold" % pct[0])
+        if pct[0] < 100.05:
             self.assertEqual(notes, [])
+            return
+        self.assertEqual(len(notes), 1, p.stderr)
+        m = re.fullmatch(r"bench: note: tg16 read above the roof \(([\d.]+)% with 1 thread\): faster than the "
+                         r"buffer's streaming read, so the roof understates what the weights get here \(a cache "
+                         r"that holds them, slower memory behind the buffer than behind the file, or a slow "
+                         r"minute for the buffer's reads; % of own read compares with the weights' own pages\)",
+                         notes[0])
+        self.assertTrue(m, notes[0])
+        self.assertAlmostEqual(float(m[1]), pct[0], delta=0.051)
 
     def test_counts_above_the_cpus_run_once(self):
         """Counts above the CPUs this process may use run with that many, once: no two rows of one
@@ -657,6 +662,8 @@ class ReferenceBuildThreads(unittest.TestCase):
     def setUp(self):
         if not hf_model.reference_engine():
             self.skipTest("not the reference build (make test-scalar runs this on it)")
+        if hf_model.usable_cpus() < 2:
+            self.skipTest("one CPU: --threads 2 is held to 1 before the kernels are asked")
 
     def test_each_count_once(self):
         p = run("-m", "bench", "--json", "--threads", "1,2", "--bench-prompt", "4", "--bench-gen", "2",

@@ -379,7 +379,7 @@ class YarnContext(unittest.TestCase):
 
     def warnings(self, max_positions, original, factor=4.0):
         cfg = Spec().config()
-        cfg.update(max_position_embeddings=max_positions, rope_scaling={
+        cfg.update(max_position_embeddings=max_positions, rope_scaling={  # None: the field absent
             'rope_type': 'yarn', 'factor': factor, 'original_max_position_embeddings': original})
         err = io.StringIO()
         with contextlib.redirect_stderr(err):
@@ -392,6 +392,13 @@ class YarnContext(unittest.TestCase):
                          "32768 = 131072 positions, but max_position_embeddings is 40960: ./run's -c goes up to 40960, "
                          "and some transformers versions use the factor 40960/32768 = 1.25 instead (set "
                          "max_position_embeddings to 131072 to agree)\n")
+
+    def test_no_whole_number_or_no_field(self):
+        self.assertIn("= 42598.4 positions, but max_position_embeddings is 40960: ./run's -c goes up to 40960, "
+                      "and some transformers versions use the factor 40960/32768 = 1.25 instead (42598.4 is no whole "
+                      "number of positions: give a factor that makes one)", self.warnings(40960, 32768, factor=1.3))
+        self.assertIn("= 4096 positions, but max_position_embeddings is absent (32768, transformers' default)",
+                      self.warnings(None, 1024))
 
     def test_agreeing_config_is_quiet(self):
         self.assertEqual(self.warnings(131072, 32768), '')

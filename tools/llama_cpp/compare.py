@@ -224,8 +224,9 @@ def read_log(path):
     return rows
 
 
-# Below this CPU share (CPU time / (wall time x threads)) the engine's test did not have its cores:
-# another process took them, and llama.cpp's run of that round, minutes beside it, likely too.
+# Below this CPU share (CPU time / (wall time x threads)) the engine's test did not have its cores
+# (cli/bench.c's SHARE_LOW, which notes it): another process took them, and llama.cpp's run of that
+# round, minutes beside it, likely met the same; or the model was too small to keep them busy.
 BUSY_SHARE = 0.9
 
 
