@@ -56,7 +56,7 @@ SHIPPED_MODEL := models/tinystories.bin
 STORY_PROMPT ?= Once upon a time
 STORY_FLAGS ?= -n 250
 
-.PHONY: all ref run test test-scalar test-sanitizers bench clean test-arm norm-precision norm-grad norm-lab norm-train-lab fuzz-tokenizer FORCE
+.PHONY: all programs ref run test test-scalar test-sanitizers bench clean test-arm norm-precision norm-grad norm-lab norm-train-lab fuzz-tokenizer FORCE
 # Keep the test programs' objects (make deletes intermediate files otherwise, and relinks next time).
 .SECONDARY:
 
@@ -129,8 +129,11 @@ $(B)/tests/test_kernels_avx2: $(B)/obj-avx2/tests/test_kernels.o $(KERNEL_SRC:%.
 	@mkdir -p $(dir $@)
 	$(AVX2_COMPILE) -o $@ $^ $(LDLIBS)
 
+# Every program the tests run: the engine, the C tests, the RMSNorm tools.
+programs: all $(TEST_BIN) $(B)/tools/norm_precision $(B)/tools/norm_grad
+
 # The tests find the programs of this build through BUILD_DIR (run_tests.py, hf_model.py).
-test: all $(TEST_BIN) $(TEST_VARIANTS) $(B)/tools/norm_precision $(B)/tools/norm_grad
+test: programs $(TEST_VARIANTS)
 	BUILD_DIR=$(B) $(PYTHON) tests/run_tests.py $(TESTS)
 
 # `make ref`: the reference engine (the same as `make SCALAR=1`), in build/scalar, so that ./run
@@ -214,24 +217,30 @@ fuzz-tokenizer:
 	  -max_len=4096 $(B)/fuzz-corpus
 
 clean:
-	rm -rf run build/run build/flags build/obj build/obj-avx2 build/libengine.a build/tests build/tools build/arm build/scalar build/sanitize build/fuzz-corpus
+	rm -rf run build/run build/flags build/obj build/obj-avx2 build/libengine.a build/tests build/tools build/arm build/arm-* build/scalar build/sanitize build/fuzz-corpus
 
-# `make test-arm`: the kernel and ops tests cross-compiled for arm64 and run under qemu-aarch64 (user
-# mode), once with SDOT (armv8.2-a+dotprod) and once without (armv8-a), so both q8 dot paths of the
-# NEON twins run. A correctness check only: qemu says nothing about arm64 speed. Not part of `make test`
+# `make test-arm`: every test on the arm64 build, cross-compiled (static) and run under qemu-aarch64
+# (user mode), once with SDOT (armv8.2-a+dotprod) and once without (armv8-a), so both q8 dot paths of
+# the NEON twins run, in the kernel tests and in whole models against the Python reference. The
+# programs of -march=M are built in build/arm-M/bin; build/arm-M holds a script per program that runs
+# it under qemu, and run_tests.py takes that folder as its build (QWEN3_EMULATOR tells the tests that
+# read another process's /proc, which shows qemu's signal handlers, to skip). A correctness check only:
+# qemu says nothing about arm64 speed. About seven minutes a -march on two cores; not part of `make test`
 # (CI machines have no cross tools); it skips with one line when they are missing.
 ARM_CC ?= aarch64-linux-gnu-gcc
 ARM_QEMU ?= qemu-aarch64
 ARM_MARCHES ?= armv8.2-a+dotprod armv8-a
 test-arm:
 	@if ! command -v $(ARM_CC) >/dev/null 2>&1; then echo "test-arm: skipped ($(ARM_CC) not found)"; exit 0; fi; \
-	if ! command -v $(ARM_QEMU) >/dev/null 2>&1; then echo "test-arm: skipped ($(ARM_QEMU) not found)"; exit 0; fi; \
-	mkdir -p build/arm || exit 1; \
+	qemu=$$(command -v $(ARM_QEMU)) || { echo "test-arm: skipped ($(ARM_QEMU) not found)"; exit 0; }; \
 	for m in $(ARM_MARCHES); do \
-	  for t in test_kernels test_ops; do \
-	    echo "== $$t, arm64 -march=$$m, under $(ARM_QEMU)"; \
-	    $(ARM_CC) $(REQUIRED_FLAGS) -O2 -Wall -Wextra -Wno-unused-parameter -static -march=$$m \
-	      -o build/arm/$$t-$$m tests/$$t.c $(KERNEL_SRC) cli/peak.c $(LDLIBS) || exit 1; \
-	    $(ARM_QEMU) build/arm/$$t-$$m || exit 1; \
+	  d=build/arm-$$m; \
+	  echo "== every test, arm64 -march=$$m, under $(ARM_QEMU)"; \
+	  $(MAKE) --no-print-directory CC=$(ARM_CC) NATIVE=-march=$$m CFLAGS="$(CFLAGS) -static" B=$$d/bin programs \
+	    || exit 1; \
+	  for f in $$d/bin/run $$d/bin/tests/* $$d/bin/tools/*; do \
+	    w=$$d/$${f#$$d/bin/}; mkdir -p $$(dirname $$w) || exit 1; \
+	    printf '#!/bin/sh\nexec "%s" "%s" "$$@"\n' "$$qemu" "$$PWD/$$f" > $$w && chmod +x $$w || exit 1; \
 	  done; \
+	  QWEN3_EMULATOR=$(ARM_QEMU) BUILD_DIR=$$d $(PYTHON) tests/run_tests.py $(TESTS) || exit 1; \
 	done

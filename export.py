@@ -5,8 +5,8 @@
 
 Reads config.json, generation_config.json, model.safetensors (or the shards listed in
 model.safetensors.index.json; BF16, F16 or F32), tokenizer.json and tokenizer_config.json, and
-writes the checkpoint format documented at the top of model.h: a 256-byte header, the tokenizer,
-then every tensor 64-byte aligned so the engine can memory-map the file.
+writes the checkpoint format documented in model.h (THE CHECKPOINT FILE): a 256-byte header, the
+tokenizer, then every tensor 64-byte aligned so the engine can memory-map the file.
 
 Python 3 standard library only. Tensors are streamed in blocks of rows, so memory stays far below
 the checkpoint size. The output is written under a temporary name and renamed at the end: a failed

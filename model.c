@@ -1,12 +1,13 @@
 /* model.c: Qwen3's weights, its run state, and the forward pass.
  *
- * The file layout is documented at the top of model.h; checkpoint.c maps and checks the file and
- * points every weight into it, walking the table TENSORS that this file lists. forward() is one
- * function in the style of llama2.c: every weight is a named pointer, every step cites the spec,
- * and every operation that costs time is an op of kernels/ops.h (the reference kernels or the fast
- * ones; nothing here knows which); docs/design.md has the measurements behind its choices. The spec
- * is QWEN3.md (../shared/QWEN3.md; docs/spec-sections.md sums up each section): "2.2 step 2.4" is
- * its section 2.2, step 4 of the per-layer step 2; "(7.3)" item 3 of section 7, the easy mistakes. */
+ * The file layout is documented in model.h (THE CHECKPOINT FILE); checkpoint.c maps and checks
+ * the file and points every weight into it, walking the table TENSORS that this file lists.
+ * forward() is one function in the style of llama2.c: every weight is a named pointer, every step
+ * cites the spec, and every operation that costs time is an op of kernels/ops.h (the reference
+ * kernels or the fast ones; nothing here knows which); docs/design.md has the measurements behind
+ * its choices. The spec is QWEN3.md (../shared/QWEN3.md; docs/spec-sections.md sums up each
+ * section): "2.2 step 2.4" is its section 2.2, step 4 of the per-layer step 2; "(7.3)" item 3 of
+ * section 7, the easy mistakes. */
 #include "model.h"
 #include "checkpoint.h"
 
@@ -23,7 +24,9 @@
  * stay modest (16 MB for Qwen3-0.6B). A mixture of experts spreads a chunk's rows over its
  * experts, so its chunks are twice as long (docs/design.md#prefill-chunks). */
 #define MAX_BATCH(c) ((c)->flags & FLAG_MOE ? 512 : 256)
-#define EXPERTS_AT_ONCE 16 /* mixture_of_experts: the experts of one call to the ops */
+/* mixture_of_experts' experts per call to the ops: above any Qwen3-MoE's k (8), so a decoded token's
+ * experts are one call, and a chunk's scratch holds at most min(k, 16) copies of each row. */
+#define EXPERTS_AT_ONCE 16
 
 /* Every tensor of the file in its order (model.h, TensorInfo). */
 const TensorInfo TENSORS[] = {
@@ -315,7 +318,7 @@ static void mixture_of_experts(Transformer* t, const LayerWeights* lw, int nb) {
         if (n == 0 || (n < EXPERTS_AT_ONCE && e < E - 1)) continue;
         ops->matmul_segments(ops, s->gate, s->expert_in, gates, ns, n);
         ops->matmul_segments(ops, s->up, s->expert_in, ups, ns, n);
-        for (int i = 0, r = 0; i < n; r += ns[i++]) /* expert by expert: all the rows' Fe can pass INT_MAX */
+        for (int i = 0, r = 0; i < n; r += ns[i++]) /* expert by expert: swiglu counts in an int, which all the rows' Fe values together can pass */
             ops->swiglu(ops, ROW(s->gate, r, Fe), ROW(s->up, r, Fe), ns[i] * Fe);
         ops->matmul_segments(ops, s->expert_out, s->gate, downs, ns, n);
         for (int i = 0; i < rows; i++) {

@@ -1,7 +1,90 @@
-/* model.h: the Qwen3 model: its config, its weights, the checkpoint file that holds them, and the
- * forward pass.
- *
- * ---------------------------------------------------------------------------------------------
+/* model.h: the Qwen3 model: its config, its weights (pointers into the checkpoint file, whose
+ * layout follows them), the table that names every tensor, the run state and the forward pass.
+ * The limits first: the bounds of every config field. */
+#ifndef MODEL_H
+#define MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/ops.h"
+
+/* BEGIN CHECKPOINT LIMITS
+ * The bounds the loader puts on the header's fields and the tokenizer section (checkpoint.c
+ * checkpoint_config, tokenizer.c tokenizer_new): far above every real model (QWEN3.md 1.1), low enough that no size
+ * computed from them can overflow. export.py holds the same table (LIMITS) and refuses a model
+ * outside it, so that it never writes a file that ./run refuses; tests/test_export_input.py checks
+ * that the two tables are equal. One plain #define per line: the test reads this block. */
+#define MAX_DIM (1 << 16)            /* dim: 1 .. MAX_DIM */
+#define MAX_HIDDEN (1 << 18)         /* hidden_dim, and n_heads * head_dim: 1 .. MAX_HIDDEN */
+#define MAX_LAYERS 1024              /* n_layers: 1 .. MAX_LAYERS */
+#define MAX_HEADS 1024               /* n_heads and n_kv_heads: 1 .. MAX_HEADS */
+#define MAX_HEAD_DIM 1024            /* head_dim: 1 .. MAX_HEAD_DIM */
+#define MAX_VOCAB (1 << 24)          /* vocab_size: 1 .. MAX_VOCAB; an added token's id: below it */
+#define MAX_POSITIONS (1 << 24)      /* max_seq_len: 1 .. MAX_POSITIONS */
+#define MAX_MATRIX_VALUES 2147483647 /* the widest width times the tallest height, at most (the
+                                      * kernels index a matrix with int arithmetic) */
+#define MAX_ROPE_THETA 1e30          /* rope_theta: at least 1, below MAX_ROPE_THETA */
+#define MAX_ROPE_FACTOR 1e6          /* YaRN's factor: 1 .. MAX_ROPE_FACTOR; its attention factor and
+                                      * betas: above 0, below it */
+#define MAX_EOS_IDS 8                /* n_eos: 0 .. MAX_EOS_IDS */
+#define MAX_EXPERTS 4096             /* n_experts: 1 .. MAX_EXPERTS; n_experts_active: 1 .. n_experts */
+#define MAX_MLP_ONLY 8               /* mlp_only_layers: at most MAX_MLP_ONLY entries */
+#define MAX_TEMPERATURE 100.0f       /* the temperature default: 0 .. MAX_TEMPERATURE */
+#define MAX_TOP_P 1.0f               /* the top_p default: 0 .. MAX_TOP_P */
+/* END CHECKPOINT LIMITS */
+
+enum {
+    FLAG_QK_NORM = 1,     /* q_norm/k_norm present: RMSNorm of every q and k head (Qwen3) */
+    FLAG_QKV_BIAS = 2,    /* q/k/v projections have biases (Qwen2) */
+    FLAG_TIED_EMBED = 4,  /* lm_head is embed_tokens */
+    FLAG_ROPE_YARN = 8,   /* RoPE scaled by YaRN (QWEN3.md 2.9): the header's rope_* fields */
+    FLAG_MOE = 16,        /* Qwen3-MoE (QWEN3.md 8): the header's moe_* fields; mixture-of-experts layers */
+};
+
+typedef struct {
+    int dim;           /* hidden_size D: the residual stream's width, what RMSNorm normalises */
+    int hidden_dim;    /* intermediate_size F: the MLP's width (llama2.c's name; not hidden_size) */
+    int n_layers, n_heads, n_kv_heads, head_dim, vocab_size;
+    int max_seq_len;   /* the model's maximum context (max_position_embeddings) */
+    int seq_len;       /* the KV cache size actually allocated (-c/--ctx, at most max_seq_len) */
+    float rms_norm_eps;
+    double rope_theta;
+    /* YaRN (flags & FLAG_ROPE_YARN): the header's rope_* fields */
+    float rope_factor, rope_beta_fast, rope_beta_slow, rope_attention_factor;
+    int rope_original_max, rope_truncate;
+    /* Qwen3-MoE (flags & FLAG_MOE): the header's moe_* fields; config_layer_is_moe says which layers */
+    int n_experts, n_experts_active, moe_hidden_dim, moe_sparse_step, moe_norm_topk, n_mlp_only;
+    int mlp_only[MAX_MLP_ONLY];
+    int flags;
+    WeightType weight_type;
+    int group_size;
+} Config;
+
+typedef struct {
+    const float* input_layernorm;           /* [dim]  RMSNorm before attention */
+    Matrix q_proj, k_proj, v_proj;          /* [H*d, dim], [K*d, dim], [K*d, dim] */
+    const float *q_bias, *k_bias, *v_bias;  /* NULL unless FLAG_QKV_BIAS */
+    const float *q_norm, *k_norm;           /* [head_dim], NULL unless FLAG_QK_NORM */
+    Matrix o_proj;                          /* [dim, H*d] */
+    const float* post_attention_layernorm;  /* [dim]  RMSNorm before the MLP */
+    Matrix gate_proj, up_proj, down_proj;   /* [F, dim], [F, dim], [dim, F]; a dense layer's MLP */
+    /* a mixture-of-experts layer's MLP (QWEN3.md 8) instead: the router, float32 in every format,
+     * and each expert's SwiGLU MLP, [E] matrices each ([Fe, dim], [Fe, dim], [dim, Fe]) */
+    Matrix router;                          /* [E, dim] */
+    Matrix *expert_gate, *expert_up, *expert_down;
+} LayerWeights;
+
+/* Every weight is a pointer into the mapped file: nothing is copied at load. */
+typedef struct {
+    Matrix embed_tokens;   /* [vocab, dim] */
+    LayerWeights* layers;  /* [n_layers] structs of pointers: the weights' only allocation, with */
+    Matrix* experts;       /* [3 * E * the mixture-of-experts layers] the experts' (Qwen3-MoE) */
+    const float* norm;     /* [dim]  final RMSNorm */
+    Matrix lm_head;        /* [vocab, dim]; equals embed_tokens for tied models */
+} Weights;
+
+/* ---------------------------------------------------------------------------------------------
  * THE CHECKPOINT FILE (written by export.py, mapped by checkpoint.c; all numbers little-endian)
  * ---------------------------------------------------------------------------------------------
  *
@@ -42,52 +125,11 @@
  * the added tokens and the chat template. A bad file is one error line that names the file and the
  * problem, never a crash (checkpoint.c checks every size and offset against the file).
  */
-#ifndef MODEL_H
-#define MODEL_H
-
-#include <stddef.h>
-#include <stdint.h>
-
-#include "kernels/ops.h"
-
 #define CHECKPOINT_MAGIC "QW3C"
 #define CHECKPOINT_VERSION 5
 #define CHECKPOINT_ALIGN 64
 
-/* BEGIN CHECKPOINT LIMITS
- * The bounds the loader puts on the header's fields and the tokenizer section (checkpoint.c
- * checkpoint_config, tokenizer.c tokenizer_new): far above every real model (QWEN3.md 1.1), low enough that no size
- * computed from them can overflow. export.py holds the same table (LIMITS) and refuses a model
- * outside it, so that it never writes a file that ./run refuses; tests/test_export_input.py checks
- * that the two tables are equal. One plain #define per line: the test reads this block. */
-#define MAX_DIM (1 << 16)            /* dim: 1 .. MAX_DIM */
-#define MAX_HIDDEN (1 << 18)         /* hidden_dim, and n_heads * head_dim: 1 .. MAX_HIDDEN */
-#define MAX_LAYERS 1024              /* n_layers: 1 .. MAX_LAYERS */
-#define MAX_HEADS 1024               /* n_heads and n_kv_heads: 1 .. MAX_HEADS */
-#define MAX_HEAD_DIM 1024            /* head_dim: 1 .. MAX_HEAD_DIM */
-#define MAX_VOCAB (1 << 24)          /* vocab_size: 1 .. MAX_VOCAB; an added token's id: below it */
-#define MAX_POSITIONS (1 << 24)      /* max_seq_len: 1 .. MAX_POSITIONS */
-#define MAX_MATRIX_VALUES 2147483647 /* the widest width times the tallest height, at most (the
-                                      * kernels index a matrix with int arithmetic) */
-#define MAX_ROPE_THETA 1e30          /* rope_theta: at least 1, below MAX_ROPE_THETA */
-#define MAX_ROPE_FACTOR 1e6          /* YaRN's factor: 1 .. MAX_ROPE_FACTOR; its attention factor and
-                                      * betas: above 0, below it */
-#define MAX_EOS_IDS 8                /* n_eos: 0 .. MAX_EOS_IDS */
-#define MAX_EXPERTS 4096             /* n_experts: 1 .. MAX_EXPERTS; n_experts_active: 1 .. n_experts */
-#define MAX_MLP_ONLY 8               /* mlp_only_layers: at most MAX_MLP_ONLY entries */
-#define MAX_TEMPERATURE 100.0f       /* the temperature default: 0 .. MAX_TEMPERATURE */
-#define MAX_TOP_P 1.0f               /* the top_p default: 0 .. MAX_TOP_P */
-/* END CHECKPOINT LIMITS */
-
 enum { ARCH_QWEN3 = 1, ARCH_QWEN2 = 2, ARCH_LLAMA = 3, ARCH_QWEN3_MOE = 4 };
-
-enum {
-    FLAG_QK_NORM = 1,     /* q_norm/k_norm present: RMSNorm of every q and k head (Qwen3) */
-    FLAG_QKV_BIAS = 2,    /* q/k/v projections have biases (Qwen2) */
-    FLAG_TIED_EMBED = 4,  /* lm_head is embed_tokens */
-    FLAG_ROPE_YARN = 8,   /* RoPE scaled by YaRN (QWEN3.md 2.9): the header's rope_* fields */
-    FLAG_MOE = 16,        /* Qwen3-MoE (QWEN3.md 8): the header's moe_* fields; mixture-of-experts layers */
-};
 
 /* The first 256 bytes of the file. Every field is 4 or 8 bytes and placed so that the struct has
  * no implicit padding; export.py writes it with the struct format
@@ -138,48 +180,6 @@ typedef struct {
 
 _Static_assert(sizeof(FileHeader) == 256, "FileHeader must be exactly 256 bytes");
 
-typedef struct {
-    int dim;           /* hidden_size D: the residual stream's width, what RMSNorm normalises */
-    int hidden_dim;    /* intermediate_size F: the MLP's width (llama2.c's name; not hidden_size) */
-    int n_layers, n_heads, n_kv_heads, head_dim, vocab_size;
-    int max_seq_len;   /* the model's maximum context (max_position_embeddings) */
-    int seq_len;       /* the KV cache size actually allocated (-c/--ctx, at most max_seq_len) */
-    float rms_norm_eps;
-    double rope_theta;
-    /* YaRN (flags & FLAG_ROPE_YARN): the header's rope_* fields */
-    float rope_factor, rope_beta_fast, rope_beta_slow, rope_attention_factor;
-    int rope_original_max, rope_truncate;
-    /* Qwen3-MoE (flags & FLAG_MOE): the header's moe_* fields; config_layer_is_moe says which layers */
-    int n_experts, n_experts_active, moe_hidden_dim, moe_sparse_step, moe_norm_topk, n_mlp_only;
-    int mlp_only[MAX_MLP_ONLY];
-    int flags;
-    WeightType weight_type;
-    int group_size;
-} Config;
-
-typedef struct {
-    const float* input_layernorm;           /* [dim]  RMSNorm before attention */
-    Matrix q_proj, k_proj, v_proj;          /* [H*d, dim], [K*d, dim], [K*d, dim] */
-    const float *q_bias, *k_bias, *v_bias;  /* NULL unless FLAG_QKV_BIAS */
-    const float *q_norm, *k_norm;           /* [head_dim], NULL unless FLAG_QK_NORM */
-    Matrix o_proj;                          /* [dim, H*d] */
-    const float* post_attention_layernorm;  /* [dim]  RMSNorm before the MLP */
-    Matrix gate_proj, up_proj, down_proj;   /* [F, dim], [F, dim], [dim, F]; a dense layer's MLP */
-    /* a mixture-of-experts layer's MLP (QWEN3.md 8) instead: the router, float32 in every format,
-     * and each expert's SwiGLU MLP, [E] matrices each ([Fe, dim], [Fe, dim], [dim, Fe]) */
-    Matrix router;                          /* [E, dim] */
-    Matrix *expert_gate, *expert_up, *expert_down;
-} LayerWeights;
-
-/* Every weight is a pointer into the mapped file: nothing is copied at load. */
-typedef struct {
-    Matrix embed_tokens;   /* [vocab, dim] */
-    LayerWeights* layers;  /* [n_layers] structs of pointers: the weights' only allocation, with */
-    Matrix* experts;       /* [3 * E * the mixture-of-experts layers] the experts' (Qwen3-MoE) */
-    const float* norm;     /* [dim]  final RMSNorm */
-    Matrix lm_head;        /* [vocab, dim]; equals embed_tokens for tied models */
-} Weights;
-
 /* ---- Every tensor of the checkpoint, named once ----
  * TENSORS (model.c) lists them in file order: the loader maps them from it, quantize writes them,
  * the bench counts the bytes a token reads, export.py mirrors it (its TENSORS) and
@@ -190,7 +190,8 @@ typedef enum { SIZE_NONE, SIZE_DIM, SIZE_HIDDEN, SIZE_VOCAB, SIZE_Q, SIZE_KV, SI
 /* Where a tensor is: once (embed_tokens before the layers, the others after them), in every
  * layer, or in every layer once per expert (a run of such rows repeats, expert by expert). */
 enum { GLOBAL, LAYER, EXPERT };
-/* A flag a layer has for only_with / not_with beside the file's: a mixture-of-experts layer. */
+/* Set, for only_with / not_with, beside the file's FLAG_* bits in a layer whose MLP is a mixture of
+ * experts: its router and experts are stored and its dense MLP is not (model.c, TENSORS). */
 #define FLAG_MOE_LAYER (1 << 16)
 
 typedef struct {

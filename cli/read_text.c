@@ -31,7 +31,13 @@ char* read_text(const char* text, const char* path, size_t* len) {
             if (bigger == NULL) free(buf);
             buf = bigger;
         } else if ((got = read(fd, buf + n, cap - n - 1)) > 0) {
-            n += (size_t)got;
+            if ((n += (size_t)got) > READ_TEXT_MAX) {
+                fprintf(stderr, "run: error: %s: more than %d MiB of text, the most that run reads\n", name,
+                        (int)(READ_TEXT_MAX >> 20));
+                free(buf);
+                buf = NULL;
+                got = 0;
+            }
         } else if (got < 0 && errno != EINTR) {
             fprintf(stderr, "run: error: cannot read %s: %s\n", name, strerror(errno));
             free(buf);

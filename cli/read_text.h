@@ -10,4 +10,9 @@
  * before the NUL. NULL after one error line on stderr. */
 char* read_text(const char* text, const char* path, size_t* len);
 
+/* The most text a file or standard input may hold: -f /dev/zero or an endless pipe ends with an
+ * error line instead of filling the memory. Eval scores a long text in windows, so the limit is far
+ * beyond a context: 256 MiB is some 60 million tokens, days of eval for Qwen3-0.6B on a CPU. */
+#define READ_TEXT_MAX ((size_t)1 << 28)
+
 #endif

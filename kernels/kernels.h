@@ -3,8 +3,8 @@
  * CPU has AVX-512, VNNI or AVX-512 BF16: simd_math.h; NEON on arm64); -DKERNELS_SCALAR (make
  * SCALAR=1) compiles the references alone, the plain names then one-line calls of them (for the
  * tools and tests that use the plain names). Two differ: the products' twins are row-chunk kernels
- * in fast/x86/ and fast/arm/ that fast/matmul.c's plan picks, and attention's exist in fast builds
- * only. forward() calls them through the ops of kernels/ops.h
+ * in fast/x86/ and fast/arm/ that fast/matmul.c's plan picks, and attention's are fast/attention.c,
+ * in fast builds only. forward() calls them through the ops of kernels/ops.h
  * (ops_reference.c, or fast/ops_fast.c on threads). tests/test_kernels.c checks every twin against
  * its reference, tests/test_ops.c every op.
  *
@@ -132,9 +132,6 @@ void rmsnorm(float* out, const float* x, const float* w, int n, float eps);
  * cos and sin are cos_t[i], sin_t[i] (the tables of one position). */
 void rope(float* x, int n_heads, int head_dim, const float* cos_t, const float* sin_t);
 
-/* In-place softmax, max-subtracted, fp32. */
-void softmax(float* x, int n);
-
 /* SwiGLU's gate (QWEN3.md 2.2 step 2.11): gate[i] = silu(gate[i]) * up[i], silu(z) = z / (1 + e^-z). */
 void swiglu(float* gate, const float* up, int n);
 
@@ -209,8 +206,11 @@ void attention_group(float* out, const float* q, int n_q, const KVRows* kv, int 
  * queries and outputs transposed. */
 void attention_rows(float* out, const float* q, size_t row_stride, int n_q, int n_rows, const KVRows* kv,
                     int first_n_pos, int head_dim, float scale, float* att);
-#endif
 size_t attention_rows_scratch(int n_q, int n_rows, int max_pos, int head_dim);
+
+/* In-place softmax, max-subtracted, fp32. */
+void softmax(float* x, int n);
+#endif
 
 /* The references: what the reference build runs (ops_reference.c), and what the tests check each
  * twin against. */

@@ -1,9 +1,9 @@
-/* matmul.c: y = W x for f32, bf16, q8 and q4 weights, the scalar reference (the layouts: model.h's top),
- * and the embedding-row lookup. The SIMD twins are fast/x86/ and fast/arm/ (matmul_float.c: f32
+/* matmul.c: y = W x for f32, bf16, q8 and q4 weights, the scalar reference (the layouts: model.h,
+ * THE CHECKPOINT FILE), and the embedding-row lookup. The SIMD twins are fast/x86/ and fast/arm/ (matmul_float.c: f32
  * and bf16; matmul_int8.c: q8 and q4 x int8 activations), chosen by fast/matmul.c's plan. */
 #include "kernels/kernels.h"
 
-/* q and scale of a quantised weight: w = scale * q (q4 stores q + 8; model.h's top draws the layouts). */
+/* q and scale of a quantised weight: w = scale * q (q4 stores q + 8; model.h draws the layouts). */
 static inline int quant_q(const Matrix* W, int r, int c) {
     return W->type == WEIGHT_Q4 ? q4_value(W, r, c)
                                 : (int)(int8_t)quant_group(W, r, c / W->group_size)[c % W->group_size];

@@ -13,8 +13,10 @@
  *  - 1/sqrt is computed exactly once per vector (1.0f / sqrtf), not with an approximate rsqrt
  *    instruction: it is one operation per vector, so speed does not care, and the reference's
  *    bits do;
- *  - the twins sum the squares in a different order (several accumulators), so they agree with
- *    the reference to float rounding, not bit for bit (tests/test_kernels.c: 1e-5). */
+ *  - the twins sum the squares in a different order (several accumulators) with fused
+ *    multiply-adds, so they agree with the reference to float rounding, not bit for bit
+ *    (tests/test_kernels.c: 1e-5).
+ * To watch the four uses on a real prompt: `./run MODEL --show-norms` (docs/rmsnorm.md). */
 #include <math.h>
 
 #include "kernels.h"
@@ -27,7 +29,7 @@ void rmsnorm_scalar(float* out, const float* x, const float* w, int n, float eps
     for (int i = 0; i < n; i++) out[i] = w[i] * (x[i] * inv);
 }
 
-/* The backward pass (for training and for the RMSNorm lab; the engine itself only runs forward):
+/* The backward pass (for the RMSNorm lab, `make norm-grad`; the engine itself only runs forward):
  * given dy = dL/dy for n_rows vectors, dx = dL/dx and the weight's gradient. With r = sqrt(mean(x^2)
  * + eps), x^ = x / r and g = w * dy (docs/rmsnorm.md derives it):
  *

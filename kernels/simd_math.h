@@ -60,7 +60,7 @@
 #include <immintrin.h>
 #define KERNELS_AVX2 1
 /* With AVX-512 (F, BW, VL) x86/matmul_float.c adds 512-bit prefill tiles and panels (f32, bf16)
- * and bf16 decode on zmm, x86/matmul_int8.c 16-row q8 / q4 panels (with VNNI), and attention.c
+ * and bf16 decode on zmm, x86/matmul_int8.c 16-row q8 / q4 panels (with VNNI), and fast/attention.c
  * prefill's 16 query lanes and (with VNNI) decode over fp16 and q8 caches; everything else stays
  * on the AVX2 twins. */
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
@@ -72,7 +72,7 @@
 #define KERNELS_BF16_DOT 1
 #endif
 /* With AVX-512 VNNI as well, decode attention over a q8 cache multiplies the int8 keys by an
- * int8-quantised query (vpdpbusd, 64 products per instruction): attention.c's q8_scores. */
+ * int8-quantised query (vpdpbusd, 64 products per instruction): fast/attention.c's q8_scores. */
 #if defined(KERNELS_AVX512) && defined(__AVX512VNNI__)
 #define KERNELS_Q8_DOT 1
 #define KERNELS_Q8_DOT_MAX_DIM 256 /* head_dims up to this take it; a longer one widens its keys */

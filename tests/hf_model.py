@@ -496,6 +496,9 @@ def write_model(folder, spec):
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN = os.environ.get('QWEN3_RUN') or os.path.join(ROOT, 'run')  # QWEN3_RUN: test another build
+# QWEN3_EMULATOR: the engine runs under this emulator (make test-arm: qemu-aarch64), whose own signal
+# handlers and masks are what /proc shows of the engine's process and threads.
+EMULATOR = os.environ.get('QWEN3_EMULATOR')
 EXPORT = os.path.join(ROOT, 'export.py')
 # The Python scripts the tests run (export.py, tools/*.py) use the standard library only; -S runs
 # them without site-packages, which holds them to that, and skips what a site's .pth files import

@@ -25,10 +25,10 @@ to IEEE half precision (struct's 'e' format: round to nearest, ties to even), as
 f16` stores them; forward(kv_q8=True) quantises them as `--kv-cache q8` does (Reference.q8). With
 either, bf16_prefill=N makes the first N positions attend as the engine's prefill over those
 caches does where the build has AVX-512 BF16 (kernels name "+bf16"): queries, cached values and
-the softmax's unnormalised weights rounded to bf16 (kernels/attention.c, bf16 pairs). With kv_q8,
-q8_decode_from=N makes positions N and later attend as decode over a q8 cache does where the build
-has AVX-512 VNNI or AVX2 alone (kernels name "+vnni" or "+int8"): each query quantised as a cached
-row is (q8_scores).
+the softmax's unnormalised weights rounded to bf16 (kernels/fast/attention.c, bf16 pairs). With
+kv_q8, q8_decode_from=N makes positions N and later attend as decode over a q8 cache does where
+the build has AVX-512 VNNI or AVX2 alone (kernels name "+vnni" or "+int8"): each query quantised
+as a cached row is (q8_scores).
 """
 
 import json

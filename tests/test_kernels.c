@@ -360,13 +360,13 @@ static void test_softmax_swiglu(void) {
 #define KV_F16_SIMD 1
 #endif
 /* Decode over a q8 cache multiplies int8 keys by an int8-quantised query in builds with AVX-512
- * VNNI or AVX2 alone (attention.c, q8_scores), for head_dims up to this. */
+ * VNNI or AVX2 alone (fast/attention.c, q8_scores), for head_dims up to this. */
 #if defined(KERNELS_Q8_DOT)
 #define Q8_DOT_DIMS KERNELS_Q8_DOT_MAX_DIM
 #else
 #define Q8_DOT_DIMS 0
 #endif
-/* With AVX-512 VNNI decode over an fp16 cache runs on zmm (attention.c, wide_scores), its sums in
+/* With AVX-512 VNNI decode over an fp16 cache runs on zmm (fast/attention.c, wide_scores), its sums in
  * another order than the fp32 cache's 8-lane kernel. */
 #if defined(KERNELS_Q8_DOT) && defined(KERNELS_AVX512)
 #define F16_WIDE 1
@@ -374,7 +374,7 @@ static void test_softmax_swiglu(void) {
 #define F16_WIDE 0
 #endif
 /* With AVX-512 VNNI decode's weighted sum over a q8 cache at head_dim 128 multiplies int16 weights
- * by the int8 values, two rows at a time, for a run of eight queries (attention.c, q8_pairs_sum_128). */
+ * by the int8 values, two rows at a time, for a run of eight queries (fast/attention.c, q8_pairs_sum_128). */
 #if defined(KERNELS_Q8_DOT) && defined(KERNELS_AVX512)
 #define Q8_PAIRS_128 1
 #else
@@ -397,7 +397,7 @@ typedef struct {
     KVRows blocked8, blocked_q;
     /* the same q8 rows as one array, and the q8 values (blocked) and the halves (one array)
      * rounded to bf16 as floats: prefill over an fp16 or q8 cache multiplies bf16 pairs where the
-     * build has them (attention.c, ATTENTION_PAIRS) */
+     * build has them (fast/attention.c, ATTENTION_PAIRS) */
     int8_t *kf8, *vf8;
     float *kr, *vr, *kcr, *vcr;
     KVRows flat8, blocked_r, flat_r16;

@@ -774,8 +774,9 @@ class EndToEnd(unittest.TestCase):
         Where the kernels have AVX-512 VNNI or AVX2 alone ("+vnni", "+int8"), decode over the q8
         cache quantises each query as a cached row: the q8 reference models that for the generated
         positions (q8_decode_from), and without it must be farther off. With AVX-512 VNNI a GQA
-        group of 8 at head_dim 128 also rounds its weighted sum's weights to int16 (attention.c,
-        q8_pairs_sum_128), which the reference does not model: within the same bound."""
+        group of 8 at head_dim 128 also rounds its weighted sum's weights to int16
+        (kernels/fast/attention.c, q8_pairs_sum_128), which the reference does not model: within the
+        same bound."""
         self.engine_run('qwen3_f32_untied_sharded_gqa4_hd32', 'f32')
         kernels = hf_model.engine_kernels(os.path.join(self.tmp, 'qwen3_f32_untied_sharded_gqa4_hd32.f32.bin'))
         pairs, int8 = '+bf16' in kernels, '+vnni' in kernels or '+int8' in kernels

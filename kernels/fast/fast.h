@@ -75,7 +75,7 @@ typedef struct {
     size_t scratch_floats;
     int n_tasks;
 } AttentionJob;
-void attention_task(void* job, int task, int thread); /* attention.c */
+void attention_task(void* job, int task, int thread); /* fast/attention.c */
 
 /* The kernel context of fast ops (ops_fast.c), which matmul and the tests reach through the table. */
 Kernels* ops_kernels(const Ops* o);

@@ -68,7 +68,7 @@ static void swiglu_fast(const Ops* o, float* gate, const float* up, int n) {
     else parallel_spans(ops_kernels(o), n, 64, swiglu_span, &j);
 }
 
-/* ---- Attention: the kv heads of a batch over the threads (attention.c, attention_task) ---- */
+/* ---- Attention: the kv heads of a batch over the threads (attention.c: attention_task) ---- */
 
 static void attention_fast(const Ops* o, const AttentionCall* a) {
     const Fast* f = o->ctx;
