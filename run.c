@@ -13,7 +13,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -649,8 +648,8 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
     }
     if (logits_dump_close(&dump) != 0) exit(1);
     if (nan_at >= 0)
-        die(1, "every logit at position %d is NaN (weights that hold NaN or infinity, or activations that overflowed "
-            "or divided by zero: the RMSNorm lab's switches can do that)", nan_at);
+        die(1, "every logit at position %d is NaN (" NAN_LOGITS_WHY ": the RMSNorm lab's switches can do that)",
+            nan_at);
     if (ctrl_c_pressed) fputs("run: interrupted\n", stderr);
     print_speed(n_prompt, t1 - t0, n - n_prompt, n_decoded, t2 - t1, first_token);
     release_ctrl_c(&old_int);
@@ -690,10 +689,8 @@ static uint64_t seed_from_clock(void) {
  * to that number, with a note; a bench list's larger counts then run with it too (kernels_set_threads
  * never exceeds the pool's size). */
 static void clamp_threads(Options* o) {
-    cpu_set_t set;
-    if (o->threads <= 0 || sched_getaffinity(0, sizeof set, &set) != 0) return;
-    const int cpus = CPU_COUNT(&set);
-    if (cpus < 1 || o->threads <= cpus) return;
+    const int cpus = usable_cpus();
+    if (o->threads <= 0 || cpus < 1 || o->threads <= cpus) return;
     if (o->bench.n_threads > 1) {
         fprintf(stderr, "run: note: --threads %s: counts above the %d CPU%s this process may run on are run with %d, "
                 "once\n", given(o, "--threads"), cpus, cpus == 1 ? "" : "s", cpus);
@@ -706,10 +703,9 @@ static void clamp_threads(Options* o) {
             if (!seen) b->threads[n++] = t;
         }
         b->n_threads = n;
+        o->threads = cpus;
     } else
-        fprintf(stderr, "run: note: --threads %d is more than the %d CPU%s this process may run on; using %d\n",
-                o->threads, cpus, cpus == 1 ? "" : "s", cpus);
-    o->threads = cpus;
+        o->threads = threads_held(o->threads);
 }
 
 /* The RMSNorm lab's switches (cli/norm_lab.h) set on the model, with a note where one changes

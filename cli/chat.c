@@ -587,8 +587,8 @@ static int chat_answer(Chat* c, float* logits, int* stopped, int* n_tokens) {
     for (;;) {
         const int next = sampler_sample(c->s, logits, c->history, c->pos);
         if (next < 0) {
-            snprintf(notice, sizeof notice, "chat: error: every logit at position %d is NaN (weights that hold NaN or "
-                     "infinity, or activations that overflowed or divided by zero)\n", c->pos - 1);
+            snprintf(notice, sizeof notice, "chat: error: every logit at position %d is NaN (" NAN_LOGITS_WHY ")\n",
+                     c->pos - 1);
             status = 1;
             break;
         }

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,19 @@ const char* json_value(char* buf, size_t size, const char* fmt, double v) {
     if (!isfinite(v)) return "null";
     snprintf(buf, size, fmt, v);
     return buf;
+}
+
+int usable_cpus(void) {
+    cpu_set_t set;
+    return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+}
+
+int threads_held(int threads) {
+    const int cpus = usable_cpus();
+    if (cpus < 1 || threads <= cpus) return threads;
+    fprintf(stderr, "run: note: --threads %d is more than the %d CPU%s this process may run on; using %d\n", threads,
+            cpus, cpus == 1 ? "" : "s", cpus);
+    return cpus;
 }
 
 int same_file(const char* a, const char* b) {

@@ -12,9 +12,19 @@
  * write over the checkpoint, which the model reads through its mapping as it runs. */
 int same_file(const char* a, const char* b);
 
+/* The CPUs this process may run on (its affinity mask, e.g. under taskset), 0 where it cannot tell. */
+int usable_cpus(void);
+/* --threads N held to usable_cpus(), with a note where N is above them: more threads than CPUs
+ * only take turns on them (generate, chat, eval and quantize). */
+int threads_held(int threads);
+
 /* v in fmt into buf[size] as a JSON number, or "null" where it is NaN or infinite (JSON has neither):
  * eval's --json and the --norms-json trace. */
 const char* json_value(char* buf, size_t size, const char* fmt, double v);
+
+/* Why every logit of a position can be NaN (the sampler then has no token), for the error line of
+ * generate and chat. */
+#define NAN_LOGITS_WHY "weights that hold NaN or infinity, or activations that overflowed or divided by zero"
 
 /* --dump-logits: the file and room for one prefill chunk's rows. */
 typedef struct {

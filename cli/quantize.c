@@ -104,7 +104,7 @@ static void usage(void) {
           "  -o, --output PATH      the checkpoint to write (not MODEL.bin itself)\n"
           "      --group-size N     q8's group size, a power of two >= 8 (default 64, halved until it\n"
           "                         divides every matrix width, as export.py does); q4 takes only 32\n"
-          "      --threads N        threads (default: one per CPU this process may run on)\n"
+          "      --threads N        threads (default and most: one per CPU this process may run on)\n"
           "      --stream           no MODEL.bin or -o: matrices' rows come on standard input and\n"
           "                         their q8 or q4 row blocks go to standard output (export.py's\n"
           "                         way to quantise without a temporary file; quantize.c says how)\n"
@@ -648,6 +648,7 @@ static void quantize_stream(const QuantizeOptions* o) {
 int quantize_main(int argc, char** argv) {
     QuantizeOptions o;
     parse_options(argc, argv, &o);
+    if (o.threads > 0) o.threads = threads_held(o.threads);
     if (o.stream) {
         quantize_stream(&o);
         return 0;
