@@ -399,10 +399,14 @@ float* forward(Transformer* t, const int* tokens, int n, int pos, float* all_log
              * reads kv head j / (H / K) (GQA, 2.5) at positions 0 .. p0 + r, with scores scaled by
              * 1/sqrt(d), not by 1/sqrt(D / H) (7.1). */
             const size_t layer_at = kv_offset(c, s, l, 0, 0) * kv_elem_bytes(s);
-            const KVRows cache = {(const char*)s->key_cache + layer_at, (const char*)s->value_cache + layer_at,
-                                  (int)s->kv_row, kv_block_len(s->kv_type), kv_block_elems(c, s), s->kv_type};
-            ops->attention(ops, &(AttentionCall){s->att_out, s->q, nb, p0, H, K, d, 1.0f / sqrtf((float)d), cache,
-                                                 kv_offset(c, s, l, 1, 0) - kv_offset(c, s, l, 0, 0), l});
+            const KVRows cache = {.keys = (const char*)s->key_cache + layer_at,
+                                  .values = (const char*)s->value_cache + layer_at, .stride = (int)s->kv_row,
+                                  .block_len = kv_block_len(s->kv_type), .block_stride = kv_block_elems(c, s),
+                                  .type = s->kv_type};
+            ops->attention(ops, &(AttentionCall){.out = s->att_out, .q = s->q, .rows = nb, .p0 = p0, .n_heads = H,
+                                                 .n_kv_heads = K, .head_dim = d, .scale = 1.0f / sqrtf((float)d),
+                                                 .kv = cache, .layer = l,
+                                                 .kv_head_step = kv_offset(c, s, l, 1, 0) - kv_offset(c, s, l, 0, 0)});
 
             /* 2.2 steps 2.8-2.9: output projection, residual add. */
             ops->matmul(ops, (float*[]){s->proj}, s->att_out, (const Matrix*[]){&lw->o_proj}, 1, nb);
