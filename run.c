@@ -51,10 +51,11 @@ typedef struct {
 
 static const OptionSpec OPTIONS[] = {
     {"-t", "--temperature", "T", GENERATE | CHAT,
-     "sampling temperature, [0,100]; 0 = greedy (default: the model's, else 1)"},
+     "sampling temperature, [0,100]; 0 = greedy (default: the model's, else 1;\na --no-think chat: 0.7)"},
     {"-p", "--top-p", "P", GENERATE | CHAT,
-     "top-p (nucleus) sampling, [0,1]; 0 or 1 = off (default: the model's, else 0.9)"},
-    {"-k", "--top-k", "K", GENERATE | CHAT, "keep the K most likely tokens; 0 = off (default: the model's)"},
+     "top-p (nucleus) sampling, [0,1]; 0 or 1 = off (default: the model's, else\n0.9; a --no-think chat: 0.8)"},
+    {"-k", "--top-k", "K", GENERATE | CHAT,
+     "keep the K most likely tokens; 0 = off (default: the model's;\na --no-think chat: 20)"},
     {NULL, "--min-p", "P", GENERATE | CHAT, "drop tokens below P * the top probability, [0,1]; 0 = off (default)"},
     {NULL, "--repeat-penalty", "R", GENERATE | CHAT,
      "repetition penalty over every token seen, (0,100]; 1 = off (default)"},
@@ -151,7 +152,8 @@ static void usage(FILE* out) {
           "  KERNELS_AMX=0 (prefill on the AVX-512 kernels instead of AMX tiles, where the CPU has AMX),\n"
           "  KERNELS_FLOAT_PANELS=0|1 (f32/bf16 prefill from packed panels; by default off on Zen 4 only),\n"
           "  BENCH_LLC_BYTES (the last-level cache size the bench compares decode's bytes per token\n"
-          "  with, default from /sys; 0 = always give decode's % of roof)\n", out);
+          "  with, default from /sys; 0 = always give decode's % of roof),\n"
+          "  NO_COLOR, TERM=dumb (chat: the thinking printed plain, not dim)\n", out);
 }
 
 typedef struct {
@@ -184,11 +186,15 @@ static __attribute__((noreturn, format(printf, 2, 3))) void die(int status, cons
 }
 
 /* Output that could not be written (a full disk, a pipe closed while SIGPIPE is ignored) ends the
- * run with an error instead of a silent success. */
+ * run with an error instead of a silent success, with the reason of the write that failed
+ * (stdout_errno: where generation saw it fail and stopped, as a later flush may not try again). */
+static int stdout_errno;
 static void check_stdout(void) {
     errno = 0;
-    if (fflush(stdout) != 0 || ferror(stdout))
-        die(1, "standard output: write failed%s%s", errno ? ": " : "", errno ? strerror(errno) : "");
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        const int err = errno ? errno : stdout_errno;
+        die(1, "standard output: write failed%s%s", err ? ": " : "", err ? strerror(err) : "");
+    }
 }
 
 static int streq(const char* a, const char* b) { return strcmp(a, b) == 0; }
@@ -625,7 +631,10 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
         else printf("%s%d", n > n_prompt ? " " : "", next); /* no tokenizer: the ids */
         fflush(stdout);
         if (first_token == 0) first_token = now_seconds() - t0;
-        if (ferror(stdout)) break; /* nobody reads what follows; check_stdout reports it */
+        if (ferror(stdout)) { /* nobody reads what follows; check_stdout reports it */
+            stdout_errno = errno;
+            break;
+        }
         history[n++] = next;
         /* The last token is only run through the model when its logits are wanted. */
         if (n - n_prompt == o->steps && dump.file == NULL) break;

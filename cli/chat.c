@@ -579,7 +579,7 @@ static void print_answer_token(Chat* c, int id) {
 static int chat_answer(Chat* c, float* logits, int* stopped, int* n_tokens) {
     const ChatOptions* o = c->o;
     const int seq_len = c->t->config.seq_len;
-    int status = 0;
+    int status = 0, out_errno = 0; /* out_errno: why a write to stdout failed */
     char notice[256] = ""; /* why the answer stopped, said after it (its dim reset, its line ended) */
     *stopped = *n_tokens = 0;
     c->out = (Utf8Stream){.terminal = isatty(STDOUT_FILENO)};
@@ -610,7 +610,10 @@ static int chat_answer(Chat* c, float* logits, int* stopped, int* n_tokens) {
         c->generated++;
         print_answer_token(c, next);
         fflush(stdout);
-        if (ferror(stdout)) break; /* nobody reads the answer: reported below */
+        if (ferror(stdout)) { /* nobody reads the answer: reported below */
+            out_errno = errno;
+            break;
+        }
         c->history[c->pos] = next;
         logits = forward_dumped(c->t, &next, 1, c->pos, &c->dump);
         if (!logits) {
@@ -630,11 +633,12 @@ static int chat_answer(Chat* c, float* logits, int* stopped, int* n_tokens) {
     utf8_stream_flush(&c->out, stdout);
     end_dim();
     fputc('\n', stdout);
-    fflush(stdout);
+    errno = 0;
+    const int written = fflush(stdout) == 0 && !ferror(stdout), err = errno ? errno : out_errno;
     fputs(notice, stderr);
     if (take_interrupt()) *stopped = 1; /* during the prompt or the last token: still this answer's */
-    if (fflush(stdout) != 0 || ferror(stdout)) {
-        fprintf(stderr, "chat: standard output: write failed\n");
+    if (!written) {
+        fprintf(stderr, "chat: standard output: write failed%s%s\n", err ? ": " : "", err ? strerror(err) : "");
         status = 1;
     }
     return status;
@@ -718,6 +722,17 @@ static int cut_by_the_terminal(const Chat* c, const Str* line) {
     return 1;
 }
 
+/* Whether a line (of a message: in_block) cannot be sent, said if so: a NUL would end the message
+ * there; an escape code is a key this chat does not edit with (an arrow: it reads lines as the
+ * terminal gives them) and would go to the model as text. */
+static int unsendable(const Chat* c, const Str* line, int in_block) {
+    const int nul = memchr(line->p, '\0', line->n) != NULL, esc = c->terminal && memchr(line->p, 0x1b, line->n);
+    if (nul || esc)
+        fprintf(stderr, "chat: %s holds %s: not sent\n", in_block ? "a line of the message" : "the line",
+                nul ? "a NUL byte" : "an escape code (an arrow or function key: this chat edits no lines)");
+    return nul || esc;
+}
+
 /* Adds part (n bytes) to msg as its next line: a newline before every line but the first. */
 static void add_line(Str* msg, int* lines, const char* part, size_t n) {
     if ((*lines)++) sadd(msg, "\n", 1);
@@ -729,13 +744,14 @@ static int ends_with_quotes(const char* s, size_t n) { return n >= 3 && memcmp(s
 /* A message of several lines, from a line that starts with three quotes to one that ends with
  * them (as Ollama takes them): the lines between joined with newlines, with the text after the
  * opening quotes and before the closing ones. line holds the opening line and receives the
- * message; cut: the opening line reached the terminal's limit. A line the terminal cut drops the
- * message, whose lines are read up to the closing quotes all the same (they are not messages). A
+ * message; cut: the opening line reached the terminal's limit. A line the terminal cut, or one that
+ * cannot be sent (unsendable), drops the message, whose lines are read up to the closing quotes all
+ * the same (they are not messages); from a pipe the latter then ends the chat with status 1. A
  * Ctrl-C drops it (a first Ctrl-C at a terminal: *armed; from a pipe it ends the chat), as does an
  * end of input inside it. */
 static int read_block(Chat* c, Input* in, Str* line, int cut, int* armed, int* status) {
     Str msg = {0}, next = {0};
-    int lines = 0, r = LINE_IS_MESSAGE;
+    int lines = 0, r = LINE_IS_MESSAGE, bad = 0;
     const char* first = line->p + 3;
     const size_t first_n = line->n - 3;
     int closed = !cut && first_n >= 3 && ends_with_quotes(first, first_n);
@@ -765,12 +781,15 @@ static int read_block(Chat* c, Input* in, Str* line, int cut, int* armed, int* s
             break;
         }
         closed = ends_with_quotes(next.p, next.n);
-        if (!cut && cut_by_the_terminal(c, &next)) cut = 1; /* said once; the message's lines still come */
-        if (!cut && (!closed || next.n > 3)) add_line(&msg, &lines, next.p, closed ? next.n - 3 : next.n);
+        /* said once; the message's lines still come */
+        if (!cut && !bad && cut_by_the_terminal(c, &next)) cut = 1;
+        if (!cut && !bad && unsendable(c, &next, 1)) bad = 1;
+        if (!cut && !bad && (!closed || next.n > 3)) add_line(&msg, &lines, next.p, closed ? next.n - 3 : next.n);
     }
     free(next.p);
     if (msg.oom) r = out_of_memory(LINE_LEAVES), *status = 1;
-    if (r == LINE_IS_MESSAGE && !cut) {
+    if (r == LINE_IS_MESSAGE && bad && !c->terminal) r = LINE_LEAVES, *status = 1;
+    if (r == LINE_IS_MESSAGE && !cut && !bad) {
         free(line->p);
         *line = msg;
         if (line->p == NULL) sadd(line, "", 0);
@@ -810,12 +829,7 @@ static int chat_prompt(Chat* c, Input* in, Str* line, int* armed, int* status) {
         *status = 1;
         return LINE_LEAVES;
     }
-    /* A NUL would end the message there; an escape code is a key this chat does not edit with (an
-     * arrow: it reads lines as the terminal gives them) and would go to the model as text. */
-    const int nul = memchr(line->p, '\0', line->n) != NULL, esc = c->terminal && memchr(line->p, 0x1b, line->n);
-    if (nul || esc) {
-        fprintf(stderr, "chat: the line holds %s: not sent\n",
-                nul ? "a NUL byte" : "an escape code (an arrow or function key: this chat edits no lines)");
+    if (unsendable(c, line, 0)) {
         if (c->terminal) return LINE_IS_DONE;
         *status = 1;
         return LINE_LEAVES;

@@ -48,13 +48,15 @@ int same_file(const char* a, const char* b) {
 }
 
 int logits_dump_open(LogitsDump* d, const char* path, const Transformer* t) {
-    *d = (LogitsDump){NULL, NULL, path};
+    *d = (LogitsDump){NULL, NULL, path, 0};
     if (path == NULL) return 0;
     d->file = fopen(path, "wb");
     if (d->file == NULL) {
         fprintf(stderr, "run: error: %s: cannot open for writing: %s\n", path, strerror(errno));
         return -1;
     }
+    struct stat st;
+    d->regular = fstat(fileno(d->file), &st) == 0 && S_ISREG(st.st_mode);
     d->rows = malloc((size_t)t->state.max_batch * (size_t)t->config.vocab_size * sizeof(float));
     if (d->rows == NULL) {
         fprintf(stderr, "run: error: out of memory\n");
@@ -63,11 +65,26 @@ int logits_dump_open(LogitsDump* d, const char* path, const Transformer* t) {
     return 0;
 }
 
+/* A write that failed: said, and the file closed and, where it is a regular file, removed; the dump
+ * then writes nothing more. */
+static void logits_dump_failed(LogitsDump* d, int err) {
+    fprintf(stderr, "run: error: %s: write failed: %s\n", d->path, strerror(err));
+    if (d->file) fclose(d->file);
+    d->file = NULL;
+    if (d->regular) remove(d->path);
+}
+
 int logits_dump_close(LogitsDump* d) {
-    const int failed = d->file && fclose(d->file) != 0;
-    if (failed) fprintf(stderr, "run: error: %s: write failed\n", d->path);
+    int failed = 0;
+    if (d->file) {
+        failed = fflush(d->file) != 0;
+        int err = errno;
+        if (fclose(d->file) != 0 && !failed) failed = 1, err = errno;
+        d->file = NULL;
+        if (failed) logits_dump_failed(d, err);
+    }
     free(d->rows);
-    *d = (LogitsDump){NULL, NULL, NULL};
+    *d = (LogitsDump){NULL, NULL, NULL, 0};
     return failed ? -1 : 0;
 }
 
@@ -94,7 +111,7 @@ float* forward_prompt(Transformer* t, const int* ids, int n, int pos, LogitsDump
             return NULL;
         }
         if (d->file && fwrite(d->rows, sizeof(float), (size_t)nb * V, d->file) != (size_t)nb * V) {
-            fprintf(stderr, "run: error: %s: write failed\n", d->path);
+            logits_dump_failed(d, errno);
             return NULL;
         }
         i += nb;

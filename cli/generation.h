@@ -31,11 +31,13 @@ typedef struct {
     FILE* file; /* NULL: no dump */
     float* rows;
     const char* path;
+    int regular; /* a regular file, which a failed write removes (never a device such as /dev/full) */
 } LogitsDump;
 
 /* 0 (path NULL: no dump), or -1 after an error line. */
 int logits_dump_open(LogitsDump* d, const char* path, const Transformer* t);
-/* 0, or -1 after an error line when the file could not be written whole. */
+/* 0, or -1 after an error line when the file could not be written whole; a regular file is then
+ * removed rather than left with part of the logits. */
 int logits_dump_close(LogitsDump* d);
 
 /* forward() of n tokens from position pos; with a dump, in chunks of max_batch rows whose logits all

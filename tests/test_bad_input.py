@@ -567,7 +567,7 @@ class EngineErrors(InTempDir):
                 p = subprocess.run([hf_model.RUN, self.good] + args, stdout=full, stderr=subprocess.PIPE,
                                    text=True, timeout=30)
                 self.assertEqual(p.returncode, 1, p.stderr)
-                self.assertIn('standard output: write failed', p.stderr)
+                self.assertIn('standard output: write failed: %s\n' % os.strerror(errno.ENOSPC), p.stderr)
         # The pipe's reading end is closed before the engine starts, so its first write fails; the
         # logits dump shows how many positions ran (the prompt's one and no decode step, where all
         # 100 ran before).
@@ -585,6 +585,32 @@ class EngineErrors(InTempDir):
         self.assertIn('standard output: write failed', err)
         vocab = hf_model.read_header(self.good)['vocab_size']
         self.assertEqual(os.path.getsize(dump), 4 * vocab, 'positions run after the failed write')
+
+    def test_logits_dump_that_cannot_be_written_whole(self):
+        """--dump-logits on a file that a write fails to (here past a file size limit, RLIMIT_FSIZE):
+        one line naming the file and the reason, status 1, and no file left with part of the logits,
+        in generate and chat; /dev/full, a device, is said and stays."""
+        import resource
+        import signal
+        import subprocess
+
+        def small_files():
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead
+            resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+        dump = os.path.join(self.tmp, 'too_large.f32')
+        for args in (['--prompt-ids', '1,2,3', '-n', '4', '-t', '0'], ['-m', 'chat', '-t', '0', '-n', '4', '-i', 'hello']):
+            with self.subTest(args=args):
+                p = subprocess.run([hf_model.RUN, self.good, '--dump-logits', dump] + args, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, timeout=30, preexec_fn=small_files)
+                self.assertEqual(p.returncode, 1, p.stderr)
+                self.assertIn('run: error: %s: write failed: ' % dump, p.stderr)
+                self.assertFalse(os.path.exists(dump), 'a partial logits file was left')
+        if os.path.exists('/dev/full'):
+            p = subprocess.run([hf_model.RUN, self.good, '--dump-logits', '/dev/full', '--prompt-ids', '1,2,3', '-n', '4',
+                                '-t', '0'], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=30)
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertIn('run: error: /dev/full: write failed: ', p.stderr)
+            self.assertTrue(os.path.exists('/dev/full'))
 
     def test_closed_standard_streams(self):
         """A standard stream the caller closed is not taken by the next file the engine opens: with

@@ -491,10 +491,11 @@ class ChatTerminal(hf_model.TempDirTestCase):
 
     def test_help_and_unknown_commands_are_not_sent(self):
         """At a terminal /help and an unknown command are said and not sent, nor a line with an escape
-        code (an arrow key: the chat edits no lines); "/usr/bin ..." is a message, and "//word ..."
-        sends "/word ..."."""
+        code (an arrow key: the chat edits no lines), nor a message of several lines with such a line; "/usr/bin ..."
+        is a message, and "//word ..." sends "/word ..."."""
         p = self.piped('-t', '0', '-n', '2', '--verbose-prompt',
-                       lines=['/help', '/frobnicate now', 'ab\x1b[Dc', '/usr/bin is a folder', '//frobnicate now'],
+                       lines=['/help', '/frobnicate now', 'ab\x1b[Dc', '"""first', 'ab\x1b[Dc', 'last"""',
+                              '/usr/bin is a folder', '//frobnicate now'],
                        stdin_terminal=True)
         self.assertEqual(p.returncode, 0, p.stderr)
         for command in ('/help', '/bye', '/quit', '/exit', '/clear', '/system TEXT', '/save FILE', 'Ctrl-C'):
@@ -503,6 +504,8 @@ class ChatTerminal(hf_model.TempDirTestCase):
                       '//frobnicate sends it as a message)', p.stderr)
         self.assertIn('chat: the line holds an escape code (an arrow or function key: this chat edits no lines): '
                       'not sent', p.stderr)
+        self.assertIn('chat: a line of the message holds an escape code (an arrow or function key: this chat edits '
+                      'no lines): not sent', p.stderr)
         prompts = re.findall(PROMPT_RE, p.stderr, re.M)
         self.assertEqual(len(prompts), 2, p.stderr)
         want = self.tokenize('<|im_start|>user\n/usr/bin is a folder<|im_end|>\n<|im_start|>assistant\n')
@@ -518,9 +521,10 @@ class ChatTerminal(hf_model.TempDirTestCase):
         for line, said in (('/frobnicate now', 'unknown command /frobnicate'),
                            ('/read ' + os.path.join(fifo_dir, 'missing.txt'), 'cannot open'),
                            ('/save ' + fifo_dir, 'is a directory'),
-                           ('ab\0cd', 'the line holds a NUL byte: not sent')):
+                           ('ab\0cd', 'the line holds a NUL byte: not sent'),
+                           ('"""first\nab\0cd\nlast"""', 'a line of the message holds a NUL byte: not sent')):
             with self.subTest(line=line):
-                p = self.piped('-t', '0', '-n', '2', '--verbose-prompt', lines=[line, 'hello there'])
+                p = self.piped('-t', '0', '-n', '2', '--verbose-prompt', lines=line.split('\n') + ['hello there'])
                 self.assertEqual(p.returncode, 1, p.stderr)
                 self.assertIn(said, p.stderr)
                 self.assertNotRegex(p.stderr, PROMPT_RE)
