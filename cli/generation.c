@@ -60,6 +60,9 @@ int logits_dump_open(LogitsDump* d, const char* path, const Transformer* t) {
     d->rows = malloc((size_t)t->state.max_batch * (size_t)t->config.vocab_size * sizeof(float));
     if (d->rows == NULL) {
         fprintf(stderr, "run: error: out of memory\n");
+        fclose(d->file);
+        d->file = NULL;
+        if (d->regular) remove(path);
         return -1;
     }
     return 0;
