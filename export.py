@@ -18,15 +18,12 @@ import array
 import collections
 import json
 import math
-import multiprocessing
 import os
 import queue
 import shutil
 import signal
 import struct
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -991,6 +988,9 @@ def converted_blocks(blocks, workers):
         for block in blocks:
             yield block if block is PAD else convert_block(block)
         return
+    # multiprocessing, subprocess and tempfile are imported where they are used: together they are
+    # a third of the start-up of an export that needs none of them (a small f32 or bf16 one)
+    import multiprocessing
     ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods()
                                       else None)
     pool = ctx.Pool(workers, initializer=worker_signals)
@@ -1019,6 +1019,8 @@ def quantized_in_c(blocks, run, wtype, gs, jobs):
     this one takes its output, so reading, quantising and writing overlap."""
     cmd = [run, "-m", "quantize", "--stream", "--dtype", "q8" if wtype == WEIGHT_Q8 else "q4",
            "--group-size", str(gs)] + (["--threads", str(jobs)] if jobs else [])
+    import subprocess
+    import tempfile
     errors = tempfile.TemporaryFile()  # its error line, which failed() makes export.py's one line
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors)
     # In order: ("here", a converted block or PAD), ("c", output bytes, source bytes, name) for a
@@ -1388,6 +1390,7 @@ def c_quantizer(args):
     None after saying why the Python path runs instead: --no-fast-quantize, or ./run not built, not
     starting, or built before --stream; None without a word for q4 with a --group-size, which
     export() refuses."""
+    import subprocess
     run = os.path.join(os.path.dirname(os.path.abspath(__file__)), "run")
     why = None
     if args.no_fast_quantize:

@@ -282,11 +282,14 @@ static int measure_rep(Bench* b, ThreadRun* tr, int r) {
     return 0;
 }
 
-/* One look at the compute roof with tr->threads, kept where better than the one before: a quarter
- * second of the instruction that prefill of this weight format relies on (cli/peak.c). */
+/* One look at the compute roof with tr->threads, kept where better than the one before: a tenth of
+ * a second of the instruction that prefill of this weight format relies on (cli/peak.c), as steady
+ * as a longer look (docs/design.md#compute-roof). */
+#define ROOF_LOOK_SECONDS 0.1
 static void look_at_compute_roof(Bench* b, ThreadRun* tr) {
     b->t->kernels->set_threads(b->t->kernels, tr->threads);
-    tr->peak = fmax(tr->peak, peak_ops(b->t->kernels, b->t->config.weight_type, 0.25, &b->peak_instruction));
+    tr->peak = fmax(tr->peak, peak_ops(b->t->kernels, b->t->config.weight_type, ROOF_LOOK_SECONDS,
+                                       &b->peak_instruction));
 }
 
 /* Every thread count's warm-up, then the reps. results: 4 x reps doubles per thread count.
@@ -417,12 +420,9 @@ static const char* kv_name(const Transformer* t, int wide) {
     return k == KV_Q8 ? "q8" : k == KV_F16 ? (wide ? "fp16" : "f16") : (wide ? "fp32" : "f32");
 }
 
-/* The text before the table's rows: the model, its weights in memory (huge: bytes in 2 MB pages,
- * -1: unknown), the depth, what a token costs, each thread count's warm-up and roofs, the head. */
-static void print_head(const Bench* b, long long huge) {
-    const Transformer* t = b->t;
+/* The text's first line, before anything is measured: the model and the kernels that run it. */
+static void print_model_line(const Transformer* t) {
     const Config* c = &t->config;
-    const size_t two_mb = (size_t)2 << 20, whole = t->file_size / two_mb * two_mb;
     printf("bench: %d layers, dim %d, vocab %d, weights %s", c->n_layers, c->dim, c->vocab_size,
            TYPE_NAME[c->weight_type]);
     if (c->group_size) printf(" (groups of %d)", c->group_size);
@@ -432,6 +432,15 @@ static void print_head(const Bench* b, long long huge) {
            t->kernels->bf16_activations && c->weight_type == WEIGHT_BF16 ? ", bf16 activations in prefill" : "",
            float_weights && x86 && !t->kernels->float_panels ? ", prefill without packed panels" : "",
            t->kernels->prefetch);
+    fflush(stdout);
+}
+
+/* The rest of the text before the table's rows: the weights in memory (huge: bytes in 2 MB pages,
+ * -1: unknown), the depth, what a token costs, each thread count's warm-up and roofs, the head. */
+static void print_head(const Bench* b, long long huge) {
+    const Transformer* t = b->t;
+    const Config* c = &t->config;
+    const size_t two_mb = (size_t)2 << 20, whole = t->file_size / two_mb * two_mb;
     if (huge < 0) printf("bench: weights mapped (page size unknown: no /proc/self/smaps)\n");
     else printf("bench: weights mapped, %.0f of %.0f MB in 2 MB pages\n", huge / 1e6, t->file_size / 1e6);
     if (huge >= 0 && whole > 0 && (size_t)huge < whole - whole / 100)
@@ -747,6 +756,7 @@ int bench_main(Transformer* t, const BenchOptions* o) {
     dedupe_counts(&b);
     int status = check_and_fit(&b, o->given);
     if (status != 0) return status;
+    if (!b.json) print_model_line(t);
     const int n_tok = positions_needed(b.depth, b.len);
     const size_t buffer_bytes = (size_t)512 << 20;
     int* tokens = malloc((size_t)n_tok * sizeof(int));
