@@ -230,8 +230,17 @@ static const char* conversation_system(const Conversation* c) {
     return conversation_first(c) ? c->m[0].content : NULL;
 }
 
-/* Sets the system prompt (text malloc'ed, owned from here); 0, or -1 when out of memory. */
+/* Sets the system prompt (text malloc'ed, owned from here; "": none, as -y ""); 0, or -1 when out of
+ * memory. */
 static int conversation_set_system(Conversation* c, char* text) {
+    if (text && !text[0]) {
+        free(text);
+        if (conversation_first(c)) {
+            free((char*)c->m[0].content);
+            memmove(c->m, c->m + 1, (size_t)--c->n * sizeof *c->m);
+        }
+        return 0;
+    }
     if (text && conversation_first(c)) {
         free((char*)c->m[0].content);
         c->m[0].content = text;
@@ -386,7 +395,7 @@ static const char CHAT_HELP[] =
     "  /help            this list\n"
     "  /bye             leave the chat (also /quit, /exit, Ctrl-D, or Ctrl-C twice at the prompt)\n"
     "  /clear           start a new conversation (the system prompt stays)\n"
-    "  /system TEXT     set the system prompt (/system alone shows it)\n"
+    "  /system TEXT     set the system prompt (/system alone shows it, /system \"\" removes it)\n"
     "  /save FILE       write the conversation to FILE as JSON: [{\"role\": ..., \"content\": ...}]\n"
     "  /read FILE       send the text of FILE as your message (longer than a terminal takes in a line)\n"
     "A message of several lines: start it with \"\"\" and end it with \"\"\" (a paste between two such lines).\n"
@@ -458,13 +467,12 @@ static int chat_command(Chat* c, Str* text) {
         const char* sys = conversation_system(&c->conv);
         fprintf(stderr, sys ? "chat: the system prompt: %s\n" : "chat: no system prompt\n", sys);
     } else if (IS("/system")) {
-        if (conversation_set_system(&c->conv, strdup(arg)) != 0) return out_of_memory(COMMAND_FAILED);
-        if (c->o->keep_thinking) { /* the cache cannot change its start: the conversation starts over */
+        const int none = strcmp(arg, "\"\"") == 0 || strcmp(arg, "''") == 0; /* /system "": no system prompt */
+        if (conversation_set_system(&c->conv, strdup(none ? "" : arg)) != 0) return out_of_memory(COMMAND_FAILED);
+        if (c->o->keep_thinking) /* the cache cannot change its start: the conversation starts over */
             clear_conversation(c);
-            fprintf(stderr, "chat: the system prompt is set; --keep-thinking: the conversation starts over\n");
-        } else {
-            fprintf(stderr, "chat: the system prompt is set\n");
-        }
+        fprintf(stderr, "chat: the system prompt is %s%s\n", none ? "removed" : "set",
+                c->o->keep_thinking ? "; --keep-thinking: the conversation starts over" : "");
     } else if (IS("/read")) {
         if (!*arg) fprintf(stderr, "chat: /read needs a file name\n");
         else return read_message(text, arg, failed);

@@ -16,9 +16,9 @@ waits for the line on stderr that says the chat got there, so nothing depends on
 - Ctrl-Z (SIGTSTP) there: ESC[0m before the process stops, ESC[2m when it continues (the chat runs
   as a shell's job would, a process group of its own in the test's session, so the stop is real);
   at the prompt (and at a three-quote message's "... "), the prompt drawn again when it continues.
-- the commands (/help, /bye = /quit = /exit, /clear, /system, /save, unknown ones), the one-line
-  hint at a terminal only, the seed printed when it came from the clock (and repeating the chat
-  with it), generate's speed line for -m chat -i.
+- the commands (/help, /bye = /quit = /exit, /clear, /system and /system "", /save, unknown ones),
+  the one-line hint at a terminal only, the seed printed when it came from the clock (and
+  repeating the chat with it), generate's speed line for -m chat -i.
 
 The model: hf_model's tiny random Qwen3 with the <think> row of the (tied) embedding scaled up, so
 that greedy decoding answers "hello there" with <think> tokens (checked, not assumed).
@@ -559,6 +559,23 @@ class ChatTerminal(hf_model.TempDirTestCase):
         prompts = re.findall(PROMPT_RE, p.stderr, re.M)
         self.assertEqual(len(prompts), 2, p.stderr)
         text = ''.join('<|im_start|>%s\n%s<|im_end|>\n' % (m['role'], m['content']) for m in two[:4])
+        self.assertEqual(ids_of(prompts[1][2]),
+                         self.tokenize(text + '<|im_start|>assistant\n<think>\n\n</think>\n\n'))
+
+    def test_system_removed(self):
+        """/system "" removes the system prompt, as -y "" gives none: the next prompt renders the
+        conversation without it (and /system says there is none)."""
+        saved = os.path.join(self.tmp, 'no_system.json')
+        p = self.piped('-t', '0', '-n', '4', '--no-think', '-y', 'be brief', '--verbose-prompt',
+                       lines=['hello there', '/system ""', '/system', 'and again', '/save ' + saved])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn('chat: the system prompt is removed\nchat: no system prompt\n', p.stderr)
+        with open(saved, encoding='utf-8') as f:
+            messages = json.load(f)
+        self.assertEqual([m['role'] for m in messages], ['user', 'assistant', 'user', 'assistant'])
+        prompts = re.findall(PROMPT_RE, p.stderr, re.M)
+        self.assertEqual(len(prompts), 2, p.stderr)
+        text = ''.join('<|im_start|>%s\n%s<|im_end|>\n' % (m['role'], m['content']) for m in messages[:3])
         self.assertEqual(ids_of(prompts[1][2]),
                          self.tokenize(text + '<|im_start|>assistant\n<think>\n\n</think>\n\n'))
 
