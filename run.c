@@ -9,6 +9,7 @@
  *                               every prompt position, then one for every generated token
  *   -n 0                        process the prompt, generate nothing
  */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -199,13 +200,20 @@ static void check_stdout(void) {
 
 static int streq(const char* a, const char* b) { return strcmp(a, b) == 0; }
 
+/* A number as the options take it: decimal, a '-' at most before it; no '+', space, hex, inf or nan,
+ * which strtof and strtoll would take, so that every numeric option reads what --seed reads. */
+static int plain_number(const char* s) {
+    const char* p = s + (*s == '-');
+    return (isdigit((unsigned char)*p) || (*p == '.' && isdigit((unsigned char)p[1]))) && !strpbrk(s, "xX");
+}
+
 /* A number in [lo, hi], or in (lo, hi] when lo_open; anything else ends the run with a message that
  * states that range. A value too large for a float ("1e39") is out of the range, not "not a number". */
 static float parse_float(const char* flag, const char* s, float lo, float hi, int lo_open) {
     char* end;
     errno = 0;
     float v = strtof(s, &end);
-    if (end == s || *end != '\0' || isnan(v)) die(2, "%s needs a number, got '%s'", flag, s);
+    if (!plain_number(s) || end == s || *end != '\0') die(2, "%s needs a number, got '%s'", flag, s);
     /* ERANGE with a finite result is an underflow: a value as close to 0 as a float gets */
     if ((errno == ERANGE && isinf(v)) || v < lo || v > hi || (lo_open && v == lo))
         die(2, "%s must be in %c%g, %g], got %s", flag, lo_open ? '(' : '[', lo, hi, s);
@@ -216,7 +224,7 @@ static long long parse_int(const char* flag, const char* s, long long lo, long l
     char* end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (end == s || *end != '\0') die(2, "%s needs an integer, got '%s'", flag, s);
+    if (!plain_number(s) || end == s || *end != '\0') die(2, "%s needs an integer, got '%s'", flag, s);
     if (errno == ERANGE || v < lo || v > hi) die(2, "%s must be in [%lld, %lld], got %s", flag, lo, hi, s);
     return v;
 }

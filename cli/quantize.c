@@ -14,6 +14,7 @@
 #include "quantize.h"
 #include "generation.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -116,7 +117,8 @@ static int parse_count(const char* flag, const char* s, int lo, int hi) {
     char* end;
     errno = 0;
     long v = strtol(s, &end, 10);
-    if (end == s || *end != '\0' || errno == ERANGE || v < lo || v > hi)
+    const int digits = isdigit((unsigned char)s[*s == '-']); /* as ./run's options: no '+' or space first */
+    if (!digits || end == s || *end != '\0' || errno == ERANGE || v < lo || v > hi)
         usage_error("%s needs a whole number in %d .. %d, got '%s'", flag, lo, hi, s);
     return (int)v;
 }

@@ -912,6 +912,12 @@ class EngineErrors(InTempDir):
             [g, '--no-such-flag'],
             [g, '-n', 'abc', '--prompt-ids', '1'],
             [g, '-t', 'hot', '--prompt-ids', '1'],
+            [g, '-n', '+5', '--prompt-ids', '1'],         # numbers as --seed reads them: no sign but '-',
+            [g, '-n', ' 5', '--prompt-ids', '1'],         # no space, no hex, inf or nan
+            [g, '-t', '0x1', '--prompt-ids', '1'],
+            [g, '-t', 'inf', '--prompt-ids', '1'],
+            [g, '--top-p', 'nan', '--prompt-ids', '1'],
+            [g, '-s', '+5', '--prompt-ids', '1'],
             [g, '--prompt-ids', '1,x,3', '-n', '1'],
             [g, '--prompt-ids', '1', '-n'],               # missing value
             [g, '--prompt-ids', '100000', '-n', '1'],     # id >= vocab_size (300)

@@ -198,6 +198,8 @@ class Refusals(InTempDir):
         self.refused(self.f32, ['--dtype', 'q8', '--group-size', '12', '-o', 'OUT'], '--group-size', status=2)
         self.refused(self.f32, ['--dtype', 'q8', '--group-size', '4', '-o', 'OUT'], '--group-size', status=2)
         self.refused(self.f32, ['--dtype', 'q4', '--group-size', '64', '-o', 'OUT'], 'q4', '32', status=2)
+        self.refused(self.f32, ['--dtype', 'q8', '--group-size', '+32', '-o', 'OUT'], "'+32'", status=2)
+        self.refused(self.f32, ['--dtype', 'q8', '--threads', ' 2', '-o', 'OUT'], "' 2'", status=2)
 
     def test_unknown_option(self):
         self.refused(self.f32, ['--dtype', 'q8', '-o', 'OUT', '--temperature', '0'], '--temperature', status=2)
