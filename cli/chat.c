@@ -398,6 +398,7 @@ static const char CHAT_HELP[] =
     "  /system TEXT     set the system prompt (/system alone shows it, /system \"\" removes it)\n"
     "  /save FILE       write the conversation to FILE as JSON: [{\"role\": ..., \"content\": ...}]\n"
     "  /read FILE       send the text of FILE as your message (longer than a terminal takes in a line)\n"
+    "                   (in /save's and /read's FILE, ~/ is your home folder)\n"
     "A message of several lines: start it with \"\"\" and end it with \"\"\" (a paste between two such lines).\n"
     "Ctrl-C while an answer streams stops it; what was written stays in the conversation.\n";
 
@@ -438,6 +439,14 @@ static int read_message(Str* line, const char* path, int failed) {
     return COMMAND_MESSAGE;
 }
 
+/* A command's file name with "~/" at its start (or "~" alone) read as a shell reads it: under $HOME,
+ * since no shell sees the chat's lines. The name as given where there is no HOME or it does not fit. */
+static const char* home_path(const char* name, char* buf, size_t size) {
+    const char* home = getenv("HOME");
+    if (name[0] != '~' || (name[1] != '/' && name[1] != '\0') || home == NULL || home[0] == '\0') return name;
+    return (size_t)snprintf(buf, size, "%s%s", home, name + 1) < size ? buf : name;
+}
+
 /* The line's command, carried out: COMMAND_NONE when the line is a message, COMMAND_MESSAGE when
  * the command put one in its place (/read). A line is a command when its first word is "/" and
  * letters: "/usr/bin is ..." is a message, "/etc is ..." an unknown command, "//etc is ..." the
@@ -456,6 +465,8 @@ static int chat_command(Chat* c, Str* text) {
     if (k == 1 || (line[k] && !isspace((unsigned char)line[k]))) return COMMAND_NONE;
     while (text->n > k && isspace((unsigned char)text->p[text->n - 1])) text->p[--text->n] = '\0'; /* "/save f " */
     const char* arg = line + k + strspn(line + k, " \t\r\v\f");
+    char home_buf[4096];
+    const char* path = home_path(arg, home_buf, sizeof home_buf); /* /read's and /save's file */
 #define IS(name) (k == strlen(name) && strncmp(line, name, k) == 0)
     if (IS("/bye") || IS("/quit") || IS("/exit")) return COMMAND_LEAVE;
     if (IS("/help") || IS("/?")) {
@@ -475,18 +486,18 @@ static int chat_command(Chat* c, Str* text) {
                 c->o->keep_thinking ? "; --keep-thinking: the conversation starts over" : "");
     } else if (IS("/read")) {
         if (!*arg) fprintf(stderr, "chat: /read needs a file name\n");
-        else return read_message(text, arg, failed);
+        else return read_message(text, path, failed);
         return failed;
     } else if (IS("/save")) {
         if (!*arg) {
             fprintf(stderr, "chat: /save needs a file name\n");
             return failed;
         }
-        const char* taken = c->o->checkpoint && same_file(arg, c->o->checkpoint) ? "the model's checkpoint"
-                            : c->o->dump_logits && same_file(arg, c->o->dump_logits) ? "the --dump-logits file" : NULL;
-        if (taken) fprintf(stderr, "chat: %s: is %s; /save to another file\n", arg, taken);
-        if (taken || conversation_save(&c->conv, arg) != 0) return failed;
-        fprintf(stderr, "chat: %d message%s saved to %s\n", c->conv.n, c->conv.n == 1 ? "" : "s", arg);
+        const char* taken = c->o->checkpoint && same_file(path, c->o->checkpoint) ? "the model's checkpoint"
+                            : c->o->dump_logits && same_file(path, c->o->dump_logits) ? "the --dump-logits file" : NULL;
+        if (taken) fprintf(stderr, "chat: %s: is %s; /save to another file\n", path, taken);
+        if (taken || conversation_save(&c->conv, path) != 0) return failed;
+        fprintf(stderr, "chat: %d message%s saved to %s\n", c->conv.n, c->conv.n == 1 ? "" : "s", path);
     } else {
         fprintf(stderr, "chat: unknown command %.*s; /help lists the commands (the line was not sent; //%.*s "
                 "sends it as a message)\n", (int)k, line, (int)k - 1, line + 1);

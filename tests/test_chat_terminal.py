@@ -579,6 +579,23 @@ class ChatTerminal(hf_model.TempDirTestCase):
         self.assertEqual(ids_of(prompts[1][2]),
                          self.tokenize(text + '<|im_start|>assistant\n<think>\n\n</think>\n\n'))
 
+    def test_home_in_file_names(self):
+        """/save ~/FILE and /read ~/FILE name a file under $HOME, as a shell would read them (no
+        shell sees the chat's lines); ~user and a ~ inside a name stay as they are."""
+        from unittest import mock
+        home = os.path.join(self.tmp, 'home')
+        os.makedirs(home, exist_ok=True)
+        with open(os.path.join(home, 'question.txt'), 'w', encoding='utf-8') as f:
+            f.write('hello there\n')
+        with mock.patch.dict(os.environ, {'HOME': home}):
+            p = self.piped('-t', '0', '-n', '2', lines=['/read ~/question.txt', '/save ~/chat.json',
+                                                        '/save ~nobody/chat.json'], stdin_terminal=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn('chat: 2 messages saved to %s\n' % os.path.join(home, 'chat.json'), p.stderr)
+        with open(os.path.join(home, 'chat.json'), encoding='utf-8') as f:
+            self.assertEqual(json.load(f)[0], {'role': 'user', 'content': 'hello there'})
+        self.assertIn('chat: ~nobody/chat.json: cannot write the conversation', p.stderr)
+
     def test_save_failure_leaves_no_file(self):
         """A /save that fails is said, and leaves no file; at a terminal the chat goes on."""
         missing = os.path.join(self.tmp, 'no such folder', 'chat.json')
