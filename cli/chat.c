@@ -707,9 +707,9 @@ static int chat_turn(Chat* c) {
     if (o->verbose_prompt)
         print_token_ids(c->history + answer_start, n_answer, "chat: answer of %d token%s run through the model:",
                         n_answer, n_answer == 1 ? "" : "s");
-    if (o->prompt) {
+    if (!failed && o->prompt) { /* after a failure, said already, no speed: as generate */
         print_speed(n_run, prompt_s, n_tokens, n_answer, dt, 0);
-    } else if (c->terminal && n_tokens > 1) {
+    } else if (!failed && c->terminal && n_tokens > 1) {
         fprintf(stderr, "[prompt: %d tokens run, %.2f s; answer: %d tokens, %.1f tok/s; context %d/%d]\n", n_run,
                 prompt_s, n_tokens, n_tokens / (dt > 0 ? dt : 1e-9), c->pos, c->t->config.seq_len);
     }

@@ -556,7 +556,8 @@ class EngineErrors(InTempDir):
     def test_unwritable_output(self):
         """Output that cannot be written is an error, never exit status 0 with nothing written: a
         full device, and a pipe closed early while SIGPIPE is ignored (as some runners do), where
-        generation also stops instead of running its -n steps for nobody."""
+        generation also stops instead of running its -n steps for nobody; no speed line follows
+        the error."""
         import signal
         import subprocess
         if not os.path.exists('/dev/full'):
@@ -568,6 +569,7 @@ class EngineErrors(InTempDir):
                                    text=True, timeout=30)
                 self.assertEqual(p.returncode, 1, p.stderr)
                 self.assertIn('standard output: write failed: %s\n' % os.strerror(errno.ENOSPC), p.stderr)
+                self.assertNotIn('tok/s', p.stderr)  # no speed line after the failure
         # The pipe's reading end is closed before the engine starts, so its first write fails; the
         # logits dump shows how many positions ran (the prompt's one and no decode step, where all
         # 100 ran before).
