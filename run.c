@@ -65,8 +65,8 @@ static const OptionSpec OPTIONS[] = {
      "tokens to generate; 0 = only run the prompt (default 256; chat: per\nanswer, 0 or by default until the context is full)"},
     {"-i", "--input", "TEXT", GENERATE | CHAT | TOKENIZE | EVAL,
      "the prompt (tokenize and eval mode: the text; default: standard input)"},
-    {NULL, "--prompt-ids", "IDS", GENERATE | EVAL,
-     "the prompt as token ids, e.g. 9707,11,1879 (eval: the tokens to score)"},
+    {NULL, "--prompt-ids", "IDS", GENERATE | EVAL | TOKENIZE,
+     "the prompt as token ids, e.g. 9707,11,1879 (eval: the tokens to score;\ntokenize: the ids to write as text)"},
     {"-m", "--mode", "MODE", ANY_MODE,
      "generate | chat | tokenize | bench | eval (default generate); chat reads\n"
      "one message per line (/help lists its commands); eval scores a text in\n"
@@ -427,16 +427,15 @@ static void check_combinations(const Options* o) {
         for (int j = 0; j < k; j++)
             if (o->bench.threads[j] == o->bench.threads[k])
                 die(2, "--threads %s: %d is there twice", given(o, "--threads"), o->bench.threads[k]);
-    /* --prompt-ids would leave chat and tokenize reading standard input instead, an error. */
-    if (o->prompt_ids && !(o->mode & (GENERATE | EVAL)))
-        die(2, "--prompt-ids is for generate mode and eval mode, not -m %s", o->mode_name);
+    /* --prompt-ids would leave chat reading standard input instead, an error. */
+    if (o->prompt_ids && !(o->mode & (GENERATE | EVAL | TOKENIZE)))
+        die(2, "--prompt-ids is for generate, eval and tokenize mode, not -m %s", o->mode_name);
     for (const char** f = (const char*[]){"--dump-logits", "--norms-json", NULL}; *f; f++)
         if (given(o, *f) && (OPTIONS[find_option(*f)].modes & o->mode) && same_file(given(o, *f), o->checkpoint))
             die(2, "%s: is the checkpoint; %s would write over it: give another file", given(o, *f), *f);
     if ((o->mode & (GENERATE | EVAL | TOKENIZE)) &&
         (o->prompt != NULL) + (o->prompt_ids != NULL) + (given(o, "--file") != NULL) > 1)
-        die(2, "-m %s takes one text: give one of -i%s", o->mode_name,
-            o->mode == TOKENIZE ? " and --file" : ", --file and --prompt-ids");
+        die(2, "-m %s takes one text: give one of -i, --file and --prompt-ids", o->mode_name);
     if (o->mode == BENCH && o->bench.len[0] <= 0 && o->bench.len[1] <= 0)
         die(2, "nothing to measure: --bench-prompt and --bench-gen are both 0");
 }
@@ -674,8 +673,22 @@ static int generate(Transformer* t, const Tokenizer* tok, Sampler* sampler, cons
     return n - n_prompt;
 }
 
+/* -m tokenize: the text's ids on one line; with --prompt-ids the other way, the ids' text exactly as
+ * the tokenizer decodes it (special tokens included, no newline added: a file's ids give the file). */
 static int tokenize(const Tokenizer* tok, const Options* o) {
     if (tok == NULL) die(1, "%s has no tokenizer: tokenize needs one (export with tokenizer.json)", o->checkpoint);
+    if (o->prompt_ids) {
+        int n = 0; /* "" (an empty text's ids): no text */
+        int* ids = o->prompt_ids[0] ? parse_prompt_ids(o->prompt_ids, tokenizer_size(tok), &n) : NULL;
+        size_t len;
+        char* text = tokenizer_decode(tok, ids, n, 0, &len);
+        if (text == NULL) die(1, "out of memory");
+        fwrite(text, 1, len, stdout);
+        check_stdout();
+        free(text);
+        free(ids);
+        return 0;
+    }
     const char* file = given(o, "--file");
     if (o->prompt == NULL && (file == NULL || streq(file, "-")) && isatty(STDIN_FILENO))
         fputs("run: reading the text to tokenize from standard input: type it, then Ctrl-D on a new line "

@@ -506,11 +506,12 @@ class EngineErrors(InTempDir):
             self.assertEqual((p.returncode, p.stderr), (2, 'run: error: the message (-i) is empty\n'))
 
     def test_options_of_another_mode(self):
-        """--prompt-ids outside generate mode is an error (chat and tokenize would otherwise sit
-        reading standard input). Chat's and bench's options elsewhere do nothing, and a note says so."""
-        for mode in ('chat', 'tokenize', 'bench'):
+        """--prompt-ids outside generate, eval and tokenize mode is an error (chat would otherwise
+        sit reading standard input). Chat's and bench's options elsewhere do nothing, and a note
+        says so."""
+        for mode in ('chat', 'bench'):
             msg = self.run_fails([self.good, '-m', mode, '--prompt-ids', '1,2'])
-            self.assertIn('--prompt-ids is for generate mode', msg)
+            self.assertIn('--prompt-ids is for generate, eval and tokenize mode, not -m ' + mode, msg)
         generate = ['--prompt-ids', '1', '-n', '1', '-t', '0']
         for args, note in (
                 (generate + ['--no-think'], '-m generate ignores --no-think (-m chat option)'),

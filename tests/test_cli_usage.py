@@ -2,7 +2,8 @@
 
 * without -s, runs started within the same second get different seeds, each printed;
 * -m tokenize at a terminal says on stderr that it reads standard input, and one Ctrl-D at the
-  start of a line ends that input; from a pipe it prints no hint;
+  start of a line ends that input; from a pipe it prints no hint; with --prompt-ids it writes the
+  ids' text;
 * --threads above the CPUs this process may run on is held to them, with a note (generate) and
   in what the bench reports (its JSON's "threads");
 * --no-mmap and --refill-page-cache are no options of this engine (weights are mapped, never
@@ -138,8 +139,21 @@ class TokenizeInput(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(p.stdout, run("-m", "tokenize", "-i", "Once upon a time\n").stdout)
         p = run("-m", "tokenize", "-f", f.name, "-i", "x")
-        self.assertEqual((p.returncode, p.stderr), (2, "run: error: -m tokenize takes one text: give one of -i and "
-                                                       "--file\n"))
+        self.assertEqual((p.returncode, p.stderr), (2, "run: error: -m tokenize takes one text: give one of -i, "
+                                                       "--file and --prompt-ids\n"))
+
+    def test_ids_to_text(self):
+        """--prompt-ids: the ids' text exactly, no newline added, so a text's ids give the text back
+        (and no ids, no text); an id outside the vocabulary is refused as generate refuses it."""
+        text = "Once upon a time\nthere was a cat.\n"
+        ids = run("-m", "tokenize", "-i", text).stdout.split()
+        self.assertGreater(len(ids), 5)
+        p = run("-m", "tokenize", "--prompt-ids", ",".join(ids))
+        self.assertEqual((p.returncode, p.stdout, p.stderr), (0, text, ""))
+        self.assertEqual(run("-m", "tokenize", "--prompt-ids", "").stdout, "")
+        p = run("-m", "tokenize", "--prompt-ids", "1,99999")
+        self.assertEqual((p.returncode, p.stdout), (2, ""))
+        self.assertIn("--prompt-ids: id 99999 is outside the vocabulary", p.stderr)
 
     def test_endless_file(self):
         """-f /dev/zero: one line naming the file and the limit, status 1, no output: not a read until the

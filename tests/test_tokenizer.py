@@ -179,8 +179,8 @@ class TestTokenizerReference(unittest.TestCase):
         self.assertEqual(len(self.encode(texts)), 300)
 
     def test_run_tokenize_mode(self):
-        """The contract `./run MODEL -m tokenize` (stdin or -i) on a checkpoint that carries the real
-        tokenizer (a tiny random model from tests/hf_model.py, exported with --tokenizer)."""
+        """The contract `./run MODEL -m tokenize` (stdin or -i; --prompt-ids the other way) on a
+        checkpoint that carries the real tokenizer (a tiny random model from tests/hf_model.py, exported with --tokenizer)."""
         run = os.environ.get("QWEN3_RUN") or os.path.join(ROOT, "run")
         if not os.path.exists(run):
             self.skipTest("./run is not built (make)")
@@ -206,6 +206,12 @@ class TestTokenizerReference(unittest.TestCase):
         p = subprocess.run([run, ck, "-m", "tokenize", "-i", "Hello, world!"], capture_output=True,
                            text=True, timeout=60)
         self.assertEqual(p.stdout.strip(), "9707 11 1879 0")
+        # --prompt-ids: the other way, each case's ids to its text as the tokenizer normalised it (NFC)
+        for c in cases:
+            p = subprocess.run([run, ck, "-m", "tokenize", "--prompt-ids", ",".join(map(str, c["ids"]))],
+                               capture_output=True, timeout=60)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(p.stdout, unicodedata.normalize("NFC", c["text"]).encode("utf-8"), repr(c["text"]))
 
 
 if __name__ == "__main__":
