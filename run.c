@@ -30,6 +30,7 @@
 #include "cli/eval.h"
 #include "cli/norm_lab.h"
 #include "cli/norm_trace.h"
+#include "cli/output_path.h"
 #include "cli/quantize.h"
 #include "cli/read_text.h"
 #include "cli/sampler.h"
@@ -512,11 +513,13 @@ static void trace_open(NormTrace* tr, Transformer* t, const Options* o, int n_pr
         tr->json = fopen(json_path, "w");
         if (tr->json == NULL) die(1, "%s: cannot open for writing: %s", json_path, strerror(errno));
         setvbuf(tr->json, json_buf, _IOFBF, sizeof json_buf);
+        output_path_written(tr->json, json_path, tr->json_written, sizeof tr->json_written);
     }
     norm_trace_attach(tr, t);
 }
 
-/* The table to stderr; the JSON file closed (removed if it could not be written whole). */
+/* The table to stderr; the JSON file closed (where it is a regular file, removed if it could not be
+ * written whole, as --dump-logits). */
 static void trace_close(NormTrace* tr, const char* json_path) {
     if (tr->table) {
         fflush(stdout); /* the text's last line before the table, where both go to one place */
@@ -527,9 +530,14 @@ static void trace_close(NormTrace* tr, const char* json_path) {
         while ((got = fread(chunk, 1, sizeof chunk, tr->table)) > 0) fwrite(chunk, 1, got, stderr);
         fclose(tr->table);
     }
-    if (tr->json && (ferror(tr->json) | fclose(tr->json)) != 0) {
-        remove(json_path);
-        die(1, "%s: write failed", json_path);
+    if (tr->json) {
+        errno = 0;
+        int err = fflush(tr->json) != 0 || ferror(tr->json) ? (errno ? errno : EIO) : 0;
+        if (fclose(tr->json) != 0 && err == 0) err = errno;
+        if (err) {
+            if (tr->json_written[0]) remove(tr->json_written);
+            die(1, "%s: write failed: %s", json_path, strerror(err));
+        }
     }
     free(tr->scratch);
 }

@@ -1,5 +1,6 @@
 /* generation.c: what generate (run.c) and the chat loop share. */
 #include "generation.h"
+#include "output_path.h"
 
 #include <errno.h>
 #include <math.h>
@@ -48,21 +49,20 @@ int same_file(const char* a, const char* b) {
 }
 
 int logits_dump_open(LogitsDump* d, const char* path, const Transformer* t) {
-    *d = (LogitsDump){NULL, NULL, path, 0};
+    *d = (LogitsDump){.path = path};
     if (path == NULL) return 0;
     d->file = fopen(path, "wb");
     if (d->file == NULL) {
         fprintf(stderr, "run: error: %s: cannot open for writing: %s\n", path, strerror(errno));
         return -1;
     }
-    struct stat st;
-    d->regular = fstat(fileno(d->file), &st) == 0 && S_ISREG(st.st_mode);
+    output_path_written(d->file, path, d->written, sizeof d->written);
     d->rows = malloc((size_t)t->state.max_batch * (size_t)t->config.vocab_size * sizeof(float));
     if (d->rows == NULL) {
         fprintf(stderr, "run: error: out of memory\n");
         fclose(d->file);
         d->file = NULL;
-        if (d->regular) remove(path);
+        if (d->written[0]) remove(d->written);
         return -1;
     }
     return 0;
@@ -74,7 +74,7 @@ static void logits_dump_failed(LogitsDump* d, int err) {
     fprintf(stderr, "run: error: %s: write failed: %s\n", d->path, strerror(err));
     if (d->file) fclose(d->file);
     d->file = NULL;
-    if (d->regular) remove(d->path);
+    if (d->written[0]) remove(d->written);
 }
 
 int logits_dump_close(LogitsDump* d) {
@@ -87,7 +87,7 @@ int logits_dump_close(LogitsDump* d) {
         if (failed) logits_dump_failed(d, err);
     }
     free(d->rows);
-    *d = (LogitsDump){NULL, NULL, NULL, 0};
+    *d = (LogitsDump){0};
     return failed ? -1 : 0;
 }
 

@@ -31,7 +31,7 @@ typedef struct {
     FILE* file; /* NULL: no dump */
     float* rows;
     const char* path;
-    int regular; /* a regular file, which a failed write removes (never a device such as /dev/full) */
+    char written[4096]; /* the regular file a failed write removes ("": a device such as /dev/full) */
 } LogitsDump;
 
 /* 0 (path NULL: no dump), or -1 after an error line. */

@@ -33,6 +33,7 @@ typedef struct NormTrace {
     int each_head;  /* the table: one line per head of q and k (1), or min..max over them (0) */
     FILE* table;    /* NULL, or where the table goes (run.c: a temporary file, copied to stderr after the text) */
     FILE* json;     /* NULL, or --norms-json's file */
+    char json_written[4096]; /* the regular file behind it, which a failed write removes ("": a device) */
     float* scratch; /* max(dim, head_dim) floats, the caller's */
     const NormLab* lab; /* NULL, or the RMSNorm lab's switches: the trace reports what they apply */
     int lines;      /* table lines printed so far (the column heads come before the first) */

@@ -36,3 +36,12 @@ int output_path_target(const char* path, char* target, size_t size, char* why, s
     memcpy(target, to, strlen(to) + 1);
     return 0;
 }
+
+void output_path_written(FILE* f, const char* path, char* written, size_t size) {
+    struct stat st;
+    char resolved[PATH_MAX];
+    written[0] = '\0';
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) return;
+    const char* to = realpath(path, resolved) ? resolved : path; /* the file itself, not a link to it */
+    if (strlen(to) < size) memcpy(written, to, strlen(to) + 1);
+}

@@ -615,6 +615,47 @@ class EngineErrors(InTempDir):
             self.assertIn('run: error: /dev/full: write failed: ', p.stderr)
             self.assertTrue(os.path.exists('/dev/full'))
 
+    def test_failed_output_through_a_link(self):
+        """--dump-logits and --norms-json written through a symbolic link: a failed write removes
+        the regular file the link leads to (no partial file left) and keeps the link; through a
+        link to /dev/full, a device, nothing is removed (the link stays, and so does the device).
+        Each says the file and the reason."""
+        import resource
+        import signal
+        import subprocess
+
+        def small_files():
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+        run = ['--prompt-ids', '1,2,3', '-n', '8', '-t', '0']
+        for option in ('--dump-logits', '--norms-json'):
+            with self.subTest(option=option, to='a regular file'):
+                target, link = os.path.join(self.tmp, 'behind.out'), os.path.join(self.tmp, 'link.out')
+                open(target, 'w').close()
+                os.symlink(target, link)
+                try:
+                    p = subprocess.run([hf_model.RUN, self.good, option, link] + run, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True, timeout=30, preexec_fn=small_files)
+                    self.assertEqual(p.returncode, 1, p.stderr)
+                    self.assertIn('%s: write failed: %s' % (link, os.strerror(errno.EFBIG)), p.stderr)
+                    self.assertFalse(os.path.exists(target), 'a partial file was left behind the link')
+                    self.assertTrue(os.path.islink(link), 'the link was removed')
+                finally:
+                    os.unlink(link)
+            if os.path.exists('/dev/full'):
+                with self.subTest(option=option, to='/dev/full'):
+                    link = os.path.join(self.tmp, 'full.out')
+                    os.symlink('/dev/full', link)
+                    try:
+                        p = subprocess.run([hf_model.RUN, self.good, option, link] + run, stdout=subprocess.PIPE,
+                                           stderr=subprocess.PIPE, text=True, timeout=30)
+                        self.assertEqual(p.returncode, 1, p.stderr)
+                        self.assertIn('%s: write failed: %s' % (link, os.strerror(errno.ENOSPC)), p.stderr)
+                        self.assertTrue(os.path.islink(link), 'the link to a device was removed')
+                        self.assertTrue(os.path.exists('/dev/full'))
+                    finally:
+                        os.unlink(link)
+
     def test_closed_standard_streams(self):
         """A standard stream the caller closed is not taken by the next file the engine opens: with
         stdin closed the text is empty (not a worker's /proc file read as the prompt), with stdout
