@@ -41,8 +41,10 @@
                                              * in turn: one that loses its core takes fewer */
 #define PROGRESS_MIN_BYTES ((uint64_t)64 << 20) /* smaller inputs take a moment: no progress shown */
 
-/* Whatever ends the program early removes the temporary file first. */
+/* Whatever ends the program early removes the temporary file first. Errors name the output as the
+ * user gave it (out_name), not this temporary name. */
 static char tmp_path[PATH_MAX];
+static const char* out_name = "standard output";
 static volatile sig_atomic_t tmp_exists = 0;
 
 /* One line "run: error: ...", then exit with status (the unfinished file removed first). */
@@ -358,8 +360,7 @@ static void quantize_item(void* ctx, int item, int thread) {
 }
 
 static void put(FILE* f, const void* data, size_t n) {
-    if (fwrite(data, 1, n, f) != n) fail("%s: write failed: %s", tmp_path[0] ? tmp_path : "standard output",
-                                         strerror(errno));
+    if (fwrite(data, 1, n, f) != n) fail("%s: write failed: %s", out_name, strerror(errno));
 }
 
 static uint64_t align_up(uint64_t x) { return (x + CHECKPOINT_ALIGN - 1) / CHECKPOINT_ALIGN * CHECKPOINT_ALIGN; }
@@ -538,9 +539,9 @@ static void write_checkpoint(FILE* f, const Transformer* t, WeightType type, int
         }
     }
     put_padding(f);
-    if (fflush(f) != 0) fail("%s: write failed: %s", tmp_path, strerror(errno));
+    if (fflush(f) != 0) fail("%s: write failed: %s", out_name, strerror(errno));
     if ((uint64_t)ftello(f) != h.weights_offset + h.weights_bytes)
-        fail("%s: wrote %llu bytes, expected %llu", tmp_path, (unsigned long long)ftello(f),
+        fail("%s: wrote %llu bytes, expected %llu", out_name, (unsigned long long)ftello(f),
              (unsigned long long)(h.weights_offset + h.weights_bytes));
     if (progress.total > PROGRESS_MIN_BYTES && progress.tty) fputc('\n', stderr);
     free(cv.scratch);
@@ -677,17 +678,18 @@ int quantize_main(int argc, char** argv) {
     if (snprintf(tmp_path, sizeof tmp_path, "%s/.%s.%ld.tmp", dir, slash ? slash + 1 : output, (long)getpid()) >=
         (int)sizeof tmp_path)
         fail("%s: path too long", o.output);
+    out_name = o.output;
     remove_stale_temporaries(dir, slash ? slash + 1 : output);
     catch_signals();
     FILE* f = fopen(tmp_path, "we"); /* e: O_CLOEXEC */
     if (f == NULL) fail("%s: cannot create a file in %s: %s", o.output, dir, strerror(errno));
     tmp_exists = 1;
     write_checkpoint(f, &t, type, gs);
-    if (fsync(fileno(f)) != 0) fail("%s: cannot sync to disk: %s", tmp_path, strerror(errno));
+    if (fsync(fileno(f)) != 0) fail("%s: cannot sync to disk: %s", out_name, strerror(errno));
     /* Dropped from the page cache as export.py does: the engine maps weights in 2 MB pages only
      * from a cache it fills itself (checkpoint.c, map_file), and leaves small pages as they are. */
     posix_fadvise(fileno(f), 0, 0, POSIX_FADV_DONTNEED);
-    if (fclose(f) != 0) fail("%s: cannot close: %s", tmp_path, strerror(errno));
+    if (fclose(f) != 0) fail("%s: write failed: %s", out_name, strerror(errno));
     if (rename(tmp_path, output) != 0) fail("%s: cannot rename %s to it: %s", output, tmp_path, strerror(errno));
     tmp_exists = 0;
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* the rename itself on disk too */

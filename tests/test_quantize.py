@@ -13,6 +13,7 @@ the output's size known before it is written.
 """
 
 import contextlib
+import errno
 import io
 import json
 import os
@@ -267,6 +268,23 @@ class NothingLeftBehind(InTempDir):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn('left by a run that was killed', p.stderr)
         self.assertEqual(sorted(os.listdir(d)), sorted(['out.bin', os.path.basename(alive)]))
+
+    def test_write_failure(self):
+        """A write that fails (here past a file size limit, RLIMIT_FSIZE): one line that names the
+        output as given (not its temporary name) and the reason, status 1, nothing left."""
+        import resource
+
+        def small_files():
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))
+        src = self.spoiled_source('too_large', lambda row: row)  # nothing spoiled: a good source
+        d = self.fresh_dir('too_large')
+        out = os.path.join(d, 'out.bin')
+        p = subprocess.run([hf_model.RUN, src, '-m', 'quantize', '--dtype', 'q8', '-o', out], capture_output=True,
+                           text=True, timeout=120, preexec_fn=small_files)
+        self.assertEqual((p.returncode, p.stderr), (1, 'run: error: %s: write failed: %s\n'
+                                                    % (out, os.strerror(errno.EFBIG))))
+        self.assertEqual(os.listdir(d), [])
 
     def fails_cleanly(self, src, *must_mention):
         for dtype in ('q8', 'q4'):
