@@ -428,9 +428,12 @@ static void check_combinations(const Options* o) {
         for (int j = 0; j < k; j++)
             if (o->bench.threads[j] == o->bench.threads[k])
                 die(2, "--threads %s: %d is there twice", given(o, "--threads"), o->bench.threads[k]);
-    /* --prompt-ids would leave chat reading standard input instead, an error. */
+    /* --prompt-ids or --file would leave chat reading standard input instead, an error. */
     if (o->prompt_ids && !(o->mode & (GENERATE | EVAL | TOKENIZE)))
         die(2, "--prompt-ids is for generate, eval and tokenize mode, not -m %s", o->mode_name);
+    if (given(o, "--file") && o->mode == CHAT && !o->prompt)
+        die(2, "-m chat takes no --file: its messages come from standard input, one a line (./run MODEL -m chat "
+            "< FILE), or one from -i TEXT");
     for (const char** f = (const char*[]){"--dump-logits", "--norms-json", NULL}; *f; f++)
         if (given(o, *f) && (OPTIONS[find_option(*f)].modes & o->mode) && same_file(given(o, *f), o->checkpoint))
             die(2, "%s: is the checkpoint; %s would write over it: give another file", given(o, *f), *f);

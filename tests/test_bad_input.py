@@ -506,12 +506,14 @@ class EngineErrors(InTempDir):
             self.assertEqual((p.returncode, p.stderr), (2, 'run: error: the message (-i) is empty\n'))
 
     def test_options_of_another_mode(self):
-        """--prompt-ids outside generate, eval and tokenize mode is an error (chat would otherwise
-        sit reading standard input). Chat's and bench's options elsewhere do nothing, and a note
+        """--prompt-ids outside generate, eval and tokenize mode is an error, and so is chat's -f
+        without -i (chat would otherwise sit reading standard input). Chat's and bench's options elsewhere do nothing, and a note
         says so."""
         for mode in ('chat', 'bench'):
             msg = self.run_fails([self.good, '-m', mode, '--prompt-ids', '1,2'])
             self.assertIn('--prompt-ids is for generate, eval and tokenize mode, not -m ' + mode, msg)
+        msg = self.run_fails([self.good, '-m', 'chat', '-f', self.good])  # -f too, where no -i gives the message
+        self.assertIn('-m chat takes no --file: its messages come from standard input', msg)
         generate = ['--prompt-ids', '1', '-n', '1', '-t', '0']
         for args, note in (
                 (generate + ['--no-think'], '-m generate ignores --no-think (-m chat option)'),
