@@ -668,6 +668,16 @@ int quantize_main(int argc, char** argv) {
              o.input, t.config.weight_type == WEIGHT_Q8 ? "q8" : "q4");
     const WeightType type = streq(o.dtype, "q8") ? WEIGHT_Q8 : WEIGHT_Q4;
     const int gs = choose_group_size(&t.config, type, o.group_size, o.input);
+    if (o.group_size && gs != o.group_size) /* as export.py says it */
+        fprintf(stderr, "run: note: q8 groups of %d: --group-size %d does not divide every input width\n", gs,
+                o.group_size);
+    if (type == WEIGHT_Q8 && gs % 32) {
+        const int plain = choose_group_size(&t.config, type, 0, o.input);
+        fprintf(stderr, "run: note: q8 groups of %d: the SIMD products take groups of a multiple of 32, so this "
+                "file's run on the scalar reference, tens of times slower", gs);
+        if (o.group_size && plain % 32 == 0) fprintf(stderr, "; without --group-size they are %d", plain);
+        fputc('\n', stderr);
+    }
 
     /* Written as .NAME.PID.tmp in the output's folder (export.py's temporary name, which its
      * clean-up of files left by killed runs knows), then synced and renamed over NAME. */

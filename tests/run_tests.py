@@ -168,8 +168,9 @@ def run_unit(unit):
     """Runs one unit in a worker process; returns what the parent reports."""
     import io
     if interrupted:
-        return dict(ran=1, problems=[], skipped=[(unit_name(unit), "not run: %s was interrupted before it in this "
-                                                  "worker" % interrupted[0])], paths=[], log="")
+        return dict(ran=1, problems=[], failed=0, skipped_tests=1,
+                    skipped=[(unit_name(unit), "not run: %s was interrupted before it in this worker" % interrupted[0])],
+                    paths=[], log="")
     ids, c_indexes, patterns = unit
     wanted = lambda name: any(p in name for p in patterns)
     suite = unittest.TestSuite()
@@ -192,8 +193,12 @@ def run_unit(unit):
         sys.stderr = saved
     problems = [(str(t), tb) for t, tb in result.failures + result.errors]
     problems += [(str(t), "unexpected success") for t in result.unexpectedSuccesses]
-    return dict(ran=result.testsRun, problems=problems, skipped=[(str(t), r) for t, r in result.skipped],
-                paths=sorted(seen_paths), log=stream.getvalue())
+    # the tests that failed, and those skipped, each counted once however many of its subtests were
+    failed = {getattr(t, "test_case", t).id() for t, _ in result.failures + result.errors}
+    failed |= {t.id() for t in result.unexpectedSuccesses}
+    skipped_tests = {getattr(t, "test_case", t).id() for t, _ in result.skipped} - failed
+    return dict(ran=result.testsRun, problems=problems, failed=len(failed), skipped_tests=len(skipped_tests),
+                skipped=[(str(t), r) for t, r in result.skipped], paths=sorted(seen_paths), log=stream.getvalue())
 
 
 def main():
@@ -216,7 +221,7 @@ def main():
     units = [u for _, u in sorted(units, key=lambda cu: -cu[0])]
 
     t0 = time.time()
-    ran, problems, skipped = 0, [], []
+    ran, problems, skipped, n_failed, n_skipped = 0, [], [], 0, 0
     # A worker that dies (a signal, a crash) fails its unit and the run, rather than leaving the run
     # to wait for it forever, as multiprocessing.Pool does.
     ctx = multiprocessing.get_context("fork")
@@ -226,6 +231,7 @@ def main():
         for f in concurrent.futures.as_completed(futures):
             if f.exception() is not None:
                 ran += 1
+                n_failed += 1
                 problems.append((unit_name(futures[f]), "not finished: %r (a worker process died while "
                                  "running this unit or another)" % f.exception()))
                 continue
@@ -235,6 +241,8 @@ def main():
             ran += r["ran"]
             problems += r["problems"]
             skipped += r["skipped"]
+            n_failed += r["failed"]
+            n_skipped += r["skipped_tests"]
             seen_paths.update(r["paths"])
     except KeyboardInterrupt:  # Ctrl-C: the workers' units end with it too, and no other starts
         pool.shutdown(wait=False, cancel_futures=True)
@@ -251,9 +259,8 @@ def main():
         print(f"kernels: {here}; "
               f"not here: {', '.join(p for p in ALL_PATHS if p not in seen_paths) or 'none'}")
     print(f"({time.time() - t0:.1f}s, {jobs} worker processes)")
-    failed = len(problems)
-    print(f"{ran - failed - len(skipped)} passed, {failed} failed, {len(skipped)} skipped")
-    return 1 if failed or ran == 0 else 0
+    print(f"{ran - n_failed - n_skipped} passed, {n_failed} failed, {n_skipped} skipped")
+    return 1 if problems or ran == 0 else 0
 
 
 if __name__ == "__main__":

@@ -531,6 +531,23 @@ class ExportUsesIt(InTempDir):
             self.assertEqual('run: note: q8 groups of 16: the SIMD products take groups of a multiple of 32' in r.stderr,
                              slow and simd, r.stderr)
 
+    def test_group_size_notes_of_quantize(self):
+        """./run -m quantize says what export.py says of a --group-size: one that does not divide
+        every width (the group it takes instead), and groups no multiple of 32 (the scalar products,
+        and the default's group); the default says nothing."""
+        d = self.fresh_dir('quantize_notes')
+        src = os.path.join(d, 'src.f32.bin')
+        self.assertEqual(export(self.hf['qwen3_bf16'], src, '--dtype', 'f32').returncode, 0)
+        for gs, notes in (('16', ['run: note: q8 groups of 16: the SIMD products take groups of a multiple of 32, '
+                                  'so this file\'s run on the scalar reference, tens of times slower; without '
+                                  '--group-size they are 64']),
+                          ('128', ['run: note: q8 groups of 64: --group-size 128 does not divide every input width']),
+                          (None, [])):
+            with self.subTest(group_size=gs):
+                p = quantize(src, os.path.join(d, 'out.bin'), '--dtype', 'q8', *(['--group-size', gs] if gs else []))
+                self.assertEqual(p.returncode, 0, p.stderr)
+                self.assertEqual([l for l in p.stderr.splitlines() if l.startswith('run: note:')], notes)
+
     def test_tensors_smaller_than_a_pipe_buffer(self):
         """Every tensor of a 32-wide model is under 8 KB: each frame reaches ./run as it is
         written, not when the next fills the pipe's buffer (that stalled the export for good)."""
