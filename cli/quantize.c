@@ -150,7 +150,8 @@ static void parse_options(int argc, char** argv, QuantizeOptions* o) {
         const char* arg = argv[i];
         if (streq(arg, "-h") || streq(arg, "--help")) {
             usage();
-            exit(fflush(stdout) == 0 ? 0 : 1);
+            if (fflush(stdout) != 0 || ferror(stdout)) fail("standard output: write failed: %s", strerror(errno));
+            exit(0);
         }
         if (streq(arg, "--stream")) {
             o->stream = 1;

@@ -236,6 +236,13 @@ class Refusals(InTempDir):
         self.assertIn('--dtype q8|q4', p.stdout)
         p = hf_model.run_engine(['--help'])
         self.assertIn('-m quantize', p.stdout)
+        if os.path.exists('/dev/full'):  # help that cannot be written: said, status 1, as ./run --help
+            for args in (['-m', 'quantize', '--help'], ['--help']):
+                with open('/dev/full', 'w') as full:
+                    p = subprocess.run([hf_model.RUN] + args, stdout=full, stderr=subprocess.PIPE, text=True,
+                                       timeout=30)
+                self.assertEqual((p.returncode, p.stderr), (1, 'run: error: standard output: write failed: %s\n'
+                                                            % os.strerror(errno.ENOSPC)))
 
 
 class NothingLeftBehind(InTempDir):
