@@ -434,9 +434,17 @@ static void check_combinations(const Options* o) {
     if (given(o, "--file") && o->mode == CHAT && !o->prompt)
         die(2, "-m chat takes no --file: its messages come from standard input, one a line (./run MODEL -m chat "
             "< FILE), or one from -i TEXT");
-    for (const char** f = (const char*[]){"--dump-logits", "--norms-json", NULL}; *f; f++)
-        if (given(o, *f) && (OPTIONS[find_option(*f)].modes & o->mode) && same_file(given(o, *f), o->checkpoint))
-            die(2, "%s: is the checkpoint; %s would write over it: give another file", given(o, *f), *f);
+    /* the files written as the run goes: never "-" (standard output carries the text), the checkpoint
+     * or the text read */
+    for (const char** f = (const char*[]){"--dump-logits", "--norms-json", NULL}; *f; f++) {
+        const char* out = given(o, *f);
+        if (out == NULL || !(OPTIONS[find_option(*f)].modes & o->mode)) continue;
+        if (streq(out, "-")) die(2, "%s -: its output goes to a file (standard output carries the text)", *f);
+        const char* text = given(o, "--file");
+        if (same_file(out, o->checkpoint) || (text && same_file(out, text)))
+            die(2, "%s: is the %s; %s would write over it: give another file", out,
+                same_file(out, o->checkpoint) ? "checkpoint" : "text file (-f)", *f);
+    }
     if ((o->mode & (GENERATE | EVAL | TOKENIZE)) &&
         (o->prompt != NULL) + (o->prompt_ids != NULL) + (given(o, "--file") != NULL) > 1)
         die(2, "-m %s takes one text: give one of -i, --file and --prompt-ids", o->mode_name);

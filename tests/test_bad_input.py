@@ -740,7 +740,8 @@ class EngineErrors(InTempDir):
     def test_output_is_the_checkpoint(self):
         """--dump-logits and --norms-json naming the checkpoint (itself or through a link) are
         refused before anything is written (the model reads that file through its mapping as it
-        runs), and so is the chat's /save; the file stays as it was."""
+        runs), and so is the chat's /save; the file stays as it was. The same for the text of -f,
+        and "-" (standard output, which carries the text) is refused too."""
         import shutil
         import subprocess
         model = os.path.join(self.tmp, 'victim.bin')
@@ -756,6 +757,18 @@ class EngineErrors(InTempDir):
                     self.assertEqual(p.returncode, 2, p.stderr)
                     self.assertEqual(p.stderr.strip(), 'run: error: %s: is the checkpoint; %s would write over it: '
                                                        'give another file' % (out, flag))
+            with self.subTest(flag=flag, out='the -f text'):  # nor the text it reads, nor "-"
+                text = os.path.join(self.tmp, 'prompt.txt')
+                with open(text, 'w') as f:
+                    f.write('hi there')
+                p = hf_model.run_engine([model, '-f', text, '-n', '2', flag, text])
+                self.assertEqual((p.returncode, p.stderr), (2, 'run: error: %s: is the text file (-f); %s would write '
+                                                            'over it: give another file\n' % (text, flag)))
+                with open(text) as f:
+                    self.assertEqual(f.read(), 'hi there')
+                p = hf_model.run_engine([model, '-i', 'hi', '-n', '2', flag, '-'])
+                self.assertEqual((p.returncode, p.stderr), (2, 'run: error: %s -: its output goes to a file (standard '
+                                                            'output carries the text)\n' % flag))
         p = subprocess.run([hf_model.RUN, model, '-m', 'chat', '-n', '2', '--no-think', '-s', '1'],
                            input='Hi\n/save %s\n' % link, capture_output=True, text=True, timeout=60)
         self.assertEqual(p.returncode, 1, p.stderr)  # from a pipe a command that fails ends the chat
