@@ -545,9 +545,19 @@ static int turn_ids(Chat* c, int** run, int* start, int* n_run, int* from, int* 
             return -1;
         }
     if (*start + n >= seq_len) {
-        char advice[80];
-        fprintf(stderr, "chat: this turn needs %d tokens of context, more than the %d there are; %s%s\n",
-                *start + n + 1, seq_len, context_advice(&c->t->config, advice, sizeof advice),
+        char advice[80], sys_note[64] = "";
+        const char* sys = conversation_system(&c->conv); /* which may be what takes the room */
+        if (sys) {
+            ChatMessage m = {"system", sys, NULL};
+            char* text = chat_render(&m, 1, 0, o->thinking);
+            int n_sys = 0;
+            int* sys_ids = text ? tokenizer_encode(c->tok, text, strlen(text), &n_sys) : NULL;
+            if (sys_ids) snprintf(sys_note, sizeof sys_note, " (the system prompt takes %d of them)", n_sys);
+            free(sys_ids);
+            free(text);
+        }
+        fprintf(stderr, "chat: this turn needs %d tokens of context%s, more than the %d there are; %s%s\n",
+                *start + n + 1, sys_note, seq_len, context_advice(&c->t->config, advice, sizeof advice),
                 !c->terminal ? "" : c->o->keep_thinking && *start > 0 ? " (the message was not sent); --keep-thinking "
                 "keeps every turn: /clear starts over" : " (the message was not sent)");
         free(ids);

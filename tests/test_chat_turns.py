@@ -236,6 +236,11 @@ class ChatTurns(hf_model.TempDirTestCase):
         self.assertEqual(p.returncode, 1, p.stderr)
         self.assertRegex(p.stderr, r'this turn needs \d+ tokens of context, more than the 256 there are; '
                                    r'256 is the model\'s maximum\n')
+        # A system prompt that takes the room: the line gives its share
+        p = self.run_chat('-c', '64', '-y', ' '.join(['word'] * 70), messages=['hi'])
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertRegex(p.stderr, r'this turn needs \d+ tokens of context \(the system prompt takes \d+ of them\), '
+                                   r'more than the 64 there are')
 
     def chat_at_terminal(self, args, lines, echo=True):
         """The chat with lines typed at a terminal (stdin; stdout and stderr are pipes), then
