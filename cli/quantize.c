@@ -69,11 +69,13 @@ static __attribute__((noreturn, format(printf, 1, 2))) void usage_error(const ch
     error_exit(2, fmt, ap);
 }
 
-/* Ctrl-C, kill, a closed terminal: remove the unfinished file, then die of the same signal. */
+/* Ctrl-C, kill, a closed terminal: remove the unfinished file, then die of the same signal (the
+ * line after the progress line where one is open on a terminal). */
+static volatile sig_atomic_t progress_open = 0;
 static void on_signal(int sig) {
     if (tmp_exists) unlink(tmp_path);
     static const char msg[] = "\nrun: interrupted; no output written\n";
-    ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
+    ssize_t ignored = write(STDERR_FILENO, msg + !progress_open, sizeof msg - 1 - !progress_open);
     (void)ignored;
     signal(sig, SIG_DFL);
     raise(sig);
@@ -464,6 +466,7 @@ static void progress_add(Progress* p, uint64_t bytes, const char* name) {
     fprintf(stderr, "%srun: quantize %5.1f%%  %llu/%llu MB  eta %3.0fs  %-*s%s", p->tty ? "\r" : "",
             100.0 * (double)p->done / (double)p->total, (unsigned long long)(p->done >> 20),
             (unsigned long long)(p->total >> 20), eta, p->tty ? 32 : 0, name, p->tty ? "" : "\n");
+    progress_open = p->tty;
     fflush(stderr);
 }
 
@@ -545,6 +548,7 @@ static void write_checkpoint(FILE* f, const Transformer* t, WeightType type, int
         fail("%s: wrote %llu bytes, expected %llu", out_name, (unsigned long long)ftello(f),
              (unsigned long long)(h.weights_offset + h.weights_bytes));
     if (progress.total > PROGRESS_MIN_BYTES && progress.tty) fputc('\n', stderr);
+    progress_open = 0;
     free(cv.scratch);
     free(pieces);
 }

@@ -370,7 +370,8 @@ class NothingLeftBehind(InTempDir):
         if proc.returncode == 0:
             self.skipTest('the run finished before SIGINT arrived')
         self.assertEqual(proc.returncode, -signal.SIGINT, rest)
-        self.assertIn('interrupted; no output written', rest)
+        self.assertIn('\nrun: interrupted; no output written\n', '\n' + rest)
+        self.assertNotIn('\n\n', '\n' + rest)  # stderr is a pipe: no progress line to end, no blank line
         self.assertEqual(os.listdir(d), [])
 
     def test_export_ctrl_c(self):
