@@ -421,7 +421,6 @@ class EngineErrors(InTempDir):
             self.assertEqual(p.returncode, 0, p.stderr)
             with open(good, 'rb') as f:
                 EngineErrors.data = f.read()
-            EngineErrors.good = good
             q8 = os.path.join(self.tmp, 'good_q8.bin')
             p = hf_model.run_export(d, q8, 'q8')
             self.assertEqual(p.returncode, 0, p.stderr)
@@ -432,9 +431,11 @@ class EngineErrors(InTempDir):
             self.assertEqual(p.returncode, 0, p.stderr)
             with open(q4, 'rb') as f:
                 EngineErrors.data_q4 = f.read()
-        # The untouched file must work, or every failure below would prove nothing.
-        p = hf_model.run_engine([self.good, '--prompt-ids', '1,2,3', '-n', '2', '-t', '0'])
-        self.assertEqual(p.returncode, 0, 'the valid checkpoint does not run: ' + p.stderr)
+            # The untouched file must work, or every failure below would prove nothing (the tests
+            # write spoiled copies, never this file; until it runs, every test's setUp tries again).
+            p = hf_model.run_engine([good, '--prompt-ids', '1,2,3', '-n', '2', '-t', '0'])
+            self.assertEqual(p.returncode, 0, 'the valid checkpoint does not run: ' + p.stderr)
+            EngineErrors.good = good
 
     def run_fails(self, args, path=None):
         p = hf_model.run_engine(args, timeout=30)

@@ -44,6 +44,14 @@ MODEL_H = os.path.join(hf_model.ROOT, 'model.h')
 TINY = dict(dim=2, hidden_dim=2, n_heads=1, n_kv_heads=1, head_dim=2, n_layers=1, dtype='F32')
 
 
+def replace_file(path, data):
+    """path's content replaced by data: a new file, not the old one cut to nothing and written again,
+    which ext4 (auto_da_alloc) flushes to disk at its close: 2.6 ms a time against 0.07 ms."""
+    os.unlink(path)
+    with open(path, 'wb') as f:
+        f.write(data)
+
+
 class InTempDir(hf_model.TempDirTestCase):
     @classmethod
     def setUpClass(cls):
@@ -759,12 +767,10 @@ class Fuzz(InTempDir):
                             raw = mut.mutate_bytes(original[:len(original) - len(data) + 64]) + data[64:]
                     else:
                         raw = mut.dumps(mut.mutate_doc(doc)) if r < 0.8 else mut.mutate_bytes(original)
-                    with open(path, 'wb') as f:
-                        f.write(raw)
+                    replace_file(path, raw)
                     self.one_case(folder, name, i, raw, counts)
             finally:
-                with open(path, 'wb') as f:
-                    f.write(original)
+                replace_file(path, original)
         took = time.time() - t0
         sys.stderr.write('  [fuzz] %d inputs: %d exported, %d refused; %d exports run by ./run, %d '
                          'refusals through main(), %.1f s\n' % (counts['ok'] + counts['refused'], counts['ok'],

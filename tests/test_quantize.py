@@ -317,9 +317,10 @@ class NothingLeftBehind(InTempDir):
                            'NaN')
         self.fails_cleanly(self.spoiled_source('inf', lambda row: row[:63] + [float('-inf')]), 'infinity')
 
-    def random_folder(self, name, **fields):
+    def random_folder(self, name, config_only=False, **fields):
         """A Hugging Face folder of random BF16 weights of Spec(**fields)'s shape
-        (tools/make_random_qwen3.py), with the tiny tokenizer's files."""
+        (tools/make_random_qwen3.py), with the tiny tokenizer's files (config_only: those and the
+        config, no weights)."""
         hf, tok = os.path.join(self.tmp, name), os.path.join(self.tmp, 'hf_tok')
         if not os.path.exists(tok):
             hf_model.write_model(tok, Spec())  # its tokenizer files, small
@@ -327,7 +328,8 @@ class NothingLeftBehind(InTempDir):
         with open(config, 'w') as f:
             json.dump(Spec(**fields).config(), f)
         p = subprocess.run([*PYTHON, os.path.join(hf_model.ROOT, 'tools', 'make_random_qwen3.py'), hf,
-                            '--config', config, '--tokenizer', tok], capture_output=True, text=True, timeout=300)
+                            '--config', config, '--tokenizer', tok] + ['--config-only'] * config_only,
+                           capture_output=True, text=True, timeout=300)
         self.assertEqual(p.returncode, 0, p.stderr)
         # the real Qwen3's end-of-sequence ids lie beyond this vocabulary: take the tiny tokenizer's
         with open(os.path.join(hf, 'generation_config.json')) as f:
@@ -342,9 +344,12 @@ class NothingLeftBehind(InTempDir):
         src = os.path.join(self.tmp, 'medium.f32.bin')
         if os.path.exists(src):
             return src
-        hf = self.random_folder('hf_medium', dim=512, hidden_dim=1024, n_heads=8, n_kv_heads=4, head_dim=64,
-                                vocab_size=40000, n_layers=1)
-        p = export(hf, src, '--dtype', 'f32')
+        # written straight in the engine's format (tools/make_random_checkpoint.py): a Hugging Face
+        # folder and its export would take twice as long
+        hf = self.random_folder('hf_medium', config_only=True, dim=512, hidden_dim=1024, n_heads=8, n_kv_heads=4,
+                                head_dim=64, vocab_size=40000, n_layers=1)
+        p = subprocess.run([*PYTHON, os.path.join(hf_model.ROOT, 'tools', 'make_random_checkpoint.py'), hf, src,
+                            '--dtype', 'f32'], capture_output=True, text=True, timeout=300)
         self.assertEqual(p.returncode, 0, p.stderr)
         return src
 

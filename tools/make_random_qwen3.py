@@ -107,12 +107,12 @@ def bf16_bits(x):
     return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) & 0xFFFF
 
 
-def random_block(rng, std):
-    """BLOCK_VALUES bf16 values uniform in [-std*sqrt(3), std*sqrt(3)] (standard deviation std),
-    as little-endian bytes. A table of 4096 values is built with struct, then indexed."""
+def random_block(rng, std, n=BLOCK_VALUES):
+    """n bf16 values uniform in [-std*sqrt(3), std*sqrt(3)] (standard deviation std), as
+    little-endian bytes. A table of 4096 values is built with struct, then indexed."""
     a = std * 3 ** 0.5
     table = [struct.pack("<H", bf16_bits(rng.uniform(-a, a))) for _ in range(4096)]
-    idx = [rng.getrandbits(12) for _ in range(BLOCK_VALUES)]
+    idx = [rng.getrandbits(12) for _ in range(n)]
     return b"".join(table[i] for i in idx)
 
 
@@ -211,7 +211,13 @@ def write_safetensors(path, tensors, rng):
     hbytes, total = safetensors_header(tensors)
     # one block per kind of tensor: projections scaled by 1/sqrt(in), embeddings 0.3 (QWEN3-like
     # RMS of the residual stream), norms exactly 1.0 (bf16 0x3F80)
-    blocks = {"proj": {}, "embed": random_block(rng, 0.3), "norm": struct.pack("<H", 0x3F80) * 4096}
+    # a block no longer than the largest tensor it fills (a small model's take a moment, not seconds)
+    largest = {}
+    for _, shape, kind in tensors:
+        key = (kind, shape[1] if kind == "proj" else 0)
+        largest[key] = min(BLOCK_VALUES, max(largest.get(key, 0), len_of(shape)))
+    blocks = {"proj": {}, "embed": random_block(rng, 0.3, largest.get(("embed", 0), BLOCK_VALUES)),
+              "norm": struct.pack("<H", 0x3F80) * 4096}
     done, shown = 0, 0
     try:
         with open(path + ".tmp", "wb") as f:
@@ -221,7 +227,7 @@ def write_safetensors(path, tensors, rng):
                 if kind == "proj":
                     fan_in = shape[1]
                     if fan_in not in blocks["proj"]:
-                        blocks["proj"][fan_in] = random_block(rng, 1.0 / fan_in ** 0.5)
+                        blocks["proj"][fan_in] = random_block(rng, 1.0 / fan_in ** 0.5, largest[("proj", fan_in)])
                     block = blocks["proj"][fan_in]
                 else:
                     block = blocks[kind]
