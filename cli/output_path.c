@@ -1,4 +1,5 @@
-/* output_path.c: the file that a tool writing a whole new file replaces (output_path.h). */
+/* output_path.c: the file that a tool writing a whole new file replaces, and the one a failed
+ * streamed output removes (output_path.h). */
 #include "output_path.h"
 
 #include <errno.h>

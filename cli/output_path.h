@@ -1,6 +1,7 @@
 /* output_path.h: the file that a tool writing a whole new file replaces. The tools (chat's /save,
  * -m quantize) write under a temporary name beside it and rename that over it when complete, so an
- * interrupted write leaves the old file as it was. */
+ * interrupted write leaves the old file as it was. And the file that an output written as the run
+ * goes (--dump-logits, --norms-json) removes when a write to it fails. */
 #ifndef OUTPUT_PATH_H
 #define OUTPUT_PATH_H
 
