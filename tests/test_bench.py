@@ -327,8 +327,7 @@ class BenchMode(unittest.TestCase):
         if default == "none":
             self.skipTest("this build has no software prefetch plans (not x86-64 with AVX2)")
         self.assertEqual(default, "mid", "a model below 64 MB keeps the default plan")
-        for name in ("near", "mid"):
-            self.assertEqual(plan({"KERNELS_PREFETCH": name}), name)
+        self.assertEqual(plan({"KERNELS_PREFETCH": "near"}), "near")  # the other plan (mid is the default)
         p = subprocess.run([RUN, MODEL, "-m", "bench", "--threads", "1", "--bench-prompt", "0", "--bench-gen", "2",
                             "--bench-reps", "1"], capture_output=True, text=True, timeout=300,
                            env=dict(os.environ, KERNELS_PREFETCH="near"))
