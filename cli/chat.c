@@ -230,17 +230,15 @@ static const char* conversation_system(const Conversation* c) {
     return conversation_first(c) ? c->m[0].content : NULL;
 }
 
-/* Sets the system prompt (text malloc'ed, owned from here; "": none, as -y ""); 0, or -1 when out of
- * memory. */
+/* Removes the system prompt, if there is one. */
+static void conversation_drop_system(Conversation* c) {
+    if (!conversation_first(c)) return;
+    free((char*)c->m[0].content);
+    memmove(c->m, c->m + 1, (size_t)--c->n * sizeof *c->m);
+}
+
+/* Sets the system prompt (text malloc'ed, owned from here); 0, or -1 when out of memory. */
 static int conversation_set_system(Conversation* c, char* text) {
-    if (text && !text[0]) {
-        free(text);
-        if (conversation_first(c)) {
-            free((char*)c->m[0].content);
-            memmove(c->m, c->m + 1, (size_t)--c->n * sizeof *c->m);
-        }
-        return 0;
-    }
     if (text && conversation_first(c)) {
         free((char*)c->m[0].content);
         c->m[0].content = text;
@@ -478,8 +476,9 @@ static int chat_command(Chat* c, Str* text) {
         const char* sys = conversation_system(&c->conv);
         fprintf(stderr, sys ? "chat: the system prompt: %s\n" : "chat: no system prompt\n", sys);
     } else if (IS("/system")) {
-        const int none = strcmp(arg, "\"\"") == 0 || strcmp(arg, "''") == 0; /* /system "": no system prompt */
-        if (conversation_set_system(&c->conv, strdup(none ? "" : arg)) != 0) return out_of_memory(COMMAND_FAILED);
+        const int none = strcmp(arg, "\"\"") == 0 || strcmp(arg, "''") == 0; /* /system "": none, as -y "" */
+        if (none) conversation_drop_system(&c->conv);
+        else if (conversation_set_system(&c->conv, strdup(arg)) != 0) return out_of_memory(COMMAND_FAILED);
         if (c->o->keep_thinking) /* the cache cannot change its start: the conversation starts over */
             clear_conversation(c);
         fprintf(stderr, "chat: the system prompt is %s%s\n", none ? "removed" : "set",

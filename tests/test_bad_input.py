@@ -508,8 +508,8 @@ class EngineErrors(InTempDir):
 
     def test_options_of_another_mode(self):
         """--prompt-ids outside generate, eval and tokenize mode is an error, and so is chat's -f
-        without -i (chat would otherwise sit reading standard input). Chat's and bench's options elsewhere do nothing, and a note
-        says so."""
+        without -i (chat would otherwise sit reading standard input). Chat's and bench's options
+        elsewhere do nothing, and a note says so."""
         for mode in ('chat', 'bench'):
             msg = self.run_fails([self.good, '-m', mode, '--prompt-ids', '1,2'])
             self.assertIn('--prompt-ids is for generate, eval and tokenize mode, not -m ' + mode, msg)

@@ -537,6 +537,15 @@ class ChatTerminal(hf_model.TempDirTestCase):
         p = self.piped('-t', '0', '-n', '2', '-i', 'hello there', stdin_terminal=True)
         self.assertNotIn('/help', p.stderr)
 
+    def assert_second_prompt(self, p, messages):
+        """The chat p (--verbose-prompt, --no-think) ran two prompts, the second the template's
+        rendering of messages and then the no-think answer's start."""
+        prompts = re.findall(PROMPT_RE, p.stderr, re.M)
+        self.assertEqual(len(prompts), 2, p.stderr)
+        text = ''.join('<|im_start|>%s\n%s<|im_end|>\n' % (m['role'], m['content']) for m in messages)
+        self.assertEqual(ids_of(prompts[1][2]),
+                         self.tokenize(text + '<|im_start|>assistant\n<think>\n\n</think>\n\n'))
+
     def test_system_and_save(self):
         """/save writes the conversation as JSON; /system replaces the system prompt, the turns kept:
         the next prompt is the template's rendering of the saved conversation and the new message."""
@@ -556,11 +565,7 @@ class ChatTerminal(hf_model.TempDirTestCase):
         self.assertEqual(two[:3], [{'role': 'system', 'content': 'be terse'}] + one[1:])
         self.assertEqual([m['role'] for m in two[3:]], ['user', 'assistant'])
         self.assertEqual(two[3]['content'], 'and again')
-        prompts = re.findall(PROMPT_RE, p.stderr, re.M)
-        self.assertEqual(len(prompts), 2, p.stderr)
-        text = ''.join('<|im_start|>%s\n%s<|im_end|>\n' % (m['role'], m['content']) for m in two[:4])
-        self.assertEqual(ids_of(prompts[1][2]),
-                         self.tokenize(text + '<|im_start|>assistant\n<think>\n\n</think>\n\n'))
+        self.assert_second_prompt(p, two[:4])
 
     def test_system_removed(self):
         """/system "" removes the system prompt, as -y "" gives none: the next prompt renders the
@@ -573,15 +578,11 @@ class ChatTerminal(hf_model.TempDirTestCase):
         with open(saved, encoding='utf-8') as f:
             messages = json.load(f)
         self.assertEqual([m['role'] for m in messages], ['user', 'assistant', 'user', 'assistant'])
-        prompts = re.findall(PROMPT_RE, p.stderr, re.M)
-        self.assertEqual(len(prompts), 2, p.stderr)
-        text = ''.join('<|im_start|>%s\n%s<|im_end|>\n' % (m['role'], m['content']) for m in messages[:3])
-        self.assertEqual(ids_of(prompts[1][2]),
-                         self.tokenize(text + '<|im_start|>assistant\n<think>\n\n</think>\n\n'))
+        self.assert_second_prompt(p, messages[:3])
 
     def test_home_in_file_names(self):
         """/save ~/FILE and /read ~/FILE name a file under $HOME, as a shell would read them (no
-        shell sees the chat's lines); ~user and a ~ inside a name stay as they are."""
+        shell sees the chat's lines); ~user stays as it is."""
         from unittest import mock
         home = os.path.join(self.tmp, 'home')
         os.makedirs(home, exist_ok=True)
