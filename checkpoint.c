@@ -197,9 +197,6 @@ static int check_format(const FileHeader* h, const LoadError* e) {
     return 0;
 }
 
-/* The model's sizes: each in its range (model.h's CHECKPOINT LIMITS), the heads consistent, every
- * matrix indexable; then the weight type and its group size, which must divide every row length
- * that is quantised. */
 /* Qwen3-MoE's fields (FLAG_MOE): each in its range, every expert matrix indexable, the expert width
  * divisible by the group size; without the flag, all zero. */
 static int check_experts(const FileHeader* h, const LoadError* e) {
@@ -226,6 +223,9 @@ static int check_experts(const FileHeader* h, const LoadError* e) {
     return 0;
 }
 
+/* The model's sizes: each in its range (model.h's CHECKPOINT LIMITS), the heads consistent, every
+ * matrix indexable; then the weight type and its group size, which must divide every row length
+ * that is quantised. */
 static int check_sizes(const FileHeader* h, const LoadError* e) {
     struct { const char* name; uint32_t value, max; } sizes[] = {
         {"dim", h->dim, MAX_DIM}, {"hidden_dim", h->hidden_dim, MAX_HIDDEN},

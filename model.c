@@ -156,8 +156,7 @@ static int alloc_state(Transformer* t, KVType kv_type, const LoadError* e) {
         {&s->k, B * kv_dim}, {&s->v, B * kv_dim}, {&s->gate, B * F}, {&s->up, B * F}, {&s->logits, (size_t)c->vocab_size},
         {&s->rope_cos, (size_t)c->seq_len * half}, {&s->rope_sin, (size_t)c->seq_len * half},
         {&s->router_logits, moe * B * E}, {&s->expert_weight, moe * B * k}, {&s->expert_in, G * B * D},
-        {&s->expert_out, G * B * D}, /* and two arrays of ints, which take a float's 4 bytes: */
-        {(float**)&s->expert_of, moe * B * k}, {(float**)&s->expert_rows, G * B},
+        {&s->expert_out, G * B * D},
     };
     s->max_batch = (int)B;
     /* The caches: whole blocks of positions, memory used only as positions reach them (populate_kv_cache). */
@@ -171,8 +170,10 @@ static int alloc_state(Transformer* t, KVType kv_type, const LoadError* e) {
     int ok = s->key_cache && s->value_cache;
     for (size_t i = 0; ok && i < sizeof buffers / sizeof buffers[0]; i++)
         ok = (*buffers[i].buf = calloc(buffers[i].floats ? buffers[i].floats : 1, sizeof(float))) != NULL;
-    if (!ok)
-        return load_fail(e, "out of memory for the run state (KV cache of %d positions: try a smaller -c/--ctx)",
+    s->expert_of = calloc(moe * B * k + 1, sizeof(int)); /* the experts' ints */
+    s->expert_rows = calloc(G * B + 1, sizeof(int));
+    if (!ok || !s->expert_of || !s->expert_rows)
+        return load_fail(e, "out of memory for the run state (a KV cache of %d positions: a shorter context needs less)",
                     c->seq_len);
     rope_tables(c, s->rope_cos, s->rope_sin);
     return 0;

@@ -60,7 +60,8 @@ static void print_switches(const NormTrace* tr) {
     free(json);
 }
 
-int norm_trace_wants(const NormTrace* tr, int p) {
+/* Whether position p is traced (in the table or the JSON lines). */
+static int norm_trace_wants(const NormTrace* tr, int p) {
     return tr->json != NULL || tr->pos < 0 || tr->pos == p;
 }
 
@@ -137,8 +138,16 @@ static void json_line(NormTrace* tr, int use, const char* site, int layer, int h
             json_value(v[4], 32, "%.9g", st->rms_out), json_value(v[5], 32, "%.9g", eps), st->skipped ? ",\"skipped\":true" : "");
 }
 
-void norm_trace_see(NormTrace* tr, int use, const char* site, int layer, const float* in, const float* weight,
-                    int per_row, int width, int p0, int nb, float eps) {
+/* One call site of RMSNorm use `use` (1 pre-attention, 2 QK-Norm, 3 pre-MLP, 4 final norm),
+ * called `site`, in layer `layer` (-1: after the last layer). `in` holds the nb rows of the chunk
+ * that starts at position p0, each row per_row vectors of width values (QK-Norm: every head of q,
+ * or of k; the other uses: one vector of dim values). For each traced row it reports the RMS and
+ * mean of what goes in, the scale applied (1/sqrt(mean(x^2) + eps)), the RMS of the weight applied
+ * and of what comes out, recomputed with norm.c's scalar reference (the engine's SIMD output equals
+ * it to rounding). Under the RMSNorm lab (tr->lab) these are what the lab applies at the site: its
+ * eps, its variant of the formula, or a site left out (marked skipped: scale 1, weight 1, out = in). */
+static void norm_trace_see(NormTrace* tr, int use, const char* site, int layer, const float* in,
+                           const float* weight, int per_row, int width, int p0, int nb, float eps) {
     const NormApplied a = tr->lab ? norm_lab_at(tr->lab, use, layer, eps) : (NormApplied){0, 0, eps};
     const double rms_w = applied_rms_w(weight, width, a);
     for (int pos = p0; pos < p0 + nb; pos++) {
@@ -161,7 +170,9 @@ void norm_trace_see(NormTrace* tr, int use, const char* site, int layer, const f
     }
 }
 
-void norm_trace_score(NormTrace* tr, int layer, int pos, int head, int kv_head, int n_keys, double max_score) {
+/* Query head `head` (reading kv head `kv_head`) of layer `layer` at position `pos`: the largest
+ * |q.k|/sqrt(d) over the n_keys keys it attends to. JSON only (the tables show the norms). */
+static void norm_trace_score(NormTrace* tr, int layer, int pos, int head, int kv_head, int n_keys, double max_score) {
     if (tr->json == NULL) return;
     char v[32];
     fprintf(tr->json, "{\"position\":%d,\"layer\":%d,\"site\":\"attention\",\"head\":%d,\"kv_head\":%d,\"keys\":%d,"

@@ -1,8 +1,8 @@
 /* norm_trace.h: `--show-norms` and `--norms-json` (run.c), for a student of RMSNorm: what each of
  * the four RMSNorm call sites of forward() (model.c) does to the vectors it gets.
  * The trace puts its own op table in front of the model's (kernels/ops.h): its rmsnorm reports
- * what goes into each call (norm_trace_see) and its attention each query head's largest score
- * (norm_trace_score), then both call the model's own op.
+ * what goes into each call (norm_trace.c: norm_trace_see) and its attention each query head's
+ * largest score (norm_trace_score), then both call the model's own op.
  *
  * Three outputs, any of them on:
  *   the table (--show-norms)       one position (the prompt's last); QK-Norm's heads as min..max
@@ -42,23 +42,5 @@ typedef struct NormTrace {
 /* Puts the trace in front of t's ops, and takes it away again. */
 void norm_trace_attach(NormTrace* tr, Transformer* t);
 void norm_trace_detach(NormTrace* tr, Transformer* t);
-
-/* Whether position p is traced (in the table or the JSON lines). */
-int norm_trace_wants(const NormTrace* tr, int p);
-
-/* One call site of RMSNorm use `use` (1 pre-attention, 2 QK-Norm, 3 pre-MLP, 4 final norm),
- * called `site`, in layer `layer` (-1: after the last layer). `in` holds the nb rows of the chunk
- * that starts at position p0, each row per_row vectors of width values (QK-Norm: every head of q,
- * or of k; the other uses: one vector of dim values). For each traced row it reports the RMS and
- * mean of what goes in, the scale applied (1/sqrt(mean(x^2) + eps)), the RMS of the weight applied
- * and of what comes out, recomputed with norm.c's scalar reference (the engine's SIMD output equals
- * it to rounding). Under the RMSNorm lab (tr->lab) these are what the lab applies at the site: its
- * eps, its variant of the formula, or a site left out (marked skipped: scale 1, weight 1, out = in). */
-void norm_trace_see(NormTrace* tr, int use, const char* site, int layer, const float* in, const float* weight,
-                    int per_row, int width, int p0, int nb, float eps);
-
-/* Query head `head` (reading kv head `kv_head`) of layer `layer` at position `pos`: the largest
- * |q.k|/sqrt(d) over the n_keys keys it attends to. JSON only (the tables show the norms). */
-void norm_trace_score(NormTrace* tr, int layer, int pos, int head, int kv_head, int n_keys, double max_score);
 
 #endif

@@ -191,8 +191,9 @@ class ExportRefuses(InTempDir):
 
 
 class CrashingInputs(ExportRefuses):
-    """Inputs that ended export.py with a Python traceback (struct.error, OverflowError,
-    TypeError, AttributeError, ValueError): now status 1 and one line naming file and field."""
+    """Inputs that Python would turn into a traceback (struct.error, OverflowError, TypeError,
+    AttributeError, ValueError) if export.py did not check them: status 1 and one line naming
+    file and field."""
 
     def test_config_json(self):
         c = 'config.json'
@@ -301,8 +302,8 @@ class CrashingInputs(ExportRefuses):
 
 
 class RefusedByRun(ExportRefuses):
-    """Values that export.py wrote and ./run then refused (when loading, or at the first token):
-    now export.py refuses them, naming the field."""
+    """Values that ./run refuses (when loading, or at the first token): export.py refuses them
+    first, naming the field, instead of writing a file that does not run."""
 
     def test_refused(self):
         c, t, g = 'config.json', 'tokenizer.json', 'generation_config.json'

@@ -430,8 +430,7 @@ ALWAYS_INLINE void q8_sum_128(float* out, const float* att, int att_stride, int 
 }
 
 /* q8_sum_128 with NQ a constant, in a function of its own: inlined beside the other decode
- * kernels, its loops ran short of registers (gcc 12) and a group of 2 lost 15-20%
- * (docs/design.md#attention-decode). */
+ * kernels, its loops run short of registers and spill (docs/design.md#attention-decode). */
 static __attribute__((noinline)) void q8_weighted_sum_128(float* out, const float* att, int att_stride, int NQ,
                                                           const int8_t* values, const int8_t* next_keys, int n_next,
                                                           int stride, int n, int add) {
@@ -444,7 +443,7 @@ static __attribute__((noinline)) void q8_weighted_sum_128(float* out, const floa
  * registers; each pair of rows' values widened and paired once for the eight queries, each
  * query's pair of weights a broadcast operand of vpdpwssd. Each of the four passes prefetches every
  * fourth pair of the next chunk's key rows, so that those prefetches spread over the whole sum: all
- * in the first pass, they waited for miss buffers, and the next chunk's scores for its keys
+ * in the first pass, they would wait for miss buffers, and the next chunk's scores for its keys
  * (docs/design.md#attention-decode). */
 ALWAYS_INLINE void q8_pairs_pass_128(float* out, const int16_t* w, const int8_t* const* rows, int n_pairs,
                                      const int8_t* const* next_keys, int n_next, int add, const float* unit, int g0) {
@@ -525,7 +524,7 @@ static __attribute__((noinline)) void q8_pairs_sum_128(float* out, const float* 
  * into one sum per query, four rows' sums reduced in one tree (wv_hsum4_store), the same order for
  * every row. Widening halves is most of fvec's arithmetic per row, and a GQA group of 8 (30B-A3B)
  * spends most of decode at depth in it; zmm halves the instructions. Over an fp32 cache, which
- * widens nothing, fvec stays: on zmm the 0.6B shape was slower (docs/design.md#attention-decode). */
+ * widens nothing, fvec stays, faster there (docs/design.md#attention-decode). */
 ALWAYS_INLINE void wide_scores(float* att, int att_stride, const float* q, int NQ, const void* keys,
                                const void* prefetch_values, int stride, int n, int d, float scale, KVType T) {
     for (int t = 0; t < n; t += 4) {
@@ -624,7 +623,7 @@ ALWAYS_INLINE void weighted_sum_pass(float* out, const float* att, int att_strid
  * the first: the same order as over one array). Meanwhile the next chunk's first n_next key rows
  * are prefetched into L2, so that memory keeps streaming while the sum works from cache. folded:
  * over a q8 cache, att is q8_fold_weights' w instead, and the first pass prefetches each next key
- * row whole (a q8 row is 2.25 lines; the line schedule's bookkeeping cost more than it gained). */
+ * row whole (a q8 row is 2.25 lines: whole rows need no line schedule, docs/design.md#attention-decode). */
 ALWAYS_INLINE void weighted_sum(float* out, const float* att, int att_stride, int NQ, const void* values,
                                 const void* next_keys, int n_next, int stride, int n, int d, int add, KVType T,
                                 int folded) {
@@ -676,7 +675,8 @@ static inline void q8_row_pointers(const int8_t** rows, const KVRows* kv, const 
 }
 
 
-/* softmax_scalar's steps on SIMD vectors (exp_shifted, scale_row). */
+/* softmax_scalar's twin over decode attention's own steps (exp_shifted, scale_row): attention
+ * runs those steps inline; tests/test_kernels.c checks them through this function. */
 void softmax(float* x, int n) {
     if (n <= 0) return;
     float m = -INFINITY;
@@ -731,8 +731,8 @@ ALWAYS_INLINE void decode_chunk_sum(float* out, const float* att, int n_pos, int
         if (I8 && d == 128 && ATTENTION_Q8_128)
             q8_weighted_sum_128(out, att + p, n_pos, NQ, kv_at(kv->values, off, T), kv_at(kv->keys, next, T), n_next,
                                 kv->stride, n, p > 0);
-        else if (NQ > 2)
-            continue; /* not reached (decode_chunk_scores) */
+        else if (NQ > 2) /* only over q8 at head_dim 128 (decode_chunk_scores): the sums below */
+            continue;    /* are compiled for NQ 1 and 2 alone */
         else if ((I8 || T == KV_F16) && ATTENTION_WIDE)
             wide_weighted_sum(out, att + p, n_pos, NQ, kv_at(kv->values, off, T), kv_at(kv->keys, next, T), n_next,
                               kv->stride, n, d, p > 0, T);

@@ -14,7 +14,7 @@
  * process run and free independently. One context serves one calling thread at a time. */
 typedef struct Kernels Kernels;
 
-/* n_threads threads in all (the caller's included; <= 0: kernels_available_cpus()), scratch for
+/* n_threads threads in all (the caller's included; <= 0: kernels_available_cpus(); at most 256), scratch for
  * matmuls of up to max_batch rows (tokens) and max_cols input columns. NULL when out of memory. */
 Kernels* kernels_new(int n_threads, int max_batch, int max_cols);
 void kernels_free(Kernels* k); /* stops its threads and frees its scratch; NULL is fine */
@@ -51,7 +51,6 @@ int kernels_set_float_panels(Kernels* k, int on);
  * twin: builds without the instruction ignore the option, and tests/test_kernels.c checks the
  * kernel against the exact sum over the rounded activations. */
 int kernels_set_bf16_activations(Kernels* k, int on);
-int kernels_bf16_activations(const Kernels* k); /* 1 while on */
 
 /* The fast ops' matmul (kernels/ops.h): outs[m][t*Ws[m]->rows + r] = sum_c Ws[m][r][c] * x[t*cols + c]  for m < n_mats, t < n, r < rows.
  * (y = W x for each of n input rows: a matrix-vector product when n == 1, a matrix-matrix
@@ -83,8 +82,8 @@ Kernels* ops_kernels(const Ops* o);
 /* Runs fn(ctx, i, thread) for i in [0, n) on k's threads (the caller's thread included) and
  * returns when all are done; thread is the index of the thread running the item (0: the caller,
  * 1 .. kernels_threads(k) - 1: the workers), for per-thread scratch. Idle threads spin for at
- * most 200 us (not at all while another process competes for the cores), then sleep: see
- * threads.c. A call from inside an item of k (nested) runs its items serially on that thread. */
+ * most KERNELS_SPIN_US (200 us by default; not at all while another process competes for the
+ * cores), then sleep: see threads.c. A call from inside an item of k (nested) runs its items serially on that thread. */
 void parallel_for(Kernels* k, int n, void (*fn)(void* ctx, int i, int thread), void* ctx);
 
 /* Runs fn(ctx, begin, end) over [0, n) cut into one contiguous span per thread of k. The cuts fall

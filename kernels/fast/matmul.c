@@ -14,7 +14,7 @@
 
 /* ---- Scratch, plan and switches ---- */
 
-/* One kernel context's scratch, plan and switches (simd_math.h: matmul_scratch_new). The
+/* One kernel context's scratch, plan and switches (fast.h: matmul_scratch_new). The
  * per-thread parts reach the SIMD twins through thread_view (matmul_shared.h, MatmulThread). */
 struct MatmulScratch {
     float* xp_buf;         /* [max_threads * xp_stride] each thread's activation row (MatmulThread.xp) */
@@ -214,8 +214,6 @@ void matmul_scratch_free(MatmulScratch* s) {
     free(s->amx_wt_buf);
     free(s);
 }
-
-int kernels_bf16_activations(const Kernels* k) { return kernels_scratch(k)->bf16_activations; }
 
 int kernels_set_bf16_activations(Kernels* k, int on) {
     MatmulScratch* s = kernels_scratch(k);

@@ -106,9 +106,7 @@ Ops* ops_new(const OpsSpec* spec) {
     }
     *o = (Ops){matmul, matmul_segments, rmsnorm_fast, rope_fast, swiglu_fast, attention_fast, parallel_for_fast, threads_fast,
                set_threads_fast, free_fast, .ctx = f};
-    int n_threads = spec->threads > 0 ? spec->threads : kernels_available_cpus();
-    if (n_threads > 256) n_threads = 256;
-    f->k = kernels_new(n_threads, spec->max_batch, spec->max_cols);
+    f->k = kernels_new(spec->threads, spec->max_batch, spec->max_cols);
     const int group = spec->n_kv_heads > 0 ? spec->n_heads / spec->n_kv_heads : 1;
     f->att_floats = attention_rows_scratch(group, ATTENTION_BLOCK_ROWS, spec->max_pos, spec->head_dim);
     if (f->k) f->att = calloc((size_t)kernels_threads(f->k) * f->att_floats, sizeof(float));

@@ -13,7 +13,7 @@
 /* Tokens per tile_float: a 4 x 4 tile needs 16 accumulators + 4 activations + 1 weight, which fits
  * in the 32 vector registers of an AVX-512 build (also for ymm code) but not in AVX2's 16, where
  * gcc spills in the inner loop; there 4 x 3 fits (docs/design.md#prefill-tiles). Where the panels
- * are on, the tiles take the prompts below float_packed_takes' thresholds and the rows after a
+ * are on, the tiles take the prompts below plan_product's thresholds and the rows after a
  * chunk's last whole panel; with AVX-512 on Zen 4 (panels off) all of f32 and bf16 prefill. */
 #if defined(__AVX512F__)
 #define TILE_TOKENS 4
