@@ -174,6 +174,9 @@ def parse_yarn(path, scaling, field):
                               f"{'[1' if lo == 1.0 else '(0'}, {top:g}) also as a float32, got {show(v)}")
         y[key] = float(v)
     original = scaling.get("original_max_position_embeddings")
+    if original is None:
+        raise ExportError(f"{path}: field '{field}.original_max_position_embeddings' is missing: YaRN needs the "
+                          "context the model was trained at (Qwen3's model card gives 32768)")
     if not is_int(original) or not 1 <= original <= LIMITS["MAX_POSITIONS"]:
         raise ExportError(f"{path}: field '{field}.original_max_position_embeddings' must be an integer in "
                           f"1 .. {LIMITS['MAX_POSITIONS']}, got {show(original)}")
@@ -214,6 +217,8 @@ def parse_moe(path, cfg, c):
     layers stay dense (mlp_only_layers, decoder_sparse_step)."""
     def count(key, lo, hi, default=None):
         v = cfg.get(key, default)
+        if v is None:
+            raise ExportError(f"{path}: missing field '{key}' (a Qwen3-MoE model needs it)")
         if not is_int(v) or not lo <= v <= hi:
             raise ExportError(f"{path}: field '{key}' must be an integer in {lo} .. {hi}, got {show(v)}")
         return v
@@ -902,15 +907,22 @@ def tensor_plan(c):
     return plan + [entry(t) for t in TENSORS[n_first:] if t[4] == GLOBAL and stored(t, c["flags"])]
 
 
-def choose_group_size(c, requested, wtype):
+def choose_group_size(c, requested, wtype, path="config.json"):
     """q8 groups: `requested` when it divides every input width, else the largest power of two
-    <= requested (at least 8) that does. q4 groups are always 32 columns (model.h)."""
-    widths = [c["dim"], c["hidden_dim"], c["n_heads"] * c["head_dim"]] + ([c["moe"]["hidden"]] if c.get("moe") else [])
+    <= requested (at least 8) that does. q4 groups are always 32 columns (model.h). path: the
+    config the widths come from, for the message."""
+    named = {"hidden_size": c["dim"], "intermediate_size": c["hidden_dim"],
+             "num_attention_heads x head_dim": c["n_heads"] * c["head_dim"]}
+    if c.get("moe"):
+        named["moe_intermediate_size"] = c["moe"]["hidden"]
+    widths = list(named.values())
     if wtype == WEIGHT_Q4:
         if requested != 32:
             raise ExportError(f"q4 groups are 32 columns (got --group-size {requested})")
-        if any(w % 32 for w in widths):
-            raise ExportError(f"q4 needs every input width ({widths}) to be a multiple of 32")
+        bad = ", ".join(f"{k} {w}" for k, w in named.items() if w % 32)
+        if bad:
+            raise ExportError(f"{path}: q4 needs every input width to be a multiple of 32 "
+                              f"(its groups are 32 columns): {bad}; export q8 instead")
         return 32
     if requested < 8:
         raise ExportError(f"q8 needs a group size of at least 8 (got {requested})")
@@ -919,7 +931,8 @@ def choose_group_size(c, requested, wtype):
         if all(w % g == 0 for w in widths):
             return g
         g //= 2
-    raise ExportError(f"q8 needs every input width ({widths}) to be a multiple of 8")
+    raise ExportError(f"{path}: q8 needs every input width to be a multiple of 8: "
+                      + ", ".join(f"{k} {w}" for k, w in named.items()))
 
 
 MAX_JOBS = 16  # default worker processes at most
@@ -988,8 +1001,8 @@ def converted_blocks(blocks, workers):
         for block in blocks:
             yield block if block is PAD else convert_block(block)
         return
-    # multiprocessing, subprocess and tempfile are imported where they are used: importing them
-    # takes a sixth of the time of an export that needs none of them (a small f32 or bf16 one)
+    # multiprocessing, subprocess and tempfile are imported where they are used, so that an export
+    # that needs none of them (a small f32 or bf16 one) does not pay for importing them
     import multiprocessing
     ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods()
                                       else None)
@@ -1240,6 +1253,10 @@ def read_inputs(folder, dtype_name, group_size, tokenizer_dir):
                               f"{shape} from config.json")
     unused = set(table) - {name for name, _, _ in plan} - {"lm_head.weight"}
     unused = {n for n in unused if not n.endswith("rotary_emb.inv_freq")}
+    shared = sorted(n for n in unused if ".shared_expert" in n)
+    if shared:  # Qwen2-MoE's layout: the model is not Qwen3-MoE, whatever config.json says
+        raise ExportError(f"{table[shared[0]].path}: tensor '{shared[0]}' belongs to a shared expert; "
+                          "Qwen3-MoE has none, and shared experts are not supported")
     if unused:
         warn(f"{len(unused)} tensor(s) not used, e.g. {show(sorted(unused)[0])}")
 
@@ -1251,7 +1268,7 @@ def read_inputs(folder, dtype_name, group_size, tokenizer_dir):
     if group_size and wtype not in DEFAULT_GROUP:
         warn(f"--group-size {group_size} is for q8 (and q4's 32): {dtype_name} has no groups, so it is ignored")
     if wtype in DEFAULT_GROUP:
-        gs = choose_group_size(c, group_size or DEFAULT_GROUP[wtype], wtype)
+        gs = choose_group_size(c, group_size or DEFAULT_GROUP[wtype], wtype, os.path.join(folder, "config.json"))
         if group_size and gs != group_size:
             warn(f"q8 groups of {gs}: --group-size {group_size} does not divide every input width")
         if wtype == WEIGHT_Q8 and gs % 32:

@@ -85,7 +85,7 @@ class ExportErrors(InTempDir):
         moe = dict(arch='qwen3_moe', num_experts=4, num_experts_per_tok=2)
         for overrides, words in (({'shared_expert_intermediate_size': 64}, ['shared_expert_intermediate_size']),
                                  ({'num_experts_per_tok': 5}, ['num_experts_per_tok', '1 .. 4']),
-                                 ({'num_experts_per_tok': DELETE}, ['num_experts_per_tok']),
+                                 ({'num_experts_per_tok': DELETE}, ["missing field 'num_experts_per_tok'"]),
                                  ({'moe_intermediate_size': 0}, ['moe_intermediate_size']),
                                  ({'norm_topk_prob': 'yes'}, ['norm_topk_prob']),
                                  ({'decoder_sparse_step': 0}, ['decoder_sparse_step']),
@@ -109,6 +109,13 @@ class ExportErrors(InTempDir):
                 t[p + 'experts.down_proj'] = ('BF16', [4, 64, len(down) // 4 // 64], down)
             hf_model.write_safetensors(path, [(n, dt, sh, v) for n, (dt, sh, v) in t.items()])
         self.export_fails(Spec(**moe), ['experts.gate_up_proj', 'fused', 'one tensor per expert'], edit=fuse)
+        # a shared expert's tensors (Qwen2-MoE's) without the config field: refused, not dropped with a warning
+        def add_shared_expert(d):
+            path = os.path.join(d, 'model.safetensors')
+            t = hf_model.read_safetensors(path)
+            t['model.layers.0.mlp.shared_expert.gate_proj.weight'] = ('BF16', [32, 64], [0.0] * (32 * 64))
+            hf_model.write_safetensors(path, [(n, dt, sh, v) for n, (dt, sh, v) in t.items()])
+        self.export_fails(Spec(**moe), ['shared_expert.gate_proj', 'shared expert'], edit=add_shared_expert)
         # a dense Qwen3 with MoE fields is refused rather than read without its experts
         self.export_fails(Spec(config_overrides={'num_experts': 8, 'moe_intermediate_size': 32}), ['num_experts'])
 
@@ -125,6 +132,7 @@ class ExportErrors(InTempDir):
                                (dict(yarn, factor=0.5), ['rope_scaling.factor', '[1, 1e+06)']),
                                (dict(yarn, factor='4'), ['rope_scaling.factor']),
                                ({'rope_type': 'yarn', 'original_max_position_embeddings': 4096}, ['rope_scaling.factor', 'missing']),
+                               ({'rope_type': 'yarn', 'factor': 4.0}, ["original_max_position_embeddings' is missing"]),
                                (dict(yarn, original_max_position_embeddings=0), ['original_max_position_embeddings']),
                                (dict(yarn, beta_fast=-1.0), ['rope_scaling.beta_fast']),
                                (dict(yarn, attention_factor=0), ['rope_scaling.attention_factor']),
@@ -180,8 +188,10 @@ class ExportErrors(InTempDir):
 
     def test_q4_width_not_a_multiple_of_32(self):
         """q4 groups are 32 columns (model.h): a q width of 2 x 24 = 48 cannot be grouped, and
-        export says so before writing anything."""
-        self.export_fails(Spec(n_heads=2, head_dim=24), ['multiple of 32'], dtype='q4')
+        export says so before writing anything, naming the config and the width."""
+        msg = self.export_fails(Spec(n_heads=2, head_dim=24), ['multiple of 32'], dtype='q4')
+        self.assertIn('config.json: ', msg)
+        self.assertIn('num_attention_heads x head_dim 48', msg)
 
     def test_q4_group_size_other_than_32(self):
         self.n += 1
@@ -875,19 +885,19 @@ class EngineErrors(InTempDir):
             self.assertEqual(p.returncode, 0, 'a version-%d %s file does not run: %s' % (version, name, p.stderr))
 
     def test_version_1(self):
-        """Version 1 laid q8 out differently (model.h)."""
+        """Version 1 laid q8 out differently (docs/checkpoint.md#versions)."""
         self.old_version(1, ['q8'], ['f32'])
 
     def test_version_2(self):
-        """Version 2 laid q4 out differently, and stored q8's scales as float32 (model.h)."""
+        """Version 2 laid q4 out differently, and stored q8's scales as float32 (docs/checkpoint.md#versions)."""
         self.old_version(2, ['q4', 'q8'], ['f32'])
 
     def test_version_3(self):
-        """Version 3 stored q4's and q8's scales as float32 (model.h)."""
+        """Version 3 stored q4's and q8's scales as float32 (docs/checkpoint.md#versions)."""
         self.old_version(3, ['q4', 'q8'], ['f32'])
 
     def test_version_4(self):
-        """Version 4 stored q8's scales as float32 (model.h); its q4 and f32 files are today's."""
+        """Version 4 stored q8's scales as float32 (docs/checkpoint.md#versions); its q4 and f32 files are today's."""
         self.old_version(4, ['q8'], ['q4', 'f32'])
 
     def test_offsets_out_of_range(self):
