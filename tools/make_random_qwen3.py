@@ -97,6 +97,24 @@ DEFAULT_GENERATION = {
     "transformers_version": "4.51.0",
 }
 
+
+
+def generation_config(cfg):
+    """Qwen3's generation config, its token ids those of cfg where it names them, and only ids
+    inside cfg's vocabulary (a --config of a small shape): export.py refuses any other."""
+    g = dict(DEFAULT_GENERATION)
+    eos = cfg.get("eos_token_id", g["eos_token_id"])
+    eos = [i for i in (eos if isinstance(eos, list) else [eos]) if isinstance(i, int) and 0 <= i < cfg["vocab_size"]]
+    g["eos_token_id"] = eos or [cfg["vocab_size"] - 1]
+    for key in ("bos_token_id", "pad_token_id"):
+        v = cfg.get(key, g[key])
+        if not isinstance(v, int) or not 0 <= v < cfg["vocab_size"]:
+            del g[key]
+        else:
+            g[key] = v
+    return g
+
+
 BLOCK_VALUES = 1 << 20  # random bf16 values generated once (2 MiB), written repeatedly
 PROGRESS_BYTES = 256 << 20  # files at least this large show their progress
 
@@ -309,14 +327,15 @@ def main():
         except OSError as e:
             sys.exit(f"make_random_qwen3.py: error: {e.filename or args.out_dir}: {e.strerror or e}; "
                      "no model.safetensors written")
-    for name, value in (("config.json", cfg), ("generation_config.json", DEFAULT_GENERATION)):
+    for name, value in (("config.json", cfg), ("generation_config.json", generation_config(cfg))):
         with open(os.path.join(args.out_dir, name), "w", encoding="utf-8") as f:
             json.dump(value, f, indent=2)
     for src in tok_files:
         if os.path.exists(src):
             shutil.copyfile(src, os.path.join(args.out_dir, os.path.basename(src)))
     head = "tied head" if cfg.get("tie_word_embeddings", False) else "untied head"
-    print(f"{args.out_dir}: {len(tensors)} tensors, {params / 1e9:.3f}B parameters, "
+    count = f"{params / 1e9:.3f}B" if params >= 1e8 else f"{params / 1e6:.3f}M"
+    print(f"{args.out_dir}: {len(tensors)} tensors, {count} parameters, "
           f"{2 * params / 1e9:.2f} GB of BF16 weights (dim {cfg['hidden_size']}, "
           f"{cfg['num_hidden_layers']} layers, vocab {cfg['vocab_size']}, {head})"
           + ("; model.safetensors not written (--config-only)" if args.config_only else ""))

@@ -473,16 +473,18 @@ def plot_scores(with_runs, without_runs, path, note, bounds=None):
 # Checkpoints (model.h's layout): reading tensors, and copies with q_proj and k_proj scaled, with
 # or without QK-Norm
 
-HEADER = struct.Struct('<4s13I f i d I 8i f f i 2I 4Q f I f f f I 72x')
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
+import export  # noqa: E402  (the checkpoint's header and its table of tensors, export.TENSORS)
+
+HEADER = struct.Struct(export.HEADER_FORMAT)
 W_OFFSET, W_BYTES = 33, 34  # weights_offset and weights_bytes in HEADER's tuple (after the tokenizer's two)
-FLAG_QK_NORM, FLAG_QKV_BIAS, FLAG_TIED_EMBED, FLAG_MOE = 1, 2, 4, 16
-ALIGN = 64
+FLAG_QK_NORM, FLAG_MOE, ALIGN = export.FLAG_QK_NORM, export.FLAG_MOE, export.ALIGN
 
 
 def checkpoint_plan(h):
-    """The tensors of a checkpoint whose header fields are h, in file order: [(name, layer,
-    kind, bytes)], kind 'm' (a matrix, of weight_type) or 'v' (an f32 vector); layer -1 for the
-    embedding, the final norm and lm_head."""
+    """The tensors of a checkpoint whose header fields are h, in file order, from export.py's
+    table: [(name, layer, kind, bytes)], name as model.c's TENSORS has it, kind 'm' (a matrix, of
+    weight_type) or 'v' (an f32 vector); layer -1 for the embedding, the final norm and lm_head."""
     (magic, version, arch, flags, D, F, L, H, K, d, V, max_seq, wtype, gs) = h[:14]
     if magic != b'QW3C':
         raise ValueError('not a checkpoint of this engine')
@@ -490,32 +492,15 @@ def checkpoint_plan(h):
         raise ValueError('only f32 and bf16 checkpoints can be read here (export one with --dtype bf16)')
     if flags & FLAG_MOE:  # its layers hold a router and experts in place of the MLP
         raise ValueError('a Qwen3-MoE checkpoint: only dense ones can be read here')
-    elem = 4 if wtype == 0 else 2
-
-    def matrix(name, layer, rows, cols):
-        return (name, layer, 'm', rows * cols * elem)
-
-    def vector(name, layer, n):
-        return (name, layer, 'v', n * 4)
-
-    plan = [matrix('embed', -1, V, D)]
-    for l in range(L):
-        plan += [vector('in_norm', l, D), matrix('q_proj', l, H * d, D)]
-        if flags & FLAG_QKV_BIAS:
-            plan.append(vector('q_bias', l, H * d))
-        plan.append(matrix('k_proj', l, K * d, D))
-        if flags & FLAG_QKV_BIAS:
-            plan.append(vector('k_bias', l, K * d))
-        plan.append(matrix('v_proj', l, K * d, D))
-        if flags & FLAG_QKV_BIAS:
-            plan.append(vector('v_bias', l, K * d))
-        if flags & FLAG_QK_NORM:
-            plan += [vector('q_norm', l, d), vector('k_norm', l, d)]
-        plan += [matrix('o_proj', l, D, H * d), vector('post_norm', l, D), matrix('gate', l, F, D),
-                 matrix('up', l, F, D), matrix('down', l, D, F)]
-    plan.append(vector('norm', -1, D))
-    if not flags & FLAG_TIED_EMBED:
-        plan.append(matrix('lm_head', -1, V, D))
+    c = {'dim': D, 'hidden_dim': F, 'n_layers': L, 'n_heads': H, 'n_kv_heads': K, 'head_dim': d,
+         'vocab_size': V, 'flags': flags}
+    engine_name = {t[1]: t[0] for t in export.TENSORS}  # the Hugging Face name (in a layer) -> model.c's
+    plan = []
+    for hf_name, shape, is_matrix in export.tensor_plan(c):
+        parts = hf_name.split('.', 3)  # model.layers.L.rest
+        layer, rest = (int(parts[2]), parts[3]) if parts[1] == 'layers' else (-1, hf_name)
+        n = shape[0] * (shape[1] if len(shape) > 1 else 1)
+        plan.append((engine_name[rest], layer, 'm' if is_matrix else 'v', n * (2 if is_matrix and wtype else 4)))
     return plan
 
 
@@ -589,7 +574,7 @@ def scale_qk_checkpoint(src, factor, dst, drop_qk_norm=False):
     if drop_qk_norm:
         h[3] = flags & ~FLAG_QK_NORM
     h[W_BYTES] = len(out) - w_off
-    out[:HEADER.size - 72] = HEADER.pack(*h)[:-72]  # the fields after them (YaRN's, MoE's) as they were
+    out[:HEADER.size] = HEADER.pack(*h)
     with open(dst + '.tmp', 'wb') as f:
         f.write(out)
     os.replace(dst + '.tmp', dst)
