@@ -879,6 +879,12 @@ TENSORS = [
 ]
 
 
+def hf_name(engine_name, layer=None):
+    """The Hugging Face name of the tensor TENSORS calls engine_name (in layer `layer`)."""
+    name = next(t[1] for t in TENSORS if t[0] == engine_name)
+    return name if layer is None else f"model.layers.{layer}.{name}"
+
+
 def tensor_plan(c):
     """(name in the HF folder, shape, is_matrix) in file order (TENSORS); a float32 matrix (the
     router) goes as a vector, which export writes in float32."""
@@ -1231,7 +1237,7 @@ def read_inputs(folder, dtype_name, group_size, tokenizer_dir):
     if tokenizer_dir is not None and not os.path.isfile(os.path.join(tokenizer_dir, "tokenizer.json")):
         raise ExportError(f"{tokenizer_dir}: no tokenizer.json there (--tokenizer)")
 
-    flags = file_flags(c, "model.layers.0.self_attn.q_norm.weight" in table)
+    flags = file_flags(c, hf_name("q_norm", 0) in table)
     c["flags"] = flags
     plan = tensor_plan(c)
 
@@ -1251,7 +1257,7 @@ def read_inputs(folder, dtype_name, group_size, tokenizer_dir):
         if t.shape != shape:
             raise ExportError(f"{t.path}: tensor '{name}' has shape {show(t.shape)}, expected "
                               f"{shape} from config.json")
-    unused = set(table) - {name for name, _, _ in plan} - {"lm_head.weight"}
+    unused = set(table) - {name for name, _, _ in plan} - {hf_name("lm_head")}
     unused = {n for n in unused if not n.endswith("rotary_emb.inv_freq")}
     shared = sorted(n for n in unused if ".shared_expert" in n)
     if shared:  # Qwen2-MoE's layout: the model is not Qwen3-MoE, whatever config.json says
@@ -1262,7 +1268,7 @@ def read_inputs(folder, dtype_name, group_size, tokenizer_dir):
 
     # Default stored format: the source's (BF16 stays bf16, F32 stays f32, F16 becomes f32).
     if dtype_name is None:
-        dtype_name = "bf16" if table["model.embed_tokens.weight"].dtype == "BF16" else "f32"
+        dtype_name = "bf16" if table[hf_name("embed_tokens")].dtype == "BF16" else "f32"
     wtype = DTYPES[dtype_name]
     gs = 0
     if group_size and wtype not in DEFAULT_GROUP:
@@ -1348,7 +1354,7 @@ def export(folder, out_path, dtype_name, group_size, tokenizer_dir, jobs=None, q
     workers = 1
     if not in_c:
         slow = wtype in (WEIGHT_Q8, WEIGHT_Q4) or (
-            wtype == WEIGHT_BF16 and table["model.embed_tokens.weight"].dtype != "BF16")
+            wtype == WEIGHT_BF16 and table[hf_name("embed_tokens")].dtype != "BF16")
         workers = max(1, jobs if jobs is not None else
                       min(MAX_JOBS, available_cpus()) if slow and show_progress else 1)
     done, t0 = 0, time.time()

@@ -1,6 +1,8 @@
-/* matmul_shared.h: what the fast product files share (private to them; the engine's interface is
- * kernels.h): matmul.c (the plan, the scratch, the driver) and the SIMD twins in x86/ and arm/
+/* matmul_shared.h: what the fast product files share (the engine's interface is kernels.h):
+ * matmul.c (the plan, the scratch, the driver) and the SIMD twins in x86/ and arm/
  * (matmul_float.c: f32 and bf16; matmul_int8.c: q8 and q4 x int8 activations; x86/matmul_amx.c).
+ * One reader outside them: the bench's roof (cli/peak.c) includes it for the build's choice of dot
+ * products (Q8_VNNI and the rest), so that it times the instructions the products run.
  * No file keeps state: the scratch, the prefetch plan and the switches belong to a kernel context
  * (fast.h, Kernels) and reach the twins in a MatmulThread. */
 #ifndef MATMUL_SHARED_H
