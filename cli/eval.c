@@ -48,7 +48,7 @@ static void progress(Progress* p, int done, int total, const EvalSums* s) {
     if (now - p->last < (p->tty ? 0.1 : 1.0) || (!p->tty && now - p->start < 1.0)) return;
     p->last = now;
     p->shown = 1;
-    fprintf(stderr, "%seval: %d of %d tokens, loss so far %.4f%s", p->tty ? "\r" : "", done, total,
+    fprintf(stderr, "%seval: %d of %d predictions scored, loss so far %.4f%s", p->tty ? "\r" : "", done, total,
             s->tokens ? s->nll / (double)s->tokens : 0.0, p->tty ? "" : "\n");
 }
 
@@ -82,6 +82,8 @@ static int score_text(Transformer* t, const int* ids, int n, float* rows, int js
     Progress prog = {isatty(fileno(stderr)), now_seconds(), 0.0, 0};
     /* Window w holds ids [w0, w0 + len); its positions 0 .. len-2 predict the tokens 1 .. len-1,
      * so its last token goes in only as a target. Prefill in chunks of max_batch rows. */
+    int total = 0; /* predictions scored in all: a token per window fewer than the text has */
+    for (int w0 = 0; w0 < n - 1; w0 += window) total += (n - w0 < window ? n - w0 : window) - 1;
     for (int w0 = 0; w0 < n - 1 && !ctrl_c_pressed; w0 += window) {
         const int len = n - w0 < window ? n - w0 : window;
         for (int i = 0; i < len - 1 && !ctrl_c_pressed; i += B) {
@@ -91,7 +93,7 @@ static int score_text(Transformer* t, const int* ids, int n, float* rows, int js
                 return 1;
             }
             score_rows(&sums, rows, nb, V, ids + w0 + i + 1);
-            progress(&prog, w0 + i + nb + 1, n, &sums);
+            progress(&prog, (int)sums.tokens, total, &sums);
         }
     }
     if (prog.shown && prog.tty) fprintf(stderr, "\r\033[K"); /* the terminal as it was */
@@ -100,7 +102,7 @@ static int score_text(Transformer* t, const int* ids, int n, float* rows, int js
         return 130;
     }
     if (ctrl_c_pressed)
-        fprintf(stderr, "run: interrupted: the scores of the first %lld of %d tokens' predictions\n", sums.tokens, n - 1);
+        fprintf(stderr, "run: interrupted: the scores of the first %lld of %d predictions\n", sums.tokens, total);
     report(&sums, window, json, switches);
     return ctrl_c_pressed ? 130 : 0;
 }

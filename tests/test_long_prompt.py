@@ -120,17 +120,19 @@ class CtrlC(hf_model.TempDirTestCase):
             out += chunk
         return out
 
-    def interrupt_long_prompt(self, args, marker):
-        """A 6,000-token prompt with args, Ctrl-C at the first progress line that shows marker;
-        status 130 and the progress line cleared. Returns (process, the rest of its stderr)."""
+    def interrupt_long_prompt(self, args, marker, ctx=8192):
+        """A 6,000-token prompt with args and a context of ctx, Ctrl-C at the first progress line
+        that shows marker; status 130 and the progress line cleared. Returns (process, the rest of
+        its stderr from the progress line's chunk on)."""
         ids = ",".join(str(1 + i % 250) for i in range(6000))
-        p, err = self.start(args + ["--prompt-ids", ids, "-c", "8192", "--threads", "2"])
-        self.assertIn(marker, self.read_until(err, marker), "the progress line on a terminal")
+        p, err = self.start(args + ["--prompt-ids", ids, "-c", str(ctx), "--threads", "2"])
+        head = self.read_until(err, marker)
+        self.assertIn(marker, head, "the progress line on a terminal")
         p.send_signal(signal.SIGINT)
         self.assertEqual(p.wait(timeout=60), 130)
         tail = self.rest(err).decode(errors="replace")
         self.assertIn("\r\033[K", tail, "the progress line cleared")
-        return p, tail
+        return p, head.decode(errors="replace") + tail
 
     def test_ctrl_c_during_the_prompt(self):
         p, tail = self.interrupt_long_prompt(["-n", "4"], b"prompt 256/6000 tokens")
@@ -138,11 +140,14 @@ class CtrlC(hf_model.TempDirTestCase):
         self.assertEqual(p.stdout.read(), b"", "nothing generated")
 
     def test_ctrl_c_during_eval(self):
-        """-m eval stops after its chunk and reports the tokens scored so far."""
-        p, tail = self.interrupt_long_prompt(["-m", "eval"], b"eval: ")
-        self.assertRegex(tail, r"run: interrupted: the scores of the first \d+ of 5999 tokens' predictions")
+        """-m eval stops after its chunk and reports the tokens scored so far, of the 5,994
+        predictions in six windows of 1,000 tokens (each window's first token is predicted by
+        none)."""
+        p, tail = self.interrupt_long_prompt(["-m", "eval"], b"eval: ", ctx=1000)
+        self.assertRegex(tail, r"eval: \d+ of 5994 predictions scored, loss so far")
+        self.assertRegex(tail, r"run: interrupted: the scores of the first \d+ of 5994 predictions")
         scored = int(tail.split("the first ")[1].split(" ")[0])
-        self.assertLess(scored, 5999)
+        self.assertLess(scored, 5994)
         self.assertIn("scored tokens  %d " % scored, p.stdout.read().decode())
 
     def test_ctrl_c_during_the_decode(self):
