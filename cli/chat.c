@@ -678,7 +678,7 @@ static int chat_answer(Chat* c, float* logits, int* stopped, int* n_tokens) {
  * that does not read a terminal; -1 after an error message. */
 static int chat_turn(Chat* c) {
     const ChatOptions* o = c->o;
-    int *run, start, n_run, from, dropped;
+    int *run = NULL, start = 0, n_run = 0, from = 0, dropped = 0; /* turn_ids sets them when it returns 0 */
     const int r = turn_ids(c, &run, &start, &n_run, &from, &dropped);
     if (r > 0) conversation_drop_last(&c->conv); /* the message, not sent */
     if (r != 0) return r;
