@@ -451,17 +451,18 @@ static const char* home_path(const char* name, char* buf, size_t size) {
  * message "/etc is ...". A command that fails ends a chat read from a pipe (COMMAND_FAILED), so
  * that a script does not go on with a turn missing; at a terminal the user sees it and goes on. */
 static int chat_command(Chat* c, Str* text) {
-    char* line = text->p;
+    const size_t lead = strspn(text->p, " \t"); /* " /bye": the first word is /bye */
+    char* line = text->p + lead;
     if (line[0] != '/') return COMMAND_NONE;
     if (line[1] == '/') {
-        memmove(line, line + 1, text->n--); /* the NUL too */
+        memmove(line, line + 1, text->n-- - lead); /* the NUL too */
         return COMMAND_NONE;
     }
     const int failed = c->terminal ? COMMAND_DONE : COMMAND_FAILED;
     size_t k = 1;
     while (isalpha((unsigned char)line[k]) || line[k] == '?') k++;
     if (k == 1 || (line[k] && !isspace((unsigned char)line[k]))) return COMMAND_NONE;
-    while (text->n > k && isspace((unsigned char)text->p[text->n - 1])) text->p[--text->n] = '\0'; /* "/save f " */
+    while (text->n > lead + k && isspace((unsigned char)text->p[text->n - 1])) text->p[--text->n] = '\0'; /* "/save f " */
     const char* arg = line + k + strspn(line + k, " \t\r\v\f");
     char home_buf[4096];
     const char* path = home_path(arg, home_buf, sizeof home_buf); /* /read's and /save's file */

@@ -481,7 +481,7 @@ class ChatTerminal(hf_model.TempDirTestCase):
     # commands and the hint
 
     def test_leave_commands(self):
-        for word in ('/bye', '/quit', '/exit'):
+        for word in ('/bye', '/quit', '/exit', ' /bye', '\t/quit'):  # the first word, after blanks too
             with self.subTest(word=word):
                 p = self.piped('-t', '0', '-n', '2', '--verbose-prompt', lines=[word, 'hello there'],
                                stdin_terminal=True)
