@@ -1,8 +1,9 @@
 /* sampler.h: picks the next token from the logits (llama2.c's sampler, extended with top-k, min-p
  * and a repetition penalty).
  *
- * The order is Hugging Face's (QWEN3.md 1.2): repetition penalty, temperature, top-k, top-p,
- * min-p, then softmax and one multinomial draw. temperature 0 is greedy: the argmax of the
+ * The order is Hugging Face's generate: the repetition penalty (a logits processor, which runs
+ * before the warpers), then temperature, top-k, top-p, min-p (the warpers, QWEN3.md 1.2), then
+ * softmax and one multinomial draw. temperature 0 is greedy: the argmax of the
  * penalised logits, fully deterministic. Every buffer is allocated by sampler_init; sampling a
  * token allocates nothing.
  */
