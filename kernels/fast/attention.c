@@ -623,7 +623,8 @@ ALWAYS_INLINE void weighted_sum_pass(float* out, const float* att, int att_strid
  * the first: the same order as over one array). Meanwhile the next chunk's first n_next key rows
  * are prefetched into L2, so that memory keeps streaming while the sum works from cache. folded:
  * over a q8 cache, att is q8_fold_weights' w instead, and the first pass prefetches each next key
- * row whole (a q8 row is 2.25 lines: whole rows need no line schedule, docs/design.md#attention-decode). */
+ * row whole (a q8 row is 2.25 lines: whole rows need no line schedule;
+ * docs/design.md#attention-decode). */
 ALWAYS_INLINE void weighted_sum(float* out, const float* att, int att_stride, int NQ, const void* values,
                                 const void* next_keys, int n_next, int stride, int n, int d, int add, KVType T,
                                 int folded) {

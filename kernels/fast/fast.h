@@ -14,8 +14,9 @@
  * process run and free independently. One context serves one calling thread at a time. */
 typedef struct Kernels Kernels;
 
-/* n_threads threads in all (the caller's included; <= 0: kernels_available_cpus(); at most 256), scratch for
- * matmuls of up to max_batch rows (tokens) and max_cols input columns. NULL when out of memory. */
+/* n_threads threads in all (the caller's included; <= 0: kernels_available_cpus(); at most 256),
+ * scratch for matmuls of up to max_batch rows (tokens) and max_cols input columns. NULL when out
+ * of memory. */
 Kernels* kernels_new(int n_threads, int max_batch, int max_cols);
 void kernels_free(Kernels* k); /* stops its threads and frees its scratch; NULL is fine */
 int kernels_threads(const Kernels* k);
@@ -83,7 +84,8 @@ Kernels* ops_kernels(const Ops* o);
  * returns when all are done; thread is the index of the thread running the item (0: the caller,
  * 1 .. kernels_threads(k) - 1: the workers), for per-thread scratch. Idle threads spin for at
  * most KERNELS_SPIN_US (200 us by default; not at all while another process competes for the
- * cores), then sleep: see threads.c. A call from inside an item of k (nested) runs its items serially on that thread. */
+ * cores), then sleep: see threads.c. A call from inside an item of k (nested) runs its items
+ * serially on that thread. */
 void parallel_for(Kernels* k, int n, void (*fn)(void* ctx, int i, int thread), void* ctx);
 
 /* Runs fn(ctx, begin, end) over [0, n) cut into one contiguous span per thread of k. The cuts fall
