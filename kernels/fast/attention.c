@@ -524,7 +524,8 @@ static __attribute__((noinline)) void q8_pairs_sum_128(float* out, const float* 
  * into one sum per query, four rows' sums reduced in one tree (wv_hsum4_store), the same order for
  * every row. Widening halves is most of fvec's arithmetic per row, and a GQA group of 8 (30B-A3B)
  * spends most of decode at depth in it; zmm halves the instructions. Over an fp32 cache, which
- * widens nothing, fvec stays, faster there (docs/design.md#attention-decode). */
+ * widens nothing, zmm is slower on the 0.6B shape and faster on 30B-A3B's, and fvec stays
+ * (docs/design.md#attention-decode). */
 ALWAYS_INLINE void wide_scores(float* att, int att_stride, const float* q, int NQ, const void* keys,
                                const void* prefetch_values, int stride, int n, int d, float scale, KVType T) {
     for (int t = 0; t < n; t += 4) {
@@ -623,8 +624,8 @@ ALWAYS_INLINE void weighted_sum_pass(float* out, const float* att, int att_strid
  * the first: the same order as over one array). Meanwhile the next chunk's first n_next key rows
  * are prefetched into L2, so that memory keeps streaming while the sum works from cache. folded:
  * over a q8 cache, att is q8_fold_weights' w instead, and the first pass prefetches each next key
- * row whole (a q8 row is 2.25 lines: whole rows need no line schedule;
- * docs/design.md#attention-decode). */
+ * row whole (a q8 row is 2.25 lines; the line schedule's bookkeeping is slower there:
+ * docs/design.md#kv-cache-q8). */
 ALWAYS_INLINE void weighted_sum(float* out, const float* att, int att_stride, int NQ, const void* values,
                                 const void* next_keys, int n_next, int stride, int n, int d, int add, KVType T,
                                 int folded) {
