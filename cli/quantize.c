@@ -183,16 +183,16 @@ static void parse_options(int argc, char** argv, QuantizeOptions* o) {
         usage_error("q4 groups are %d columns (got --group-size %d)", Q4_GROUP, o->group_size);
 }
 
-/* Refuses an output that would replace the input, or that cannot be a file. */
 /* Into target: the file that the output replaces (output_path_target: the output, or where its link
- * leads), which must not be the input. */
+ * leads), which must be able to be a file and must not be the input (a bad command line, as
+ * --dump-logits naming the checkpoint is). */
 static void output_target(const char* input, const char* output, char* target, size_t size) {
     char why[256];
     if (output_path_target(output, target, size, why, sizeof why) != 0)
         fail("%s: %s; give a file name for the checkpoint", output, why);
     struct stat in, out;
     if (stat(target, &out) == 0 && stat(input, &in) == 0 && in.st_dev == out.st_dev && in.st_ino == out.st_ino)
-        fail("%s: is the input checkpoint; write the quantised one somewhere else", output);
+        usage_error("%s: is the input checkpoint; write the quantised one somewhere else", output);
 }
 
 enum { GROUP_OK = 0, GROUP_NONFINITE, GROUP_OVERFLOW };

@@ -212,7 +212,7 @@ class Refusals(InTempDir):
         for out in (self.f32, link, os.path.join(self.tmp, '.', 'model.f32.bin')):
             with self.subTest(out=out):
                 p = quantize(self.f32, out, '--dtype', 'q8')
-                self.assert_failed(p, out, 'input')
+                self.assert_failed(p, out, 'is the input checkpoint', status=2)  # a bad command line
                 self.assertEqual(read(self.f32), before)
         os.unlink(link)
         self.assertEqual(sorted(n for n in os.listdir(self.tmp) if n.endswith('.tmp')), [])

@@ -152,19 +152,22 @@ class BenchModels(hf_model.TempDirTestCase):
         self.assertEqual(bench_models.checkpoint(d, "q4", "8b"), "build/bench/qwen3-8b-q4.bin")
 
     def test_no_room_on_disk(self):
-        """8B q4 with no Hugging Face folder yet: 16.4 GB of folder, 16.4 of temporary bf16 and
-        about 4.7 of q4 do not fit in 10 GB; with the folder there, 21 GB need 30 GB free."""
+        """8B q4 with no Hugging Face folder yet: 16.4 GB of folder and about 4.7 of q4 (export
+        quantises as it streams: no other file) do not fit in 10 GB; with the folder there, they
+        do, and not in 3 GB."""
         free = mock.Mock(f_bavail=10 * 10**9 // 4096, f_frsize=4096)
         with mock.patch("os.statvfs", return_value=free):
             why = bench_models.no_room(self.tmp, "8b", "q4")
-        self.assertRegex(why, r"^needs about 37\.\d GB of disk \(the q4 file 4\.\d \+ the Hugging Face "
-                              r"folder 16\.4 \+ a temporary bf16 export 16\.4\), 10\.0 GB free in ")
+        self.assertRegex(why, r"^needs about 21\.\d GB of disk \(the q4 file 4\.\d \+ the Hugging Face "
+                              r"folder 16\.4\), 10\.0 GB free in ")
         hf = os.path.join(self.tmp, "hf-8b")
         os.makedirs(hf, exist_ok=True)
         open(os.path.join(hf, "model.safetensors"), "wb").close()
-        free.f_bavail = 30 * 10**9 // 4096
         with mock.patch("os.statvfs", return_value=free):
             self.assertIsNone(bench_models.no_room(self.tmp, "8b", "q4"))
+        free.f_bavail = 3 * 10**9 // 4096
+        with mock.patch("os.statvfs", return_value=free):
+            self.assertRegex(bench_models.no_room(self.tmp, "8b", "q4"), r"^needs about 4\.\d GB of disk \(the q4 file")
 
     def test_make_bench_sizes(self):
         """make bench BENCH_SIZES="0.6b 14b" BENCH_DTYPES=f32: the 0.6B file (the shipped model

@@ -7,8 +7,8 @@ tools/llama_cpp/compare.py measure, each written only where it is missing.
 
 DIR/hf (0.6b) or DIR/hf-SIZE (the other sizes) is the Hugging Face folder from
 tools/make_random_qwen3.py (2 bytes a parameter: 1.2 GB for 0.6b, 16.4 GB for 8b), written once.
-DIR/qwen3-SIZE-FORMAT.bin is export.py's checkpoint (q8 and q4 through a temporary bf16 export and
-./run -m quantize when ./run is built), written again also when the engine (--run, default ./run)
+DIR/qwen3-SIZE-FORMAT.bin is export.py's checkpoint (q8 and q4 quantised as they stream through
+./run -m quantize --stream when ./run is built), written again also when the engine (--run, default ./run)
 cannot read it, e.g. a file of an older layout. A MoE size (30b-a3b: 61 GB of BF16), and any size
 cut to --layers N (then named SIZE-Nl), has only the folder's config.json and tokenizer, and its
 checkpoint is written straight in the engine's format by tools/make_random_checkpoint.py. The
@@ -18,7 +18,7 @@ for `make bench` to run.
 A format is skipped, with a line on stderr that says why, when its checkpoint would be larger than
 half of this machine's memory (the bench reads every weight for each token, from the page cache: a
 file that does not stay there measures the disk; 3/4 for a MoE size, whose tokens read a part of
-it each), or when writing it (with the Hugging Face folder and the temporary export it needs)
+it each), or when writing it (with the Hugging Face folder it needs)
 would not fit in the free space of DIR's disk. Python 3 standard library.
 """
 import argparse
@@ -94,16 +94,13 @@ def written_directly(size, layers):
 
 
 def no_room(directory, size, fmt, layers=None):
-    """Why writing the checkpoint (and the Hugging Face folder when missing, and the temporary
-    bf16 export of q8 and q4; a checkpoint written directly alone) does not fit the free disk
-    space of directory, or None."""
+    """Why writing the checkpoint (and the Hugging Face folder when missing; a checkpoint written
+    directly alone) does not fit the free disk space of directory, or None."""
     params = parameters(size, layers)
     parts = [(f"the {fmt} file", BYTES_PER_PARAM[fmt] * params)]
     if not written_directly(size, layers):
         if not os.path.exists(os.path.join(hf_folder(directory, size), "model.safetensors")):
             parts.append(("the Hugging Face folder", 2.0 * params))
-        if fmt in ("q8", "q4"):
-            parts.append(("a temporary bf16 export", 2.0 * params))
     need = sum(n for _, n in parts)
     st = os.statvfs(directory)
     free = st.f_bavail * st.f_frsize
