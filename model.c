@@ -170,8 +170,7 @@ static int alloc_state(Transformer* t, KVType kv_type, const LoadError* e) {
     int ok = s->key_cache && s->value_cache;
     for (size_t i = 0; ok && i < sizeof buffers / sizeof buffers[0]; i++)
         ok = (*buffers[i].buf = calloc(buffers[i].floats ? buffers[i].floats : 1, sizeof(float))) != NULL;
-    s->expert_of = calloc(moe * B * k + 1, sizeof(int)); /* the experts' ints */
-    s->expert_rows = calloc(G * B + 1, sizeof(int));
+    s->expert_of = calloc(moe * B * k + 1, sizeof(int)), s->expert_rows = calloc(G * B + 1, sizeof(int)); /* ints */
     if (!ok || !s->expert_of || !s->expert_rows)
         return load_fail(e, "out of memory for the run state (a KV cache of %d positions: a shorter context needs less)",
                     c->seq_len);

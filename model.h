@@ -184,7 +184,8 @@ _Static_assert(sizeof(FileHeader) == 256, "FileHeader must be exactly 256 bytes"
  * TENSORS (model.c) lists them in file order: the loader maps them from it, quantize writes them,
  * the bench counts the bytes a token reads, export.py mirrors it (its TENSORS) and
  * tests/test_tensor_table.py checks both and docs/checkpoint.md against it. A new tensor is a row
- * there, a field of Weights or LayerWeights, and its use in forward(). */
+ * there and in export.py, a field of (Layer)Weights and its use in forward() (which only the tests'
+ * reference checks); a new condition for it, a FLAG_* bit (check_format, export's file_flags). */
 typedef enum { SIZE_NONE, SIZE_DIM, SIZE_HIDDEN, SIZE_VOCAB, SIZE_Q, SIZE_KV, SIZE_HEAD, SIZE_EXPERTS, SIZE_EXPERT_HIDDEN } TensorSize;
 
 /* Where a tensor is: once (embed_tokens before the layers, the others after them), in every

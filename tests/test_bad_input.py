@@ -119,6 +119,15 @@ class ExportErrors(InTempDir):
         # a dense Qwen3 with MoE fields is refused rather than read without its experts
         self.export_fails(Spec(config_overrides={'num_experts': 8, 'moe_intermediate_size': 32}), ['num_experts'])
 
+    def test_layers_the_engine_lacks(self):
+        """Configs whose layers hold what the engine has no tensor or function for are refused, not
+        read without it: attention_bias (Qwen3's and Llama's o_proj gets a bias too; Qwen2's q/k/v
+        biases, which the engine has, are read), mlp_bias, an activation other than SiLU."""
+        for arch, overrides in (('qwen3', {'attention_bias': True}), ('llama', {'attention_bias': True}),
+                                ('llama', {'mlp_bias': True}), ('qwen3', {'hidden_act': 'gelu'})):
+            with self.subTest(arch=arch, overrides=overrides):
+                self.export_fails(Spec(arch=arch, config_overrides=overrides), ["'%s'" % next(iter(overrides))])
+
     def test_unsupported_dtype(self):
         name = 'model.layers.0.self_attn.q_proj.weight'
         self.export_fails(Spec(dtype_overrides={name: 'F8_E4M3'}), ['F8_E4M3'])

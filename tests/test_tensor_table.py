@@ -80,10 +80,14 @@ class TensorTable(unittest.TestCase):
         self.assertNotEqual(rows[:-1], doc_table())
 
     def test_export_plan_follows_the_flags(self):
-        """export.py's plan for each flag combination: the layers' tensors between embed_tokens and
+        """export.py's plan for each combination of the flags its table's rows depend on (the
+        experts' apart: test_export_plan_of_experts): the layers' tensors between embed_tokens and
         norm, biases only with FLAG_QKV_BIAS, QK-Norm only with FLAG_QK_NORM, no lm_head when tied."""
         c = dict(dim=8, hidden_dim=16, vocab_size=10, head_dim=4, n_heads=2, n_kv_heads=1, n_layers=2)
-        for flags in range(8):
+        bits = sorted({f for t in export.TENSORS for f in (t[5], t[6]) if f and f != export.FLAG_MOE_LAYER})
+        self.assertEqual(len(bits), 3)  # QK-Norm, the q/k/v biases, the tied head; a new one is tried too
+        for mask in range(1 << len(bits)):
+            flags = sum(b for i, b in enumerate(bits) if mask >> i & 1)
             plan = [name for name, _, _ in export.tensor_plan(dict(c, flags=flags))]
             self.assertEqual(plan[0], "model.embed_tokens.weight")
             self.assertEqual(plan[-1] if flags & export.FLAG_TIED_EMBED else plan[-2], "model.norm.weight")
