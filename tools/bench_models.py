@@ -8,8 +8,8 @@ tools/llama_cpp/compare.py measure, each written only where it is missing.
 DIR/hf (0.6b) or DIR/hf-SIZE (the other sizes) is the Hugging Face folder from
 tools/make_random_qwen3.py (2 bytes a parameter: 1.2 GB for 0.6b, 16.4 GB for 8b), written once.
 DIR/qwen3-SIZE-FORMAT.bin is export.py's checkpoint (q8 and q4 quantised as they stream through
-./run -m quantize --stream when ./run is built), written again also when the engine (--run, default ./run)
-cannot read it, e.g. a file of an older layout. A MoE size (30b-a3b: 61 GB of BF16), and any size
+./run -m quantize --stream when ./run is built), written again also when the engine (--run,
+default ./run) cannot read it, e.g. a file of an older layout. A MoE size (30b-a3b: 61 GB of BF16), and any size
 cut to --layers N (then named SIZE-Nl), has only the folder's config.json and tokenizer, and its
 checkpoint is written straight in the engine's format by tools/make_random_checkpoint.py. The
 paths of the checkpoints that are there in the end are printed on standard output, one a line,

@@ -98,13 +98,13 @@ DEFAULT_GENERATION = {
 }
 
 
-
 def generation_config(cfg):
-    """Qwen3's generation config, its token ids those of cfg where it names them, and only ids
-    inside cfg's vocabulary (a --config of a small shape): export.py refuses any other."""
+    """Qwen3's generation config with cfg's own end-of-sequence id first and its bos id, keeping
+    only ids inside cfg's vocabulary (a --config of a small shape): export.py refuses any other."""
     g = dict(DEFAULT_GENERATION)
-    eos = cfg.get("eos_token_id", g["eos_token_id"])
-    eos = [i for i in (eos if isinstance(eos, list) else [eos]) if isinstance(i, int) and 0 <= i < cfg["vocab_size"]]
+    own = cfg.get("eos_token_id", [])
+    ids = (own if isinstance(own, list) else [own]) + g["eos_token_id"]
+    eos = [i for n, i in enumerate(ids) if isinstance(i, int) and 0 <= i < cfg["vocab_size"] and i not in ids[:n]]
     g["eos_token_id"] = eos or [cfg["vocab_size"] - 1]
     for key in ("bos_token_id", "pad_token_id"):
         v = cfg.get(key, g[key])
