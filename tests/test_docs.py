@@ -18,15 +18,17 @@ def read(path):
 
 
 def engine_variables():
-    """{name: [files]} of every environment variable the engine's sources read by name: getenv's
-    literal arguments and those of matmul.c's env_choice, which passes its name on to getenv."""
-    found = {}
+    """({name: [files]} of every environment variable the engine's sources read by name: getenv's
+    literal arguments and those of matmul.c's env_choice, which passes its name on to getenv;
+    [files] of each getenv whose argument is not a literal)."""
+    found, passed_on = {}, []
     for pattern in ENGINE:
         for path in glob.glob(os.path.join(ROOT, pattern), recursive=True):
             text = read(path)
             for name in re.findall(r'\b(?:getenv|env_choice)\("([A-Za-z_][A-Za-z0-9_]*)"', text):
                 found.setdefault(name, []).append(os.path.relpath(path, ROOT))
-    return found
+            passed_on += [os.path.relpath(path, ROOT)] * len(re.findall(r'\bgetenv\((?!")', text))
+    return found, passed_on
 
 
 def section(text, anchor):
@@ -40,9 +42,11 @@ class Docs(unittest.TestCase):
     def test_every_variable_the_engine_reads_is_listed(self):
         """design.md#hidden-inputs names each variable the engine reads (in backquotes), and its
         first line counts them."""
-        found = engine_variables()
+        found, passed_on = engine_variables()
         self.assertIn("KERNELS_SPIN_US", found)  # the scan sees the engine's reads at all
         self.assertIn("KERNELS_AMX", found)      # and env_choice's
+        self.assertEqual(passed_on, ["kernels/fast/matmul.c"], "a getenv of a name the scan cannot read "
+                         "(only env_choice's is known): list its callers' names here")
         inputs = section(read("docs/design.md"), "hidden-inputs")
         missing = sorted(n for n in found if "`%s`" % n not in inputs)
         self.assertEqual(missing, [], "read by the engine (%s) but not in docs/design.md#hidden-inputs"
