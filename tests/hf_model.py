@@ -371,7 +371,19 @@ class Spec:
         return c
 
     def tensor_list(self):
-        """[(name, shape, values)] in HF module order, values as Python floats (not yet rounded)."""
+        """[(name, shape, values)] in HF module order, values as Python floats (not yet rounded).
+        Drawn once per process for the fields that shape them (a test's many folders of one model
+        with a different config.json or a tensor left out share the draw); each call gets its own
+        lists."""
+        key = repr(sorted((k, v) for k, v in vars(self).items() if k not in CONFIG_ONLY_FIELDS))
+        if key not in _drawn_tensors:
+            if len(_drawn_tensors) >= 4:  # a few models' worth of Python floats, not every test's
+                del _drawn_tensors[next(iter(_drawn_tensors))]
+            _drawn_tensors[key] = self.draw_tensors()
+        return [(name, list(shape), list(values)) for name, shape, values in _drawn_tensors[key]]
+
+    def draw_tensors(self):
+        """tensor_list's values, drawn from the seed."""
         rng = random.Random(self.seed)
         D, F, H, K, d, V = self.dim, self.hidden_dim, self.n_heads, self.n_kv_heads, self.hd, self.vocab_size
         _, _, qk_norm, bias = ARCHS[self.arch]
@@ -428,6 +440,12 @@ class Spec:
         elif self.tie and self.store_lm_head:
             t.append(('lm_head.weight', [V, D], list(t[0][2])))  # the stored copy equals the embedding
         return t
+
+
+# The Spec fields that change config.json or which tensors are written and how, not the values drawn.
+CONFIG_ONLY_FIELDS = ('rms_norm_eps', 'rope_theta', 'max_position_embeddings', 'dtype', 'shards', 'omit',
+                      'dtype_overrides', 'config_overrides')
+_drawn_tensors = {}  # tensor_list's latest draws in this process, the oldest first
 
 
 class _Delete:
