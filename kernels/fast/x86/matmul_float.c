@@ -296,9 +296,7 @@ ALWAYS_INLINE void tile_float(float* out, const float* x, const Matrix* W, Weigh
 }
 
 /* Matrix-vector (n == 1) for bf16 with cols % 16 != 0: 4 rows at a time, each with two
- * accumulators so the FMA chains overlap; the weights are streamed once, with a software prefetch
- * PF_AHEAD bytes ahead. */
-#define PF_AHEAD 512
+ * accumulators so the FMA chains overlap. No Qwen3 width takes it, so it has no prefetch plan. */
 ALWAYS_INLINE void rows_float_n1(float* out, const float* x, const Matrix* W, WeightType type, int r0, int r1) {
     const int C = W->cols;
     const int C16 = C & ~15;
@@ -312,9 +310,6 @@ ALWAYS_INLINE void rows_float_n1(float* out, const float* x, const Matrix* W, We
             __asm__("" : "+v"(x0), "+v"(x1));
 #pragma GCC unroll 4
             for (int i = 0; i < 4; i++) {
-                if (type == WEIGHT_F32 || (c & 31) == 0)  /* one prefetch per 64-byte line */
-                    _mm_prefetch((const char*)W->data + ((size_t)(r + i) * C + c) * (type == WEIGHT_F32 ? 4 : 2) + PF_AHEAD,
-                                 _MM_HINT_T0);
                 a[i][0] = _mm256_fmadd_ps(ldw(W->data, (size_t)(r + i) * C + c, type), x0, a[i][0]);
                 a[i][1] = _mm256_fmadd_ps(ldw(W->data, (size_t)(r + i) * C + c + 8, type), x1, a[i][1]);
             }
