@@ -1,6 +1,6 @@
 /* matmul.c: the fast products. The scratch and decode's prefetch plan of a kernel context; the
  * plan of each product (plan_product: which kernel, which copy of the activations, which paths,
- * rows per chunk: every threshold is there); and the driver, which prepares the activations once
+ * rows per chunk, the split over the threads: every threshold is there); and the driver, which prepares the activations once
  * and hands the chunks of rows to the threads, each chunk straight to the plan's kernel: x86/ or
  * arm/, matmul_float.c (f32, bf16) and matmul_int8.c (q8, q4), x86/matmul_amx.c (their prefill on
  * AMX). The scalar reference they are checked against is kernels/matmul.c. */
@@ -325,11 +325,28 @@ static void plan_kernel(ProductPlan* p, const MatmulScratch* s, const Matrix* co
 #endif
 }
 
-/* The whole plan of a product: its kernel and paths, and its rows per chunk: about 32 chunks per
- * thread for decode (small chunks keep the last one, which the others may wait for, short), at most
- * 64 rows for prefill so a chunk's weights stay in L2 while the token blocks go by
- * (docs/design.md#row-chunks). */
-static ProductPlan plan_product(const MatmulScratch* s, const Matrix* const* Ws, int n_mats, int n, int nt) {
+/* How the work splits over the nt threads (docs/design.md#row-chunks). Decode runs one pool task
+ * per thread, which claims chunks of its own range CLAIM_BATCH per atomic: a token has ~9,000
+ * chunks, every claim is a locked instruction that waits for the weight loads in flight, and one
+ * task per chunk would add two more (the pool's item counter and done count, shared by the cores).
+ * Prefill runs one task per chunk, so a thread descheduled between two chunks holds nothing up.
+ * The n_prep tokens' activations are prepared in items of about 4 per thread (whole blocks of the
+ * prep's tokens), and below 16 tokens by the calling thread, where a dispatch would cost more than
+ * it saves; per token, so the split does not change the result. */
+#define CLAIM_BATCH 4
+static void plan_split(ProductPlan* p, int n, int n_prep, int nt) {
+    p->task_per_thread = n == 1;
+    p->claim = n == 1 ? CLAIM_BATCH : 1;
+    const int block = p->prep == PREP_BF16_BLOCK ? 16 : 1;
+    p->prep_tokens = n_prep < 16 ? 0 : ((n_prep + nt * 4 - 1) / (nt * 4) + block - 1) / block * block;
+}
+
+/* The whole plan of a product of n tokens (n_prep rows of activations to prepare): its kernel and
+ * paths, its rows per chunk, about 32 chunks per thread for decode (small chunks keep the last
+ * one, which the others may wait for, short), at most PREFILL_CHUNK_ROWS for prefill so a chunk's
+ * weights stay in L2 while the token blocks go by (docs/design.md#row-chunks), and its split. */
+static ProductPlan plan_product(const MatmulScratch* s, const Matrix* const* Ws, int n_mats, int n, int n_prep,
+                                int nt) {
     ProductPlan p = {0};
     plan_paths(&p, s, Ws[0], n);
     plan_kernel(&p, s, Ws, n_mats, n);
@@ -339,9 +356,10 @@ static ProductPlan plan_product(const MatmulScratch* s, const Matrix* const* Ws,
     for (int m = 0; m < n_mats; m++) total_rows += (size_t)Ws[m]->rows;
     const int per_thread = n == 1 ? 32 : 8;
     int chunk = (int)((total_rows + (size_t)nt * per_thread - 1) / ((size_t)nt * per_thread));
-    if (n > 1 && chunk > 64) chunk = 64;
+    if (n > 1 && chunk > PREFILL_CHUNK_ROWS) chunk = PREFILL_CHUNK_ROWS;
     chunk = (chunk + p.align - 1) / p.align * p.align;
     p.chunk = chunk < p.align ? p.align : chunk;
+    plan_split(&p, n, n_prep, nt);
     return p;
 }
 
@@ -362,7 +380,6 @@ typedef struct MatmulJob {
     int n_mats;
     int each;            /* matmul_segments: matrix m reads token m of the prepared activations, as n = 1 */
     int group_sums;      /* PREP_INT8: quantize_rows also sums each group (Product.xgsum) */
-    int qtb;             /* tokens per prepare_item */
     int n_ranges;        /* claim_chunks: one range of chunks per thread */
     struct {
         _Alignas(64) atomic_int next; /* a cache line each, so that claims in different ranges */
@@ -404,21 +421,15 @@ static Product token_view(const Product* pr, int t, const Matrix* W) {
     return v;
 }
 
-/* The pool's task: row chunks of the job's matrices, each on the plan's kernel. Decode runs one
- * task per thread, which claims its own range CLAIM_BATCH chunks per atomic: a token has ~9,000
- * chunks, every claim is a locked instruction that waits for the weight loads in flight, and one
- * task per chunk would add two more (the pool's item counter and done count, shared by the cores).
- * Prefill runs one task per chunk, so a thread descheduled between two chunks holds nothing up.
- * docs/design.md#row-chunks */
-#define CLAIM_BATCH 4
-
+/* The pool's task: row chunks of the job's matrices, each on the plan's kernel, claimed as the
+ * plan's split says. */
 static void matmul_task(void* ctx, int task, int thread) {
     MatmulJob* j = ctx;
     const MatmulThread mt = thread_view(j->s, thread);
     Product view;
     const Product* pr = &j->pr;
     int i, end, token = -1; /* the token pr is, and (bf16 decode) mt.xp holds de-interleaved */
-    while ((i = claim_chunks(j, thread, j->pr.n == 1 ? CLAIM_BATCH : 1, &end)) >= 0) {
+    while ((i = claim_chunks(j, thread, j->pr.plan.claim, &end)) >= 0) {
         for (; i < end; i++) {
             int m = 0;
             while (i >= j->first_item[m + 1]) m++;
@@ -434,7 +445,7 @@ static void matmul_task(void* ctx, int task, int thread) {
             const int r0 = (i - j->first_item[m]) * pr->plan.chunk;
             pr->plan.kernel(&mt, pr, j->out[m], W, r0, r0 + pr->plan.chunk < W->rows ? r0 + pr->plan.chunk : W->rows);
         }
-        if (j->pr.n > 1) return; /* prefill: one chunk per task */
+        if (!j->pr.plan.task_per_thread) return; /* a task per chunk */
     }
 }
 
@@ -465,23 +476,18 @@ ALWAYS_INLINE void prepare_range(const MatmulJob* j, int t0, int t1) {
     }
 }
 
-/* prepare_range over all the tokens: items of qtb tokens, about 4 per thread, qtb a multiple of
- * align; below 16 tokens one range in the calling thread, where a dispatch would cost more than
- * it saves. Per token, so the split does not change the result. */
+/* prepare_range over all the tokens, in items of the plan's prep_tokens. */
 static void prepare_item(void* ctx, int i, int thread) {
     const MatmulJob* j = ctx;
-    int t0 = i * j->qtb, t1 = t0 + j->qtb < j->pr.n ? t0 + j->qtb : j->pr.n;
+    const int per = j->pr.plan.prep_tokens;
+    int t0 = i * per, t1 = t0 + per < j->pr.n ? t0 + per : j->pr.n;
     prepare_range(j, t0, t1);
 }
 
-ALWAYS_INLINE void prepare_tokens(MatmulJob* j, int align) {
-    const int nt = kernels_threads(j->k), n = j->pr.n;
-    if (n < 16) {
-        prepare_range(j, 0, n);
-        return;
-    }
-    j->qtb = ((n + nt * 4 - 1) / (nt * 4) + align - 1) / align * align;
-    parallel_for(j->k, (n + j->qtb - 1) / j->qtb, prepare_item, j);
+ALWAYS_INLINE void prepare_tokens(MatmulJob* j) {
+    const int per = j->pr.plan.prep_tokens;
+    if (per == 0) prepare_range(j, 0, j->pr.n);
+    else parallel_for(j->k, (j->pr.n + per - 1) / per, prepare_item, j);
 }
 
 /* The copy of the activations the plan's kernel reads, made here once for all threads (the
@@ -501,14 +507,14 @@ ALWAYS_INLINE void prepare_activations(MatmulJob* j) {
 #if defined(KERNELS_AVX2) && defined(Q8_VNNI)
         j->group_sums |= pr->plan.qi_packed;
 #endif
-        prepare_tokens(j, 1);
+        prepare_tokens(j);
         break;
-    case PREP_BF16_BLOCK: prepare_tokens(j, 16); break;
-    case PREP_BF16_ROUND: prepare_tokens(j, 1); break;
+    case PREP_BF16_BLOCK:
+    case PREP_BF16_ROUND: prepare_tokens(j); break;
 #if defined(KERNELS_AMX_BF16)
     case PREP_BF16_SPLIT: {
         const int n = pr->n, n16 = (n + AMX_ROWS - 1) / AMX_ROWS * AMX_ROWS, C = j->W[0]->cols;
-        prepare_tokens(j, 1);
+        prepare_tokens(j);
         /* the last A tile's rows beyond n: zeros (their C rows are not stored) */
         memset(s->xb16_buf + (size_t)n * 3 * C, 0, (size_t)(n16 - n) * 3 * C * sizeof(uint16_t));
         break;
@@ -530,7 +536,7 @@ ALWAYS_INLINE int start_product(MatmulJob* j, const Ops* o, float* const* outs, 
     j->n_mats = n_mats;
     j->each = each;
     const int nt = kernels_threads(j->k);
-    j->pr.plan = plan_product(j->s, Ws, n_mats, n, nt);
+    j->pr.plan = plan_product(j->s, Ws, n_mats, n, each ? n_mats : n, nt);
     j->pr.x = x;
     j->pr.n = each ? n_mats : n; /* matmul_segments prepares every matrix's row; each chunk reads one */
     prepare_activations(j);
@@ -544,7 +550,7 @@ ALWAYS_INLINE int start_product(MatmulJob* j, const Ops* o, float* const* outs, 
         atomic_init(&j->range[r].next, (int)((long long)n_items * r / j->n_ranges));
         j->range[r].end = (int)((long long)n_items * (r + 1) / j->n_ranges);
     }
-    return n == 1 ? nt : n_items;
+    return j->pr.plan.task_per_thread ? nt : n_items;
 }
 
 void matmul(const Ops* o, float* const* outs, const float* x, const Matrix* const* Ws, int n_mats, int n) {

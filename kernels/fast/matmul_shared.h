@@ -61,14 +61,23 @@ typedef void (*RowsKernel)(const MatmulThread* mt, const Product* pr, float* out
  * de-interleaved row (bf16 decode). */
 enum { PREP_FP32, PREP_INT8, PREP_BF16_ROUND, PREP_BF16_BLOCK, PREP_BF16_SPLIT, PREP_DEINTERLEAVE };
 
+/* Prefill's most rows per chunk (plan_product), and so what a thread's panel and tile scratch holds
+ * for one repacking. */
+#define PREFILL_CHUNK_ROWS 64
+
 /* What matmul.c's plan_product decides for one product, the only place that holds the thresholds:
- * the kernel every chunk runs, the activations it reads, where chunks start, and the paths that
- * kernel takes. */
+ * the kernel every chunk runs, the activations it reads, where chunks start, how the work splits
+ * over the threads, and the paths that kernel takes. */
 typedef struct {
     RowsKernel kernel;
     int prep;         /* PREP_* */
     int chunk;        /* rows per chunk, a multiple of align */
     int align;        /* chunks start at multiples of this (row blocks, panels, tiles) */
+    int task_per_thread; /* decode: a pool task per thread, claiming chunks until none is left;
+                            prefill: a task per chunk */
+    int claim;        /* chunks per claim (claim_chunks) */
+    int prep_tokens;  /* tokens per item of the activations' preparation; 0: the calling thread
+                         prepares them all */
     int amx;          /* rows_qi: whole 16-row tiles on AMX first */
     int qi_packed;    /* rows_qi: then packed q8 / q4 panels of QP_ROWS rows */
     int float_packed; /* rows_f32, rows_bf16 (prefill): packed panels of 16 rows first */
@@ -90,7 +99,7 @@ struct Product {
 
 #if defined(KERNELS_AVX2)
 #define FLOAT_PANEL_ROWS 16 /* rows per packed panel (f32 and bf16 prefill, rows_float_packed) */
-#define FLOAT_MAX_PANELS 4 /* panels of 16 rows per packing: prefill's chunks are at most 64 rows */
+#define FLOAT_MAX_PANELS (PREFILL_CHUNK_ROWS / FLOAT_PANEL_ROWS) /* panels per packing: a whole chunk */
 /* The q8 / q4 panels of one packing (rows_qi_packed): 64 rows of cols int8 values, then their
  * scales as floats (64 * cols / 32), in whole cache lines. */
 static inline size_t qi_pack_bytes(int xp_stride) { return (size_t)72 * (size_t)xp_stride; }
@@ -103,7 +112,7 @@ static inline int row_tiles_next(int r, int r1, int max) {
 #endif
 
 #if defined(KERNELS_AMX)
-#define AMX_MAX_TILES 4 /* row tiles of 16 per repacking: prefill's chunks are at most 64 rows */
+#define AMX_MAX_TILES (PREFILL_CHUNK_ROWS / 16) /* row tiles of 16 per repacking: a whole chunk */
 /* A thread's part of the AMX scratch, in 64-byte multiples: its repacked rows (AMX_MAX_TILES * 16
  * rows of cols bytes, q4's widened to a byte each), the int32 tiles of one row of groups (at most
  * cols / 32 tiles of 1 KB) and the rows' scales as floats (at most 64 * cols / 32 = 2 * cols). */
