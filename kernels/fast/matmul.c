@@ -288,14 +288,15 @@ static void plan_kernel(ProductPlan* p, const MatmulScratch* s, const Matrix* co
     const Matrix* W = Ws[0];
     const int C = W->cols, quant = W->type == WEIGHT_Q8 || W->type == WEIGHT_Q4;
     if (quant && W->group_size % 32 == 0 && uniform(Ws, n_mats, 1) && (size_t)n * (size_t)C <= s->xq_cap) {
-        p->kernel = n == 1 ? (W->type == WEIGHT_Q8 ? rows_qi_n1 : rows_q4) : rows_qi;
+        p->kernel = n == 1 ? (W->type == WEIGHT_Q8 ? rows_qi_n1 : rows_q4_n1) : rows_qi;
         p->prep = PREP_INT8;
         if (p->qi_packed) p->align = QP_ROWS;
         if (p->amx) p->align = 16;
         return;
     }
     if (quant) return; /* rows_scalar */
-    p->kernel = W->type == WEIGHT_F32 ? rows_f32 : rows_bf16;
+    if (W->type == WEIGHT_F32) p->kernel = n == 1 ? rows_f32_n1 : rows_f32_nn;
+    else p->kernel = n == 1 ? rows_bf16_n1_plain : rows_bf16_nn;
     if (p->float_packed) p->align = 16;
 #if defined(KERNELS_AVX2) /* x86/matmul_float.c's other bf16 kernels */
     const int bf16 = W->type == WEIGHT_BF16 && uniform(Ws, n_mats, 0);

@@ -80,7 +80,7 @@ typedef struct {
                          prepares them all */
     int amx;          /* rows_qi: whole 16-row tiles on AMX first */
     int qi_packed;    /* rows_qi: then packed q8 / q4 panels of QP_ROWS rows */
-    int float_packed; /* rows_f32, rows_bf16 (prefill): packed panels of 16 rows first */
+    int float_packed; /* rows_f32_nn, rows_bf16_nn: packed panels of 16 rows first */
     int bf16_blocked; /* rows_bf16_dot: the activations in blocks of 16 tokens */
     int bf16_packed;  /* rows_bf16_dot: AMX-BF16 panels of 16 rows first */
 } ProductPlan;
@@ -121,7 +121,7 @@ static inline size_t amx_thread_bytes(int xp_stride) { return (size_t)(AMX_MAX_T
 
 /* Tokens per block of prefill (a multiple of 4, at least 4): as many activation rows of
  * row_bytes each as fit in 192 KB, so the block stays in L2 while the weight tiles of a chunk meet
- * it (rows_float_nn, rows_bf16_dot, rows_qi, rows_q4). */
+ * it (rows_float_nn, rows_bf16_dot, rows_qi). */
 static inline int token_block(size_t row_bytes) {
     int tb = (int)(((size_t)192 * 1024) / row_bytes);
     if (tb < 4) tb = 4;
@@ -164,15 +164,18 @@ ALWAYS_INLINE float scale1(uint16_t h) {
 
 /* The chunk kernels (RowsKernel), one per (format, decode or prefill) that plan_product names.
  * matmul_float.c (x86/ or arm/): fp32 activations x. */
-void rows_f32(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1);
-void rows_bf16(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1);
+void rows_f32_n1(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1); /* f32 decode */
+void rows_f32_nn(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1); /* f32 prefill */
+/* bf16 decode from x as it is (where rows_bf16_n1's de-interleaved row is not taken) */
+void rows_bf16_n1_plain(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1);
+void rows_bf16_nn(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1); /* bf16 prefill */
 
 /* matmul_int8.c (x86/ or arm/): x quantised per group (quantize_rows), then q8 or q4 weights x
  * those int8 values. */
 void quantize_rows(int8_t* xq, float* xs, int32_t* xsum, int32_t* xgsum, const float* x, int C, int gs, int t0,
                    int t1);
 void rows_qi_n1(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1); /* q8 decode */
-void rows_q4(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1);
+void rows_q4_n1(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1); /* q4 decode */
 void rows_qi(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1); /* q8 or q4 prefill */
 #endif
 

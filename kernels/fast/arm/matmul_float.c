@@ -105,10 +105,13 @@ ALWAYS_INLINE void rows_float_n1(float* out, const float* x, const Matrix* W, We
     for (; r < r1; r++) tile_float(out, x, W, type, r, 0, 1, 1, NULL);
 }
 
-/* The f32 matrix-vector product: the generic four-row kernel (the AVX2 twin's one row at a time
- * is measured on x86 only). */
-static void rows_f32_n1(const MatmulThread* mt, float* out, const float* x, const Matrix* W, int r0, int r1) {
-    rows_float_n1(out, x, W, WEIGHT_F32, r0, r1);
+/* Decode: the four-row kernel for f32 (the AVX2 twin's one row at a time is measured on x86 only)
+ * and bf16. */
+void rows_f32_n1(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1) {
+    rows_float_n1(out, pr->x, W, WEIGHT_F32, r0, r1);
+}
+void rows_bf16_n1_plain(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1) {
+    rows_float_n1(out, pr->x, W, WEIGHT_BF16, r0, r1);
 }
 
 /* Token-blocked matrix-matrix product for rows [r0, r1): the activation block (tb tokens) stays in
@@ -138,12 +141,11 @@ ALWAYS_INLINE void rows_float_nn(float* out, const float* x, const Matrix* W, We
     }
 }
 
-void rows_f32(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1) {
-    if (pr->n == 1) rows_f32_n1(mt, out, pr->x, W, r0, r1);
-    else rows_float_nn(out, pr->x, W, WEIGHT_F32, pr->n, r0, r1);
+/* Prefill. */
+void rows_f32_nn(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1) {
+    rows_float_nn(out, pr->x, W, WEIGHT_F32, pr->n, r0, r1);
 }
-void rows_bf16(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1) {
-    if (pr->n == 1) rows_float_n1(out, pr->x, W, WEIGHT_BF16, r0, r1);
-    else rows_float_nn(out, pr->x, W, WEIGHT_BF16, pr->n, r0, r1);
+void rows_bf16_nn(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1) {
+    rows_float_nn(out, pr->x, W, WEIGHT_BF16, pr->n, r0, r1);
 }
 #endif /* KERNELS_NEON */

@@ -188,9 +188,14 @@ static void tile_q4(float* out, const int8_t* xq, const float* xsc, const Matrix
     for (int i = 0; i < Q4_BLOCK_ROWS && r + i < R; i++) out[(size_t)t * R + r + i] = o[i];
 }
 
-/* Rows [r0, r1) (r0 a multiple of 8: the driver's chunks are) for n tokens, a block of tokens at a
- * time as rows_qi. */
-void rows_q4(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1) {
+/* q4 decode, rows [r0, r1) (r0 a multiple of 8: the driver's chunks are): the row blocks in order. */
+void rows_q4_n1(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1) {
+    for (int r = r0; r < r1; r += Q4_BLOCK_ROWS) tile_q4(out, pr->xq, pr->xs, W, r, 0);
+}
+
+/* q4 prefill: rows [r0, r1) for n tokens, a block of tokens at a time as rows_qi's q8 tiles. */
+static void q4_prefill_tiles(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0,
+                             int r1) {
     const int8_t* xq = pr->xq;
     const float* xsc = pr->xs;
     const int n = pr->n;
@@ -204,14 +209,14 @@ void rows_q4(const MatmulThread* mt, const Product* pr, float* out, const Matrix
 
 /* A prompt's q8 or q4 weights x int8 activations for rows [r0, r1): tile_q4's tiles, or tile_qi's
  * with a block of tokens in L2 while every row tile of the chunk uses it. (One token goes straight
- * to rows_qi_n1 or rows_q4.) */
+ * to rows_qi_n1 or rows_q4_n1.) */
 void rows_qi(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1) {
     const int8_t* xq = pr->xq;
     const float* xsc = pr->xs;
     const int32_t* xsum = pr->xsum;
     const int n = pr->n;
     if (W->type == WEIGHT_Q4) {
-        rows_q4(mt, pr, out, W, r0, r1);
+        q4_prefill_tiles(mt, pr, out, W, r0, r1);
         return;
     }
     /* q8: the rest in tiles of Q8_TILE_ROWS rows x Q8_TILE_TOKENS tokens */

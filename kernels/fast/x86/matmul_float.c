@@ -4,8 +4,8 @@
  * in registers and every sum fp32. Prefill: tiles of RT weight rows x TT tokens in RT*TT vector
  * accumulators (each weight vector used TT times, each activation vector RT times), or packed
  * panels of 16 rows. Decode (n == 1) reads each weight once, as one stream where it can. The
- * chunk kernels that fast/matmul.c's plan names (rows_f32, rows_bf16, rows_bf16_n1, rows_bf16_dot,
- * rows_bf16_split) are at the end, after the tiles they loop over. */
+ * chunk kernels that fast/matmul.c's plan names (rows_f32_n1, rows_bf16_n1, rows_bf16_n1_plain,
+ * rows_f32_nn, rows_bf16_nn, rows_bf16_dot, rows_bf16_split) follow the tiles they loop over. */
 #include "../matmul_shared.h"
 
 #if defined(KERNELS_AVX2)
@@ -295,9 +295,12 @@ ALWAYS_INLINE void tile_float(float* out, const float* x, const Matrix* W, Weigh
 #endif
 }
 
-/* Matrix-vector (n == 1) for bf16 with cols % 16 != 0: 4 rows at a time, each with two
- * accumulators so the FMA chains overlap. No Qwen3 width takes it, so it has no prefetch plan. */
-ALWAYS_INLINE void rows_float_n1(float* out, const float* x, const Matrix* W, WeightType type, int r0, int r1) {
+/* bf16 decode from x as it is, for cols % 16 != 0 (rows_bf16_n1 takes the rest): 4 rows at a time,
+ * each with two accumulators so the FMA chains overlap. No Qwen3 width takes it, so it has no
+ * prefetch plan. */
+void rows_bf16_n1_plain(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1) {
+    const WeightType type = WEIGHT_BF16;
+    const float* x = pr->x;
     const int C = W->cols;
     const int C16 = C & ~15;
     int r = r0;
@@ -444,7 +447,8 @@ void rows_bf16_n1(const MatmulThread* mt, const Product* pr, float* out, const M
  * streams that each start on a page the hardware prefetcher has not seen, while one row after the
  * other is a single sequential stream (docs/design.md#decode-stream). bf16 does the same
  * (rows_bf16_n1); q8 reads row blocks (rows_qi_n1). */
-static void rows_f32_n1(const MatmulThread* mt, float* out, const float* x, const Matrix* W, int r0, int r1) {
+void rows_f32_n1(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1) {
+    const float* x = pr->x;
     const int C = W->cols;
     const float* wd = (const float*)W->data;
     for (int r = r0; r < r1; r++) {
@@ -496,13 +500,11 @@ ALWAYS_INLINE void rows_float_nn(const MatmulThread* mt, float* out, const float
     }
 }
 
-void rows_f32(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1) {
-    if (pr->n == 1) rows_f32_n1(mt, out, pr->x, W, r0, r1);
-    else rows_float_nn(mt, out, pr->x, W, WEIGHT_F32, pr->n, pr->plan.float_packed, r0, r1);
+void rows_f32_nn(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1) {
+    rows_float_nn(mt, out, pr->x, W, WEIGHT_F32, pr->n, pr->plan.float_packed, r0, r1);
 }
-void rows_bf16(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1) {
-    if (pr->n == 1) rows_float_n1(out, pr->x, W, WEIGHT_BF16, r0, r1);
-    else rows_float_nn(mt, out, pr->x, W, WEIGHT_BF16, pr->n, pr->plan.float_packed, r0, r1);
+void rows_bf16_nn(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1) {
+    rows_float_nn(mt, out, pr->x, W, WEIGHT_BF16, pr->n, pr->plan.float_packed, r0, r1);
 }
 
 #if defined(KERNELS_BF16_DOT)

@@ -3,7 +3,7 @@
  * quantised to int8 per group once per product (quantize_rows); the int8 products of a group are
  * summed exactly in int32, and each group's sum is scaled by (weight scale x activation scale)
  * into fp32 accumulators. With AMX, prefill's whole tiles of 16 rows go to x86/matmul_amx.c. The
- * chunk kernels that fast/matmul.c's plan names (rows_qi_n1, rows_q4, rows_qi) follow their
+ * chunk kernels that fast/matmul.c's plan names (rows_qi_n1, rows_q4_n1, rows_qi) follow their
  * tiles. */
 #include "../matmul_shared.h"
 
@@ -554,18 +554,20 @@ ALWAYS_INLINE void tile_q4(float* out, const int8_t* xq, const float* xsc, const
     }
 }
 
-/* Rows [r0, r1) (r0 a multiple of 8: the driver's chunks are) for n tokens: decode walks the row
- * blocks with the prefetch; prefill keeps a block of tokens in L2 (as rows_qi) while each
- * row block meets them 4 at a time (the rows that AMX or the panels did not take). */
-void rows_q4(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1) {
+/* q4 decode, rows [r0, r1) (r0 a multiple of 8: the driver's chunks are): the row blocks in order,
+ * each prefetching the plan's distance ahead. */
+void rows_q4_n1(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1) {
+    for (int r = r0; r < r1; r += Q4_BLOCK_ROWS) tile_q4(out, pr->xq, pr->xs, pr->xgsum, W, r, 0, 1, mt->prefetch->q4);
+}
+
+/* q4 prefill, the rows [r0, r1) that AMX or the panels did not take: a block of tokens stays in L2
+ * (as rows_qi's q8 tiles) while each row block meets them 4 at a time. */
+static void q4_prefill_tiles(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0,
+                             int r1) {
     const int8_t* xq = pr->xq;
     const float* xsc = pr->xs;
     const int32_t* xgsum = pr->xgsum;
     const int n = pr->n;
-    if (n == 1) {
-        for (int r = r0; r < r1; r += Q4_BLOCK_ROWS) tile_q4(out, xq, xsc, xgsum, W, r, 0, 1, mt->prefetch->q4);
-        return;
-    }
     const int tb = token_block((size_t)W->cols);
     for (int t0 = 0; t0 < n; t0 += tb) {
         const int t1 = t0 + tb < n ? t0 + tb : n;
@@ -583,7 +585,7 @@ void rows_q4(const MatmulThread* mt, const Product* pr, float* out, const Matrix
 /* A prompt's q8 or q4 weights x int8 activations for rows [r0, r1): AMX's whole tiles first, then
  * the packed panels, then the format's tiles for what is left: tile_q4's, or tile_qi's with a
  * block of tokens in L2 while every row tile of the chunk uses it. (One token goes straight to
- * rows_qi_n1 or rows_q4.) */
+ * rows_qi_n1 or rows_q4_n1.) */
 void rows_qi(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1) {
     const int8_t* xq = pr->xq;
     const float* xsc = pr->xs;
@@ -596,7 +598,7 @@ void rows_qi(const MatmulThread* mt, const Product* pr, float* out, const Matrix
     int rp = ra; /* the panels did every token of rows [ra, rp) */
     if (pr->plan.qi_packed) rp = rows_qi_packed(mt, out, xq, xsc, pr->xgsum, W, n, ra, r1);
     if (W->type == WEIGHT_Q4) {
-        rows_q4(mt, pr, out, W, rp, r1);
+        q4_prefill_tiles(mt, pr, out, W, rp, r1);
         return;
     }
     /* q8: the rest in tiles of Q8_TILE_ROWS rows x Q8_TILE_TOKENS tokens */
