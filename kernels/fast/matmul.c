@@ -317,10 +317,14 @@ static void plan_kernel(ProductPlan* p, const MatmulScratch* s, const Matrix* co
         return;
     }
 #endif
-    /* bf16 decode from a de-interleaved row */
+    /* bf16 decode from a de-interleaved row, on zmm where its steps of 32 columns fit */
     if (bf16 && n == 1 && C % 16 == 0 && C <= s->xp_cap) {
         p->kernel = rows_bf16_n1;
         p->prep = PREP_DEINTERLEAVE;
+        p->span = 16;
+#if defined(KERNELS_AVX512)
+        if (C % 32 == 0) p->kernel = rows_bf16_n1_zmm, p->span = 32;
+#endif
     }
 #endif
 #endif
@@ -440,7 +444,7 @@ static void matmul_task(void* ctx, int task, int thread) {
                 token = want;
                 if (j->each) pr = (view = token_view(&j->pr, m, W), &view);
 #if defined(KERNELS_AVX2)
-                if (pr->plan.prep == PREP_DEINTERLEAVE) deinterleave(mt.xp, pr->x, W->cols, bf16_span(W->cols));
+                if (pr->plan.prep == PREP_DEINTERLEAVE) deinterleave(mt.xp, pr->x, W->cols, pr->plan.span);
 #endif
             }
             const int r0 = (i - j->first_item[m]) * pr->plan.chunk;
@@ -605,15 +609,21 @@ static double seconds_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* The distance of the plan that decode reads for W's format, and the distances to time (mid's first). */
-static int* measured_distance(PrefetchPlan* p, const Matrix* W, const int** candidates) {
-    static const int q8[] = {1536, 128, 6144}, q4[] = {2048, 0, 6144}, bf16[] = {1024, 0, 2048},
-                     zmm[] = {2048, 0, 3072};
-    if (W->type == WEIGHT_Q8) return *candidates = q8, &p->q8;
-    if (W->type == WEIGHT_Q4) return *candidates = q4, &p->q4;
-    if (W->type != WEIGHT_BF16 || W->cols % 16) return NULL; /* f32 decode does not prefetch */
-    if (BUILD_AVX512 && W->cols % 32 == 0) return *candidates = zmm, &p->bf16_zmm;
-    return *candidates = bf16, &p->bf16;
+/* The prefetch distance that the kernel decode's plan names for W reads, and the distances to time
+ * (mid's first); NULL where that kernel does not prefetch (f32 decode, the scalar products). */
+static int* measured_distance(PrefetchPlan* p, const MatmulScratch* s, const Matrix* W, const int** candidates) {
+#if defined(KERNELS_AVX2)
+    static const int q8[] = {1536, 128, 6144}, q4[] = {2048, 0, 6144}, bf16[] = {1024, 0, 2048};
+    const RowsKernel k = plan_product(s, &W, 1, 1, 1, 1).kernel;
+    if (k == rows_qi_n1) return *candidates = q8, &p->q8;
+    if (k == rows_q4_n1) return *candidates = q4, &p->q4;
+    if (k == rows_bf16_n1) return *candidates = bf16, &p->bf16;
+#if defined(KERNELS_AVX512)
+    static const int zmm[] = {2048, 0, 3072};
+    if (k == rows_bf16_n1_zmm) return *candidates = zmm, &p->bf16_zmm;
+#endif
+#endif
+    return NULL;
 }
 
 /* The weights as one matrix of their format, cols wide, from the middle of the section: what
@@ -633,8 +643,8 @@ const char* measure_prefetch(const Ops* o, const OpsSpec* spec) {
     MatmulScratch* s = kernels_scratch(ops_kernels(o));
     const Matrix W = measure_sample(spec);
     const int* cand;
-    int* distance = measured_distance(&s->prefetch, &W, &cand);
-    if (!BUILD_AVX2 || s->prefetch_fixed || !distance || W.rows < 64 || W.cols > s->xp_cap) return NULL;
+    int* distance = measured_distance(&s->prefetch, s, &W, &cand);
+    if (s->prefetch_fixed || !distance || W.rows < 64) return NULL;
     float* x = malloc((size_t)W.cols * sizeof(float));
     float* out = malloc((size_t)W.rows * sizeof(float));
     if (!x || !out) {

@@ -71,6 +71,7 @@ enum { PREP_FP32, PREP_INT8, PREP_BF16_ROUND, PREP_BF16_BLOCK, PREP_BF16_SPLIT, 
 typedef struct {
     RowsKernel kernel;
     int prep;         /* PREP_* */
+    int span;         /* PREP_DEINTERLEAVE: columns per step of the de-interleaved row */
     int chunk;        /* rows per chunk, a multiple of align */
     int align;        /* chunks start at multiples of this (row blocks, panels, tiles) */
     int task_per_thread; /* decode: a pool task per thread, claiming chunks until none is left;
@@ -187,8 +188,11 @@ void rows_qi(const MatmulThread* mt, const Product* pr, float* out, const Matrix
 
 /* x86/matmul_float.c */
 void deinterleave(float* xp, const float* x, int C, int span); /* rows_bf16_n1's activation row */
-int bf16_span(int cols);
-void rows_bf16_n1(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1); /* x de-interleaved in mt->xp */
+/* bf16 decode, x de-interleaved in mt->xp in steps of 16 columns (and on zmm of 32) */
+void rows_bf16_n1(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1);
+#if defined(KERNELS_AVX512)
+void rows_bf16_n1_zmm(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1);
+#endif
 
 #endif
 

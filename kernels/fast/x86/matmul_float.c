@@ -4,7 +4,7 @@
  * in registers and every sum fp32. Prefill: tiles of RT weight rows x TT tokens in RT*TT vector
  * accumulators (each weight vector used TT times, each activation vector RT times), or packed
  * panels of 16 rows. Decode (n == 1) reads each weight once, as one stream where it can. The
- * chunk kernels that fast/matmul.c's plan names (rows_f32_n1, rows_bf16_n1, rows_bf16_n1_plain,
+ * chunk kernels that fast/matmul.c's plan names (rows_f32_n1, rows_bf16_n1(_zmm), rows_bf16_n1_plain,
  * rows_f32_nn, rows_bf16_nn, rows_bf16_dot, rows_bf16_split) follow the tiles they loop over. */
 #include "../matmul_shared.h"
 
@@ -418,29 +418,21 @@ ALWAYS_INLINE void rows_bf16_n1_zmm_pf(float* out, const float* xp, const Matrix
 }
 #endif
 
-/* The activation span of rows_bf16_n1's de-interleaved row: 32 columns for the zmm kernel. */
-int bf16_span(int cols) {
-#if defined(KERNELS_AVX512)
-    if (cols % 32 == 0) return 32;
-#endif
-    return 16;
-}
-
-/* The plan's distance as a constant-folded branch: the copy without prefetch has no prefetch
- * instruction in its loop. */
+/* bf16 decode from the de-interleaved row in mt->xp (16 columns a step; on zmm 32). The plan's
+ * distance as a constant-folded branch: the copy without prefetch has no prefetch instruction in
+ * its loop. */
 void rows_bf16_n1(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1) {
-    const float* xp = mt->xp;
     const PrefetchPlan* plan = mt->prefetch;
-#if defined(KERNELS_AVX512)
-    if (bf16_span(W->cols) == 32) {
-        if (plan->bf16_zmm) rows_bf16_n1_zmm_pf(out, xp, W, r0, r1, 1, plan->bf16_zmm);
-        else rows_bf16_n1_zmm_pf(out, xp, W, r0, r1, 0, 0);
-        return;
-    }
-#endif
-    if (plan->bf16) rows_bf16_n1_pf(out, xp, W, r0, r1, 1, plan->bf16);
-    else rows_bf16_n1_pf(out, xp, W, r0, r1, 0, 0);
+    if (plan->bf16) rows_bf16_n1_pf(out, mt->xp, W, r0, r1, 1, plan->bf16);
+    else rows_bf16_n1_pf(out, mt->xp, W, r0, r1, 0, 0);
 }
+#if defined(KERNELS_AVX512)
+void rows_bf16_n1_zmm(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1) {
+    const PrefetchPlan* plan = mt->prefetch;
+    if (plan->bf16_zmm) rows_bf16_n1_zmm_pf(out, mt->xp, W, r0, r1, 1, plan->bf16_zmm);
+    else rows_bf16_n1_zmm_pf(out, mt->xp, W, r0, r1, 0, 0);
+}
+#endif
 
 /* f32 matrix-vector product, one row at a time with four accumulators. An f32 row of the 0.6B
  * shape is 4 KB, a page: reading four rows side by side (to share the activation loads) makes four
