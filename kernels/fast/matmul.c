@@ -289,6 +289,7 @@ static void plan_kernel(ProductPlan* p, const MatmulScratch* s, const Matrix* co
     const int C = W->cols, quant = W->type == WEIGHT_Q8 || W->type == WEIGHT_Q4;
     if (quant && W->group_size % 32 == 0 && uniform(Ws, n_mats, 1) && (size_t)n * (size_t)C <= s->xq_cap) {
         p->kernel = n == 1 ? (W->type == WEIGHT_Q8 ? rows_qi_n1 : rows_q4_n1) : rows_qi;
+        if (n == 1) p->prefetch = W->type == WEIGHT_Q8 ? PF_Q8 : PF_Q4;
         p->prep = PREP_INT8;
         if (p->qi_packed) p->align = QP_ROWS;
         if (p->amx) p->align = 16;
@@ -322,8 +323,9 @@ static void plan_kernel(ProductPlan* p, const MatmulScratch* s, const Matrix* co
         p->kernel = rows_bf16_n1;
         p->prep = PREP_DEINTERLEAVE;
         p->span = 16;
+        p->prefetch = PF_BF16;
 #if defined(KERNELS_AVX512)
-        if (C % 32 == 0) p->kernel = rows_bf16_n1_zmm, p->span = 32;
+        if (C % 32 == 0) p->kernel = rows_bf16_n1_zmm, p->span = 32, p->prefetch = PF_BF16_ZMM;
 #endif
     }
 #endif
@@ -612,18 +614,15 @@ static double seconds_now(void) {
 /* The prefetch distance that the kernel decode's plan names for W reads, and the distances to time
  * (mid's first); NULL where that kernel does not prefetch (f32 decode, the scalar products). */
 static int* measured_distance(PrefetchPlan* p, const MatmulScratch* s, const Matrix* W, const int** candidates) {
-#if defined(KERNELS_AVX2)
-    static const int q8[] = {1536, 128, 6144}, q4[] = {2048, 0, 6144}, bf16[] = {1024, 0, 2048};
-    const RowsKernel k = plan_product(s, &W, 1, 1, 1, 1).kernel;
-    if (k == rows_qi_n1) return *candidates = q8, &p->q8;
-    if (k == rows_q4_n1) return *candidates = q4, &p->q4;
-    if (k == rows_bf16_n1) return *candidates = bf16, &p->bf16;
-#if defined(KERNELS_AVX512)
-    static const int zmm[] = {2048, 0, 3072};
-    if (k == rows_bf16_n1_zmm) return *candidates = zmm, &p->bf16_zmm;
-#endif
-#endif
-    return NULL;
+    static const int q8[] = {1536, 128, 6144}, q4[] = {2048, 0, 6144}, bf16[] = {1024, 0, 2048},
+                     zmm[] = {2048, 0, 3072};
+    switch (plan_product(s, &W, 1, 1, 1, 1).prefetch) {
+    case PF_Q8: return *candidates = q8, &p->q8;
+    case PF_Q4: return *candidates = q4, &p->q4;
+    case PF_BF16: return *candidates = bf16, &p->bf16;
+    case PF_BF16_ZMM: return *candidates = zmm, &p->bf16_zmm;
+    default: return NULL;
+    }
 }
 
 /* The weights as one matrix of their format, cols wide, from the middle of the section: what
@@ -644,7 +643,7 @@ const char* measure_prefetch(const Ops* o, const OpsSpec* spec) {
     const Matrix W = measure_sample(spec);
     const int* cand;
     int* distance = measured_distance(&s->prefetch, s, &W, &cand);
-    if (s->prefetch_fixed || !distance || W.rows < 64) return NULL;
+    if (!BUILD_AVX2 || s->prefetch_fixed || !distance || W.rows < 64) return NULL;
     float* x = malloc((size_t)W.cols * sizeof(float));
     float* out = malloc((size_t)W.rows * sizeof(float));
     if (!x || !out) {

@@ -29,8 +29,10 @@ typedef struct {
     int q8;       /* bytes ahead in rows_qi_n1; 0: one row block ahead */
     int q4;       /* bytes ahead in tile_q4 */
     int bf16;     /* bytes ahead in rows_bf16_n1 (256-bit); 0: none */
-    int bf16_zmm; /* bytes ahead in rows_bf16_n1_zmm_pf (AVX-512 builds); 0: none */
+    int bf16_zmm; /* bytes ahead in rows_bf16_n1_zmm (AVX-512 builds); 0: none */
 } PrefetchPlan;
+/* Which of those distances a decode kernel reads (ProductPlan.prefetch). */
+enum { PF_NONE, PF_Q8, PF_Q4, PF_BF16, PF_BF16_ZMM };
 
 /* One thread's share of a product: its part of the context's scratch (matmul.c, MatmulScratch)
  * and the context's prefetch plan, made per task by matmul.c's thread_view. The twins reach no
@@ -72,6 +74,7 @@ typedef struct {
     RowsKernel kernel;
     int prep;         /* PREP_* */
     int span;         /* PREP_DEINTERLEAVE: columns per step of the de-interleaved row */
+    int prefetch;     /* decode: the prefetch distance the kernel reads (PF_*) */
     int chunk;        /* rows per chunk, a multiple of align */
     int align;        /* chunks start at multiples of this (row blocks, panels, tiles) */
     int task_per_thread; /* decode: a pool task per thread, claiming chunks until none is left;
@@ -188,11 +191,9 @@ void rows_qi(const MatmulThread* mt, const Product* pr, float* out, const Matrix
 
 /* x86/matmul_float.c */
 void deinterleave(float* xp, const float* x, int C, int span); /* rows_bf16_n1's activation row */
-/* bf16 decode, x de-interleaved in mt->xp in steps of 16 columns (and on zmm of 32) */
+/* bf16 decode, x de-interleaved in mt->xp in steps of 16 columns (and in AVX-512 builds on zmm, of 32) */
 void rows_bf16_n1(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1);
-#if defined(KERNELS_AVX512)
 void rows_bf16_n1_zmm(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1);
-#endif
 
 #endif
 

@@ -416,6 +416,13 @@ ALWAYS_INLINE void rows_bf16_n1_zmm_pf(float* out, const float* xp, const Matrix
         out[r] = _mm512_reduce_add_ps(_mm512_add_ps(s01, s23));
     }
 }
+
+/* The plan's bf16_zmm distance as a constant-folded branch, as in rows_bf16_n1 (below). */
+void rows_bf16_n1_zmm(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1) {
+    const PrefetchPlan* plan = mt->prefetch;
+    if (plan->bf16_zmm) rows_bf16_n1_zmm_pf(out, mt->xp, W, r0, r1, 1, plan->bf16_zmm);
+    else rows_bf16_n1_zmm_pf(out, mt->xp, W, r0, r1, 0, 0);
+}
 #endif
 
 /* bf16 decode from the de-interleaved row in mt->xp (16 columns a step; on zmm 32). The plan's
@@ -426,13 +433,6 @@ void rows_bf16_n1(const MatmulThread* mt, const Product* pr, float* out, const M
     if (plan->bf16) rows_bf16_n1_pf(out, mt->xp, W, r0, r1, 1, plan->bf16);
     else rows_bf16_n1_pf(out, mt->xp, W, r0, r1, 0, 0);
 }
-#if defined(KERNELS_AVX512)
-void rows_bf16_n1_zmm(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1) {
-    const PrefetchPlan* plan = mt->prefetch;
-    if (plan->bf16_zmm) rows_bf16_n1_zmm_pf(out, mt->xp, W, r0, r1, 1, plan->bf16_zmm);
-    else rows_bf16_n1_zmm_pf(out, mt->xp, W, r0, r1, 0, 0);
-}
-#endif
 
 /* f32 matrix-vector product, one row at a time with four accumulators. An f32 row of the 0.6B
  * shape is 4 KB, a page: reading four rows side by side (to share the activation loads) makes four
