@@ -31,8 +31,8 @@ const char* kernels_simd_name(const Kernels* k); /* "avx2[+int8]", "avx2+avx512[
 const char* kernels_prefetch_plan(const Kernels* k);
 /* Times decode's prefetch distances for spec's weight format on spec->weights with o's own
  * product on one of its threads and keeps the quickest; returns the plan's new name, or NULL
- * where nothing was timed (no AVX2, KERNELS_PREFETCH set, a decode kernel without prefetch: f32
- * or the scalar products, a section too small, out of memory). */
+ * where nothing was timed (no AVX2, KERNELS_PREFETCH set, a decode kernel without prefetch: f32,
+ * bf16 of odd widths or the scalar products, a section too small, out of memory). */
 const char* measure_prefetch(const Ops* o, const OpsSpec* spec);
 /* The prefill paths; each setter (for tests of both paths) returns its getter's answer.
  * kernels_amx: 1 when q8 and q4 prefill (with AMX-BF16 also bf16 with bf16 activations) run on

@@ -1,9 +1,10 @@
 /* matmul.c: the fast products. The scratch and decode's prefetch plan of a kernel context; the
  * plan of each product (plan_product: which kernel, which copy of the activations, which paths,
- * rows per chunk, the split over the threads: every threshold is there); and the driver, which prepares the activations once
- * and hands the chunks of rows to the threads, each chunk straight to the plan's kernel: x86/ or
- * arm/, matmul_float.c (f32, bf16) and matmul_int8.c (q8, q4), x86/matmul_amx.c (their prefill on
- * AMX). The scalar reference they are checked against is kernels/matmul.c. */
+ * rows per chunk, the split over the threads: every threshold is there); and the driver, which
+ * prepares the activations once and hands the chunks of rows to the threads, each chunk straight
+ * to the plan's kernel: x86/ or arm/, matmul_float.c (f32, bf16) and matmul_int8.c (q8, q4),
+ * x86/matmul_amx.c (their prefill on AMX). The scalar reference they are checked against is
+ * kernels/matmul.c. */
 #include <stdatomic.h>
 #include <time.h>
 #include <stdio.h>
@@ -612,7 +613,8 @@ static double seconds_now(void) {
 }
 
 /* The prefetch distance that the kernel decode's plan names for W reads, and the distances to time
- * (mid's first); NULL where that kernel does not prefetch (f32 decode, the scalar products). */
+ * (mid's first); NULL where that kernel does not prefetch (f32 decode, bf16 of odd widths, the
+ * scalar products). */
 static int* measured_distance(PrefetchPlan* p, const MatmulScratch* s, const Matrix* W, const int** candidates) {
     static const int q8[] = {1536, 128, 6144}, q4[] = {2048, 0, 6144}, bf16[] = {1024, 0, 2048},
                      zmm[] = {2048, 0, 3072};

@@ -74,7 +74,7 @@ typedef struct {
     RowsKernel kernel;
     int prep;         /* PREP_* */
     int span;         /* PREP_DEINTERLEAVE: columns per step of the de-interleaved row */
-    int prefetch;     /* decode: the prefetch distance the kernel reads (PF_*) */
+    int prefetch;     /* decode: the prefetch distance the kernel reads in an AVX2 build (PF_*) */
     int chunk;        /* rows per chunk, a multiple of align */
     int align;        /* chunks start at multiples of this (row blocks, panels, tiles) */
     int task_per_thread; /* decode: a pool task per thread, claiming chunks until none is left;
@@ -104,9 +104,12 @@ struct Product {
 #if defined(KERNELS_AVX2)
 #define FLOAT_PANEL_ROWS 16 /* rows per packed panel (f32 and bf16 prefill, rows_float_packed) */
 #define FLOAT_MAX_PANELS (PREFILL_CHUNK_ROWS / FLOAT_PANEL_ROWS) /* panels per packing: a whole chunk */
-/* The q8 / q4 panels of one packing (rows_qi_packed): 64 rows of cols int8 values, then their
- * scales as floats (64 * cols / 32), in whole cache lines. */
-static inline size_t qi_pack_bytes(int xp_stride) { return (size_t)72 * (size_t)xp_stride; }
+/* The q8 / q4 panels of one packing (rows_qi_packed): a chunk's rows of cols int8 values, then
+ * their scales as floats (rows * cols / 32 of 4 bytes: rows / 8 bytes per column), in whole cache
+ * lines. */
+static inline size_t qi_pack_bytes(int xp_stride) {
+    return (size_t)(PREFILL_CHUNK_ROWS + PREFILL_CHUNK_ROWS / 8) * (size_t)xp_stride;
+}
 /* How many whole 16-row tiles (panels, AMX's B tiles) from row r the next repacking takes: as many
  * as [r, r1) holds, at most max (what the thread's scratch holds). */
 static inline int row_tiles_next(int r, int r1, int max) {
@@ -119,8 +122,10 @@ static inline int row_tiles_next(int r, int r1, int max) {
 #define AMX_MAX_TILES (PREFILL_CHUNK_ROWS / 16) /* row tiles of 16 per repacking: a whole chunk */
 /* A thread's part of the AMX scratch, in 64-byte multiples: its repacked rows (AMX_MAX_TILES * 16
  * rows of cols bytes, q4's widened to a byte each), the int32 tiles of one row of groups (at most
- * cols / 32 tiles of 1 KB) and the rows' scales as floats (at most 64 * cols / 32 = 2 * cols). */
-static inline size_t amx_thread_bytes(int xp_stride) { return (size_t)(AMX_MAX_TILES * 16 + 32 + 8) * (size_t)xp_stride; }
+ * cols / 32 tiles of 1 KB) and the rows' scales as floats (at most rows * cols / 32 of 4 bytes). */
+static inline size_t amx_thread_bytes(int xp_stride) {
+    return (size_t)(AMX_MAX_TILES * 16 + 32 + PREFILL_CHUNK_ROWS / 8) * (size_t)xp_stride;
+}
 #endif
 
 /* Tokens per block of prefill (a multiple of 4, at least 4): as many activation rows of
@@ -170,7 +175,7 @@ ALWAYS_INLINE float scale1(uint16_t h) {
  * matmul_float.c (x86/ or arm/): fp32 activations x. */
 void rows_f32_n1(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1); /* f32 decode */
 void rows_f32_nn(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1); /* f32 prefill */
-/* bf16 decode from x as it is (where rows_bf16_n1's de-interleaved row is not taken) */
+/* bf16 decode from x as it is: on arm64, and on x86 for widths rows_bf16_n1 does not take */
 void rows_bf16_n1_plain(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1);
 void rows_bf16_nn(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1); /* bf16 prefill */
 

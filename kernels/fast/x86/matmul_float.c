@@ -295,9 +295,9 @@ ALWAYS_INLINE void tile_float(float* out, const float* x, const Matrix* W, Weigh
 #endif
 }
 
-/* bf16 decode from x as it is, for cols % 16 != 0 (rows_bf16_n1 takes the rest): 4 rows at a time,
- * each with two accumulators so the FMA chains overlap. No Qwen3 width takes it, so it has no
- * prefetch plan. */
+/* bf16 decode from x as it is, for cols % 16 != 0 or rows wider than the thread's scratch row
+ * (rows_bf16_n1 takes the rest): 4 rows at a time, each with two accumulators so the FMA chains
+ * overlap. No Qwen3 width takes it, so it has no prefetch plan. */
 void rows_bf16_n1_plain(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1) {
     const WeightType type = WEIGHT_BF16;
     const float* x = pr->x;
