@@ -10,9 +10,8 @@
  *   q8, q4 (int8 activations)                          vpdpbusd with VNNI; without it AVX2's
  *                                                      vpmaddubsw + vpmaddwd + vpaddd; NEON SDOT,
  *                                                      or its widening stand-in
- * Where q8/q4 or bf16 prefill runs on AMX tiles there is no roof (the loop would measure the
- * vector units, not the tiles): peak_ops returns 0. */
-#include <string.h>
+ * Where prefill runs a product on AMX tiles (the bench asks the plan: cli/bench_plan.c) there is
+ * no roof (the loop would measure the vector units, not the tiles): peak_ops returns 0. */
 #include <time.h>
 
 #include "cli/peak.h"
@@ -185,20 +184,14 @@ static void peak_item(void* ctx, int item, int thread) {
 }
 #endif
 
-double peak_ops(const Ops* k, WeightType type, double seconds, const char** instruction) {
+double peak_ops(const Ops* k, WeightType type, int on_amx, double seconds, const char** instruction) {
     const int int8 = type == WEIGHT_Q8 || type == WEIGHT_Q4;
     const int bf16_dot = type == WEIGHT_BF16 && k->bf16_activations;
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON)
-#if defined(KERNELS_AMX)
-    int on_amx = int8;
-#if defined(KERNELS_AMX_BF16)
-    on_amx |= type == WEIGHT_BF16;
-#endif
-    if (strstr(k->name, "amx") && on_amx) {
+    if (on_amx) {
         *instruction = "amx";
         return 0.0;
     }
-#endif
     PeakJob job = {.kind = int8 ? PEAK_INT8_DOT : bf16_dot ? PEAK_BF16_DOT : PEAK_FMA};
     double macs = int8 ? INT8_MACS : FMA_LANES;
     *instruction = int8 ? INT8_INSTRUCTION : "fp32 fma";
@@ -217,7 +210,7 @@ double peak_ops(const Ops* k, WeightType type, double seconds, const char** inst
     for (int t = 0; t < nt && t < 256; t++) looks += job.steps[t];
     return (double)looks * STEPS * CHAINS * macs * 2.0 / wall;
 #else
-    (void)k, (void)int8, (void)bf16_dot, (void)seconds;
+    (void)k, (void)int8, (void)bf16_dot, (void)on_amx, (void)seconds;
     *instruction = "scalar";
     return 0.0;
 #endif

@@ -6,7 +6,8 @@
 
 /* Operations per second (a multiply-add is two) of the instruction that prefill of weight type
  * `type` relies on, measured on every thread of o for about `seconds`; *instruction names it. 0
- * where there is none to measure (the reference build, AMX). */
-double peak_ops(const Ops* o, WeightType type, double seconds, const char** instruction);
+ * where there is none to measure: the reference build, or on_amx (prefill runs a product on AMX
+ * tiles). */
+double peak_ops(const Ops* o, WeightType type, int on_amx, double seconds, const char** instruction);
 
 #endif

@@ -39,7 +39,7 @@ MODEL = os.path.join(ROOT, "models", "tinystories.bin")
 KEYS = ["test", "threads", "depth", "tokens_per_s", "min", "max", "gbps", "roof_pct", "mem_gbps",
         "roof_pct_best", "mem_gbps_best", "weight_type", "cpu_share", "prefetch", "weights", "huge_pct",
         "kv_cache", "kv_bytes_per_position", "reps_tokens_per_s", "reps_mem_gbps", "weights_gbps", "roof_pct_weights", "reps_weights_gbps",
-        "ops_per_token", "gops", "peak_gops", "compute_roof_pct", "peak_instruction", "interrupted"]
+        "ops_per_token", "gops", "peak_gops", "compute_roof_pct", "peak_instruction", "kernels", "interrupted"]
 FLAG_QK_NORM, FLAG_QKV_BIAS, FLAG_TIED_EMBED = 1, 2, 4
 REFERENCE_THREADS = "the reference engine runs one thread (ReferenceBuildThreads checks its --threads)"
 ONE_THREAD = "one CPU, or the reference engine: --threads 2 would run with 1"
@@ -657,6 +657,82 @@ class BenchMoe(unittest.TestCase):
             self.assertEqual(sorted(chosen), [(l, c) for l in (0, 2) for c in range(chunks)])
             want = sum(len(v) for v in chosen.values()) / len(chosen)
             self.assertAlmostEqual(got, want, delta=0.005, msg=(got, {k: sorted(v) for k, v in chosen.items()}))
+
+
+def kernels_lines(model, *args, env=None, json_too=False):
+    """From one bench run's text: its first line and its "kernels of TEST (...): PLANS" lines as
+    {test: PLANS}; json_too: also {test: (kernels, peak_instruction)} from the JSON rows of a
+    second run."""
+    cmd = [RUN, model, "-m", "bench", "--threads", "1", "--bench-reps", "1", *args]
+    env = dict(os.environ, **(env or {}))
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    first = p.stdout.splitlines()[0]
+    text = dict(re.findall(r"^bench: kernels of (\w+) \([^)]*\): (.*)$", p.stdout, re.M))
+    if not json_too:
+        return first, text
+    p = subprocess.run(cmd + ["--json"], capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = [json.loads(line) for line in p.stdout.splitlines()]
+    return first, text, {r["test"]: (r["kernels"], r["peak_instruction"]) for r in rows}
+
+
+@unittest.skipIf(missing() is not None, missing() or "")
+class BenchKernels(unittest.TestCase):
+    """The bench names the kernel each product runs, as the fast ops' plan chooses it
+    (kernels/fast/matmul.c, plan_product; cli/bench_plan.c), in a line per test and in the JSON's
+    "kernels": decode's kernel for a token, prefill's for the prompt's tokens (the head's for the
+    last token only), and the paths that begin at a number of tokens (q8 panels from 24, AMX tiles
+    from 13); where a prefill product runs on AMX tiles, no compute roof ("amx")."""
+    LAYERS = "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj"
+
+    def test_shipped_f32_model(self):
+        first, text = kernels_lines(MODEL, "--bench-prompt", "64", "--bench-gen", "2", env={"KERNELS_FLOAT_PANELS": "1"})
+        self.assertEqual(sorted(text), ["pp64", "tg2"], text)
+        if hf_model.reference_engine():
+            for t in text:
+                self.assertEqual(text[t], "every matrix: matmul_scalar_rows (the reference)")
+            return
+        self.assertEqual(text["tg2"], "every matrix: rows_f32_n1 (fp32 activations)")
+        panels = "packed panels, " if "kernels avx2" in first else ""  # the panels are x86 code
+        self.assertEqual(text["pp64"], f"{self.LAYERS}: rows_f32_nn ({panels}fp32 activations); "
+                                       "lm_head (the last token): rows_f32_n1 (fp32 activations)")
+        if panels:
+            _, without = kernels_lines(MODEL, "--bench-prompt", "64", "--bench-gen", "1",
+                                       env={"KERNELS_FLOAT_PANELS": "0"})
+            self.assertTrue(without["pp64"].startswith(f"{self.LAYERS}: rows_f32_nn (fp32 activations)"), without)
+
+    def test_q8_paths_begin_at_their_token_counts(self):
+        if hf_model.reference_engine():
+            self.skipTest("the reference build has one product kernel (test_shipped_f32_model checks its line)")
+        with tempfile.TemporaryDirectory() as d:
+            hf_model.write_model(d, hf_model.Spec(seed=21))
+            q8 = os.path.join(d, "q8.bin")
+            p = hf_model.run_export(d, q8, "q8")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            got = {16: kernels_lines(q8, "--bench-prompt", "16", "--bench-gen", "1")}
+            first, text, rows = kernels_lines(q8, "--bench-prompt", "32", "--bench-gen", "1", json_too=True)
+            got[32] = first, text
+            below = 8 if "AMX" in got[16][1]["pp16"] else 16  # a prompt below every path's threshold
+            if below == 8:
+                got[8] = kernels_lines(q8, "--bench-prompt", "8", "--bench-gen", "1")
+        self.assertEqual({t: k for t, (k, _) in rows.items()}, text, "the JSON's kernels are the text's")
+        for n, (_, text) in got.items():
+            self.assertTrue(text["tg1"].startswith("every matrix: rows_qi_n1 (int8 activations"), text)
+            layers, head = text[f"pp{n}"].split("; ")
+            self.assertTrue(layers.startswith(self.LAYERS + ": rows_qi ("), text)
+            self.assertTrue(head.startswith("lm_head (the last token): rows_qi_n1 (int8 activations"), text)
+            if n == below:
+                self.assertEqual(layers, self.LAYERS + ": rows_qi (int8 activations)")
+        pp16, pp32 = got[16][1]["pp16"], got[32][1]["pp32"]
+        self.assertEqual(rows["pp32"][1] == "amx", "AMX tiles" in pp32,
+                         "no compute roof where prefill runs on AMX tiles: %r" % (rows,))
+        if "AMX tiles" in pp16:  # an AMX CPU: tiles from 13 tokens, then q8 panels from 24
+            self.assertNotIn("q8 panels", pp16)
+            self.assertIn("AMX tiles, q8 panels, int8 activations", pp32)
+        elif "kernels avx2" in first:  # the panels from 24 tokens (x86)
+            self.assertNotIn("q8 panels", pp16)
+            self.assertIn("rows_qi (q8 panels, int8 activations)", pp32)
 
 
 @unittest.skipIf(missing() is not None, missing() or "")

@@ -281,31 +281,35 @@ static void plan_paths(ProductPlan* p, const MatmulScratch* s, const Matrix* W, 
  * start: a multiple of the row block (4, q4 8), or of 16 (QP_ROWS for the q8 panels) where
  * panels or AMX tiles take the chunk, so that which rows take them (and so their rounding) does
  * not depend on the thread count. */
+#define USE_KERNEL(p, k) ((p)->kernel = (k), (p)->kernel_name = #k)
 static void plan_kernel(ProductPlan* p, const MatmulScratch* s, const Matrix* const* Ws, int n_mats, int n) {
-    p->kernel = rows_scalar;
+    USE_KERNEL(p, rows_scalar);
     p->prep = PREP_FP32;
     p->align = quant_block_rows(Ws[0]->type);
 #if defined(KERNELS_AVX2) || defined(KERNELS_NEON) /* else every product runs the scalar reference */
     const Matrix* W = Ws[0];
     const int C = W->cols, quant = W->type == WEIGHT_Q8 || W->type == WEIGHT_Q4;
     if (quant && W->group_size % 32 == 0 && uniform(Ws, n_mats, 1) && (size_t)n * (size_t)C <= s->xq_cap) {
-        p->kernel = n == 1 ? (W->type == WEIGHT_Q8 ? rows_qi_n1 : rows_q4_n1) : rows_qi;
-        if (n == 1) p->prefetch = W->type == WEIGHT_Q8 ? PF_Q8 : PF_Q4;
+        if (n > 1) USE_KERNEL(p, rows_qi);
+        else if (W->type == WEIGHT_Q8) USE_KERNEL(p, rows_qi_n1), p->prefetch = PF_Q8;
+        else USE_KERNEL(p, rows_q4_n1), p->prefetch = PF_Q4;
         p->prep = PREP_INT8;
         if (p->qi_packed) p->align = QP_ROWS;
         if (p->amx) p->align = 16;
         return;
     }
     if (quant) return; /* rows_scalar */
-    if (W->type == WEIGHT_F32) p->kernel = n == 1 ? rows_f32_n1 : rows_f32_nn;
-    else p->kernel = n == 1 ? rows_bf16_n1_plain : rows_bf16_nn;
+    if (W->type == WEIGHT_F32 && n == 1) USE_KERNEL(p, rows_f32_n1);
+    else if (W->type == WEIGHT_F32) USE_KERNEL(p, rows_f32_nn);
+    else if (n == 1) USE_KERNEL(p, rows_bf16_n1_plain);
+    else USE_KERNEL(p, rows_bf16_nn);
     if (p->float_packed) p->align = 16;
 #if defined(KERNELS_AVX2) /* x86/matmul_float.c's other bf16 kernels */
     const int bf16 = W->type == WEIGHT_BF16 && uniform(Ws, n_mats, 0);
 #if defined(KERNELS_AMX_BF16) /* from 9 tokens (the A tiles are padded to 16 with zeros), n rounded up to 16 in the scratch */
     if (bf16 && s->amx_usable && !s->bf16_activations && n >= 9 && C % 32 == 0 && C <= s->xp_cap &&
         (size_t)((n + 15) / 16 * 16) * (size_t)C <= s->split_cap) {
-        p->kernel = rows_bf16_split;
+        USE_KERNEL(p, rows_bf16_split);
         p->prep = PREP_BF16_SPLIT;
         p->align = 16;
         return;
@@ -313,7 +317,7 @@ static void plan_kernel(ProductPlan* p, const MatmulScratch* s, const Matrix* co
 #endif
 #if defined(KERNELS_BF16_DOT)
     if (bf16 && s->bf16_activations && n > 1 && (size_t)n * (size_t)C <= s->xq_cap) {
-        p->kernel = rows_bf16_dot;
+        USE_KERNEL(p, rows_bf16_dot);
         p->prep = p->bf16_blocked ? PREP_BF16_BLOCK : PREP_BF16_ROUND;
         p->align = p->bf16_blocked || p->bf16_packed ? 16 : 4;
         return;
@@ -321,12 +325,12 @@ static void plan_kernel(ProductPlan* p, const MatmulScratch* s, const Matrix* co
 #endif
     /* bf16 decode from a de-interleaved row, on zmm where its steps of 32 columns fit */
     if (bf16 && n == 1 && C % 16 == 0 && C <= s->xp_cap) {
-        p->kernel = rows_bf16_n1;
+        USE_KERNEL(p, rows_bf16_n1);
         p->prep = PREP_DEINTERLEAVE;
         p->span = 16;
         p->prefetch = PF_BF16;
 #if defined(KERNELS_AVX512)
-        if (C % 32 == 0) p->kernel = rows_bf16_n1_zmm, p->span = 32, p->prefetch = PF_BF16_ZMM;
+        if (C % 32 == 0) USE_KERNEL(p, rows_bf16_n1_zmm), p->span = 32, p->prefetch = PF_BF16_ZMM;
 #endif
     }
 #endif
@@ -369,6 +373,35 @@ static ProductPlan plan_product(const MatmulScratch* s, const Matrix* const* Ws,
     p.chunk = chunk < p.align ? p.align : chunk;
     plan_split(&p, n, n_prep, nt);
     return p;
+}
+
+/* The plan of n tokens through W alone, as the bench prints it (fast.h): the kernel, the paths
+ * inside it that this plan takes, the activations it reads and decode's prefetch distance. */
+int kernels_describe_product(Kernels* k, const Matrix* W, int n, char* text, size_t len) {
+    static const char* const reads[] = {
+        [PREP_FP32] = "fp32 activations", [PREP_INT8] = "int8 activations",
+        [PREP_BF16_ROUND] = "bf16 activations", [PREP_BF16_BLOCK] = "bf16 activations in blocks of 16 tokens",
+        [PREP_BF16_SPLIT] = "activations as three bf16 parts", [PREP_DEINTERLEAVE] = "a de-interleaved row"};
+    const MatmulScratch* s = kernels_scratch(k);
+    const ProductPlan p = plan_product(s, &W, 1, n, n, kernels_threads(k));
+    const char* paths[2] = {0}; /* at most two: AMX tiles and panels for the rows after them */
+    int np = 0;
+    if (p.prep == PREP_INT8 && n > 1 && p.amx) paths[np++] = "AMX tiles";
+    if (p.prep == PREP_INT8 && n > 1 && p.qi_packed) paths[np++] = W->type == WEIGHT_Q8 ? "q8 panels" : "q4 panels";
+    if (p.prep == PREP_BF16_SPLIT) paths[np++] = "AMX-BF16 tiles";
+    if ((p.prep == PREP_BF16_ROUND || p.prep == PREP_BF16_BLOCK) && p.bf16_packed) paths[np++] = "AMX-BF16 panels";
+    if ((p.prep == PREP_FP32 || p.prep == PREP_BF16_SPLIT) && n > 1 && p.float_packed) paths[np++] = "packed panels";
+    const int distance = !BUILD_AVX2 ? 0 : p.prefetch == PF_Q8 ? s->prefetch.q8 : p.prefetch == PF_Q4 ? s->prefetch.q4
+                       : p.prefetch == PF_BF16 ? s->prefetch.bf16 : p.prefetch == PF_BF16_ZMM ? s->prefetch.bf16_zmm : 0;
+    char prefetch[32] = "";
+    if (BUILD_AVX2 && p.prefetch != PF_NONE) {
+        if (distance > 0) snprintf(prefetch, sizeof prefetch, ", prefetch %d B", distance);
+        else snprintf(prefetch, sizeof prefetch, ", prefetch %s", p.prefetch == PF_Q8 ? "one row block" : "none");
+    }
+    snprintf(text, len, "%s (%s%s%s%s%s%s)", p.kernel_name, np > 0 ? paths[0] : "", np > 0 ? ", " : "",
+             np > 1 ? paths[1] : "", np > 1 ? ", " : "", reads[p.prep], prefetch);
+    return (p.prep == PREP_INT8 && n > 1 && p.amx) || p.prep == PREP_BF16_SPLIT ||
+           ((p.prep == PREP_BF16_ROUND || p.prep == PREP_BF16_BLOCK) && p.bf16_packed);
 }
 
 /* ---- The driver: matmul runs several matrices that share the input x (q/k/v, gate/up) in one

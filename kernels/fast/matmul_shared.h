@@ -72,6 +72,7 @@ enum { PREP_FP32, PREP_INT8, PREP_BF16_ROUND, PREP_BF16_BLOCK, PREP_BF16_SPLIT, 
  * over the threads, and the paths that kernel takes. */
 typedef struct {
     RowsKernel kernel;
+    const char* kernel_name; /* its name, for the bench (kernels_describe_product) */
     int prep;         /* PREP_* */
     int span;         /* PREP_DEINTERLEAVE: columns per step of the de-interleaved row */
     int prefetch;     /* decode: the prefetch distance the kernel reads in an AVX2 build (PF_*) */
