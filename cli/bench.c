@@ -283,15 +283,21 @@ static int measure_rep(Bench* b, ThreadRun* tr, int r) {
     return 0;
 }
 
-/* Tokens in each product of test (0 prefill, 1 decode): prefill goes in forward()'s chunks. */
-static int product_tokens(const Bench* b, int test) {
-    return test == 1 ? 1 : b->len[0] < b->t->state.max_batch ? b->len[0] : b->t->state.max_batch;
+/* Tokens in each product of test (0 prefill, 1 decode): in its first chunk, or with last in the
+ * prompt's last chunk where that is shorter (0 where it is not): forward() takes max_batch rows
+ * a chunk. */
+static int product_tokens(const Bench* b, int test, int last) {
+    const int chunk = b->t->state.max_batch, len = b->len[0];
+    if (test == 1) return last ? 0 : 1;
+    if (!last) return len < chunk ? len : chunk;
+    return len > chunk ? len % chunk : 0;
 }
 
-/* The plans of test's products (cli/bench_plan.c); returns how many groups. */
+/* The plans of test's products (cli/bench_plan.c) in its first or last chunk; returns how many groups. */
 #define MAX_PLAN_GROUPS 16
-static int test_plans(const Bench* b, int test, PlanGroup* g) {
-    return bench_plan_groups(b->t, product_tokens(b, test), b->experts_per_chunk, g, MAX_PLAN_GROUPS);
+static int test_plans(const Bench* b, int test, int last, PlanGroup* g) {
+    const int n = product_tokens(b, test, last);
+    return n > 0 ? bench_plan_groups(b->t, n, g, MAX_PLAN_GROUPS) : 0;
 }
 
 /* One look at the compute roof with tr->threads, kept where better than the one before: a tenth of
@@ -301,16 +307,19 @@ static int test_plans(const Bench* b, int test, PlanGroup* g) {
 static void look_at_compute_roof(Bench* b, ThreadRun* tr) {
     PlanGroup g[MAX_PLAN_GROUPS];
     int on_amx = 0;
-    for (int i = test_plans(b, 0, g) - 1; i >= 0; i--) on_amx |= g[i].amx;
+    for (int last = 0; last < 2; last++)
+        for (int i = test_plans(b, 0, last, g) - 1; i >= 0; i--) on_amx |= g[i].amx;
     b->t->kernels->set_threads(b->t->kernels, tr->threads);
     tr->peak = fmax(tr->peak, peak_ops(b->t->kernels, b->t->config.weight_type, on_amx, ROOF_LOOK_SECONDS,
                                        &b->peak_instruction));
 }
 
-/* Test's kernels as text: "every matrix: PLAN", or "NAMES: PLAN; NAMES: PLAN ...". */
-static void plans_text(const Bench* b, int test, char* text, size_t len) {
+/* Test's kernels in its first or last chunk as text: "every matrix: PLAN", or "NAMES: PLAN;
+ * NAMES: PLAN ..."; empty where the chunk is not there. */
+#define PLANS_TEXT_LEN 4096
+static void plans_text(const Bench* b, int test, int last, char* text, size_t len) {
     PlanGroup g[MAX_PLAN_GROUPS];
-    const int n = test_plans(b, test, g);
+    const int n = test_plans(b, test, last, g);
     size_t at = 0;
     text[0] = 0;
     for (int i = 0; i < n && at < len; i++)
@@ -486,15 +495,16 @@ static void print_head(const Bench* b, long long huge) {
         printf("bench: operations per prefill token: %.4g G (matrix products %.4g G, attention %.4g G at pp%d's "
                "average context)\n", (b->matmul_ops + b->attention_ops) / 1e9, b->matmul_ops / 1e9,
                b->attention_ops / 1e9, b->len[0]);
-    for (int test = 0; test < 2; test++) {
-        if (b->len[test] <= 0) continue;
-        char text[1024];
-        plans_text(b, test, text, sizeof text);
-        const int n = product_tokens(b, test), e = bench_expert_tokens(t, n, b->experts_per_chunk);
-        printf("bench: kernels of %s%d (%d token%s a product", TEST_NAME[test], b->len[test], n, n == 1 ? "" : "s");
-        if (c->n_experts > 0 && n > 1) printf(", an expert's about %d", e);
-        printf("): %s\n", text);
-    }
+    for (int test = 0; test < 2; test++)
+        for (int last = 0; last < 2 && b->len[test] > 0; last++) {
+            const int n = product_tokens(b, test, last);
+            if (n == 0) continue;
+            char text[PLANS_TEXT_LEN];
+            plans_text(b, test, last, text, sizeof text);
+            printf("bench: kernels of %s%d%s (%d token%s a product%s): %s\n", TEST_NAME[test], b->len[test],
+                   last ? "'s last chunk" : "", n, n == 1 ? "" : "s",
+                   c->n_experts > 0 && n > 1 ? ", an expert's as many as the router sends it" : "", text);
+        }
     if (b->experts_per_chunk > 0)
         printf("bench: experts: a decode token reads %d of each MoE layer's %d; a prefill chunk (up to %d rows) "
                "reads %.2f distinct ones (mean over layers and pp%d's chunks)\n", c->n_experts_active, c->n_experts,
@@ -612,9 +622,12 @@ static void print_json_row(const Bench* b, long long huge, const ThreadRun* tr, 
     json_number("compute_roof_pct", "%.2f", row.compute_pct);
     if (test == 0) printf(", \"peak_instruction\": \"%s\"", b->peak_instruction ? b->peak_instruction : "none");
     else printf(", \"peak_instruction\": null");
-    char text[1024];
-    plans_text(b, test, text, sizeof text);
+    char text[PLANS_TEXT_LEN];
+    plans_text(b, test, 0, text, sizeof text);
     printf(", \"kernels\": \"%s\"", text);
+    plans_text(b, test, 1, text, sizeof text);
+    if (text[0]) printf(", \"kernels_last_chunk\": \"%s\"", text);
+    else printf(", \"kernels_last_chunk\": null");
     /* a saved line keeps what the exit status (130) said: Ctrl-C cut the reps short */
     printf(", \"interrupted\": %s}\n", ctrl_c_pressed ? "true" : "false");
 }

@@ -16,6 +16,7 @@
 /* The plan of n tokens through W alone, as text; 1 where it runs on AMX tiles. */
 static int product_plan(const Transformer* t, const Matrix* W, int n, char* text, size_t len) {
 #if defined(KERNELS_SCALAR)
+    (void)t, (void)W, (void)n;
     snprintf(text, len, "matmul_scalar_rows (the reference)");
     return 0;
 #else
@@ -23,25 +24,51 @@ static int product_plan(const Transformer* t, const Matrix* W, int n, char* text
 #endif
 }
 
+/* Appends "FROM to TO tokens PLAN" to text at `at` (", " before all but the first); returns the end. */
+static size_t append_run(char* text, size_t at, size_t len, int from, int to, const char* plan) {
+    if (at >= len) return at;
+    const char* sep = at ? ", " : "";
+    if (from == to) return at + (size_t)snprintf(text + at, len - at, "%s%d token%s %s", sep, from, from == 1 ? "" : "s", plan);
+    return at + (size_t)snprintf(text + at, len - at, "%s%d to %d tokens %s", sep, from, to, plan);
+}
+
+/* The plans of an expert's product at each count of tokens from 1 to n, as runs of counts that
+ * share one ("1 token PLAN, 2 to 23 tokens PLAN, ..."), or PLAN alone where one holds for all: the
+ * router decides the count. Returns 1 where any of them runs on AMX tiles. */
+static int expert_plans(const Transformer* t, const Matrix* W, int n, char* text, size_t len) {
+    char plan[160], prev[160];
+    int amx = product_plan(t, W, 1, prev, sizeof prev), from = 1;
+    size_t at = 0;
+    text[0] = 0;
+    for (int k = 2; k <= n; k++) {
+        amx |= product_plan(t, W, k, plan, sizeof plan);
+        if (strcmp(plan, prev) == 0) continue;
+        at = append_run(text, at, len, from, k - 1, prev);
+        from = k;
+        memcpy(prev, plan, sizeof prev);
+    }
+    if (from == 1) snprintf(text, len, "%s", prev);
+    else append_run(text, at, len, from, n, prev);
+    return amx;
+}
+
 typedef struct {
     const Transformer* t;
-    int n, expert_n;
+    int n;
     PlanGroup* g;
     int max, count;
     const TensorInfo* seen[64];
     int n_seen;
 } Grouping;
 
-/* Adds the matrix W (name) at n tokens to the group of its plan, or to a new one. */
-static void add_product(Grouping* gr, const char* name, const Matrix* W, int n) {
-    PlanGroup one;
-    one.amx = product_plan(gr->t, W, n, one.text, sizeof one.text);
+/* Adds the matrix named name to the group of its plan, one (its text and amx), or to a new one. */
+static void add_product(Grouping* gr, const char* name, const PlanGroup* one) {
     int i = 0;
-    while (i < gr->count && strcmp(gr->g[i].text, one.text) != 0) i++;
+    while (i < gr->count && strcmp(gr->g[i].text, one->text) != 0) i++;
     if (i == gr->count) {
         if (gr->count == gr->max) return;
-        one.names[0] = 0;
-        gr->g[gr->count++] = one;
+        gr->g[gr->count] = *one;
+        gr->g[gr->count++].names[0] = 0;
     }
     PlanGroup* g = &gr->g[i];
     const size_t used = strlen(g->names);
@@ -57,19 +84,17 @@ static void group_tensor(void* ctx, const TensorInfo* ti, int layer, int expert)
         if (gr->seen[i] == ti) return;
     if (gr->n_seen < 64) gr->seen[gr->n_seen++] = ti;
     const Matrix* W = tensor_slot(ti, (Weights*)&gr->t->weights, layer, expert);
-    add_product(gr, ti->name, W, ti->place == EXPERT ? gr->expert_n : gr->n);
+    PlanGroup one;
+    if (ti->place == EXPERT) one.amx = expert_plans(gr->t, W, gr->n, one.text, sizeof one.text);
+    else one.amx = product_plan(gr->t, W, gr->n, one.text, sizeof one.text);
+    add_product(gr, ti->name, &one);
 }
 
-int bench_expert_tokens(const Transformer* t, int n, double experts_per_chunk) {
-    const Config* c = &t->config;
-    if (n == 1 || c->n_experts == 0) return 1;
-    const int k = (int)((double)n * c->n_experts_active / (experts_per_chunk > 0 ? experts_per_chunk : c->n_experts) + 0.5);
-    return k < 1 ? 1 : k;
-}
-
-int bench_plan_groups(const Transformer* t, int n, double experts_per_chunk, PlanGroup* g, int max) {
-    Grouping gr = {.t = t, .n = n, .expert_n = bench_expert_tokens(t, n, experts_per_chunk), .g = g, .max = max};
+int bench_plan_groups(const Transformer* t, int n, PlanGroup* g, int max) {
+    Grouping gr = {.t = t, .n = n, .g = g, .max = max};
     for_each_tensor(&t->config, group_tensor, &gr);
-    add_product(&gr, n > 1 ? "lm_head (the last token)" : "lm_head", &t->weights.lm_head, 1);
+    PlanGroup head;
+    head.amx = product_plan(t, &t->weights.lm_head, 1, head.text, sizeof head.text);
+    add_product(&gr, n > 1 ? "lm_head (the last token)" : "lm_head", &head);
     return gr.count;
 }

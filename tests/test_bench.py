@@ -39,7 +39,7 @@ MODEL = os.path.join(ROOT, "models", "tinystories.bin")
 KEYS = ["test", "threads", "depth", "tokens_per_s", "min", "max", "gbps", "roof_pct", "mem_gbps",
         "roof_pct_best", "mem_gbps_best", "weight_type", "cpu_share", "prefetch", "weights", "huge_pct",
         "kv_cache", "kv_bytes_per_position", "reps_tokens_per_s", "reps_mem_gbps", "weights_gbps", "roof_pct_weights", "reps_weights_gbps",
-        "ops_per_token", "gops", "peak_gops", "compute_roof_pct", "peak_instruction", "kernels", "interrupted"]
+        "ops_per_token", "gops", "peak_gops", "compute_roof_pct", "peak_instruction", "kernels", "kernels_last_chunk", "interrupted"]
 FLAG_QK_NORM, FLAG_QKV_BIAS, FLAG_TIED_EMBED = 1, 2, 4
 REFERENCE_THREADS = "the reference engine runs one thread (ReferenceBuildThreads checks its --threads)"
 ONE_THREAD = "one CPU, or the reference engine: --threads 2 would run with 1"
@@ -702,6 +702,44 @@ class BenchKernels(unittest.TestCase):
                                        env={"KERNELS_FLOAT_PANELS": "0"})
             self.assertTrue(without["pp64"].startswith(f"{self.LAYERS}: rows_f32_nn (fp32 activations)"), without)
 
+    def test_last_chunk_and_experts(self):
+        """A prompt longer than a chunk (256 rows) has a line for its last, shorter chunk, and the JSON
+        its "kernels_last_chunk" (null where there is none); a Qwen3-MoE model's experts take as many
+        tokens as the router sends them, so their plans are named for each count, 1 token to the
+        chunk's, in runs that share one."""
+        reference = hf_model.reference_engine()
+        with tempfile.TemporaryDirectory() as d:
+            dense, moe = os.path.join(d, "dense"), os.path.join(d, "moe")
+            hf_model.write_model(dense, hf_model.Spec(max_position_embeddings=300))
+            hf_model.write_model(moe, hf_model.Spec(arch="qwen3_moe", num_experts=8, num_experts_per_tok=2,
+                                                    moe_intermediate_size=32))
+            for folder, dtype in ((dense, "f32"), (moe, "q8")):
+                p = hf_model.run_export(folder, folder + ".bin", dtype)
+                self.assertEqual(p.returncode, 0, p.stderr)
+            bench = [RUN, dense + ".bin", "-m", "bench", "--threads", "1", "--bench-reps", "1", "--bench-prompt", "260",
+                     "--bench-gen", "1"]
+            p = subprocess.run(bench, capture_output=True, text=True, timeout=300)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            last = re.findall(r"^bench: kernels of pp260's last chunk \(4 tokens a product\): (.*)$", p.stdout, re.M)
+            self.assertEqual(len(last), 1, p.stdout)
+            p = subprocess.run(bench + ["--json"], capture_output=True, text=True, timeout=300)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            json_rows = {r["test"]: r for r in map(json.loads, p.stdout.splitlines())}
+            _, text = kernels_lines(moe + ".bin", "--bench-prompt", "40", "--bench-gen", "1")
+        self.assertEqual(json_rows["pp260"]["kernels_last_chunk"], last[0])
+        self.assertIsNone(json_rows["tg1"]["kernels_last_chunk"])
+        if not reference:  # 4 tokens: below the panels
+            self.assertTrue(last[0].startswith(self.LAYERS + ": rows_f32_nn (fp32 activations); "), last)
+        if reference:
+            self.assertEqual(text["pp40"], "every matrix: matmul_scalar_rows (the reference)")
+            return
+        experts = [g for g in text["pp40"].split("; ") if g.startswith("expert_gate, expert_up, expert_down: ")]
+        self.assertEqual(len(experts), 1, text)
+        runs = experts[0].split(": ", 1)[1]
+        self.assertTrue(runs.startswith("1 token rows_qi_n1 (int8 activations"), runs)
+        self.assertRegex(runs, r", 2 to \d+ tokens rows_qi \(int8 activations\)")
+        self.assertRegex(runs, r" to 40 tokens rows_qi \([^)]*\)$")
+
     def test_q8_paths_begin_at_their_token_counts(self):
         if hf_model.reference_engine():
             self.skipTest("the reference build has one product kernel (test_shipped_f32_model checks its line)")
@@ -727,9 +765,9 @@ class BenchKernels(unittest.TestCase):
         pp16, pp32 = got[16][1]["pp16"], got[32][1]["pp32"]
         self.assertEqual(rows["pp32"][1] == "amx", "AMX tiles" in pp32,
                          "no compute roof where prefill runs on AMX tiles: %r" % (rows,))
-        if "AMX tiles" in pp16:  # an AMX CPU: tiles from 13 tokens, then q8 panels from 24
+        if "AMX tiles" in pp16:  # an AMX CPU: tiles from 13 tokens, and no panels after them
             self.assertNotIn("q8 panels", pp16)
-            self.assertIn("AMX tiles, q8 panels, int8 activations", pp32)
+            self.assertIn("rows_qi (AMX tiles, int8 activations)", pp32)
         elif "kernels avx2" in first:  # the panels from 24 tokens (x86)
             self.assertNotIn("q8 panels", pp16)
             self.assertIn("rows_qi (q8 panels, int8 activations)", pp32)

@@ -1121,9 +1121,111 @@ static void test_measure_prefetch(void) {
     free(weights), free(x), free(before), free(after);
 }
 
+/* One plan as the bench prints it (kernels_describe_product): its text and whether it runs on AMX. */
+static void expect_plan(Ops* o, WeightType type, int rows, int cols, int gs, int n, const char* want, int want_amx) {
+    static const uint8_t none[1]; /* the plan reads the shape, never the weights */
+    const Matrix W = {type, rows, cols, gs, none};
+    char got[200], what[400];
+    const int amx = kernels_describe_product(ops_kernels(o), &W, n, got, sizeof got);
+    snprintf(what, sizeof what, "plan of %s %dx%d gs=%d n=%d: \"%s\"%s (got \"%s\"%s)", tname(type), rows, cols, gs, n,
+             want, want_amx ? " on AMX" : "", got, amx ? " on AMX" : "");
+    check(strcmp(got, want) == 0 && amx == want_amx, what);
+}
+
+/* The plan's own account of itself (kernels_describe_product, which the bench prints) at the token
+ * counts where its paths begin (matmul.c: plan_paths): decode's kernel and the prefetch distance
+ * it reads (KERNELS_PREFETCH=mid: q8 1536, q4 2048, bf16 1024, on zmm 2048: a distance read from
+ * another format's field shows), the panels from their thresholds and only for matrices of a whole
+ * panel, the bf16 dot product's blocks from 16 tokens, and where the CPU grants AMX its tiles
+ * (q8 from 13 tokens, q4 from 32, no panels after them, bf16 split from 9). */
+#if defined(KERNELS_AVX2) && ((defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__))
+#define TEST_Q4_PANELS 1 /* matmul_shared.h's Q8_VNNI: q4 takes the panels too */
+#else
+#define TEST_Q4_PANELS 0
+#endif
+#if defined(KERNELS_AVX512)
+#define TEST_AVX512 1 /* the panels' thresholds and bf16 decode on zmm */
+#else
+#define TEST_AVX512 0
+#endif
+static void test_describe_product(void) {
+    setenv("KERNELS_PREFETCH", "mid", 1);
+    Ops* o = fast_ops(2, 128, 1040);
+    unsetenv("KERNELS_PREFETCH");
+    const int amx = kernels_amx(ops_kernels(o));
+    kernels_set_amx(ops_kernels(o), 0);
+    kernels_set_float_panels(ops_kernels(o), 1);
+#if defined(KERNELS_AVX2)
+    expect_plan(o, WEIGHT_Q8, 64, 1024, 64, 1, "rows_qi_n1 (int8 activations, prefetch 1536 B)", 0);
+    expect_plan(o, WEIGHT_Q4, 64, 1024, 32, 1, "rows_q4_n1 (int8 activations, prefetch 2048 B)", 0);
+    expect_plan(o, WEIGHT_BF16, 64, 1040, 0, 1, "rows_bf16_n1 (a de-interleaved row, prefetch 1024 B)", 0);
+    expect_plan(o, WEIGHT_BF16, 64, 1024, 0, 1, TEST_AVX512 ? "rows_bf16_n1_zmm (a de-interleaved row, prefetch 2048 B)"
+                                                               : "rows_bf16_n1 (a de-interleaved row, prefetch 1024 B)", 0);
+    expect_plan(o, WEIGHT_F32, 64, 1024, 0, 1, "rows_f32_n1 (fp32 activations)", 0);
+    expect_plan(o, WEIGHT_Q8, 64, 1024, 64, 23, "rows_qi (int8 activations)", 0);
+    expect_plan(o, WEIGHT_Q8, 64, 1024, 64, 24, "rows_qi (q8 panels, int8 activations)", 0);
+    expect_plan(o, WEIGHT_Q8, 4, 1024, 64, 24, "rows_qi (int8 activations)", 0); /* less than a panel */
+    expect_plan(o, WEIGHT_Q4, 64, 1024, 32, 24, TEST_Q4_PANELS ? "rows_qi (q4 panels, int8 activations)"
+                                                               : "rows_qi (int8 activations)", 0);
+    const int f32_min = TEST_AVX512 ? 24 : 64, bf16_min = TEST_AVX512 ? 40 : 112;
+    expect_plan(o, WEIGHT_F32, 64, 1024, 0, f32_min - 1, "rows_f32_nn (fp32 activations)", 0);
+    expect_plan(o, WEIGHT_F32, 64, 1024, 0, f32_min, "rows_f32_nn (packed panels, fp32 activations)", 0);
+    expect_plan(o, WEIGHT_F32, 8, 1024, 0, f32_min, "rows_f32_nn (fp32 activations)", 0); /* less than a panel */
+    expect_plan(o, WEIGHT_BF16, 64, 1024, 0, bf16_min - 1, "rows_bf16_nn (fp32 activations)", 0);
+    expect_plan(o, WEIGHT_BF16, 64, 1024, 0, bf16_min, "rows_bf16_nn (packed panels, fp32 activations)", 0);
+    kernels_set_float_panels(ops_kernels(o), 0);
+    expect_plan(o, WEIGHT_F32, 64, 1024, 0, f32_min, "rows_f32_nn (fp32 activations)", 0);
+#if defined(KERNELS_BF16_DOT)
+    kernels_set_bf16_activations(ops_kernels(o), 1);
+    expect_plan(o, WEIGHT_BF16, 64, 1024, 0, 15, "rows_bf16_dot (bf16 activations)", 0);
+    expect_plan(o, WEIGHT_BF16, 64, 1024, 0, 16, "rows_bf16_dot (bf16 activations in blocks of 16 tokens)", 0);
+    expect_plan(o, WEIGHT_BF16, 64, 1040, 0, 16, "rows_bf16_dot (bf16 activations)", 0); /* not whole steps of 32 */
+    expect_plan(o, WEIGHT_BF16, 64, 1024, 0, 1, TEST_AVX512 ? "rows_bf16_n1_zmm (a de-interleaved row, prefetch 2048 B)"
+                                                               : "rows_bf16_n1 (a de-interleaved row, prefetch 1024 B)", 0);
+    kernels_set_bf16_activations(ops_kernels(o), 0);
+#endif
+    if (amx && kernels_set_amx(ops_kernels(o), 1)) {
+        expect_plan(o, WEIGHT_Q8, 64, 1024, 64, 12, "rows_qi (int8 activations)", 0);
+        expect_plan(o, WEIGHT_Q8, 64, 1024, 64, 13, "rows_qi (AMX tiles, int8 activations)", 1);
+        expect_plan(o, WEIGHT_Q8, 64, 1024, 64, 24, "rows_qi (AMX tiles, int8 activations)", 1);
+        expect_plan(o, WEIGHT_Q8, 64, 1024, 32, 24, "rows_qi (q8 panels, int8 activations)", 0); /* groups of 32 */
+        expect_plan(o, WEIGHT_Q8, 8, 1024, 64, 13, "rows_qi (int8 activations)", 0);             /* less than a tile */
+        expect_plan(o, WEIGHT_Q4, 64, 1024, 32, 31, "rows_qi (q4 panels, int8 activations)", 0);
+        expect_plan(o, WEIGHT_Q4, 64, 1024, 32, 32, "rows_qi (AMX tiles, int8 activations)", 1);
+#if defined(KERNELS_AMX_BF16)
+        expect_plan(o, WEIGHT_BF16, 64, 1024, 0, 8, "rows_bf16_nn (fp32 activations)", 0);
+        expect_plan(o, WEIGHT_BF16, 64, 1024, 0, 9, "rows_bf16_split (AMX-BF16 tiles, activations as three bf16 parts)", 1);
+        expect_plan(o, WEIGHT_BF16, 8, 1024, 0, 9, "rows_bf16_nn (fp32 activations)", 0); /* less than a tile */
+        kernels_set_bf16_activations(ops_kernels(o), 1);
+        expect_plan(o, WEIGHT_BF16, 64, 1024, 0, 16, "rows_bf16_dot (AMX-BF16 panels, bf16 activations)", 1);
+        kernels_set_bf16_activations(ops_kernels(o), 0);
+#endif
+    } else {
+#if defined(KERNELS_AMX)
+        printf("plans on AMX: skipped, the CPU, Linux or KERNELS_AMX=0 does not grant it\n");
+#else
+        printf("plans on AMX: skipped, no AMX in this build\n");
+#endif
+    }
+#elif defined(KERNELS_NEON) /* no panels, AMX or prefetch: the x86 code's */
+    expect_plan(o, WEIGHT_Q8, 64, 1024, 64, 1, "rows_qi_n1 (int8 activations)", 0);
+    expect_plan(o, WEIGHT_Q4, 64, 1024, 32, 1, "rows_q4_n1 (int8 activations)", 0);
+    expect_plan(o, WEIGHT_BF16, 64, 1024, 0, 1, "rows_bf16_n1_plain (fp32 activations)", 0);
+    expect_plan(o, WEIGHT_Q8, 64, 1024, 64, 64, "rows_qi (int8 activations)", 0);
+    expect_plan(o, WEIGHT_F32, 64, 1024, 0, 64, "rows_f32_nn (fp32 activations)", 0);
+    expect_plan(o, WEIGHT_BF16, 64, 1024, 0, 112, "rows_bf16_nn (fp32 activations)", 0);
+#else /* a fast build without SIMD kernels: the scalar reference for every product */
+    expect_plan(o, WEIGHT_Q8, 64, 1024, 64, 1, "rows_scalar (fp32 activations)", 0);
+    expect_plan(o, WEIGHT_F32, 64, 1024, 0, 64, "rows_scalar (fp32 activations)", 0);
+#endif
+    (void)amx;
+    ops_free(o);
+}
+
 int main(void) {
     test_set_threads();
     test_measure_prefetch();
+    test_describe_product();
     test_two_contexts();
     int threads[2] = {1, 2};
     for (int ti = 0; ti < 2; ti++) {

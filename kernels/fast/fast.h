@@ -47,10 +47,10 @@ int kernels_set_float_panels(Kernels* k, int on);
 
 /* Which kernel a product of n tokens through W alone runs, as plan_product (matmul.c) chooses it,
  * for the bench (cli/bench_plan.c): text gets the kernel's name, the paths inside it that the plan
- * takes, the activations it reads and decode's prefetch distance ("rows_qi (AMX tiles, q8 panels,
- * int8 activations)"). Returns 1 where the product runs on AMX tiles, which the bench's compute
- * roof does not time. */
-int kernels_describe_product(Kernels* k, const Matrix* W, int n, char* text, size_t len);
+ * takes, the activations it reads and decode's prefetch distance ("rows_qi (q8 panels, int8
+ * activations)"). Returns 1 where the product runs on AMX tiles, which the bench's compute roof
+ * does not time. */
+int kernels_describe_product(const Kernels* k, const Matrix* W, int n, char* text, size_t len);
 
 /* --bf16-activations: prefill (n > 1) with bf16 weights multiplies them by the activations
  * rounded to bf16 (up to 2^-8 relative error each), with the CPU's bf16 dot product, where the

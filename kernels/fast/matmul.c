@@ -252,7 +252,8 @@ static int uniform(const Matrix* const* Ws, int n_mats, int group) {
  *  - AMX tiles from 13 tokens for q8 (groups of a multiple of 64) and 32 for q4, whose nibbles the
  *    repacking widens; below that tile_qi / tile_q4 with their prefetch are quicker.
  *  - bf16 x bf16 activations: blocks of 16 tokens, or the AMX-BF16 panels, from 16 tokens on.
- * Every path needs the widest matrix's columns to fit the threads' scratch rows. */
+ * Every path needs the widest matrix's columns to fit the threads' scratch rows, and a panel or
+ * tile needs a matrix of its rows at least: a flag says the path runs, as the bench prints it. */
 static void plan_paths(ProductPlan* p, const MatmulScratch* s, const Matrix* W, int n) {
     const int fits = W->cols <= s->xp_cap;
 #if defined(KERNELS_AVX512)
@@ -265,13 +266,21 @@ static void plan_paths(ProductPlan* p, const MatmulScratch* s, const Matrix* W, 
 #else
     const int q4_panels = 0;
 #endif
-    p->float_packed = s->float_panels && (W->type == WEIGHT_F32 || W->type == WEIGHT_BF16) && n >= float_min && fits;
-    p->qi_packed = (W->type == WEIGHT_Q8 || q4_panels) && n >= 24 && fits;
-    p->amx = s->amx_usable &&
+    p->float_packed = s->float_panels && (W->type == WEIGHT_F32 || W->type == WEIGHT_BF16) && n >= float_min &&
+                      W->rows >= 16 && fits; /* a panel: 16 rows */
+    p->amx = s->amx_usable && W->rows >= 16 &&
              (W->type == WEIGHT_Q4 ? n >= 32 : W->type == WEIGHT_Q8 && W->group_size % 64 == 0 && n >= 13) && fits;
+    /* AMX's whole tiles leave fewer than 16 rows: no room for a panel where panels are 16 rows */
+    p->qi_packed = (W->type == WEIGHT_Q8 || q4_panels) && n >= 24 && W->rows >= QP_ROWS && fits &&
+                   !(p->amx && QP_ROWS == 16);
     const int bf16_dot_tiles = W->type == WEIGHT_BF16 && n >= 16 && W->cols % 32 == 0 && fits;
-    p->bf16_blocked = !s->amx_usable && bf16_dot_tiles;
-    p->bf16_packed = s->amx_usable && bf16_dot_tiles;
+#if defined(KERNELS_AMX_BF16)
+    const int amx_bf16 = s->amx_usable;
+#else
+    const int amx_bf16 = 0;
+#endif
+    p->bf16_blocked = !amx_bf16 && bf16_dot_tiles;
+    p->bf16_packed = amx_bf16 && bf16_dot_tiles && W->rows >= 16;
 #if !defined(KERNELS_AVX2) /* the panels, AMX and the bf16 dot product are x86 code */
     p->float_packed = p->qi_packed = p->amx = p->bf16_blocked = p->bf16_packed = 0;
 #endif
@@ -307,11 +316,12 @@ static void plan_kernel(ProductPlan* p, const MatmulScratch* s, const Matrix* co
 #if defined(KERNELS_AVX2) /* x86/matmul_float.c's other bf16 kernels */
     const int bf16 = W->type == WEIGHT_BF16 && uniform(Ws, n_mats, 0);
 #if defined(KERNELS_AMX_BF16) /* from 9 tokens (the A tiles are padded to 16 with zeros), n rounded up to 16 in the scratch */
-    if (bf16 && s->amx_usable && !s->bf16_activations && n >= 9 && C % 32 == 0 && C <= s->xp_cap &&
+    if (bf16 && s->amx_usable && !s->bf16_activations && n >= 9 && C % 32 == 0 && W->rows >= 16 && C <= s->xp_cap &&
         (size_t)((n + 15) / 16 * 16) * (size_t)C <= s->split_cap) {
         USE_KERNEL(p, rows_bf16_split);
         p->prep = PREP_BF16_SPLIT;
         p->align = 16;
+        p->float_packed = 0; /* the tiles leave fewer rows than a panel's 16 */
         return;
     }
 #endif
@@ -375,32 +385,45 @@ static ProductPlan plan_product(const MatmulScratch* s, const Matrix* const* Ws,
     return p;
 }
 
+/* The paths inside the kernel that plan p takes, each followed by ", ". */
+static void paths_text(const ProductPlan* p, const Matrix* W, char* text, size_t len) {
+    const int int8 = p->prep == PREP_INT8, bf16_dot = p->prep == PREP_BF16_ROUND || p->prep == PREP_BF16_BLOCK;
+    snprintf(text, len, "%s%s%s%s%s", int8 && p->amx ? "AMX tiles, " : "",
+             int8 && p->qi_packed ? (W->type == WEIGHT_Q8 ? "q8 panels, " : "q4 panels, ") : "",
+             p->prep == PREP_BF16_SPLIT ? "AMX-BF16 tiles, " : "",
+             bf16_dot && p->bf16_packed ? "AMX-BF16 panels, " : "",
+             p->prep == PREP_FP32 && p->float_packed ? "packed panels, " : "");
+}
+
+/* ", prefetch 1536 B" for a decode kernel of an AVX2 build (the only one that prefetches). */
+static void prefetch_text(const ProductPlan* p, const PrefetchPlan* pf, char* text, size_t len) {
+    int distance = 0;
+    switch (p->prefetch) {
+    case PF_Q8: distance = pf->q8; break;
+    case PF_Q4: distance = pf->q4; break;
+    case PF_BF16: distance = pf->bf16; break;
+    case PF_BF16_ZMM: distance = pf->bf16_zmm; break;
+    default: text[0] = 0; return;
+    }
+    if (!BUILD_AVX2) text[0] = 0;
+    else if (distance > 0) snprintf(text, len, ", prefetch %d B", distance);
+    else snprintf(text, len, ", prefetch %s", p->prefetch == PF_Q8 ? "one row block" : "none");
+}
+
 /* The plan of n tokens through W alone, as the bench prints it (fast.h): the kernel, the paths
  * inside it that this plan takes, the activations it reads and decode's prefetch distance. */
-int kernels_describe_product(Kernels* k, const Matrix* W, int n, char* text, size_t len) {
+int kernels_describe_product(const Kernels* k, const Matrix* W, int n, char* text, size_t len) {
     static const char* const reads[] = {
         [PREP_FP32] = "fp32 activations", [PREP_INT8] = "int8 activations",
         [PREP_BF16_ROUND] = "bf16 activations", [PREP_BF16_BLOCK] = "bf16 activations in blocks of 16 tokens",
         [PREP_BF16_SPLIT] = "activations as three bf16 parts", [PREP_DEINTERLEAVE] = "a de-interleaved row"};
     const MatmulScratch* s = kernels_scratch(k);
     const ProductPlan p = plan_product(s, &W, 1, n, n, kernels_threads(k));
-    const char* paths[2] = {0}; /* at most two: AMX tiles and panels for the rows after them */
-    int np = 0;
-    if (p.prep == PREP_INT8 && n > 1 && p.amx) paths[np++] = "AMX tiles";
-    if (p.prep == PREP_INT8 && n > 1 && p.qi_packed) paths[np++] = W->type == WEIGHT_Q8 ? "q8 panels" : "q4 panels";
-    if (p.prep == PREP_BF16_SPLIT) paths[np++] = "AMX-BF16 tiles";
-    if ((p.prep == PREP_BF16_ROUND || p.prep == PREP_BF16_BLOCK) && p.bf16_packed) paths[np++] = "AMX-BF16 panels";
-    if ((p.prep == PREP_FP32 || p.prep == PREP_BF16_SPLIT) && n > 1 && p.float_packed) paths[np++] = "packed panels";
-    const int distance = !BUILD_AVX2 ? 0 : p.prefetch == PF_Q8 ? s->prefetch.q8 : p.prefetch == PF_Q4 ? s->prefetch.q4
-                       : p.prefetch == PF_BF16 ? s->prefetch.bf16 : p.prefetch == PF_BF16_ZMM ? s->prefetch.bf16_zmm : 0;
-    char prefetch[32] = "";
-    if (BUILD_AVX2 && p.prefetch != PF_NONE) {
-        if (distance > 0) snprintf(prefetch, sizeof prefetch, ", prefetch %d B", distance);
-        else snprintf(prefetch, sizeof prefetch, ", prefetch %s", p.prefetch == PF_Q8 ? "one row block" : "none");
-    }
-    snprintf(text, len, "%s (%s%s%s%s%s%s)", p.kernel_name, np > 0 ? paths[0] : "", np > 0 ? ", " : "",
-             np > 1 ? paths[1] : "", np > 1 ? ", " : "", reads[p.prep], prefetch);
-    return (p.prep == PREP_INT8 && n > 1 && p.amx) || p.prep == PREP_BF16_SPLIT ||
+    char paths[80], prefetch[40];
+    paths_text(&p, W, paths, sizeof paths);
+    prefetch_text(&p, &s->prefetch, prefetch, sizeof prefetch);
+    snprintf(text, len, "%s (%s%s%s)", p.kernel_name, paths, reads[p.prep], prefetch);
+    return (p.prep == PREP_INT8 && p.amx) || p.prep == PREP_BF16_SPLIT ||
            ((p.prep == PREP_BF16_ROUND || p.prep == PREP_BF16_BLOCK) && p.bf16_packed);
 }
 
