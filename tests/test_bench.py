@@ -728,11 +728,10 @@ class BenchKernels(unittest.TestCase):
             _, text = kernels_lines(moe + ".bin", "--bench-prompt", "40", "--bench-gen", "1")
         self.assertEqual(json_rows["pp260"]["kernels_last_chunk"], last[0])
         self.assertIsNone(json_rows["tg1"]["kernels_last_chunk"])
-        if not reference:  # 4 tokens: below the panels
-            self.assertTrue(last[0].startswith(self.LAYERS + ": rows_f32_nn (fp32 activations); "), last)
         if reference:
             self.assertEqual(text["pp40"], "every matrix: matmul_scalar_rows (the reference)")
             return
+        self.assertTrue(last[0].startswith(self.LAYERS + ": rows_f32_nn (fp32 activations); "), last)  # below the panels
         experts = [g for g in text["pp40"].split("; ") if g.startswith("expert_gate, expert_up, expert_down: ")]
         self.assertEqual(len(experts), 1, text)
         runs = experts[0].split(": ", 1)[1]

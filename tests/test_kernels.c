@@ -1156,11 +1156,12 @@ static void test_describe_product(void) {
     kernels_set_amx(ops_kernels(o), 0);
     kernels_set_float_panels(ops_kernels(o), 1);
 #if defined(KERNELS_AVX2)
+    const char* bf16_decode = TEST_AVX512 ? "rows_bf16_n1_zmm (a de-interleaved row, prefetch 2048 B)"
+                                          : "rows_bf16_n1 (a de-interleaved row, prefetch 1024 B)";
     expect_plan(o, WEIGHT_Q8, 64, 1024, 64, 1, "rows_qi_n1 (int8 activations, prefetch 1536 B)", 0);
     expect_plan(o, WEIGHT_Q4, 64, 1024, 32, 1, "rows_q4_n1 (int8 activations, prefetch 2048 B)", 0);
     expect_plan(o, WEIGHT_BF16, 64, 1040, 0, 1, "rows_bf16_n1 (a de-interleaved row, prefetch 1024 B)", 0);
-    expect_plan(o, WEIGHT_BF16, 64, 1024, 0, 1, TEST_AVX512 ? "rows_bf16_n1_zmm (a de-interleaved row, prefetch 2048 B)"
-                                                               : "rows_bf16_n1 (a de-interleaved row, prefetch 1024 B)", 0);
+    expect_plan(o, WEIGHT_BF16, 64, 1024, 0, 1, bf16_decode, 0);
     expect_plan(o, WEIGHT_F32, 64, 1024, 0, 1, "rows_f32_n1 (fp32 activations)", 0);
     expect_plan(o, WEIGHT_Q8, 64, 1024, 64, 23, "rows_qi (int8 activations)", 0);
     expect_plan(o, WEIGHT_Q8, 64, 1024, 64, 24, "rows_qi (q8 panels, int8 activations)", 0);
@@ -1180,8 +1181,7 @@ static void test_describe_product(void) {
     expect_plan(o, WEIGHT_BF16, 64, 1024, 0, 15, "rows_bf16_dot (bf16 activations)", 0);
     expect_plan(o, WEIGHT_BF16, 64, 1024, 0, 16, "rows_bf16_dot (bf16 activations in blocks of 16 tokens)", 0);
     expect_plan(o, WEIGHT_BF16, 64, 1040, 0, 16, "rows_bf16_dot (bf16 activations)", 0); /* not whole steps of 32 */
-    expect_plan(o, WEIGHT_BF16, 64, 1024, 0, 1, TEST_AVX512 ? "rows_bf16_n1_zmm (a de-interleaved row, prefetch 2048 B)"
-                                                               : "rows_bf16_n1 (a de-interleaved row, prefetch 1024 B)", 0);
+    expect_plan(o, WEIGHT_BF16, 64, 1024, 0, 1, bf16_decode, 0);
     kernels_set_bf16_activations(ops_kernels(o), 0);
 #endif
     if (amx && kernels_set_amx(ops_kernels(o), 1)) {
