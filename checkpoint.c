@@ -100,25 +100,6 @@ void checkpoint_populate(const Transformer* t, void (*progress)(void* ctx, size_
     }
 }
 
-/* The mapping's FilePmdMapped in /proc/self/smaps: one read of that file, a few milliseconds. */
-long long transformer_huge_page_bytes(const Transformer* t) {
-    FILE* f = t->file ? fopen("/proc/self/smaps", "r") : NULL;
-    if (f == NULL) return -1;
-    char line[4096];
-    int ours = 0;
-    long long kb = -1;
-    /* A mapping's header line is "lo-hi perms ..."; its field lines are "Name: value kB". */
-    while (kb < 0 && fgets(line, sizeof line, f)) {
-        unsigned long lo, hi;
-        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2)
-            ours = lo == (unsigned long)(uintptr_t)t->file;
-        else if (ours)
-            sscanf(line, "FilePmdMapped: %lld kB", &kb);
-    }
-    fclose(f);
-    return kb < 0 ? -1 : kb * 1024;
-}
-
 /* ---- Loading ---- */
 
 int load_fail(const LoadError* e, const char* fmt, ...) {

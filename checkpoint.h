@@ -42,9 +42,6 @@ void* tensor_slot(const TensorInfo* ti, Weights* w, int layer, int expert);
  * global one; expert -1: not an expert's): the loader, quantize and the bench walk the table so. */
 void for_each_tensor(const Config* c, void (*fn)(void* ctx, const TensorInfo* ti, int layer, int expert), void* ctx);
 
-/* For the bench: bytes of t's mapped file in 2 MB pages now (-1 where /proc/self/smaps cannot tell). */
-long long transformer_huge_page_bytes(const Transformer* t);
-
 /* 2 MB-aligned anonymous memory marked for huge pages, its pages mapped only when first written
  * (the KV cache, the bench's buffer); free_huge_anonymous with the same size gives it back. */
 void* alloc_huge_anonymous(size_t size);

@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -711,6 +712,24 @@ static void note_above_roof(const Bench* b, FILE* f) {
         fputs("): faster than the buffer's streaming read, so the roof understates what the weights get here (a "
               "cache that holds them, slower memory behind the buffer than behind the file, or a slow minute for "
               "the buffer's reads; % of own read compares with the weights' own pages)\n", f);
+}
+
+long long transformer_huge_page_bytes(const Transformer* t) {
+    FILE* f = t->file ? fopen("/proc/self/smaps", "r") : NULL;
+    if (f == NULL) return -1;
+    char line[4096];
+    int ours = 0;
+    long long kb = -1;
+    /* A mapping's header line is "lo-hi perms ..."; its field lines are "Name: value kB". */
+    while (kb < 0 && fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2)
+            ours = lo == (unsigned long)(uintptr_t)t->file;
+        else if (ours)
+            sscanf(line, "FilePmdMapped: %lld kB", &kb);
+    }
+    fclose(f);
+    return kb < 0 ? -1 : kb * 1024;
 }
 
 static void print_results(Bench* b) {

@@ -43,4 +43,8 @@ int bench_main(Transformer* t, const BenchOptions* o);
  * Without -c run.c sizes the cache to them, as llama-bench sizes its own. */
 int bench_positions(const BenchOptions* o);
 
+/* Bytes of t's mapped file in 2 MB pages now: its FilePmdMapped in /proc/self/smaps, one read of
+ * that file (milliseconds); -1 where it cannot tell. The bench's only look at /proc for the model. */
+long long transformer_huge_page_bytes(const Transformer* t);
+
 #endif

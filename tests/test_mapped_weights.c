@@ -28,6 +28,7 @@
 
 #include "model.h"
 #include "checkpoint.h"
+#include "cli/bench.h"
 
 #define MODEL_PATH "models/tinystories.bin"
 #define MB2 ((size_t)2 << 20)

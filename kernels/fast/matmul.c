@@ -22,7 +22,7 @@ struct MatmulScratch {
     int xp_cap, xp_stride; /* max_cols; max_cols rounded up to whole cache lines */
     float* scales_buf;     /* [max_threads * scales_stride] each thread's row-block scales (MatmulThread.scales) */
     int scales_stride;     /* xp_stride / 8 in whole cache lines */
-    float* float_pack_buf; /* [max_threads * FLOAT_MAX_PANELS * 16 * xp_stride] each thread's f32/bf16 panels (AVX2) */
+    float* panel_buf;      /* [max_threads * FLOAT_MAX_PANELS * 16 * xp_stride] each thread's MatmulThread.panels (AVX2) */
     int8_t* qi_pack_buf;   /* [max_threads * qi_pack_bytes] each thread's q8/q4 panels (AVX2) */
     uint8_t* amx_wt_buf;   /* [max_threads * amx_thread_bytes] each thread's AMX scratch */
     /* The activations prepared once per product for every thread. */
@@ -47,7 +47,7 @@ static inline MatmulThread thread_view(const MatmulScratch* s, int thread) {
     MatmulThread mt = {.xp = s->xp_buf + (size_t)thread * (size_t)s->xp_stride,
                        .scales = s->scales_buf + (size_t)thread * (size_t)s->scales_stride, .xp_stride = s->xp_stride};
 #if defined(KERNELS_AVX2)
-    mt.float_pack = s->float_pack_buf + (size_t)thread * FLOAT_MAX_PANELS * 16 * (size_t)s->xp_stride;
+    mt.panels = s->panel_buf + (size_t)thread * FLOAT_MAX_PANELS * 16 * (size_t)s->xp_stride;
     mt.qi_pack = s->qi_pack_buf + (size_t)thread * qi_pack_bytes(s->xp_stride);
     mt.prefetch = &s->prefetch;
 #endif
@@ -169,9 +169,9 @@ MatmulScratch* matmul_scratch_new(int max_threads, int max_batch, int max_cols) 
     s->scales_buf = alloc_lines((size_t)max_threads * (size_t)s->scales_stride * sizeof(float));
     int ok = s->xq_buf && s->xs_buf && s->xsum_buf && s->xgsum_buf && s->xp_buf && s->scales_buf;
 #if defined(KERNELS_AVX2)
-    s->float_pack_buf = alloc_lines((size_t)max_threads * FLOAT_MAX_PANELS * 16 * (size_t)s->xp_stride * sizeof(float));
+    s->panel_buf = alloc_lines((size_t)max_threads * FLOAT_MAX_PANELS * 16 * (size_t)s->xp_stride * sizeof(float));
     s->qi_pack_buf = alloc_lines((size_t)max_threads * qi_pack_bytes(s->xp_stride));
-    ok = ok && s->float_pack_buf && s->qi_pack_buf;
+    ok = ok && s->panel_buf && s->qi_pack_buf;
 #endif
     /* KERNELS_AMX=0 turns AMX off (for measuring and testing the path without it); read in every
      * build, so that a mistyped value is reported; granted only where the build has AMX kernels */
@@ -209,7 +209,7 @@ void matmul_scratch_free(MatmulScratch* s) {
     free(s->xgsum_buf);
     free(s->xp_buf);
     free(s->xb16_buf);
-    free(s->float_pack_buf);
+    free(s->panel_buf);
     free(s->qi_pack_buf);
     free(s->scales_buf);
     free(s->amx_wt_buf);

@@ -43,7 +43,11 @@ typedef struct {
      * previous product, docs/design.md#row-chunks). */
     float* xp;
     float* scales;         /* q8: a row block's scales as floats (q8_scales_float: at most 4 * cols / 32) */
-    float* float_pack;     /* AVX2: FLOAT_MAX_PANELS * 16 * xp_stride floats, the thread's f32/bf16 panels */
+    /* AVX2: FLOAT_MAX_PANELS * 16 * xp_stride floats, the thread's repacked weights for f32 and bf16
+     * prefill: panels of 16 rows whose 64-byte vector k is column k of the rows in fp32 (f32, or
+     * bf16 widened), or column pair k in bf16 (AMX-BF16's panels, half the size); tile_packed reads
+     * either. */
+    float* panels;
     int8_t* qi_pack;       /* AVX2: qi_pack_bytes(xp_stride), the thread's q8/q4 panels and their scales */
     uint8_t* amx_wt;       /* AMX: amx_thread_bytes(xp_stride), the thread's repacked q8/q4 rows, int32 tiles, scales */
     int xp_stride;         /* max_cols rounded up to whole cache lines */

@@ -466,7 +466,7 @@ ALWAYS_INLINE void rows_float_nn(const MatmulThread* mt, float* out, const float
                                 int n, int packed, int r0, int r1) {
     if (packed) {
         for (int np; (np = row_tiles_next(r0, r1, FLOAT_MAX_PANELS)) > 0; r0 += np * FLOAT_PANEL_ROWS)
-            rows_float_packed(out, x, W, type, n, r0, np, mt->float_pack);
+            rows_float_packed(out, x, W, type, n, r0, np, mt->panels);
     }
     const int C = W->cols;
     const int tb = token_block((size_t)C * sizeof(float));
@@ -617,7 +617,7 @@ ALWAYS_INLINE void amx_bf16_rows(float* out, const uint16_t* xb, int parts, cons
 static void rows_bf16_packed(const MatmulThread* mt, float* out, const uint16_t* xb, const Matrix* W, int n, int r0,
                              int np) {
     const int C = W->cols, R = W->rows;
-    uint32_t* packed = (uint32_t*)(void*)mt->float_pack;
+    uint32_t* packed = (uint32_t*)(void*)mt->panels;
     for (int p = 0; p < np; p++) bf16_pack_panel(packed + (size_t)p * 8 * C, W, r0 + 16 * p);
     const int t = n / AMX_ROWS * AMX_ROWS;
     amx_bf16_rows(out, xb, 1, packed, C, R, r0, np, t);
@@ -799,7 +799,7 @@ void bf16_split_rows(uint16_t* xs, const float* x, int C, int t0, int t1) {
 void rows_bf16_split(const MatmulThread* mt, const Product* pr, float* out, const Matrix* W, int r0, int r1) {
     const int C = W->cols, n = pr->n;
     const uint16_t* xs = pr->xb16;
-    uint32_t* packed = (uint32_t*)(void*)mt->float_pack;
+    uint32_t* packed = (uint32_t*)(void*)mt->panels;
     for (int np; (np = row_tiles_next(r0, r1, FLOAT_MAX_PANELS)) > 0; r0 += np * FLOAT_PANEL_ROWS) {
         for (int p = 0; p < np; p++) bf16_pack_panel(packed + (size_t)p * 8 * C, W, r0 + 16 * p);
         amx_bf16_rows(out, xs, 3, packed, C, W->rows, r0, np, n);
