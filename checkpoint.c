@@ -349,7 +349,7 @@ static int tensor_stored(const TensorInfo* ti, int flags) {
     return (flags & ti->only_with) == ti->only_with && !(flags & ti->not_with);
 }
 
-void* tensor_slot(const TensorInfo* ti, Weights* w, int layer, int expert) {
+void* tensor_slot(const TensorInfo* ti, const Weights* w, int layer, int expert) {
     if (ti->place == GLOBAL) return (char*)w + ti->field;
     char* lw = (char*)&w->layers[layer];
     return ti->place == EXPERT ? (void*)(*(Matrix**)(lw + ti->field) + expert) : lw + ti->field;

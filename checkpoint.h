@@ -35,8 +35,10 @@ int checkpoint_config(Transformer* t, int ctx, const LoadError* e);
  * tensor must end inside the weights section. Returns 0 or -1 with the error written. */
 int checkpoint_weights(Transformer* t, const LoadError* e);
 
-/* Where tensor ti of layer l (and expert e) points in w: a Matrix or a const float*. */
-void* tensor_slot(const TensorInfo* ti, Weights* w, int layer, int expert);
+/* Where tensor ti of layer l (and expert e) points in w: a Matrix or a const float*. Like strchr it
+ * takes w as const, so that readers of the weights (quantize, the bench) need no cast; the loader,
+ * which fills the slot, passes its own writable Weights. */
+void* tensor_slot(const TensorInfo* ti, const Weights* w, int layer, int expert);
 
 /* Calls fn(ctx, ti, layer, expert) for every tensor c's file stores, in file order (layer -1: a
  * global one; expert -1: not an expert's): the loader, quantize and the bench walk the table so. */

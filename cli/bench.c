@@ -413,7 +413,7 @@ typedef struct {
 static void count_tensor(void* ctx, const TensorInfo* ti, int layer, int expert) {
     TensorCount* n = ctx;
     const Config* c = &n->t->config;
-    const void* slot = tensor_slot(ti, (Weights*)&n->t->weights, layer, expert);
+    const void* slot = tensor_slot(ti, &n->t->weights, layer, expert);
     if (ti->cols == SIZE_NONE) {
         n->bytes += 4.0 * tensor_size(ti->rows, c);
         return;

@@ -83,7 +83,7 @@ static void group_tensor(void* ctx, const TensorInfo* ti, int layer, int expert)
     for (int i = 0; i < gr->n_seen; i++)
         if (gr->seen[i] == ti) return;
     if (gr->n_seen < 64) gr->seen[gr->n_seen++] = ti;
-    const Matrix* W = tensor_slot(ti, (Weights*)&gr->t->weights, layer, expert);
+    const Matrix* W = tensor_slot(ti, &gr->t->weights, layer, expert);
     PlanGroup one;
     if (ti->place == EXPERT) one.amx = expert_plans(gr->t, W, gr->n, one.text, sizeof one.text);
     else one.amx = product_plan(gr->t, W, gr->n, one.text, sizeof one.text);

@@ -406,8 +406,7 @@ typedef struct {
  * matrix the format keeps in float32: the router). */
 static void add_tensor(void* ctx, const TensorInfo* ti, int layer, int expert) {
     PieceList* list = ctx;
-    Weights* w = (Weights*)&list->t->weights; /* the slot is only read */
-    const void* slot = tensor_slot(ti, w, layer, expert);
+    const void* slot = tensor_slot(ti, &list->t->weights, layer, expert);
     const Config* c = &list->t->config;
     if (ti->cols == SIZE_NONE)
         add_piece(list->pieces, &list->n, layer, ti->name, NULL, *(const float* const*)slot, tensor_size(ti->rows, c));

@@ -85,7 +85,9 @@ class CompareTool(unittest.TestCase):
     def tool(self, *args):
         # BENCH_LLC_BYTES=0: decode gets its % of roof even where the small stand-in model fits in
         # the CPU's last-level cache (the bench gives none then, as it would not for Qwen3-0.6B).
-        return subprocess.run([*PYTHON, TOOL] + list(args), cwd=ROOT, capture_output=True,
+        # --run: this build's engine (make B=... test links no ./run, and the reference build's tests
+        # run beside the fast build's ./run).
+        return subprocess.run([*PYTHON, TOOL, "--run", RUN] + list(args), cwd=ROOT, capture_output=True,
                               text=True, timeout=600, env=dict(os.environ, BENCH_LLC_BYTES="0"))
 
     def test_rounds_and_table(self):

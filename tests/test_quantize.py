@@ -390,7 +390,12 @@ class NothingLeftBehind(InTempDir):
         proc = subprocess.Popen([*PYTHON, hf_model.EXPORT, hf, os.path.join(d, 'out.bin'), '--dtype', 'q8'],
                                 cwd=hf_model.ROOT, stderr=subprocess.PIPE, text=True, start_new_session=True)
         with proc:
-            self.assertIn('by ./run -m quantize --stream', proc.stderr.readline())
+            first = proc.stderr.readline()
+            if 'is not built' in first:  # export.py quantizes through the ./run beside it
+                proc.kill()
+                proc.stderr.read()
+                self.skipTest('no ./run beside export.py (make B=... links none), so the export runs in Python')
+            self.assertIn('by ./run -m quantize --stream', first)
             self.assertIn('export.py: ', proc.stderr.readline())  # the first progress line
             os.killpg(proc.pid, signal.SIGINT)
             rest = proc.stderr.read()
