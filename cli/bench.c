@@ -205,14 +205,17 @@ static int positions_needed(int depth, const int* len) { return depth + (len[0] 
 
 int bench_positions(const BenchOptions* o) { return positions_needed(o->depth, o->len); }
 
-/* n tokens of one test from position depth: prefill in forward()'s own chunks, decode a token at a
- * time. 0, 1 when a Ctrl-C stopped it between two chunks or tokens, or -1 if forward() failed. */
+/* n tokens of one test from position depth: prefill in forward()'s own chunks of max_batch rows (in
+ * every build: the experts' count, count_prefill_experts, is per chunk), decode a token at a time.
+ * 0, 1 when a Ctrl-C stopped it between two chunks or tokens, or -1 if forward() failed. */
 static int run_test(Transformer* t, const int* tokens, int test, int n, int depth) {
     if (test == 0) {
-        PromptProgress quiet = {.stop = &ctrl_c_pressed}; /* shows nothing: only the stop */
-        int stopped = 0;
-        const float* logits = forward_prompt(t, tokens, n, depth, NULL, prompt_progress, &quiet, &stopped);
-        return stopped ? 1 : logits ? 0 : -1;
+        for (int i = 0, nb; i < n; i += nb) {
+            if (i > 0 && ctrl_c_pressed) return 1;
+            nb = n - i < t->state.max_batch ? n - i : t->state.max_batch;
+            if (!forward(t, tokens + i, nb, depth + i, NULL)) return -1;
+        }
+        return 0;
     }
     for (int i = 0; i < n; i++) {
         if (ctrl_c_pressed) return 1;

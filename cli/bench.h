@@ -1,6 +1,6 @@
 /* bench.h: `./run MODEL -m bench`, a llama-bench-like speed test of the loaded model.
  *
- *   --bench-prompt N   prefill test ppN: N prompt tokens in one forward() call (default 512)
+ *   --bench-prompt N   prefill test ppN: N prompt tokens, forward()'s chunks at a time (default 512)
  *   --bench-gen N      decode test tgN: N tokens one at a time (default 128)
  *   --bench-depth N    positions already in the KV cache when each test starts (default 0)
  *   --bench-reps N     timed repetitions of each test after one warm-up (default 5)
@@ -14,9 +14,11 @@
  * weights a decode step reads in their own pages. Where decode's bytes per token fit in the
  * last-level cache (sysfs's largest data cache of CPU 0, or BENCH_LLC_BYTES; 0 = never) no
  * percentage of the roof is given. docs/speed.md#the-bench describes the table's columns and every
- * JSON key. Token ids are fixed pseudo-random ids; EOS is ignored. The table comes at the end (the
- * thread counts take turns rep by rep); on a terminal a progress line on stderr shows the depth's
- * fill, each warm-up and each rep, and Ctrl-C prints the reps complete by then and exits 130. */
+ * JSON key. A prefill test runs in forward()'s chunks of 256 positions (512 for a mixture of
+ * experts), in every build. Token ids are fixed pseudo-random ids; EOS is ignored. The
+ * table comes at the end (the thread counts take turns rep by rep); on a terminal a progress line
+ * on stderr shows the depth's fill, each warm-up and each rep, and Ctrl-C prints the reps complete
+ * by then and exits 130. */
 #ifndef BENCH_H
 #define BENCH_H
 

@@ -45,9 +45,10 @@ int logits_dump_close(LogitsDump* d);
 float* forward_dumped(Transformer* t, const int* ids, int n, int pos, LogitsDump* d);
 
 /* forward_dumped a chunk of max_batch positions at a time (forward()'s own chunks: the same bits; d
- * NULL: no dump),
- * with between(ctx, done, n) before each chunk after the first: it may show progress, and returns
- * nonzero to stop there (*stopped = 1, NULL returned). */
+ * NULL: no dump), with between(ctx, done, n) before each chunk after the first: it may show
+ * progress, and returns nonzero to stop there (*stopped = 1, NULL returned). Where the ops give the
+ * same bits however the rows are split (Ops.split_exact, the reference build) the chunks are 16
+ * positions, so that a Ctrl-C and the progress come every few seconds at its speed. */
 float* forward_prompt(Transformer* t, const int* ids, int n, int pos, LogitsDump* d, int (*between)(void*, int, int),
                       void* ctx, int* stopped);
 

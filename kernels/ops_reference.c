@@ -62,7 +62,7 @@ Ops* ops_reference_new(const OpsSpec* spec) {
     }
     *o = (Ops){matmul_reference, matmul_segments_reference, rmsnorm_reference, rope_reference, swiglu_reference, attention_reference,
                parallel_for_reference, threads_reference, set_threads_reference, free_reference,
-               .ctx = scores, .name = "reference", .prefetch = "none"};
+               .ctx = scores, .name = "reference", .prefetch = "none", .split_exact = 1};
     return o;
 }
 

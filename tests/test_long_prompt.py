@@ -127,20 +127,23 @@ class CtrlC(hf_model.TempDirTestCase):
         ids = ",".join(str(1 + i % 250) for i in range(6000))
         t0 = time.time()
         p, err = self.start(args + ["--prompt-ids", ids, "-c", str(ctx), "--threads", "2"])
-        # the load and the first chunk: a fraction of a second in the fast build, half a minute and
-        # more in the reference build, longer on a busy machine
+        # the load and the first chunk: a fraction of a second in the fast build, seconds in the
+        # reference build (chunks of 16 positions there), longer on a busy machine
         head = self.read_until(err, marker)
         self.assertIn(marker, head, "the progress line on a terminal")
         first_chunk = time.time() - t0
         p.send_signal(signal.SIGINT)
-        # it stops after the chunk under way, not after the other 20-odd chunks of the prompt
+        # it stops after the chunk under way, not after the rest of the prompt
         self.assertEqual(p.wait(timeout=60 + 3 * first_chunk), 130)
         tail = self.rest(err).decode(errors="replace")
         self.assertIn("\r\033[K", tail, "the progress line cleared")
         return p, head.decode(errors="replace") + tail
 
     def test_ctrl_c_during_the_prompt(self):
-        p, tail = self.interrupt_long_prompt(["-n", "4"], b"prompt 256/6000 tokens")
+        # forward()'s chunks of 256 positions; the reference build's prompt goes in pieces of 16
+        # (cli/generation.c, EXACT_PIECE), so that a Ctrl-C at its speed waits seconds, not minutes
+        piece = 16 if hf_model.reference_engine() else 256
+        p, tail = self.interrupt_long_prompt(["-n", "4"], b"prompt %d/6000 tokens" % piece)
         self.assertIn("run: interrupted during the prompt of 6000 tokens", tail)
         self.assertEqual(p.stdout.read(), b"", "nothing generated")
 
