@@ -77,11 +77,12 @@ static void report(const EvalSums* s, int window, int json, const char* switches
 /* Scores ids[0 .. n-1] in windows of the context length; 0, 1 after an error line, or 130 after
  * Ctrl-C, which stops it after the chunk it is in (with the report of what was scored). */
 static int score_text(Transformer* t, const int* ids, int n, float* rows, int json, const char* switches) {
-    const int V = t->config.vocab_size, window = t->config.seq_len, B = t->state.max_batch;
+    const int V = t->config.vocab_size, window = t->config.seq_len, B = watched_piece(t);
     EvalSums sums = {0, 0, 0, 0.0};
     Progress prog = {isatty(fileno(stderr)), now_seconds(), 0.0, 0};
     /* Window w holds ids [w0, w0 + len); its positions 0 .. len-2 predict the tokens 1 .. len-1,
-     * so its last token goes in only as a target. Prefill in chunks of max_batch rows. */
+     * so its last token goes in only as a target. Prefill in chunks of watched_piece rows (every
+     * row's logits are scored, so a small piece costs nothing more). */
     int total = 0; /* predictions scored in all: a token per window fewer than the text has */
     for (int w0 = 0; w0 < n - 1; w0 += window) total += (n - w0 < window ? n - w0 : window) - 1;
     for (int w0 = 0; w0 < n - 1 && !ctrl_c_pressed; w0 += window) {

@@ -95,16 +95,16 @@ float* forward_dumped(Transformer* t, const int* ids, int n, int pos, LogitsDump
     return forward_prompt(t, ids, n, pos, d, NULL, NULL, NULL);
 }
 
-/* Positions per forward() call of a watched prompt where the ops give the same bits however it is
- * split (Ops.split_exact: the reference build): at that build's speed a chunk of max_batch takes
- * minutes on Qwen3-0.6B, and a Ctrl-C or the progress would wait for it; a piece of 16 takes
- * seconds, for one more row through the head per piece (docs/design.md#seam). */
-#define EXACT_PIECE 16
+/* Where the ops give the same bits however the rows are split (Ops.split_exact: the reference
+ * build), a chunk of max_batch takes minutes on Qwen3-0.6B at that build's speed, and a Ctrl-C or
+ * the progress would wait for it; a piece of 16 takes seconds, for one more row through the head
+ * per piece where only the last row's logits are wanted (docs/design.md#seam). */
+int watched_piece(const Transformer* t) { return t->ops->split_exact ? 16 : t->state.max_batch; }
 
 float* forward_prompt(Transformer* t, const int* ids, int n, int pos, LogitsDump* d, int (*between)(void*, int, int),
                       void* ctx, int* stopped) {
     const size_t V = (size_t)t->config.vocab_size;
-    const int max_batch = between && t->ops->split_exact ? EXACT_PIECE : t->state.max_batch;
+    const int max_batch = between ? watched_piece(t) : t->state.max_batch;
     static LogitsDump none; /* d NULL: no dump */
     if (d == NULL) d = &none;
     float* logits = NULL;

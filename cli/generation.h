@@ -44,11 +44,15 @@ int logits_dump_close(LogitsDump* d);
  * go to the file. The last position's logits, or NULL after an error line. */
 float* forward_dumped(Transformer* t, const int* ids, int n, int pos, LogitsDump* d);
 
-/* forward_dumped a chunk of max_batch positions at a time (forward()'s own chunks: the same bits; d
- * NULL: no dump), with between(ctx, done, n) before each chunk after the first: it may show
- * progress, and returns nonzero to stop there (*stopped = 1, NULL returned). Where the ops give the
- * same bits however the rows are split (Ops.split_exact, the reference build) the chunks are 16
- * positions, so that a Ctrl-C and the progress come every few seconds at its speed. */
+/* Positions per forward() call where the command line looks for a Ctrl-C and shows progress between
+ * calls: forward()'s own chunks of max_batch (the same bits as one call), or 16 where the ops give
+ * the same bits however the rows are split (Ops.split_exact, the reference build), so that at its
+ * speed the looks come every few seconds. */
+int watched_piece(const Transformer* t);
+
+/* forward_dumped a chunk at a time (d NULL: no dump): watched_piece positions, with between(ctx,
+ * done, n) before each chunk after the first, which may show progress and returns nonzero to stop
+ * there (*stopped = 1, NULL returned); without between, max_batch. */
 float* forward_prompt(Transformer* t, const int* ids, int n, int pos, LogitsDump* d, int (*between)(void*, int, int),
                       void* ctx, int* stopped);
 
