@@ -219,7 +219,7 @@ void norm_trace_attach(NormTrace* tr, Transformer* t) {
     tr->ops = *t->ops;
     tr->ops.rmsnorm = trace_rmsnorm;
     tr->ops.attention = trace_attention;
-    tr->ops.split_exact = 0; /* the rows come out in the order of the calls: a prompt in one piece per chunk */
+    tr->ops.split_exact = 0; /* its records follow the calls (each call's last row has a final norm) */
     t->ops = &tr->ops;
 }
 

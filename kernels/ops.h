@@ -98,11 +98,7 @@ struct Ops {
     const char* prefetch; /* decode's software prefetch plan (fast/matmul.c), "none" */
     int bf16_activations; /* 1: --bf16-activations is on */
     int float_panels;     /* 1: f32 and bf16 prefill may take packed panels (fast/matmul.c) */
-    /* 1: a row's results are the same bits however a caller splits the rows into calls (the
-     * reference ops work row by row), so a long prompt may go through in small pieces; 0: only
-     * forward()'s own chunks of max_batch rows give the same bits (the fast products' kernel and
-     * activations depend on the rows per call). */
-    int split_exact;
+    int split_exact;      /* 1: a row's bits do not depend on how the rows are split into calls (reference) */
 };
 
 /* The scalar references (ops_reference.c). NULL when out of memory. */

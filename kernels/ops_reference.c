@@ -1,6 +1,7 @@
 /* ops_reference.c: the model's operations as the scalar references compute them, one thread, in
- * the plainest order: every op is one loop around a kernel of kernels.h. `make SCALAR=1` builds
- * the whole program on these; the fast ops (fast/ops_fast.c) are checked against them. */
+ * the plainest order: every op is one loop around a kernel of kernels.h, row by row (split_exact).
+ * `make SCALAR=1` builds the whole program on these; the fast ops (fast/ops_fast.c) are checked
+ * against them. */
 #include <stdlib.h>
 
 #include "kernels/ops.h"
@@ -47,10 +48,7 @@ static void parallel_for_reference(const Ops* o, int n, void (*fn)(void* ctx, in
 static int threads_reference(const Ops* o) { return 1; }
 static int set_threads_reference(const Ops* o, int n) { return 1; }
 
-static void free_reference(Ops* o) {
-    free(o->ctx);
-    free(o);
-}
+static void free_reference(Ops* o) { free(o->ctx); free(o); }
 
 Ops* ops_reference_new(const OpsSpec* spec) {
     Ops* o = malloc(sizeof *o);

@@ -420,7 +420,7 @@ class ChatTerminal(hf_model.TempDirTestCase):
         chat.type(CTRL_C)
         os.write(chat.err_master, CTRL_Q)
         # the line written over, then cleared before the chat says what happened
-        piece = 16 if hf_model.reference_engine() else 256  # the reference build's prompt: pieces of 16
+        piece = 16 if hf_model.reference_engine() else 256  # cli/generation.h, EXACT_SPLIT_PIECE
         progress = chat.wait_err(r'\rchat: prompt %d/(\d+) tokens\x1b\[K\r\x1b\[Kchat: Ctrl-C: the message was not sent\n> '
                                  % piece)
         self.assertGreater(int(progress.group(1)), 256)

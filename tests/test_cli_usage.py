@@ -222,7 +222,7 @@ class PromptProgress(unittest.TestCase):
 
     def test_progress_on_a_terminal_only(self):
         # a line after each chunk but the last: forward()'s 256 positions, the reference build's 16
-        # (cli/generation.c, watched_piece)
+        # (cli/generation.h, EXACT_SPLIT_PIECE)
         piece = 16 if hf_model.reference_engine() else 256
         out_tty, err_tty = self.generate(600, True)
         later = b"".join(rb"\rrun: prompt %d/600 tokens, \d+ tok/s, \d+:\d\d left\x1b\[K" % k

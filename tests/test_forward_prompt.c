@@ -1,11 +1,12 @@
 /* tests/test_forward_prompt.c: forward_prompt (cli/generation.c), the prompt as the command line
  * runs it, in chunks with a look at Ctrl-C and the progress between them. The chunks are
  * forward()'s own (max_batch positions), except where the ops give the same bits however the rows
- * are split (Ops.split_exact: the reference ops), where they are 16 positions, so that the
- * reference build's Ctrl-C does not wait minutes. Checked on the shipped model, with the build's own
- * ops and with the reference ops put in front of them (so the fast build checks the small pieces
- * too): the chunks the between() calls see, the last position's logits bit for bit against one
- * forward() call of the whole prompt, and a stop at the first look. */
+ * are split (Ops.split_exact: the reference ops), where they are EXACT_SPLIT_PIECE positions, so
+ * that the reference build's Ctrl-C does not wait minutes. Checked on the shipped model over an
+ * fp32 and a q8 cache, with the reference ops put in front of the build's own (so the fast build
+ * checks the pieces too): the looks between the pieces, the last position's logits bit for bit
+ * against one forward() call of the whole prompt, and a stop at the first look. The build's own
+ * ops are split-exact only where they are the reference ops. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +42,7 @@ static void check_pieces(Transformer* t, const Ops* ops, const int* ids, const c
     if (l == NULL || whole == NULL) goto done;
     memcpy(whole, l, V * sizeof(float));
 
-    const int piece = ops->split_exact ? 16 : t->state.max_batch;
+    const int piece = ops->split_exact ? EXACT_SPLIT_PIECE : t->state.max_batch;
     Looks looks = {0};
     int stopped = 0;
     l = forward_prompt(t, ids, N, 0, NULL, look, &looks, &stopped);
@@ -71,23 +72,26 @@ int main(void) {
         return 0;
     }
     fclose(f);
-    Transformer t;
-    char err[512];
-    const TransformerOptions opt = {.threads = 2};
-    if (transformer_load(&t, MODEL_PATH, &opt, err, sizeof err) != 0) {
-        printf("FAIL: %s\n", err);
-        return 1;
+    const KVType kv_types[] = {KV_F32, KV_Q8};
+    for (int k = 0; k < 2; k++) {
+        Transformer t;
+        char err[512], name[64];
+        const TransformerOptions opt = {.threads = 2, .kv_type = kv_types[k]};
+        if (transformer_load(&t, MODEL_PATH, &opt, err, sizeof err) != 0) {
+            printf("FAIL: %s\n", err);
+            return 1;
+        }
+        int ids[N];
+        for (int i = 0; i < N; i++) ids[i] = 1 + (i * 37) % (t.config.vocab_size - 1);
+        if (k == 0)
+            check(t.kernels->split_exact == (strcmp(t.kernels->name, "reference") == 0),
+                  "the build's ops are split-exact where they are the reference ops");
+        Ops* ref = ops_reference_new(&(OpsSpec){.max_pos = t.config.seq_len});
+        check(ref != NULL && ref->split_exact, "the reference ops are split-exact");
+        snprintf(name, sizeof name, "reference ops, %s cache", k == 0 ? "fp32" : "q8");
+        if (ref) check_pieces(&t, ref, ids, name);
+        ops_free(ref);
+        transformer_free(&t);
     }
-    int ids[N];
-    for (int i = 0; i < N; i++) ids[i] = 1 + (i * 37) % (t.config.vocab_size - 1);
-
-    check(t.kernels->split_exact == (strcmp(t.kernels->name, "reference") == 0),
-          "the build's ops are split-exact where they are the reference ops");
-    check_pieces(&t, t.ops, ids, t.kernels->name);
-    Ops* ref = ops_reference_new(&(OpsSpec){.max_pos = t.config.seq_len});
-    check(ref != NULL && ref->split_exact, "the reference ops are split-exact");
-    if (ref) check_pieces(&t, ref, ids, "reference ops");
-    ops_free(ref);
-    transformer_free(&t);
     return checks_done();
 }
