@@ -95,10 +95,8 @@ float* forward_dumped(Transformer* t, const int* ids, int n, int pos, LogitsDump
     return forward_prompt(t, ids, n, pos, d, NULL, NULL, NULL);
 }
 
-/* Where the ops give the same bits however the rows are split (Ops.split_exact: the reference
- * build), a chunk of max_batch takes minutes on Qwen3-0.6B at that build's speed, and a Ctrl-C or
- * the progress would wait for it; a piece of 16 takes seconds to tens of seconds, for one more row
- * through the head per piece where only the last row's logits are wanted (docs/design.md#seam). */
+/* The small pieces cost one more row through the head per piece where only the last row's logits
+ * are wanted (docs/design.md#seam has the measurement). */
 int watched_piece(const Transformer* t) { return t->ops->split_exact ? EXACT_SPLIT_PIECE : t->state.max_batch; }
 
 float* forward_prompt(Transformer* t, const int* ids, int n, int pos, LogitsDump* d, int (*between)(void*, int, int),
