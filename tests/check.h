@@ -5,6 +5,7 @@
 #define TESTS_CHECK_H
 
 #include <stdio.h>
+#include <unistd.h>
 
 static int n_pass, n_fail;
 
@@ -15,6 +16,14 @@ static void check(int ok, const char* what) {
         n_fail++;
         printf("FAIL: %s\n", what);
     }
+}
+
+/* 1 where path can be read, else 0 after the line that says the program skipped (the tests run
+ * from the repository root, where the shipped model is). */
+static inline int readable_or_skipped(const char* path) {
+    if (access(path, R_OK) == 0) return 1;
+    printf("skipped: %s not found (run from the repository root)\n", path);
+    return 0;
 }
 
 static int checks_done(void) {

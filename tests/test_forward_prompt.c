@@ -66,12 +66,7 @@ done:
 }
 
 int main(void) {
-    FILE* f = fopen(MODEL_PATH, "rb");
-    if (!f) {
-        printf("skipped: %s not found (run from the repository root)\n", MODEL_PATH);
-        return 0;
-    }
-    fclose(f);
+    if (!readable_or_skipped(MODEL_PATH)) return 0;
     const KVType kv_types[] = {KV_F32, KV_Q8};
     for (int k = 0; k < 2; k++) {
         Transformer t;

@@ -123,12 +123,7 @@ static void run_side_by_side(const Run runs[2], int first) {
 }
 
 int main(void) {
-    FILE* f = fopen(MODEL_PATH, "rb");
-    if (!f) {
-        printf("skipped: %s not found (run from the repository root)\n", MODEL_PATH);
-        return 0;
-    }
-    fclose(f);
+    if (!readable_or_skipped(MODEL_PATH)) return 0;
     Run runs[2] = {{.opt = {.threads = 2, .ctx = 256}, .name = "A"},
                    {.opt = {.threads = 1, .ctx = 128, .kv_type = KV_F16}, .name = "B"}};
     if (run_alone(&runs[0]) == 0 && run_alone(&runs[1]) == 0) {
