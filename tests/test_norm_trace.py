@@ -29,11 +29,9 @@ TABLE_TOL = 1e-3
 
 # name -> (Spec fields, prompt ids, greedy steps)
 MODELS = {
-    # Qwen3 with head_dim 32 != 64/4 and one kv head for four query heads; F32. A prompt of more
-    # than 16 tokens: the reference build's pieces (cli/generation.h) must not reach the trace,
-    # whose records follow forward()'s calls (a final norm for each call's last row).
+    # Qwen3 with head_dim 32 != 64/4 and one kv head for four query heads; F32.
     'qwen3_gqa4_hd32': (dict(dtype='F32', n_heads=4, n_kv_heads=1, head_dim=32, seed=21),
-                        [IM_START_ID, 5, 6, 7, 290, 9] + list(range(100, 114)), 4),
+                        [IM_START_ID, 5, 6, 7, 290, 9], 4),
     # Qwen2: q/k/v biases, no QK-Norm (the attention scores are still reported).
     'qwen2_bias': (dict(arch='qwen2', head_dim=None, n_kv_heads=2, seed=22), [40, 41, 42, 43], 3),
 }
@@ -155,10 +153,10 @@ class NormTrace(hf_model.TempDirTestCase):
         """Without --dump-logits only the last row of each forward() call goes through the final norm:
         the prompt's last position, then each decoded one. The trace's table keeps forward()'s own
         chunks in the reference build too, whose prompt otherwise goes in pieces of 16 (a final
-        norm at 15 would show that)."""
+        norm at 15 would show that): a prompt of 20 tokens."""
         name = 'qwen3_gqa4_hd32'
         _, ckpt = self.model(name)
-        _, prompt, n = MODELS[name]
+        prompt, n = MODELS[name][1] + list(range(100, 114)), MODELS[name][2]
         path = os.path.join(self.tmp, 'final_norms.jsonl')
         p = hf_model.run_engine([ckpt, '--prompt-ids', ','.join(map(str, prompt)), '-n', str(n), '-t', '0',
                                  '--norms-json', path])
