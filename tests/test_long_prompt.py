@@ -181,10 +181,12 @@ class CtrlC(hf_model.TempDirTestCase):
         """The model's file (65 MB: three pieces of transformer_load's reading, LOAD_PIECE 32 MB)
         shows how far it is read on a terminal, one line cleared before the run goes on; not
         where stderr is a pipe."""
-        p, err = self.start(["--prompt-ids", "1", "-n", "1"])
-        self.assertNotEqual(p.stdout.read(), b"", "a token generated")
-        self.assertEqual(p.wait(timeout=60), 0)
+        # greedy, so that the one token is the same every run
+        p, err = self.start(["--prompt-ids", "1", "-n", "1", "-t", "0"])
+        text, status = p.stdout.read(), p.wait(timeout=60)
         out = self.rest(err).decode(errors="replace")
+        self.assertEqual(status, 0, out)
+        self.assertNotEqual(text, b"", "a token generated; stderr: %r" % out)
         self.assertRegex(out, r"run: reading slow\.bin: \d+% of 0\.1 GB(, [\d.]+ GB/s)?\033\[K")
         reading = out.index("run: reading")
         self.assertIn("\r\033[K", out[reading:out.index("prompt tokens:")], "the line cleared")
